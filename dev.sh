@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Set-up and entry points of sandbridge's development tree.
+#   ./dev.sh demo [--open]   install what is missing, then run the sandboxed demo app
+#   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test
+#   ./dev.sh setup           install only
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# Debian packages: bubblewrap (the default sandbox backend), util-linux (unshare,
+# setpriv: the fallback backend), chromium (browser tests), nginx-light and socat
+# (reference relays in the benchmark), procps (ps, for process checks in tests).
+DEBIAN_PACKAGES=(bubblewrap util-linux chromium nginx-light socat procps)
+VENV=.venv
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else echo "dev.sh: need root to run: $*" >&2; return 1
+  fi
+}
+
+install_debian_packages() {
+  local missing=()
+  for pkg in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "dev.sh: installing Debian packages: ${missing[*]}" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  fi
+}
+
+install_python_packages() {
+  local stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+  if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+  fi
+  if [ ! -f "$stamp" ]; then
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
+    rm -f "$VENV"/.installed-*
+    touch "$stamp"
+  fi
+}
+
+setup() {
+  install_debian_packages
+  install_python_packages
+}
+
+command=${1:-demo}
+shift || true
+case "$command" in
+  setup) setup ;;
+  demo) setup; exec "$VENV/bin/sandbridge" demo "$@" ;;
+  test)
+    setup
+    "$VENV/bin/ruff" check src tests
+    "$VENV/bin/ruff" format --check src tests
+    "$VENV/bin/mypy"
+    exec "$VENV/bin/python" -m pytest "$@"
+    ;;
+  *) echo "usage: ./dev.sh [setup|demo [--open]|test [pytest args]]" >&2; exit 2 ;;
+esac

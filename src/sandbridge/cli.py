@@ -1,0 +1,214 @@
+"""The ``sandbridge`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from sandbridge import __version__, log
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.host.app_listener import App
+from sandbridge.host.runtime_dir import RuntimeDir
+from sandbridge.host.session import HostSession
+from sandbridge.host.upstream import Protocol
+from sandbridge.runner.backend import BACKENDS, resolve
+from sandbridge.runner.run import default_home, run_session, stdin_is_terminal
+from sandbridge.runner.spec import SandboxSpec, parse_env, parse_mount
+from sandbridge.wire.registration import app_url
+
+
+def _print_app(app: App) -> None:
+    url = app_url(app.host_port, app.base_path)
+    print(f"sandbridge: sandbox port {app.port} -> {url}", file=sys.stderr, flush=True)
+
+
+def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="sandbox backend (auto: bwrap if installed, else unshare)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="directory mounted read-write at the same path (default: cwd)",
+    )
+    parser.add_argument(
+        "--bind",
+        action="append",
+        default=[],
+        metavar="SRC[:DEST]",
+        help="extra read-write bind mount",
+    )
+    parser.add_argument(
+        "--ro-bind",
+        action="append",
+        default=[],
+        metavar="SRC[:DEST]",
+        help="extra read-only bind mount",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="set a variable inside (NAME alone passes the host's value)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+
+
+def _spec_factory(args: argparse.Namespace, command: list[str]):  # type: ignore[no-untyped-def]
+    workdir = (args.workdir or Path.cwd()).resolve()
+    if not workdir.is_dir():
+        raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
+    mounts = [parse_mount(v, True) for v in args.bind] + [
+        parse_mount(v, False) for v in args.ro_bind
+    ]
+    env = parse_env(args.env)
+    home = default_home()
+
+    def factory(runtime_dir: Path) -> SandboxSpec:
+        return SandboxSpec(
+            command=command,
+            workdir=workdir,
+            runtime_dir=runtime_dir,
+            home=home,
+            mounts=mounts,
+            env=env,
+            new_session=not stdin_is_terminal(),
+        )
+
+    return factory
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
+    backend = resolve(args.backend)
+    return asyncio.run(run_session(_spec_factory(args, command), backend, on_register=_print_app))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    backend = resolve(args.backend)
+    command = [sys.executable, "-m", "sandbridge.demo.app", "--port", str(args.port)]
+    if args.base_path != "/":
+        command += ["--base-path", args.base_path]
+    opened: list[bool] = []
+
+    def announce(app: App) -> None:
+        url = app_url(app.host_port, app.base_path)
+        print(f"\nsandbridge demo: open {url}  (Ctrl-C to stop)\n", flush=True)
+        if args.open and not opened:
+            import webbrowser
+
+            opened.append(webbrowser.open(url))
+
+    return asyncio.run(run_session(_spec_factory(args, command), backend, on_register=announce))
+
+
+def cmd_host(args: argparse.Namespace) -> int:
+    async def serve() -> int:
+        runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
+        session = HostSession(runtime_dir, protocol=Protocol(args.protocol), on_register=_print_app)
+        try:
+            await session.start()
+            print(
+                f"sandbridge: serving registrations on {runtime_dir.relay_socket}",
+                file=sys.stderr,
+                flush=True,
+            )
+            await asyncio.Event().wait()
+        finally:
+            await session.close()
+        return 0
+
+    try:
+        return asyncio.run(serve())
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_shim(args: argparse.Namespace) -> int:
+    from sandbridge.sandbox.shim import Shim
+
+    async def serve() -> int:
+        shim = Shim(Path(args.socket))
+        await shim.start()
+        print(f"sandbridge: shim listening on {args.socket}", file=sys.stderr, flush=True)
+        await shim.serve_forever()
+        return 0
+
+    try:
+        return asyncio.run(serve())
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sandbridge", description="Narrow, audited bridges across a Linux sandbox boundary."
+    )
+    parser.add_argument("--version", action="version", version=f"sandbridge {__version__}")
+    commands = parser.add_subparsers(dest="subcommand", required=True)
+
+    run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
+    _add_sandbox_options(run)
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    run.set_defaults(func=cmd_run)
+
+    demo = commands.add_parser("demo", help="serve the bundled demo app from a sandbox")
+    _add_sandbox_options(demo)
+    demo.add_argument("--open", action="store_true", help="open the URL in the host browser")
+    demo.add_argument("--port", type=int, default=8000, help="the app's port inside the sandbox")
+    demo.add_argument("--base-path", default="/", help="register the app under this base path")
+    demo.set_defaults(func=cmd_demo)
+
+    host = commands.add_parser(
+        "host", help="serve the relay for a sandbox another runtime starts (podman, docker)"
+    )
+    host.add_argument(
+        "--runtime-dir",
+        type=Path,
+        required=True,
+        help="directory to mount at /run/ags-webview-relay in the sandbox",
+    )
+    host.add_argument(
+        "--protocol",
+        choices=[p.value for p in Protocol],
+        default="auto",
+        help="forwarding protocol the shim speaks (auto: stream, else v1)",
+    )
+    host.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+    host.set_defaults(func=cmd_host)
+
+    shim = commands.add_parser("shim", help="run the shim inside a sandbox another runtime starts")
+    shim.add_argument(
+        "--socket",
+        default=os.environ.get(
+            "AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET", "/run/ags-webview-relay/upstream.sock"
+        ),
+        help="where to listen (default: $AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET)",
+    )
+    shim.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+    shim.set_defaults(func=cmd_shim)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    log.setup(verbose=getattr(args, "verbose", False))
+    try:
+        return int(args.func(args))
+    except SandbridgeError as exc:
+        print(f"sandbridge: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The bundled demo app served from inside the sandbox by ``sandbridge demo``."""

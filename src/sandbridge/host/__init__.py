@@ -1,0 +1,1 @@
+"""The host side of the relay: runtime dir, registration, app listeners, upstream."""

@@ -1,0 +1,389 @@
+"""The per-app host listener: the relay's data path.
+
+One browser connection gets at most one upstream Unix connection at a time (stream
+mode), reused across keep-alive requests. Per request:
+
+1. read and validate the head (llhttp plus :mod:`sandbridge.http.forwarding`);
+2. send the normalised head to the app through the shim;
+3. pump the request body while relaying the response, chunk by chunk, each write
+   awaited (``drain``) so backpressure reaches the sender and memory stays at one
+   read buffer per direction;
+4. after a ``101`` to an upgrade request, copy bytes both ways untouched.
+
+A failure on the sandbox side is a ``502`` for that request only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbridge import log
+from sandbridge.exceptions import HttpError, UpstreamError
+from sandbridge.host.upstream import Protocol, open_stream
+from sandbridge.host.v1_exchange import exchange_v1
+from sandbridge.http.forwarding import (
+    LAST_CHUNK,
+    Framing,
+    UpstreamRequest,
+    build_browser_response,
+    build_upstream_request,
+    encode_chunk,
+    error_response,
+)
+from sandbridge.http.parser import (
+    MESSAGE_END,
+    BodyChunk,
+    Event,
+    RequestHead,
+    RequestReader,
+    ResponseHead,
+    ResponseReader,
+    Upgraded,
+)
+from sandbridge.unix_sockets import copy
+from sandbridge.wire.stream import NotStreamCapable
+
+# One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
+# while bounding what one connection can hold per direction.
+READ_BYTES = 256 * 1024
+# An idle keep-alive connection is closed after this long (browsers reconnect).
+KEEPALIVE_TIMEOUT = 75.0
+# A request head must arrive completely within this long once a request has begun.
+HEAD_TIMEOUT = 30.0
+# After one side of a tunnel (WebSocket) ends, the other gets this long to finish.
+TUNNEL_CLOSE_GRACE = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    """One registration: host port ``host_port`` forwards to sandbox ``port``."""
+
+    port: int
+    base_path: str
+    host_port: int
+
+
+class UpstreamConnector:
+    """Opens upstream connections for a session, remembering which protocol works."""
+
+    def __init__(self, socket_path: Path, protocol: Protocol = Protocol.AUTO) -> None:
+        self.socket_path = socket_path
+        self.protocol = protocol
+
+    async def open(
+        self, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes] | None:
+        """Open a stream to ``port``; ``None`` means: use v1 for this session."""
+        if self.protocol is Protocol.V1:
+            return None
+        try:
+            return await open_stream(self.socket_path, port)
+        except NotStreamCapable:
+            if self.protocol is Protocol.STREAM:
+                raise UpstreamError("shim does not speak stream mode") from None
+            log.info("upstream.v1_fallback", socket=str(self.socket_path))
+            self.protocol = Protocol.V1
+            return None
+
+
+class BrowserConnection:
+    """The browser side of one connection: a socket and its request reader."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.parser = RequestReader()
+        self.events: collections.deque[Event] = collections.deque()
+
+    async def next_event(self) -> Event | None:
+        """The next request event, reading as needed; ``None`` at end of stream."""
+        while not self.events:
+            data = await self.reader.read(READ_BYTES)
+            if not data:
+                return None
+            self.events.extend(self.parser.feed(data))
+        return self.events.popleft()
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+
+@dataclass
+class _Upstream:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    pending: bytes = b""
+    reusable: bool = True
+
+
+@dataclass
+class _Exchange:
+    """What one request/response exchange ended with."""
+
+    keep_browser: bool = False
+    reuse_upstream: bool = False
+    response_started: bool = False
+
+
+class AppListener:
+    """Serves one app's host origin on ``127.0.0.1:<host_port>``."""
+
+    def __init__(self, port: int, base_path: str, connector: UpstreamConnector) -> None:
+        self.port = port
+        self.base_path = base_path
+        self.connector = connector
+        self.host_port = 0
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.StreamWriter] = set()
+
+    @property
+    def app(self) -> App:
+        return App(self.port, self.base_path, self.host_port)
+
+    async def start(self) -> int:
+        """Bind a new random loopback port; return it."""
+        self._server = await asyncio.start_server(
+            self._serve, host="127.0.0.1", port=0, limit=READ_BYTES, backlog=512
+        )
+        self.host_port = self._server.sockets[0].getsockname()[1]
+        return self.host_port
+
+    async def close(self) -> None:
+        """Stop listening and drop every connection."""
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._connections):
+            writer.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        browser = BrowserConnection(reader, writer)
+        upstream: _Upstream | None = None
+        peer = writer.get_extra_info("peername")
+        client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(KEEPALIVE_TIMEOUT):
+                        event = await browser.next_event()
+                except TimeoutError:
+                    break
+                if event is None:
+                    break
+                if not isinstance(event, RequestHead):
+                    raise HttpError(400, "request body without a request")
+                request = build_upstream_request(
+                    event,
+                    base_path=self.base_path,
+                    host_port=self.host_port,
+                    client_host=client_host,
+                )
+                exchange, upstream = await self._exchange(browser, event, request, upstream)
+                if not exchange.keep_browser:
+                    break
+        except HttpError as exc:
+            log.debug("request.refused", port=self.host_port, status=exc.status, reason=str(exc))
+            with contextlib.suppress(OSError):
+                await browser.send(error_response(exc.status, str(exc)))
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if upstream is not None:
+                upstream.writer.transport.abort()
+            self._connections.discard(writer)
+            writer.transport.abort() if writer.transport.is_closing() else writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def _exchange(
+        self,
+        browser: BrowserConnection,
+        head: RequestHead,
+        request: UpstreamRequest,
+        upstream: _Upstream | None,
+    ) -> tuple[_Exchange, _Upstream | None]:
+        """One request and its response; returns how the connections continue."""
+        if upstream is None or not upstream.reusable:
+            if upstream is not None:
+                upstream.writer.transport.abort()
+                upstream = None
+            try:
+                opened = await self.connector.open(self.port)
+            except UpstreamError as exc:
+                return await self._bad_gateway(browser, request, str(exc)), None
+            if opened is None:
+                keep = await exchange_v1(
+                    browser, head, request, self.port, self.base_path, self.connector.socket_path
+                )
+                return _Exchange(keep_browser=keep), None
+            upstream = _Upstream(*opened)
+
+        exchange = _Exchange()
+        try:
+            upstream.writer.write(request.head)
+            pump = asyncio.create_task(self._pump_request_body(browser, upstream, request))
+            try:
+                await self._relay_response(browser, head, request, upstream, exchange, pump)
+                if not pump.done():
+                    # The app answered before reading the whole body: the browser's
+                    # connection cannot be resynchronised, so it closes.
+                    exchange.keep_browser = False
+                    exchange.reuse_upstream = False
+                elif pump.exception() is not None:
+                    exchange.keep_browser = exchange.reuse_upstream = False
+            finally:
+                if not pump.done():
+                    pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError, HttpError):
+                    await pump
+        except (UpstreamError, HttpError, OSError) as exc:
+            upstream.writer.transport.abort()
+            if exchange.response_started:
+                raise OSError("upstream failed mid-response") from exc
+            return await self._bad_gateway(browser, request, str(exc), force_close=True), None
+        if not exchange.reuse_upstream:
+            upstream.writer.transport.abort()
+            return exchange, None
+        return exchange, upstream
+
+    async def _bad_gateway(
+        self,
+        browser: BrowserConnection,
+        request: UpstreamRequest,
+        reason: str,
+        force_close: bool = False,
+    ) -> _Exchange:
+        log.debug("upstream.failed", port=self.host_port, app_port=self.port, reason=reason)
+        keep = not force_close and request.framing is Framing.NONE and not request.upgrade
+        if keep:
+            event = await browser.next_event()  # the MESSAGE_END of a bodiless request
+            keep = event is MESSAGE_END
+        await browser.send(error_response(502, reason, keep_alive=keep))
+        return _Exchange(keep_browser=keep)
+
+    async def _pump_request_body(
+        self, browser: BrowserConnection, upstream: _Upstream, request: UpstreamRequest
+    ) -> None:
+        chunked = request.framing is Framing.CHUNKED
+        while True:
+            event = await browser.next_event()
+            if event is None:
+                raise OSError("browser closed the connection mid-request")
+            if event is MESSAGE_END:
+                if chunked:
+                    upstream.writer.write(LAST_CHUNK)
+                    await upstream.writer.drain()
+                return
+            if isinstance(event, BodyChunk):
+                upstream.writer.write(encode_chunk(event.data) if chunked else event.data)
+                await upstream.writer.drain()
+            else:
+                raise HttpError(400, "unexpected event in request body")
+
+    async def _relay_response(
+        self,
+        browser: BrowserConnection,
+        head: RequestHead,
+        request: UpstreamRequest,
+        upstream: _Upstream,
+        exchange: _Exchange,
+        pump: asyncio.Task[None],
+    ) -> None:
+        reader = ResponseReader(head.method)
+        events: collections.deque[Event] = collections.deque()
+        if upstream.pending:
+            events.extend(reader.feed(upstream.pending))
+            upstream.pending = b""
+        framing = Framing.NONE
+        final: ResponseHead | None = None
+        while True:
+            while not events:
+                data = await upstream.reader.read(READ_BYTES)
+                events.extend(reader.feed(data) if data else reader.feed_eof())
+            event = events.popleft()
+            if isinstance(event, ResponseHead):
+                if event.status == 101:
+                    if not request.upgrade:
+                        raise UpstreamError("app answered 101 to a request that did not upgrade")
+                    response = build_browser_response(
+                        event, request=head, close_delimited=False, keep_alive=False
+                    )
+                    exchange.response_started = True
+                    await browser.send(response.head)
+                    await pump
+                    await self._tunnel(browser, upstream, events)
+                    return
+                if event.status < 200:
+                    if head.version == "1.1":
+                        response = build_browser_response(
+                            event, request=head, close_delimited=False, keep_alive=True
+                        )
+                        await browser.send(response.head)
+                    continue
+                final = event
+                response = build_browser_response(
+                    event,
+                    request=head,
+                    close_delimited=reader.close_delimited,
+                    keep_alive=True,
+                )
+                framing = response.framing
+                exchange.keep_browser = response.keep_alive and not request.upgrade
+                exchange.response_started = True
+                await browser.send(response.head)
+            elif isinstance(event, BodyChunk):
+                if framing is Framing.CHUNKED:
+                    browser.writer.write(encode_chunk(event.data))
+                else:
+                    browser.writer.write(event.data)
+                await browser.writer.drain()
+            elif event is MESSAGE_END:
+                if framing is Framing.CHUNKED:
+                    await browser.send(LAST_CHUNK)
+                assert final is not None
+                exchange.reuse_upstream = (
+                    final.keep_alive
+                    and not reader.close_delimited
+                    and not reader.extra_data
+                    and not request.upgrade
+                )
+                return
+            else:
+                raise UpstreamError(f"unexpected event from app: {event!r}")
+
+    async def _tunnel(
+        self,
+        browser: BrowserConnection,
+        upstream: _Upstream,
+        upstream_events: collections.deque[Event],
+    ) -> None:
+        """Copy bytes both ways after a 101, untouched, until either side ends."""
+        leftover = b""
+        while browser.events:
+            event = browser.events.popleft()
+            if isinstance(event, Upgraded):
+                leftover += event.trailing
+        if leftover:
+            upstream.writer.write(leftover)
+        for event in upstream_events:
+            if isinstance(event, Upgraded) and event.trailing:
+                browser.writer.write(event.trailing)
+
+        to_app = asyncio.create_task(copy(browser.reader, upstream.writer))
+        to_browser = asyncio.create_task(copy(upstream.reader, browser.writer))
+        try:
+            done, _ = await asyncio.wait({to_app, to_browser}, return_when=asyncio.FIRST_COMPLETED)
+            if any(task.exception() is None for task in done):
+                await asyncio.wait({to_app, to_browser}, timeout=TUNNEL_CLOSE_GRACE)
+        finally:
+            for task in (to_app, to_browser):
+                task.cancel()
+            await asyncio.gather(to_app, to_browser, return_exceptions=True)
+            upstream.writer.transport.abort()

@@ -1,0 +1,140 @@
+"""The session's runtime directory: ``${XDG_RUNTIME_DIR:-/tmp}/ags-webview-relay-<pid>``.
+
+It is created 0700 and held with an ``flock`` on the directory itself for the life of
+the session. The sandbox can write inside it (it holds the sockets) but cannot take
+that lock away, so the next start can tell a stale directory (lock free: its session
+is gone, even after SIGKILL) from a live one. Removal never follows a symlink out of
+the directory: :func:`shutil.rmtree` works on directory file descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbridge.exceptions import RuntimeDirError
+
+PREFIX = "ags-webview-relay-"
+MOUNT_POINT = "/run/ags-webview-relay"
+RELAY_SOCKET = "relay.sock"
+UPSTREAM_SOCKET = "upstream.sock"
+
+
+def runtime_base() -> Path:
+    """Where runtime dirs live: ``$XDG_RUNTIME_DIR``, else ``/tmp``."""
+    return Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp")
+
+
+def default_path(pid: int | None = None) -> Path:
+    """The contract's runtime dir path for process ``pid`` (default: this one)."""
+    return runtime_base() / f"{PREFIX}{os.getpid() if pid is None else pid}"
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def clean_stale(base: Path | None = None) -> list[Path]:
+    """Remove runtime dirs whose session is gone; return what was removed."""
+    base = runtime_base() if base is None else base
+    removed: list[Path] = []
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for entry in entries:
+        suffix = entry.name.removeprefix(PREFIX)
+        if suffix == entry.name or not suffix.isdigit():
+            continue
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # not a directory, a symlink, or gone: never touched
+        try:
+            info = os.fstat(fd)
+            if info.st_uid != uid or not _try_lock(fd):
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+        finally:
+            os.close(fd)
+    return removed
+
+
+@dataclass
+class RuntimeDir:
+    """A created, locked runtime dir; :meth:`remove` deletes it."""
+
+    path: Path
+    owned: bool = True
+    _fd: int = field(default=-1, repr=False)
+
+    @property
+    def relay_socket(self) -> Path:
+        return self.path / RELAY_SOCKET
+
+    @property
+    def upstream_socket(self) -> Path:
+        return self.path / UPSTREAM_SOCKET
+
+    @classmethod
+    def create(cls, path: Path | None = None) -> RuntimeDir:
+        """Clean stale dirs, then create and lock a fresh runtime dir (mode 0700)."""
+        path = default_path() if path is None else path
+        clean_stale(path.parent)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            raise RuntimeDirError(
+                f"runtime dir {path} already exists and belongs to a live session"
+            ) from None
+        except OSError as exc:
+            raise RuntimeDirError(f"cannot create runtime dir {path}: {exc.strerror}") from None
+        os.chmod(path, 0o700)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if not _try_lock(fd):
+            os.close(fd)
+            raise RuntimeDirError(f"runtime dir {path} is locked by another session")
+        return cls(path=path, owned=True, _fd=fd)
+
+    @classmethod
+    def adopt(cls, path: Path) -> RuntimeDir:
+        """Use an existing dir (``sandbridge host --runtime-dir``), creating it if missing."""
+        if not path.exists():
+            return cls.create(path)
+        info = path.lstat()
+        if not stat.S_ISDIR(info.st_mode):
+            raise RuntimeDirError(f"runtime dir {path} is not a directory")
+        if info.st_uid != os.getuid():
+            raise RuntimeDirError(f"runtime dir {path} is owned by uid {info.st_uid}, not you")
+        if info.st_mode & 0o077:
+            raise RuntimeDirError(
+                f"runtime dir {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod 700 on it"
+            )
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if not _try_lock(fd):
+            os.close(fd)
+            raise RuntimeDirError(f"runtime dir {path} is in use by another sandbridge host")
+        return cls(path=path, owned=False, _fd=fd)
+
+    def remove(self) -> None:
+        """Delete what this session created (the whole dir if it made it)."""
+        if self.owned:
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            for name in (RELAY_SOCKET, UPSTREAM_SOCKET):
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+                    (self.path / name).unlink()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

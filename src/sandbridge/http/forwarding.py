@@ -1,0 +1,259 @@
+"""What the relay changes in a message on its way through, as pure functions.
+
+Requests: the target is checked (origin-form only) and gets the base-path rule; the
+Host header must name this app's own origin; hop-by-hop headers and every header named
+in ``Connection`` are dropped; inbound ``Forwarded``/``X-Forwarded-*`` are dropped and
+the relay sets its own; the body framing is re-stated by the relay. Responses: hop-by-hop
+headers dropped, framing re-stated for the browser's connection.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from sandbridge.exceptions import HttpError
+from sandbridge.http.base_path import apply_base_path
+from sandbridge.http.parser import Headers, RequestHead, ResponseHead
+
+# RFC 9110 section 7.6.1 plus the legacy proxy fields browsers and apps still send.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+    }
+)
+# Set by the relay only: a browser page must not be able to forge what the app sees.
+FORWARDING_FIELDS = frozenset(
+    {
+        b"forwarded",
+        b"x-forwarded-for",
+        b"x-forwarded-host",
+        b"x-forwarded-proto",
+        b"x-forwarded-port",
+        b"x-forwarded-prefix",
+        b"x-forwarded-server",
+        b"x-real-ip",
+    }
+)
+_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+
+
+class Framing(enum.Enum):
+    """How a message body is delimited."""
+
+    NONE = "none"
+    LENGTH = "length"
+    CHUNKED = "chunked"
+    CLOSE = "close"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    """A normalised request head for the app and how its body follows."""
+
+    head: bytes
+    method: bytes
+    headers: Headers  # end-to-end headers as sent (Host first), without framing fields
+    framing: Framing
+    path: str
+    upgrade: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserResponse:
+    """A normalised response head for the browser and how its body follows."""
+
+    head: bytes
+    framing: Framing
+    keep_alive: bool
+
+
+def _connection_tokens(headers: Headers) -> set[bytes]:
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return tokens
+
+
+def _end_to_end(headers: Headers, also_drop: frozenset[bytes] = frozenset()) -> Headers:
+    named = _connection_tokens(headers)
+    return [
+        (name, value)
+        for name, value in headers
+        if (lowered := name.lower()) not in HOP_BY_HOP
+        and lowered not in named
+        and lowered not in _FRAMING
+        and lowered not in also_drop
+    ]
+
+
+def _values(headers: Headers, name: bytes) -> list[bytes]:
+    return [value for key, value in headers if key.lower() == name]
+
+
+def allowed_hosts(host_port: int) -> frozenset[bytes]:
+    """The Host values that name app port ``host_port`` on this machine."""
+    return frozenset(f"{host}:{host_port}".encode() for host in ("127.0.0.1", "localhost", "[::1]"))
+
+
+def request_framing(headers: Headers) -> Framing:
+    """Body framing of a request whose head llhttp already accepted."""
+    encodings = _values(headers, b"transfer-encoding")
+    if encodings:
+        if len(encodings) != 1 or encodings[0].strip().lower() != b"chunked":
+            raise HttpError(501, f"unsupported Transfer-Encoding {b', '.join(encodings)!r}")
+        return Framing.CHUNKED
+    lengths = _values(headers, b"content-length")
+    if lengths and int(lengths[0]) > 0:
+        return Framing.LENGTH
+    return Framing.NONE
+
+
+def check_host(headers: Headers, host_port: int) -> bytes:
+    """Return the one Host value if it names this app's origin, else refuse."""
+    hosts = _values(headers, b"host")
+    if not hosts:
+        raise HttpError(400, "missing Host header")
+    if len(hosts) > 1:
+        raise HttpError(400, "more than one Host header")
+    host = hosts[0].lower()
+    if host not in allowed_hosts(host_port):
+        raise HttpError(
+            421,
+            f"Host {hosts[0].decode('latin-1')!r} is not this app's origin 127.0.0.1:{host_port}",
+        )
+    return hosts[0]
+
+
+def build_upstream_request(
+    head: RequestHead, *, base_path: str, host_port: int, client_host: str
+) -> UpstreamRequest:
+    """Validate a browser request head and build the head the app receives."""
+    if head.method == b"CONNECT":
+        raise HttpError(405, "CONNECT is refused: this is an app origin, not a proxy")
+    if not head.target.startswith(b"/"):
+        raise HttpError(
+            400, f"request-target {head.target[:80]!r} must be origin-form: this is not a proxy"
+        )
+    host = check_host(head.headers, host_port)
+    framing = request_framing(head.headers)
+    try:
+        target = head.target.decode("ascii")
+    except UnicodeDecodeError:
+        raise HttpError(400, "request-target must be ASCII") from None
+    path = apply_base_path(target, base_path)
+
+    headers: Headers = [(b"Host", host)]
+    headers.extend(_end_to_end(head.headers, FORWARDING_FIELDS | {b"host"}))
+    headers.append((b"X-Forwarded-For", client_host.encode("ascii")))
+    headers.append((b"X-Forwarded-Proto", b"http"))
+    headers.append((b"X-Forwarded-Host", host))
+    lines = [head.method + b" " + path.encode("ascii") + b" HTTP/1.1"]
+    lines.extend(name + b": " + value for name, value in headers)
+    if framing is Framing.CHUNKED:
+        lines.append(b"Transfer-Encoding: chunked")
+    elif framing is Framing.LENGTH:
+        lines.append(b"Content-Length: " + _values(head.headers, b"content-length")[0])
+    if head.upgrade:
+        lines.append(b"Connection: Upgrade")
+        lines.append(b"Upgrade: " + _values(head.headers, b"upgrade")[0])
+    return UpstreamRequest(
+        head=b"\r\n".join(lines) + b"\r\n\r\n",
+        method=head.method,
+        headers=headers,
+        framing=framing,
+        path=path,
+        upgrade=head.upgrade,
+    )
+
+
+def build_browser_response(
+    head: ResponseHead,
+    *,
+    request: RequestHead,
+    close_delimited: bool,
+    keep_alive: bool,
+) -> BrowserResponse:
+    """Build the head the browser receives for an app's (final or interim) response."""
+    status = head.status
+    lines = [b"HTTP/1.1 %d " % status + head.reason]
+    if status == 101:
+        lines.extend(name + b": " + value for name, value in _end_to_end(head.headers))
+        upgrade = _values(head.headers, b"upgrade")
+        lines.append(b"Connection: Upgrade")
+        if upgrade:
+            lines.append(b"Upgrade: " + upgrade[0])
+        return BrowserResponse(b"\r\n".join(lines) + b"\r\n\r\n", Framing.CLOSE, False)
+    if status < 200:
+        lines.extend(name + b": " + value for name, value in _end_to_end(head.headers))
+        return BrowserResponse(b"\r\n".join(lines) + b"\r\n\r\n", Framing.NONE, True)
+
+    lines.extend(name + b": " + value for name, value in _end_to_end(head.headers))
+    keep = keep_alive and request.keep_alive and request.version == "1.1"
+    lengths = _values(head.headers, b"content-length")
+    no_body = request.method == b"HEAD" or status in (204, 304)
+    if no_body:
+        framing = Framing.NONE
+        if lengths and status != 204:
+            lines.append(b"Content-Length: " + lengths[0])
+    elif _values(head.headers, b"transfer-encoding"):
+        framing = Framing.CHUNKED
+    elif lengths:
+        framing = Framing.LENGTH
+        lines.append(b"Content-Length: " + lengths[0])
+    elif close_delimited and request.version == "1.1":
+        framing = Framing.CHUNKED
+    else:
+        framing = Framing.CLOSE
+        keep = False
+    if framing is Framing.CHUNKED:
+        lines.append(b"Transfer-Encoding: chunked")
+    if framing is Framing.LENGTH and lengths[0] == b"0":
+        framing = Framing.NONE
+    lines.append(b"Connection: keep-alive" if keep else b"Connection: close")
+    return BrowserResponse(b"\r\n".join(lines) + b"\r\n\r\n", framing, keep)
+
+
+def encode_chunk(data: bytes) -> bytes:
+    """One chunk of a chunked body."""
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def error_response(status: int, message: str, *, keep_alive: bool = False) -> bytes:
+    """A complete plain-text response the relay itself sends when it refuses a request."""
+    reasons = {
+        400: b"Bad Request",
+        403: b"Forbidden",
+        404: b"Not Found",
+        405: b"Method Not Allowed",
+        413: b"Content Too Large",
+        414: b"URI Too Long",
+        421: b"Misdirected Request",
+        431: b"Request Header Fields Too Large",
+        501: b"Not Implemented",
+        502: b"Bad Gateway",
+        503: b"Service Unavailable",
+        505: b"HTTP Version Not Supported",
+    }
+    body = f"sandbridge: {message}\n".encode("utf-8", "replace")
+    head = [
+        b"HTTP/1.1 %d " % status + reasons.get(status, b"Error"),
+        b"Content-Type: text/plain; charset=utf-8",
+        b"Content-Length: %d" % len(body),
+        b"Cache-Control: no-store",
+        b"X-Content-Type-Options: nosniff",
+        b"Connection: keep-alive" if keep_alive else b"Connection: close",
+    ]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body

@@ -1,0 +1,287 @@
+"""Sans-I/O readers of HTTP/1.1 messages, built on llhttp (through ``httptools``).
+
+llhttp is strict where it matters for a relay: it refuses bare LF, obs-fold,
+Content-Length together with Transfer-Encoding, duplicate Content-Length and invalid
+header characters. These readers add the limits (request-target, header count, head
+bytes) and turn llhttp's callbacks into a list of events per :meth:`feed`:
+
+* :class:`RequestHead` / :class:`ResponseHead` once a head is complete,
+* :class:`BodyChunk` for each piece of body, already de-chunked,
+* :data:`MESSAGE_END` when a message is complete,
+* :class:`Upgraded` when the bytes that follow belong to another protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import httptools
+
+from sandbridge.exceptions import HttpError
+
+Headers = list[tuple[bytes, bytes]]
+
+# Request-target limit: browsers send URLs up to ~2 MB in theory, but dev servers and
+# nginx default to 8 KiB; a longer target is a 414, not a buffer.
+MAX_TARGET_BYTES: Final = 8 * 1024
+# Header lines per message: real browsers send ~20; 100 is nginx's order of magnitude.
+MAX_HEADER_COUNT: Final = 100
+# Bytes of one head (request line + headers): 64 KiB fits big cookies, refuses floods.
+MAX_HEAD_BYTES: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """A complete request head as the browser sent it."""
+
+    method: bytes
+    target: bytes
+    version: str
+    headers: Headers
+    keep_alive: bool
+    upgrade: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHead:
+    """A complete response head as the app sent it."""
+
+    status: int
+    reason: bytes
+    version: str
+    headers: Headers
+    keep_alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BodyChunk:
+    """A piece of message body."""
+
+    data: bytes
+
+
+class _MessageEnd:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MESSAGE_END"
+
+
+MESSAGE_END: Final = _MessageEnd()
+
+
+@dataclass(frozen=True, slots=True)
+class Upgraded:
+    """The head was an upgrade (or CONNECT); ``trailing`` are the bytes after it."""
+
+    trailing: bytes
+
+
+Event = RequestHead | ResponseHead | BodyChunk | _MessageEnd | Upgraded
+
+
+class _Reader:
+    """What request and response readers share: limits and the event list."""
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._headers: Headers = []
+        self._head_size = 0
+        self._in_head = False
+        self._error: HttpError | None = None
+        self._trailers = False
+        self._finished = False
+
+    # llhttp callbacks -------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._headers = []
+        self._head_size = 0
+        self._in_head = True
+        self._trailers = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._trailers:
+            return  # trailers are dropped: nothing downstream relies on them
+        self._head_size += len(name) + len(value) + 4
+        if len(self._headers) >= MAX_HEADER_COUNT:
+            self._fail(HttpError(431, f"more than {MAX_HEADER_COUNT} header fields"))
+        if self._head_size > MAX_HEAD_BYTES:
+            self._fail(HttpError(431, f"header section larger than {MAX_HEAD_BYTES} bytes"))
+        self._headers.append((name, value))
+
+    def on_body(self, body: bytes) -> None:
+        if body:
+            self._events.append(BodyChunk(body))
+
+    def on_message_complete(self) -> None:
+        self._events.append(MESSAGE_END)
+
+    # shared machinery -------------------------------------------------------------
+
+    def _fail(self, error: HttpError) -> None:
+        self._error = error
+        raise error
+
+    def _feed(
+        self, parser: httptools.HttpRequestParser | httptools.HttpResponseParser, data: bytes
+    ) -> list[Event]:
+        if self._error is not None:
+            raise self._error
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            self._finished = True
+            offset = upgrade.args[0]
+            self._events.append(Upgraded(data[offset:]))
+        except httptools.HttpParserCallbackError:
+            if self._error is not None:
+                raise self._error from None
+            raise
+        except httptools.HttpParserError as exc:
+            if self._error is not None:
+                raise self._error from None
+            self._error = HttpError(400, f"malformed HTTP message: {exc}")
+            raise self._error from None
+        if self._in_head:
+            self._head_size += len(data)
+            if self._head_size > MAX_HEAD_BYTES + MAX_TARGET_BYTES:
+                self._fail(HttpError(431, f"header section larger than {MAX_HEAD_BYTES} bytes"))
+        events, self._events = self._events, []
+        return events
+
+
+class RequestReader(_Reader):
+    """Reads requests from a browser connection, one after another (keep-alive)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parser = httptools.HttpRequestParser(self)
+        self._target = bytearray()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._target = bytearray()
+
+    def on_url(self, url: bytes) -> None:
+        self._target += url
+        if len(self._target) > MAX_TARGET_BYTES:
+            self._fail(HttpError(414, f"request-target longer than {MAX_TARGET_BYTES} bytes"))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        version = parser.get_http_version()
+        if version not in ("1.0", "1.1"):
+            self._fail(HttpError(505, f"HTTP version {version!r} is not supported"))
+        self._in_head = False
+        self._events.append(
+            RequestHead(
+                method=parser.get_method(),
+                target=bytes(self._target),
+                version=version,
+                headers=self._headers,
+                keep_alive=parser.should_keep_alive(),
+                upgrade=parser.should_upgrade(),
+            )
+        )
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Feed bytes from the browser; return the events they complete."""
+        if self._finished:
+            raise HttpError(400, "bytes after an upgrade reached the HTTP reader")
+        return self._feed(self._parser, data)
+
+
+class ResponseReader(_Reader):
+    """Reads the response (with any 1xx interim responses) to one request."""
+
+    def __init__(self, request_method: bytes) -> None:
+        super().__init__()
+        self._parser = httptools.HttpResponseParser(self)
+        self._head_request = request_method == b"HEAD"
+        self._reason = b""
+        self._final_head: ResponseHead | None = None
+        self._done = False
+        self.extra_data = False
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason += reason
+
+    def on_message_begin(self) -> None:
+        if self._done:
+            # The app sent more after its response: stop here; the caller sees
+            # ``extra_data`` and does not reuse this connection.
+            self.extra_data = True
+            raise _Stop
+        super().on_message_begin()
+        self._reason = b""
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        version = parser.get_http_version()
+        if version not in ("1.0", "1.1"):
+            self._fail(HttpError(502, f"app answered with HTTP version {version!r}"))
+        self._in_head = False
+        head = ResponseHead(
+            status=parser.get_status_code(),
+            reason=self._reason,
+            version=version,
+            headers=self._headers,
+            keep_alive=parser.should_keep_alive(),
+        )
+        self._events.append(head)
+        if head.status >= 200:
+            self._final_head = head
+            if self._head_request:
+                # llhttp cannot be told that a HEAD response has no body; the message
+                # ends here and whatever follows is not part of this exchange.
+                self._done = True
+                self._events.append(MESSAGE_END)
+                self.extra_data = True  # unknown: a HEAD exchange never reuses the connection
+                raise _Stop
+
+    def on_message_complete(self) -> None:
+        if self._final_head is None:
+            return  # an interim 1xx response: the exchange goes on
+        self._done = True
+        super().on_message_complete()
+
+    @property
+    def close_delimited(self) -> bool:
+        """True if the final response's body ends only when the app closes."""
+        head = self._final_head
+        if head is None or self._head_request or head.status in (204, 304):
+            return False
+        names = {name.lower() for name, _ in head.headers}
+        return b"content-length" not in names and b"transfer-encoding" not in names
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Feed bytes from the app; return the events they complete."""
+        if self._done:
+            self.extra_data = self.extra_data or bool(data)
+            return []
+        try:
+            return self._feed(self._parser, data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Stop):
+                events, self._events = self._events, []
+                return events
+            raise HttpError(502, f"malformed response from app: {exc}") from None
+        except HttpError as exc:
+            if exc.status == 400:
+                exc.status = 502
+            raise
+
+    def feed_eof(self) -> list[Event]:
+        """The app closed: end a close-delimited body, or fail a truncated response."""
+        if self._done:
+            return []
+        if self._final_head is not None and self.close_delimited:
+            self._done = True
+            return [MESSAGE_END]
+        raise HttpError(502, "app closed the connection before its response was complete")
+
+
+class _Stop(Exception):
+    """Raised inside an llhttp callback to stop parsing at the end of this exchange."""

@@ -1,0 +1,1 @@
+"""Sandbox backends: build the command that starts a sandbox from a :class:`SandboxSpec`."""

@@ -1,0 +1,54 @@
+"""The bubblewrap backend: the argv that builds the sandbox with ``bwrap``."""
+
+from __future__ import annotations
+
+import shutil
+
+from sandbridge.host.runtime_dir import MOUNT_POINT
+from sandbridge.runner.spec import SandboxSpec, sandbox_env
+
+
+def available() -> bool:
+    return shutil.which("bwrap") is not None
+
+
+def argv(spec: SandboxSpec) -> list[str]:
+    """bwrap options, in mount order: later mounts lie on top of earlier ones."""
+    args = [
+        "bwrap",
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/run",
+    ]
+    if spec.new_session:
+        args.append("--new-session")
+    hidden = spec.hidden_runtime_parent()
+    if hidden is not None:
+        args += ["--tmpfs", str(hidden)]
+    if spec.home != spec.workdir:
+        args += ["--tmpfs", str(spec.home)]
+        for path in spec.tooling_paths():
+            args += ["--ro-bind", str(path), str(path)]
+    args += ["--bind", str(spec.workdir), str(spec.workdir)]
+    args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]
+    for mount in spec.mounts:
+        args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    args += ["--chdir", str(spec.workdir), "--clearenv"]
+    for name, value in sandbox_env(spec.home, spec.env).items():
+        args += ["--setenv", name, value]
+    return [*args, "--", *spec.entry_argv]

@@ -1,0 +1,79 @@
+"""``sandbridge run``: one session from start to teardown.
+
+Order matters: the runtime dir and ``relay.sock`` exist before the sandbox starts, the
+shim is listening before the command starts (the sandbox entry sees to that), and on
+any end (command exit, SIGINT, SIGTERM) the sandbox is killed, every listener closed
+and the runtime dir removed before this function returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sandbridge import log
+from sandbridge.host.app_listener import App
+from sandbridge.host.runtime_dir import RuntimeDir
+from sandbridge.host.session import HostSession
+from sandbridge.host.upstream import Protocol
+from sandbridge.runner.backend import sandbox_argv
+from sandbridge.runner.spec import SandboxSpec
+
+
+async def run_session(
+    spec_factory: Callable[[Path], SandboxSpec],
+    backend: str,
+    *,
+    protocol: Protocol = Protocol.STREAM,
+    on_register: Callable[[App], None] | None = None,
+    runtime_path: Path | None = None,
+) -> int:
+    """Run one sandbox session; return the command's exit status."""
+    runtime_dir = RuntimeDir.create(runtime_path)
+    session = HostSession(runtime_dir, protocol=protocol, on_register=on_register)
+    try:
+        await session.start()
+        spec = spec_factory(runtime_dir.path)
+        argv = sandbox_argv(backend, spec)
+        log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
+        process = await asyncio.create_subprocess_exec(*argv)
+        stop = asyncio.Event()
+        received: list[int] = []
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            stop.set()
+
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, on_signal, signum)
+        waiter = asyncio.create_task(process.wait())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not waiter.done():
+            # Killing the backend process ends the sandbox: bwrap --die-with-parent
+            # and unshare --kill-child take the PID namespace, daemons included.
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+        status = await waiter
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+        if received:
+            return 128 + received[0]
+        return 128 - status if status < 0 else status
+    finally:
+        await session.close()
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("HOME") or "/root")
+
+
+def stdin_is_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()

@@ -1,0 +1,126 @@
+"""What a sandbox looks like, independent of the backend that builds it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbridge.exceptions import SandboxError
+from sandbridge.host.runtime_dir import MOUNT_POINT, UPSTREAM_SOCKET
+
+# Host variables a command needs to behave normally; anything else (tokens, keys,
+# the host's socket paths) stays outside unless named with --env.
+PASSED_ENV = ("PATH", "TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM", "NO_COLOR")
+PASSED_ENV_PREFIXES = ("LC_",)
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A bind mount from the host ``source`` to ``dest`` inside the sandbox."""
+
+    source: Path
+    dest: Path
+    writable: bool
+
+
+def parse_mount(value: str, writable: bool) -> Mount:
+    """Parse ``SRC`` or ``SRC:DEST`` from ``--bind``/``--ro-bind``."""
+    source, _, dest = value.partition(":")
+    src = Path(source).expanduser().resolve()
+    if not src.exists():
+        flag = "--bind" if writable else "--ro-bind"
+        raise SandboxError(f"{flag} {value!r}: {src} does not exist")
+    target = Path(dest) if dest else src
+    if not target.is_absolute():
+        raise SandboxError(f"bind destination must be absolute, got {dest!r}")
+    return Mount(src, target, writable)
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs to start one sandbox."""
+
+    command: list[str]
+    workdir: Path
+    runtime_dir: Path
+    home: Path
+    mounts: list[Mount] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    new_session: bool = False
+
+    @property
+    def entry_argv(self) -> list[str]:
+        """The sandbox's first process: shim plus the user's command."""
+        return [
+            sys.executable,
+            "-m",
+            "sandbridge.sandbox.entry",
+            "--upstream-socket",
+            f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
+            "--",
+            *self.command,
+        ]
+
+    def tooling_paths(self) -> list[Path]:
+        """Host paths the sandbox's Python needs, when the private home would hide them."""
+        import sandbridge
+
+        candidates = {
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            Path(sys.executable).resolve().parent.parent,
+            Path(sandbridge.__file__).resolve().parent.parent,
+        }
+        return sorted(
+            path for path in candidates if path.is_relative_to(self.home) and path != self.home
+        )
+
+    def hidden_runtime_parent(self) -> Path | None:
+        """The runtime dir's parent, masked inside so other sessions' sockets stay out of sight."""
+        parent = self.runtime_dir.parent
+        if parent in (Path("/"), Path("/tmp"), Path("/run")) or parent.is_relative_to("/run"):
+            return None  # /tmp and /run are private tmpfs inside already
+        if self.workdir.is_relative_to(parent):
+            return None
+        return parent
+
+
+def sandbox_env(
+    spec_home: Path, extra: dict[str, str], host_env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment inside: a short allowlist of host variables plus the contract's."""
+    host_env = dict(os.environ) if host_env is None else host_env
+    env = {
+        name: value
+        for name, value in host_env.items()
+        if name in PASSED_ENV or name.startswith(PASSED_ENV_PREFIXES)
+    }
+    local_bin = str(spec_home / ".local" / "bin")
+    venv_bin = str(Path(sys.executable).parent)
+    path = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = ":".join([local_bin, venv_bin, path])
+    env["HOME"] = str(spec_home)
+    env["AGS_WEBVIEW_RELAY_SOCKET"] = f"{MOUNT_POINT}/relay.sock"
+    env["AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET"] = f"{MOUNT_POINT}/{UPSTREAM_SOCKET}"
+    env["SANDBRIDGE_SANDBOX"] = "1"
+    env.update(extra)
+    return env
+
+
+def parse_env(values: list[str], host_env: dict[str, str] | None = None) -> dict[str, str]:
+    """Parse ``--env NAME=VALUE`` / ``--env NAME`` (pass the host's value) flags."""
+    host_env = dict(os.environ) if host_env is None else host_env
+    result: dict[str, str] = {}
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise SandboxError(f"--env {value!r}: not a valid variable name")
+        if sep:
+            result[name] = setting
+        elif name in host_env:
+            result[name] = host_env[name]
+        else:
+            raise SandboxError(f"--env {name}: not set on the host; use --env {name}=VALUE")
+    return result

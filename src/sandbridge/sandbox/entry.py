@@ -1,0 +1,68 @@
+"""The sandbox's first process: start the shim, install the helper, run the command.
+
+The shim is listening before the command starts. The command's exit status becomes
+this process's (128 + N for a signal), which the runner passes on to the user. When
+this process ends, the PID namespace ends with it: every daemon the command left
+behind is killed by the kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+
+from sandbridge.sandbox.shim import Shim
+
+HELPER_NAME = "ags-webview-url"
+
+
+def install_helper(home: Path) -> Path:
+    """Write ``~/.local/bin/ags-webview-url`` running this Python's helper module."""
+    bin_dir = home / ".local" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    helper = bin_dir / HELPER_NAME
+    helper.write_text(
+        f"#!/bin/sh\nexec '{sys.executable}' -m sandbridge.sandbox.url_helper \"$@\"\n"
+    )
+    helper.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    return helper
+
+
+async def run(upstream_socket: Path, command: list[str]) -> int:
+    """Serve the shim while ``command`` runs; return its exit status."""
+    shim = Shim(upstream_socket)
+    await shim.start()
+    loop = asyncio.get_running_loop()
+    # Ctrl-C reaches the command through the terminal's process group; the shim must
+    # outlive it, so this process ignores SIGINT and forwards SIGTERM.
+    loop.add_signal_handler(signal.SIGINT, lambda: None)
+    try:
+        process = await asyncio.create_subprocess_exec(*command)
+    except OSError as exc:
+        print(f"sandbridge: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+    loop.add_signal_handler(signal.SIGTERM, process.terminate)
+    status = await process.wait()
+    await shim.close()
+    return 128 - status if status < 0 else status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sandbridge-sandbox-entry")
+    parser.add_argument("--upstream-socket", required=True, type=Path)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    install_helper(Path(os.environ.get("HOME", "/tmp")))
+    return asyncio.run(run(args.upstream_socket, command))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

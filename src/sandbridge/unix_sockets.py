@@ -1,0 +1,57 @@
+"""Small asyncio building blocks shared by the host and the shim."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+from sandbridge.wire.jsonline import LineReader
+
+# One read when copying raw bytes: large reads keep per-byte overhead low.
+COPY_READ_BYTES = 256 * 1024
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    """Bind a listening Unix socket at ``path`` with mode 0600 (never wider, not even briefly)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+async def read_line(reader: asyncio.StreamReader, limit: int) -> tuple[bytes, bytes]:
+    """Read one line of at most ``limit`` bytes; return it and what followed it."""
+    lines = LineReader(limit)
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            return lines.feed_eof(), b""
+        line = lines.feed(data)
+        if line is not None:
+            return line, lines.rest
+
+
+async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy bytes until ``src`` ends, then half-close ``dst``; each write awaits drain."""
+    while data := await src.read(COPY_READ_BYTES):
+        dst.write(data)
+        await dst.drain()
+    if dst.can_write_eof() and not dst.is_closing():
+        with contextlib.suppress(OSError):
+            dst.write_eof()
+
+
+async def close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close a stream, ignoring a peer that already went away."""
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()

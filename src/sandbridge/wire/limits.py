@@ -1,0 +1,37 @@
+"""Limits of the wire formats, each with the reason for its number."""
+
+from __future__ import annotations
+
+# A registration is a few dozen bytes; 4 KiB leaves room for long base paths and
+# still refuses a sandbox that tries to make the host buffer megabytes.
+MAX_REGISTRATION_BYTES = 4096
+
+# A well-behaved helper sends its request at once; 5 s tolerates a loaded machine
+# while a client that connects and never sends is dropped quickly.
+REGISTRATION_READ_TIMEOUT = 5.0
+
+# Longest base path accepted: matches common URL path limits of browsers' address
+# bars being comfortably shorter than the 8 KiB request-target limit.
+MAX_BASE_PATH_LENGTH = 1024
+
+# Apps one session may register; far above any real dev setup, low enough that a
+# sandbox cannot exhaust the host's ports or file descriptors by registering.
+MAX_APPS_PER_SESSION = 64
+
+# The stream-mode opening line: a tiny JSON object.
+MAX_STREAM_OPEN_BYTES = 4096
+
+# How long the host waits for the shim's answer to a stream opening; the shim only
+# has to connect to a loopback port, so 10 s means it is stuck.
+STREAM_OPEN_TIMEOUT = 10.0
+
+# v1 JSON carries whole bodies base64-encoded in one line (the contract's design).
+# sandbridge speaks it for interop only and caps a body at 16 MiB, so the memory a
+# v1 exchange can take stays bounded; streaming mode has no such cap.
+MAX_V1_BODY_BYTES = 16 * 1024 * 1024
+
+# A v1 line holds the base64 body (4/3 of its size) plus head fields.
+MAX_V1_LINE_BYTES = (MAX_V1_BODY_BYTES * 4) // 3 + 256 * 1024
+
+# How long a v1 exchange may take end to end before it is a 504-like failure (502).
+V1_EXCHANGE_TIMEOUT = 120.0
