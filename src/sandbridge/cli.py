@@ -108,6 +108,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             import webbrowser
 
             opened.append(webbrowser.open(url))
+            if opened[0]:
+                print(f"sandbridge demo: opened {url} in the host browser", flush=True)
+            else:
+                print("sandbridge demo: no host browser found; open the URL yourself", flush=True)
 
     return asyncio.run(run_session(_spec_factory(args, command), backend, on_register=announce))
 

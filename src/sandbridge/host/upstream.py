@@ -43,6 +43,8 @@ def connect_unix_checked(path: Path) -> socket.socket:
         raise UpstreamError(f"cannot open {path}: {exc.strerror}") from None
     try:
         info = os.fstat(fd)
+        if stat.S_ISLNK(info.st_mode):
+            raise UpstreamError(f"{path} is a symlink; refusing to follow it")
         if not stat.S_ISSOCK(info.st_mode):
             raise UpstreamError(f"{path} is not a socket; refusing to use it")
         if info.st_uid != os.getuid():

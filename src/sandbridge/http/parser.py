@@ -175,6 +175,7 @@ class RequestReader(_Reader):
         if version not in ("1.0", "1.1"):
             self._fail(HttpError(505, f"HTTP version {version!r} is not supported"))
         self._in_head = False
+        self._trailers = True  # header callbacks after this point are trailers
         self._events.append(
             RequestHead(
                 method=parser.get_method(),
@@ -223,6 +224,7 @@ class ResponseReader(_Reader):
         if version not in ("1.0", "1.1"):
             self._fail(HttpError(502, f"app answered with HTTP version {version!r}"))
         self._in_head = False
+        self._trailers = True  # header callbacks after this point are trailers
         head = ResponseHead(
             status=parser.get_status_code(),
             reason=self._reason,

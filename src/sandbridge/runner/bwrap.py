@@ -38,16 +38,18 @@ def argv(spec: SandboxSpec) -> list[str]:
     if spec.new_session:
         args.append("--new-session")
     hidden = spec.hidden_runtime_parent()
-    if hidden is not None:
+    if hidden is not None and spec.mask_before_workdir():
         args += ["--tmpfs", str(hidden)]
     if spec.home != spec.workdir:
         args += ["--tmpfs", str(spec.home)]
         for path in spec.tooling_paths():
             args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(spec.workdir), str(spec.workdir)]
-    args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    if hidden is not None and not spec.mask_before_workdir():
+        args += ["--tmpfs", str(hidden)]
+    args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]
     args += ["--chdir", str(spec.workdir), "--clearenv"]
     for name, value in sandbox_env(spec.home, spec.env).items():
         args += ["--setenv", name, value]

@@ -72,7 +72,9 @@ async def run_session(
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("HOME") or "/root")
+    """The home the sandbox gets privately: ``$HOME``'s path, else ``/tmp/home``."""
+    home = Path(os.environ.get("HOME") or "/nonexistent")
+    return home if home.is_dir() and home != Path("/") else Path("/tmp/home")
 
 
 def stdin_is_terminal() -> bool:

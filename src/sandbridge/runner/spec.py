@@ -78,13 +78,23 @@ class SandboxSpec:
         )
 
     def hidden_runtime_parent(self) -> Path | None:
-        """The runtime dir's parent, masked inside so other sessions' sockets stay out of sight."""
+        """The runtime dir's parent, masked inside so other sessions' sockets stay out of sight.
+
+        ``None`` when it is under ``/tmp`` or ``/run`` (private inside anyway) and no bind
+        mount brings it back into view.
+        """
         parent = self.runtime_dir.parent
-        if parent in (Path("/"), Path("/tmp"), Path("/run")) or parent.is_relative_to("/run"):
-            return None  # /tmp and /run are private tmpfs inside already
-        if self.workdir.is_relative_to(parent):
+        sources = [self.workdir, *(mount.source for mount in self.mounts)]
+        if any(parent.is_relative_to(source) for source in sources):
+            return parent
+        if parent == Path("/") or parent.is_relative_to("/tmp") or parent.is_relative_to("/run"):
             return None
         return parent
+
+    def mask_before_workdir(self) -> bool:
+        """Mask the runtime parent before binding the workdir when it contains the workdir."""
+        parent = self.hidden_runtime_parent()
+        return parent is not None and self.workdir.is_relative_to(parent)
 
 
 def sandbox_env(

@@ -30,6 +30,7 @@ def init_config(spec: SandboxSpec) -> str:
             "private_home": spec.home != spec.workdir,
             "tooling": [str(path) for path in spec.tooling_paths()],
             "hidden": str(hidden) if (hidden := spec.hidden_runtime_parent()) else None,
+            "hide_first": spec.mask_before_workdir(),
             "mounts": [
                 {"source": str(m.source), "dest": str(m.dest), "writable": m.writable}
                 for m in spec.mounts

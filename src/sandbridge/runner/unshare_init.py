@@ -136,8 +136,8 @@ def build_root(config: dict[str, Any]) -> str:
     bind("/", root)
     make_readonly_recursive(root)
 
-    for path in ("/tmp", "/run"):
-        mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for path, mode in (("/tmp", "mode=1777"), ("/run", "mode=0755")):
+        mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, mode)
     dev = root + "/dev"
     mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755")
     for name in DEVICES:
@@ -155,16 +155,21 @@ def build_root(config: dict[str, Any]) -> str:
     ):
         os.symlink(target, f"{dev}/{name}")
 
-    if config["hidden"]:
-        mount("tmpfs", root + config["hidden"], "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    def hide_runtime_parent() -> None:
+        mount("tmpfs", _mkdirs(root, config["hidden"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+
+    if config["hidden"] and config["hide_first"]:
+        hide_runtime_parent()
     if config["private_home"]:
         mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
         for path in config["tooling"]:
             bind(source(path), _mkdirs(root, path), writable=False)
     bind(source(config["workdir"]), _mkdirs(root, config["workdir"]))
-    bind(source(config["runtime_dir"]), _mkdirs(root, MOUNT_POINT))
     for extra in config["mounts"]:
         bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
+    if config["hidden"] and not config["hide_first"]:
+        hide_runtime_parent()
+    bind(source(config["runtime_dir"]), _mkdirs(root, MOUNT_POINT))
     for fd in keep.values():
         os.close(fd)
     return root

@@ -1,0 +1,202 @@
+"""Shared test machinery: real processes, real sockets, waits on output, never sleeps."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+SANDBRIDGE = [PYTHON, "-m", "sandbridge.cli"]
+ECHO_APP = str(REPO / "tests" / "apps" / "echo_app.py")
+HELPER = [PYTHON, "-m", "sandbridge.sandbox.url_helper"]
+
+
+class Process:
+    """A child process whose output lines can be awaited with a deadline."""
+
+    def __init__(self, argv: list[str], **kwargs: object) -> None:
+        self.argv = argv
+        self.popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **kwargs,  # type: ignore[call-overload]
+        )
+        self._buffers = {"stdout": b"", "stderr": b""}
+        self.lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
+
+    def _pipe(self, name: str) -> int:
+        pipe = self.popen.stdout if name == "stdout" else self.popen.stderr
+        assert pipe is not None
+        fd: int = pipe.fileno()
+        return fd
+
+    def wait_line(self, prefix: str, stream: str = "stdout", timeout: float = 30.0) -> str:
+        """Return the first output line starting with ``prefix`` (waits for output, not time)."""
+        for line in self.lines[stream]:
+            if line.startswith(prefix):
+                return line
+        deadline = time.monotonic() + timeout
+        fd = self._pipe(stream)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(
+                    f"no line starting {prefix!r} on {stream} of {self.argv[:4]} within "
+                    f"{timeout}s; {stream} so far: {self.lines[stream]!r}; stderr: "
+                    f"{self.lines['stderr'][-5:]!r}"
+                )
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                raise AssertionError(
+                    f"{self.argv[:4]} closed {stream} before {prefix!r}; lines: "
+                    f"{self.lines[stream]!r}; stderr: {self.drain('stderr')!r}"
+                )
+            self._buffers[stream] += data
+            *complete, self._buffers[stream] = self._buffers[stream].split(b"\n")
+            for raw in complete:
+                line = raw.decode("utf-8", "replace")
+                self.lines[stream].append(line)
+                if line.startswith(prefix):
+                    return line
+
+    def drain(self, stream: str = "stderr") -> str:
+        """Whatever is readable now on ``stream`` (for error messages)."""
+        fd = self._pipe(stream)
+        chunks = []
+        while select.select([fd], [], [], 0)[0]:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            chunks.append(data)
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        status: int = self.popen.wait(timeout)
+        return status
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_is_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def request(
+    url_port: int,
+    method: str = "GET",
+    path: str = "/",
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """One request on a fresh connection; returns status, headers, body."""
+    conn = http.client.HTTPConnection("127.0.0.1", url_port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def echo(url_port: int, path: str = "/", **kwargs: object) -> dict[str, object]:
+    status, _, body = request(url_port, path=path, **kwargs)  # type: ignore[arg-type]
+    assert status == 200, body
+    report: dict[str, object] = json.loads(body)
+    return report
+
+
+def host_port_of(url: str) -> int:
+    return int(url.split(":")[2].split("/", maxsplit=1)[0])
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send raw bytes, read until the relay closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class Relay:
+    """``sandbridge host`` plus ``sandbridge shim`` on one runtime dir, outside any sandbox."""
+
+    def __init__(
+        self,
+        runtime_dir: Path,
+        protocol: str = "auto",
+        shim: list[str] | None = None,
+        shim_ready: str = "sandbridge: shim listening",
+    ) -> None:
+        self.runtime_dir = runtime_dir
+        self.host = Process(
+            [*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), "--protocol", protocol, "-v"]
+        )
+        self.host.wait_line("sandbridge: serving registrations", "stderr")
+        shim_argv = shim or [*SANDBRIDGE, "shim", "--socket", str(runtime_dir / "upstream.sock")]
+        self.shim = Process(shim_argv)
+        self.shim.wait_line(shim_ready, "stderr")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "AGS_WEBVIEW_RELAY_SOCKET": str(self.runtime_dir / "relay.sock")}
+
+    def register(self, port: int, base: str = "/") -> str:
+        result = subprocess.run(
+            [*HELPER, str(port), base], env=self.env, capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    def stop(self) -> None:
+        self.shim.stop()
+        self.host.stop()
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "rt"
+    path.mkdir(mode=0o700)
+    return path
+
+
+@pytest.fixture
+def app_port() -> Iterator[int]:
+    port = free_port()
+    app = Process([PYTHON, ECHO_APP, "--listen", str(port)])
+    app.wait_line("READY")
+    yield port
+    app.stop()
+
+
+@pytest.fixture
+def relay(runtime_dir: Path) -> Iterator[Relay]:
+    relay = Relay(runtime_dir)
+    yield relay
+    relay.stop()

@@ -1,0 +1,94 @@
+"""The registration server on a real Unix socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HELPER, Relay, echo, host_port_of
+
+
+def _ask(path: Path, data: bytes, shutdown: bool = False) -> dict[str, object]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(15)
+        sock.connect(str(path))
+        sock.sendall(data)
+        if shutdown:
+            sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.endswith(b"\n") and answer.count(b"\n") == 1
+    value: dict[str, object] = json.loads(answer)
+    return value
+
+
+def test_contract_request_gets_the_contract_answer(relay: Relay, app_port: int) -> None:
+    answer = _ask(
+        relay.runtime_dir / "relay.sock",
+        json.dumps({"type": "register", "port": app_port, "base_path": "/"}).encode() + b"\n",
+    )
+    assert set(answer) == {"ok", "host_port", "base_path", "url"}
+    assert answer["ok"] is True
+    assert answer["url"] == f"http://127.0.0.1:{answer['host_port']}/"
+    assert echo(int(answer["host_port"]))["server_port"] == app_port  # type: ignore[call-overload]
+
+
+def test_request_ended_by_shutdown_instead_of_newline_works(relay: Relay, app_port: int) -> None:
+    answer = _ask(
+        relay.runtime_dir / "relay.sock",
+        json.dumps({"type": "register", "port": app_port}).encode(),
+        shutdown=True,
+    )
+    assert answer["ok"] is True
+
+
+@pytest.mark.parametrize(
+    ("message", "fragment"),
+    [
+        (b'{"type":"register","port":0}\n', "port must be an integer 1..65535, got 0"),
+        (b'{"type":"register","port":"x"}\n', "got 'x'"),
+        (b'{"type":"register","port":80,"base_path":"/a/../b"}\n', "'/a/../b'"),
+        (b'{"type":"register","port":80,"base_path":"/a b"}\n', "'/a b'"),
+        (b'{"type":"register","port":80,"base_path":"/a?b"}\n', "'/a?b'"),
+        (b"garbage\n", "not valid JSON"),
+        (b'{"type":"register","port":80,"pad":"' + b"x" * 5000 + b'"}\n', "longer than 4096"),
+    ],
+)
+def test_invalid_registration_gets_its_documented_error(
+    relay: Relay, message: bytes, fragment: str
+) -> None:
+    answer = _ask(relay.runtime_dir / "relay.sock", message)
+    assert answer["ok"] is False
+    assert fragment in str(answer["error"])
+
+
+def test_client_that_never_sends_is_answered_after_the_timeout(relay: Relay) -> None:
+    answer = _ask(relay.runtime_dir / "relay.sock", b'{"type":')
+    assert answer == {"ok": False, "error": "no complete request within 5 s"}
+
+
+def test_sockets_are_0600_and_dir_0700(relay: Relay) -> None:
+    assert stat.S_IMODE(os.stat(relay.runtime_dir).st_mode) == 0o700
+    for name in ("relay.sock", "upstream.sock"):
+        assert stat.S_IMODE(os.stat(relay.runtime_dir / name).st_mode) == 0o600
+
+
+def test_helper_prints_the_url(relay: Relay, app_port: int) -> None:
+    url = relay.register(app_port, "/app/")
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/app")
+    assert echo(host_port_of(url), "/x")["path"] == "/app/x"
+
+
+def test_helper_reports_a_refusal_and_exits_1(relay: Relay) -> None:
+    result = subprocess.run(
+        [*HELPER, "70000"], env=relay.env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert "port must be an integer 1..65535, got 70000" in result.stderr

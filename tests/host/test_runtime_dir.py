@@ -1,0 +1,92 @@
+"""The runtime dir: its mode, its lock, stale cleanup that never follows links."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbridge.exceptions import RuntimeDirError
+from sandbridge.host.runtime_dir import RuntimeDir, clean_stale, default_path
+
+
+def test_path_follows_the_contract(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert default_path(123) == tmp_path / "ags-webview-relay-123"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert default_path(123) == Path("/tmp/ags-webview-relay-123")
+
+
+def test_created_dir_is_0700_and_removed(tmp_path: Path) -> None:
+    runtime = RuntimeDir.create(tmp_path / "ags-webview-relay-1")
+    assert stat.S_IMODE(runtime.path.stat().st_mode) == 0o700
+    runtime.remove()
+    assert not runtime.path.exists()
+
+
+def test_stale_dir_of_a_dead_session_is_cleaned(tmp_path: Path) -> None:
+    stale = tmp_path / "ags-webview-relay-999999"
+    stale.mkdir()
+    (stale / "relay.sock").write_text("left over")
+    assert clean_stale(tmp_path) == [stale]
+    assert not stale.exists()
+
+
+def test_live_session_dir_is_left_alone(tmp_path: Path) -> None:
+    live = tmp_path / "ags-webview-relay-4242"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path;"
+            "from sandbridge.host.runtime_dir import RuntimeDir;"
+            "RuntimeDir.create(Path(sys.argv[1])); print('locked', flush=True); sys.stdin.read()",
+            str(live),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        assert clean_stale(tmp_path) == []
+        assert live.exists()
+        with pytest.raises(RuntimeDirError, match="belongs to a live session"):
+            RuntimeDir.create(live)
+    finally:
+        holder.communicate("")
+    assert clean_stale(tmp_path) == [live]
+
+
+def test_cleanup_never_follows_a_symlink_out(tmp_path: Path) -> None:
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "file").write_text("keep")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "ags-webview-relay-999998").symlink_to(outside)
+    stale = base / "ags-webview-relay-999997"
+    stale.mkdir()
+    (stale / "link").symlink_to(outside)
+    clean_stale(base)
+    assert (outside / "file").read_text() == "keep"
+    assert (base / "ags-webview-relay-999998").is_symlink()
+    assert not stale.exists()
+
+
+def test_other_names_are_never_touched(tmp_path: Path) -> None:
+    for name in ("ags-webview-relay-abc", "ags-webview-relay-", "other-1"):
+        (tmp_path / name).mkdir()
+    assert clean_stale(tmp_path) == []
+
+
+def test_adopting_a_group_readable_dir_is_refused(tmp_path: Path) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    os.chmod(loose, 0o755)
+    with pytest.raises(RuntimeDirError, match="chmod 700"):
+        RuntimeDir.adopt(loose)

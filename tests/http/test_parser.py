@@ -1,0 +1,152 @@
+"""The llhttp-based readers: events, limits and strictness."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbridge.exceptions import HttpError
+from sandbridge.http.parser import (
+    MAX_HEADER_COUNT,
+    MESSAGE_END,
+    BodyChunk,
+    RequestHead,
+    RequestReader,
+    ResponseHead,
+    ResponseReader,
+    Upgraded,
+)
+
+
+def test_request_head_and_end_are_events() -> None:
+    events = RequestReader().feed(b"GET /a?b HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert isinstance(events[0], RequestHead)
+    assert events[0].target == b"/a?b"
+    assert events[1:] == [MESSAGE_END]
+
+
+def test_head_split_byte_by_byte_gives_the_same_events() -> None:
+    reader = RequestReader()
+    data = b"POST /u HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+    events = [event for byte in data for event in reader.feed(bytes([byte]))]
+    assert isinstance(events[0], RequestHead)
+    assert b"".join(e.data for e in events if isinstance(e, BodyChunk)) == b"abc"
+    assert events[-1] is MESSAGE_END
+
+
+def test_chunked_body_is_decoded_and_trailers_dropped() -> None:
+    events = RequestReader().feed(
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;ext=1\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n"
+    )
+    head = events[0]
+    assert isinstance(head, RequestHead)
+    assert all(name != b"X-Trailer" for name, _ in head.headers)
+    assert events[1:] == [BodyChunk(b"abc"), MESSAGE_END]
+
+
+def test_pipelined_requests_are_read_in_order() -> None:
+    events = RequestReader().feed(
+        b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    targets = [e.target for e in events if isinstance(e, RequestHead)]
+    assert targets == [b"/1", b"/2"]
+
+
+def test_upgrade_hands_over_the_trailing_bytes() -> None:
+    events = RequestReader().feed(
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nFRAME"
+    )
+    assert isinstance(events[0], RequestHead) and events[0].upgrade
+    assert events[-1] == Upgraded(b"FRAME")
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"GET / HTTP/1.1\nHost: x\n\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", 400),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n", 400),
+        (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414),
+    ],
+)
+def test_malformed_requests_are_refused_with_status(data: bytes, status: int) -> None:
+    with pytest.raises(HttpError) as refused:
+        RequestReader().feed(data)
+    assert refused.value.status == status
+
+
+def test_too_many_headers_is_431() -> None:
+    head = b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(MAX_HEADER_COUNT + 1))
+    with pytest.raises(HttpError) as refused:
+        RequestReader().feed(head + b"\r\n")
+    assert refused.value.status == 431
+
+
+def test_unending_header_section_is_431() -> None:
+    reader = RequestReader()
+    reader.feed(b"GET / HTTP/1.1\r\nX: ")
+    with pytest.raises(HttpError) as refused:
+        for _ in range(100):
+            reader.feed(b"a" * 4096)
+    assert refused.value.status == 431
+
+
+def test_interim_response_then_final_response() -> None:
+    reader = ResponseReader(b"GET")
+    events = reader.feed(
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    )
+    statuses = [e.status for e in events if isinstance(e, ResponseHead)]
+    assert statuses == [100, 200]
+    assert events[-2:] == [BodyChunk(b"ok"), MESSAGE_END]
+
+
+def test_head_response_ends_after_its_head_despite_content_length() -> None:
+    events = ResponseReader(b"HEAD").feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n")
+    assert events[-1] is MESSAGE_END
+
+
+def test_close_delimited_body_ends_at_eof() -> None:
+    reader = ResponseReader(b"GET")
+    reader.feed(b"HTTP/1.1 200 OK\r\n\r\nabc")
+    assert reader.close_delimited
+    assert reader.feed_eof() == [MESSAGE_END]
+
+
+def test_truncated_response_is_502() -> None:
+    reader = ResponseReader(b"GET")
+    reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+    with pytest.raises(HttpError) as failed:
+        reader.feed_eof()
+    assert failed.value.status == 502
+
+
+def test_bytes_after_the_response_mark_the_connection_unusable() -> None:
+    reader = ResponseReader(b"GET")
+    events = reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\naHTTP/1.1 200 OK\r\n\r\n")
+    assert events[-1] is MESSAGE_END
+    assert reader.extra_data
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nBad Name: a\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"NOT HTTP\r\n\r\n",
+    ],
+)
+def test_malformed_responses_are_502(data: bytes) -> None:
+    with pytest.raises(HttpError) as failed:
+        ResponseReader(b"GET").feed(data)
+    assert failed.value.status == 502
