@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SANDBRIDGE, Process, host_port_of, request
+from tests.conftest import REPO, SANDBRIDGE, Process, host_port_of, request
 
 
 def _start(tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> tuple[Process, str]:
-    process = Process([*SANDBRIDGE, "demo", "--workdir", str(tmp_path), *options], env=env)
+    process = Process(
+        [*SANDBRIDGE, "demo", "--workdir", str(tmp_path), "--ro-bind", str(REPO), *options], env=env
+    )
     line = process.wait_line("sandbridge demo: open ")
     return process, line.split()[3]
 

@@ -27,6 +27,8 @@ from tests.conftest import (
 )
 
 BACKENDS = ["bwrap", "unshare"]
+# The test apps live in the checkout, which may itself be under /tmp (private inside).
+SEE_REPO = ("--ro-bind", str(REPO))
 
 
 def sandboxed(
@@ -40,6 +42,7 @@ def sandboxed(
             backend,
             "--workdir",
             str(workdir),
+            *SEE_REPO,
             *options,
             "--",
             *command,
@@ -64,6 +67,7 @@ def run_to_end(
             backend,
             "--workdir",
             str(workdir),
+            *SEE_REPO,
             *options,
             "--",
             "sh",
@@ -259,11 +263,18 @@ def test_sandbox_sees_only_its_own_processes(backend: str, tmp_path: Path, xdg: 
     assert int(result.stdout) < 10
 
 
-@pytest.mark.parametrize("how", ["exit", "fail", "SIGTERM", "SIGINT"])
-def test_session_end_removes_everything(backend: str, tmp_path: Path, xdg: Path, how: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [("exit", 0), ("fail", 3), ("SIGTERM", 128 + signal.SIGTERM), ("SIGINT", 128 + signal.SIGINT)],
+)
+def test_session_end_removes_everything(
+    backend: str, tmp_path: Path, xdg: Path, how: str, expected: int
+) -> None:
     marker = f"sandbridge-daemon-{os.getpid()}-{backend}-{how}"
-    script = f"{PYTHON} {ECHO_APP} --register 4173 --daemon {marker} &" + (
-        " wait" if how.startswith("SIG") else " while ! test -e ready; do :; done; exit 3"
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    script = (
+        f"{PYTHON} {ECHO_APP} --register 4173 --daemon {marker} & read status < {go}; exit $status"
     )
     process = sandboxed(backend, tmp_path, "sh", "-c", script)
     report = ready(process)
@@ -272,16 +283,12 @@ def test_session_end_removes_everything(backend: str, tmp_path: Path, xdg: Path,
     assert processes_with(marker)
     assert len(list(xdg.iterdir())) == 1
     if how.startswith("SIG"):
-        status = process.stop(getattr(signal, how))
-        assert status == 128 + getattr(signal, how)
+        assert process.stop(getattr(signal, how)) == expected
     else:
-        if how == "fail":
-            (tmp_path / "ready").touch()
-        else:
-            (tmp_path / "ready").touch()
-        assert process.popen.wait(30) == 3
+        go.write_text(f"{expected}\n")
+        assert process.popen.wait(30) == expected
     assert not port_is_open(url_port)
-    assert processes_with(marker) == []
+    _wait_gone(marker)
     assert list(xdg.iterdir()) == []
 
 
@@ -353,7 +360,7 @@ def world_readable_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_unprivileged_user_runs_a_session(world_readable_tmp: Path) -> None:
+def test_unprivileged_user_runs_a_session(backend: str, world_readable_tmp: Path) -> None:
     """As nobody, with Debian's python3 (the test's own Python may live under /root)."""
     assert os.getuid() == 0, "this test switches to an unprivileged user and needs root"
     tmp_path = world_readable_tmp
@@ -381,8 +388,11 @@ def test_unprivileged_user_runs_a_session(world_readable_tmp: Path) -> None:
             "-m",
             "sandbridge.cli",
             "run",
+            "--backend",
+            backend,
             "--workdir",
             str(work),
+            *SEE_REPO,
             "--env",
             "PYTHONPATH",
             "--",

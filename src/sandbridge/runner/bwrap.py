@@ -42,8 +42,8 @@ def argv(spec: SandboxSpec) -> list[str]:
         args += ["--tmpfs", str(hidden)]
     if spec.home != spec.workdir:
         args += ["--tmpfs", str(spec.home)]
-        for path in spec.tooling_paths():
-            args += ["--ro-bind", str(path), str(path)]
+    for path in spec.tooling_paths():
+        args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(spec.workdir), str(spec.workdir)]
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]

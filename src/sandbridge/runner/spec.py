@@ -64,7 +64,12 @@ class SandboxSpec:
         ]
 
     def tooling_paths(self) -> list[Path]:
-        """Host paths the sandbox's Python needs, when the private home would hide them."""
+        """Host paths the sandbox's Python needs that a private tmpfs would hide.
+
+        The Python installation and the sandbridge package may live under home, ``/tmp``
+        or ``/run`` (a virtualenv in a checkout there, pyenv under home): those are bound
+        back read-only, after the tmpfs that covers them.
+        """
         import sandbridge
 
         candidates = {
@@ -73,8 +78,13 @@ class SandboxSpec:
             Path(sys.executable).resolve().parent.parent,
             Path(sandbridge.__file__).resolve().parent.parent,
         }
+        covered = [Path("/tmp"), Path("/run")]
+        if self.home != self.workdir:
+            covered.append(self.home)
         return sorted(
-            path for path in candidates if path.is_relative_to(self.home) and path != self.home
+            path
+            for path in candidates
+            if any(path.is_relative_to(top) and path != top for top in covered)
         )
 
     def hidden_runtime_parent(self) -> Path | None:

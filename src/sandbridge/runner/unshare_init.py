@@ -162,8 +162,8 @@ def build_root(config: dict[str, Any]) -> str:
         hide_runtime_parent()
     if config["private_home"]:
         mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
-        for path in config["tooling"]:
-            bind(source(path), _mkdirs(root, path), writable=False)
+    for path in config["tooling"]:
+        bind(source(path), _mkdirs(root, path), writable=False)
     bind(source(config["workdir"]), _mkdirs(root, config["workdir"]))
     for extra in config["mounts"]:
         bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
