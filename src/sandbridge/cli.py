@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -116,6 +117,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_session(_spec_factory(args, command), backend, on_register=announce))
 
 
+async def _until_signalled() -> int:
+    """Wait for SIGINT or SIGTERM; return the conventional exit status for it."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[int] = loop.create_future()
+
+    def on_signal(signum: int) -> None:
+        if not received.done():
+            received.set_result(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    return 128 + await received
+
+
 def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
@@ -127,15 +142,11 @@ def cmd_host(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            await asyncio.Event().wait()
+            return await _until_signalled()
         finally:
             await session.close()
-        return 0
 
-    try:
-        return asyncio.run(serve())
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(serve())
 
 
 def cmd_shim(args: argparse.Namespace) -> int:
@@ -145,13 +156,12 @@ def cmd_shim(args: argparse.Namespace) -> int:
         shim = Shim(Path(args.socket))
         await shim.start()
         print(f"sandbridge: shim listening on {args.socket}", file=sys.stderr, flush=True)
-        await shim.serve_forever()
-        return 0
+        try:
+            return await _until_signalled()
+        finally:
+            await shim.close()
 
-    try:
-        return asyncio.run(serve())
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(serve())
 
 
 def build_parser() -> argparse.ArgumentParser:

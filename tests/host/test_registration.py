@@ -92,3 +92,11 @@ def test_helper_reports_a_refusal_and_exits_1(relay: Relay) -> None:
     )
     assert result.returncode == 1
     assert "port must be an integer 1..65535, got 70000" in result.stderr
+
+
+def test_sigterm_stops_the_host_and_removes_its_socket(runtime_dir: Path) -> None:
+    relay = Relay(runtime_dir)
+    assert relay.host.stop() == 128 + 15
+    assert relay.shim.stop() == 128 + 15
+    assert not (runtime_dir / "relay.sock").exists()
+    assert runtime_dir.exists()  # adopted, not created: the host leaves the dir itself
