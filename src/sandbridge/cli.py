@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sandbridge import __version__, log
 from sandbridge.exceptions import SandbridgeError
-from sandbridge.host.app_listener import App
+from sandbridge.host.app_listener import KEEPALIVE_TIMEOUT, App
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.upstream import Protocol
@@ -60,6 +60,17 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[=VALUE]",
         help="set a variable inside (NAME alone passes the host's value)",
     )
+    _add_relay_options(parser)
+
+
+def _add_relay_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        default=KEEPALIVE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"close idle browser connections after this long (default {KEEPALIVE_TIMEOUT:g})",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
 
 
@@ -92,7 +103,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
     backend = resolve(args.backend)
-    return asyncio.run(run_session(_spec_factory(args, command), backend, on_register=_print_app))
+    return asyncio.run(
+        run_session(
+            _spec_factory(args, command),
+            backend,
+            on_register=_print_app,
+            keepalive_timeout=args.keepalive_timeout,
+        )
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -114,7 +132,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             else:
                 print("sandbridge demo: no host browser found; open the URL yourself", flush=True)
 
-    return asyncio.run(run_session(_spec_factory(args, command), backend, on_register=announce))
+    return asyncio.run(
+        run_session(
+            _spec_factory(args, command),
+            backend,
+            on_register=announce,
+            keepalive_timeout=args.keepalive_timeout,
+        )
+    )
 
 
 async def _until_signalled() -> int:
@@ -134,7 +159,12 @@ async def _until_signalled() -> int:
 def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
-        session = HostSession(runtime_dir, protocol=Protocol(args.protocol), on_register=_print_app)
+        session = HostSession(
+            runtime_dir,
+            protocol=Protocol(args.protocol),
+            on_register=_print_app,
+            keepalive_timeout=args.keepalive_timeout,
+        )
         try:
             await session.start()
             print(
@@ -198,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="forwarding protocol the shim speaks (auto: stream, else v1)",
     )
-    host.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+    _add_relay_options(host)
     host.set_defaults(func=cmd_host)
 
     shim = commands.add_parser("shim", help="run the shim inside a sandbox another runtime starts")

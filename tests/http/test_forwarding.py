@@ -138,3 +138,28 @@ def test_error_response_is_complete_and_plain_text() -> None:
     raw = error_response(502, "app down")
     assert raw.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
     assert raw.endswith(b"\r\n\r\nsandbridge: app down\n")
+
+
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    [
+        (b"http://127.0.0.1:4173/login", b"http://localhost:5000/login"),
+        (b"http://localhost:4173", b"http://localhost:5000"),
+        (b"http://[::1]:4173/a?b#c", b"http://localhost:5000/a?b#c"),
+        (b"http://127.0.0.1:41730/x", b"http://127.0.0.1:41730/x"),
+        (b"http://example.com/x", b"http://example.com/x"),
+        (b"/relative", b"/relative"),
+    ],
+)
+def test_location_naming_the_sandbox_origin_moves_to_the_host_origin(
+    location: bytes, expected: bytes
+) -> None:
+    request = _head(b"GET / HTTP/1.1\r\nHost: localhost:5000\r\n\r\n")
+    response = build_browser_response(
+        _response([(b"Location", location), (b"Content-Length", b"0")], status=302),
+        request=request,
+        close_delimited=False,
+        keep_alive=True,
+        sandbox_port=4173,
+    )
+    assert b"Location: " + expected + b"\r\n" in response.head

@@ -133,10 +133,17 @@ class _Exchange:
 class AppListener:
     """Serves one app's host origin on ``127.0.0.1:<host_port>``."""
 
-    def __init__(self, port: int, base_path: str, connector: UpstreamConnector) -> None:
+    def __init__(
+        self,
+        port: int,
+        base_path: str,
+        connector: UpstreamConnector,
+        keepalive_timeout: float = KEEPALIVE_TIMEOUT,
+    ) -> None:
         self.port = port
         self.base_path = base_path
         self.connector = connector
+        self.keepalive_timeout = keepalive_timeout
         self.host_port = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
@@ -171,7 +178,7 @@ class AppListener:
         try:
             while True:
                 try:
-                    async with asyncio.timeout(KEEPALIVE_TIMEOUT):
+                    async with asyncio.timeout(self.keepalive_timeout):
                         event = await browser.next_event()
                 except TimeoutError:
                     break
@@ -333,6 +340,7 @@ class AppListener:
                     request=head,
                     close_delimited=reader.close_delimited,
                     keep_alive=True,
+                    sandbox_port=self.port,
                 )
                 framing = response.framing
                 exchange.keep_browser = response.keep_alive and not request.upgrade

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from sandbridge import log
 from sandbridge.exceptions import RegistrationError
-from sandbridge.host.app_listener import App, AppListener, UpstreamConnector
+from sandbridge.host.app_listener import KEEPALIVE_TIMEOUT, App, AppListener, UpstreamConnector
 from sandbridge.host.registration import RegistrationServer
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.upstream import Protocol
@@ -26,6 +26,7 @@ class HostSession:
     protocol: Protocol = Protocol.AUTO
     on_register: OnRegister | None = None
     max_apps: int = MAX_APPS_PER_SESSION
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT
     listeners: list[AppListener] = field(default_factory=list)
     _registration: RegistrationServer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -47,7 +48,9 @@ class HostSession:
                     f"this session already has {len(self.listeners)} apps; the limit is "
                     f"{self.max_apps}"
                 )
-            listener = AppListener(request.port, request.base_path, self._connector)
+            listener = AppListener(
+                request.port, request.base_path, self._connector, self.keepalive_timeout
+            )
             host_port = await listener.start()
             self.listeners.append(listener)
         log.info(

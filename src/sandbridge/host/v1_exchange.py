@@ -102,6 +102,7 @@ async def exchange_v1(
         request=head,
         close_delimited=False,
         keep_alive=True,
+        sandbox_port=port,
     )
     await browser.send(response.head)
     if answer.body and head.method != b"HEAD" and answer.status not in (204, 304):

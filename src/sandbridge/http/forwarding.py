@@ -176,15 +176,50 @@ def build_upstream_request(
     )
 
 
+def rewrite_location(value: bytes, sandbox_port: int, public_origin: bytes) -> bytes:
+    """Point a Location that names the app's sandbox-internal origin at its host origin.
+
+    An app that builds absolute redirects from its own listen address
+    (``http://127.0.0.1:5173/login``) would send the browser to a port that only exists
+    inside the sandbox; the same path on the app's host origin is what it meant.
+    """
+    lowered = value.lower()
+    for host in (b"127.0.0.1", b"localhost", b"[::1]", b"0.0.0.0"):
+        origin = b"http://" + host + b":%d" % sandbox_port
+        if lowered.startswith(origin) and lowered[len(origin) : len(origin) + 1] in (
+            b"",
+            b"/",
+            b"?",
+            b"#",
+        ):
+            return public_origin + value[len(origin) :]
+    return value
+
+
 def build_browser_response(
     head: ResponseHead,
     *,
     request: RequestHead,
     close_delimited: bool,
     keep_alive: bool,
+    sandbox_port: int | None = None,
 ) -> BrowserResponse:
     """Build the head the browser receives for an app's (final or interim) response."""
     status = head.status
+    if sandbox_port is not None:
+        public_origin = b"http://" + _values(request.headers, b"host")[0]
+        head = ResponseHead(
+            head.status,
+            head.reason,
+            head.version,
+            [
+                (name, rewrite_location(value, sandbox_port, public_origin))
+                if name.lower() in (b"location", b"content-location")
+                else (name, value)
+                for name, value in head.headers
+            ],
+            head.keep_alive,
+        )
     lines = [b"HTTP/1.1 %d " % status + head.reason]
     if status == 101:
         lines.extend(name + b": " + value for name, value in _end_to_end(head.headers))
