@@ -42,6 +42,7 @@ class FeatureApp:
 
     def routes(self) -> web.Application:
         app = web.Application(client_max_size=2**40)
+        app.on_response_prepare.append(self.record_media_status)
         b = self.base
         app.router.add_get(b + "/", self.index)
         if b:
@@ -147,10 +148,11 @@ class FeatureApp:
         return response
 
     async def tone(self, request: web.Request) -> web.StreamResponse:
-        response = web.FileResponse(self.media)
-        await response.prepare(request)
-        self.media_statuses.append(response.status)
-        return response
+        return web.FileResponse(self.media)
+
+    async def record_media_status(self, request: web.Request, response: web.StreamResponse) -> None:
+        if request.path.endswith("/media/tone.wav"):
+            self.media_statuses.append(response.status)
 
     async def upload(self, request: web.Request) -> web.Response:
         reader = await request.multipart()

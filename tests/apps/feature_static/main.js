@@ -73,11 +73,16 @@ function sseLatencyCheck() {
 sseLatencyCheck();
 
 const audio = document.getElementById("audio");
-audio.addEventListener("loadedmetadata", () => { audio.currentTime = 20; }, { once: true });
 audio.addEventListener("seeked", () => {
   setResult("media", `seeked=${Math.round(audio.currentTime)} duration=${Math.round(audio.duration)}`);
 }, { once: true });
 audio.addEventListener("error", () => setResult("media", `error ${audio.error && audio.error.code}`));
+// The metadata may have loaded before this module ran.
+if (audio.readyState >= HTMLMediaElement.HAVE_METADATA) {
+  audio.currentTime = 20;
+} else {
+  audio.addEventListener("loadedmetadata", () => { audio.currentTime = 20; }, { once: true });
+}
 
 document.getElementById("file").addEventListener("change", async (event) => {
   const file = event.target.files[0];

@@ -1,0 +1,129 @@
+"""Debian's Chromium, driven by Playwright, uses a sandboxed app through its host origin.
+
+Every feature is asserted in the page itself (DOM state written by the app's scripts),
+once with the app at ``/`` and once under the base path ``/app``. A screenshot of each
+run is saved under ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.conftest import REPO, request
+from tests.e2e.features import FeatureSession, feature_session
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts"
+# Flags for a closed network and a root user: no background fetches, no sandbox of its own.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
+UPLOAD_BYTES = 20 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert shutil.which(CHROMIUM), (
+        f"{CHROMIUM} is missing: ./dev.sh setup installs Debian's chromium"
+    )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module", params=["/", "/app"], ids=["root", "base-path"])
+def session(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FeatureSession]:
+    with feature_session(tmp_path_factory.mktemp("browser"), request.param) as running:
+        yield running
+
+
+@pytest.fixture
+def page(browser: Browser, session: FeatureSession) -> Iterator[Page]:
+    context = browser.new_context()
+    opened = context.new_page()
+    opened.goto(session.url)
+    yield opened
+    context.close()
+
+
+def result(page: Page, element: str) -> str:
+    locator = page.locator(f"#{element}[data-done='1']")
+    locator.wait_for(timeout=15_000)
+    return locator.inner_text()
+
+
+def test_root_absolute_module_css_and_image(page: Page, session: FeatureSession) -> None:
+    assert result(page, "module") == "loaded /static/util.js"
+    assert result(page, "css") == "rgb(12, 34, 56)"
+    assert result(page, "image-size") == "40x30"
+
+
+def test_fetch(page: Page, session: FeatureSession) -> None:
+    assert result(page, "fetch") == f"{session.base}/api/hello?x=1"
+
+
+def test_websocket_echo_subprotocol_and_close(page: Page) -> None:
+    assert result(page, "ws") == "protocol=chat.v1 text=hello binary=1048576 close=4001 bye"
+
+
+def test_event_source_reconnects_with_last_event_id(page: Page) -> None:
+    assert result(page, "sse") == "ids=1,2,3,4,5,6 resumed_from=3"
+
+
+def test_sse_event_arrives_within_500_ms(page: Page) -> None:
+    text = result(page, "sse-latency")
+    match = re.fullmatch(r"max_ms=(\d+)", text)
+    assert match, text
+    assert int(match.group(1)) < 500
+
+
+def test_media_element_seeks_with_range_requests(page: Page, session: FeatureSession) -> None:
+    assert result(page, "media") == "seeked=20 duration=30"
+    statuses = json.loads(request(session.port, path="/api/media-log")[2])
+    assert 206 in statuses
+
+
+def test_20_mb_upload_through_file_input(
+    page: Page, session: FeatureSession, tmp_path: Path
+) -> None:
+    upload = tmp_path / "upload.bin"
+    data = os.urandom(UPLOAD_BYTES)
+    upload.write_bytes(data)
+    page.set_input_files("#file", str(upload))
+    expected = f"size={UPLOAD_BYTES} sha256={hashlib.sha256(data).hexdigest()}"
+    assert result(page, "upload") == expected
+
+
+def test_form_post_and_screenshot(page: Page, session: FeatureSession, tmp_path: Path) -> None:
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"x" * 1000)
+    page.set_input_files("#file", str(small))
+    for element in ("module", "image-size", "fetch", "ws", "sse", "sse-latency", "media", "upload"):
+        result(page, element)
+    ARTIFACTS.mkdir(exist_ok=True)
+    variant = "root" if not session.base else "base-path"
+    page.screenshot(path=str(ARTIFACTS / f"browser-{variant}.png"), full_page=True)
+    page.fill("#message", "posted <through> the relay")
+    with page.expect_navigation():
+        page.click("#submit")
+    assert page.locator("#form-result").inner_text() == "posted <through> the relay"
+    assert page.url == f"{session.origin}/form"
