@@ -5,25 +5,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
 
 from sandbridge import __version__, log
 from sandbridge.exceptions import SandbridgeError
-from sandbridge.host.app_listener import KEEPALIVE_TIMEOUT, App
+from sandbridge.host import relay_settings
+from sandbridge.host.app_listener import App
+from sandbridge.host.relay_settings import RelaySettings
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.upstream import Protocol
 from sandbridge.runner.backend import BACKENDS, resolve
 from sandbridge.runner.run import default_home, run_session, stdin_is_terminal
 from sandbridge.runner.spec import SandboxSpec, parse_env, parse_mount
-from sandbridge.wire.registration import app_url
 
 
 def _print_app(app: App) -> None:
-    url = app_url(app.host_port, app.base_path)
-    print(f"sandbridge: sandbox port {app.port} -> {url}", file=sys.stderr, flush=True)
+    print(f"sandbridge: sandbox port {app.port} -> {app.url}", file=sys.stderr, flush=True)
 
 
 def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
@@ -64,14 +65,67 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_relay_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--keepalive-timeout",
-        type=float,
-        default=KEEPALIVE_TIMEOUT,
-        metavar="SECONDS",
-        help=f"close idle browser connections after this long (default {KEEPALIVE_TIMEOUT:g})",
+    limits = parser.add_argument_group("relay limits")
+    limits.add_argument(
+        "--private",
+        action="store_true",
+        help="app URLs carry a one-time token exchanged for a cookie; others get 403",
     )
+    for flag, default, kind, text in (
+        (
+            "--keepalive-timeout",
+            relay_settings.KEEPALIVE_TIMEOUT,
+            float,
+            "close an idle browser connection after SECONDS",
+        ),
+        (
+            "--header-timeout",
+            relay_settings.HEADER_TIMEOUT,
+            float,
+            "a begun request head must be complete within SECONDS (408)",
+        ),
+        (
+            "--response-timeout",
+            relay_settings.RESPONSE_TIMEOUT,
+            float,
+            "the app must start its response within SECONDS (502)",
+        ),
+        (
+            "--max-connections-per-app",
+            relay_settings.MAX_CONNECTIONS_PER_APP,
+            int,
+            "open browser connections per app (503 past it)",
+        ),
+        (
+            "--max-connections",
+            relay_settings.MAX_CONNECTIONS_PER_SESSION,
+            int,
+            "open browser connections per session (503 past it)",
+        ),
+    ):
+        limits.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+
+
+def _settings(args: argparse.Namespace) -> RelaySettings:
+    for name in (
+        "keepalive_timeout",
+        "header_timeout",
+        "response_timeout",
+        "max_connections_per_app",
+        "max_connections",
+    ):
+        if getattr(args, name) <= 0:
+            flag = "--" + name.replace("_", "-")
+            raise SandbridgeError(f"{flag} must be positive, got {getattr(args, name)}")
+    return RelaySettings(
+        keepalive_timeout=args.keepalive_timeout,
+        header_timeout=args.header_timeout,
+        response_timeout=args.response_timeout,
+        max_connections_per_app=args.max_connections_per_app,
+        max_connections=args.max_connections,
+        private=args.private,
+    )
 
 
 def _spec_factory(args: argparse.Namespace, command: list[str]):  # type: ignore[no-untyped-def]
@@ -108,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _spec_factory(args, command),
             backend,
             on_register=_print_app,
-            keepalive_timeout=args.keepalive_timeout,
+            settings=_settings(args),
         )
     )
 
@@ -121,7 +175,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     opened: list[bool] = []
 
     def announce(app: App) -> None:
-        url = app_url(app.host_port, app.base_path)
+        url = app.url
         print(f"\nsandbridge demo: open {url}  (Ctrl-C to stop)\n", flush=True)
         if args.open and not opened:
             import webbrowser
@@ -137,7 +191,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             _spec_factory(args, command),
             backend,
             on_register=announce,
-            keepalive_timeout=args.keepalive_timeout,
+            settings=_settings(args),
         )
     )
 
@@ -163,7 +217,7 @@ def cmd_host(args: argparse.Namespace) -> int:
             runtime_dir,
             protocol=Protocol(args.protocol),
             on_register=_print_app,
-            keepalive_timeout=args.keepalive_timeout,
+            settings=_settings(args),
         )
         try:
             await session.start()
@@ -244,8 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_descriptor_limit() -> None:
+    """Use the hard limit of open files: every relayed connection takes two."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _raise_descriptor_limit()
     log.setup(verbose=getattr(args, "verbose", False))
     try:
         return int(args.func(args))

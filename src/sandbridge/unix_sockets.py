@@ -12,6 +12,11 @@ from sandbridge.wire.jsonline import LineReader
 
 # One read when copying raw bytes: large reads keep per-byte overhead low.
 COPY_READ_BYTES = 256 * 1024
+# After refusing a peer, read (and drop) what it still sends for this long or this much
+# before closing: closing with unread bytes resets the connection, and a reset can
+# destroy the refusal before the peer reads it.
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 1024 * 1024
 
 
 def bind_unix_socket(path: Path) -> socket.socket:
@@ -55,3 +60,15 @@ async def close_writer(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
+
+
+async def linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close after a refusal, then drain the peer briefly so the refusal arrives."""
+    await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError, OSError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            discarded = 0
+            while discarded < LINGER_BYTES and (data := await reader.read(COPY_READ_BYTES)):
+                discarded += len(data)

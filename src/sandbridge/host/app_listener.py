@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.exceptions import HttpError, UpstreamError
+from sandbridge.host.relay_settings import SessionScope
 from sandbridge.host.upstream import Protocol, open_stream
 from sandbridge.host.v1_exchange import exchange_v1
 from sandbridge.http.forwarding import (
@@ -44,16 +45,14 @@ from sandbridge.http.parser import (
     ResponseReader,
     Upgraded,
 )
-from sandbridge.unix_sockets import copy
+from sandbridge.http.private_access import AccessGate, redirect_response
+from sandbridge.unix_sockets import copy, linger_close
+from sandbridge.wire.registration import app_url
 from sandbridge.wire.stream import NotStreamCapable
 
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
 # while bounding what one connection can hold per direction.
 READ_BYTES = 256 * 1024
-# An idle keep-alive connection is closed after this long (browsers reconnect).
-KEEPALIVE_TIMEOUT = 75.0
-# A request head must arrive completely within this long once a request has begun.
-HEAD_TIMEOUT = 30.0
 # After one side of a tunnel (WebSocket) ends, the other gets this long to finish.
 TUNNEL_CLOSE_GRACE = 2.0
 
@@ -65,6 +64,7 @@ class App:
     port: int
     base_path: str
     host_port: int
+    url: str
 
 
 class UpstreamConnector:
@@ -128,6 +128,7 @@ class _Exchange:
     keep_browser: bool = False
     reuse_upstream: bool = False
     response_started: bool = False
+    body_sent: int = 0
 
 
 class AppListener:
@@ -138,19 +139,22 @@ class AppListener:
         port: int,
         base_path: str,
         connector: UpstreamConnector,
-        keepalive_timeout: float = KEEPALIVE_TIMEOUT,
+        scope: SessionScope | None = None,
     ) -> None:
         self.port = port
         self.base_path = base_path
         self.connector = connector
-        self.keepalive_timeout = keepalive_timeout
+        self.scope = SessionScope() if scope is None else scope
+        self.settings = self.scope.settings
+        self.gate: AccessGate | None = None
         self.host_port = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
 
     @property
     def app(self) -> App:
-        return App(self.port, self.base_path, self.host_port)
+        url = app_url(self.host_port, self.base_path) + self.url_suffix
+        return App(self.port, self.base_path, self.host_port, url)
 
     async def start(self) -> int:
         """Bind a new random loopback port; return it."""
@@ -158,7 +162,15 @@ class AppListener:
             self._serve, host="127.0.0.1", port=0, limit=READ_BYTES, backlog=512
         )
         self.host_port = self._server.sockets[0].getsockname()[1]
+        self.scope.add_port(self.host_port)
+        if self.settings.private:
+            self.gate = AccessGate(self.host_port)
         return self.host_port
+
+    @property
+    def url_suffix(self) -> str:
+        """What follows the base path in the app's URL: the token of a private app."""
+        return self.gate.url_suffix() if self.gate is not None else ""
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""
@@ -170,27 +182,38 @@ class AppListener:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        scope = self.scope
+        if (
+            len(self._connections) >= self.settings.max_connections_per_app
+            or scope.connections >= self.settings.max_connections
+        ):
+            log.debug("connection.refused", port=self.host_port, reason="connection limit")
+            with contextlib.suppress(OSError):
+                writer.write(error_response(503, "too many open connections to this relay"))
+                await linger_close(reader, writer)
+            writer.transport.abort()
+            return
         self._connections.add(writer)
+        scope.connections += 1
         browser = BrowserConnection(reader, writer)
         upstream: _Upstream | None = None
         peer = writer.get_extra_info("peername")
         client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
         try:
             while True:
-                try:
-                    async with asyncio.timeout(self.keepalive_timeout):
-                        event = await browser.next_event()
-                except TimeoutError:
-                    break
+                event = await self._next_head(browser)
                 if event is None:
                     break
                 if not isinstance(event, RequestHead):
                     raise HttpError(400, "request body without a request")
+                if self.gate is not None and not await self._admit(browser, event):
+                    continue
                 request = build_upstream_request(
                     event,
                     base_path=self.base_path,
                     host_port=self.host_port,
                     client_host=client_host,
+                    session_origins=scope.origins,
                 )
                 exchange, upstream = await self._exchange(browser, event, request, upstream)
                 if not exchange.keep_browser:
@@ -199,15 +222,49 @@ class AppListener:
             log.debug("request.refused", port=self.host_port, status=exc.status, reason=str(exc))
             with contextlib.suppress(OSError):
                 await browser.send(error_response(exc.status, str(exc)))
+                await linger_close(reader, writer)
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            scope.connections -= 1
             if upstream is not None:
                 upstream.writer.transport.abort()
             self._connections.discard(writer)
             writer.transport.abort() if writer.transport.is_closing() else writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    async def _next_head(self, browser: BrowserConnection) -> Event | None:
+        """Wait for the next request: idle up to the keep-alive timeout, then the head
+        must be complete within the header timeout (a 408 otherwise)."""
+        if browser.events:
+            return browser.events.popleft()
+        try:
+            async with asyncio.timeout(self.settings.keepalive_timeout):
+                data = await browser.reader.read(READ_BYTES)
+        except TimeoutError:
+            return None
+        if not data:
+            return None
+        browser.events.extend(browser.parser.feed(data))
+        try:
+            async with asyncio.timeout(self.settings.header_timeout):
+                return await browser.next_event()
+        except TimeoutError:
+            raise HttpError(
+                408, f"request head not complete within {self.settings.header_timeout:g} s"
+            ) from None
+
+    async def _admit(self, browser: BrowserConnection, head: RequestHead) -> bool:
+        """Private apps: exchange the one-time token for the cookie, or refuse (403)."""
+        assert self.gate is not None
+        redirect = self.gate.check(head.target, head.headers)
+        if redirect is None:
+            return True
+        if await browser.next_event() is not MESSAGE_END:
+            raise HttpError(400, "the token exchange takes no request body")
+        await browser.send(redirect_response(redirect))
+        return False
 
     async def _exchange(
         self,
@@ -224,10 +281,16 @@ class AppListener:
             try:
                 opened = await self.connector.open(self.port)
             except UpstreamError as exc:
-                return await self._bad_gateway(browser, request, str(exc)), None
+                return await self._bad_gateway(browser, head, request, str(exc)), None
             if opened is None:
                 keep = await exchange_v1(
-                    browser, head, request, self.port, self.base_path, self.connector.socket_path
+                    browser,
+                    head,
+                    request,
+                    self.port,
+                    self.base_path,
+                    self.connector.socket_path,
+                    self.settings.response_timeout,
                 )
                 return _Exchange(keep_browser=keep), None
             upstream = _Upstream(*opened)
@@ -235,7 +298,9 @@ class AppListener:
         exchange = _Exchange()
         try:
             upstream.writer.write(request.head)
-            pump = asyncio.create_task(self._pump_request_body(browser, upstream, request))
+            pump = asyncio.create_task(
+                self._pump_request_body(browser, upstream, request, exchange)
+            )
             try:
                 await self._relay_response(browser, head, request, upstream, exchange, pump)
                 if not pump.done():
@@ -254,7 +319,7 @@ class AppListener:
             upstream.writer.transport.abort()
             if exchange.response_started:
                 raise OSError("upstream failed mid-response") from exc
-            return await self._bad_gateway(browser, request, str(exc), force_close=True), None
+            return await self._bad_gateway(browser, head, request, str(exc), force_close=True), None
         if not exchange.reuse_upstream:
             upstream.writer.transport.abort()
             return exchange, None
@@ -263,20 +328,56 @@ class AppListener:
     async def _bad_gateway(
         self,
         browser: BrowserConnection,
+        head: RequestHead,
         request: UpstreamRequest,
         reason: str,
         force_close: bool = False,
     ) -> _Exchange:
         log.debug("upstream.failed", port=self.host_port, app_port=self.port, reason=reason)
-        keep = not force_close and request.framing is Framing.NONE and not request.upgrade
+        keep = (
+            not force_close
+            and request.framing is Framing.NONE
+            and not request.upgrade
+            and head.keep_alive
+            and head.version == "1.1"
+        )
         if keep:
             event = await browser.next_event()  # the MESSAGE_END of a bodiless request
             keep = event is MESSAGE_END
         await browser.send(error_response(502, reason, keep_alive=keep))
         return _Exchange(keep_browser=keep)
 
+    async def _read_awaiting_response(self, upstream: _Upstream, exchange: _Exchange) -> bytes:
+        """Read from the app before its final response head: an app that neither answers
+        nor takes request body for the response timeout has stalled (502)."""
+        while True:
+            progress = exchange.body_sent
+            try:
+                async with asyncio.timeout(self.settings.response_timeout):
+                    # Cancelling StreamReader.read loses no data: it stays buffered.
+                    return await upstream.reader.read(READ_BYTES)
+            except TimeoutError:
+                if exchange.body_sent == progress:
+                    raise UpstreamError(
+                        f"app sent no response within {self.settings.response_timeout:g} s"
+                    ) from None
+
+    async def _read_response_body(self, upstream: _Upstream) -> bytes:
+        """Read more of a response; silence for the response timeout ends the stream."""
+        try:
+            async with asyncio.timeout(self.settings.response_timeout):
+                return await upstream.reader.read(READ_BYTES)
+        except TimeoutError:
+            raise UpstreamError(
+                f"app sent nothing for {self.settings.response_timeout:g} s mid-response"
+            ) from None
+
     async def _pump_request_body(
-        self, browser: BrowserConnection, upstream: _Upstream, request: UpstreamRequest
+        self,
+        browser: BrowserConnection,
+        upstream: _Upstream,
+        request: UpstreamRequest,
+        exchange: _Exchange,
     ) -> None:
         chunked = request.framing is Framing.CHUNKED
         while True:
@@ -291,6 +392,7 @@ class AppListener:
             if isinstance(event, BodyChunk):
                 upstream.writer.write(encode_chunk(event.data) if chunked else event.data)
                 await upstream.writer.drain()
+                exchange.body_sent += len(event.data)
             else:
                 raise HttpError(400, "unexpected event in request body")
 
@@ -312,7 +414,10 @@ class AppListener:
         final: ResponseHead | None = None
         while True:
             while not events:
-                data = await upstream.reader.read(READ_BYTES)
+                if final is None:
+                    data = await self._read_awaiting_response(upstream, exchange)
+                else:
+                    data = await self._read_response_body(upstream)
                 events.extend(reader.feed(data) if data else reader.feed_eof())
             event = events.popleft()
             if isinstance(event, ResponseHead):

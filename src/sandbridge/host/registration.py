@@ -11,11 +11,16 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbridge import log
 from sandbridge.exceptions import RegistrationError, WireError
-from sandbridge.unix_sockets import bind_unix_socket, read_line
-from sandbridge.wire.limits import MAX_REGISTRATION_BYTES, REGISTRATION_READ_TIMEOUT
+from sandbridge.unix_sockets import bind_unix_socket, linger_close, read_line
+from sandbridge.wire.limits import (
+    MAX_PENDING_REGISTRATIONS,
+    MAX_REGISTRATION_BYTES,
+    REGISTRATION_READ_TIMEOUT,
+)
 from sandbridge.wire.registration import (
     RegisterRequest,
     encode_register_error,
@@ -23,7 +28,10 @@ from sandbridge.wire.registration import (
     parse_register_request,
 )
 
-Register = Callable[[RegisterRequest], Awaitable[int]]
+if TYPE_CHECKING:
+    from sandbridge.host.app_listener import App
+
+Register = Callable[[RegisterRequest], Awaitable["App"]]
 
 
 class RegistrationServer:
@@ -33,6 +41,8 @@ class RegistrationServer:
         self.path = path
         self._register = register
         self._server: asyncio.Server | None = None
+        self._pending = 0
+        self._lingering = 0
 
     async def start(self) -> None:
         sock = bind_unix_socket(self.path)
@@ -44,13 +54,32 @@ class RegistrationServer:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._pending >= MAX_PENDING_REGISTRATIONS:
+            with contextlib.suppress(OSError):
+                writer.write(
+                    encode_register_error(
+                        f"more than {MAX_PENDING_REGISTRATIONS} registrations in progress; "
+                        "try again"
+                    )
+                )
+                if self._lingering < MAX_PENDING_REGISTRATIONS:
+                    # A bounded number of refusals wait for the peer to read them; past
+                    # that, a flood of connections is simply closed.
+                    self._lingering += 1
+                    try:
+                        await linger_close(reader, writer)
+                    finally:
+                        self._lingering -= 1
+            writer.close()
+            return
+        self._pending += 1
         try:
             try:
                 async with asyncio.timeout(REGISTRATION_READ_TIMEOUT):
                     line, _ = await read_line(reader, MAX_REGISTRATION_BYTES)
                 request = parse_register_request(line)
-                host_port = await self._register(request)
-                answer = encode_register_ok(host_port, request.base_path)
+                app = await self._register(request)
+                answer = encode_register_ok(app.host_port, app.base_path, app.url)
             except TimeoutError:
                 answer = encode_register_error(
                     f"no complete request within {REGISTRATION_READ_TIMEOUT:g} s"
@@ -64,6 +93,7 @@ class RegistrationServer:
         except OSError:
             pass
         finally:
+            self._pending -= 1
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 
 from sandbridge import log
 from sandbridge.exceptions import RegistrationError
-from sandbridge.host.app_listener import KEEPALIVE_TIMEOUT, App, AppListener, UpstreamConnector
+from sandbridge.host.app_listener import App, AppListener, UpstreamConnector
 from sandbridge.host.registration import RegistrationServer
+from sandbridge.host.relay_settings import RelaySettings, SessionScope
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.upstream import Protocol
 from sandbridge.wire.limits import MAX_APPS_PER_SESSION
-from sandbridge.wire.registration import RegisterRequest, app_url
+from sandbridge.wire.registration import RegisterRequest
 
 OnRegister = Callable[[App], None]
 
@@ -26,7 +27,7 @@ class HostSession:
     protocol: Protocol = Protocol.AUTO
     on_register: OnRegister | None = None
     max_apps: int = MAX_APPS_PER_SESSION
-    keepalive_timeout: float = KEEPALIVE_TIMEOUT
+    settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)
     _registration: RegistrationServer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -36,31 +37,28 @@ class HostSession:
         return [listener.app for listener in self.listeners]
 
     async def start(self) -> None:
+        self._scope = SessionScope(self.settings)
         self._connector = UpstreamConnector(self.runtime_dir.upstream_socket, self.protocol)
         self._registration = RegistrationServer(self.runtime_dir.relay_socket, self.register)
         await self._registration.start()
 
-    async def register(self, request: RegisterRequest) -> int:
-        """Give sandbox port ``request.port`` a new host origin; return its host port."""
+    async def register(self, request: RegisterRequest) -> App:
+        """Give sandbox port ``request.port`` a new host origin."""
         async with self._lock:
             if len(self.listeners) >= self.max_apps:
                 raise RegistrationError(
                     f"this session already has {len(self.listeners)} apps; the limit is "
                     f"{self.max_apps}"
                 )
-            listener = AppListener(
-                request.port, request.base_path, self._connector, self.keepalive_timeout
-            )
-            host_port = await listener.start()
+            listener = AppListener(request.port, request.base_path, self._connector, self._scope)
+            await listener.start()
             self.listeners.append(listener)
-        log.info(
-            "app.registered",
-            sandbox_port=request.port,
-            url=app_url(host_port, request.base_path),
-        )
+        app = listener.app
+        # The URL of a private app carries its one-time token: never log it.
+        log.info("app.registered", sandbox_port=app.port, host_port=app.host_port)
         if self.on_register is not None:
-            self.on_register(listener.app)
-        return host_port
+            self.on_register(app)
+        return app
 
     async def close(self) -> None:
         """Stop registrations, close every listener and connection, remove the dir."""

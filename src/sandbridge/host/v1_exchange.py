@@ -18,7 +18,7 @@ from sandbridge.http.forwarding import build_browser_response, error_response
 from sandbridge.http.parser import MESSAGE_END, BodyChunk, RequestHead, ResponseHead
 from sandbridge.unix_sockets import read_line
 from sandbridge.wire import v1
-from sandbridge.wire.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES, V1_EXCHANGE_TIMEOUT
+from sandbridge.wire.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES
 
 if TYPE_CHECKING:
     from sandbridge.host.app_listener import BrowserConnection
@@ -41,13 +41,13 @@ async def _read_body(browser: BrowserConnection) -> bytes:
             body += event.data
 
 
-async def _round_trip(socket_path: Path, request: v1.V1Request) -> v1.V1Response:
+async def _round_trip(socket_path: Path, request: v1.V1Request, timeout: float) -> v1.V1Response:
     sock = connect_unix_checked(socket_path)
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     try:
         writer.write(v1.encode_request(request))
         await writer.drain()
-        async with asyncio.timeout(V1_EXCHANGE_TIMEOUT):
+        async with asyncio.timeout(timeout):
             line, _ = await read_line(reader, MAX_V1_LINE_BYTES)
         return v1.decode_response(line)
     except (WireError, OSError, TimeoutError) as exc:
@@ -63,6 +63,7 @@ async def exchange_v1(
     port: int,
     base_path: str,
     socket_path: Path,
+    timeout: float,
 ) -> bool:
     """Relay one request over v1; return whether the browser connection stays open."""
     if request.upgrade:
@@ -85,11 +86,13 @@ async def exchange_v1(
                 headers=headers,
                 body=body,
             ),
+            timeout,
         )
     except UpstreamError as exc:
         log.debug("upstream.failed", app_port=port, reason=str(exc))
-        await browser.send(error_response(502, str(exc), keep_alive=True))
-        return True
+        keep = head.keep_alive and head.version == "1.1"
+        await browser.send(error_response(502, str(exc), keep_alive=keep))
+        return keep
     response_headers = [
         (name, value)
         for name, value in answer.headers

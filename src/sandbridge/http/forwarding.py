@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from sandbridge.exceptions import HttpError
 from sandbridge.http.base_path import apply_base_path
+from sandbridge.http.origin_policy import check_host, check_origin, origins_of
 from sandbridge.http.parser import Headers, RequestHead, ResponseHead
+from sandbridge.http.private_access import strip_relay_cookies
 
 # RFC 9110 section 7.6.1 plus the legacy proxy fields browsers and apps still send.
 HOP_BY_HOP = frozenset(
@@ -100,11 +102,6 @@ def _values(headers: Headers, name: bytes) -> list[bytes]:
     return [value for key, value in headers if key.lower() == name]
 
 
-def allowed_hosts(host_port: int) -> frozenset[bytes]:
-    """The Host values that name app port ``host_port`` on this machine."""
-    return frozenset(f"{host}:{host_port}".encode() for host in ("127.0.0.1", "localhost", "[::1]"))
-
-
 def request_framing(headers: Headers) -> Framing:
     """Body framing of a request whose head llhttp already accepted."""
     encodings = _values(headers, b"transfer-encoding")
@@ -118,26 +115,19 @@ def request_framing(headers: Headers) -> Framing:
     return Framing.NONE
 
 
-def check_host(headers: Headers, host_port: int) -> bytes:
-    """Return the one Host value if it names this app's origin, else refuse."""
-    hosts = _values(headers, b"host")
-    if not hosts:
-        raise HttpError(400, "missing Host header")
-    if len(hosts) > 1:
-        raise HttpError(400, "more than one Host header")
-    host = hosts[0].lower()
-    if host not in allowed_hosts(host_port):
-        raise HttpError(
-            421,
-            f"Host {hosts[0].decode('latin-1')!r} is not this app's origin 127.0.0.1:{host_port}",
-        )
-    return hosts[0]
-
-
 def build_upstream_request(
-    head: RequestHead, *, base_path: str, host_port: int, client_host: str
+    head: RequestHead,
+    *,
+    base_path: str,
+    host_port: int,
+    client_host: str,
+    session_origins: frozenset[bytes] | None = None,
 ) -> UpstreamRequest:
-    """Validate a browser request head and build the head the app receives."""
+    """Validate a browser request head and build the head the app receives.
+
+    ``session_origins`` are the origins allowed to send upgrades and unsafe methods
+    (default: this app's own).
+    """
     if head.method == b"CONNECT":
         raise HttpError(405, "CONNECT is refused: this is an app origin, not a proxy")
     if not head.target.startswith(b"/"):
@@ -145,6 +135,12 @@ def build_upstream_request(
             400, f"request-target {head.target[:80]!r} must be origin-form: this is not a proxy"
         )
     host = check_host(head.headers, host_port)
+    check_origin(
+        head.headers,
+        head.method,
+        head.upgrade,
+        origins_of([host_port]) if session_origins is None else session_origins,
+    )
     framing = request_framing(head.headers)
     try:
         target = head.target.decode("ascii")
@@ -153,7 +149,7 @@ def build_upstream_request(
     path = apply_base_path(target, base_path)
 
     headers: Headers = [(b"Host", host)]
-    headers.extend(_end_to_end(head.headers, FORWARDING_FIELDS | {b"host"}))
+    headers.extend(strip_relay_cookies(_end_to_end(head.headers, FORWARDING_FIELDS | {b"host"})))
     headers.append((b"X-Forwarded-For", client_host.encode("ascii")))
     headers.append((b"X-Forwarded-Proto", b"http"))
     headers.append((b"X-Forwarded-Host", host))

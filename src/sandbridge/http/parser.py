@@ -271,8 +271,9 @@ class ResponseReader(_Reader):
                 return events
             raise HttpError(502, f"malformed response from app: {exc}") from None
         except HttpError as exc:
-            if exc.status == 400:
-                exc.status = 502
+            # Whatever the app did wrong (a head too large, bad bytes), the browser's
+            # answer is the same: the gateway failed.
+            exc.status = 502
             raise
 
     def feed_eof(self) -> list[Event]:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandbridge import log
-from sandbridge.host.app_listener import KEEPALIVE_TIMEOUT, App
+from sandbridge.host.app_listener import App
+from sandbridge.host.relay_settings import RelaySettings
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.upstream import Protocol
@@ -32,7 +33,7 @@ async def run_session(
     protocol: Protocol = Protocol.STREAM,
     on_register: Callable[[App], None] | None = None,
     runtime_path: Path | None = None,
-    keepalive_timeout: float = KEEPALIVE_TIMEOUT,
+    settings: RelaySettings | None = None,
 ) -> int:
     """Run one sandbox session; return the command's exit status."""
     runtime_dir = RuntimeDir.create(runtime_path)
@@ -40,7 +41,7 @@ async def run_session(
         runtime_dir,
         protocol=protocol,
         on_register=on_register,
-        keepalive_timeout=keepalive_timeout,
+        settings=RelaySettings() if settings is None else settings,
     )
     try:
         await session.start()

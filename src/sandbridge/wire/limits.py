@@ -18,6 +18,10 @@ MAX_BASE_PATH_LENGTH = 1024
 # sandbox cannot exhaust the host's ports or file descriptors by registering.
 MAX_APPS_PER_SESSION = 64
 
+# Registration connections served at once. A helper is done in milliseconds; a sandbox
+# that opens thousands of silent connections gets refusals instead of host descriptors.
+MAX_PENDING_REGISTRATIONS = 32
+
 # The stream-mode opening line: a tiny JSON object.
 MAX_STREAM_OPEN_BYTES = 4096
 

@@ -91,13 +91,16 @@ def encode_register_request(port: int, base_path: str = "/") -> bytes:
     return encode_object({"type": "register", "port": port, "base_path": base_path})
 
 
-def encode_register_ok(host_port: int, base_path: str) -> bytes:
-    """The success answer, field names exactly as the contract has them."""
+def encode_register_ok(host_port: int, base_path: str, url: str | None = None) -> bytes:
+    """The success answer, field names exactly as the contract has them.
+
+    ``url`` defaults to :func:`app_url`; a private app's URL also carries its token.
+    """
     body: dict[str, Any] = {
         "ok": True,
         "host_port": host_port,
         "base_path": base_path,
-        "url": app_url(host_port, base_path),
+        "url": app_url(host_port, base_path) if url is None else url,
     }
     return encode_object(body)
 

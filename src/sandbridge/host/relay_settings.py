@@ -1,0 +1,50 @@
+"""The relay's tunable limits, and what the apps of one session share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sandbridge.http.origin_policy import origins_of
+
+# An idle keep-alive connection is closed after this long; browsers reconnect silently.
+KEEPALIVE_TIMEOUT = 75.0
+# Once a request has begun, its head must be complete within this long (slowloris).
+HEADER_TIMEOUT = 15.0
+# After the request is sent, the app has this long (without upload progress) to start
+# its response; long-polls of a few minutes still fit. Streams that started are never cut.
+RESPONSE_TIMEOUT = 300.0
+# Open browser connections per app: hundreds of WebSockets fit with room to spare.
+MAX_CONNECTIONS_PER_APP = 1024
+# Open browser connections per session: each costs two descriptors in this process.
+MAX_CONNECTIONS_PER_SESSION = 4096
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """Limits of a session's app listeners (command-line flags set them)."""
+
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT
+    header_timeout: float = HEADER_TIMEOUT
+    response_timeout: float = RESPONSE_TIMEOUT
+    max_connections_per_app: int = MAX_CONNECTIONS_PER_APP
+    max_connections: int = MAX_CONNECTIONS_PER_SESSION
+    private: bool = False
+
+
+@dataclass
+class SessionScope:
+    """State the apps of one session share: their host ports and the connection budget."""
+
+    settings: RelaySettings = field(default_factory=RelaySettings)
+    host_ports: set[int] = field(default_factory=set)
+    connections: int = 0
+    _origins: frozenset[bytes] = frozenset()
+
+    def add_port(self, host_port: int) -> None:
+        self.host_ports.add(host_port)
+        self._origins = origins_of(self.host_ports)
+
+    @property
+    def origins(self) -> frozenset[bytes]:
+        """The origins allowed to send upgrades and unsafe requests to any of these apps."""
+        return self._origins
