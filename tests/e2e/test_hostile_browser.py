@@ -154,7 +154,8 @@ def test_proxy_requests_are_refused(
     ("raw", "status"),
     [
         (
-            b"POST / HTTP/1.1\r\nHost: H\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: H\r\nContent-Length: 3\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n",
             400,
         ),
         (b"POST / HTTP/1.1\r\nHost: H\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
@@ -178,7 +179,7 @@ def test_bad_framing_is_refused_and_the_connection_closed(
 
 
 def test_hop_by_hop_and_forwarding_headers_never_reach_the_app(session: Session) -> None:
-    status, _, body = request(
+    _status, _, body = request(
         session.port,
         headers={
             "Connection": "X-Private",

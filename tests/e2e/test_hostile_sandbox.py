@@ -97,10 +97,9 @@ def test_hostile_shim_in_the_sandbox_only_costs_its_own_requests(dirs: tuple[Pat
 def test_registration_abuse_is_refused_and_apps_keep_working(dirs: tuple[Path, Path]) -> None:
     with saboteur(*dirs, "abuse") as report:
         assert report["silent_connections"] == 200
-        assert report["during_flood"] == {
-            "ok": False,
-            "error": "more than 32 registrations in progress; try again",
-        }
+        # 32 wait at most; each later connection pushes the oldest silent one out.
+        assert int(report["dropped"]) >= 200 - 32  # type: ignore[call-overload]
+        assert report["dropped"] + report["timed_out"] == 200  # type: ignore[operator]
         assert report["huge"] == {"ok": False, "error": "message longer than 4096 bytes"}
         assert str(report["malformed"]["error"]).startswith("message is not valid JSON")  # type: ignore[index]
         assert report["accepted"] == 62  # 64 apps per session, two registered before

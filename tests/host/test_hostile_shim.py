@@ -55,7 +55,7 @@ def hostile(request: pytest.FixtureRequest, runtime_dir: Path) -> Iterator[Hosti
 
 def host_rss_kib(relay: Relay) -> int:
     status = Path(f"/proc/{relay.host.popen.pid}/status").read_text()
-    return int(next(l for l in status.splitlines() if l.startswith("VmHWM:")).split()[1])
+    return int(next(x for x in status.splitlines() if x.startswith("VmHWM:")).split()[1])
 
 
 @pytest.mark.parametrize(

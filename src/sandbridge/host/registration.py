@@ -8,6 +8,7 @@ never blocks other registrations.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from sandbridge import log
 from sandbridge.exceptions import RegistrationError, WireError
-from sandbridge.unix_sockets import bind_unix_socket, linger_close, read_line
+from sandbridge.unix_sockets import bind_unix_socket, read_line
 from sandbridge.wire.limits import (
     MAX_PENDING_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
@@ -41,8 +42,9 @@ class RegistrationServer:
         self.path = path
         self._register = register
         self._server: asyncio.Server | None = None
-        self._pending = 0
-        self._lingering = 0
+        # Connections still sending their request, oldest first, with their read timeout.
+        self._pending: collections.OrderedDict[object, asyncio.Timeout] = collections.OrderedDict()
+        self._evicted: set[object] = set()
 
     async def start(self) -> None:
         sock = bind_unix_socket(self.path)
@@ -53,37 +55,37 @@ class RegistrationServer:
             self._server.close()
             await self._server.wait_closed()
 
+    def _make_room(self) -> None:
+        """At the cap, the connection that has waited longest for its request is dropped
+        (with an answer saying so): a flood of silent connections cannot lock out a
+        helper that sends its request at once."""
+        while len(self._pending) >= MAX_PENDING_REGISTRATIONS:
+            key, timeout = self._pending.popitem(last=False)
+            self._evicted.add(key)
+            timeout.reschedule(asyncio.get_running_loop().time())
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._pending >= MAX_PENDING_REGISTRATIONS:
-            with contextlib.suppress(OSError):
-                writer.write(
-                    encode_register_error(
-                        f"more than {MAX_PENDING_REGISTRATIONS} registrations in progress; "
-                        "try again"
-                    )
-                )
-                if self._lingering < MAX_PENDING_REGISTRATIONS:
-                    # A bounded number of refusals wait for the peer to read them; past
-                    # that, a flood of connections is simply closed.
-                    self._lingering += 1
-                    try:
-                        await linger_close(reader, writer)
-                    finally:
-                        self._lingering -= 1
-            writer.close()
-            return
-        self._pending += 1
+        key = object()
+        self._make_room()
         try:
             try:
-                async with asyncio.timeout(REGISTRATION_READ_TIMEOUT):
+                async with asyncio.timeout(REGISTRATION_READ_TIMEOUT) as timeout:
+                    self._pending[key] = timeout
                     line, _ = await read_line(reader, MAX_REGISTRATION_BYTES)
+                self._pending.pop(key, None)
                 request = parse_register_request(line)
                 app = await self._register(request)
                 answer = encode_register_ok(app.host_port, app.base_path, app.url)
             except TimeoutError:
-                answer = encode_register_error(
-                    f"no complete request within {REGISTRATION_READ_TIMEOUT:g} s"
-                )
+                if key in self._evicted:
+                    answer = encode_register_error(
+                        f"dropped: more than {MAX_PENDING_REGISTRATIONS} registrations were "
+                        "waiting for their request"
+                    )
+                else:
+                    answer = encode_register_error(
+                        f"no complete request within {REGISTRATION_READ_TIMEOUT:g} s"
+                    )
             except (RegistrationError, WireError) as exc:
                 answer = encode_register_error(str(exc))
             if answer.startswith(b'{"ok":false'):
@@ -93,7 +95,8 @@ class RegistrationServer:
         except OSError:
             pass
         finally:
-            self._pending -= 1
+            self._pending.pop(key, None)
+            self._evicted.discard(key)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
