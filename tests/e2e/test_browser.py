@@ -127,3 +127,23 @@ def test_form_post_and_screenshot(page: Page, session: FeatureSession, tmp_path:
         page.click("#submit")
     assert page.locator("#form-result").inner_text() == "posted <through> the relay"
     assert page.url == f"{session.origin}/form"
+
+
+def test_private_app_in_chromium(browser: Browser, tmp_path: Path) -> None:
+    with feature_session(tmp_path, "/", "--private") as private:
+        assert "?sandbridge_token=" in private.url
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            page.goto(private.url)
+            assert page.url == f"{private.origin}/"
+            assert result(page, "fetch") == "/api/hello?x=1"
+            assert result(page, "ws").startswith("protocol=chat.v1 text=hello")
+            cookies = context.cookies()
+            assert [c["httpOnly"] for c in cookies] == [True]
+            stranger = browser.new_context().new_page()
+            response = stranger.goto(f"{private.origin}/")
+            assert response is not None and response.status == 403
+            stranger.context.close()
+        finally:
+            context.close()

@@ -150,3 +150,10 @@ def test_malformed_responses_are_502(data: bytes) -> None:
     with pytest.raises(HttpError) as failed:
         ResponseReader(b"GET").feed(data)
     assert failed.value.status == 502
+
+
+@pytest.mark.parametrize("status", [b"000", b"099", b"600", b"999"])
+def test_status_outside_100_to_599_is_502(status: bytes) -> None:
+    with pytest.raises(HttpError) as failed:
+        ResponseReader(b"GET").feed(b"HTTP/1.1 " + status + b" X\r\n\r\n")
+    assert failed.value.status == 502

@@ -225,8 +225,11 @@ class ResponseReader(_Reader):
             self._fail(HttpError(502, f"app answered with HTTP version {version!r}"))
         self._in_head = False
         self._trailers = True  # header callbacks after this point are trailers
+        status = parser.get_status_code()
+        if not 100 <= status <= 599:
+            self._fail(HttpError(502, f"app answered with invalid status code {status}"))
         head = ResponseHead(
-            status=parser.get_status_code(),
+            status=status,
             reason=self._reason,
             version=version,
             headers=self._headers,
