@@ -21,6 +21,7 @@ from sandbridge.host.upstream import Protocol
 from sandbridge.runner.backend import BACKENDS, resolve
 from sandbridge.runner.run import default_home, run_session, stdin_is_terminal
 from sandbridge.runner.spec import SandboxSpec, parse_env, parse_mount
+from sandbridge.wire.limits import MAX_APPS_PER_SESSION
 
 
 def _print_app(app: App) -> None:
@@ -102,6 +103,12 @@ def _add_relay_options(parser: argparse.ArgumentParser) -> None:
             int,
             "open browser connections per session (503 past it)",
         ),
+        (
+            "--max-apps",
+            MAX_APPS_PER_SESSION,
+            int,
+            "registrations per session (refused past it)",
+        ),
     ):
         limits.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
@@ -114,6 +121,7 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
         "response_timeout",
         "max_connections_per_app",
         "max_connections",
+        "max_apps",
     ):
         if getattr(args, name) <= 0:
             flag = "--" + name.replace("_", "-")
@@ -124,6 +132,7 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
         response_timeout=args.response_timeout,
         max_connections_per_app=args.max_connections_per_app,
         max_connections=args.max_connections,
+        max_apps=args.max_apps,
         private=args.private,
     )
 

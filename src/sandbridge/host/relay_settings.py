@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sandbridge.http.origin_policy import origins_of
+from sandbridge.wire.limits import MAX_APPS_PER_SESSION
 
 # An idle keep-alive connection is closed after this long; browsers reconnect silently.
 KEEPALIVE_TIMEOUT = 75.0
@@ -28,6 +29,7 @@ class RelaySettings:
     response_timeout: float = RESPONSE_TIMEOUT
     max_connections_per_app: int = MAX_CONNECTIONS_PER_APP
     max_connections: int = MAX_CONNECTIONS_PER_SESSION
+    max_apps: int = MAX_APPS_PER_SESSION
     private: bool = False
 
 

@@ -13,7 +13,6 @@ from sandbridge.host.registration import RegistrationServer
 from sandbridge.host.relay_settings import RelaySettings, SessionScope
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.upstream import Protocol
-from sandbridge.wire.limits import MAX_APPS_PER_SESSION
 from sandbridge.wire.registration import RegisterRequest
 
 OnRegister = Callable[[App], None]
@@ -26,7 +25,6 @@ class HostSession:
     runtime_dir: RuntimeDir
     protocol: Protocol = Protocol.AUTO
     on_register: OnRegister | None = None
-    max_apps: int = MAX_APPS_PER_SESSION
     settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)
     _registration: RegistrationServer | None = None
@@ -45,10 +43,10 @@ class HostSession:
     async def register(self, request: RegisterRequest) -> App:
         """Give sandbox port ``request.port`` a new host origin."""
         async with self._lock:
-            if len(self.listeners) >= self.max_apps:
+            if len(self.listeners) >= self.settings.max_apps:
                 raise RegistrationError(
                     f"this session already has {len(self.listeners)} apps; the limit is "
-                    f"{self.max_apps}"
+                    f"{self.settings.max_apps}"
                 )
             listener = AppListener(request.port, request.base_path, self._connector, self._scope)
             await listener.start()
