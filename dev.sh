@@ -2,14 +2,16 @@
 # Set-up and entry points of sandbridge's development tree.
 #   ./dev.sh demo [--open]   install what is missing, then run the sandboxed demo app
 #   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test
+#   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
 #   ./dev.sh setup           install only
 set -euo pipefail
 cd "$(dirname "$0")"
 
 # Debian packages: bubblewrap (the default sandbox backend), util-linux (unshare,
 # setpriv: the fallback backend), chromium (browser tests), nginx-light and socat
-# (reference relays in the benchmark), procps (ps, for process checks in tests).
-DEBIAN_PACKAGES=(bubblewrap util-linux chromium nginx-light socat procps)
+# (reference relays in the benchmark), procps (ps, for process checks in tests), wrk and
+# curl (the benchmark's load generators).
+DEBIAN_PACKAGES=(bubblewrap util-linux chromium nginx-light socat procps wrk curl)
 VENV=.venv
 
 as_root() {
@@ -38,7 +40,7 @@ install_python_packages() {
     python3 -m venv "$VENV"
   fi
   if [ ! -f "$stamp" ]; then
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev,bench]'
     rm -f "$VENV"/.installed-*
     touch "$stamp"
   fi
@@ -56,10 +58,11 @@ case "$command" in
   demo) setup; exec "$VENV/bin/sandbridge" demo "$@" ;;
   test)
     setup
-    "$VENV/bin/ruff" check src tests
-    "$VENV/bin/ruff" format --check src tests
+    "$VENV/bin/ruff" check src tests benchmarks
+    "$VENV/bin/ruff" format --check src tests benchmarks
     "$VENV/bin/mypy"
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
-  *) echo "usage: ./dev.sh [setup|demo [--open]|test [pytest args]]" >&2; exit 2 ;;
+  bench) setup; exec "$VENV/bin/python" -m benchmarks.relay_bench "$@" ;;
+  *) echo "usage: ./dev.sh [setup|demo [--open]|test [pytest args]|bench [--smoke]]" >&2; exit 2 ;;
 esac

@@ -303,12 +303,12 @@ class AppListener:
             )
             try:
                 await self._relay_response(browser, head, request, upstream, exchange, pump)
-                if not pump.done():
-                    # The app answered before reading the whole body: the browser's
-                    # connection cannot be resynchronised, so it closes.
-                    exchange.keep_browser = False
-                    exchange.reuse_upstream = False
-                elif pump.exception() is not None:
+                if not pump.done() and not request.upgrade:
+                    # The app answered before reading the whole body (nginx's `return`
+                    # does): keep passing the body on while the app keeps taking it, so
+                    # the browser can finish sending and the connection stays usable.
+                    await self._finish_body(pump, exchange)
+                if not pump.done() or pump.exception() is not None:
                     exchange.keep_browser = exchange.reuse_upstream = False
             finally:
                 if not pump.done():
@@ -361,6 +361,14 @@ class AppListener:
                     raise UpstreamError(
                         f"app sent no response within {self.settings.response_timeout:g} s"
                     ) from None
+
+    async def _finish_body(self, pump: asyncio.Task[None], exchange: _Exchange) -> None:
+        """Wait for the request body to finish while it makes progress."""
+        while not pump.done():
+            progress = exchange.body_sent
+            await asyncio.wait({pump}, timeout=self.settings.header_timeout)
+            if exchange.body_sent == progress:
+                return
 
     async def _read_response_body(self, upstream: _Upstream) -> bytes:
         """Read more of a response; silence for the response timeout ends the stream."""

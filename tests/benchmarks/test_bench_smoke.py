@@ -1,0 +1,45 @@
+"""The benchmark's smoke run: every path and workload still runs (no claim about speed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import PYTHON, REPO
+
+PATH_NAMES = ["direct", "sandbridge", "sandbridge-v1", "nginx", "socat", "jupyter-server-proxy"]
+METRICS = [
+    "c1_rps",
+    "c64_rps",
+    "c64_p99_ms",
+    "get_100m_mbps",
+    "post_100m_mbps",
+    "ttfb_ms",
+    "sse_p50_ms",
+]
+
+
+def test_smoke_run_measures_every_path(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [PYTHON, "-m", "benchmarks.relay_bench", "--smoke", "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["medians"]) == set(PATH_NAMES)
+    for name in PATH_NAMES:
+        for metric in METRICS:
+            assert report["medians"][name][metric] > 0, (name, metric)
+        if name != "sandbridge-v1":
+            assert report["medians"][name]["ws_msgs_per_s"] > 0, name
+    assert report["ratio_to_nginx"]["sandbridge"]["c64_rps"] > 0
+    assert report["scaling"]["sandbridge"]["apps"]["registration_p50_ms"] > 0
+    assert "| c64_rps |" in result.stdout
+    for key in ("machine", "nginx", "socat", "wrk", "jupyter-server-proxy"):
+        assert report["versions"][key] not in ("", "missing"), key
