@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from sandbridge import __version__, log
+from sandbridge import __version__, event_loop, log
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.host import relay_settings
 from sandbridge.host.app_listener import App
@@ -166,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
     backend = resolve(args.backend)
-    return asyncio.run(
+    return event_loop.run(
         run_session(
             _spec_factory(args, command),
             backend,
@@ -195,7 +195,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             else:
                 print("sandbridge demo: no host browser found; open the URL yourself", flush=True)
 
-    return asyncio.run(
+    return event_loop.run(
         run_session(
             _spec_factory(args, command),
             backend,
@@ -239,7 +239,7 @@ def cmd_host(args: argparse.Namespace) -> int:
         finally:
             await session.close()
 
-    return asyncio.run(serve())
+    return event_loop.run(serve())
 
 
 def cmd_shim(args: argparse.Namespace) -> int:
@@ -254,7 +254,7 @@ def cmd_shim(args: argparse.Namespace) -> int:
         finally:
             await shim.close()
 
-    return asyncio.run(serve())
+    return event_loop.run(serve())
 
 
 def build_parser() -> argparse.ArgumentParser:

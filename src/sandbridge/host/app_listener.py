@@ -247,6 +247,8 @@ class AppListener:
         if not data:
             return None
         browser.events.extend(browser.parser.feed(data))
+        if browser.events:  # the usual case: the whole head came in one read
+            return browser.events.popleft()
         try:
             async with asyncio.timeout(self.settings.header_timeout):
                 return await browser.next_event()
@@ -298,9 +300,20 @@ class AppListener:
         exchange = _Exchange()
         try:
             upstream.writer.write(request.head)
-            pump = asyncio.create_task(
-                self._pump_request_body(browser, upstream, request, exchange)
-            )
+            pump: asyncio.Future[None]
+            if (
+                request.framing is Framing.NONE
+                and browser.events
+                and browser.events[0] is MESSAGE_END
+            ):
+                # A request without a body (most are): nothing to pump, no task to run.
+                browser.events.popleft()
+                pump = asyncio.get_running_loop().create_future()
+                pump.set_result(None)
+            else:
+                pump = asyncio.create_task(
+                    self._pump_request_body(browser, upstream, request, exchange)
+                )
             try:
                 await self._relay_response(browser, head, request, upstream, exchange, pump)
                 if not pump.done() and not request.upgrade:
@@ -362,7 +375,7 @@ class AppListener:
                         f"app sent no response within {self.settings.response_timeout:g} s"
                     ) from None
 
-    async def _finish_body(self, pump: asyncio.Task[None], exchange: _Exchange) -> None:
+    async def _finish_body(self, pump: asyncio.Future[None], exchange: _Exchange) -> None:
         """Wait for the request body to finish while it makes progress."""
         while not pump.done():
             progress = exchange.body_sent
@@ -411,7 +424,7 @@ class AppListener:
         request: UpstreamRequest,
         upstream: _Upstream,
         exchange: _Exchange,
-        pump: asyncio.Task[None],
+        pump: asyncio.Future[None],
     ) -> None:
         reader = ResponseReader(head.method)
         events: collections.deque[Event] = collections.deque()
@@ -420,15 +433,24 @@ class AppListener:
             upstream.pending = b""
         framing = Framing.NONE
         final: ResponseHead | None = None
+        # What is ready for the browser is written in one call once the events already
+        # read are used up: a small response (head, body, end) costs one send, not three.
+        out: list[bytes] = []
         while True:
-            while not events:
-                if final is None:
-                    data = await self._read_awaiting_response(upstream, exchange)
-                else:
-                    data = await self._read_response_body(upstream)
-                events.extend(reader.feed(data) if data else reader.feed_eof())
+            if not events:
+                if out:
+                    await browser.send(b"".join(out))
+                    out.clear()
+                while not events:
+                    if final is None:
+                        data = await self._read_awaiting_response(upstream, exchange)
+                    else:
+                        data = await self._read_response_body(upstream)
+                    events.extend(reader.feed(data) if data else reader.feed_eof())
             event = events.popleft()
-            if isinstance(event, ResponseHead):
+            if isinstance(event, BodyChunk):
+                out.append(encode_chunk(event.data) if framing is Framing.CHUNKED else event.data)
+            elif isinstance(event, ResponseHead):
                 if event.status == 101:
                     if not request.upgrade:
                         raise UpstreamError("app answered 101 to a request that did not upgrade")
@@ -445,7 +467,7 @@ class AppListener:
                         response = build_browser_response(
                             event, request=head, close_delimited=False, keep_alive=True
                         )
-                        await browser.send(response.head)
+                        await browser.send(response.head)  # interim: the client waits for it
                     continue
                 final = event
                 response = build_browser_response(
@@ -458,16 +480,11 @@ class AppListener:
                 framing = response.framing
                 exchange.keep_browser = response.keep_alive and not request.upgrade
                 exchange.response_started = True
-                await browser.send(response.head)
-            elif isinstance(event, BodyChunk):
-                if framing is Framing.CHUNKED:
-                    browser.writer.write(encode_chunk(event.data))
-                else:
-                    browser.writer.write(event.data)
-                await browser.writer.drain()
+                out.append(response.head)
             elif event is MESSAGE_END:
                 if framing is Framing.CHUNKED:
-                    await browser.send(LAST_CHUNK)
+                    out.append(LAST_CHUNK)
+                await browser.send(b"".join(out))
                 assert final is not None
                 exchange.reuse_upstream = (
                     final.keep_alive

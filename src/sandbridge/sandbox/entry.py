@@ -16,6 +16,7 @@ import stat
 import sys
 from pathlib import Path
 
+from sandbridge import event_loop
 from sandbridge.sandbox.shim import Shim
 
 HELPER_NAME = "ags-webview-url"
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("no command given")
     install_helper(Path(os.environ.get("HOME", "/tmp")))
-    return asyncio.run(run(args.upstream_socket, command))
+    return event_loop.run(run(args.upstream_socket, command))
 
 
 if __name__ == "__main__":
