@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbridge.wire.limits import MAX_V1_BODY_BYTES
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SANDBRIDGE = [PYTHON, "-m", "sandbridge.cli"]
@@ -97,6 +99,8 @@ class RelayPath:
     supports_websocket: bool = True
     # socat forks a relay process per connection; those count as the relay too.
     forks: bool = False
+    # Largest body the path carries (v1 holds whole bodies and caps them); None: any.
+    max_body: int | None = None
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -194,6 +198,8 @@ def sandbridge(work: Path, ports: tuple[int, int]) -> RelayPath:
             str(REPO),
             "--max-apps",
             "300",
+            "--max-connections-per-app",
+            "2500",
             "--",
             "sh",
             "-c",
@@ -250,6 +256,7 @@ def sandbridge_v1(work: Path, ports: tuple[int, int]) -> RelayPath:
         [shim, host],
         [host.pid, shim.pid],
         supports_websocket=False,
+        max_body=MAX_V1_BODY_BYTES,
     )
 
 

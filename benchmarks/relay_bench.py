@@ -117,6 +117,11 @@ class Results:
         return statistics.median(ratios) if ratios else None
 
 
+def fits(path: RelayPath, file: Path) -> bool:
+    """Whether the path can carry this file as one body (v1 cannot carry large ones)."""
+    return path.max_body is None or file.stat().st_size <= path.max_body
+
+
 def measure_round(
     path: RelayPath, results: Results, args: argparse.Namespace, files: dict[str, Path]
 ) -> None:
@@ -134,8 +139,9 @@ def measure_round(
     results.add(name, "c64_p99_ms", c64["p99_ms"])
     if path.relay_pids:
         results.add(name, "cpu_us_per_req", cpu / c64["requests"] * 1e6)
-    results.add(name, "get_100m_mbps", workloads.bulk_get(path.http + "/100m"))
-    results.add(name, "post_100m_mbps", workloads.bulk_post(path.http + "/sink", files["100m"]))
+    if fits(path, files["100m"]):
+        results.add(name, "get_100m_mbps", workloads.bulk_get(path.http + "/100m"))
+        results.add(name, "post_100m_mbps", workloads.bulk_post(path.http + "/sink", files["100m"]))
     results.add(name, "ttfb_ms", workloads.ttfb(small, args.ttfb_samples))
     sse = workloads.sse_latency(path.stream, args.sse_events)
     results.add(name, "sse_p50_ms", sse["p50_ms"])
@@ -155,17 +161,34 @@ def measure_scaling(
     scaling["rps_by_concurrency"] = {
         str(c): workloads.wrk(path.http + "/1k", c, args.seconds)["rps"] for c in args.concurrency
     }
-    scaling["mbps_by_size"] = {
-        size: workloads.bulk_get(f"{path.http}/{size}") for size in files if size != "100m"
-    } | {"100m": results.median(name, "get_100m_mbps")}
+    by_size: dict[str, float | str | None] = {}
+    for size, file in files.items():
+        if size == "100m":
+            by_size[size] = results.median(name, "get_100m_mbps")
+        elif fits(path, file):
+            try:
+                by_size[size] = workloads.bulk_get(f"{path.http}/{size}")
+            except subprocess.CalledProcessError as failed:
+                by_size[size] = f"failed (curl exit {failed.returncode})"
+    scaling["mbps_by_size"] = by_size
     if path.supports_websocket and name in ("direct", "sandbridge", "nginx"):
         by_count = {}
         for count in args.websockets:
-            by_count[str(count)] = workloads.open_websockets(
-                path.stream, count, lambda: workloads.relay_rss_total(path.relay_pids, path.forks)
-            )
+            try:
+                by_count[str(count)] = workloads.open_websockets(
+                    path.stream,
+                    count,
+                    lambda: workloads.relay_rss_total(path.relay_pids, path.forks),
+                )
+            except Exception as failed:  # a path that cannot hold them: say so, go on
+                by_count[str(count)] = f"failed: {failed}"
+                break
         scaling["relay_rss_kib_by_open_websockets"] = by_count
-        if path.relay_pids and len(args.websockets) > 1:
+        if (
+            path.relay_pids
+            and len(by_count) == len(args.websockets) > 1
+            and all(isinstance(value, int) for value in by_count.values())
+        ):
             low, high = args.websockets[0], args.websockets[-1]
             scaling["kib_per_idle_websocket"] = (
                 (by_count[str(high)] - by_count[str(low)]) / (high - low)  # type: ignore[operator]
