@@ -54,6 +54,14 @@ def wait_until_serving(url: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{url} is not serving after {timeout}s")
 
 
+def nginx_temp_paths(tmp: Path | str) -> str:
+    """nginx's scratch directories, somewhere writable (the host's /var/lib may not be)."""
+    return " ".join(
+        f"{kind}_temp_path {tmp}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+
+
 def nginx_app_conf(work: Path, port: int, sandboxed: bool) -> Path:
     """nginx as the fast static app: sendfile, keep-alive, a /sink that discards POSTs."""
     tmp = "/tmp/nginx-app" if sandboxed else str(work / "nginx-app-tmp")
@@ -71,11 +79,7 @@ http {{
   sendfile on;
   tcp_nopush on;
   keepalive_requests 1000000;
-  client_body_temp_path {tmp}/body;
-  proxy_temp_path {tmp}/proxy;
-  fastcgi_temp_path {tmp}/fastcgi;
-  uwsgi_temp_path {tmp}/uwsgi;
-  scgi_temp_path {tmp}/scgi;
+  {nginx_temp_paths(tmp)}
   server {{
     listen 127.0.0.1:{port} backlog=4096;
     root {work}/www;
@@ -301,11 +305,7 @@ events {{ worker_connections 16384; }}
 http {{
   access_log off;
   keepalive_requests 1000000;
-  client_body_temp_path {tmp}/body;
-  proxy_temp_path {tmp}/proxy;
-  fastcgi_temp_path {tmp}/fastcgi;
-  uwsgi_temp_path {tmp}/uwsgi;
-  scgi_temp_path {tmp}/scgi;
+  {nginx_temp_paths(tmp)}
   map $http_upgrade $connection_upgrade {{ default upgrade; '' ''; }}
   {servers}
 }}

@@ -94,6 +94,22 @@ class Process:
         return status
 
 
+def run_argv(workdir: Path, *command: str, options: tuple[str, ...] = ()) -> list[str]:
+    """``sandbridge run`` of ``command`` in ``workdir``, with the checkout visible inside
+    (the test apps live there, and the checkout may lie under /tmp, private inside)."""
+    return [
+        *SANDBRIDGE,
+        "run",
+        "--workdir",
+        str(workdir),
+        "--ro-bind",
+        str(REPO),
+        *options,
+        "--",
+        *command,
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

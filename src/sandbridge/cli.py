@@ -8,6 +8,7 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbridge import __version__, event_loop, log
@@ -137,7 +138,7 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
     )
 
 
-def _spec_factory(args: argparse.Namespace, command: list[str]):  # type: ignore[no-untyped-def]
+def _spec_factory(args: argparse.Namespace, command: list[str]) -> Callable[[Path], SandboxSpec]:
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
@@ -165,19 +166,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
+    return _run_session(args, command, _print_app)
+
+
+def _run_session(
+    args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
+) -> int:
     backend = resolve(args.backend)
     return event_loop.run(
         run_session(
             _spec_factory(args, command),
             backend,
-            on_register=_print_app,
+            on_register=on_register,
             settings=_settings(args),
         )
     )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    backend = resolve(args.backend)
     command = [sys.executable, "-m", "sandbridge.demo.app", "--port", str(args.port)]
     if args.base_path != "/":
         command += ["--base-path", args.base_path]
@@ -195,14 +201,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             else:
                 print("sandbridge demo: no host browser found; open the URL yourself", flush=True)
 
-    return event_loop.run(
-        run_session(
-            _spec_factory(args, command),
-            backend,
-            on_register=announce,
-            settings=_settings(args),
-        )
-    )
+    return _run_session(args, command, announce)
 
 
 async def _until_signalled() -> int:

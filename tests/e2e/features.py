@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, host_port_of
+from tests.conftest import PYTHON, REPO, Process, host_port_of, run_argv
 
 FEATURE_APP = str(REPO / "tests" / "apps" / "feature_app.py")
 
@@ -17,20 +17,7 @@ class FeatureSession:
 
     def __init__(self, workdir: Path, base: str, options: tuple[str, ...] = ()) -> None:
         self.process = Process(
-            [
-                *SANDBRIDGE,
-                "run",
-                "--workdir",
-                str(workdir),
-                "--ro-bind",
-                str(REPO),
-                *options,
-                "--",
-                PYTHON,
-                FEATURE_APP,
-                "--base",
-                base,
-            ]
+            run_argv(workdir, PYTHON, FEATURE_APP, "--base", base, options=options)
         )
         report = json.loads(self.process.wait_line("READY").removeprefix("READY "))
         self.url: str = report["url"]

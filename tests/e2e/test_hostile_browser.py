@@ -13,34 +13,27 @@ import pytest
 from tests.conftest import (
     ECHO_APP,
     PYTHON,
-    REPO,
-    SANDBRIDGE,
     Process,
     host_port_of,
     raw_exchange,
     request,
+    run_argv,
 )
 
 
 class Session:
     def __init__(self, workdir: Path, *options: str) -> None:
         self.process = Process(
-            [
-                *SANDBRIDGE,
-                "run",
-                "--workdir",
-                str(workdir),
-                "--ro-bind",
-                str(REPO),
-                *options,
-                "--",
+            run_argv(
+                workdir,
                 PYTHON,
                 ECHO_APP,
                 "--register",
                 "4173",
                 "--register",
                 "4174",
-            ]
+                options=options,
+            )
         )
         report = json.loads(self.process.wait_line("READY").removeprefix("READY "))
         self.urls: list[str] = report["urls"]

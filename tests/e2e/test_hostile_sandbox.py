@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, host_port_of, request
+from tests.conftest import PYTHON, REPO, Process, host_port_of, request, run_argv
 
 SABOTEUR = str(REPO / "tests" / "apps" / "saboteur.py")
 HOSTILE_SHIM = str(REPO / "tests" / "peers" / "hostile_shim.py")
@@ -22,18 +22,7 @@ HOSTILE_SHIM = str(REPO / "tests" / "peers" / "hostile_shim.py")
 def saboteur(workdir: Path, xdg: Path, *args: str) -> Iterator[dict[str, object]]:
     os.mkfifo(workdir / "release")
     process = Process(
-        [
-            *SANDBRIDGE,
-            "run",
-            "--workdir",
-            str(workdir),
-            "--ro-bind",
-            str(REPO),
-            "--",
-            PYTHON,
-            SABOTEUR,
-            *args,
-        ],
+        run_argv(workdir, PYTHON, SABOTEUR, *args),
         env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)},
     )
     try:

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import ECHO_APP, PYTHON, REPO, SANDBRIDGE, Process, host_port_of
+from tests.conftest import ECHO_APP, PYTHON, Process, host_port_of, run_argv
 from tests.e2e.features import rss_kib
 
 SOAK_SECONDS = float(os.environ.get("SANDBRIDGE_SOAK_SECONDS", "15"))
@@ -86,27 +86,23 @@ def wait_for(condition: object, seconds: float) -> bool:
 
 def test_soak_with_good_and_hostile_clients(tmp_path: Path) -> None:
     process = Process(
-        [
-            *SANDBRIDGE,
-            "run",
-            "--workdir",
-            str(tmp_path),
-            "--ro-bind",
-            str(REPO),
-            "--keepalive-timeout",
-            "1",
-            "--header-timeout",
-            "1",
-            "--response-timeout",
-            "10",
-            "--",
+        run_argv(
+            tmp_path,
             PYTHON,
             ECHO_APP,
             "--register",
             "4173",
             "--register",
             "4174",
-        ]
+            options=(
+                "--keepalive-timeout",
+                "1",
+                "--header-timeout",
+                "1",
+                "--response-timeout",
+                "10",
+            ),
+        )
     )
     try:
         report = json.loads(process.wait_line("READY").removeprefix("READY "))

@@ -24,31 +24,18 @@ from tests.conftest import (
     host_port_of,
     port_is_open,
     request,
+    run_argv,
 )
 
 BACKENDS = ["bwrap", "unshare"]
 # The test apps live in the checkout, which may itself be under /tmp (private inside).
-SEE_REPO = ("--ro-bind", str(REPO))
+SEE_REPO = ("--ro-bind", str(REPO))  # for the one test that builds its own command line
 
 
 def sandboxed(
     backend: str, workdir: Path, *command: str, options: tuple[str, ...] = (), **kwargs: object
 ) -> Process:
-    return Process(
-        [
-            *SANDBRIDGE,
-            "run",
-            "--backend",
-            backend,
-            "--workdir",
-            str(workdir),
-            *SEE_REPO,
-            *options,
-            "--",
-            *command,
-        ],
-        **kwargs,
-    )
+    return Process(run_argv(workdir, *command, options=("--backend", backend, *options)), **kwargs)
 
 
 def run_to_end(
@@ -60,20 +47,7 @@ def run_to_end(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            *SANDBRIDGE,
-            "run",
-            "--backend",
-            backend,
-            "--workdir",
-            str(workdir),
-            *SEE_REPO,
-            *options,
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
+        run_argv(workdir, "sh", "-c", script, options=("--backend", backend, *options)),
         capture_output=True,
         text=True,
         timeout=60,
