@@ -19,12 +19,11 @@ import asyncio
 import collections
 import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from sandbridge import log
 from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.host.relay_settings import SessionScope
-from sandbridge.host.upstream import Protocol, open_stream
+from sandbridge.host.upstream import UpstreamConnector
 from sandbridge.host.v1_exchange import exchange_v1
 from sandbridge.http.forwarding import (
     LAST_CHUNK,
@@ -48,7 +47,6 @@ from sandbridge.http.parser import (
 from sandbridge.http.private_access import AccessGate, redirect_response
 from sandbridge.unix_sockets import copy, linger_close
 from sandbridge.wire.registration import app_url
-from sandbridge.wire.stream import NotStreamCapable
 
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
 # while bounding what one connection can hold per direction.
@@ -65,29 +63,6 @@ class App:
     base_path: str
     host_port: int
     url: str
-
-
-class UpstreamConnector:
-    """Opens upstream connections for a session, remembering which protocol works."""
-
-    def __init__(self, socket_path: Path, protocol: Protocol = Protocol.AUTO) -> None:
-        self.socket_path = socket_path
-        self.protocol = protocol
-
-    async def open(
-        self, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes] | None:
-        """Open a stream to ``port``; ``None`` means: use v1 for this session."""
-        if self.protocol is Protocol.V1:
-            return None
-        try:
-            return await open_stream(self.socket_path, port)
-        except NotStreamCapable:
-            if self.protocol is Protocol.STREAM:
-                raise UpstreamError("shim does not speak stream mode") from None
-            log.info("upstream.v1_fallback", socket=str(self.socket_path))
-            self.protocol = Protocol.V1
-            return None
 
 
 class BrowserConnection:

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from sandbridge import log
 from sandbridge.exceptions import RegistrationError
-from sandbridge.host.app_listener import App, AppListener, UpstreamConnector
+from sandbridge.host.app_listener import App, AppListener
 from sandbridge.host.registration import RegistrationServer
 from sandbridge.host.relay_settings import RelaySettings, SessionScope
 from sandbridge.host.runtime_dir import RuntimeDir
-from sandbridge.host.upstream import Protocol
+from sandbridge.host.upstream import Protocol, UpstreamConnector
 from sandbridge.wire.registration import RegisterRequest
 
 OnRegister = Callable[[App], None]

@@ -16,6 +16,7 @@ import socket
 import stat
 from pathlib import Path
 
+from sandbridge import log
 from sandbridge.exceptions import UpstreamError, WireError
 from sandbridge.unix_sockets import read_line
 from sandbridge.wire import stream
@@ -92,3 +93,26 @@ async def open_stream(
         writer.close()
         raise StreamRefused(f"shim could not reach sandbox port {port}: {ack.error}")
     return reader, writer, rest
+
+
+class UpstreamConnector:
+    """Opens upstream connections for a session, remembering which protocol works."""
+
+    def __init__(self, socket_path: Path, protocol: Protocol = Protocol.AUTO) -> None:
+        self.socket_path = socket_path
+        self.protocol = protocol
+
+    async def open(
+        self, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes] | None:
+        """Open a stream to ``port``; ``None`` means: use v1 for this session."""
+        if self.protocol is Protocol.V1:
+            return None
+        try:
+            return await open_stream(self.socket_path, port)
+        except stream.NotStreamCapable:
+            if self.protocol is Protocol.STREAM:
+                raise UpstreamError("shim does not speak stream mode") from None
+            log.info("upstream.v1_fallback", socket=str(self.socket_path))
+            self.protocol = Protocol.V1
+            return None
