@@ -55,6 +55,31 @@ async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             dst.write_eof()
 
 
+async def copy_both_ways(
+    a_reader: asyncio.StreamReader,
+    a_writer: asyncio.StreamWriter,
+    b_reader: asyncio.StreamReader,
+    b_writer: asyncio.StreamWriter,
+    *,
+    grace: float | None,
+) -> None:
+    """Copy a -> b and b -> a until both ends close or either fails.
+
+    After one direction ends cleanly, the other gets ``grace`` seconds to finish
+    (``None``: as long as it takes); a failing direction stops both at once.
+    """
+    forward = asyncio.create_task(copy(a_reader, b_writer))
+    backward = asyncio.create_task(copy(b_reader, a_writer))
+    try:
+        done, _ = await asyncio.wait({forward, backward}, return_when=asyncio.FIRST_COMPLETED)
+        if any(task.exception() is None for task in done):
+            await asyncio.wait({forward, backward}, timeout=grace)
+    finally:
+        for task in (forward, backward):
+            task.cancel()
+        await asyncio.gather(forward, backward, return_exceptions=True)
+
+
 async def close_writer(writer: asyncio.StreamWriter) -> None:
     """Close a stream, ignoring a peer that already went away."""
     writer.close()

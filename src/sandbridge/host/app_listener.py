@@ -45,7 +45,7 @@ from sandbridge.http.parser import (
     Upgraded,
 )
 from sandbridge.http.private_access import AccessGate, redirect_response
-from sandbridge.unix_sockets import copy, linger_close
+from sandbridge.unix_sockets import copy_both_ways, linger_close
 from sandbridge.wire.registration import app_url
 
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
@@ -489,14 +489,13 @@ class AppListener:
             if isinstance(event, Upgraded) and event.trailing:
                 browser.writer.write(event.trailing)
 
-        to_app = asyncio.create_task(copy(browser.reader, upstream.writer))
-        to_browser = asyncio.create_task(copy(upstream.reader, browser.writer))
         try:
-            done, _ = await asyncio.wait({to_app, to_browser}, return_when=asyncio.FIRST_COMPLETED)
-            if any(task.exception() is None for task in done):
-                await asyncio.wait({to_app, to_browser}, timeout=TUNNEL_CLOSE_GRACE)
+            await copy_both_ways(
+                browser.reader,
+                browser.writer,
+                upstream.reader,
+                upstream.writer,
+                grace=TUNNEL_CLOSE_GRACE,
+            )
         finally:
-            for task in (to_app, to_browser):
-                task.cancel()
-            await asyncio.gather(to_app, to_browser, return_exceptions=True)
             upstream.writer.transport.abort()

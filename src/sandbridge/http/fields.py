@@ -25,3 +25,8 @@ def is_field_value(value: bytes) -> bool:
 def is_reason_phrase(value: bytes) -> bool:
     """True if ``value`` may stand after a status code."""
     return _REASON.fullmatch(value) is not None
+
+
+def field_values(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
+    """Every value of header ``name`` (lower-case), in order."""
+    return [value for key, value in headers if key.lower() == name]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sandbridge.exceptions import HttpError
 from sandbridge.http.base_path import apply_base_path
+from sandbridge.http.fields import field_values
 from sandbridge.http.origin_policy import check_host, check_origin, origins_of
 from sandbridge.http.parser import Headers, RequestHead, ResponseHead
 from sandbridge.http.private_access import strip_relay_cookies
@@ -98,18 +99,14 @@ def _end_to_end(headers: Headers, also_drop: frozenset[bytes] = frozenset()) -> 
     ]
 
 
-def _values(headers: Headers, name: bytes) -> list[bytes]:
-    return [value for key, value in headers if key.lower() == name]
-
-
 def request_framing(headers: Headers) -> Framing:
     """Body framing of a request whose head llhttp already accepted."""
-    encodings = _values(headers, b"transfer-encoding")
+    encodings = field_values(headers, b"transfer-encoding")
     if encodings:
         if len(encodings) != 1 or encodings[0].strip().lower() != b"chunked":
             raise HttpError(501, f"unsupported Transfer-Encoding {b', '.join(encodings)!r}")
         return Framing.CHUNKED
-    lengths = _values(headers, b"content-length")
+    lengths = field_values(headers, b"content-length")
     if lengths and int(lengths[0]) > 0:
         return Framing.LENGTH
     return Framing.NONE
@@ -158,10 +155,10 @@ def build_upstream_request(
     if framing is Framing.CHUNKED:
         lines.append(b"Transfer-Encoding: chunked")
     elif framing is Framing.LENGTH:
-        lines.append(b"Content-Length: " + _values(head.headers, b"content-length")[0])
+        lines.append(b"Content-Length: " + field_values(head.headers, b"content-length")[0])
     if head.upgrade:
         lines.append(b"Connection: Upgrade")
-        lines.append(b"Upgrade: " + _values(head.headers, b"upgrade")[0])
+        lines.append(b"Upgrade: " + field_values(head.headers, b"upgrade")[0])
     return UpstreamRequest(
         head=b"\r\n".join(lines) + b"\r\n\r\n",
         method=head.method,
@@ -203,7 +200,7 @@ def build_browser_response(
     """Build the head the browser receives for an app's (final or interim) response."""
     status = head.status
     if sandbox_port is not None:
-        public_origin = b"http://" + _values(request.headers, b"host")[0]
+        public_origin = b"http://" + field_values(request.headers, b"host")[0]
         head = ResponseHead(
             head.status,
             head.reason,
@@ -219,7 +216,7 @@ def build_browser_response(
     lines = [b"HTTP/1.1 %d " % status + head.reason]
     if status == 101:
         lines.extend(name + b": " + value for name, value in _end_to_end(head.headers))
-        upgrade = _values(head.headers, b"upgrade")
+        upgrade = field_values(head.headers, b"upgrade")
         lines.append(b"Connection: Upgrade")
         if upgrade:
             lines.append(b"Upgrade: " + upgrade[0])
@@ -230,13 +227,13 @@ def build_browser_response(
 
     lines.extend(name + b": " + value for name, value in _end_to_end(head.headers))
     keep = keep_alive and request.keep_alive and request.version == "1.1"
-    lengths = _values(head.headers, b"content-length")
+    lengths = field_values(head.headers, b"content-length")
     no_body = request.method == b"HEAD" or status in (204, 304)
     if no_body:
         framing = Framing.NONE
         if lengths and status != 204:
             lines.append(b"Content-Length: " + lengths[0])
-    elif _values(head.headers, b"transfer-encoding"):
+    elif field_values(head.headers, b"transfer-encoding"):
         framing = Framing.CHUNKED
     elif lengths:
         framing = Framing.LENGTH

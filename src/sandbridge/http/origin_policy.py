@@ -17,16 +17,13 @@ import re
 from collections.abc import Iterable
 
 from sandbridge.exceptions import HttpError
+from sandbridge.http.fields import field_values
 from sandbridge.http.parser import Headers
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 SAFE_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS"})
 # host = IP-literal / IPv4address / reg-name, then an optional port (RFC 9110 section 7.2).
 _HOST_SYNTAX = re.compile(rb"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~%!$&'()*+,;=]+)(:[0-9]{1,5})?")
-
-
-def _values(headers: Headers, name: bytes) -> list[bytes]:
-    return [value for key, value in headers if key.lower() == name]
 
 
 def origins_of(ports: Iterable[int]) -> frozenset[bytes]:
@@ -36,7 +33,7 @@ def origins_of(ports: Iterable[int]) -> frozenset[bytes]:
 
 def check_host(headers: Headers, host_port: int) -> bytes:
     """Return the one Host value if it names this app's origin, else refuse."""
-    hosts = _values(headers, b"host")
+    hosts = field_values(headers, b"host")
     if not hosts:
         raise HttpError(400, "missing Host header")
     if len(hosts) > 1:
@@ -57,7 +54,7 @@ def check_origin(
     """Refuse a cross-site upgrade or unsafe request (403)."""
     if not upgrade and method in SAFE_METHODS:
         return
-    origins = _values(headers, b"origin")
+    origins = field_values(headers, b"origin")
     if not origins:
         return
     if len(origins) > 1:

@@ -22,7 +22,7 @@ from sandbridge.exceptions import HttpError, WireError
 from sandbridge.http.base_path import apply_base_path
 from sandbridge.http.forwarding import HOP_BY_HOP
 from sandbridge.http.parser import MESSAGE_END, BodyChunk, ResponseHead, ResponseReader
-from sandbridge.unix_sockets import bind_unix_socket, close_writer, copy, read_line
+from sandbridge.unix_sockets import bind_unix_socket, close_writer, copy_both_ways, read_line
 from sandbridge.wire import stream, v1
 from sandbridge.wire.jsonline import decode_object
 from sandbridge.wire.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES, V1_EXCHANGE_TIMEOUT
@@ -105,14 +105,8 @@ class Shim:
             writer.write(stream.encode_ack())
             if rest:
                 app_writer.write(rest)
-            to_app = asyncio.create_task(copy(reader, app_writer))
-            to_host = asyncio.create_task(copy(app_reader, writer))
-            try:
-                await asyncio.wait({to_app, to_host}, return_when=asyncio.FIRST_EXCEPTION)
-            finally:
-                to_app.cancel()
-                to_host.cancel()
-                await asyncio.gather(to_app, to_host, return_exceptions=True)
+            # The host decides when a stream is over: both halves run to their end.
+            await copy_both_ways(reader, writer, app_reader, app_writer, grace=None)
         finally:
             app_writer.transport.abort()
 
