@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from sandbridge.host.app_listener import App
 from sandbridge.host.relay_settings import RelaySettings
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
+from sandbridge.host.session_registry import SessionEntry, list_sessions
 from sandbridge.host.upstream import Protocol
 from sandbridge.runner.backend import BACKENDS, resolve
 from sandbridge.runner.run import default_home, run_session, stdin_is_terminal
@@ -56,6 +59,7 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         metavar="SRC[:DEST]",
         help="extra read-only bind mount",
     )
+    _add_name_option(parser)
     parser.add_argument(
         "--env",
         action="append",
@@ -64,6 +68,18 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         help="set a variable inside (NAME alone passes the host's value)",
     )
     _add_relay_options(parser)
+
+
+def _add_name_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="the session's id for sandbridge ls and terminals (default: a random s-XXXXXX)",
+    )
+
+
+def _print_session(entry: SessionEntry) -> None:
+    print(f"sandbridge: session {entry.id}", file=sys.stderr, flush=True)
 
 
 def _add_relay_options(parser: argparse.ArgumentParser) -> None:
@@ -179,6 +195,8 @@ def _run_session(
             backend,
             on_register=on_register,
             settings=_settings(args),
+            name=args.name,
+            on_session=_print_session,
         )
     )
 
@@ -220,15 +238,23 @@ async def _until_signalled() -> int:
 
 def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
+        settings = _settings(args)
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
+        try:
+            entry = SessionEntry.create(args.name, Path.cwd())
+        except BaseException:
+            runtime_dir.remove()
+            raise
         session = HostSession(
             runtime_dir,
             protocol=Protocol(args.protocol),
             on_register=_print_app,
-            settings=_settings(args),
+            settings=settings,
+            entry=entry,
         )
         try:
             await session.start()
+            _print_session(entry)
             print(
                 f"sandbridge: serving registrations on {runtime_dir.relay_socket}",
                 file=sys.stderr,
@@ -237,8 +263,26 @@ def cmd_host(args: argparse.Namespace) -> int:
             return await _until_signalled()
         finally:
             await session.close()
+            entry.remove()
 
     return event_loop.run(serve())
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    sessions = list_sessions()
+    if args.json:
+        print(json.dumps([record.to_json() for record in sessions], indent=2))
+        return 0
+    if not sessions:
+        print("no running sessions")
+        return 0
+    for record in sessions:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started))
+        print(f"{record.id}  pid {record.pid}  since {started}  {record.workdir}")
+        for app in record.apps:
+            private = "  (private)" if app.private else ""
+            print(f"  port {app.port} -> {app.url}{private}")
+    return 0
 
 
 def cmd_shim(args: argparse.Namespace) -> int:
@@ -290,8 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="forwarding protocol the shim speaks (auto: stream, else v1)",
     )
+    _add_name_option(host)
     _add_relay_options(host)
     host.set_defaults(func=cmd_host)
+
+    ls = commands.add_parser("ls", help="list running sessions and their apps")
+    ls.add_argument("--json", action="store_true", help="print JSON for scripts")
+    ls.set_defaults(func=cmd_ls)
 
     shim = commands.add_parser("shim", help="run the shim inside a sandbox another runtime starts")
     shim.add_argument(

@@ -255,7 +255,10 @@ def test_session_end_removes_everything(
     url_port = host_port_of(str(report["urls"][0]))  # type: ignore[index]
     assert echo(url_port)["server_port"] == 4173
     assert processes_with(marker)
-    assert len(list(xdg.iterdir())) == 1
+    assert sorted(path.name for path in xdg.iterdir()) == [
+        f"ags-webview-relay-{process.popen.pid}",
+        f"sandbridge-{os.getuid()}",
+    ]
     if how.startswith("SIG"):
         assert process.stop(getattr(signal, how)) == expected
     else:
@@ -278,7 +281,8 @@ def test_sigkill_of_sandbridge_kills_the_sandbox_and_next_start_cleans(
     process.stop(signal.SIGKILL)
     assert not port_is_open(url_port)
     _wait_gone(marker)
-    assert len(list(xdg.iterdir())) == 1  # the stale dir: nothing could remove it
+    # The stale runtime and session dirs: nothing could remove them.
+    assert len(list(xdg.iterdir())) == 2
     assert run_to_end(backend, tmp_path, "true").returncode == 0
     assert list(xdg.iterdir()) == []
 
@@ -312,11 +316,12 @@ def test_two_sessions_are_isolated(backend: str, tmp_path: Path, xdg: Path) -> N
         assert port_one != port_two
         assert pid_one == one["pid"] and pid_two == two["pid"]
         dirs = sorted(xdg.iterdir())
-        assert len(dirs) == 2
+        # Two runtime dirs and the host's session state (control sockets): none visible.
+        assert [d.name.startswith("ags-webview-relay-") for d in dirs] == [True, True, False]
         probe = run_to_end(
             backend,
             tmp_path,
-            " ".join(f"test -e {d}/relay.sock && echo visible-{i};" for i, d in enumerate(dirs))
+            " ".join(f"test -e {d} && echo visible-{i};" for i, d in enumerate(dirs))
             + "ls /run/ags-webview-relay",
         )
         assert "visible" not in probe.stdout

@@ -12,8 +12,9 @@ from sandbridge.host.app_listener import App, AppListener
 from sandbridge.host.registration import RegistrationServer
 from sandbridge.host.relay_settings import RelaySettings, SessionScope
 from sandbridge.host.runtime_dir import RuntimeDir
+from sandbridge.host.session_registry import AppRecord, SessionEntry
 from sandbridge.host.upstream import Protocol, UpstreamConnector
-from sandbridge.wire.registration import RegisterRequest
+from sandbridge.wire.registration import RegisterRequest, app_url
 
 OnRegister = Callable[[App], None]
 
@@ -27,6 +28,7 @@ class HostSession:
     on_register: OnRegister | None = None
     settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)
+    entry: SessionEntry | None = None
     _registration: RegistrationServer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -51,12 +53,21 @@ class HostSession:
             listener = AppListener(request.port, request.base_path, self._connector, self._scope)
             await listener.start()
             self.listeners.append(listener)
+            if self.entry is not None:
+                self.entry.set_apps([self._record(listener) for listener in self.listeners])
         app = listener.app
         # The URL of a private app carries its one-time token: never log it.
         log.info("app.registered", sandbox_port=app.port, host_port=app.host_port)
         if self.on_register is not None:
             self.on_register(app)
         return app
+
+    def _record(self, listener: AppListener) -> AppRecord:
+        # The token-free URL: a private app's token never leaves this process.
+        url = app_url(listener.host_port, listener.base_path)
+        return AppRecord(
+            listener.port, listener.host_port, listener.base_path, url, self.settings.private
+        )
 
     async def close(self) -> None:
         """Stop registrations, close every listener and connection, remove the dir."""

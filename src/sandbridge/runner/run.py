@@ -21,6 +21,7 @@ from sandbridge.host.app_listener import App
 from sandbridge.host.relay_settings import RelaySettings
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
+from sandbridge.host.session_registry import SessionEntry
 from sandbridge.host.upstream import Protocol
 from sandbridge.runner.backend import sandbox_argv
 from sandbridge.runner.spec import SandboxSpec
@@ -34,18 +35,28 @@ async def run_session(
     on_register: Callable[[App], None] | None = None,
     runtime_path: Path | None = None,
     settings: RelaySettings | None = None,
+    name: str | None = None,
+    on_session: Callable[[SessionEntry], None] | None = None,
 ) -> int:
-    """Run one sandbox session; return the command's exit status."""
+    """Run one sandbox session named ``name`` (else a random id); return the exit status."""
     runtime_dir = RuntimeDir.create(runtime_path)
+    spec = spec_factory(runtime_dir.path)
+    try:
+        entry = SessionEntry.create(name, spec.workdir)
+    except BaseException:
+        runtime_dir.remove()
+        raise
     session = HostSession(
         runtime_dir,
         protocol=protocol,
         on_register=on_register,
         settings=RelaySettings() if settings is None else settings,
+        entry=entry,
     )
     try:
         await session.start()
-        spec = spec_factory(runtime_dir.path)
+        if on_session is not None:
+            on_session(entry)
         argv = sandbox_argv(backend, spec)
         log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
         process = await asyncio.create_subprocess_exec(*argv)
@@ -76,6 +87,7 @@ async def run_session(
         return 128 - status if status < 0 else status
     finally:
         await session.close()
+        entry.remove()
 
 
 def default_home() -> Path:

@@ -1,0 +1,256 @@
+"""Running sessions, as the host's other commands see them (``sandbridge ls``).
+
+Each live session owns a directory ``<state root>/sessions/<id>/`` where the state root
+is ``${XDG_RUNTIME_DIR:-/tmp}/sandbridge-<uid>`` (0700). It holds ``session.json`` (id,
+pid, workdir, apps) and the session's host-only files: its control socket and its logs.
+This directory is never the runtime dir the sandbox sees; it lives beside it, so the
+runner masks it together with the runtime dirs.
+
+Liveness works like the runtime dir's: the session holds an ``flock`` on its directory
+for its whole life, so a directory whose lock is free belongs to a dead session (even one
+killed with SIGKILL) and is removed by the next listing. A session directory is built
+under a hidden temporary name, locked, filled, and only then renamed into place, so a
+listing never sees a half-made one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.host.runtime_dir import runtime_base
+
+STATE_PREFIX = "sandbridge-"
+SESSIONS = "sessions"
+RECORD = "session.json"
+CONTROL_SOCKET = "control.sock"
+
+# A name is typed on command lines and used as a directory name: short, lower case,
+# no path separators, no leading dot or dash.
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+# A session record is small (256 apps at most); anything bigger was not written by us.
+MAX_RECORD_BYTES = 256 * 1024
+
+
+class SessionError(SandbridgeError):
+    """A session name is invalid or taken, or the state directory is unsafe."""
+
+
+def state_root() -> Path:
+    """``${XDG_RUNTIME_DIR:-/tmp}/sandbridge-<uid>``: this user's session state."""
+    return runtime_base() / f"{STATE_PREFIX}{os.getuid()}"
+
+
+def _private_dir(path: Path) -> Path:
+    """Create ``path`` 0700 if missing; refuse one that is a link, foreign or open to others."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise SessionError(f"state dir {path} is not a directory; remove it")
+    if info.st_uid != os.getuid():
+        raise SessionError(f"state dir {path} is owned by uid {info.st_uid}, not you; remove it")
+    if info.st_mode & 0o077:
+        raise SessionError(
+            f"state dir {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod 700 on it"
+        )
+    return path
+
+
+def sessions_dir(root: Path | None = None) -> Path:
+    root = _private_dir(state_root() if root is None else root)
+    return _private_dir(root / SESSIONS)
+
+
+def validate_name(name: str, what: str = "--name") -> str:
+    """Return ``name`` if it can name a session, else raise with the offending value."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise SessionError(
+            f"{what} {name!r}: use 1-40 characters a-z 0-9 . _ -, starting with a letter or digit"
+        )
+    return name
+
+
+def new_session_id() -> str:
+    """A short random id for an unnamed session."""
+    return f"s-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class AppRecord:
+    """One registered app, without any secret (a private app's token is never written)."""
+
+    port: int
+    host_port: int
+    base_path: str
+    url: str
+    private: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """What ``sandbridge ls`` shows of one live session."""
+
+    id: str
+    pid: int
+    started: float
+    workdir: str
+    apps: list[AppRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _is_live(path: Path) -> bool | None:
+    """True if a session holds ``path``'s lock, False if stale, None if not ours to judge."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            return None
+        if _try_lock(fd):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        return True
+    finally:
+        os.close(fd)
+
+
+def _sweep(base: Path) -> list[Path]:
+    """Remove the directories of ended sessions under ``base``; return the live ones."""
+    live: list[Path] = []
+    for entry in sorted(base.iterdir()):
+        state = _is_live(entry)
+        if state is False:
+            shutil.rmtree(entry, ignore_errors=True)
+        elif state and not entry.name.startswith("."):
+            live.append(entry)
+    return live
+
+
+class SessionEntry:
+    """This process's own session directory; :meth:`remove` deletes it."""
+
+    def __init__(self, path: Path, fd: int, record: SessionRecord) -> None:
+        self.path = path
+        self._fd = fd
+        self.record = record
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def control_socket(self) -> Path:
+        """The host-only socket owner commands use to reach this session."""
+        return self.path / CONTROL_SOCKET
+
+    @classmethod
+    def create(cls, name: str | None, workdir: Path, root: Path | None = None) -> SessionEntry:
+        """Claim session ``name`` (or a fresh random id); refuse a name a live session holds."""
+        session_id = new_session_id() if name is None else validate_name(name)
+        # Another session ending removes the empty state dirs; make them again if so.
+        for attempt in range(3):
+            base = sessions_dir(root)
+            _sweep(base)
+            final = base / session_id
+            if _is_live(final):
+                raise SessionError(
+                    f"session {session_id!r} is already running; choose another --name"
+                )
+            staging = base / f".new-{secrets.token_hex(8)}"
+            try:
+                os.mkdir(staging, 0o700)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise SessionError(f"cannot create a session dir in {base}") from None
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        record = SessionRecord(session_id, os.getpid(), time.time(), str(workdir))
+        entry = cls(staging, fd, record)
+        entry._write(record)
+        try:
+            os.rename(staging, final)
+        except OSError:
+            entry.remove()
+            raise SessionError(
+                f"session {session_id!r} is already running; choose another --name"
+            ) from None
+        entry.path = final
+        return entry
+
+    def set_apps(self, apps: list[AppRecord]) -> None:
+        """Record the session's current apps for ``sandbridge ls``."""
+        self.record = SessionRecord(
+            self.record.id, self.record.pid, self.record.started, self.record.workdir, apps
+        )
+        self._write(self.record)
+
+    def _write(self, record: SessionRecord) -> None:
+        # Write then rename: a reader sees the old record or the new one, never half.
+        temporary = self.path / f".{RECORD}.tmp"
+        temporary.write_text(json.dumps(record.to_json()))
+        os.rename(temporary, self.path / RECORD)
+
+    def remove(self) -> None:
+        """Delete this session's directory, and the state dirs if no session is left."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        # rmdir refuses a directory that another session still uses: nothing else is lost.
+        with contextlib.suppress(OSError):
+            os.rmdir(self.path.parent)
+            os.rmdir(self.path.parent.parent)
+
+
+def _read_record(path: Path) -> SessionRecord | None:
+    try:
+        with open(path / RECORD, "rb") as file:
+            raw = file.read(MAX_RECORD_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+        if not isinstance(data, dict):
+            return None
+        apps = [AppRecord(**app) for app in data.pop("apps", [])]
+        return SessionRecord(**data, apps=apps)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def list_sessions(root: Path | None = None) -> list[SessionRecord]:
+    """Live sessions, oldest first; stale directories found on the way are removed."""
+    records: list[SessionRecord] = []
+    for entry in _sweep(sessions_dir(root)):
+        record = _read_record(entry)
+        if record is not None and record.id == entry.name:
+            records.append(record)
+    return sorted(records, key=lambda record: record.started)
+
+
+def session_path(session_id: str, root: Path | None = None) -> Path:
+    """The directory of live session ``session_id``; refuse an unknown or ended one."""
+    path = sessions_dir(root) / validate_name(session_id, "session")
+    if not _is_live(path):
+        raise SessionError(f"no running session {session_id!r}; see sandbridge ls")
+    return path
