@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.exceptions import RuntimeDirError
+from sandbridge.exceptions import RuntimeDirError, SandbridgeError
 
 PREFIX = "ags-webview-relay-"
 MOUNT_POINT = "/run/ags-webview-relay"
@@ -35,7 +35,19 @@ def default_path(pid: int | None = None) -> Path:
     return runtime_base() / f"{PREFIX}{os.getpid() if pid is None else pid}"
 
 
-def _try_lock(fd: int) -> bool:
+def require_private_dir(path: Path, what: str, error: type[SandbridgeError]) -> None:
+    """Refuse ``path`` unless it is a real directory of this user that others cannot open."""
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise error(f"{what} {path} is not a directory")
+    if info.st_uid != os.getuid():
+        raise error(f"{what} {path} is owned by uid {info.st_uid}, not you")
+    if info.st_mode & 0o077:
+        raise error(f"{what} {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod 700 on it")
+
+
+def try_lock(fd: int) -> bool:
+    """Take ``fd``'s exclusive flock without waiting; False if a live session holds it."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -62,7 +74,7 @@ def clean_stale(base: Path | None = None) -> list[Path]:
             continue  # not a directory, a symlink, or gone: never touched
         try:
             info = os.fstat(fd)
-            if info.st_uid != uid or not _try_lock(fd):
+            if info.st_uid != uid or not try_lock(fd):
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
@@ -102,7 +114,7 @@ class RuntimeDir:
             raise RuntimeDirError(f"cannot create runtime dir {path}: {exc.strerror}") from None
         os.chmod(path, 0o700)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        if not _try_lock(fd):
+        if not try_lock(fd):
             os.close(fd)
             raise RuntimeDirError(f"runtime dir {path} is locked by another session")
         return cls(path=path, owned=True, _fd=fd)
@@ -112,17 +124,9 @@ class RuntimeDir:
         """Use an existing dir (``sandbridge host --runtime-dir``), creating it if missing."""
         if not path.exists():
             return cls.create(path)
-        info = path.lstat()
-        if not stat.S_ISDIR(info.st_mode):
-            raise RuntimeDirError(f"runtime dir {path} is not a directory")
-        if info.st_uid != os.getuid():
-            raise RuntimeDirError(f"runtime dir {path} is owned by uid {info.st_uid}, not you")
-        if info.st_mode & 0o077:
-            raise RuntimeDirError(
-                f"runtime dir {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod 700 on it"
-            )
+        require_private_dir(path, "runtime dir", RuntimeDirError)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        if not _try_lock(fd):
+        if not try_lock(fd):
             os.close(fd)
             raise RuntimeDirError(f"runtime dir {path} is in use by another sandbridge host")
         return cls(path=path, owned=False, _fd=fd)

@@ -22,13 +22,12 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sandbridge.exceptions import SandbridgeError
-from sandbridge.host.runtime_dir import runtime_base
+from sandbridge.host.runtime_dir import require_private_dir, runtime_base, try_lock
 
 STATE_PREFIX = "sandbridge-"
 SESSIONS = "sessions"
@@ -55,15 +54,7 @@ def _private_dir(path: Path) -> Path:
     """Create ``path`` 0700 if missing; refuse one that is a link, foreign or open to others."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise SessionError(f"state dir {path} is not a directory; remove it")
-    if info.st_uid != os.getuid():
-        raise SessionError(f"state dir {path} is owned by uid {info.st_uid}, not you; remove it")
-    if info.st_mode & 0o077:
-        raise SessionError(
-            f"state dir {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod 700 on it"
-        )
+    require_private_dir(path, "state dir", SessionError)
     return path
 
 
@@ -111,14 +102,6 @@ class SessionRecord:
         return asdict(self)
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 def _is_live(path: Path) -> bool | None:
     """True if a session holds ``path``'s lock, False if stale, None if not ours to judge."""
     try:
@@ -128,7 +111,7 @@ def _is_live(path: Path) -> bool | None:
     try:
         if os.fstat(fd).st_uid != os.getuid():
             return None
-        if _try_lock(fd):
+        if try_lock(fd):
             fcntl.flock(fd, fcntl.LOCK_UN)
             return False
         return True
