@@ -25,6 +25,7 @@ from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.host.relay_settings import SessionScope
 from sandbridge.host.upstream import UpstreamConnector
 from sandbridge.host.v1_exchange import exchange_v1
+from sandbridge.host.watchdog import Watchdog
 from sandbridge.http.forwarding import (
     LAST_CHUNK,
     Framing,
@@ -73,6 +74,8 @@ class BrowserConnection:
         self.writer = writer
         self.parser = RequestReader()
         self.events: collections.deque[Event] = collections.deque()
+        # Every timeout of this connection's task (keep-alive, header, response).
+        self.watchdog = Watchdog()
 
     async def next_event(self) -> Event | None:
         """The next request event, reading as needed; ``None`` at end of stream."""
@@ -201,6 +204,7 @@ class AppListener:
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            browser.watchdog.close()
             scope.connections -= 1
             if upstream is not None:
                 upstream.writer.transport.abort()
@@ -215,7 +219,7 @@ class AppListener:
         if browser.events:
             return browser.events.popleft()
         try:
-            async with asyncio.timeout(self.settings.keepalive_timeout):
+            with browser.watchdog.limit(self.settings.keepalive_timeout):
                 data = await browser.reader.read(READ_BYTES)
         except TimeoutError:
             return None
@@ -225,7 +229,7 @@ class AppListener:
         if browser.events:  # the usual case: the whole head came in one read
             return browser.events.popleft()
         try:
-            async with asyncio.timeout(self.settings.header_timeout):
+            with browser.watchdog.limit(self.settings.header_timeout):
                 return await browser.next_event()
         except TimeoutError:
             raise HttpError(
@@ -335,13 +339,15 @@ class AppListener:
         await browser.send(error_response(502, reason, keep_alive=keep))
         return _Exchange(keep_browser=keep)
 
-    async def _read_awaiting_response(self, upstream: _Upstream, exchange: _Exchange) -> bytes:
+    async def _read_awaiting_response(
+        self, browser: BrowserConnection, upstream: _Upstream, exchange: _Exchange
+    ) -> bytes:
         """Read from the app before its final response head: an app that neither answers
         nor takes request body for the response timeout has stalled (502)."""
         while True:
             progress = exchange.body_sent
             try:
-                async with asyncio.timeout(self.settings.response_timeout):
+                with browser.watchdog.limit(self.settings.response_timeout):
                     # Cancelling StreamReader.read loses no data: it stays buffered.
                     return await upstream.reader.read(READ_BYTES)
             except TimeoutError:
@@ -358,10 +364,10 @@ class AppListener:
             if exchange.body_sent == progress:
                 return
 
-    async def _read_response_body(self, upstream: _Upstream) -> bytes:
+    async def _read_response_body(self, browser: BrowserConnection, upstream: _Upstream) -> bytes:
         """Read more of a response; silence for the response timeout ends the stream."""
         try:
-            async with asyncio.timeout(self.settings.response_timeout):
+            with browser.watchdog.limit(self.settings.response_timeout):
                 return await upstream.reader.read(READ_BYTES)
         except TimeoutError:
             raise UpstreamError(
@@ -418,9 +424,9 @@ class AppListener:
                     out.clear()
                 while not events:
                     if final is None:
-                        data = await self._read_awaiting_response(upstream, exchange)
+                        data = await self._read_awaiting_response(browser, upstream, exchange)
                     else:
-                        data = await self._read_response_body(upstream)
+                        data = await self._read_response_body(browser, upstream)
                     events.extend(reader.feed(data) if data else reader.feed_eof())
             event = events.popleft()
             if isinstance(event, BodyChunk):
