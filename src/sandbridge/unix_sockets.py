@@ -7,6 +7,7 @@ import contextlib
 import os
 import socket
 from pathlib import Path
+from typing import cast
 
 from sandbridge.wire.jsonline import LineReader
 
@@ -78,6 +79,83 @@ async def copy_both_ways(
         for task in (forward, backward):
             task.cancel()
         await asyncio.gather(forward, backward, return_exceptions=True)
+
+
+class Pump(asyncio.Protocol):
+    """Forwards what its transport receives to a peer's transport, from the read callback.
+
+    The coroutine copy (:func:`copy`) costs a task wake-up, a ``read`` and a ``drain``
+    coroutine per chunk; forwarding straight from ``data_received`` costs one
+    ``write``. The relay's keep-alive requests are small, so that overhead was most of
+    what the shim spent per request. Backpressure stays end to end: when the peer's
+    write buffer passes its high-water mark, the peer's transport calls
+    :meth:`pause_writing` and this side stops reading until it drains
+    (:meth:`resume_writing`), so a direction holds at most one read plus the write
+    buffer limit. An end of stream is passed on as a half-close; once both directions
+    have ended, both transports close. A transport that fails aborts its peer.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: Pump | None = None
+        self.ended = False  # this transport's peer sent its end of stream
+        self.lost = asyncio.get_running_loop().create_future()  # done at connection_lost
+
+    def link(self, peer: Pump) -> None:
+        """Forward both ways between this pump and ``peer`` from now on."""
+        self.peer, peer.peer = peer, self
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        peer = self.peer
+        if peer is None or peer.transport is None or peer.ended:
+            self.close()
+            if peer is not None:
+                peer.close()
+            return False
+        if peer.transport.can_write_eof() and not peer.transport.is_closing():
+            with contextlib.suppress(OSError):
+                peer.transport.write_eof()
+        return True  # keep the other direction open
+
+    def pause_writing(self) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            if exc is None:
+                peer.close()
+            else:
+                peer.transport.abort()
+
+    def close(self) -> None:
+        """Close this side (what was written is still sent)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Drop this side at once."""
+        if self.transport is not None:
+            self.transport.abort()
 
 
 async def close_writer(writer: asyncio.StreamWriter) -> None:
