@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from sandbridge import log
 from sandbridge.exceptions import HttpError, UpstreamError
+from sandbridge.host.channel import Channel
 from sandbridge.host.relay_settings import SessionScope
 from sandbridge.host.upstream import UpstreamConnector
 from sandbridge.host.v1_exchange import exchange_v1
@@ -46,7 +47,7 @@ from sandbridge.http.parser import (
     Upgraded,
 )
 from sandbridge.http.private_access import AccessGate, redirect_response
-from sandbridge.unix_sockets import copy_both_ways, linger_close
+from sandbridge.unix_sockets import Pump
 from sandbridge.wire.registration import app_url
 
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
@@ -69,9 +70,8 @@ class App:
 class BrowserConnection:
     """The browser side of one connection: a socket and its request reader."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
         self.parser = RequestReader()
         self.events: collections.deque[Event] = collections.deque()
         # Every timeout of this connection's task (keep-alive, header, response).
@@ -80,21 +80,19 @@ class BrowserConnection:
     async def next_event(self) -> Event | None:
         """The next request event, reading as needed; ``None`` at end of stream."""
         while not self.events:
-            data = await self.reader.read(READ_BYTES)
+            data = await self.channel.read()
             if not data:
                 return None
             self.events.extend(self.parser.feed(data))
         return self.events.popleft()
 
     async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
+        await self.channel.send(data)
 
 
 @dataclass
 class _Upstream:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    channel: Channel
     pending: bytes = b""
     reusable: bool = True
 
@@ -127,7 +125,9 @@ class AppListener:
         self.gate: AccessGate | None = None
         self.host_port = 0
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.StreamWriter] = set()
+        self._connections: set[Channel] = set()
+        # One task per browser connection, owned here: close() ends them.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def app(self) -> App:
@@ -136,8 +136,12 @@ class AppListener:
 
     async def start(self) -> int:
         """Bind a new random loopback port; return it."""
-        self._server = await asyncio.start_server(
-            self._serve, host="127.0.0.1", port=0, limit=READ_BYTES, backlog=512
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Channel(READ_BYTES, on_made=self._accept),
+            host="127.0.0.1",
+            port=0,
+            backlog=512,
         )
         self.host_port = self._server.sockets[0].getsockname()[1]
         self.scope.add_port(self.host_port)
@@ -154,12 +158,20 @@ class AppListener:
         """Stop listening and drop every connection."""
         if self._server is not None:
             self._server.close()
-        for writer in list(self._connections):
-            writer.transport.abort()
+        for channel in list(self._connections):
+            channel.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, channel: Channel) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(channel))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, channel: Channel) -> None:
         scope = self.scope
         if (
             len(self._connections) >= self.settings.max_connections_per_app
@@ -167,15 +179,16 @@ class AppListener:
         ):
             log.debug("connection.refused", port=self.host_port, reason="connection limit")
             with contextlib.suppress(OSError):
-                writer.write(error_response(503, "too many open connections to this relay"))
-                await linger_close(reader, writer)
-            writer.transport.abort()
+                channel.write(error_response(503, "too many open connections to this relay"))
+                await channel.linger_close()
+            channel.abort()
             return
-        self._connections.add(writer)
+        self._connections.add(channel)
         scope.connections += 1
-        browser = BrowserConnection(reader, writer)
+        browser = BrowserConnection(channel)
         upstream: _Upstream | None = None
-        peer = writer.get_extra_info("peername")
+        assert channel.transport is not None
+        peer = channel.transport.get_extra_info("peername")
         client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
         try:
             while True:
@@ -200,18 +213,17 @@ class AppListener:
             log.debug("request.refused", port=self.host_port, status=exc.status, reason=str(exc))
             with contextlib.suppress(OSError):
                 await browser.send(error_response(exc.status, str(exc)))
-                await linger_close(reader, writer)
-        except (OSError, asyncio.IncompleteReadError):
+                await channel.linger_close()
+        except OSError:
             pass
         finally:
             browser.watchdog.close()
             scope.connections -= 1
             if upstream is not None:
-                upstream.writer.transport.abort()
-            self._connections.discard(writer)
-            writer.transport.abort() if writer.transport.is_closing() else writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+                upstream.channel.abort()
+            self._connections.discard(channel)
+            channel.abort() if channel.transport.is_closing() else channel.close()
+            await channel.closed
 
     async def _next_head(self, browser: BrowserConnection) -> Event | None:
         """Wait for the next request: idle up to the keep-alive timeout, then the head
@@ -220,7 +232,7 @@ class AppListener:
             return browser.events.popleft()
         try:
             with browser.watchdog.limit(self.settings.keepalive_timeout):
-                data = await browser.reader.read(READ_BYTES)
+                data = await browser.channel.read()
         except TimeoutError:
             return None
         if not data:
@@ -257,7 +269,7 @@ class AppListener:
         """One request and its response; returns how the connections continue."""
         if upstream is None or not upstream.reusable:
             if upstream is not None:
-                upstream.writer.transport.abort()
+                upstream.channel.abort()
                 upstream = None
             try:
                 opened = await self.connector.open(self.port)
@@ -278,7 +290,7 @@ class AppListener:
 
         exchange = _Exchange()
         try:
-            upstream.writer.write(request.head)
+            upstream.channel.write(request.head)
             pump: asyncio.Future[None]
             if (
                 request.framing is Framing.NONE
@@ -308,12 +320,12 @@ class AppListener:
                 with contextlib.suppress(asyncio.CancelledError, OSError, HttpError):
                     await pump
         except (UpstreamError, HttpError, OSError) as exc:
-            upstream.writer.transport.abort()
+            upstream.channel.abort()
             if exchange.response_started:
                 raise OSError("upstream failed mid-response") from exc
             return await self._bad_gateway(browser, head, request, str(exc), force_close=True), None
         if not exchange.reuse_upstream:
-            upstream.writer.transport.abort()
+            upstream.channel.abort()
             return exchange, None
         return exchange, upstream
 
@@ -348,8 +360,8 @@ class AppListener:
             progress = exchange.body_sent
             try:
                 with browser.watchdog.limit(self.settings.response_timeout):
-                    # Cancelling StreamReader.read loses no data: it stays buffered.
-                    return await upstream.reader.read(READ_BYTES)
+                    # Cancelling Channel.read loses no data: it stays buffered.
+                    return await upstream.channel.read()
             except TimeoutError:
                 if exchange.body_sent == progress:
                     raise UpstreamError(
@@ -368,7 +380,7 @@ class AppListener:
         """Read more of a response; silence for the response timeout ends the stream."""
         try:
             with browser.watchdog.limit(self.settings.response_timeout):
-                return await upstream.reader.read(READ_BYTES)
+                return await upstream.channel.read()
         except TimeoutError:
             raise UpstreamError(
                 f"app sent nothing for {self.settings.response_timeout:g} s mid-response"
@@ -388,12 +400,10 @@ class AppListener:
                 raise OSError("browser closed the connection mid-request")
             if event is MESSAGE_END:
                 if chunked:
-                    upstream.writer.write(LAST_CHUNK)
-                    await upstream.writer.drain()
+                    await upstream.channel.send(LAST_CHUNK)
                 return
             if isinstance(event, BodyChunk):
-                upstream.writer.write(encode_chunk(event.data) if chunked else event.data)
-                await upstream.writer.drain()
+                await upstream.channel.send(encode_chunk(event.data) if chunked else event.data)
                 exchange.body_sent += len(event.data)
             else:
                 raise HttpError(400, "unexpected event in request body")
@@ -483,25 +493,37 @@ class AppListener:
         upstream: _Upstream,
         upstream_events: collections.deque[Event],
     ) -> None:
-        """Copy bytes both ways after a 101, untouched, until either side ends."""
+        """Copy bytes both ways after a 101, untouched, until either side ends.
+
+        Both sockets move from their channels to a pair of :class:`Pump` protocols that
+        forward from the event loop's read callbacks: no task per direction and no read
+        buffers while a WebSocket sits idle, and one ``write`` per message.
+        """
         leftover = b""
         while browser.events:
             event = browser.events.popleft()
             if isinstance(event, Upgraded):
                 leftover += event.trailing
         if leftover:
-            upstream.writer.write(leftover)
+            upstream.channel.write(leftover)
         for event in upstream_events:
             if isinstance(event, Upgraded) and event.trailing:
-                browser.writer.write(event.trailing)
+                browser.channel.write(event.trailing)
 
+        browser_side, app_side = Pump(), Pump()
+        browser_side.link(app_side)
         try:
-            await copy_both_ways(
-                browser.reader,
-                browser.writer,
-                upstream.reader,
-                upstream.writer,
-                grace=TUNNEL_CLOSE_GRACE,
-            )
+            if browser.channel.closed.done() or upstream.channel.closed.done():
+                return
+            browser.channel.hand_over(browser_side)
+            upstream.channel.hand_over(app_side)
+            browser.channel.catch_up(browser_side)
+            upstream.channel.catch_up(app_side)
+            ends = {browser_side.finished, app_side.finished}
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+            # One side ended (or failed, which aborts the other at once): the other
+            # gets the grace period to finish.
+            await asyncio.wait({browser_side.lost, app_side.lost}, timeout=TUNNEL_CLOSE_GRACE)
         finally:
-            upstream.writer.transport.abort()
+            app_side.abort()
+            upstream.channel.abort()
