@@ -249,6 +249,7 @@ class ResponseReader(_Reader):
         self._reason = b""
         self._final_head: ResponseHead | None = None
         self._done = False
+        self._close_delimited: bool | None = None
         self.extra_data = False
 
     def on_status(self, reason: bytes) -> None:
@@ -305,8 +306,12 @@ class ResponseReader(_Reader):
         head = self._final_head
         if head is None or self._head_request or head.status in (204, 304):
             return False
-        names = {name.lower() for name, _ in head.headers}
-        return b"content-length" not in names and b"transfer-encoding" not in names
+        if self._close_delimited is None:  # asked for twice per response: look once
+            names = {name.lower() for name, _ in head.headers}
+            self._close_delimited = (
+                b"content-length" not in names and b"transfer-encoding" not in names
+            )
+        return self._close_delimited
 
     def feed(self, data: bytes) -> list[Event]:
         """Feed bytes from the app; return the events they complete."""
