@@ -193,3 +193,27 @@ def test_a_truncated_length_body_is_a_bad_gateway() -> None:
     with pytest.raises(HttpError) as failed:
         reader.feed_eof()
     assert failed.value.status == 502
+
+
+@pytest.mark.parametrize("split_body", [False, True])
+def test_a_reader_reads_the_next_response_on_the_same_connection(split_body: bool) -> None:
+    reader = ResponseReader(b"GET")
+    first = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"
+    if split_body:  # the body bypasses llhttp, which then needs a fresh parser
+        reader.feed(first)
+        assert reader.feed(b"abc") == [BodyChunk(b"abc"), MESSAGE_END]
+    else:
+        assert reader.feed(first + b"abc")[1:] == [BodyChunk(b"abc"), MESSAGE_END]
+    reader.next_response(b"GET")
+    events = reader.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 1\r\n\r\nx")
+    assert isinstance(events[0], ResponseHead) and events[0].status == 404
+    assert events[1:] == [BodyChunk(b"x"), MESSAGE_END]
+    assert not reader.extra_data and not reader.close_delimited
+
+
+def test_the_next_response_of_a_head_request_has_no_body() -> None:
+    reader = ResponseReader(b"GET")
+    reader.feed(b"HTTP/1.1 204 No Content\r\n\r\n")
+    reader.next_response(b"HEAD")
+    events = reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
+    assert isinstance(events[0], ResponseHead) and events[1:] == [MESSAGE_END]

@@ -95,6 +95,7 @@ class BrowserConnection:
 class _Upstream:
     channel: Channel
     pending: bytes = b""
+    reader: ResponseReader | None = None  # kept from one response to the next
     reusable: bool = True
 
 
@@ -469,7 +470,11 @@ class AppListener:
         exchange: _Exchange,
         pump: asyncio.Future[None],
     ) -> None:
-        reader = ResponseReader(head.method)
+        reader = upstream.reader
+        if reader is None:
+            reader = upstream.reader = ResponseReader(head.method)
+        else:
+            reader.next_response(head.method)
         events: collections.deque[Event] = collections.deque()
         if upstream.pending:
             events.extend(reader.feed(upstream.pending))
