@@ -104,6 +104,8 @@ class Channel(asyncio.Protocol):
                 raise self._exception
             if self._eof:
                 return b""
+            if self._read_waiter is not None:
+                raise RuntimeError("another task is already reading this channel")
             waiter = self._read_waiter = self._loop.create_future()
             try:
                 await waiter
