@@ -36,6 +36,7 @@ def test_bytes_cross_both_ways_and_a_half_close_keeps_the_other_way_open() -> No
         right.shutdown(socket.SHUT_WR)
         assert await loop.sock_recv(left, 100) == b""
         await asyncio.wait_for(asyncio.gather(a.lost, b.lost), 5)  # both ends closed
+        assert a.peer is None and b.peer is None  # unlinked: refcounting frees them
         left.close()
         right.close()
 

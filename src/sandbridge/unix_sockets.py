@@ -114,6 +114,10 @@ class Pump(asyncio.Protocol):
                 peer.close()
             else:
                 peer.transport.abort()
+        if peer is not None and peer.lost.done():
+            # Both sides are gone: unlink them, so that refcounting frees the pair
+            # instead of the cyclic garbage collector.
+            self.peer = peer.peer = None
 
     def close(self) -> None:
         """Close this side (what was written is still sent)."""
