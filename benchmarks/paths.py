@@ -184,6 +184,14 @@ def _descendants(pid: int) -> list[int]:
     return result
 
 
+def _is_shim(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:  # a short-lived descendant (the URL helper) already exited
+        return False
+    return b"sandbridge.sandbox.entry" in argv[2:3]
+
+
 def sandbridge(work: Path, ports: tuple[int, int]) -> RelayPath:
     """The real thing: host listener -> Unix socket -> shim in a bwrap sandbox -> app."""
     conf = nginx_app_conf(work, SANDBOX_HTTP_PORT, sandboxed=True)
@@ -215,12 +223,7 @@ def sandbridge(work: Path, ports: tuple[int, int]) -> RelayPath:
     stream = read_line(process, b"http://").decode().strip().rstrip("/")
     drain(process)
     wait_until_serving(http + "/1k")
-    shim = [
-        pid
-        for pid in _descendants(process.pid)
-        if b"sandbridge.sandbox.entry"
-        in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[2:3]
-    ]
+    shim = [pid for pid in _descendants(process.pid) if _is_shim(pid)]
     return RelayPath("sandbridge", http, stream, [process], [process.pid, *shim])
 
 

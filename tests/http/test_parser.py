@@ -157,3 +157,63 @@ def test_status_outside_100_to_599_is_502(status: bytes) -> None:
     with pytest.raises(HttpError) as failed:
         ResponseReader(b"GET").feed(b"HTTP/1.1 " + status + b" X\r\n\r\n")
     assert failed.value.status == 502
+
+
+def test_a_length_body_read_after_its_head_is_passed_on_without_a_copy() -> None:
+    reader = ResponseReader(b"GET")
+    reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nab")
+    piece = b"cdef"
+    events = reader.feed(piece)
+    assert len(events) == 1 and isinstance(events[0], BodyChunk)
+    assert events[0].data is piece
+    assert reader.feed(b"gh") == [BodyChunk(b"gh"), MESSAGE_END]
+    assert not reader.extra_data
+
+
+def test_bytes_after_a_length_framed_response_are_extra_data() -> None:
+    reader = ResponseReader(b"GET")
+    reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n")
+    assert reader.feed(b"abcdHTTP/1.1 200 OK\r\n") == [BodyChunk(b"abcd"), MESSAGE_END]
+    assert reader.extra_data
+
+
+def test_a_request_after_a_length_body_in_the_same_read_is_parsed() -> None:
+    reader = RequestReader()
+    reader.feed(b"POST /u HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n")
+    events = reader.feed(b"abcGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert events[:2] == [BodyChunk(b"abc"), MESSAGE_END]
+    assert isinstance(events[2], RequestHead) and events[2].target == b"/next"
+    assert events[3:] == [MESSAGE_END]
+
+
+def test_a_truncated_length_body_is_a_bad_gateway() -> None:
+    reader = ResponseReader(b"GET")
+    reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
+    reader.feed(b"abc")
+    with pytest.raises(HttpError) as failed:
+        reader.feed_eof()
+    assert failed.value.status == 502
+
+
+@pytest.mark.parametrize("split_body", [False, True])
+def test_a_reader_reads_the_next_response_on_the_same_connection(split_body: bool) -> None:
+    reader = ResponseReader(b"GET")
+    first = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"
+    if split_body:  # the body bypasses llhttp, which then needs a fresh parser
+        reader.feed(first)
+        assert reader.feed(b"abc") == [BodyChunk(b"abc"), MESSAGE_END]
+    else:
+        assert reader.feed(first + b"abc")[1:] == [BodyChunk(b"abc"), MESSAGE_END]
+    reader.next_response(b"GET")
+    events = reader.feed(b"HTTP/1.1 404 Not Found\r\nContent-Length: 1\r\n\r\nx")
+    assert isinstance(events[0], ResponseHead) and events[0].status == 404
+    assert events[1:] == [BodyChunk(b"x"), MESSAGE_END]
+    assert not reader.extra_data and not reader.close_delimited
+
+
+def test_the_next_response_of_a_head_request_has_no_body() -> None:
+    reader = ResponseReader(b"GET")
+    reader.feed(b"HTTP/1.1 204 No Content\r\n\r\n")
+    reader.next_response(b"HEAD")
+    events = reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
+    assert isinstance(events[0], ResponseHead) and events[1:] == [MESSAGE_END]

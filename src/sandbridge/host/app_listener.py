@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbridge import log
 from sandbridge.exceptions import HttpError, UpstreamError
+from sandbridge.host.channel import Channel
 from sandbridge.host.relay_settings import SessionScope
 from sandbridge.host.upstream import UpstreamConnector
 from sandbridge.host.v1_exchange import exchange_v1
+from sandbridge.host.watchdog import Watchdog
 from sandbridge.http.forwarding import (
     LAST_CHUNK,
     Framing,
@@ -45,7 +48,7 @@ from sandbridge.http.parser import (
     Upgraded,
 )
 from sandbridge.http.private_access import AccessGate, redirect_response
-from sandbridge.unix_sockets import copy_both_ways, linger_close
+from sandbridge.unix_sockets import Pump
 from sandbridge.wire.registration import app_url
 
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
@@ -68,31 +71,31 @@ class App:
 class BrowserConnection:
     """The browser side of one connection: a socket and its request reader."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
         self.parser = RequestReader()
         self.events: collections.deque[Event] = collections.deque()
+        # Every timeout of this connection's task (keep-alive, header, response).
+        self.watchdog = Watchdog()
 
     async def next_event(self) -> Event | None:
         """The next request event, reading as needed; ``None`` at end of stream."""
         while not self.events:
-            data = await self.reader.read(READ_BYTES)
+            data = await self.channel.read()
             if not data:
                 return None
             self.events.extend(self.parser.feed(data))
         return self.events.popleft()
 
     async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
+        await self.channel.send(data)
 
 
 @dataclass
 class _Upstream:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    channel: Channel
     pending: bytes = b""
+    reader: ResponseReader | None = None  # kept from one response to the next
     reusable: bool = True
 
 
@@ -104,6 +107,43 @@ class _Exchange:
     reuse_upstream: bool = False
     response_started: bool = False
     body_sent: int = 0
+    tunnelled: bool = False  # after a 101: both sockets now belong to a _Tunnel
+
+
+class _Tunnel:
+    """An upgraded connection (a WebSocket) after its 101: two linked pumps, no task.
+
+    A WebSocket mostly sits idle; with no task, no coroutine frames and no request
+    state kept alive, what an open one costs is its two sockets and two small
+    protocol objects (the host's memory per idle WebSocket went from ~19 KiB to
+    ~8 KiB with 2,000 open). After one side ends, the other gets ``grace`` seconds to
+    finish; then both are dropped. ``on_closed`` runs once both sockets are closed.
+    """
+
+    def __init__(
+        self, browser_side: Pump, app_side: Pump, grace: float, on_closed: Callable[[], None]
+    ) -> None:
+        self._sides = (browser_side, app_side)
+        self._grace = grace
+        self._on_closed = on_closed
+        self._timer: asyncio.TimerHandle | None = None
+        for side in self._sides:
+            side.finished.add_done_callback(self._side_finished)
+            side.lost.add_done_callback(self._side_lost)
+
+    def abort(self) -> None:
+        for side in self._sides:
+            side.abort()
+
+    def _side_finished(self, _: asyncio.Future[None]) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._grace, self.abort)
+
+    def _side_lost(self, _: asyncio.Future[None]) -> None:
+        if all(side.lost.done() for side in self._sides):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._on_closed()
 
 
 class AppListener:
@@ -124,7 +164,10 @@ class AppListener:
         self.gate: AccessGate | None = None
         self.host_port = 0
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.StreamWriter] = set()
+        self._connections: set[Channel] = set()
+        self._tunnels: set[_Tunnel] = set()
+        # One task per browser connection, owned here: close() ends them.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def app(self) -> App:
@@ -133,8 +176,12 @@ class AppListener:
 
     async def start(self) -> int:
         """Bind a new random loopback port; return it."""
-        self._server = await asyncio.start_server(
-            self._serve, host="127.0.0.1", port=0, limit=READ_BYTES, backlog=512
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Channel(READ_BYTES, on_made=self._accept),
+            host="127.0.0.1",
+            port=0,
+            backlog=512,
         )
         self.host_port = self._server.sockets[0].getsockname()[1]
         self.scope.add_port(self.host_port)
@@ -151,12 +198,22 @@ class AppListener:
         """Stop listening and drop every connection."""
         if self._server is not None:
             self._server.close()
-        for writer in list(self._connections):
-            writer.transport.abort()
+        for channel in list(self._connections):
+            channel.abort()
+        for tunnel in list(self._tunnels):
+            tunnel.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, channel: Channel) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(channel))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, channel: Channel) -> None:
         scope = self.scope
         if (
             len(self._connections) >= self.settings.max_connections_per_app
@@ -164,16 +221,18 @@ class AppListener:
         ):
             log.debug("connection.refused", port=self.host_port, reason="connection limit")
             with contextlib.suppress(OSError):
-                writer.write(error_response(503, "too many open connections to this relay"))
-                await linger_close(reader, writer)
-            writer.transport.abort()
+                channel.write(error_response(503, "too many open connections to this relay"))
+                await channel.linger_close()
+            channel.abort()
             return
-        self._connections.add(writer)
+        self._connections.add(channel)
         scope.connections += 1
-        browser = BrowserConnection(reader, writer)
+        browser = BrowserConnection(channel)
         upstream: _Upstream | None = None
-        peer = writer.get_extra_info("peername")
+        assert channel.transport is not None
+        peer = channel.transport.get_extra_info("peername")
         client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
+        tunnelled = False
         try:
             while True:
                 event = await self._next_head(browser)
@@ -191,23 +250,31 @@ class AppListener:
                     session_origins=scope.origins,
                 )
                 exchange, upstream = await self._exchange(browser, event, request, upstream)
+                if exchange.tunnelled:
+                    tunnelled = True  # the connection lives on in a _Tunnel
+                    break
                 if not exchange.keep_browser:
                     break
         except HttpError as exc:
             log.debug("request.refused", port=self.host_port, status=exc.status, reason=str(exc))
             with contextlib.suppress(OSError):
                 await browser.send(error_response(exc.status, str(exc)))
-                await linger_close(reader, writer)
-        except (OSError, asyncio.IncompleteReadError):
+                await channel.linger_close()
+        except OSError:
             pass
         finally:
-            scope.connections -= 1
+            browser.watchdog.close()
             if upstream is not None:
-                upstream.writer.transport.abort()
-            self._connections.discard(writer)
-            writer.transport.abort() if writer.transport.is_closing() else writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+                upstream.channel.abort()
+            if not tunnelled:
+                self._release(channel)
+                channel.abort() if channel.transport.is_closing() else channel.close()
+                await channel.closed
+
+    def _release(self, channel: Channel) -> None:
+        """A browser connection is over: it no longer counts against the limits."""
+        self.scope.connections -= 1
+        self._connections.discard(channel)
 
     async def _next_head(self, browser: BrowserConnection) -> Event | None:
         """Wait for the next request: idle up to the keep-alive timeout, then the head
@@ -215,8 +282,8 @@ class AppListener:
         if browser.events:
             return browser.events.popleft()
         try:
-            async with asyncio.timeout(self.settings.keepalive_timeout):
-                data = await browser.reader.read(READ_BYTES)
+            with browser.watchdog.limit(self.settings.keepalive_timeout):
+                data = await browser.channel.read()
         except TimeoutError:
             return None
         if not data:
@@ -225,7 +292,7 @@ class AppListener:
         if browser.events:  # the usual case: the whole head came in one read
             return browser.events.popleft()
         try:
-            async with asyncio.timeout(self.settings.header_timeout):
+            with browser.watchdog.limit(self.settings.header_timeout):
                 return await browser.next_event()
         except TimeoutError:
             raise HttpError(
@@ -253,7 +320,7 @@ class AppListener:
         """One request and its response; returns how the connections continue."""
         if upstream is None or not upstream.reusable:
             if upstream is not None:
-                upstream.writer.transport.abort()
+                upstream.channel.abort()
                 upstream = None
             try:
                 opened = await self.connector.open(self.port)
@@ -274,7 +341,7 @@ class AppListener:
 
         exchange = _Exchange()
         try:
-            upstream.writer.write(request.head)
+            upstream.channel.write(request.head)
             pump: asyncio.Future[None]
             if (
                 request.framing is Framing.NONE
@@ -304,12 +371,14 @@ class AppListener:
                 with contextlib.suppress(asyncio.CancelledError, OSError, HttpError):
                     await pump
         except (UpstreamError, HttpError, OSError) as exc:
-            upstream.writer.transport.abort()
+            upstream.channel.abort()
             if exchange.response_started:
                 raise OSError("upstream failed mid-response") from exc
             return await self._bad_gateway(browser, head, request, str(exc), force_close=True), None
+        if exchange.tunnelled:
+            return exchange, None
         if not exchange.reuse_upstream:
-            upstream.writer.transport.abort()
+            upstream.channel.abort()
             return exchange, None
         return exchange, upstream
 
@@ -335,15 +404,17 @@ class AppListener:
         await browser.send(error_response(502, reason, keep_alive=keep))
         return _Exchange(keep_browser=keep)
 
-    async def _read_awaiting_response(self, upstream: _Upstream, exchange: _Exchange) -> bytes:
+    async def _read_awaiting_response(
+        self, browser: BrowserConnection, upstream: _Upstream, exchange: _Exchange
+    ) -> bytes:
         """Read from the app before its final response head: an app that neither answers
         nor takes request body for the response timeout has stalled (502)."""
         while True:
             progress = exchange.body_sent
             try:
-                async with asyncio.timeout(self.settings.response_timeout):
-                    # Cancelling StreamReader.read loses no data: it stays buffered.
-                    return await upstream.reader.read(READ_BYTES)
+                with browser.watchdog.limit(self.settings.response_timeout):
+                    # Cancelling Channel.read loses no data: it stays buffered.
+                    return await upstream.channel.read()
             except TimeoutError:
                 if exchange.body_sent == progress:
                     raise UpstreamError(
@@ -358,11 +429,11 @@ class AppListener:
             if exchange.body_sent == progress:
                 return
 
-    async def _read_response_body(self, upstream: _Upstream) -> bytes:
+    async def _read_response_body(self, browser: BrowserConnection, upstream: _Upstream) -> bytes:
         """Read more of a response; silence for the response timeout ends the stream."""
         try:
-            async with asyncio.timeout(self.settings.response_timeout):
-                return await upstream.reader.read(READ_BYTES)
+            with browser.watchdog.limit(self.settings.response_timeout):
+                return await upstream.channel.read()
         except TimeoutError:
             raise UpstreamError(
                 f"app sent nothing for {self.settings.response_timeout:g} s mid-response"
@@ -382,12 +453,10 @@ class AppListener:
                 raise OSError("browser closed the connection mid-request")
             if event is MESSAGE_END:
                 if chunked:
-                    upstream.writer.write(LAST_CHUNK)
-                    await upstream.writer.drain()
+                    await upstream.channel.send(LAST_CHUNK)
                 return
             if isinstance(event, BodyChunk):
-                upstream.writer.write(encode_chunk(event.data) if chunked else event.data)
-                await upstream.writer.drain()
+                await upstream.channel.send(encode_chunk(event.data) if chunked else event.data)
                 exchange.body_sent += len(event.data)
             else:
                 raise HttpError(400, "unexpected event in request body")
@@ -401,7 +470,11 @@ class AppListener:
         exchange: _Exchange,
         pump: asyncio.Future[None],
     ) -> None:
-        reader = ResponseReader(head.method)
+        reader = upstream.reader
+        if reader is None:
+            reader = upstream.reader = ResponseReader(head.method)
+        else:
+            reader.next_response(head.method)
         events: collections.deque[Event] = collections.deque()
         if upstream.pending:
             events.extend(reader.feed(upstream.pending))
@@ -418,9 +491,9 @@ class AppListener:
                     out.clear()
                 while not events:
                     if final is None:
-                        data = await self._read_awaiting_response(upstream, exchange)
+                        data = await self._read_awaiting_response(browser, upstream, exchange)
                     else:
-                        data = await self._read_response_body(upstream)
+                        data = await self._read_response_body(browser, upstream)
                     events.extend(reader.feed(data) if data else reader.feed_eof())
             event = events.popleft()
             if isinstance(event, BodyChunk):
@@ -435,7 +508,7 @@ class AppListener:
                     exchange.response_started = True
                     await browser.send(response.head)
                     await pump
-                    await self._tunnel(browser, upstream, events)
+                    exchange.tunnelled = self._tunnel(browser, upstream, events)
                     return
                 if event.status < 200:
                     if head.version == "1.1":
@@ -471,31 +544,44 @@ class AppListener:
             else:
                 raise UpstreamError(f"unexpected event from app: {event!r}")
 
-    async def _tunnel(
+    def _tunnel(
         self,
         browser: BrowserConnection,
         upstream: _Upstream,
         upstream_events: collections.deque[Event],
-    ) -> None:
-        """Copy bytes both ways after a 101, untouched, until either side ends."""
+    ) -> bool:
+        """Copy bytes both ways after a 101, untouched, until either side ends.
+
+        Both sockets move from their channels to a pair of :class:`Pump` protocols that
+        forward from the event loop's read callbacks (one ``write`` per message, no
+        task per direction), owned by a :class:`_Tunnel` from then on. ``False`` if a
+        side is already gone (nothing to tunnel).
+        """
+        channel = browser.channel
+        if channel.closed.done() or upstream.channel.closed.done():
+            return False
         leftover = b""
         while browser.events:
             event = browser.events.popleft()
             if isinstance(event, Upgraded):
                 leftover += event.trailing
         if leftover:
-            upstream.writer.write(leftover)
+            upstream.channel.write(leftover)
         for event in upstream_events:
             if isinstance(event, Upgraded) and event.trailing:
-                browser.writer.write(event.trailing)
+                browser.channel.write(event.trailing)
 
-        try:
-            await copy_both_ways(
-                browser.reader,
-                browser.writer,
-                upstream.reader,
-                upstream.writer,
-                grace=TUNNEL_CLOSE_GRACE,
-            )
-        finally:
-            upstream.writer.transport.abort()
+        browser_side, app_side = Pump(), Pump()
+        browser_side.link(app_side)
+        channel.hand_over(browser_side)
+        upstream.channel.hand_over(app_side)
+
+        def closed() -> None:
+            self._tunnels.discard(tunnel)
+            self._release(channel)
+
+        tunnel = _Tunnel(browser_side, app_side, TUNNEL_CLOSE_GRACE, closed)
+        self._tunnels.add(tunnel)
+        channel.catch_up(browser_side)
+        upstream.channel.catch_up(app_side)
+        return True

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.exceptions import UpstreamError, WireError
-from sandbridge.unix_sockets import read_line
+from sandbridge.host.channel import Channel
 from sandbridge.wire import stream
+from sandbridge.wire.jsonline import LineReader
 from sandbridge.wire.limits import MAX_STREAM_OPEN_BYTES, STREAM_OPEN_TIMEOUT
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
@@ -68,31 +69,34 @@ class StreamRefused(UpstreamError):
     """The shim speaks stream mode but could not open this stream (app not listening)."""
 
 
-async def open_stream(
-    socket_path: Path, port: int
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+async def open_stream(socket_path: Path, port: int) -> tuple[Channel, bytes]:
     """Open a stream-mode connection to the app at sandbox ``port``.
 
-    Returns reader, writer and any bytes the shim sent after its answer. Raises
+    Returns the connection and any bytes the shim sent after its answer. Raises
     :class:`stream.NotStreamCapable` for a v1-only shim.
     """
     sock = connect_unix_checked(socket_path)
-    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=UNIX_BUFFER_BYTES)
+    loop = asyncio.get_running_loop()
+    _, channel = await loop.create_unix_connection(lambda: Channel(UNIX_BUFFER_BYTES), sock=sock)
     try:
-        writer.write(stream.encode_open(port))
+        channel.write(stream.encode_open(port))
+        lines = LineReader(MAX_STREAM_OPEN_BYTES)
+        line = None
         async with asyncio.timeout(STREAM_OPEN_TIMEOUT):
-            line, rest = await read_line(reader, MAX_STREAM_OPEN_BYTES)
+            while line is None:
+                data = await channel.read()
+                line = lines.feed(data) if data else lines.feed_eof()
         ack = stream.decode_ack(line)
     except stream.NotStreamCapable:
-        writer.close()
+        channel.close()
         raise
     except (OSError, WireError, TimeoutError) as exc:
-        writer.close()
+        channel.close()
         raise UpstreamError(f"shim did not open a stream: {exc or 'timed out'}") from None
     if not ack.ok:
-        writer.close()
+        channel.close()
         raise StreamRefused(f"shim could not reach sandbox port {port}: {ack.error}")
-    return reader, writer, rest
+    return channel, lines.rest
 
 
 class UpstreamConnector:
@@ -102,9 +106,7 @@ class UpstreamConnector:
         self.socket_path = socket_path
         self.protocol = protocol
 
-    async def open(
-        self, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes] | None:
+    async def open(self, port: int) -> tuple[Channel, bytes] | None:
         """Open a stream to ``port``; ``None`` means: use v1 for this session."""
         if self.protocol is Protocol.V1:
             return None

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -33,7 +34,16 @@ def origins_of(ports: Iterable[int]) -> frozenset[bytes]:
 
 def check_host(headers: Headers, host_port: int) -> bytes:
     """Return the one Host value if it names this app's origin, else refuse."""
-    hosts = field_values(headers, b"host")
+    return check_host_values(field_values(headers, b"host"), host_port)
+
+
+@functools.lru_cache(maxsize=1024)
+def _own_hosts(host_port: int) -> frozenset[bytes]:
+    return frozenset(f"{name}:{host_port}".encode() for name in LOOPBACK_NAMES)
+
+
+def check_host_values(hosts: list[bytes], host_port: int) -> bytes:
+    """:func:`check_host` for the Host values already picked out of the head."""
     if not hosts:
         raise HttpError(400, "missing Host header")
     if len(hosts) > 1:
@@ -41,7 +51,7 @@ def check_host(headers: Headers, host_port: int) -> bytes:
     host = hosts[0]
     if not _HOST_SYNTAX.fullmatch(host):
         raise HttpError(400, f"malformed Host header {host[:100].decode('latin-1')!r}")
-    if host.lower() not in {f"{name}:{host_port}".encode() for name in LOOPBACK_NAMES}:
+    if host.lower() not in _own_hosts(host_port):
         raise HttpError(
             421, f"Host {host.decode('latin-1')!r} is not this app's origin 127.0.0.1:{host_port}"
         )
@@ -52,9 +62,15 @@ def check_origin(
     headers: Headers, method: bytes, upgrade: bool, session_origins: frozenset[bytes]
 ) -> None:
     """Refuse a cross-site upgrade or unsafe request (403)."""
+    check_origin_values(field_values(headers, b"origin"), method, upgrade, session_origins)
+
+
+def check_origin_values(
+    origins: list[bytes], method: bytes, upgrade: bool, session_origins: frozenset[bytes]
+) -> None:
+    """:func:`check_origin` for the Origin values already picked out of the head."""
     if not upgrade and method in SAFE_METHODS:
         return
-    origins = field_values(headers, b"origin")
     if not origins:
         return
     if len(origins) > 1:

@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from sandbridge import log
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.http.base_path import apply_base_path
 from sandbridge.http.forwarding import HOP_BY_HOP
 from sandbridge.http.parser import MESSAGE_END, BodyChunk, ResponseHead, ResponseReader
-from sandbridge.unix_sockets import bind_unix_socket, close_writer, copy_both_ways, read_line
+from sandbridge.unix_sockets import Pump, bind_unix_socket, close_writer
 from sandbridge.wire import stream, v1
-from sandbridge.wire.jsonline import decode_object
+from sandbridge.wire.jsonline import LineReader, decode_object
 from sandbridge.wire.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES, V1_EXCHANGE_TIMEOUT
 
 # The host sends its first line at once; a connection silent this long is dropped.
@@ -42,75 +44,128 @@ async def _connect_app(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamW
     return reader, writer
 
 
-class Shim:
-    """Listens on ``upstream.sock`` inside the sandbox."""
+class _AppSide(Pump):
+    """The shim's TCP connection to the app; silent until linked to its host side."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._server: asyncio.Server | None = None
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self.transport is not None
+        self.transport.pause_reading()  # resumed once the ack is on its way
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    async def start(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        self._server = await asyncio.start_unix_server(
-            self._serve, sock=bind_unix_socket(self.path), limit=256 * 1024
+
+class _HostSide(Pump):
+    """One connection from the host on ``upstream.sock``.
+
+    It reads the first line itself (a stream opening or a v1 request), then, for a
+    stream, forwards bytes from its read callback (:class:`Pump`): no task and no
+    stream buffers per connection once the stream runs, which is what the shim spends
+    per keep-alive request and per idle WebSocket.
+    """
+
+    def __init__(self, shim: Shim) -> None:
+        super().__init__()
+        self._shim = shim
+        self._lines: LineReader | None = LineReader(MAX_V1_LINE_BYTES)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._timer = asyncio.get_running_loop().call_later(
+            FIRST_LINE_TIMEOUT, self._refuse, "timed out"
         )
 
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def serve_forever(self) -> None:
-        assert self._server is not None
-        await self._server.serve_forever()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def data_received(self, data: bytes) -> None:
+        if self._lines is None:
+            super().data_received(data)
+            return
         try:
-            async with asyncio.timeout(FIRST_LINE_TIMEOUT):
-                line, rest = await read_line(reader, MAX_V1_LINE_BYTES)
-            message = decode_object(line)
-            if message.get("type") == "http_stream":
-                await self._serve_stream(message, rest, reader, writer)
-            else:
-                await self._serve_v1(message, writer)
-        except (WireError, TimeoutError, OSError) as exc:
-            log.debug("shim.refused", reason=str(exc))
-            with contextlib.suppress(OSError):
-                writer.write(v1.encode_error(str(exc) or "timed out"))
-                await writer.drain()
-        finally:
-            writer.transport.abort()
+            line = self._lines.feed(data)
+        except WireError as exc:
+            self._refuse(str(exc))
+            return
+        if line is not None:
+            self._dispatch(line, self._lines.rest)
 
-    async def _serve_stream(
-        self,
-        message: dict[str, object],
-        rest: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    def eof_received(self) -> bool:
+        if self._lines is None:
+            return super().eof_received()
+        self.ended = True
+        try:
+            line = self._lines.feed_eof()
+        except WireError as exc:
+            self._refuse(str(exc))
+            return False
+        self._dispatch(line, self._lines.rest)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
+        super().connection_lost(exc)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _refuse(self, reason: str) -> None:
+        log.debug("shim.refused", reason=reason)
+        self._stop_timer()
+        self._lines = None
+        assert self.transport is not None
+        self.transport.write(v1.encode_error(reason))
+        self.transport.close()
+
+    def _dispatch(self, line: bytes, rest: bytes) -> None:
+        self._stop_timer()
+        self._lines = None
+        assert self.transport is not None
+        try:
+            message = decode_object(line)
+        except WireError as exc:
+            self._refuse(str(exc))
+            return
+        self.transport.pause_reading()  # nothing more is read until the stream is linked
+        if message.get("type") == "http_stream":
+            self._shim.spawn(self._open_stream(message, rest))
+        else:
+            self._shim.spawn(self._serve_v1(message))
+
+    async def _open_stream(self, message: dict[str, object], rest: bytes) -> None:
+        assert self.transport is not None
         try:
             port = stream.decode_open(message)
         except WireError as exc:
-            writer.write(stream.encode_ack(str(exc)))
-            await writer.drain()
+            self.transport.write(stream.encode_ack(str(exc)))
+            self.transport.close()
             return
+        loop = asyncio.get_running_loop()
         try:
-            app_reader, app_writer = await _connect_app(port)
+            async with asyncio.timeout(APP_CONNECT_TIMEOUT):
+                _, app = await loop.create_connection(_AppSide, "127.0.0.1", port)
         except (OSError, TimeoutError) as exc:
-            writer.write(stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}"))
-            await writer.drain()
+            self.transport.write(stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}"))
+            self.transport.close()
             return
-        try:
-            writer.write(stream.encode_ack())
-            if rest:
-                app_writer.write(rest)
-            # The host decides when a stream is over: both halves run to their end.
-            await copy_both_ways(reader, writer, app_reader, app_writer, grace=None)
-        finally:
-            app_writer.transport.abort()
+        if self.transport.is_closing():
+            app.abort()
+            return
+        self.transport.write(stream.encode_ack())
+        self.link(app)
+        # The host decides when a stream is over: both halves run to their end.
+        if rest:
+            self.data_received(rest)
+        if self.ended:
+            self.eof_received()
+        else:
+            self.transport.resume_reading()
+        assert app.transport is not None
+        app.transport.resume_reading()
 
-    async def _serve_v1(self, message: dict[str, object], writer: asyncio.StreamWriter) -> None:
+    async def _serve_v1(self, message: dict[str, object]) -> None:
+        assert self.transport is not None
         try:
             request = v1.decode_request_message(message)
             async with asyncio.timeout(V1_EXCHANGE_TIMEOUT):
@@ -120,8 +175,46 @@ class Shim:
             answer = v1.encode_error(str(exc))
         except (OSError, TimeoutError) as exc:
             answer = v1.encode_error(f"app at 127.0.0.1 failed: {exc or 'timed out'}")
-        writer.write(answer)
-        await writer.drain()
+        if not self.transport.is_closing():
+            self.transport.write(answer)
+            self.transport.close()
+
+
+class Shim:
+    """Listens on ``upstream.sock`` inside the sandbox."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._server: asyncio.Server | None = None
+        # The stream openings and v1 exchanges in progress; close() ends them.
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(
+            lambda: _HostSide(self), sock=bind_unix_socket(self.path)
+        )
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run one connection's opening step; the shim owns it until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 async def _exchange_v1(request: v1.V1Request) -> v1.V1Response:
