@@ -325,7 +325,8 @@ def test_two_sessions_are_isolated(backend: str, tmp_path: Path, xdg: Path) -> N
             + "ls /run/ags-webview-relay",
         )
         assert "visible" not in probe.stdout
-        assert probe.stdout.split() == ["relay.sock", "upstream.sock"]
+        # egress.sock: the host's egress gate (net = allow, the default).
+        assert probe.stdout.split() == ["egress.sock", "relay.sock", "upstream.sock"]
     finally:
         first.stop()
         second.stop()

@@ -189,7 +189,8 @@ def main() -> None:
     try:
         root = build_root(config)
         enter(root)
-        loopback_up()
+        if config.get("loopback", True):
+            loopback_up()
     except OSError as exc:
         print(f"sandbridge: cannot build the sandbox (unshare backend): {exc}", file=sys.stderr)
         sys.exit(126)
