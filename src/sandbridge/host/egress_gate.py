@@ -38,6 +38,7 @@ from sandbridge.http.forwarding import (
     request_framing,
 )
 from sandbridge.http.parser import MESSAGE_END, BodyChunk, RequestHead, RequestReader, Upgraded
+from sandbridge.http.proxy_target import same_authority, split_absolute_url, split_authority
 from sandbridge.runner.network_policy import (
     PROXY_PORT,
     Decision,
@@ -118,52 +119,6 @@ def resolver_for(policy: Policy) -> Resolver:
     """The resolver the policy asks for (``resolver`` setting), else the system's."""
     configured = policy.resolver.value
     return SystemResolver() if configured is None else DnsResolver(*configured)
-
-
-def split_authority(authority: bytes, default_port: int | None) -> tuple[str, int]:
-    """``host[:port]`` (``[v6]:port`` included) from a CONNECT target or a Host header."""
-    try:
-        text = authority.decode("ascii")
-    except UnicodeDecodeError:
-        raise HttpError(400, f"host {authority[:100]!r} is not ASCII") from None
-    if text.startswith("["):
-        host, bracket, rest = text.partition("]")
-        host += bracket
-    else:
-        host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
-        rest = f":{port_text}" if ":" in text else ""
-    if not host or any(c in host for c in "/@?# "):
-        raise HttpError(400, f"bad host {text[:100]!r}")
-    if rest:
-        port_text = rest[1:]
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-            raise HttpError(400, f"bad port in {text[:100]!r}")
-        return host, int(port_text)
-    if default_port is None:
-        raise HttpError(400, f"CONNECT target {text[:100]!r} needs a port")
-    return host, default_port
-
-
-def split_absolute_url(target: bytes) -> tuple[str, int, bytes]:
-    """``http://host[:port]/path?q`` into host, port and the origin-form target."""
-    lowered = target[:8].lower()
-    if lowered.startswith(b"https://"):
-        raise HttpError(400, "send https:// requests through CONNECT (HTTPS_PROXY)")
-    if not lowered.startswith(b"http://"):
-        raise HttpError(400, f"a proxy request needs an absolute http:// URL, got {target[:100]!r}")
-    rest = target[7:]
-    cut = min((i for i in (rest.find(b"/"), rest.find(b"?")) if i >= 0), default=len(rest))
-    authority, path = rest[:cut], rest[cut:]
-    if b"@" in authority:
-        raise HttpError(400, "user information in a proxy URL is refused")
-    host, port = split_authority(authority, 80)
-    if not path.startswith(b"/"):
-        path = b"/" + path
-    return host, port, path
-
-
-def _same_host(a: tuple[str, int], b: tuple[str, int]) -> bool:
-    return (a[0].lower().removesuffix("."), a[1]) == (b[0].lower().removesuffix("."), b[1])
 
 
 class EgressGate:
@@ -299,7 +254,7 @@ class EgressGate:
                 hosts = field_values(head.headers, b"host")
                 if len(hosts) != 1:
                     raise HttpError(400, f"expected one Host header, got {len(hosts)}")
-                if not _same_host(split_authority(hosts[0], 80), (host, port)):
+                if not same_authority(split_authority(hosts[0], 80), (host, port)):
                     shown = hosts[0].decode("ascii", "replace")[:100]
                     self.log.record(
                         "refused", "proxy", f"{host}:{port}", f"Host header {shown!r} differs"

@@ -21,6 +21,7 @@ from sandbridge.runner.network_policy import (
     ALLOW_FILE,
     NetMode,
     Policy,
+    PolicyError,
     describe,
     load_policy,
     mask_credentials,
@@ -98,7 +99,7 @@ def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwo
         try:
             parse_publish(value)
         except ValueError as exc:
-            raise SystemExit(f"sandbridge: {exc}") from None
+            raise PolicyError(str(exc)) from None
     return SandboxNetwork(
         mode=effective.mode.value,
         gate_addr=effective.gate,

@@ -1,0 +1,57 @@
+"""Where a proxy request wants to go: the CONNECT target, the absolute URL, the Host header.
+
+Sans-I/O: bytes in, ``(host, port)`` out, or an :class:`~sandbridge.exceptions.HttpError`
+with the status the client gets (always 400: the request is malformed, not refused).
+Whether the destination is allowed is the policy's question, not this module's.
+"""
+
+from __future__ import annotations
+
+from sandbridge.exceptions import HttpError
+
+
+def split_authority(authority: bytes, default_port: int | None) -> tuple[str, int]:
+    """``host[:port]`` (``[v6]:port`` included) from a CONNECT target or a Host header."""
+    try:
+        text = authority.decode("ascii")
+    except UnicodeDecodeError:
+        raise HttpError(400, f"host {authority[:100]!r} is not ASCII") from None
+    if text.startswith("["):
+        host, bracket, rest = text.partition("]")
+        host += bracket
+    else:
+        host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
+        rest = f":{port_text}" if ":" in text else ""
+    if not host or any(c in host for c in "/@?# "):
+        raise HttpError(400, f"bad host {text[:100]!r}")
+    if rest:
+        port_text = rest[1:]
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise HttpError(400, f"bad port in {text[:100]!r}")
+        return host, int(port_text)
+    if default_port is None:
+        raise HttpError(400, f"CONNECT target {text[:100]!r} needs a port")
+    return host, default_port
+
+
+def split_absolute_url(target: bytes) -> tuple[str, int, bytes]:
+    """``http://host[:port]/path?q`` into host, port and the origin-form target."""
+    lowered = target[:8].lower()
+    if lowered.startswith(b"https://"):
+        raise HttpError(400, "send https:// requests through CONNECT (HTTPS_PROXY)")
+    if not lowered.startswith(b"http://"):
+        raise HttpError(400, f"a proxy request needs an absolute http:// URL, got {target[:100]!r}")
+    rest = target[7:]
+    cut = min((i for i in (rest.find(b"/"), rest.find(b"?")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:]
+    if b"@" in authority:
+        raise HttpError(400, "user information in a proxy URL is refused")
+    host, port = split_authority(authority, 80)
+    if not path.startswith(b"/"):
+        path = b"/" + path
+    return host, port, path
+
+
+def same_authority(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """True if two (host, port) pairs name the same destination (case, trailing dot)."""
+    return (a[0].lower().removesuffix("."), a[1]) == (b[0].lower().removesuffix("."), b[1])
