@@ -27,7 +27,6 @@ from tests.conftest import (
     run_argv,
 )
 
-BACKENDS = ["bwrap", "unshare"]
 # The test apps live in the checkout, which may itself be under /tmp (private inside).
 SEE_REPO = ("--ro-bind", str(REPO))  # for the one test that builds its own command line
 
@@ -72,20 +71,6 @@ def processes_with(marker: str) -> list[int]:
             if marker.encode() in cmdline:
                 found.append(int(entry.name))
     return found
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private XDG_RUNTIME_DIR so each test sees only its own runtime dirs."""
-    path = tmp_path / "xdg"
-    path.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
-    return path
 
 
 @pytest.fixture

@@ -75,6 +75,11 @@ class Setting(Generic[T]):
     source: str
 
 
+DEFAULT_MODE: Setting[NetMode] = Setting(NetMode.ALLOW, DEFAULT)
+DEFAULT_GATE: Setting[ipaddress.IPv4Address] = Setting(DEFAULT_GATE_ADDR, DEFAULT)
+SYSTEM_RESOLVER: Setting[tuple[str, int] | None] = Setting(None, DEFAULT)
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One proxy destination entry."""
@@ -119,13 +124,9 @@ class EnvSetting:
 class Policy:
     """The effective network policy of one session."""
 
-    mode: Setting[NetMode] = field(default_factory=lambda: Setting(NetMode.ALLOW, DEFAULT))
-    gate_addr: Setting[ipaddress.IPv4Address] = field(
-        default_factory=lambda: Setting(DEFAULT_GATE_ADDR, DEFAULT)
-    )
-    resolver: Setting[tuple[str, int] | None] = field(
-        default_factory=lambda: Setting(None, DEFAULT)
-    )
+    mode: Setting[NetMode] = DEFAULT_MODE
+    gate_addr: Setting[ipaddress.IPv4Address] = DEFAULT_GATE
+    resolver: Setting[tuple[str, int] | None] = SYSTEM_RESOLVER
     rules: tuple[Rule, ...] = ()
     host_services: tuple[HostService, ...] = ()
     env: tuple[EnvSetting, ...] = ()
@@ -310,13 +311,9 @@ def _parse_env(value: str, where: str) -> EnvSetting:
 class PolicyBuilder:
     """Collects settings and entries in order; :meth:`build` gives the :class:`Policy`."""
 
-    mode: Setting[NetMode] = field(default_factory=lambda: Setting(NetMode.ALLOW, DEFAULT))
-    gate_addr: Setting[ipaddress.IPv4Address] = field(
-        default_factory=lambda: Setting(DEFAULT_GATE_ADDR, DEFAULT)
-    )
-    resolver: Setting[tuple[str, int] | None] = field(
-        default_factory=lambda: Setting(None, DEFAULT)
-    )
+    mode: Setting[NetMode] = DEFAULT_MODE
+    gate_addr: Setting[ipaddress.IPv4Address] = DEFAULT_GATE
+    resolver: Setting[tuple[str, int] | None] = SYSTEM_RESOLVER
     entries: list[_RawEntry] = field(default_factory=list)
     env: dict[str, EnvSetting] = field(default_factory=dict)
 
