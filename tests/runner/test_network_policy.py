@@ -73,6 +73,8 @@ def test_flag_overrides_file_setting(tmp_path: Path) -> None:
         ("ok.org\nbad_name!\n", "", ".sandbridge/allow:2: 'bad_name!' is not a domain name"),
         ("example.com:0\n", "", ".sandbridge/allow:1: port must be 1..65535, got '0'"),
         ("example.com:http\n", "", "port must be 1..65535, got 'http'"),
+        ("example.com:" + "9" * 5000 + "\n", "", "port must be 1..65535, got '99999999"),
+        ("example.com:\u00b2\n", "", "port must be 1..65535, got '\u00b2'"),
         ("*.com\n", "", "'*.com' would allow a whole top-level domain"),
         ("*\n", "", "'*' is not a domain name"),
         ("a.*.com\n", "", "'a.*.com' is not a domain name"),

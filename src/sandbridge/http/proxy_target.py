@@ -26,7 +26,8 @@ def split_authority(authority: bytes, default_port: int | None) -> tuple[str, in
         raise HttpError(400, f"bad host {text[:100]!r}")
     if rest:
         port_text = rest[1:]
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        digits = len(port_text) <= 5 and port_text.isascii() and port_text.isdigit()
+        if not digits or not 1 <= int(port_text) <= 65535:
             raise HttpError(400, f"bad port in {text[:100]!r}")
         return host, int(port_text)
     if default_port is None:

@@ -160,8 +160,9 @@ class Policy:
 
 
 def _parse_port(text: str, where: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise PolicyError(f"{where}: port must be 1..65535, got {text!r}")
+    # ASCII digits only and at most five of them: int() of anything else may fail or crawl.
+    if not (len(text) <= 5 and text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise PolicyError(f"{where}: port must be 1..65535, got {text[:20]!r}")
     return int(text)
 
 

@@ -23,7 +23,8 @@ PUBLISH_DEADLINE = 3600.0
 def parse_publish(value: str) -> tuple[int, str]:
     """Parse ``PORT`` or ``PORT:/base``; raise ValueError naming the value."""
     port_text, colon, base = value.partition(":")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    digits = len(port_text) <= 5 and port_text.isascii() and port_text.isdigit()
+    if not digits or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"--publish {value!r}: port must be 1..65535")
     if colon and not base.startswith("/"):
         raise ValueError(f"--publish {value!r}: the base path must start with '/'")
