@@ -327,14 +327,18 @@ def test_malformed_policy_line_stops_the_run(tmp_path: Path) -> None:
     )
 
 
-def test_policy_directory_is_read_only_inside(backend: str, tmp_path: Path, xdg: Path) -> None:
+def test_policy_directory_is_read_only_and_the_command_holds_no_capability(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
     write_policy(tmp_path)
     result = subprocess.run(
         run_argv(
             tmp_path,
             "sh",
             "-c",
-            "echo evil.example >> .sandbridge/allow || echo refused; touch ok && echo rw",
+            "umount .sandbridge 2>/dev/null || echo kept;"
+            "echo evil.example >> .sandbridge/allow || echo refused; touch ok && echo rw;"
+            "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status | cut -f2 | sort -u",
             options=("--backend", backend, "--net", "none"),
         ),
         capture_output=True,
@@ -342,7 +346,8 @@ def test_policy_directory_is_read_only_inside(backend: str, tmp_path: Path, xdg:
         timeout=60,
         check=False,
     )
-    assert result.stdout.split() == ["refused", "rw"], result.stderr
+    # No capability at all: nothing can unmount the read-only policy directory.
+    assert result.stdout.split() == ["kept", "refused", "rw", "0000000000000000"], result.stderr
     assert "evil" not in (tmp_path / ".sandbridge" / "allow").read_text()
 
 

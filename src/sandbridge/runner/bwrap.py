@@ -24,6 +24,11 @@ def argv(spec: SandboxSpec) -> list[str]:
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--die-with-parent",
+        # Run as root, bwrap would leave the command every capability of its user
+        # namespace (enough to unmount the read-only .sandbridge); as any other user it
+        # drops them all. Drop them always.
+        "--cap-drop",
+        "ALL",
         "--ro-bind",
         "/",
         "/",
