@@ -84,6 +84,21 @@ def second_proxy() -> str:
     return curl("-x", f"http://127.0.0.1:{port}", "http://public.test/")
 
 
+def direct_gate(port: int, request: bytes = b"") -> str:
+    """Skip the gate listener: talk to the host's egress.sock directly, as an agent could."""
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(20)
+            sock.connect("/run/ags-webview-relay/egress.sock")
+            sock.sendall(b'{"type":"egress","port":%d}\n' % port + request)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+    except OSError as exc:
+        return f"error={errno.errorcode.get(exc.errno or 0, str(exc))}"
+    return repr(data.decode(errors="replace")[:400])
+
+
 def add_address() -> str:
     import ipaddress
 
@@ -117,6 +132,10 @@ PROBES = {
     ),
     "gate_as_proxy_destination": lambda: raw(
         b"CONNECT 100.64.0.1:5432 HTTP/1.1\r\nHost: 100.64.0.1:5432\r\n\r\n"
+    ),
+    "direct_gate_port": lambda: direct_gate(5433),
+    "direct_gate_connect": lambda: direct_gate(
+        18081, b"CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n"
     ),
     "raw_public": lambda: connect("8.8.0.1", 80),
     "raw_other": lambda: connect("8.8.0.2", 80),

@@ -190,6 +190,15 @@ def test_the_gate_address_is_not_a_proxy_destination(allow: Outcome) -> None:
     assert "403 Forbidden" in allow.probes["gate_as_proxy_destination"]
 
 
+def test_the_host_rechecks_what_bypasses_the_gate_listener(allow: Outcome) -> None:
+    port = allow.probes["direct_gate_port"]
+    assert '"ok":false' in port and "port 5433 of the gate address is not a host service" in port
+    assert not allow.hit("service5433")
+    tunnel = allow.probes["direct_gate_connect"]
+    assert "403 Forbidden" in tunnel and "other.test is not in the allowlist" in tunnel
+    assert not allow.hit("other80")
+
+
 def test_raw_tcp_reaches_no_address(allow: Outcome) -> None:
     assert allow.probes["raw_public"] == "error=ENETUNREACH"
     assert allow.probes["raw_other"] == "error=ENETUNREACH"
