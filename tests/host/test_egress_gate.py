@@ -188,3 +188,25 @@ def test_every_decision_is_logged_without_payload(gate: Gate, app_port: int) -> 
     assert entries[0]["address"] == "127.0.0.1"
     text = (gate.log_dir / "egress.jsonl").read_text()
     assert "topsecret" not in text and "payload-abc" not in text
+
+
+def test_connections_past_the_cap_are_refused_and_others_recover(
+    gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbridge.host import egress_gate
+
+    monkeypatch.setattr(egress_gate, "MAX_EGRESS_CONNECTIONS", 8)
+    silent = []
+    try:
+        for _ in range(8):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(str(gate.path))
+            silent.append(sock)
+        # The gate has accepted the silent ones once it answers a probe past them.
+        answer = json.loads(exchange(gate, b""))
+        assert answer == {"ok": False, "error": "more than 8 open connections"}
+    finally:
+        for sock in silent:
+            sock.close()
+    status, _ = proxy(gate, b"CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n\r\n")
+    assert b"403" in status

@@ -153,6 +153,9 @@ class EgressGate:
                 writer.write(
                     egress.encode_answer(f"more than {MAX_EGRESS_CONNECTIONS} open connections")
                 )
+                # Its opening is still unread: closing now would reset the connection and
+                # could destroy the answer before the sandbox reads it.
+                await linger_close(reader, writer)
                 return
             try:
                 async with asyncio.timeout(egress.EGRESS_OPEN_TIMEOUT):
