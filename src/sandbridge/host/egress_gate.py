@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -68,6 +69,14 @@ CONNECT_TIMEOUT = 15.0
 # Open connections through the gate per session: a few per tool is plenty; the cap keeps a
 # looping sandbox from using up the host's descriptors.
 MAX_EGRESS_CONNECTIONS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What the proxy answers instead of connecting: a status and a text naming why."""
+
+    status: int
+    text: str
 
 
 class Resolver(Protocol):
@@ -269,9 +278,8 @@ class EgressGate:
             await self._refuse(reader, writer, exc.status, str(exc))
             return
         connection = await self._connect(host, port)
-        if isinstance(connection, tuple) and isinstance(connection[0], int):
-            status, text = connection
-            await self._refuse(reader, writer, status, text)
+        if isinstance(connection, Refusal):
+            await self._refuse(reader, writer, connection.status, connection.text)
             return
         up_reader, up_writer = connection
         try:
@@ -289,13 +297,13 @@ class EgressGate:
 
     async def _connect(
         self, host: str, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | tuple[int, str]:
-        """Decide, resolve and connect; else the status and text to answer with."""
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | Refusal:
+        """Decide, resolve and connect; else the refusal to answer with."""
         destination = f"{host}:{port}"
         decision = match_destination(self.policy, host, port)
         if not decision.allowed:
             self._record(decision, "proxy", destination)
-            return 403, decision.refusal_text(destination)
+            return Refusal(403, decision.refusal_text(destination))
         literal = parse_ip(host)
         try:
             async with asyncio.timeout(RESOLVE_TIMEOUT):
@@ -305,7 +313,7 @@ class EgressGate:
         usable, decision = check_addresses(decision, host, port, found)
         if not decision.allowed:
             self._record(decision, "proxy", destination, str(found[0]) if found else "")
-            return 403, decision.refusal_text(destination)
+            return Refusal(403, decision.refusal_text(destination))
         for address in usable:
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT):
@@ -316,7 +324,7 @@ class EgressGate:
             return connection
         failed = Decision(False, f"could not connect to {', '.join(map(str, usable))}")
         self._record(failed, "proxy", destination)
-        return 502, f"egress to {destination} failed: {failed.reason}"
+        return Refusal(502, f"egress to {destination} failed: {failed.reason}")
 
     async def _forward_request(
         self,
