@@ -24,6 +24,7 @@ from sandbridge.host.session_registry import SessionEntry, list_sessions
 from sandbridge.host.upstream import Protocol
 from sandbridge.runner import network_cli
 from sandbridge.runner.backend import BACKENDS, resolve
+from sandbridge.runner.network_policy import Policy
 from sandbridge.runner.run import default_home, run_session, stdin_is_terminal
 from sandbridge.runner.spec import SandboxSpec, parse_env, parse_mount
 from sandbridge.wire.limits import MAX_APPS_PER_SESSION
@@ -156,14 +157,16 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
     )
 
 
-def _spec_factory(args: argparse.Namespace, command: list[str]) -> Callable[[Path], SandboxSpec]:
+def _spec_factory(
+    args: argparse.Namespace, command: list[str], policy: Policy | None = None
+) -> Callable[[Path], SandboxSpec]:
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
     mounts = [parse_mount(v, True) for v in args.bind] + [
         parse_mount(v, False) for v in args.ro_bind
     ]
-    policy = network_cli.policy(args, workdir)
+    policy = network_cli.policy(args, workdir) if policy is None else policy
     mounts += network_cli.policy_mounts(workdir)
     env = {**policy.sandbox_env(), **parse_env(args.env)}
     network = network_cli.sandbox_network(args, policy)
@@ -199,8 +202,8 @@ def _run_session(
     args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
 ) -> int:
     backend = resolve(args.backend)
-    spec_factory = _spec_factory(args, command)
     policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
+    spec_factory = _spec_factory(args, command, policy)
     network_cli.warn_full(policy)
     return event_loop.run(
         run_session(

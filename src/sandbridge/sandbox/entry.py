@@ -49,6 +49,18 @@ async def run(
     if gate is not None:
         await gate.start()
     publishers = [asyncio.create_task(publish(port, base)) for port, base in published or []]
+    try:
+        return await _run_command(command)
+    finally:
+        for task in publishers:
+            task.cancel()
+        await asyncio.gather(*publishers, return_exceptions=True)
+        if gate is not None:
+            await gate.close()
+        await shim.close()
+
+
+async def _run_command(command: list[str]) -> int:
     loop = asyncio.get_running_loop()
     # Ctrl-C reaches the command through the terminal's process group; the shim must
     # outlive it, so this process ignores SIGINT and forwards SIGTERM.
@@ -60,12 +72,6 @@ async def run(
         return 127
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
     status = await process.wait()
-    for task in publishers:
-        task.cancel()
-    await asyncio.gather(*publishers, return_exceptions=True)
-    if gate is not None:
-        await gate.close()
-    await shim.close()
     return 128 - status if status < 0 else status
 
 
