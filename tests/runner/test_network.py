@@ -21,6 +21,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +41,7 @@ class Outcome:
     hits: list[str]
     stderr: str
     status: str
+    status_json: list[dict[str, Any]]
 
     def hit(self, server: str, path: str = "") -> bool:
         return any(line.startswith(f"HIT {server} ") and path in line for line in self.hits)
@@ -87,6 +89,9 @@ def session(
         status = subprocess.run(
             [*SANDBRIDGE, "status"], env=env, capture_output=True, text=True, check=True
         ).stdout
+        status_json = subprocess.run(
+            [*SANDBRIDGE, "status", "--json"], env=env, capture_output=True, text=True, check=True
+        ).stdout
         go.write_text("done\n")
         assert process.popen.wait(30) == 0
     finally:
@@ -94,7 +99,8 @@ def session(
             process.stop()
     stderr = process.drain("stderr")
     lines = process.lines["stderr"] + stderr.splitlines()
-    return Outcome(probes_seen, [line for line in lines if line.startswith("HIT ")], stderr, status)
+    hits = [line for line in lines if line.startswith("HIT ")]
+    return Outcome(probes_seen, hits, stderr, status, json.loads(status_json))
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -226,6 +232,15 @@ def test_status_summarises_every_decision(allow: Outcome) -> None:
     assert re.search(r"refused\s+proxy\s+loopy\.test:80 .*\(loopback\)", status), status
     assert re.search(r"allowed\s+host-service\s+100\.64\.0\.1:5432\s+x1", status), status
     assert re.search(r"allowed\s+proxy\s+public\.test:443", status), status
+
+
+def test_status_json_lists_each_destination(allow: Outcome) -> None:
+    [report] = allow.status_json
+    refused = {t["destination"]: t["count"] for t in report["egress"] if t["decision"] == "refused"}
+    assert refused["other.test:80"] == 1
+    assert {"decision", "kind", "destination", "count", "last", "reason"} == set(
+        report["egress"][0]
+    )
 
 
 def test_no_secret_reaches_the_logs(allow: Outcome) -> None:

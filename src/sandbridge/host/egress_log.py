@@ -80,8 +80,20 @@ def read_entries(directory: Path) -> list[dict[str, object]]:
     return entries
 
 
-def summarise(entries: list[dict[str, object]]) -> list[str]:
-    """``sandbridge status`` lines: totals, then each destination with its counts."""
+@dataclass(frozen=True, slots=True)
+class DestinationTally:
+    """How often one destination was allowed or refused, and when last."""
+
+    decision: str
+    kind: str
+    destination: str
+    count: int
+    last: float
+    reason: str
+
+
+def tally(entries: list[dict[str, object]]) -> list[DestinationTally]:
+    """One tally per (decision, kind, destination), refusals first, then by destination."""
     counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
     reasons: dict[tuple[str, str, str], str] = {}
     last: dict[tuple[str, str, str], float] = {}
@@ -91,14 +103,22 @@ def summarise(entries: list[dict[str, object]]) -> list[str]:
         reasons[key] = str(entry.get("reason", ""))
         stamp = entry.get("time")
         last[key] = float(stamp) if isinstance(stamp, int | float) else 0.0
-    allowed = sum(n for key, n in counts.items() if key[0] == "allowed")
-    refused = sum(n for key, n in counts.items() if key[0] == "refused")
+    return [
+        DestinationTally(*key, counts[key], last[key], reasons[key])
+        for key in sorted(counts, key=lambda k: (k[0] != "refused", k[2]))
+    ]
+
+
+def summarise(entries: list[dict[str, object]]) -> list[str]:
+    """``sandbridge status`` lines: totals, then each destination with its counts."""
+    tallies = tally(entries)
+    allowed = sum(t.count for t in tallies if t.decision == "allowed")
+    refused = sum(t.count for t in tallies if t.decision == "refused")
     lines = [f"egress: {allowed} allowed, {refused} refused"]
-    for key in sorted(counts, key=lambda k: (k[0] != "refused", k[2])):
-        decision, kind, destination = key
-        when = time.strftime("%H:%M:%S", time.localtime(last[key]))
+    for t in tallies:
+        when = time.strftime("%H:%M:%S", time.localtime(t.last))
         lines.append(
-            f"  {decision:<8} {kind:<12} {destination}  x{counts[key]}  last {when}"
-            + (f"  ({reasons[key]})" if decision == "refused" else "")
+            f"  {t.decision:<8} {t.kind:<12} {t.destination}  x{t.count}  last {when}"
+            + (f"  ({t.reason})" if t.decision == "refused" else "")
         )
     return lines

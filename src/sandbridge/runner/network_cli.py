@@ -11,10 +11,11 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sandbridge.host.egress_log import read_entries, summarise
+from sandbridge.host.egress_log import read_entries, summarise, tally
 from sandbridge.host.session_registry import list_sessions, session_path, sessions_dir
 from sandbridge.runner.backend import sandbox_argv
 from sandbridge.runner.network_policy import (
@@ -176,6 +177,7 @@ def inspect(
 def add_status_command(commands: Any) -> None:
     status = commands.add_parser("status", help="summarise a running session's egress decisions")
     status.add_argument("session", nargs="?", help="session id (default: every running session)")
+    status.add_argument("--json", action="store_true", help="print JSON for scripts")
     status.set_defaults(func=cmd_status)
 
 
@@ -186,9 +188,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         session_path(args.session)  # refuses an unknown session by name
     else:
         ids = [record.id for record in list_sessions()]
-        if not ids:
-            print("no running sessions")
-            return 0
+    if args.json:
+        report = [
+            {
+                "session": session_id,
+                "egress": [asdict(t) for t in tally(read_entries(sessions_dir() / session_id))],
+            }
+            for session_id in ids
+        ]
+        print(json.dumps(report, indent=2))
+        return 0
+    if not ids:
+        print("no running sessions")
+        return 0
     for session_id in ids:
         print(f"session {session_id}")
         for line in summarise(read_entries(sessions_dir() / session_id)):
