@@ -58,6 +58,7 @@ def write_policy(workdir: Path) -> None:
 
 
 def in_world(argv: list[str], env: dict[str, str]) -> Process:
+    assert os.getuid() == 0, "these tests make network namespaces (unshare --net): run as root"
     return Process(["unshare", "--net", "--", PYTHON, NET_WORLD, "--", *argv], env=env)
 
 

@@ -22,10 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import dns.asyncresolver
-import dns.exception
-import dns.resolver
-
 from sandbridge import log
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.host.egress_log import EgressLog
@@ -106,12 +102,18 @@ class DnsResolver:
     """A DNS server the policy names (``resolver = IP:PORT``), asked for A then AAAA."""
 
     def __init__(self, server: str, port: int) -> None:
+        # Imported here: dnspython costs ~35 ms to import, and most sessions never ask it.
+        import dns.asyncresolver
+
         self._resolver = dns.asyncresolver.Resolver(configure=False)
         self._resolver.nameservers = [server]
         self._resolver.port = port
         self._resolver.lifetime = RESOLVE_TIMEOUT
 
     async def resolve(self, name: str) -> list[Address]:
+        import dns.exception
+        import dns.resolver
+
         found: list[Address] = []
         for kind in ("A", "AAAA"):
             try:
