@@ -299,13 +299,18 @@ def test_publish_shows_the_app_on_the_host(backend: str, tmp_path: Path, xdg: Pa
 
 
 def inspect(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """``sandbridge run`` with a runtime base of its own, which must stay empty."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700, exist_ok=True)
+    result = subprocess.run(
         [*SANDBRIDGE, "run", "--workdir", str(tmp_path), *options],
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "HOST_TOKEN": SECRET},
+        env={**os.environ, "HOST_TOKEN": SECRET, "XDG_RUNTIME_DIR": str(xdg)},
     )
+    assert list(xdg.iterdir()) == [], "inspection must start nothing"
+    return result
 
 
 @pytest.mark.parametrize("backend_name", BACKENDS)
@@ -333,13 +338,17 @@ def test_print_policy_and_dry_run_show_no_secret(tmp_path: Path, backend_name: s
     assert "https://***@public.test/" in out
     assert "HOST_TOKEN" in out and "OTHER" in out  # names are shown, values are not
     assert "sandbridge.runner.net_init 100.64.0.1" in out
-    assert not list(tmp_path.glob("ags-webview-relay-*"))
 
 
 def test_dry_run_in_none_mode_unshares_the_network(tmp_path: Path) -> None:
-    result = inspect(tmp_path, "--backend", "bwrap", "--net", "none", "--dry-run", "--", "true")
+    marker = tmp_path / "started"
+    result = inspect(
+        tmp_path, "--backend", "bwrap", "--net", "none", "--dry-run", "--", "touch", str(marker)
+    )
     assert "--unshare-net" in result.stdout
     assert "net_init" not in result.stdout
+    assert result.stdout.rstrip().endswith(f"-- touch {marker}")
+    assert not marker.exists()
 
 
 def test_malformed_policy_line_stops_the_run(tmp_path: Path) -> None:

@@ -51,7 +51,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         metavar="ENTRY",
         help="add an allow entry: GATE:PORT, NAME[:PORT], *.NAME[:PORT], IP[:PORT] [private]",
     )
-    group.add_argument("--gate-addr", default=None, help="the gate address (default 100.64.0.1)")
+    group.add_argument(
+        "--gate-addr", default=None, metavar="IP", help="the gate address (default 100.64.0.1)"
+    )
     group.add_argument(
         "--resolver", default=None, metavar="IP[:PORT]", help="DNS server the proxy asks"
     )
