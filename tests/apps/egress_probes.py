@@ -122,6 +122,9 @@ PROBES = {
     "connect_loopback_name": lambda: raw(
         b"CONNECT loopy.test:80 HTTP/1.1\r\nHost: loopy.test:80\r\n\r\n"
     ),
+    "connect_self_name": lambda: raw(
+        b"CONNECT selfpub.test:80 HTTP/1.1\r\nHost: selfpub.test:80\r\n\r\n"
+    ),
     "connect_bad_port": lambda: raw(
         b"CONNECT public.test:8080 HTTP/1.1\r\nHost: public.test:8080\r\n\r\n"
     ),

@@ -50,7 +50,7 @@ class Outcome:
 def write_policy(workdir: Path) -> None:
     (workdir / ".sandbridge").mkdir()
     (workdir / ".sandbridge" / "allow").write_text(
-        "# reviewed test policy\npublic.test\n*.wild.test\nloopy.test\n"
+        "# reviewed test policy\npublic.test\n*.wild.test\nloopy.test\nselfpub.test\n"
     )
     (workdir / ".sandbridge" / "config").write_text(
         f"resolver = 127.0.0.1:5353\nenv = API_TOKEN={SECRET}\n"
@@ -172,6 +172,15 @@ def test_connect_to_a_name_resolving_to_host_loopback_is_refused(allow: Outcome)
     assert "loopy.test resolves to 127.0.0.1 (loopback)" in result
     assert "add the line 'loopy.test private'" in result
     assert not allow.hit("loopback80")
+
+
+def test_connect_to_a_name_resolving_to_the_hosts_own_public_address_is_refused(
+    allow: Outcome,
+) -> None:
+    result = allow.probes["connect_self_name"]
+    assert "403 Forbidden" in result
+    assert "selfpub.test resolves to 8.8.1.1 (this host)" in result
+    assert not allow.hit("selfpub80")
 
 
 def test_connect_to_a_disallowed_port_is_refused(allow: Outcome) -> None:

@@ -198,6 +198,15 @@ def test_resolved_addresses_table(
         assert not final.allowed and refusal in final.reason
 
 
+def test_the_hosts_own_global_address_is_refused_unless_private() -> None:
+    own = ip("93.184.216.34")
+    decision = match_destination(POLICY, "example.com", 443)
+    usable, final = check_addresses(decision, "example.com", 443, [own], local=[own])
+    assert usable == [] and "(this host)" in final.reason
+    private = match_destination(POLICY, "git.internal", 443)
+    assert check_addresses(private, "git.internal", 443, [own], local=[own])[0] == [own]
+
+
 def test_private_refusal_suggests_the_private_entry() -> None:
     decision = match_destination(POLICY, "example.com", 443)
     _, final = check_addresses(decision, "example.com", 443, [ip("127.0.0.1")])

@@ -126,6 +126,21 @@ class DnsResolver:
         return found
 
 
+def is_local_address(address: Address) -> bool:
+    """True if ``address`` belongs to this host: only a local address can be bound.
+
+    (With ``net.ipv*.ip_nonlocal_bind`` set, every address looks local, and names
+    reach only what their entry allows with ``private``: the check fails closed.)
+    """
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(address), 0))
+        except OSError:
+            return False
+    return True
+
+
 def resolver_for(policy: Policy) -> Resolver:
     """The resolver the policy asks for (``resolver`` setting), else the system's."""
     configured = policy.resolver.value
@@ -312,7 +327,8 @@ class EgressGate:
                 found = [literal] if literal is not None else await self.resolver.resolve(host)
         except TimeoutError:
             found = []
-        usable, decision = check_addresses(decision, host, port, found)
+        local = [address for address in found if is_local_address(address)]
+        usable, decision = check_addresses(decision, host, port, found, local)
         if not decision.allowed:
             self._record(decision, "proxy", destination, str(found[0]) if found else "")
             return Refusal(403, decision.refusal_text(destination))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -469,15 +469,24 @@ def match_destination(policy: Policy, host: str, port: int) -> Decision:
     )
 
 
-def address_kind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """Why ``address`` is not a public destination (``"loopback"``...), or None if it is."""
+def address_kind(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    local: Collection[ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
+) -> str | None:
+    """Why ``address`` is not a public destination (``"loopback"``...), or None if it is.
+
+    ``local`` are the host's own addresses: a global one of them is still ``"this host"``,
+    since what listens there is the host's, not the internet's.
+    """
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address_kind(address.ipv4_mapped)
+        return address_kind(address.ipv4_mapped, local)
     for kind in ("loopback", "link_local", "private", "unspecified", "multicast", "reserved"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")
     if not address.is_global:
         return "non-global"
+    if address in local:
+        return "this host"
     return None
 
 
@@ -486,19 +495,20 @@ def check_addresses(
     host: str,
     port: int,
     addresses: list[ipaddress.IPv4Address | ipaddress.IPv6Address],
+    local: Collection[ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
 ) -> tuple[list[ipaddress.IPv4Address | ipaddress.IPv6Address], Decision]:
     """The addresses an allowed destination may be connected to, after resolution.
 
-    A name's loopback, private and link-local addresses are dropped unless its rule says
-    ``private``; an IP literal the policy names is used as it is. If nothing is left, the
-    decision becomes a refusal naming the address that was refused.
+    A name's loopback, private, link-local and this host's own (``local``) addresses are
+    dropped unless its rule says ``private``; an IP literal the policy names is used as it
+    is. If nothing is left, the decision becomes a refusal naming the address refused.
     """
     rule = decision.rule
     assert rule is not None, "check_addresses needs an allowing decision"
     if rule.private or parse_ip(rule.host) is not None:
         usable = list(addresses)
     else:
-        usable = [address for address in addresses if address_kind(address) is None]
+        usable = [address for address in addresses if address_kind(address, local) is None]
     if usable:
         return usable, decision
     if not addresses:
@@ -506,7 +516,7 @@ def check_addresses(
     first = addresses[0]
     return [], Decision(
         False,
-        f"{host} resolves to {first} ({address_kind(first)}), which names may only "
+        f"{host} resolves to {first} ({address_kind(first, local)}), which names may only "
         "reach when their entry says 'private'",
         suggestion=format_entry(rule.host, rule.port if rule.port else None, private=True),
     )
