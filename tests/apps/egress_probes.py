@@ -99,6 +99,17 @@ def direct_gate(port: int, request: bytes = b"") -> str:
     return repr(data.decode(errors="replace")[:400])
 
 
+def python_https(url: str) -> str:
+    """Python's own HTTPS client through the proxy (what pip and requests build on)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=20) as response:
+            return f"status={response.status}"
+    except OSError as exc:
+        return f"error={exc}"
+
+
 def add_address() -> str:
     import ipaddress
 
@@ -118,6 +129,7 @@ PROBES = {
     "allowed_connect": lambda: curl("-p", "http://public.test:443/"),
     "wildcard": lambda: curl("http://sub.wild.test/"),
     "refused_domain": lambda: curl("http://other.test/"),
+    "refused_https_python": lambda: python_https("https://other.test/"),
     "connect_ip_literal": lambda: raw(b"CONNECT 8.8.0.1:443 HTTP/1.1\r\nHost: 8.8.0.1:443\r\n\r\n"),
     "connect_loopback_name": lambda: raw(
         b"CONNECT loopy.test:80 HTTP/1.1\r\nHost: loopy.test:80\r\n\r\n"

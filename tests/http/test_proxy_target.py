@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from sandbridge.exceptions import HttpError
-from sandbridge.http.proxy_target import same_authority, split_absolute_url, split_authority
+from sandbridge.http.proxy_target import (
+    MAX_REASON_CHARS,
+    proxy_refusal,
+    same_authority,
+    split_absolute_url,
+    split_authority,
+)
 
 
 @pytest.mark.parametrize(
@@ -77,3 +83,20 @@ def test_bad_absolute_urls_are_400(target: bytes, fragment: str) -> None:
 )
 def test_same_authority(a: tuple[str, int], b: tuple[str, int], same: bool) -> None:
     assert same_authority(a, b) is same
+
+
+def test_refusal_text_is_the_reason_phrase_and_the_body() -> None:
+    response = proxy_refusal(403, "egress to x.org:443 refused: x.org is not in the allowlist")
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == (
+        b"HTTP/1.1 403 egress to x.org:443 refused: x.org is not in the allowlist"
+    )
+    assert body == b"sandbridge: egress to x.org:443 refused: x.org is not in the allowlist\n"
+
+
+def test_reason_phrase_is_bounded_printable_ascii() -> None:
+    response = proxy_refusal(403, "bad\r\nInjected: 1 \u00e9" + "x" * 1000)
+    status_line = response.split(b"\r\n")[0]
+    assert status_line.startswith(b"HTTP/1.1 403 bad??Injected: 1 ?x")
+    assert len(status_line) == len(b"HTTP/1.1 403 ") + MAX_REASON_CHARS
+    assert b"Injected: 1" not in response.split(b"\r\n")[1]

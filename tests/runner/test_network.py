@@ -157,18 +157,25 @@ def test_refused_domain_is_403_naming_destination_and_line(allow: Outcome) -> No
     assert not allow.hit("other80")
 
 
+def test_a_refused_connect_says_why_in_python_clients_too(allow: Outcome) -> None:
+    """http.client (under pip and requests) shows a refused tunnel's reason phrase only."""
+    result = allow.probes["refused_https_python"]
+    assert "Tunnel connection failed: 403 egress to other.test:443 refused" in result
+    assert "add the line 'other.test' to .sandbridge/allow" in result
+
+
 # --- bypass attempts -------------------------------------------------------------------
 
 
 def test_connect_to_an_ip_literal_is_refused(allow: Outcome) -> None:
     result = allow.probes["connect_ip_literal"]
-    assert "403 Forbidden" in result and "IP-literal destinations are refused" in result
+    assert "HTTP/1.1 403 egress to " in result and "IP-literal destinations are refused" in result
     assert not allow.hit("public443", "8.8.0.1")
 
 
 def test_connect_to_a_name_resolving_to_host_loopback_is_refused(allow: Outcome) -> None:
     result = allow.probes["connect_loopback_name"]
-    assert "403 Forbidden" in result
+    assert "HTTP/1.1 403 egress to " in result
     assert "loopy.test resolves to 127.0.0.1 (loopback)" in result
     assert "add the line 'loopy.test private'" in result
     assert not allow.hit("loopback80")
@@ -178,20 +185,22 @@ def test_connect_to_a_name_resolving_to_the_hosts_own_public_address_is_refused(
     allow: Outcome,
 ) -> None:
     result = allow.probes["connect_self_name"]
-    assert "403 Forbidden" in result
+    assert "HTTP/1.1 403 egress to " in result
     assert "selfpub.test resolves to 8.8.1.1 (this host)" in result
     assert not allow.hit("selfpub80")
 
 
 def test_connect_to_a_disallowed_port_is_refused(allow: Outcome) -> None:
     result = allow.probes["connect_bad_port"]
-    assert "403 Forbidden" in result and "port 8080 is not allowed for public.test" in result
+    assert (
+        "HTTP/1.1 403 egress to " in result and "port 8080 is not allowed for public.test" in result
+    )
     assert not allow.hit("public8080")
 
 
 def test_absolute_form_with_a_mismatched_host_is_refused(allow: Outcome) -> None:
     result = allow.probes["host_mismatch"]
-    assert "400 Bad Request" in result
+    assert "HTTP/1.1 400 Host header " in result
     assert "Host header 'other.test' does not match" in result
     assert not allow.hit("other80")
 
@@ -203,7 +212,7 @@ def test_a_pipelined_second_request_is_never_forwarded(allow: Outcome) -> None:
 
 
 def test_the_gate_address_is_not_a_proxy_destination(allow: Outcome) -> None:
-    assert "403 Forbidden" in allow.probes["gate_as_proxy_destination"]
+    assert "HTTP/1.1 403 egress to " in allow.probes["gate_as_proxy_destination"]
 
 
 def test_the_host_rechecks_what_bypasses_the_gate_listener(allow: Outcome) -> None:
@@ -211,7 +220,7 @@ def test_the_host_rechecks_what_bypasses_the_gate_listener(allow: Outcome) -> No
     assert '"ok":false' in port and "port 5433 of the gate address is not a host service" in port
     assert not allow.hit("service5433")
     tunnel = allow.probes["direct_gate_connect"]
-    assert "403 Forbidden" in tunnel and "other.test is not in the allowlist" in tunnel
+    assert "HTTP/1.1 403 egress to " in tunnel and "other.test is not in the allowlist" in tunnel
     assert not allow.hit("other80")
 
 

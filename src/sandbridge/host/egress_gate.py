@@ -31,11 +31,15 @@ from sandbridge.http.forwarding import (
     LAST_CHUNK,
     Framing,
     encode_chunk,
-    error_response,
     request_framing,
 )
 from sandbridge.http.parser import MESSAGE_END, BodyChunk, RequestHead, RequestReader, Upgraded
-from sandbridge.http.proxy_target import same_authority, split_absolute_url, split_authority
+from sandbridge.http.proxy_target import (
+    proxy_refusal,
+    same_authority,
+    split_absolute_url,
+    split_authority,
+)
 from sandbridge.runner.network_policy import (
     PROXY_PORT,
     Decision,
@@ -246,7 +250,7 @@ class EgressGate:
     async def _refuse(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, text: str
     ) -> None:
-        writer.write(error_response(status, text))
+        writer.write(proxy_refusal(status, text))
         await linger_close(reader, writer)
 
     async def _proxy(

@@ -8,6 +8,7 @@ Whether the destination is allowed is the policy's question, not this module's.
 from __future__ import annotations
 
 from sandbridge.exceptions import HttpError
+from sandbridge.http.forwarding import error_response
 
 
 def split_authority(authority: bytes, default_port: int | None) -> tuple[str, int]:
@@ -56,3 +57,17 @@ def split_absolute_url(target: bytes) -> tuple[str, int, bytes]:
 def same_authority(a: tuple[str, int], b: tuple[str, int]) -> bool:
     """True if two (host, port) pairs name the same destination (case, trailing dot)."""
     return (a[0].lower().removesuffix("."), a[1]) == (b[0].lower().removesuffix("."), b[1])
+
+
+# Room for a destination and the line that would allow it; a status line stays short.
+MAX_REASON_CHARS = 300
+
+
+def proxy_refusal(status: int, text: str) -> bytes:
+    """The proxy's refusal: the usual plain-text error, with ``text`` as the reason phrase
+    too, since clients that hide a refused CONNECT's body (Python's http.client, so pip
+    and requests) still show the status line's reason."""
+    response = error_response(status, text)
+    _, rest = response.split(b"\r\n", 1)
+    phrase = "".join(c if " " <= c <= "~" else "?" for c in text[:MAX_REASON_CHARS])
+    return b"HTTP/1.1 %d " % status + phrase.encode("ascii") + b"\r\n" + rest
