@@ -15,10 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, host_port_of, request, run_argv
-from tests.runner.conftest import BACKENDS
+from tests.runner.conftest import BACKENDS, Nobody
 
 NET_WORLD = str(REPO / "tests" / "apps" / "net_world.py")
 PROBES = str(REPO / "tests" / "apps" / "egress_probes.py")
@@ -403,60 +400,19 @@ def test_policy_directory_is_read_only_and_the_command_holds_no_capability(
     assert "evil" not in (tmp_path / ".sandbridge" / "allow").read_text()
 
 
-def test_unprivileged_user_gets_the_gate_and_the_proxy(backend: str) -> None:
-    """As nobody (Debian's python3): the namespace set-up needs no privilege."""
-    assert os.getuid() == 0, "this test makes a network namespace and switches to nobody"
-    top = Path(tempfile.mkdtemp(prefix="sandbridge-unpriv-net-", dir="/tmp"))
+def test_unprivileged_user_gets_the_gate_and_the_proxy(backend: str, nobody: Nobody) -> None:
+    """The namespace set-up needs no privilege."""
+    write_policy(nobody.work)
+    probes = ("host_service", "allowed_http", "refused_domain", "add_address")
+    argv = [*nobody.run_argv(backend, "--allow", "gate:5432"), "--", "/usr/bin/python3", PROBES]
+    process = in_world([*argv, *probes], nobody.env)
     try:
-        os.chmod(top, 0o755)
-        work, xdg = top / "work", top / "xdg"
-        work.mkdir()
-        xdg.mkdir(mode=0o700)
-        write_policy(work)
-        for path in (work, xdg, work / ".sandbridge"):
-            os.chown(path, 65534, 65534)
-        site = next(p for p in sys.path if p.endswith("site-packages") and ".venv" in p)
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(work),
-            "XDG_RUNTIME_DIR": str(xdg),
-            "PYTHONPATH": f"{REPO / 'src'}:{site}:{REPO}",
-        }
-        probes = ("host_service", "allowed_http", "refused_domain", "add_address")
-        argv = [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-m",
-            "sandbridge.cli",
-            "run",
-            "--backend",
-            backend,
-            "--workdir",
-            str(work),
-            "--ro-bind",
-            str(REPO),
-            "--env",
-            "PYTHONPATH",
-            "--allow",
-            "gate:5432",
-            "--",
-            "/usr/bin/python3",
-            PROBES,
-            *probes,
-        ]
-        process = in_world(argv, env)
-        try:
-            results = collect(process)
-            assert process.popen.wait(30) == 0
-        finally:
-            if process.popen.poll() is None:
-                process.stop()
-        assert "hello from service5432" in results["host_service"]
-        assert "hello from public80" in results["allowed_http"]
-        assert results["refused_domain"].startswith("status=403")
-        assert results["add_address"] == "error=EPERM"
+        results = collect(process)
+        assert process.popen.wait(30) == 0
     finally:
-        shutil.rmtree(top, ignore_errors=True)
+        if process.popen.poll() is None:
+            process.stop()
+    assert "hello from service5432" in results["host_service"]
+    assert "hello from public80" in results["allowed_http"]
+    assert results["refused_domain"].startswith("status=403")
+    assert results["add_address"] == "error=EPERM"
