@@ -110,6 +110,16 @@ def python_https(url: str) -> str:
         return f"error={exc}"
 
 
+LEFT_OPEN: list[socket.socket] = []
+
+
+def idle_connection() -> str:
+    """A host-service connection left open and idle until this process exits."""
+    sock = socket.create_connection((GATE, 5432), timeout=5)
+    LEFT_OPEN.append(sock)
+    return "open"
+
+
 def add_address() -> str:
     import ipaddress
 
@@ -158,6 +168,7 @@ PROBES = {
     "raw_gate_other_port": lambda: connect(GATE, 22),
     "second_proxy": second_proxy,
     "add_address": add_address,
+    "idle_connection": idle_connection,
 }
 
 

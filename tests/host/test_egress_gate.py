@@ -45,6 +45,7 @@ class Gate:
         self.gate = EgressGate(
             path, policy, EgressLog(log_dir / "egress.jsonl"), resolver=TableResolver()
         )
+        self.errors: list[dict[str, object]] = []  # what asyncio would report as unhandled
         self._ready = threading.Event()
         self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
         self._thread.start()
@@ -52,6 +53,7 @@ class Gate:
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(lambda _, context: self.errors.append(context))
         self._stop = asyncio.Event()
         await self.gate.start()
         self._ready.set()
@@ -59,8 +61,9 @@ class Gate:
         await self.gate.close()
 
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(10)
 
 
 @pytest.fixture
@@ -220,3 +223,24 @@ def test_an_address_is_the_hosts_if_it_can_be_bound(address: str, local: bool) -
     from sandbridge.host.egress_gate import is_local_address
 
     assert is_local_address(ipaddress.ip_address(address)) is local
+
+
+def test_closing_the_gate_ends_an_idle_tunnel(gate: Gate) -> None:
+    port = gate.gate.policy.host_services[0].port
+    with (
+        socket.create_server(("127.0.0.1", port)) as idle_service,
+        socket.socket(socket.AF_UNIX) as client,
+    ):
+        client.settimeout(15)
+        client.connect(str(gate.path))
+        client.sendall(encode_open(port))
+        assert client.recv(100) == b'{"ok":true}\n'
+        service_end, _ = idle_service.accept()
+        with service_end:
+            gate.stop()
+            assert not gate._thread.is_alive()
+            assert client.recv(100) == b""
+            service_end.settimeout(15)
+            assert service_end.recv(100) == b""
+    # The handler returned by itself: nothing was left for asyncio to cancel and report.
+    assert gate.errors == []

@@ -246,7 +246,7 @@ def test_status_summarises_every_decision(allow: Outcome) -> None:
     assert re.search(r"refused\s+proxy\s+other\.test:80\s+x1", status), status
     assert re.search(r"refused\s+proxy\s+8\.8\.0\.1:443", status), status
     assert re.search(r"refused\s+proxy\s+loopy\.test:80 .*\(loopback\)", status), status
-    assert re.search(r"allowed\s+host-service\s+100\.64\.0\.1:5432\s+x1", status), status
+    assert re.search(r"allowed\s+host-service\s+100\.64\.0\.1:5432\s+x2", status), status
     assert re.search(r"allowed\s+proxy\s+public\.test:443", status), status
 
 
@@ -257,6 +257,13 @@ def test_status_json_lists_each_destination(allow: Outcome) -> None:
     assert {"decision", "kind", "destination", "count", "last", "reason"} == set(
         report["egress"][0]
     )
+
+
+def test_the_session_ends_cleanly_with_a_connection_left_open(allow: Outcome) -> None:
+    """An idle bridged connection is ended with the session, not abandoned to asyncio."""
+    assert allow.probes["idle_connection"] == "open"
+    assert "Traceback" not in allow.stderr
+    assert "Exception in callback" not in allow.stderr
 
 
 def test_no_secret_reaches_the_logs(allow: Outcome) -> None:

@@ -40,6 +40,7 @@ from sandbridge.http.proxy_target import (
     split_absolute_url,
     split_authority,
 )
+from sandbridge.open_connections import OpenConnections
 from sandbridge.runner.network_policy import (
     PROXY_PORT,
     Decision,
@@ -163,6 +164,7 @@ class EgressGate:
         self.resolver = resolver_for(policy) if resolver is None else resolver
         self._server: asyncio.Server | None = None
         self._active = 0
+        self._open = OpenConnections()
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(
@@ -170,13 +172,18 @@ class EgressGate:
         )
 
     async def close(self) -> None:
+        """Stop accepting and end every open connection (tunnels included)."""
         if self._server is not None:
             self._server.close()
-            if hasattr(self._server, "close_clients"):
-                self._server.close_clients()
+        await self._open.close()
+        if self._server is not None:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with self._open.handler(writer):
+            await self._serve_one(reader, writer)
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._active += 1
         try:
             if self._active > MAX_EGRESS_CONNECTIONS:
@@ -241,7 +248,8 @@ class EgressGate:
         if rest:
             up_writer.write(rest)
         try:
-            await copy_both_ways(reader, writer, up_reader, up_writer, grace=None)
+            with self._open.track(up_writer):
+                await copy_both_ways(reader, writer, up_reader, up_writer, grace=None)
         finally:
             await close_writer(up_writer)
 
@@ -304,15 +312,16 @@ class EgressGate:
             return
         up_reader, up_writer = connection
         try:
-            if head.method == b"CONNECT":
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                for event in events:
-                    if isinstance(event, Upgraded) and event.trailing:
-                        up_writer.write(event.trailing)
-                await copy_both_ways(reader, writer, up_reader, up_writer, grace=None)
-            else:
-                await self._forward_request(head, path, events, parser, reader, up_writer)
-                await copy(up_reader, writer)
+            with self._open.track(up_writer):
+                if head.method == b"CONNECT":
+                    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    for event in events:
+                        if isinstance(event, Upgraded) and event.trailing:
+                            up_writer.write(event.trailing)
+                    await copy_both_ways(reader, writer, up_reader, up_writer, grace=None)
+                else:
+                    await self._forward_request(head, path, events, parser, reader, up_writer)
+                    await copy(up_reader, writer)
         finally:
             await close_writer(up_writer)
 

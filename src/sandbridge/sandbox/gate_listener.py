@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.exceptions import WireError
+from sandbridge.open_connections import OpenConnections
 from sandbridge.unix_sockets import close_writer, copy_both_ways, read_line
 from sandbridge.wire import egress
 
@@ -30,6 +31,7 @@ class GateListener:
         self.ports = ports
         self.egress_socket = egress_socket
         self._servers: list[asyncio.Server] = []
+        self._open = OpenConnections()
 
     async def start(self) -> None:
         """Listen on every gate port (before the command starts)."""
@@ -40,12 +42,20 @@ class GateListener:
             self._servers.append(server)
 
     async def close(self) -> None:
+        """Stop listening and end every bridged connection."""
         for server in self._servers:
             server.close()
+        await self._open.close()
         for server in self._servers:
             await server.wait_closed()
 
     async def _serve(
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        with self._open.handler(writer):
+            await self._bridge(port, reader, writer)
+
+    async def _bridge(
         self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         try:
@@ -64,7 +74,8 @@ class GateListener:
                 return
             if rest:
                 writer.write(rest)
-            await copy_both_ways(reader, writer, host_reader, host_writer, grace=None)
+            with self._open.track(host_writer):
+                await copy_both_ways(reader, writer, host_reader, host_writer, grace=None)
         except (WireError, TimeoutError, OSError) as exc:
             log.debug("gate.failed", port=port, reason=str(exc))
         finally:
