@@ -204,7 +204,7 @@ def _run_session(
     backend = resolve(args.backend)
     policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
     spec_factory = _spec_factory(args, command, policy)
-    network_cli.warn_full(policy)
+    network_cli.announce(policy)
     return event_loop.run(
         run_session(
             spec_factory,

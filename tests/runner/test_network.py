@@ -114,6 +114,13 @@ def allow(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 # --- host services at the gate address -----------------------------------------------
 
 
+def test_the_session_says_what_network_it_has(allow: Outcome) -> None:
+    assert (
+        "sandbridge: net allow: host services 100.64.0.1:5432; egress proxy "
+        "http://100.64.0.1:18081 for 4 destination entries (--print-policy lists them)"
+    ) in allow.stderr.splitlines()
+
+
 def test_allowed_host_port_is_reached_at_the_gate_address(allow: Outcome) -> None:
     assert allow.probes["host_service"].startswith("status=200")
     assert "hello from service5432" in allow.probes["host_service"]

@@ -111,14 +111,24 @@ def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwo
     )
 
 
-def warn_full(effective: Policy) -> None:
-    if effective.mode.value is NetMode.FULL:
-        print(
-            f"sandbridge: WARNING: net = full ({effective.mode.source}): the sandbox uses the "
-            "host's network; no egress policy is enforced",
-            file=sys.stderr,
-            flush=True,
+def announce(effective: Policy) -> None:
+    """One line at session start saying what network the sandbox gets (a warning for full)."""
+    mode = effective.mode.value
+    if mode is NetMode.FULL:
+        text = (
+            f"WARNING: net = full ({effective.mode.source}): the sandbox uses the host's "
+            "network; no egress policy is enforced"
         )
+    elif mode is NetMode.NONE:
+        text = "net none: loopback only"
+    else:
+        services = ", ".join(f"{effective.gate}:{s.port}" for s in effective.host_services)
+        text = (
+            f"net allow: host services {services or '(none)'}; egress proxy "
+            f"{effective.proxy_url} for {len(effective.rules)} destination entries "
+            "(--print-policy lists them)"
+        )
+    print(f"sandbridge: {text}", file=sys.stderr, flush=True)
 
 
 def mask_argv(argv: list[str]) -> list[str]:
