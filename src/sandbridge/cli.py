@@ -22,7 +22,9 @@ from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.session_registry import SessionEntry, list_sessions
 from sandbridge.host.upstream import Protocol
+from sandbridge.runner import network_cli
 from sandbridge.runner.backend import BACKENDS, resolve
+from sandbridge.runner.network_policy import Policy
 from sandbridge.runner.run import default_home, run_session, stdin_is_terminal
 from sandbridge.runner.spec import SandboxSpec, parse_env, parse_mount
 from sandbridge.wire.limits import MAX_APPS_PER_SESSION
@@ -67,6 +69,7 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[=VALUE]",
         help="set a variable inside (NAME alone passes the host's value)",
     )
+    network_cli.add_options(parser)
     _add_relay_options(parser)
 
 
@@ -154,14 +157,19 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
     )
 
 
-def _spec_factory(args: argparse.Namespace, command: list[str]) -> Callable[[Path], SandboxSpec]:
+def _spec_factory(
+    args: argparse.Namespace, command: list[str], policy: Policy | None = None
+) -> Callable[[Path], SandboxSpec]:
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
     mounts = [parse_mount(v, True) for v in args.bind] + [
         parse_mount(v, False) for v in args.ro_bind
     ]
-    env = parse_env(args.env)
+    policy = network_cli.policy(args, workdir) if policy is None else policy
+    mounts += network_cli.policy_mounts(workdir)
+    env = {**policy.sandbox_env(), **parse_env(args.env)}
+    network = network_cli.sandbox_network(args, policy)
     home = default_home()
 
     def factory(runtime_dir: Path) -> SandboxSpec:
@@ -173,6 +181,7 @@ def _spec_factory(args: argparse.Namespace, command: list[str]) -> Callable[[Pat
             mounts=mounts,
             env=env,
             new_session=not stdin_is_terminal(),
+            network=network,
         )
 
     return factory
@@ -180,8 +189,12 @@ def _spec_factory(args: argparse.Namespace, command: list[str]) -> Callable[[Pat
 
 def cmd_run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.print_policy and not args.dry_run:
+        return network_cli.inspect(args, None, args.backend)
     if not command:
         raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
+    if args.dry_run:
+        return network_cli.inspect(args, _spec_factory(args, command), args.backend)
     return _run_session(args, command, _print_app)
 
 
@@ -189,14 +202,18 @@ def _run_session(
     args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
 ) -> int:
     backend = resolve(args.backend)
+    policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
+    spec_factory = _spec_factory(args, command, policy)
+    network_cli.announce(policy)
     return event_loop.run(
         run_session(
-            _spec_factory(args, command),
+            spec_factory,
             backend,
             on_register=on_register,
             settings=_settings(args),
             name=args.name,
             on_session=_print_session,
+            policy=policy,
         )
     )
 
@@ -309,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
     _add_sandbox_options(run)
+    network_cli.add_inspect_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     run.set_defaults(func=cmd_run)
 
@@ -341,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls = commands.add_parser("ls", help="list running sessions and their apps")
     ls.add_argument("--json", action="store_true", help="print JSON for scripts")
     ls.set_defaults(func=cmd_ls)
+
+    network_cli.add_status_command(commands)
 
     shim = commands.add_parser("shim", help="run the shim inside a sandbox another runtime starts")
     shim.add_argument(

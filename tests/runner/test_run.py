@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +23,8 @@ from tests.conftest import (
     request,
     run_argv,
 )
+from tests.runner.conftest import Nobody
 
-BACKENDS = ["bwrap", "unshare"]
 # The test apps live in the checkout, which may itself be under /tmp (private inside).
 SEE_REPO = ("--ro-bind", str(REPO))  # for the one test that builds its own command line
 
@@ -72,20 +69,6 @@ def processes_with(marker: str) -> list[int]:
             if marker.encode() in cmdline:
                 found.append(int(entry.name))
     return found
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private XDG_RUNTIME_DIR so each test sees only its own runtime dirs."""
-    path = tmp_path / "xdg"
-    path.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
-    return path
 
 
 @pytest.fixture
@@ -325,67 +308,22 @@ def test_two_sessions_are_isolated(backend: str, tmp_path: Path, xdg: Path) -> N
             + "ls /run/ags-webview-relay",
         )
         assert "visible" not in probe.stdout
-        assert probe.stdout.split() == ["relay.sock", "upstream.sock"]
+        # egress.sock: the host's egress gate (net = allow, the default).
+        assert probe.stdout.split() == ["egress.sock", "relay.sock", "upstream.sock"]
     finally:
         first.stop()
         second.stop()
 
 
-@pytest.fixture
-def world_readable_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="sandbridge-unpriv-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def test_unprivileged_user_runs_a_session(backend: str, world_readable_tmp: Path) -> None:
-    """As nobody, with Debian's python3 (the test's own Python may live under /root)."""
-    assert os.getuid() == 0, "this test switches to an unprivileged user and needs root"
-    tmp_path = world_readable_tmp
-    work = tmp_path / "work"
-    work.mkdir()
-    os.chown(work, 65534, 65534)
-    xdg = tmp_path / "xdg"
-    xdg.mkdir(mode=0o700)
-    os.chown(xdg, 65534, 65534)
-    site = next(p for p in sys.path if p.endswith("site-packages") and ".venv" in p)
-    pythonpath = f"{REPO / 'src'}:{site}:{REPO}"
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(work),
-        "XDG_RUNTIME_DIR": str(xdg),
-        "PYTHONPATH": pythonpath,
-    }
+def test_unprivileged_user_runs_a_session(backend: str, nobody: Nobody) -> None:
     process = Process(
-        [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-m",
-            "sandbridge.cli",
-            "run",
-            "--backend",
-            backend,
-            "--workdir",
-            str(work),
-            *SEE_REPO,
-            "--env",
-            "PYTHONPATH",
-            "--",
-            "/usr/bin/python3",
-            ECHO_APP,
-            "--register",
-            "4173",
-        ],
-        env=env,
-        cwd=str(work),
+        [*nobody.run_argv(backend), "--", "/usr/bin/python3", ECHO_APP, "--register", "4173"],
+        env=nobody.env,
+        cwd=str(nobody.work),
     )
     try:
         report = ready(process)
         assert echo(host_port_of(str(report["urls"][0])))["server_port"] == 4173  # type: ignore[index]
     finally:
         assert process.stop() == 128 + signal.SIGTERM
-    assert list(xdg.iterdir()) == []
+    assert list(nobody.xdg.iterdir()) == []

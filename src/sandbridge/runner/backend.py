@@ -28,4 +28,5 @@ def resolve(name: str) -> str:
 
 def sandbox_argv(backend: str, spec: SandboxSpec) -> list[str]:
     """The command line that starts the sandbox with ``backend``."""
-    return bwrap.argv(spec) if resolve(backend) == "bwrap" else unshare.argv(spec)
+    argv = bwrap.argv(spec) if resolve(backend) == "bwrap" else unshare.argv(spec)
+    return spec.network.wrap(argv)

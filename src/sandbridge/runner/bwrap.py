@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from sandbridge.host.runtime_dir import MOUNT_POINT
+from sandbridge.runner.network_policy import NetMode
 from sandbridge.runner.spec import SandboxSpec, sandbox_env
 
 
@@ -18,11 +20,15 @@ def argv(spec: SandboxSpec) -> list[str]:
         "bwrap",
         "--unshare-user",
         "--unshare-pid",
-        "--unshare-net",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--die-with-parent",
+        # Run as root, bwrap would leave the command every capability of its user
+        # namespace (enough to unmount the read-only .sandbridge); as any other user it
+        # drops them all. Drop them always.
+        "--cap-drop",
+        "ALL",
         "--ro-bind",
         "/",
         "/",
@@ -35,6 +41,12 @@ def argv(spec: SandboxSpec) -> list[str]:
         "--tmpfs",
         "/run",
     ]
+    if spec.network.own_namespace:
+        args.append("--unshare-net")
+    elif spec.network.mode is NetMode.ALLOW:
+        # Nested in net_init's user namespace, where this user is root: keep the same
+        # ids inside as without it.
+        args += ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
     if spec.new_session:
         args.append("--new-session")
     hidden = spec.hidden_runtime_parent()

@@ -18,13 +18,17 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.host.app_listener import App
+from sandbridge.host.egress_gate import EgressGate
+from sandbridge.host.egress_log import LOG_NAME, EgressLog
 from sandbridge.host.relay_settings import RelaySettings
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.session_registry import SessionEntry
 from sandbridge.host.upstream import Protocol
 from sandbridge.runner.backend import sandbox_argv
+from sandbridge.runner.network_policy import NetMode, Policy
 from sandbridge.runner.spec import SandboxSpec
+from sandbridge.wire.egress import EGRESS_SOCKET
 
 
 async def run_session(
@@ -37,6 +41,7 @@ async def run_session(
     settings: RelaySettings | None = None,
     name: str | None = None,
     on_session: Callable[[SessionEntry], None] | None = None,
+    policy: Policy | None = None,
 ) -> int:
     """Run one sandbox session named ``name`` (else a random id); return the exit status."""
     runtime_dir = RuntimeDir.create(runtime_path)
@@ -53,8 +58,14 @@ async def run_session(
         settings=RelaySettings() if settings is None else settings,
         entry=entry,
     )
+    gate: EgressGate | None = None
+    if policy is not None and policy.mode.value is NetMode.ALLOW:
+        egress_log = EgressLog(entry.path / LOG_NAME)
+        gate = EgressGate(runtime_dir.path / EGRESS_SOCKET, policy, egress_log)
     try:
         await session.start()
+        if gate is not None:
+            await gate.start()
         if on_session is not None:
             on_session(entry)
         argv = sandbox_argv(backend, spec)
@@ -86,6 +97,8 @@ async def run_session(
             return 128 + received[0]
         return 128 - status if status < 0 else status
     finally:
+        if gate is not None:
+            await gate.close()
         await session.close()
         entry.remove()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sandbridge.exceptions import SandboxError
 from sandbridge.host.runtime_dir import MOUNT_POINT, UPSTREAM_SOCKET
+from sandbridge.runner.sandbox_network import SandboxNetwork
 
 # Host variables a command needs to behave normally; anything else (tokens, keys,
 # the host's socket paths) stays outside unless named with --env.
@@ -49,6 +50,7 @@ class SandboxSpec:
     mounts: list[Mount] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     new_session: bool = False
+    network: SandboxNetwork = field(default_factory=SandboxNetwork)
 
     @property
     def entry_argv(self) -> list[str]:
@@ -59,6 +61,7 @@ class SandboxSpec:
             "sandbridge.sandbox.entry",
             "--upstream-socket",
             f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
+            *self.network.entry_options(),
             "--",
             *self.command,
         ]

@@ -37,6 +37,7 @@ def init_config(spec: SandboxSpec) -> str:
             ],
             "env": sandbox_env(spec.home, spec.env),
             "new_session": spec.new_session,
+            "loopback": spec.network.own_namespace,
             "argv": spec.entry_argv,
         }
     )
@@ -53,7 +54,7 @@ def argv(spec: SandboxSpec) -> list[str]:
         "--map-root-user",
         "--mount",
         "--pid",
-        "--net",
+        *(["--net"] if spec.network.own_namespace else []),
         "--ipc",
         "--uts",
         "--fork",

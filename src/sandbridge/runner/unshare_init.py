@@ -43,6 +43,7 @@ DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
+PR_CAPBSET_DROP = 24
 
 
 def _check(result: int, what: str) -> None:
@@ -184,12 +185,23 @@ def enter(root: str) -> None:
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
+def drop_capabilities() -> None:
+    """Empty the bounding set, so the entry and the command (uid 0 here) exec with no
+    capability, as bwrap runs them: nothing inside can undo a mount (the read-only
+    ``.sandbridge``) or otherwise use the user namespace's root powers."""
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     try:
         root = build_root(config)
         enter(root)
-        loopback_up()
+        if config.get("loopback", True):
+            loopback_up()
+        drop_capabilities()
     except OSError as exc:
         print(f"sandbridge: cannot build the sandbox (unshare backend): {exc}", file=sys.stderr)
         sys.exit(126)

@@ -17,7 +17,10 @@ import sys
 from pathlib import Path
 
 from sandbridge import event_loop
+from sandbridge.sandbox.gate_listener import GateListener
+from sandbridge.sandbox.publish import parse_publish, publish
 from sandbridge.sandbox.shim import Shim
+from sandbridge.wire.egress import EGRESS_SOCKET
 
 HELPER_NAME = "ags-webview-url"
 
@@ -34,10 +37,30 @@ def install_helper(home: Path) -> Path:
     return helper
 
 
-async def run(upstream_socket: Path, command: list[str]) -> int:
-    """Serve the shim while ``command`` runs; return its exit status."""
+async def run(
+    upstream_socket: Path,
+    command: list[str],
+    gate: GateListener | None = None,
+    published: list[tuple[int, str]] | None = None,
+) -> int:
+    """Serve the shim (and the gate) while ``command`` runs; return its exit status."""
     shim = Shim(upstream_socket)
     await shim.start()
+    if gate is not None:
+        await gate.start()
+    publishers = [asyncio.create_task(publish(port, base)) for port, base in published or []]
+    try:
+        return await _run_command(command)
+    finally:
+        for task in publishers:
+            task.cancel()
+        await asyncio.gather(*publishers, return_exceptions=True)
+        if gate is not None:
+            await gate.close()
+        await shim.close()
+
+
+async def _run_command(command: list[str]) -> int:
     loop = asyncio.get_running_loop()
     # Ctrl-C reaches the command through the terminal's process group; the shim must
     # outlive it, so this process ignores SIGINT and forwards SIGTERM.
@@ -49,20 +72,30 @@ async def run(upstream_socket: Path, command: list[str]) -> int:
         return 127
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
     status = await process.wait()
-    await shim.close()
     return 128 - status if status < 0 else status
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sandbridge-sandbox-entry")
     parser.add_argument("--upstream-socket", required=True, type=Path)
+    parser.add_argument("--gate", help="the gate address (allow mode)")
+    parser.add_argument("--gate-port", type=int, action="append", default=[])
+    parser.add_argument("--publish", action="append", default=[])
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
     install_helper(Path(os.environ.get("HOME", "/tmp")))
-    return event_loop.run(run(args.upstream_socket, command))
+    gate = None
+    if args.gate:
+        egress_socket = args.upstream_socket.parent / EGRESS_SOCKET
+        gate = GateListener(args.gate, args.gate_port, egress_socket)
+    try:
+        published = [parse_publish(value) for value in args.publish]
+    except ValueError as exc:
+        parser.error(str(exc))
+    return event_loop.run(run(args.upstream_socket, command, gate, published))
 
 
 if __name__ == "__main__":
