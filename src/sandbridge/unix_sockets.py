@@ -11,6 +11,8 @@ from typing import cast
 
 from sandbridge.wire.jsonline import LineReader
 
+# One read when copying raw bytes through streams: large reads keep per-byte overhead low.
+COPY_READ_BYTES = 256 * 1024
 # After refusing a peer, read (and drop) what it still sends for this long or this much
 # before closing: closing with unread bytes resets the connection, and a reset can
 # destroy the refusal before the peer reads it.
@@ -135,3 +137,50 @@ async def close_writer(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
+
+
+async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy bytes until ``src`` ends, then half-close ``dst``; each write awaits drain."""
+    while data := await src.read(COPY_READ_BYTES):
+        dst.write(data)
+        await dst.drain()
+    if dst.can_write_eof() and not dst.is_closing():
+        with contextlib.suppress(OSError):
+            dst.write_eof()
+
+
+async def copy_both_ways(
+    a_reader: asyncio.StreamReader,
+    a_writer: asyncio.StreamWriter,
+    b_reader: asyncio.StreamReader,
+    b_writer: asyncio.StreamWriter,
+    *,
+    grace: float | None,
+) -> None:
+    """Copy a -> b and b -> a until both ends close or either fails.
+
+    After one direction ends cleanly, the other gets ``grace`` seconds to finish
+    (``None``: as long as it takes); a failing direction stops both at once.
+    """
+    forward = asyncio.create_task(copy(a_reader, b_writer))
+    backward = asyncio.create_task(copy(b_reader, a_writer))
+    try:
+        done, _ = await asyncio.wait({forward, backward}, return_when=asyncio.FIRST_COMPLETED)
+        if any(task.exception() is None for task in done):
+            await asyncio.wait({forward, backward}, timeout=grace)
+    finally:
+        for task in (forward, backward):
+            task.cancel()
+        await asyncio.gather(forward, backward, return_exceptions=True)
+
+
+async def linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close after a refusal, then drain the peer briefly so the refusal arrives."""
+    await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError, OSError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            discarded = 0
+            while discarded < LINGER_BYTES and (data := await reader.read(COPY_READ_BYTES)):
+                discarded += len(data)
