@@ -49,16 +49,20 @@ class SandboxSpec:
     mounts: list[Mount] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     new_session: bool = False
+    # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
+    terminal_fd: int | None = None
 
     @property
     def entry_argv(self) -> list[str]:
         """The sandbox's first process: shim plus the user's command."""
+        terminal = [] if self.terminal_fd is None else ["--terminal-fd", str(self.terminal_fd)]
         return [
             sys.executable,
             "-m",
             "sandbridge.sandbox.entry",
             "--upstream-socket",
             f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
+            *terminal,
             "--",
             *self.command,
         ]

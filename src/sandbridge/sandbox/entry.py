@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sandbridge import event_loop
 from sandbridge.sandbox.shim import Shim
+from sandbridge.sandbox.terminal_starter import serve_terminal_starts
 
 HELPER_NAME = "ags-webview-url"
 
@@ -34,10 +35,13 @@ def install_helper(home: Path) -> Path:
     return helper
 
 
-async def run(upstream_socket: Path, command: list[str]) -> int:
+async def run(upstream_socket: Path, command: list[str], terminal_fd: int | None = None) -> int:
     """Serve the shim while ``command`` runs; return its exit status."""
     shim = Shim(upstream_socket)
     await shim.start()
+    terminals = None
+    if terminal_fd is not None:  # the host's private channel (docs/terminals.md)
+        terminals = asyncio.create_task(serve_terminal_starts(terminal_fd))
     loop = asyncio.get_running_loop()
     # Ctrl-C reaches the command through the terminal's process group; the shim must
     # outlive it, so this process ignores SIGINT and forwards SIGTERM.
@@ -49,6 +53,9 @@ async def run(upstream_socket: Path, command: list[str]) -> int:
         return 127
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
     status = await process.wait()
+    if terminals is not None:
+        terminals.cancel()
+        await asyncio.gather(terminals, return_exceptions=True)
     await shim.close()
     return 128 - status if status < 0 else status
 
@@ -56,13 +63,16 @@ async def run(upstream_socket: Path, command: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sandbridge-sandbox-entry")
     parser.add_argument("--upstream-socket", required=True, type=Path)
+    parser.add_argument("--terminal-fd", type=int, default=None)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
     install_helper(Path(os.environ.get("HOME", "/tmp")))
-    return event_loop.run(run(args.upstream_socket, command))
+    if args.terminal_fd is not None:  # never inherited by the command
+        os.set_inheritable(args.terminal_fd, False)
+    return event_loop.run(run(args.upstream_socket, command, args.terminal_fd))
 
 
 if __name__ == "__main__":

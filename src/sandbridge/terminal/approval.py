@@ -25,8 +25,8 @@ DEFAULT_TTL = 10 * 60.0
 # expires, and the journal is bounded (see journal.py).
 MAX_TTL = 24 * 3600.0
 # The shortest approval that can still start a terminal: the readiness budget (5 s)
-# plus margin; shorter ones are refused when signed rather than at attach.
-MIN_TTL = 10.0
+# plus a second of margin; shorter ones are refused when signed rather than at attach.
+MIN_TTL = 6.0
 # A reason is shown to the owner on one line and stored in the audit log.
 MAX_REASON = 200
 # A signed document travels in one control line.
@@ -218,14 +218,12 @@ def verify_approval(
 
 
 def attach_transcript(
-    session: str, instance: str, request_id: str, challenge: bytes, client_public: bytes,
-    header: bytes,
-) -> bytes:  # fmt: skip
+    session: str, instance: str, request_id: str, challenge: bytes, client_public: bytes
+) -> bytes:
     """What the requester signs to attach: it binds its key to this host's fresh challenge
     and to the client's ephemeral channel key, so a stolen request id, a replayed proof or
     a swapped channel key is useless."""
-    parts = [session.encode(), instance.encode(), request_id.encode(), challenge, client_public,
-             header]  # fmt: skip
+    parts = [session.encode(), instance.encode(), request_id.encode(), challenge, client_public]
     return ATTACH_CONTEXT + b"".join(len(p).to_bytes(2, "big") + p for p in parts)
 
 

@@ -1,8 +1,8 @@
 """The outer framing on every terminal link: ``kind (1 byte) | length (4 bytes) | body``.
 
 Client <-> host carries only ``CIPHER`` frames after the JSON handshake (and the host's
-``STOP`` notice); host <-> worker adds the host's ``LEASE`` and ``STOP`` and the worker's
-``READY`` and ``ENDED``. Each kind has its own maximum body length, checked on the
+``STOP`` notice); host <-> worker adds the host's ``START``, ``LEASE`` and ``STOP`` and the
+worker's ``READY`` and ``ENDED``. Each kind has its own maximum body length, checked on the
 length field before the body is read or decrypted: a peer can never make the reader
 buffer more than one maximal frame.
 """
@@ -30,6 +30,7 @@ class Kind(enum.IntEnum):
     STOP = 3  # host -> worker or client: {"reason": "..."}, authority ended
     READY = 4  # worker -> host: {"public": hex, "header": hex}, the PTY is up
     ENDED = 5  # worker -> host: {"reason": ..., "status": N}, metadata only
+    START = 6  # host -> worker: the client's public key, size, TERM and limits
 
 
 MAX_BODY = {
@@ -38,7 +39,13 @@ MAX_BODY = {
     Kind.STOP: MAX_CONTROL_BODY,
     Kind.READY: MAX_CONTROL_BODY,
     Kind.ENDED: MAX_CONTROL_BODY,
+    Kind.START: MAX_CONTROL_BODY,
 }
+
+FROM_HOST_TO_WORKER = frozenset({Kind.START, Kind.CIPHER, Kind.LEASE, Kind.STOP})
+FROM_WORKER = frozenset({Kind.READY, Kind.CIPHER, Kind.ENDED})
+FROM_CLIENT = frozenset({Kind.CIPHER})
+FROM_HOST_TO_CLIENT = frozenset({Kind.CIPHER, Kind.STOP})
 
 
 @dataclass(frozen=True, slots=True)

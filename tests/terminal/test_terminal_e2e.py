@@ -1,0 +1,335 @@
+"""Owner-approved terminals end to end: a real sandbox, the real CLI, a real PTY."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbridge.terminal import approval, channel, frames, keys
+from sandbridge.terminal.channel import Message, MessageType
+from sandbridge.terminal.control import control_socket, short_path
+from sandbridge.terminal.frames import Kind
+from tests.terminal.harness import (
+    PROMPT,
+    SIZE,
+    WORKER_MARKER,
+    TerminalSession,
+    finish,
+    processes_with,
+    wait_for_process,
+)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[TerminalSession]:
+    running = TerminalSession(tmp_path)
+    yield running
+    running.stop()
+
+
+def ends(session: TerminalSession, request_id: str) -> list[dict[str, object]]:
+    return [r for r in session.audit() if r["event"] == "end" and r["request"] == request_id]
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "unshare"])
+def test_normal_attach(tmp_path: Path, backend: str) -> None:
+    session = TerminalSession(tmp_path, backend)
+    try:
+        request_id = session.approved()
+        child = session.attach(request_id)
+        child.expect(PROMPT)
+        child.sendline("stty size; env | sort | cut -d= -f1 | tr '\\n' ' '; echo ENV-$((6*7))")
+        child.expect("ENV-42\r\n")
+        output = child.before
+        assert f"{SIZE[0]} {SIZE[1]}" in output
+        names = output.split("\n")[-1].split()
+        assert names == [
+            "HOME", "LANG", "PATH", "PS1", "PWD", "SANDBRIDGE_TERMINAL", "SHELL", "SHLVL",
+            "TERM", "_",
+        ]  # fmt: skip
+        child.sendline("sleep 1001; echo after-ctrl-c")
+        child.expect("sleep 1001")
+        child.sendcontrol("c")
+        child.expect(PROMPT)
+        child.sendline("pgrep -f 'sleep 1001' || echo no-sleep-$((1))")
+        child.expect("no-sleep-1")
+        child.sendline("printf 'final-%s\\n' output; exit 4")
+        status, output = finish(child)
+        assert "final-output" in output
+        assert status == 4
+        (end,) = ends(session, request_id)
+        assert end["end"] == "exit" and end["status"] == 4
+        assert int(end["bytes_in"]) > 0 and int(end["bytes_out"]) > 0  # type: ignore[call-overload]
+        assert session.process.popen.poll() is None, "the agent's session must outlive the terminal"
+        assert processes_with(WORKER_MARKER) == []
+    finally:
+        session.stop()
+
+
+def test_16_kib_in_and_out_with_matching_sha256(session: TerminalSession) -> None:
+    payload_out = os.urandom(16 * 1024)
+    (session.work / "out.bin").write_bytes(payload_out)
+    payload_in = os.urandom(16 * 1024)
+    child = session.attach(session.approved())
+    child.expect(PROMPT)
+    child.sendline(
+        "stty raw -echo; echo RAW-$((1)); head -c 16384 > in.bin; stty sane; echo IN-$((1+1))"
+    )
+    child.expect("RAW-1")
+    view = memoryview(payload_in)
+    while view:
+        view = view[os.write(child.child_fd, view) :]
+    child.expect("IN-2\r\n")
+    child.sendline("base64 -w0 out.bin; echo; echo OUT-$((2+2))")
+    child.expect(r"([A-Za-z0-9+/=]{1000,})\r\nOUT-4")
+    import base64
+
+    received = base64.b64decode(child.match.group(1))
+    assert hashlib.sha256(received).hexdigest() == hashlib.sha256(payload_out).hexdigest()
+    assert (
+        hashlib.sha256((session.work / "in.bin").read_bytes()).hexdigest()
+        == hashlib.sha256(payload_in).hexdigest()
+    )
+    child.sendline("exit")
+    assert finish(child)[0] == 0
+
+
+def test_replay_of_a_used_approval_opens_nothing(session: TerminalSession) -> None:
+    request_id = session.approved()
+    child = session.attach(request_id)
+    child.expect(PROMPT)
+    child.sendline("exit")
+    finish(child)
+    before = session.audit()
+    replay = session.cli("terminal", "attach", request_id, check=False)
+    assert replay.returncode == 2 and "already used" in replay.stderr
+    assert processes_with(WORKER_MARKER) == []
+    after = session.audit()
+    assert [r["event"] for r in after[len(before) :]] == ["refusal"]
+    again = session.cli("terminal", "attach", request_id, check=False)
+    assert again.returncode == 2
+    assert session.audit() == after, "a repeated replay leaves the audit unchanged"
+
+
+def test_revocation_mid_command(session: TerminalSession) -> None:
+    request_id = session.approved()
+    child = session.attach(request_id)
+    child.expect(PROMPT)
+    child.sendline("sleep 1002")
+    child.expect("sleep 1002\r\n")
+    wait_for_process("sleep 1002")
+    session.cli("terminal", "revoke", request_id)
+    status, output = finish(child)
+    assert "terminal ended: revoked" in output
+    assert status == 3
+    assert processes_with("sleep 1002") == []
+    assert ends(session, request_id)[0]["end"] == "revoked"
+
+
+def test_a_wrong_key_is_refused(session: TerminalSession, tmp_path: Path) -> None:
+    request_id = session.approved()
+    stranger = tmp_path / "stranger.key"
+    keys.create_key(stranger)
+    result = session.cli("terminal", "attach", request_id, "--key", str(stranger), check=False)
+    assert result.returncode == 2 and "not signed by the approved key" in result.stderr
+    assert processes_with(WORKER_MARKER) == []
+    not_listed = session.cli("terminal", "request", "web", "--key", str(stranger), check=False)
+    assert not_listed.returncode == 2 and "may not request" in not_listed.stderr
+
+
+def test_a_setsid_and_double_fork_escape_is_cleaned_up_while_a_sibling_survives(
+    tmp_path: Path,
+) -> None:
+    session = TerminalSession(tmp_path, command="sleep 1005 & exec sleep 600")
+    try:
+        child = session.attach(session.approved())
+        child.expect(PROMPT)
+        child.sendline(
+            "setsid sleep 1003 & (sh -c 'sleep 1004 &' &); sleep 0.1; echo spawned-$((3))"
+        )
+        child.expect("spawned-3\r\n")
+        wait_for_process("sleep 1003")
+        wait_for_process("sleep 1004")
+        child.sendline("exit")
+        finish(child)
+        assert processes_with("sleep 1003") == []
+        assert processes_with("sleep 1004") == []
+        assert processes_with("sleep 1005"), "the agent's own process must survive"
+    finally:
+        session.stop()
+
+
+def test_idle_limit_closes_the_terminal(tmp_path: Path) -> None:
+    session = TerminalSession(tmp_path, knobs={"SANDBRIDGE_TERMINAL_IDLE": "2"})
+    try:
+        request_id = session.approved()
+        child = session.attach(request_id)
+        child.expect(PROMPT)
+        _, output = finish(child)
+        assert "terminal ended: idle" in output
+        assert ends(session, request_id)[0]["end"] == "idle"
+    finally:
+        session.stop()
+
+
+def test_expiry_closes_the_terminal_at_the_approvals_end(tmp_path: Path) -> None:
+    session = TerminalSession(tmp_path, knobs={"SANDBRIDGE_TERMINAL_REFRESH": "1"})
+    try:
+        request_id = session.approved(ttl="6")
+        child = session.attach(request_id)
+        child.expect(PROMPT)
+        child.sendline("sleep 1006")
+        _, output = finish(child)
+        assert "terminal ended: expired" in output
+        assert processes_with("sleep 1006") == []
+        assert ends(session, request_id)[0]["end"] == "expired"
+    finally:
+        session.stop()
+
+
+def test_a_slow_authority_refresh_keeps_input_and_output_flowing(tmp_path: Path) -> None:
+    knobs = {"SANDBRIDGE_TERMINAL_REFRESH": "1", "SANDBRIDGE_TERMINAL_REFRESH_DELAY": "3"}
+    session = TerminalSession(tmp_path, knobs=knobs)
+    try:
+        child = session.attach(session.approved())
+        child.expect(PROMPT)
+        for tick in range(8):  # about 8 s: two slow refreshes at least
+            child.sendline(f"sleep 1; echo tick-{tick}-$((6*7))")
+            child.expect(f"tick-{tick}-42", timeout=5)
+        child.sendline("exit")
+        assert finish(child)[0] == 0
+    finally:
+        session.stop()
+
+
+def test_the_relay_never_sees_plaintext(tmp_path: Path) -> None:
+    tap = tmp_path / "tap.bin"
+    session = TerminalSession(tmp_path, knobs={"SANDBRIDGE_TERMINAL_RELAY_TAP": str(tap)})
+    try:
+        child = session.attach(session.approved())
+        child.expect(PROMPT)
+        child.sendline("echo PLAINTEXT-MARKER-$((40+2))")
+        child.expect("PLAINTEXT-MARKER-42")
+        child.sendline("exit")
+        finish(child)
+        forwarded = tap.read_bytes()
+        assert len(forwarded) > 100
+        for text in (b"PLAINTEXT-MARKER", b"echo", b"exit", b"@sandbox"):
+            assert text not in forwarded
+    finally:
+        session.stop()
+
+
+def test_sigterm_of_the_client_restores_termios_and_ends_the_terminal(
+    session: TerminalSession,
+) -> None:
+    request_id = session.approved()
+    child = session.attach(request_id)
+    child.expect(PROMPT)
+    child.sendline("sleep 1007")
+    wait_for_process("sleep 1007")
+    (client,) = [p for p in processes_with(request_id) if p != child.pid]
+    os.kill(client, signal.SIGTERM)
+    status, _ = finish(child)
+    assert status == 128 + signal.SIGTERM
+    session.process.wait_line("sandbridge: terminal.ended", "stderr")
+    assert processes_with("sleep 1007") == []
+    assert ends(session, request_id)[0]["end"] == "client"
+
+
+def test_relay_loss_restores_termios(session: TerminalSession) -> None:
+    child = session.attach(session.approved())
+    child.expect(PROMPT)
+    session.process.stop(signal.SIGKILL)
+    status, output = finish(child)
+    assert status == 3
+    assert "terminal ended:" in output
+
+
+def test_control_socket_is_host_only(session: TerminalSession) -> None:
+    control = next((session.tmp_path / "xdg").glob("sandbridge-*/sessions/web/control.sock"))
+    assert control.stat().st_mode & 0o777 == 0o600
+    probe = session.cli("terminal", "list")
+    assert "no terminal requests" in probe.stdout
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(control))
+        sock.sendall(b'{"op": "nope"}\n')
+        assert b"unknown_op" in sock.recv(4096)
+
+
+def _raw_attach(
+    session: TerminalSession, request_id: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[socket.socket, channel.Sender, channel.Receiver]:
+    """The attach handshake done by hand, so the test can send what no client would."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", session.env["XDG_CONFIG_HOME"])
+    monkeypatch.setenv("XDG_RUNTIME_DIR", session.env["XDG_RUNTIME_DIR"])
+    sock = socket.socket(socket.AF_UNIX)
+    with short_path(control_socket("web")) as path:
+        sock.connect(str(path))
+    file = sock.makefile("rwb")
+    file.write(json.dumps({"op": "attach", "id": request_id}).encode() + b"\n")
+    file.flush()
+    hello = json.loads(file.readline())
+    public, secret = channel.keypair()
+    transcript = approval.attach_transcript(
+        "web", hello["instance"], request_id, bytes.fromhex(hello["challenge"]), public
+    )
+    proof = {
+        "public": public.hex(),
+        "signature": keys.owner_key().sign(transcript).signature.hex(),
+        "rows": 24,
+        "cols": 80,
+    }
+    file.write(json.dumps(proof).encode() + b"\n")
+    file.flush()
+    ready = json.loads(file.readline())
+    assert ready["ok"], ready
+    receive_key, send_key = channel.client_keys(public, secret, bytes.fromhex(ready["public"]))
+    receiver = channel.Receiver(receive_key, bytes.fromhex(ready["header"]), channel.TO_CLIENT)
+    sender = channel.Sender(send_key)
+    sock.sendall(frames.encode(Kind.CIPHER, sender.header))
+    return sock, sender, receiver
+
+
+def _exit_reason(sock: socket.socket, receiver: channel.Receiver) -> str:
+    """Read the worker's messages until its authenticated EXIT; return the reason."""
+    decoder = frames.FrameDecoder(frames.FROM_HOST_TO_CLIENT)
+    while data := sock.recv(65536):
+        for frame in decoder.feed(data):
+            if frame.kind is Kind.STOP:
+                return str(json.loads(frame.body)["reason"])
+            message = receiver.open(frame.body)
+            if message.type is MessageType.EXIT:
+                return message.exit[1]
+    raise AssertionError("the terminal ended without an EXIT")
+
+
+@pytest.mark.parametrize("attack", ["tampered", "reordered", "oversized"])
+def test_tampered_reordered_and_oversized_frames_end_the_terminal(
+    session: TerminalSession, monkeypatch: pytest.MonkeyPatch, attack: str
+) -> None:
+    request_id = session.approved()
+    sock, sender, receiver = _raw_attach(session, request_id, monkeypatch)
+    with sock:
+        first = sender.seal(Message(MessageType.DATA, b"touch first-ran\n"))
+        second = sender.seal(Message(MessageType.DATA, b"touch second-ran\n"))
+        if attack == "tampered":
+            sock.sendall(frames.encode(Kind.CIPHER, first[:-1] + bytes([first[-1] ^ 1])))
+        elif attack == "reordered":
+            sock.sendall(frames.encode(Kind.CIPHER, second) + frames.encode(Kind.CIPHER, first))
+        else:
+            sock.sendall(
+                bytes([Kind.CIPHER]) + (frames.MAX_BODY[Kind.CIPHER] + 1).to_bytes(4, "big")
+            )
+        assert _exit_reason(sock, receiver) == "protocol"
+    session.process.wait_line("sandbridge: terminal.ended", "stderr")
+    assert ends(session, request_id)[0]["end"] == "protocol"
+    assert not (session.work / "first-ran").exists()
+    assert not (session.work / "second-ran").exists()
