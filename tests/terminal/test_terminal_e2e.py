@@ -5,17 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from sandbridge.terminal import approval, channel, frames, keys
 from sandbridge.terminal.channel import Message, MessageType
 from sandbridge.terminal.control import control_socket, short_path
 from sandbridge.terminal.frames import Kind
+from tests.conftest import SANDBRIDGE
 from tests.terminal.harness import (
     PROMPT,
     SIZE,
@@ -333,3 +337,75 @@ def test_tampered_reordered_and_oversized_frames_end_the_terminal(
     assert ends(session, request_id)[0]["end"] == "protocol"
     assert not (session.work / "first-ran").exists()
     assert not (session.work / "second-ran").exists()
+
+
+def test_request_waits_for_approval_then_attaches(session: TerminalSession) -> None:
+    script = f"{' '.join(SANDBRIDGE)} terminal request web --reason waiting; echo EXIT:$?"
+    child = pexpect.spawn("sh", ["-c", script], env=session.env, timeout=30, encoding="utf-8")
+    child.expect(r"request (web:[0-9a-f]{8}): waiting for the owner")
+    session.cli("terminal", "approve", child.match.group(1))
+    child.expect(PROMPT)
+    child.sendline("exit 5")
+    child.expect("EXIT:5")
+
+
+@pytest.mark.parametrize(("answer", "status"), [("y", 0), ("n", 1)])
+def test_shell_asks_the_owner_on_the_terminal(
+    session: TerminalSession, answer: str, status: int
+) -> None:
+    script = f"{' '.join(SANDBRIDGE)} shell web --ttl 5m; echo EXIT:$?"
+    child = pexpect.spawn("sh", ["-c", script], env=session.env, timeout=30, encoding="utf-8")
+    child.expect(r"requester [0-9a-f]{64}")
+    child.expect(r"Approve\? \[y/N\] ")
+    child.sendline(answer)
+    if answer == "y":
+        child.expect(PROMPT)
+        child.sendline("exit")
+    child.expect(f"EXIT:{status}")
+    events = [r["event"] for r in session.audit()]
+    assert events[-1] == ("end" if answer == "y" else "denial")
+
+
+def test_a_terminal_starts_only_if_the_approval_covers_the_readiness_budget(
+    session: TerminalSession,
+) -> None:
+    request_id = session.approved(ttl="6")
+    approved = next(r for r in session.audit() if r["event"] == "approval")
+    deadline = float(approved["expires"]) - 5.0
+    while time.time() < deadline:  # a time-based rule: wait until it applies
+        select.select([], [], [], deadline - time.time())
+    result = session.cli("terminal", "attach", request_id, check=False)
+    assert result.returncode == 2 and "expires before a terminal could be ready" in result.stderr
+    assert processes_with(WORKER_MARKER) == []
+    assert not [r for r in session.audit() if r["event"] == "admission"]
+
+
+def test_an_unreachable_authority_closes_the_terminal_within_one_lease(tmp_path: Path) -> None:
+    knobs = {"SANDBRIDGE_TERMINAL_LEASE": "2", "SANDBRIDGE_TERMINAL_REFRESH": "1"}
+    session = TerminalSession(tmp_path, knobs=knobs)
+    try:
+        child = session.attach(session.approved())
+        child.expect(PROMPT)
+        child.sendline("sleep 1008")
+        (sleeper,) = wait_for_process("sleep 1008")
+        host = session.process.popen.pid
+        os.kill(host, signal.SIGSTOP)  # the authority stops answering
+        try:
+            fd = os.pidfd_open(sleeper)
+            ready, _, _ = select.select([fd], [], [], 10)
+            os.close(fd)
+            assert ready, "the terminal outlived its lease while the host was unreachable"
+        finally:
+            os.kill(host, signal.SIGCONT)
+        _, output = finish(child)
+        assert "terminal ended: lease" in output
+    finally:
+        session.stop()
+
+
+def test_session_end_ends_the_terminal(session: TerminalSession) -> None:
+    child = session.attach(session.approved())
+    child.expect(PROMPT)
+    session.process.stop()
+    status, output = finish(child)
+    assert status == 3 and "terminal ended" in output

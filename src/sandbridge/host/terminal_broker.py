@@ -37,7 +37,7 @@ from sandbridge.terminal.approval import Approval, Refusal, Request
 from sandbridge.terminal.control import short_path
 from sandbridge.terminal.framed_stream import FramedStream, json_body
 from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, FrameError, Kind
-from sandbridge.terminal.journal import AuditLog, JournalError, ReservationJournal
+from sandbridge.terminal.journal import AuditLog, JournalError, ReservationJournal, state_dir
 from sandbridge.terminal.settings import TerminalSettings
 from sandbridge.unix_sockets import bind_unix_socket
 
@@ -149,6 +149,8 @@ class TerminalBroker:
     async def start(self) -> None:
         """Serve the control socket; a session whose socket cannot be bound runs without
         terminals (and says so) rather than not at all."""
+        if state_dir().exists():  # a host that crashed left reservations: mark them aborted
+            _ = self.journal
         try:
             with short_path(self.entry.control_socket) as path:
                 sock = bind_unix_socket(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -21,6 +22,8 @@ from sandbridge.terminal.journal import AuditLog
 
 TTL_PATTERN = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+# The owner's y/N answer is one short line.
+MAX_ANSWER = 256
 
 
 def parse_ttl(text: str) -> float:
@@ -140,18 +143,21 @@ def cmd_shell(args: argparse.Namespace) -> int:
     ttl = parse_ttl(args.ttl)
     request_id = _request(session, None, args.reason)
     shown = call(session, {"op": "show", "id": request_id})
+    question = (
+        f"sandbridge: open a terminal into session {session!r}?\n"
+        f"  request   {request_id}\n"
+        f"  requester {shown['requester']} (your owner key)\n"
+        f"  reason    {shown['reason'] or '-'}\n"
+        f"  for       {ttl:g}s, once\n"
+        "Approve? [y/N] "
+    )
     try:
-        with open("/dev/tty", "r+") as terminal:
-            terminal.write(
-                f"sandbridge: open a terminal into session {session!r}?\n"
-                f"  request   {request_id}\n"
-                f"  requester {shown['requester']} (your owner key)\n"
-                f"  reason    {shown['reason'] or '-'}\n"
-                f"  for       {ttl:g}s, once\n"
-                "Approve? [y/N] "
-            )
-            terminal.flush()
-            answer = terminal.readline().strip().lower()
+        terminal = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+        try:
+            os.write(terminal, question.encode())
+            answer = os.read(terminal, MAX_ANSWER).decode(errors="replace").strip().lower()
+        finally:
+            os.close(terminal)
     except OSError:
         raise SandbridgeError("sandbridge shell needs a terminal to ask on (/dev/tty)") from None
     if answer not in ("y", "yes"):
