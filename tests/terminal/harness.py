@@ -13,7 +13,7 @@ from typing import Any
 
 import pexpect
 
-from tests.conftest import SANDBRIDGE, Process, run_argv
+from tests.conftest import SANDBRIDGE, Process, processes_with, run_argv
 
 SIZE = (33, 101)
 PROMPT = "@sandbox:"
@@ -21,19 +21,6 @@ STTY_MARK = "STTY:"
 WORKER_MARKER = "sandbridge.sandbox.pty_worker"
 # The attach client's terminal settings (stty -g) before it started, per pexpect child.
 _STTY_BEFORE: dict[int, str] = {}
-
-
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmdline.replace(b"\0", b" "):
-                found.append(int(entry.name))
-    return found
 
 
 def wait_for_process(marker: str, timeout: float = 10.0) -> list[int]:

@@ -19,14 +19,13 @@ from sandbridge.terminal import approval, channel, frames, keys
 from sandbridge.terminal.channel import Message, MessageType
 from sandbridge.terminal.control import control_socket, short_path
 from sandbridge.terminal.frames import Kind
-from tests.conftest import SANDBRIDGE
+from tests.conftest import SANDBRIDGE, processes_with
 from tests.terminal.harness import (
     PROMPT,
     SIZE,
     WORKER_MARKER,
     TerminalSession,
     finish,
-    processes_with,
     wait_for_process,
 )
 
@@ -59,7 +58,7 @@ def test_normal_attach(tmp_path: Path, backend: str) -> None:
             "TERM", "_",
         ]  # fmt: skip
         child.sendline("sleep 1001; echo after-ctrl-c")
-        child.expect("sleep 1001")
+        wait_for_process("sleep 1001")
         child.sendcontrol("c")
         child.expect(PROMPT)
         child.sendline("pgrep -f 'sleep 1001' || echo no-sleep-$((1))")

@@ -32,7 +32,7 @@ from sandbridge import log
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.host.session_registry import SessionEntry
 from sandbridge.terminal import approval as approvals
-from sandbridge.terminal import channel, keys
+from sandbridge.terminal import channel, fd_io, keys
 from sandbridge.terminal.approval import Approval, Refusal, Request
 from sandbridge.terminal.control import short_path
 from sandbridge.terminal.framed_stream import FramedStream, json_body
@@ -185,8 +185,8 @@ class TerminalBroker:
         self._handlers.add(task)
         try:
             await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            log.debug("terminal.control_closed", error=type(exc).__name__)
         finally:
             self._handlers.discard(task)
             writer.close()
@@ -320,13 +320,13 @@ class TerminalBroker:
     # Admission ---------------------------------------------------------------------------
 
     def _refuse(self, request: TerminalRequest | None, code: str, message: str) -> ControlRefusal:
-        # One audit record per request and reason: a replay loop cannot flood the log.
-        if request is None or code not in request.refusals:
-            if request is not None:
-                request.refusals.add(code)
+        # One audit record per request and reason: a replay loop cannot flood the log (and
+        # ids that name no request are only logged, for the same reason).
+        if request is not None and code not in request.refusals:
+            request.refusals.add(code)
             self.audit.record(
                 "refusal", session=self.session,
-                request=None if request is None else request.id, reason_code=code,
+                request=request.id, reason_code=code,
             )  # fmt: skip
         log.info("terminal.refused", code=code)
         return ControlRefusal(code, message)
@@ -418,12 +418,7 @@ class TerminalBroker:
         loop = asyncio.get_running_loop()
         async with self._start_lock:
             await loop.sock_sendall(self._sandbox, START_MESSAGE)
-            readable = loop.create_future()
-            loop.add_reader(self._sandbox.fileno(), readable.set_result, None)
-            try:
-                await readable
-            finally:
-                loop.remove_reader(self._sandbox.fileno())
+            await fd_io.readable(self._sandbox.fileno())
             _answer, fds, _, _ = socket.recv_fds(self._sandbox, 1024, 1)
         if len(fds) != 1 or not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
             for fd in fds:
@@ -493,7 +488,7 @@ class TerminalBroker:
             request.terminal = None
             if request.state == "active":
                 request.set_state("ended")
-            self.journal.finish(seq, "ended")
+            self.journal.finish(seq, "aborted" if end == "not_ready" else "ended")
             self.audit.record(
                 "end", session=self.session, request=request.id,
                 requester=request.request.requester, bytes_in=counts[0], bytes_out=counts[1],

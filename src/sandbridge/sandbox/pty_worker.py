@@ -38,7 +38,7 @@ import termios
 import time
 from pathlib import Path
 
-from sandbridge.terminal import channel
+from sandbridge.terminal import channel, fd_io
 from sandbridge.terminal.channel import ChannelError, Message, MessageType
 from sandbridge.terminal.framed_stream import FramedStream, json_body
 from sandbridge.terminal.frames import FROM_HOST_TO_WORKER, FrameError, Kind
@@ -204,14 +204,8 @@ class Worker:
 
     async def pump_output(self) -> None:
         """PTY -> client, in frames of at most 16 KiB, within the output rate."""
-        loop = asyncio.get_running_loop()
         while True:
-            readable = loop.create_future()
-            loop.add_reader(self.master, readable.set_result, None)
-            try:
-                await readable
-            finally:
-                loop.remove_reader(self.master)
+            await fd_io.readable(self.master)
             try:
                 data = os.read(self.master, channel.MAX_DATA)
             except BlockingIOError:
@@ -224,20 +218,6 @@ class Worker:
             self.last_activity = time.monotonic()
             self.send(Message(MessageType.DATA, data))
             await self.stream.drain()
-
-    async def _write_pty(self, data: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        while data:
-            try:
-                written = os.write(self.master, data)
-                data = data[written:]
-            except BlockingIOError:
-                writable = loop.create_future()
-                loop.add_writer(self.master, writable.set_result, None)
-                try:
-                    await writable
-                finally:
-                    loop.remove_writer(self.master)
 
     async def pump_input(self) -> None:
         """Host -> worker: leases, STOP, and the client's encrypted messages."""
@@ -263,7 +243,7 @@ class Worker:
                 if message.type is MessageType.DATA:
                     await self._input_limit.take(len(message.payload))
                     self.last_activity = time.monotonic()
-                    await self._write_pty(message.payload)
+                    await fd_io.write_all(self.master, message.payload)
                 elif message.type is MessageType.RESIZE:
                     rows, cols = message.size
                     set_size(self.master, rows, cols)  # the kernel sends SIGWINCH
@@ -291,14 +271,10 @@ class Worker:
             await asyncio.sleep(TICK)
 
     async def wait_shell(self) -> None:
-        loop = asyncio.get_running_loop()
         fd = os.pidfd_open(self.shell_pid)
-        exited = loop.create_future()
-        loop.add_reader(fd, exited.set_result, None)
         try:
-            await exited
+            await fd_io.readable(fd)  # a pidfd is readable once the process exits
         finally:
-            loop.remove_reader(fd)
             os.close(fd)
         self._reap()
         self.end("exit")

@@ -172,8 +172,10 @@ def verify_request(document: object, session: str, instance: str) -> Request:
     )  # fmt: skip
     if body["session"] != session or body["instance"] != instance:
         raise Refusal("wrong_session", f"the request names session {body['session']!r}")
-    if len(body["reason"]) > MAX_REASON:
-        raise Refusal("bad_reason", f"the reason is longer than {MAX_REASON} characters")
+    if len(body["reason"]) > MAX_REASON or not body["reason"].isprintable():
+        raise Refusal(
+            "bad_reason", f"the reason must be printable, at most {MAX_REASON} characters"
+        )
     return Request(
         body["session"], body["instance"], body["requester"], body["reason"],
         float(body["created"]), body["nonce"],

@@ -19,12 +19,11 @@ from typing import Any
 
 import nacl.signing
 
-from sandbridge.exceptions import SandbridgeError
-from sandbridge.terminal import approval, channel
+from sandbridge.terminal import approval, channel, fd_io
 from sandbridge.terminal.channel import ChannelError, Message, MessageType
 from sandbridge.terminal.control import (
-    ControlError,
     control_socket,
+    parse_answer,
     short_path,
     split_request_id,
 )
@@ -50,13 +49,7 @@ class Ending:
 
 
 async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
-    line = await reader.readuntil(b"\n")
-    answer = json.loads(line)
-    if not isinstance(answer, dict):
-        raise SandbridgeError("the session sent a malformed answer")
-    if not answer.get("ok"):
-        raise ControlError(str(answer.get("code")), str(answer.get("error")))
-    return answer
+    return parse_answer(await reader.readuntil(b"\n"))
 
 
 def terminal_size(fd: int) -> tuple[int, int]:
@@ -162,7 +155,7 @@ async def _run(
                 return
             message = receiver.open(frame.body)
             if message.type is MessageType.DATA:
-                await _write_all(stdout_fd, message.payload)
+                await fd_io.write_all(stdout_fd, message.payload)
             elif message.type is MessageType.EXIT:
                 status, reason = message.exit
                 finish(reason, status)
@@ -213,22 +206,6 @@ async def _run(
         if saved is not None:
             termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
     return ending[0] if ending else Ending("relay_lost", 255)
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd``, waiting for room when it is non-blocking and full."""
-    loop = asyncio.get_running_loop()
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            writable = loop.create_future()
-            loop.add_writer(fd, writable.set_result, None)
-            try:
-                await writable
-            finally:
-                loop.remove_writer(fd)
 
 
 def describe(ending: Ending) -> str:

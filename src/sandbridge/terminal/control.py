@@ -62,11 +62,14 @@ def connect(session: str) -> socket.socket:
     return sock
 
 
-def read_answer(file: Any) -> dict[str, Any]:
-    line = file.readline(MAX_ANSWER)
+def parse_answer(line: bytes) -> dict[str, Any]:
+    """One answer line; raise ControlError for a refusal."""
     if not line:
         raise SandbridgeError("the session closed the control connection")
-    answer = json.loads(line)
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        answer = None
     if not isinstance(answer, dict):
         raise SandbridgeError("the session sent a malformed answer")
     if not answer.get("ok"):
@@ -79,4 +82,4 @@ def call(session: str, message: dict[str, Any]) -> dict[str, Any]:
     with connect(session) as sock, sock.makefile("rwb") as file:
         file.write(json.dumps(message).encode() + b"\n")
         file.flush()
-        return read_answer(file)
+        return parse_answer(file.readline(MAX_ANSWER))
