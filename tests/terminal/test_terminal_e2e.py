@@ -57,6 +57,9 @@ def test_normal_attach(tmp_path: Path, backend: str) -> None:
             "HOME", "LANG", "PATH", "PS1", "PWD", "SANDBRIDGE_TERMINAL", "SHELL", "SHLVL",
             "TERM", "_",
         ]  # fmt: skip
+        child.setwinsize(40, 120)  # the client gets SIGWINCH and sends a RESIZE
+        child.sendline("stty size")
+        child.expect("40 120")
         child.sendline("sleep 1001; echo after-ctrl-c")
         wait_for_process("sleep 1001")
         child.sendcontrol("c")
@@ -169,8 +172,9 @@ def test_a_setsid_and_double_fork_escape_is_cleaned_up_while_a_sibling_survives(
         session.stop()
 
 
-def test_idle_limit_closes_the_terminal(tmp_path: Path) -> None:
-    session = TerminalSession(tmp_path, knobs={"SANDBRIDGE_TERMINAL_IDLE": "2"})
+def test_idle_limit_closes_the_terminal_despite_heartbeats(tmp_path: Path) -> None:
+    # 6 s idle: the heartbeats both ways at 5 s must not count as activity.
+    session = TerminalSession(tmp_path, knobs={"SANDBRIDGE_TERMINAL_IDLE": "6"})
     try:
         request_id = session.approved()
         child = session.attach(request_id)
@@ -408,3 +412,21 @@ def test_session_end_ends_the_terminal(session: TerminalSession) -> None:
     session.process.stop()
     status, output = finish(child)
     assert status == 3 and "terminal ended" in output
+
+
+def test_a_host_crash_after_reservation_is_recorded_as_aborted(tmp_path: Path) -> None:
+    first = TerminalSession(tmp_path)
+    request_id = first.approved()
+    child = first.attach(request_id)
+    child.expect(PROMPT)
+    first.process.stop(signal.SIGKILL)  # no end record can be written
+    finish(child)
+    assert ends(first, request_id) == []
+    second = TerminalSession(tmp_path)  # the same name, a new instance
+    try:
+        (end,) = ends(second, request_id)
+        assert end["end"] == "aborted"
+        replay = second.cli("terminal", "attach", request_id, check=False)
+        assert replay.returncode == 2 and "no request" in replay.stderr
+    finally:
+        second.stop()
