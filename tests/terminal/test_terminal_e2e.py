@@ -430,3 +430,24 @@ def test_a_host_crash_after_reservation_is_recorded_as_aborted(tmp_path: Path) -
         assert replay.returncode == 2 and "no request" in replay.stderr
     finally:
         second.stop()
+
+
+def test_input_a_busy_shell_does_not_read_never_holds_up_the_lease(tmp_path: Path) -> None:
+    knobs = {"SANDBRIDGE_TERMINAL_LEASE": "2", "SANDBRIDGE_TERMINAL_REFRESH": "0.5"}
+    session = TerminalSession(tmp_path, knobs=knobs)
+    try:
+        child = session.attach(session.approved())
+        child.expect(PROMPT)
+        child.sendline("sleep 3; echo slept-$((1))")
+        wait_for_process("sleep 3")
+        lines = ("#" + "x" * 1000 + "\n") * 64  # 64 KiB: far more than the PTY buffers
+        view = memoryview(lines.encode())
+        while view:
+            view = view[os.write(child.child_fd, view) :]
+        child.expect("slept-1", timeout=20)  # 3 s busy: longer than the 2 s lease
+        child.sendline("echo alive-$((2))")
+        child.expect("alive-2", timeout=20)
+        child.sendline("exit")
+        assert finish(child)[0] == 0
+    finally:
+        session.stop()

@@ -42,6 +42,7 @@ from sandbridge.terminal import channel, fd_io
 from sandbridge.terminal.channel import ChannelError, Message, MessageType
 from sandbridge.terminal.framed_stream import FramedStream, json_body
 from sandbridge.terminal.frames import FROM_HOST_TO_WORKER, FrameError, Kind
+from sandbridge.terminal.rate_limit import TokenBucket
 
 PR_SET_CHILD_SUBREAPER = 36
 # A lease is never longer than this, whatever the host says: authority must be
@@ -53,6 +54,9 @@ START_TIMEOUT = 5.0
 # the output limit; past them, reads pause (backpressure), nothing is dropped.
 INPUT_BYTES_PER_SECOND = 256 * 1024
 OUTPUT_BYTES_PER_SECOND = 4 * 1024 * 1024
+# Input frames waiting for a shell that does not read (64 x 16 KiB = 1 MiB); past it,
+# the link is not read either.
+MAX_QUEUED_INPUT_FRAMES = 64
 # How often the watchdog looks at the lease, the idle clock and orphaned children.
 TICK = 0.25
 # After the shell is gone, final output is read for at most this long.
@@ -69,25 +73,10 @@ END_REASONS = frozenset(
 )
 
 
-class RateLimit:
-    """A token bucket: :meth:`take` waits until ``size`` bytes may pass."""
-
-    def __init__(self, per_second: float) -> None:
-        self.per_second = per_second
-        self._tokens = per_second
-        self._stamp = time.monotonic()
-
-    async def take(self, size: int) -> None:
-        while True:
-            now = time.monotonic()
-            self._tokens = min(
-                self.per_second, self._tokens + (now - self._stamp) * self.per_second
-            )
-            self._stamp = now
-            if self._tokens >= size or self._tokens >= self.per_second:
-                self._tokens -= size
-                return
-            await asyncio.sleep((size - self._tokens) / self.per_second)
+async def within(bucket: TokenBucket, size: int) -> None:
+    """Wait until ``bucket`` lets ``size`` bytes pass."""
+    while (delay := bucket.delay(size, time.monotonic())) > 0:
+        await asyncio.sleep(delay)
 
 
 def clean_environment(term: str, home: str, shell: str) -> dict[str, str]:
@@ -146,8 +135,11 @@ class Worker:
         self._sender: channel.Sender | None = None
         self._receiver: channel.Receiver | None = None
         self._receiver_key = b""
-        self._input_limit = RateLimit(INPUT_BYTES_PER_SECOND)
-        self._output_limit = RateLimit(OUTPUT_BYTES_PER_SECOND)
+        self._input_limit = TokenBucket(INPUT_BYTES_PER_SECOND, time.monotonic())
+        self._output_limit = TokenBucket(OUTPUT_BYTES_PER_SECOND, time.monotonic())
+        # Input waits here for the PTY, so a shell that does not read cannot hold up the
+        # leases and STOPs that arrive on the same link.
+        self._input: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_INPUT_FRAMES)
 
     def end(self, reason: str) -> None:
         if self.reason is None:
@@ -214,7 +206,7 @@ class Worker:
                 return
             if not data:
                 return
-            await self._output_limit.take(len(data))
+            await within(self._output_limit, len(data))
             self.last_activity = time.monotonic()
             self.send(Message(MessageType.DATA, data))
             await self.stream.drain()
@@ -241,9 +233,8 @@ class Worker:
                     continue
                 message = self._receiver.open(frame.body)
                 if message.type is MessageType.DATA:
-                    await self._input_limit.take(len(message.payload))
                     self.last_activity = time.monotonic()
-                    await fd_io.write_all(self.master, message.payload)
+                    await self._input.put(message.payload)
                 elif message.type is MessageType.RESIZE:
                     rows, cols = message.size
                     set_size(self.master, rows, cols)  # the kernel sends SIGWINCH
@@ -252,6 +243,13 @@ class Worker:
                     return
             else:
                 raise FrameError(f"unexpected {frame.kind.name} frame")
+
+    async def pump_pty_input(self) -> None:
+        """Queued input -> PTY, within the input rate."""
+        while True:
+            data = await self._input.get()
+            await within(self._input_limit, len(data))
+            await fd_io.write_all(self.master, data)
 
     async def watchdog(self) -> None:
         """Lease, idle limit and heartbeats: timers, independent of the PTY."""
@@ -294,6 +292,7 @@ class Worker:
     async def run(self) -> None:
         tasks = [
             asyncio.create_task(self.pump_input()),
+            asyncio.create_task(self.pump_pty_input()),
             asyncio.create_task(self.watchdog()),
             asyncio.create_task(self.wait_shell()),
         ]
@@ -321,10 +320,11 @@ class Worker:
         output.cancel()
         await asyncio.gather(output, return_exceptions=True)
         reason = self.reason or "exit"
-        with contextlib.suppress(OSError, ChannelError):
+        with contextlib.suppress(OSError, ChannelError, TimeoutError):
             self.send(channel.exit_message(self.status, reason))
             self.stream.send_json(Kind.ENDED, {"reason": reason, "status": self.status})
-            await self.stream.drain()
+            async with asyncio.timeout(DRAIN_TIMEOUT):  # a host that stopped reading
+                await self.stream.drain()
 
     async def hang_up(self) -> None:
         """SIGHUP to the foreground process group and the shell; wait up to the grace."""
