@@ -32,6 +32,14 @@ def wait_for_process(marker: str, timeout: float = 10.0) -> list[int]:
     return found
 
 
+def wait_gone(marker: str, timeout: float) -> None:
+    """Wait (polling up to ``timeout``) until no process carries ``marker``."""
+    deadline = time.monotonic() + timeout
+    while processes_with(marker):
+        assert time.monotonic() < deadline, f"{marker!r} still running after {timeout}s"
+        select.select([], [], [], 0.05)
+
+
 class TerminalSession:
     """One sandboxed session named ``web`` with private XDG dirs under ``tmp_path``."""
 

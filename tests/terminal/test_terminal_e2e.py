@@ -27,6 +27,7 @@ from tests.terminal.harness import (
     TerminalSession,
     finish,
     wait_for_process,
+    wait_gone,
 )
 
 
@@ -451,3 +452,16 @@ def test_input_a_busy_shell_does_not_read_never_holds_up_the_lease(tmp_path: Pat
         assert finish(child)[0] == 0
     finally:
         session.stop()
+
+
+def test_revocation_closes_a_terminal_whose_output_is_blocked(session: TerminalSession) -> None:
+    request_id = session.approved()
+    child = session.attach(request_id)
+    child.expect(PROMPT)
+    child.sendline("yes flood-1010")
+    wait_for_process("yes flood-1010")
+    # Nobody reads the client's output now: the PTY, the worker and the relay block.
+    session.cli("terminal", "revoke", request_id)
+    wait_gone("yes flood-1010", timeout=10)  # within one lease
+    child.expect(r"EXIT:(\d+)", timeout=60)
+    assert ends(session, request_id)[0]["end"] == "revoked"
