@@ -465,3 +465,22 @@ def test_revocation_closes_a_terminal_whose_output_is_blocked(session: TerminalS
     wait_gone("yes flood-1010", timeout=10)  # within one lease
     child.expect(r"EXIT:(\d+)", timeout=60)
     assert ends(session, request_id)[0]["end"] == "revoked"
+
+
+def test_a_listed_requester_attaches_with_its_own_key_only(
+    session: TerminalSession, tmp_path: Path
+) -> None:
+    alice = tmp_path / "alice.key"
+    public = keys.public_hex(keys.create_key(alice))
+    config = Path(session.env["XDG_CONFIG_HOME"]) / "sandbridge"
+    session.request()  # the owner's first command creates the owner key and its directory
+    (config / "requesters").write_text(f"{public}  # alice\n")
+    request_id = session.approved(key=alice)
+    as_owner = session.cli("terminal", "attach", request_id, check=False)
+    assert as_owner.returncode == 2 and "not signed by the approved key" in as_owner.stderr
+    child = session.attach(request_id, key=alice)
+    child.expect(PROMPT)
+    child.sendline("exit")
+    assert finish(child)[0] == 0
+    admission = next(r for r in session.audit() if r["event"] == "admission")
+    assert admission["requester"] == public
