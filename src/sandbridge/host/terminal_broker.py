@@ -34,6 +34,7 @@ from sandbridge.host.session_registry import SessionEntry
 from sandbridge.terminal import approval as approvals
 from sandbridge.terminal import channel, fd_io, keys
 from sandbridge.terminal.approval import Approval, Refusal, Request
+from sandbridge.terminal.channel import END_REASONS
 from sandbridge.terminal.control import short_path
 from sandbridge.terminal.framed_stream import FramedStream, json_body
 from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, FrameError, Kind
@@ -50,6 +51,8 @@ MAX_OPEN_REQUESTS = 64
 # After a STOP, a worker that has not ended within its grace plus this margin is cut off.
 STOP_MARGIN = 5.0
 START_MESSAGE = b'{"op": "start"}'
+# The client gets this long to take the last bytes before its connection is closed.
+FINAL_DRAIN_TIMEOUT = 5.0
 
 
 @dataclass
@@ -476,7 +479,7 @@ class TerminalBroker:
             _write_json(writer, {"ok": True, "public": public.hex(), "header": header.hex()})
             await writer.drain()
             log.info("terminal.started", request=request.id, rows=rows, cols=cols)
-            end, status = await self._relay(request, admitted, terminal, client, counts)
+            end, status = await self._relay(request, terminal, client, counts)
         except (TimeoutError, FrameError, ValueError, KeyError, OSError, ControlRefusal) as exc:
             log.info("terminal.failed", request=request.id, error=type(exc).__name__)
             if end == "not_ready":
@@ -499,7 +502,6 @@ class TerminalBroker:
     async def _relay(
         self,
         request: TerminalRequest,
-        admitted: Approval,
         terminal: ActiveTerminal,
         client: FramedStream,
         counts: list[int],
@@ -575,13 +577,19 @@ class TerminalBroker:
             await asyncio.gather(upstream, downstream, refresher, return_exceptions=True)
             if tap is not None:
                 tap.close()
-        reason = str(ended.get("reason", terminal.stop_reason or "worker_lost"))[:64]
+        # ENDED comes from the sandbox: only known reasons and a plain int reach the audit.
+        reason = ended.get("reason", terminal.stop_reason or "worker_lost")
+        if reason not in END_REASONS | {"worker_lost"}:
+            reason = "unknown"
         status = ended.get("status", -1)
-        with contextlib.suppress(OSError, RuntimeError):
+        if not isinstance(status, int) or isinstance(status, bool) or not -255 <= status <= 255:
+            status = -1
+        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
             if not ended:
                 client.send_json(Kind.STOP, {"reason": reason})
-            await client.drain()
-        return reason, status if isinstance(status, int) else -1
+            async with asyncio.timeout(FINAL_DRAIN_TIMEOUT):  # a client that stopped reading
+                await client.drain()
+        return str(reason), status
 
 
 async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from sandbridge.terminal import channel, fd_io
-from sandbridge.terminal.channel import ChannelError, Message, MessageType
+from sandbridge.terminal.channel import END_REASONS, ChannelError, Message, MessageType
 from sandbridge.terminal.framed_stream import FramedStream, json_body
 from sandbridge.terminal.frames import FROM_HOST_TO_WORKER, FrameError, Kind
 from sandbridge.terminal.rate_limit import TokenBucket
@@ -68,9 +68,6 @@ TERM_PATTERN = re.compile(r"[A-Za-z0-9._+-]{1,64}")
 SHELLS = ("/bin/bash", "/bin/sh")
 # The only variables the shell sees; PS1 names the place so nobody mistakes it for the host.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-END_REASONS = frozenset(
-    {"exit", "revoked", "expired", "lease", "idle", "client", "protocol", "session_end"}
-)
 
 
 async def within(bucket: TokenBucket, size: int) -> None:

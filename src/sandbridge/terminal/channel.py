@@ -34,6 +34,13 @@ MAX_ENVELOPE = 1 + MAX_DATA + ABYTES
 MAX_ROWS_COLS = 10000
 # An exit reason is one short word from the worker (see docs/terminals.md).
 MAX_REASON = 64
+# Why a terminal ended, as the worker reports it (docs/terminals.md).
+END_REASONS = frozenset(
+    {
+        "exit", "revoked", "expired", "lease", "idle", "client", "protocol", "session_end",
+        "not_allowed",
+    }
+)  # fmt: skip
 TAG_FINAL = sodium.crypto_secretstream_xchacha20poly1305_TAG_FINAL
 TAG_MESSAGE = sodium.crypto_secretstream_xchacha20poly1305_TAG_MESSAGE
 
