@@ -476,6 +476,7 @@ def test_a_listed_requester_attaches_with_its_own_key_only(
     session.request()  # the owner's first command creates the owner key and its directory
     (config / "requesters").write_text(f"{public}  # alice\n")
     request_id = session.approved(key=alice)
+    assert session.cli("terminal", "key", "--key", str(alice)).stdout.strip() == public
     as_owner = session.cli("terminal", "attach", request_id, check=False)
     assert as_owner.returncode == 2 and "not signed by the approved key" in as_owner.stderr
     child = session.attach(request_id, key=alice)
@@ -484,3 +485,19 @@ def test_a_listed_requester_attaches_with_its_own_key_only(
     assert finish(child)[0] == 0
     admission = next(r for r in session.audit() if r["event"] == "admission")
     assert admission["requester"] == public
+
+
+def test_a_key_allowed_for_one_session_may_request_but_not_attach_unapproved(
+    session: TerminalSession, tmp_path: Path
+) -> None:
+    bob = tmp_path / "bob.key"
+    public = keys.public_hex(keys.create_key(bob))
+    refused = session.cli("terminal", "request", "web", "--key", str(bob), check=False)
+    assert refused.returncode == 2 and "may not request" in refused.stderr
+    session.cli("terminal", "allow", "web", public)
+    request_id = session.request(key=bob)
+    unapproved = session.cli("terminal", "attach", request_id, "--key", str(bob), check=False)
+    assert unapproved.returncode == 2 and "pending" in unapproved.stderr
+    assert processes_with(WORKER_MARKER) == []
+    bad = session.cli("terminal", "allow", "web", "not-a-key", check=False)
+    assert bad.returncode == 2 and "'not-a-key'" in bad.stderr

@@ -48,6 +48,8 @@ MAX_CONTROL_LINE = 16 * 1024
 PROOF_TIMEOUT = 30.0
 # Requests waiting for the owner, per session: enough for a team, bounded for memory.
 MAX_OPEN_REQUESTS = 64
+# Keys one session may add with ``terminal allow``: a team, not a directory.
+MAX_SESSION_REQUESTERS = 64
 # After a STOP, a worker that has not ended within its grace plus this margin is cut off.
 STOP_MARGIN = 5.0
 START_MESSAGE = b'{"op": "start"}'
@@ -131,6 +133,8 @@ class TerminalBroker:
         self._handlers: set[asyncio.Task[None]] = set()
         self._journal: ReservationJournal | None = None
         self._audit: AuditLog | None = None
+        # Keys the owner allowed for this session only (``sandbridge terminal allow``).
+        self._session_requesters: set[str] = set()
 
     @property
     def journal(self) -> ReservationJournal:
@@ -212,6 +216,7 @@ class TerminalBroker:
                 "deny": self._deny,
                 "revoke": self._revoke,
                 "list": self._list,
+                "allow": self._allow,
             }.get(str(op))
             if handler is None:
                 raise ControlRefusal("unknown_op", f"unknown control request {op!r}")
@@ -233,7 +238,7 @@ class TerminalBroker:
 
     async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         request = approvals.verify_request(message.get("request"), self.session, self.instance)
-        if request.requester not in keys.allowed_requesters():
+        if request.requester not in self._allowed():
             self.audit.record(
                 "refusal", session=self.session, requester=request.requester,
                 reason_code="not_allowed",
@@ -317,6 +322,21 @@ class TerminalBroker:
         self.audit.record("revocation", session=self.session, request=request.id)
         return {"state": request.state, "was_active": was_active}
 
+    def _allowed(self) -> set[str]:
+        """Keys that may request now: the owner's, the user's list, this session's list."""
+        return keys.allowed_requesters() | self._session_requesters
+
+    async def _allow(self, message: dict[str, Any]) -> dict[str, Any]:
+        if len(self._session_requesters) >= MAX_SESSION_REQUESTERS:
+            raise ControlRefusal("too_many", f"{MAX_SESSION_REQUESTERS} keys are already allowed")
+        try:
+            key = keys.public_hex(keys.parse_public_key(str(message.get("key"))))
+        except keys.KeyFileError as exc:
+            raise ControlRefusal("malformed", str(exc)) from None
+        self._session_requesters.add(key)
+        self.audit.record("allow", session=self.session, requester=key)
+        return {"allowed": sorted(self._session_requesters)}
+
     async def _list(self, message: dict[str, Any]) -> dict[str, Any]:
         return {"requests": [request.summary() for request in self._requests.values()]}
 
@@ -349,7 +369,7 @@ class TerminalBroker:
             requester=request.request.requester,
             now=now,
         )
-        if request.request.requester not in keys.allowed_requesters():
+        if request.request.requester not in self._allowed():
             raise Refusal("not_allowed", "the requester's key is no longer allowed")
         return admitted
 

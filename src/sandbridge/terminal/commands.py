@@ -103,6 +103,19 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_allow(args: argparse.Namespace) -> int:
+    session = validate_name(args.session, "session")
+    call(session, {"op": "allow", "key": args.public_key})
+    _say(f"session {session}: key {args.public_key[:16]}... may request terminals (each still "
+         "needs your approval)")  # fmt: skip
+    return 0
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    print(keys.public_hex(keys.requester_key(args.key)))
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for session in list_sessions():
@@ -198,6 +211,15 @@ def add_commands(commands: Any) -> None:
         command = sub.add_parser(name, help=text)
         command.add_argument("id")
         command.set_defaults(func=func)
+
+    allow = sub.add_parser("allow", help="let another key request terminals in a session")
+    allow.add_argument("session")
+    allow.add_argument("public_key", help="64 hex digits (sandbridge terminal key --key PATH)")
+    allow.set_defaults(func=cmd_allow)
+
+    key = sub.add_parser("key", help="print a key's public half (default: the owner key)")
+    _key_option(key)
+    key.set_defaults(func=cmd_key)
 
     listing = sub.add_parser("list", help="requests of the running sessions")
     listing.add_argument("--json", action="store_true")
