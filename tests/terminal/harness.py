@@ -13,6 +13,7 @@ from typing import Any
 
 import pexpect
 
+from sandbridge.sandbox.pty_worker import descendants
 from tests.conftest import SANDBRIDGE, Process, processes_with, run_argv
 
 SIZE = (33, 101)
@@ -21,23 +22,6 @@ STTY_MARK = "STTY:"
 WORKER_MARKER = "sandbridge.sandbox.pty_worker"
 # The attach client's terminal settings (stty -g) before it started, per pexpect child.
 _STTY_BEFORE: dict[int, str] = {}
-
-
-def wait_for_process(marker: str, timeout: float = 10.0) -> list[int]:
-    """The processes carrying ``marker`` once at least one exists (polled up to ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while not (found := processes_with(marker)):
-        assert time.monotonic() < deadline, f"no process {marker!r} within {timeout}s"
-        select.select([], [], [], 0.05)
-    return found
-
-
-def wait_gone(marker: str, timeout: float) -> None:
-    """Wait (polling up to ``timeout``) until no process carries ``marker``."""
-    deadline = time.monotonic() + timeout
-    while processes_with(marker):
-        assert time.monotonic() < deadline, f"{marker!r} still running after {timeout}s"
-        select.select([], [], [], 0.05)
 
 
 class TerminalSession:
@@ -74,6 +58,26 @@ class TerminalSession:
             env=self.env,
         )
         self.process.wait_line("sandbridge: session web", "stderr")
+
+    def running(self, marker: str) -> list[int]:
+        """This session's processes carrying ``marker`` (other test runs' are not counted)."""
+        mine = set(descendants(self.process.popen.pid))
+        return [pid for pid in processes_with(marker) if pid in mine]
+
+    def wait_for(self, marker: str, timeout: float = 10.0) -> list[int]:
+        """This session's processes carrying ``marker`` once one exists (polled)."""
+        deadline = time.monotonic() + timeout
+        while not (found := self.running(marker)):
+            assert time.monotonic() < deadline, f"no process {marker!r} within {timeout}s"
+            select.select([], [], [], 0.05)
+        return found
+
+    def wait_gone(self, marker: str, timeout: float) -> None:
+        """Wait (polling up to ``timeout``) until none of this session's carries ``marker``."""
+        deadline = time.monotonic() + timeout
+        while self.running(marker):
+            assert time.monotonic() < deadline, f"{marker!r} still running after {timeout}s"
+            select.select([], [], [], 0.05)
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(

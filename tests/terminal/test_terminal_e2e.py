@@ -26,8 +26,6 @@ from tests.terminal.harness import (
     WORKER_MARKER,
     TerminalSession,
     finish,
-    wait_for_process,
-    wait_gone,
 )
 
 
@@ -58,11 +56,14 @@ def test_normal_attach(tmp_path: Path, backend: str) -> None:
             "HOME", "LANG", "PATH", "PS1", "PWD", "SANDBRIDGE_TERMINAL", "SHELL", "SHLVL",
             "TERM", "_",
         ]  # fmt: skip
+        child.sendline("ls -l /proc/$$/fd | grep -c socket:; echo SOCKETS-$((9))")
+        child.expect(r"(\d+)\r\nSOCKETS-9")
+        assert child.match.group(1) == "0", "the shell inherited a socket (the host's link?)"
         child.setwinsize(40, 120)  # the client gets SIGWINCH and sends a RESIZE
         child.sendline("stty size")
         child.expect("40 120")
         child.sendline("sleep 1001; echo after-ctrl-c")
-        wait_for_process("sleep 1001")
+        session.wait_for("sleep 1001")
         child.sendcontrol("c")
         child.expect(PROMPT)
         child.sendline("pgrep -f 'sleep 1001' || echo no-sleep-$((1))")
@@ -75,7 +76,7 @@ def test_normal_attach(tmp_path: Path, backend: str) -> None:
         assert end["end"] == "exit" and end["status"] == 4
         assert int(end["bytes_in"]) > 0 and int(end["bytes_out"]) > 0  # type: ignore[call-overload]
         assert session.process.popen.poll() is None, "the agent's session must outlive the terminal"
-        assert processes_with(WORKER_MARKER) == []
+        assert session.running(WORKER_MARKER) == []
     finally:
         session.stop()
 
@@ -117,7 +118,7 @@ def test_replay_of_a_used_approval_opens_nothing(session: TerminalSession) -> No
     before = session.audit()
     replay = session.cli("terminal", "attach", request_id, check=False)
     assert replay.returncode == 2 and "already used" in replay.stderr
-    assert processes_with(WORKER_MARKER) == []
+    assert session.running(WORKER_MARKER) == []
     after = session.audit()
     assert [r["event"] for r in after[len(before) :]] == ["refusal"]
     again = session.cli("terminal", "attach", request_id, check=False)
@@ -131,12 +132,12 @@ def test_revocation_mid_command(session: TerminalSession) -> None:
     child.expect(PROMPT)
     child.sendline("sleep 1002")
     child.expect("sleep 1002\r\n")
-    wait_for_process("sleep 1002")
+    session.wait_for("sleep 1002")
     session.cli("terminal", "revoke", request_id)
     status, output = finish(child)
     assert "terminal ended: revoked" in output
     assert status == 3
-    assert processes_with("sleep 1002") == []
+    assert session.running("sleep 1002") == []
     assert ends(session, request_id)[0]["end"] == "revoked"
 
 
@@ -146,7 +147,7 @@ def test_a_wrong_key_is_refused(session: TerminalSession, tmp_path: Path) -> Non
     keys.create_key(stranger)
     result = session.cli("terminal", "attach", request_id, "--key", str(stranger), check=False)
     assert result.returncode == 2 and "not signed by the approved key" in result.stderr
-    assert processes_with(WORKER_MARKER) == []
+    assert session.running(WORKER_MARKER) == []
     not_listed = session.cli("terminal", "request", "web", "--key", str(stranger), check=False)
     assert not_listed.returncode == 2 and "may not request" in not_listed.stderr
 
@@ -162,13 +163,13 @@ def test_a_setsid_and_double_fork_escape_is_cleaned_up_while_a_sibling_survives(
             "setsid sleep 1003 & (sh -c 'sleep 1004 &' &); sleep 0.1; echo spawned-$((3))"
         )
         child.expect("spawned-3\r\n")
-        wait_for_process("sleep 1003")
-        wait_for_process("sleep 1004")
+        session.wait_for("sleep 1003")
+        session.wait_for("sleep 1004")
         child.sendline("exit")
         finish(child)
-        assert processes_with("sleep 1003") == []
-        assert processes_with("sleep 1004") == []
-        assert processes_with("sleep 1005"), "the agent's own process must survive"
+        assert session.running("sleep 1003") == []
+        assert session.running("sleep 1004") == []
+        assert session.running("sleep 1005"), "the agent's own process must survive"
     finally:
         session.stop()
 
@@ -196,7 +197,7 @@ def test_expiry_closes_the_terminal_at_the_approvals_end(tmp_path: Path) -> None
         child.sendline("sleep 1006")
         _, output = finish(child)
         assert "terminal ended: expired" in output
-        assert processes_with("sleep 1006") == []
+        assert session.running("sleep 1006") == []
         assert ends(session, request_id)[0]["end"] == "expired"
     finally:
         session.stop()
@@ -242,13 +243,13 @@ def test_sigterm_of_the_client_restores_termios_and_ends_the_terminal(
     child = session.attach(request_id)
     child.expect(PROMPT)
     child.sendline("sleep 1007")
-    wait_for_process("sleep 1007")
+    session.wait_for("sleep 1007")
     (client,) = [p for p in processes_with(request_id) if p != child.pid]
     os.kill(client, signal.SIGTERM)
     status, _ = finish(child)
     assert status == 128 + signal.SIGTERM
     session.process.wait_line("sandbridge: terminal.ended", "stderr")
-    assert processes_with("sleep 1007") == []
+    assert session.running("sleep 1007") == []
     assert ends(session, request_id)[0]["end"] == "client"
 
 
@@ -281,9 +282,9 @@ def _raw_attach(
     sock = socket.socket(socket.AF_UNIX)
     with short_path(control_socket("web")) as path:
         sock.connect(str(path))
-    file = sock.makefile("rwb")
-    file.write(json.dumps({"op": "attach", "id": request_id}).encode() + b"\n")
-    file.flush()
+    # Unbuffered: the frames that follow the answer lines must stay in the socket.
+    file = sock.makefile("rb", buffering=0)
+    sock.sendall(json.dumps({"op": "attach", "id": request_id}).encode() + b"\n")
     hello = json.loads(file.readline())
     public, secret = channel.keypair()
     transcript = approval.attach_transcript(
@@ -295,8 +296,7 @@ def _raw_attach(
         "rows": 24,
         "cols": 80,
     }
-    file.write(json.dumps(proof).encode() + b"\n")
-    file.flush()
+    sock.sendall(json.dumps(proof).encode() + b"\n")
     ready = json.loads(file.readline())
     assert ready["ok"], ready
     receive_key, send_key = channel.client_keys(public, secret, bytes.fromhex(ready["public"]))
@@ -380,7 +380,7 @@ def test_a_terminal_starts_only_if_the_approval_covers_the_readiness_budget(
         select.select([], [], [], deadline - time.time())
     result = session.cli("terminal", "attach", request_id, check=False)
     assert result.returncode == 2 and "expires before a terminal could be ready" in result.stderr
-    assert processes_with(WORKER_MARKER) == []
+    assert session.running(WORKER_MARKER) == []
     assert not [r for r in session.audit() if r["event"] == "admission"]
 
 
@@ -391,7 +391,7 @@ def test_an_unreachable_authority_closes_the_terminal_within_one_lease(tmp_path:
         child = session.attach(session.approved())
         child.expect(PROMPT)
         child.sendline("sleep 1008")
-        (sleeper,) = wait_for_process("sleep 1008")
+        (sleeper,) = session.wait_for("sleep 1008")
         host = session.process.popen.pid
         os.kill(host, signal.SIGSTOP)  # the authority stops answering
         try:
@@ -440,7 +440,7 @@ def test_input_a_busy_shell_does_not_read_never_holds_up_the_lease(tmp_path: Pat
         child = session.attach(session.approved())
         child.expect(PROMPT)
         child.sendline("sleep 3; echo slept-$((1))")
-        wait_for_process("sleep 3")
+        session.wait_for("sleep 3")
         lines = ("#" + "x" * 1000 + "\n") * 64  # 64 KiB: far more than the PTY buffers
         view = memoryview(lines.encode())
         while view:
@@ -459,10 +459,10 @@ def test_revocation_closes_a_terminal_whose_output_is_blocked(session: TerminalS
     child = session.attach(request_id)
     child.expect(PROMPT)
     child.sendline("yes flood-1010")
-    wait_for_process("yes flood-1010")
+    session.wait_for("yes flood-1010")
     # Nobody reads the client's output now: the PTY, the worker and the relay block.
     session.cli("terminal", "revoke", request_id)
-    wait_gone("yes flood-1010", timeout=10)  # within one lease
+    session.wait_gone("yes flood-1010", timeout=10)  # within one lease
     child.expect(r"EXIT:(\d+)", timeout=60)
     assert ends(session, request_id)[0]["end"] == "revoked"
 
@@ -498,6 +498,6 @@ def test_a_key_allowed_for_one_session_may_request_but_not_attach_unapproved(
     request_id = session.request(key=bob)
     unapproved = session.cli("terminal", "attach", request_id, "--key", str(bob), check=False)
     assert unapproved.returncode == 2 and "pending" in unapproved.stderr
-    assert processes_with(WORKER_MARKER) == []
+    assert session.running(WORKER_MARKER) == []
     bad = session.cli("terminal", "allow", "web", "not-a-key", check=False)
     assert bad.returncode == 2 and "'not-a-key'" in bad.stderr

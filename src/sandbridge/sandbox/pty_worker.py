@@ -394,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     become_subreaper()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Never inherited by the shell: nothing in the terminal may write to the host's link.
+    os.set_inheritable(args.fd, False)
     sock = socket.socket(fileno=args.fd)
     try:
         return asyncio.run(serve(sock))

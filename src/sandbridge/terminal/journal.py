@@ -198,7 +198,6 @@ class AuditLog:
         {
             "event", "session", "request", "requester", "reason_code", "reason", "ttl",
             "expires", "rows", "cols", "bytes_in", "bytes_out", "end", "status", "time",
-            "message",
         }
     )  # fmt: skip
 
