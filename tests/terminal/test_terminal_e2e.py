@@ -501,3 +501,20 @@ def test_a_key_allowed_for_one_session_may_request_but_not_attach_unapproved(
     assert session.running(WORKER_MARKER) == []
     bad = session.cli("terminal", "allow", "web", "not-a-key", check=False)
     assert bad.returncode == 2 and "'not-a-key'" in bad.stderr
+
+
+def test_the_foreground_gets_sighup_first_and_its_last_output_is_drained(
+    session: TerminalSession,
+) -> None:
+    request_id = session.approved()
+    child = session.attach(request_id)
+    child.expect(PROMPT)
+    child.sendline(
+        'sh -c \'trap "echo got-hup-\\$((6*7)); exit 0" HUP; echo trap-set; '
+        "while :; do sleep 1; done'"
+    )
+    child.expect("trap-set")
+    session.cli("terminal", "revoke", request_id)
+    _, output = finish(child)
+    assert "got-hup-42" in output
+    assert "terminal ended: revoked" in output

@@ -36,6 +36,7 @@ import struct
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbridge.terminal import channel, fd_io
@@ -170,7 +171,10 @@ class Worker:
             try:
                 os.close(self.master)
                 os.login_tty(slave)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                # Ignored signals stay ignored across exec: the shell must get the defaults
+                # (this worker ignores SIGHUP, Python ignores SIGPIPE and SIGXFSZ).
+                for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+                    signal.signal(signum, signal.SIG_DFL)
                 os.execve(shell, argv, env)
             finally:
                 os._exit(127)
@@ -324,17 +328,27 @@ class Worker:
                 await self.stream.drain()
 
     async def hang_up(self) -> None:
-        """SIGHUP to the foreground process group and the shell; wait up to the grace."""
+        """SIGHUP to the foreground job first, and the time to finish (its last words still
+        reach the terminal); then SIGHUP to the shell; each within the grace period."""
+        foreground = -1
         with contextlib.suppress(OSError):
             foreground = os.tcgetpgrp(self.master)
-            # 0 or our own group would signal this worker's group, not the terminal's.
-            if foreground > 1 and foreground != os.getpgrp():
+        # 0 or our own group would signal this worker's group, not the terminal's; the
+        # shell's own group is hung up next anyway.
+        if foreground > 1 and foreground not in (os.getpgrp(), self.shell_pid):
+            with contextlib.suppress(OSError):
                 os.killpg(foreground, signal.SIGHUP)
+                os.killpg(foreground, signal.SIGCONT)
+            await self._wait(lambda: _group_alive(foreground))
         with contextlib.suppress(OSError):
             os.killpg(self.shell_pid, signal.SIGHUP)
             os.killpg(self.shell_pid, signal.SIGCONT)
+        await self._wait(lambda: self.status == -1 and _alive(self.shell_pid))
+
+    async def _wait(self, condition: Callable[[], bool]) -> None:
+        """Wait while ``condition`` holds, at most the hang-up grace."""
         deadline = time.monotonic() + self.hangup_grace
-        while time.monotonic() < deadline and self.status == -1 and _alive(self.shell_pid):
+        while time.monotonic() < deadline and condition():
             self._reap()
             await asyncio.sleep(TICK / 5)
 
@@ -357,6 +371,15 @@ class Worker:
                 continue
             if pid == self.shell_pid:
                 self.status = os.waitstatus_to_exitcode(status)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still below this worker."""
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pgid:
+                return True
+    return False
 
 
 def _alive(pid: int) -> bool:
