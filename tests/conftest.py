@@ -110,6 +110,20 @@ def run_argv(workdir: Path, *command: str, options: tuple[str, ...] = ()) -> lis
     ]
 
 
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line (arguments joined by spaces) contains ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline.replace(b"\0", b" "):
+                found.append(int(entry.name))
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

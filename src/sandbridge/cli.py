@@ -372,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     shim.add_argument("-v", "--verbose", action="store_true", help="log debug events")
     shim.set_defaults(func=cmd_shim)
+
+    from sandbridge.terminal.commands import add_commands
+
+    add_commands(commands)
     return parser
 
 

@@ -20,6 +20,7 @@ from tests.conftest import (
     echo,
     host_port_of,
     port_is_open,
+    processes_with,
     request,
     run_argv,
 )
@@ -56,19 +57,6 @@ def run_to_end(
 def ready(process: Process) -> dict[str, object]:
     report: dict[str, object] = json.loads(process.wait_line("READY").removeprefix("READY "))
     return report
-
-
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture

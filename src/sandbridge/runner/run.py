@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +26,12 @@ from sandbridge.host.relay_settings import RelaySettings
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.session_registry import SessionEntry
+from sandbridge.host.terminal_broker import TerminalBroker
 from sandbridge.host.upstream import Protocol
 from sandbridge.runner.backend import sandbox_argv
 from sandbridge.runner.network_policy import NetMode, Policy
 from sandbridge.runner.spec import SandboxSpec
+from sandbridge.terminal.settings import TerminalSettings
 from sandbridge.wire.egress import EGRESS_SOCKET
 
 
@@ -44,12 +48,18 @@ async def run_session(
     policy: Policy | None = None,
 ) -> int:
     """Run one sandbox session named ``name`` (else a random id); return the exit status."""
+    terminal_settings = TerminalSettings.from_env()
     runtime_dir = RuntimeDir.create(runtime_path)
-    spec = spec_factory(runtime_dir.path)
+    # The host's private channel to the sandbox entry, for starting terminal workers: an
+    # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
+    host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    spec = dataclasses.replace(spec_factory(runtime_dir.path), terminal_fd=sandbox_end.fileno())
     try:
         entry = SessionEntry.create(name, spec.workdir)
     except BaseException:
         runtime_dir.remove()
+        host_end.close()
+        sandbox_end.close()
         raise
     session = HostSession(
         runtime_dir,
@@ -62,15 +72,18 @@ async def run_session(
     if policy is not None and policy.mode.value is NetMode.ALLOW:
         egress_log = EgressLog(entry.path / LOG_NAME)
         gate = EgressGate(runtime_dir.path / EGRESS_SOCKET, policy, egress_log)
+    broker = TerminalBroker(entry, host_end, terminal_settings)
     try:
         await session.start()
         if gate is not None:
             await gate.start()
+        await broker.start()
         if on_session is not None:
             on_session(entry)
         argv = sandbox_argv(backend, spec)
         log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
-        process = await asyncio.create_subprocess_exec(*argv)
+        process = await asyncio.create_subprocess_exec(*argv, pass_fds=(sandbox_end.fileno(),))
+        sandbox_end.close()
         stop = asyncio.Event()
         received: list[int] = []
         loop = asyncio.get_running_loop()
@@ -97,6 +110,8 @@ async def run_session(
             return 128 + received[0]
         return 128 - status if status < 0 else status
     finally:
+        sandbox_end.close()
+        await broker.close()
         if gate is not None:
             await gate.close()
         await session.close()

@@ -51,10 +51,13 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
     new_session: bool = False
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
+    # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
+    terminal_fd: int | None = None
 
     @property
     def entry_argv(self) -> list[str]:
         """The sandbox's first process: shim plus the user's command."""
+        terminal = [] if self.terminal_fd is None else ["--terminal-fd", str(self.terminal_fd)]
         return [
             sys.executable,
             "-m",
@@ -62,6 +65,7 @@ class SandboxSpec:
             "--upstream-socket",
             f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
             *self.network.entry_options(),
+            *terminal,
             "--",
             *self.command,
         ]

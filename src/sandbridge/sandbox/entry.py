@@ -20,6 +20,7 @@ from sandbridge import event_loop
 from sandbridge.sandbox.gate_listener import GateListener
 from sandbridge.sandbox.publish import parse_publish, publish
 from sandbridge.sandbox.shim import Shim
+from sandbridge.sandbox.terminal_starter import serve_terminal_starts
 from sandbridge.wire.egress import EGRESS_SOCKET
 
 HELPER_NAME = "ags-webview-url"
@@ -42,19 +43,25 @@ async def run(
     command: list[str],
     gate: GateListener | None = None,
     published: list[tuple[int, str]] | None = None,
+    terminal_fd: int | None = None,
 ) -> int:
-    """Serve the shim (and the gate) while ``command`` runs; return its exit status."""
+    """Serve the shim (and the gate, and terminal starts) while ``command`` runs.
+
+    Returns the command's exit status.
+    """
     shim = Shim(upstream_socket)
     await shim.start()
     if gate is not None:
         await gate.start()
-    publishers = [asyncio.create_task(publish(port, base)) for port, base in published or []]
+    tasks = [asyncio.create_task(publish(port, base)) for port, base in published or []]
+    if terminal_fd is not None:  # the host's private channel (docs/terminals.md)
+        tasks.append(asyncio.create_task(serve_terminal_starts(terminal_fd)))
     try:
         return await _run_command(command)
     finally:
-        for task in publishers:
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*publishers, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if gate is not None:
             await gate.close()
         await shim.close()
@@ -81,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate", help="the gate address (allow mode)")
     parser.add_argument("--gate-port", type=int, action="append", default=[])
     parser.add_argument("--publish", action="append", default=[])
+    parser.add_argument("--terminal-fd", type=int, default=None)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -95,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         published = [parse_publish(value) for value in args.publish]
     except ValueError as exc:
         parser.error(str(exc))
-    return event_loop.run(run(args.upstream_socket, command, gate, published))
+    if args.terminal_fd is not None:  # never inherited by the command
+        os.set_inheritable(args.terminal_fd, False)
+    return event_loop.run(run(args.upstream_socket, command, gate, published, args.terminal_fd))
 
 
 if __name__ == "__main__":

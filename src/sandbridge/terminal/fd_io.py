@@ -1,0 +1,38 @@
+"""Awaiting raw descriptors (a PTY, a terminal, a socket pair) in the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+
+async def readable(fd: int) -> None:
+    """Return once ``fd`` is readable (or at its end)."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_reader(fd, ready.set_result, None)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+async def writable(fd: int) -> None:
+    """Return once ``fd`` has room for writing."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_writer(fd, ready.set_result, None)
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
+
+
+async def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``, waiting for room when it is non-blocking and full."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            await writable(fd)

@@ -1,0 +1,160 @@
+"""Ed25519 keys of the owner and of requesters, stored as 0600 files.
+
+A key file holds the 32-byte seed in hex on one line. The owner's key lives at
+``${XDG_CONFIG_HOME:-~/.config}/sandbridge/owner.key`` (directory 0700) and is created on
+first use. A key file that is a link, belongs to another user or is readable by others is
+refused: a key someone else could have read or replaced authorises nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+import nacl.exceptions
+import nacl.signing
+
+from sandbridge.exceptions import SandbridgeError
+
+OWNER_KEY = "owner.key"
+REQUESTERS = "requesters"
+SEED_BYTES = 32
+PUBLIC_KEY_HEX = 64
+# A key file is one line of 64 hex digits; anything longer was not written by us.
+MAX_KEY_FILE_BYTES = 256
+# A requesters file lists public keys, one a line; a few hundred is plenty for a team.
+MAX_REQUESTERS_FILE_BYTES = 64 * 1024
+
+
+class KeyFileError(SandbridgeError):
+    """A key file is missing, malformed or unsafe."""
+
+
+def config_dir() -> Path:
+    """``${XDG_CONFIG_HOME:-~/.config}/sandbridge``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "sandbridge"
+
+
+def owner_key_path() -> Path:
+    return config_dir() / OWNER_KEY
+
+
+def _check_private(path: Path, info: os.stat_result, kind: str, mode_mask: int) -> None:
+    if info.st_uid != os.getuid():
+        raise KeyFileError(f"{kind} {path} is owned by uid {info.st_uid}, not you; refusing it")
+    if stat.S_IMODE(info.st_mode) & mode_mask:
+        raise KeyFileError(
+            f"{kind} {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod "
+            f"{'600' if kind == 'key file' else '700'} on it"
+        )
+
+
+def _private_dir(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise KeyFileError(f"key directory {path} is not a directory")
+    _check_private(path, info, "key directory", 0o077)
+
+
+def public_hex(key: nacl.signing.SigningKey | nacl.signing.VerifyKey) -> str:
+    """The public key as 64 hex digits, the form commands and records show."""
+    verify = key.verify_key if isinstance(key, nacl.signing.SigningKey) else key
+    return bytes(verify).hex()
+
+
+def parse_public_key(text: str, what: str = "public key") -> nacl.signing.VerifyKey:
+    """A public key from 64 hex digits; refuse anything else with the value."""
+    if len(text) != PUBLIC_KEY_HEX or any(c not in "0123456789abcdef" for c in text):
+        raise KeyFileError(f"{what} {text[:80]!r}: expected 64 lower-case hex digits")
+    return nacl.signing.VerifyKey(bytes.fromhex(text))
+
+
+def load_key(path: Path) -> nacl.signing.SigningKey:
+    """Read a private key file; refuse a link, a foreign owner or a mode wider than 0600."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise KeyFileError(f"key file {path} does not exist") from None
+    except OSError as exc:
+        raise KeyFileError(f"key file {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise KeyFileError(f"key file {path} is not a regular file")
+        _check_private(path, info, "key file", 0o077)
+        raw = os.read(fd, MAX_KEY_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    text = raw.decode("ascii", "replace").strip()
+    if len(text) != 2 * SEED_BYTES or any(c not in "0123456789abcdef" for c in text):
+        raise KeyFileError(f"key file {path} does not hold a sandbridge key (64 hex digits)")
+    return nacl.signing.SigningKey(bytes.fromhex(text))
+
+
+def create_key(path: Path) -> nacl.signing.SigningKey:
+    """Write a new key file at ``path`` (0600, in a 0700 directory); never overwrite one."""
+    _private_dir(path.parent)
+    key = nacl.signing.SigningKey.generate()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, bytes(key).hex().encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return key
+
+
+def owner_key() -> nacl.signing.SigningKey:
+    """The owner's key, created on first use."""
+    path = owner_key_path()
+    if not path.exists() and not path.is_symlink():
+        _private_dir(path.parent)
+        with contextlib.suppress(FileExistsError):
+            return create_key(path)
+    return load_key(path)
+
+
+def owner_public_key() -> nacl.signing.VerifyKey:
+    """The owner's public key (the host verifies approvals with it)."""
+    return owner_key().verify_key
+
+
+def requester_key(path: Path | None) -> nacl.signing.SigningKey:
+    """The key a requester signs with: ``--key PATH``, else the owner's own."""
+    return owner_key() if path is None else load_key(path)
+
+
+def allowed_requesters() -> set[str]:
+    """Public keys that may *request* terminals: the owner's and those in ``requesters``.
+
+    Being listed never authorises a shell: only an owner-signed approval does.
+    """
+    allowed = {public_hex(owner_public_key())}
+    path = config_dir() / REQUESTERS
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_REQUESTERS_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return allowed
+    if len(raw) > MAX_REQUESTERS_FILE_BYTES:
+        raise KeyFileError(f"{path} is larger than {MAX_REQUESTERS_FILE_BYTES} bytes")
+    for number, line in enumerate(raw.decode("ascii", "replace").splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if text:
+            allowed.add(public_hex(parse_public_key(text, f"{path} line {number}")))
+    return allowed
+
+
+def verify_signature(public: str, message: bytes, signature: bytes) -> bool:
+    """True if ``signature`` is ``public``'s Ed25519 signature over ``message``."""
+    try:
+        parse_public_key(public).verify(message, signature)
+    except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, KeyFileError):
+        return False
+    return True

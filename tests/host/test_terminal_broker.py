@@ -1,0 +1,115 @@
+"""The broker against a hostile sandbox entry: real sockets, a fake entry played by the test.
+
+Whatever the entry or the worker sends, the client is refused with ``not_ready``, the
+reservation is spent (recorded ``aborted``) and the session keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sandbridge.host.session_registry import SessionEntry
+from sandbridge.host.terminal_broker import TerminalBroker
+from sandbridge.terminal import approval, frames, keys
+from sandbridge.terminal.attach import attach
+from sandbridge.terminal.control import ControlError, call
+from sandbridge.terminal.frames import Kind
+from sandbridge.terminal.journal import ReservationJournal
+from sandbridge.terminal.settings import TerminalSettings
+
+
+@pytest.fixture(autouse=True)
+def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        path = tmp_path / name.lower()
+        path.mkdir(mode=0o700)
+        monkeypatch.setenv(name, str(path))
+
+
+def _no_fd(entry: socket.socket) -> None:
+    entry.send(b'{"ok": true}')
+
+
+def _regular_file(entry: socket.socket) -> None:
+    with open(os.devnull, "rb") as file:
+        socket.send_fds(entry, [b'{"ok": true}'], [file.fileno()])
+
+
+def _worker(reply: bytes) -> Callable[[socket.socket], None]:
+    def start(entry: socket.socket) -> None:
+        host_end, worker_end = socket.socketpair()
+        with host_end:
+            socket.send_fds(entry, [b'{"ok": true}'], [host_end.fileno()])
+        worker_end.sendall(reply)
+        worker_end.close()
+
+    return start
+
+
+HOSTILE_ENTRIES = {
+    "no descriptor": _no_fd,
+    "a regular file": _regular_file,
+    "oversized READY": _worker(bytes([Kind.READY]) + (1 << 30).to_bytes(4, "big")),
+    "READY without keys": _worker(frames.encode(Kind.READY, b'{"public": "00"}')),
+    "CIPHER before READY": _worker(frames.encode(Kind.CIPHER, b"x" * 40)),
+    "unknown frame kind": _worker(b"\x09\0\0\0\0"),
+    "closes at once": _worker(b""),
+}
+
+
+@pytest.mark.parametrize("behaviour", list(HOSTILE_ENTRIES))
+def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behaviour: str) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sandbox_end.setblocking(False)
+        broker = TerminalBroker(entry, host_end, TerminalSettings(ready_budget=3.0))
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        try:
+            owner = keys.owner_key()
+            info = await asyncio.to_thread(call, "web", {"op": "info"})
+            document = approval.sign_request(owner, "web", info["instance"], "", time.time())
+            request = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
+            request_id = request["id"]
+            shown = await asyncio.to_thread(call, "web", {"op": "show", "id": request_id})
+            body = shown["request"]
+            signed = approval.sign_approval(
+                owner,
+                request_id,
+                approval.Request("web", info["instance"], body["requester"], "", 0, "n"),
+                60,
+                time.time(),
+            )
+            await asyncio.to_thread(
+                call, "web", {"op": "approve", "id": request_id, "approval": signed}
+            )
+
+            async def hostile_entry() -> None:
+                message = await loop.sock_recv(sandbox_end, 1024)
+                assert json.loads(message) == {"op": "start"}
+                HOSTILE_ENTRIES[behaviour](sandbox_end)
+
+            entry_task = asyncio.create_task(hostile_entry())
+            with pytest.raises(ControlError) as refused:
+                await attach(request_id, owner)
+            await entry_task
+            assert refused.value.code == "not_ready"
+            states = [r["state"] for r in ReservationJournal().ring.records()]
+            assert states == ["aborted"]
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [r["state"] for r in listing["requests"]] == ["ended"]
+        finally:
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
