@@ -408,11 +408,14 @@ def test_an_unreachable_authority_closes_the_terminal_within_one_lease(tmp_path:
 
 
 def test_session_end_ends_the_terminal(session: TerminalSession) -> None:
-    child = session.attach(session.approved())
+    request_id = session.approved()
+    child = session.attach(request_id)
     child.expect(PROMPT)
     session.process.stop()
     status, output = finish(child)
     assert status == 3 and "terminal ended" in output
+    (end,) = ends(session, request_id)
+    assert end["end"] == "session_end"
 
 
 def test_a_host_crash_after_reservation_is_recorded_as_aborted(tmp_path: Path) -> None:
