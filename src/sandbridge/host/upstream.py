@@ -18,10 +18,10 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.exceptions import UpstreamError, WireError
+from sandbridge.host import handoff as handoff_
 from sandbridge.host.channel import Channel
 from sandbridge.wire import stream
-from sandbridge.wire.jsonline import LineReader
-from sandbridge.wire.limits import MAX_STREAM_OPEN_BYTES, STREAM_OPEN_TIMEOUT
+from sandbridge.wire.limits import STREAM_OPEN_TIMEOUT
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
 UNIX_BUFFER_BYTES = 256 * 1024
@@ -69,34 +69,59 @@ class StreamRefused(UpstreamError):
     """The shim speaks stream mode but could not open this stream (app not listening)."""
 
 
-async def open_stream(socket_path: Path, port: int) -> tuple[Channel, bytes]:
+async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tuple[Channel, bytes]:
     """Open a stream-mode connection to the app at sandbox ``port``.
 
-    Returns the connection and any bytes the shim sent after its answer. Raises
-    :class:`stream.NotStreamCapable` for a v1-only shim.
+    Returns the connection and any bytes the shim sent after its answer. With
+    ``handoff`` the shim may answer with the app's own socket (:mod:`.handoff`), and the
+    connection returned is that socket. Raises :class:`stream.NotStreamCapable` for a
+    v1-only shim.
     """
     sock = connect_unix_checked(socket_path)
-    loop = asyncio.get_running_loop()
-    _, channel = await loop.create_unix_connection(lambda: Channel(UNIX_BUFFER_BYTES), sock=sock)
+    fds: list[int] = []
     try:
-        channel.write(stream.encode_open(port))
-        lines = LineReader(MAX_STREAM_OPEN_BYTES)
-        line = None
+        # The opening is one small write to an empty socket buffer: it cannot block.
+        sock.send(stream.encode_open(port, handoff=handoff))
         async with asyncio.timeout(STREAM_OPEN_TIMEOUT):
-            while line is None:
-                data = await channel.read()
-                line = lines.feed(data) if data else lines.feed_eof()
+            line, rest, truncated = await handoff_.read_answer(sock, fds)
         ack = stream.decode_ack(line)
+        if ack.ok and ack.handoff and handoff:
+            if rest:
+                raise handoff_.HandoffRefused("shim sent bytes after handing over a socket")
+            app = handoff_.adopt_app_socket(fds, truncated, port)
+        elif fds or truncated:
+            raise handoff_.HandoffRefused("shim sent descriptors without handing over a socket")
     except stream.NotStreamCapable:
-        channel.close()
+        handoff_.close_all(fds)
+        sock.close()
+        raise
+    except handoff_.HandoffRefused as exc:
+        handoff_.close_all(fds)
+        sock.close()
+        log.warning("upstream.handoff_refused", app_port=port, reason=str(exc))
         raise
     except (OSError, WireError, TimeoutError) as exc:
-        channel.close()
+        handoff_.close_all(fds)
+        sock.close()
         raise UpstreamError(f"shim did not open a stream: {exc or 'timed out'}") from None
+    except BaseException:  # cancelled: nothing received may stay open
+        handoff_.close_all(fds)
+        sock.close()
+        raise
     if not ack.ok:
-        channel.close()
+        sock.close()
         raise StreamRefused(f"shim could not reach sandbox port {port}: {ack.error}")
-    return channel, lines.rest
+    loop = asyncio.get_running_loop()
+    if ack.handoff and handoff:
+        sock.close()  # the shim's part is over
+        try:
+            _, channel = await loop.create_connection(lambda: Channel(UNIX_BUFFER_BYTES), sock=app)
+        except BaseException:
+            app.close()
+            raise
+        return channel, b""
+    _, channel = await loop.create_unix_connection(lambda: Channel(UNIX_BUFFER_BYTES), sock=sock)
+    return channel, rest
 
 
 class UpstreamConnector:

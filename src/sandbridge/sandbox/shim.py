@@ -3,7 +3,8 @@
 It answers two kinds of connection, told apart by the first line:
 
 * ``http_stream`` (sandbridge's stream mode): connect to ``127.0.0.1:<port>``, answer
-  ``{"ok":true,"stream":1}``, then copy bytes both ways untouched;
+  ``{"ok":true,"stream":1}``, then copy bytes both ways untouched; or, when the host
+  offers a handoff, pass the connected socket to the host and step out;
 * ``http_request`` (forwarding v1 of the accepted design): perform one buffered HTTP
   exchange with the app and answer with one JSON line, as the contract says.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
@@ -136,10 +138,14 @@ class _HostSide(Pump):
     async def _open_stream(self, message: dict[str, object], rest: bytes) -> None:
         assert self.transport is not None
         try:
-            port = stream.decode_open(message)
+            opening = stream.decode_open(message)
         except WireError as exc:
             self.transport.write(stream.encode_ack(str(exc)))
             self.transport.close()
+            return
+        port = opening.port
+        if opening.handoff and not rest and not self.ended:
+            await self._hand_off(port)
             return
         loop = asyncio.get_running_loop()
         try:
@@ -163,6 +169,39 @@ class _HostSide(Pump):
             self.transport.resume_reading()
         assert app.transport is not None
         app.transport.resume_reading()
+
+    async def _hand_off(self, port: int) -> None:
+        """Connect to the app and give the connected socket to the host (``SCM_RIGHTS``).
+
+        The shim then has no part in this connection's traffic: every request on it
+        crosses one Python process (the host) instead of two, which is most of what
+        the relay spent per request beyond nginx. The host checks what it receives.
+        """
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        app = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            app.setblocking(False)
+            try:
+                async with asyncio.timeout(APP_CONNECT_TIMEOUT):
+                    await loop.sock_connect(app, ("127.0.0.1", port))
+            except (OSError, TimeoutError) as exc:
+                self.transport.write(
+                    stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}")
+                )
+                return
+            if self.transport.is_closing():
+                return
+            host_fd = self.transport.get_extra_info("socket").fileno()
+            # The transport's socket object cannot sendmsg under uvloop; a duplicate
+            # of its descriptor can. The answer is one small write to an empty buffer.
+            with socket.socket(fileno=os.dup(host_fd)) as host:
+                socket.send_fds(host, [stream.encode_ack(handoff=True)], [app.fileno()])
+        except OSError as exc:
+            log.debug("shim.handoff_failed", reason=str(exc))
+        finally:
+            app.close()  # the host holds its own copy now (or nobody does)
+            self.transport.close()
 
     async def _serve_v1(self, message: dict[str, object]) -> None:
         assert self.transport is not None
