@@ -63,7 +63,7 @@ def nginx_temp_paths(tmp: Path | str) -> str:
 
 
 def nginx_app_conf(work: Path, port: int, sandboxed: bool) -> Path:
-    """nginx as the fast static app: sendfile, keep-alive, a /sink that discards POSTs."""
+    """nginx as the fast static app: sendfile, keep-alive, a /sink that reads and drops POSTs."""
     tmp = "/tmp/nginx-app" if sandboxed else str(work / "nginx-app-tmp")
     conf = work / f"nginx-app-{'sandbox' if sandboxed else 'host'}.conf"
     conf.write_text(
@@ -83,7 +83,20 @@ http {{
   server {{
     listen 127.0.0.1:{port} backlog=4096;
     root {work}/www;
-    location = /sink {{ client_max_body_size 0; return 204; }}
+    # The sink reads the whole body before it answers: proxy_request_buffering (on by
+    # default) takes all of it into memory (a 100 MiB body fits the 128 MiB buffer, so no
+    # temp file on a disk makes one path slower than another), then a bodiless request
+    # to /empty gives the 204. With a bare "return 204" the app answers at once and a
+    # relay may stop carrying the body: nginx two-hop then measured how fast it
+    # discards an upload, not how fast it carries one.
+    location = /sink {{
+      client_max_body_size 0;
+      client_body_buffer_size 128m;
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length "";
+      proxy_pass http://127.0.0.1:{port}/empty;
+    }}
+    location = /empty {{ return 204; }}
   }}
 }}
 """
