@@ -261,7 +261,7 @@ def test_status_json_lists_each_destination(allow: Outcome) -> None:
     [report] = allow.status_json
     refused = {t["destination"]: t["count"] for t in report["egress"] if t["decision"] == "refused"}
     assert refused["other.test:80"] == 1
-    assert {"decision", "kind", "destination", "count", "last", "reason"} == set(
+    assert {"decision", "kind", "destination", "count", "first", "last", "reason"} == set(
         report["egress"][0]
     )
 

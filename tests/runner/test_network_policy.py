@@ -183,6 +183,17 @@ ip = ipaddress.ip_address
         ("example.com", [], [], "does not resolve"),
         ("git.internal", ["10.1.2.3"], ["10.1.2.3"], None),
         ("git.internal", ["127.0.0.1"], ["127.0.0.1"], None),
+        # 6to4 (2002::/16) and Teredo (2001::/32) deliver to the IPv4 address they carry.
+        ("example.com", ["2002:7f00:1::1"], [], "(loopback via 6to4)"),
+        ("example.com", ["2002:a00:1::1"], [], "(private via 6to4)"),
+        ("example.com", ["2002:a9fe:a9fe::1"], [], "(link-local via 6to4)"),
+        ("example.com", ["2002:6440:1::1"], [], "(non-global via 6to4)"),
+        ("example.com", ["2002:5db8:d822::1"], ["2002:5db8:d822::1"], None),
+        ("example.com", ["2001:0:4136:e378:8000:63bf:80ff:fffe"], [], "(loopback via Teredo)"),
+        # Teredo is non-global whatever its client: refused even when that is public.
+        ("example.com", ["2001:0:4136:e378:8000:63bf:a247:27dd"], [], "(private)"),
+        ("example.com", ["64:ff9b::7f00:1"], [], "(reserved)"),
+        ("git.internal", ["2002:7f00:1::1"], ["2002:7f00:1::1"], None),
     ],
 )
 def test_resolved_addresses_table(
@@ -205,6 +216,15 @@ def test_the_hosts_own_global_address_is_refused_unless_private() -> None:
     assert usable == [] and "(this host)" in final.reason
     private = match_destination(POLICY, "git.internal", 443)
     assert check_addresses(private, "git.internal", 443, [own], local=[own])[0] == [own]
+
+
+def test_a_6to4_address_of_the_hosts_own_address_is_refused_unless_private() -> None:
+    own, tunnelled = ip("93.184.216.34"), ip("2002:5db8:d822::1")
+    decision = match_destination(POLICY, "example.com", 443)
+    usable, final = check_addresses(decision, "example.com", 443, [tunnelled], local=[own])
+    assert usable == [] and "(this host via 6to4)" in final.reason
+    private = match_destination(POLICY, "git.internal", 443)
+    assert check_addresses(private, "git.internal", 443, [tunnelled], local=[own])[0] == [tunnelled]
 
 
 def test_private_refusal_suggests_the_private_entry() -> None:

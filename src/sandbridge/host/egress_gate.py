@@ -46,6 +46,7 @@ from sandbridge.runner.network_policy import (
     Decision,
     Policy,
     check_addresses,
+    embedded_ipv4,
     host_service_decision,
     match_destination,
     parse_ip,
@@ -340,7 +341,9 @@ class EgressGate:
                 found = [literal] if literal is not None else await self.resolver.resolve(host)
         except TimeoutError:
             found = []
-        local = [address for address in found if is_local_address(address)]
+        # A 6to4 or Teredo address can end at one of the host's IPv4 addresses: probe those too.
+        carried = [embedded[0] for address in found if (embedded := embedded_ipv4(address))]
+        local = [address for address in (*found, *carried) if is_local_address(address)]
         usable, decision = check_addresses(decision, host, port, found, local)
         if not decision.allowed:
             self._record(decision, "proxy", destination, str(found[0]) if found else "")

@@ -469,6 +469,26 @@ def match_destination(policy: Policy, host: str, port: int) -> Decision:
     )
 
 
+def embedded_ipv4(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> tuple[ipaddress.IPv4Address, str] | None:
+    """The IPv4 address an IPv6 one delivers to, and how (``"v4-mapped"``...), if any.
+
+    A v4-mapped address is the IPv4 address; a 6to4 (``2002::/16``) or Teredo
+    (``2001::/32``) address reaches the IPv4 address it embeds through a tunnel, so
+    ``2002:7f00:1::1`` can end at ``127.0.0.1`` while looking like a public IPv6 address.
+    """
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped, "v4-mapped"
+    if address.sixtofour is not None:
+        return address.sixtofour, "6to4"
+    if address.teredo is not None:
+        return address.teredo[1], "Teredo"  # (server, client): packets end at the client
+    return None
+
+
 def address_kind(
     address: ipaddress.IPv4Address | ipaddress.IPv6Address,
     local: Collection[ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
@@ -476,10 +496,17 @@ def address_kind(
     """Why ``address`` is not a public destination (``"loopback"``...), or None if it is.
 
     ``local`` are the host's own addresses: a global one of them is still ``"this host"``,
-    since what listens there is the host's, not the internet's.
+    since what listens there is the host's, not the internet's. An IPv6 address that
+    carries an IPv4 one (:func:`embedded_ipv4`) is refused when the IPv4 address would be.
     """
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address_kind(address.ipv4_mapped, local)
+    embedded = embedded_ipv4(address)
+    if embedded is not None:
+        inner, form = embedded
+        kind = address_kind(inner, local)
+        if form == "v4-mapped":
+            return kind  # the IPv4 address itself: nothing else to judge
+        if kind is not None:
+            return f"{kind} via {form}"
     for kind in ("loopback", "link_local", "private", "unspecified", "multicast", "reserved"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")
