@@ -14,15 +14,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import nacl.signing
 import pytest
 
 from sandbridge.host.session_registry import SessionEntry
 from sandbridge.host.terminal_broker import TerminalBroker
-from sandbridge.terminal import approval, frames, keys
+from sandbridge.terminal import approval, channel, frames, keys
 from sandbridge.terminal.attach import attach
 from sandbridge.terminal.control import ControlError, call
 from sandbridge.terminal.frames import Kind
-from sandbridge.terminal.journal import ReservationJournal
+from sandbridge.terminal.journal import AuditLog, ReservationJournal
 from sandbridge.terminal.settings import TerminalSettings
 
 
@@ -43,15 +44,48 @@ def _regular_file(entry: socket.socket) -> None:
         socket.send_fds(entry, [b'{"ok": true}'], [file.fileno()])
 
 
-def _worker(reply: bytes) -> Callable[[socket.socket], None]:
+# Workers that stay open after their reply (the test closes them): a worker that closes at
+# once makes the host's START fail before the reply is even parsed.
+_LINGERING: list[socket.socket] = []
+
+
+def _worker(reply: bytes, linger: bool = False) -> Callable[[socket.socket], None]:
     def start(entry: socket.socket) -> None:
         host_end, worker_end = socket.socketpair()
         with host_end:
             socket.send_fds(entry, [b'{"ok": true}'], [host_end.fileno()])
         worker_end.sendall(reply)
-        worker_end.close()
+        if linger:
+            _LINGERING.append(worker_end)
+        else:
+            worker_end.close()
 
     return start
+
+
+async def _approved_request(owner: nacl.signing.SigningKey) -> str:
+    """A request in session ``web``, signed by ``owner`` and approved by it for 60 s."""
+    info = await asyncio.to_thread(call, "web", {"op": "info"})
+    document = approval.sign_request(owner, "web", info["instance"], "", time.time())
+    request = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
+    request_id: str = request["id"]
+    shown = await asyncio.to_thread(call, "web", {"op": "show", "id": request_id})
+    signed = approval.sign_approval(
+        owner,
+        request_id,
+        approval.Request("web", info["instance"], shown["request"]["requester"], "", 0, "n"),
+        60,
+        time.time(),
+    )
+    await asyncio.to_thread(call, "web", {"op": "approve", "id": request_id, "approval": signed})
+    return request_id
+
+
+def _ready() -> bytes:
+    """A well-formed READY: a worker key and a stream header of the right lengths."""
+    public, _ = channel.keypair()
+    body = {"public": public.hex(), "header": "00" * channel.HEADER_BYTES}
+    return frames.encode(Kind.READY, json.dumps(body).encode())
 
 
 HOSTILE_ENTRIES = {
@@ -62,6 +96,7 @@ HOSTILE_ENTRIES = {
     "CIPHER before READY": _worker(frames.encode(Kind.CIPHER, b"x" * 40)),
     "unknown frame kind": _worker(b"\x09\0\0\0\0"),
     "closes at once": _worker(b""),
+    "deeply nested READY": _worker(frames.encode(Kind.READY, b"[" * 4000), linger=True),
 }
 
 
@@ -76,22 +111,7 @@ def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behavi
         loop = asyncio.get_running_loop()
         try:
             owner = keys.owner_key()
-            info = await asyncio.to_thread(call, "web", {"op": "info"})
-            document = approval.sign_request(owner, "web", info["instance"], "", time.time())
-            request = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
-            request_id = request["id"]
-            shown = await asyncio.to_thread(call, "web", {"op": "show", "id": request_id})
-            body = shown["request"]
-            signed = approval.sign_approval(
-                owner,
-                request_id,
-                approval.Request("web", info["instance"], body["requester"], "", 0, "n"),
-                60,
-                time.time(),
-            )
-            await asyncio.to_thread(
-                call, "web", {"op": "approve", "id": request_id, "approval": signed}
-            )
+            request_id = await _approved_request(owner)
 
             async def hostile_entry() -> None:
                 message = await loop.sock_recv(sandbox_end, 1024)
@@ -108,6 +128,50 @@ def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behavi
             listing = await asyncio.to_thread(call, "web", {"op": "list"})
             assert [r["state"] for r in listing["requests"]] == ["ended"]
         finally:
+            while _LINGERING:
+                _LINGERING.pop().close()
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_worker_ending_with_a_malformed_reason_is_audited_as_unknown(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sandbox_end.setblocking(False)
+        broker = TerminalBroker(entry, host_end, TerminalSettings(ready_budget=3.0))
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        stdin_read, stdin_write = os.pipe()
+        stdout_read, stdout_write = os.pipe()
+        try:
+            owner = keys.owner_key()
+            request_id = await _approved_request(owner)
+
+            host_link, worker_link = socket.socketpair()
+
+            async def hostile_entry() -> None:
+                await loop.sock_recv(sandbox_end, 1024)
+                with host_link:
+                    socket.send_fds(sandbox_end, [b'{"ok": true}'], [host_link.fileno()])
+                ended = frames.encode(Kind.ENDED, b'{"reason": [], "status": 0}')
+                worker_link.sendall(_ready() + ended)  # and stays open, reading nothing
+
+            entry_task = asyncio.create_task(hostile_entry())
+            with worker_link:
+                ending = await attach(request_id, owner, stdin_read, stdout_write)
+            await entry_task
+            assert ending.reason == "relay_lost"  # the fake worker never sent an EXIT
+            ends = [r for r in AuditLog().records() if r["event"] == "end"]
+            assert [(r["end"], r["status"]) for r in ends] == [("unknown", 0)]
+            states = [r["state"] for r in ReservationJournal().ring.records()]
+            assert states == ["ended"]
+        finally:
+            for fd in (stdin_read, stdin_write, stdout_read, stdout_write):
+                os.close(fd)
             sandbox_end.close()
             await broker.close()
             entry.remove()

@@ -599,7 +599,7 @@ class TerminalBroker:
                 tap.close()
         # ENDED comes from the sandbox: only known reasons and a plain int reach the audit.
         reason = ended.get("reason", terminal.stop_reason or "worker_lost")
-        if reason not in END_REASONS | {"worker_lost"}:
+        if not isinstance(reason, str) or reason not in END_REASONS | {"worker_lost"}:
             reason = "unknown"
         status = ended.get("status", -1)
         if not isinstance(status, int) or isinstance(status, bool) or not -255 <= status <= 255:

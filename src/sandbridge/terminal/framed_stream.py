@@ -60,7 +60,7 @@ def json_body(frame: Frame) -> dict[str, Any]:
     """A control frame's JSON object; refuse anything else."""
     try:
         body = json.loads(frame.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting ([[[...) must not escape as a traceback
         raise FrameError(f"{frame.kind.name} frame is not JSON") from None
     if not isinstance(body, dict):
         raise FrameError(f"{frame.kind.name} frame is not a JSON object")
