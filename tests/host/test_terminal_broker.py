@@ -21,7 +21,7 @@ from sandbridge.host.session_registry import SessionEntry
 from sandbridge.host.terminal_broker import TerminalBroker
 from sandbridge.terminal import approval, channel, frames, keys
 from sandbridge.terminal.attach import attach
-from sandbridge.terminal.control import ControlError, call
+from sandbridge.terminal.control import ControlError, call, short_path
 from sandbridge.terminal.frames import Kind
 from sandbridge.terminal.journal import AuditLog, ReservationJournal
 from sandbridge.terminal.settings import TerminalSettings
@@ -172,6 +172,65 @@ def test_a_worker_ending_with_a_malformed_reason_is_audited_as_unknown(tmp_path:
         finally:
             for fd in (stdin_read, stdin_write, stdout_read, stdout_write):
                 os.close(fd)
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+async def _exchange(entry: SessionEntry, *lines: bytes) -> list[dict[str, object]]:
+    """Send raw control lines on one connection; the answer to each, parsed."""
+    with short_path(entry.control_socket) as path:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+    answers = []
+    try:
+        for line in lines:
+            writer.write(line + b"\n")
+            answers.append(json.loads(await reader.readline()))
+    finally:
+        writer.close()
+    return answers
+
+
+def test_a_deeply_nested_control_line_is_refused_as_malformed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry, None)
+        await broker.start()
+        try:
+            [answer] = await _exchange(entry, b"[" * 16000)
+            assert answer["ok"] is False and answer["code"] == "malformed"
+            [info] = await _exchange(entry, b'{"op": "info"}')  # and the session keeps serving
+            assert info["ok"] is True
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.parametrize("rows", ["1e400", "true", "24.5", '"24"'])
+def test_an_attach_proof_whose_size_is_not_an_integer_is_refused_as_malformed(
+    tmp_path: Path, rows: str
+) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        broker = TerminalBroker(entry, host_end)
+        await broker.start()
+        try:
+            request_id = await _approved_request(keys.owner_key())
+            public, _ = channel.keypair()
+            proof = f'{{"public": "{public.hex()}", "signature": "00", "rows": {rows}, "cols": 80}}'
+            hello, answer = await _exchange(
+                entry, json.dumps({"op": "attach", "id": request_id}).encode(), proof.encode()
+            )
+            assert hello["ok"] is True
+            assert answer["ok"] is False and answer["code"] == "malformed"
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [r["state"] for r in listing["requests"]] == ["approved"]  # nothing started
+        finally:
             sandbox_end.close()
             await broker.close()
             entry.remove()

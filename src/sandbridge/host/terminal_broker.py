@@ -393,7 +393,7 @@ class TerminalBroker:
         try:
             client_public = bytes.fromhex(str(proof.get("public")))
             signature = bytes.fromhex(str(proof.get("signature")))
-            rows, cols = int(proof["rows"]), int(proof["cols"])
+            rows, cols = _dimension(proof.get("rows")), _dimension(proof.get("cols"))
             channel.check_size(rows, cols)
             if len(client_public) != channel.PUBLIC_BYTES:
                 raise ValueError("public key length")
@@ -621,11 +621,19 @@ async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
         ) from None
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting ([[[...) is refused, not a traceback
         raise ControlRefusal("malformed", "a control line must be one JSON object") from None
     if not isinstance(message, dict):
         raise ControlRefusal("malformed", "a control line must be one JSON object")
     return message
+
+
+def _dimension(value: Any) -> int:
+    """A terminal's rows or columns as the client sent them: a JSON integer, nothing else
+    (``1e400`` would overflow, ``true`` or ``24.5`` would be quietly reinterpreted)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"rows and cols must be integers, got {value!r}")
+    return value
 
 
 def _write_json(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
