@@ -7,9 +7,13 @@ reservation is spent (recorded ``aborted``) and the session keeps serving.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import select
 import socket
+import sys
+import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +22,7 @@ import nacl.signing
 import pytest
 
 from sandbridge.host.session_registry import SessionEntry
-from sandbridge.host.terminal_broker import TerminalBroker
+from sandbridge.host.terminal_broker import FINAL_DRAIN_TIMEOUT, STOP_MARGIN, TerminalBroker
 from sandbridge.terminal import approval, channel, frames, keys
 from sandbridge.terminal.attach import attach
 from sandbridge.terminal.control import ControlError, call, short_path
@@ -79,6 +83,12 @@ async def _approved_request(owner: nacl.signing.SigningKey) -> str:
     )
     await asyncio.to_thread(call, "web", {"op": "approve", "id": request_id, "approval": signed})
     return request_id
+
+
+def _queued(sock: socket.socket) -> int:
+    """Bytes waiting in ``sock``'s receive queue."""
+    raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    return int.from_bytes(raw, sys.byteorder)
 
 
 def _ready() -> bytes:
@@ -231,6 +241,85 @@ def test_an_attach_proof_whose_size_is_not_an_integer_is_refused_as_malformed(
             listing = await asyncio.to_thread(call, "web", {"op": "list"})
             assert [r["state"] for r in listing["requests"]] == ["approved"]  # nothing started
         finally:
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_revoked_worker_that_never_reads_its_link_is_cut_off(tmp_path: Path) -> None:
+    """The worker takes nothing from its link, so the host's writes to it (input, leases)
+    stall; a revocation still closes the relay after the grace plus STOP_MARGIN."""
+
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sandbox_end.setblocking(False)
+        settings = TerminalSettings(ready_budget=3.0, refresh=0.1, hangup_grace=0.1)
+        broker = TerminalBroker(entry, host_end, settings)
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        host_link, worker_link = socket.socketpair()
+        worker_link.setblocking(False)
+        try:
+            owner = keys.owner_key()
+            request_id = await _approved_request(owner)
+
+            async def hostile_entry() -> None:
+                await loop.sock_recv(sandbox_end, 1024)
+                with host_link:
+                    socket.send_fds(sandbox_end, [b'{"ok": true}'], [host_link.fileno()])
+                await loop.sock_sendall(
+                    worker_link, _ready() + frames.encode(Kind.CIPHER, b"o" * 40)
+                )
+
+            entry_task = asyncio.create_task(hostile_entry())
+            with short_path(entry.control_socket) as path:
+                reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(json.dumps({"op": "attach", "id": request_id}).encode() + b"\n")
+            hello = json.loads(await reader.readline())
+            public, _ = channel.keypair()
+            transcript = approval.attach_transcript(
+                "web", hello["instance"], request_id, bytes.fromhex(hello["challenge"]), public
+            )
+            proof = {
+                "public": public.hex(), "signature": owner.sign(transcript).signature.hex(),
+                "rows": 24, "cols": 80,
+            }  # fmt: skip
+            writer.write(json.dumps(proof).encode() + b"\n")
+            assert json.loads(await reader.readline())["ok"] is True
+            await entry_task
+            # Input the worker never takes: the host's link to it fills up and stays full.
+            paste = frames.encode(Kind.CIPHER, b"i" * channel.MAX_ENVELOPE)
+            for _ in range(256):  # 4 MiB
+                writer.write(paste)
+            # The link is full once its queue stops growing for a few refreshes; every lease
+            # the host tried since then is stuck in its write to the worker.
+            queued, stable_since = -1, time.monotonic()
+            while time.monotonic() - stable_since < 3 * settings.refresh:
+                await asyncio.sleep(settings.refresh / 2)
+                now_queued = _queued(worker_link)
+                if now_queued != queued:
+                    queued, stable_since = now_queued, time.monotonic()
+            await asyncio.to_thread(call, "web", {"op": "revoke", "id": request_id})
+            revoked = time.monotonic()
+            # Reading nothing still (reading would let the host's stuck writes go on): wait
+            # for the host to hang up its end.
+            poller = select.poll()
+            poller.register(worker_link, select.POLLRDHUP)
+            deadline = revoked + settings.hangup_grace + STOP_MARGIN + 3
+            hung_up: list[tuple[int, int]] = []
+            while not hung_up and (left := deadline - time.monotonic()) > 0:
+                hung_up = await asyncio.to_thread(poller.poll, left * 1000)
+            assert hung_up, "the relay stayed open past the cut-off"
+            while not (ends := [r for r in AuditLog().records() if r["event"] == "end"]):
+                assert time.monotonic() < deadline + FINAL_DRAIN_TIMEOUT, "no end was audited"
+                await asyncio.sleep(0.05)  # polls the audit for the host's last step
+            assert [r["end"] for r in ends] == ["revoked"]
+            writer.close()
+        finally:
+            worker_link.close()
             sandbox_end.close()
             await broker.close()
             entry.remove()

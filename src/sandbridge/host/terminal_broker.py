@@ -52,6 +52,9 @@ MAX_OPEN_REQUESTS = 64
 MAX_SESSION_REQUESTERS = 64
 # After a STOP, a worker that has not ended within its grace plus this margin is cut off.
 STOP_MARGIN = 5.0
+# A worker that takes no bytes from its link for this long is gone (or hostile): one
+# maximal lease, since a worker that cannot take a lease for that long has lapsed anyway.
+WORKER_DRAIN_TIMEOUT = 10.0
 START_MESSAGE = b'{"op": "start"}'
 # The client gets this long to take the last bytes before its connection is closed.
 FINAL_DRAIN_TIMEOUT = 5.0
@@ -91,16 +94,41 @@ class ActiveTerminal:
     """The host's view of a running terminal: the worker link and why it ends."""
 
     worker: FramedStream
+    # The worker's hang-up grace plus STOP_MARGIN: how long it may take to end after STOP.
+    cutoff_after: float
     stop_reason: str | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the worker had its time to end after STOP: the relay then closes its link.
+    cut_off: asyncio.Event = field(default_factory=asyncio.Event)
+    _cutoff_timer: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
     def stop(self, reason: str) -> None:
-        """Tell the worker to end now (revoked, expired, client gone, session end)."""
+        """Tell the worker to end now (revoked, expired, client gone, session end), and arm
+        the cut-off at once: nothing the worker does (not reading, flooding output) can
+        keep the relay open past it."""
         if self.stop_reason is None:
             self.stop_reason = reason
             with contextlib.suppress(OSError, RuntimeError):
                 self.worker.send_json(Kind.STOP, {"reason": reason})
+            loop = asyncio.get_running_loop()
+            self._cutoff_timer = loop.call_later(self.cutoff_after, self.cut_off.set)
         self.stopped.set()
+
+    def disarm(self) -> None:
+        """The relay is over: the cut-off timer has nothing left to cut."""
+        if self._cutoff_timer is not None:
+            self._cutoff_timer.cancel()
+
+    async def drain(self) -> None:
+        """Wait for the worker to take what was sent; a worker that stops reading its link
+        is cut off at once (``worker_lost``)."""
+        try:
+            async with asyncio.timeout(WORKER_DRAIN_TIMEOUT):
+                await self.worker.drain()
+        except TimeoutError:
+            self.stop("worker_lost")
+            self.cut_off.set()
+            raise
 
 
 class ControlRefusal(SandbridgeError):
@@ -492,7 +520,7 @@ class TerminalBroker:
             public, header = bytes.fromhex(str(body["public"])), bytes.fromhex(str(body["header"]))
             if len(public) != channel.PUBLIC_BYTES or len(header) != channel.HEADER_BYTES:
                 raise FrameError("the worker's READY has malformed keys")
-            terminal = ActiveTerminal(worker)
+            terminal = ActiveTerminal(worker, self.settings.hangup_grace + STOP_MARGIN)
             request.terminal = terminal
             if request.state == "revoked":  # revoked while starting
                 terminal.stop("revoked")
@@ -538,7 +566,9 @@ class TerminalBroker:
                     if tap is not None:
                         tap.write(frame.body)
                     worker.send(Kind.CIPHER, frame.body)
-                    await worker.drain()
+                    await terminal.drain()
+            except TimeoutError:
+                return
             except (FrameError, OSError):
                 terminal.stop("protocol")
                 return
@@ -577,24 +607,29 @@ class TerminalBroker:
                     {"seconds": min(self.settings.lease, remaining),
                      "final": remaining <= self.settings.lease},
                 )  # fmt: skip
-                await worker.drain()
-            # A worker that ignores STOP is cut off: its terminal cannot outlive authority.
-            await asyncio.sleep(self.settings.hangup_grace + STOP_MARGIN)
+                with contextlib.suppress(TimeoutError):
+                    await terminal.drain()
 
         upstream = asyncio.create_task(worker_to_client())
         downstream = asyncio.create_task(client_to_worker())
         refresher = asyncio.create_task(lease())
+        cut_off = asyncio.create_task(terminal.cut_off.wait())
         try:
-            # The terminal ends when the worker says so, or when the lease task gives up
-            # on a worker that ignored STOP; the client leaving only asks the worker to end.
-            await asyncio.wait({upstream, refresher}, return_when=asyncio.FIRST_COMPLETED)
+            # The terminal ends when the worker says so, or at the cut-off that every STOP
+            # arms (a worker that ignored it, or stopped reading its link); the client
+            # leaving only asks the worker to end.
+            await asyncio.wait({upstream, cut_off}, return_when=asyncio.FIRST_COMPLETED)
             if upstream.done() and (error := upstream.exception()) is not None:
                 log.info("terminal.worker_refused", request=request.id, error=str(error))
                 terminal.stop("protocol")
         finally:
-            for task in (upstream, downstream, refresher):
+            terminal.disarm()
+            if terminal.cut_off.is_set():  # what is still unsent, it would never read
+                worker.abort()
+            tasks = (upstream, downstream, refresher, cut_off)
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(upstream, downstream, refresher, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             if tap is not None:
                 tap.close()
         # ENDED comes from the sandbox: only known reasons and a plain int reach the audit.

@@ -50,6 +50,11 @@ class FramedStream:
     async def drain(self) -> None:
         await self.writer.drain()
 
+    def abort(self) -> None:
+        """Close now, dropping unsent bytes: ``close`` would wait for a peer that may never
+        read them."""
+        self.writer.transport.abort()
+
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(OSError):
