@@ -37,7 +37,7 @@ from sandbridge.terminal.approval import Approval, Refusal, Request
 from sandbridge.terminal.channel import END_REASONS
 from sandbridge.terminal.control import short_path
 from sandbridge.terminal.framed_stream import FramedStream, json_body
-from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, FrameError, Kind
+from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, INPUT_WINDOW, FrameError, Kind
 from sandbridge.terminal.journal import AuditLog, JournalError, ReservationJournal, state_dir
 from sandbridge.terminal.settings import TerminalSettings
 from sandbridge.unix_sockets import bind_unix_socket
@@ -557,11 +557,18 @@ class TerminalBroker:
         """Ciphertext both ways plus the lease; return the end reason and exit status."""
         worker = terminal.worker
         ended: dict[str, Any] = {}
+        window = [0]  # input bytes the worker has not yet said it took
+        taken = asyncio.Event()
         tap = None if self.settings.relay_tap is None else open(self.settings.relay_tap, "ab")  # noqa: SIM115
 
         async def client_to_worker() -> None:
             try:
                 while (frame := await client.next()) is not None:
+                    # Within the input window only: past it, the client is not read.
+                    while window[0] + len(frame.body) > INPUT_WINDOW:
+                        taken.clear()
+                        await taken.wait()
+                    window[0] += len(frame.body)
                     counts[0] += len(frame.body)
                     if tap is not None:
                         tap.write(frame.body)
@@ -583,6 +590,12 @@ class TerminalBroker:
                     client.send(Kind.CIPHER, frame.body)
                     with contextlib.suppress(OSError):
                         await client.drain()
+                elif frame.kind is Kind.TAKEN:
+                    size = json_body(frame).get("bytes")
+                    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                        raise FrameError(f"TAKEN of {size!r} bytes")
+                    window[0] = max(0, window[0] - size)  # giving back more frees nothing more
+                    taken.set()
                 elif frame.kind is Kind.ENDED:
                     ended.update(json_body(frame))
                     return
