@@ -22,7 +22,12 @@ import nacl.signing
 import pytest
 
 from sandbridge.host.session_registry import SessionEntry
-from sandbridge.host.terminal_broker import FINAL_DRAIN_TIMEOUT, STOP_MARGIN, TerminalBroker
+from sandbridge.host.terminal_broker import (
+    FINAL_DRAIN_TIMEOUT,
+    MAX_STORED_REQUESTS,
+    STOP_MARGIN,
+    TerminalBroker,
+)
 from sandbridge.terminal import approval, channel, frames, keys
 from sandbridge.terminal.attach import attach
 from sandbridge.terminal.control import ControlError, call, short_path
@@ -325,3 +330,40 @@ def test_a_revoked_worker_that_never_reads_its_link_is_cut_off(tmp_path: Path) -
             entry.remove()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_finished_requests_are_forgotten_oldest_first_past_the_bound(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry, None)
+        await broker.start()
+        try:
+            owner = keys.owner_key()
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+
+            def request() -> str:
+                document = approval.sign_request(owner, "web", instance, "", time.time())
+                answer = call("web", {"op": "request", "request": document})
+                return str(answer["id"])
+
+            def fill() -> tuple[str, list[str]]:
+                pending = request()
+                denied = []
+                for _ in range(MAX_STORED_REQUESTS + 1):
+                    denied.append(request())
+                    call("web", {"op": "deny", "id": denied[-1]})
+                return pending, denied
+
+            pending, denied = await asyncio.to_thread(fill)
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            ids = [r["id"] for r in listing["requests"]]
+            assert len(ids) == MAX_STORED_REQUESTS
+            assert ids == [pending, *denied[2:]]  # the two oldest finished ones went
+            with pytest.raises(ControlError) as forgotten:
+                await asyncio.to_thread(call, "web", {"op": "show", "id": denied[0]})
+            assert forgotten.value.code == "unknown_request"
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))

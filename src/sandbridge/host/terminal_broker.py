@@ -48,6 +48,12 @@ MAX_CONTROL_LINE = 16 * 1024
 PROOF_TIMEOUT = 30.0
 # Requests waiting for the owner, per session: enough for a team, bounded for memory.
 MAX_OPEN_REQUESTS = 64
+# Requests one session remembers, open and finished: finished ones (denied, revoked,
+# ended) stay so ``list`` and ``attach`` can still say what became of them, but a long
+# session must not grow without bound; past this, the oldest finished one is forgotten
+# (its history is in the audit log). Four times MAX_OPEN_REQUESTS, so open requests
+# alone never fill it.
+MAX_STORED_REQUESTS = 256
 # Keys one session may add with ``terminal allow``: a team, not a directory.
 MAX_SESSION_REQUESTERS = 64
 # After a STOP, a worker that has not ended within its grace plus this margin is cut off.
@@ -278,6 +284,7 @@ class TerminalBroker:
         open_requests = [r for r in self._requests.values() if r.state in ("pending", "approved")]
         if len(open_requests) >= MAX_OPEN_REQUESTS:
             raise ControlRefusal("too_many", f"{MAX_OPEN_REQUESTS} requests are already open")
+        self._forget_finished()
         request_id = f"{self.session}:{secrets.token_hex(4)}"
         self._requests[request_id] = TerminalRequest(request_id, request)
         self.audit.record(
@@ -286,6 +293,18 @@ class TerminalBroker:
         )  # fmt: skip
         log.info("terminal.request", request=request_id, requester=request.requester[:16])
         return {"id": request_id}
+
+    def _forget_finished(self) -> None:
+        """Make room for one more request by forgetting the oldest finished ones (already
+        audited); a request whose terminal is still closing is kept."""
+        finished = [
+            request_id
+            for request_id, r in self._requests.items()
+            if r.state in ("denied", "revoked", "ended") and r.terminal is None
+        ]
+        excess = len(self._requests) + 1 - MAX_STORED_REQUESTS
+        for request_id in finished[: max(0, excess)]:
+            del self._requests[request_id]
 
     async def _show(self, message: dict[str, Any]) -> dict[str, Any]:
         request = self._lookup(message)
