@@ -440,19 +440,26 @@ def test_input_a_busy_shell_does_not_read_never_holds_up_the_lease(tmp_path: Pat
     knobs = {"SANDBRIDGE_TERMINAL_LEASE": "2", "SANDBRIDGE_TERMINAL_REFRESH": "0.5"}
     session = TerminalSession(tmp_path, knobs=knobs)
     try:
-        child = session.attach(session.approved())
+        request_id = session.approved()
+        child = session.attach(request_id)
         child.expect(PROMPT)
-        child.sendline("sleep 3; echo slept-$((1))")
-        session.wait_for("sleep 3")
-        lines = ("#" + "x" * 1000 + "\n") * 64  # 64 KiB: far more than the PTY buffers
+        child.sendline("sleep 59")  # not "sleep 60": the session's own "sleep 600" matches it
+        session.wait_for("sleep 59")
+        # 2 MiB, twice the input window: the worker holds 1 MiB, the host stops reading the
+        # client, and the client keeps the rest (it reads its stdin without a limit).
+        lines = ("#" + "x" * 1023 + "\n") * 2048
         view = memoryview(lines.encode())
         while view:
             view = view[os.write(child.child_fd, view) :]
-        child.expect("slept-1", timeout=20)  # 3 s busy: longer than the 2 s lease
-        child.sendline("echo alive-$((2))")
-        child.expect("alive-2", timeout=20)
-        child.sendline("exit")
-        assert finish(child)[0] == 0
+        # Three leases of 2 s pass while the shell reads nothing: leases still get through.
+        survive_until = time.monotonic() + 3 * 2
+        while time.monotonic() < survive_until:
+            listing = json.loads(session.cli("terminal", "list", "--json").stdout)
+            assert [r["state"] for r in listing] == ["active"]
+        session.cli("terminal", "revoke", request_id)
+        session.wait_gone("sleep 59", timeout=2)  # at once, not at the end of a lease
+        child.expect(r"EXIT:(\d+)", timeout=60)
+        assert ends(session, request_id)[0]["end"] == "revoked"
     finally:
         session.stop()
 

@@ -37,7 +37,7 @@ from sandbridge.terminal.approval import Approval, Refusal, Request
 from sandbridge.terminal.channel import END_REASONS
 from sandbridge.terminal.control import short_path
 from sandbridge.terminal.framed_stream import FramedStream, json_body
-from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, FrameError, Kind
+from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, INPUT_WINDOW, FrameError, Kind
 from sandbridge.terminal.journal import AuditLog, JournalError, ReservationJournal, state_dir
 from sandbridge.terminal.settings import TerminalSettings
 from sandbridge.unix_sockets import bind_unix_socket
@@ -48,10 +48,19 @@ MAX_CONTROL_LINE = 16 * 1024
 PROOF_TIMEOUT = 30.0
 # Requests waiting for the owner, per session: enough for a team, bounded for memory.
 MAX_OPEN_REQUESTS = 64
+# Requests one session remembers, open and finished: finished ones (denied, revoked,
+# ended) stay so ``list`` and ``attach`` can still say what became of them, but a long
+# session must not grow without bound; past this, the oldest finished one is forgotten
+# (its history is in the audit log). Four times MAX_OPEN_REQUESTS, so open requests
+# alone never fill it.
+MAX_STORED_REQUESTS = 256
 # Keys one session may add with ``terminal allow``: a team, not a directory.
 MAX_SESSION_REQUESTERS = 64
 # After a STOP, a worker that has not ended within its grace plus this margin is cut off.
 STOP_MARGIN = 5.0
+# A worker that takes no bytes from its link for this long is gone (or hostile): one
+# maximal lease, since a worker that cannot take a lease for that long has lapsed anyway.
+WORKER_DRAIN_TIMEOUT = 10.0
 START_MESSAGE = b'{"op": "start"}'
 # The client gets this long to take the last bytes before its connection is closed.
 FINAL_DRAIN_TIMEOUT = 5.0
@@ -91,16 +100,41 @@ class ActiveTerminal:
     """The host's view of a running terminal: the worker link and why it ends."""
 
     worker: FramedStream
+    # The worker's hang-up grace plus STOP_MARGIN: how long it may take to end after STOP.
+    cutoff_after: float
     stop_reason: str | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the worker had its time to end after STOP: the relay then closes its link.
+    cut_off: asyncio.Event = field(default_factory=asyncio.Event)
+    _cutoff_timer: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
     def stop(self, reason: str) -> None:
-        """Tell the worker to end now (revoked, expired, client gone, session end)."""
+        """Tell the worker to end now (revoked, expired, client gone, session end), and arm
+        the cut-off at once: nothing the worker does (not reading, flooding output) can
+        keep the relay open past it."""
         if self.stop_reason is None:
             self.stop_reason = reason
             with contextlib.suppress(OSError, RuntimeError):
                 self.worker.send_json(Kind.STOP, {"reason": reason})
+            loop = asyncio.get_running_loop()
+            self._cutoff_timer = loop.call_later(self.cutoff_after, self.cut_off.set)
         self.stopped.set()
+
+    def disarm(self) -> None:
+        """The relay is over: the cut-off timer has nothing left to cut."""
+        if self._cutoff_timer is not None:
+            self._cutoff_timer.cancel()
+
+    async def drain(self) -> None:
+        """Wait for the worker to take what was sent; a worker that stops reading its link
+        is cut off at once (``worker_lost``)."""
+        try:
+            async with asyncio.timeout(WORKER_DRAIN_TIMEOUT):
+                await self.worker.drain()
+        except TimeoutError:
+            self.stop("worker_lost")
+            self.cut_off.set()
+            raise
 
 
 class ControlRefusal(SandbridgeError):
@@ -250,6 +284,7 @@ class TerminalBroker:
         open_requests = [r for r in self._requests.values() if r.state in ("pending", "approved")]
         if len(open_requests) >= MAX_OPEN_REQUESTS:
             raise ControlRefusal("too_many", f"{MAX_OPEN_REQUESTS} requests are already open")
+        self._forget_finished()
         request_id = f"{self.session}:{secrets.token_hex(4)}"
         self._requests[request_id] = TerminalRequest(request_id, request)
         self.audit.record(
@@ -258,6 +293,18 @@ class TerminalBroker:
         )  # fmt: skip
         log.info("terminal.request", request=request_id, requester=request.requester[:16])
         return {"id": request_id}
+
+    def _forget_finished(self) -> None:
+        """Make room for one more request by forgetting the oldest finished ones (already
+        audited); a request whose terminal is still closing is kept."""
+        finished = [
+            request_id
+            for request_id, r in self._requests.items()
+            if r.state in ("denied", "revoked", "ended") and r.terminal is None
+        ]
+        excess = len(self._requests) + 1 - MAX_STORED_REQUESTS
+        for request_id in finished[: max(0, excess)]:
+            del self._requests[request_id]
 
     async def _show(self, message: dict[str, Any]) -> dict[str, Any]:
         request = self._lookup(message)
@@ -393,7 +440,7 @@ class TerminalBroker:
         try:
             client_public = bytes.fromhex(str(proof.get("public")))
             signature = bytes.fromhex(str(proof.get("signature")))
-            rows, cols = int(proof["rows"]), int(proof["cols"])
+            rows, cols = _dimension(proof.get("rows")), _dimension(proof.get("cols"))
             channel.check_size(rows, cols)
             if len(client_public) != channel.PUBLIC_BYTES:
                 raise ValueError("public key length")
@@ -492,7 +539,7 @@ class TerminalBroker:
             public, header = bytes.fromhex(str(body["public"])), bytes.fromhex(str(body["header"]))
             if len(public) != channel.PUBLIC_BYTES or len(header) != channel.HEADER_BYTES:
                 raise FrameError("the worker's READY has malformed keys")
-            terminal = ActiveTerminal(worker)
+            terminal = ActiveTerminal(worker, self.settings.hangup_grace + STOP_MARGIN)
             request.terminal = terminal
             if request.state == "revoked":  # revoked while starting
                 terminal.stop("revoked")
@@ -529,16 +576,25 @@ class TerminalBroker:
         """Ciphertext both ways plus the lease; return the end reason and exit status."""
         worker = terminal.worker
         ended: dict[str, Any] = {}
+        window = [0]  # input bytes the worker has not yet said it took
+        taken = asyncio.Event()
         tap = None if self.settings.relay_tap is None else open(self.settings.relay_tap, "ab")  # noqa: SIM115
 
         async def client_to_worker() -> None:
             try:
                 while (frame := await client.next()) is not None:
+                    # Within the input window only: past it, the client is not read.
+                    while window[0] + len(frame.body) > INPUT_WINDOW:
+                        taken.clear()
+                        await taken.wait()
+                    window[0] += len(frame.body)
                     counts[0] += len(frame.body)
                     if tap is not None:
                         tap.write(frame.body)
                     worker.send(Kind.CIPHER, frame.body)
-                    await worker.drain()
+                    await terminal.drain()
+            except TimeoutError:
+                return
             except (FrameError, OSError):
                 terminal.stop("protocol")
                 return
@@ -553,6 +609,12 @@ class TerminalBroker:
                     client.send(Kind.CIPHER, frame.body)
                     with contextlib.suppress(OSError):
                         await client.drain()
+                elif frame.kind is Kind.TAKEN:
+                    size = json_body(frame).get("bytes")
+                    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                        raise FrameError(f"TAKEN of {size!r} bytes")
+                    window[0] = max(0, window[0] - size)  # giving back more frees nothing more
+                    taken.set()
                 elif frame.kind is Kind.ENDED:
                     ended.update(json_body(frame))
                     return
@@ -577,29 +639,34 @@ class TerminalBroker:
                     {"seconds": min(self.settings.lease, remaining),
                      "final": remaining <= self.settings.lease},
                 )  # fmt: skip
-                await worker.drain()
-            # A worker that ignores STOP is cut off: its terminal cannot outlive authority.
-            await asyncio.sleep(self.settings.hangup_grace + STOP_MARGIN)
+                with contextlib.suppress(TimeoutError):
+                    await terminal.drain()
 
         upstream = asyncio.create_task(worker_to_client())
         downstream = asyncio.create_task(client_to_worker())
         refresher = asyncio.create_task(lease())
+        cut_off = asyncio.create_task(terminal.cut_off.wait())
         try:
-            # The terminal ends when the worker says so, or when the lease task gives up
-            # on a worker that ignored STOP; the client leaving only asks the worker to end.
-            await asyncio.wait({upstream, refresher}, return_when=asyncio.FIRST_COMPLETED)
+            # The terminal ends when the worker says so, or at the cut-off that every STOP
+            # arms (a worker that ignored it, or stopped reading its link); the client
+            # leaving only asks the worker to end.
+            await asyncio.wait({upstream, cut_off}, return_when=asyncio.FIRST_COMPLETED)
             if upstream.done() and (error := upstream.exception()) is not None:
                 log.info("terminal.worker_refused", request=request.id, error=str(error))
                 terminal.stop("protocol")
         finally:
-            for task in (upstream, downstream, refresher):
+            terminal.disarm()
+            if terminal.cut_off.is_set():  # what is still unsent, it would never read
+                worker.abort()
+            tasks = (upstream, downstream, refresher, cut_off)
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(upstream, downstream, refresher, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             if tap is not None:
                 tap.close()
         # ENDED comes from the sandbox: only known reasons and a plain int reach the audit.
         reason = ended.get("reason", terminal.stop_reason or "worker_lost")
-        if reason not in END_REASONS | {"worker_lost"}:
+        if not isinstance(reason, str) or reason not in END_REASONS | {"worker_lost"}:
             reason = "unknown"
         status = ended.get("status", -1)
         if not isinstance(status, int) or isinstance(status, bool) or not -255 <= status <= 255:
@@ -621,11 +688,19 @@ async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
         ) from None
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting ([[[...) is refused, not a traceback
         raise ControlRefusal("malformed", "a control line must be one JSON object") from None
     if not isinstance(message, dict):
         raise ControlRefusal("malformed", "a control line must be one JSON object")
     return message
+
+
+def _dimension(value: Any) -> int:
+    """A terminal's rows or columns as the client sent them: a JSON integer, nothing else
+    (``1e400`` would overflow, ``true`` or ``24.5`` would be quietly reinterpreted)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"rows and cols must be integers, got {value!r}")
+    return value
 
 
 def _write_json(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:

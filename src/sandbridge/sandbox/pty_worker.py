@@ -42,7 +42,7 @@ from pathlib import Path
 from sandbridge.terminal import channel, fd_io
 from sandbridge.terminal.channel import END_REASONS, ChannelError, Message, MessageType
 from sandbridge.terminal.framed_stream import FramedStream, json_body
-from sandbridge.terminal.frames import FROM_HOST_TO_WORKER, FrameError, Kind
+from sandbridge.terminal.frames import FROM_HOST_TO_WORKER, INPUT_WINDOW, FrameError, Kind
 from sandbridge.terminal.rate_limit import TokenBucket
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -55,9 +55,6 @@ START_TIMEOUT = 5.0
 # the output limit; past them, reads pause (backpressure), nothing is dropped.
 INPUT_BYTES_PER_SECOND = 256 * 1024
 OUTPUT_BYTES_PER_SECOND = 4 * 1024 * 1024
-# Input frames waiting for a shell that does not read (64 x 16 KiB = 1 MiB); past it,
-# the link is not read either.
-MAX_QUEUED_INPUT_FRAMES = 64
 # How often the watchdog looks at the lease, the idle clock and orphaned children.
 TICK = 0.25
 # After the shell is gone, final output is read for at most this long.
@@ -136,8 +133,10 @@ class Worker:
         self._input_limit = TokenBucket(INPUT_BYTES_PER_SECOND, time.monotonic())
         self._output_limit = TokenBucket(OUTPUT_BYTES_PER_SECOND, time.monotonic())
         # Input waits here for the PTY, so a shell that does not read cannot hold up the
-        # leases and STOPs that arrive on the same link.
-        self._input: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_INPUT_FRAMES)
+        # leases and STOPs that arrive on the same link: the link is always read. The host
+        # keeps at most INPUT_WINDOW bytes in flight (TAKEN frees them), which bounds this.
+        self._input: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue()
+        self._held = 0  # CIPHER bytes received and not yet given back with TAKEN
 
     def end(self, reason: str) -> None:
         if self.reason is None:
@@ -227,16 +226,23 @@ class Worker:
                 self.end(reason if reason in END_REASONS else "revoked")
                 return
             elif frame.kind is Kind.CIPHER:
+                size = len(frame.body)
+                if self._held + size > INPUT_WINDOW:
+                    raise FrameError(f"the host sent input past the {INPUT_WINDOW}-byte window")
                 if self._receiver is None:  # the client's first message is its header
                     self._receiver = channel.Receiver(
                         self._receiver_key, frame.body, channel.TO_WORKER
                     )
+                    self.taken(size)
                     continue
                 message = self._receiver.open(frame.body)
                 if message.type is MessageType.DATA:
                     self.last_activity = time.monotonic()
-                    await self._input.put(message.payload)
-                elif message.type is MessageType.RESIZE:
+                    self._held += size
+                    self._input.put_nowait((message.payload, size))  # bounded by the window
+                    continue
+                self.taken(size)
+                if message.type is MessageType.RESIZE:
                     rows, cols = message.size
                     set_size(self.master, rows, cols)  # the kernel sends SIGWINCH
                 elif message.type is MessageType.CLOSE:
@@ -245,12 +251,19 @@ class Worker:
             else:
                 raise FrameError(f"unexpected {frame.kind.name} frame")
 
+    def taken(self, size: int) -> None:
+        """Tell the host ``size`` bytes of its input window are free again."""
+        self.stream.send_json(Kind.TAKEN, {"bytes": size})
+
     async def pump_pty_input(self) -> None:
-        """Queued input -> PTY, within the input rate."""
+        """Queued input -> PTY, within the input rate; each frame's window given back once
+        the PTY took it."""
         while True:
-            data = await self._input.get()
+            data, size = await self._input.get()
             await within(self._input_limit, len(data))
             await fd_io.write_all(self.master, data)
+            self._held -= size
+            self.taken(size)
 
     async def watchdog(self) -> None:
         """Lease, idle limit and heartbeats: timers, independent of the PTY."""

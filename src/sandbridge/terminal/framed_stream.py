@@ -50,6 +50,11 @@ class FramedStream:
     async def drain(self) -> None:
         await self.writer.drain()
 
+    def abort(self) -> None:
+        """Close now, dropping unsent bytes: ``close`` would wait for a peer that may never
+        read them."""
+        self.writer.transport.abort()
+
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(OSError):
@@ -60,7 +65,7 @@ def json_body(frame: Frame) -> dict[str, Any]:
     """A control frame's JSON object; refuse anything else."""
     try:
         body = json.loads(frame.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting ([[[...) must not escape as a traceback
         raise FrameError(f"{frame.kind.name} frame is not JSON") from None
     if not isinstance(body, dict):
         raise FrameError(f"{frame.kind.name} frame is not a JSON object")

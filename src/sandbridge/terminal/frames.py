@@ -2,9 +2,9 @@
 
 Client <-> host carries only ``CIPHER`` frames after the JSON handshake (and the host's
 ``STOP`` notice); host <-> worker adds the host's ``START``, ``LEASE`` and ``STOP`` and the
-worker's ``READY`` and ``ENDED``. Each kind has its own maximum body length, checked on the
-length field before the body is read or decrypted: a peer can never make the reader
-buffer more than one maximal frame.
+worker's ``READY``, ``TAKEN`` and ``ENDED``. Each kind has its own maximum body length,
+checked on the length field before the body is read or decrypted: a peer can never make
+the reader buffer more than one maximal frame.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ from sandbridge.terminal.channel import MAX_ENVELOPE
 HEADER_BYTES = 5
 # Control frames carry small JSON objects (a lease, a reason, an exit status).
 MAX_CONTROL_BODY = 4096
+# Client input the host forwards to the worker before the worker says it took it (TAKEN):
+# 64 maximal frames, 1 MiB. The worker always reads its link, so leases and STOPs are
+# never stuck behind input a busy shell does not read; this window is what bounds the
+# input the worker holds, and past it the host stops reading the client (backpressure).
+INPUT_WINDOW = 64 * MAX_ENVELOPE
 
 
 class FrameError(SandbridgeError):
@@ -31,6 +36,7 @@ class Kind(enum.IntEnum):
     READY = 4  # worker -> host: {"public": hex, "header": hex}, the PTY is up
     ENDED = 5  # worker -> host: {"reason": ..., "status": N}, metadata only
     START = 6  # host -> worker: the client's public key, size, TERM and limits
+    TAKEN = 7  # worker -> host: {"bytes": N}, N bytes of CIPHER input left its window
 
 
 MAX_BODY = {
@@ -40,10 +46,11 @@ MAX_BODY = {
     Kind.READY: MAX_CONTROL_BODY,
     Kind.ENDED: MAX_CONTROL_BODY,
     Kind.START: MAX_CONTROL_BODY,
+    Kind.TAKEN: MAX_CONTROL_BODY,
 }
 
 FROM_HOST_TO_WORKER = frozenset({Kind.START, Kind.CIPHER, Kind.LEASE, Kind.STOP})
-FROM_WORKER = frozenset({Kind.READY, Kind.CIPHER, Kind.ENDED})
+FROM_WORKER = frozenset({Kind.READY, Kind.CIPHER, Kind.ENDED, Kind.TAKEN})
 FROM_CLIENT = frozenset({Kind.CIPHER})
 FROM_HOST_TO_CLIENT = frozenset({Kind.CIPHER, Kind.STOP})
 
