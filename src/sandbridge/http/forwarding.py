@@ -132,6 +132,10 @@ def _end_to_end(
     connection = found.get(b"connection")
     if not connection:
         return kept
+    if len(connection) == 1 and connection[0].strip().lower() == b"keep-alive":
+        # The usual value (nginx sends it with every response) names only a field that
+        # is hop-by-hop anyway: nothing more to drop, no token set to build.
+        return kept
     named = _connection_tokens(connection)
     return [field for field in kept if field[0] not in named]
 
