@@ -90,3 +90,31 @@ def test_adopting_a_group_readable_dir_is_refused(tmp_path: Path) -> None:
     os.chmod(loose, 0o755)
     with pytest.raises(RuntimeDirError, match="chmod 700"):
         RuntimeDir.adopt(loose)
+
+
+def test_a_dir_being_created_is_never_cleaned_by_a_session_starting_beside_it(
+    tmp_path: Path,
+) -> None:
+    cleaner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path;"
+            "from sandbridge.host.runtime_dir import clean_stale;"
+            "print('cleaning', flush=True)\n"
+            "while True: clean_stale(Path(sys.argv[1]))",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert cleaner.stdout is not None and cleaner.stdout.readline() == "cleaning\n"
+        for number in range(1000):
+            runtime = RuntimeDir.create(tmp_path / f"ags-webview-relay-{number}")
+            assert runtime.path.is_dir(), f"creation {number} lost its dir to the cleaner"
+            runtime.remove()
+    finally:
+        cleaner.kill()
+        cleaner.wait()
+    assert [path.name for path in tmp_path.iterdir()] == []

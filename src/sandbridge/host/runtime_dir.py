@@ -14,6 +14,7 @@ import fcntl
 import os
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,19 +105,24 @@ class RuntimeDir:
         """Clean stale dirs, then create and lock a fresh runtime dir (mode 0700)."""
         path = default_path() if path is None else path
         clean_stale(path.parent)
+        exists = RuntimeDirError(f"runtime dir {path} already exists and belongs to a live session")
+        if os.path.lexists(path):
+            raise exists
+        # The dir is made under a name clean_stale never matches, locked, and only then
+        # renamed into place: another session's clean_stale, running at the same moment,
+        # would otherwise find it unlocked between mkdir and flock and remove it.
         try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            raise RuntimeDirError(
-                f"runtime dir {path} already exists and belongs to a live session"
-            ) from None
+            staging = Path(tempfile.mkdtemp(prefix=f".{PREFIX}new-", dir=path.parent))
         except OSError as exc:
             raise RuntimeDirError(f"cannot create runtime dir {path}: {exc.strerror}") from None
-        os.chmod(path, 0o700)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        if not try_lock(fd):
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try_lock(fd)  # nobody else knows the staging name: the lock is free
+        try:
+            os.rename(staging, path)
+        except OSError:
             os.close(fd)
-            raise RuntimeDirError(f"runtime dir {path} is locked by another session")
+            os.rmdir(staging)
+            raise exists from None
         return cls(path=path, owned=True, _fd=fd)
 
     @classmethod
