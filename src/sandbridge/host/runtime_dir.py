@@ -13,12 +13,12 @@ import contextlib
 import fcntl
 import os
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.exceptions import RuntimeDirError, SandbridgeError
+from sandbridge.exceptions import RuntimeDirError
+from sandbridge.private_dir import require_private_dir
 
 PREFIX = "ags-webview-relay-"
 MOUNT_POINT = "/run/ags-webview-relay"
@@ -34,17 +34,6 @@ def runtime_base() -> Path:
 def default_path(pid: int | None = None) -> Path:
     """The contract's runtime dir path for process ``pid`` (default: this one)."""
     return runtime_base() / f"{PREFIX}{os.getpid() if pid is None else pid}"
-
-
-def require_private_dir(path: Path, what: str, error: type[SandbridgeError]) -> None:
-    """Refuse ``path`` unless it is a real directory of this user that others cannot open."""
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise error(f"{what} {path} is not a directory")
-    if info.st_uid != os.getuid():
-        raise error(f"{what} {path} is owned by uid {info.st_uid}, not you")
-    if info.st_mode & 0o077:
-        raise error(f"{what} {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod 700 on it")
 
 
 def try_lock(fd: int) -> bool:

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sandbridge.exceptions import SandbridgeError
-from sandbridge.host.runtime_dir import require_private_dir, runtime_base, try_lock
+from sandbridge.host.runtime_dir import runtime_base, try_lock
+from sandbridge.private_dir import make_private_dir
 
 STATE_PREFIX = "sandbridge-"
 SESSIONS = "sessions"
@@ -50,17 +51,9 @@ def state_root() -> Path:
     return runtime_base() / f"{STATE_PREFIX}{os.getuid()}"
 
 
-def _private_dir(path: Path) -> Path:
-    """Create ``path`` 0700 if missing; refuse one that is a link, foreign or open to others."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    require_private_dir(path, "state dir", SessionError)
-    return path
-
-
 def sessions_dir(root: Path | None = None) -> Path:
-    root = _private_dir(state_root() if root is None else root)
-    return _private_dir(root / SESSIONS)
+    root = make_private_dir(state_root() if root is None else root, "state dir", SessionError)
+    return make_private_dir(root / SESSIONS, "state dir", SessionError)
 
 
 def validate_name(name: str, what: str = "--name") -> str:

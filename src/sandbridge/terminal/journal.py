@@ -21,13 +21,13 @@ import contextlib
 import fcntl
 import json
 import os
-import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sandbridge.exceptions import SandbridgeError
+from sandbridge.private_dir import make_private_dir
 
 # The bounds: enough history to audit a day of terminals, never unbounded.
 MAX_RECORDS = 256
@@ -53,14 +53,9 @@ def state_dir() -> Path:
 
 def _private_dir(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise JournalError(
-            "unsafe_dir", f"journal dir {path} must be a 0700 directory you own; fix or remove it"
-        )
-    return path
+    return make_private_dir(
+        path, "journal dir", lambda message: JournalError("unsafe_dir", message)
+    )
 
 
 class RecordRing:

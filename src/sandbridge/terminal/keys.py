@@ -17,6 +17,7 @@ import nacl.exceptions
 import nacl.signing
 
 from sandbridge.exceptions import SandbridgeError
+from sandbridge.private_dir import make_private_dir
 
 OWNER_KEY = "owner.key"
 REQUESTERS = "requesters"
@@ -54,12 +55,7 @@ def _check_private(path: Path, info: os.stat_result, kind: str, mode_mask: int) 
 
 def _private_dir(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise KeyFileError(f"key directory {path} is not a directory")
-    _check_private(path, info, "key directory", 0o077)
+    make_private_dir(path, "key directory", KeyFileError)
 
 
 def public_hex(key: nacl.signing.SigningKey | nacl.signing.VerifyKey) -> str:
