@@ -183,10 +183,20 @@ class Relay:
         protocol: str = "auto",
         shim: list[str] | None = None,
         shim_ready: str = "sandbridge: shim listening",
+        host_args: tuple[str, ...] = (),
     ) -> None:
         self.runtime_dir = runtime_dir
         self.host = Process(
-            [*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), "--protocol", protocol, "-v"]
+            [
+                *SANDBRIDGE,
+                "host",
+                "--runtime-dir",
+                str(runtime_dir),
+                "--protocol",
+                protocol,
+                "-v",
+                *host_args,
+            ]
         )
         self.host.wait_line("sandbridge: serving registrations", "stderr")
         shim_argv = shim or [*SANDBRIDGE, "shim", "--socket", str(runtime_dir / "upstream.sock")]

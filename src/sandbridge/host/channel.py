@@ -14,6 +14,10 @@ Memory stays bounded as with the streams: past ``limit`` unread bytes the transp
 stops reading until the task catches up, and the transport's write buffer limits pause
 the writing task (:meth:`drain`). After a ``101``, :meth:`hand_over` moves the socket
 to a :class:`~sandbridge.unix_sockets.Pump` with whatever was still unread.
+
+While a keep-alive connection waits for its next request, a :class:`Lane` may take the
+received bytes straight from the event loop's callback instead (the relay's callback
+path for small exchanges, see ``app_listener._KeepAliveLane``).
 """
 
 from __future__ import annotations
@@ -22,9 +26,18 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast
 
 from sandbridge.unix_sockets import LINGER_BYTES, LINGER_SECONDS, Pump
+
+
+class Lane(Protocol):
+    """Takes a channel's events from the event loop's callbacks while it is attached."""
+
+    def received(self, channel: Channel, data: bytes) -> None: ...
+
+    def interrupted(self, channel: Channel) -> None:
+        """End of stream or connection lost: the channel has recorded it as usual."""
 
 
 class Channel(asyncio.Protocol):
@@ -44,6 +57,8 @@ class Channel(asyncio.Protocol):
         self._drain_waiter: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = self._loop.create_future()  # done once the connection is lost
+        # While set, received bytes go to the lane, not to read(); see ready_for_lane.
+        self.lane: Lane | None = None
 
     # protocol callbacks -------------------------------------------------------------
 
@@ -54,6 +69,10 @@ class Channel(asyncio.Protocol):
             self._on_made(self)
 
     def data_received(self, data: bytes) -> None:
+        lane = self.lane
+        if lane is not None:
+            lane.received(self, data)
+            return
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > self._limit and not self._reading_paused:
@@ -65,6 +84,8 @@ class Channel(asyncio.Protocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wake_reader()
+        if self.lane is not None:
+            self.lane.interrupted(self)
         return True  # keep the other direction open: a response may still be sent
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -77,6 +98,8 @@ class Channel(asyncio.Protocol):
             waiter.set_exception(ConnectionResetError("connection lost"))
         if not self.closed.done():
             self.closed.set_result(None)
+        if self.lane is not None:
+            self.lane.interrupted(self)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -93,6 +116,19 @@ class Channel(asyncio.Protocol):
             waiter.set_result(None)
 
     # the task's side ----------------------------------------------------------------
+
+    def ready_for_lane(self) -> bool:
+        """Whether a lane may take over: nothing unread, no end of stream, no error, and
+        room in the write buffer (a lane writes without waiting)."""
+        transport = self.transport
+        return not (
+            self._chunks
+            or self._eof
+            or self._exception is not None
+            or self._write_paused
+            or transport is None
+            or transport.is_closing()
+        )
 
     async def read(self) -> bytes:
         """Everything received and not yet read; ``b""`` at end of stream.

@@ -234,6 +234,11 @@ class RequestReader(_Reader):
             )
         )
 
+    @property
+    def in_head(self) -> bool:
+        """Whether a request head has begun and is not complete yet."""
+        return self._in_head
+
     def feed(self, data: bytes) -> list[Event]:
         """Feed bytes from the browser; return the events they complete."""
         if self._finished:
