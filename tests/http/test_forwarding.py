@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import pytest
 
 from sandbridge.exceptions import HttpError
 from sandbridge.http.forwarding import (
+    ConnectionHeads,
     Framing,
+    UpstreamRequest,
     build_browser_response,
     build_upstream_request,
     error_response,
 )
-from sandbridge.http.parser import RequestHead, RequestReader, ResponseHead
+from sandbridge.http.origin_policy import origins_of
+from sandbridge.http.parser import RequestHead, RequestReader, ResponseHead, ResponseReader
 
 
 def _head(raw: bytes) -> RequestHead:
@@ -163,3 +169,98 @@ def test_location_naming_the_sandbox_origin_moves_to_the_host_origin(
         sandbox_port=4173,
     )
     assert b"Location: " + expected + b"\r\n" in response.head
+
+
+# ConnectionHeads remembers one translation each way, so what it returns depends on the
+# head before: every ordered pair of these heads is checked against a fresh translation.
+REQUEST_FIELDS = [
+    b"Host: 127.0.0.1:5000\r\n",
+    b"Host: localhost:5000\r\nCookie: a=1; sandbridge_5000=s\r\n",
+    b"Host: 127.0.0.1:5000\r\nOrigin: http://evil.example\r\n",
+    b"Host: evil.example\r\n",
+    b"Host: 127.0.0.1:5000\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n",
+    b"Host: 127.0.0.1:5000\r\nContent-Length: 3\r\n",
+]
+SESSION_ORIGINS = [
+    origins_of([5000]),
+    frozenset({b"http://evil.example"}) | origins_of([5000]),
+    frozenset({b"http://evil.example"}) | origins_of([5000]),  # equal, not the same object
+]
+REQUESTS = [
+    (method + b" " + target + b" HTTP/1.1\r\n" + fields + b"\r\n", origins)
+    for method in (b"GET", b"DELETE", b"CONNECT")
+    for target in (b"/", b"/app/x?y", b"*")
+    for fields in REQUEST_FIELDS
+    for origins in SESSION_ORIGINS
+]
+
+
+def _translated(build: Callable[[], UpstreamRequest]) -> object:
+    try:
+        request = build()
+    except HttpError as refused:
+        return ("refused", refused.status, str(refused))
+    return (request.head, request.headers, request.framing, request.path, request.upgrade)
+
+
+@pytest.mark.parametrize("base", ["/", "/app"])
+def test_remembered_request_translation_equals_a_fresh_one(base: str) -> None:
+    heads = [(_head(raw), origins) for raw, origins in REQUESTS]
+    for before, before_origins in heads:
+        for head, origins in heads:
+            memory = ConnectionHeads(
+                base_path=base, host_port=5000, client_host="127.0.0.1", sandbox_port=80
+            )
+            _translated(functools.partial(memory.request, before, before_origins))
+            fresh = functools.partial(
+                build_upstream_request,
+                head,
+                base_path=base,
+                host_port=5000,
+                client_host="127.0.0.1",
+                session_origins=origins,
+            )
+            remembered = functools.partial(memory.request, head, origins)
+            assert _translated(remembered) == _translated(fresh)
+
+
+RESPONSES = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nETag: a\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nETag: b\r\n",
+    b"HTTP/1.1 200 Fine\r\nContent-Length: 0\r\nETag: a\r\n",
+    b"HTTP/1.1 201 OK\r\nContent-Length: 0\r\nETag: a\r\n",
+    b"HTTP/1.1 200 OK\r\nETag: a\r\n",
+    b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:80/next\r\nContent-Length: 0\r\n",
+    b"HTTP/1.1 200 OK\r\nConnection: close, ETag\r\nETag: a\r\nContent-Length: 0\r\n",
+]
+BROWSER_REQUESTS = [
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: localhost:5000\r\n\r\n",
+    b"HEAD / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\n\r\n",
+    b"GET / HTTP/1.0\r\nHost: 127.0.0.1:5000\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\nConnection: close\r\n\r\n",
+]
+
+
+def test_remembered_response_translation_equals_a_fresh_one() -> None:
+    exchanges = []
+    for raw_request in BROWSER_REQUESTS:
+        request = _head(raw_request)
+        for raw_response in RESPONSES:
+            response = ResponseReader(request.method).feed(raw_response + b"\r\n")[0]
+            assert isinstance(response, ResponseHead)
+            exchanges += [(response, request, True), (response, request, False)]
+    for before in exchanges:
+        for response, request, close_delimited in exchanges:
+            memory = ConnectionHeads(
+                base_path="/", host_port=5000, client_host="127.0.0.1", sandbox_port=80
+            )
+            memory.response(before[0], before[1], close_delimited=before[2])
+            fresh = build_browser_response(
+                response,
+                request=request,
+                close_delimited=close_delimited,
+                keep_alive=True,
+                sandbox_port=80,
+            )
+            assert memory.response(response, request, close_delimited=close_delimited) == fresh

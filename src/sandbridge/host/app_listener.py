@@ -31,10 +31,10 @@ from sandbridge.host.v1_exchange import exchange_v1
 from sandbridge.host.watchdog import Watchdog
 from sandbridge.http.forwarding import (
     LAST_CHUNK,
+    ConnectionHeads,
     Framing,
     UpstreamRequest,
     build_browser_response,
-    build_upstream_request,
     encode_chunk,
     error_response,
 )
@@ -70,12 +70,14 @@ class App:
 
 
 class BrowserConnection:
-    """The browser side of one connection: a socket and its request reader."""
+    """The browser side of one connection: a socket, its request reader and the
+    translation of its heads."""
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, heads: ConnectionHeads) -> None:
         self.channel = channel
         self.parser = RequestReader()
         self.events: collections.deque[Event] = collections.deque()
+        self.heads = heads
         # Every timeout of this connection's task (keep-alive, header, response).
         self.watchdog = Watchdog()
 
@@ -183,15 +185,14 @@ class _KeepAliveLane:
     the same code as always: a partial head (header timeout), a body, an upgrade, a
     private app's token exchange, a refusal, a response over several reads, an interim
     response, a full write buffer, an end of stream. The lane has no rules of its own:
-    same parser, same ``build_upstream_request`` and ``build_browser_response``, same
+    same parser, same translation of heads (:class:`ConnectionHeads`), same
     timeouts (it moves the task's watchdog), so what the browser and the app see is
     byte for byte what the task would send.
     """
 
-    def __init__(self, listener: AppListener, browser: BrowserConnection, client_host: str):
+    def __init__(self, listener: AppListener, browser: BrowserConnection) -> None:
         self._listener = listener
         self._browser = browser
-        self._client_host = client_host
         self._waiter: asyncio.Future[None] | None = None
         self._upstream: _Upstream | None = None
         self.end: _LaneEnd | None = None
@@ -268,23 +269,17 @@ class _KeepAliveLane:
         upstream = self._upstream
         head = events[0] if len(events) == 2 and events[1] is MESSAGE_END else None
         request = None
+        # (The upstream needs no more checks: its end of stream or stray bytes made it
+        # not reusable, and with one request in flight at most its buffer holds one head.)
         if (
             isinstance(head, RequestHead)
             and not head.upgrade
             and upstream is not None
             and upstream.reusable
-            and upstream.channel.ready_for_lane()
             and self._admitted(head)
         ):
-            listener = self._listener
             try:
-                request = build_upstream_request(
-                    head,
-                    base_path=listener.base_path,
-                    host_port=listener.host_port,
-                    client_host=self._client_host,
-                    session_origins=listener.scope.origins,
-                )
+                request = browser.heads.request(head, self._listener.scope.origins)
             except HttpError:
                 request = None  # the task refuses it, as it refuses any request
         if request is None or request.framing is not Framing.NONE:
@@ -335,30 +330,26 @@ class _KeepAliveLane:
             self._finish(_LaneEnd.UPSTREAM_FAILED)
             return
         final = events[0] if events and events[-1] is MESSAGE_END else None
-        if not (
-            isinstance(final, ResponseHead)
-            and final.status >= 200
-            and final.status != 101
-            and all(isinstance(event, BodyChunk) for event in events[1:-1])
-        ):
+        body: list[bytes] = []
+        if isinstance(final, ResponseHead) and final.status >= 200 and final.status != 101:
+            for event in events[1:-1]:
+                if not isinstance(event, BodyChunk):
+                    final = None
+                    break
+                body.append(event.data)
+        else:
+            final = None
+        if final is None:
             self.events.extend(events)
             self._finish(_LaneEnd.CONTINUE)
             return
-        response = build_browser_response(
-            final,
-            request=self.head,
-            close_delimited=reader.close_delimited,
-            keep_alive=True,
-            sandbox_port=self._listener.port,
+        response = self._browser.heads.response(
+            final, self.head, close_delimited=reader.close_delimited
         )
-        out = [response.head]
         if response.framing is Framing.CHUNKED:
-            out.extend(encode_chunk(event.data) for event in events[1:-1])  # type: ignore[union-attr]
-            out.append(LAST_CHUNK)
-        else:
-            out.extend(event.data for event in events[1:-1])  # type: ignore[union-attr]
+            body = [*map(encode_chunk, body), LAST_CHUNK]
         browser = self._browser.channel
-        browser.write(out[0] if len(out) == 1 else b"".join(out))
+        browser.write(response.head + b"".join(body) if body else response.head)
         self.in_flight = False
         self.keep_browser = response.keep_alive
         self.reuse_upstream = (
@@ -452,13 +443,19 @@ class AppListener:
             return
         self._connections.add(channel)
         scope.connections += 1
-        browser = BrowserConnection(channel)
-        upstream: _Upstream | None = None
         assert channel.transport is not None
         peer = channel.transport.get_extra_info("peername")
         client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
+        heads = ConnectionHeads(
+            base_path=self.base_path,
+            host_port=self.host_port,
+            client_host=client_host,
+            sandbox_port=self.port,
+        )
+        browser = BrowserConnection(channel, heads)
+        upstream: _Upstream | None = None
         tunnelled = False
-        lane = _KeepAliveLane(self, browser, client_host)
+        lane = _KeepAliveLane(self, browser)
         try:
             while True:
                 mid_head = False
@@ -501,13 +498,7 @@ class AppListener:
                     raise HttpError(400, "request body without a request")
                 if self.gate is not None and not await self._admit(browser, event):
                     continue
-                request = build_upstream_request(
-                    event,
-                    base_path=self.base_path,
-                    host_port=self.host_port,
-                    client_host=client_host,
-                    session_origins=scope.origins,
-                )
+                request = heads.request(event, scope.origins)
                 exchange, upstream = await self._exchange(browser, event, request, upstream)
                 if exchange.tunnelled:
                     tunnelled = True  # the connection lives on in a _Tunnel
@@ -824,12 +815,8 @@ class AppListener:
                         await browser.send(response.head)  # interim: the client waits for it
                     continue
                 final = event
-                response = build_browser_response(
-                    event,
-                    request=head,
-                    close_delimited=reader.close_delimited,
-                    keep_alive=True,
-                    sandbox_port=self.port,
+                response = browser.heads.response(
+                    event, head, close_delimited=reader.close_delimited
                 )
                 framing = response.framing
                 exchange.keep_browser = response.keep_alive and not request.upgrade

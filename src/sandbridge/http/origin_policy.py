@@ -44,6 +44,8 @@ def _own_hosts(host_port: int) -> frozenset[bytes]:
 
 def check_host_values(hosts: list[bytes], host_port: int) -> bytes:
     """:func:`check_host` for the Host values already picked out of the head."""
+    if len(hosts) == 1 and hosts[0] in _own_hosts(host_port):
+        return hosts[0]  # the usual case: exactly one of this app's own names
     if not hosts:
         raise HttpError(400, "missing Host header")
     if len(hosts) > 1:

@@ -31,7 +31,7 @@ MAX_HEADER_COUNT: Final = 100
 MAX_HEAD_BYTES: Final = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestHead:
     """A complete request head as the browser sent it."""
 
@@ -43,7 +43,7 @@ class RequestHead:
     upgrade: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResponseHead:
     """A complete response head as the app sent it."""
 
@@ -54,7 +54,7 @@ class ResponseHead:
     keep_alive: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BodyChunk:
     """A piece of message body."""
 
@@ -71,7 +71,7 @@ class _MessageEnd:
 MESSAGE_END: Final = _MessageEnd()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Upgraded:
     """The head was an upgrade (or CONNECT); ``trailing`` are the bytes after it."""
 
@@ -108,12 +108,14 @@ class _Reader:
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._trailers:
             return  # trailers are dropped: nothing downstream relies on them
-        self._head_size += len(name) + len(value) + 4
-        if len(self._headers) >= MAX_HEADER_COUNT:
-            self._fail(HttpError(431, f"more than {MAX_HEADER_COUNT} header fields"))
-        if self._head_size > MAX_HEAD_BYTES:
+        headers = self._headers
+        size = self._head_size + len(name) + len(value) + 4
+        self._head_size = size
+        if size > MAX_HEAD_BYTES or len(headers) >= MAX_HEADER_COUNT:  # one test per field
+            if len(headers) >= MAX_HEADER_COUNT:
+                self._fail(HttpError(431, f"more than {MAX_HEADER_COUNT} header fields"))
             self._fail(HttpError(431, f"header section larger than {MAX_HEAD_BYTES} bytes"))
-        self._headers.append((name, value))
+        headers.append((name, value))
 
     def on_body(self, body: bytes) -> None:
         if body:
@@ -220,7 +222,8 @@ class RequestReader(_Reader):
             self._fail(HttpError(505, f"HTTP version {version!r} is not supported"))
         self._in_head = False
         self._trailers = True  # header callbacks after this point are trailers
-        if parser.should_keep_alive() and not parser.should_upgrade():
+        keep_alive, upgrade = parser.should_keep_alive(), parser.should_upgrade()
+        if keep_alive and not upgrade:
             # (after a last request llhttp refuses more bytes: it must see them)
             self._count_length_body(self._headers)
         self._events.append(
@@ -229,8 +232,8 @@ class RequestReader(_Reader):
                 target=bytes(self._target),
                 version=version,
                 headers=self._headers,
-                keep_alive=parser.should_keep_alive(),
-                upgrade=parser.should_upgrade(),
+                keep_alive=keep_alive,
+                upgrade=upgrade,
             )
         )
 
