@@ -34,6 +34,7 @@ class ScriptedApp:
         self.requests: list[bytes] = []
         self.go = threading.Event()  # the test tells the script to go on
         self.closed_by_relay = threading.Event()
+        self.arrived = threading.Semaphore(0)  # released once per request read
         self._threads: list[threading.Thread] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -62,6 +63,7 @@ class ScriptedApp:
                 return None
             data += chunk
         self.requests.append(data)
+        self.arrived.release()
         return data
 
     def close(self) -> None:
@@ -388,3 +390,37 @@ def test_private_app_cookie_is_checked_on_every_kept_request(
         browser.close()
     finally:
         relay.stop()
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["first-request", "kept-connection"])
+def test_browser_reset_before_the_response_costs_nothing_else(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp], kept: bool
+) -> None:
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        if kept:
+            app.read_request(conn)
+            conn.sendall(ok(b"first"))
+        app.read_request(conn)
+        app.go.wait(10)  # the browser is gone by now
+        conn.sendall(ok(b"late"))
+        app.read_request(conn)  # returns once the relay drops this connection
+
+    app = scripted(lambda conn, app: (answer_each if app.connections > 1 else script)(conn, app))
+    port = host_port_of(relay.register(app.port))
+    browser = Browser(port)
+    if kept:
+        assert browser.get()[2] == b"first"
+    browser.send("/late")
+    for _ in range(1 + kept):
+        assert app.arrived.acquire(timeout=10)  # the app has the request
+    browser.sock.setsockopt(
+        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+    )
+    browser.close()  # a reset, not a close
+    app.go.set()
+    assert app.closed_by_relay.wait(10)
+    other = Browser(port)
+    assert other.get("/other")[2] == b"GET /other HTTP/1.1"
+    other.close()
+    stop_and_stderr = relay.host.stop(), relay.host.drain("stderr")
+    assert "Traceback" not in stop_and_stderr[1], stop_and_stderr[1]

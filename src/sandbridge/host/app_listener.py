@@ -641,6 +641,9 @@ class AppListener:
             if exchange.response_started:
                 raise OSError("upstream failed mid-response") from exc
             return await self._bad_gateway(browser, head, request, str(exc), force_close=True), None
+        except BaseException:  # cancelled (the listener closes): the upstream goes too
+            upstream.channel.abort()
+            raise
         if exchange.tunnelled:
             return exchange, None
         if not exchange.reuse_upstream:

@@ -162,8 +162,13 @@ class Channel(asyncio.Protocol):
         return data
 
     def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
+        """Write without waiting; a connection already lost is a ConnectionResetError
+        (uvloop raises a RuntimeError for it)."""
+        transport = self.transport
+        assert transport is not None
+        if transport.is_closing():
+            raise ConnectionResetError("connection lost")
+        transport.write(data)
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is over its high-water mark."""
@@ -178,8 +183,8 @@ class Channel(asyncio.Protocol):
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` and wait until the transport can take more."""
+        self.write(data)
         assert self.transport is not None
-        self.transport.write(data)
         # The usual case (nothing to wait for, nothing to raise) skips drain's
         # coroutine: one less per send, two sends per request.
         if self._write_paused or self._exception is not None or self.transport.is_closing():
