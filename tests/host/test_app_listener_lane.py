@@ -74,6 +74,12 @@ def ok(body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
 
 
+def answer_first(conn: socket.socket, app: ScriptedApp) -> None:
+    """The first exchange of a connection: after it, the relay keeps the connection."""
+    app.read_request(conn)
+    conn.sendall(ok(b"first"))
+
+
 def answer_each(conn: socket.socket, app: ScriptedApp) -> None:
     """Answer every request with its own request line."""
     while (request := app.read_request(conn)) is not None:
@@ -150,6 +156,13 @@ class Browser:
         self.sock.close()
 
 
+def kept_browser(relay: Relay, app: ScriptedApp) -> Browser:
+    """A browser connection to ``app`` past its first exchange (:func:`answer_first`)."""
+    browser = Browser(host_port_of(relay.register(app.port)))
+    assert browser.get()[2] == b"first"
+    return browser
+
+
 def test_keep_alive_requests_share_one_app_connection(
     relay: Relay, scripted: Callable[[Script], ScriptedApp]
 ) -> None:
@@ -169,8 +182,7 @@ def test_response_spread_over_reads_is_relayed_whole(
     relay: Relay, scripted: Callable[[Script], ScriptedApp]
 ) -> None:
     def script(conn: socket.socket, app: ScriptedApp) -> None:
-        app.read_request(conn)
-        conn.sendall(ok(b"first"))
+        answer_first(conn, app)
         assert app.read_request(conn) is not None
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
         app.go.wait(10)  # the browser has the first half: the relay passed it on alone
@@ -178,8 +190,7 @@ def test_response_spread_over_reads_is_relayed_whole(
         answer_each(conn, app)
 
     app = scripted(script)
-    browser = Browser(host_port_of(relay.register(app.port)))
-    assert browser.get()[2] == b"first"
+    browser = kept_browser(relay, app)
     browser.send("/second")
     while b"hello" not in browser.buffer:
         assert browser._fill()
@@ -194,15 +205,13 @@ def test_interim_response_on_a_kept_connection_is_relayed(
     relay: Relay, scripted: Callable[[Script], ScriptedApp]
 ) -> None:
     def script(conn: socket.socket, app: ScriptedApp) -> None:
-        app.read_request(conn)
-        conn.sendall(ok(b"first"))
+        answer_first(conn, app)
         app.read_request(conn)
         conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + ok(b"x"))
         answer_each(conn, app)
 
     app = scripted(script)
-    browser = Browser(host_port_of(relay.register(app.port)))
-    assert browser.get()[2] == b"first"
+    browser = kept_browser(relay, app)
     status, headers, _ = browser.get("/hints")
     assert (status, headers["Link"]) == (103, "</a.css>; rel=preload")
     assert browser.response()[:3:2] == (200, b"x")
@@ -214,14 +223,12 @@ def test_app_silent_on_a_kept_connection_is_502_after_the_response_timeout(
     fast_relay: Relay, scripted: Callable[[Script], ScriptedApp]
 ) -> None:
     def script(conn: socket.socket, app: ScriptedApp) -> None:
-        app.read_request(conn)
-        conn.sendall(ok(b"first"))
+        answer_first(conn, app)
         app.read_request(conn)
         app.read_request(conn)  # never answers; returns once the relay gives up
 
     app = scripted(script)
-    browser = Browser(host_port_of(fast_relay.register(app.port)))
-    assert browser.get()[2] == b"first"
+    browser = kept_browser(fast_relay, app)
     started = time.monotonic()
     status, headers, body = browser.get("/silent")
     assert status == 502
@@ -312,8 +319,7 @@ def test_app_bytes_between_requests_are_never_taken_for_a_response(
             answer_each(conn, app)
 
     app = scripted(script)
-    browser = Browser(host_port_of(relay.register(app.port)))
-    assert browser.get()[2] == b"first"
+    browser = kept_browser(relay, app)
     app.go.set()
     assert app.closed_by_relay.wait(10)
     assert browser.get("/second")[2] == b"GET /second HTTP/1.1"
@@ -325,8 +331,7 @@ def test_upgrade_on_a_kept_connection_becomes_a_tunnel(
     relay: Relay, scripted: Callable[[Script], ScriptedApp]
 ) -> None:
     def script(conn: socket.socket, app: ScriptedApp) -> None:
-        app.read_request(conn)
-        conn.sendall(ok(b"first"))
+        answer_first(conn, app)
         app.read_request(conn)
         conn.sendall(
             b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n"
@@ -335,8 +340,7 @@ def test_upgrade_on_a_kept_connection_becomes_a_tunnel(
             conn.sendall(data.upper())
 
     app = scripted(script)
-    browser = Browser(host_port_of(relay.register(app.port)))
-    assert browser.get()[2] == b"first"
+    browser = kept_browser(relay, app)
     assert browser.get("/ws", "Connection: Upgrade\r\nUpgrade: x\r\n")[0] == 101
     browser.sock.sendall(b"tunnelled bytes")
     while b"TUNNELLED BYTES" not in browser.buffer:
@@ -348,8 +352,7 @@ def test_upload_on_a_kept_connection_reaches_the_app(
     relay: Relay, scripted: Callable[[Script], ScriptedApp]
 ) -> None:
     def script(conn: socket.socket, app: ScriptedApp) -> None:
-        app.read_request(conn)
-        conn.sendall(ok(b"first"))
+        answer_first(conn, app)
         data = b""
         while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < 100_000:
             chunk = conn.recv(65536)
@@ -359,8 +362,7 @@ def test_upload_on_a_kept_connection_reaches_the_app(
         conn.sendall(ok(b"%d" % len(data.split(b"\r\n\r\n", 1)[1])))
 
     app = scripted(script)
-    browser = Browser(host_port_of(relay.register(app.port)))
-    assert browser.get()[2] == b"first"
+    browser = kept_browser(relay, app)
     browser.sock.sendall(
         b"POST /up HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: 100000\r\n\r\n" % browser.port
         + b"u" * 100_000
