@@ -426,3 +426,56 @@ def test_browser_reset_before_the_response_costs_nothing_else(
     other.close()
     stop_and_stderr = relay.host.stop(), relay.host.drain("stderr")
     assert "Traceback" not in stop_and_stderr[1], stop_and_stderr[1]
+
+
+def test_pipelined_head_begun_behind_a_request_gets_the_header_timeout(
+    fast_relay: Relay, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    app = scripted(answer_each)
+    browser = Browser(host_port_of(fast_relay.register(app.port)))
+    assert browser.get()[0] == 200
+    started = time.monotonic()
+    browser.sock.sendall(browser.head("/whole") + b"GET /begun HTTP/1.1\r\nHost: 127")
+    assert browser.response()[2] == b"GET /whole HTTP/1.1"
+    status, _, body = browser.response()
+    assert status == 408
+    assert b"request head not complete within 1 s" in body
+    assert time.monotonic() - started < 30  # not the 60 s keep-alive timeout first
+    browser.close()
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1])
+
+
+def test_app_answering_without_reading_cannot_pile_requests_up_in_the_host(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    """An app that answers each request without reading it: the host must not keep every
+    head it could not deliver (60 KiB each here); it drops that app connection instead."""
+    cue = threading.Semaphore(0)
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        if app.connections > 1:
+            answer_each(conn, app)
+            return
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        answer_first(conn, app)
+        while cue.acquire(timeout=10):  # answers on cue, never reads again
+            conn.sendall(ok(b"unread"))
+
+    app = scripted(script)
+    browser = kept_browser(relay, app)
+    before = _rss_kib(relay.host.popen.pid)
+    pad = "X-Pad: " + "p" * 60_000 + "\r\n"
+    for _ in range(300):
+        browser.send("/big", pad)
+        if app.connections == 1:
+            cue.release()
+        assert browser.response()[0] == 200
+    grown = _rss_kib(relay.host.popen.pid) - before
+    assert grown < 8 * 1024, f"host grew by {grown} KiB for 18 MB of undelivered heads"
+    assert app.connections > 1
+    browser.close()

@@ -154,7 +154,6 @@ class _LaneEnd(enum.Enum):
 
     IDLE_TIMEOUT = "no request within the keep-alive timeout"
     FALLBACK = "the task reads on: browser.events holds what was read, if anything"
-    MID_HEAD = "a request head has begun: the task waits for the rest"
     DONE = "an exchange is complete; keep_browser and reuse_upstream say how to go on"
     CONTINUE = "the request is sent; the task relays the rest of the response"
     RESPONSE_TIMEOUT = "the request is sent and the app did not answer in time"
@@ -269,13 +268,13 @@ class _KeepAliveLane:
         upstream = self._upstream
         head = events[0] if len(events) == 2 and events[1] is MESSAGE_END else None
         request = None
-        # (The upstream needs no more checks: its end of stream or stray bytes made it
-        # not reusable, and with one request in flight at most its buffer holds one head.)
         if (
             isinstance(head, RequestHead)
             and not head.upgrade
             and upstream is not None
             and upstream.reusable
+            # an app that does not read its requests, or a reset in this same loop turn
+            and upstream.channel.ready_for_exchange()
             and self._admitted(head)
         ):
             try:
@@ -284,7 +283,7 @@ class _KeepAliveLane:
                 request = None  # the task refuses it, as it refuses any request
         if request is None or request.framing is not Framing.NONE:
             browser.events.extend(events)
-            self._finish(_LaneEnd.FALLBACK if events else _LaneEnd.MID_HEAD)
+            self._finish(_LaneEnd.FALLBACK)
             return
         assert upstream is not None and isinstance(head, RequestHead)
         reader = upstream.reader
@@ -355,7 +354,12 @@ class _KeepAliveLane:
         self.reuse_upstream = (
             final.keep_alive and not reader.close_delimited and not reader.extra_data
         )
-        if self.keep_browser and self.reuse_upstream and browser.ready_for_lane():
+        if (
+            self.keep_browser
+            and self.reuse_upstream
+            and browser.ready_for_exchange()
+            and not self._browser.parser.in_head  # (a pipelined head began: its timeout)
+        ):
             browser.lane = self
             self._browser.watchdog.limit(self._listener.settings.keepalive_timeout)
         else:
@@ -458,14 +462,14 @@ class AppListener:
         lane = _KeepAliveLane(self, browser)
         try:
             while True:
-                mid_head = False
                 if (
                     upstream is not None
                     and upstream.reusable
                     and not upstream.pending
                     and not browser.events
-                    and channel.ready_for_lane()
-                    and upstream.channel.ready_for_lane()
+                    and not browser.parser.in_head
+                    and channel.ready_for_exchange()
+                    and upstream.channel.ready_for_exchange()
                 ):
                     end = await lane.run(upstream)
                     if end is _LaneEnd.IDLE_TIMEOUT:
@@ -490,8 +494,7 @@ class AppListener:
                         if not exchange.keep_browser:
                             break
                         continue
-                    mid_head = end is _LaneEnd.MID_HEAD
-                event = await self._next_head(browser, mid_head)
+                event = await self._next_head(browser)
                 if event is None:
                     break
                 if not isinstance(event, RequestHead):
@@ -526,13 +529,13 @@ class AppListener:
         self.scope.connections -= 1
         self._connections.discard(channel)
 
-    async def _next_head(self, browser: BrowserConnection, mid_head: bool) -> Event | None:
+    async def _next_head(self, browser: BrowserConnection) -> Event | None:
         """Wait for the next request: idle up to the keep-alive timeout, then the head
-        must be complete within the header timeout (a 408 otherwise). ``mid_head``: a
-        head has begun already (the lane read it)."""
+        must be complete within the header timeout (a 408 otherwise), counted from the
+        read that began it."""
         if browser.events:
             return browser.events.popleft()
-        if not mid_head:
+        if not browser.parser.in_head:
             try:
                 with browser.watchdog.limit(self.settings.keepalive_timeout):
                     data = await browser.channel.read()
@@ -570,7 +573,12 @@ class AppListener:
         upstream: _Upstream | None,
     ) -> tuple[_Exchange, _Upstream | None]:
         """One request and its response; returns how the connections continue."""
-        if upstream is None or not upstream.reusable:
+        if (
+            upstream is None
+            or not upstream.reusable
+            # closed by the app meanwhile, or bytes from it that answer nothing
+            or not upstream.channel.ready_for_exchange()
+        ):
             if upstream is not None:
                 upstream.channel.abort()
                 upstream = None
@@ -630,11 +638,11 @@ class AppListener:
             ):
                 # A request without a body (most are): nothing to pump, no task to run,
                 # and no future standing in for one (a future and an await per request).
-                upstream.channel.write(request.head)
+                await self._send_head(browser, upstream, request.head)
                 browser.events.popleft()
                 await self._relay_response(browser, head, request, upstream, exchange, None)
             else:
-                upstream.channel.write(request.head)
+                await self._send_head(browser, upstream, request.head)
                 await self._exchange_with_body(browser, head, request, upstream, exchange)
         except (UpstreamError, HttpError, OSError) as exc:
             upstream.channel.abort()
@@ -650,6 +658,23 @@ class AppListener:
             upstream.channel.abort()
             return exchange, None
         return exchange, upstream
+
+    async def _send_head(
+        self, browser: BrowserConnection, upstream: _Upstream, head: bytes
+    ) -> None:
+        """Send a request head; an app that does not read it holds the exchange back (no
+        more heads pile up in the host) for at most the response timeout (502)."""
+        channel = upstream.channel
+        channel.write(head)
+        if not channel.write_paused:
+            return  # the usual case: no coroutine to run
+        try:
+            with browser.watchdog.limit(self.settings.response_timeout):
+                await channel.drain()
+        except TimeoutError:
+            raise UpstreamError(
+                f"app took no request for {self.settings.response_timeout:g} s"
+            ) from None
 
     async def _exchange_with_body(
         self,

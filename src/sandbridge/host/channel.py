@@ -57,7 +57,7 @@ class Channel(asyncio.Protocol):
         self._drain_waiter: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = self._loop.create_future()  # done once the connection is lost
-        # While set, received bytes go to the lane, not to read(); see ready_for_lane.
+        # While set, received bytes go to the lane, not to read(); see ready_for_exchange.
         self.lane: Lane | None = None
 
     # protocol callbacks -------------------------------------------------------------
@@ -117,9 +117,15 @@ class Channel(asyncio.Protocol):
 
     # the task's side ----------------------------------------------------------------
 
-    def ready_for_lane(self) -> bool:
-        """Whether a lane may take over: nothing unread, no end of stream, no error, and
-        room in the write buffer (a lane writes without waiting)."""
+    @property
+    def write_paused(self) -> bool:
+        """Whether the write buffer is over its high-water mark (see :meth:`drain`)."""
+        return self._write_paused
+
+    def ready_for_exchange(self) -> bool:
+        """Whether the connection can start a new exchange at once: nothing unread (a
+        byte waiting here would be taken for the next message), no end of stream, no
+        error, and room in the write buffer (a lane writes without waiting)."""
         transport = self.transport
         return not (
             self._chunks

@@ -41,7 +41,9 @@ class Watchdog:
         """Guard the next ``with`` block: it may last ``seconds``."""
         deadline = self._loop.time() + seconds
         self._deadline = deadline
-        self._expired = False
+        # (``_expired`` is left alone: a callback that moves the deadline after the
+        # timer fired, before the task resumed, must not hide the timeout; __exit__
+        # clears it.)
         if self._handle is None or self._when > deadline:
             # No timer, or one that would fire too late: (re)schedule. A timer due
             # earlier is left alone; it re-arms itself for this deadline when it fires.

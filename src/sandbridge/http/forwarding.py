@@ -258,7 +258,9 @@ class ConnectionHeads:
     fields (and everything else the translation depends on) equal the last one's, one
     list comparison in C replaces the work, and the result is by construction the same
     as :func:`build_upstream_request` and :func:`build_browser_response` would return.
-    A refused head is never remembered: it is refused again, the same way.
+    A refused head is never remembered: it is refused again, the same way. What it
+    returns is shared between the requests it is remembered for (the field list, the
+    browser's response head): nothing downstream may change it in place.
     """
 
     __slots__ = (
