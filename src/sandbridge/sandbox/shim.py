@@ -46,6 +46,36 @@ async def _connect_app(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamW
     return reader, writer
 
 
+async def _connect_loopback(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, port: int
+) -> None:
+    """Connect the non-blocking ``sock`` to ``127.0.0.1:port``.
+
+    Not ``loop.sock_connect``: uvloop's passes even a numeric address through
+    ``getaddrinfo`` on its thread pool, a thread wake-up and back per connection (seen
+    with ``strace`` on the shim: a futex wake and an eventfd read before each connect).
+    """
+    try:
+        sock.connect(("127.0.0.1", port))
+        return
+    except BlockingIOError:
+        pass  # in progress: wait until the socket is writable, then ask how it went
+    writable = loop.create_future()
+
+    def ready() -> None:
+        if not writable.done():
+            writable.set_result(None)
+
+    loop.add_writer(sock.fileno(), ready)
+    try:
+        await writable
+    finally:
+        loop.remove_writer(sock.fileno())
+    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if error:
+        raise OSError(error, os.strerror(error))
+
+
 class _AppSide(Pump):
     """The shim's TCP connection to the app; silent until linked to its host side."""
 
@@ -184,7 +214,7 @@ class _HostSide(Pump):
             app.setblocking(False)
             try:
                 async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-                    await loop.sock_connect(app, ("127.0.0.1", port))
+                    await _connect_loopback(loop, app, port)
             except (OSError, TimeoutError) as exc:
                 self.transport.write(
                     stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}")
