@@ -7,6 +7,8 @@ clients showed most of its time in the stdlib loop's transport and timer code.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -18,3 +20,28 @@ T = TypeVar("T")
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` to completion on a fresh uvloop event loop."""
     return uvloop.run(main)
+
+
+async def ready(sock: socket.socket, *, writable: bool = False) -> None:
+    """Wait until the non-blocking ``sock`` is readable (or writable), for the socket
+    calls the loop's own ``sock_*`` methods do not offer or do slowly (``recvmsg`` with
+    descriptors; a connect without the loop's resolver)."""
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    fd = sock.fileno()
+    if writable:
+        loop.add_writer(fd, wake)
+    else:
+        loop.add_reader(fd, wake)
+    try:
+        await woken
+    finally:
+        if writable:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)

@@ -17,11 +17,11 @@ request only.
 from __future__ import annotations
 
 import array
-import asyncio
 import os
 import socket
 import stat
 
+from sandbridge import event_loop
 from sandbridge.exceptions import UpstreamError
 from sandbridge.wire.jsonline import LineReader
 from sandbridge.wire.limits import MAX_STREAM_OPEN_BYTES
@@ -49,21 +49,6 @@ def close_all(fds: list[int]) -> None:
     fds.clear()
 
 
-async def _readable(sock: socket.socket) -> None:
-    loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(sock.fileno(), wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(sock.fileno())
-
-
 async def read_answer(sock: socket.socket, fds: list[int]) -> tuple[bytes, bytes, bool]:
     """Read the shim's one-line answer from the non-blocking Unix socket ``sock``.
 
@@ -82,7 +67,7 @@ async def read_answer(sock: socket.socket, fds: list[int]) -> tuple[bytes, bytes
                 socket.MSG_CMSG_CLOEXEC,
             )
         except BlockingIOError:
-            await _readable(sock)
+            await event_loop.ready(sock)
             continue
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from sandbridge import log
+from sandbridge import event_loop, log
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.http.base_path import apply_base_path
 from sandbridge.http.forwarding import HOP_BY_HOP
@@ -46,9 +46,7 @@ async def _connect_app(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamW
     return reader, writer
 
 
-async def _connect_loopback(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, port: int
-) -> None:
+async def _connect_loopback(sock: socket.socket, port: int) -> None:
     """Connect the non-blocking ``sock`` to ``127.0.0.1:port``.
 
     Not ``loop.sock_connect``: uvloop's passes even a numeric address through
@@ -60,17 +58,7 @@ async def _connect_loopback(
         return
     except BlockingIOError:
         pass  # in progress: wait until the socket is writable, then ask how it went
-    writable = loop.create_future()
-
-    def ready() -> None:
-        if not writable.done():
-            writable.set_result(None)
-
-    loop.add_writer(sock.fileno(), ready)
-    try:
-        await writable
-    finally:
-        loop.remove_writer(sock.fileno())
+    await event_loop.ready(sock, writable=True)
     error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     if error:
         raise OSError(error, os.strerror(error))
@@ -208,13 +196,12 @@ class _HostSide(Pump):
         the relay spent per request beyond nginx. The host checks what it receives.
         """
         assert self.transport is not None
-        loop = asyncio.get_running_loop()
         app = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             app.setblocking(False)
             try:
                 async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-                    await _connect_loopback(loop, app, port)
+                    await _connect_loopback(app, port)
             except (OSError, TimeoutError) as exc:
                 self.transport.write(
                     stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}")
