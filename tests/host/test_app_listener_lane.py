@@ -9,15 +9,22 @@ host and shim, and check what the browser gets and what the app sees.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sandbridge import event_loop
+from sandbridge.host.app_listener import READ_BYTES, AppListener, _KeepAliveLane
+from sandbridge.host.channel import Channel
+from sandbridge.host.relay_settings import RelaySettings, SessionScope
+from sandbridge.host.upstream import UpstreamConnector
 from tests.conftest import Relay, host_port_of
 
 Script = Callable[[socket.socket, "ScriptedApp"], None]
@@ -479,3 +486,88 @@ def test_app_answering_without_reading_cannot_pile_requests_up_in_the_host(
     assert grown < 8 * 1024, f"host grew by {grown} KiB for 18 MB of undelivered heads"
     assert app.connections > 1
     browser.close()
+
+
+def test_private_token_request_with_a_body_that_never_comes_gets_408(
+    runtime_dir: Path, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    relay = Relay(runtime_dir, host_args=("--private", "--header-timeout", "1"))
+    try:
+        app = scripted(answer_each)
+        url = relay.register(app.port)
+        browser = Browser(host_port_of(url))
+        started = time.monotonic()
+        browser.send("/" + url.split("/", 3)[3], "Content-Length: 5\r\n")
+        status, _, body = browser.response()
+        assert status == 408
+        assert b"request not complete within 1 s" in body
+        assert time.monotonic() - started < 30
+        assert app.requests == []
+        browser.close()
+    finally:
+        relay.stop()
+
+
+class _TcpConnector(UpstreamConnector):
+    """Opens plain TCP connections to the app: the in-process listener's upstream."""
+
+    def __init__(self, app_port: int) -> None:
+        super().__init__(Path("/nonexistent"))
+        self.app_port = app_port
+
+    async def open(self, port: int) -> tuple[Channel, bytes] | None:
+        loop = asyncio.get_running_loop()
+        _, channel = await loop.create_connection(
+            lambda: Channel(READ_BYTES), "127.0.0.1", self.app_port
+        )
+        return channel, b""
+
+
+def test_request_arriving_as_the_keep_alive_timeout_fires_never_reaches_the_app(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """Bytes that reach the lane in the loop turn in which the idle timeout fired come
+    too late: the connection closes as on any idle timeout, and the app never sees
+    them (it used to run the request, and the browser got a 502 for it)."""
+    app = scripted(answer_each)
+
+    async def main() -> bytes:
+        settings = RelaySettings(keepalive_timeout=0.5, response_timeout=30)
+        listener = AppListener(app.port, "/", _TcpConnector(app.port), SessionScope(settings))
+        port = await listener.start()
+        lanes: list[_KeepAliveLane] = []
+        run = _KeepAliveLane.run
+
+        async def spy(lane: _KeepAliveLane, upstream: Any) -> Any:
+            lanes.append(lane)
+            return await run(lane, upstream)
+
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        host = f"Host: 127.0.0.1:{port}\r\n\r\n".encode()
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(_KeepAliveLane, "run", spy)
+                writer.write(b"GET /first HTTP/1.1\r\n" + host)
+                await reader.readuntil(b"GET /first HTTP/1.1")
+                for _ in range(10_000):  # loop turns, until the lane waits for a request
+                    if lanes and lanes[0]._browser.channel.lane is not None:
+                        break
+                    await asyncio.sleep(0)
+                assert lanes and lanes[0]._browser.channel.lane is not None
+            lane = lanes[0]
+            watchdog = lane._browser.watchdog
+
+            def arrive() -> None:  # the transport's read callback in the timer's turn
+                assert watchdog.expired
+                lane._browser.channel.data_received(b"DELETE /item/7 HTTP/1.1\r\n" + host)
+
+            loop.call_at(watchdog._when, arrive)
+            return await reader.read()
+        finally:
+            writer.close()
+            await listener.close()
+
+    assert event_loop.run(main()) == b""  # closed, no answer
+    assert app.closed_by_relay.wait(10)  # (what the app got before the close is all it gets)
+    assert [request.split(b"\r\n")[0] for request in app.requests] == [b"GET /first HTTP/1.1"]

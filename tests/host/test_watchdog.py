@@ -84,3 +84,25 @@ def test_an_outside_cancellation_stays_a_cancellation() -> None:
             await task
 
     event_loop.run(main())
+
+
+def test_a_deadline_moved_after_the_timer_fired_does_not_hide_the_timeout() -> None:
+    """A read callback may move the deadline in the loop turn in which the timer fired,
+    before the task resumes: the block must still end with TimeoutError, not with a
+    bare cancellation that would end the connection's task."""
+
+    async def main() -> bool:
+        watchdog = Watchdog()
+        loop = asyncio.get_running_loop()
+        seen: list[bool] = []
+
+        def late_callback() -> None:  # runs right after the watchdog's timer
+            seen.append(watchdog.expired)
+            watchdog.limit(10)
+
+        with pytest.raises(TimeoutError), watchdog.limit(0.01):
+            loop.call_at(watchdog._when, late_callback)
+            await asyncio.sleep(10)
+        return seen == [True]
+
+    assert event_loop.run(main())

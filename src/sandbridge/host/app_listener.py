@@ -240,6 +240,12 @@ class _KeepAliveLane:
     # Channel's Lane protocol ------------------------------------------------------------
 
     def received(self, channel: Channel, data: bytes) -> None:
+        if self._browser.watchdog.expired:
+            # The timeout fired in this loop turn and the task is being woken for it:
+            # these bytes come too late. (A request read now would reach the app and
+            # then be answered as if the app had timed out.)
+            self._finish(_LaneEnd.RESPONSE_TIMEOUT if self.in_flight else _LaneEnd.IDLE_TIMEOUT)
+            return
         try:
             if channel is self._browser.channel:
                 self._request_data(data)
@@ -531,8 +537,8 @@ class AppListener:
 
     async def _next_head(self, browser: BrowserConnection) -> Event | None:
         """Wait for the next request: idle up to the keep-alive timeout, then the head
-        must be complete within the header timeout (a 408 otherwise), counted from the
-        read that began it."""
+        must be complete within the header timeout (a 408 otherwise); a head begun
+        already (read with the previous request, or by the lane) gets only the latter."""
         if browser.events:
             return browser.events.popleft()
         if not browser.parser.in_head:
@@ -560,7 +566,14 @@ class AppListener:
         redirect = self.gate.check(head.target, head.headers)
         if redirect is None:
             return True
-        if await browser.next_event() is not MESSAGE_END:
+        try:
+            with browser.watchdog.limit(self.settings.header_timeout):
+                event = await browser.next_event()
+        except TimeoutError:
+            raise HttpError(
+                408, f"request not complete within {self.settings.header_timeout:g} s"
+            ) from None
+        if event is not MESSAGE_END:
             raise HttpError(400, "the token exchange takes no request body")
         await browser.send(redirect_response(redirect))
         return False
@@ -576,7 +589,9 @@ class AppListener:
         if (
             upstream is None
             or not upstream.reusable
-            # closed by the app meanwhile, or bytes from it that answer nothing
+            # Closed by the app meanwhile, bytes from it that answer nothing, or a head
+            # it has not taken yet: a new exchange never starts on it. This is also what
+            # bounds the heads the host holds for an app that does not read them: one.
             or not upstream.channel.ready_for_exchange()
         ):
             if upstream is not None:
@@ -638,11 +653,11 @@ class AppListener:
             ):
                 # A request without a body (most are): nothing to pump, no task to run,
                 # and no future standing in for one (a future and an await per request).
-                await self._send_head(browser, upstream, request.head)
+                upstream.channel.write(request.head)
                 browser.events.popleft()
                 await self._relay_response(browser, head, request, upstream, exchange, None)
             else:
-                await self._send_head(browser, upstream, request.head)
+                upstream.channel.write(request.head)
                 await self._exchange_with_body(browser, head, request, upstream, exchange)
         except (UpstreamError, HttpError, OSError) as exc:
             upstream.channel.abort()
@@ -658,23 +673,6 @@ class AppListener:
             upstream.channel.abort()
             return exchange, None
         return exchange, upstream
-
-    async def _send_head(
-        self, browser: BrowserConnection, upstream: _Upstream, head: bytes
-    ) -> None:
-        """Send a request head; an app that does not read it holds the exchange back (no
-        more heads pile up in the host) for at most the response timeout (502)."""
-        channel = upstream.channel
-        channel.write(head)
-        if not channel.write_paused:
-            return  # the usual case: no coroutine to run
-        try:
-            with browser.watchdog.limit(self.settings.response_timeout):
-                await channel.drain()
-        except TimeoutError:
-            raise UpstreamError(
-                f"app took no request for {self.settings.response_timeout:g} s"
-            ) from None
 
     async def _exchange_with_body(
         self,

@@ -117,11 +117,6 @@ class Channel(asyncio.Protocol):
 
     # the task's side ----------------------------------------------------------------
 
-    @property
-    def write_paused(self) -> bool:
-        """Whether the write buffer is over its high-water mark (see :meth:`drain`)."""
-        return self._write_paused
-
     def ready_for_exchange(self) -> bool:
         """Whether the connection can start a new exchange at once: nothing unread (a
         byte waiting here would be taken for the next message), no end of stream, no

@@ -53,6 +53,11 @@ class Watchdog:
             self._handle = self._loop.call_at(deadline, self._fire)
         return self
 
+    @property
+    def expired(self) -> bool:
+        """Whether the guarded block's time is up (its task is being cancelled)."""
+        return self._expired
+
     def close(self) -> None:
         """Drop the timer (the connection is over)."""
         self._deadline = None

@@ -56,7 +56,7 @@ async def _connect_loopback(sock: socket.socket, port: int) -> None:
     try:
         sock.connect(("127.0.0.1", port))
         return
-    except BlockingIOError:
+    except (BlockingIOError, InterruptedError):
         pass  # in progress: wait until the socket is writable, then ask how it went
     await event_loop.ready(sock, writable=True)
     error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
