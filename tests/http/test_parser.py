@@ -9,6 +9,7 @@ from sandbridge.http.parser import (
     MAX_HEADER_COUNT,
     MESSAGE_END,
     BodyChunk,
+    Event,
     RequestHead,
     RequestReader,
     ResponseHead,
@@ -217,3 +218,106 @@ def test_the_next_response_of_a_head_request_has_no_body() -> None:
     reader.next_response(b"HEAD")
     events = reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
     assert isinstance(events[0], ResponseHead) and events[1:] == [MESSAGE_END]
+
+
+class _Forgetful(ResponseReader):
+    """A reader that never recognises a head again: llhttp parses every response."""
+
+    def _remember(self, data: bytes, events: list[Event]) -> None:
+        return None
+
+
+# Responses an app may send on one keep-alive connection, head and body together.
+RESPONSES = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: a\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: b\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: a\r\n\r\nhelloEXTRA",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: a\r\n\r\nhel",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 204 No Content\r\n\r\n",
+    b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\n\r\nuntil close",
+    b"\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: a\r\n\r\n",
+]
+
+
+def _outcome(reader: ResponseReader, pieces: list[bytes]) -> object:
+    """Everything the relay could learn from one response: events (body joined),
+    framing facts, or the refusal."""
+    seen: list[object] = []
+    body = b""
+    try:
+        for piece in pieces:
+            for event in reader.feed(piece):
+                if isinstance(event, BodyChunk):
+                    body += event.data
+                elif isinstance(event, ResponseHead):
+                    seen.append((event.status, event.reason, event.version, event.headers))
+                    seen.append(event.keep_alive)
+                else:
+                    seen.append((body, event))
+                    body = b""
+        if not any(isinstance(item, tuple) and item[-1] is MESSAGE_END for item in seen):
+            for event in reader.feed_eof():
+                seen.append((body, event))
+    except HttpError as refused:
+        return ("refused", refused.status, str(refused))
+    return (seen, body, reader.close_delimited, reader.extra_data)
+
+
+def _read_in_turn(exchanges: list[tuple[bytes, bytes, int]]) -> None:
+    """Read responses one after another as the relay does, with a reader that
+    recognises heads and one that does not; every outcome must be the same."""
+    readers: tuple[ResponseReader, ResponseReader] | None = None
+    for raw, method, cut in exchanges:
+        if readers is None:  # a new app connection
+            readers = ResponseReader(method), _Forgetful(method)
+        else:
+            for reader in readers:
+                reader.next_response(method)
+        pieces = [piece for piece in (raw[:cut], raw[cut:]) if piece]
+        outcome = _outcome(readers[0], pieces)
+        assert outcome == _outcome(readers[1], pieces), (exchanges, outcome)
+        # The relay reuses a connection only as app_listener does (reuse_upstream).
+        final = readers[1]._final_head
+        if not (
+            isinstance(outcome, tuple)
+            and outcome[0] != "refused"
+            and readers[1]._done
+            and final is not None
+            and final.keep_alive
+            and not readers[1].close_delimited
+            and not readers[1].extra_data
+        ):
+            readers = None
+
+
+_EXCHANGES = [(raw, method) for raw in RESPONSES for method in (b"GET", b"HEAD")]
+
+
+def test_a_head_recognised_again_reads_as_llhttp_reads_it() -> None:
+    # every ordered pair, each read whole, cut inside its head, or cut inside its body
+    for first, first_method in _EXCHANGES:
+        for raw, method in _EXCHANGES:
+            for cut in (len(raw), 20, len(raw) - 2):
+                _read_in_turn([(first, first_method, len(first)), (raw, method, cut)])
+
+
+def test_a_head_recognised_across_other_responses_reads_as_llhttp_reads_it() -> None:
+    for first, first_method in _EXCHANGES:
+        for middle, middle_method in _EXCHANGES:
+            for raw, method in _EXCHANGES:
+                _read_in_turn(
+                    [
+                        (first, first_method, len(first)),
+                        (middle, middle_method, len(middle)),
+                        (raw, method, len(raw)),
+                    ]
+                )
