@@ -10,7 +10,9 @@ mode), reused across keep-alive requests. Per request:
    read buffer per direction;
 4. after a ``101`` to an upgrade request, copy bytes both ways untouched.
 
-A failure on the sandbox side is a ``502`` for that request only.
+A failure on the sandbox side is a ``502`` for that request only. After a connection's
+first exchange, small exchanges run the same steps from the read callbacks instead of
+the connection's task (:class:`_KeepAliveLane`).
 """
 
 from __future__ import annotations
