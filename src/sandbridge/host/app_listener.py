@@ -103,6 +103,14 @@ class _Upstream:
     reader: ResponseReader | None = None  # kept from one response to the next
     reusable: bool = True
 
+    def expect_response(self, request_method: bytes) -> ResponseReader:
+        """The reader, ready for the response to a request just sent."""
+        if self.reader is None:
+            self.reader = ResponseReader(request_method)
+        else:
+            self.reader.next_response(request_method)
+        return self.reader
+
 
 @dataclass
 class _Exchange:
@@ -294,11 +302,7 @@ class _KeepAliveLane:
             self._finish(_LaneEnd.FALLBACK)
             return
         assert upstream is not None and isinstance(head, RequestHead)
-        reader = upstream.reader
-        if reader is None:
-            upstream.reader = ResponseReader(head.method)
-        else:
-            reader.next_response(head.method)
+        upstream.expect_response(head.method)
         upstream.channel.write(request.head)
         self.head, self.request, self.in_flight = head, request, True
         # A pipelined request waits in the channel until this exchange is over.
@@ -626,10 +630,8 @@ class AppListener:
         if lane.end is _LaneEnd.CONTINUE:
             return await self._run_exchange(browser, head, request, upstream, lane.events)
         upstream.channel.abort()
-        if lane.end is _LaneEnd.RESPONSE_TIMEOUT:
-            reason = f"app sent no response within {self.settings.response_timeout:g} s"
-        else:
-            reason = str(lane.error)
+        timed_out = lane.end is _LaneEnd.RESPONSE_TIMEOUT
+        reason = self._no_response() if timed_out else str(lane.error)
         return await self._bad_gateway(browser, head, request, reason, force_close=True), None
 
     async def _run_exchange(
@@ -736,9 +738,11 @@ class AppListener:
                     return await upstream.channel.read()
             except TimeoutError:
                 if exchange.body_sent == progress:
-                    raise UpstreamError(
-                        f"app sent no response within {self.settings.response_timeout:g} s"
-                    ) from None
+                    raise UpstreamError(self._no_response()) from None
+
+    def _no_response(self) -> str:
+        """Why an exchange failed whose app sent nothing within the response timeout."""
+        return f"app sent no response within {self.settings.response_timeout:g} s"
 
     async def _finish_body(self, pump: asyncio.Future[None], exchange: _Exchange) -> None:
         """Wait for the request body to finish while it makes progress."""
@@ -790,15 +794,13 @@ class AppListener:
         pump: asyncio.Future[None] | None,  # None: the request has no body
         resumed: collections.deque[Event] | None = None,  # read by the lane already
     ) -> None:
-        reader = upstream.reader
         events: collections.deque[Event] = collections.deque()
         if resumed is not None:
+            reader = upstream.reader
             assert reader is not None
             events = resumed
-        elif reader is None:
-            reader = upstream.reader = ResponseReader(head.method)
         else:
-            reader.next_response(head.method)
+            reader = upstream.expect_response(head.method)
         if upstream.pending:
             events.extend(reader.feed(upstream.pending))
             upstream.pending = b""

@@ -425,18 +425,21 @@ class ResponseReader(_Reader):
         self._final_head = head
         self._close_delimited = False
         body = data[len(self._known_head) :]
-        left = self._known_length
         events: list[Event] = [head]
-        if len(body) < left:
-            if body:
-                events.append(BodyChunk(body))
-            self._body_left = left - len(body)  # the rest comes through _length_body
+        if not self._known_length:
+            events.append(MESSAGE_END)
+            self._done = True
+            self.extra_data = bool(body)
             return events
-        if left:
-            events.append(BodyChunk(body if len(body) == left else body[:left]))
-        events.append(MESSAGE_END)
-        self._done = True
-        self.extra_data = len(body) > left
+        self._body_left = self._known_length  # counted as any Content-Length body
+        if body:
+            bypass = self._length_body(body)
+            assert bypass is not None
+            more, rest = bypass
+            events += more
+            if more[-1] is MESSAGE_END:
+                self._done = True
+                self.extra_data = bool(rest)
         return events
 
     def feed_eof(self) -> list[Event]:
