@@ -4,6 +4,7 @@
 #   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test
 #   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
 #   ./dev.sh setup           install only
+#   ./dev.sh lock            re-pin requirements.lock from pyproject.toml's ranges
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -37,12 +38,15 @@ install_debian_packages() {
 }
 
 install_python_packages() {
-  local stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+  # requirements.lock pins every package (made by pip-compile from pyproject.toml's
+  # ranges; README, "Dependencies"); the project itself goes in without resolving again.
+  local stamp="$VENV/.installed-$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)"
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
   fi
   if [ ! -f "$stamp" ]; then
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev,bench]'
+    "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.lock
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e .
     rm -f "$VENV"/.installed-*
     touch "$stamp"
   fi
@@ -66,5 +70,11 @@ case "$command" in
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
   bench) setup; exec "$VENV/bin/python" -m benchmarks.relay_bench "$@" ;;
+  lock)
+    setup
+    "$VENV/bin/pip" install -q --disable-pip-version-check pip-tools
+    exec "$VENV/bin/pip-compile" -q --extra dev --extra bench --strip-extras --no-emit-index-url \
+      --no-emit-find-links -o requirements.lock pyproject.toml "$@"
+    ;;
   *) echo "usage: ./dev.sh [setup|demo [--open]|test [pytest args]|bench [--smoke]]" >&2; exit 2 ;;
 esac
