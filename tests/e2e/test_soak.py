@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import ECHO_APP, PYTHON, Process, host_port_of, run_argv
+from tests.conftest import ECHO_APP, PYTHON, Process, app_host, host_port_of, run_argv
 from tests.e2e.features import rss_kib
 
 SOAK_SECONDS = float(os.environ.get("SANDBRIDGE_SOAK_SECONDS", "15"))
@@ -30,7 +30,7 @@ def fd_count(pid: int) -> int:
 
 def good_client(port: int, stop: threading.Event, results: list[str]) -> None:
     rng = random.Random(port)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
     while not stop.is_set():
         try:
             if rng.random() < 0.5:
@@ -45,7 +45,7 @@ def good_client(port: int, stop: threading.Event, results: list[str]) -> None:
         except (OSError, http.client.HTTPException, ValueError) as exc:
             results.append(f"error {exc!r}")
             conn.close()
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
     conn.close()
 
 
@@ -113,7 +113,7 @@ def test_soak_with_good_and_hostile_clients(tmp_path: Path) -> None:
         warm_stop.set()
         for port in ports:
             good_client(port, warm_stop, warm)
-            http.client.HTTPConnection("127.0.0.1", port).request("GET", "/")
+            http.client.HTTPConnection(app_host(port), port).request("GET", "/")
         fds_before, rss_before = fd_count(host_pid), rss_kib(host_pid)
 
         stop = threading.Event()

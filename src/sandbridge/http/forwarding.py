@@ -4,7 +4,8 @@ Requests: the target is checked (origin-form only) and gets the base-path rule; 
 Host header must name this app's own origin; hop-by-hop headers and every header named
 in ``Connection`` are dropped; inbound ``Forwarded``/``X-Forwarded-*`` are dropped and
 the relay sets its own; the body framing is re-stated by the relay. Responses: hop-by-hop
-headers dropped, framing re-stated for the browser's connection.
+headers dropped, a ``Set-Cookie`` of a relay cookie (``sandbridge_*``) dropped, framing
+re-stated for the browser's connection.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from dataclasses import dataclass
 from sandbridge.exceptions import HttpError
 from sandbridge.http.base_path import apply_base_path
 from sandbridge.http.fields import field_values
-from sandbridge.http.origin_policy import check_host_values, check_origin_values, origins_of
+from sandbridge.http.origin_policy import AppOrigin, check_host_values, check_origin_values
 from sandbridge.http.parser import Headers, RequestHead, ResponseHead
-from sandbridge.http.private_access import strip_relay_cookies
+from sandbridge.http.private_access import is_relay_set_cookie, strip_relay_cookies
 
 # RFC 9110 section 7.6.1 plus the legacy proxy fields browsers and apps still send.
 HOP_BY_HOP = frozenset(
@@ -98,6 +99,7 @@ _LOOKED_UP = frozenset(
         b"location",
         b"content-location",
         b"cookie",
+        b"set-cookie",
     }
 )
 _LOCATIONS = frozenset({b"location", b"content-location"})
@@ -163,7 +165,7 @@ def build_upstream_request(
     head: RequestHead,
     *,
     base_path: str,
-    host_port: int,
+    origin: AppOrigin,
     client_host: str,
     session_origins: frozenset[bytes] | None = None,
 ) -> UpstreamRequest:
@@ -175,9 +177,9 @@ def build_upstream_request(
     check_request_target(head)
     fields = request_fields(
         head,
-        host_port=host_port,
+        origin=origin,
         client_host=client_host,
-        session_origins=origins_of([host_port]) if session_origins is None else session_origins,
+        session_origins=origin.origins if session_origins is None else session_origins,
     )
     return fields.request(head, base_path)
 
@@ -218,11 +220,11 @@ class RequestFields:
 
 
 def request_fields(
-    head: RequestHead, *, host_port: int, client_host: str, session_origins: frozenset[bytes]
+    head: RequestHead, *, origin: AppOrigin, client_host: str, session_origins: frozenset[bytes]
 ) -> RequestFields:
     """Check a request head's fields (Host, Origin, framing) and build the app's."""
     found, kept = _scan(head.headers, _NOT_FORWARDED)
-    host = check_host_values(found.get(b"host", []), host_port)
+    host = check_host_values(found.get(b"host", []), origin)
     check_origin_values(found.get(b"origin", []), head.method, head.upgrade, session_origins)
     framing = _framing_of(found)
     forwarded = [(name, value) for _, name, value in _end_to_end(found, kept)]
@@ -266,7 +268,7 @@ class ConnectionHeads:
     __slots__ = (
         "_base_path",
         "_client_host",
-        "_host_port",
+        "_origin",
         "_request_fields",
         "_request_key",
         "_response",
@@ -274,9 +276,11 @@ class ConnectionHeads:
         "_sandbox_port",
     )
 
-    def __init__(self, *, base_path: str, host_port: int, client_host: str, sandbox_port: int):
+    def __init__(
+        self, *, base_path: str, origin: AppOrigin, client_host: str, sandbox_port: int
+    ) -> None:
         self._base_path = base_path
-        self._host_port = host_port
+        self._origin = origin
         self._client_host = client_host
         self._sandbox_port = sandbox_port
         self._request_key: tuple[object, ...] | None = None
@@ -295,7 +299,7 @@ class ConnectionHeads:
         if fields is None or key != self._request_key:
             fields = request_fields(
                 head,
-                host_port=self._host_port,
+                origin=self._origin,
                 client_host=self._client_host,
                 session_origins=session_origins,
             )
@@ -363,6 +367,14 @@ def build_browser_response(
     status = head.status
     found, kept = _scan(head.headers, _NOT_END_TO_END)
     fields = _end_to_end(found, kept)
+    if b"set-cookie" in found:
+        # The relay's own cookies are the relay's: an app (or anything answering for
+        # it) must not set, overwrite or expire them.
+        fields = [
+            field
+            for field in fields
+            if field[0] != b"set-cookie" or not is_relay_set_cookie(field[2])
+        ]
     if sandbox_port is not None and (b"location" in found or b"content-location" in found):
         public_origin = b"http://" + field_values(request.headers, b"host")[0]
         fields = [
