@@ -51,7 +51,7 @@ def good_client(port: int, stop: threading.Event, results: list[str]) -> None:
 
 def hostile_client(port: int, seed: int, stop: threading.Event) -> None:
     rng = random.Random(seed)
-    host = f"Host: 127.0.0.1:{port}\r\n".encode()
+    host = f"Host: {app_host(port)}:{port}\r\n".encode()
     attacks = [
         b"GET / HTTP/1.1\r\n" + host,  # slowloris: never finishes
         b"\x16\x03\x01\x02\x00garbage" + os.urandom(100),

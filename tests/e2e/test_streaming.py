@@ -92,7 +92,7 @@ def test_expect_100_continue(session: FeatureSession) -> None:
     body = b"after the interim response"
     with socket.create_connection(("127.0.0.1", session.port), timeout=10) as sock:
         sock.sendall(
-            f"POST /sink HTTP/1.1\r\nHost: 127.0.0.1:{session.port}\r\n"
+            f"POST /sink HTTP/1.1\r\nHost: {app_host(session.port)}:{session.port}\r\n"
             f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
         )
         interim = sock.recv(4096)

@@ -74,7 +74,8 @@ def test_slow_reader_does_not_make_the_relay_buffer(session: FeatureSession) -> 
     with socket.create_connection(("127.0.0.1", session.port), timeout=30) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         sock.sendall(
-            f"GET /bytes?n={size} HTTP/1.1\r\nHost: 127.0.0.1:{session.port}\r\n\r\n".encode()
+            f"GET /bytes?n={size} HTTP/1.1\r\n"
+            f"Host: {app_host(session.port)}:{session.port}\r\n\r\n".encode()
         )
         first = sock.recv(65536)
         assert first.startswith(b"HTTP/1.1 200 ")

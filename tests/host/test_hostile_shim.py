@@ -103,7 +103,7 @@ def test_header_injection_never_reaches_the_browser(hostile: HostileRelay) -> No
     port = host_port_of(hostile.register(free_port()))
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(
-            f"GET /hostile/crlf-in-header HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"GET /hostile/crlf-in-header HTTP/1.1\r\nHost: {app_host(port)}:{port}\r\n"
             "Connection: close\r\n\r\n".encode()
         )
         answer = b""
