@@ -3,9 +3,14 @@
 Cookies ignore ports (RFC 6265 section 8.5): when every app was ``127.0.0.1:<port>``,
 every app, every other localhost service and any local user's listener shared one
 cookie jar. Each test here is one attack of that class, run against the default URL
-form (``<label>.localhost:<port>``). With ``--url-form ip`` in :data:`OPTIONS` every
-attack test fails (checked when this file was written): that is the contract form's
-caveat.
+form (``<label>.localhost:<port>``), named after the behaviour that stops it.
+
+Checked when this file was written: against the relay before the default form existed,
+every test but ``test_a_page_cannot_read_a_private_apps_cookie`` (HttpOnly) failed;
+with ``--url-form ip`` in :data:`OPTIONS` the five isolation tests fail (the contract
+form's caveat) and the lock-out tests pass (the relay removes an app's ``Set-Cookie`` of
+its cookies and admits any copy of the owner's cookie in either form); without the
+relay's default ``Referrer-Policy`` the referrer test fails.
 """
 
 from __future__ import annotations
@@ -273,3 +278,35 @@ def test_another_app_cannot_lock_the_owner_out_of_a_private_app(
     page.evaluate(f"document.cookie = '{name}=planted; path=/; domain=localhost'")
     cookies_received(context, private.origins[0])  # still admitted: 200
     assert private_cookie_values(context, private) == [secret]
+
+
+def test_links_to_another_loopback_listener_do_not_name_the_app(
+    context: BrowserContext, apps: Apps, listener: Listener
+) -> None:
+    """The label is what keeps another local user from luring the browser to
+    ``<label>.localhost:<their port>`` (where the app's cookies would go): the relay's
+    default Referrer-Policy keeps links and resources of other origins from learning it."""
+    target = f"http://127.0.0.1:{listener.port}/"
+    referers: list[str] = []
+    context.on(
+        "request",
+        lambda sent: (
+            referers.append(sent.headers.get("referer", ""))
+            if sent.url.startswith(target)
+            else None
+        ),
+    )
+    page = context.new_page()
+    page.goto(f"{apps.origins[0]}/set-cookie")
+    page.evaluate(
+        """target => {
+            const image = new Image(); image.src = target + 'image';
+            const link = document.createElement('a'); link.href = target + 'page';
+            document.body.append(link); link.click();
+        }""",
+        target,
+    )
+    page.wait_for_url(target + "page")
+    assert page.evaluate("document.referrer") == ""
+    assert len(referers) >= 2
+    assert not any(app_host(apps.ports[0]) in referer for referer in referers), referers

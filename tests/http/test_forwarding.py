@@ -297,3 +297,22 @@ def test_location_of_a_named_app_moves_to_its_label_origin() -> None:
         close_delimited=False,
     )
     assert b"Location: http://abcdefghijklmnopqrstuvwxyz.localhost:5000/next\r\n" in response.head
+
+
+def test_a_referrer_policy_is_added_unless_the_app_set_one() -> None:
+    request = _head(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\n\r\n")
+    default = build_browser_response(
+        _response([(b"Content-Length", b"0")]),
+        request=request,
+        close_delimited=False,
+        keep_alive=True,
+    )
+    assert b"\r\nReferrer-Policy: same-origin\r\n" in default.head
+    chosen = build_browser_response(
+        _response([(b"Referrer-Policy", b"origin"), (b"Content-Length", b"0")]),
+        request=request,
+        close_delimited=False,
+        keep_alive=True,
+    )
+    assert chosen.head.lower().count(b"referrer-policy") == 1
+    assert b"Referrer-Policy: origin\r\n" in chosen.head

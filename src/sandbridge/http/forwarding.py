@@ -4,8 +4,9 @@ Requests: the target is checked (origin-form only) and gets the base-path rule; 
 Host header must name this app's own origin; hop-by-hop headers and every header named
 in ``Connection`` are dropped; inbound ``Forwarded``/``X-Forwarded-*`` are dropped and
 the relay sets its own; the body framing is re-stated by the relay. Responses: hop-by-hop
-headers dropped, a ``Set-Cookie`` of a relay cookie (``sandbridge_*``) dropped, framing
-re-stated for the browser's connection.
+headers dropped, a ``Set-Cookie`` of a relay cookie (``sandbridge_*``) dropped, a
+``Referrer-Policy`` added if the app set none, framing re-stated for the browser's
+connection.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ FORWARDING_FIELDS = frozenset(
     }
 )
 _FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+DEFAULT_REFERRER_POLICY = b"Referrer-Policy: same-origin"
 
 
 class Framing(enum.Enum):
@@ -100,6 +102,7 @@ _LOOKED_UP = frozenset(
         b"content-location",
         b"cookie",
         b"set-cookie",
+        b"referrer-policy",
     }
 )
 _LOCATIONS = frozenset({b"location", b"content-location"})
@@ -394,6 +397,11 @@ def build_browser_response(
     if status < 200:
         return BrowserResponse(b"\r\n".join(lines) + b"\r\n\r\n", Framing.NONE, True)
 
+    if b"referrer-policy" not in found:
+        # An app's host name is a secret kept from other local users (origin_policy):
+        # browsers would name it in the Referer of every link and resource of another
+        # origin (another 127.0.0.1 port among them). An app may choose otherwise.
+        lines.append(DEFAULT_REFERRER_POLICY)
     keep = keep_alive and request.keep_alive and request.version == "1.1"
     lengths = found.get(b"content-length")
     no_body = request.method == b"HEAD" or status in (204, 304)
