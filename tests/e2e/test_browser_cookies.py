@@ -254,8 +254,14 @@ def test_an_apps_response_cannot_lock_the_owner_out(context: BrowserContext, pri
         )
     )
     assert response is not None and response.status == 200
-    # A script adds a same-named cookie on a longer path (sent first, RFC 6265 5.4).
+    # A script overwrites it, or adds a same-named cookie on a longer path (sent first,
+    # RFC 6265 5.4).
+    page.evaluate(f"document.cookie = '{name}=planted; path=/'")
+    page.evaluate(f"document.cookie = '{name}=; path=/; max-age=0'")
     page.evaluate(f"document.cookie = '{name}=planted; path=/echo'")
+    # The app asks the browser to clear the site's cookies (the relay's among them).
+    response = page.goto(f"{origin}/set-cookie?csd=%22cookies%22&csd=%22%2A%22")
+    assert response is not None and response.status == 200
     cookies_received(context, origin)  # still admitted: 200
     assert secret in private_cookie_values(context, private)
 
@@ -310,3 +316,19 @@ def test_links_to_another_loopback_listener_do_not_name_the_app(
     assert page.evaluate("document.referrer") == ""
     assert len(referers) >= 2
     assert not any(app_host(apps.ports[0]) in referer for referer in referers), referers
+
+
+def test_other_apps_and_services_cannot_evict_a_private_apps_cookie(
+    context: BrowserContext, private: Apps, listener: Listener
+) -> None:
+    """Browsers evict a site's oldest cookies past a limit (about 180 per site in
+    Chromium); a flood on another app's name or on localhost must not reach this one."""
+    secret = open_private_app(context, private)
+    open_private_app(context, private, 1)
+    flood = "for (let i = 0; i < 400; i++) document.cookie = 'flood' + i + '=1; path=/'"
+    page = context.new_page()
+    for origin in (private.origins[1], f"http://localhost:{listener.port}"):
+        page.goto(f"{origin}/set-cookie")
+        page.evaluate(flood)
+    cookies_received(context, private.origins[0])  # still admitted: 200
+    assert private_cookie_values(context, private) == [secret]

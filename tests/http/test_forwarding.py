@@ -316,3 +316,27 @@ def test_a_referrer_policy_is_added_unless_the_app_set_one() -> None:
     )
     assert chosen.head.lower().count(b"referrer-policy") == 1
     assert b"Referrer-Policy: origin\r\n" in chosen.head
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        (b'"cookies"', None),
+        (b'"*"', None),
+        (b'"cache", "Cookies", "storage"', b'"cache", "storage"'),
+        (b' "storage" , "*" ', b'"storage"'),
+        (b'"cache"', b'"cache"'),
+    ],
+)
+def test_a_private_apps_clear_site_data_keeps_cookies(value: bytes, kept: bytes | None) -> None:
+    request = _head(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\n\r\n")
+    head = _response([(b"Clear-Site-Data", value), (b"Content-Length", b"0")])
+    private = build_browser_response(
+        head, request=request, close_delimited=False, keep_alive=True, private=True
+    )
+    if kept is None:
+        assert b"clear-site-data" not in private.head.lower()
+    else:
+        assert b"\r\nClear-Site-Data: " + kept + b"\r\n" in private.head
+    public = build_browser_response(head, request=request, close_delimited=False, keep_alive=True)
+    assert b"\r\nClear-Site-Data: " + value + b"\r\n" in public.head  # the app's own business

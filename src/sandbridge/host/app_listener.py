@@ -473,6 +473,7 @@ class AppListener:
             origin=self.origin,
             client_host=client_host,
             sandbox_port=self.port,
+            private=self.gate is not None,
         )
         browser = BrowserConnection(channel, heads)
         upstream: _Upstream | None = None
@@ -835,7 +836,11 @@ class AppListener:
                     if not request.upgrade:
                         raise UpstreamError("app answered 101 to a request that did not upgrade")
                     response = build_browser_response(
-                        event, request=head, close_delimited=False, keep_alive=False
+                        event,
+                        request=head,
+                        close_delimited=False,
+                        keep_alive=False,
+                        private=browser.heads.private,
                     )
                     exchange.response_started = True
                     await browser.send(response.head)
@@ -846,7 +851,11 @@ class AppListener:
                 if event.status < 200:
                     if head.version == "1.1":
                         response = build_browser_response(
-                            event, request=head, close_delimited=False, keep_alive=True
+                            event,
+                            request=head,
+                            close_delimited=False,
+                            keep_alive=True,
+                            private=browser.heads.private,
                         )
                         await browser.send(response.head)  # interim: the client waits for it
                     continue

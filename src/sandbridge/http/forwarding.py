@@ -103,6 +103,7 @@ _LOOKED_UP = frozenset(
         b"cookie",
         b"set-cookie",
         b"referrer-policy",
+        b"clear-site-data",
     }
 )
 _LOCATIONS = frozenset({b"location", b"content-location"})
@@ -277,13 +278,21 @@ class ConnectionHeads:
         "_response",
         "_response_key",
         "_sandbox_port",
+        "private",
     )
 
     def __init__(
-        self, *, base_path: str, origin: AppOrigin, client_host: str, sandbox_port: int
+        self,
+        *,
+        base_path: str,
+        origin: AppOrigin,
+        client_host: str,
+        sandbox_port: int,
+        private: bool = False,
     ) -> None:
         self._base_path = base_path
         self._origin = origin
+        self.private = private  # the relay's cookie admits requests: the app may not clear it
         self._client_host = client_host
         self._sandbox_port = sandbox_port
         self._request_key: tuple[object, ...] | None = None
@@ -331,6 +340,7 @@ class ConnectionHeads:
             close_delimited=close_delimited,
             keep_alive=True,
             sandbox_port=self._sandbox_port,
+            private=self.private,
         )
         # A rewritten Location depends on the request's Host too: not remembered.
         rewrites = any(name.lower() in _LOCATIONS for name, _ in head.headers)
@@ -358,6 +368,18 @@ def rewrite_location(value: bytes, sandbox_port: int, public_origin: bytes) -> b
     return value
 
 
+def keep_relay_cookies(clear_site_data: bytes) -> bytes:
+    """A ``Clear-Site-Data`` value without the types that clear cookies (``"cookies"``,
+    ``"*"``): they would clear the relay's cookie of a private app with the app's own and
+    lock the owner out. The app's other types (``"cache"``, ``"storage"``) are kept."""
+    kept = [
+        item.strip()
+        for item in clear_site_data.split(b",")
+        if item.strip().strip(b'"').strip().lower() not in (b"cookies", b"*")
+    ]
+    return b", ".join(item for item in kept if item)
+
+
 def build_browser_response(
     head: ResponseHead,
     *,
@@ -365,8 +387,12 @@ def build_browser_response(
     close_delimited: bool,
     keep_alive: bool,
     sandbox_port: int | None = None,
+    private: bool = False,
 ) -> BrowserResponse:
-    """Build the head the browser receives for an app's (final or interim) response."""
+    """Build the head the browser receives for an app's (final or interim) response.
+
+    ``private``: the app's requests are admitted by the relay's cookie, which the app's
+    ``Clear-Site-Data`` may not clear either (see :func:`keep_relay_cookies`)."""
     status = head.status
     found, kept = _scan(head.headers, _NOT_END_TO_END)
     fields = _end_to_end(found, kept)
@@ -378,6 +404,14 @@ def build_browser_response(
             for field in fields
             if field[0] != b"set-cookie" or not is_relay_set_cookie(field[2])
         ]
+    if private and b"clear-site-data" in found:
+        fields = [
+            (lowered, name, keep_relay_cookies(value))
+            if lowered == b"clear-site-data"
+            else (lowered, name, value)
+            for lowered, name, value in fields
+        ]
+        fields = [field for field in fields if field[0] != b"clear-site-data" or field[2]]
     if sandbox_port is not None and (b"location" in found or b"content-location" in found):
         public_origin = b"http://" + field_values(request.headers, b"host")[0]
         fields = [
