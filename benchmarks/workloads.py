@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 from websockets.asyncio.client import connect
@@ -26,11 +27,42 @@ def _ms(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+def address_of(url: str) -> tuple[str, int, list[str]]:
+    """Where a client connects for ``url``, and the wrk options that keep its Host.
+
+    sandbridge's app URLs name ``<label>.localhost``: browsers and curl resolve it to
+    loopback themselves; wrk and Python clients (glibc here) do not, so they connect to
+    127.0.0.1 and send the URL's host as ``Host``.
+    """
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None, url
+    if parts.hostname.endswith(".localhost"):
+        return "127.0.0.1", parts.port, ["-H", f"Host: {parts.netloc}"]
+    return parts.hostname, parts.port, []
+
+
+def _dialled(url: str) -> str:
+    """``url`` with a ``*.localhost`` name replaced by 127.0.0.1 (see :func:`address_of`)."""
+    parts = urllib.parse.urlsplit(url)
+    address, port, _ = address_of(url)
+    return parts._replace(netloc=f"{address}:{port}").geturl()
+
+
 def wrk(url: str, connections: int, seconds: float) -> dict[str, float]:
     """Keep-alive GETs at a fixed concurrency: requests/s and latency percentiles."""
     threads = 1 if connections < 2 else 2
+    _, _, host = address_of(url)
+    target = _dialled(url)
     result = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(seconds, 1):g}s", "--latency", url],
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{max(seconds, 1):g}s",
+            "--latency",
+            *host,
+            target,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -108,11 +140,12 @@ def _percentile(values: list[float], fraction: float) -> float:
 def ws_echo(url: str, seconds: float, connections: int = 4) -> dict[str, float]:
     """1 KiB text messages echoed over ``connections`` sockets: messages/s, RTT."""
     ws_url = url.replace("http://", "ws://", 1) + "/ws"
+    address, port, _ = address_of(url)
     message = "x" * 1024
 
     async def one(rtts: list[float], deadline: float) -> int:
         count = 0
-        async with connect(ws_url, max_size=None, compression=None) as ws:
+        async with connect(ws_url, max_size=None, compression=None, host=address, port=port) as ws:
             while time.monotonic() < deadline:
                 started = time.perf_counter()
                 await ws.send(message)
@@ -140,8 +173,8 @@ def sse_latency(url: str, events: int) -> dict[str, float]:
 
     async def run() -> dict[str, float]:
         host, _, rest = url.removeprefix("http://").partition("/")
-        name, _, port = host.partition(":")
-        reader, writer = await asyncio.open_connection(name, int(port))
+        address, port, _ = address_of(url)
+        reader, writer = await asyncio.open_connection(address, port)
         path = (
             "/" + rest + f"/sse?interval_ms=10&count={events}"
             if rest
@@ -167,13 +200,17 @@ def sse_latency(url: str, events: int) -> dict[str, float]:
 def open_websockets(url: str, count: int, measure: object) -> object:
     """Hold ``count`` idle WebSockets open through the path while ``measure()`` runs."""
     ws_url = url.replace("http://", "ws://", 1) + "/ws"
+    address, port, _ = address_of(url)
 
     async def run() -> object:
         sockets = []
         try:
             for start in range(0, count, 100):
                 batch = await asyncio.gather(
-                    *(connect(ws_url, compression=None) for _ in range(min(100, count - start)))
+                    *(
+                        connect(ws_url, compression=None, host=address, port=port)
+                        for _ in range(min(100, count - start))
+                    )
                 )
                 sockets.extend(batch)
             for ws in sockets[:: max(1, count // 10)] or []:

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,6 +137,41 @@ def port_is_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+# The host name of each app port a test learned from a registered URL (host_port_of):
+# ``<label>.localhost`` in the default URL form, absent in the IP form.
+APP_NAMES: dict[int, str] = {}
+
+
+def app_host(port: int) -> str:
+    """The name to connect to for an app port: its ``<label>.localhost`` if the test
+    learned one, else ``127.0.0.1`` (the IP form, or a port that is no app)."""
+    return APP_NAMES.get(port, "127.0.0.1")
+
+
+def host_field(port: int) -> bytes:
+    """The Host a browser sends to this app port (for raw requests)."""
+    return f"{app_host(port)}:{port}".encode()
+
+
+_system_getaddrinfo = socket.getaddrinfo
+
+
+def _getaddrinfo(host: object, *args: object, **kwargs: object) -> object:
+    # Browsers and curl resolve every name under localhost to loopback themselves;
+    # glibc here does not (no nss-myhostname), so Python clients in tests get the same.
+    if isinstance(host, str | bytes):
+        name = host.decode() if isinstance(host, bytes) else host
+        if name.lower().rstrip(".").endswith(".localhost"):
+            host = "127.0.0.1"
+    return _system_getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def localhost_names_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``*.localhost`` resolves to 127.0.0.1 in this process, as in browsers and curl."""
+    monkeypatch.setattr(socket, "getaddrinfo", _getaddrinfo)
+
+
 def request(
     url_port: int,
     method: str = "GET",
@@ -144,7 +180,7 @@ def request(
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """One request on a fresh connection; returns status, headers, body."""
-    conn = http.client.HTTPConnection("127.0.0.1", url_port, timeout=30)
+    conn = http.client.HTTPConnection(app_host(url_port), url_port, timeout=30)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         response = conn.getresponse()
@@ -161,12 +197,17 @@ def echo(url_port: int, path: str = "/", **kwargs: object) -> dict[str, object]:
 
 
 def host_port_of(url: str) -> int:
-    return int(url.split(":")[2].split("/", maxsplit=1)[0])
+    """The host port of an app URL; remembers its host name for :func:`app_host`."""
+    parsed = urllib.parse.urlsplit(url)
+    assert parsed.port is not None and parsed.hostname is not None, url
+    if parsed.hostname.endswith(".localhost"):
+        APP_NAMES[parsed.port] = parsed.hostname
+    return parsed.port
 
 
 def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """Send raw bytes, read until the relay closes the connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with socket.create_connection((app_host(port), port), timeout=timeout) as sock:
         sock.sendall(data)
         chunks = []
         while chunk := sock.recv(65536):

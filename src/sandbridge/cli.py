@@ -22,6 +22,7 @@ from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.session_registry import SessionEntry, list_sessions
 from sandbridge.host.upstream import Protocol
+from sandbridge.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.runner import network_cli
 from sandbridge.runner.backend import BACKENDS, resolve
 from sandbridge.runner.network_policy import Policy
@@ -31,6 +32,15 @@ from sandbridge.wire.limits import MAX_APPS_PER_SESSION
 
 
 def _print_app(app: App) -> None:
+    if app.host_name != "127.0.0.1":
+        # glibc (without nss-myhostname), Python and Node do not resolve *.localhost.
+        print(
+            f"sandbridge: browsers and curl open the URL below as is; other clients "
+            f"connect to 127.0.0.1:{app.host_port} and send Host: "
+            f"{app.host_name}:{app.host_port}",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"sandbridge: sandbox port {app.port} -> {app.url}", file=sys.stderr, flush=True)
 
 
@@ -92,6 +102,15 @@ def _add_relay_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="app URLs carry a one-time token exchanged for a cookie; others get 403",
     )
+    parser.add_argument(
+        "--url-form",
+        choices=[form.value for form in UrlForm],
+        default=UrlForm.NAME.value,
+        help="name (default): each app is http://<random label>.localhost:<port>/, its own "
+        "site for cookies and storage; ip: the accepted contract's "
+        "http://127.0.0.1:<port>/, where cookies ignore ports: every app, every other "
+        "localhost service and any local user's 127.0.0.1 listener share one cookie jar",
+    )
     for flag, default, kind, text in (
         (
             "--keepalive-timeout",
@@ -146,6 +165,9 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
         if getattr(args, name) <= 0:
             flag = "--" + name.replace("_", "-")
             raise SandbridgeError(f"{flag} must be positive, got {getattr(args, name)}")
+    url_form = UrlForm(args.url_form)
+    if url_form is UrlForm.IP:
+        print(f"sandbridge: warning: {IP_FORM_CAVEAT}", file=sys.stderr, flush=True)
     return RelaySettings(
         keepalive_timeout=args.keepalive_timeout,
         header_timeout=args.header_timeout,
@@ -154,6 +176,7 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
         max_connections=args.max_connections,
         max_apps=args.max_apps,
         private=args.private,
+        url_form=url_form,
     )
 
 

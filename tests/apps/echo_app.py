@@ -72,6 +72,19 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close")
         elif path.endswith("/status"):
             self._reply(int(query.get("code", ["200"])[0]), b"")
+        elif path.endswith("/set-cookie"):
+            # A page that sets each ``c`` as a Set-Cookie and each ``csd`` as a
+            # Clear-Site-Data (cookie tests: what a hostile app may answer).
+            body = b"<!doctype html><title>cookies</title>set"
+            self.send_response(200)
+            for value in query.get("c", []):
+                self.send_header("Set-Cookie", value)
+            for value in query.get("csd", []):
+                self.send_header("Clear-Site-Data", value)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif path.endswith("/pid"):
             self._reply(200, json.dumps({"pid": os.getpid()}).encode())
         else:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import PYTHON, REPO, Process, host_port_of, run_argv
+from tests.conftest import PYTHON, REPO, Process, app_host, host_port_of, run_argv
 
 FEATURE_APP = str(REPO / "tests" / "apps" / "feature_app.py")
 
@@ -23,11 +23,12 @@ class FeatureSession:
         self.url: str = report["url"]
         self.port = host_port_of(self.url)
         self.base = "" if base == "/" else base
-        self.origin = f"http://127.0.0.1:{self.port}"
+        self.host = app_host(self.port)
+        self.origin = f"http://{self.host}:{self.port}"
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/ws"
+        return f"ws://{self.host}:{self.port}/ws"
 
     def relay_pids(self) -> list[int]:
         """The host relay process and the in-sandbox shim (the sandbox entry)."""

@@ -14,6 +14,8 @@ from tests.conftest import (
     ECHO_APP,
     PYTHON,
     Process,
+    app_host,
+    host_field,
     host_port_of,
     raw_exchange,
     request,
@@ -49,7 +51,8 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
 
 
 def head(port: int, lines: str = "", method: str = "GET", target: str = "/") -> bytes:
-    return f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{lines}\r\n".encode()
+    host = host_field(port).decode()
+    return f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{lines}\r\n".encode()
 
 
 def status_of(answer: bytes) -> int:
@@ -63,29 +66,68 @@ def status_of(answer: bytes) -> int:
     ("host", "status"),
     [
         ("evil.example:{port}", 421),
+        ("127.0.0.1:{port}", 421),
+        ("localhost:{port}", 421),
+        ("[::1]:{port}", 421),
         ("127.0.0.1:{other}", 421),
         ("127.0.0.2:{port}", 421),
         ("127.0.0.1", 421),
+        ("{name}", 421),
+        ("{name}:{other}", 421),
+        ("{other_name}:{port}", 421),
+        ("x.{name}:{port}", 421),
+        ("evil.localhost:{port}", 421),
         ("127.0.0.1:{port}@evil.example", 400),
         ("", 400),
     ],
 )
-def test_foreign_host_is_refused(session: Session, host: str, status: int) -> None:
-    value = host.format(port=session.port, other=session.api_port)
+def test_foreign_host_is_refused_without_naming_the_app(
+    session: Session, host: str, status: int
+) -> None:
+    name, other_name = app_host(session.port), app_host(session.api_port)
+    value = host.format(port=session.port, other=session.api_port, name=name, other_name=other_name)
     answer = raw_exchange(session.port, f"GET / HTTP/1.1\r\nHost: {value}\r\n\r\n".encode())
     assert status_of(answer) == status
+    # A DNS-rebinding page can read the refusal: it must not learn the app's name.
+    label = name.split(".")[0].encode()
+    assert label not in answer.lower().replace(value.lower().encode(), b"")
 
 
 def test_missing_and_duplicate_host_are_400(session: Session) -> None:
     assert status_of(raw_exchange(session.port, b"GET / HTTP/1.1\r\n\r\n")) == 400
-    duplicate = head(session.port, f"Host: 127.0.0.1:{session.port}\r\n")
+    duplicate = head(session.port, f"Host: {app_host(session.port)}:{session.port}\r\n")
     assert status_of(raw_exchange(session.port, duplicate)) == 400
 
 
+def test_the_apps_own_name_is_served_in_any_case(session: Session) -> None:
+    for name in (app_host(session.port), app_host(session.port).upper()):
+        status, _, _ = request(session.port, headers={"Host": f"{name}:{session.port}"})
+        assert status == 200, name
+
+
+@pytest.fixture(scope="module")
+def ip_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """The accepted contract's URL form, chosen with ``--url-form ip``."""
+    running = Session(tmp_path_factory.mktemp("hostile-ip"), "--url-form", "ip")
+    yield running
+    running.process.stop()
+
+
+def test_ip_form_urls_are_the_contract_urls(ip_session: Session) -> None:
+    assert ip_session.urls[0] == f"http://127.0.0.1:{ip_session.port}/"
+
+
 @pytest.mark.parametrize("name", ["localhost", "[::1]", "127.0.0.1", "LOCALHOST"])
-def test_every_loopback_name_of_the_app_is_served(session: Session, name: str) -> None:
-    status, _, _ = request(session.port, headers={"Host": f"{name}:{session.port}"})
+def test_ip_form_serves_every_loopback_name_of_the_app(ip_session: Session, name: str) -> None:
+    status, _, _ = request(ip_session.port, headers={"Host": f"{name}:{ip_session.port}"})
     assert status == 200
+
+
+def test_ip_form_same_session_origins_may_post(ip_session: Session) -> None:
+    port, api_port = ip_session.port, ip_session.api_port
+    for origin in (f"http://127.0.0.1:{port}", f"http://localhost:{api_port}"):
+        status, _, _ = request(port, "POST", "/x", body=b"a", headers={"Origin": origin})
+        assert status == 200, origin
 
 
 # --- cross-site requests ---------------------------------------------------------------
@@ -111,9 +153,19 @@ def test_cross_site_websocket_upgrade_is_403(session: Session) -> None:
 
 
 def test_same_session_origins_may_post(session: Session) -> None:
-    for origin in (f"http://127.0.0.1:{session.port}", f"http://localhost:{session.api_port}"):
+    for port in (session.port, session.api_port):
+        origin = f"http://{app_host(port)}:{port}"
         status, _, _ = request(session.port, "POST", "/x", body=b"a", headers={"Origin": origin})
         assert status == 200, origin
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "evil.localhost"])
+def test_loopback_origins_other_than_the_apps_names_may_not_post(
+    session: Session, name: str
+) -> None:
+    origin = f"http://{name}:{session.api_port}"
+    status, _, body = request(session.port, "POST", "/x", body=b"a", headers={"Origin": origin})
+    assert status == 403, body
 
 
 def test_cross_site_safe_request_is_served(session: Session) -> None:
@@ -165,7 +217,7 @@ def test_proxy_requests_are_refused(
 def test_bad_framing_is_refused_and_the_connection_closed(
     session: Session, raw: bytes, status: int
 ) -> None:
-    raw = raw.replace(b"Host: H", f"Host: 127.0.0.1:{session.port}".encode())
+    raw = raw.replace(b"Host: H", b"Host: " + host_field(session.port))
     answer = raw_exchange(session.port, raw)  # returns only once the relay closes
     assert status_of(answer) == status
     assert answer.count(b"HTTP/1.1 ") == 1
@@ -190,7 +242,7 @@ def test_hop_by_hop_and_forwarding_headers_never_reach_the_app(session: Session)
     for dropped in ("x-private", "keep-alive", "proxy-authorization", "forwarded", "x-real-ip"):
         assert dropped not in headers
     assert headers["x-forwarded-for"] == "127.0.0.1"
-    assert headers["x-forwarded-host"] == f"127.0.0.1:{session.port}"
+    assert headers["x-forwarded-host"] == host_field(session.port).decode()
     assert headers["x-forwarded-proto"] == "http"
     assert headers["x-kept"] == "yes"
 
@@ -201,7 +253,7 @@ def test_hop_by_hop_and_forwarding_headers_never_reach_the_app(session: Session)
 def test_slowloris_head_gets_408_within_the_header_timeout(session: Session) -> None:
     with socket.create_connection(("127.0.0.1", session.port), timeout=10) as sock:
         started = time.monotonic()
-        sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:")
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: " + host_field(session.port)[:-1])
         answer = b""
         while chunk := sock.recv(4096):
             answer += chunk

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import ECHO_APP, PYTHON, Process, host_port_of, run_argv
+from tests.conftest import ECHO_APP, PYTHON, Process, app_host, host_port_of, run_argv
 from tests.e2e.features import rss_kib
 
 SOAK_SECONDS = float(os.environ.get("SANDBRIDGE_SOAK_SECONDS", "15"))
@@ -30,7 +30,7 @@ def fd_count(pid: int) -> int:
 
 def good_client(port: int, stop: threading.Event, results: list[str]) -> None:
     rng = random.Random(port)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
     while not stop.is_set():
         try:
             if rng.random() < 0.5:
@@ -45,13 +45,13 @@ def good_client(port: int, stop: threading.Event, results: list[str]) -> None:
         except (OSError, http.client.HTTPException, ValueError) as exc:
             results.append(f"error {exc!r}")
             conn.close()
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
     conn.close()
 
 
 def hostile_client(port: int, seed: int, stop: threading.Event) -> None:
     rng = random.Random(seed)
-    host = f"Host: 127.0.0.1:{port}\r\n".encode()
+    host = f"Host: {app_host(port)}:{port}\r\n".encode()
     attacks = [
         b"GET / HTTP/1.1\r\n" + host,  # slowloris: never finishes
         b"\x16\x03\x01\x02\x00garbage" + os.urandom(100),
@@ -113,7 +113,7 @@ def test_soak_with_good_and_hostile_clients(tmp_path: Path) -> None:
         warm_stop.set()
         for port in ports:
             good_client(port, warm_stop, warm)
-            http.client.HTTPConnection("127.0.0.1", port).request("GET", "/")
+            http.client.HTTPConnection(app_host(port), port).request("GET", "/")
         fds_before, rss_before = fd_count(host_pid), rss_kib(host_pid)
 
         stop = threading.Event()

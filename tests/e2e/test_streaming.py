@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import request
+from tests.conftest import app_host, request
 from tests.e2e.features import FeatureSession, feature_session
 
 
@@ -25,7 +25,7 @@ def session(
 
 
 def test_each_chunk_arrives_when_the_app_sends_it(session: FeatureSession) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(session.port), session.port, timeout=10)
     conn.request("GET", "/chunks?n=4&pause_ms=300")
     response = conn.getresponse()
     assert response.getheader("Content-Type") == "text/plain"
@@ -37,7 +37,7 @@ def test_each_chunk_arrives_when_the_app_sends_it(session: FeatureSession) -> No
 
 
 def test_sse_events_stream_as_sent(session: FeatureSession) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(session.port), session.port, timeout=10)
     conn.request("GET", "/sse?count=3&interval_ms=300", headers={"Accept": "text/event-stream"})
     response = conn.getresponse()
     delays: list[float] = []
@@ -49,7 +49,7 @@ def test_sse_events_stream_as_sent(session: FeatureSession) -> None:
 
 
 def test_last_event_id_reaches_the_app(session: FeatureSession) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(session.port), session.port, timeout=10)
     conn.request("GET", "/sse?count=1&interval_ms=1", headers={"Last-Event-ID": "3"})
     body = conn.getresponse().read()
     assert b"id: 4\n" in body
@@ -58,7 +58,7 @@ def test_last_event_id_reaches_the_app(session: FeatureSession) -> None:
 
 def test_streaming_response_outlives_the_idle_timeout(tmp_path: Path) -> None:
     with feature_session(tmp_path, "/", "--keepalive-timeout", "0.5") as running:
-        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=10)
+        conn = http.client.HTTPConnection(app_host(running.port), running.port, timeout=10)
         conn.request("GET", "/chunks?n=6&pause_ms=300")
         lines = conn.getresponse().read().splitlines()
         assert [json.loads(line)["i"] for line in lines] == list(range(6))
@@ -82,7 +82,7 @@ def test_content_length_upload(session: FeatureSession) -> None:
 
 def test_chunked_upload(session: FeatureSession) -> None:
     parts = [b"x" * 100_000, b"y", b"z" * 300_000]
-    conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(session.port), session.port, timeout=10)
     conn.request("POST", "/sink", body=iter(parts), encode_chunked=True)
     answer = json.loads(conn.getresponse().read())
     assert answer["sha256"] == hashlib.sha256(b"".join(parts)).hexdigest()
@@ -92,7 +92,7 @@ def test_expect_100_continue(session: FeatureSession) -> None:
     body = b"after the interim response"
     with socket.create_connection(("127.0.0.1", session.port), timeout=10) as sock:
         sock.sendall(
-            f"POST /sink HTTP/1.1\r\nHost: 127.0.0.1:{session.port}\r\n"
+            f"POST /sink HTTP/1.1\r\nHost: {app_host(session.port)}:{session.port}\r\n"
             f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
         )
         interim = sock.recv(4096)

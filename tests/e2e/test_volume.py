@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import app_host
 from tests.e2e.features import FeatureSession, feature_session, peak_rss_kib
 
 GIB = 1 << 30
@@ -43,7 +44,7 @@ def assert_relay_memory_bounded(session: FeatureSession) -> None:
 
 
 def test_1_gib_download_is_intact(session: FeatureSession) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=60)
+    conn = http.client.HTTPConnection(app_host(session.port), session.port, timeout=60)
     conn.request("GET", f"/bytes?n={GIB}")
     response = conn.getresponse()
     digest, total = hashlib.sha256(), 0
@@ -60,7 +61,7 @@ def test_1_gib_upload_is_intact(session: FeatureSession) -> None:
         for _ in range(GIB // len(BLOCK)):
             yield BLOCK
 
-    conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=60)
+    conn = http.client.HTTPConnection(app_host(session.port), session.port, timeout=60)
     conn.request("POST", "/sink", body=body(), headers={"Content-Length": str(GIB)})
     answer = json.loads(conn.getresponse().read())
     assert answer == {"size": GIB, "sha256": expected_digest(GIB)}
@@ -73,14 +74,15 @@ def test_slow_reader_does_not_make_the_relay_buffer(session: FeatureSession) -> 
     with socket.create_connection(("127.0.0.1", session.port), timeout=30) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         sock.sendall(
-            f"GET /bytes?n={size} HTTP/1.1\r\nHost: 127.0.0.1:{session.port}\r\n\r\n".encode()
+            f"GET /bytes?n={size} HTTP/1.1\r\n"
+            f"Host: {app_host(session.port)}:{session.port}\r\n\r\n".encode()
         )
         first = sock.recv(65536)
         assert first.startswith(b"HTTP/1.1 200 ")
         # This reader reads nothing more for now. The app reports when its writes stop
         # completing: a relay that buffered would have let it write all 512 MiB first.
         received = len(first) - first.index(b"\r\n\r\n") - 4
-        probe = http.client.HTTPConnection("127.0.0.1", session.port, timeout=30)
+        probe = http.client.HTTPConnection(app_host(session.port), session.port, timeout=30)
         probe.request("GET", "/api/bytes-log")
         blocked_at = json.loads(probe.getresponse().read())["blocked_at"][0]
         assert blocked_at < 32 * 1024 * 1024, f"the app wrote {blocked_at} bytes before blocking"
@@ -95,7 +97,7 @@ def test_slow_reader_does_not_make_the_relay_buffer(session: FeatureSession) -> 
 
 def test_200_concurrent_connections_get_complete_bodies(session: FeatureSession) -> None:
     def work(index: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=60)
+        conn = http.client.HTTPConnection(app_host(session.port), session.port, timeout=60)
         try:
             kind = index % 4
             if kind == 0:

@@ -19,6 +19,7 @@ import pytest
 
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.http.forwarding import build_upstream_request
+from sandbridge.http.origin_policy import AppOrigin
 from sandbridge.http.parser import (
     MESSAGE_END,
     BodyChunk,
@@ -111,7 +112,10 @@ def test_request_reader_and_forwarding_policy() -> None:
                     if isinstance(event, RequestHead):
                         try:
                             request = build_upstream_request(
-                                event, base_path="/app", host_port=5000, client_host="127.0.0.1"
+                                event,
+                                base_path="/app",
+                                origin=AppOrigin(5000),
+                                client_host="127.0.0.1",
                             )
                         except HttpError:
                             continue

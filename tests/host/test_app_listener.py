@@ -7,7 +7,16 @@ import http.client
 import json
 import socket
 
-from tests.conftest import Relay, echo, free_port, host_port_of, raw_exchange, request
+from tests.conftest import (
+    Relay,
+    app_host,
+    echo,
+    free_port,
+    host_field,
+    host_port_of,
+    raw_exchange,
+    request,
+)
 
 
 def test_request_reaches_the_app_with_its_path_and_query(relay: Relay, app_port: int) -> None:
@@ -33,7 +42,7 @@ def test_listener_binds_loopback_only(relay: Relay, app_port: int) -> None:
 
 def test_many_requests_on_one_keep_alive_connection(relay: Relay, app_port: int) -> None:
     port = host_port_of(relay.register(app_port))
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
     local_ports = set()
     for index in range(200):
         conn.request("GET", f"/n/{index}")
@@ -56,7 +65,7 @@ def test_content_length_upload_arrives_intact(relay: Relay, app_port: int) -> No
 def test_chunked_upload_arrives_intact(relay: Relay, app_port: int) -> None:
     port = host_port_of(relay.register(app_port))
     parts = [b"a" * 1000, b"b" * 70_000, b"c"]
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
     conn.request("POST", "/upload", body=iter(parts), encode_chunked=True)
     report = json.loads(conn.getresponse().read())
     assert report["body_sha256"] == hashlib.sha256(b"".join(parts)).hexdigest()
@@ -66,7 +75,7 @@ def test_chunked_upload_arrives_intact(relay: Relay, app_port: int) -> None:
 def test_large_download_streams_complete(relay: Relay, app_port: int) -> None:
     port = host_port_of(relay.register(app_port))
     size = 64 * 1024 * 1024 + 17
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
     conn.request("GET", f"/bytes?n={size}")
     response = conn.getresponse()
     digest, total = hashlib.sha256(), 0
@@ -90,7 +99,7 @@ def test_chunked_response_is_relayed_chunked(relay: Relay, app_port: int) -> Non
 
 def test_close_delimited_response_reaches_a_keep_alive_browser(relay: Relay, app_port: int) -> None:
     port = host_port_of(relay.register(app_port))
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
     conn.request("GET", "/close-delimited")
     assert conn.getresponse().read() == b"until close"
     conn.request("GET", "/after")
@@ -99,7 +108,7 @@ def test_close_delimited_response_reaches_a_keep_alive_browser(relay: Relay, app
 
 def test_head_response_has_no_body(relay: Relay, app_port: int) -> None:
     port = host_port_of(relay.register(app_port))
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
     conn.request("HEAD", "/styles.css")
     response = conn.getresponse()
     assert response.getheader("Content-Length") == "29"
@@ -140,7 +149,7 @@ def test_registered_port_with_nothing_listening_is_502_for_that_request_only(
 ) -> None:
     dead = host_port_of(relay.register(free_port()))
     live = host_port_of(relay.register(app_port))
-    conn = http.client.HTTPConnection("127.0.0.1", dead, timeout=10)
+    conn = http.client.HTTPConnection(app_host(dead), dead, timeout=10)
     conn.request("GET", "/")
     response = conn.getresponse()
     assert response.status == 502
@@ -165,8 +174,8 @@ def test_malformed_request_is_400_and_the_relay_stays_up(relay: Relay, app_port:
 
 def test_pipelined_requests_get_answers_in_order(relay: Relay, app_port: int) -> None:
     port = host_port_of(relay.register(app_port))
-    host = f"Host: 127.0.0.1:{port}\r\n".encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    host = b"Host: " + host_field(port) + b"\r\n"
+    with socket.create_connection((app_host(port), port), timeout=10) as sock:
         sock.sendall(
             b"GET /one HTTP/1.1\r\n" + host + b"\r\n"
             b"GET /two HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n"

@@ -25,7 +25,7 @@ from sandbridge.host.app_listener import READ_BYTES, AppListener, _KeepAliveLane
 from sandbridge.host.channel import Channel
 from sandbridge.host.relay_settings import RelaySettings, SessionScope
 from sandbridge.host.upstream import UpstreamConnector
-from tests.conftest import Relay, host_port_of
+from tests.conftest import Relay, app_host, host_field, host_port_of
 
 Script = Callable[[socket.socket, "ScriptedApp"], None]
 
@@ -123,14 +123,15 @@ class Browser:
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock = socket.create_connection((app_host(port), port), timeout=10)
         self.buffer = b""
 
     def send(self, target: str = "/", extra: str = "") -> None:
         self.sock.sendall(self.head(target, extra))
 
     def head(self, target: str = "/", extra: str = "") -> bytes:
-        return f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n{extra}\r\n".encode()
+        host = host_field(self.port)
+        return b"GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (target.encode(), host, extra.encode())
 
     def _fill(self) -> bool:
         chunk = self.sock.recv(65536)
@@ -254,7 +255,7 @@ def test_head_begun_on_a_kept_connection_gets_408_within_the_header_timeout(
     browser = Browser(host_port_of(fast_relay.register(app.port)))
     assert browser.get()[0] == 200
     started = time.monotonic()
-    browser.sock.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1")
+    browser.sock.sendall(b"GET /slow HTTP/1.1\r\nHost: " + host_field(browser.port)[:9])
     status, _, body = browser.response()
     assert status == 408
     assert b"request head not complete within 1 s" in body
@@ -294,9 +295,9 @@ def test_pipelined_requests_on_a_kept_connection_are_answered_in_order(
     ("request_bytes", "status"),
     [
         (b"GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n", 421),
-        (b"GET /\x01 HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\n\r\n", 400),
-        (b"GET http://x/ HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\n\r\n", 400),
-        (b"DELETE / HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\nOrigin: http://evil.example\r\n\r\n", 403),
+        (b"GET /\x01 HTTP/1.1\r\nHost: HOST\r\n\r\n", 400),
+        (b"GET http://x/ HTTP/1.1\r\nHost: HOST\r\n\r\n", 400),
+        (b"DELETE / HTTP/1.1\r\nHost: HOST\r\nOrigin: http://evil.example\r\n\r\n", 403),
     ],
 )
 def test_bad_request_on_a_kept_connection_is_refused_as_on_a_new_one(
@@ -305,7 +306,7 @@ def test_bad_request_on_a_kept_connection_is_refused_as_on_a_new_one(
     app = scripted(answer_each)
     browser = Browser(host_port_of(relay.register(app.port)))
     assert browser.get()[0] == 200
-    browser.sock.sendall(request_bytes.replace(b"PORT", str(browser.port).encode()))
+    browser.sock.sendall(request_bytes.replace(b"HOST", host_field(browser.port)))
     assert browser.response()[0] == status
     assert browser.closed()
     assert len(app.requests) == 1  # nothing of the refused request reached the app
@@ -371,7 +372,8 @@ def test_upload_on_a_kept_connection_reaches_the_app(
     app = scripted(script)
     browser = kept_browser(relay, app)
     browser.sock.sendall(
-        b"POST /up HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: 100000\r\n\r\n" % browser.port
+        b"POST /up HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\n"
+        % host_field(browser.port)
         + b"u" * 100_000
     )
     assert browser.response()[2] == b"100000"
@@ -544,7 +546,7 @@ def test_request_arriving_as_the_keep_alive_timeout_fires_never_reaches_the_app(
 
         loop = asyncio.get_running_loop()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        host = f"Host: 127.0.0.1:{port}\r\n\r\n".encode()
+        host = f"Host: {listener.origin.hostname}:{port}\r\n\r\n".encode()  # type: ignore[union-attr]
         try:
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(_KeepAliveLane, "run", spy)

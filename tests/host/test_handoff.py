@@ -18,6 +18,7 @@ from tests.conftest import (
     SANDBRIDGE,
     Process,
     Relay,
+    app_host,
     free_port,
     host_port_of,
     request,
@@ -72,7 +73,7 @@ def fds_settle_to(pid: int, count: int) -> bool:
 
 def test_requests_go_to_the_app_over_the_handed_over_socket(relay: Relay, app_port: int) -> None:
     port = host_port_of(relay.register(app_port))
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
     try:
         for _ in range(3):
             conn.request("GET", "/")

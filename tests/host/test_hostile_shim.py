@@ -16,6 +16,7 @@ from tests.conftest import (
     SANDBRIDGE,
     Process,
     Relay,
+    app_host,
     free_port,
     host_port_of,
     request,
@@ -74,7 +75,7 @@ def test_truncated_stream_is_cut_not_completed(runtime_dir: Path, behaviour: str
     relay = _host_with_timeout(runtime_dir, "stream")
     try:
         port = host_port_of(relay.register(free_port()))
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
         conn.request("GET", f"/hostile/{behaviour}")
         response = conn.getresponse()
         assert response.status == 200
@@ -89,7 +90,7 @@ def test_body_longer_than_declared_is_cut_at_the_declared_length(runtime_dir: Pa
     relay = _host_with_timeout(runtime_dir, "stream")
     try:
         port = host_port_of(relay.register(free_port()))
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
         conn.request("GET", "/hostile/long-body")
         assert conn.getresponse().read() == b"hello"
         conn.request("GET", "/fine")
@@ -102,7 +103,7 @@ def test_header_injection_never_reaches_the_browser(hostile: HostileRelay) -> No
     port = host_port_of(hostile.register(free_port()))
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(
-            f"GET /hostile/crlf-in-header HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"GET /hostile/crlf-in-header HTTP/1.1\r\nHost: {app_host(port)}:{port}\r\n"
             "Connection: close\r\n\r\n".encode()
         )
         answer = b""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -29,15 +30,37 @@ def _ask(path: Path, data: bytes, shutdown: bool = False) -> dict[str, object]:
     return value
 
 
-def test_contract_request_gets_the_contract_answer(relay: Relay, app_port: int) -> None:
+def test_contract_request_gets_the_contract_answer_in_the_ip_form(
+    runtime_dir: Path, app_port: int
+) -> None:
+    relay = Relay(runtime_dir, host_args=("--url-form", "ip"))
+    try:
+        answer = _ask(
+            relay.runtime_dir / "relay.sock",
+            json.dumps({"type": "register", "port": app_port, "base_path": "/"}).encode() + b"\n",
+        )
+        assert set(answer) == {"ok", "host_port", "base_path", "url"}
+        assert answer["ok"] is True
+        assert answer["url"] == f"http://127.0.0.1:{answer['host_port']}/"
+        port = int(answer["host_port"])  # type: ignore[call-overload]
+        assert echo(port)["server_port"] == app_port
+    finally:
+        relay.stop()
+
+
+def test_contract_request_gets_the_contract_fields_and_a_label_url(
+    relay: Relay, app_port: int
+) -> None:
     answer = _ask(
         relay.runtime_dir / "relay.sock",
         json.dumps({"type": "register", "port": app_port, "base_path": "/"}).encode() + b"\n",
     )
     assert set(answer) == {"ok", "host_port", "base_path", "url"}
     assert answer["ok"] is True
-    assert answer["url"] == f"http://127.0.0.1:{answer['host_port']}/"
-    assert echo(int(answer["host_port"]))["server_port"] == app_port  # type: ignore[call-overload]
+    assert re.fullmatch(
+        rf"http://[a-z2-7]{{26}}\.localhost:{answer['host_port']}/", str(answer["url"])
+    )
+    assert echo(host_port_of(str(answer["url"])))["server_port"] == app_port
 
 
 def test_request_ended_by_shutdown_instead_of_newline_works(relay: Relay, app_port: int) -> None:
@@ -82,7 +105,7 @@ def test_sockets_are_0600_and_dir_0700(relay: Relay) -> None:
 
 def test_helper_prints_the_url(relay: Relay, app_port: int) -> None:
     url = relay.register(app_port, "/app/")
-    assert url.startswith("http://127.0.0.1:") and url.endswith("/app")
+    assert re.fullmatch(r"http://[a-z2-7]{26}\.localhost:[0-9]+/app", url)
     assert echo(host_port_of(url), "/x")["path"] == "/app/x"
 
 

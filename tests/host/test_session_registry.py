@@ -140,13 +140,13 @@ def test_run_prints_its_session_id_and_ls_shows_it_with_its_app(tmp_path: Path) 
         )
         [record] = json.loads(listed.stdout)
         assert record["id"] == "demo-1"
-        assert [app["url"] for app in record["apps"]] == [
-            f"http://127.0.0.1:{record['apps'][0]['host_port']}/"
-        ]
+        [url] = [app["url"] for app in record["apps"]]
+        port = record["apps"][0]["host_port"]
+        assert re.fullmatch(rf"http://[a-z2-7]{{26}}\.localhost:{port}/", url)
         text = subprocess.run(
             [*SANDBRIDGE, "ls"], env=env, capture_output=True, text=True, check=True
         ).stdout
-        assert text.startswith("demo-1  pid ") and "-> http://127.0.0.1:" in text
+        assert text.startswith("demo-1  pid ") and f"-> {url}" in text
         clash = subprocess.run(
             [*SANDBRIDGE, "run", "--name", "demo-1", "--", "true"],
             env=env,

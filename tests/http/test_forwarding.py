@@ -16,7 +16,7 @@ from sandbridge.http.forwarding import (
     build_upstream_request,
     error_response,
 )
-from sandbridge.http.origin_policy import origins_of
+from sandbridge.http.origin_policy import AppOrigin, origins_of
 from sandbridge.http.parser import RequestHead, RequestReader, ResponseHead, ResponseReader
 
 
@@ -28,7 +28,7 @@ def _head(raw: bytes) -> RequestHead:
 
 def _forward(raw: bytes, base: str = "/", port: int = 5000) -> bytes:
     return build_upstream_request(
-        _head(raw), base_path=base, host_port=port, client_host="127.0.0.1"
+        _head(raw), base_path=base, origin=AppOrigin(port), client_host="127.0.0.1"
     ).head
 
 
@@ -98,7 +98,7 @@ def test_chunked_request_stays_chunked() -> None:
     request = build_upstream_request(
         _head(b"POST / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\nTransfer-Encoding: chunked\r\n\r\n"),
         base_path="/",
-        host_port=5000,
+        origin=AppOrigin(5000),
         client_host="127.0.0.1",
     )
     assert request.framing is Framing.CHUNKED
@@ -209,14 +209,14 @@ def test_remembered_request_translation_equals_a_fresh_one(base: str) -> None:
     for before, before_origins in heads:
         for head, origins in heads:
             memory = ConnectionHeads(
-                base_path=base, host_port=5000, client_host="127.0.0.1", sandbox_port=80
+                base_path=base, origin=AppOrigin(5000), client_host="127.0.0.1", sandbox_port=80
             )
             _translated(functools.partial(memory.request, before, before_origins))
             fresh = functools.partial(
                 build_upstream_request,
                 head,
                 base_path=base,
-                host_port=5000,
+                origin=AppOrigin(5000),
                 client_host="127.0.0.1",
                 session_origins=origins,
             )
@@ -253,7 +253,7 @@ def test_remembered_response_translation_equals_a_fresh_one() -> None:
     for before in exchanges:
         for response, request, close_delimited in exchanges:
             memory = ConnectionHeads(
-                base_path="/", host_port=5000, client_host="127.0.0.1", sandbox_port=80
+                base_path="/", origin=AppOrigin(5000), client_host="127.0.0.1", sandbox_port=80
             )
             memory.response(before[0], before[1], close_delimited=before[2])
             fresh = build_browser_response(
@@ -264,3 +264,79 @@ def test_remembered_response_translation_equals_a_fresh_one() -> None:
                 sandbox_port=80,
             )
             assert memory.response(response, request, close_delimited=close_delimited) == fresh
+
+
+def test_set_cookie_of_relay_cookies_is_removed_from_responses() -> None:
+    request = _head(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\n\r\n")
+    response = build_browser_response(
+        _response(
+            [
+                (b"Set-Cookie", b"sandbridge_5000=planted; Path=/"),
+                (b"set-cookie", b" SANDBRIDGE_6000=x; Max-Age=0"),
+                (b"Set-Cookie", b"=sandbridge_5000=x"),
+                (b"Set-Cookie", b"app=1; Path=/"),
+                (b"Content-Length", b"0"),
+            ]
+        ),
+        request=request,
+        close_delimited=False,
+        keep_alive=True,
+    )
+    assert b"sandbridge_" not in response.head.lower()
+    assert b"Set-Cookie: app=1; Path=/\r\n" in response.head
+
+
+def test_location_of_a_named_app_moves_to_its_label_origin() -> None:
+    origin = AppOrigin(5000, "abcdefghijklmnopqrstuvwxyz")
+    heads = ConnectionHeads(base_path="/", origin=origin, client_host="127.0.0.1", sandbox_port=80)
+    request = _head(b"GET / HTTP/1.1\r\nHost: abcdefghijklmnopqrstuvwxyz.localhost:5000\r\n\r\n")
+    heads.request(request, origin.origins)
+    response = heads.response(
+        _response([(b"Location", b"http://127.0.0.1:80/next"), (b"Content-Length", b"0")], 302),
+        request,
+        close_delimited=False,
+    )
+    assert b"Location: http://abcdefghijklmnopqrstuvwxyz.localhost:5000/next\r\n" in response.head
+
+
+def test_a_referrer_policy_is_added_unless_the_app_set_one() -> None:
+    request = _head(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\n\r\n")
+    default = build_browser_response(
+        _response([(b"Content-Length", b"0")]),
+        request=request,
+        close_delimited=False,
+        keep_alive=True,
+    )
+    assert b"\r\nReferrer-Policy: same-origin\r\n" in default.head
+    chosen = build_browser_response(
+        _response([(b"Referrer-Policy", b"origin"), (b"Content-Length", b"0")]),
+        request=request,
+        close_delimited=False,
+        keep_alive=True,
+    )
+    assert chosen.head.lower().count(b"referrer-policy") == 1
+    assert b"Referrer-Policy: origin\r\n" in chosen.head
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        (b'"cookies"', None),
+        (b'"*"', None),
+        (b'"cache", "Cookies", "storage"', b'"cache", "storage"'),
+        (b' "storage" , "*" ', b'"storage"'),
+        (b'"cache"', b'"cache"'),
+    ],
+)
+def test_a_private_apps_clear_site_data_keeps_cookies(value: bytes, kept: bytes | None) -> None:
+    request = _head(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5000\r\n\r\n")
+    head = _response([(b"Clear-Site-Data", value), (b"Content-Length", b"0")])
+    private = build_browser_response(
+        head, request=request, close_delimited=False, keep_alive=True, private=True
+    )
+    if kept is None:
+        assert b"clear-site-data" not in private.head.lower()
+    else:
+        assert b"\r\nClear-Site-Data: " + kept + b"\r\n" in private.head
+    public = build_browser_response(head, request=request, close_delimited=False, keep_alive=True)
+    assert b"\r\nClear-Site-Data: " + value + b"\r\n" in public.head  # the app's own business

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from sandbridge.exceptions import HttpError
-from sandbridge.http.private_access import AccessGate, Redirect, strip_relay_cookies
+from sandbridge.http.private_access import (
+    AccessGate,
+    Redirect,
+    is_relay_set_cookie,
+    strip_relay_cookies,
+)
 
 
 def test_token_is_exchanged_once() -> None:
@@ -46,3 +51,43 @@ def test_tokens_and_secrets_are_unguessable() -> None:
     first, second = AccessGate(1), AccessGate(1)
     assert first.token != second.token and first.secret != second.secret
     assert len(first.token) >= 43
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"sandbridge_5000=x; Path=/",
+        b"SANDBRIDGE_5000=x",
+        b"Sandbridge_anything=x; Max-Age=0",
+        b" \tsandbridge_5000 =x",
+        b"=sandbridge_5000=x",
+        b" = sandbridge_5000=x",
+        b"sandbridge_5000",
+    ],
+)
+def test_set_cookie_of_a_relay_cookie_is_recognised_however_spelled(value: bytes) -> None:
+    assert is_relay_set_cookie(value)
+
+
+@pytest.mark.parametrize("value", [b"session=1", b"x=sandbridge_5000", b"my_sandbridge_1=x"])
+def test_set_cookie_of_an_app_cookie_is_the_apps(value: bytes) -> None:
+    assert not is_relay_set_cookie(value)
+
+
+def test_a_second_cookie_of_the_same_name_does_not_lock_the_owner_out() -> None:
+    gate = AccessGate(5000)
+    cookie = b"sandbridge_5000=planted; sandbridge_5000=" + gate.secret
+    assert gate.check(b"/", [(b"Cookie", cookie)]) is None
+
+
+def test_the_cookie_is_host_only_httponly_and_strict() -> None:
+    gate = AccessGate(5000)
+    redirect = gate.check(f"/?sandbridge_token={gate.token}".encode(), [])
+    assert isinstance(redirect, Redirect)
+    attributes = [part.strip().lower() for part in redirect.set_cookie.split(b";")[1:]]
+    assert b"httponly" in attributes and b"samesite=strict" in attributes
+    assert not any(attribute.startswith(b"domain") for attribute in attributes)
+
+
+def test_relay_cookies_are_stripped_from_requests_in_any_case() -> None:
+    assert strip_relay_cookies([(b"Cookie", b"SANDBRIDGE_1=s; a=1")]) == [(b"Cookie", b"a=1")]

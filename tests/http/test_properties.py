@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from sandbridge.http.base_path import apply_base_path
 from sandbridge.http.forwarding import FORWARDING_FIELDS, HOP_BY_HOP, build_upstream_request
+from sandbridge.http.origin_policy import AppOrigin
 from sandbridge.http.parser import MESSAGE_END, RequestHead, RequestReader
 
 SEGMENT = st.text(
@@ -76,7 +77,9 @@ def test_forwarded_head_has_no_hop_by_hop_or_foreign_forwarding_fields(
         + "\r\n"
     )
     head = _parse(raw.encode())
-    request = build_upstream_request(head, base_path="/", host_port=5000, client_host="127.0.0.1")
+    request = build_upstream_request(
+        head, base_path="/", origin=AppOrigin(5000), client_host="127.0.0.1"
+    )
     forwarded = _parse(request.head)
     names = [name.lower() for name, _ in forwarded.headers]
     dropped = HOP_BY_HOP | {n.lower().encode() for n in connection_named}

@@ -40,6 +40,7 @@ from sandbridge.http.forwarding import (
     encode_chunk,
     error_response,
 )
+from sandbridge.http.origin_policy import AppOrigin
 from sandbridge.http.parser import (
     MESSAGE_END,
     BodyChunk,
@@ -52,7 +53,6 @@ from sandbridge.http.parser import (
 )
 from sandbridge.http.private_access import TOKEN_PARAM, AccessGate, redirect_response
 from sandbridge.unix_sockets import Pump
-from sandbridge.wire.registration import app_url
 
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
 # while bounding what one connection can hold per direction.
@@ -69,6 +69,7 @@ class App:
     base_path: str
     host_port: int
     url: str
+    host_name: str = "127.0.0.1"  # what clients must send as Host (with the port)
 
 
 class BrowserConnection:
@@ -379,7 +380,8 @@ class _KeepAliveLane:
 
 
 class AppListener:
-    """Serves one app's host origin on ``127.0.0.1:<host_port>``."""
+    """Serves one app's host origin: ``127.0.0.1:<host_port>``, named ``<label>.localhost``
+    (:class:`~sandbridge.http.origin_policy.AppOrigin`)."""
 
     def __init__(
         self,
@@ -395,6 +397,7 @@ class AppListener:
         self.settings = self.scope.settings
         self.gate: AccessGate | None = None
         self.host_port = 0
+        self.origin: AppOrigin | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Channel] = set()
         self._tunnels: set[_Tunnel] = set()
@@ -403,8 +406,9 @@ class AppListener:
 
     @property
     def app(self) -> App:
-        url = app_url(self.host_port, self.base_path) + self.url_suffix
-        return App(self.port, self.base_path, self.host_port, url)
+        assert self.origin is not None, "start() names the app"
+        url = self.origin.url(self.base_path) + self.url_suffix
+        return App(self.port, self.base_path, self.host_port, url, self.origin.hostname)
 
     async def start(self) -> int:
         """Bind a new random loopback port; return it."""
@@ -416,7 +420,8 @@ class AppListener:
             backlog=512,
         )
         self.host_port = self._server.sockets[0].getsockname()[1]
-        self.scope.add_port(self.host_port)
+        self.origin = AppOrigin.new(self.host_port, self.settings.url_form)
+        self.scope.add_app(self.origin)
         if self.settings.private:
             self.gate = AccessGate(self.host_port)
         return self.host_port
@@ -462,11 +467,13 @@ class AppListener:
         assert channel.transport is not None
         peer = channel.transport.get_extra_info("peername")
         client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
+        assert self.origin is not None
         heads = ConnectionHeads(
             base_path=self.base_path,
-            host_port=self.host_port,
+            origin=self.origin,
             client_host=client_host,
             sandbox_port=self.port,
+            private=self.gate is not None,
         )
         browser = BrowserConnection(channel, heads)
         upstream: _Upstream | None = None
@@ -829,7 +836,11 @@ class AppListener:
                     if not request.upgrade:
                         raise UpstreamError("app answered 101 to a request that did not upgrade")
                     response = build_browser_response(
-                        event, request=head, close_delimited=False, keep_alive=False
+                        event,
+                        request=head,
+                        close_delimited=False,
+                        keep_alive=False,
+                        private=browser.heads.private,
                     )
                     exchange.response_started = True
                     await browser.send(response.head)
@@ -840,7 +851,11 @@ class AppListener:
                 if event.status < 200:
                     if head.version == "1.1":
                         response = build_browser_response(
-                            event, request=head, close_delimited=False, keep_alive=True
+                            event,
+                            request=head,
+                            close_delimited=False,
+                            keep_alive=True,
+                            private=browser.heads.private,
                         )
                         await browser.send(response.head)  # interim: the client waits for it
                     continue

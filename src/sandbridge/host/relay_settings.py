@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sandbridge.http.origin_policy import origins_of
+from sandbridge.http.origin_policy import AppOrigin, UrlForm
 from sandbridge.wire.limits import MAX_APPS_PER_SESSION
 
 # An idle keep-alive connection is closed after this long; browsers reconnect silently.
@@ -31,20 +31,22 @@ class RelaySettings:
     max_connections: int = MAX_CONNECTIONS_PER_SESSION
     max_apps: int = MAX_APPS_PER_SESSION
     private: bool = False
+    # NAME: each app its own ``<label>.localhost`` site; IP: the contract's 127.0.0.1 form.
+    url_form: UrlForm = UrlForm.NAME
 
 
 @dataclass
 class SessionScope:
-    """State the apps of one session share: their host ports and the connection budget."""
+    """State the apps of one session share: their origins and the connection budget."""
 
     settings: RelaySettings = field(default_factory=RelaySettings)
     host_ports: set[int] = field(default_factory=set)
     connections: int = 0
     _origins: frozenset[bytes] = frozenset()
 
-    def add_port(self, host_port: int) -> None:
-        self.host_ports.add(host_port)
-        self._origins = origins_of(self.host_ports)
+    def add_app(self, origin: AppOrigin) -> None:
+        self.host_ports.add(origin.host_port)
+        self._origins = self._origins | origin.origins
 
     @property
     def origins(self) -> frozenset[bytes]:

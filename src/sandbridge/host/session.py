@@ -14,7 +14,7 @@ from sandbridge.host.relay_settings import RelaySettings, SessionScope
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session_registry import AppRecord, SessionEntry
 from sandbridge.host.upstream import Protocol, UpstreamConnector
-from sandbridge.wire.registration import RegisterRequest, app_url
+from sandbridge.wire.registration import RegisterRequest
 
 OnRegister = Callable[[App], None]
 
@@ -64,7 +64,8 @@ class HostSession:
 
     def _record(self, listener: AppListener) -> AppRecord:
         # The token-free URL: a private app's token never leaves this process.
-        url = app_url(listener.host_port, listener.base_path)
+        assert listener.origin is not None
+        url = listener.origin.url(listener.base_path)
         return AppRecord(
             listener.port, listener.host_port, listener.base_path, url, self.settings.private
         )

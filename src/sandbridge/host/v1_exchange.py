@@ -106,6 +106,7 @@ async def exchange_v1(
         close_delimited=False,
         keep_alive=True,
         sandbox_port=port,
+        private=browser.heads.private,
     )
     await browser.send(response.head)
     if answer.body and head.method != b"HEAD" and answer.status not in (204, 304):

@@ -4,7 +4,9 @@ Requests: the target is checked (origin-form only) and gets the base-path rule; 
 Host header must name this app's own origin; hop-by-hop headers and every header named
 in ``Connection`` are dropped; inbound ``Forwarded``/``X-Forwarded-*`` are dropped and
 the relay sets its own; the body framing is re-stated by the relay. Responses: hop-by-hop
-headers dropped, framing re-stated for the browser's connection.
+headers dropped, a ``Set-Cookie`` of a relay cookie (``sandbridge_*``) dropped, a
+``Referrer-Policy`` added if the app set none, framing re-stated for the browser's
+connection.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from dataclasses import dataclass
 from sandbridge.exceptions import HttpError
 from sandbridge.http.base_path import apply_base_path
 from sandbridge.http.fields import field_values
-from sandbridge.http.origin_policy import check_host_values, check_origin_values, origins_of
+from sandbridge.http.origin_policy import AppOrigin, check_host_values, check_origin_values
 from sandbridge.http.parser import Headers, RequestHead, ResponseHead
-from sandbridge.http.private_access import strip_relay_cookies
+from sandbridge.http.private_access import is_relay_set_cookie, strip_relay_cookies
 
 # RFC 9110 section 7.6.1 plus the legacy proxy fields browsers and apps still send.
 HOP_BY_HOP = frozenset(
@@ -47,6 +49,7 @@ FORWARDING_FIELDS = frozenset(
     }
 )
 _FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+DEFAULT_REFERRER_POLICY = b"Referrer-Policy: same-origin"
 
 
 class Framing(enum.Enum):
@@ -98,6 +101,9 @@ _LOOKED_UP = frozenset(
         b"location",
         b"content-location",
         b"cookie",
+        b"set-cookie",
+        b"referrer-policy",
+        b"clear-site-data",
     }
 )
 _LOCATIONS = frozenset({b"location", b"content-location"})
@@ -163,7 +169,7 @@ def build_upstream_request(
     head: RequestHead,
     *,
     base_path: str,
-    host_port: int,
+    origin: AppOrigin,
     client_host: str,
     session_origins: frozenset[bytes] | None = None,
 ) -> UpstreamRequest:
@@ -175,9 +181,9 @@ def build_upstream_request(
     check_request_target(head)
     fields = request_fields(
         head,
-        host_port=host_port,
+        origin=origin,
         client_host=client_host,
-        session_origins=origins_of([host_port]) if session_origins is None else session_origins,
+        session_origins=origin.origins if session_origins is None else session_origins,
     )
     return fields.request(head, base_path)
 
@@ -218,11 +224,11 @@ class RequestFields:
 
 
 def request_fields(
-    head: RequestHead, *, host_port: int, client_host: str, session_origins: frozenset[bytes]
+    head: RequestHead, *, origin: AppOrigin, client_host: str, session_origins: frozenset[bytes]
 ) -> RequestFields:
     """Check a request head's fields (Host, Origin, framing) and build the app's."""
     found, kept = _scan(head.headers, _NOT_FORWARDED)
-    host = check_host_values(found.get(b"host", []), host_port)
+    host = check_host_values(found.get(b"host", []), origin)
     check_origin_values(found.get(b"origin", []), head.method, head.upgrade, session_origins)
     framing = _framing_of(found)
     forwarded = [(name, value) for _, name, value in _end_to_end(found, kept)]
@@ -266,17 +272,27 @@ class ConnectionHeads:
     __slots__ = (
         "_base_path",
         "_client_host",
-        "_host_port",
+        "_origin",
         "_request_fields",
         "_request_key",
         "_response",
         "_response_key",
         "_sandbox_port",
+        "private",
     )
 
-    def __init__(self, *, base_path: str, host_port: int, client_host: str, sandbox_port: int):
+    def __init__(
+        self,
+        *,
+        base_path: str,
+        origin: AppOrigin,
+        client_host: str,
+        sandbox_port: int,
+        private: bool = False,
+    ) -> None:
         self._base_path = base_path
-        self._host_port = host_port
+        self._origin = origin
+        self.private = private  # the relay's cookie admits requests: the app may not clear it
         self._client_host = client_host
         self._sandbox_port = sandbox_port
         self._request_key: tuple[object, ...] | None = None
@@ -295,7 +311,7 @@ class ConnectionHeads:
         if fields is None or key != self._request_key:
             fields = request_fields(
                 head,
-                host_port=self._host_port,
+                origin=self._origin,
                 client_host=self._client_host,
                 session_origins=session_origins,
             )
@@ -324,6 +340,7 @@ class ConnectionHeads:
             close_delimited=close_delimited,
             keep_alive=True,
             sandbox_port=self._sandbox_port,
+            private=self.private,
         )
         # A rewritten Location depends on the request's Host too: not remembered.
         rewrites = any(name.lower() in _LOCATIONS for name, _ in head.headers)
@@ -351,6 +368,18 @@ def rewrite_location(value: bytes, sandbox_port: int, public_origin: bytes) -> b
     return value
 
 
+def keep_relay_cookies(clear_site_data: bytes) -> bytes:
+    """A ``Clear-Site-Data`` value without the types that clear cookies (``"cookies"``,
+    ``"*"``): they would clear the relay's cookie of a private app with the app's own and
+    lock the owner out. The app's other types (``"cache"``, ``"storage"``) are kept."""
+    kept = [
+        item.strip()
+        for item in clear_site_data.split(b",")
+        if item.strip().strip(b'"').strip().lower() not in (b"cookies", b"*")
+    ]
+    return b", ".join(item for item in kept if item)
+
+
 def build_browser_response(
     head: ResponseHead,
     *,
@@ -358,11 +387,31 @@ def build_browser_response(
     close_delimited: bool,
     keep_alive: bool,
     sandbox_port: int | None = None,
+    private: bool = False,
 ) -> BrowserResponse:
-    """Build the head the browser receives for an app's (final or interim) response."""
+    """Build the head the browser receives for an app's (final or interim) response.
+
+    ``private``: the app's requests are admitted by the relay's cookie, which the app's
+    ``Clear-Site-Data`` may not clear either (see :func:`keep_relay_cookies`)."""
     status = head.status
     found, kept = _scan(head.headers, _NOT_END_TO_END)
     fields = _end_to_end(found, kept)
+    if b"set-cookie" in found:
+        # The relay's own cookies are the relay's: an app (or anything answering for
+        # it) must not set, overwrite or expire them.
+        fields = [
+            field
+            for field in fields
+            if field[0] != b"set-cookie" or not is_relay_set_cookie(field[2])
+        ]
+    if private and b"clear-site-data" in found:
+        fields = [
+            (lowered, name, keep_relay_cookies(value))
+            if lowered == b"clear-site-data"
+            else (lowered, name, value)
+            for lowered, name, value in fields
+        ]
+        fields = [field for field in fields if field[0] != b"clear-site-data" or field[2]]
     if sandbox_port is not None and (b"location" in found or b"content-location" in found):
         public_origin = b"http://" + field_values(request.headers, b"host")[0]
         fields = [
@@ -382,6 +431,11 @@ def build_browser_response(
     if status < 200:
         return BrowserResponse(b"\r\n".join(lines) + b"\r\n\r\n", Framing.NONE, True)
 
+    if b"referrer-policy" not in found:
+        # An app's host name is a secret kept from other local users (origin_policy):
+        # browsers would name it in the Referer of every link and resource of another
+        # origin (another 127.0.0.1 port among them). An app may choose otherwise.
+        lines.append(DEFAULT_REFERRER_POLICY)
     keep = keep_alive and request.keep_alive and request.version == "1.1"
     lengths = found.get(b"content-length")
     no_body = request.method == b"HEAD" or status in (204, 304)

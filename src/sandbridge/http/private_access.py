@@ -5,12 +5,19 @@ carries a one-time token (``?sandbridge_token=...``). The first request with it 
 answered by the relay itself: a redirect to the same URL without the token and an
 HttpOnly cookie named after the app's port. Every later request must carry that cookie;
 the relay removes its own cookies before a request reaches the app, so the app never
-sees them.
+sees them, and removes every ``Set-Cookie`` of a ``sandbridge_*`` cookie from the app's
+responses, so the app can neither overwrite nor expire them.
+
+The cookie is host-only (no ``Domain``): in the default URL form
+(:class:`~sandbridge.http.origin_policy.UrlForm`) it is bound to the app's own
+``<label>.localhost`` and no other name, app or local user's listener ever receives it.
+In the IP form it is sent to every ``127.0.0.1`` port (cookies ignore ports).
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 import urllib.parse
 from dataclasses import dataclass, field
@@ -20,6 +27,10 @@ from sandbridge.http.parser import Headers
 
 TOKEN_PARAM = "sandbridge_token"  # noqa: S105 (a parameter name, not a secret)
 COOKIE_PREFIX = b"sandbridge_"
+# A Set-Cookie whose cookie name is a relay cookie's, however it is spelled: browsers
+# trim whitespace around the name and compare nothing case-insensitively, but a
+# nameless cookie (``=sandbridge_1=x``) is sent as ``sandbridge_1=x`` all the same.
+_RELAY_SET_COOKIE = re.compile(rb"[\s=]*" + COOKIE_PREFIX, re.IGNORECASE)
 # 256 bits each: unguessable by anyone who did not get the URL.
 SECRET_BYTES = 32
 
@@ -27,6 +38,11 @@ SECRET_BYTES = 32
 def cookie_name(host_port: int) -> bytes:
     """Cookies ignore ports, so the cookie's name carries the app's port."""
     return COOKIE_PREFIX + str(host_port).encode()
+
+
+def is_relay_set_cookie(value: bytes) -> bool:
+    """Whether a ``Set-Cookie`` value sets (or expires) a ``sandbridge_*`` cookie."""
+    return _RELAY_SET_COOKIE.match(value) is not None
 
 
 def strip_relay_cookies(headers: Headers) -> Headers:
@@ -39,20 +55,23 @@ def strip_relay_cookies(headers: Headers) -> Headers:
         kept = [
             part
             for part in (piece.strip() for piece in value.split(b";"))
-            if part and not part.startswith(COOKIE_PREFIX)
+            if part and not _RELAY_SET_COOKIE.match(part)
         ]
         if kept:
             result.append((name, b"; ".join(kept)))
     return result
 
 
-def _cookies(headers: Headers) -> dict[bytes, bytes]:
-    found: dict[bytes, bytes] = {}
+def _cookie_values(headers: Headers, wanted: bytes) -> list[bytes]:
+    """Every value of the cookie named ``wanted``: a page can add same-named cookies
+    (another path), so the browser may send several."""
+    found: list[bytes] = []
     for name, value in headers:
         if name.lower() == b"cookie":
             for piece in value.split(b";"):
                 key, _, setting = piece.strip().partition(b"=")
-                found.setdefault(key, setting)
+                if key == wanted:
+                    found.append(setting)
     return found
 
 
@@ -103,8 +122,9 @@ class AccessGate:
                 + b"; Path=/; HttpOnly; SameSite=Strict"
             )
             return Redirect(location, cookie)
-        presented = _cookies(headers).get(cookie_name(self.host_port))
-        if presented is None or not hmac.compare_digest(presented, self.secret):
+        presented = _cookie_values(headers, cookie_name(self.host_port))
+        # Any of them: a cookie the owner did not set cannot lock the owner out.
+        if not any([hmac.compare_digest(value, self.secret) for value in presented]):
             raise HttpError(403, "this app is private: open the URL with its one-time token first")
         return None
 
