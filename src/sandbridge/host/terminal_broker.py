@@ -39,6 +39,7 @@ from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, INPUT_WINDOW, F
 from sandbridge.terminal.journal import AuditLog, JournalError, ReservationJournal, state_dir
 from sandbridge.terminal.settings import TerminalSettings
 from sandbridge.unix_sockets import bind_unix_socket
+from sandbridge.wire.jsonline import decode_json
 
 # A control request is one short JSON line (a signed document is at most 4 KiB).
 MAX_CONTROL_LINE = 16 * 1024
@@ -711,8 +712,8 @@ async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
             "too_long", f"a control line is limited to {MAX_CONTROL_LINE} bytes"
         ) from None
     try:
-        message = json.loads(line)
-    except (ValueError, RecursionError):  # deep nesting ([[[...) is refused, not a traceback
+        message = decode_json(line, max_bytes=MAX_CONTROL_LINE)
+    except ValueError:  # JsonRefused too: deep nesting ([[[...) is refused, not a traceback
         raise ControlRefusal("malformed", "a control line must be one JSON object") from None
     if not isinstance(message, dict):
         raise ControlRefusal("malformed", "a control line must be one JSON object")
