@@ -15,6 +15,12 @@ class WireError(SandbridgeError):
     """A message on one of the Unix sockets broke the wire contract."""
 
 
+class JsonRefused(WireError, ValueError):
+    """JSON from an untrusted side was refused before or while parsing it: too large, too
+    deeply nested, not JSON. Also a ValueError, so that every caller that refuses
+    malformed JSON refuses this too."""
+
+
 class RegistrationError(WireError):
     """A registration request was refused; the message goes back to the sandbox."""
 

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 from typing import cast
 
+from sandbridge import untrusted_fds
 from sandbridge.wire.jsonline import LineReader
 
 # One read when copying raw bytes through streams: large reads keep per-byte overhead low.
@@ -21,8 +22,12 @@ LINGER_BYTES = 1024 * 1024
 
 
 def bind_unix_socket(path: Path) -> socket.socket:
-    """Bind a listening Unix socket at ``path`` with mode 0600 (never wider, not even briefly)."""
+    """Bind a listening Unix socket at ``path`` with mode 0600 (never wider, not even briefly).
+
+    Its connections refuse descriptors (:func:`untrusted_fds.refuse_descriptors`): none of
+    the host's listeners expects one, and one sent anyway could block whoever closes it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    untrusted_fds.refuse_descriptors(sock)
     old_umask = os.umask(0o177)
     try:
         sock.bind(str(path))

@@ -87,9 +87,11 @@ def test_requests_go_to_the_app_over_the_handed_over_socket(relay: Relay, app_po
 
 
 class HandoffShimRelay(Relay):
-    def __init__(self, runtime_dir: Path, kind: str) -> None:
+    def __init__(self, runtime_dir: Path, kind: str, host_args: tuple[str, ...] = ()) -> None:
         self.runtime_dir = runtime_dir
-        self.host = Process([*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), "-v"])
+        self.host = Process(
+            [*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), "-v", *host_args]
+        )
         self.host.wait_line("sandbridge: serving registrations", "stderr")
         self.shim = Process([PYTHON, HANDOFF_SHIM, str(runtime_dir / "upstream.sock"), kind])
         line = self.shim.wait_line("handoff shim listening", "stderr")
@@ -126,5 +128,48 @@ def test_a_refused_handoff_is_logged(runtime_dir: Path) -> None:
         assert request(bad, path="/")[0] == 502
         line = relay.host.wait_line("sandbridge: upstream.handoff_refused", "stderr")
         assert "not a socket" in line
+    finally:
+        relay.stop()
+
+
+# A close that blocked the event loop would hold it for 600 s (the socket's SO_LINGER):
+# every request of another app, and a registration, must be answered well within this.
+ANSWER_SECONDS = 5.0
+# How long another app is watched after the lingering socket was refused or dropped.
+WATCH_SECONDS = 3.0
+
+
+def timed_request(port: int) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=ANSWER_SECONDS)
+    try:
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def another_app_keeps_answering(relay: HandoffShimRelay, port: int) -> None:
+    deadline = time.monotonic() + WATCH_SECONDS
+    while time.monotonic() < deadline:
+        assert timed_request(port) == 200
+    started = time.monotonic()
+    relay.register(free_port())
+    assert time.monotonic() - started < ANSWER_SECONDS
+
+
+@pytest.mark.parametrize("kind", ["lingering", "lingering-adopted"])
+def test_a_lingering_socket_from_the_sandbox_costs_only_its_request(
+    runtime_dir: Path, kind: str
+) -> None:
+    relay = HandoffShimRelay(runtime_dir, kind, host_args=("--response-timeout", "1"))
+    try:
+        good = host_port_of(relay.register(relay.app_port))
+        bad = host_port_of(relay.register(free_port()))
+        assert timed_request(good) == 200
+        # Refused at once, or adopted and then given up (the app never answers): a 502.
+        assert timed_request(bad) == 502
+        another_app_keeps_answering(relay, good)
     finally:
         relay.stop()

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sandbridge import untrusted_fds
 from sandbridge.host.handoff import HandoffRefused, adopt_app_socket
 
 
@@ -23,6 +24,8 @@ def port_of(sock: socket.socket) -> int:
 
 
 def is_open(fd: int) -> bool:
+    """Whether ``fd`` is still open once the closer threads have done their work."""
+    assert untrusted_fds.settle()
     try:
         os.fstat(fd)
     except OSError:

@@ -82,6 +82,9 @@ def test_request_ended_by_shutdown_instead_of_newline_works(relay: Relay, app_po
         (b'{"type":"register","port":80,"base_path":"/a?b"}\n', "'/a?b'"),
         (b"garbage\n", "not valid JSON"),
         (b'{"type":"register","port":80,"pad":"' + b"x" * 5000 + b'"}\n', "longer than 4096"),
+        (b"[" * 2000 + b"]" * 2000 + b"\n", "nested deeper than 32 levels"),
+        (b'{"a":' * 600 + b"1" + b"}" * 600 + b"\n", "nested deeper than 32 levels"),
+        (b"[" * 100_000 + b"\n", "longer than 4096"),
     ],
 )
 def test_invalid_registration_gets_its_documented_error(
@@ -90,6 +93,18 @@ def test_invalid_registration_gets_its_documented_error(
     answer = _ask(relay.runtime_dir / "relay.sock", message)
     assert answer["ok"] is False
     assert fragment in str(answer["error"])
+
+
+def test_the_server_keeps_registering_after_a_deeply_nested_request(
+    relay: Relay, app_port: int
+) -> None:
+    answer = _ask(relay.runtime_dir / "relay.sock", b"[" * 2000 + b"]" * 2000 + b"\n")
+    assert answer["ok"] is False
+    answer = _ask(
+        relay.runtime_dir / "relay.sock",
+        json.dumps({"type": "register", "port": app_port}).encode() + b"\n",
+    )
+    assert answer["ok"] is True
 
 
 def test_client_that_never_sends_is_answered_after_the_timeout(relay: Relay) -> None:

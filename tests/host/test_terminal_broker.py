@@ -7,13 +7,16 @@ reservation is spent (recorded ``aborted``) and the session keeps serving.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
 import select
 import socket
+import struct
 import sys
 import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +24,7 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
+from sandbridge import untrusted_fds
 from sandbridge.host.session_registry import SessionEntry
 from sandbridge.host.terminal_broker import (
     FINAL_DRAIN_TIMEOUT,
@@ -51,6 +55,53 @@ def _no_fd(entry: socket.socket) -> None:
 def _regular_file(entry: socket.socket) -> None:
     with open(os.devnull, "rb") as file:
         socket.send_fds(entry, [b'{"ok": true}'], [file.fileno()])
+
+
+_SINKS: list[socket.socket] = []
+# Sockets the entry handed over that the host must let go of (the host shares this process).
+_SENT_INODES: list[int] = []
+_CLOSERS: list[threading.Thread] = []
+
+
+def _lingering_tcp_socket(entry: socket.socket) -> None:
+    """A TCP socket toward a peer that never reads, send queue full, SO_LINGER 600 s; the
+    entry closes its copy, so the host holds the last reference: closing that on the
+    event loop would stop the host for 600 s."""
+    sink = socket.socket()
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(1)  # never accepts
+    _SINKS.append(sink)
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    stuck.connect(sink.getsockname())
+    stuck.setblocking(False)
+    try:
+        while True:
+            stuck.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 600))
+    _SENT_INODES.append(os.fstat(stuck.fileno()).st_ino)
+    socket.send_fds(entry, [b'{"ok": true}'], [stuck.fileno()])
+    # Closed off the test's loop: whichever close is the last one would wait.
+    closer = threading.Thread(target=stuck.close, daemon=True)
+    closer.start()
+    _CLOSERS.append(closer)
+
+
+def _open_socket_inodes() -> set[int]:
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+    return found
+
+
+def _many_descriptors(entry: socket.socket) -> None:
+    host_end, worker_end = socket.socketpair()
+    with host_end, worker_end:
+        socket.send_fds(entry, [b'{"ok": true}'], [host_end.fileno()] * 10)
 
 
 # Workers that stay open after their reply (the test closes them): a worker that closes at
@@ -112,6 +163,8 @@ HOSTILE_ENTRIES = {
     "unknown frame kind": _worker(b"\x09\0\0\0\0"),
     "closes at once": _worker(b""),
     "deeply nested READY": _worker(frames.encode(Kind.READY, b"[" * 4000), linger=True),
+    "a lingering TCP socket": _lingering_tcp_socket,
+    "more descriptors than room": _many_descriptors,
 }
 
 
@@ -142,9 +195,18 @@ def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behavi
             assert states == ["aborted"]
             listing = await asyncio.to_thread(call, "web", {"op": "list"})
             assert [r["state"] for r in listing["requests"]] == ["ended"]
+            for closer in _CLOSERS:
+                closer.join(5)
+                assert not closer.is_alive(), "the entry's close waited: the host closed first"
+            assert untrusted_fds.settle()
+            assert not set(_SENT_INODES) & _open_socket_inodes(), "the host kept the socket"
         finally:
+            _SENT_INODES.clear()
+            _CLOSERS.clear()
             while _LINGERING:
                 _LINGERING.pop().close()
+            while _SINKS:
+                _SINKS.pop().close()
             sandbox_end.close()
             await broker.close()
             entry.remove()

@@ -15,6 +15,12 @@ listening   a socket listening on the requested port
 wrong-port  a TCP socket connected to the shim's own app instead
 unoffered   a plain (non-handoff) answer with a socket attached
 bytes-after a correct handoff followed by more bytes
+lingering   a TCP socket to a peer that never reads, send queue full, SO_LINGER 600 s,
+            connected to another port (refused); the shim closes its copy at once
+lingering-adopted
+            the same, connected to the requested port (adopted); the shim re-arms
+            SO_LINGER through its copy for a while, then closes it, so that the host
+            holds the last reference of a socket whose close would wait 600 s
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import sys
 import threading
+import time
 
 HANDOFF_ACK = b'{"ok":true,"stream":1,"handoff":1}\n'
 PLAIN_ACK = b'{"ok":true,"stream":1}\n'
@@ -53,11 +61,13 @@ def answer_requests(conn: socket.socket) -> None:
 LISTENERS: dict[int, socket.socket] = {}
 
 
-def listen_on(port: int) -> socket.socket:
+def listen_on(port: int, rcvbuf: int = 0) -> socket.socket:
     if port in LISTENERS:
         return LISTENERS[port]
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if rcvbuf:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     listener.bind(("127.0.0.1", port))
     listener.listen(16)
     LISTENERS[listener.getsockname()[1]] = listener
@@ -68,6 +78,37 @@ def connected_to(port: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port))
     KEEP.append(sock)
     return sock
+
+
+LINGER_600 = struct.pack("ii", 1, 600)
+# A small send buffer fills at once; the peer never reads nor accepts.
+STUCK_BUFFER = 4096
+
+
+def stuck_socket(port: int) -> socket.socket:
+    """A socket to ``port`` (whose listener never accepts) with a full send queue and
+    SO_LINGER 600 s: the last close of it waits up to 600 s."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STUCK_BUFFER)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    try:
+        while True:
+            sock.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_600)
+    return sock
+
+
+def rearm_then_close(sock: socket.socket, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_600)
+        time.sleep(0.01)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_600)
+    sock.close()  # the host holds the last reference now
+    print("handoff shim closed its copy", file=sys.stderr, flush=True)
 
 
 def send(conn: socket.socket, line: bytes, fds: list[int]) -> None:
@@ -100,6 +141,16 @@ def misbehave(kind: str, conn: socket.socket, port: int, app_port: int) -> None:
         KEEP.append(udp)
         send(conn, HANDOFF_ACK, [udp.fileno()])
         return
+    if kind == "lingering":
+        stuck = stuck_socket(SINK.getsockname()[1])
+        send(conn, HANDOFF_ACK, [stuck.fileno()])
+        threading.Thread(target=stuck.close, daemon=True).start()  # not the last reference
+        return
+    if kind == "lingering-adopted":
+        stuck = stuck_socket(listen_on(port, rcvbuf=STUCK_BUFFER).getsockname()[1])
+        send(conn, HANDOFF_ACK, [stuck.fileno()])
+        rearm_then_close(stuck, 0.5)
+        return
     listen_on(port)
     good = connected_to(port)
     if kind == "two":
@@ -131,8 +182,15 @@ def serve(conn: socket.socket, kind: str, app_port: int) -> None:
             misbehave(kind, conn, port, app_port)
 
 
+# A listener that never accepts: the peer of the "lingering" sockets.
+SINK = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+
+
 def main() -> None:
     path, kind = sys.argv[1], sys.argv[2]
+    SINK.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STUCK_BUFFER)
+    SINK.bind(("127.0.0.1", 0))
+    SINK.listen(16)
     app = listen_on(0)
     app_port = app.getsockname()[1]
     threading.Thread(target=serve_app, args=(app,), daemon=True).start()

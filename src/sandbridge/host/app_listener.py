@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from sandbridge import log
 from sandbridge.exceptions import HttpError, UpstreamError
+from sandbridge.host import local_peer
 from sandbridge.host.channel import Channel
 from sandbridge.host.relay_settings import SessionScope
 from sandbridge.host.upstream import UpstreamConnector
@@ -446,6 +447,10 @@ class AppListener:
             await self._server.wait_closed()
 
     def _accept(self, channel: Channel) -> None:
+        assert channel.transport is not None
+        if not local_peer.is_owners_connection(channel.transport, self.host_port):
+            channel.transport.abort()  # another user's: dropped before it counts anywhere
+            return
         task = asyncio.get_running_loop().create_task(self._serve(channel))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

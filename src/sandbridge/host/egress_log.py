@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sandbridge import log
+from sandbridge.wire.jsonline import decode_json
 
 LOG_NAME = "egress.jsonl"
 # 1 MiB holds ~5000 decisions: days of a normal session; a flood rotates instead of growing.
@@ -156,7 +157,7 @@ def read_entries(directory: Path) -> list[dict[str, object]]:
             continue
         for line in text.splitlines():
             try:
-                value = json.loads(line)
+                value = decode_json(line)
             except ValueError:
                 continue
             if isinstance(value, dict):
@@ -210,7 +211,7 @@ def read_tally(directory: Path) -> list[DestinationTally]:
     found: list[DestinationTally] = []
     for line in text.splitlines():
         try:
-            parsed = _tally_of(json.loads(line))
+            parsed = _tally_of(decode_json(line))
         except ValueError:
             continue
         if parsed is not None:

@@ -10,18 +10,20 @@ after checking that it is exactly what the shim would have relayed to: one descr
 a connected TCP stream socket whose peer is ``127.0.0.1`` on the registered sandbox
 port. Anything else (no descriptor, several, a truncated control message, a pipe, a
 Unix socket, a listening socket, another port) is refused and every descriptor that
-came with the answer is closed; the caller turns the refusal into a 502 for that
+came with the answer is released; the caller turns the refusal into a 502 for that
 request only.
+
+Every descriptor is received, released and handed to a transport through
+:mod:`sandbridge.untrusted_fds`, so that none of them can block the event loop when
+it is closed (a socket with ``SO_LINGER`` on and a full send queue).
 """
 
 from __future__ import annotations
 
-import array
 import os
 import socket
-import stat
 
-from sandbridge import event_loop
+from sandbridge import event_loop, untrusted_fds
 from sandbridge.exceptions import UpstreamError
 from sandbridge.wire.jsonline import LineReader
 from sandbridge.wire.limits import MAX_STREAM_OPEN_BYTES
@@ -43,16 +45,14 @@ class HandoffRefused(UpstreamError):
 
 
 def close_all(fds: list[int]) -> None:
-    """Close descriptors received from the shim that the host will not use."""
-    for fd in fds:
-        os.close(fd)
-    fds.clear()
+    """Release descriptors received from the shim that the host will not use."""
+    untrusted_fds.release_all(fds)
 
 
 async def read_answer(sock: socket.socket, fds: list[int]) -> tuple[bytes, bytes, bool]:
     """Read the shim's one-line answer from the non-blocking Unix socket ``sock``.
 
-    Descriptors received with it are appended to ``fds`` (the caller owns and closes
+    Descriptors received with it are appended to ``fds`` (the caller owns and releases
     them, also on error). Returns the line, the bytes after it, and whether a control
     message was truncated.
     """
@@ -61,20 +61,11 @@ async def read_answer(sock: socket.socket, fds: list[int]) -> tuple[bytes, bytes
     line = None
     while line is None:
         try:
-            data, ancdata, flags, _ = sock.recvmsg(
-                MAX_STREAM_OPEN_BYTES,
-                socket.CMSG_SPACE(FD_ROOM * array.array("i").itemsize),
-                socket.MSG_CMSG_CLOEXEC,
-            )
+            data, cut = untrusted_fds.receive(sock, MAX_STREAM_OPEN_BYTES, FD_ROOM, fds)
         except BlockingIOError:
             await event_loop.ready(sock)
             continue
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                received = array.array("i")
-                received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
-                fds.extend(received)
-        truncated = truncated or bool(flags & socket.MSG_CTRUNC)
+        truncated = truncated or cut
         line = lines.feed(data) if data else lines.feed_eof()
     return line, lines.rest, truncated
 
@@ -82,7 +73,9 @@ async def read_answer(sock: socket.socket, fds: list[int]) -> tuple[bytes, bytes
 def adopt_app_socket(fds: list[int], truncated: bool, port: int) -> socket.socket:
     """Check what came with a handoff answer; return the app's socket, non-blocking.
 
-    Takes ownership of ``fds``: on refusal every one of them is closed.
+    Takes ownership of ``fds``: on refusal every one of them is released. The socket
+    returned is one the sandbox may still hold a copy of: give a transport
+    :func:`untrusted_fds.for_transport` of it, never the socket itself.
     """
     if truncated or len(fds) != 1:
         count = len(fds)
@@ -91,11 +84,13 @@ def adopt_app_socket(fds: list[int], truncated: bool, port: int) -> socket.socke
         raise HandoffRefused(f"shim handed over {reason}; exactly one socket is accepted")
     fd = fds.pop()
     try:
-        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            raise HandoffRefused("shim handed over a descriptor that is not a socket")
+        # getsockopt, not fstat: fstat of a file on a sandbox-served FUSE mount could block.
         sock = socket.socket(fileno=fd)
+    except OSError:
+        untrusted_fds.release(fd, reset=True)
+        raise HandoffRefused("shim handed over a descriptor that is not a socket") from None
     except BaseException:
-        os.close(fd)
+        untrusted_fds.release(fd, reset=True)
         raise
     try:
         _check_app_socket(sock, port)
@@ -103,12 +98,12 @@ def adopt_app_socket(fds: list[int], truncated: bool, port: int) -> socket.socke
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError as exc:
-        sock.close()
+        untrusted_fds.release_socket(sock, reset=True)
         if isinstance(exc, HandoffRefused):
             raise
         raise HandoffRefused(f"shim handed over an unusable socket: {exc.strerror}") from None
     except BaseException:
-        sock.close()
+        untrusted_fds.release_socket(sock, reset=True)
         raise
     return sock
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.host.runtime_dir import runtime_base, try_lock
 from sandbridge.private_dir import make_private_dir
+from sandbridge.wire.jsonline import decode_json
 
 STATE_PREFIX = "sandbridge-"
 SESSIONS = "sessions"
@@ -205,7 +206,7 @@ def _read_record(path: Path) -> SessionRecord | None:
     try:
         with open(path / RECORD, "rb") as file:
             raw = file.read(MAX_RECORD_BYTES + 1)
-        data = json.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+        data = decode_json(raw, max_bytes=MAX_RECORD_BYTES)
         if not isinstance(data, dict):
             return None
         apps = [AppRecord(**app) for app in data.pop("apps", [])]

@@ -20,15 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
 import socket
-import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbridge import log
+from sandbridge import log, untrusted_fds
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.host.session_registry import SessionEntry
 from sandbridge.terminal import approval as approvals
@@ -41,6 +39,7 @@ from sandbridge.terminal.frames import FROM_CLIENT, FROM_WORKER, INPUT_WINDOW, F
 from sandbridge.terminal.journal import AuditLog, JournalError, ReservationJournal, state_dir
 from sandbridge.terminal.settings import TerminalSettings
 from sandbridge.unix_sockets import bind_unix_socket
+from sandbridge.wire.jsonline import decode_json
 
 # A control request is one short JSON line (a signed document is at most 4 KiB).
 MAX_CONTROL_LINE = 16 * 1024
@@ -62,6 +61,9 @@ STOP_MARGIN = 5.0
 # maximal lease, since a worker that cannot take a lease for that long has lapsed anyway.
 WORKER_DRAIN_TIMEOUT = 10.0
 START_MESSAGE = b'{"op": "start"}'
+# Room for descriptors in a start answer: the one expected plus a few, so that extra ones
+# are received and released by the host rather than dropped by the kernel on the loop.
+WORKER_FD_ROOM = 4
 # The client gets this long to take the last bytes before its connection is closed.
 FINAL_DRAIN_TIMEOUT = 5.0
 
@@ -161,6 +163,8 @@ class TerminalBroker:
         self._sandbox = sandbox_channel
         if sandbox_channel is not None:
             sandbox_channel.setblocking(False)
+            # Descriptors only with the answer to a start (see _start_worker).
+            untrusted_fds.refuse_descriptors(sandbox_channel)
         self._requests: dict[str, TerminalRequest] = {}
         self._server: asyncio.Server | None = None
         self._start_lock = asyncio.Lock()
@@ -218,7 +222,7 @@ class TerminalBroker:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         if self._sandbox is not None:
-            self._sandbox.close()
+            untrusted_fds.release_socket(self._sandbox)  # may hold descriptors in flight
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -481,22 +485,40 @@ class TerminalBroker:
         request.set_state("active")
         return admitted, seq
 
-    async def _start_worker(self) -> FramedStream:
-        """Ask the sandbox entry for a worker; get the host end of its socket."""
+    async def _start_worker(self) -> tuple[FramedStream, socket.socket]:
+        """Ask the sandbox entry for a worker; get the host end of its socket.
+
+        Returns the worker's stream and the received socket, which the caller releases
+        (:func:`untrusted_fds.release_socket`) once the stream is closed: the stream's
+        transport has a duplicate, so its close on the loop is never the last."""
         if self._sandbox is None:
             raise ControlRefusal("no_sandbox", "this session has no sandbox to open a terminal in")
         loop = asyncio.get_running_loop()
-        async with self._start_lock:
-            await loop.sock_sendall(self._sandbox, START_MESSAGE)
-            await fd_io.readable(self._sandbox.fileno())
-            _answer, fds, _, _ = socket.recv_fds(self._sandbox, 1024, 1)
-        if len(fds) != 1 or not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
-            for fd in fds:
-                os.close(fd)
-            raise ControlRefusal("worker_failed", "the sandbox did not start a worker")
-        sock = socket.socket(fileno=fds[0])
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
-        return FramedStream(reader, writer, FROM_WORKER)
+        fds: list[int] = []
+        try:
+            async with self._start_lock:
+                untrusted_fds.accept_descriptors(self._sandbox, True)
+                try:
+                    await loop.sock_sendall(self._sandbox, START_MESSAGE)
+                    await fd_io.readable(self._sandbox.fileno())
+                    _answer, truncated = untrusted_fds.receive(
+                        self._sandbox, 1024, WORKER_FD_ROOM, fds
+                    )
+                finally:
+                    untrusted_fds.accept_descriptors(self._sandbox, False)
+            worker_sock = _worker_socket(fds, truncated)
+        except BaseException:
+            untrusted_fds.release_all(fds)
+            raise
+        untrusted_fds.refuse_descriptors(worker_sock)
+        duplicate = untrusted_fds.for_transport(worker_sock)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=duplicate)
+        except BaseException:
+            duplicate.close()  # not the last reference: worker_sock holds one
+            untrusted_fds.release_socket(worker_sock)
+            raise
+        return FramedStream(reader, writer, FROM_WORKER), worker_sock
 
     async def _run_terminal(
         self,
@@ -517,9 +539,10 @@ class TerminalBroker:
         client = FramedStream(reader, writer, FROM_CLIENT)
         end, status, counts = "not_ready", -1, [0, 0]
         worker: FramedStream | None = None
+        worker_sock: socket.socket | None = None
         try:
             async with asyncio.timeout(self.settings.ready_budget):
-                worker = await self._start_worker()
+                worker, worker_sock = await self._start_worker()
                 remaining = admitted.expires - time.time()
                 lease = min(self.settings.lease, remaining)
                 worker.send_json(
@@ -555,6 +578,8 @@ class TerminalBroker:
         finally:
             if worker is not None:
                 await worker.close()
+            if worker_sock is not None:
+                untrusted_fds.release_socket(worker_sock)
             request.terminal = None
             if request.state == "active":
                 request.set_state("ended")
@@ -687,8 +712,8 @@ async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
             "too_long", f"a control line is limited to {MAX_CONTROL_LINE} bytes"
         ) from None
     try:
-        message = json.loads(line)
-    except (ValueError, RecursionError):  # deep nesting ([[[...) is refused, not a traceback
+        message = decode_json(line, max_bytes=MAX_CONTROL_LINE)
+    except ValueError:  # JsonRefused too: deep nesting ([[[...) is refused, not a traceback
         raise ControlRefusal("malformed", "a control line must be one JSON object") from None
     if not isinstance(message, dict):
         raise ControlRefusal("malformed", "a control line must be one JSON object")
@@ -705,3 +730,21 @@ def _dimension(value: Any) -> int:
 
 def _write_json(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
     writer.write(json.dumps(message).encode() + b"\n")
+
+
+def _worker_socket(fds: list[int], truncated: bool) -> socket.socket:
+    """The worker's end from a start answer: exactly one Unix stream socket (whose close
+    never lingers), else a refusal. Takes ownership of ``fds``."""
+    if len(fds) == 1 and not truncated:
+        try:
+            sock = socket.socket(fileno=fds[0])  # getsockopt: ENOTSOCK for anything else
+        except OSError:
+            pass
+        else:
+            fds.clear()
+            if sock.family == socket.AF_UNIX and sock.type == socket.SOCK_STREAM:
+                sock.setblocking(False)
+                return sock
+            untrusted_fds.release_socket(sock, reset=True)
+    untrusted_fds.release_all(fds)
+    raise ControlRefusal("worker_failed", "the sandbox did not start a worker")

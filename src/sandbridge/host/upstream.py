@@ -5,6 +5,11 @@ The socket lives in the runtime dir, which the sandbox can write: it could repla
 the path with ``O_PATH | O_NOFOLLOW``, checks that what it got is a socket owned by this
 user, and connects through ``/proc/self/fd/N``: the inode it checked is the one it
 connects to, with no window for a swap in between.
+
+The shim may attach descriptors only to the answer of a stream opening that offered a
+handoff: on every other connection the kernel refuses them
+(:func:`untrusted_fds.refuse_descriptors`), and a connection that could hold some is
+closed through :mod:`sandbridge.untrusted_fds`, never on the event loop.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import socket
 import stat
 from pathlib import Path
 
-from sandbridge import log
+from sandbridge import log, untrusted_fds
 from sandbridge.exceptions import UpstreamError, WireError
 from sandbridge.host import handoff as handoff_
 from sandbridge.host.channel import Channel
@@ -55,6 +60,7 @@ def connect_unix_checked(path: Path) -> socket.socket:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
+            untrusted_fds.refuse_descriptors(sock)
             sock.connect(f"/proc/self/fd/{fd}")
         except OSError as exc:
             sock.close()
@@ -78,6 +84,10 @@ async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tup
     v1-only shim.
     """
     sock = connect_unix_checked(socket_path)
+    if handoff:
+        # Descriptors may come with the answer, and with anything the shim sent after it:
+        # from here on ``sock`` is released, never closed on the loop.
+        untrusted_fds.accept_descriptors(sock, True)
     fds: list[int] = []
     try:
         # The opening is one small write to an empty socket buffer: it cannot block.
@@ -93,35 +103,51 @@ async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tup
             raise handoff_.HandoffRefused("shim sent descriptors without handing over a socket")
     except stream.NotStreamCapable:
         handoff_.close_all(fds)
-        sock.close()
+        untrusted_fds.release_socket(sock)
         raise
     except handoff_.HandoffRefused as exc:
         handoff_.close_all(fds)
-        sock.close()
+        untrusted_fds.release_socket(sock)
         log.warning("upstream.handoff_refused", app_port=port, reason=str(exc))
         raise
     except (OSError, WireError, TimeoutError) as exc:
         handoff_.close_all(fds)
-        sock.close()
+        untrusted_fds.release_socket(sock)
         raise UpstreamError(f"shim did not open a stream: {exc or 'timed out'}") from None
     except BaseException:  # cancelled: nothing received may stay open
         handoff_.close_all(fds)
-        sock.close()
+        untrusted_fds.release_socket(sock)
         raise
     if not ack.ok:
-        sock.close()
+        untrusted_fds.release_socket(sock)
         raise StreamRefused(f"shim could not reach sandbox port {port}: {ack.error}")
     loop = asyncio.get_running_loop()
     if ack.handoff and handoff:
-        sock.close()  # the shim's part is over
-        try:
-            _, channel = await loop.create_connection(lambda: Channel(UNIX_BUFFER_BYTES), sock=app)
-        except BaseException:
-            app.close()
-            raise
-        return channel, b""
-    _, channel = await loop.create_unix_connection(lambda: Channel(UNIX_BUFFER_BYTES), sock=sock)
-    return channel, rest
+        untrusted_fds.release_socket(sock)  # the shim's part is over
+        return await _connect(loop, app), b""
+    untrusted_fds.refuse_descriptors(sock)
+    if not handoff:
+        _, channel = await loop.create_unix_connection(
+            lambda: Channel(UNIX_BUFFER_BYTES), sock=sock
+        )
+        return channel, rest
+    return await _connect(loop, sock), rest
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Channel:
+    """A channel on a duplicate of ``sock``, whose own descriptor is released once the
+    channel's transport is gone: the transport's close is never the last reference."""
+    duplicate = untrusted_fds.for_transport(sock)
+    try:
+        _, channel = await loop.create_connection(
+            lambda: Channel(UNIX_BUFFER_BYTES), sock=duplicate
+        )
+    except BaseException:
+        duplicate.close()  # not the last reference: ``sock`` holds one
+        untrusted_fds.release_socket(sock)
+        raise
+    untrusted_fds.keep_until(sock, channel.closed)
+    return channel
 
 
 class UpstreamConnector:

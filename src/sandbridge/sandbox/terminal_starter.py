@@ -16,6 +16,8 @@ import json
 import socket
 import sys
 
+from sandbridge.wire.jsonline import decode_json
+
 # One start request or answer is a short JSON object.
 MAX_MESSAGE = 1024
 
@@ -32,7 +34,7 @@ async def serve_terminal_starts(fd: int) -> None:
             if not message:
                 return
             try:
-                request = json.loads(message)
+                request = decode_json(message)
                 ok = isinstance(request, dict) and request.get("op") == "start"
             except ValueError:
                 ok = False

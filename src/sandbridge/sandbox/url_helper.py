@@ -7,11 +7,11 @@ Exit status: 0 registered, 1 refused or relay unreachable, 2 usage error.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
 
+from sandbridge.wire.jsonline import decode_json
 from sandbridge.wire.registration import encode_register_request
 
 DEFAULT_SOCKET = "/run/ags-webview-relay/relay.sock"
@@ -33,7 +33,7 @@ def register(port: int, base_path: str, socket_path: str) -> dict[str, object]:
             if not data:
                 break
             answer += data
-    value = json.loads(answer)
+    value = decode_json(answer)
     if not isinstance(value, dict):
         raise ValueError(f"relay answered {answer[:200]!r}")
     return value

@@ -17,6 +17,7 @@ import nacl.signing
 
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.terminal.keys import public_hex, verify_signature
+from sandbridge.wire.jsonline import decode_json
 
 VERSION = 1
 # The default lifetime of an approval, as the issue asks: long enough to look around.
@@ -136,7 +137,7 @@ def _open(document: object, context: bytes, signer: str | None, kind: str) -> di
     if len(text) > MAX_DOCUMENT_BYTES:
         raise Refusal("malformed", f"the {kind} is larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        body = json.loads(text)
+        body = decode_json(text, max_bytes=MAX_DOCUMENT_BYTES)
         signature = bytes.fromhex(signature_hex)
     except ValueError:
         raise Refusal("malformed", f"the {kind} is not JSON with a hex signature") from None

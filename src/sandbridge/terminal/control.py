@@ -12,6 +12,7 @@ from typing import Any
 
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.host.session_registry import CONTROL_SOCKET, session_path, validate_name
+from sandbridge.wire.jsonline import decode_json
 
 # Answers are short JSON lines; a listing of 64 requests fits easily.
 MAX_ANSWER = 256 * 1024
@@ -67,7 +68,7 @@ def parse_answer(line: bytes) -> dict[str, Any]:
     if not line:
         raise SandbridgeError("the session closed the control connection")
     try:
-        answer = json.loads(line)
+        answer = decode_json(line)
     except ValueError:
         answer = None
     if not isinstance(answer, dict):

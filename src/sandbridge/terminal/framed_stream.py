@@ -10,6 +10,7 @@ from typing import Any
 
 from sandbridge.terminal import frames
 from sandbridge.terminal.frames import Frame, FrameDecoder, FrameError, Kind
+from sandbridge.wire.jsonline import decode_json
 
 # One read from a terminal link: a few maximal frames.
 READ_BYTES = 64 * 1024
@@ -64,8 +65,8 @@ class FramedStream:
 def json_body(frame: Frame) -> dict[str, Any]:
     """A control frame's JSON object; refuse anything else."""
     try:
-        body = json.loads(frame.body)
-    except (ValueError, RecursionError):  # deep nesting ([[[...) must not escape as a traceback
+        body = decode_json(frame.body)
+    except ValueError:  # JsonRefused too: deep nesting ([[[...) is refused, not a traceback
         raise FrameError(f"{frame.kind.name} frame is not JSON") from None
     if not isinstance(body, dict):
         raise FrameError(f"{frame.kind.name} frame is not a JSON object")

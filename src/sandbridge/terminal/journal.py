@@ -28,6 +28,7 @@ from typing import Any
 
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.private_dir import make_private_dir
+from sandbridge.wire.jsonline import decode_json
 
 # The bounds: enough history to audit a day of terminals, never unbounded.
 MAX_RECORDS = 256
@@ -88,7 +89,7 @@ class RecordRing:
             try:
                 with open(self.path / f"{index:03d}.json", "rb") as file:
                     raw = file.read(self.max_bytes + 1)
-                record = json.loads(raw) if len(raw) <= self.max_bytes else None
+                record = decode_json(raw, max_bytes=self.max_bytes)
             except (OSError, ValueError):
                 continue
             if isinstance(record, dict) and isinstance(record.get("seq"), int):

@@ -21,7 +21,7 @@ from typing import Any
 from sandbridge.exceptions import WireError
 from sandbridge.http.fields import is_field_value, is_reason_phrase, is_token
 from sandbridge.wire.jsonline import decode_object, encode_object
-from sandbridge.wire.limits import MAX_V1_BODY_BYTES
+from sandbridge.wire.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES
 from sandbridge.wire.registration import normalize_base_path, validate_port
 
 Headers = list[tuple[bytes, bytes]]
@@ -137,7 +137,7 @@ def decode_request_message(message: dict[str, Any]) -> V1Request:
 
 def decode_request(line: bytes) -> V1Request:
     """Decode and validate one v1 request line."""
-    return decode_request_message(decode_object(line))
+    return decode_request_message(decode_object(line, MAX_V1_LINE_BYTES))
 
 
 def encode_response(response: V1Response) -> bytes:
@@ -160,7 +160,7 @@ def encode_error(message: str) -> bytes:
 
 def decode_response(line: bytes) -> V1Response:
     """Decode a v1 answer; an ``ok: false`` answer raises :class:`WireError` with its text."""
-    message = decode_object(line)
+    message = decode_object(line, MAX_V1_LINE_BYTES)
     ok = message.get("ok")
     if ok is False:
         error = message.get("error")
