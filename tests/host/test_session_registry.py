@@ -129,7 +129,9 @@ def test_a_state_root_that_is_a_symlink_is_refused(root: Path, tmp_path: Path) -
 
 
 def test_run_prints_its_session_id_and_ls_shows_it_with_its_app(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
     argv = run_argv(tmp_path, PYTHON, ECHO_APP, "--register", "4173", options=("--name", "demo-1"))
     session = Process(argv, env=env)
     try:
