@@ -72,11 +72,24 @@ class Guard:
     masked: tuple[Path, ...] = ()
 
 
+def _base_candidates() -> list[Path]:
+    return [SHARED_BASE, runtime_base(), Path(f"/run/user/{os.getuid()}")]
+
+
+def _owned_candidates() -> list[Path]:
+    home = Path.home()
+    return [
+        keys.config_dir(),
+        home / ".config" / "sandbridge",
+        journal.state_dir().parent,
+        home / ".local" / "state" / "sandbridge",
+    ]
+
+
 def runtime_bases() -> list[Path]:
     """Directories where sessions of this user create runtime and state dirs."""
-    candidates = [SHARED_BASE, runtime_base(), Path(f"/run/user/{os.getuid()}")]
     bases: list[Path] = []
-    for path in candidates:
+    for path in _base_candidates():
         if path.is_dir() and (resolved := path.resolve()) not in bases:
             bases.append(resolved)
     return bases
@@ -85,18 +98,27 @@ def runtime_bases() -> list[Path]:
 def owned_dirs() -> list[Path]:
     """sandbridge's per-user dirs: the key dir and the terminal journals' dir, for this
     environment's XDG variables and for the defaults other shells of this user use."""
-    home = Path.home()
-    candidates = [
-        keys.config_dir(),
-        home / ".config" / "sandbridge",
-        journal.state_dir().parent,
-        home / ".local" / "state" / "sandbridge",
-    ]
     dirs: list[Path] = []
-    for path in candidates:
-        if (resolved := path.resolve()) not in dirs:
+    for path in _owned_candidates():
+        if (resolved := path.absolute().resolve()) not in dirs:
             dirs.append(resolved)
     return dirs
+
+
+def _links_on_the_way(layer: Layer) -> list[Path]:
+    """Symlinks inside writable ``layer`` that lead to one of sandbridge's paths: the
+    sandbox could replace such a link and so choose where later sessions keep their
+    state or where the owner's key is read from."""
+    if not layer.mount.writable:
+        return []
+    found = []
+    for path in [*_base_candidates(), *_owned_candidates()]:
+        for step in [path.absolute(), *path.absolute().parents]:
+            if step.is_symlink() and _strictly_inside(
+                step.parent.resolve() / step.name, layer.mount.source
+            ):
+                found.append(step)
+    return found
 
 
 def _inside(path: Path, top: Path) -> bool:
@@ -147,6 +169,13 @@ def plan(layers: list[Layer], home: Path, *, create: bool = True) -> Guard:
                 "it shows the host's /proc, through which a sandbox reaches every "
                 "process's files, other sessions' included",
                 "bind a directory that does not contain /proc",
+            )
+        for link in _links_on_the_way(layer):
+            raise _refuse(
+                layer,
+                f"{link} is a symlink the sandbox could replace, and sandbridge's own "
+                "dirs lie through it",
+                f"bind a directory that does not contain {link}",
             )
         hidden: list[Path] = []
         for base in bases:

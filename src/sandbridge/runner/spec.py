@@ -33,9 +33,12 @@ class Mount:
 def parse_mount(value: str, writable: bool) -> Mount:
     """Parse ``SRC`` or ``SRC:DEST`` from ``--bind``/``--ro-bind``."""
     source, _, dest = value.partition(":")
-    src = Path(source).expanduser().resolve()
+    flag = "--bind" if writable else "--ro-bind"
+    try:
+        src = Path(source).expanduser().resolve()
+    except OSError as exc:
+        raise SandboxError(f"{flag} {value!r}: {exc.strerror}") from None
     if not src.exists():
-        flag = "--bind" if writable else "--ro-bind"
         raise SandboxError(f"{flag} {value!r}: {src} does not exist")
     target = Path(dest) if dest else src
     if not target.is_absolute():
