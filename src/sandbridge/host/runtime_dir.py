@@ -26,6 +26,9 @@ PREFIX = "ags-webview-relay-"
 MOUNT_POINT = "/run/ags-webview-relay"
 RELAY_SOCKET = "relay.sock"
 UPSTREAM_SOCKET = "upstream.sock"
+# The random part of a fallback runtime dir's name: unguessable enough that nobody can
+# squat it in advance, short enough that its socket paths stay within AF_UNIX's 108 bytes.
+FALLBACK_TOKEN_BYTES = 6
 
 
 def runtime_base() -> Path:
@@ -130,7 +133,7 @@ class RuntimeDir:
             clean_stale(wanted.parent)
             if not os.path.lexists(wanted):
                 return cls._make(wanted)
-            fallback = wanted.with_name(f"{wanted.name}.{secrets.token_hex(8)}")
+            fallback = wanted.with_name(f"{wanted.name}.{secrets.token_hex(FALLBACK_TOKEN_BYTES)}")
             made = cls._make(fallback)
             made.note = f"{wanted} {why_not_ours(wanted)}; the runtime dir is {fallback} instead"
             return made
