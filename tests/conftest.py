@@ -71,9 +71,10 @@ class Process:
                 )
             self._buffers[stream] += data
             *complete, self._buffers[stream] = self._buffers[stream].split(b"\n")
-            for raw in complete:
-                line = raw.decode("utf-8", "replace")
-                self.lines[stream].append(line)
+            # Keep every line read, also those after the one awaited: a later wait may want them.
+            lines = [raw.decode("utf-8", "replace") for raw in complete]
+            self.lines[stream] += lines
+            for line in lines:
                 if line.startswith(prefix):
                     return line
 

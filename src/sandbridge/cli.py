@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import resource
@@ -18,7 +19,7 @@ from sandbridge.exceptions import SandbridgeError
 from sandbridge.host import relay_settings
 from sandbridge.host.app_listener import App
 from sandbridge.host.relay_settings import RelaySettings
-from sandbridge.host.runtime_dir import RuntimeDir
+from sandbridge.host.runtime_dir import MOUNT_POINT, RuntimeDir
 from sandbridge.host.session import HostSession
 from sandbridge.host.session_registry import SessionEntry, list_sessions
 from sandbridge.host.upstream import Protocol
@@ -193,19 +194,21 @@ def _spec_factory(
     mounts += network_cli.policy_mounts(workdir)
     env = {**policy.sandbox_env(), **parse_env(args.env)}
     network = network_cli.sandbox_network(args, policy)
-    home = default_home()
+    # Built now, so that a layout exposing sandbridge's own host paths is refused before
+    # any session dir exists (runner/host_paths.py); each session only sets its runtime dir.
+    template = SandboxSpec(
+        command=command,
+        workdir=workdir,
+        runtime_dir=Path(MOUNT_POINT),
+        home=default_home(),
+        mounts=mounts,
+        env=env,
+        new_session=not stdin_is_terminal(),
+        network=network,
+    )
 
     def factory(runtime_dir: Path) -> SandboxSpec:
-        return SandboxSpec(
-            command=command,
-            workdir=workdir,
-            runtime_dir=runtime_dir,
-            home=home,
-            mounts=mounts,
-            env=env,
-            new_session=not stdin_is_terminal(),
-            network=network,
-        )
+        return dataclasses.replace(template, runtime_dir=runtime_dir)
 
     return factory
 
@@ -285,6 +288,8 @@ def cmd_host(args: argparse.Namespace) -> int:
         except BaseException:
             runtime_dir.remove()
             raise
+        if entry.note is not None:
+            print(f"sandbridge: {entry.note}", file=sys.stderr, flush=True)
         session = HostSession(
             runtime_dir,
             protocol=Protocol(args.protocol),

@@ -118,3 +118,57 @@ def test_a_dir_being_created_is_never_cleaned_by_a_session_starting_beside_it(
         cleaner.kill()
         cleaner.wait()
     assert [path.name for path in tmp_path.iterdir()] == []
+
+
+NOBODY = 65534
+
+
+def _squat(path: Path, how: str, elsewhere: Path) -> None:
+    """What another local user can leave at ``path`` in a shared directory."""
+    if how == "foreign-dir":
+        path.mkdir(mode=0o777)
+        os.chown(path, NOBODY, NOBODY)
+    elif how == "symlink":
+        path.symlink_to(elsewhere)
+        os.lchown(path, NOBODY, NOBODY)
+    else:
+        path.write_text("")
+        os.chown(path, NOBODY, NOBODY)
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("foreign-dir", f"belongs to uid {NOBODY}"),
+        ("symlink", "is a symlink"),
+        ("file", "is not a directory"),
+    ],
+)
+def test_a_squatted_contract_path_gives_a_fresh_dir_beside_it_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, how: str, why: str
+) -> None:
+    assert os.getuid() == 0, "the squatter is another user: this test needs root"
+    base = tmp_path / "shared"
+    base.mkdir(mode=0o1777)
+    os.chmod(base, 0o1777)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    _squat(default_path(), how, elsewhere)
+    runtime = RuntimeDir.create()
+    try:
+        assert runtime.path.parent == base
+        assert runtime.path.name.startswith(f"ags-webview-relay-{os.getpid()}.")
+        info = runtime.path.lstat()
+        assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
+        assert runtime.note == f"{default_path()} {why}; the runtime dir is {runtime.path} instead"
+        assert list(elsewhere.iterdir()) == []
+    finally:
+        runtime.remove()
+    assert os.path.lexists(default_path())  # the squatter's, never removed
+
+
+def test_a_stale_fallback_dir_is_cleaned_like_any_runtime_dir(tmp_path: Path) -> None:
+    stale = tmp_path / "ags-webview-relay-999999.0123abcd"
+    stale.mkdir()
+    assert clean_stale(tmp_path) == [stale]

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import stat
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -129,7 +133,9 @@ def test_a_state_root_that_is_a_symlink_is_refused(root: Path, tmp_path: Path) -
 
 
 def test_run_prints_its_session_id_and_ls_shows_it_with_its_app(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
     argv = run_argv(tmp_path, PYTHON, ECHO_APP, "--register", "4173", options=("--name", "demo-1"))
     session = Process(argv, env=env)
     try:
@@ -160,3 +166,99 @@ def test_run_prints_its_session_id_and_ls_shows_it_with_its_app(tmp_path: Path) 
         session.stop()
     gone = subprocess.run([*SANDBRIDGE, "ls"], env=env, capture_output=True, text=True, check=True)
     assert gone.stdout == "no running sessions\n"
+
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def shared(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A runtime base like /tmp: world-writable and sticky (and a short path, as socket
+    paths in it must fit AF_UNIX's 108 bytes)."""
+    assert os.getuid() == 0, "the squatter is another user: this test needs root"
+    top = Path(tempfile.mkdtemp(prefix="sq-", dir="/tmp"))
+    base = top / "shared"
+    base.mkdir()
+    os.chmod(base, 0o1777)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    yield base
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _squat_state_root(shared: Path, how: str) -> Path:
+    primary = shared / f"sandbridge-{os.getuid()}"
+    if how == "symlink":
+        target = shared.parent / "planted"
+        target.mkdir(mode=0o700)
+        primary.symlink_to(target)
+        os.lchown(primary, NOBODY, NOBODY)
+    else:
+        primary.mkdir(mode=0o777)
+        os.chown(primary, NOBODY, NOBODY)
+    return primary
+
+
+@pytest.mark.parametrize("how", ["foreign-dir", "symlink"])
+def test_a_squatted_state_root_gives_a_private_fallback_that_ls_finds(
+    shared: Path, how: str
+) -> None:
+    primary = _squat_state_root(shared, how)
+    # A squatter's dir named like a fallback is not ours: never used nor listed.
+    decoy = shared / f"sandbridge-{os.getuid()}.decoy"
+    decoy.mkdir(mode=0o700)
+    os.chown(decoy, NOBODY, NOBODY)
+    entry = SessionEntry.create("squatted", Path("/"))
+    try:
+        fallback = entry.path.parent.parent
+        assert fallback.parent == shared and fallback.name.startswith(f"{primary.name}.")
+        assert fallback != decoy
+        assert stat.S_IMODE(fallback.lstat().st_mode) == 0o700
+        assert entry.note is not None and entry.note.startswith(str(primary))
+        assert entry.note.endswith(f"session state is in {fallback} instead")
+        assert [record.id for record in list_sessions()] == ["squatted"]
+        assert session_path("squatted") == entry.path
+        second = SessionEntry.create("second", Path("/"))
+        assert second.path.parent.parent == fallback  # reused, not one per session
+        second.remove()
+        if how == "symlink":
+            assert list((shared.parent / "planted").iterdir()) == []
+    finally:
+        entry.remove()
+    assert not fallback.exists()  # the last session out removes it
+    assert os.path.lexists(primary) and decoy.exists()  # the squatter's, untouched
+
+
+@pytest.mark.parametrize("how", ["foreign-dir", "symlink"])
+def test_run_starts_beside_squatted_dirs_says_why_and_ls_lists_it(
+    shared: Path, tmp_path: Path, how: str
+) -> None:
+    _squat_state_root(shared, how)
+    work = tmp_path / "work"
+    work.mkdir()
+    # The runtime dir's name holds the pid of `sandbridge run`: squat it from a shell that
+    # then execs sandbridge in the same process.
+    runtime = shared / "ags-webview-relay-$$"
+    squat = (
+        f"mkdir -m 777 {runtime} && chown {NOBODY} {runtime}"
+        if how == "foreign-dir"
+        else f"ln -s {tmp_path} {runtime} && chown -h {NOBODY} {runtime}"
+    )
+    argv = run_argv(work, PYTHON, ECHO_APP, "--register", "4173", options=("--name", "sq"))
+    session = Process(["sh", "-c", f'{squat} && exec "$@"', "sh", *argv])
+    try:
+        why = "belongs to uid 65534" if how == "foreign-dir" else "is a symlink"
+        line = session.wait_line(f"sandbridge: {shared}/ags-webview-relay-", "stderr")
+        assert f"ags-webview-relay-{session.popen.pid} {why}; the runtime dir is " in line
+        line = session.wait_line(f"sandbridge: {shared}/sandbridge-", "stderr")
+        assert why in line and "session state is in" in line
+        session.wait_line("READY")
+        listed = subprocess.run(
+            [*SANDBRIDGE, "ls", "--json"], capture_output=True, text=True, check=True
+        )
+        assert [record["id"] for record in json.loads(listed.stdout)] == ["sq"]
+        status = subprocess.run(
+            [*SANDBRIDGE, "status", "sq"], capture_output=True, text=True, check=False
+        )
+        assert status.returncode == 0, status.stderr
+    finally:
+        assert session.stop() == 128 + signal.SIGTERM

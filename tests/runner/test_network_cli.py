@@ -76,7 +76,7 @@ def test_dry_run_argv_never_shows_an_environment_value(env: dict[str, str], back
     secrets = {name: f"secret-{value}" for name, value in env.items()}
     spec = SandboxSpec(
         command=["true"],
-        workdir=Path("/tmp"),
+        workdir=Path("/tmp/work"),
         runtime_dir=Path("/tmp/ags-webview-relay-1"),
         home=Path("/tmp/home"),
         env=secrets,

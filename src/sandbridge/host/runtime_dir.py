@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,9 @@ PREFIX = "ags-webview-relay-"
 MOUNT_POINT = "/run/ags-webview-relay"
 RELAY_SOCKET = "relay.sock"
 UPSTREAM_SOCKET = "upstream.sock"
+# The random part of a fallback runtime dir's name: unguessable enough that nobody can
+# squat it in advance, short enough that its socket paths stay within AF_UNIX's 108 bytes.
+FALLBACK_TOKEN_BYTES = 6
 
 
 def runtime_base() -> Path:
@@ -34,6 +39,30 @@ def runtime_base() -> Path:
 def default_path(pid: int | None = None) -> Path:
     """The contract's runtime dir path for process ``pid`` (default: this one)."""
     return runtime_base() / f"{PREFIX}{os.getpid() if pid is None else pid}"
+
+
+def _is_runtime_name(name: str) -> bool:
+    """``ags-webview-relay-<pid>``, or the fallback ``ags-webview-relay-<pid>.<random>``."""
+    suffix = name.removeprefix(PREFIX)
+    pid, _, token = suffix.partition(".")
+    return suffix != name and pid.isdigit() and (token == "" or token.isalnum())
+
+
+def why_not_ours(path: Path) -> str:
+    """Why an existing ``path`` cannot be this session's private dir, in a few words."""
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        return f"cannot be inspected ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if info.st_uid != os.getuid():
+        return f"belongs to uid {info.st_uid}"
+    if info.st_mode & 0o077:
+        return f"has mode {stat.S_IMODE(info.st_mode):o}"
+    return "is in use by another session"
 
 
 def try_lock(fd: int) -> bool:
@@ -55,8 +84,7 @@ def clean_stale(base: Path | None = None) -> list[Path]:
         return removed
     uid = os.getuid()
     for entry in entries:
-        suffix = entry.name.removeprefix(PREFIX)
-        if suffix == entry.name or not suffix.isdigit():
+        if not _is_runtime_name(entry.name):
             continue
         try:
             fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -80,6 +108,8 @@ class RuntimeDir:
     path: Path
     owned: bool = True
     _fd: int = field(default=-1, repr=False)
+    # Set when the contract's path was taken and the dir was made elsewhere: say so.
+    note: str | None = None
 
     @property
     def relay_socket(self) -> Path:
@@ -91,9 +121,27 @@ class RuntimeDir:
 
     @classmethod
     def create(cls, path: Path | None = None) -> RuntimeDir:
-        """Clean stale dirs, then create and lock a fresh runtime dir (mode 0700)."""
-        path = default_path() if path is None else path
+        """Clean stale dirs, then create and lock a fresh runtime dir (mode 0700).
+
+        Without ``path`` (``sandbridge run``, whose sandbox sees the dir only at
+        :data:`MOUNT_POINT`), a contract path that exists all the same (another local
+        user made it first, or a symlink, or a file) is never used nor followed: the dir
+        is made under an unpredictable name beside it, and :attr:`note` says why.
+        """
+        if path is None:
+            wanted = default_path()
+            clean_stale(wanted.parent)
+            if not os.path.lexists(wanted):
+                return cls._make(wanted)
+            fallback = wanted.with_name(f"{wanted.name}.{secrets.token_hex(FALLBACK_TOKEN_BYTES)}")
+            made = cls._make(fallback)
+            made.note = f"{wanted} {why_not_ours(wanted)}; the runtime dir is {fallback} instead"
+            return made
         clean_stale(path.parent)
+        return cls._make(path)
+
+    @classmethod
+    def _make(cls, path: Path) -> RuntimeDir:
         exists = RuntimeDirError(f"runtime dir {path} already exists and belongs to a live session")
         if os.path.lexists(path):
             raise exists

@@ -1,10 +1,12 @@
 """Running sessions, as the host's other commands see them (``sandbridge ls``).
 
 Each live session owns a directory ``<state root>/sessions/<id>/`` where the state root
-is ``${XDG_RUNTIME_DIR:-/tmp}/sandbridge-<uid>`` (0700). It holds ``session.json`` (id,
-pid, workdir, apps) and the session's host-only files: its control socket and its logs.
-This directory is never the runtime dir the sandbox sees; it lives beside it, so the
-runner masks it together with the runtime dirs.
+is ``${XDG_RUNTIME_DIR:-/tmp}/sandbridge-<uid>`` (0700), or, if something not ours holds
+that name, a fallback ``sandbridge-<uid>.<random>`` beside it (:func:`writable_state_root`).
+It holds ``session.json`` (id, pid, workdir, apps) and the session's host-only files: its
+control socket and its logs. This directory is never the runtime dir the sandbox sees; it
+lives beside it, so the runner hides it together with the runtime dirs
+(``runner/host_paths.py``).
 
 Liveness works like the runtime dir's: the session holds an ``flock`` on its directory
 for its whole life, so a directory whose lock is free belongs to a dead session (even one
@@ -22,13 +24,14 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sandbridge.exceptions import SandbridgeError
-from sandbridge.host.runtime_dir import runtime_base, try_lock
-from sandbridge.private_dir import make_private_dir
+from sandbridge.host.runtime_dir import runtime_base, try_lock, why_not_ours
+from sandbridge.private_dir import make_private_dir, require_private_dir
 from sandbridge.wire.jsonline import decode_json
 
 STATE_PREFIX = "sandbridge-"
@@ -52,9 +55,72 @@ def state_root() -> Path:
     return runtime_base() / f"{STATE_PREFIX}{os.getuid()}"
 
 
-def sessions_dir(root: Path | None = None) -> Path:
-    root = make_private_dir(state_root() if root is None else root, "state dir", SessionError)
+def _is_private_dir(path: Path) -> bool:
+    try:
+        require_private_dir(path, "state dir", SessionError)
+    except (OSError, SessionError):
+        return False
+    return True
+
+
+def _fallback_roots() -> list[Path]:
+    """This user's fallback state roots, ``sandbridge-<uid>.<random>`` beside the usual
+    one: only real directories of this user that others cannot open (anyone can make
+    such a name in ``/tmp``; nobody else can make it ours)."""
+    primary = state_root()
+    try:
+        entries = sorted(primary.parent.iterdir())
+    except OSError:
+        return []
+    return [
+        entry
+        for entry in entries
+        if entry.name.startswith(f"{primary.name}.") and _is_private_dir(entry)
+    ]
+
+
+def state_roots() -> list[Path]:
+    """Every state root of this user where sessions may be: the usual one if it is
+    ours, then the fallbacks (see :func:`writable_state_root`)."""
+    primary = state_root()
+    return [*([primary] if _is_private_dir(primary) else []), *_fallback_roots()]
+
+
+def writable_state_root() -> tuple[Path, str | None]:
+    """The state root a new session uses, and why, when it is not the usual one.
+
+    If another user (or anything not ours: a symlink, a file, a 0777 dir) holds
+    ``sandbridge-<uid>``, the session goes to an existing fallback of ours, else to a
+    fresh one made by ``mkdtemp`` (0700, unpredictable name, never an existing path):
+    a squatter can neither stop sandbridge nor make it follow a link.
+    """
+    primary = state_root()
+    try:
+        return make_private_dir(primary, "state dir", SessionError), None
+    except SessionError:
+        pass
+    fallbacks = _fallback_roots()
+    if fallbacks:
+        root = fallbacks[0]
+    else:
+        try:
+            root = Path(tempfile.mkdtemp(prefix=f"{primary.name}.", dir=primary.parent))
+        except OSError as exc:
+            raise SessionError(f"cannot create a state dir in {primary.parent}: {exc}") from None
+    return root, f"{primary} {why_not_ours(primary)}; session state is in {root} instead"
+
+
+def sessions_dir(root: Path) -> Path:
+    """``root``'s sessions directory, made private if missing."""
+    root = make_private_dir(root, "state dir", SessionError)
     return make_private_dir(root / SESSIONS, "state dir", SessionError)
+
+
+def _session_dirs(root: Path | None) -> list[Path]:
+    """The sessions directories to read: ``root``'s, else those of :func:`state_roots`."""
+    if root is not None:
+        return [sessions_dir(root)]
+    return [path for top in state_roots() if _is_private_dir(path := top / SESSIONS)]
 
 
 def validate_name(name: str, what: str = "--name") -> str:
@@ -132,6 +198,8 @@ class SessionEntry:
         self.path = path
         self._fd = fd
         self.record = record
+        # Set when the state went to a fallback root: the line that says why.
+        self.note: str | None = None
 
     @property
     def id(self) -> str:
@@ -148,10 +216,11 @@ class SessionEntry:
         session_id = new_session_id() if name is None else validate_name(name)
         # Another session ending removes the empty state dirs; make them again if so.
         for attempt in range(3):
-            base = sessions_dir(root)
+            top, note = (root, None) if root is not None else writable_state_root()
+            base = sessions_dir(top)
             _sweep(base)
             final = base / session_id
-            if _is_live(final):
+            if any(_is_live(other / session_id) for other in [base, *_session_dirs(root)]):
                 raise SessionError(
                     f"session {session_id!r} is already running; choose another --name"
                 )
@@ -175,6 +244,7 @@ class SessionEntry:
                 f"session {session_id!r} is already running; choose another --name"
             ) from None
         entry.path = final
+        entry.note = note
         return entry
 
     def set_apps(self, apps: list[AppRecord]) -> None:
@@ -218,16 +288,18 @@ def _read_record(path: Path) -> SessionRecord | None:
 def list_sessions(root: Path | None = None) -> list[SessionRecord]:
     """Live sessions, oldest first; stale directories found on the way are removed."""
     records: list[SessionRecord] = []
-    for entry in _sweep(sessions_dir(root)):
-        record = _read_record(entry)
-        if record is not None and record.id == entry.name:
-            records.append(record)
+    for base in _session_dirs(root):
+        for entry in _sweep(base):
+            record = _read_record(entry)
+            if record is not None and record.id == entry.name:
+                records.append(record)
     return sorted(records, key=lambda record: record.started)
 
 
 def session_path(session_id: str, root: Path | None = None) -> Path:
     """The directory of live session ``session_id``; refuse an unknown or ended one."""
-    path = sessions_dir(root) / validate_name(session_id, "session")
-    if not _is_live(path):
-        raise SessionError(f"no running session {session_id!r}; see sandbridge ls")
-    return path
+    name = validate_name(session_id, "session")
+    for base in _session_dirs(root):
+        if _is_live(path := base / name):
+            return path
+    raise SessionError(f"no running session {session_id!r}; see sandbridge ls")

@@ -49,18 +49,17 @@ def argv(spec: SandboxSpec) -> list[str]:
         args += ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
     if spec.new_session:
         args.append("--new-session")
-    hidden = spec.hidden_runtime_parent()
-    if hidden is not None and spec.mask_before_workdir():
-        args += ["--tmpfs", str(hidden)]
+    for path in spec.guard.private:
+        args += ["--tmpfs", str(path)]
     if spec.home != spec.workdir:
         args += ["--tmpfs", str(spec.home)]
     for path in spec.tooling_paths():
         args += ["--ro-bind", str(path), str(path)]
-    args += ["--bind", str(spec.workdir), str(spec.workdir)]
-    for mount in spec.mounts:
+    for mount in spec.bind_sequence():
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
-    if hidden is not None and not spec.mask_before_workdir():
-        args += ["--tmpfs", str(hidden)]
+    # Last, over every bind: sandbridge's own host paths that a bind brought into view.
+    for path in spec.guard.masked:
+        args += ["--tmpfs", str(path)]
     args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]
     args += ["--chdir", str(spec.workdir), "--clearenv"]
     for name, value in sandbox_env(spec.home, spec.env).items():

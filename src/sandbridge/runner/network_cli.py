@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.host.egress_log import read_tally, summarise
-from sandbridge.host.session_registry import list_sessions, session_path, sessions_dir
+from sandbridge.host.session_registry import list_sessions, session_path
 from sandbridge.runner.backend import sandbox_argv
 from sandbridge.runner.network_policy import (
     ALLOW_FILE,
@@ -204,7 +204,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         report = [
             {
                 "session": session_id,
-                "egress": [asdict(t) for t in read_tally(sessions_dir() / session_id)],
+                "egress": [asdict(t) for t in read_tally(session_path(session_id))],
             }
             for session_id in ids
         ]
@@ -215,6 +215,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     for session_id in ids:
         print(f"session {session_id}")
-        for line in summarise(read_tally(sessions_dir() / session_id)):
+        for line in summarise(read_tally(session_path(session_id))):
             print(f"  {line}")
     return 0

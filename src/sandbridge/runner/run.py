@@ -61,6 +61,9 @@ async def run_session(
         host_end.close()
         sandbox_end.close()
         raise
+    for note in (runtime_dir.note, entry.note):
+        if note is not None:
+            print(f"sandbridge: {note}", file=sys.stderr, flush=True)
     session = HostSession(
         runtime_dir,
         protocol=protocol,

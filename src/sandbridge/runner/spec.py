@@ -6,10 +6,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbridge.exceptions import SandboxError
 from sandbridge.host.runtime_dir import MOUNT_POINT, UPSTREAM_SOCKET
 from sandbridge.runner.sandbox_network import SandboxNetwork
+
+if TYPE_CHECKING:
+    from sandbridge.runner.host_paths import Guard
 
 # Host variables a command needs to behave normally; anything else (tokens, keys,
 # the host's socket paths) stays outside unless named with --env.
@@ -29,9 +33,12 @@ class Mount:
 def parse_mount(value: str, writable: bool) -> Mount:
     """Parse ``SRC`` or ``SRC:DEST`` from ``--bind``/``--ro-bind``."""
     source, _, dest = value.partition(":")
-    src = Path(source).expanduser().resolve()
+    flag = "--bind" if writable else "--ro-bind"
+    try:
+        src = Path(source).expanduser().resolve()
+    except OSError as exc:
+        raise SandboxError(f"{flag} {value!r}: {exc.strerror}") from None
     if not src.exists():
-        flag = "--bind" if writable else "--ro-bind"
         raise SandboxError(f"{flag} {value!r}: {src} does not exist")
     target = Path(dest) if dest else src
     if not target.is_absolute():
@@ -53,6 +60,21 @@ class SandboxSpec:
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
     # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
     terminal_fd: int | None = None
+    # What keeps sandbridge's own host paths out of sight (runner/host_paths.py); computed
+    # from the fields above when not given, refusing a layout no mask can make safe.
+    guard: Guard = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            from sandbridge.runner import host_paths
+
+            object.__setattr__(self, "guard", host_paths.guard_for(self))
+
+    def bind_sequence(self) -> list[Mount]:
+        """The workdir and the extra mounts in bind order, each followed by its pins."""
+        binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts]
+        pins = self.guard.pins[-len(binds) :] if self.guard.pins else [()] * len(binds)
+        return [mount for bind, after in zip(binds, pins, strict=True) for mount in (bind, *after)]
 
     @property
     def entry_argv(self) -> list[str]:
@@ -93,25 +115,6 @@ class SandboxSpec:
             for path in candidates
             if any(path.is_relative_to(top) and path != top for top in covered)
         )
-
-    def hidden_runtime_parent(self) -> Path | None:
-        """The runtime dir's parent, masked inside so other sessions' sockets stay out of sight.
-
-        ``None`` when it is under ``/tmp`` or ``/run`` (private inside anyway) and no bind
-        mount brings it back into view.
-        """
-        parent = self.runtime_dir.parent
-        sources = [self.workdir, *(mount.source for mount in self.mounts)]
-        if any(parent.is_relative_to(source) for source in sources):
-            return parent
-        if parent == Path("/") or parent.is_relative_to("/tmp") or parent.is_relative_to("/run"):
-            return None
-        return parent
-
-    def mask_before_workdir(self) -> bool:
-        """Mask the runtime parent before binding the workdir when it contains the workdir."""
-        parent = self.hidden_runtime_parent()
-        return parent is not None and self.workdir.is_relative_to(parent)
 
 
 def sandbox_env(

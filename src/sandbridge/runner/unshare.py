@@ -24,17 +24,17 @@ def init_config(spec: SandboxSpec) -> str:
     """The JSON that tells the in-namespace init what to mount."""
     return json.dumps(
         {
-            "workdir": str(spec.workdir),
+            "workdir": str(spec.workdir),  # bound as the first of "mounts"
             "runtime_dir": str(spec.runtime_dir),
             "home": str(spec.home),
             "private_home": spec.home != spec.workdir,
             "tooling": [str(path) for path in spec.tooling_paths()],
-            "hidden": str(hidden) if (hidden := spec.hidden_runtime_parent()) else None,
-            "hide_first": spec.mask_before_workdir(),
+            "private": [str(path) for path in spec.guard.private],
             "mounts": [
                 {"source": str(m.source), "dest": str(m.dest), "writable": m.writable}
-                for m in spec.mounts
+                for m in spec.bind_sequence()
             ],
+            "masked": [str(path) for path in spec.guard.masked],
             "env": sandbox_env(spec.home, spec.env),
             "new_session": spec.new_session,
             "loopback": spec.network.own_namespace,

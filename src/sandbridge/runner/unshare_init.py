@@ -123,7 +123,7 @@ def build_root(config: dict[str, Any]) -> str:
     # Reach the host paths through descriptors opened before anything is covered.
     keep = {
         path: os.open(path, os.O_PATH)
-        for path in [config["workdir"], config["runtime_dir"], *config["tooling"]]
+        for path in [config["runtime_dir"], *config["tooling"]]
         + [m["source"] for m in config["mounts"]]
     }
 
@@ -156,20 +156,20 @@ def build_root(config: dict[str, Any]) -> str:
     ):
         os.symlink(target, f"{dev}/{name}")
 
-    def hide_runtime_parent() -> None:
-        mount("tmpfs", _mkdirs(root, config["hidden"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    def cover(path: str) -> None:
+        mount("tmpfs", _mkdirs(root, path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
 
-    if config["hidden"] and config["hide_first"]:
-        hide_runtime_parent()
+    for path in config["private"]:
+        cover(path)
     if config["private_home"]:
         mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     for path in config["tooling"]:
         bind(source(path), _mkdirs(root, path), writable=False)
-    bind(source(config["workdir"]), _mkdirs(root, config["workdir"]))
     for extra in config["mounts"]:
         bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
-    if config["hidden"] and not config["hide_first"]:
-        hide_runtime_parent()
+    # Last, over every bind: sandbridge's own host paths that a bind brought into view.
+    for path in config["masked"]:
+        cover(path)
     bind(source(config["runtime_dir"]), _mkdirs(root, MOUNT_POINT))
     for fd in keep.values():
         os.close(fd)
