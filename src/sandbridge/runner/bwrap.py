@@ -59,6 +59,8 @@ def argv(spec: SandboxSpec) -> list[str]:
     args += ["--bind", str(spec.workdir), str(spec.workdir)]
     for mount in spec.mounts:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    for mount in spec.read_only_paths:
+        args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
     if hidden is not None and not spec.mask_before_workdir():
         args += ["--tmpfs", str(hidden)]
     args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]

@@ -53,6 +53,10 @@ class SandboxSpec:
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
     # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
     terminal_fd: int | None = None
+    # Paths inside the writable mounts that the owner's tools run or obey, mounted onto
+    # themselves after the workdir and the binds: read-only, or (writable) pinned as a
+    # mount point so they cannot be renamed away (runner/protected_paths.py).
+    read_only_paths: list[Mount] = field(default_factory=list)
 
     @property
     def entry_argv(self) -> list[str]:

@@ -35,6 +35,9 @@ def init_config(spec: SandboxSpec) -> str:
                 {"source": str(m.source), "dest": str(m.dest), "writable": m.writable}
                 for m in spec.mounts
             ],
+            "read_only_paths": [
+                {"dest": str(m.dest), "writable": m.writable} for m in spec.read_only_paths
+            ],
             "env": sandbox_env(spec.home, spec.env),
             "new_session": spec.new_session,
             "loopback": spec.network.own_namespace,
