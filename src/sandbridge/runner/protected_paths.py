@@ -103,7 +103,6 @@ HOME_ENTRIES = (
     Entry(".config/fish", True, "fish start-up files"),
     Entry(".config/systemd", True, "user services"),
     Entry(".config/autostart", True, "programs the desktop starts at login"),
-    Entry(".local/bin", True, "on the owner's PATH"),
     Entry(".ssh", True, "ssh config (ProxyCommand), keys and rc"),
     Entry(".npmrc", False, "npm settings that run code"),
     Entry(".ripgreprc", False, "ripgrep options"),
