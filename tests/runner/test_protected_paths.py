@@ -337,6 +337,23 @@ def test_new_deny_listed_file_is_named_at_session_end(backend: str, repo: Path) 
     assert ".npmrc" in git(repo, "status", "--short").stdout
 
 
+def test_submodule_staged_by_the_sandbox_is_named_at_session_end(backend: str, repo: Path) -> None:
+    """The owner's git status enters a staged gitlink's repository and obeys its config:
+    no mount can stop a new directory (docs/security.md, residual risks), so it is named."""
+    script = (
+        "mkdir evil && cd evil && git init -q && git -c user.name=a -c user.email=a@b "
+        "commit -q --allow-empty -m e && "
+        "cd .. && git add evil 2>/dev/null"
+    )
+    result = inside(backend, repo, script)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox registered a submodule at {repo / 'evil'} with its "
+        f"own git dir; git status runs its config: inspect {repo / 'evil' / '.git'}, or "
+        "remove it with git rm --cached evil"
+    ) in result.stderr
+
+
 def test_ignored_deny_listed_file_gets_a_placeholder(backend: str, repo: Path) -> None:
     """A file the owner's git ignores would not show in review: it cannot be created."""
     (repo / ".gitignore").write_text(".envrc\n")

@@ -147,6 +147,11 @@ class Protection:
     # Deny-listed files that do not exist and got no placeholder: named if they appear.
     watched: list[Path] = field(default_factory=list)
     reasons: dict[Path, str] = field(default_factory=dict)
+    # Registered submodules of each work tree in a writable mount, at session start. One
+    # staged by the sandbox (a gitlink to a repository it made) is entered by the owner's
+    # next git status, which obeys its config: it is named at session end.
+    submodules: dict[Path, frozenset[Path]] = field(default_factory=dict)
+    list_submodules: Callable[[Path], list[Path]] = host_git.submodule_paths
 
     def create_placeholders(self) -> None:
         """Create every placeholder (outermost first); undo them all if one fails."""
@@ -161,15 +166,25 @@ class Protection:
             raise
 
     def finish(self) -> list[str]:
-        """Remove unchanged placeholders; return a warning per watched file that appeared."""
+        """Remove unchanged placeholders; return a warning per watched file that appeared
+        and per submodule the sandbox registered."""
         for placeholder in reversed(self.placeholders):
             placeholder.remove_if_unchanged()
-        return [
+        warnings = [
             f"WARNING: the sandbox created {path} ({self.reasons[path]}): review it before "
             "your tools use it"
             for path in self.watched
             if path.exists() or path.is_symlink()
         ]
+        for top, before in self.submodules.items():
+            for path in self.list_submodules(top):
+                if path not in before and os.path.lexists(path / ".git"):
+                    warnings.append(
+                        f"WARNING: the sandbox registered a submodule at {path} with its own "
+                        f"git dir; git status runs its config: inspect {path / '.git'}, or "
+                        f"remove it with git rm --cached {path.relative_to(top)}"
+                    )
+        return warnings
 
 
 @dataclass(frozen=True)
@@ -201,6 +216,7 @@ class _Decision:
         self.placeholders: dict[Path, Placeholder] = {}
         self.watched: dict[Path, str] = {}
         self.git_dirs_seen: set[Path] = set()
+        self.registered: dict[Path, frozenset[Path]] = {}
 
     # --- where a host path is writable inside --------------------------------------------
 
@@ -370,7 +386,10 @@ class _Decision:
     def submodules(self, top: Path) -> list[Path]:
         """Checkouts of ``top``'s registered submodules (the owner's git status enters them)."""
         tops = []
-        for path in self.git.submodule_paths(top):
+        registered = self.git.submodule_paths(top)
+        if self.is_writable(top / ".git"):
+            self.registered[top] = frozenset(registered)
+        for path in registered:
             dot_git = path / ".git"
             if dot_git.exists() or dot_git.is_symlink():
                 tops.append(path)
@@ -404,7 +423,14 @@ class _Decision:
                 mounts.append(Mount(path, inside, writable))
         placeholders = sorted(self.placeholders.values(), key=lambda p: len(p.path.parts))
         reasons = {**self.watched, **self.read_only}
-        return Protection(mounts, placeholders, sorted(self.watched), reasons)
+        return Protection(
+            mounts,
+            placeholders,
+            sorted(self.watched),
+            reasons,
+            self.registered,
+            self.git.submodule_paths,
+        )
 
 
 def _first_line(path: Path) -> str:
