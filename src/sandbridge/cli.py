@@ -236,7 +236,8 @@ def _run_session(
             )
         )
     finally:
-        for warning in protection.finish():
+        others = [Path(record.workdir) for record in list_sessions()]
+        for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
             print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
 
 

@@ -354,6 +354,41 @@ def test_submodule_staged_by_the_sandbox_is_named_at_session_end(backend: str, r
     ) in result.stderr
 
 
+def test_repository_created_in_a_subdirectory_is_named_at_session_end(
+    backend: str, repo: Path
+) -> None:
+    """git run in a directory with a new .git obeys that git dir, and the project's git
+    status does not show a .git inside a tracked directory: it is named."""
+    (repo / "src").mkdir()
+    (repo / "src" / "main.c").write_text("")
+    git(repo, "add", "src")
+    git(repo, "commit", "-q", "-m", "src")
+    result = inside(backend, repo, "cd src && git init -q")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox created a git repository at {repo / 'src'}: git "
+        f"run there obeys its config; inspect {repo / 'src' / '.git'} or remove it"
+    ) in result.stderr
+
+
+def test_file_hidden_from_git_status_is_named_at_session_end(backend: str, repo: Path) -> None:
+    (repo / "Makefile").write_text("all:\n\ttrue\n")
+    git(repo, "add", "Makefile")
+    git(repo, "commit", "-q", "-m", "make")
+    script = (
+        "git update-index --assume-unchanged Makefile && git update-index --skip-worktree "
+        "README && echo 'all:; touch /tmp/x' > Makefile && echo changed >> README"
+    )
+    result = inside(backend, repo, script)
+    assert result.returncode == 0, result.stderr
+    assert git(repo, "status", "--porcelain").stdout == ""  # hidden indeed
+    assert (
+        f"sandbridge: WARNING: the sandbox hid 2 file(s) of {repo} from git status and git "
+        "diff (assume-unchanged or skip-worktree): Makefile README; show them with git "
+        "update-index --no-assume-unchanged --no-skip-worktree FILE"
+    ) in result.stderr
+
+
 def test_ignored_deny_listed_file_gets_a_placeholder(backend: str, repo: Path) -> None:
     """A file the owner's git ignores would not show in review: it cannot be created."""
     (repo / ".gitignore").write_text(".envrc\n")

@@ -32,6 +32,7 @@ def facts(
         submodule_paths=lambda top: list(submodules or []),
         ignoring_rule=lambda top, rel: "x:1:y" if rel in (ignored or set()) else None,
         toplevel=lambda path: None,
+        hidden_from_status=lambda top: frozenset(),
     )
 
 
@@ -258,6 +259,18 @@ def test_a_watched_file_that_appears_is_named(tmp_path: Path) -> None:
         f"WARNING: the sandbox created {tmp_path / '.npmrc'} (npm): review it before your "
         "tools use it"
     ]
+
+
+def test_placeholders_stay_while_another_session_shares_the_workdir(tmp_path: Path) -> None:
+    protection = Protection(
+        placeholders=[Placeholder(tmp_path / "p", None)], scan_roots=[tmp_path / "work"]
+    )
+    protection.create_placeholders()
+    assert protection.shared_with([tmp_path / "work" / "sub"])
+    assert protection.shared_with([tmp_path])
+    assert not protection.shared_with([tmp_path / "other"])
+    assert protection.finish(keep_placeholders=True) == []
+    assert (tmp_path / "p").is_dir()
 
 
 @pytest.mark.parametrize(

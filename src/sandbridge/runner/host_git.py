@@ -131,3 +131,21 @@ def ignoring_rule(top: Path, relative: str) -> str | None:
     if match is None or match.group("pattern").startswith("!"):
         return None
     return rule
+
+
+def hidden_from_status(top: Path) -> frozenset[str]:
+    """Index entries git status does not check: assume-unchanged or skip-worktree.
+
+    A change to such a file shows in neither ``git status`` nor ``git diff``.
+    """
+    if not available():
+        return frozenset()
+    result = run_git(top, "ls-files", "-v", "-z")
+    if result.returncode != 0:
+        return frozenset()
+    hidden = set()
+    for record in result.stdout.split("\0"):
+        tag, _, name = record.partition(" ")
+        if name and (tag == "S" or (len(tag) == 1 and tag.islower())):
+            hidden.add(name)
+    return frozenset(hidden)

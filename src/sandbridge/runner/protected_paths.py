@@ -50,6 +50,8 @@ UNSCANNED_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__", "tar
 # attributes), commondir (moves the config elsewhere), gitdir (a worktree's way back).
 GIT_DIR_FILES = ("config", "config.worktree", "commondir", "gitdir")
 GIT_DIR_DIRS = ("hooks", "info")
+# How many files one warning names; the rest is "...".
+MAX_NAMED_FILES = 5
 # A missing commondir would redirect the owner's git; "." names the git dir itself.
 COMMONDIR_PLACEHOLDER = b".\n"
 
@@ -136,6 +138,17 @@ class Placeholder:
                 self.path.unlink()
 
 
+@dataclass(frozen=True)
+class GitFacts:
+    """What :func:`decide` asks the owner's git (the hardened host git, or a test's stub)."""
+
+    config_entries: Callable[[Path], list[host_git.ConfigEntry]] = host_git.config_entries
+    submodule_paths: Callable[[Path], list[Path]] = host_git.submodule_paths
+    ignoring_rule: Callable[[Path, str], str | None] = host_git.ignoring_rule
+    toplevel: Callable[[Path], Path | None] = host_git.toplevel
+    hidden_from_status: Callable[[Path], frozenset[str]] = host_git.hidden_from_status
+
+
 @dataclass
 class Protection:
     """One session's protected paths: mounts for the backends, and their placeholders."""
@@ -147,11 +160,17 @@ class Protection:
     # Deny-listed files that do not exist and got no placeholder: named if they appear.
     watched: list[Path] = field(default_factory=list)
     reasons: dict[Path, str] = field(default_factory=dict)
-    # Registered submodules of each work tree in a writable mount, at session start. One
-    # staged by the sandbox (a gitlink to a repository it made) is entered by the owner's
-    # next git status, which obeys its config: it is named at session end.
+    # What no mount can stop, compared at session end with the start and named (each is
+    # something the owner's git would obey or hide, docs/security.md):
+    # - registered submodules of each work tree in a writable mount: one staged by the
+    #   sandbox (a gitlink to a repository it made) is entered by the owner's git status;
     submodules: dict[Path, frozenset[Path]] = field(default_factory=dict)
-    list_submodules: Callable[[Path], list[Path]] = host_git.submodule_paths
+    # - index entries marked assume-unchanged or skip-worktree: their changes are hidden;
+    hidden: dict[Path, frozenset[str]] = field(default_factory=dict)
+    # - repositories (a .git) in the writable mounts: git run inside a new one obeys it.
+    scan_roots: list[Path] = field(default_factory=list)
+    repositories: frozenset[Path] = frozenset()
+    git: GitFacts = field(default_factory=GitFacts)
 
     def create_placeholders(self) -> None:
         """Create every placeholder (outermost first); undo them all if one fails."""
@@ -165,19 +184,41 @@ class Protection:
                 placeholder.remove_if_unchanged()
             raise
 
-    def finish(self) -> list[str]:
-        """Remove unchanged placeholders; return a warning per watched file that appeared
-        and per submodule the sandbox registered."""
-        for placeholder in reversed(self.placeholders):
-            placeholder.remove_if_unchanged()
-        warnings = [
+    def shared_with(self, workdirs: Iterable[Path]) -> bool:
+        """Whether another session's workdir overlaps this one's writable mounts: its
+        sandbox may have these placeholders as mount points (removing one would take its
+        protection away), so they stay."""
+        return any(
+            other.is_relative_to(root) or root.is_relative_to(other)
+            for other in workdirs
+            for root in self.scan_roots
+        )
+
+    def finish(self, keep_placeholders: bool = False) -> list[str]:
+        """Remove unchanged placeholders (unless ``keep_placeholders``); return a warning
+        for each thing the sandbox left that the owner's tools would obey unseen."""
+        if not keep_placeholders:
+            for placeholder in reversed(self.placeholders):
+                placeholder.remove_if_unchanged()
+        return [
+            *self._new_files(),
+            *self._new_submodules(),
+            *self._new_hidden(),
+            *self._new_repositories(),
+        ]
+
+    def _new_files(self) -> list[str]:
+        return [
             f"WARNING: the sandbox created {path} ({self.reasons[path]}): review it before "
             "your tools use it"
             for path in self.watched
             if path.exists() or path.is_symlink()
         ]
+
+    def _new_submodules(self) -> list[str]:
+        warnings = []
         for top, before in self.submodules.items():
-            for path in self.list_submodules(top):
+            for path in self.git.submodule_paths(top):
                 if path not in before and os.path.lexists(path / ".git"):
                     warnings.append(
                         f"WARNING: the sandbox registered a submodule at {path} with its own "
@@ -186,15 +227,28 @@ class Protection:
                     )
         return warnings
 
+    def _new_hidden(self) -> list[str]:
+        warnings = []
+        for top, before in self.hidden.items():
+            new = sorted(self.git.hidden_from_status(top) - before)
+            if new:
+                shown = " ".join(new[:MAX_NAMED_FILES]) + (
+                    " ..." if len(new) > MAX_NAMED_FILES else ""
+                )
+                warnings.append(
+                    f"WARNING: the sandbox hid {len(new)} file(s) of {top} from git status "
+                    f"and git diff (assume-unchanged or skip-worktree): {shown}; show them "
+                    "with git update-index --no-assume-unchanged --no-skip-worktree FILE"
+                )
+        return warnings
 
-@dataclass(frozen=True)
-class GitFacts:
-    """What :func:`decide` asks the owner's git (the hardened host git, or a test's stub)."""
-
-    config_entries: Callable[[Path], list[host_git.ConfigEntry]] = host_git.config_entries
-    submodule_paths: Callable[[Path], list[Path]] = host_git.submodule_paths
-    ignoring_rule: Callable[[Path, str], str | None] = host_git.ignoring_rule
-    toplevel: Callable[[Path], Path | None] = host_git.toplevel
+    def _new_repositories(self) -> list[str]:
+        found = {top for root in self.scan_roots for top in nested_work_trees(root)}
+        return [
+            f"WARNING: the sandbox created a git repository at {top}: git run there obeys "
+            f"its config; inspect {top / '.git'} or remove it"
+            for top in sorted(found - self.repositories)
+        ]
 
 
 def _path_value(value: str, base: Path) -> Path | None:
@@ -217,6 +271,8 @@ class _Decision:
         self.watched: dict[Path, str] = {}
         self.git_dirs_seen: set[Path] = set()
         self.registered: dict[Path, frozenset[Path]] = {}
+        self.hidden: dict[Path, frozenset[str]] = {}
+        self.repositories: set[Path] = set()
 
     # --- where a host path is writable inside --------------------------------------------
 
@@ -389,6 +445,7 @@ class _Decision:
         registered = self.git.submodule_paths(top)
         if self.is_writable(top / ".git"):
             self.registered[top] = frozenset(registered)
+            self.hidden[top] = self.git.hidden_from_status(top)
         for path in registered:
             dot_git = path / ".git"
             if dot_git.exists() or dot_git.is_symlink():
@@ -428,8 +485,11 @@ class _Decision:
             placeholders,
             sorted(self.watched),
             reasons,
-            self.registered,
-            self.git.submodule_paths,
+            submodules=self.registered,
+            hidden=self.hidden,
+            scan_roots=[mount.source for mount in self.writable],
+            repositories=frozenset(self.repositories),
+            git=self.git,
         )
 
 
@@ -515,6 +575,7 @@ def decide(
         add_top(project_root)
     for mount in decision.writable:
         for top in nested_work_trees(mount.source):
+            decision.repositories.add(top)
             add_top(top)
     index = 0
     while index < len(tops):
