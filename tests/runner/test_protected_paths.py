@@ -371,6 +371,26 @@ def test_repository_created_in_a_subdirectory_is_named_at_session_end(
     ) in result.stderr
 
 
+def test_bare_repository_in_the_workdir_is_protected_and_a_new_one_named(
+    backend: str, repo: Path, marker: Path
+) -> None:
+    """git run inside a bare repository obeys its config (core.pager, aliases...)."""
+    git(repo, "clone", "-q", "--bare", str(repo), str(repo / "mirror.git"))
+    pager = f"printf '[core]\\n\\tpager = touch {marker}\\n'"
+    result = inside(
+        backend,
+        repo,
+        f"({pager} >> mirror.git/config) 2>/dev/null && echo WRITTEN || echo refused;"
+        "git init -q --bare tools",
+    )
+    assert result.stdout.split() == ["refused"], result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox created a git repository at {repo / 'tools'}: git "
+        f"run there obeys its config; inspect {repo / 'tools'} or remove it"
+    ) in result.stderr
+    assert str(marker) not in (repo / "mirror.git" / "config").read_text()
+
+
 def test_file_hidden_from_git_status_is_named_at_session_end(backend: str, repo: Path) -> None:
     (repo / "Makefile").write_text("all:\n\ttrue\n")
     git(repo, "add", "Makefile")

@@ -206,6 +206,27 @@ def test_missing_deny_listed_directories_get_empty_placeholders(tmp_path: Path) 
     assert tmp_path / ".claude" in pinned(protection)
 
 
+def test_bare_repository_below_the_workdir_gets_the_git_dir_protection(tmp_path: Path) -> None:
+    bare = tmp_path / "vendor" / "mirror.git"
+    for name in ("objects", "refs", "hooks"):
+        (bare / name).mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    (bare / "config").write_text("[core]\n\tbare = true\n")
+    protection = decide(workdir(tmp_path), tmp_path, git=facts())
+    assert {bare / "config", bare / "hooks"} <= read_only(protection)
+    assert {tmp_path / "vendor", bare} <= pinned(protection)
+    assert protection.repositories == frozenset({bare})
+
+
+def test_build_tool_configs_that_run_code_are_listed(tmp_path: Path) -> None:
+    (tmp_path / ".cargo").mkdir()
+    (tmp_path / ".cargo" / "config.toml").write_text("")
+    (tmp_path / "mise.toml").write_text("")
+    protection = decide(workdir(tmp_path), tmp_path, git=facts())
+    assert {tmp_path / ".cargo" / "config.toml", tmp_path / "mise.toml"} <= read_only(protection)
+    assert placeholders(protection)[tmp_path / ".mvn"] is None
+
+
 def test_home_start_up_files_only_when_home_is_writable(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -43,7 +43,7 @@ from sandbridge.runner.spec import Mount
 NESTED_REPO_DEPTH = 4
 MAX_SCANNED_DIRS = 20_000
 # Directories never searched for nested repositories: big, generated, never a checkout
-# the owner runs git in.
+# the owner runs git in (a git dir's own insides are protected as a git dir).
 UNSCANNED_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__", "target"})
 # What a git dir holds that the owner's git runs or obeys: its config (fsmonitor, hooks
 # path, filters, aliases, includes), hooks, info/ (exclude hides files from review,
@@ -88,6 +88,12 @@ PROJECT_ENTRIES = (
     Entry(".pnpmfile.cjs", False, "pnpm runs its hooks on install"),
     Entry(".envrc", False, "direnv runs it when the owner enters the directory"),
     Entry(".ripgreprc", False, "ripgrep options (--pre runs a command per file)"),
+    Entry(".mise.toml", False, "mise runs its hooks and tasks, sets env on entering"),
+    Entry("mise.toml", False, "mise runs its hooks and tasks, sets env on entering"),
+    Entry(".cargo/config.toml", False, "rustc-wrapper, runners, aliases run on cargo build"),
+    Entry(".cargo/config", False, "rustc-wrapper, runners, aliases run on cargo build"),
+    Entry(".mvn", True, "Maven extensions and JVM options load code on mvn"),
+    Entry(".bundle", True, "bundler's local config (usually ignored by git)"),
 )
 # Relative to the owner's home, when a writable mount is or contains it.
 HOME_ENTRIES = (
@@ -243,10 +249,11 @@ class Protection:
         return warnings
 
     def _new_repositories(self) -> list[str]:
-        found = {top for root in self.scan_roots for top in nested_work_trees(root)}
+        found = {top for root in self.scan_roots for top in nested_repositories(root)}
         return [
             f"WARNING: the sandbox created a git repository at {top}: git run there obeys "
-            f"its config; inspect {top / '.git'} or remove it"
+            f"its config; inspect {top if is_bare_git_dir(top) else top / '.git'} or "
+            "remove it"
             for top in sorted(found - self.repositories)
         ]
 
@@ -524,8 +531,19 @@ def _git_dirs_below(modules: Path) -> Iterable[Path]:
                 pending.append(child)
 
 
-def nested_work_trees(source: Path) -> list[Path]:
-    """Directories with a ``.git`` below ``source``, within the scan's bounds."""
+def is_bare_git_dir(directory: Path) -> bool:
+    """What git takes for a git dir when run inside it (``HEAD``, ``objects/``, ``refs/``):
+    a "bare repository" whose config git obeys (CVE-2022-24765's class)."""
+    return (
+        (directory / "HEAD").is_file()
+        and (directory / "objects").is_dir()
+        and (directory / "refs").is_dir()
+    )
+
+
+def nested_repositories(source: Path) -> list[Path]:
+    """Directories at or below ``source`` with a ``.git``, or that are bare git dirs,
+    within the scan's bounds."""
     found: list[Path] = []
     level = [source]
     scanned = 0
@@ -535,7 +553,7 @@ def nested_work_trees(source: Path) -> list[Path]:
             scanned += 1
             if scanned > MAX_SCANNED_DIRS:
                 return found
-            if os.path.lexists(directory / ".git"):
+            if os.path.lexists(directory / ".git") or is_bare_git_dir(directory):
                 found.append(directory)
             try:
                 children = list(os.scandir(directory))
@@ -574,9 +592,12 @@ def decide(
     if os.path.lexists(project_root / ".git"):
         add_top(project_root)
     for mount in decision.writable:
-        for top in nested_work_trees(mount.source):
+        for top in nested_repositories(mount.source):
             decision.repositories.add(top)
-            add_top(top)
+            if os.path.lexists(top / ".git"):
+                add_top(top)
+            else:
+                decision.git_dir(top)
     index = 0
     while index < len(tops):
         top = tops[index]
