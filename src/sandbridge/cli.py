@@ -20,7 +20,7 @@ from sandbridge.host.app_listener import App
 from sandbridge.host.relay_settings import RelaySettings
 from sandbridge.host.runtime_dir import RuntimeDir
 from sandbridge.host.session import HostSession
-from sandbridge.host.session_registry import SessionEntry, list_sessions
+from sandbridge.host.session_registry import SessionEntry, list_sessions, state_root
 from sandbridge.host.upstream import Protocol
 from sandbridge.runner import network_cli, protected_paths
 from sandbridge.runner.backend import BACKENDS, resolve
@@ -236,7 +236,8 @@ def _run_session(
             )
         )
     finally:
-        others = [Path(record.workdir) for record in list_sessions()]
+        # Read without creating: the state dirs went with the last session's entry.
+        others = [Path(r.workdir) for r in list_sessions()] if state_root().is_dir() else []
         for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
             print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
 
