@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Command-line settings beat every config file: nothing configured in the project runs.
+# safe.directory: these questions are safe in any repository, and the answer must not
+# depend on who owns it (sandbridge run as root on a user's checkout protects the same).
 HARDENING = (
     "--no-pager",
+    "-c",
+    "safe.directory=*",
     "-c",
     "core.fsmonitor=false",
     "-c",

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbridge.exceptions import SandboxError
 from sandbridge.runner import host_git
 from sandbridge.runner.spec import Mount
 
@@ -185,10 +186,13 @@ class Protection:
             for placeholder in self.placeholders:
                 placeholder.create()
                 made.append(placeholder)
-        except OSError:
+        except OSError as exc:
             for placeholder in reversed(made):
                 placeholder.remove_if_unchanged()
-            raise
+            raise SandboxError(
+                f"cannot create the placeholder {exc.filename}: {exc.strerror}; "
+                "it keeps the sandbox from creating that path"
+            ) from None
 
     def shared_with(self, workdirs: Iterable[Path]) -> bool:
         """Whether another session's workdir overlaps this one's writable mounts: its
