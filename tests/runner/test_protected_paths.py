@@ -418,6 +418,28 @@ def test_ignored_deny_listed_file_gets_a_placeholder(backend: str, repo: Path) -
     assert not (repo / ".envrc").exists()
 
 
+def tree(top: Path) -> set[str]:
+    return {
+        os.path.relpath(os.path.join(d, n), top)
+        for d, dirs, files in os.walk(top)
+        for n in dirs + files
+    }
+
+
+def test_session_leaves_the_project_as_it_found_it(
+    backend: str, tmp_path: Path, repo: Path
+) -> None:
+    library = make_repo(tmp_path / "library")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+    git(repo, "commit", "-q", "-m", "submodule")
+    subprocess.run(["rm", "-rf", str(repo / ".git" / "hooks")], check=True)
+    before = tree(repo)
+    result = inside(backend, repo, "ls -a .git .vscode .sandbridge .claude > /dev/null")
+    assert result.returncode == 0, result.stderr
+    assert tree(repo) == before
+    assert "WARNING" not in result.stderr
+
+
 def test_agent_can_add_commit_branch_and_stash(backend: str, repo: Path) -> None:
     script = (
         "set -e; echo work > file && git add file && git commit -q -m 'agent commit' && "
