@@ -21,8 +21,12 @@ directories (``.git/hooks``, ``.vscode``, ``.sandbridge``...) sandbridge creates
 placeholder on the host first (git shows no empty directory) and removes it at session end
 if it is still empty. A missing file is created as an empty placeholder only where no
 review would show it anyway (inside a git dir, in home, where the owner's git ignores the
-path); elsewhere a new file shows in ``git status``, and sandbridge also
-names it at session end (docs/security.md, "residual risks").
+path); elsewhere a new file shows in ``git status``, and sandbridge also names it at
+session end (docs/security.md, "residual risks").
+
+What no mount can stop is compared with the start and named at session end
+(:meth:`Protection.finish`): a submodule the sandbox staged, a new repository (bare ones
+too), index entries newly hidden from ``git status`` (assume-unchanged, skip-worktree).
 """
 
 from __future__ import annotations
