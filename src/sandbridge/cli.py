@@ -24,11 +24,13 @@ from sandbridge.host.session import HostSession
 from sandbridge.host.session_registry import SessionEntry, list_sessions
 from sandbridge.host.upstream import Protocol
 from sandbridge.http.origin_policy import IP_FORM_CAVEAT, UrlForm
-from sandbridge.runner import network_cli
+from sandbridge.runner import network_cli, protected_paths
 from sandbridge.runner.backend import BACKENDS, resolve
 from sandbridge.runner.network_policy import Policy
+from sandbridge.runner.policy_location import project_root
+from sandbridge.runner.protected_paths import Protection
 from sandbridge.runner.run import default_home, run_session, stdin_is_terminal
-from sandbridge.runner.spec import SandboxSpec, parse_env, parse_mount
+from sandbridge.runner.spec import Mount, SandboxSpec, parse_env, parse_mount
 from sandbridge.wire.limits import MAX_APPS_PER_SESSION
 
 
@@ -183,7 +185,9 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
 
 def _spec_factory(
     args: argparse.Namespace, command: list[str], policy: Policy | None = None
-) -> Callable[[Path], SandboxSpec]:
+) -> tuple[Callable[[Path], SandboxSpec], Protection]:
+    """The spec for each runtime dir, and the session's protected paths (placeholders not
+    yet created: :meth:`Protection.create_placeholders` does that, for a real run)."""
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
@@ -191,7 +195,12 @@ def _spec_factory(
         parse_mount(v, False) for v in args.ro_bind
     ]
     policy = network_cli.policy(args, workdir) if policy is None else policy
-    mounts += network_cli.policy_mounts(workdir)
+    protection = protected_paths.decide(
+        [Mount(workdir, workdir, writable=True), *mounts],
+        project_root(workdir),
+        home=_owner_home(),
+        protect=[(setting.value, setting.source) for setting in policy.protect],
+    )
     env = {**policy.sandbox_env(), **parse_env(args.env)}
     network = network_cli.sandbox_network(args, policy)
     # Built now, so that a layout exposing sandbridge's own host paths is refused before
@@ -205,12 +214,20 @@ def _spec_factory(
         env=env,
         new_session=not stdin_is_terminal(),
         network=network,
+        read_only_paths=protection.mounts,
     )
 
     def factory(runtime_dir: Path) -> SandboxSpec:
         return dataclasses.replace(template, runtime_dir=runtime_dir)
 
-    return factory
+    return factory, protection
+
+
+def _owner_home() -> Path | None:
+    home = os.environ.get("HOME")
+    if not home or not Path(home).is_dir():
+        return None
+    return Path(home).resolve()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -220,7 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
     if args.dry_run:
-        return network_cli.inspect(args, _spec_factory(args, command), args.backend)
+        return network_cli.inspect(args, _spec_factory(args, command)[0], args.backend)
     return _run_session(args, command, _print_app)
 
 
@@ -229,19 +246,26 @@ def _run_session(
 ) -> int:
     backend = resolve(args.backend)
     policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
-    spec_factory = _spec_factory(args, command, policy)
+    spec_factory, protection = _spec_factory(args, command, policy)
     network_cli.announce(policy)
-    return event_loop.run(
-        run_session(
-            spec_factory,
-            backend,
-            on_register=on_register,
-            settings=_settings(args),
-            name=args.name,
-            on_session=_print_session,
-            policy=policy,
+    protection.create_placeholders()
+    try:
+        return event_loop.run(
+            run_session(
+                spec_factory,
+                backend,
+                on_register=on_register,
+                settings=_settings(args),
+                name=args.name,
+                on_session=_print_session,
+                policy=policy,
+            )
         )
-    )
+    finally:
+        # Read without creating: the state dirs may have gone with the last session.
+        others = [Path(r.workdir) for r in list_sessions()]
+        for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
+            print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

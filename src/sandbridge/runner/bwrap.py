@@ -57,6 +57,8 @@ def argv(spec: SandboxSpec) -> list[str]:
         args += ["--ro-bind", str(path), str(path)]
     for mount in spec.bind_sequence():
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    for mount in spec.read_only_paths:
+        args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in spec.guard.masked:
         args += ["--tmpfs", str(path)]

@@ -17,9 +17,9 @@ from typing import Any
 
 from sandbridge.host.egress_log import read_tally, summarise
 from sandbridge.host.session_registry import list_sessions, session_path
+from sandbridge.runner import policy_location
 from sandbridge.runner.backend import sandbox_argv
 from sandbridge.runner.network_policy import (
-    ALLOW_FILE,
     NetMode,
     Policy,
     PolicyError,
@@ -28,7 +28,7 @@ from sandbridge.runner.network_policy import (
     mask_credentials,
 )
 from sandbridge.runner.sandbox_network import SandboxNetwork
-from sandbridge.runner.spec import Mount, SandboxSpec
+from sandbridge.runner.spec import SandboxSpec
 from sandbridge.sandbox.publish import parse_publish
 
 HIDDEN = "***"
@@ -78,9 +78,12 @@ def add_inspect_options(parser: argparse.ArgumentParser) -> None:
 
 
 def policy(args: argparse.Namespace, workdir: Path) -> Policy:
-    """The effective policy for ``sandbridge run``/``demo`` in ``workdir``."""
+    """The effective policy for ``sandbridge run``/``demo`` in ``workdir``: the project
+    root's ``.sandbridge/`` only (runner/policy_location.py), then the flags."""
+    root = policy_location.project_root(workdir)
+    policy_location.check(workdir, root)
     return load_policy(
-        workdir,
+        root,
         net=args.net,
         gate_addr=args.gate_addr,
         resolver=args.resolver,
@@ -88,12 +91,10 @@ def policy(args: argparse.Namespace, workdir: Path) -> Policy:
     )
 
 
-def policy_mounts(workdir: Path) -> list[Mount]:
-    """``.sandbridge`` read-only inside: the sandbox cannot rewrite its own policy."""
-    directory = workdir / ALLOW_FILE.parent
-    if directory.is_dir() and not directory.is_symlink():
-        return [Mount(directory, directory, writable=False)]
-    return []
+def files_line(effective: Policy) -> str:
+    """The one line naming the policy files that were read."""
+    files = ", ".join(str(path) for path in effective.files_read)
+    return f"sandbridge: policy files read: {files or '(none)'}"
 
 
 def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwork:
@@ -128,6 +129,7 @@ def announce(effective: Policy) -> None:
             f"{effective.proxy_url} for {len(effective.rules)} destination entries "
             "(--print-policy lists them)"
         )
+    print(files_line(effective), file=sys.stderr, flush=True)
     print(f"sandbridge: {text}", file=sys.stderr, flush=True)
 
 
@@ -175,8 +177,10 @@ def inspect(
 ) -> int:
     """``--print-policy`` and ``--dry-run``: print, start nothing."""
     workdir = (args.workdir or Path.cwd()).resolve()
+    effective = policy(args, workdir)
+    print(files_line(effective), file=sys.stderr, flush=True)
     if args.print_policy:
-        for line in describe(policy(args, workdir)):
+        for line in describe(effective):
             print(line)
     if spec_factory is not None:
         from sandbridge.host.runtime_dir import default_path

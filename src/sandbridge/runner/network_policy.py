@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import os
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -130,6 +131,11 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     host_services: tuple[HostService, ...] = ()
     env: tuple[EnvSetting, ...] = ()
+    # ``protect = PATH``: project paths kept read-only inside, on top of the built-in list
+    # (runner/protected_paths.py); each resolved under the project root, with its line.
+    protect: tuple[Setting[Path], ...] = ()
+    # The policy files that were read, for the one line ``sandbridge run`` prints.
+    files_read: tuple[Path, ...] = ()
 
     @property
     def gate(self) -> str:
@@ -300,6 +306,21 @@ def _parse_resolver(value: str, where: str) -> tuple[str, int]:
     return str(ip), 53 if port is None else port
 
 
+def _parse_protect(value: str, project: Path, where: str) -> Path:
+    """``protect = PATH``: a path of the project, relative to its root, never outside it."""
+    if not value or "\0" in value:
+        raise PolicyError(f"{where}: expected 'protect = PATH' (relative to {project})")
+    if Path(value).is_absolute():
+        raise PolicyError(f"{where}: protect = {value}: give a path relative to {project}")
+    path = Path(os.path.normpath(project / value))
+    resolved = path.resolve()
+    if not path.is_relative_to(project) or not resolved.is_relative_to(project.resolve()):
+        raise PolicyError(f"{where}: protect = {value}: outside the project root {project}")
+    if path == project:
+        raise PolicyError(f"{where}: protect = {value}: the whole project cannot be read-only")
+    return path
+
+
 def _parse_env(value: str, where: str) -> EnvSetting:
     name, equals, setting = value.partition("=")
     name = name.strip()
@@ -317,9 +338,16 @@ class PolicyBuilder:
     resolver: Setting[tuple[str, int] | None] = SYSTEM_RESOLVER
     entries: list[_RawEntry] = field(default_factory=list)
     env: dict[str, EnvSetting] = field(default_factory=dict)
+    protect: list[Setting[Path]] = field(default_factory=list)
+    project: Path | None = None
+    files_read: list[Path] = field(default_factory=list)
 
     def read_project(self, project: Path) -> PolicyBuilder:
         """Read ``.sandbridge/config`` then ``.sandbridge/allow`` under ``project``."""
+        self.project = project
+        self.files_read = [
+            project / f for f in (CONFIG_FILE, ALLOW_FILE) if (project / f).is_file()
+        ]
         for where, line in _lines(project / CONFIG_FILE, str(CONFIG_FILE)):
             key, equals, value = line.partition("=")
             if not equals:
@@ -342,9 +370,12 @@ class PolicyBuilder:
         elif key == "env":
             setting = _parse_env(value, where)
             self.env[setting.name] = setting
+        elif key == "protect" and self.project is not None:
+            self.protect.append(Setting(_parse_protect(value, self.project, where), where))
         else:
             raise PolicyError(
-                f"{where}: unknown key {key!r} (known: net, gate_addr, allow, env, resolver)"
+                f"{where}: unknown key {key!r} "
+                "(known: net, gate_addr, allow, env, resolver, protect)"
             )
 
     def build(self) -> Policy:
@@ -372,6 +403,8 @@ class PolicyBuilder:
             rules=tuple(rules),
             host_services=tuple(sorted(services.values(), key=lambda s: s.port)),
             env=tuple(self.env.values()),
+            protect=tuple(self.protect),
+            files_read=tuple(self.files_read),
         )
 
 
@@ -606,4 +639,6 @@ def describe(policy: Policy) -> list[str]:
         lines.append("  (none)")
     for setting in policy.env:
         lines.append(line(f"env {setting.name} = (value hidden)", setting.source))
+    for protected in policy.protect:
+        lines.append(line(f"protect = {protected.value}", protected.source))
     return lines

@@ -63,6 +63,10 @@ class SandboxSpec:
     # What keeps sandbridge's own host paths out of sight (runner/host_paths.py); computed
     # from the fields above when not given, refusing a layout no mask can make safe.
     guard: Guard = None  # type: ignore[assignment]
+    # Paths inside the writable mounts that the owner's tools run or obey, mounted onto
+    # themselves after the workdir, the binds and their pins: read-only, or (writable)
+    # pinned as a mount point so they cannot be renamed away (runner/protected_paths.py).
+    read_only_paths: list[Mount] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.guard is None:

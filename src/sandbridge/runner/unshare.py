@@ -34,6 +34,9 @@ def init_config(spec: SandboxSpec) -> str:
                 {"source": str(m.source), "dest": str(m.dest), "writable": m.writable}
                 for m in spec.bind_sequence()
             ],
+            "read_only_paths": [
+                {"dest": str(m.dest), "writable": m.writable} for m in spec.read_only_paths
+            ],
             "masked": [str(path) for path in spec.guard.masked],
             "env": sandbox_env(spec.home, spec.env),
             "new_session": spec.new_session,

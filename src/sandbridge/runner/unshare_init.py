@@ -105,6 +105,16 @@ def _mkdirs(root: str, path: str) -> str:
     return target
 
 
+def _bind_self(target: str, writable: bool) -> None:
+    """Bind ``target`` onto itself (a mount point), read-only unless ``writable``.
+
+    The decision protects no symlink (it protects the link's target instead); one found
+    here now is refused rather than followed."""
+    if os.path.islink(target):
+        raise OSError(40, f"protected path became a symbolic link: {target}")
+    bind(target, target, writable)
+
+
 def _bind_file(source: str, target: str) -> None:
     Path(target).touch()
     mount(source, target, None, MS_BIND)
@@ -167,6 +177,10 @@ def build_root(config: dict[str, Any]) -> str:
         bind(source(path), _mkdirs(root, path), writable=False)
     for extra in config["mounts"]:
         bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
+    for protected in config["read_only_paths"]:
+        # Onto itself as the sandbox sees it now: no symlink is followed to the host.
+        target = root + protected["dest"]
+        _bind_self(target, writable=protected["writable"])
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in config["masked"]:
         cover(path)

@@ -1,0 +1,155 @@
+"""The host's git, asked questions about a project without running anything of the project.
+
+The project's own git configuration may have been written by an earlier sandbox: asking
+git about it must not run its ``core.fsmonitor``, its hooks or a pager. Every call here
+turns those off on the command line (which wins over every config file), drops the
+caller's ``GIT_*`` variables (a ``GIT_DIR`` would point elsewhere) and takes no optional
+locks, so it writes nothing into the repository either.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Command-line settings beat every config file: nothing configured in the project runs.
+# safe.directory: these questions are safe in any repository, and the answer must not
+# depend on who owns it (sandbridge run as root on a user's checkout protects the same).
+HARDENING = (
+    "--no-pager",
+    "-c",
+    "safe.directory=*",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.untrackedCache=false",
+)
+# Each question reads a few files; a git that takes longer than this is stuck (a FIFO as
+# a config file, a hung network file system) and sandbridge refuses to guess.
+GIT_TIMEOUT_SECONDS = 20.0
+# ``check-ignore -v``: SOURCE:LINE:PATTERN (the source may itself hold colons).
+_RULE = re.compile(r"(?P<source>.*):(?P<line>[0-9]+):(?P<pattern>.*)")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One ``key=value`` of ``git config --list --show-origin``: where it was set, if a file."""
+
+    origin: Path | None
+    key: str
+    value: str
+
+
+def available() -> bool:
+    return shutil.which("git") is not None
+
+
+def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the host's hardened git in ``cwd``; never raises for a git error."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
+    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat")
+    try:
+        return subprocess.run(
+            ["git", *HARDENING, *args],
+            cwd=cwd,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(["git", *args], 128, "", str(exc))
+
+
+def toplevel(directory: Path) -> Path | None:
+    """The work tree top that contains ``directory``, as the owner's git finds it."""
+    if not available():
+        return None
+    result = run_git(directory, "rev-parse", "--show-toplevel")
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    return Path(result.stdout.strip()).resolve()
+
+
+def config_entries(top: Path) -> list[ConfigEntry]:
+    """Every setting the owner's git sees in ``top``, includes followed, with its file."""
+    if not available():
+        return []
+    result = run_git(top, "config", "--list", "--show-origin", "--includes", "-z")
+    if result.returncode != 0:
+        return []
+    fields = result.stdout.split("\0")
+    entries = []
+    for origin, item in zip(fields[0::2], fields[1::2], strict=False):
+        key, _, value = item.partition("\n")
+        path = None
+        if origin.startswith("file:"):
+            path = (top / origin.removeprefix("file:")).resolve()
+        entries.append(ConfigEntry(path, key.lower(), value))
+    return entries
+
+
+def submodule_paths(top: Path) -> list[Path]:
+    """Submodule checkouts of ``top``: gitlinks in the index and paths in ``.gitmodules``."""
+    if not available():
+        return []
+    paths: set[str] = set()
+    staged = run_git(top, "ls-files", "--stage", "-z")
+    if staged.returncode == 0:
+        for record in staged.stdout.split("\0"):
+            meta, _, name = record.partition("\t")
+            if meta.startswith("160000 "):
+                paths.add(name)
+    if (top / ".gitmodules").is_file():
+        listed = run_git(top, "config", "-f", ".gitmodules", "-z", "--get-regexp", r"\.path$")
+        if listed.returncode == 0:
+            for item in listed.stdout.split("\0"):
+                _, _, value = item.partition("\n")
+                if value:
+                    paths.add(value)
+    result = []
+    for name in sorted(paths):
+        path = (top / name).resolve()
+        if path.is_relative_to(top) and path != top:
+            result.append(path)
+    return result
+
+
+def ignoring_rule(top: Path, relative: str) -> str | None:
+    """``source:line:pattern`` of the rule by which the owner's git ignores ``relative``."""
+    if not available():
+        return None
+    result = run_git(top, "check-ignore", "-v", "--no-index", "--", relative)
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    rule, _, _ = result.stdout.strip().partition("\t")
+    match = _RULE.fullmatch(rule)
+    if match is None or match.group("pattern").startswith("!"):
+        return None
+    return rule
+
+
+def hidden_from_status(top: Path) -> frozenset[str]:
+    """Index entries git status does not check: assume-unchanged or skip-worktree.
+
+    A change to such a file shows in neither ``git status`` nor ``git diff``.
+    """
+    if not available():
+        return frozenset()
+    result = run_git(top, "ls-files", "-v", "-z")
+    if result.returncode != 0:
+        return frozenset()
+    hidden = set()
+    for record in result.stdout.split("\0"):
+        tag, _, name = record.partition(" ")
+        if name and (tag == "S" or (len(tag) == 1 and tag.islower())):
+            hidden.add(name)
+    return frozenset(hidden)
