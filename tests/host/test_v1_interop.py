@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.wire.limits import MAX_V1_BODY_BYTES
 from tests.conftest import PYTHON, REPO, Relay, echo, host_port_of, request
 
 V1_SHIM = [PYTHON, str(REPO / "tests" / "peers" / "v1_shim.py")]
@@ -87,8 +88,10 @@ def test_sandbridge_shim_answers_the_contract_request(relay: Relay, app_port: in
     assert base64.b64decode(str(answer["body_base64"])) == b"body { color: rgb(1, 2, 3); }"
 
 
+# Bodies up to the v1 limit: a v1 request line far over the 1 MiB of other messages.
+@pytest.mark.parametrize("body", [b"hello", b"y" * (MAX_V1_BODY_BYTES - 1024)], ids=["5B", "limit"])
 def test_sandbridge_shim_applies_the_base_path_and_carries_the_body(
-    relay: Relay, app_port: int
+    relay: Relay, app_port: int, body: bytes
 ) -> None:
     answer = _v1_host_exchange(
         relay.runtime_dir / "upstream.sock",
@@ -99,12 +102,12 @@ def test_sandbridge_shim_applies_the_base_path_and_carries_the_body(
             "method": "POST",
             "path": "/submit",
             "headers": [["host", "127.0.0.1:1"], ["content-type", "text/plain"]],
-            "body_base64": base64.b64encode(b"hello").decode(),
+            "body_base64": base64.b64encode(body).decode(),
         },
     )
     report = json.loads(base64.b64decode(str(answer["body_base64"])))
     assert report["path"] == "/app/submit"
-    assert report["body_sha256"] == hashlib.sha256(b"hello").hexdigest()
+    assert report["body_sha256"] == hashlib.sha256(body).hexdigest()
 
 
 def test_sandbridge_shim_refuses_a_bad_v1_request_as_the_contract_says(relay: Relay) -> None:

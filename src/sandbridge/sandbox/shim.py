@@ -143,7 +143,7 @@ class _HostSide(Pump):
         self._lines = None
         assert self.transport is not None
         try:
-            message = decode_object(line)
+            message = decode_object(line, MAX_V1_LINE_BYTES)  # a v1 request or a stream opening
         except WireError as exc:
             self._refuse(str(exc))
             return
