@@ -9,12 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # Debian packages: bubblewrap (the default sandbox backend), util-linux (unshare,
-# setpriv: the fallback backend), chromium (browser tests), nginx-light and socat
+# setpriv: the fallback backend), chromium and firefox-esr (browser tests), nginx-light and socat
 # (reference relays in the benchmark), procps (ps, for process checks in tests), wrk and
 # curl (the benchmark's load generators; curl is also the HTTP client inside the sandbox
 # in the network tests), iproute2 (ip: the network tests link their "internet"
 # namespace to the host's with a veth pair).
-DEBIAN_PACKAGES=(bubblewrap util-linux chromium nginx-light socat procps wrk curl iproute2)
+DEBIAN_PACKAGES=(bubblewrap util-linux chromium firefox-esr nginx-light socat procps wrk curl iproute2)
 VENV=.venv
 
 as_root() {

@@ -195,17 +195,12 @@ def _spec_factory(
         parse_mount(v, False) for v in args.ro_bind
     ]
     policy = network_cli.policy(args, workdir) if policy is None else policy
-    protection = protected_paths.decide(
-        [Mount(workdir, workdir, writable=True), *mounts],
-        project_root(workdir),
-        home=_owner_home(),
-        protect=[(setting.value, setting.source) for setting in policy.protect],
-    )
     env = {**policy.sandbox_env(), **parse_env(args.env)}
     network = network_cli.sandbox_network(args, policy)
-    # Built now, so that a layout exposing sandbridge's own host paths is refused before
-    # any session dir exists (runner/host_paths.py); each session only sets its runtime dir.
-    template = SandboxSpec(
+    # Built first, so that a layout exposing sandbridge's own host paths is refused before
+    # any session dir exists, and sandbridge's own dirs exist before the protected paths
+    # are decided (runner/host_paths.py); each session only sets its runtime dir.
+    unprotected = SandboxSpec(
         command=command,
         workdir=workdir,
         runtime_dir=Path(MOUNT_POINT),
@@ -214,8 +209,14 @@ def _spec_factory(
         env=env,
         new_session=not stdin_is_terminal(),
         network=network,
-        read_only_paths=protection.mounts,
     )
+    protection = protected_paths.decide(
+        [Mount(workdir, workdir, writable=True), *mounts],
+        project_root(workdir),
+        home=_owner_home(),
+        protect=[(setting.value, setting.source) for setting in policy.protect],
+    )
+    template = dataclasses.replace(unprotected, read_only_paths=protection.mounts)
 
     def factory(runtime_dir: Path) -> SandboxSpec:
         return dataclasses.replace(template, runtime_dir=runtime_dir)

@@ -1,4 +1,5 @@
-"""Each app is its own site for cookies, in Debian's Chromium (docs/security.md).
+"""Each app is its own site for cookies, in Debian's Chromium and Firefox ESR
+(docs/security.md).
 
 Cookies ignore ports (RFC 6265 section 8.5): when every app was ``127.0.0.1:<port>``,
 every app, every other localhost service and any local user's listener shared one
@@ -10,7 +11,9 @@ every test but ``test_a_page_cannot_read_a_private_apps_cookie`` (HttpOnly) fail
 with ``--url-form ip`` in :data:`OPTIONS` the five isolation tests fail (the contract
 form's caveat) and the lock-out tests pass (the relay removes an app's ``Set-Cookie`` of
 its cookies and admits any copy of the owner's cookie in either form); without the
-relay's default ``Referrer-Policy`` the referrer test fails.
+relay's default ``Referrer-Policy`` the referrer test fails. Every test runs in both
+browsers; Firefox is driven over WebDriver BiDi (tests/e2e/firefox.py). In Firefox,
+``--url-form ip`` fails the five isolation tests and the eviction test.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, sync_playwright
 
 from tests.conftest import ECHO_APP, PYTHON, Process, app_host, host_port_of, run_argv
+from tests.e2e.firefox import Firefox, FirefoxContext
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 OPTIONS: tuple[str, ...] = ()  # the URL form under test: the default
+Context = BrowserContext | FirefoxContext
 
 
 class Apps:
@@ -57,15 +62,19 @@ class Apps:
 class Listener:
     """A web server on another 127.0.0.1 port: a host-local service of the owner (Jupyter,
     Grafana), or another local user's listener that the browser is lured to. It sets the
-    cookies a request asks for (``?c=...``) and records the Cookie header of each request."""
+    cookies a request asks for (``?c=...``) and records the Cookie and Referer headers of
+    each request."""
 
     def __init__(self) -> None:
         seen: list[str] = []
+        referers: list[str] = []
         self.seen = seen
+        self.referers = referers
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 seen.append(self.headers.get("Cookie", ""))
+                referers.append(self.headers.get("Referer", ""))
                 query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
                 body = b"<!doctype html><title>listener</title>"
                 self.send_response(200)
@@ -89,8 +98,13 @@ class Listener:
         self.server.server_close()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+@pytest.fixture(scope="module", params=["chromium", "firefox"])
+def browser(request: pytest.FixtureRequest) -> Iterator[Browser | Firefox]:
+    if request.param == "firefox":
+        firefox = Firefox()
+        yield firefox
+        firefox.close()
+        return
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -114,7 +128,7 @@ def private(tmp_path: Path) -> Iterator[Apps]:
 
 
 @pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
+def context(browser: Browser | Firefox) -> Iterator[Context]:
     opened = browser.new_context()
     yield opened
     opened.close()
@@ -133,7 +147,7 @@ def set_cookie_url(origin: str, *cookies: str) -> str:
     return f"{origin}/set-cookie?{query}"
 
 
-def cookies_received(context: BrowserContext, origin: str) -> str:
+def cookies_received(context: Context, origin: str) -> str:
     """The Cookie header the app at ``origin`` receives from this browser (echo app)."""
     page = context.new_page()
     response = page.goto(f"{origin}/echo")
@@ -143,7 +157,7 @@ def cookies_received(context: BrowserContext, origin: str) -> str:
     return str(headers.get("Cookie", ""))
 
 
-def open_private_app(context: BrowserContext, private: Apps, index: int = 0) -> str:
+def open_private_app(context: Context, private: Apps, index: int = 0) -> str:
     """The owner opens a private app's URL: its token becomes the relay's cookie, whose
     value this returns."""
     page = context.new_page()
@@ -155,15 +169,13 @@ def open_private_app(context: BrowserContext, private: Apps, index: int = 0) -> 
     return value
 
 
-def private_cookie_values(context: BrowserContext, private: Apps) -> list[str]:
+def private_cookie_values(context: Context, private: Apps) -> list[str]:
     name = f"sandbridge_{private.ports[0]}"
     host = app_host(private.ports[0])
     return [c["value"] for c in context.cookies() if c["name"] == name and c["domain"] == host]
 
 
-def test_each_app_name_resolves_to_loopback_in_chromium(
-    context: BrowserContext, apps: Apps
-) -> None:
+def test_each_app_name_resolves_to_loopback_in_the_browser(context: Context, apps: Apps) -> None:
     assert all(".localhost:" in url for url in apps.urls)
     page = context.new_page()
     response = page.goto(f"{apps.urls[1]}echo")
@@ -171,7 +183,7 @@ def test_each_app_name_resolves_to_loopback_in_chromium(
     assert json.loads(response.text())["server_port"] == 4174
 
 
-def test_a_page_cannot_read_another_apps_cookies(context: BrowserContext, apps: Apps) -> None:
+def test_a_page_cannot_read_another_apps_cookies(context: Context, apps: Apps) -> None:
     first, second = apps.origins
     page = context.new_page()
     page.goto(set_cookie_url(first, "from_header=1; Path=/"))
@@ -182,7 +194,7 @@ def test_a_page_cannot_read_another_apps_cookies(context: BrowserContext, apps: 
     assert cookies_received(context, second) == ""
 
 
-def test_a_page_cannot_set_another_apps_cookies(context: BrowserContext, apps: Apps) -> None:
+def test_a_page_cannot_set_another_apps_cookies(context: Context, apps: Apps) -> None:
     first, second = apps.origins
     second_name = app_host(apps.ports[1])
     attempts = [
@@ -198,7 +210,7 @@ def test_a_page_cannot_set_another_apps_cookies(context: BrowserContext, apps: A
 
 
 def test_cookies_of_other_localhost_services_never_reach_an_app(
-    context: BrowserContext, apps: Apps, listener: Listener
+    context: Context, apps: Apps, listener: Listener
 ) -> None:
     page = context.new_page()
     for name in ("localhost", "127.0.0.1"):
@@ -215,7 +227,7 @@ def test_cookies_of_other_localhost_services_never_reach_an_app(
 
 
 def test_a_private_apps_cookie_never_reaches_another_loopback_listener(
-    context: BrowserContext, private: Apps, listener: Listener
+    context: Context, private: Apps, listener: Listener
 ) -> None:
     open_private_app(context, private)
     other_app = app_host(private.ports[1])
@@ -227,7 +239,7 @@ def test_a_private_apps_cookie_never_reaches_another_loopback_listener(
     assert not any("sandbridge_" in cookie for cookie in listener.seen), listener.seen
 
 
-def test_a_page_cannot_read_a_private_apps_cookie(context: BrowserContext, private: Apps) -> None:
+def test_a_page_cannot_read_a_private_apps_cookie(context: Context, private: Apps) -> None:
     open_private_app(context, private)
     page = context.new_page()
     page.goto(f"{private.origins[0]}/set-cookie")
@@ -237,7 +249,7 @@ def test_a_page_cannot_read_a_private_apps_cookie(context: BrowserContext, priva
     assert "sandbridge_" not in page.evaluate("document.cookie")
 
 
-def test_an_apps_response_cannot_lock_the_owner_out(context: BrowserContext, private: Apps) -> None:
+def test_an_apps_response_cannot_lock_the_owner_out(context: Context, private: Apps) -> None:
     secret = open_private_app(context, private)
     name = f"sandbridge_{private.ports[0]}"
     origin = private.origins[0]
@@ -267,7 +279,7 @@ def test_an_apps_response_cannot_lock_the_owner_out(context: BrowserContext, pri
 
 
 def test_another_app_cannot_lock_the_owner_out_of_a_private_app(
-    context: BrowserContext, private: Apps
+    context: Context, private: Apps
 ) -> None:
     secret = open_private_app(context, private)
     open_private_app(context, private, 1)
@@ -287,26 +299,24 @@ def test_another_app_cannot_lock_the_owner_out_of_a_private_app(
 
 
 def test_links_to_another_loopback_listener_do_not_name_the_app(
-    context: BrowserContext, apps: Apps, listener: Listener
+    context: Context, apps: Apps, listener: Listener
 ) -> None:
     """The label is what keeps another local user from luring the browser to
     ``<label>.localhost:<their port>`` (where the app's cookies would go): the relay's
     default Referrer-Policy keeps links and resources of other origins from learning it."""
     target = f"http://127.0.0.1:{listener.port}/"
-    referers: list[str] = []
-    context.on(
-        "request",
-        lambda sent: (
-            referers.append(sent.headers.get("referer", ""))
-            if sent.url.startswith(target)
-            else None
-        ),
-    )
     page = context.new_page()
     page.goto(f"{apps.origins[0]}/set-cookie")
     page.evaluate(
+        """target => new Promise(loaded => {
+            const image = new Image();
+            image.onload = image.onerror = loaded;
+            image.src = target + 'image';
+        })""",
+        target,
+    )
+    page.evaluate(
         """target => {
-            const image = new Image(); image.src = target + 'image';
             const link = document.createElement('a'); link.href = target + 'page';
             document.body.append(link); link.click();
         }""",
@@ -314,12 +324,12 @@ def test_links_to_another_loopback_listener_do_not_name_the_app(
     )
     page.wait_for_url(target + "page")
     assert page.evaluate("document.referrer") == ""
-    assert len(referers) >= 2
-    assert not any(app_host(apps.ports[0]) in referer for referer in referers), referers
+    assert len(listener.referers) >= 2
+    assert not any(app_host(apps.ports[0]) in r for r in listener.referers), listener.referers
 
 
 def test_other_apps_and_services_cannot_evict_a_private_apps_cookie(
-    context: BrowserContext, private: Apps, listener: Listener
+    context: Context, private: Apps, listener: Listener
 ) -> None:
     """Browsers evict a site's oldest cookies past a limit (about 180 per site in
     Chromium); a flood on another app's name or on localhost must not reach this one."""

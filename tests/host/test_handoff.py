@@ -140,7 +140,7 @@ WATCH_SECONDS = 3.0
 
 
 def timed_request(port: int) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=ANSWER_SECONDS)
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=ANSWER_SECONDS)
     try:
         conn.request("GET", "/")
         response = conn.getresponse()

@@ -16,6 +16,7 @@ import pytest
 
 from sandbridge.host.runtime_dir import runtime_base
 from sandbridge.host.session_registry import session_path
+from sandbridge.runner import protected_paths
 from sandbridge.terminal import keys
 from tests.conftest import ECHO_APP, PYTHON, REPO, Process, run_argv
 
@@ -195,6 +196,25 @@ def victims() -> Iterator[list[Victim]]:
         victim.process.stop()
 
 
+PROTECTED = {
+    Path(entry.path) for entry in (*protected_paths.PROJECT_ENTRIES, *protected_paths.HOME_ENTRIES)
+}
+
+
+def _placeholders(home: Path, new: set[Path]) -> set[Path]:
+    """Those of ``new`` (relative to ``home``) that are empty protected-path
+    placeholders, with the directories made to hold them."""
+    found: set[Path] = set()
+    for path in new:
+        full = home / path
+        empty = (full.is_dir() and not any(full.iterdir())) or full.stat().st_size == 0
+        entry = next((e for e in PROTECTED if path.parts[-len(e.parts) :] == e.parts), None)
+        if empty and entry is not None:
+            found.add(path)
+            found |= {parent for parent in path.parents if parent in new}
+    return found
+
+
 @pytest.mark.parametrize("layout", list(RUNNING))
 def test_sandbox_sees_no_other_session_nor_the_owner_key_dir(
     backend: str, world: World, layout: str, victims: list[Victim]
@@ -239,6 +259,9 @@ def test_sandbox_sees_no_other_session_nor_the_owner_key_dir(
     # The helper the entry installs in a home the workdir shows (docs/runner.md).
     created |= {Path(".local/bin"), Path(".local/bin/ags-webview-url")}
     created.add(fifo.relative_to(world.home) if fifo.is_relative_to(world.home) else fifo)
+    # sandbridge's own empty placeholders of protected paths in a writable mount (kept
+    # while another session shares the mount: runner/protected_paths.py).
+    created |= _placeholders(world.home, set(after) - set(before))
     assert set(after) - set(before) <= created, after
     assert set(before) <= set(after)
     if key is None:

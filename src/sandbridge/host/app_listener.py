@@ -414,6 +414,7 @@ class AppListener:
     async def start(self) -> int:
         """Bind a new random loopback port; return it."""
         loop = asyncio.get_running_loop()
+        local_peer.shared_owners()
         self._server = await loop.create_server(
             lambda: Channel(READ_BYTES, on_made=self._accept),
             host="127.0.0.1",

@@ -143,15 +143,21 @@ _shared: list[PeerOwners] = []
 _logged_ports: set[int] = set()
 
 
+def shared_owners() -> PeerOwners:
+    """The process's one :class:`PeerOwners` (its netlink socket), made on first use:
+    listeners call it when they start, so the socket exists before any connection."""
+    if not _shared:
+        _shared.append(PeerOwners())
+    return _shared[0]
+
+
 def is_owners_connection(transport: asyncio.BaseTransport, port: int) -> bool:
     """The decision at accept on listener ``port``: does this loopback connection come
     from the owner (this process's uid, or root)? Fails closed: an unknown owner is not
     the owner."""
     local = transport.get_extra_info("sockname")
     remote = transport.get_extra_info("peername")
-    if not _shared:
-        _shared.append(PeerOwners())
-    owners = _shared[0]
+    owners = shared_owners()
     uid = None
     if isinstance(local, tuple) and isinstance(remote, tuple):
         uid = owners.client_uid(local[:2], remote[:2])

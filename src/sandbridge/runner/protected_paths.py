@@ -541,12 +541,16 @@ def _git_dirs_below(modules: Path) -> Iterable[Path]:
 
 def is_bare_git_dir(directory: Path) -> bool:
     """What git takes for a git dir when run inside it (``HEAD``, ``objects/``, ``refs/``):
-    a "bare repository" whose config git obeys (CVE-2022-24765's class)."""
-    return (
-        (directory / "HEAD").is_file()
-        and (directory / "objects").is_dir()
-        and (directory / "refs").is_dir()
-    )
+    a "bare repository" whose config git obeys (CVE-2022-24765's class). A directory the
+    owner cannot look into is not one their git would use."""
+    try:
+        return (
+            (directory / "HEAD").is_file()
+            and (directory / "objects").is_dir()
+            and (directory / "refs").is_dir()
+        )
+    except OSError:
+        return False
 
 
 def nested_repositories(source: Path) -> list[Path]:
@@ -561,7 +565,7 @@ def nested_repositories(source: Path) -> list[Path]:
             scanned += 1
             if scanned > MAX_SCANNED_DIRS:
                 return found
-            if os.path.lexists(directory / ".git") or is_bare_git_dir(directory):
+            if os.path.lexists(directory / ".git") or is_bare_git_dir(directory):  # no raise
                 found.append(directory)
             try:
                 children = list(os.scandir(directory))
