@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.wire.limits import MAX_V1_BODY_BYTES
+from sandbridge.protocol.limits import MAX_V1_BODY_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -258,7 +258,7 @@ def sandbridge_v1(work: Path, ports: tuple[int, int]) -> RelayPath:
     env = {**os.environ, "AGS_WEBVIEW_RELAY_SOCKET": str(runtime / "relay.sock")}
     urls = [
         subprocess.run(
-            [PYTHON, "-m", "sandbridge.sandbox.url_helper", str(port)],
+            [PYTHON, "-m", "sandbridge.relay.url_helper", str(port)],
             env=env,
             capture_output=True,
             text=True,

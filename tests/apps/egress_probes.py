@@ -123,7 +123,7 @@ def idle_connection() -> str:
 def add_address() -> str:
     import ipaddress
 
-    from sandbridge.runner.net_init import add_address as add
+    from sandbridge.sandbox.net_init import add_address as add
 
     try:
         add("lo", ipaddress.IPv4Address("8.8.0.9"))

@@ -25,8 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dnslib
 import dnslib.server
 
-from sandbridge.runner.net_init import add_address
-from sandbridge.runner.unshare_init import loopback_up
+from sandbridge.sandbox.net_init import add_address
+from sandbridge.sandbox.unshare_init import loopback_up
 
 DNS_PORT = 5353
 PUBLIC = "8.8.0.1"  # public.test, sub.wild.test (in the internet namespace)

@@ -11,10 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from sandbridge.exceptions import HttpError, WireError
-from sandbridge.http.parser import RequestHead, RequestReader
-from sandbridge.http.proxy_target import split_absolute_url, split_authority
-from sandbridge.runner.network_policy import (
+from sandbridge.egress.policy import (
     DEFAULT_PORTS,
     PolicyError,
     format_entry,
@@ -23,7 +20,10 @@ from sandbridge.runner.network_policy import (
     normalise_host,
     parse_entry,
 )
-from sandbridge.wire import egress
+from sandbridge.exceptions import HttpError, WireError
+from sandbridge.protocol import egress_opening as egress
+from sandbridge.protocol.http.parser import RequestHead, RequestReader
+from sandbridge.protocol.http.proxy_target import split_absolute_url, split_authority
 from tests.fuzz.test_fuzz_parsers import pieces, run
 
 POLICY = load_policy(

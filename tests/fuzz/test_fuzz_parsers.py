@@ -18,9 +18,10 @@ from collections.abc import Callable
 import pytest
 
 from sandbridge.exceptions import HttpError, WireError
-from sandbridge.http.forwarding import build_upstream_request
-from sandbridge.http.origin_policy import AppOrigin
-from sandbridge.http.parser import (
+from sandbridge.protocol import stream, v1
+from sandbridge.protocol.http.forwarding import build_upstream_request
+from sandbridge.protocol.http.origin_policy import AppOrigin
+from sandbridge.protocol.http.parser import (
     MESSAGE_END,
     BodyChunk,
     RequestHead,
@@ -29,9 +30,8 @@ from sandbridge.http.parser import (
     ResponseReader,
     Upgraded,
 )
-from sandbridge.wire import stream, v1
-from sandbridge.wire.jsonline import LineReader
-from sandbridge.wire.registration import parse_register_request
+from sandbridge.protocol.jsonline import LineReader
+from sandbridge.protocol.registration import parse_register_request
 
 SEED = int(os.environ.get("SANDBRIDGE_FUZZ_SEED", "1"))
 ITERATIONS = int(os.environ.get("SANDBRIDGE_FUZZ_ITERATIONS", "30000"))

@@ -16,12 +16,12 @@ import stat
 import sys
 from pathlib import Path
 
-from sandbridge import event_loop
-from sandbridge.sandbox.gate_listener import GateListener
-from sandbridge.sandbox.publish import parse_publish, publish
-from sandbridge.sandbox.shim import Shim
-from sandbridge.sandbox.terminal_starter import serve_terminal_starts
-from sandbridge.wire.egress import EGRESS_SOCKET
+from sandbridge.aio import event_loop
+from sandbridge.egress.gate_listener import GateListener
+from sandbridge.protocol.contract import EGRESS_SOCKET
+from sandbridge.relay.publish import parse_publish, publish
+from sandbridge.relay.shim import Shim
+from sandbridge.terminals.starter import serve_terminal_starts
 
 HELPER_NAME = "ags-webview-url"
 
@@ -31,9 +31,7 @@ def install_helper(home: Path) -> Path:
     bin_dir = home / ".local" / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     helper = bin_dir / HELPER_NAME
-    helper.write_text(
-        f"#!/bin/sh\nexec '{sys.executable}' -m sandbridge.sandbox.url_helper \"$@\"\n"
-    )
+    helper.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m sandbridge.relay.url_helper \"$@\"\n")
     helper.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     return helper
 

@@ -1,0 +1,1 @@
+"""Small asyncio building blocks: the event loop, socket helpers, watchdogs, connection sets."""

@@ -1,0 +1,191 @@
+"""Small asyncio building blocks shared by the host and the shim."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import cast
+
+from sandbridge.aio import untrusted_fds
+from sandbridge.protocol.jsonline import LineReader
+
+# One read when copying raw bytes through streams: large reads keep per-byte overhead low.
+COPY_READ_BYTES = 256 * 1024
+# After refusing a peer, read (and drop) what it still sends for this long or this much
+# before closing: closing with unread bytes resets the connection, and a reset can
+# destroy the refusal before the peer reads it.
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 1024 * 1024
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    """Bind a listening Unix socket at ``path`` with mode 0600 (never wider, not even briefly).
+
+    Its connections refuse descriptors (:func:`untrusted_fds.refuse_descriptors`): none of
+    the host's listeners expects one, and one sent anyway could block whoever closes it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    untrusted_fds.refuse_descriptors(sock)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+async def read_line(reader: asyncio.StreamReader, limit: int) -> tuple[bytes, bytes]:
+    """Read one line of at most ``limit`` bytes; return it and what followed it."""
+    lines = LineReader(limit)
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            return lines.feed_eof(), b""
+        line = lines.feed(data)
+        if line is not None:
+            return line, lines.rest
+
+
+class Pump(asyncio.Protocol):
+    """Forwards what its transport receives to a peer's transport, from the read callback.
+
+    The coroutine copy (:func:`copy`) costs a task wake-up, a ``read`` and a ``drain``
+    coroutine per chunk; forwarding straight from ``data_received`` costs one
+    ``write``. The relay's keep-alive requests are small, so that overhead was most of
+    what the shim spent per request. Backpressure stays end to end: when the peer's
+    write buffer passes its high-water mark, the peer's transport calls
+    :meth:`pause_writing` and this side stops reading until it drains
+    (:meth:`resume_writing`), so a direction holds at most one read plus the write
+    buffer limit. An end of stream is passed on as a half-close; once both directions
+    have ended, both transports close. A transport that fails aborts its peer.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: Pump | None = None
+        self.ended = False  # this transport's peer sent its end of stream
+        loop = asyncio.get_running_loop()
+        self.finished = loop.create_future()  # done at the end of stream or connection_lost
+        self.lost = loop.create_future()  # done at connection_lost
+
+    def link(self, peer: Pump) -> None:
+        """Forward both ways between this pump and ``peer`` from now on."""
+        self.peer, peer.peer = peer, self
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        if not self.finished.done():
+            self.finished.set_result(None)
+        peer = self.peer
+        if peer is None or peer.transport is None or peer.ended:
+            self.close()
+            if peer is not None:
+                peer.close()
+            return False
+        if peer.transport.can_write_eof() and not peer.transport.is_closing():
+            with contextlib.suppress(OSError):
+                peer.transport.write_eof()
+        return True  # keep the other direction open
+
+    def pause_writing(self) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for future in (self.finished, self.lost):
+            if not future.done():
+                future.set_result(None)
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            if exc is None:
+                peer.close()
+            else:
+                peer.transport.abort()
+        if peer is not None and peer.lost.done():
+            # Both sides are gone: unlink them, so that refcounting frees the pair
+            # instead of the cyclic garbage collector.
+            self.peer = peer.peer = None
+
+    def close(self) -> None:
+        """Close this side (what was written is still sent)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Drop this side at once."""
+        if self.transport is not None:
+            self.transport.abort()
+
+
+async def close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close a stream, ignoring a peer that already went away."""
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+
+
+async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy bytes until ``src`` ends, then half-close ``dst``; each write awaits drain."""
+    while data := await src.read(COPY_READ_BYTES):
+        dst.write(data)
+        await dst.drain()
+    if dst.can_write_eof() and not dst.is_closing():
+        with contextlib.suppress(OSError):
+            dst.write_eof()
+
+
+async def copy_both_ways(
+    a_reader: asyncio.StreamReader,
+    a_writer: asyncio.StreamWriter,
+    b_reader: asyncio.StreamReader,
+    b_writer: asyncio.StreamWriter,
+    *,
+    grace: float | None,
+) -> None:
+    """Copy a -> b and b -> a until both ends close or either fails.
+
+    After one direction ends cleanly, the other gets ``grace`` seconds to finish
+    (``None``: as long as it takes); a failing direction stops both at once.
+    """
+    forward = asyncio.create_task(copy(a_reader, b_writer))
+    backward = asyncio.create_task(copy(b_reader, a_writer))
+    try:
+        done, _ = await asyncio.wait({forward, backward}, return_when=asyncio.FIRST_COMPLETED)
+        if any(task.exception() is None for task in done):
+            await asyncio.wait({forward, backward}, timeout=grace)
+    finally:
+        for task in (forward, backward):
+            task.cancel()
+        await asyncio.gather(forward, backward, return_exceptions=True)
+
+
+async def linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close after a refusal, then drain the peer briefly so the refusal arrives."""
+    await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError, OSError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            discarded = 0
+            while discarded < LINGER_BYTES and (data := await reader.read(COPY_READ_BYTES)):
+                discarded += len(data)

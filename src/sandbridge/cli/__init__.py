@@ -1,0 +1,1 @@
+"""The ``sandbridge`` command, one module per command group."""

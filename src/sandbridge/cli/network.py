@@ -1,0 +1,224 @@
+"""The network part of the command line: options, ``--print-policy``, ``--dry-run``, status.
+
+Kept apart from :mod:`sandbridge.cli.main` so the policy's flags, their inspection and the
+egress summary live in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sandbridge.egress.log import read_tally, summarise
+from sandbridge.egress.policy import (
+    NetMode,
+    Policy,
+    PolicyError,
+    describe,
+    load_policy,
+    mask_credentials,
+)
+from sandbridge.places.registry import list_sessions, session_path
+from sandbridge.relay.publish import parse_publish
+from sandbridge.sandbox import project as policy_location
+from sandbridge.sandbox.backend import sandbox_argv
+from sandbridge.sandbox.network import SandboxNetwork
+from sandbridge.sandbox.spec import SandboxSpec
+
+HIDDEN = "***"
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """``--net``, ``--allow``, ``--gate-addr``, ``--resolver``, ``--publish``."""
+    group = parser.add_argument_group("network (adds to .sandbridge/allow and config)")
+    group.add_argument(
+        "--net",
+        choices=[mode.value for mode in NetMode],
+        default=None,
+        help="none: loopback only; allow (default): the policy's host services and "
+        "egress proxy only; full: the host's network",
+    )
+    group.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="ENTRY",
+        help="add an allow entry: GATE:PORT, NAME[:PORT], *.NAME[:PORT], IP[:PORT] [private]",
+    )
+    group.add_argument(
+        "--gate-addr", default=None, metavar="IP", help="the gate address (default 100.64.0.1)"
+    )
+    group.add_argument(
+        "--resolver", default=None, metavar="IP[:PORT]", help="DNS server the proxy asks"
+    )
+    group.add_argument(
+        "--publish",
+        action="append",
+        default=[],
+        metavar="PORT[:/BASE]",
+        help="register sandbox PORT through the relay as soon as an app listens on it",
+    )
+
+
+def add_inspect_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--print-policy",
+        action="store_true",
+        help="print the effective network policy and where each entry came from",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the sandbox invocation; start nothing"
+    )
+
+
+def policy(args: argparse.Namespace, workdir: Path) -> Policy:
+    """The effective policy for ``sandbridge run``/``demo`` in ``workdir``: the project
+    root's ``.sandbridge/`` only (sandbox/project.py), then the flags."""
+    root = policy_location.project_root(workdir)
+    policy_location.check(workdir, root)
+    return load_policy(
+        root,
+        net=args.net,
+        gate_addr=args.gate_addr,
+        resolver=args.resolver,
+        allow=args.allow,
+    )
+
+
+def files_line(effective: Policy) -> str:
+    """The one line naming the policy files that were read."""
+    files = ", ".join(str(path) for path in effective.files_read)
+    return f"sandbridge: policy files read: {files or '(none)'}"
+
+
+def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwork:
+    """What the backend and the sandbox entry need of the policy."""
+    for value in args.publish:
+        try:
+            parse_publish(value)
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
+    return SandboxNetwork(
+        mode=effective.mode.value,
+        gate_addr=effective.gate,
+        gate_ports=tuple(effective.gate_ports()),
+        publish=tuple(args.publish),
+    )
+
+
+def announce(effective: Policy) -> None:
+    """One line at session start saying what network the sandbox gets (a warning for full)."""
+    mode = effective.mode.value
+    if mode is NetMode.FULL:
+        text = (
+            f"WARNING: net = full ({effective.mode.source}): the sandbox uses the host's "
+            "network; no egress policy is enforced"
+        )
+    elif mode is NetMode.NONE:
+        text = "net none: loopback only"
+    else:
+        services = ", ".join(f"{effective.gate}:{s.port}" for s in effective.host_services)
+        text = (
+            f"net allow: host services {services or '(none)'}; egress proxy "
+            f"{effective.proxy_url} for {len(effective.rules)} destination entries "
+            "(--print-policy lists them)"
+        )
+    print(files_line(effective), file=sys.stderr, flush=True)
+    print(f"sandbridge: {text}", file=sys.stderr, flush=True)
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """``argv`` without any environment value or URL credential.
+
+    bwrap's ``--setenv NAME VALUE`` keeps NAME; the unshare backend's JSON configuration
+    keeps its variables' names. Everything else passes through :func:`mask_credentials`.
+    """
+    masked: list[str] = []
+    hide_next = 0
+    for arg in argv:
+        if hide_next == 2:
+            masked.append(arg)
+            hide_next = 1
+            continue
+        if hide_next == 1:
+            masked.append(HIDDEN)
+            hide_next = 0
+            continue
+        if arg == "--setenv":
+            hide_next = 2
+            masked.append(arg)
+            continue
+        masked.append(_mask_json_env(arg) if arg.startswith("{") else mask_credentials(arg))
+    return masked
+
+
+def _mask_json_env(arg: str) -> str:
+    try:
+        config: Any = json.loads(arg)
+    except ValueError:
+        return mask_credentials(arg)
+    if isinstance(config, dict) and isinstance(config.get("env"), dict):
+        config["env"] = {name: HIDDEN for name in config["env"]}
+        config["argv"] = [mask_credentials(str(a)) for a in config.get("argv", [])]
+        return json.dumps(config)
+    return mask_credentials(arg)
+
+
+def inspect(
+    args: argparse.Namespace,
+    spec_factory: Callable[[Path], SandboxSpec] | None,
+    backend: str,
+) -> int:
+    """``--print-policy`` and ``--dry-run``: print, start nothing."""
+    workdir = (args.workdir or Path.cwd()).resolve()
+    effective = policy(args, workdir)
+    print(files_line(effective), file=sys.stderr, flush=True)
+    if args.print_policy:
+        for line in describe(effective):
+            print(line)
+    if spec_factory is not None:
+        from sandbridge.places.runtime_dir import default_path
+
+        spec = spec_factory(default_path())
+        print(shlex.join(mask_argv(sandbox_argv(backend, spec))))
+    return 0
+
+
+def add_status_command(commands: Any) -> None:
+    status = commands.add_parser("status", help="summarise a running session's egress decisions")
+    status.add_argument("session", nargs="?", help="session id (default: every running session)")
+    status.add_argument("--json", action="store_true", help="print JSON for scripts")
+    status.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``sandbridge status [SESSION]``: the egress log of one or every running session."""
+    if args.session:
+        ids = [args.session]
+        session_path(args.session)  # refuses an unknown session by name
+    else:
+        ids = [record.id for record in list_sessions()]
+    if args.json:
+        report = [
+            {
+                "session": session_id,
+                "egress": [asdict(t) for t in read_tally(session_path(session_id))],
+            }
+            for session_id in ids
+        ]
+        print(json.dumps(report, indent=2))
+        return 0
+    if not ids:
+        print("no running sessions")
+        return 0
+    for session_id in ids:
+        print(f"session {session_id}")
+        for line in summarise(read_tally(session_path(session_id))):
+            print(f"  {line}")
+    return 0

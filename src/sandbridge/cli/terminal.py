@@ -1,0 +1,244 @@
+"""``sandbridge terminal ...`` and ``sandbridge shell``: the owner's and requester's commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbridge.aio import event_loop
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.places.registry import list_sessions, validate_name
+from sandbridge.terminals import approval, keys
+from sandbridge.terminals.approval import Request
+from sandbridge.terminals.attach import Ending, attach, describe
+from sandbridge.terminals.control import ControlError, call, split_request_id
+from sandbridge.terminals.journal import AuditLog
+
+TTL_PATTERN = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
+TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+# The owner's y/N answer is one short line.
+MAX_ANSWER = 256
+
+
+def parse_ttl(text: str) -> float:
+    """``90``, ``90s``, ``10m`` or ``1h`` in seconds; refuse anything else."""
+    match = TTL_PATTERN.fullmatch(text)
+    if match is None:
+        raise SandbridgeError(f"--ttl {text!r}: use a number with s, m or h (e.g. 10m)")
+    return float(match.group(1)) * TTL_UNITS[match.group(2)]
+
+
+def _say(text: str) -> None:
+    print(f"sandbridge: {text}", file=sys.stderr, flush=True)
+
+
+def _request(session: str, key_path: Path | None, reason: str) -> str:
+    key = keys.requester_key(key_path)
+    info = call(session, {"op": "info"})
+    document = approval.sign_request(key, session, str(info["instance"]), reason, time.time())
+    return str(call(session, {"op": "request", "request": document})["id"])
+
+
+def _approve(request_id: str, ttl: float) -> dict[str, Any]:
+    session = split_request_id(request_id)
+    shown = call(session, {"op": "show", "id": request_id})
+    body = shown["request"]
+    request = Request(
+        session,
+        str(shown["instance"]),
+        str(body["requester"]),
+        str(body["reason"]),
+        float(body["created"]),
+        str(body["nonce"]),
+    )
+    document = approval.sign_approval(keys.owner_key(), request_id, request, ttl, time.time())
+    return call(session, {"op": "approve", "id": request_id, "approval": document})
+
+
+def _attach(request_id: str, key_path: Path | None) -> int:
+    key = keys.requester_key(key_path)
+    ending: Ending = event_loop.run(attach(request_id, key))
+    _say(describe(ending))
+    if ending.reason == "exit":
+        return ending.status if ending.status >= 0 else 1
+    return 128 + 15 if ending.reason == "signal" else 3
+
+
+def cmd_request(args: argparse.Namespace) -> int:
+    session = validate_name(args.session, "session")
+    request_id = _request(session, args.key, args.reason)
+    if args.no_wait:
+        print(request_id, flush=True)
+        return 0
+    _say(f"request {request_id}: waiting for the owner (sandbridge terminal approve {request_id})")
+    state = call(session, {"op": "await", "id": request_id})["state"]
+    if state != "approved":
+        _say(f"request {request_id} was {state}")
+        return 1
+    return _attach(request_id, args.key)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    answer = _approve(args.id, parse_ttl(args.ttl))
+    expires = time.strftime("%H:%M:%S", time.localtime(float(answer["expires"])))
+    _say(f"approved {args.id} until {expires}")
+    return 0
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    call(split_request_id(args.id), {"op": "deny", "id": args.id})
+    _say(f"denied {args.id}")
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    answer = call(split_request_id(args.id), {"op": "revoke", "id": args.id})
+    _say(f"revoked {args.id}" + (" (its terminal is closing)" if answer["was_active"] else ""))
+    return 0
+
+
+def cmd_allow(args: argparse.Namespace) -> int:
+    session = validate_name(args.session, "session")
+    call(session, {"op": "allow", "key": args.public_key})
+    _say(f"session {session}: key {args.public_key[:16]}... may request terminals (each still "
+         "needs your approval)")  # fmt: skip
+    return 0
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    print(keys.public_hex(keys.requester_key(args.key)))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = []
+    for session in list_sessions():
+        try:
+            rows += call(session.id, {"op": "list"})["requests"]
+        except SandbridgeError:
+            continue
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no terminal requests")
+    for row in [] if args.json else rows:
+        print(f"{row['id']}  {row['state']}  {row['requester'][:16]}...  {row['reason']}")
+    return 0
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    return _attach(args.id, args.key)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    records = AuditLog().records()
+    if args.json:
+        print(json.dumps(records, indent=2))
+        return 0
+    for record in records:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.pop("time", 0))))
+        event = record.pop("event", "?")
+        record.pop("seq", None)
+        fields = " ".join(f"{k}={v}" for k, v in sorted(record.items()) if v is not None)
+        print(f"{when}  {event}  {fields}")
+    return 0
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    """Request, show, ask y/N on the owner's terminal, approve, attach."""
+    session = validate_name(args.session, "session")
+    ttl = parse_ttl(args.ttl)
+    request_id = _request(session, None, args.reason)
+    shown = call(session, {"op": "show", "id": request_id})
+    question = (
+        f"sandbridge: open a terminal into session {session!r}?\n"
+        f"  request   {request_id}\n"
+        f"  requester {shown['requester']} (your owner key)\n"
+        f"  reason    {shown['reason'] or '-'}\n"
+        f"  for       {ttl:g}s, once\n"
+        "Approve? [y/N] "
+    )
+    try:
+        terminal = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+        try:
+            os.write(terminal, question.encode())
+            answer = os.read(terminal, MAX_ANSWER).decode(errors="replace").strip().lower()
+        finally:
+            os.close(terminal)
+    except OSError:
+        raise SandbridgeError("sandbridge shell needs a terminal to ask on (/dev/tty)") from None
+    if answer not in ("y", "yes"):
+        call(session, {"op": "deny", "id": request_id})
+        _say(f"denied {request_id}")
+        return 1
+    _approve(request_id, ttl)
+    return _attach(request_id, None)
+
+
+def _key_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key", type=Path, default=None, help="requester key file (default: the owner key)"
+    )
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``terminal`` and ``shell`` to the CLI's subcommands."""
+    terminal = commands.add_parser("terminal", help="owner-approved terminals into a session")
+    sub = terminal.add_subparsers(dest="terminal_command", required=True)
+
+    request = sub.add_parser("request", help="ask for a terminal; wait for approval and attach")
+    request.add_argument("session")
+    request.add_argument("--reason", default="", help="shown to the owner and audited")
+    request.add_argument("--no-wait", action="store_true", help="print the request id and exit")
+    _key_option(request)
+    request.set_defaults(func=cmd_request)
+
+    approve = sub.add_parser("approve", help="sign an approval for one terminal")
+    approve.add_argument("id")
+    approve.add_argument("--ttl", default="10m", help="how long it may be used (default 10m)")
+    approve.set_defaults(func=cmd_approve)
+
+    for name, func, text in (
+        ("deny", cmd_deny, "refuse a request"),
+        ("revoke", cmd_revoke, "take an approval back; closes its terminal"),
+    ):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("id")
+        command.set_defaults(func=func)
+
+    allow = sub.add_parser("allow", help="let another key request terminals in a session")
+    allow.add_argument("session")
+    allow.add_argument("public_key", help="64 hex digits (sandbridge terminal key --key PATH)")
+    allow.set_defaults(func=cmd_allow)
+
+    key = sub.add_parser("key", help="print a key's public half (default: the owner key)")
+    _key_option(key)
+    key.set_defaults(func=cmd_key)
+
+    listing = sub.add_parser("list", help="requests of the running sessions")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_list)
+
+    attach_command = sub.add_parser("attach", help="attach to an approved request")
+    attach_command.add_argument("id")
+    _key_option(attach_command)
+    attach_command.set_defaults(func=cmd_attach)
+
+    audit = sub.add_parser("audit", help="the terminal audit log (metadata only)")
+    audit.add_argument("--json", action="store_true")
+    audit.set_defaults(func=cmd_audit)
+
+    shell = commands.add_parser("shell", help="owner: approve and open a terminal in one step")
+    shell.add_argument("session")
+    shell.add_argument("--reason", default="", help="recorded in the audit log")
+    shell.add_argument("--ttl", default="10m", help="how long the approval lasts (default 10m)")
+    shell.set_defaults(func=cmd_shell)
+
+
+__all__ = ["ControlError", "add_commands"]

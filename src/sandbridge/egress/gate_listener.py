@@ -1,0 +1,84 @@
+"""The gate listener inside an ``allow``-mode sandbox: gate ports to the host's egress gate.
+
+For each gate port (the egress proxy's and each host service's) it listens on
+``GATE:PORT`` and forwards every accepted connection over one Unix connection to
+``egress.sock``, naming the port. It decides nothing: the sandbox can replace or bypass
+it, so the host checks every opening against the policy itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from pathlib import Path
+
+from sandbridge import log
+from sandbridge.aio.open_connections import OpenConnections
+from sandbridge.aio.unix_sockets import close_writer, copy_both_ways, read_line
+from sandbridge.exceptions import WireError
+from sandbridge.protocol import egress_opening as egress
+
+# The host answers an opening after at most a connect to a loopback port.
+ANSWER_TIMEOUT = 15.0
+
+
+class GateListener:
+    """TCP listeners on the gate address, each bridged to the host's egress gate."""
+
+    def __init__(self, address: str, ports: list[int], egress_socket: Path) -> None:
+        self.address = address
+        self.ports = ports
+        self.egress_socket = egress_socket
+        self._servers: list[asyncio.Server] = []
+        self._open = OpenConnections()
+
+    async def start(self) -> None:
+        """Listen on every gate port (before the command starts)."""
+        for port in self.ports:
+            server = await asyncio.start_server(
+                functools.partial(self._serve, port), self.address, port, reuse_address=True
+            )
+            self._servers.append(server)
+
+    async def close(self) -> None:
+        """Stop listening and end every bridged connection."""
+        for server in self._servers:
+            server.close()
+        await self._open.close()
+        for server in self._servers:
+            await server.wait_closed()
+
+    async def _serve(
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        with self._open.handler(writer):
+            await self._bridge(port, reader, writer)
+
+    async def _bridge(
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            host_reader, host_writer = await asyncio.open_unix_connection(self.egress_socket)
+        except OSError as exc:
+            log.debug("gate.unreachable", reason=str(exc))
+            await close_writer(writer)
+            return
+        try:
+            host_writer.write(egress.encode_open(port))
+            async with asyncio.timeout(ANSWER_TIMEOUT):
+                line, rest = await read_line(host_reader, egress.MAX_EGRESS_OPEN_BYTES)
+            error = egress.decode_answer(line)
+            if error is not None:
+                log.debug("gate.refused", port=port, reason=error)
+                return
+            if rest:
+                writer.write(rest)
+            with self._open.track(host_writer):
+                await copy_both_ways(reader, writer, host_reader, host_writer, grace=None)
+        except (WireError, TimeoutError, OSError) as exc:
+            log.debug("gate.failed", port=port, reason=str(exc))
+        finally:
+            await close_writer(host_writer)
+            with contextlib.suppress(OSError):
+                await close_writer(writer)

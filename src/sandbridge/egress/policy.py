@@ -1,0 +1,644 @@
+"""The sandbox's network policy: parse it, merge it, decide destinations (sans-I/O).
+
+A policy comes from the project directory (``.sandbridge/allow``, ``.sandbridge/config``)
+and from command-line flags, which add to it. Every entry and setting remembers where it
+came from (``file:line``, a flag, or the default) so ``--print-policy`` and every refusal
+can name it. Nothing here touches the network: the host's egress gate asks
+:func:`match_destination`, :func:`check_addresses` and :func:`host_service_decision`
+and does the I/O itself.
+
+Entry syntax, one per line of ``allow`` (or ``allow = ...`` in ``config``, or
+``--allow ...``)::
+
+    GATE:PORT            a host service: GATE:PORT inside reaches the host's 127.0.0.1:PORT
+                         (GATE is the gate address, or the word ``gate``)
+    NAME[:PORT]          a domain through the egress proxy (exact name)
+    *.NAME[:PORT]        every subdomain of NAME (not NAME itself)
+    IP[:PORT]            an IP-literal destination through the proxy ([IPv6] in brackets)
+    ... private          the name may resolve to a loopback, private or link-local address
+
+Without ``:PORT`` a proxy entry allows ports 80, 443 and 8443.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import os
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from sandbridge.exceptions import SandbridgeError
+
+ALLOW_FILE = Path(".sandbridge") / "allow"
+CONFIG_FILE = Path(".sandbridge") / "config"
+
+# 100.64.0.0/10 is carrier-grade NAT space: never a real destination of a dev machine's
+# sandbox, and not loopback (which tools treat specially and NO_PROXY usually covers).
+DEFAULT_GATE_ADDR = ipaddress.IPv4Address("100.64.0.1")
+# The proxy's port at the gate address: a high, unassigned port no host service needs.
+PROXY_PORT = 18081
+# HTTP, HTTPS and the common alternative HTTPS port; anything else must be named.
+DEFAULT_PORTS = frozenset({80, 443, 8443})
+# A policy file is a reviewed list; one far larger than this was not written by hand.
+MAX_POLICY_FILE_BYTES = 256 * 1024
+# DNS limits (RFC 1035): 63 bytes per label, 253 characters per name.
+MAX_LABEL_LENGTH = 63
+MAX_NAME_LENGTH = 253
+
+DEFAULT = "default"
+T = TypeVar("T")
+_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+
+
+class PolicyError(SandbridgeError):
+    """A policy file line or a flag is malformed; the message names where and what."""
+
+
+class NetMode(enum.Enum):
+    """How much network the sandbox gets."""
+
+    NONE = "none"
+    ALLOW = "allow"
+    FULL = "full"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting(Generic[T]):
+    """A value and where it came from (``.sandbridge/config:3``, ``--net``, ``default``)."""
+
+    value: T
+    source: str
+
+
+DEFAULT_MODE: Setting[NetMode] = Setting(NetMode.ALLOW, DEFAULT)
+DEFAULT_GATE: Setting[ipaddress.IPv4Address] = Setting(DEFAULT_GATE_ADDR, DEFAULT)
+SYSTEM_RESOLVER: Setting[tuple[str, int] | None] = Setting(None, DEFAULT)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One proxy destination entry."""
+
+    host: str  # lower-case name, "*.suffix", or a compressed IP literal
+    port: int | None  # None: the default ports
+    private: bool
+    source: str
+
+    @property
+    def text(self) -> str:
+        """The entry as a line of ``.sandbridge/allow`` would write it."""
+        return format_entry(self.host, self.port, self.private)
+
+    def matches(self, host: str, port: int) -> bool:
+        """True if ``host`` (normalised) and ``port`` fall under this entry."""
+        if self.port is None and port not in DEFAULT_PORTS:
+            return False
+        if self.port is not None and port != self.port:
+            return False
+        return _host_matches(self.host, host)
+
+
+@dataclass(frozen=True, slots=True)
+class HostService:
+    """A host port the sandbox reaches at the gate address."""
+
+    port: int
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSetting:
+    """A variable set inside the sandbox from ``env = NAME=VALUE`` (value never printed)."""
+
+    name: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The effective network policy of one session."""
+
+    mode: Setting[NetMode] = DEFAULT_MODE
+    gate_addr: Setting[ipaddress.IPv4Address] = DEFAULT_GATE
+    resolver: Setting[tuple[str, int] | None] = SYSTEM_RESOLVER
+    rules: tuple[Rule, ...] = ()
+    host_services: tuple[HostService, ...] = ()
+    env: tuple[EnvSetting, ...] = ()
+    # ``protect = PATH``: project paths kept read-only inside, on top of the built-in list
+    # (sandbox/protected_paths.py); each resolved under the project root, with its line.
+    protect: tuple[Setting[Path], ...] = ()
+    # The policy files that were read, for the one line ``sandbridge run`` prints.
+    files_read: tuple[Path, ...] = ()
+
+    @property
+    def gate(self) -> str:
+        return str(self.gate_addr.value)
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{self.gate}:{PROXY_PORT}"
+
+    def gate_ports(self) -> list[int]:
+        """The ports the in-sandbox gate listener opens: the proxy and each host service."""
+        return sorted({PROXY_PORT, *(service.port for service in self.host_services)})
+
+    def sandbox_env(self) -> dict[str, str]:
+        """Variables the sandbox gets from the policy: proxy settings (allow mode) and ``env``."""
+        env: dict[str, str] = {}
+        if self.mode.value is NetMode.ALLOW:
+            # curl reads only the lower-case http_proxy; other tools read either case.
+            no_proxy = f"localhost,127.0.0.1,::1,{self.gate}"
+            for name in ("http_proxy", "https_proxy", "all_proxy"):
+                env[name] = env[name.upper()] = self.proxy_url
+            env["no_proxy"] = env["NO_PROXY"] = no_proxy
+        env.update({setting.name: setting.value for setting in self.env})
+        return env
+
+
+# --- parsing --------------------------------------------------------------------------
+
+
+def _parse_port(text: str, where: str) -> int:
+    # ASCII digits only and at most five of them: int() of anything else may fail or crawl.
+    if not (len(text) <= 5 and text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise PolicyError(f"{where}: port must be 1..65535, got {text[:20]!r}")
+    return int(text)
+
+
+def _split_host_port(text: str, where: str) -> tuple[str, int | None]:
+    if text.startswith("["):
+        inner, bracket, rest = text[1:].partition("]")
+        if not bracket:
+            raise PolicyError(f"{where}: unclosed '[' in {text!r}")
+        if rest and not rest.startswith(":"):
+            raise PolicyError(f"{where}: expected ':PORT' after ']' in {text!r}")
+        return f"[{inner}]", _parse_port(rest[1:], where) if rest else None
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        return text, None
+    if ":" in host:
+        raise PolicyError(f"{where}: write an IPv6 address in brackets, like [::1]:443: {text!r}")
+    return host, _parse_port(port, where)
+
+
+def parse_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address ``host`` spells (``[::1]`` included), or ``None`` if it is a name."""
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def normalise_name(name: str) -> str | None:
+    """A DNS name in lower case without a trailing dot, or ``None`` if it is not one."""
+    name = name.lower().removesuffix(".")
+    if not name or len(name) > MAX_NAME_LENGTH:
+        return None
+    labels = name.split(".")
+    if any(len(label) > MAX_LABEL_LENGTH or not _LABEL.fullmatch(label) for label in labels):
+        return None
+    if labels[-1].isdigit():
+        return None  # "1.2.3" is a mistyped address, not a name
+    return name
+
+
+def format_entry(host: str, port: int | None, private: bool = False) -> str:
+    """An allow-file line for ``host`` and ``port``."""
+    ip = parse_ip(host)
+    shown = f"[{ip}]" if isinstance(ip, ipaddress.IPv6Address) else host
+    text = shown if port is None else f"{shown}:{port}"
+    return f"{text} private" if private else text
+
+
+@dataclass(frozen=True, slots=True)
+class _RawEntry:
+    host: str
+    port: int | None
+    private: bool
+    source: str
+
+
+def parse_entry(text: str, where: str) -> _RawEntry:
+    """Parse one allow entry (``HOST[:PORT] [private]``); raise naming ``where``."""
+    words = text.split()
+    if not words:
+        raise PolicyError(f"{where}: empty entry")
+    private = False
+    if len(words) == 2 and words[1] == "private":
+        private = True
+    elif len(words) != 1:
+        raise PolicyError(
+            f"{where}: expected 'HOST[:PORT]' optionally followed by 'private', got {text!r}"
+        )
+    host, port = _split_host_port(words[0], where)
+    ip = parse_ip(host)
+    if ip is not None:
+        return _RawEntry(str(ip), port, private, where)
+    if host.lower() == "gate":
+        if port is None:
+            raise PolicyError(f"{where}: a host service needs a port, like gate:5432: {text!r}")
+        return _RawEntry("gate", port, private, where)
+    wildcard = host.startswith("*.")
+    name = normalise_name(host[2:] if wildcard else host)
+    if name is None or "*" in host[2 if wildcard else 0 :]:
+        raise PolicyError(
+            f"{where}: {host!r} is not a domain name, '*.domain', IP address or 'gate'"
+        )
+    if wildcard and "." not in name:
+        raise PolicyError(f"{where}: {host!r} would allow a whole top-level domain")
+    return _RawEntry(f"*.{name}" if wildcard else name, port, private, where)
+
+
+def _lines(path: Path, label: str) -> Iterable[tuple[str, str]]:
+    """Non-blank, non-comment lines of ``path`` with their ``label:line`` position."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_POLICY_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PolicyError(f"{label}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_POLICY_FILE_BYTES:
+        raise PolicyError(f"{label}: larger than {MAX_POLICY_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{label}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        content = line.split("#", 1)[0].strip()
+        if content:
+            yield f"{label}:{number}", content
+
+
+def _parse_mode(value: str, where: str) -> NetMode:
+    try:
+        return NetMode(value)
+    except ValueError:
+        choices = ", ".join(mode.value for mode in NetMode)
+        raise PolicyError(f"{where}: net must be one of {choices}, got {value!r}") from None
+
+
+def _parse_gate(value: str, where: str) -> ipaddress.IPv4Address:
+    try:
+        address = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise PolicyError(f"{where}: gate_addr must be an IPv4 address, got {value!r}") from None
+    if address.is_loopback or address.is_unspecified or address.is_multicast:
+        raise PolicyError(
+            f"{where}: gate_addr {value!r} must not be loopback, 0.0.0.0 or multicast"
+        )
+    return address
+
+
+def _parse_resolver(value: str, where: str) -> tuple[str, int]:
+    host, port = _split_host_port(value, where)
+    ip = parse_ip(host)
+    if ip is None:
+        raise PolicyError(f"{where}: resolver must be an IP address[:PORT], got {value!r}")
+    return str(ip), 53 if port is None else port
+
+
+def _parse_protect(value: str, project: Path, where: str) -> Path:
+    """``protect = PATH``: a path of the project, relative to its root, never outside it."""
+    if not value or "\0" in value:
+        raise PolicyError(f"{where}: expected 'protect = PATH' (relative to {project})")
+    if Path(value).is_absolute():
+        raise PolicyError(f"{where}: protect = {value}: give a path relative to {project}")
+    path = Path(os.path.normpath(project / value))
+    resolved = path.resolve()
+    if not path.is_relative_to(project) or not resolved.is_relative_to(project.resolve()):
+        raise PolicyError(f"{where}: protect = {value}: outside the project root {project}")
+    if path == project:
+        raise PolicyError(f"{where}: protect = {value}: the whole project cannot be read-only")
+    return path
+
+
+def _parse_env(value: str, where: str) -> EnvSetting:
+    name, equals, setting = value.partition("=")
+    name = name.strip()
+    if not equals or not _ENV_NAME.fullmatch(name):
+        raise PolicyError(f"{where}: expected 'env = NAME=VALUE', got a value for {name!r}")
+    return EnvSetting(name, setting.strip(), where)
+
+
+@dataclass
+class PolicyBuilder:
+    """Collects settings and entries in order; :meth:`build` gives the :class:`Policy`."""
+
+    mode: Setting[NetMode] = DEFAULT_MODE
+    gate_addr: Setting[ipaddress.IPv4Address] = DEFAULT_GATE
+    resolver: Setting[tuple[str, int] | None] = SYSTEM_RESOLVER
+    entries: list[_RawEntry] = field(default_factory=list)
+    env: dict[str, EnvSetting] = field(default_factory=dict)
+    protect: list[Setting[Path]] = field(default_factory=list)
+    project: Path | None = None
+    files_read: list[Path] = field(default_factory=list)
+
+    def read_project(self, project: Path) -> PolicyBuilder:
+        """Read ``.sandbridge/config`` then ``.sandbridge/allow`` under ``project``."""
+        self.project = project
+        self.files_read = [
+            project / f for f in (CONFIG_FILE, ALLOW_FILE) if (project / f).is_file()
+        ]
+        for where, line in _lines(project / CONFIG_FILE, str(CONFIG_FILE)):
+            key, equals, value = line.partition("=")
+            if not equals:
+                raise PolicyError(f"{where}: expected 'key = value', got {_mask(line)!r}")
+            self.set(key.strip(), value.strip(), where)
+        for where, line in _lines(project / ALLOW_FILE, str(ALLOW_FILE)):
+            self.entries.append(parse_entry(line, where))
+        return self
+
+    def set(self, key: str, value: str, where: str) -> None:
+        """Apply one ``key = value`` setting (from the config file or a flag)."""
+        if key == "net":
+            self.mode = Setting(_parse_mode(value, where), where)
+        elif key == "gate_addr":
+            self.gate_addr = Setting(_parse_gate(value, where), where)
+        elif key == "resolver":
+            self.resolver = Setting(_parse_resolver(value, where), where)
+        elif key == "allow":
+            self.entries.append(parse_entry(value, where))
+        elif key == "env":
+            setting = _parse_env(value, where)
+            self.env[setting.name] = setting
+        elif key == "protect" and self.project is not None:
+            self.protect.append(Setting(_parse_protect(value, self.project, where), where))
+        else:
+            raise PolicyError(
+                f"{where}: unknown key {key!r} "
+                "(known: net, gate_addr, allow, env, resolver, protect)"
+            )
+
+    def build(self) -> Policy:
+        """Sort the entries into host services and proxy rules against the final gate."""
+        gate = str(self.gate_addr.value)
+        rules: list[Rule] = []
+        services: dict[int, HostService] = {}
+        for entry in self.entries:
+            if entry.host in ("gate", gate):
+                if entry.port is None:
+                    raise PolicyError(
+                        f"{entry.source}: a host service needs a port, like {gate}:5432"
+                    )
+                if entry.port == PROXY_PORT:
+                    raise PolicyError(
+                        f"{entry.source}: port {PROXY_PORT} of the gate is the egress proxy"
+                    )
+                services.setdefault(entry.port, HostService(entry.port, entry.source))
+            else:
+                rules.append(Rule(entry.host, entry.port, entry.private, entry.source))
+        return Policy(
+            mode=self.mode,
+            gate_addr=self.gate_addr,
+            resolver=self.resolver,
+            rules=tuple(rules),
+            host_services=tuple(sorted(services.values(), key=lambda s: s.port)),
+            env=tuple(self.env.values()),
+            protect=tuple(self.protect),
+            files_read=tuple(self.files_read),
+        )
+
+
+def load_policy(
+    project: Path,
+    *,
+    net: str | None = None,
+    gate_addr: str | None = None,
+    resolver: str | None = None,
+    allow: Iterable[str] = (),
+) -> Policy:
+    """The effective policy: the project's files, then the flags on top."""
+    builder = PolicyBuilder().read_project(project)
+    if net is not None:
+        builder.set("net", net, "--net")
+    if gate_addr is not None:
+        builder.set("gate_addr", gate_addr, "--gate-addr")
+    if resolver is not None:
+        builder.set("resolver", resolver, "--resolver")
+    for value in allow:
+        builder.set("allow", value, "--allow")
+    return builder.build()
+
+
+# --- decisions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An egress decision: allowed by ``rule``, or refused with ``reason`` and a fix."""
+
+    allowed: bool
+    reason: str
+    rule: Rule | None = None
+    # The allow-file line that would allow the destination (refusals only).
+    suggestion: str | None = None
+
+    def refusal_text(self, destination: str) -> str:
+        """What a refused client reads: the destination, why, and the line that allows it."""
+        text = f"egress to {destination} refused: {self.reason}"
+        if self.suggestion:
+            text += f"; to allow it, add the line '{self.suggestion}' to {ALLOW_FILE}"
+        return text
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    return host == pattern
+
+
+def normalise_host(host: str) -> str | None:
+    """A destination host as rules spell it (compressed IP or lower-case name), else None."""
+    ip = parse_ip(host)
+    if ip is not None:
+        return str(ip)
+    if host.startswith("["):
+        return None
+    return normalise_name(host)
+
+
+def match_destination(policy: Policy, host: str, port: int) -> Decision:
+    """Decide a proxy destination before resolution (``host`` as the client sent it)."""
+    normal = normalise_host(host)
+    if normal is None:
+        return Decision(False, f"{host!r} is not a valid host name or IP address")
+    if not 1 <= port <= 65535:
+        return Decision(False, f"port {port} is out of range")
+    ip = parse_ip(normal)
+    if ip is not None and str(ip) == policy.gate:
+        return Decision(
+            False,
+            "the gate address is not reachable through the proxy; connect to a host "
+            "service at the gate address directly (no proxy)",
+        )
+    for rule in policy.rules:
+        if rule.matches(normal, port):
+            return Decision(True, f"allowed by '{rule.text}' ({rule.source})", rule)
+    port_part = None if port in DEFAULT_PORTS else port
+    if ip is not None:
+        return Decision(
+            False,
+            "IP-literal destinations are refused unless the policy names the address",
+            suggestion=format_entry(normal, port_part),
+        )
+    if any(_host_matches(rule.host, normal) for rule in policy.rules):
+        return Decision(
+            False,
+            f"port {port} is not allowed for {normal} (only "
+            f"{', '.join(str(p) for p in sorted(DEFAULT_PORTS))} unless an entry names it)",
+            suggestion=format_entry(normal, port),
+        )
+    return Decision(
+        False, f"{normal} is not in the allowlist", suggestion=format_entry(normal, port_part)
+    )
+
+
+def embedded_ipv4(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> tuple[ipaddress.IPv4Address, str] | None:
+    """The IPv4 address an IPv6 one delivers to, and how (``"v4-mapped"``...), if any.
+
+    A v4-mapped address is the IPv4 address; a 6to4 (``2002::/16``) or Teredo
+    (``2001::/32``) address reaches the IPv4 address it embeds through a tunnel, so
+    ``2002:7f00:1::1`` can end at ``127.0.0.1`` while looking like a public IPv6 address.
+    """
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped, "v4-mapped"
+    if address.sixtofour is not None:
+        return address.sixtofour, "6to4"
+    if address.teredo is not None:
+        return address.teredo[1], "Teredo"  # (server, client): packets end at the client
+    return None
+
+
+def address_kind(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    local: Collection[ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
+) -> str | None:
+    """Why ``address`` is not a public destination (``"loopback"``...), or None if it is.
+
+    ``local`` are the host's own addresses: a global one of them is still ``"this host"``,
+    since what listens there is the host's, not the internet's. An IPv6 address that
+    carries an IPv4 one (:func:`embedded_ipv4`) is refused when the IPv4 address would be.
+    """
+    embedded = embedded_ipv4(address)
+    if embedded is not None:
+        inner, form = embedded
+        kind = address_kind(inner, local)
+        if form == "v4-mapped":
+            return kind  # the IPv4 address itself: nothing else to judge
+        if kind is not None:
+            return f"{kind} via {form}"
+    for kind in ("loopback", "link_local", "private", "unspecified", "multicast", "reserved"):
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    if not address.is_global:
+        return "non-global"
+    if address in local:
+        return "this host"
+    return None
+
+
+def check_addresses(
+    decision: Decision,
+    host: str,
+    port: int,
+    addresses: list[ipaddress.IPv4Address | ipaddress.IPv6Address],
+    local: Collection[ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
+) -> tuple[list[ipaddress.IPv4Address | ipaddress.IPv6Address], Decision]:
+    """The addresses an allowed destination may be connected to, after resolution.
+
+    A name's loopback, private, link-local and this host's own (``local``) addresses are
+    dropped unless its rule says ``private``; an IP literal the policy names is used as it
+    is. If nothing is left, the decision becomes a refusal naming the address refused.
+    """
+    rule = decision.rule
+    assert rule is not None, "check_addresses needs an allowing decision"
+    if rule.private or parse_ip(rule.host) is not None:
+        usable = list(addresses)
+    else:
+        usable = [address for address in addresses if address_kind(address, local) is None]
+    if usable:
+        return usable, decision
+    if not addresses:
+        return [], Decision(False, f"{host} does not resolve to any address")
+    first = addresses[0]
+    return [], Decision(
+        False,
+        f"{host} resolves to {first} ({address_kind(first, local)}), which names may only "
+        "reach when their entry says 'private'",
+        suggestion=format_entry(rule.host, rule.port if rule.port else None, private=True),
+    )
+
+
+def host_service_decision(policy: Policy, port: int) -> Decision:
+    """Decide a connection to ``port`` of the gate address (a host service or the proxy)."""
+    for service in policy.host_services:
+        if service.port == port:
+            return Decision(True, f"allowed by '{policy.gate}:{port}' ({service.source})")
+    if port == PROXY_PORT:
+        return Decision(True, "the egress proxy")
+    return Decision(
+        False,
+        f"port {port} of the gate address is not a host service of this policy",
+        suggestion=f"{policy.gate}:{port}",
+    )
+
+
+# --- printing -------------------------------------------------------------------------
+
+
+def _mask(text: str) -> str:
+    return mask_credentials(text)
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with any URL's user information replaced by ``***``."""
+    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+
+
+def describe(policy: Policy) -> list[str]:
+    """``--print-policy``: every setting and entry with its source; no value of ``env``."""
+
+    def line(text: str, source: str) -> str:
+        return f"{text:<52} ({source})"
+
+    mode = policy.mode.value
+    lines = [line(f"net = {mode.value}", policy.mode.source)]
+    if mode is NetMode.FULL:
+        lines.append("  the sandbox uses the host's network: nothing below is enforced")
+    if mode is NetMode.NONE:
+        lines.append("  loopback only: nothing below is reachable")
+    lines.append(line(f"gate_addr = {policy.gate}", policy.gate_addr.source))
+    resolver = policy.resolver.value
+    shown = "system" if resolver is None else format_entry(resolver[0], resolver[1])
+    lines.append(line(f"resolver = {shown}", policy.resolver.source))
+    lines.append("host services (inside -> host):")
+    for service in policy.host_services:
+        lines.append(
+            line(f"  {policy.gate}:{service.port} -> 127.0.0.1:{service.port}", service.source)
+        )
+    if not policy.host_services:
+        lines.append("  (none)")
+    lines.append(f"egress proxy at {policy.proxy_url}, destinations:")
+    for rule in policy.rules:
+        ports = str(rule.port) if rule.port else ",".join(str(p) for p in sorted(DEFAULT_PORTS))
+        lines.append(line(f"  {mask_credentials(rule.text)}  ports {ports}", rule.source))
+    if not policy.rules:
+        lines.append("  (none)")
+    for setting in policy.env:
+        lines.append(line(f"env {setting.name} = (value hidden)", setting.source))
+    for protected in policy.protect:
+        lines.append(line(f"protect = {protected.value}", protected.source))
+    return lines

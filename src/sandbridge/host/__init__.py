@@ -1,1 +1,0 @@
-"""The host side of the relay: runtime dir, registration, app listeners, upstream."""

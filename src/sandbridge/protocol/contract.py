@@ -1,0 +1,40 @@
+"""The accepted wire contract's names, in one place (docs/contract.md).
+
+A sandbox started by sandbridge or by another runtime finds the host through these: the
+runtime dir mounted at :data:`MOUNT_POINT`, its sockets, and the environment variables
+that name them. Nothing else in sandbridge spells them out.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# The runtime dir on the host: ``${XDG_RUNTIME_DIR:-/tmp}/ags-webview-relay-<pid>``.
+RUNTIME_DIR_PREFIX = "ags-webview-relay-"
+# Where the runtime dir appears inside the sandbox.
+MOUNT_POINT = "/run/ags-webview-relay"
+# Registrations (the sandbox asks for an app's host URL).
+RELAY_SOCKET = "relay.sock"
+# The shim's listener, which the host connects to for each browser connection.
+UPSTREAM_SOCKET = "upstream.sock"
+# The host's egress gate, which the sandbox's gate listener bridges to.
+EGRESS_SOCKET = "egress.sock"
+
+RELAY_SOCKET_ENV = "AGS_WEBVIEW_RELAY_SOCKET"
+UPSTREAM_SOCKET_ENV = "AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET"
+# Set to "1" inside every sandbox sandbridge starts.
+IN_SANDBOX_ENV = "SANDBRIDGE_SANDBOX"
+
+DEFAULT_RELAY_SOCKET = f"{MOUNT_POINT}/{RELAY_SOCKET}"
+DEFAULT_UPSTREAM_SOCKET = f"{MOUNT_POINT}/{UPSTREAM_SOCKET}"
+
+# sandbridge's own state beside the runtime dirs: ``<base>/sandbridge-<uid>``, with each
+# session's control socket for the owner's commands.
+STATE_PREFIX = "sandbridge-"
+CONTROL_SOCKET = "control.sock"
+
+
+def runtime_base() -> Path:
+    """Where runtime dirs live: ``$XDG_RUNTIME_DIR``, else ``/tmp``."""
+    return Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp")

@@ -1,0 +1,102 @@
+"""The registration server on ``relay.sock``: one JSON request, one JSON answer.
+
+Every refusal is ``{"ok":false,"error":"..."}`` naming the bad value; a client that
+sends too much or nothing at all is answered (or dropped) within the read timeout, and
+never blocks other registrations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandbridge import log
+from sandbridge.aio.unix_sockets import bind_unix_socket, read_line
+from sandbridge.exceptions import RegistrationError, WireError
+from sandbridge.protocol.limits import (
+    MAX_PENDING_REGISTRATIONS,
+    MAX_REGISTRATION_BYTES,
+    REGISTRATION_READ_TIMEOUT,
+)
+from sandbridge.protocol.registration import (
+    RegisterRequest,
+    encode_register_error,
+    encode_register_ok,
+    parse_register_request,
+)
+
+if TYPE_CHECKING:
+    from sandbridge.relay.app_listener import App
+
+Register = Callable[[RegisterRequest], Awaitable["App"]]
+
+
+class RegistrationServer:
+    """Serves registrations on a Unix socket, calling ``register`` for each valid one."""
+
+    def __init__(self, path: Path, register: Register) -> None:
+        self.path = path
+        self._register = register
+        self._server: asyncio.Server | None = None
+        # Connections still sending their request, oldest first, with their read timeout.
+        self._pending: collections.OrderedDict[object, asyncio.Timeout] = collections.OrderedDict()
+        self._evicted: set[object] = set()
+
+    async def start(self) -> None:
+        sock = bind_unix_socket(self.path)
+        self._server = await asyncio.start_unix_server(self._serve, sock=sock)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def _make_room(self) -> None:
+        """At the cap, the connection that has waited longest for its request is dropped
+        (with an answer saying so): a flood of silent connections cannot lock out a
+        helper that sends its request at once."""
+        while len(self._pending) >= MAX_PENDING_REGISTRATIONS:
+            key, timeout = self._pending.popitem(last=False)
+            self._evicted.add(key)
+            timeout.reschedule(asyncio.get_running_loop().time())
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        key = object()
+        self._make_room()
+        try:
+            try:
+                async with asyncio.timeout(REGISTRATION_READ_TIMEOUT) as timeout:
+                    self._pending[key] = timeout
+                    line, _ = await read_line(reader, MAX_REGISTRATION_BYTES)
+                self._pending.pop(key, None)
+                request = parse_register_request(line)
+                app = await self._register(request)
+                answer = encode_register_ok(app.host_port, app.base_path, app.url)
+            except TimeoutError:
+                if key in self._evicted:
+                    answer = encode_register_error(
+                        f"dropped: more than {MAX_PENDING_REGISTRATIONS} registrations were "
+                        "waiting for their request"
+                    )
+                else:
+                    answer = encode_register_error(
+                        f"no complete request within {REGISTRATION_READ_TIMEOUT:g} s"
+                    )
+            except (RegistrationError, WireError) as exc:
+                answer = encode_register_error(str(exc))
+            if answer.startswith(b'{"ok":false'):
+                log.debug("registration.refused", answer=answer.decode().strip())
+            writer.write(answer)
+            await writer.drain()
+        except OSError:
+            pass
+        finally:
+            self._pending.pop(key, None)
+            self._evicted.discard(key)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()

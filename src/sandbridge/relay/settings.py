@@ -1,0 +1,54 @@
+"""The relay's tunable limits, and what the apps of one session share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
+from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
+
+# An idle keep-alive connection is closed after this long; browsers reconnect silently.
+KEEPALIVE_TIMEOUT = 75.0
+# Once a request has begun, its head must be complete within this long (slowloris).
+HEADER_TIMEOUT = 15.0
+# After the request is sent, the app has this long (without upload progress) to start
+# its response; long-polls of a few minutes still fit. Streams that started are never cut.
+RESPONSE_TIMEOUT = 300.0
+# Open browser connections per app: hundreds of WebSockets fit with room to spare.
+MAX_CONNECTIONS_PER_APP = 1024
+# Open browser connections per session: each costs two descriptors in this process.
+MAX_CONNECTIONS_PER_SESSION = 4096
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """Limits of a session's app listeners (command-line flags set them)."""
+
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT
+    header_timeout: float = HEADER_TIMEOUT
+    response_timeout: float = RESPONSE_TIMEOUT
+    max_connections_per_app: int = MAX_CONNECTIONS_PER_APP
+    max_connections: int = MAX_CONNECTIONS_PER_SESSION
+    max_apps: int = MAX_APPS_PER_SESSION
+    private: bool = False
+    # NAME: each app its own ``<label>.localhost`` site; IP: the contract's 127.0.0.1 form.
+    url_form: UrlForm = UrlForm.NAME
+
+
+@dataclass
+class SessionScope:
+    """State the apps of one session share: their origins and the connection budget."""
+
+    settings: RelaySettings = field(default_factory=RelaySettings)
+    host_ports: set[int] = field(default_factory=set)
+    connections: int = 0
+    _origins: frozenset[bytes] = frozenset()
+
+    def add_app(self, origin: AppOrigin) -> None:
+        self.host_ports.add(origin.host_port)
+        self._origins = self._origins | origin.origins
+
+    @property
+    def origins(self) -> frozenset[bytes]:
+        """The origins allowed to send upgrades and unsafe requests to any of these apps."""
+        return self._origins

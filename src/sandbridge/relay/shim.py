@@ -1,0 +1,319 @@
+"""The shim on ``upstream.sock``: the only way host traffic reaches sandbox apps.
+
+It answers two kinds of connection, told apart by the first line:
+
+* ``http_stream`` (sandbridge's stream mode): connect to ``127.0.0.1:<port>``, answer
+  ``{"ok":true,"stream":1}``, then copy bytes both ways untouched; or, when the host
+  offers a handoff, pass the connected socket to the host and step out;
+* ``http_request`` (forwarding v1 of the accepted design): perform one buffered HTTP
+  exchange with the app and answer with one JSON line, as the contract says.
+
+It only ever connects to 127.0.0.1, on the port the request names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from sandbridge import log
+from sandbridge.aio import event_loop
+from sandbridge.aio.unix_sockets import Pump, bind_unix_socket, close_writer
+from sandbridge.exceptions import HttpError, WireError
+from sandbridge.protocol import stream, v1
+from sandbridge.protocol.http.base_path import apply_base_path
+from sandbridge.protocol.http.forwarding import HOP_BY_HOP
+from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, ResponseHead, ResponseReader
+from sandbridge.protocol.jsonline import LineReader, decode_object
+from sandbridge.protocol.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES, V1_EXCHANGE_TIMEOUT
+
+# The host sends its first line at once; a connection silent this long is dropped.
+FIRST_LINE_TIMEOUT = 10.0
+# Connecting to a loopback port either works or is refused at once.
+APP_CONNECT_TIMEOUT = 5.0
+
+
+async def _connect_app(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async with asyncio.timeout(APP_CONNECT_TIMEOUT):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=256 * 1024)
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return reader, writer
+
+
+async def _connect_loopback(sock: socket.socket, port: int) -> None:
+    """Connect the non-blocking ``sock`` to ``127.0.0.1:port``.
+
+    Not ``loop.sock_connect``: uvloop's passes even a numeric address through
+    ``getaddrinfo`` on its thread pool, a thread wake-up and back per connection (seen
+    with ``strace`` on the shim: a futex wake and an eventfd read before each connect).
+    """
+    try:
+        sock.connect(("127.0.0.1", port))
+        return
+    except (BlockingIOError, InterruptedError):
+        pass  # in progress: wait until the socket is writable, then ask how it went
+    await event_loop.ready(sock, writable=True)
+    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if error:
+        raise OSError(error, os.strerror(error))
+
+
+class _AppSide(Pump):
+    """The shim's TCP connection to the app; silent until linked to its host side."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self.transport is not None
+        self.transport.pause_reading()  # resumed once the ack is on its way
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _HostSide(Pump):
+    """One connection from the host on ``upstream.sock``.
+
+    It reads the first line itself (a stream opening or a v1 request), then, for a
+    stream, forwards bytes from its read callback (:class:`Pump`): no task and no
+    stream buffers per connection once the stream runs, which is what the shim spends
+    per keep-alive request and per idle WebSocket.
+    """
+
+    def __init__(self, shim: Shim) -> None:
+        super().__init__()
+        self._shim = shim
+        self._lines: LineReader | None = LineReader(MAX_V1_LINE_BYTES)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._timer = asyncio.get_running_loop().call_later(
+            FIRST_LINE_TIMEOUT, self._refuse, "timed out"
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self._lines is None:
+            super().data_received(data)
+            return
+        try:
+            line = self._lines.feed(data)
+        except WireError as exc:
+            self._refuse(str(exc))
+            return
+        if line is not None:
+            self._dispatch(line, self._lines.rest)
+
+    def eof_received(self) -> bool:
+        if self._lines is None:
+            return super().eof_received()
+        self.ended = True
+        try:
+            line = self._lines.feed_eof()
+        except WireError as exc:
+            self._refuse(str(exc))
+            return False
+        self._dispatch(line, self._lines.rest)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
+        super().connection_lost(exc)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _refuse(self, reason: str) -> None:
+        log.debug("shim.refused", reason=reason)
+        self._stop_timer()
+        self._lines = None
+        assert self.transport is not None
+        self.transport.write(v1.encode_error(reason))
+        self.transport.close()
+
+    def _dispatch(self, line: bytes, rest: bytes) -> None:
+        self._stop_timer()
+        self._lines = None
+        assert self.transport is not None
+        try:
+            message = decode_object(line, MAX_V1_LINE_BYTES)  # a v1 request or a stream opening
+        except WireError as exc:
+            self._refuse(str(exc))
+            return
+        self.transport.pause_reading()  # nothing more is read until the stream is linked
+        if message.get("type") == "http_stream":
+            self._shim.spawn(self._open_stream(message, rest))
+        else:
+            self._shim.spawn(self._serve_v1(message))
+
+    async def _open_stream(self, message: dict[str, object], rest: bytes) -> None:
+        assert self.transport is not None
+        try:
+            opening = stream.decode_open(message)
+        except WireError as exc:
+            self.transport.write(stream.encode_ack(str(exc)))
+            self.transport.close()
+            return
+        port = opening.port
+        if opening.handoff and not rest and not self.ended:
+            await self._hand_off(port)
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(APP_CONNECT_TIMEOUT):
+                _, app = await loop.create_connection(_AppSide, "127.0.0.1", port)
+        except (OSError, TimeoutError) as exc:
+            self.transport.write(stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}"))
+            self.transport.close()
+            return
+        if self.transport.is_closing():
+            app.abort()
+            return
+        self.transport.write(stream.encode_ack())
+        self.link(app)
+        # The host decides when a stream is over: both halves run to their end.
+        if rest:
+            self.data_received(rest)
+        if self.ended:
+            self.eof_received()
+        else:
+            self.transport.resume_reading()
+        assert app.transport is not None
+        app.transport.resume_reading()
+
+    async def _hand_off(self, port: int) -> None:
+        """Connect to the app and give the connected socket to the host (``SCM_RIGHTS``).
+
+        The shim then has no part in this connection's traffic: every request on it
+        crosses one Python process (the host) instead of two, which is most of what
+        the relay spent per request beyond nginx. The host checks what it receives.
+        """
+        assert self.transport is not None
+        app = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            app.setblocking(False)
+            try:
+                async with asyncio.timeout(APP_CONNECT_TIMEOUT):
+                    await _connect_loopback(app, port)
+            except (OSError, TimeoutError) as exc:
+                self.transport.write(
+                    stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}")
+                )
+                return
+            if self.transport.is_closing():
+                return
+            host_fd = self.transport.get_extra_info("socket").fileno()
+            # The transport's socket object cannot sendmsg under uvloop; a duplicate
+            # of its descriptor can. The answer is one small write to an empty buffer.
+            with socket.socket(fileno=os.dup(host_fd)) as host:
+                socket.send_fds(host, [stream.encode_ack(handoff=True)], [app.fileno()])
+        except OSError as exc:
+            log.debug("shim.handoff_failed", reason=str(exc))
+        finally:
+            app.close()  # the host holds its own copy now (or nobody does)
+            self.transport.close()
+
+    async def _serve_v1(self, message: dict[str, object]) -> None:
+        assert self.transport is not None
+        try:
+            request = v1.decode_request_message(message)
+            async with asyncio.timeout(V1_EXCHANGE_TIMEOUT):
+                response = await _exchange_v1(request)
+            answer = v1.encode_response(response)
+        except (WireError, HttpError) as exc:
+            answer = v1.encode_error(str(exc))
+        except (OSError, TimeoutError) as exc:
+            answer = v1.encode_error(f"app at 127.0.0.1 failed: {exc or 'timed out'}")
+        if not self.transport.is_closing():
+            self.transport.write(answer)
+            self.transport.close()
+
+
+class Shim:
+    """Listens on ``upstream.sock`` inside the sandbox."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._server: asyncio.Server | None = None
+        # The stream openings and v1 exchanges in progress; close() ends them.
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(
+            lambda: _HostSide(self), sock=bind_unix_socket(self.path)
+        )
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run one connection's opening step; the shim owns it until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _exchange_v1(request: v1.V1Request) -> v1.V1Response:
+    """One buffered HTTP/1.1 exchange with the app, for a v1 request."""
+    path = apply_base_path(request.path, request.base_path)
+    lines = [f"{request.method} {path} HTTP/1.1".encode("ascii")]
+    framing_fields = {b"content-length", b"transfer-encoding", b"connection"}
+    lines.extend(
+        name + b": " + value
+        for name, value in request.headers
+        if name.lower() not in HOP_BY_HOP and name.lower() not in framing_fields
+    )
+    if request.body or request.method in ("POST", "PUT", "PATCH"):
+        lines.append(b"Content-Length: %d" % len(request.body))
+    lines.append(b"Connection: close")
+    app_reader, app_writer = await _connect_app(request.port)
+    try:
+        app_writer.write(b"\r\n".join(lines) + b"\r\n\r\n" + request.body)
+        await app_writer.drain()
+        reader = ResponseReader(request.method.encode("ascii"))
+        head: ResponseHead | None = None
+        body = bytearray()
+        while True:
+            data = await app_reader.read(256 * 1024)
+            events = reader.feed(data) if data else reader.feed_eof()
+            for event in events:
+                if isinstance(event, ResponseHead) and event.status >= 200:
+                    head = event
+                elif isinstance(event, BodyChunk):
+                    if len(body) + len(event.data) > MAX_V1_BODY_BYTES:
+                        raise WireError(f"response body over the v1 limit of {MAX_V1_BODY_BYTES}")
+                    body += event.data
+                elif event is MESSAGE_END and head is not None:
+                    headers = [
+                        (name, value)
+                        for name, value in head.headers
+                        if name.lower() not in HOP_BY_HOP and name.lower() not in framing_fields
+                    ]
+                    return v1.V1Response(
+                        head.status, head.reason.decode("latin-1"), headers, bytes(body)
+                    )
+            if not data:
+                raise WireError("app closed before its response was complete")
+    finally:
+        await close_writer(app_writer)

@@ -1,0 +1,172 @@
+"""Connections from the host to the shim's ``upstream.sock``.
+
+The socket lives in the runtime dir, which the sandbox can write: it could replace
+``upstream.sock`` with a symlink to a host socket, a FIFO or a file. So the host opens
+the path with ``O_PATH | O_NOFOLLOW``, checks that what it got is a socket owned by this
+user, and connects through ``/proc/self/fd/N``: the inode it checked is the one it
+connects to, with no window for a swap in between.
+
+The shim may attach descriptors only to the answer of a stream opening that offered a
+handoff: on every other connection the kernel refuses them
+(:func:`untrusted_fds.refuse_descriptors`), and a connection that could hold some is
+closed through :mod:`sandbridge.aio.untrusted_fds`, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+import socket
+import stat
+from pathlib import Path
+
+from sandbridge import log
+from sandbridge.aio import untrusted_fds
+from sandbridge.exceptions import UpstreamError, WireError
+from sandbridge.protocol import stream
+from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
+from sandbridge.relay import handoff as handoff_
+from sandbridge.relay.channel import Channel
+
+# Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
+UNIX_BUFFER_BYTES = 256 * 1024
+
+
+class Protocol(enum.Enum):
+    """Which forwarding protocol the session's shim speaks."""
+
+    AUTO = "auto"
+    STREAM = "stream"
+    V1 = "v1"
+
+
+def connect_unix_checked(path: Path) -> socket.socket:
+    """Connect to the Unix socket at ``path`` without following a symlink there."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UpstreamError(f"{path} does not exist: is the shim running?") from None
+    except OSError as exc:
+        raise UpstreamError(f"cannot open {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISLNK(info.st_mode):
+            raise UpstreamError(f"{path} is a symlink; refusing to follow it")
+        if not stat.S_ISSOCK(info.st_mode):
+            raise UpstreamError(f"{path} is not a socket; refusing to use it")
+        if info.st_uid != os.getuid():
+            raise UpstreamError(f"{path} is owned by uid {info.st_uid}; refusing to use it")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
+            untrusted_fds.refuse_descriptors(sock)
+            sock.connect(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            sock.close()
+            raise UpstreamError(f"cannot connect to {path}: {exc.strerror}") from None
+        sock.setblocking(False)
+        return sock
+    finally:
+        os.close(fd)
+
+
+class StreamRefused(UpstreamError):
+    """The shim speaks stream mode but could not open this stream (app not listening)."""
+
+
+async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tuple[Channel, bytes]:
+    """Open a stream-mode connection to the app at sandbox ``port``.
+
+    Returns the connection and any bytes the shim sent after its answer. With
+    ``handoff`` the shim may answer with the app's own socket (:mod:`.handoff`), and the
+    connection returned is that socket. Raises :class:`stream.NotStreamCapable` for a
+    v1-only shim.
+    """
+    sock = connect_unix_checked(socket_path)
+    if handoff:
+        # Descriptors may come with the answer, and with anything the shim sent after it:
+        # from here on ``sock`` is released, never closed on the loop.
+        untrusted_fds.accept_descriptors(sock, True)
+    fds: list[int] = []
+    try:
+        # The opening is one small write to an empty socket buffer: it cannot block.
+        sock.send(stream.encode_open(port, handoff=handoff))
+        async with asyncio.timeout(STREAM_OPEN_TIMEOUT):
+            line, rest, truncated = await handoff_.read_answer(sock, fds)
+        ack = stream.decode_ack(line)
+        if ack.ok and ack.handoff and handoff:
+            if rest:
+                raise handoff_.HandoffRefused("shim sent bytes after handing over a socket")
+            app = handoff_.adopt_app_socket(fds, truncated, port)
+        elif fds or truncated:
+            raise handoff_.HandoffRefused("shim sent descriptors without handing over a socket")
+    except stream.NotStreamCapable:
+        handoff_.close_all(fds)
+        untrusted_fds.release_socket(sock)
+        raise
+    except handoff_.HandoffRefused as exc:
+        handoff_.close_all(fds)
+        untrusted_fds.release_socket(sock)
+        log.warning("upstream.handoff_refused", app_port=port, reason=str(exc))
+        raise
+    except (OSError, WireError, TimeoutError) as exc:
+        handoff_.close_all(fds)
+        untrusted_fds.release_socket(sock)
+        raise UpstreamError(f"shim did not open a stream: {exc or 'timed out'}") from None
+    except BaseException:  # cancelled: nothing received may stay open
+        handoff_.close_all(fds)
+        untrusted_fds.release_socket(sock)
+        raise
+    if not ack.ok:
+        untrusted_fds.release_socket(sock)
+        raise StreamRefused(f"shim could not reach sandbox port {port}: {ack.error}")
+    loop = asyncio.get_running_loop()
+    if ack.handoff and handoff:
+        untrusted_fds.release_socket(sock)  # the shim's part is over
+        return await _connect(loop, app), b""
+    untrusted_fds.refuse_descriptors(sock)
+    if not handoff:
+        _, channel = await loop.create_unix_connection(
+            lambda: Channel(UNIX_BUFFER_BYTES), sock=sock
+        )
+        return channel, rest
+    return await _connect(loop, sock), rest
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Channel:
+    """A channel on a duplicate of ``sock``, whose own descriptor is released once the
+    channel's transport is gone: the transport's close is never the last reference."""
+    duplicate = untrusted_fds.for_transport(sock)
+    try:
+        _, channel = await loop.create_connection(
+            lambda: Channel(UNIX_BUFFER_BYTES), sock=duplicate
+        )
+    except BaseException:
+        duplicate.close()  # not the last reference: ``sock`` holds one
+        untrusted_fds.release_socket(sock)
+        raise
+    untrusted_fds.keep_until(sock, channel.closed)
+    return channel
+
+
+class UpstreamConnector:
+    """Opens upstream connections for a session, remembering which protocol works."""
+
+    def __init__(self, socket_path: Path, protocol: Protocol = Protocol.AUTO) -> None:
+        self.socket_path = socket_path
+        self.protocol = protocol
+
+    async def open(self, port: int) -> tuple[Channel, bytes] | None:
+        """Open a stream to ``port``; ``None`` means: use v1 for this session."""
+        if self.protocol is Protocol.V1:
+            return None
+        try:
+            return await open_stream(self.socket_path, port)
+        except stream.NotStreamCapable:
+            if self.protocol is Protocol.STREAM:
+                raise UpstreamError("shim does not speak stream mode") from None
+            log.info("upstream.v1_fallback", socket=str(self.socket_path))
+            self.protocol = Protocol.V1
+            return None

@@ -1,0 +1,69 @@
+"""The bubblewrap backend: the argv that builds the sandbox with ``bwrap``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from sandbridge.egress.policy import NetMode
+from sandbridge.protocol.contract import MOUNT_POINT
+from sandbridge.sandbox.spec import SandboxSpec, sandbox_env
+
+
+def available() -> bool:
+    return shutil.which("bwrap") is not None
+
+
+def argv(spec: SandboxSpec) -> list[str]:
+    """bwrap options, in mount order: later mounts lie on top of earlier ones."""
+    args = [
+        "bwrap",
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        # Run as root, bwrap would leave the command every capability of its user
+        # namespace (enough to unmount the read-only .sandbridge); as any other user it
+        # drops them all. Drop them always.
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/run",
+    ]
+    if spec.network.own_namespace:
+        args.append("--unshare-net")
+    elif spec.network.mode is NetMode.ALLOW:
+        # Nested in net_init's user namespace, where this user is root: keep the same
+        # ids inside as without it.
+        args += ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
+    if spec.new_session:
+        args.append("--new-session")
+    for path in spec.guard.private:
+        args += ["--tmpfs", str(path)]
+    if spec.home != spec.workdir:
+        args += ["--tmpfs", str(spec.home)]
+    for path in spec.tooling_paths():
+        args += ["--ro-bind", str(path), str(path)]
+    for mount in spec.bind_sequence():
+        args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    for mount in spec.read_only_paths:
+        args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    # Last, over every bind: sandbridge's own host paths that a bind brought into view.
+    for path in spec.guard.masked:
+        args += ["--tmpfs", str(path)]
+    args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]
+    args += ["--chdir", str(spec.workdir), "--clearenv"]
+    for name, value in sandbox_env(spec.home, spec.env).items():
+        args += ["--setenv", name, value]
+    return [*args, "--", *spec.entry_argv]

@@ -1,0 +1,53 @@
+"""Where a session's policy comes from: the project root's ``.sandbridge/``, nowhere else.
+
+The project root is the top of the git work tree that holds the workdir (as the owner's
+git finds it), else the workdir itself. A ``.sandbridge`` anywhere between the workdir
+and the root would be a second policy that review could overlook (the sandbox of an
+earlier session may have written it), and a policy file the owner's git ignores would not
+show in review at all: both are refused, with what to do, instead of being obeyed or
+skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, PolicyError
+from sandbridge.sandbox import host_git
+
+POLICY_DIR = ALLOW_FILE.parent
+
+
+def project_root(workdir: Path) -> Path:
+    """The git top level that contains ``workdir``, else ``workdir``."""
+    top = host_git.toplevel(workdir)
+    if top is not None and workdir.is_relative_to(top):
+        return top
+    return workdir
+
+
+def check(workdir: Path, root: Path) -> None:
+    """Refuse a policy directory below the root, and a root policy file git ignores."""
+    directory = workdir
+    while directory != root and directory.is_relative_to(root):
+        stray = directory / POLICY_DIR
+        if os.path.lexists(stray):
+            raise PolicyError(
+                f"{stray}: only the project root's policy is read ({root / POLICY_DIR}); "
+                "move its settings there or remove it"
+            )
+        directory = directory.parent
+    policy_dir = root / POLICY_DIR
+    if policy_dir.is_symlink():
+        raise PolicyError(f"{policy_dir}: is a symbolic link; make it a directory")
+    if (root / ".git").exists() or host_git.toplevel(root) == root:
+        for name in (CONFIG_FILE, ALLOW_FILE):
+            if not (root / name).exists():
+                continue
+            rule = host_git.ignoring_rule(root, str(name))
+            if rule is not None:
+                raise PolicyError(
+                    f"{root / name}: git ignores it ({rule}), so a change to it would not "
+                    "show in review; remove that rule"
+                )

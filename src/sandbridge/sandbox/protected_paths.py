@@ -1,0 +1,640 @@
+"""What stays read-only inside the sandbox's writable mounts, because the owner's tools run it.
+
+The workdir and every ``--bind`` are writable inside, and the owner's own tools later run
+or obey some files there without showing them in a review: git's config, hooks and info
+files (``core.fsmonitor`` runs on the next ``git status``), a ``.git`` file that points
+git elsewhere, submodules' git dirs, editor task files, package-manager settings, direnv,
+shell start-up files, sandbridge's own policy. :func:`decide` is the one place that says
+which paths those are for one session; the backends only apply its list
+(:attr:`SandboxSpec.read_only_paths`), after the workdir and the binds.
+
+Two mount tricks carry the defence:
+
+- a read-only bind of a path onto itself: writes fail with ``EROFS``, and the path cannot
+  be renamed, removed or replaced, because a mount point cannot (``EBUSY``);
+- a writable bind of a directory onto itself ("pin"): the directory stays writable but is
+  a mount point, so ``mv .git .git-old; mkdir .git`` fails. Every directory between a
+  writable mount and a protected path is pinned the same way.
+
+A path that does not exist cannot be a mount point, so the sandbox could create it. For
+directories (``.git/hooks``, ``.vscode``, ``.sandbridge``...) sandbridge creates an empty
+placeholder on the host first (git shows no empty directory) and removes it at session end
+if it is still empty. A missing file is created as an empty placeholder only where no
+review would show it anyway (inside a git dir, in home, where the owner's git ignores the
+path); elsewhere a new file shows in ``git status``, and sandbridge also names it at
+session end (docs/security.md, "residual risks").
+
+What no mount can stop is compared with the start and named at session end
+(:meth:`Protection.finish`): a submodule the sandbox staged, a new repository (bare ones
+too), index entries newly hidden from ``git status`` (assume-unchanged, skip-worktree).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbridge.exceptions import SandboxError
+from sandbridge.sandbox import host_git
+from sandbridge.sandbox.mounts import Mount
+
+# How far below a writable mount sandbridge looks for other repositories (vendored
+# checkouts, nested projects) whose git dirs need the same protection as the project's,
+# and how many directories it reads at most doing so: enough for a project's layout,
+# bounded for a home directory or a huge tree.
+NESTED_REPO_DEPTH = 4
+MAX_SCANNED_DIRS = 20_000
+# Directories never searched for nested repositories: big, generated, never a checkout
+# the owner runs git in (a git dir's own insides are protected as a git dir).
+UNSCANNED_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__", "target"})
+# What a git dir holds that the owner's git runs or obeys: its config (fsmonitor, hooks
+# path, filters, aliases, includes), hooks, info/ (exclude hides files from review,
+# attributes), commondir (moves the config elsewhere), gitdir (a worktree's way back).
+GIT_DIR_FILES = ("config", "config.worktree", "commondir", "gitdir")
+GIT_DIR_DIRS = ("hooks", "info")
+# How many files one warning names; the rest is "...".
+MAX_NAMED_FILES = 5
+# A missing commondir would redirect the owner's git; "." names the git dir itself.
+COMMONDIR_PLACEHOLDER = b".\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One built-in deny-list entry, relative to a project (or home) directory."""
+
+    path: str
+    directory: bool
+    reason: str
+
+
+# Relative to every project directory in a writable mount (the project root, the workdir,
+# each writable --bind, every nested repository). docs/security.md gives each reason.
+PROJECT_ENTRIES = (
+    Entry(".sandbridge", True, "sandbridge's policy: the next run obeys it"),
+    Entry(".gitmodules", False, "submodule URLs and update commands for the owner's git"),
+    Entry(".gitconfig", False, "git config that an include.path may name"),
+    Entry(".husky", True, "husky hook scripts run by the owner's next commit"),
+    Entry(".vscode", True, "tasks.json, settings and launch configs run commands in VS Code"),
+    Entry(".idea", True, "JetBrains run configurations and external tools"),
+    Entry(".cursor", True, "Cursor rules, MCP servers and settings"),
+    Entry(".devcontainer", True, "initializeCommand runs on the host"),
+    Entry(".claude/commands", True, "Claude Code slash commands"),
+    Entry(".claude/agents", True, "Claude Code agents"),
+    Entry(".claude/hooks", True, "Claude Code hook scripts"),
+    Entry(".claude/settings.json", False, "Claude Code hooks and permissions"),
+    Entry(".claude/settings.local.json", False, "Claude Code hooks and permissions"),
+    Entry(".mcp.json", False, "MCP servers are commands the agent host starts"),
+    Entry(".npmrc", False, "script-shell, git, node-options run code on npm install"),
+    Entry(".yarnrc", False, "yarn-path runs any script as yarn"),
+    Entry(".yarnrc.yml", False, "yarnPath and plugins run any JavaScript as yarn"),
+    Entry(".pnpmfile.cjs", False, "pnpm runs its hooks on install"),
+    Entry(".envrc", False, "direnv runs it when the owner enters the directory"),
+    Entry(".ripgreprc", False, "ripgrep options (--pre runs a command per file)"),
+    Entry(".mise.toml", False, "mise runs its hooks and tasks, sets env on entering"),
+    Entry("mise.toml", False, "mise runs its hooks and tasks, sets env on entering"),
+    Entry(".cargo/config.toml", False, "rustc-wrapper, runners, aliases run on cargo build"),
+    Entry(".cargo/config", False, "rustc-wrapper, runners, aliases run on cargo build"),
+    Entry(".mvn", True, "Maven extensions and JVM options load code on mvn"),
+    Entry(".bundle", True, "bundler's local config (usually ignored by git)"),
+)
+# Relative to the owner's home, when a writable mount is or contains it.
+HOME_ENTRIES = (
+    Entry(".bashrc", False, "run by every interactive bash"),
+    Entry(".bash_profile", False, "run by login bash"),
+    Entry(".bash_login", False, "run by login bash"),
+    Entry(".bash_logout", False, "run when login bash exits"),
+    Entry(".profile", False, "run by login shells"),
+    Entry(".zshenv", False, "run by every zsh"),
+    Entry(".zshrc", False, "run by every interactive zsh"),
+    Entry(".zprofile", False, "run by login zsh"),
+    Entry(".zlogin", False, "run by login zsh"),
+    Entry(".gitconfig", False, "the owner's git config"),
+    Entry(".config/git", True, "the owner's git config, attributes and ignores"),
+    Entry(".config/fish", True, "fish start-up files"),
+    Entry(".config/systemd", True, "user services"),
+    Entry(".config/autostart", True, "programs the desktop starts at login"),
+    Entry(".ssh", True, "ssh config (ProxyCommand), keys and rc"),
+    Entry(".npmrc", False, "npm settings that run code"),
+    Entry(".ripgreprc", False, "ripgrep options"),
+    Entry(".claude", True, "Claude Code settings, hooks, commands and agents"),
+    Entry(".claude.json", False, "Claude Code MCP servers"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Placeholder:
+    """A path sandbridge creates on the host so that it can be mounted read-only."""
+
+    path: Path
+    content: bytes | None  # None: an empty directory
+
+    def create(self) -> None:
+        if self.content is None:
+            self.path.mkdir()
+        else:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as file:
+                file.write(self.content)
+
+    def remove_if_unchanged(self) -> None:
+        """Remove it if it is still what sandbridge made (the owner may have used it since)."""
+        with contextlib.suppress(OSError):
+            if self.content is None:
+                if not self.path.is_symlink() and self.path.is_dir():
+                    self.path.rmdir()  # fails, and keeps it, unless empty
+            elif not self.path.is_symlink() and self.path.read_bytes() == self.content:
+                self.path.unlink()
+
+
+@dataclass(frozen=True)
+class GitFacts:
+    """What :func:`decide` asks the owner's git (the hardened host git, or a test's stub)."""
+
+    config_entries: Callable[[Path], list[host_git.ConfigEntry]] = host_git.config_entries
+    submodule_paths: Callable[[Path], list[Path]] = host_git.submodule_paths
+    ignoring_rule: Callable[[Path, str], str | None] = host_git.ignoring_rule
+    toplevel: Callable[[Path], Path | None] = host_git.toplevel
+    hidden_from_status: Callable[[Path], frozenset[str]] = host_git.hidden_from_status
+
+
+@dataclass
+class Protection:
+    """One session's protected paths: mounts for the backends, and their placeholders."""
+
+    # Applied in order after the workdir and the binds (SandboxSpec.read_only_paths): a
+    # writable entry pins a directory as a mount point, a read-only one protects a path.
+    mounts: list[Mount] = field(default_factory=list)
+    placeholders: list[Placeholder] = field(default_factory=list)
+    # Deny-listed files that do not exist and got no placeholder: named if they appear.
+    watched: list[Path] = field(default_factory=list)
+    reasons: dict[Path, str] = field(default_factory=dict)
+    # What no mount can stop, compared at session end with the start and named (each is
+    # something the owner's git would obey or hide, docs/security.md):
+    # - registered submodules of each work tree in a writable mount: one staged by the
+    #   sandbox (a gitlink to a repository it made) is entered by the owner's git status;
+    submodules: dict[Path, frozenset[Path]] = field(default_factory=dict)
+    # - index entries marked assume-unchanged or skip-worktree: their changes are hidden;
+    hidden: dict[Path, frozenset[str]] = field(default_factory=dict)
+    # - repositories (a .git) in the writable mounts: git run inside a new one obeys it.
+    scan_roots: list[Path] = field(default_factory=list)
+    repositories: frozenset[Path] = frozenset()
+    git: GitFacts = field(default_factory=GitFacts)
+
+    def create_placeholders(self) -> None:
+        """Create every placeholder (outermost first); undo them all if one fails."""
+        made: list[Placeholder] = []
+        try:
+            for placeholder in self.placeholders:
+                placeholder.create()
+                made.append(placeholder)
+        except OSError as exc:
+            for placeholder in reversed(made):
+                placeholder.remove_if_unchanged()
+            raise SandboxError(
+                f"cannot create the placeholder {exc.filename}: {exc.strerror}; "
+                "it keeps the sandbox from creating that path"
+            ) from None
+
+    def shared_with(self, workdirs: Iterable[Path]) -> bool:
+        """Whether another session's workdir overlaps this one's writable mounts: its
+        sandbox may have these placeholders as mount points (removing one would take its
+        protection away), so they stay."""
+        return any(
+            other.is_relative_to(root) or root.is_relative_to(other)
+            for other in workdirs
+            for root in self.scan_roots
+        )
+
+    def finish(self, keep_placeholders: bool = False) -> list[str]:
+        """Remove unchanged placeholders (unless ``keep_placeholders``); return a warning
+        for each thing the sandbox left that the owner's tools would obey unseen."""
+        if not keep_placeholders:
+            for placeholder in reversed(self.placeholders):
+                placeholder.remove_if_unchanged()
+        return [
+            *self._new_files(),
+            *self._new_submodules(),
+            *self._new_hidden(),
+            *self._new_repositories(),
+        ]
+
+    def _new_files(self) -> list[str]:
+        return [
+            f"WARNING: the sandbox created {path} ({self.reasons[path]}): review it before "
+            "your tools use it"
+            for path in self.watched
+            if path.exists() or path.is_symlink()
+        ]
+
+    def _new_submodules(self) -> list[str]:
+        warnings = []
+        for top, before in self.submodules.items():
+            for path in self.git.submodule_paths(top):
+                if path not in before and os.path.lexists(path / ".git"):
+                    warnings.append(
+                        f"WARNING: the sandbox registered a submodule at {path} with its own "
+                        f"git dir; git status runs its config: inspect {path / '.git'}, or "
+                        f"remove it with git rm --cached {path.relative_to(top)}"
+                    )
+        return warnings
+
+    def _new_hidden(self) -> list[str]:
+        warnings = []
+        for top, before in self.hidden.items():
+            new = sorted(self.git.hidden_from_status(top) - before)
+            if new:
+                shown = " ".join(new[:MAX_NAMED_FILES]) + (
+                    " ..." if len(new) > MAX_NAMED_FILES else ""
+                )
+                warnings.append(
+                    f"WARNING: the sandbox hid {len(new)} file(s) of {top} from git status "
+                    f"and git diff (assume-unchanged or skip-worktree): {shown}; show them "
+                    "with git update-index --no-assume-unchanged --no-skip-worktree FILE"
+                )
+        return warnings
+
+    def _new_repositories(self) -> list[str]:
+        found = {top for root in self.scan_roots for top in nested_repositories(root)}
+        return [
+            f"WARNING: the sandbox created a git repository at {top}: git run there obeys "
+            f"its config; inspect {top if is_bare_git_dir(top) else top / '.git'} or "
+            "remove it"
+            for top in sorted(found - self.repositories)
+        ]
+
+
+def _path_value(value: str, base: Path) -> Path | None:
+    if not value or "\0" in value:
+        return None
+    path = Path(os.path.expanduser(value))
+    return (path if path.is_absolute() else base / path).resolve()
+
+
+class _Decision:
+    """Collects read-only paths, pins and placeholders for one set of writable mounts."""
+
+    def __init__(self, mounts: list[Mount], git: GitFacts) -> None:
+        self.mounts = mounts
+        self.writable = [m for m in mounts if m.writable]
+        self.git = git
+        self.read_only: dict[Path, str] = {}
+        self.pinned: set[Path] = set()
+        self.placeholders: dict[Path, Placeholder] = {}
+        self.watched: dict[Path, str] = {}
+        self.git_dirs_seen: set[Path] = set()
+        self.registered: dict[Path, frozenset[Path]] = {}
+        self.hidden: dict[Path, frozenset[str]] = {}
+        self.repositories: set[Path] = set()
+
+    # --- where a host path is writable inside --------------------------------------------
+
+    def exposures(self, path: Path) -> list[tuple[Mount, Path]]:
+        """(writable mount, inside path) for each place ``path`` is writable inside."""
+        found = []
+        for index, mount in enumerate(self.mounts):
+            if not mount.writable or not path.is_relative_to(mount.source):
+                continue
+            inside = mount.dest / path.relative_to(mount.source)
+            if any(inside.is_relative_to(later.dest) for later in self.mounts[index + 1 :]):
+                continue  # a later mount lies on top; it is handled as its own mount
+            found.append((mount, inside))
+        return found
+
+    def is_writable(self, path: Path) -> bool:
+        return bool(self.exposures(path))
+
+    # --- the three ways of protecting ----------------------------------------------------
+
+    def protect(self, path: Path, reason: str) -> None:
+        """Read-only inside, if it exists and is writable there."""
+        if path.is_symlink():
+            # A link cannot be a mount point: protect what it names, which is what the
+            # owner's tools read (the link itself stays replaceable: docs/security.md).
+            path = path.resolve()
+        if self.is_writable(path) and (path.exists() or path in self.placeholders):
+            self.read_only.setdefault(path, reason)
+
+    def pin(self, directory: Path) -> None:
+        made = self.placeholders.get(directory)
+        exists = directory.is_dir() and not directory.is_symlink()
+        if self.is_writable(directory) and (exists or (made is not None and made.content is None)):
+            self.pinned.add(directory)
+
+    def placeholder(self, path: Path, content: bytes | None, reason: str) -> None:
+        """Create ``path`` (and missing parents, as empty dirs) on the host, read-only inside."""
+        if not self.is_writable(path) or path.exists() or path.is_symlink():
+            return
+        missing = []
+        parent = path.parent
+        while not parent.exists() and not parent.is_symlink() and self.is_writable(parent):
+            missing.append(parent)
+            parent = parent.parent
+        if not parent.is_dir() or parent.is_symlink():
+            return  # a parent that is a file or a link: nothing can be created there
+        for directory in reversed(missing):
+            self.placeholders.setdefault(directory, Placeholder(directory, None))
+        self.placeholders.setdefault(path, Placeholder(path, content))
+        self.read_only.setdefault(path, reason)
+
+    def missing_file(self, path: Path, reason: str, top: Path | None, home: bool) -> None:
+        """A deny-listed file that does not exist: a placeholder where no review shows one.
+
+        In home (start-up files nobody reviews) and where the owner's git ignores the
+        path, an empty placeholder; elsewhere the file is watched: a new one shows in
+        ``git status``, and sandbridge names it at session end.
+        """
+        if not self.is_writable(path) or path.exists() or path.is_symlink():
+            return
+        if home or (
+            top is not None
+            and path.is_relative_to(top)
+            and self.git.ignoring_rule(top, str(path.relative_to(top))) is not None
+        ):
+            self.placeholder(path, b"", reason)
+        else:
+            self.watched.setdefault(path, reason)
+
+    def entry(self, anchor: Path, entry: Entry, top: Path | None, home: bool = False) -> None:
+        path = anchor / entry.path
+        if path.exists() or path.is_symlink():
+            self.protect(path, entry.reason)
+        elif entry.directory:
+            self.placeholder(path, None, entry.reason)
+        else:
+            self.missing_file(path, entry.reason, top, home)
+
+    # --- git -------------------------------------------------------------------------------
+
+    def work_tree(self, top: Path) -> None:
+        """``top``'s ``.git`` (a directory, or a file naming one) and everything it reaches."""
+        dot_git = top / ".git"
+        if dot_git.is_symlink():
+            self.git_dir(dot_git.resolve())
+        elif dot_git.is_file():
+            self.protect(dot_git, "a .git file names the git dir the owner's git uses")
+            target = _gitdir_of(dot_git)
+            if target is not None:
+                self.git_dir(target)
+        elif dot_git.is_dir():
+            self.git_dir(dot_git)
+
+    def git_dir(self, directory: Path) -> None:
+        directory = directory.resolve()
+        if directory in self.git_dirs_seen or not directory.is_dir():
+            return
+        self.git_dirs_seen.add(directory)
+        self.pin(directory)
+        reason = "git runs or obeys it (config, hooks, excludes)"
+        for name in GIT_DIR_FILES:
+            path = directory / name
+            if path.exists() or path.is_symlink():
+                self.protect(path, reason)
+            elif name == "commondir":
+                self.placeholder(path, COMMONDIR_PLACEHOLDER, reason)
+            elif name == "config.worktree":
+                self.placeholder(path, b"", reason)
+        for name in GIT_DIR_DIRS:
+            path = directory / name
+            if path.exists() or path.is_symlink():
+                self.protect(path, reason)
+            else:
+                self.placeholder(path, None, reason)
+        common = directory / "commondir"
+        if common.is_file() and not common.is_symlink():
+            target = _path_value(_first_line(common), directory)
+            if target is not None and target != directory:
+                self.git_dir(target)
+        for sub in _git_dirs_below(directory / "modules"):
+            self.git_dir(sub)
+        worktrees = directory / "worktrees"
+        if worktrees.is_dir() and not worktrees.is_symlink():
+            for sub in sorted(worktrees.iterdir()):
+                self.git_dir(sub)
+
+    def git_config(self, top: Path) -> None:
+        """Files the owner's git config reads in ``top``, and files its values name."""
+        for item in self.git.config_entries(top):
+            if item.origin is not None:
+                self.protect(item.origin, "a git config file the owner's git reads")
+            key = item.key
+            if key == "core.hookspath":
+                target = _path_value(item.value, top)
+                if target is not None:
+                    if target.exists() or target.is_symlink():
+                        self.protect(target, "core.hooksPath: hooks the owner's git runs")
+                    else:
+                        self.placeholder(target, None, "core.hooksPath")
+                continue
+            if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+                base = item.origin.parent if item.origin is not None else top
+                self.config_file(_path_value(item.value, base), key)
+                continue
+            if key in ("core.excludesfile", "core.attributesfile"):
+                self.config_file(_path_value(item.value, top), key)
+                continue
+            # fsmonitor, sshCommand, gpg.program, filter and diff drivers, aliases: a
+            # value naming a file of the project is a command the owner's git may run. A
+            # bare word is looked up in PATH, not here: only values with a slash count.
+            words = item.value.split()
+            for candidate in {item.value, words[0] if words else ""}:
+                if "/" not in candidate:
+                    continue
+                path = _path_value(candidate, top)
+                if path is not None and path.is_file():
+                    self.protect(path, f"named by the owner's git config ({key})")
+
+    def config_file(self, target: Path | None, key: str) -> None:
+        if target is None:
+            return
+        if target.exists() or target.is_symlink():
+            self.protect(target, f"{key}: read by the owner's git")
+        else:
+            self.placeholder(target, b"", f"{key}: read by the owner's git")
+
+    def submodules(self, top: Path) -> list[Path]:
+        """Checkouts of ``top``'s registered submodules (the owner's git status enters them)."""
+        tops = []
+        registered = self.git.submodule_paths(top)
+        if self.is_writable(top / ".git"):
+            self.registered[top] = frozenset(registered)
+            self.hidden[top] = self.git.hidden_from_status(top)
+        for path in registered:
+            dot_git = path / ".git"
+            if dot_git.exists() or dot_git.is_symlink():
+                tops.append(path)
+            else:
+                # An empty .git dir is no git dir: the owner's git sees the submodule as
+                # not checked out, and the sandbox cannot put a .git file there.
+                self.placeholder(dot_git, None, "a submodule's .git: its git dir runs")
+        return tops
+
+    # --- the result ----------------------------------------------------------------------
+
+    def result(self) -> Protection:
+        for path in list(self.read_only) + list(self.pinned):
+            for mount, _ in self.exposures(path):
+                ancestor = path.parent
+                while ancestor != mount.source and ancestor.is_relative_to(mount.source):
+                    self.pin(ancestor)
+                    ancestor = ancestor.parent
+        read_only = set(self.read_only)
+        targets = [(path, False) for path in read_only] + [
+            (path, True) for path in self.pinned - read_only
+        ]
+        mounts: list[Mount] = []
+        # Outer paths first: a bind brings the host's path without the mounts made inside
+        # it, so a pin must come before the read-only paths below it; nothing is mounted
+        # inside a read-only path (it is read-only as a whole).
+        for path, writable in sorted(targets, key=lambda t: (len(t[0].parts), str(t[0]))):
+            if any(path != top and path.is_relative_to(top) for top in read_only):
+                continue
+            for _, inside in self.exposures(path):
+                mounts.append(Mount(path, inside, writable))
+        placeholders = sorted(self.placeholders.values(), key=lambda p: len(p.path.parts))
+        reasons = {**self.watched, **self.read_only}
+        return Protection(
+            mounts,
+            placeholders,
+            sorted(self.watched),
+            reasons,
+            submodules=self.registered,
+            hidden=self.hidden,
+            scan_roots=[mount.source for mount in self.writable],
+            repositories=frozenset(self.repositories),
+            git=self.git,
+        )
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.readline(4096).strip()
+    except OSError:
+        return ""
+
+
+def _gitdir_of(dot_git_file: Path) -> Path | None:
+    line = _first_line(dot_git_file)
+    if not line.startswith("gitdir:"):
+        return None
+    return _path_value(line.removeprefix("gitdir:").strip(), dot_git_file.parent)
+
+
+def _git_dirs_below(modules: Path) -> Iterable[Path]:
+    """Submodule git dirs under ``modules`` (names may hold slashes: nested dirs)."""
+    if not modules.is_dir() or modules.is_symlink():
+        return
+    pending = [modules]
+    while pending:
+        directory = pending.pop()
+        for child in sorted(directory.iterdir()):
+            if child.is_symlink() or not child.is_dir():
+                continue
+            if (child / "HEAD").exists():
+                yield child
+            else:
+                pending.append(child)
+
+
+def is_bare_git_dir(directory: Path) -> bool:
+    """What git takes for a git dir when run inside it (``HEAD``, ``objects/``, ``refs/``):
+    a "bare repository" whose config git obeys (CVE-2022-24765's class). A directory the
+    owner cannot look into is not one their git would use."""
+    try:
+        return (
+            (directory / "HEAD").is_file()
+            and (directory / "objects").is_dir()
+            and (directory / "refs").is_dir()
+        )
+    except OSError:
+        return False
+
+
+def nested_repositories(source: Path) -> list[Path]:
+    """Directories at or below ``source`` with a ``.git``, or that are bare git dirs,
+    within the scan's bounds."""
+    found: list[Path] = []
+    level = [source]
+    scanned = 0
+    for _ in range(NESTED_REPO_DEPTH + 1):
+        following = []
+        for directory in level:
+            scanned += 1
+            if scanned > MAX_SCANNED_DIRS:
+                return found
+            if os.path.lexists(directory / ".git") or is_bare_git_dir(directory):  # no raise
+                found.append(directory)
+            try:
+                children = list(os.scandir(directory))
+            except OSError:
+                continue
+            for child in children:
+                if child.name not in UNSCANNED_DIRS and child.is_dir(follow_symlinks=False):
+                    following.append(Path(child.path))
+        level = following
+    return found
+
+
+def decide(
+    mounts: list[Mount],
+    project_root: Path,
+    *,
+    home: Path | None = None,
+    protect: Iterable[tuple[Path, str]] = (),
+    git: GitFacts | None = None,
+) -> Protection:
+    """The protected paths for a sandbox whose mounts are ``mounts`` (the workdir first).
+
+    ``project_root`` is where the policy lives; ``home`` the owner's real home (its start-up
+    files matter when a writable mount is or holds it); ``protect`` the policy's extra
+    paths with their source lines.
+    """
+    decision = _Decision(mounts, git or GitFacts())
+    tops: list[Path] = []
+    seen: set[Path] = set()
+
+    def add_top(top: Path) -> None:
+        if top not in seen:
+            seen.add(top)
+            tops.append(top)
+
+    if os.path.lexists(project_root / ".git"):
+        add_top(project_root)
+    for mount in decision.writable:
+        for top in nested_repositories(mount.source):
+            decision.repositories.add(top)
+            if os.path.lexists(top / ".git"):
+                add_top(top)
+            else:
+                decision.git_dir(top)
+    index = 0
+    while index < len(tops):
+        top = tops[index]
+        index += 1
+        decision.work_tree(top)
+        decision.git_config(top)
+        for sub in decision.submodules(top):
+            add_top(sub)
+    anchors: dict[Path, Path | None] = {
+        project_root: project_root if project_root in seen else None
+    }
+    for mount in decision.writable:
+        anchors.setdefault(mount.source, decision.git.toplevel(mount.source))
+    for top in tops:
+        anchors.setdefault(top, top)
+    for anchor, anchor_top in anchors.items():
+        for entry in PROJECT_ENTRIES:
+            decision.entry(anchor, entry, anchor_top)
+    if home is not None and decision.is_writable(home):
+        home_top = decision.git.toplevel(home)
+        for entry in HOME_ENTRIES:
+            decision.entry(home, entry, home_top, home=True)
+    for path, source in protect:
+        if path.exists() or path.is_symlink():
+            decision.protect(path, f"protect = in {source}")
+        else:
+            decision.placeholder(path, None, f"protect = in {source}")
+    return decision.result()

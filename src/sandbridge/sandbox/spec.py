@@ -1,0 +1,154 @@
+"""What a sandbox looks like, independent of the backend that builds it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbridge.exceptions import SandboxError
+from sandbridge.protocol.contract import (
+    DEFAULT_RELAY_SOCKET,
+    DEFAULT_UPSTREAM_SOCKET,
+    IN_SANDBOX_ENV,
+    MOUNT_POINT,
+    RELAY_SOCKET_ENV,
+    UPSTREAM_SOCKET,
+    UPSTREAM_SOCKET_ENV,
+)
+from sandbridge.sandbox import host_paths
+from sandbridge.sandbox.host_paths import Guard, Layer
+from sandbridge.sandbox.mounts import Mount
+from sandbridge.sandbox.network import SandboxNetwork
+
+# Host variables a command needs to behave normally; anything else (tokens, keys,
+# the host's socket paths) stays outside unless named with --env.
+PASSED_ENV = ("PATH", "TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM", "NO_COLOR")
+PASSED_ENV_PREFIXES = ("LC_",)
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs to start one sandbox."""
+
+    command: list[str]
+    workdir: Path
+    runtime_dir: Path
+    home: Path
+    mounts: list[Mount] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    new_session: bool = False
+    network: SandboxNetwork = field(default_factory=SandboxNetwork)
+    # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
+    terminal_fd: int | None = None
+    # What keeps sandbridge's own host paths out of sight (sandbox/host_paths.py); computed
+    # from the fields above when not given, refusing a layout no mask can make safe.
+    guard: Guard = None  # type: ignore[assignment]
+    # Paths inside the writable mounts that the owner's tools run or obey, mounted onto
+    # themselves after the workdir, the binds and their pins: read-only, or (writable)
+    # pinned as a mount point so they cannot be renamed away (sandbox/protected_paths.py).
+    read_only_paths: list[Mount] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            # Home is a private tmpfs, or the workdir itself (a layer): never seen
+            # through the root.
+            object.__setattr__(self, "guard", host_paths.plan(self.layers(), self.home))
+
+    def layers(self) -> list[Layer]:
+        """The host directories the sandbox sees over the read-only root, in bind order:
+        its tooling, workdir and extra mounts."""
+        return [
+            *(
+                Layer(Mount(path, path, writable=False), "the Python tooling")
+                for path in self.tooling_paths()
+            ),
+            Layer(Mount(self.workdir, self.workdir, writable=True), "workdir"),
+            *(Layer(mount, "--bind" if mount.writable else "--ro-bind") for mount in self.mounts),
+        ]
+
+    def bind_sequence(self) -> list[Mount]:
+        """The workdir and the extra mounts in bind order, each followed by its pins."""
+        binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts]
+        pins = self.guard.pins[-len(binds) :] if self.guard.pins else [()] * len(binds)
+        return [mount for bind, after in zip(binds, pins, strict=True) for mount in (bind, *after)]
+
+    @property
+    def entry_argv(self) -> list[str]:
+        """The sandbox's first process: shim plus the user's command."""
+        terminal = [] if self.terminal_fd is None else ["--terminal-fd", str(self.terminal_fd)]
+        return [
+            sys.executable,
+            "-m",
+            "sandbridge.sandbox.entry",
+            "--upstream-socket",
+            f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
+            *self.network.entry_options(),
+            *terminal,
+            "--",
+            *self.command,
+        ]
+
+    def tooling_paths(self) -> list[Path]:
+        """Host paths the sandbox's Python needs that a private tmpfs would hide.
+
+        The Python installation and the sandbridge package may live under home, ``/tmp``
+        or ``/run`` (a virtualenv in a checkout there, pyenv under home): those are bound
+        back read-only, after the tmpfs that covers them.
+        """
+        import sandbridge
+
+        candidates = {
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            Path(sys.executable).resolve().parent.parent,
+            Path(sandbridge.__file__).resolve().parent.parent,
+        }
+        covered = [Path("/tmp"), Path("/run")]
+        if self.home != self.workdir:
+            covered.append(self.home)
+        return sorted(
+            path
+            for path in candidates
+            if any(path.is_relative_to(top) and path != top for top in covered)
+        )
+
+
+def sandbox_env(
+    spec_home: Path, extra: dict[str, str], host_env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment inside: a short allowlist of host variables plus the contract's."""
+    host_env = dict(os.environ) if host_env is None else host_env
+    env = {
+        name: value
+        for name, value in host_env.items()
+        if name in PASSED_ENV or name.startswith(PASSED_ENV_PREFIXES)
+    }
+    local_bin = str(spec_home / ".local" / "bin")
+    venv_bin = str(Path(sys.executable).parent)
+    path = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = ":".join([local_bin, venv_bin, path])
+    env["HOME"] = str(spec_home)
+    env[RELAY_SOCKET_ENV] = DEFAULT_RELAY_SOCKET
+    env[UPSTREAM_SOCKET_ENV] = DEFAULT_UPSTREAM_SOCKET
+    env[IN_SANDBOX_ENV] = "1"
+    env.update(extra)
+    return env
+
+
+def parse_env(values: list[str], host_env: dict[str, str] | None = None) -> dict[str, str]:
+    """Parse ``--env NAME=VALUE`` / ``--env NAME`` (pass the host's value) flags."""
+    host_env = dict(os.environ) if host_env is None else host_env
+    result: dict[str, str] = {}
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise SandboxError(f"--env {value!r}: not a valid variable name")
+        if sep:
+            result[name] = setting
+        elif name in host_env:
+            result[name] = host_env[name]
+        else:
+            raise SandboxError(f"--env {name}: not set on the host; use --env {name}=VALUE")
+    return result

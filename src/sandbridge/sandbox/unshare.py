@@ -1,0 +1,70 @@
+"""The util-linux ``unshare`` backend, for machines without bubblewrap.
+
+``unshare`` makes the namespaces (user, mount, PID, network, IPC, UTS);
+:mod:`sandbridge.sandbox.unshare_init` then builds the same file system view that the
+bwrap backend builds, pivots into it and starts the sandbox entry. ``setpriv
+--pdeathsig KILL`` ties ``unshare`` to the host process, and ``--kill-child`` ties the
+namespace's first process to ``unshare``: a SIGKILL of the host ends the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+from sandbridge.sandbox.spec import SandboxSpec, sandbox_env
+
+
+def available() -> bool:
+    return shutil.which("unshare") is not None and shutil.which("setpriv") is not None
+
+
+def init_config(spec: SandboxSpec) -> str:
+    """The JSON that tells the in-namespace init what to mount."""
+    return json.dumps(
+        {
+            "workdir": str(spec.workdir),  # bound as the first of "mounts"
+            "runtime_dir": str(spec.runtime_dir),
+            "home": str(spec.home),
+            "private_home": spec.home != spec.workdir,
+            "tooling": [str(path) for path in spec.tooling_paths()],
+            "private": [str(path) for path in spec.guard.private],
+            "mounts": [
+                {"source": str(m.source), "dest": str(m.dest), "writable": m.writable}
+                for m in spec.bind_sequence()
+            ],
+            "read_only_paths": [
+                {"dest": str(m.dest), "writable": m.writable} for m in spec.read_only_paths
+            ],
+            "masked": [str(path) for path in spec.guard.masked],
+            "env": sandbox_env(spec.home, spec.env),
+            "new_session": spec.new_session,
+            "loopback": spec.network.own_namespace,
+            "argv": spec.entry_argv,
+        }
+    )
+
+
+def argv(spec: SandboxSpec) -> list[str]:
+    return [
+        "setpriv",
+        "--pdeathsig",
+        "KILL",
+        "--",
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--pid",
+        *(["--net"] if spec.network.own_namespace else []),
+        "--ipc",
+        "--uts",
+        "--fork",
+        "--kill-child",
+        "--",
+        sys.executable,
+        "-m",
+        "sandbridge.sandbox.unshare_init",
+        init_config(spec),
+    ]

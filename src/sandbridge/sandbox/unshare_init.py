@@ -1,0 +1,229 @@
+"""First process inside ``unshare``'s namespaces: build the sandbox's file system.
+
+Runs as root of a fresh user namespace (no privilege on the host). The view it builds
+matches the bwrap backend: the host read-only (recursively, with ``mount_setattr``),
+private ``/tmp``, ``/run``, ``/dev`` and home, the working directory read-write, the
+runtime dir at ``/run/ags-webview-relay``; then ``pivot_root`` into it, loopback up,
+and exec of the sandbox entry.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import platform
+import socket
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+from sandbridge.protocol.contract import MOUNT_POINT
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 0x2
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+_SYSCALLS = {
+    "x86_64": {"pivot_root": 155, "mount_setattr": 442},
+    "aarch64": {"pivot_root": 41, "mount_setattr": 442},
+}
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+PR_CAPBSET_DROP = 24
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    _check(
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def _syscall(name: str, *args: Any) -> int:
+    number = _SYSCALLS.get(platform.machine(), _SYSCALLS["x86_64"])[name]
+    return int(_libc.syscall(number, *args))
+
+
+def make_readonly_recursive(path: str) -> None:
+    """Make every mount under ``path`` read-only (kernel 5.12+ mount_setattr)."""
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [
+            ("attr_set", ctypes.c_uint64),
+            ("attr_clr", ctypes.c_uint64),
+            ("propagation", ctypes.c_uint64),
+            ("userns_fd", ctypes.c_uint64),
+        ]
+
+    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    result = _syscall(
+        "mount_setattr",
+        ctypes.c_int(AT_FDCWD),
+        path.encode(),
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    _check(result, f"mount_setattr {path}")
+
+
+def bind(source: str, target: str, writable: bool = True) -> None:
+    mount(source, target, None, MS_BIND | MS_REC)
+    if not writable:
+        make_readonly_recursive(target)
+
+
+def _mkdirs(root: str, path: str) -> str:
+    target = root + path
+    os.makedirs(target, exist_ok=True)
+    return target
+
+
+def _bind_self(target: str, writable: bool) -> None:
+    """Bind ``target`` onto itself (a mount point), read-only unless ``writable``.
+
+    The decision protects no symlink (it protects the link's target instead); one found
+    here now is refused rather than followed."""
+    if os.path.islink(target):
+        raise OSError(40, f"protected path became a symbolic link: {target}")
+    bind(target, target, writable)
+
+
+def _bind_file(source: str, target: str) -> None:
+    Path(target).touch()
+    mount(source, target, None, MS_BIND)
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def build_root(config: dict[str, Any]) -> str:
+    """Assemble the sandbox's root under a private tmpfs; return its path."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Reach the host paths through descriptors opened before anything is covered.
+    keep = {
+        path: os.open(path, os.O_PATH)
+        for path in [config["runtime_dir"], *config["tooling"]]
+        + [m["source"] for m in config["mounts"]]
+    }
+
+    def source(path: str) -> str:
+        return f"/proc/self/fd/{keep[path]}"
+
+    scratch = "/tmp"
+    mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+    root = scratch + "/root"
+    os.mkdir(root)
+    bind("/", root)
+    make_readonly_recursive(root)
+
+    for path, mode in (("/tmp", "mode=1777"), ("/run", "mode=0755")):
+        mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, mode)
+    dev = root + "/dev"
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755")
+    for name in DEVICES:
+        _bind_file(f"/dev/{name}", f"{dev}/{name}")
+    os.mkdir(dev + "/pts")
+    mount("devpts", dev + "/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666")
+    os.symlink("pts/ptmx", dev + "/ptmx")
+    os.mkdir(dev + "/shm")
+    mount("tmpfs", dev + "/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, f"{dev}/{name}")
+
+    def cover(path: str) -> None:
+        mount("tmpfs", _mkdirs(root, path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+
+    for path in config["private"]:
+        cover(path)
+    if config["private_home"]:
+        mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+    for path in config["tooling"]:
+        bind(source(path), _mkdirs(root, path), writable=False)
+    for extra in config["mounts"]:
+        bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
+    for protected in config["read_only_paths"]:
+        # Onto itself as the sandbox sees it now: no symlink is followed to the host.
+        target = root + protected["dest"]
+        _bind_self(target, writable=protected["writable"])
+    # Last, over every bind: sandbridge's own host paths that a bind brought into view.
+    for path in config["masked"]:
+        cover(path)
+    bind(source(config["runtime_dir"]), _mkdirs(root, MOUNT_POINT))
+    for fd in keep.values():
+        os.close(fd)
+    return root
+
+
+def enter(root: str) -> None:
+    """pivot_root into ``root``, detach the old root and mount this namespace's /proc."""
+    os.chdir(root)
+    _check(_syscall("pivot_root", b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding set, so the entry and the command (uid 0 here) exec with no
+    capability, as bwrap runs them: nothing inside can undo a mount (the read-only
+    ``.sandbridge``) or otherwise use the user namespace's root powers."""
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    try:
+        root = build_root(config)
+        enter(root)
+        if config.get("loopback", True):
+            loopback_up()
+        drop_capabilities()
+    except OSError as exc:
+        print(f"sandbridge: cannot build the sandbox (unshare backend): {exc}", file=sys.stderr)
+        sys.exit(126)
+    if config["new_session"]:
+        os.setsid()
+    os.chdir(config["workdir"])
+    os.execve(config["argv"][0], config["argv"], config["env"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""One session's lifecycle: runtime dir, registry of running sessions, ``sandbridge run``."""

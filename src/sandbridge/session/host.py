@@ -1,0 +1,79 @@
+"""A host relay session: runtime dir, registration server and one listener per app."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sandbridge import log
+from sandbridge.exceptions import RegistrationError
+from sandbridge.places.registry import AppRecord, SessionEntry
+from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol.registration import RegisterRequest
+from sandbridge.relay.app_listener import App, AppListener
+from sandbridge.relay.registration_server import RegistrationServer
+from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.upstream import Protocol, UpstreamConnector
+
+OnRegister = Callable[[App], None]
+
+
+@dataclass
+class HostSession:
+    """Everything the host runs for one sandbox; :meth:`close` removes all of it."""
+
+    runtime_dir: RuntimeDir
+    protocol: Protocol = Protocol.AUTO
+    on_register: OnRegister | None = None
+    settings: RelaySettings = field(default_factory=RelaySettings)
+    listeners: list[AppListener] = field(default_factory=list)
+    entry: SessionEntry | None = None
+    _registration: RegistrationServer | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def apps(self) -> list[App]:
+        return [listener.app for listener in self.listeners]
+
+    async def start(self) -> None:
+        self._scope = SessionScope(self.settings)
+        self._connector = UpstreamConnector(self.runtime_dir.upstream_socket, self.protocol)
+        self._registration = RegistrationServer(self.runtime_dir.relay_socket, self.register)
+        await self._registration.start()
+
+    async def register(self, request: RegisterRequest) -> App:
+        """Give sandbox port ``request.port`` a new host origin."""
+        async with self._lock:
+            if len(self.listeners) >= self.settings.max_apps:
+                raise RegistrationError(
+                    f"this session already has {len(self.listeners)} apps; the limit is "
+                    f"{self.settings.max_apps}"
+                )
+            listener = AppListener(request.port, request.base_path, self._connector, self._scope)
+            await listener.start()
+            self.listeners.append(listener)
+            if self.entry is not None:
+                self.entry.set_apps([self._record(listener) for listener in self.listeners])
+        app = listener.app
+        # The URL of a private app carries its one-time token: never log it.
+        log.info("app.registered", sandbox_port=app.port, host_port=app.host_port)
+        if self.on_register is not None:
+            self.on_register(app)
+        return app
+
+    def _record(self, listener: AppListener) -> AppRecord:
+        # The token-free URL: a private app's token never leaves this process.
+        assert listener.origin is not None
+        url = listener.origin.url(listener.base_path)
+        return AppRecord(
+            listener.port, listener.host_port, listener.base_path, url, self.settings.private
+        )
+
+    async def close(self) -> None:
+        """Stop registrations, close every listener and connection, remove the dir."""
+        if self._registration is not None:
+            await self._registration.close()
+        await asyncio.gather(*(listener.close() for listener in self.listeners))
+        self.listeners.clear()
+        self.runtime_dir.remove()

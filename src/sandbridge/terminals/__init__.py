@@ -1,0 +1,1 @@
+"""Owner-approved terminals: approvals, journal, broker, encrypted channel, PTY worker, client."""

@@ -1,0 +1,236 @@
+"""Signed terminal requests and approvals, and the pure checks that admit them.
+
+A signed document is ``{"body": "<canonical JSON>", "signature": "<hex>"}``: the signature
+covers the exact body string, so verification never depends on re-serialising. The
+checks take the current time and state as arguments; nothing here does I/O, so every
+refusal is table-tested in ``tests/terminals/test_approval.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import nacl.signing
+
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.protocol.jsonline import decode_json
+from sandbridge.terminals.keys import public_hex, verify_signature
+
+VERSION = 1
+# The default lifetime of an approval, as the issue asks: long enough to look around.
+DEFAULT_TTL = 10 * 60.0
+# An approval can never outlive a working day; its reservation must be kept until it
+# expires, and the journal is bounded (see journal.py).
+MAX_TTL = 24 * 3600.0
+# The shortest approval that can still start a terminal: the readiness budget (5 s)
+# plus a second of margin; shorter ones are refused when signed rather than at attach.
+MIN_TTL = 6.0
+# A reason is shown to the owner on one line and stored in the audit log.
+MAX_REASON = 200
+# A signed document travels in one control line.
+MAX_DOCUMENT_BYTES = 4096
+NONCE_HEX = 32
+# Domain separation: a signature made for one purpose can never be taken for another.
+REQUEST_CONTEXT = b"sandbridge-terminal-request-v1\x00"
+APPROVAL_CONTEXT = b"sandbridge-terminal-approval-v1\x00"
+ATTACH_CONTEXT = b"sandbridge-terminal-attach-v1\x00"
+
+
+class Refusal(SandbridgeError):
+    """An approval, request or proof was refused; ``code`` is the documented reason."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A requester's signed ask for a terminal into ``session``."""
+
+    session: str
+    instance: str
+    requester: str
+    reason: str
+    created: float
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """The owner's signed grant of one terminal, to ``requester``, until ``expires``."""
+
+    session: str
+    instance: str
+    request: str
+    requester: str
+    expires: float
+    ttl: float
+    nonce: str
+
+
+def canonical(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _sign(key: nacl.signing.SigningKey, context: bytes, body: dict[str, Any]) -> dict[str, str]:
+    text = canonical(body)
+    signature = key.sign(context + text.encode()).signature
+    return {"body": text, "signature": signature.hex()}
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(NONCE_HEX // 2)
+
+
+def sign_request(
+    key: nacl.signing.SigningKey, session: str, instance: str, reason: str, now: float
+) -> dict[str, str]:
+    """A request for a terminal into ``session``, signed by the requester's ``key``."""
+    if len(reason) > MAX_REASON or not reason.isprintable():
+        raise Refusal("bad_reason", f"--reason must be printable, at most {MAX_REASON} characters")
+    body = {
+        "version": VERSION,
+        "kind": "request",
+        "session": session,
+        "instance": instance,
+        "requester": public_hex(key),
+        "reason": reason,
+        "created": now,
+        "nonce": new_nonce(),
+    }
+    return _sign(key, REQUEST_CONTEXT, body)
+
+
+def sign_approval(
+    key: nacl.signing.SigningKey, request_id: str, request: Request, ttl: float, now: float
+) -> dict[str, str]:
+    """The owner's approval of ``request`` (known by ``request_id``) for ``ttl`` seconds."""
+    if not MIN_TTL <= ttl <= MAX_TTL:
+        raise Refusal("bad_ttl", f"--ttl {ttl:g}s: choose between {MIN_TTL:g}s and {MAX_TTL:g}s")
+    body = {
+        "version": VERSION,
+        "kind": "approval",
+        "session": request.session,
+        "instance": request.instance,
+        "request": request_id,
+        "requester": request.requester,
+        "expires": now + ttl,
+        "ttl": ttl,
+        "nonce": new_nonce(),
+    }
+    return _sign(key, APPROVAL_CONTEXT, body)
+
+
+def _open(document: object, context: bytes, signer: str | None, kind: str) -> dict[str, Any]:
+    """Check a signed document's shape and signature; return its body."""
+    if (
+        not isinstance(document, dict)
+        or set(document) != {"body", "signature"}
+        or not all(isinstance(v, str) for v in document.values())
+    ):
+        raise Refusal("malformed", f"a signed {kind} is {{body, signature}} strings")
+    text, signature_hex = document["body"], document["signature"]
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise Refusal("malformed", f"the {kind} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        body = decode_json(text, max_bytes=MAX_DOCUMENT_BYTES)
+        signature = bytes.fromhex(signature_hex)
+    except ValueError:
+        raise Refusal("malformed", f"the {kind} is not JSON with a hex signature") from None
+    if not isinstance(body, dict):
+        raise Refusal("malformed", f"the {kind} body is not an object")
+    if body.get("version") != VERSION:
+        raise Refusal(
+            "unknown_version", f"{kind} version {body.get('version')!r}; this host knows {VERSION}"
+        )
+    if body.get("kind") != kind:
+        raise Refusal("malformed", f"expected a {kind}, got {body.get('kind')!r}")
+    key = signer if signer is not None else body.get("requester")
+    if not isinstance(key, str) or not verify_signature(key, context + text.encode(), signature):
+        raise Refusal("bad_signature", f"the {kind}'s signature does not verify")
+    return body
+
+
+def _fields(body: dict[str, Any], kind: str, **types: type) -> None:
+    for name, kind_type in types.items():
+        value = body.get(name)
+        if kind_type is float and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if not isinstance(value, kind_type) or isinstance(value, bool):
+            raise Refusal("malformed", f"the {kind}'s {name} is {value!r}")
+
+
+def verify_request(document: object, session: str, instance: str) -> Request:
+    """A request signed by the key it names, for this session instance."""
+    body = _open(document, REQUEST_CONTEXT, None, "request")
+    _fields(
+        body, "request", session=str, instance=str, requester=str, reason=str, created=float,
+        nonce=str,
+    )  # fmt: skip
+    if body["session"] != session or body["instance"] != instance:
+        raise Refusal("wrong_session", f"the request names session {body['session']!r}")
+    if len(body["reason"]) > MAX_REASON or not body["reason"].isprintable():
+        raise Refusal(
+            "bad_reason", f"the reason must be printable, at most {MAX_REASON} characters"
+        )
+    return Request(
+        body["session"], body["instance"], body["requester"], body["reason"],
+        float(body["created"]), body["nonce"],
+    )  # fmt: skip
+
+
+def verify_approval(
+    document: object,
+    *,
+    owner: str,
+    session: str,
+    instance: str,
+    request_id: str,
+    requester: str,
+    now: float,
+) -> Approval:
+    """Admit an approval only if the owner signed it for this request, key and session,
+    and it has not expired at ``now``. Raises :class:`Refusal` with a documented code."""
+    body = _open(document, APPROVAL_CONTEXT, owner, "approval")
+    _fields(
+        body, "approval", session=str, instance=str, request=str, requester=str,
+        expires=float, ttl=float, nonce=str,
+    )  # fmt: skip
+    if body["session"] != session or body["instance"] != instance:
+        raise Refusal(
+            "wrong_session", f"the approval is for session {body['session']!r}, not {session!r}"
+        )
+    if body["request"] != request_id:
+        raise Refusal("wrong_request", f"the approval is for request {body['request']!r}")
+    if body["requester"] != requester:
+        raise Refusal("wrong_requester", f"the approval names key {body['requester'][:16]}...")
+    if len(body["nonce"]) != NONCE_HEX:
+        raise Refusal("malformed", f"the approval's nonce {body['nonce']!r} is not 32 hex digits")
+    if not 0 < float(body["ttl"]) <= MAX_TTL:
+        raise Refusal("bad_ttl", f"the approval's ttl {body['ttl']!r} exceeds {MAX_TTL:g}s")
+    if float(body["expires"]) <= now:
+        raise Refusal("expired", "the approval has expired; ask for a new one")
+    return Approval(
+        body["session"], body["instance"], body["request"], body["requester"],
+        float(body["expires"]), float(body["ttl"]), body["nonce"],
+    )  # fmt: skip
+
+
+def attach_transcript(
+    session: str, instance: str, request_id: str, challenge: bytes, client_public: bytes
+) -> bytes:
+    """What the requester signs to attach: it binds its key to this host's fresh challenge
+    and to the client's ephemeral channel key, so a stolen request id, a replayed proof or
+    a swapped channel key is useless."""
+    parts = [session.encode(), instance.encode(), request_id.encode(), challenge, client_public]
+    return ATTACH_CONTEXT + b"".join(len(p).to_bytes(2, "big") + p for p in parts)
+
+
+def verify_attach_proof(requester: str, transcript: bytes, signature: bytes) -> None:
+    """Refuse an attach whose proof was not made with the requester's private key."""
+    if not verify_signature(requester, transcript, signature):
+        raise Refusal("bad_proof", "the attach proof was not signed by the approved key")

@@ -1,0 +1,215 @@
+"""The attach client: proves possession of the requester's key, then runs the terminal.
+
+The local terminal goes into raw mode for the session and its exact termios settings
+are restored on every way out: the shell exiting, revocation, expiry, idle, a lost
+relay, SIGTERM/SIGHUP/SIGINT of the client, or an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import termios
+import tty
+from dataclasses import dataclass
+from typing import Any
+
+import nacl.signing
+
+from sandbridge.terminals import approval, channel, fd_io
+from sandbridge.terminals.channel import ChannelError, Message, MessageType
+from sandbridge.terminals.control import (
+    control_socket,
+    parse_answer,
+    short_path,
+    split_request_id,
+)
+from sandbridge.terminals.framed_stream import FramedStream, json_body
+from sandbridge.terminals.frames import FROM_HOST_TO_CLIENT, FrameError, Kind
+from sandbridge.terminals.settings import HEARTBEAT
+
+# Without a single frame from the host for this long, the relay is considered lost.
+LIVENESS_TIMEOUT = 3 * HEARTBEAT
+# The attach handshake must be answered within this long (the worker's readiness
+# budget plus margin).
+HANDSHAKE_TIMEOUT = 30.0
+# A handshake answer line.
+MAX_LINE = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a terminal ended: ``reason`` (exit, revoked, expired, ...) and the exit status."""
+
+    reason: str
+    status: int
+
+
+async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
+    return parse_answer(await reader.readuntil(b"\n"))
+
+
+def terminal_size(fd: int) -> tuple[int, int]:
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return 24, 80
+    return max(1, size.lines), max(1, size.columns)
+
+
+async def attach(
+    request_id: str, key: nacl.signing.SigningKey, stdin_fd: int = 0, stdout_fd: int = 1
+) -> Ending:
+    """Attach to approved request ``request_id``; return how the terminal ended."""
+    session = split_request_id(request_id)
+    with short_path(control_socket(session)) as path:
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
+    try:
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+            writer.write(json.dumps({"op": "attach", "id": request_id}).encode() + b"\n")
+            hello = await _read_json(reader)
+            public, secret = channel.keypair()
+            transcript = approval.attach_transcript(
+                str(hello["session"]),
+                str(hello["instance"]),
+                request_id,
+                bytes.fromhex(str(hello["challenge"])),
+                public,
+            )
+            rows, cols = terminal_size(stdout_fd)
+            proof = {
+                "public": public.hex(),
+                "signature": key.sign(transcript).signature.hex(),
+                "rows": rows,
+                "cols": cols,
+                "term": os.environ.get("TERM", "xterm-256color"),
+            }
+            writer.write(json.dumps(proof).encode() + b"\n")
+            ready = await _read_json(reader)
+        receive_key, send_key = channel.client_keys(
+            public, secret, bytes.fromhex(str(ready["public"]))
+        )
+        receiver = channel.Receiver(
+            receive_key, bytes.fromhex(str(ready["header"])), channel.TO_CLIENT
+        )
+        sender = channel.Sender(send_key)
+        stream = FramedStream(reader, writer, FROM_HOST_TO_CLIENT)
+        stream.send(Kind.CIPHER, sender.header)
+        return await _run(stream, sender, receiver, stdin_fd, stdout_fd)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def _run(
+    stream: FramedStream,
+    sender: channel.Sender,
+    receiver: channel.Receiver,
+    stdin_fd: int,
+    stdout_fd: int,
+) -> Ending:
+    loop = asyncio.get_running_loop()
+    saved = termios.tcgetattr(stdin_fd) if os.isatty(stdin_fd) else None
+    ending: list[Ending] = []
+    done = asyncio.Event()
+
+    def finish(reason: str, status: int) -> None:
+        if not ending:
+            ending.append(Ending(reason, status))
+        done.set()
+
+    def send(message: Message) -> None:
+        if not sender.finished:
+            stream.send(Kind.CIPHER, sender.seal(message))
+
+    def on_signal(signum: int) -> None:
+        send(Message(MessageType.CLOSE, final=True))
+        finish("signal", 128 + signum)
+
+    def on_resize() -> None:
+        send(channel.resize_message(*terminal_size(stdout_fd)))
+
+    def on_input() -> None:
+        try:
+            data = os.read(stdin_fd, channel.MAX_DATA)
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(stdin_fd)
+            return
+        send(Message(MessageType.DATA, data))
+
+    async def output() -> None:
+        while True:
+            async with asyncio.timeout(LIVENESS_TIMEOUT):
+                frame = await stream.next()
+            if frame is None:
+                finish("relay_lost", 255)
+                return
+            if frame.kind is Kind.STOP:
+                finish(str(json_body(frame).get("reason", "stopped"))[:64], 255)
+                return
+            message = receiver.open(frame.body)
+            if message.type is MessageType.DATA:
+                await fd_io.write_all(stdout_fd, message.payload)
+            elif message.type is MessageType.EXIT:
+                status, reason = message.exit
+                finish(reason, status)
+                return
+
+    async def heartbeat() -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            send(Message(MessageType.HEARTBEAT))
+            await stream.drain()
+
+    signals = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    # The event loop may make the terminal non-blocking; the shell after us expects it not.
+    blocking = [(fd, os.get_blocking(fd)) for fd in (stdin_fd, stdout_fd)]
+    try:
+        if saved is not None:
+            tty.setraw(stdin_fd, termios.TCSANOW)
+        for signum in signals:
+            loop.add_signal_handler(signum, on_signal, signum)
+        loop.add_signal_handler(signal.SIGWINCH, on_resize)
+        loop.add_reader(stdin_fd, on_input)
+        reading = asyncio.create_task(output())
+        beating = asyncio.create_task(heartbeat())
+        waiting = asyncio.create_task(done.wait())
+        await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (beating, waiting):
+            task.cancel()
+        if reading.done() and not reading.cancelled():
+            error = reading.exception()
+            if isinstance(error, TimeoutError):
+                finish("relay_lost", 255)
+            elif isinstance(error, ChannelError | FrameError):
+                finish("protocol", 255)
+            elif isinstance(error, OSError):
+                finish("relay_lost", 255)
+        reading.cancel()
+        await asyncio.gather(reading, beating, waiting, return_exceptions=True)
+        with contextlib.suppress(OSError):
+            await stream.drain()
+    finally:
+        with contextlib.suppress(Exception):
+            loop.remove_reader(stdin_fd)
+        for signum in (*signals, signal.SIGWINCH):
+            loop.remove_signal_handler(signum)
+        for fd, was_blocking in blocking:
+            with contextlib.suppress(OSError):
+                os.set_blocking(fd, was_blocking)
+        if saved is not None:
+            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
+    return ending[0] if ending else Ending("relay_lost", 255)
+
+
+def describe(ending: Ending) -> str:
+    """One line for the user about how the terminal ended."""
+    if ending.reason == "exit":
+        return f"terminal ended: the shell exited with status {ending.status}"
+    return f"terminal ended: {ending.reason}"

@@ -1,0 +1,211 @@
+"""Bounded, fsynced record stores: the single-use reservation journal and the audit log.
+
+Both are a :class:`RecordRing`: a directory of 256 slot files, each one JSON record of at
+most 16 KiB carrying a sequence number. Appending takes the directory's ``flock``,
+writes the record to a temporary file, fsyncs it, renames it onto slot ``seq % 256`` and
+fsyncs the directory, so a record that :meth:`RecordRing.append` returned survives a
+crash. The ring never grows: the 257th record replaces the first.
+
+The reservation journal refuses to overwrite a reservation whose approval has not yet
+expired (``journal_full``): forgetting it would let the approval be used again, so the
+journal fails closed instead.
+
+Where: ``${XDG_STATE_HOME:-~/.local/state}/sandbridge/terminals/`` (0700), per user, so a
+restart of the host (or another session that takes the same name) still sees every
+reservation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.private_dir import make_private_dir
+from sandbridge.protocol.jsonline import decode_json
+
+# The issue's bounds: enough history to audit a day of terminals, never unbounded.
+MAX_RECORDS = 256
+MAX_RECORD_BYTES = 16 * 1024
+LOCK = "lock"
+RESERVATIONS = "reservations"
+AUDIT = "audit"
+
+
+class JournalError(SandbridgeError):
+    """The journal refused a reservation or cannot be used safely."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def state_dir() -> Path:
+    """``${XDG_STATE_HOME:-~/.local/state}/sandbridge/terminals``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sandbridge" / "terminals"
+
+
+def _private_dir(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return make_private_dir(
+        path, "journal dir", lambda message: JournalError("unsafe_dir", message)
+    )
+
+
+class RecordRing:
+    """At most ``slots`` records of at most ``max_bytes`` each, oldest replaced first."""
+
+    def __init__(
+        self, path: Path, slots: int = MAX_RECORDS, max_bytes: int = MAX_RECORD_BYTES
+    ) -> None:
+        self.path = _private_dir(path)
+        self.slots = slots
+        self.max_bytes = max_bytes
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the ring's lock (other sessions of this user share the ring)."""
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _slot(self, seq: int) -> Path:
+        return self.path / f"{seq % self.slots:03d}.json"
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record, oldest first; unreadable or foreign files are skipped."""
+        found: list[dict[str, Any]] = []
+        for index in range(self.slots):
+            try:
+                with open(self.path / f"{index:03d}.json", "rb") as file:
+                    raw = file.read(self.max_bytes + 1)
+                record = decode_json(raw, max_bytes=self.max_bytes)
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and isinstance(record.get("seq"), int):
+                found.append(record)
+        return sorted(found, key=lambda record: int(record["seq"]))
+
+    def _write(self, seq: int, record: dict[str, Any]) -> None:
+        data = json.dumps({**record, "seq": seq}, sort_keys=True).encode()
+        if len(data) > self.max_bytes:
+            raise JournalError(
+                "record_too_big", f"a journal record of {len(data)} bytes exceeds {self.max_bytes}"
+            )
+        temporary = self.path / f".{seq}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, self._slot(seq))
+        directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    def append_locked(self, record: dict[str, Any], records: list[dict[str, Any]]) -> int:
+        """Append under a lock the caller holds, given the current ``records``."""
+        seq = int(records[-1]["seq"]) + 1 if records else 0
+        self._write(seq, record)
+        return seq
+
+    def append(self, record: dict[str, Any]) -> int:
+        """Append ``record`` durably; return its sequence number."""
+        with self.locked():
+            return self.append_locked(record, self.records())
+
+    def replace_locked(self, seq: int, record: dict[str, Any]) -> None:
+        self._write(seq, record)
+
+
+class ReservationJournal:
+    """Approval nonces, each reserved once before its terminal starts."""
+
+    def __init__(self, root: Path | None = None, slots: int = MAX_RECORDS) -> None:
+        base = _private_dir(state_dir() if root is None else root)
+        self.ring = RecordRing(base / RESERVATIONS, slots)
+
+    def reserve(self, nonce: str, expires: float, fields: dict[str, Any], now: float) -> int:
+        """Reserve ``nonce`` durably, or refuse: ``used`` if it ever was, ``journal_full``
+        if making room would forget a reservation whose approval is still valid."""
+        with self.ring.locked():
+            records = self.ring.records()
+            if any(record.get("nonce") == nonce for record in records):
+                raise JournalError("used", "this approval was already used; ask for a new one")
+            if len(records) >= self.ring.slots and float(records[0].get("expires", 0)) > now:
+                raise JournalError(
+                    "journal_full",
+                    f"{self.ring.slots} reservations are still within their approval; "
+                    "try again when the oldest expires",
+                )
+            record = {**fields, "nonce": nonce, "expires": expires, "state": "reserved"}
+            record["pid"] = os.getpid()
+            return self.ring.append_locked(record, records)
+
+    def finish(self, seq: int, state: str) -> None:
+        """Mark reservation ``seq`` ended (``ended`` or ``aborted``); it stays used."""
+        with self.ring.locked():
+            for record in self.ring.records():
+                if record["seq"] == seq:
+                    self.ring.replace_locked(seq, {**record, "state": state})
+
+    def abort_orphans(self) -> list[dict[str, Any]]:
+        """Mark reservations of hosts that died (crash, SIGKILL) as aborted; return them."""
+        aborted = []
+        with self.ring.locked():
+            for record in self.ring.records():
+                pid = record.get("pid")
+                if record.get("state") == "reserved" and isinstance(pid, int) and not _alive(pid):
+                    self.ring.replace_locked(record["seq"], {**record, "state": "aborted"})
+                    aborted.append(record)
+        return aborted
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class AuditLog:
+    """Metadata-only records: who, which session, when, sizes, byte counts, end reasons.
+
+    Never terminal bytes, never command arguments: callers pass only the fields below.
+    """
+
+    FIELDS = frozenset(
+        {
+            "event", "session", "request", "requester", "reason_code", "reason", "ttl",
+            "expires", "rows", "cols", "bytes_in", "bytes_out", "end", "status", "time",
+        }
+    )  # fmt: skip
+
+    def __init__(self, root: Path | None = None, slots: int = MAX_RECORDS) -> None:
+        base = _private_dir(state_dir() if root is None else root)
+        self.ring = RecordRing(base / AUDIT, slots)
+
+    def record(self, event: str, **fields: Any) -> None:
+        unknown = set(fields) - self.FIELDS
+        if unknown:
+            raise ValueError(f"audit fields {sorted(unknown)} are not metadata fields")
+        self.ring.append({"event": event, "time": time.time(), **fields})
+
+    def records(self) -> list[dict[str, Any]]:
+        return self.ring.records()

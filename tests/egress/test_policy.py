@@ -1,0 +1,274 @@
+"""The network policy: parsing, merging, provenance and every destination decision."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+
+import pytest
+
+from sandbridge.egress.policy import (
+    PROXY_PORT,
+    NetMode,
+    Policy,
+    PolicyError,
+    check_addresses,
+    describe,
+    host_service_decision,
+    load_policy,
+    mask_credentials,
+    match_destination,
+)
+
+
+def project(tmp_path: Path, allow: str = "", config: str = "") -> Path:
+    (tmp_path / ".sandbridge").mkdir()
+    (tmp_path / ".sandbridge" / "allow").write_text(allow)
+    (tmp_path / ".sandbridge" / "config").write_text(config)
+    return tmp_path
+
+
+def policy_of(*entries: str, **flags: str) -> Policy:
+    return load_policy(Path("/nonexistent"), allow=entries, **flags)
+
+
+def test_no_files_and_no_flags_is_allow_mode_with_nothing_allowed() -> None:
+    policy = policy_of()
+    assert policy.mode.value is NetMode.ALLOW
+    assert policy.rules == () and policy.host_services == ()
+    assert policy.gate == "100.64.0.1"
+    assert policy.gate_ports() == [PROXY_PORT]
+
+
+def test_files_and_flags_merge_with_provenance(tmp_path: Path) -> None:
+    workdir = project(
+        tmp_path,
+        allow="# the project's registry\npypi.org\n\n100.64.0.1:5432  # dev db\n",
+        config="net = allow\nallow = *.npmjs.org\nenv = TOKEN=abc\n",
+    )
+    policy = load_policy(workdir, allow=["gate:6379"], gate_addr="100.64.9.9")
+    assert [(r.text, r.source) for r in policy.rules] == [
+        ("*.npmjs.org", ".sandbridge/config:2"),
+        ("pypi.org", ".sandbridge/allow:2"),
+        ("100.64.0.1:5432", ".sandbridge/allow:4"),
+    ]
+    # The gate moved: 100.64.0.1:5432 is now an ordinary IP-literal proxy entry.
+    assert [(s.port, s.source) for s in policy.host_services] == [(6379, "--allow")]
+    assert policy.gate_addr.source == "--gate-addr"
+    assert policy.mode.source == ".sandbridge/config:1"
+    assert policy.sandbox_env()["TOKEN"] == "abc"
+
+
+def test_flag_overrides_file_setting(tmp_path: Path) -> None:
+    policy = load_policy(project(tmp_path, config="net = full\n"), net="none")
+    assert policy.mode.value is NetMode.NONE
+    assert policy.mode.source == "--net"
+
+
+@pytest.mark.parametrize(
+    ("allow", "config", "message"),
+    [
+        ("exa mple.com\n", "", ".sandbridge/allow:1: expected 'HOST[:PORT]'"),
+        ("ok.org\nbad_name!\n", "", ".sandbridge/allow:2: 'bad_name!' is not a domain name"),
+        ("example.com:0\n", "", ".sandbridge/allow:1: port must be 1..65535, got '0'"),
+        ("example.com:http\n", "", "port must be 1..65535, got 'http'"),
+        ("example.com:" + "9" * 5000 + "\n", "", "port must be 1..65535, got '99999999"),
+        ("example.com:\u00b2\n", "", "port must be 1..65535, got '\u00b2'"),
+        ("*.com\n", "", "'*.com' would allow a whole top-level domain"),
+        ("*\n", "", "'*' is not a domain name"),
+        ("a.*.com\n", "", "'a.*.com' is not a domain name"),
+        ("::1\n", "", "write an IPv6 address in brackets"),
+        ("gate\n", "", "a host service needs a port"),
+        ("100.64.0.1\n", "", "a host service needs a port"),
+        ("gate:18081\n", "", "port 18081 of the gate is the egress proxy"),
+        ("", "net = open\n", ".sandbridge/config:1: net must be one of none, allow, full"),
+        ("", "gate_addr = 127.0.0.2\n", "must not be loopback"),
+        ("", "gate_addr = gate.local\n", "gate_addr must be an IPv4 address"),
+        ("", "color = blue\n", ".sandbridge/config:1: unknown key 'color'"),
+        ("", "just words\n", ".sandbridge/config:1: expected 'key = value'"),
+        ("", "env = 1BAD=x\n", "expected 'env = NAME=VALUE'"),
+        ("", "resolver = dns.example\n", "resolver must be an IP address"),
+    ],
+)
+def test_malformed_line_names_file_line_and_problem(
+    tmp_path: Path, allow: str, config: str, message: str
+) -> None:
+    with pytest.raises(PolicyError, match=re.escape(message)):
+        load_policy(project(tmp_path, allow, config))
+
+
+def test_non_utf8_policy_file_is_refused(tmp_path: Path) -> None:
+    workdir = project(tmp_path)
+    (workdir / ".sandbridge" / "allow").write_bytes(b"caf\xe9.org\n")
+    with pytest.raises(PolicyError, match=r".sandbridge/allow: not UTF-8"):
+        load_policy(workdir)
+
+
+def test_bad_flag_entry_names_the_flag() -> None:
+    with pytest.raises(PolicyError, match=re.escape("--allow: expected 'HOST[:PORT]'")):
+        policy_of("no way")
+
+
+POLICY = policy_of(
+    "example.com",
+    "*.corp.example:8080",
+    "git.internal private",
+    "203.0.113.7",
+    "[2001:db8::1]:443",
+    "gate:5432",
+)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "allowed", "text"),
+    [
+        ("example.com", 443, True, "allowed by 'example.com'"),
+        ("EXAMPLE.com.", 80, True, "allowed by 'example.com'"),
+        ("example.com", 8443, True, "allowed by"),
+        ("example.com", 22, False, "port 22 is not allowed for example.com"),
+        ("www.example.com", 443, False, "www.example.com is not in the allowlist"),
+        ("a.corp.example", 8080, True, "allowed by '*.corp.example:8080'"),
+        ("a.b.corp.example", 8080, True, "allowed by"),
+        ("corp.example", 8080, False, "not in the allowlist"),
+        ("a.corp.example", 443, False, "port 443 is not allowed"),
+        ("evilexample.com", 443, False, "not in the allowlist"),
+        ("203.0.113.7", 443, True, "allowed by '203.0.113.7'"),
+        ("203.0.113.8", 443, False, "IP-literal destinations are refused"),
+        ("[2001:db8::1]", 443, True, "allowed by '[2001:db8::1]:443'"),
+        ("127.0.0.1", 443, False, "IP-literal destinations are refused"),
+        ("100.64.0.1", 5432, False, "the gate address is not reachable through the proxy"),
+        ("bad host", 443, False, "is not a valid host name"),
+        ("example.com", 70000, False, "out of range"),
+    ],
+)
+def test_destination_table(host: str, port: int, allowed: bool, text: str) -> None:
+    decision = match_destination(POLICY, host, port)
+    assert decision.allowed is allowed
+    assert text in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "line"),
+    [
+        ("other.org", 443, "'other.org'"),
+        ("other.org", 9000, "'other.org:9000'"),
+        ("example.com", 22, "'example.com:22'"),
+        ("198.51.100.1", 80, "'198.51.100.1'"),
+        ("[2001:db8::2]", 8080, "'[2001:db8::2]:8080'"),
+    ],
+)
+def test_refusal_names_destination_and_the_line_that_allows_it(
+    host: str, port: int, line: str
+) -> None:
+    text = match_destination(POLICY, host, port).refusal_text(f"{host}:{port}")
+    assert text.startswith(f"egress to {host}:{port} refused: ")
+    assert f"add the line {line} to .sandbridge/allow" in text
+
+
+ip = ipaddress.ip_address
+
+
+@pytest.mark.parametrize(
+    ("host", "addresses", "usable", "refusal"),
+    [
+        ("example.com", ["93.184.216.34"], ["93.184.216.34"], None),
+        ("example.com", ["127.0.0.1"], [], "resolves to 127.0.0.1 (loopback)"),
+        ("example.com", ["10.1.2.3"], [], "(private)"),
+        ("example.com", ["169.254.169.254"], [], "(link-local)"),
+        ("example.com", ["::ffff:127.0.0.1"], [], "(loopback)"),
+        ("example.com", ["fe80::1"], [], "(link-local)"),
+        ("example.com", ["100.64.0.1"], [], "(non-global)"),
+        ("example.com", ["127.0.0.1", "93.184.216.34"], ["93.184.216.34"], None),
+        ("example.com", [], [], "does not resolve"),
+        ("git.internal", ["10.1.2.3"], ["10.1.2.3"], None),
+        ("git.internal", ["127.0.0.1"], ["127.0.0.1"], None),
+        # 6to4 (2002::/16) and Teredo (2001::/32) deliver to the IPv4 address they carry.
+        ("example.com", ["2002:7f00:1::1"], [], "(loopback via 6to4)"),
+        ("example.com", ["2002:a00:1::1"], [], "(private via 6to4)"),
+        ("example.com", ["2002:a9fe:a9fe::1"], [], "(link-local via 6to4)"),
+        ("example.com", ["2002:6440:1::1"], [], "(non-global via 6to4)"),
+        ("example.com", ["2002:5db8:d822::1"], ["2002:5db8:d822::1"], None),
+        ("example.com", ["2001:0:4136:e378:8000:63bf:80ff:fffe"], [], "(loopback via Teredo)"),
+        # Teredo is non-global whatever its client: refused even when that is public.
+        ("example.com", ["2001:0:4136:e378:8000:63bf:a247:27dd"], [], "(private)"),
+        ("example.com", ["64:ff9b::7f00:1"], [], "(reserved)"),
+        ("git.internal", ["2002:7f00:1::1"], ["2002:7f00:1::1"], None),
+    ],
+)
+def test_resolved_addresses_table(
+    host: str, addresses: list[str], usable: list[str], refusal: str | None
+) -> None:
+    decision = match_destination(POLICY, host, 443)
+    assert decision.allowed
+    result, final = check_addresses(decision, host, 443, [ip(a) for a in addresses])
+    assert [str(a) for a in result] == usable
+    if refusal is None:
+        assert final.allowed
+    else:
+        assert not final.allowed and refusal in final.reason
+
+
+def test_the_hosts_own_global_address_is_refused_unless_private() -> None:
+    own = ip("93.184.216.34")
+    decision = match_destination(POLICY, "example.com", 443)
+    usable, final = check_addresses(decision, "example.com", 443, [own], local=[own])
+    assert usable == [] and "(this host)" in final.reason
+    private = match_destination(POLICY, "git.internal", 443)
+    assert check_addresses(private, "git.internal", 443, [own], local=[own])[0] == [own]
+
+
+def test_a_6to4_address_of_the_hosts_own_address_is_refused_unless_private() -> None:
+    own, tunnelled = ip("93.184.216.34"), ip("2002:5db8:d822::1")
+    decision = match_destination(POLICY, "example.com", 443)
+    usable, final = check_addresses(decision, "example.com", 443, [tunnelled], local=[own])
+    assert usable == [] and "(this host via 6to4)" in final.reason
+    private = match_destination(POLICY, "git.internal", 443)
+    assert check_addresses(private, "git.internal", 443, [tunnelled], local=[own])[0] == [tunnelled]
+
+
+def test_private_refusal_suggests_the_private_entry() -> None:
+    decision = match_destination(POLICY, "example.com", 443)
+    _, final = check_addresses(decision, "example.com", 443, [ip("127.0.0.1")])
+    assert "add the line 'example.com private'" in final.refusal_text("example.com:443")
+
+
+@pytest.mark.parametrize(
+    ("port", "allowed"), [(5432, True), (5433, False), (PROXY_PORT, True), (22, False)]
+)
+def test_host_service_table(port: int, allowed: bool) -> None:
+    assert host_service_decision(POLICY, port).allowed is allowed
+
+
+def test_neighbouring_host_port_refusal_names_the_entry() -> None:
+    text = host_service_decision(POLICY, 5433).refusal_text("gate port 5433")
+    assert "add the line '100.64.0.1:5433'" in text
+
+
+def test_proxy_environment_covers_loopback_and_the_gate() -> None:
+    env = policy_of().sandbox_env()
+    assert env["http_proxy"] == env["HTTPS_PROXY"] == env["ALL_PROXY"] == "http://100.64.0.1:18081"
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1,100.64.0.1"
+    assert "http_proxy" not in policy_of(net="none").sandbox_env()
+
+
+def test_describe_shows_sources_and_hides_env_values_and_credentials(tmp_path: Path) -> None:
+    workdir = project(tmp_path, "pypi.org\n", "env = TOKEN=hunter2\nresolver = 127.0.0.1:5353\n")
+    text = "\n".join(describe(load_policy(workdir, allow=["gate:5432"])))
+    assert "hunter2" not in text
+    assert "env TOKEN = (value hidden)" in text
+    assert "(.sandbridge/allow:1)" in text and "(--allow)" in text
+    assert "resolver = 127.0.0.1:5353" in text
+    assert "100.64.0.1:5432 -> 127.0.0.1:5432" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("http://user:pw@proxy.example:3128/", "http://***@proxy.example:3128/"),
+        ("see https://tok@x.org and ftp://a@b", "see https://***@x.org and ftp://***@b"),
+        ("http://plain.example/a@b", "http://plain.example/a@b"),
+    ],
+)
+def test_url_credentials_are_masked(text: str, masked: str) -> None:
+    assert mask_credentials(text) == masked

@@ -1,0 +1,54 @@
+"""The sandbridge shim's side of stream mode, spoken to over its real socket: it hands
+the app's socket over when the host offers a handoff, and relays otherwise."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from sandbridge.protocol import stream
+from tests.conftest import Relay
+
+
+def _open(relay: Relay, opening: bytes) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(relay.runtime_dir / "upstream.sock"))
+    sock.sendall(opening)
+    return sock
+
+
+def _status_line(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n" not in data and (chunk := sock.recv(4096)):
+        data += chunk
+    return data.split(b"\r\n")[0]
+
+
+def test_shim_hands_over_a_socket_connected_to_the_app(relay: Relay, app_port: int) -> None:
+    with _open(relay, stream.encode_open(app_port, handoff=True)) as sock:
+        line, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+        assert json.loads(line) == {"ok": True, "stream": 1, "handoff": 1}
+        assert len(fds) == 1
+        assert sock.recv(1) == b""  # the shim's part is over
+    with socket.socket(fileno=fds[0]) as app:
+        assert app.getpeername() == ("127.0.0.1", app_port)
+        app.settimeout(10)
+        app.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert _status_line(app).startswith(b"HTTP/1.1 200")
+
+
+def test_shim_relays_for_a_host_that_offers_no_handoff(relay: Relay, app_port: int) -> None:
+    with _open(relay, stream.encode_open(app_port)) as sock:
+        line, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+        assert json.loads(line) == {"ok": True, "stream": 1}
+        assert fds == []
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert _status_line(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_shim_reports_an_unreachable_app_without_a_descriptor(relay: Relay) -> None:
+    with _open(relay, stream.encode_open(1, handoff=True)) as sock:
+        line, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+        assert fds == []
+        assert stream.decode_ack(line.split(b"\n")[0]).ok is False

@@ -1,0 +1,48 @@
+"""sandbridge's own questions to the host git (sandbox/host_git.py): never run project code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from sandbridge.sandbox import host_git
+from tests.sandbox.test_protected_paths import git, make_repo
+
+
+def test_questions_never_run_the_projects_configured_commands(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    marker = tmp_path / "ran"
+    script = tmp_path / "hook.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(script))
+    git(repo, "config", "core.pager", str(script))
+    git(repo, "config", "core.hooksPath", str(tmp_path))
+    (tmp_path / "post-index-change").write_text(script.read_text())
+    (tmp_path / "post-index-change").chmod(0o755)
+    assert host_git.toplevel(repo / ".git" / "..") == repo
+    assert any(e.key == "core.fsmonitor" for e in host_git.config_entries(repo))
+    assert host_git.submodule_paths(repo) == []
+    assert host_git.ignoring_rule(repo, "README") is None
+    assert host_git.hidden_from_status(repo) == frozenset()
+    assert not marker.exists()
+    git(repo, "status")  # the owner's git does run it: the test's set-up is live
+    assert marker.exists()
+
+
+def test_a_repository_of_another_user_is_read_all_the_same(tmp_path: Path) -> None:
+    assert os.getuid() == 0, "this test hands the repository to another user: run as root"
+    repo = make_repo(tmp_path / "proj")
+    git(repo, "config", "core.hooksPath", ".husky/_")
+    subprocess.run(["chown", "-R", "65534:65534", str(repo)], check=True)
+    assert host_git.toplevel(repo) == repo
+    entries = host_git.config_entries(repo)
+    assert any(e.key == "core.hookspath" and e.value == ".husky/_" for e in entries)
+
+
+def test_ignoring_rule_names_source_and_line_and_skips_negations(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    (repo / ".gitignore").write_text("*.log\n!keep.log\n")
+    assert host_git.ignoring_rule(repo, "a.log") == ".gitignore:1:*.log"
+    assert host_git.ignoring_rule(repo, "keep.log") is None

@@ -1,0 +1,552 @@
+"""The workdir is no way to run code on the host (issue 12): real sandboxes, real git.
+
+Each test lets the sandbox try one way of planting something the owner's tools would run
+or obey, asserts that the write fails inside, and then runs the owner's own ``git`` on the
+host (not sandbridge's hardened one) to show that nothing planted runs: the planted
+commands would touch a marker file outside the workdir.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Nobody, run_argv
+
+MARKER_SCRIPT = "#!/bin/sh\ntouch {marker}\n"
+
+
+@pytest.fixture(autouse=True)
+def _private_runtime_base(xdg: Path) -> Path:
+    """Every session of these tests keeps its runtime dir in the test's own base."""
+    return xdg
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The owner's git, as the owner would run it: config, hooks and fsmonitor apply."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="owner", GIT_AUTHOR_EMAIL="owner@example.invalid")
+    env.update(GIT_COMMITTER_NAME="owner", GIT_COMMITTER_EMAIL="owner@example.invalid")
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=check, timeout=60
+    )
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.name", "agent")
+    git(path, "config", "user.email", "agent@example.invalid")
+    (path / "README").write_text("hello\n")
+    git(path, "add", "README")
+    git(path, "commit", "-q", "-m", "first")
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "proj")
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Path:
+    """A file only a planted command would create (outside the workdir)."""
+    return tmp_path / "planted-command-ran"
+
+
+def inside(
+    backend: str, workdir: Path, script: str, *options: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        run_argv(
+            workdir, "sh", "-c", script, options=("--backend", backend, "--net", "none", *options)
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def attempts(backend: str, workdir: Path, *writes: str) -> list[str]:
+    """Run each shell write inside; return the outcome of each ('refused' or 'WRITTEN')."""
+    script = "".join(f"({w}) 2>/dev/null && echo WRITTEN || echo refused\n" for w in writes)
+    result = inside(backend, workdir, script)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def refused(count: int) -> list[str]:
+    return ["refused"] * count
+
+
+def owner_review_runs_nothing(repo: Path, marker: Path) -> None:
+    """The owner's git status, diff and a commit: the planted command must not run."""
+    git(repo, "status")
+    git(repo, "diff")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "owner's commit")
+    assert not marker.exists(), "a command the sandbox planted ran on the host"
+
+
+def test_git_config_cannot_be_given_an_fsmonitor(backend: str, repo: Path, marker: Path) -> None:
+    assert attempts(
+        backend,
+        repo,
+        f"git config core.fsmonitor 'touch {marker}'",
+        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> .git/config",
+        "mv .git/config .git/config.old",
+        "rm -f .git/config",
+        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' > .git/config.worktree",
+    ) == refused(5)
+    owner_review_runs_nothing(repo, marker)
+
+
+def test_hooks_cannot_be_planted(backend: str, repo: Path, marker: Path) -> None:
+    hook = MARKER_SCRIPT.format(marker=marker)
+    assert attempts(
+        backend,
+        repo,
+        f"printf '{hook}' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+        "mv .git/hooks .git/hooks.old",
+    ) == refused(2)
+    owner_review_runs_nothing(repo, marker)
+
+
+def test_a_missing_hooks_or_info_directory_cannot_be_created(
+    backend: str, repo: Path, marker: Path
+) -> None:
+    for name in ("hooks", "info"):
+        subprocess.run(["rm", "-rf", str(repo / ".git" / name)], check=True)
+    hook = MARKER_SCRIPT.format(marker=marker)
+    assert attempts(
+        backend,
+        repo,
+        f"mkdir -p .git/hooks && printf '{hook}' > .git/hooks/pre-commit",
+        "mkdir -p .git/info && echo '*' > .git/info/exclude",
+    ) == refused(2)
+    owner_review_runs_nothing(repo, marker)
+    # The placeholders are gone again: the owner's .git is as it was.
+    assert not (repo / ".git" / "hooks").exists()
+    assert not (repo / ".git" / "info").exists()
+
+
+def test_info_exclude_cannot_hide_a_file_from_review(backend: str, repo: Path) -> None:
+    assert attempts(
+        backend,
+        repo,
+        "echo hidden > hidden && echo hidden >> .git/info/exclude",
+        "echo hidden > .git/info/sparse-checkout",
+    ) == refused(2)
+    assert "hidden" in git(repo, "status", "--short").stdout
+
+
+def test_commondir_cannot_redirect_the_owners_git(backend: str, repo: Path, marker: Path) -> None:
+    evil = repo / "evil-common"
+    assert attempts(
+        backend,
+        repo,
+        f"cp -r .git {evil} && printf '[core]\\n\\tfsmonitor = touch {marker}\\n' "
+        f">> {evil}/config && echo {evil} > .git/commondir",
+    ) == refused(1)
+    owner_review_runs_nothing(repo, marker)
+    assert not (repo / ".git" / "commondir").exists(), "the placeholder stays behind"
+
+
+def test_git_dir_cannot_be_replaced(backend: str, repo: Path, marker: Path) -> None:
+    evil = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> .git/config"
+    assert attempts(
+        backend,
+        repo,
+        f"mv .git .git-old && git init -q && {evil}",
+        f"mkdir /tmp/g && mv .git/config .git/hooks /tmp/g && {evil}",
+    ) == refused(2)
+    owner_review_runs_nothing(repo, marker)
+
+
+def test_project_dir_holding_the_repository_cannot_be_replaced(
+    backend: str, tmp_path: Path, marker: Path
+) -> None:
+    """With the workdir above the repository, the directories down to .git are pinned."""
+    work = tmp_path / "work"
+    project = make_repo(work / "group" / "proj")
+    evil = f"git init -q && printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> .git/config"
+    assert attempts(
+        backend,
+        work,
+        f"mv group/proj group/old && mkdir group/proj && cd group/proj && {evil}",
+        f"mv group old && mkdir -p group/proj && cd group/proj && {evil}",
+    ) == refused(2)
+    owner_review_runs_nothing(project, marker)
+
+
+def test_submodule_git_dirs_and_checkouts_are_protected(
+    backend: str, tmp_path: Path, repo: Path, marker: Path
+) -> None:
+    library = make_repo(tmp_path / "library")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib2")
+    git(repo, "commit", "-q", "-m", "submodules")
+    # lib2 registered but not checked out: its .git must not be creatable either.
+    git(repo, "submodule", "deinit", "-q", "lib2")
+    fsmonitor = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n'"
+    assert attempts(
+        backend,
+        repo,
+        f"{fsmonitor} >> .git/modules/lib/config",
+        f"{fsmonitor} > .git/modules/lib/hooks/pre-commit",
+        f"cp -r .git/modules/lib /tmp/m && {fsmonitor} >> /tmp/m/config && "
+        "cp -r /tmp/m crafted && echo 'gitdir: ../crafted' > lib/.git",
+        f"cp -r .git/modules/lib crafted2 && {fsmonitor} >> crafted2/config && "
+        "echo 'gitdir: ../crafted2' > lib2/.git",
+        "echo '[submodule \"x\"]' >> .gitmodules",
+    ) == refused(5)
+    owner_review_runs_nothing(repo, marker)
+    git(repo, "status", "--ignore-submodules=none")
+    assert not marker.exists()
+    assert not (repo / "lib2" / ".git").exists()
+
+
+def test_worktree_git_file_and_its_git_dir_are_protected(
+    backend: str, tmp_path: Path, marker: Path
+) -> None:
+    """The workdir holds a repository and a linked worktree of it (a .git file)."""
+    work = tmp_path / "work"
+    main = make_repo(work / "main")
+    git(main, "worktree", "add", "-q", str(work / "wt"))
+    fsmonitor = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n'"
+    assert attempts(
+        backend,
+        work,
+        "echo 'gitdir: /tmp/elsewhere' > wt/.git",
+        "rm -f wt/.git",
+        f"{fsmonitor} >> main/.git/worktrees/wt/config.worktree",
+        "echo /tmp > main/.git/worktrees/wt/commondir",
+        f"{fsmonitor} >> main/.git/config",
+    ) == refused(5)
+    owner_review_runs_nothing(work / "wt", marker)
+    owner_review_runs_nothing(main, marker)
+
+
+def test_husky_hooks_path_target_is_read_only(backend: str, repo: Path, marker: Path) -> None:
+    hooks = repo / ".husky" / "_"
+    hooks.mkdir(parents=True)
+    (hooks / "pre-commit").write_text('#!/bin/sh\n. "$(dirname "$0")/../pre-commit"\n')
+    (hooks / "pre-commit").chmod(0o755)
+    (repo / ".husky" / "pre-commit").write_text("true\n")
+    git(repo, "add", ".husky")
+    git(repo, "commit", "-q", "-m", "husky")
+    git(repo, "config", "core.hooksPath", ".husky/_")
+    assert attempts(
+        backend,
+        repo,
+        f"echo 'touch {marker}' >> .husky/_/pre-commit",
+        f"echo 'touch {marker}' >> .husky/pre-commit",
+        f"printf '{MARKER_SCRIPT.format(marker=marker)}' > .husky/_/post-commit",
+    ) == refused(3)
+    owner_review_runs_nothing(repo, marker)
+
+
+def test_a_missing_hooks_path_and_include_target_cannot_be_created(
+    backend: str, repo: Path, marker: Path
+) -> None:
+    git(repo, "config", "core.hooksPath", ".githooks")
+    git(repo, "config", "include.path", "../team.gitconfig")
+    hook = MARKER_SCRIPT.format(marker=marker)
+    assert attempts(
+        backend,
+        repo,
+        f"mkdir -p .githooks && printf '{hook}' > .githooks/pre-commit",
+        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' > team.gitconfig",
+    ) == refused(2)
+    owner_review_runs_nothing(repo, marker)
+
+
+def test_include_path_target_and_command_named_by_config_are_read_only(
+    backend: str, repo: Path, marker: Path
+) -> None:
+    (repo / "team.gitconfig").write_text("[user]\n\tname = team\n")
+    (repo / "tools").mkdir()
+    (repo / "tools" / "diff.sh").write_text("#!/bin/sh\ntrue\n")
+    (repo / "tools" / "diff.sh").chmod(0o755)
+    git(repo, "config", "include.path", "../team.gitconfig")
+    git(repo, "config", "diff.tool.command", "./tools/diff.sh --quiet")
+    assert attempts(
+        backend,
+        repo,
+        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> team.gitconfig",
+        f"echo 'touch {marker}' >> tools/diff.sh",
+    ) == refused(2)
+    owner_review_runs_nothing(repo, marker)
+
+
+def test_editor_agent_and_package_manager_files_are_read_only(backend: str, repo: Path) -> None:
+    (repo / ".vscode").mkdir()
+    (repo / ".vscode" / "settings.json").write_text("{}\n")
+    for name in (".npmrc", ".envrc", ".yarnrc.yml", ".mcp.json"):
+        (repo / name).write_text("\n")
+    assert attempts(
+        backend,
+        repo,
+        "echo '{\"tasks\": []}' > .vscode/tasks.json",
+        "echo 'script-shell=/tmp/x' >> .npmrc",
+        "echo 'touch /tmp/x' >> .envrc",
+        "echo 'yarnPath: x.js' >> .yarnrc.yml",
+        "echo '{}' > .mcp.json",
+        "mkdir -p .devcontainer && echo '{}' > .devcontainer/devcontainer.json",
+        "mkdir -p .claude/commands && echo x > .claude/commands/x.md",
+        "mkdir -p .idea && echo x > .idea/workspace.xml",
+    ) == refused(8)
+    for name in (".devcontainer", ".claude", ".idea", ".cursor", ".sandbridge", ".husky"):
+        assert not (repo / name).exists(), f"placeholder {name} left behind"
+
+
+def test_policy_directory_cannot_be_created(backend: str, repo: Path) -> None:
+    assert attempts(
+        backend,
+        repo,
+        "mkdir -p .sandbridge && echo 'net = full' > .sandbridge/config",
+        "echo 'net = full' > .sandbridge/config",
+        "mkdir -p src/.sandbridge",  # allowed: never obeyed, and refused on the next run
+    ) == ["refused", "refused", "WRITTEN"]
+    assert not (repo / ".sandbridge").exists()
+
+
+def test_policy_protect_line_adds_a_read_only_path(backend: str, repo: Path) -> None:
+    (repo / ".sandbridge").mkdir()
+    (repo / ".sandbridge" / "config").write_text("protect = scripts/deploy.sh\nprotect = out/\n")
+    (repo / "scripts").mkdir()
+    (repo / "scripts" / "deploy.sh").write_text("echo deploy\n")
+    assert attempts(
+        backend,
+        repo,
+        "echo evil >> scripts/deploy.sh",
+        "mkdir -p out/x",
+        "echo ok > scripts/other",
+    ) == ["refused", "refused", "WRITTEN"]
+    assert not (repo / "out").exists()
+
+
+def test_new_deny_listed_file_is_named_at_session_end(backend: str, repo: Path) -> None:
+    result = inside(backend, repo, "echo 'script-shell=/tmp/x' > .npmrc")
+    assert result.returncode == 0, result.stderr
+    assert f"sandbridge: WARNING: the sandbox created {repo / '.npmrc'}" in result.stderr
+    assert ".npmrc" in git(repo, "status", "--short").stdout
+
+
+def test_submodule_staged_by_the_sandbox_is_named_at_session_end(backend: str, repo: Path) -> None:
+    """The owner's git status enters a staged gitlink's repository and obeys its config:
+    no mount can stop a new directory (docs/security.md, residual risks), so it is named."""
+    script = (
+        "mkdir evil && cd evil && git init -q && git -c user.name=a -c user.email=a@b "
+        "commit -q --allow-empty -m e && "
+        "cd .. && git add evil 2>/dev/null"
+    )
+    result = inside(backend, repo, script)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox registered a submodule at {repo / 'evil'} with its "
+        f"own git dir; git status runs its config: inspect {repo / 'evil' / '.git'}, or "
+        "remove it with git rm --cached evil"
+    ) in result.stderr
+
+
+def test_repository_created_in_a_subdirectory_is_named_at_session_end(
+    backend: str, repo: Path
+) -> None:
+    """git run in a directory with a new .git obeys that git dir, and the project's git
+    status does not show a .git inside a tracked directory: it is named."""
+    (repo / "src").mkdir()
+    (repo / "src" / "main.c").write_text("")
+    git(repo, "add", "src")
+    git(repo, "commit", "-q", "-m", "src")
+    result = inside(backend, repo, "cd src && git init -q")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox created a git repository at {repo / 'src'}: git "
+        f"run there obeys its config; inspect {repo / 'src' / '.git'} or remove it"
+    ) in result.stderr
+
+
+def test_bare_repository_in_the_workdir_is_protected_and_a_new_one_named(
+    backend: str, repo: Path, marker: Path
+) -> None:
+    """git run inside a bare repository obeys its config (core.pager, aliases...)."""
+    git(repo, "clone", "-q", "--bare", str(repo), str(repo / "mirror.git"))
+    pager = f"printf '[core]\\n\\tpager = touch {marker}\\n'"
+    result = inside(
+        backend,
+        repo,
+        f"({pager} >> mirror.git/config) 2>/dev/null && echo WRITTEN || echo refused;"
+        "git init -q --bare tools",
+    )
+    assert result.stdout.split() == ["refused"], result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox created a git repository at {repo / 'tools'}: git "
+        f"run there obeys its config; inspect {repo / 'tools'} or remove it"
+    ) in result.stderr
+    assert str(marker) not in (repo / "mirror.git" / "config").read_text()
+
+
+def test_file_hidden_from_git_status_is_named_at_session_end(backend: str, repo: Path) -> None:
+    (repo / "Makefile").write_text("all:\n\ttrue\n")
+    git(repo, "add", "Makefile")
+    git(repo, "commit", "-q", "-m", "make")
+    script = (
+        "git update-index --assume-unchanged Makefile && git update-index --skip-worktree "
+        "README && echo 'all:; touch /tmp/x' > Makefile && echo changed >> README"
+    )
+    result = inside(backend, repo, script)
+    assert result.returncode == 0, result.stderr
+    assert git(repo, "status", "--porcelain").stdout == ""  # hidden indeed
+    assert (
+        f"sandbridge: WARNING: the sandbox hid 2 file(s) of {repo} from git status and git "
+        "diff (assume-unchanged or skip-worktree): Makefile README; show them with git "
+        "update-index --no-assume-unchanged --no-skip-worktree FILE"
+    ) in result.stderr
+
+
+def test_ignored_deny_listed_file_gets_a_placeholder(backend: str, repo: Path) -> None:
+    """A file the owner's git ignores would not show in review: it cannot be created."""
+    (repo / ".gitignore").write_text(".envrc\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    assert attempts(backend, repo, "echo 'touch /tmp/x' > .envrc") == refused(1)
+    assert not (repo / ".envrc").exists()
+
+
+def tree(top: Path) -> set[str]:
+    return {
+        os.path.relpath(os.path.join(d, n), top)
+        for d, dirs, files in os.walk(top)
+        for n in dirs + files
+    }
+
+
+def test_session_leaves_the_project_as_it_found_it(
+    backend: str, tmp_path: Path, repo: Path
+) -> None:
+    library = make_repo(tmp_path / "library")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+    git(repo, "commit", "-q", "-m", "submodule")
+    subprocess.run(["rm", "-rf", str(repo / ".git" / "hooks")], check=True)
+    before = tree(repo)
+    result = inside(backend, repo, "ls -a .git .vscode .sandbridge .claude > /dev/null")
+    assert result.returncode == 0, result.stderr
+    assert tree(repo) == before
+    assert "WARNING" not in result.stderr
+
+
+def test_agent_can_add_commit_branch_and_stash(backend: str, repo: Path) -> None:
+    script = (
+        "set -e; echo work > file && git add file && git commit -q -m 'agent commit' && "
+        "git branch x && git checkout -q -b y && echo more >> file && git stash -q && "
+        "git stash list | grep -c stash"
+    )
+    result = inside(backend, repo, script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1"
+    assert "agent commit" in git(repo, "log", "--all", "--format=%s").stdout
+    assert {"main", "x", "y"} <= set(
+        git(repo, "branch", "--format=%(refname:short)").stdout.split()
+    )
+    assert "stash@{0}" in git(repo, "stash", "list").stdout
+    assert git(repo, "status", "--porcelain").stdout == ""
+
+
+def test_unprivileged_user_gets_the_same_protection(backend: str, nobody: Nobody) -> None:
+    repo = nobody.work
+    for args in (["init", "-q", "-b", "main"], ["config", "user.name", "a"]):
+        subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "git", *args],
+            cwd=repo,
+            env=nobody.env,
+            check=True,
+        )
+    script = (
+        "(echo x >> .git/config) 2>/dev/null && echo WRITTEN || echo refused;"
+        "(mv .git .g) 2>/dev/null && echo WRITTEN || echo refused;"
+        "echo f > f && git add f && git -c user.email=a@b commit -q -m c && echo committed"
+    )
+    result = subprocess.run(
+        [*nobody.run_argv(backend), "--net", "none", "--", "sh", "-c", script],
+        env=nobody.env,
+        cwd=str(repo),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.stdout.split() == ["refused", "refused", "committed"], result.stderr
+
+
+# --- where the policy comes from ---------------------------------------------------------
+
+
+def sandbridge_run(workdir: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        run_argv(workdir, "true", options=("--net", "none", *options)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_policy_below_the_project_root_is_refused(repo: Path) -> None:
+    (repo / "src" / ".sandbridge").mkdir(parents=True)
+    (repo / "src" / ".sandbridge" / "config").write_text("net = full\n")
+    result = sandbridge_run(repo / "src", "--print-policy")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"sandbridge: {repo / 'src' / '.sandbridge'}: only the project root's policy is "
+        f"read ({repo / '.sandbridge'}); move its settings there or remove it"
+    )
+
+
+def test_policy_is_read_at_the_project_root_from_a_subdirectory(repo: Path) -> None:
+    (repo / ".sandbridge").mkdir()
+    (repo / ".sandbridge" / "config").write_text("resolver = 192.0.2.53\n")
+    (repo / "src").mkdir()
+    result = sandbridge_run(repo / "src", "--print-policy")
+    assert result.returncode == 0, result.stderr
+    assert "resolver = 192.0.2.53:53" in result.stdout
+    assert "(.sandbridge/config:1)" in result.stdout
+    assert f"policy files read: {repo / '.sandbridge' / 'config'}" in result.stderr
+
+
+def test_policy_file_that_git_ignores_is_refused(repo: Path) -> None:
+    (repo / ".sandbridge").mkdir()
+    (repo / ".sandbridge" / "config").write_text("net = none\n")
+    (repo / ".git" / "info" / "exclude").write_text(".sandbridge/\n")
+    result = sandbridge_run(repo, "--print-policy")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"sandbridge: {repo / '.sandbridge' / 'config'}: git ignores it "
+        "(.git/info/exclude:1:.sandbridge/), so a change to it would not show in review; "
+        "remove that rule"
+    )
+
+
+def test_run_names_the_policy_files_it_read(backend: str, repo: Path) -> None:
+    (repo / ".sandbridge").mkdir()
+    (repo / ".sandbridge" / "config").write_text("net = none\n")
+    (repo / ".sandbridge" / "allow").write_text("example.com\n")
+    result = sandbridge_run(repo, "--backend", backend)
+    assert result.returncode == 0, result.stderr
+    files = f"{repo / '.sandbridge' / 'config'}, {repo / '.sandbridge' / 'allow'}"
+    assert f"sandbridge: policy files read: {files}\n" in result.stderr
+    dry = sandbridge_run(repo, "--dry-run")
+    assert f"sandbridge: policy files read: {files}\n" in dry.stderr
+
+
+def test_protect_outside_the_project_is_refused_with_its_line(repo: Path) -> None:
+    (repo / ".sandbridge").mkdir()
+    (repo / ".sandbridge" / "config").write_text("# mine\nprotect = ../elsewhere\n")
+    result = sandbridge_run(repo, "--print-policy")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"sandbridge: .sandbridge/config:2: protect = ../elsewhere: outside the project root {repo}"
+    )

@@ -1,0 +1,317 @@
+"""``sandbridge run`` across real namespaces, with each backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    ECHO_APP,
+    PYTHON,
+    REPO,
+    SANDBRIDGE,
+    Nobody,
+    Process,
+    echo,
+    host_port_of,
+    port_is_open,
+    processes_with,
+    request,
+    run_argv,
+)
+
+# The test apps live in the checkout, which may itself be under /tmp (private inside).
+SEE_REPO = ("--ro-bind", str(REPO))  # for the one test that builds its own command line
+
+
+def sandboxed(
+    backend: str, workdir: Path, *command: str, options: tuple[str, ...] = (), **kwargs: object
+) -> Process:
+    return Process(run_argv(workdir, *command, options=("--backend", backend, *options)), **kwargs)
+
+
+def run_to_end(
+    backend: str,
+    workdir: Path,
+    script: str,
+    *,
+    options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        run_argv(workdir, "sh", "-c", script, options=("--backend", backend, *options)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def ready(process: Process) -> dict[str, object]:
+    report: dict[str, object] = json.loads(process.wait_line("READY").removeprefix("READY "))
+    return report
+
+
+@pytest.fixture
+def app(backend: str, tmp_path: Path, xdg: Path) -> Iterator[tuple[Process, dict[str, object]]]:
+    process = sandboxed(
+        backend, tmp_path, PYTHON, ECHO_APP, "--register", "4173", "--register", "4173:/app"
+    )
+    yield process, ready(process)
+    process.stop()
+
+
+def test_app_is_served_through_its_url_and_not_at_its_port(
+    app: tuple[Process, dict[str, object]],
+) -> None:
+    _, report = app
+    url = str(report["urls"][0])  # type: ignore[index]
+    assert echo(host_port_of(url), "/x")["server_port"] == 4173
+    assert not port_is_open(4173)
+
+
+def test_base_path_app_and_root_app_get_two_origins(
+    app: tuple[Process, dict[str, object]],
+) -> None:
+    _, report = app
+    root_url, base_url = (str(u) for u in report["urls"])  # type: ignore[attr-defined]
+    assert host_port_of(root_url) != host_port_of(base_url)
+    assert base_url.endswith("/app")
+    assert echo(host_port_of(base_url), "/main.js?x")["path"] == "/app/main.js?x"
+    assert echo(host_port_of(root_url), "/main.js?x")["path"] == "/main.js?x"
+
+
+def test_host_prints_each_registration(app: tuple[Process, dict[str, object]]) -> None:
+    process, report = app
+    line = process.wait_line("sandbridge: sandbox port 4173 -> ", "stderr")
+    assert line.endswith(str(report["urls"][0]))  # type: ignore[index]
+
+
+def test_exit_status_of_the_command_is_returned(backend: str, tmp_path: Path, xdg: Path) -> None:
+    assert run_to_end(backend, tmp_path, "exit 7").returncode == 7
+    assert run_to_end(backend, tmp_path, "true").returncode == 0
+
+
+def test_command_that_cannot_start_is_127(backend: str, tmp_path: Path, xdg: Path) -> None:
+    result = subprocess.run(
+        [
+            *SANDBRIDGE,
+            "run",
+            "--backend",
+            backend,
+            "--workdir",
+            str(tmp_path),
+            "--",
+            "/no/such/program",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 127
+    assert "cannot run '/no/such/program'" in result.stderr
+
+
+def test_contract_environment_and_helper(backend: str, tmp_path: Path, xdg: Path) -> None:
+    result = run_to_end(
+        backend,
+        tmp_path,
+        'echo "$AGS_WEBVIEW_RELAY_SOCKET"; echo "$AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET";'
+        'command -v ags-webview-url; test -x "$HOME/.local/bin/ags-webview-url" && echo home-ok;'
+        "test -S /run/ags-webview-relay/relay.sock && echo relay-ok;"
+        "test -S /run/ags-webview-relay/upstream.sock && echo shim-ok",
+    )
+    lines = result.stdout.split()
+    assert lines[:2] == [
+        "/run/ags-webview-relay/relay.sock",
+        "/run/ags-webview-relay/upstream.sock",
+    ]
+    assert lines[2].endswith("/.local/bin/ags-webview-url")
+    assert lines[3:] == ["home-ok", "relay-ok", "shim-ok"]
+    assert not Path("/run/ags-webview-relay").exists()
+
+
+def test_host_secrets_stay_out_and_env_flag_passes_values(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    env = {**os.environ, "HOST_SECRET": "s3cret", "SHARED": "yes"}
+    result = run_to_end(
+        backend,
+        tmp_path,
+        'echo "[$HOST_SECRET][$SHARED][$EXTRA]"',
+        options=("--env", "SHARED", "--env", "EXTRA=1"),
+        env=env,
+    )
+    assert result.stdout.strip() == "[][yes][1]"
+
+
+def test_file_system_view(backend: str, tmp_path: Path, xdg: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "secret-key").write_text("host only")
+    work = tmp_path / "work"
+    work.mkdir()
+    extra, extra_ro = tmp_path / "extra", tmp_path / "extra_ro"
+    extra.mkdir()
+    extra_ro.mkdir()
+    (extra_ro / "data").write_text("ro")
+    script = (
+        "touch made-inside && echo work-rw;"
+        "touch /usr/sandbridge-test 2>/dev/null || echo host-ro;"
+        "touch /tmp/private && echo tmp-rw;"
+        f"test -e {home}/secret-key || echo home-private;"
+        "touch $HOME/x && echo home-rw;"
+        f"touch {extra}/w && echo bind-rw;"
+        f"echo $(cat {extra_ro}/data); touch {extra_ro}/w 2>/dev/null || echo ro-bind-ro;"
+        "test -e /dev/null && test ! -e /dev/vda && echo dev-minimal"
+    )
+    result = run_to_end(
+        backend,
+        work,
+        script,
+        options=("--bind", str(extra), "--ro-bind", str(extra_ro)),
+        env={**os.environ, "HOME": str(home)},
+    )
+    assert result.stdout.split() == [
+        "work-rw",
+        "host-ro",
+        "tmp-rw",
+        "home-private",
+        "home-rw",
+        "bind-rw",
+        "ro",
+        "ro-bind-ro",
+        "dev-minimal",
+    ], result.stderr
+    assert (work / "made-inside").exists()
+    assert not Path("/tmp/private").exists()
+    assert not (home / "x").exists()
+    assert (extra / "w").exists()
+
+
+def test_sandbox_has_only_loopback(backend: str, tmp_path: Path, xdg: Path) -> None:
+    result = run_to_end(backend, tmp_path, "cat /proc/net/dev")
+    interfaces = [line.split(":")[0].strip() for line in result.stdout.splitlines()[2:]]
+    assert interfaces == ["lo"]
+
+
+def test_sandbox_sees_only_its_own_processes(backend: str, tmp_path: Path, xdg: Path) -> None:
+    result = run_to_end(backend, tmp_path, "ls /proc | grep -c '^[0-9]'")
+    assert int(result.stdout) < 10
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [("exit", 0), ("fail", 3), ("SIGTERM", 128 + signal.SIGTERM), ("SIGINT", 128 + signal.SIGINT)],
+)
+def test_session_end_removes_everything(
+    backend: str, tmp_path: Path, xdg: Path, how: str, expected: int
+) -> None:
+    marker = f"sandbridge-daemon-{os.getpid()}-{backend}-{how}"
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    script = (
+        f"{PYTHON} {ECHO_APP} --register 4173 --daemon {marker} & read status < {go}; exit $status"
+    )
+    process = sandboxed(backend, tmp_path, "sh", "-c", script)
+    report = ready(process)
+    url_port = host_port_of(str(report["urls"][0]))  # type: ignore[index]
+    assert echo(url_port)["server_port"] == 4173
+    assert processes_with(marker)
+    assert sorted(path.name for path in xdg.iterdir()) == [
+        f"ags-webview-relay-{process.popen.pid}",
+        f"sandbridge-{os.getuid()}",
+    ]
+    if how.startswith("SIG"):
+        assert process.stop(getattr(signal, how)) == expected
+    else:
+        go.write_text(f"{expected}\n")
+        assert process.popen.wait(30) == expected
+    assert not port_is_open(url_port)
+    _wait_gone(marker)
+    assert list(xdg.iterdir()) == []
+
+
+def test_sigkill_of_sandbridge_kills_the_sandbox_and_next_start_cleans(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    marker = f"sandbridge-daemon-{os.getpid()}-{backend}-kill"
+    process = sandboxed(
+        backend, tmp_path, PYTHON, ECHO_APP, "--register", "4173", "--daemon", marker
+    )
+    report = ready(process)
+    url_port = host_port_of(str(report["urls"][0]))  # type: ignore[index]
+    process.stop(signal.SIGKILL)
+    assert not port_is_open(url_port)
+    _wait_gone(marker)
+    # The stale runtime and session dirs: nothing could remove them.
+    assert len(list(xdg.iterdir())) == 2
+    assert run_to_end(backend, tmp_path, "true").returncode == 0
+    assert list(xdg.iterdir()) == []
+
+
+def _wait_gone(marker: str) -> None:
+    """Wait, with pidfds, for the processes carrying ``marker`` to exit."""
+    import select
+
+    for pid in processes_with(marker):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            ready_fds, _, _ = select.select([fd], [], [], 10)
+            assert ready_fds, f"process {pid} ({marker}) outlived its sandbox"
+        finally:
+            os.close(fd)
+    assert processes_with(marker) == []
+
+
+def test_two_sessions_are_isolated(backend: str, tmp_path: Path, xdg: Path) -> None:
+    first = sandboxed(backend, tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+    second = sandboxed(backend, tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+    try:
+        one, two = ready(first), ready(second)
+        port_one = host_port_of(str(one["urls"][0]))  # type: ignore[index]
+        port_two = host_port_of(str(two["urls"][0]))  # type: ignore[index]
+        pid_one = json.loads(request(port_one, path="/pid")[2])["pid"]
+        pid_two = json.loads(request(port_two, path="/pid")[2])["pid"]
+        assert port_one != port_two
+        assert pid_one == one["pid"] and pid_two == two["pid"]
+        dirs = sorted(xdg.iterdir())
+        # Two runtime dirs and the host's session state (control sockets): none visible.
+        assert [d.name.startswith("ags-webview-relay-") for d in dirs] == [True, True, False]
+        probe = run_to_end(
+            backend,
+            tmp_path,
+            " ".join(f"test -e {d} && echo visible-{i};" for i, d in enumerate(dirs))
+            + "ls /run/ags-webview-relay",
+        )
+        assert "visible" not in probe.stdout
+        # egress.sock: the host's egress gate (net = allow, the default).
+        assert probe.stdout.split() == ["egress.sock", "relay.sock", "upstream.sock"]
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_unprivileged_user_runs_a_session(backend: str, nobody: Nobody) -> None:
+    process = Process(
+        [*nobody.run_argv(backend), "--", "/usr/bin/python3", ECHO_APP, "--register", "4173"],
+        env=nobody.env,
+        cwd=str(nobody.work),
+    )
+    try:
+        report = ready(process)
+        assert echo(host_port_of(str(report["urls"][0])))["server_port"] == 4173  # type: ignore[index]
+    finally:
+        assert process.stop() == 128 + signal.SIGTERM
+    assert list(nobody.xdg.iterdir()) == []

@@ -1,0 +1,131 @@
+"""Approval checks: every refusal by its documented code, table-driven."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import nacl.signing
+import pytest
+
+from sandbridge.terminals import approval
+from sandbridge.terminals.approval import Refusal, Request
+from sandbridge.terminals.keys import public_hex
+
+OWNER = nacl.signing.SigningKey.generate()
+REQUESTER = nacl.signing.SigningKey.generate()
+STRANGER = nacl.signing.SigningKey.generate()
+NOW = 1_000_000.0
+REQUEST = Request("web", "inst1", public_hex(REQUESTER), "look", NOW, "n" * 32)
+
+
+def signed(ttl: float = 600.0, key: nacl.signing.SigningKey = OWNER) -> dict[str, str]:
+    return approval.sign_approval(key, "r1", REQUEST, ttl, NOW)
+
+
+def resigned(change: Callable[[dict[str, object]], None]) -> dict[str, str]:
+    """An approval whose body was changed, then properly signed by the owner."""
+    body = json.loads(signed()["body"])
+    change(body)
+    text = approval.canonical(body)
+    return {
+        "body": text,
+        "signature": OWNER.sign(approval.APPROVAL_CONTEXT + text.encode()).signature.hex(),
+    }
+
+
+def tampered() -> dict[str, str]:
+    document = signed()
+    return {**document, "body": document["body"].replace('"ttl":600.0', '"ttl":601.0')}
+
+
+def verify(document: object, **overrides: object) -> approval.Approval:
+    arguments: dict[str, object] = {
+        "owner": public_hex(OWNER),
+        "session": "web",
+        "instance": "inst1",
+        "request_id": "r1",
+        "requester": public_hex(REQUESTER),
+        "now": NOW + 1,
+    }
+    arguments.update(overrides)
+    return approval.verify_approval(document, **arguments)  # type: ignore[arg-type]
+
+
+def test_a_valid_approval_is_admitted() -> None:
+    admitted = verify(signed())
+    assert admitted.requester == public_hex(REQUESTER)
+    assert admitted.expires == NOW + 600
+    assert len(admitted.nonce) == 32
+
+
+@pytest.mark.parametrize(
+    ("case", "document", "overrides", "code"),
+    [
+        ("wrong signer", lambda: signed(key=STRANGER), {}, "bad_signature"),
+        ("tampered body", tampered, {}, "bad_signature"),
+        ("wrong session", signed, {"session": "other"}, "wrong_session"),
+        ("restarted session", signed, {"instance": "inst2"}, "wrong_session"),
+        ("wrong request", signed, {"request_id": "r2"}, "wrong_request"),
+        ("wrong requester", signed, {"requester": public_hex(STRANGER)}, "wrong_requester"),
+        ("expired", signed, {"now": NOW + 600}, "expired"),
+        ("unknown version", lambda: resigned(lambda b: b.update(version=2)), {}, "unknown_version"),
+        ("request, not approval", lambda: resigned(lambda b: b.update(kind="x")), {}, "malformed"),
+        ("ttl too long", lambda: resigned(lambda b: b.update(ttl=1e9)), {}, "bad_ttl"),
+        ("short nonce", lambda: resigned(lambda b: b.update(nonce="ab")), {}, "malformed"),
+        ("bad expires", lambda: resigned(lambda b: b.update(expires="x")), {}, "malformed"),
+        ("not an object", lambda: ["body"], {}, "malformed"),
+        ("extra field", lambda: {**signed(), "x": "y"}, {}, "malformed"),
+        ("signature not hex", lambda: {**signed(), "signature": "zz"}, {}, "malformed"),
+    ],
+)  # fmt: skip
+def test_approval_refusals(
+    case: str,
+    document: Callable[[], object],
+    overrides: dict[str, object],
+    code: str,
+) -> None:
+    with pytest.raises(Refusal) as refused:
+        verify(document(), **overrides)
+    assert refused.value.code == code, case
+
+
+@pytest.mark.parametrize("ttl", [1.0, 5.9, 24 * 3600 + 1])
+def test_owner_cannot_sign_a_ttl_out_of_range(ttl: float) -> None:
+    with pytest.raises(Refusal, match="--ttl"):
+        signed(ttl)
+
+
+def test_request_is_verified_against_the_key_it_names() -> None:
+    document = approval.sign_request(REQUESTER, "web", "inst1", "why", NOW)
+    assert approval.verify_request(document, "web", "inst1").requester == public_hex(REQUESTER)
+    with pytest.raises(Refusal) as refused:
+        approval.verify_request(document, "web", "inst2")
+    assert refused.value.code == "wrong_session"
+    body = json.loads(document["body"])
+    body["requester"] = public_hex(STRANGER)
+    forged = {"body": approval.canonical(body), "signature": document["signature"]}
+    with pytest.raises(Refusal) as refused:
+        approval.verify_request(forged, "web", "inst1")
+    assert refused.value.code == "bad_signature"
+
+
+def test_request_reason_must_be_printable_and_short() -> None:
+    with pytest.raises(Refusal):
+        approval.sign_request(REQUESTER, "web", "i", "a\x1b[2J", NOW)
+    with pytest.raises(Refusal):
+        approval.sign_request(REQUESTER, "web", "i", "x" * 201, NOW)
+
+
+def test_attach_proof_needs_the_requester_key_and_binds_everything() -> None:
+    transcript = approval.attach_transcript("web", "i", "r1", b"c" * 32, b"p" * 32)
+    approval.verify_attach_proof(
+        public_hex(REQUESTER), transcript, REQUESTER.sign(transcript).signature
+    )
+    other = approval.attach_transcript("web", "i", "r1", b"d" * 32, b"p" * 32)
+    for key, message in ((STRANGER, transcript), (REQUESTER, other)):
+        with pytest.raises(Refusal) as refused:
+            approval.verify_attach_proof(
+                public_hex(REQUESTER), transcript, key.sign(message).signature
+            )
+        assert refused.value.code == "bad_proof"

@@ -1,0 +1,431 @@
+"""The broker against a hostile sandbox entry: real sockets, a fake entry played by the test.
+
+Whatever the entry or the worker sends, the client is refused with ``not_ready``, the
+reservation is spent (recorded ``aborted``) and the session keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import termios
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import nacl.signing
+import pytest
+
+from sandbridge.aio import untrusted_fds
+from sandbridge.places.registry import SessionEntry
+from sandbridge.terminals import approval, channel, frames, keys
+from sandbridge.terminals.attach import attach
+from sandbridge.terminals.broker import (
+    FINAL_DRAIN_TIMEOUT,
+    MAX_STORED_REQUESTS,
+    STOP_MARGIN,
+    TerminalBroker,
+)
+from sandbridge.terminals.control import ControlError, call, short_path
+from sandbridge.terminals.frames import Kind
+from sandbridge.terminals.journal import AuditLog, ReservationJournal
+from sandbridge.terminals.settings import TerminalSettings
+
+
+@pytest.fixture(autouse=True)
+def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        path = tmp_path / name.lower()
+        path.mkdir(mode=0o700)
+        monkeypatch.setenv(name, str(path))
+
+
+def _no_fd(entry: socket.socket) -> None:
+    entry.send(b'{"ok": true}')
+
+
+def _regular_file(entry: socket.socket) -> None:
+    with open(os.devnull, "rb") as file:
+        socket.send_fds(entry, [b'{"ok": true}'], [file.fileno()])
+
+
+_SINKS: list[socket.socket] = []
+# Sockets the entry handed over that the host must let go of (the host shares this process).
+_SENT_INODES: list[int] = []
+_CLOSERS: list[threading.Thread] = []
+
+
+def _lingering_tcp_socket(entry: socket.socket) -> None:
+    """A TCP socket toward a peer that never reads, send queue full, SO_LINGER 600 s; the
+    entry closes its copy, so the host holds the last reference: closing that on the
+    event loop would stop the host for 600 s."""
+    sink = socket.socket()
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(1)  # never accepts
+    _SINKS.append(sink)
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    stuck.connect(sink.getsockname())
+    stuck.setblocking(False)
+    try:
+        while True:
+            stuck.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 600))
+    _SENT_INODES.append(os.fstat(stuck.fileno()).st_ino)
+    socket.send_fds(entry, [b'{"ok": true}'], [stuck.fileno()])
+    # Closed off the test's loop: whichever close is the last one would wait.
+    closer = threading.Thread(target=stuck.close, daemon=True)
+    closer.start()
+    _CLOSERS.append(closer)
+
+
+def _open_socket_inodes() -> set[int]:
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+    return found
+
+
+def _many_descriptors(entry: socket.socket) -> None:
+    host_end, worker_end = socket.socketpair()
+    with host_end, worker_end:
+        socket.send_fds(entry, [b'{"ok": true}'], [host_end.fileno()] * 10)
+
+
+# Workers that stay open after their reply (the test closes them): a worker that closes at
+# once makes the host's START fail before the reply is even parsed.
+_LINGERING: list[socket.socket] = []
+
+
+def _worker(reply: bytes, linger: bool = False) -> Callable[[socket.socket], None]:
+    def start(entry: socket.socket) -> None:
+        host_end, worker_end = socket.socketpair()
+        with host_end:
+            socket.send_fds(entry, [b'{"ok": true}'], [host_end.fileno()])
+        worker_end.sendall(reply)
+        if linger:
+            _LINGERING.append(worker_end)
+        else:
+            worker_end.close()
+
+    return start
+
+
+async def _approved_request(owner: nacl.signing.SigningKey) -> str:
+    """A request in session ``web``, signed by ``owner`` and approved by it for 60 s."""
+    info = await asyncio.to_thread(call, "web", {"op": "info"})
+    document = approval.sign_request(owner, "web", info["instance"], "", time.time())
+    request = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
+    request_id: str = request["id"]
+    shown = await asyncio.to_thread(call, "web", {"op": "show", "id": request_id})
+    signed = approval.sign_approval(
+        owner,
+        request_id,
+        approval.Request("web", info["instance"], shown["request"]["requester"], "", 0, "n"),
+        60,
+        time.time(),
+    )
+    await asyncio.to_thread(call, "web", {"op": "approve", "id": request_id, "approval": signed})
+    return request_id
+
+
+def _queued(sock: socket.socket) -> int:
+    """Bytes waiting in ``sock``'s receive queue."""
+    raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    return int.from_bytes(raw, sys.byteorder)
+
+
+def _ready() -> bytes:
+    """A well-formed READY: a worker key and a stream header of the right lengths."""
+    public, _ = channel.keypair()
+    body = {"public": public.hex(), "header": "00" * channel.HEADER_BYTES}
+    return frames.encode(Kind.READY, json.dumps(body).encode())
+
+
+HOSTILE_ENTRIES = {
+    "no descriptor": _no_fd,
+    "a regular file": _regular_file,
+    "oversized READY": _worker(bytes([Kind.READY]) + (1 << 30).to_bytes(4, "big")),
+    "READY without keys": _worker(frames.encode(Kind.READY, b'{"public": "00"}')),
+    "CIPHER before READY": _worker(frames.encode(Kind.CIPHER, b"x" * 40)),
+    "unknown frame kind": _worker(b"\x09\0\0\0\0"),
+    "closes at once": _worker(b""),
+    "deeply nested READY": _worker(frames.encode(Kind.READY, b"[" * 4000), linger=True),
+    "a lingering TCP socket": _lingering_tcp_socket,
+    "more descriptors than room": _many_descriptors,
+}
+
+
+@pytest.mark.parametrize("behaviour", list(HOSTILE_ENTRIES))
+def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behaviour: str) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sandbox_end.setblocking(False)
+        broker = TerminalBroker(entry, host_end, TerminalSettings(ready_budget=3.0))
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        try:
+            owner = keys.owner_key()
+            request_id = await _approved_request(owner)
+
+            async def hostile_entry() -> None:
+                message = await loop.sock_recv(sandbox_end, 1024)
+                assert json.loads(message) == {"op": "start"}
+                HOSTILE_ENTRIES[behaviour](sandbox_end)
+
+            entry_task = asyncio.create_task(hostile_entry())
+            with pytest.raises(ControlError) as refused:
+                await attach(request_id, owner)
+            await entry_task
+            assert refused.value.code == "not_ready"
+            states = [r["state"] for r in ReservationJournal().ring.records()]
+            assert states == ["aborted"]
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [r["state"] for r in listing["requests"]] == ["ended"]
+            for closer in _CLOSERS:
+                closer.join(5)
+                assert not closer.is_alive(), "the entry's close waited: the host closed first"
+            assert untrusted_fds.settle()
+            assert not set(_SENT_INODES) & _open_socket_inodes(), "the host kept the socket"
+        finally:
+            _SENT_INODES.clear()
+            _CLOSERS.clear()
+            while _LINGERING:
+                _LINGERING.pop().close()
+            while _SINKS:
+                _SINKS.pop().close()
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_worker_ending_with_a_malformed_reason_is_audited_as_unknown(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sandbox_end.setblocking(False)
+        broker = TerminalBroker(entry, host_end, TerminalSettings(ready_budget=3.0))
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        stdin_read, stdin_write = os.pipe()
+        stdout_read, stdout_write = os.pipe()
+        try:
+            owner = keys.owner_key()
+            request_id = await _approved_request(owner)
+
+            host_link, worker_link = socket.socketpair()
+
+            async def hostile_entry() -> None:
+                await loop.sock_recv(sandbox_end, 1024)
+                with host_link:
+                    socket.send_fds(sandbox_end, [b'{"ok": true}'], [host_link.fileno()])
+                ended = frames.encode(Kind.ENDED, b'{"reason": [], "status": 0}')
+                worker_link.sendall(_ready() + ended)  # and stays open, reading nothing
+
+            entry_task = asyncio.create_task(hostile_entry())
+            with worker_link:
+                ending = await attach(request_id, owner, stdin_read, stdout_write)
+            await entry_task
+            assert ending.reason == "relay_lost"  # the fake worker never sent an EXIT
+            ends = [r for r in AuditLog().records() if r["event"] == "end"]
+            assert [(r["end"], r["status"]) for r in ends] == [("unknown", 0)]
+            states = [r["state"] for r in ReservationJournal().ring.records()]
+            assert states == ["ended"]
+        finally:
+            for fd in (stdin_read, stdin_write, stdout_read, stdout_write):
+                os.close(fd)
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+async def _exchange(entry: SessionEntry, *lines: bytes) -> list[dict[str, object]]:
+    """Send raw control lines on one connection; the answer to each, parsed."""
+    with short_path(entry.control_socket) as path:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+    answers = []
+    try:
+        for line in lines:
+            writer.write(line + b"\n")
+            answers.append(json.loads(await reader.readline()))
+    finally:
+        writer.close()
+    return answers
+
+
+def test_a_deeply_nested_control_line_is_refused_as_malformed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry, None)
+        await broker.start()
+        try:
+            [answer] = await _exchange(entry, b"[" * 16000)
+            assert answer["ok"] is False and answer["code"] == "malformed"
+            [info] = await _exchange(entry, b'{"op": "info"}')  # and the session keeps serving
+            assert info["ok"] is True
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.parametrize("rows", ["1e400", "true", "24.5", '"24"'])
+def test_an_attach_proof_whose_size_is_not_an_integer_is_refused_as_malformed(
+    tmp_path: Path, rows: str
+) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        broker = TerminalBroker(entry, host_end)
+        await broker.start()
+        try:
+            request_id = await _approved_request(keys.owner_key())
+            public, _ = channel.keypair()
+            proof = f'{{"public": "{public.hex()}", "signature": "00", "rows": {rows}, "cols": 80}}'
+            hello, answer = await _exchange(
+                entry, json.dumps({"op": "attach", "id": request_id}).encode(), proof.encode()
+            )
+            assert hello["ok"] is True
+            assert answer["ok"] is False and answer["code"] == "malformed"
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [r["state"] for r in listing["requests"]] == ["approved"]  # nothing started
+        finally:
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_revoked_worker_that_never_reads_its_link_is_cut_off(tmp_path: Path) -> None:
+    """The worker takes nothing from its link, so the host's writes to it (input, leases)
+    stall; a revocation still closes the relay after the grace plus STOP_MARGIN."""
+
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sandbox_end.setblocking(False)
+        settings = TerminalSettings(ready_budget=3.0, refresh=0.1, hangup_grace=0.1)
+        broker = TerminalBroker(entry, host_end, settings)
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        host_link, worker_link = socket.socketpair()
+        worker_link.setblocking(False)
+        try:
+            owner = keys.owner_key()
+            request_id = await _approved_request(owner)
+
+            async def hostile_entry() -> None:
+                await loop.sock_recv(sandbox_end, 1024)
+                with host_link:
+                    socket.send_fds(sandbox_end, [b'{"ok": true}'], [host_link.fileno()])
+                await loop.sock_sendall(
+                    worker_link, _ready() + frames.encode(Kind.CIPHER, b"o" * 40)
+                )
+
+            entry_task = asyncio.create_task(hostile_entry())
+            with short_path(entry.control_socket) as path:
+                reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(json.dumps({"op": "attach", "id": request_id}).encode() + b"\n")
+            hello = json.loads(await reader.readline())
+            public, _ = channel.keypair()
+            transcript = approval.attach_transcript(
+                "web", hello["instance"], request_id, bytes.fromhex(hello["challenge"]), public
+            )
+            proof = {
+                "public": public.hex(), "signature": owner.sign(transcript).signature.hex(),
+                "rows": 24, "cols": 80,
+            }  # fmt: skip
+            writer.write(json.dumps(proof).encode() + b"\n")
+            assert json.loads(await reader.readline())["ok"] is True
+            await entry_task
+            # Input the worker never takes: the host's link to it fills up and stays full.
+            paste = frames.encode(Kind.CIPHER, b"i" * channel.MAX_ENVELOPE)
+            for _ in range(256):  # 4 MiB
+                writer.write(paste)
+            # The link is full once its queue stops growing for a few refreshes; every lease
+            # the host tried since then is stuck in its write to the worker.
+            queued, stable_since = -1, time.monotonic()
+            while time.monotonic() - stable_since < 3 * settings.refresh:
+                await asyncio.sleep(settings.refresh / 2)
+                now_queued = _queued(worker_link)
+                if now_queued != queued:
+                    queued, stable_since = now_queued, time.monotonic()
+            await asyncio.to_thread(call, "web", {"op": "revoke", "id": request_id})
+            revoked = time.monotonic()
+            # Reading nothing still (reading would let the host's stuck writes go on): wait
+            # for the host to hang up its end.
+            poller = select.poll()
+            poller.register(worker_link, select.POLLRDHUP)
+            deadline = revoked + settings.hangup_grace + STOP_MARGIN + 3
+            hung_up: list[tuple[int, int]] = []
+            while not hung_up and (left := deadline - time.monotonic()) > 0:
+                hung_up = await asyncio.to_thread(poller.poll, left * 1000)
+            assert hung_up, "the relay stayed open past the cut-off"
+            while not (ends := [r for r in AuditLog().records() if r["event"] == "end"]):
+                assert time.monotonic() < deadline + FINAL_DRAIN_TIMEOUT, "no end was audited"
+                await asyncio.sleep(0.05)  # polls the audit for the host's last step
+            assert [r["end"] for r in ends] == ["revoked"]
+            writer.close()
+        finally:
+            worker_link.close()
+            sandbox_end.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_finished_requests_are_forgotten_oldest_first_past_the_bound(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry, None)
+        await broker.start()
+        try:
+            owner = keys.owner_key()
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+
+            def request() -> str:
+                document = approval.sign_request(owner, "web", instance, "", time.time())
+                answer = call("web", {"op": "request", "request": document})
+                return str(answer["id"])
+
+            def fill() -> tuple[str, list[str]]:
+                pending = request()
+                denied = []
+                for _ in range(MAX_STORED_REQUESTS + 1):
+                    denied.append(request())
+                    call("web", {"op": "deny", "id": denied[-1]})
+                return pending, denied
+
+            pending, denied = await asyncio.to_thread(fill)
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            ids = [r["id"] for r in listing["requests"]]
+            assert len(ids) == MAX_STORED_REQUESTS
+            assert ids == [pending, *denied[2:]]  # the two oldest finished ones went
+            with pytest.raises(ControlError) as forgotten:
+                await asyncio.to_thread(call, "web", {"op": "show", "id": denied[0]})
+            assert forgotten.value.code == "unknown_request"
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))

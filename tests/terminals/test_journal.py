@@ -1,0 +1,104 @@
+"""The reservation journal and audit log: single use, bounded, durable, fail closed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbridge.terminals.journal import (
+    MAX_RECORD_BYTES,
+    AuditLog,
+    JournalError,
+    RecordRing,
+    ReservationJournal,
+)
+
+NOW = 1000.0
+
+
+def test_a_nonce_is_reserved_once_even_by_a_new_journal_object(tmp_path: Path) -> None:
+    ReservationJournal(tmp_path).reserve("n1", NOW + 60, {"session": "web"}, NOW)
+    with pytest.raises(JournalError) as refused:
+        ReservationJournal(tmp_path).reserve("n1", NOW + 60, {"session": "web"}, NOW)
+    assert refused.value.code == "used"
+
+
+def test_ended_reservations_stay_used(tmp_path: Path) -> None:
+    journal = ReservationJournal(tmp_path)
+    seq = journal.reserve("n1", NOW + 60, {}, NOW)
+    journal.finish(seq, "ended")
+    assert journal.ring.records()[0]["state"] == "ended"
+    with pytest.raises(JournalError):
+        journal.reserve("n1", NOW + 60, {}, NOW)
+
+
+def test_the_ring_is_bounded_and_replaces_the_oldest(tmp_path: Path) -> None:
+    ring = RecordRing(tmp_path / "ring", slots=4)
+    for index in range(10):
+        ring.append({"n": index})
+    assert [record["n"] for record in ring.records()] == [6, 7, 8, 9]
+    assert len([p for p in (tmp_path / "ring").iterdir() if p.suffix == ".json"]) == 4
+
+
+def test_a_record_over_16_kib_is_refused(tmp_path: Path) -> None:
+    ring = RecordRing(tmp_path / "ring")
+    with pytest.raises(JournalError) as refused:
+        ring.append({"x": "y" * MAX_RECORD_BYTES})
+    assert refused.value.code == "record_too_big"
+    assert ring.records() == []
+
+
+def test_a_full_journal_fails_closed_while_the_oldest_approval_is_valid(tmp_path: Path) -> None:
+    journal = ReservationJournal(tmp_path, slots=2)
+    journal.reserve("a", NOW + 10, {}, NOW)
+    journal.reserve("b", NOW + 100, {}, NOW)
+    with pytest.raises(JournalError) as refused:
+        journal.reserve("c", NOW + 100, {}, NOW)
+    assert refused.value.code == "journal_full"
+    journal.reserve("c", NOW + 100, {}, NOW + 11)  # "a" expired: its slot may be reused
+    assert [r["nonce"] for r in journal.ring.records()] == ["b", "c"]
+
+
+def test_a_reservation_of_a_dead_host_is_recorded_as_aborted(tmp_path: Path) -> None:
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from sandbridge.terminals.journal import ReservationJournal; "
+            "ReservationJournal(Path(sys.argv[1])).reserve('n', 2e9, {}, 0)",
+            str(tmp_path),
+        ],
+        check=True,
+    )
+    assert child.returncode == 0
+    journal = ReservationJournal(tmp_path)
+    journal.reserve("mine", 2e9, {}, 0)
+    aborted = journal.abort_orphans()
+    assert [record["nonce"] for record in aborted] == ["n"]
+    states = {r["nonce"]: r["state"] for r in journal.ring.records()}
+    assert states == {"n": "aborted", "mine": "reserved"}
+    with pytest.raises(JournalError):
+        journal.reserve("n", 2e9, {}, 0)
+
+
+def test_journal_dirs_are_private_and_a_loose_one_is_refused(tmp_path: Path) -> None:
+    ReservationJournal(tmp_path / "j")
+    assert os.stat(tmp_path / "j").st_mode & 0o777 == 0o700
+    os.chmod(tmp_path / "j", 0o755)
+    with pytest.raises(JournalError) as refused:
+        ReservationJournal(tmp_path / "j")
+    assert refused.value.code == "unsafe_dir"
+
+
+def test_audit_takes_metadata_fields_only(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path)
+    audit.record("end", session="web", bytes_in=3, bytes_out=4, end="exit", status=0)
+    with pytest.raises(ValueError, match="not metadata"):
+        audit.record("end", output="secret screen")
+    (record,) = audit.records()
+    assert record["event"] == "end" and record["bytes_out"] == 4

@@ -1,0 +1,65 @@
+"""Key files: created private on first use; unsafe ones refused."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbridge.terminals import keys
+from sandbridge.terminals.keys import KeyFileError
+
+
+@pytest.fixture(autouse=True)
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    return tmp_path / "cfg" / "sandbridge"
+
+
+def test_owner_key_is_created_once_0600_in_a_0700_dir(config: Path) -> None:
+    first = keys.owner_key()
+    assert os.stat(config).st_mode & 0o777 == 0o700
+    assert os.stat(config / "owner.key").st_mode & 0o777 == 0o600
+    assert keys.public_hex(keys.owner_key()) == keys.public_hex(first)
+
+
+def test_a_key_file_readable_by_others_is_refused(config: Path) -> None:
+    keys.owner_key()
+    os.chmod(config / "owner.key", 0o644)
+    with pytest.raises(KeyFileError, match="mode 644"):
+        keys.owner_key()
+
+
+def test_a_symlinked_key_file_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real.key"
+    keys.create_key(real)
+    (tmp_path / "link.key").symlink_to(real)
+    with pytest.raises(KeyFileError):
+        keys.load_key(tmp_path / "link.key")
+
+
+def test_a_foreign_key_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "k.key"
+    keys.create_key(path)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(KeyFileError, match="owned by uid 65534"):
+        keys.load_key(path)
+
+
+def test_garbage_in_a_key_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "k.key"
+    path.write_text("not a key\n")
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError, match="does not hold"):
+        keys.load_key(path)
+
+
+def test_requesters_file_adds_keys_and_refuses_bad_lines(config: Path, tmp_path: Path) -> None:
+    other = keys.create_key(tmp_path / "other.key")
+    config.mkdir(parents=True, mode=0o700)
+    (config / "requesters").write_text(f"# team\n{keys.public_hex(other)}  # alice\n")
+    assert keys.public_hex(other) in keys.allowed_requesters()
+    (config / "requesters").write_text("nothex\n")
+    with pytest.raises(KeyFileError, match="line 1"):
+        keys.allowed_requesters()
