@@ -134,3 +134,26 @@ def test_sandbridge_shim_reports_an_unreachable_app(relay: Relay) -> None:
     )
     assert answer["ok"] is False
     assert "127.0.0.1" in str(answer["error"])
+
+
+def test_sandbridge_shim_drops_what_connection_names_from_a_v1_request(
+    relay: Relay, app_port: int
+) -> None:
+    answer = _v1_host_exchange(
+        relay.runtime_dir / "upstream.sock",
+        {
+            "type": "http_request",
+            "port": app_port,
+            "base_path": "/",
+            "method": "GET",
+            "path": "/echo",
+            "headers": [["connection", "x-hop"], ["x-hop", "1"], ["x-kept", "2"]],
+            "body_base64": None,
+        },
+    )
+    names = {
+        name.lower()
+        for name, _ in json.loads(base64.b64decode(str(answer["body_base64"])))["headers"]
+    }
+    assert "x-kept" in names
+    assert "x-hop" not in names

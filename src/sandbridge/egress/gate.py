@@ -48,10 +48,10 @@ from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol.http.fields import field_values
 from sandbridge.protocol.http.forwarding import (
-    HOP_BY_HOP,
     LAST_CHUNK,
     Framing,
     encode_chunk,
+    end_to_end_fields,
     request_framing,
 )
 from sandbridge.protocol.http.parser import (
@@ -377,17 +377,8 @@ class EgressGate:
     ) -> None:
         """Send the request in origin form, then its body by its framing; stop after it."""
         framing = request_framing(head.headers)
-        connection_tokens = {
-            token.strip().lower()
-            for value in field_values(head.headers, b"connection")
-            for token in value.split(b",")
-        }
         lines = [head.method + b" " + path + b" HTTP/1.1"]
-        for name, value in head.headers:
-            lowered = name.lower()
-            if lowered in HOP_BY_HOP or lowered in connection_tokens:
-                continue
-            lines.append(name + b": " + value)
+        lines.extend(name + b": " + value for name, value in end_to_end_fields(head.headers))
         if framing is Framing.CHUNKED:
             lines.append(b"Transfer-Encoding: chunked")
         lines.append(b"Connection: close")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from sandbridge.exceptions import SandbridgeError
+from sandbridge.protocol.authority import AuthorityError, split_host_port
 
 ALLOW_FILE = Path(".sandbridge") / "allow"
 CONFIG_FILE = Path(".sandbridge") / "config"
@@ -165,27 +166,11 @@ class Policy:
 # --- parsing --------------------------------------------------------------------------
 
 
-def _parse_port(text: str, where: str) -> int:
-    # ASCII digits only and at most five of them: int() of anything else may fail or crawl.
-    if not (len(text) <= 5 and text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
-        raise PolicyError(f"{where}: port must be 1..65535, got {text[:20]!r}")
-    return int(text)
-
-
 def _split_host_port(text: str, where: str) -> tuple[str, int | None]:
-    if text.startswith("["):
-        inner, bracket, rest = text[1:].partition("]")
-        if not bracket:
-            raise PolicyError(f"{where}: unclosed '[' in {text!r}")
-        if rest and not rest.startswith(":"):
-            raise PolicyError(f"{where}: expected ':PORT' after ']' in {text!r}")
-        return f"[{inner}]", _parse_port(rest[1:], where) if rest else None
-    host, colon, port = text.rpartition(":")
-    if not colon:
-        return text, None
-    if ":" in host:
-        raise PolicyError(f"{where}: write an IPv6 address in brackets, like [::1]:443: {text!r}")
-    return host, _parse_port(port, where)
+    try:
+        return split_host_port(text)
+    except AuthorityError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
 
 
 def parse_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -27,7 +27,7 @@ from sandbridge.aio.unix_sockets import Pump, bind_unix_socket, close_writer
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import stream, v1
 from sandbridge.protocol.http.base_path import apply_base_path
-from sandbridge.protocol.http.forwarding import HOP_BY_HOP
+from sandbridge.protocol.http.forwarding import FRAMING, end_to_end_fields
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, ResponseHead, ResponseReader
 from sandbridge.protocol.jsonline import LineReader, decode_object
 from sandbridge.protocol.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES, V1_EXCHANGE_TIMEOUT
@@ -278,11 +278,8 @@ async def _exchange_v1(request: v1.V1Request) -> v1.V1Response:
     """One buffered HTTP/1.1 exchange with the app, for a v1 request."""
     path = apply_base_path(request.path, request.base_path)
     lines = [f"{request.method} {path} HTTP/1.1".encode("ascii")]
-    framing_fields = {b"content-length", b"transfer-encoding", b"connection"}
     lines.extend(
-        name + b": " + value
-        for name, value in request.headers
-        if name.lower() not in HOP_BY_HOP and name.lower() not in framing_fields
+        name + b": " + value for name, value in end_to_end_fields(request.headers, FRAMING)
     )
     if request.body or request.method in ("POST", "PUT", "PATCH"):
         lines.append(b"Content-Length: %d" % len(request.body))
@@ -305,11 +302,7 @@ async def _exchange_v1(request: v1.V1Request) -> v1.V1Response:
                         raise WireError(f"response body over the v1 limit of {MAX_V1_BODY_BYTES}")
                     body += event.data
                 elif event is MESSAGE_END and head is not None:
-                    headers = [
-                        (name, value)
-                        for name, value in head.headers
-                        if name.lower() not in HOP_BY_HOP and name.lower() not in framing_fields
-                    ]
+                    headers = end_to_end_fields(head.headers, FRAMING)
                     return v1.V1Response(
                         head.status, head.reason.decode("latin-1"), headers, bytes(body)
                     )

@@ -14,6 +14,7 @@ from sandbridge.protocol.http.forwarding import (
     UpstreamRequest,
     build_browser_response,
     build_upstream_request,
+    end_to_end_fields,
     error_response,
 )
 from sandbridge.protocol.http.origin_policy import AppOrigin, origins_of
@@ -144,6 +145,28 @@ def test_error_response_is_complete_and_plain_text() -> None:
     raw = error_response(502, "app down")
     assert raw.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
     assert raw.endswith(b"\r\n\r\nsandbridge: app down\n")
+
+
+@pytest.mark.parametrize(
+    ("status", "phrase"),
+    [(408, b"Request Timeout"), (421, b"Misdirected Request"), (503, b"Service Unavailable")],
+)
+def test_every_refusal_has_its_standard_reason_phrase(status: int, phrase: bytes) -> None:
+    assert error_response(status, "x").startswith(b"HTTP/1.1 %d %s\r\n" % (status, phrase))
+
+
+def test_end_to_end_fields_drop_hop_by_hop_and_connection_named_ones() -> None:
+    headers = [
+        (b"Connection", b"keep-alive, X-Secret"),
+        (b"X-Secret", b"1"),
+        (b"Keep-Alive", b"timeout=5"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"Proxy-Authorization", b"Basic eA=="),
+        (b"Content-Length", b"3"),
+        (b"Accept", b"*/*"),
+    ]
+    assert end_to_end_fields(headers) == [(b"Content-Length", b"3"), (b"Accept", b"*/*")]
+    assert end_to_end_fields(headers, frozenset({b"content-length"})) == [(b"Accept", b"*/*")]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from http import HTTPStatus
 
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.base_path import apply_base_path
@@ -48,7 +49,7 @@ FORWARDING_FIELDS = frozenset(
         b"x-real-ip",
     }
 )
-_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 DEFAULT_REFERRER_POLICY = b"Referrer-Policy: same-origin"
 
 
@@ -107,7 +108,7 @@ _LOOKED_UP = frozenset(
     }
 )
 _LOCATIONS = frozenset({b"location", b"content-location"})
-_NOT_END_TO_END = HOP_BY_HOP | _FRAMING
+_NOT_END_TO_END = HOP_BY_HOP | FRAMING
 _NOT_FORWARDED = _NOT_END_TO_END | FORWARDING_FIELDS | {b"host"}
 
 
@@ -146,6 +147,17 @@ def _end_to_end(
         return kept
     named = _connection_tokens(connection)
     return [field for field in kept if field[0] not in named]
+
+
+def end_to_end_fields(
+    headers: Headers, also_dropped: frozenset[bytes] = frozenset()
+) -> list[tuple[bytes, bytes]]:
+    """The fields of a head that go on to the next hop: none that is hop-by-hop, named by
+    its ``Connection`` field, or in ``also_dropped`` (lower-case names). Every hop that
+    rewrites a head (the relay both ways, the shim's v1 exchange, the egress proxy)
+    drops fields through this."""
+    found, kept = _scan(headers, HOP_BY_HOP | also_dropped)
+    return [(name, value) for _, name, value in _end_to_end(found, kept)]
 
 
 def _framing_of(found: dict[bytes, list[bytes]]) -> Framing:
@@ -469,25 +481,19 @@ def encode_chunk(data: bytes) -> bytes:
 LAST_CHUNK = b"0\r\n\r\n"
 
 
+def reason_phrase(status: int) -> bytes:
+    """The standard reason phrase of ``status`` (the standard library's table)."""
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b"Unknown"
+
+
 def error_response(status: int, message: str, *, keep_alive: bool = False) -> bytes:
     """A complete plain-text response the relay itself sends when it refuses a request."""
-    reasons = {
-        400: b"Bad Request",
-        403: b"Forbidden",
-        404: b"Not Found",
-        405: b"Method Not Allowed",
-        413: b"Content Too Large",
-        414: b"URI Too Long",
-        421: b"Misdirected Request",
-        431: b"Request Header Fields Too Large",
-        501: b"Not Implemented",
-        502: b"Bad Gateway",
-        503: b"Service Unavailable",
-        505: b"HTTP Version Not Supported",
-    }
     body = f"sandbridge: {message}\n".encode("utf-8", "replace")
     head = [
-        b"HTTP/1.1 %d " % status + reasons.get(status, b"Error"),
+        b"HTTP/1.1 %d " % status + reason_phrase(status),
         b"Content-Type: text/plain; charset=utf-8",
         b"Content-Length: %d" % len(body),
         b"Cache-Control: no-store",

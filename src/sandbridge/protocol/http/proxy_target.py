@@ -8,6 +8,7 @@ Whether the destination is allowed is the policy's question, not this module's.
 from __future__ import annotations
 
 from sandbridge.exceptions import HttpError
+from sandbridge.protocol.authority import AuthorityError, split_host_port
 from sandbridge.protocol.http.forwarding import error_response
 
 
@@ -17,20 +18,15 @@ def split_authority(authority: bytes, default_port: int | None) -> tuple[str, in
         text = authority.decode("ascii")
     except UnicodeDecodeError:
         raise HttpError(400, f"host {authority[:100]!r} is not ASCII") from None
-    if text.startswith("["):
-        host, bracket, rest = text.partition("]")
-        host += bracket
-    else:
-        host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
-        rest = f":{port_text}" if ":" in text else ""
+    try:
+        host, port = split_host_port(text)
+    except AuthorityError as exc:
+        what = "port" if exc.port_text is not None else "host"
+        raise HttpError(400, f"bad {what} in {text[:100]!r}") from None
     if not host or any(c in host for c in "/@?# "):
         raise HttpError(400, f"bad host {text[:100]!r}")
-    if rest:
-        port_text = rest[1:]
-        digits = len(port_text) <= 5 and port_text.isascii() and port_text.isdigit()
-        if not digits or not 1 <= int(port_text) <= 65535:
-            raise HttpError(400, f"bad port in {text[:100]!r}")
-        return host, int(port_text)
+    if port is not None:
+        return host, port
     if default_port is None:
         raise HttpError(400, f"CONNECT target {text[:100]!r} needs a port")
     return host, default_port
