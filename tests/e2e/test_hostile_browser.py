@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -260,6 +261,34 @@ def test_slowloris_head_gets_408_within_the_header_timeout(session: Session) -> 
             sock.send(b"1")  # a byte now and then: not enough to finish the head
         assert status_of(answer) == 408
         assert time.monotonic() - started < 5
+
+
+def test_a_browser_gone_mid_body_frees_its_exchange_at_once(tmp_path: Path) -> None:
+    """A client that sends part of a declared body and closes can never complete its
+    request: the app's connection is dropped then, not after the response timeout (the
+    app would wait for the rest, holding a connection on both sides per such client)."""
+    session = Session(tmp_path, "--response-timeout", "60")
+    try:
+        host_pid = session.process.popen.pid
+        descriptors = lambda: len(os.listdir(f"/proc/{host_pid}/fd"))  # noqa: E731
+        before = descriptors()
+        started = time.monotonic()
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", session.port), timeout=10) as sock:
+                sock.sendall(
+                    head(session.port, "Content-Length: 1000000\r\n", "POST", "/upload")
+                    + b"x" * 10_000
+                )
+        # Observation with a deadline far below the response timeout, not a sleep.
+        while descriptors() > before and time.monotonic() - started < 10:
+            time.sleep(0.05)
+        assert descriptors() <= before, f"{descriptors()} descriptors, {before} before"
+        assert (
+            status_of(raw_exchange(session.port, head(session.port, "Connection: close\r\n")))
+            == 200
+        )
+    finally:
+        session.process.stop()
 
 
 def test_connection_caps_per_app_and_per_session(tmp_path: Path) -> None:

@@ -786,6 +786,10 @@ class AppListener:
         while True:
             event = await browser.next_event()
             if event is None:
+                # The request can never be completed: drop the app's connection now, or
+                # the app waits for the rest of the body (and the relay for its answer)
+                # until the response timeout, holding both connections.
+                upstream.channel.abort()
                 raise OSError("browser closed the connection mid-request")
             if event is MESSAGE_END:
                 if chunked:
