@@ -270,7 +270,10 @@ def test_a_browser_gone_mid_body_frees_its_exchange_at_once(tmp_path: Path) -> N
     session = Session(tmp_path, "--response-timeout", "60")
     try:
         host_pid = session.process.popen.pid
-        descriptors = lambda: len(os.listdir(f"/proc/{host_pid}/fd"))  # noqa: E731
+
+        def descriptors() -> int:
+            return len(os.listdir(f"/proc/{host_pid}/fd"))
+
         before = descriptors()
         started = time.monotonic()
         for _ in range(5):
