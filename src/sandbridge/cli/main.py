@@ -27,14 +27,14 @@ from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
 from sandbridge.relay import settings as relay_settings
 from sandbridge.relay.app_listener import App
 from sandbridge.relay.settings import RelaySettings
-from sandbridge.relay.upstream import Protocol
+from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.mounts import Mount, parse_mount
 from sandbridge.sandbox.project import project_root
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
-from sandbridge.session.host import HostSession
+from sandbridge.session.lifecycle import SessionOptions, open_session
 from sandbridge.session.run import default_home, run_session, stdin_is_terminal
 
 
@@ -312,32 +312,21 @@ def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
         settings = _settings(args)
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
-        try:
-            entry = SessionEntry.create(args.name, Path.cwd())
-        except BaseException:
-            runtime_dir.remove()
-            raise
-        if entry.note is not None:
-            print(f"sandbridge: {entry.note}", file=sys.stderr, flush=True)
-        session = HostSession(
-            runtime_dir,
-            protocol=Protocol(args.protocol),
-            on_register=_print_app,
+        options = SessionOptions(
+            workdir=Path.cwd(),
+            name=args.name,
+            protocol=ForwardingMode(args.protocol),
             settings=settings,
-            entry=entry,
+            on_register=_print_app,
         )
-        try:
-            await session.start()
-            _print_session(entry)
+        async with open_session(runtime_dir, options) as session:
+            _print_session(session.entry)
             print(
                 f"sandbridge: serving registrations on {runtime_dir.relay_socket}",
                 file=sys.stderr,
                 flush=True,
             )
             return await _until_signalled()
-        finally:
-            await session.close()
-            entry.remove()
 
     return event_loop.run(serve())
 
@@ -405,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     host.add_argument(
         "--protocol",
-        choices=[p.value for p in Protocol],
+        choices=[p.value for p in ForwardingMode],
         default="auto",
         help="forwarding protocol the shim speaks (auto: stream, else v1)",
     )

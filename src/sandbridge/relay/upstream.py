@@ -33,7 +33,7 @@ from sandbridge.relay.channel import Channel
 UNIX_BUFFER_BYTES = 256 * 1024
 
 
-class Protocol(enum.Enum):
+class ForwardingMode(enum.Enum):
     """Which forwarding protocol the session's shim speaks."""
 
     AUTO = "auto"
@@ -154,19 +154,19 @@ async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Chan
 class UpstreamConnector:
     """Opens upstream connections for a session, remembering which protocol works."""
 
-    def __init__(self, socket_path: Path, protocol: Protocol = Protocol.AUTO) -> None:
+    def __init__(self, socket_path: Path, protocol: ForwardingMode = ForwardingMode.AUTO) -> None:
         self.socket_path = socket_path
         self.protocol = protocol
 
     async def open(self, port: int) -> tuple[Channel, bytes] | None:
         """Open a stream to ``port``; ``None`` means: use v1 for this session."""
-        if self.protocol is Protocol.V1:
+        if self.protocol is ForwardingMode.V1:
             return None
         try:
             return await open_stream(self.socket_path, port)
         except stream.NotStreamCapable:
-            if self.protocol is Protocol.STREAM:
+            if self.protocol is ForwardingMode.STREAM:
                 raise UpstreamError("shim does not speak stream mode") from None
             log.info("upstream.v1_fallback", socket=str(self.socket_path))
-            self.protocol = Protocol.V1
+            self.protocol = ForwardingMode.V1
             return None

@@ -14,7 +14,7 @@ from sandbridge.protocol.registration import RegisterRequest
 from sandbridge.relay.app_listener import App, AppListener
 from sandbridge.relay.registration_server import RegistrationServer
 from sandbridge.relay.settings import RelaySettings, SessionScope
-from sandbridge.relay.upstream import Protocol, UpstreamConnector
+from sandbridge.relay.upstream import ForwardingMode, UpstreamConnector
 
 OnRegister = Callable[[App], None]
 
@@ -24,7 +24,7 @@ class HostSession:
     """Everything the host runs for one sandbox; :meth:`close` removes all of it."""
 
     runtime_dir: RuntimeDir
-    protocol: Protocol = Protocol.AUTO
+    protocol: ForwardingMode = ForwardingMode.AUTO
     on_register: OnRegister | None = None
     settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)

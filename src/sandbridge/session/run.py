@@ -19,27 +19,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandbridge import log
-from sandbridge.egress.gate import EgressGate
-from sandbridge.egress.log import LOG_NAME, EgressLog
-from sandbridge.egress.policy import NetMode, Policy
+from sandbridge.egress.policy import Policy
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.protocol.contract import EGRESS_SOCKET
 from sandbridge.relay.app_listener import App
 from sandbridge.relay.settings import RelaySettings
-from sandbridge.relay.upstream import Protocol
+from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox.backend import sandbox_argv
 from sandbridge.sandbox.spec import SandboxSpec
-from sandbridge.session.host import HostSession
-from sandbridge.terminals.broker import TerminalBroker
-from sandbridge.terminals.settings import TerminalSettings
+from sandbridge.session.lifecycle import SessionOptions, open_session
 
 
 async def run_session(
     spec_factory: Callable[[Path], SandboxSpec],
     backend: str,
     *,
-    protocol: Protocol = Protocol.STREAM,
+    protocol: ForwardingMode = ForwardingMode.STREAM,
     on_register: Callable[[App], None] | None = None,
     runtime_path: Path | None = None,
     settings: RelaySettings | None = None,
@@ -48,55 +43,50 @@ async def run_session(
     policy: Policy | None = None,
 ) -> int:
     """Run one sandbox session named ``name`` (else a random id); return the exit status."""
-    terminal_settings = TerminalSettings.from_env()
     runtime_dir = RuntimeDir.create(runtime_path)
     # The host's private channel to the sandbox entry, for starting terminal workers: an
     # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
     host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    spec = dataclasses.replace(spec_factory(runtime_dir.path), terminal_fd=sandbox_end.fileno())
-    try:
-        entry = SessionEntry.create(name, spec.workdir)
-    except BaseException:
-        runtime_dir.remove()
-        host_end.close()
-        sandbox_end.close()
-        raise
-    for note in (runtime_dir.note, entry.note):
-        if note is not None:
-            print(f"sandbridge: {note}", file=sys.stderr, flush=True)
-    session = HostSession(
-        runtime_dir,
-        protocol=protocol,
-        on_register=on_register,
-        settings=RelaySettings() if settings is None else settings,
-        entry=entry,
-    )
-    gate: EgressGate | None = None
-    if policy is not None and policy.mode.value is NetMode.ALLOW:
-        egress_log = EgressLog(entry.path / LOG_NAME)
-        gate = EgressGate(runtime_dir.path / EGRESS_SOCKET, policy, egress_log)
-    broker = TerminalBroker(entry, host_end, terminal_settings)
-    try:
-        await session.start()
-        if gate is not None:
-            await gate.start()
-        await broker.start()
-        if on_session is not None:
-            on_session(entry)
-        argv = sandbox_argv(backend, spec)
-        log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
-        process = await asyncio.create_subprocess_exec(*argv, pass_fds=(sandbox_end.fileno(),))
-        sandbox_end.close()
-        stop = asyncio.Event()
-        received: list[int] = []
-        loop = asyncio.get_running_loop()
+    with host_end, sandbox_end:
+        try:
+            spec = dataclasses.replace(
+                spec_factory(runtime_dir.path), terminal_fd=sandbox_end.fileno()
+            )
+        except BaseException:
+            runtime_dir.remove()
+            raise
+        options = SessionOptions(
+            workdir=spec.workdir,
+            name=name,
+            protocol=protocol,
+            settings=settings,
+            on_register=on_register,
+            policy=policy,
+            terminal_channel=host_end,
+        )
+        async with open_session(runtime_dir, options) as session:
+            if on_session is not None:
+                on_session(session.entry)
+            argv = sandbox_argv(backend, spec)
+            log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
+            process = await asyncio.create_subprocess_exec(*argv, pass_fds=(sandbox_end.fileno(),))
+            sandbox_end.close()
+            return await _until_exit_or_signal(process)
 
-        def on_signal(signum: int) -> None:
-            received.append(signum)
-            stop.set()
 
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(signum, on_signal, signum)
+async def _until_exit_or_signal(process: asyncio.subprocess.Process) -> int:
+    """The sandbox's exit status, or 128 + the signal that stopped the session first."""
+    stop = asyncio.Event()
+    received: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
         waiter = asyncio.create_task(process.wait())
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -107,18 +97,12 @@ async def run_session(
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
         status = await waiter
+    finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(signum)
-        if received:
-            return 128 + received[0]
-        return 128 - status if status < 0 else status
-    finally:
-        sandbox_end.close()
-        await broker.close()
-        if gate is not None:
-            await gate.close()
-        await session.close()
-        entry.remove()
+    if received:
+        return 128 + received[0]
+    return 128 - status if status < 0 else status
 
 
 def default_home() -> Path:

@@ -1,0 +1,97 @@
+"""One session's host side, from its registry entry to its teardown.
+
+``sandbridge run`` and ``sandbridge host`` (a sandbox another runtime starts) share
+this: :func:`open_session` owns the runtime dir it is given and the session's registry
+entry, and starts what the session serves (the registration server and app listeners;
+the egress gate when the policy allows named destinations; the terminal broker when the
+host holds a channel to the sandbox's entry). Leaving the ``async with`` closes all of
+it in the reverse order and removes the entry and the runtime dir, whatever ended it.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbridge.egress.gate import EgressGate
+from sandbridge.egress.log import LOG_NAME, EgressLog
+from sandbridge.egress.policy import NetMode, Policy
+from sandbridge.places.registry import SessionEntry
+from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol.contract import EGRESS_SOCKET
+from sandbridge.relay.app_listener import App
+from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.upstream import ForwardingMode
+from sandbridge.session.host import HostSession
+from sandbridge.terminals.broker import TerminalBroker
+from sandbridge.terminals.settings import TerminalSettings
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """What a session serves, beside its runtime dir."""
+
+    workdir: Path
+    name: str | None = None
+    protocol: ForwardingMode = ForwardingMode.AUTO
+    settings: RelaySettings | None = None
+    on_register: Callable[[App], None] | None = None
+    # The egress gate runs when the policy's mode is ``allow``.
+    policy: Policy | None = None
+    # The host's end of the private channel to the sandbox's entry: terminals need it.
+    terminal_channel: socket.socket | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    entry: SessionEntry
+    host: HostSession
+    runtime_dir: RuntimeDir
+
+
+@asynccontextmanager
+async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> AsyncIterator[Session]:
+    """Register the session and start what it serves; on exit stop all of it and remove
+    the entry and ``runtime_dir``."""
+    try:
+        entry = SessionEntry.create(options.name, options.workdir)
+    except BaseException:
+        runtime_dir.remove()
+        raise
+    for note in (runtime_dir.note, entry.note):
+        if note is not None:
+            print(f"sandbridge: {note}", file=sys.stderr, flush=True)
+    host = HostSession(
+        runtime_dir,
+        protocol=options.protocol,
+        on_register=options.on_register,
+        settings=RelaySettings() if options.settings is None else options.settings,
+        entry=entry,
+    )
+    gate: EgressGate | None = None
+    policy = options.policy
+    if policy is not None and policy.mode.value is NetMode.ALLOW:
+        gate = EgressGate(
+            runtime_dir.path / EGRESS_SOCKET, policy, EgressLog(entry.path / LOG_NAME)
+        )
+    broker: TerminalBroker | None = None
+    if options.terminal_channel is not None:
+        broker = TerminalBroker(entry, options.terminal_channel, TerminalSettings.from_env())
+    try:
+        await host.start()
+        if gate is not None:
+            await gate.start()
+        if broker is not None:
+            await broker.start()
+        yield Session(entry, host, runtime_dir)
+    finally:
+        if broker is not None:
+            await broker.close()
+        if gate is not None:
+            await gate.close()
+        await host.close()
+        entry.remove()
