@@ -75,7 +75,7 @@ async def run_session(
     if policy is not None and policy.mode.value is NetMode.ALLOW:
         egress_log = EgressLog(entry.path / LOG_NAME)
         gate = EgressGate(runtime_dir.path / EGRESS_SOCKET, policy, egress_log)
-    broker = TerminalBroker(entry, host_end, terminal_settings)
+    broker = TerminalBroker(entry.id, entry.control_socket, host_end, terminal_settings)
     try:
         await session.start()
         if gate is not None:
