@@ -13,7 +13,8 @@ import pytest
 
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.unix_sockets import bind_unix_socket
-from sandbridge.terminals.broker import ControlRefusal, _worker_socket
+from sandbridge.terminals.control_line import ControlRefusal
+from sandbridge.terminals.sandbox_channel import worker_socket
 
 LINGER_600 = struct.pack("ii", 1, 600)
 # A release is a queue put: far below this even on a loaded machine; the close it
@@ -111,6 +112,6 @@ def test_host_listeners_refuse_descriptors(tmp_path: Path) -> None:
 def test_a_terminal_worker_must_be_a_unix_stream_socket(sink: socket.socket) -> None:
     fd = lingering_socket(sink).detach()
     with pytest.raises(ControlRefusal, match="did not start a worker"):
-        _worker_socket([fd], False)
+        worker_socket([fd], False)
     assert untrusted_fds.settle()
     assert not is_open(fd)

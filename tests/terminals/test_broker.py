@@ -27,13 +27,9 @@ import pytest
 from sandbridge.aio import untrusted_fds
 from sandbridge.places.registry import SessionEntry
 from sandbridge.terminals import approval, channel, frames, keys
+from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, STOP_MARGIN
 from sandbridge.terminals.attach import attach
-from sandbridge.terminals.broker import (
-    FINAL_DRAIN_TIMEOUT,
-    MAX_STORED_REQUESTS,
-    STOP_MARGIN,
-    TerminalBroker,
-)
+from sandbridge.terminals.broker import MAX_STORED_REQUESTS, TerminalBroker
 from sandbridge.terminals.control import ControlError, call, short_path
 from sandbridge.terminals.frames import Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal
@@ -174,7 +170,9 @@ def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behavi
         entry = SessionEntry.create("web", tmp_path)
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sandbox_end.setblocking(False)
-        broker = TerminalBroker(entry, host_end, TerminalSettings(ready_budget=3.0))
+        broker = TerminalBroker(
+            entry.id, entry.control_socket, host_end, TerminalSettings(ready_budget=3.0)
+        )
         await broker.start()
         loop = asyncio.get_running_loop()
         try:
@@ -219,7 +217,9 @@ def test_a_worker_ending_with_a_malformed_reason_is_audited_as_unknown(tmp_path:
         entry = SessionEntry.create("web", tmp_path)
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sandbox_end.setblocking(False)
-        broker = TerminalBroker(entry, host_end, TerminalSettings(ready_budget=3.0))
+        broker = TerminalBroker(
+            entry.id, entry.control_socket, host_end, TerminalSettings(ready_budget=3.0)
+        )
         await broker.start()
         loop = asyncio.get_running_loop()
         stdin_read, stdin_write = os.pipe()
@@ -273,7 +273,7 @@ async def _exchange(entry: SessionEntry, *lines: bytes) -> list[dict[str, object
 def test_a_deeply_nested_control_line_is_refused_as_malformed(tmp_path: Path) -> None:
     async def scenario() -> None:
         entry = SessionEntry.create("web", tmp_path)
-        broker = TerminalBroker(entry, None)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
         await broker.start()
         try:
             [answer] = await _exchange(entry, b"[" * 16000)
@@ -294,7 +294,7 @@ def test_an_attach_proof_whose_size_is_not_an_integer_is_refused_as_malformed(
     async def scenario() -> None:
         entry = SessionEntry.create("web", tmp_path)
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        broker = TerminalBroker(entry, host_end)
+        broker = TerminalBroker(entry.id, entry.control_socket, host_end)
         await broker.start()
         try:
             request_id = await _approved_request(keys.owner_key())
@@ -324,7 +324,7 @@ def test_a_revoked_worker_that_never_reads_its_link_is_cut_off(tmp_path: Path) -
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sandbox_end.setblocking(False)
         settings = TerminalSettings(ready_budget=3.0, refresh=0.1, hangup_grace=0.1)
-        broker = TerminalBroker(entry, host_end, settings)
+        broker = TerminalBroker(entry.id, entry.control_socket, host_end, settings)
         await broker.start()
         loop = asyncio.get_running_loop()
         host_link, worker_link = socket.socketpair()
@@ -397,7 +397,7 @@ def test_a_revoked_worker_that_never_reads_its_link_is_cut_off(tmp_path: Path) -
 def test_finished_requests_are_forgotten_oldest_first_past_the_bound(tmp_path: Path) -> None:
     async def scenario() -> None:
         entry = SessionEntry.create("web", tmp_path)
-        broker = TerminalBroker(entry, None)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
         await broker.start()
         try:
             owner = keys.owner_key()

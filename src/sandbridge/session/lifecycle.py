@@ -80,7 +80,9 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
         )
     broker: TerminalBroker | None = None
     if options.terminal_channel is not None:
-        broker = TerminalBroker(entry, options.terminal_channel, TerminalSettings.from_env())
+        broker = TerminalBroker(
+            entry.id, entry.control_socket, options.terminal_channel, TerminalSettings.from_env()
+        )
     try:
         await host.start()
         if gate is not None:
