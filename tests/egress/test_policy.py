@@ -8,17 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.egress.decision import check_addresses, host_service_decision, match_destination
 from sandbridge.egress.policy import (
     PROXY_PORT,
     NetMode,
     Policy,
     PolicyError,
-    check_addresses,
     describe,
-    host_service_decision,
     load_policy,
     mask_credentials,
-    match_destination,
 )
 
 

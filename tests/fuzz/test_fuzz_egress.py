@@ -11,13 +11,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from sandbridge.egress.decision import match_destination, normalise_host
 from sandbridge.egress.policy import (
     DEFAULT_PORTS,
     PolicyError,
     format_entry,
     load_policy,
-    match_destination,
-    normalise_host,
     parse_entry,
 )
 from sandbridge.exceptions import HttpError, WireError

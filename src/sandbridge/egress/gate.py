@@ -33,17 +33,15 @@ from sandbridge.aio.unix_sockets import (
     linger_close,
     read_line,
 )
-from sandbridge.egress.log import EgressLog
-from sandbridge.egress.policy import (
-    PROXY_PORT,
+from sandbridge.egress.decision import (
     Decision,
-    Policy,
     check_addresses,
     embedded_ipv4,
     host_service_decision,
     match_destination,
-    parse_ip,
 )
+from sandbridge.egress.log import EgressLog
+from sandbridge.egress.policy import PROXY_PORT, Policy, parse_ip
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol.http.fields import field_values
