@@ -16,7 +16,7 @@ import pytest
 
 from sandbridge.places.registry import session_path
 from sandbridge.protocol.contract import runtime_base
-from sandbridge.sandbox import protected_paths
+from sandbridge.sandbox import deny_list
 from sandbridge.terminals import keys
 from tests.conftest import ECHO_APP, PYTHON, REPO, Process, run_argv
 
@@ -196,9 +196,7 @@ def victims() -> Iterator[list[Victim]]:
         victim.process.stop()
 
 
-PROTECTED = {
-    Path(entry.path) for entry in (*protected_paths.PROJECT_ENTRIES, *protected_paths.HOME_ENTRIES)
-}
+PROTECTED = {Path(entry.path) for entry in (*deny_list.PROJECT_ENTRIES, *deny_list.HOME_ENTRIES)}
 
 
 def _placeholders(home: Path, new: set[Path]) -> set[Path]:

@@ -39,17 +39,17 @@ from pathlib import Path
 
 from sandbridge.exceptions import SandboxError
 from sandbridge.sandbox import host_git
+from sandbridge.sandbox.deny_list import HOME_ENTRIES, PROJECT_ENTRIES, Entry
 from sandbridge.sandbox.mounts import Mount
+from sandbridge.sandbox.repositories import (
+    first_line,
+    git_dirs_below,
+    gitdir_of,
+    is_bare_git_dir,
+    nested_repositories,
+    path_value,
+)
 
-# How far below a writable mount sandbridge looks for other repositories (vendored
-# checkouts, nested projects) whose git dirs need the same protection as the project's,
-# and how many directories it reads at most doing so: enough for a project's layout,
-# bounded for a home directory or a huge tree.
-NESTED_REPO_DEPTH = 4
-MAX_SCANNED_DIRS = 20_000
-# Directories never searched for nested repositories: big, generated, never a checkout
-# the owner runs git in (a git dir's own insides are protected as a git dir).
-UNSCANNED_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__", "target"})
 # What a git dir holds that the owner's git runs or obeys: its config (fsmonitor, hooks
 # path, filters, aliases, includes), hooks, info/ (exclude hides files from review,
 # attributes), commondir (moves the config elsewhere), gitdir (a worktree's way back).
@@ -59,69 +59,6 @@ GIT_DIR_DIRS = ("hooks", "info")
 MAX_NAMED_FILES = 5
 # A missing commondir would redirect the owner's git; "." names the git dir itself.
 COMMONDIR_PLACEHOLDER = b".\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One built-in deny-list entry, relative to a project (or home) directory."""
-
-    path: str
-    directory: bool
-    reason: str
-
-
-# Relative to every project directory in a writable mount (the project root, the workdir,
-# each writable --bind, every nested repository). docs/security.md gives each reason.
-PROJECT_ENTRIES = (
-    Entry(".sandbridge", True, "sandbridge's policy: the next run obeys it"),
-    Entry(".gitmodules", False, "submodule URLs and update commands for the owner's git"),
-    Entry(".gitconfig", False, "git config that an include.path may name"),
-    Entry(".husky", True, "husky hook scripts run by the owner's next commit"),
-    Entry(".vscode", True, "tasks.json, settings and launch configs run commands in VS Code"),
-    Entry(".idea", True, "JetBrains run configurations and external tools"),
-    Entry(".cursor", True, "Cursor rules, MCP servers and settings"),
-    Entry(".devcontainer", True, "initializeCommand runs on the host"),
-    Entry(".claude/commands", True, "Claude Code slash commands"),
-    Entry(".claude/agents", True, "Claude Code agents"),
-    Entry(".claude/hooks", True, "Claude Code hook scripts"),
-    Entry(".claude/settings.json", False, "Claude Code hooks and permissions"),
-    Entry(".claude/settings.local.json", False, "Claude Code hooks and permissions"),
-    Entry(".mcp.json", False, "MCP servers are commands the agent host starts"),
-    Entry(".npmrc", False, "script-shell, git, node-options run code on npm install"),
-    Entry(".yarnrc", False, "yarn-path runs any script as yarn"),
-    Entry(".yarnrc.yml", False, "yarnPath and plugins run any JavaScript as yarn"),
-    Entry(".pnpmfile.cjs", False, "pnpm runs its hooks on install"),
-    Entry(".envrc", False, "direnv runs it when the owner enters the directory"),
-    Entry(".ripgreprc", False, "ripgrep options (--pre runs a command per file)"),
-    Entry(".mise.toml", False, "mise runs its hooks and tasks, sets env on entering"),
-    Entry("mise.toml", False, "mise runs its hooks and tasks, sets env on entering"),
-    Entry(".cargo/config.toml", False, "rustc-wrapper, runners, aliases run on cargo build"),
-    Entry(".cargo/config", False, "rustc-wrapper, runners, aliases run on cargo build"),
-    Entry(".mvn", True, "Maven extensions and JVM options load code on mvn"),
-    Entry(".bundle", True, "bundler's local config (usually ignored by git)"),
-)
-# Relative to the owner's home, when a writable mount is or contains it.
-HOME_ENTRIES = (
-    Entry(".bashrc", False, "run by every interactive bash"),
-    Entry(".bash_profile", False, "run by login bash"),
-    Entry(".bash_login", False, "run by login bash"),
-    Entry(".bash_logout", False, "run when login bash exits"),
-    Entry(".profile", False, "run by login shells"),
-    Entry(".zshenv", False, "run by every zsh"),
-    Entry(".zshrc", False, "run by every interactive zsh"),
-    Entry(".zprofile", False, "run by login zsh"),
-    Entry(".zlogin", False, "run by login zsh"),
-    Entry(".gitconfig", False, "the owner's git config"),
-    Entry(".config/git", True, "the owner's git config, attributes and ignores"),
-    Entry(".config/fish", True, "fish start-up files"),
-    Entry(".config/systemd", True, "user services"),
-    Entry(".config/autostart", True, "programs the desktop starts at login"),
-    Entry(".ssh", True, "ssh config (ProxyCommand), keys and rc"),
-    Entry(".npmrc", False, "npm settings that run code"),
-    Entry(".ripgreprc", False, "ripgrep options"),
-    Entry(".claude", True, "Claude Code settings, hooks, commands and agents"),
-    Entry(".claude.json", False, "Claude Code MCP servers"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,13 +203,6 @@ class Protection:
         ]
 
 
-def _path_value(value: str, base: Path) -> Path | None:
-    if not value or "\0" in value:
-        return None
-    path = Path(os.path.expanduser(value))
-    return (path if path.is_absolute() else base / path).resolve()
-
-
 class _Decision:
     """Collects read-only paths, pins and placeholders for one set of writable mounts."""
 
@@ -375,7 +305,7 @@ class _Decision:
             self.git_dir(dot_git.resolve())
         elif dot_git.is_file():
             self.protect(dot_git, "a .git file names the git dir the owner's git uses")
-            target = _gitdir_of(dot_git)
+            target = gitdir_of(dot_git)
             if target is not None:
                 self.git_dir(target)
         elif dot_git.is_dir():
@@ -404,10 +334,10 @@ class _Decision:
                 self.placeholder(path, None, reason)
         common = directory / "commondir"
         if common.is_file() and not common.is_symlink():
-            target = _path_value(_first_line(common), directory)
+            target = path_value(first_line(common), directory)
             if target is not None and target != directory:
                 self.git_dir(target)
-        for sub in _git_dirs_below(directory / "modules"):
+        for sub in git_dirs_below(directory / "modules"):
             self.git_dir(sub)
         worktrees = directory / "worktrees"
         if worktrees.is_dir() and not worktrees.is_symlink():
@@ -421,7 +351,7 @@ class _Decision:
                 self.protect(item.origin, "a git config file the owner's git reads")
             key = item.key
             if key == "core.hookspath":
-                target = _path_value(item.value, top)
+                target = path_value(item.value, top)
                 if target is not None:
                     if target.exists() or target.is_symlink():
                         self.protect(target, "core.hooksPath: hooks the owner's git runs")
@@ -430,10 +360,10 @@ class _Decision:
                 continue
             if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
                 base = item.origin.parent if item.origin is not None else top
-                self.config_file(_path_value(item.value, base), key)
+                self.config_file(path_value(item.value, base), key)
                 continue
             if key in ("core.excludesfile", "core.attributesfile"):
-                self.config_file(_path_value(item.value, top), key)
+                self.config_file(path_value(item.value, top), key)
                 continue
             # fsmonitor, sshCommand, gpg.program, filter and diff drivers, aliases: a
             # value naming a file of the project is a command the owner's git may run. A
@@ -442,7 +372,7 @@ class _Decision:
             for candidate in {item.value, words[0] if words else ""}:
                 if "/" not in candidate:
                     continue
-                path = _path_value(candidate, top)
+                path = path_value(candidate, top)
                 if path is not None and path.is_file():
                     self.protect(path, f"named by the owner's git config ({key})")
 
@@ -506,76 +436,6 @@ class _Decision:
             repositories=frozenset(self.repositories),
             git=self.git,
         )
-
-
-def _first_line(path: Path) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            return file.readline(4096).strip()
-    except OSError:
-        return ""
-
-
-def _gitdir_of(dot_git_file: Path) -> Path | None:
-    line = _first_line(dot_git_file)
-    if not line.startswith("gitdir:"):
-        return None
-    return _path_value(line.removeprefix("gitdir:").strip(), dot_git_file.parent)
-
-
-def _git_dirs_below(modules: Path) -> Iterable[Path]:
-    """Submodule git dirs under ``modules`` (names may hold slashes: nested dirs)."""
-    if not modules.is_dir() or modules.is_symlink():
-        return
-    pending = [modules]
-    while pending:
-        directory = pending.pop()
-        for child in sorted(directory.iterdir()):
-            if child.is_symlink() or not child.is_dir():
-                continue
-            if (child / "HEAD").exists():
-                yield child
-            else:
-                pending.append(child)
-
-
-def is_bare_git_dir(directory: Path) -> bool:
-    """What git takes for a git dir when run inside it (``HEAD``, ``objects/``, ``refs/``):
-    a "bare repository" whose config git obeys (CVE-2022-24765's class). A directory the
-    owner cannot look into is not one their git would use."""
-    try:
-        return (
-            (directory / "HEAD").is_file()
-            and (directory / "objects").is_dir()
-            and (directory / "refs").is_dir()
-        )
-    except OSError:
-        return False
-
-
-def nested_repositories(source: Path) -> list[Path]:
-    """Directories at or below ``source`` with a ``.git``, or that are bare git dirs,
-    within the scan's bounds."""
-    found: list[Path] = []
-    level = [source]
-    scanned = 0
-    for _ in range(NESTED_REPO_DEPTH + 1):
-        following = []
-        for directory in level:
-            scanned += 1
-            if scanned > MAX_SCANNED_DIRS:
-                return found
-            if os.path.lexists(directory / ".git") or is_bare_git_dir(directory):  # no raise
-                found.append(directory)
-            try:
-                children = list(os.scandir(directory))
-            except OSError:
-                continue
-            for child in children:
-                if child.name not in UNSCANNED_DIRS and child.is_dir(follow_symlinks=False):
-                    following.append(Path(child.path))
-        level = following
-    return found
 
 
 def decide(

@@ -1,0 +1,96 @@
+"""Where git keeps what it obeys: the git dirs in a mount, found by reading files only
+(a ``.git`` file's ``gitdir:``, ``commondir``, submodules' git dirs, bare repositories),
+never by running git on what the sandbox wrote."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+# How far below a writable mount sandbridge looks for other repositories (vendored
+# checkouts, nested projects) whose git dirs need the same protection as the project's,
+# and how many directories it reads at most doing so: enough for a project's layout,
+# bounded for a home directory or a huge tree.
+NESTED_REPO_DEPTH = 4
+MAX_SCANNED_DIRS = 20_000
+# Directories never searched for nested repositories: big, generated, never a checkout
+# the owner runs git in (a git dir's own insides are protected as a git dir).
+UNSCANNED_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__", "target"})
+
+
+def path_value(value: str, base: Path) -> Path | None:
+    if not value or "\0" in value:
+        return None
+    path = Path(os.path.expanduser(value))
+    return (path if path.is_absolute() else base / path).resolve()
+
+
+def first_line(path: Path) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.readline(4096).strip()
+    except OSError:
+        return ""
+
+
+def gitdir_of(dot_git_file: Path) -> Path | None:
+    line = first_line(dot_git_file)
+    if not line.startswith("gitdir:"):
+        return None
+    return path_value(line.removeprefix("gitdir:").strip(), dot_git_file.parent)
+
+
+def git_dirs_below(modules: Path) -> Iterable[Path]:
+    """Submodule git dirs under ``modules`` (names may hold slashes: nested dirs)."""
+    if not modules.is_dir() or modules.is_symlink():
+        return
+    pending = [modules]
+    while pending:
+        directory = pending.pop()
+        for child in sorted(directory.iterdir()):
+            if child.is_symlink() or not child.is_dir():
+                continue
+            if (child / "HEAD").exists():
+                yield child
+            else:
+                pending.append(child)
+
+
+def is_bare_git_dir(directory: Path) -> bool:
+    """What git takes for a git dir when run inside it (``HEAD``, ``objects/``, ``refs/``):
+    a "bare repository" whose config git obeys (CVE-2022-24765's class). A directory the
+    owner cannot look into is not one their git would use."""
+    try:
+        return (
+            (directory / "HEAD").is_file()
+            and (directory / "objects").is_dir()
+            and (directory / "refs").is_dir()
+        )
+    except OSError:
+        return False
+
+
+def nested_repositories(source: Path) -> list[Path]:
+    """Directories at or below ``source`` with a ``.git``, or that are bare git dirs,
+    within the scan's bounds."""
+    found: list[Path] = []
+    level = [source]
+    scanned = 0
+    for _ in range(NESTED_REPO_DEPTH + 1):
+        following = []
+        for directory in level:
+            scanned += 1
+            if scanned > MAX_SCANNED_DIRS:
+                return found
+            if os.path.lexists(directory / ".git") or is_bare_git_dir(directory):  # no raise
+                found.append(directory)
+            try:
+                children = list(os.scandir(directory))
+            except OSError:
+                continue
+            for child in children:
+                if child.name not in UNSCANNED_DIRS and child.is_dir(follow_symlinks=False):
+                    following.append(Path(child.path))
+        level = following
+    return found
