@@ -1,14 +1,44 @@
 """The one exception hierarchy of sandbridge.
 
 Every error a user or a peer can cause is a :class:`SandbridgeError` whose message
-says what happened, with the offending value, in one line.
+says what happened, with the offending value, in one line. All of them live here, so
+that what can be caught, and what each means, is read in one place::
+
+    SandbridgeError
+    ├── WireError                 a message on a Unix socket broke the contract
+    │   ├── JsonRefused           untrusted JSON refused (also a ValueError)
+    │   ├── RegistrationError     a registration refused (the message goes back)
+    │   └── NotStreamCapable      the peer speaks v1 only
+    ├── HttpError                 an HTTP message broke the rules (``status``)
+    ├── AuthorityError            not ``host[:port]``
+    ├── UpstreamError             the sandbox side of a request failed (a 502)
+    │   ├── HandoffRefused        the shim handed over what the host refuses
+    │   └── StreamRefused         the shim could not open this stream
+    ├── RuntimeDirError           the runtime dir is unsafe or cannot be made
+    ├── SessionError              a session name or the state dir is unusable
+    ├── SandboxError              the sandbox cannot be started as asked
+    ├── PolicyError               a policy line or flag is malformed
+    ├── KeyFileError              a terminal key file is missing, malformed or unsafe
+    ├── FrameError                a terminal frame broke the framing
+    ├── ChannelError              a terminal channel message failed its checks
+    ├── IllegalMove               a terminal request cannot make this move
+    └── Refused                   refused with a documented reason ``code``
+        ├── ApprovalRefused       an approval, request or proof
+        ├── ControlRefusal        a control request (the broker's side)
+        ├── ControlError          a control request (the client's side)
+        └── JournalError          a terminal reservation
 """
 
 from __future__ import annotations
 
+import enum
+
 
 class SandbridgeError(Exception):
     """Base class of every error sandbridge raises on purpose."""
+
+
+# --- the wire and HTTP ---------------------------------------------------------------
 
 
 class WireError(SandbridgeError):
@@ -25,6 +55,10 @@ class RegistrationError(WireError):
     """A registration request was refused; the message goes back to the sandbox."""
 
 
+class NotStreamCapable(WireError):
+    """The peer answered like a v1-only shim."""
+
+
 class HttpError(SandbridgeError):
     """An HTTP message broke the rules; ``status`` is the answer for the browser."""
 
@@ -33,13 +67,93 @@ class HttpError(SandbridgeError):
         self.status = status
 
 
+class AuthorityError(SandbridgeError):
+    """An authority that is not ``host[:port]``; ``port_text`` is set when the port is
+    what is wrong."""
+
+    def __init__(self, message: str, port_text: str | None = None) -> None:
+        super().__init__(message)
+        self.port_text = port_text
+
+
+# --- the relay's sandbox side --------------------------------------------------------
+
+
 class UpstreamError(SandbridgeError):
     """The sandbox side of a request failed: the browser gets a 502 for that request only."""
+
+
+class HandoffRefused(UpstreamError):
+    """The shim's answer carried descriptors that the host does not accept."""
+
+
+class StreamRefused(UpstreamError):
+    """The shim speaks stream mode but could not open this stream (app not listening)."""
+
+
+# --- sessions, sandboxes, policy -----------------------------------------------------
 
 
 class RuntimeDirError(SandbridgeError):
     """The session's runtime directory could not be created, checked or removed safely."""
 
 
+class SessionError(SandbridgeError):
+    """A session name is invalid or taken, or the state directory is unsafe."""
+
+
 class SandboxError(SandbridgeError):
     """The sandbox could not be started with the requested backend or options."""
+
+
+class PolicyError(SandbridgeError):
+    """A policy file line or a flag is malformed; the message names where and what."""
+
+
+# --- terminals -----------------------------------------------------------------------
+
+
+class KeyFileError(SandbridgeError):
+    """A key file is missing, malformed or unsafe."""
+
+
+class FrameError(SandbridgeError):
+    """A frame broke the framing: unknown kind, oversized or truncated."""
+
+
+class ChannelError(SandbridgeError):
+    """A channel message failed authentication, order, size or type checks."""
+
+
+class IllegalMove(SandbridgeError):
+    """An event the request state table does not allow in the current state; nothing
+    moved."""
+
+    def __init__(self, state: enum.Enum, event: enum.Enum) -> None:
+        super().__init__(f"a {state.value} request cannot {event.value}")
+        self.state = state
+        self.event = event
+
+
+class Refused(SandbridgeError):
+    """Refused with ``code``, the documented reason the other side gets."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ApprovalRefused(Refused):
+    """An approval, request or proof was refused."""
+
+
+class ControlRefusal(Refused):
+    """A control request refused by the session's broker."""
+
+
+class ControlError(Refused):
+    """The session refused a control request (as the owner's client reads it)."""
+
+
+class JournalError(Refused):
+    """The journal refused a reservation or cannot be used safely."""

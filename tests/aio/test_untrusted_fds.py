@@ -13,7 +13,7 @@ import pytest
 
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.unix_sockets import bind_unix_socket
-from sandbridge.terminals.control_line import ControlRefusal
+from sandbridge.exceptions import ControlRefusal
 from sandbridge.terminals.sandbox_channel import worker_socket
 
 LINGER_600 = struct.pack("ii", 1, 600)

@@ -13,11 +13,11 @@ from sandbridge.egress.policy import (
     PROXY_PORT,
     NetMode,
     Policy,
-    PolicyError,
     describe,
     load_policy,
     mask_credentials,
 )
+from sandbridge.exceptions import PolicyError
 
 
 def project(tmp_path: Path, allow: str = "", config: str = "") -> Path:

@@ -12,14 +12,8 @@ import random
 from pathlib import Path
 
 from sandbridge.egress.decision import match_destination, normalise_host
-from sandbridge.egress.policy import (
-    DEFAULT_PORTS,
-    PolicyError,
-    format_entry,
-    load_policy,
-    parse_entry,
-)
-from sandbridge.exceptions import HttpError, WireError
+from sandbridge.egress.policy import DEFAULT_PORTS, format_entry, load_policy, parse_entry
+from sandbridge.exceptions import HttpError, PolicyError, WireError
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol.http.parser import RequestHead, RequestReader
 from sandbridge.protocol.http.proxy_target import split_absolute_url, split_authority

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.exceptions import SessionError
 from sandbridge.places.registry import (
     AppRecord,
     SessionEntry,
-    SessionError,
     list_sessions,
     session_path,
     validate_name,

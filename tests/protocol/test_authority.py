@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandbridge.protocol.authority import AuthorityError, split_host_port
+from sandbridge.exceptions import AuthorityError
+from sandbridge.protocol.authority import split_host_port
 
 
 @pytest.mark.parametrize(

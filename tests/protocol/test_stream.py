@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sandbridge.exceptions import WireError
+from sandbridge.exceptions import NotStreamCapable, WireError
 from sandbridge.protocol import stream
 
 
@@ -34,7 +34,7 @@ def test_ack_success_and_failure() -> None:
 
 
 def test_answer_without_stream_field_means_a_v1_only_peer() -> None:
-    with pytest.raises(stream.NotStreamCapable):
+    with pytest.raises(NotStreamCapable):
         stream.decode_ack(b'{"ok":false,"error":"unknown type"}')
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from sandbridge.egress import log as egress_log
-from sandbridge.exceptions import JsonRefused, RegistrationError, SandbridgeError, WireError
+from sandbridge.exceptions import (
+    ApprovalRefused,
+    FrameError,
+    JsonRefused,
+    RegistrationError,
+    SandbridgeError,
+    WireError,
+)
 from sandbridge.places import registry as session_registry
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol import stream, v1
@@ -17,7 +24,7 @@ from sandbridge.protocol.jsonline import MAX_JSON_DEPTH, decode_json, nesting_re
 from sandbridge.protocol.registration import parse_register_request
 from sandbridge.terminals import approval, control
 from sandbridge.terminals.framed_stream import json_body
-from sandbridge.terminals.frames import Frame, FrameError, Kind
+from sandbridge.terminals.frames import Frame, Kind
 from sandbridge.terminals.journal import RecordRing
 
 LEVELS = 100_000
@@ -84,7 +91,7 @@ ENTRY_POINTS: list[tuple[Callable[[bytes], None], type[Exception]]] = [
     (egress_answer, WireError),
     (terminal_frame, FrameError),
     (control_answer, SandbridgeError),
-    (signed_request, approval.Refusal),
+    (signed_request, ApprovalRefused),
 ]
 
 

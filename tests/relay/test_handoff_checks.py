@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from sandbridge.aio import untrusted_fds
-from sandbridge.relay.handoff import HandoffRefused, adopt_app_socket
+from sandbridge.exceptions import HandoffRefused
+from sandbridge.relay.handoff import adopt_app_socket
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.egress.policy import PolicyBuilder, PolicyError
+from sandbridge.egress.policy import PolicyBuilder
+from sandbridge.exceptions import PolicyError
 from sandbridge.sandbox.host_git import ConfigEntry
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.protected_paths import (

@@ -8,8 +8,9 @@ from collections.abc import Callable
 import nacl.signing
 import pytest
 
+from sandbridge.exceptions import ApprovalRefused
 from sandbridge.terminals import approval
-from sandbridge.terminals.approval import Refusal, Request
+from sandbridge.terminals.approval import Request
 from sandbridge.terminals.keys import public_hex
 
 OWNER = nacl.signing.SigningKey.generate()
@@ -85,35 +86,35 @@ def test_approval_refusals(
     overrides: dict[str, object],
     code: str,
 ) -> None:
-    with pytest.raises(Refusal) as refused:
+    with pytest.raises(ApprovalRefused) as refused:
         verify(document(), **overrides)
     assert refused.value.code == code, case
 
 
 @pytest.mark.parametrize("ttl", [1.0, 5.9, 24 * 3600 + 1])
 def test_owner_cannot_sign_a_ttl_out_of_range(ttl: float) -> None:
-    with pytest.raises(Refusal, match="--ttl"):
+    with pytest.raises(ApprovalRefused, match="--ttl"):
         signed(ttl)
 
 
 def test_request_is_verified_against_the_key_it_names() -> None:
     document = approval.sign_request(REQUESTER, "web", "inst1", "why", NOW)
     assert approval.verify_request(document, "web", "inst1").requester == public_hex(REQUESTER)
-    with pytest.raises(Refusal) as refused:
+    with pytest.raises(ApprovalRefused) as refused:
         approval.verify_request(document, "web", "inst2")
     assert refused.value.code == "wrong_session"
     body = json.loads(document["body"])
     body["requester"] = public_hex(STRANGER)
     forged = {"body": approval.canonical(body), "signature": document["signature"]}
-    with pytest.raises(Refusal) as refused:
+    with pytest.raises(ApprovalRefused) as refused:
         approval.verify_request(forged, "web", "inst1")
     assert refused.value.code == "bad_signature"
 
 
 def test_request_reason_must_be_printable_and_short() -> None:
-    with pytest.raises(Refusal):
+    with pytest.raises(ApprovalRefused):
         approval.sign_request(REQUESTER, "web", "i", "a\x1b[2J", NOW)
-    with pytest.raises(Refusal):
+    with pytest.raises(ApprovalRefused):
         approval.sign_request(REQUESTER, "web", "i", "x" * 201, NOW)
 
 
@@ -124,7 +125,7 @@ def test_attach_proof_needs_the_requester_key_and_binds_everything() -> None:
     )
     other = approval.attach_transcript("web", "i", "r1", b"d" * 32, b"p" * 32)
     for key, message in ((STRANGER, transcript), (REQUESTER, other)):
-        with pytest.raises(Refusal) as refused:
+        with pytest.raises(ApprovalRefused) as refused:
             approval.verify_attach_proof(
                 public_hex(REQUESTER), transcript, key.sign(message).signature
             )

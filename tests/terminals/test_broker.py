@@ -25,12 +25,13 @@ import nacl.signing
 import pytest
 
 from sandbridge.aio import untrusted_fds
+from sandbridge.exceptions import ControlError
 from sandbridge.places.registry import SessionEntry
 from sandbridge.terminals import approval, channel, frames, keys
 from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, STOP_MARGIN
 from sandbridge.terminals.attach import attach
 from sandbridge.terminals.broker import MAX_STORED_REQUESTS, TerminalBroker
-from sandbridge.terminals.control import ControlError, call, short_path
+from sandbridge.terminals.control import call, short_path
 from sandbridge.terminals.frames import Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal
 from sandbridge.terminals.settings import TerminalSettings

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sandbridge.exceptions import ChannelError
 from sandbridge.terminals import channel
-from sandbridge.terminals.channel import ChannelError, Message, MessageType
+from sandbridge.terminals.channel import Message, MessageType
 
 
 def pair() -> tuple[channel.Sender, channel.Receiver]:

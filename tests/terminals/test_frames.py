@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sandbridge.exceptions import FrameError
 from sandbridge.terminals import frames
-from sandbridge.terminals.frames import Frame, FrameDecoder, FrameError, Kind
+from sandbridge.terminals.frames import Frame, FrameDecoder, Kind
 
 ALL = frozenset(Kind)
 

@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.terminals.journal import (
-    MAX_RECORD_BYTES,
-    AuditLog,
-    JournalError,
-    RecordRing,
-    ReservationJournal,
-)
+from sandbridge.exceptions import JournalError
+from sandbridge.terminals.journal import MAX_RECORD_BYTES, AuditLog, RecordRing, ReservationJournal
 
 NOW = 1000.0
 

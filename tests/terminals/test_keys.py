@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.exceptions import KeyFileError
 from sandbridge.terminals import keys
-from sandbridge.terminals.keys import KeyFileError
 
 
 @pytest.fixture(autouse=True)

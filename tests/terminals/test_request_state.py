@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
+from sandbridge.exceptions import IllegalMove
 from sandbridge.terminals.request_state import (
     FINISHED,
     OPEN,
     TRANSITIONS,
     USED,
-    IllegalMove,
     RequestEvent,
     RequestState,
     RequestStateMachine,

@@ -16,14 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.egress.log import read_tally, summarise
-from sandbridge.egress.policy import (
-    NetMode,
-    Policy,
-    PolicyError,
-    describe,
-    load_policy,
-    mask_credentials,
-)
+from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
+from sandbridge.exceptions import PolicyError
 from sandbridge.places.registry import list_sessions, session_path
 from sandbridge.relay.publish import parse_publish
 from sandbridge.sandbox import project as policy_location

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.aio import event_loop
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.approval import Request
 from sandbridge.terminals.attach import Ending, attach, describe
-from sandbridge.terminals.control import ControlError, call, split_request_id
+from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.journal import AuditLog
 
 TTL_PATTERN = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")

@@ -78,7 +78,7 @@ MAX_EGRESS_CONNECTIONS = 256
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class EgressRefusal:
     """What the proxy answers instead of connecting: a status and a text naming why."""
 
     status: int
@@ -312,7 +312,7 @@ class EgressGate:
             await self._refuse(reader, writer, exc.status, str(exc))
             return
         connection = await self._connect(host, port)
-        if isinstance(connection, Refusal):
+        if isinstance(connection, EgressRefusal):
             await self._refuse(reader, writer, connection.status, connection.text)
             return
         up_reader, up_writer = connection
@@ -332,13 +332,13 @@ class EgressGate:
 
     async def _connect(
         self, host: str, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | Refusal:
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | EgressRefusal:
         """Decide, resolve and connect; else the refusal to answer with."""
         destination = f"{host}:{port}"
         decision = match_destination(self.policy, host, port)
         if not decision.allowed:
             self._record(decision, "proxy", destination)
-            return Refusal(403, decision.refusal_text(destination))
+            return EgressRefusal(403, decision.refusal_text(destination))
         literal = parse_ip(host)
         try:
             async with asyncio.timeout(RESOLVE_TIMEOUT):
@@ -351,7 +351,7 @@ class EgressGate:
         usable, decision = check_addresses(decision, host, port, found, local)
         if not decision.allowed:
             self._record(decision, "proxy", destination, str(found[0]) if found else "")
-            return Refusal(403, decision.refusal_text(destination))
+            return EgressRefusal(403, decision.refusal_text(destination))
         for address in usable:
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT):
@@ -362,7 +362,7 @@ class EgressGate:
             return connection
         failed = Decision(False, f"could not connect to {', '.join(map(str, usable))}")
         self._record(failed, "proxy", destination)
-        return Refusal(502, f"egress to {destination} failed: {failed.reason}")
+        return EgressRefusal(502, f"egress to {destination} failed: {failed.reason}")
 
     async def _forward_request(
         self,

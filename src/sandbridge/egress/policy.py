@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from sandbridge.exceptions import SandbridgeError
-from sandbridge.protocol.authority import AuthorityError, split_host_port
+from sandbridge.exceptions import AuthorityError, PolicyError
+from sandbridge.protocol.authority import split_host_port
 
 ALLOW_FILE = Path(".sandbridge") / "allow"
 CONFIG_FILE = Path(".sandbridge") / "config"
@@ -55,10 +55,6 @@ T = TypeVar("T")
 _LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
-
-
-class PolicyError(SandbridgeError):
-    """A policy file line or a flag is malformed; the message names where and what."""
 
 
 class NetMode(enum.Enum):

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import SessionError
 from sandbridge.places.runtime_dir import try_lock, why_not_ours
 from sandbridge.private_dir import make_private_dir, require_private_dir
 from sandbridge.protocol.contract import CONTROL_SOCKET, STATE_PREFIX, runtime_base
@@ -43,10 +43,6 @@ RECORD = "session.json"
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 # A session record is small (256 apps at most); anything bigger was not written by us.
 MAX_RECORD_BYTES = 256 * 1024
-
-
-class SessionError(SandbridgeError):
-    """A session name is invalid or taken, or the state directory is unsafe."""
 
 
 def state_root() -> Path:

@@ -9,18 +9,9 @@ HTTP status).
 
 from __future__ import annotations
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import AuthorityError
 
 MAX_PORT_DIGITS = 5
-
-
-class AuthorityError(SandbridgeError):
-    """An authority that is not ``host[:port]``; ``port_text`` is set when the port is
-    what is wrong."""
-
-    def __init__(self, message: str, port_text: str | None = None) -> None:
-        super().__init__(message)
-        self.port_text = port_text
 
 
 def parse_port(text: str) -> int:

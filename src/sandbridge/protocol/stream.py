@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sandbridge.exceptions import WireError
+from sandbridge.exceptions import NotStreamCapable, WireError
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.registration import validate_port
 
@@ -37,10 +37,6 @@ class StreamAck:
     ok: bool
     error: str = ""
     handoff: bool = False  # the answer came with the app's socket attached
-
-
-class NotStreamCapable(WireError):
-    """The peer answered like a v1-only shim."""
 
 
 @dataclass(frozen=True, slots=True)

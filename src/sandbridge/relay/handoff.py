@@ -24,7 +24,7 @@ import os
 import socket
 
 from sandbridge.aio import event_loop, untrusted_fds
-from sandbridge.exceptions import UpstreamError
+from sandbridge.exceptions import HandoffRefused
 from sandbridge.protocol.jsonline import LineReader
 from sandbridge.protocol.limits import MAX_STREAM_OPEN_BYTES
 
@@ -38,10 +38,6 @@ LOOPBACK_PEERS: dict[int, str] = {
     socket.AF_INET: "127.0.0.1",
     socket.AF_INET6: "::ffff:127.0.0.1",
 }
-
-
-class HandoffRefused(UpstreamError):
-    """The shim's answer carried descriptors that the host does not accept."""
 
 
 def close_all(fds: list[int]) -> None:

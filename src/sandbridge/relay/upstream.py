@@ -23,7 +23,13 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
-from sandbridge.exceptions import UpstreamError, WireError
+from sandbridge.exceptions import (
+    HandoffRefused,
+    NotStreamCapable,
+    StreamRefused,
+    UpstreamError,
+    WireError,
+)
 from sandbridge.protocol import stream
 from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
 from sandbridge.relay import handoff as handoff_
@@ -72,16 +78,12 @@ def connect_unix_checked(path: Path) -> socket.socket:
         os.close(fd)
 
 
-class StreamRefused(UpstreamError):
-    """The shim speaks stream mode but could not open this stream (app not listening)."""
-
-
 async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tuple[Channel, bytes]:
     """Open a stream-mode connection to the app at sandbox ``port``.
 
     Returns the connection and any bytes the shim sent after its answer. With
     ``handoff`` the shim may answer with the app's own socket (:mod:`.handoff`), and the
-    connection returned is that socket. Raises :class:`stream.NotStreamCapable` for a
+    connection returned is that socket. Raises :class:`NotStreamCapable` for a
     v1-only shim.
     """
     sock = connect_unix_checked(socket_path)
@@ -98,15 +100,15 @@ async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tup
         ack = stream.decode_ack(line)
         if ack.ok and ack.handoff and handoff:
             if rest:
-                raise handoff_.HandoffRefused("shim sent bytes after handing over a socket")
+                raise HandoffRefused("shim sent bytes after handing over a socket")
             app = handoff_.adopt_app_socket(fds, truncated, port)
         elif fds or truncated:
-            raise handoff_.HandoffRefused("shim sent descriptors without handing over a socket")
-    except stream.NotStreamCapable:
+            raise HandoffRefused("shim sent descriptors without handing over a socket")
+    except NotStreamCapable:
         handoff_.close_all(fds)
         untrusted_fds.release_socket(sock)
         raise
-    except handoff_.HandoffRefused as exc:
+    except HandoffRefused as exc:
         handoff_.close_all(fds)
         untrusted_fds.release_socket(sock)
         log.warning("upstream.handoff_refused", app_port=port, reason=str(exc))
@@ -164,7 +166,7 @@ class UpstreamConnector:
             return None
         try:
             return await open_stream(self.socket_path, port)
-        except stream.NotStreamCapable:
+        except NotStreamCapable:
             if self.protocol is ForwardingMode.STREAM:
                 raise UpstreamError("shim does not speak stream mode") from None
             log.info("upstream.v1_fallback", socket=str(self.socket_path))

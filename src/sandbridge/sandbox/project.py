@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, PolicyError
+from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE
+from sandbridge.exceptions import PolicyError
 from sandbridge.sandbox import host_git
 
 POLICY_DIR = ALLOW_FILE.parent

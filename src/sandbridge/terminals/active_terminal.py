@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge import log
+from sandbridge.exceptions import FrameError
 from sandbridge.terminals.admission import Lease, Refuse
 from sandbridge.terminals.channel import END_REASONS
 from sandbridge.terminals.framed_stream import FramedStream, json_body
-from sandbridge.terminals.frames import INPUT_WINDOW, FrameError, Kind
+from sandbridge.terminals.frames import INPUT_WINDOW, Kind
 from sandbridge.terminals.settings import TerminalSettings
 
 # After a STOP, a worker that has not ended within its grace plus this margin is cut off.

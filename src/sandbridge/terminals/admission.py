@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sandbridge.exceptions import ApprovalRefused, ChannelError
 from sandbridge.terminals import approval as approvals
 from sandbridge.terminals import channel
-from sandbridge.terminals.approval import Approval, Refusal
+from sandbridge.terminals.approval import Approval
 from sandbridge.terminals.request_state import USED, RequestEvent, RequestState, allows
 
 # The client's TERM travels to the shell's environment; a terminal name is a short word.
@@ -85,7 +86,7 @@ class Lease:
 
 
 def parse_attach_proof(message: dict[str, Any]) -> AttachProof:
-    """The attach proof as the client sent it, or :class:`Refusal` ``malformed``."""
+    """The attach proof as the client sent it, or :class:`ApprovalRefused` ``malformed``."""
     try:
         client_public = bytes.fromhex(str(message.get("public")))
         signature = bytes.fromhex(str(message.get("signature")))
@@ -93,8 +94,8 @@ def parse_attach_proof(message: dict[str, Any]) -> AttachProof:
         channel.check_size(rows, cols)
         if len(client_public) != channel.PUBLIC_BYTES:
             raise ValueError("public key length")
-    except (ValueError, KeyError, TypeError, channel.ChannelError) as exc:
-        raise Refusal("malformed", f"malformed attach proof: {exc}") from None
+    except (ValueError, KeyError, TypeError, ChannelError) as exc:
+        raise ApprovalRefused("malformed", f"malformed attach proof: {exc}") from None
     term = str(message.get("term", ""))[:MAX_TERM]
     return AttachProof(client_public, signature, rows, cols, term)
 
@@ -102,11 +103,11 @@ def parse_attach_proof(message: dict[str, Any]) -> AttachProof:
 def check_authority(request: RequestFacts, authority: Authority, now: float) -> Approval:
     """The request's approval as it stands at ``now``: not revoked, signed by the owner for
     this request, key and session instance, not expired, its requester still allowed.
-    Raises :class:`Refusal` with a documented code."""
+    Raises :class:`ApprovalRefused` with a documented code."""
     if request.state is RequestState.REVOKED:
-        raise Refusal("revoked", "the approval was revoked")
+        raise ApprovalRefused("revoked", "the approval was revoked")
     if request.approval_document is None:
-        raise Refusal("not_approved", "the request is not approved")
+        raise ApprovalRefused("not_approved", "the request is not approved")
     admitted = approvals.verify_approval(
         request.approval_document,
         owner=authority.owner,
@@ -117,7 +118,7 @@ def check_authority(request: RequestFacts, authority: Authority, now: float) -> 
         now=now,
     )
     if request.requester not in authority.allowed:
-        raise Refusal("not_allowed", "the requester's key is no longer allowed")
+        raise ApprovalRefused("not_allowed", "the requester's key is no longer allowed")
     return admitted
 
 
@@ -137,15 +138,15 @@ def decide_admission(
         proof = parse_attach_proof(proof_message)
         if not allows(request.state, RequestEvent.ADMIT):
             if request.state in USED:
-                raise Refusal("used", "this approval was already used")
-            raise Refusal("not_approved", f"the request is {request.state.value}")
+                raise ApprovalRefused("used", "this approval was already used")
+            raise ApprovalRefused("not_approved", f"the request is {request.state.value}")
         transcript = approvals.attach_transcript(
             request.session, request.instance, request.request_id, challenge,
             proof.client_public,
         )  # fmt: skip
         approvals.verify_attach_proof(request.requester, transcript, proof.signature)
         admitted = check_authority(request, authority, now)
-    except Refusal as exc:
+    except ApprovalRefused as exc:
         return Refuse(exc.code, str(exc))
     if admitted.expires - now < ready_budget:
         return Refuse("too_late", "the approval expires before a terminal could be ready")
@@ -164,7 +165,7 @@ def decide_lease(
     """The next lease of a running terminal, or why its authority ended."""
     try:
         current = check_authority(request, authority, now)
-    except Refusal as exc:
+    except ApprovalRefused as exc:
         return Refuse(exc.code, str(exc))
     return lease_terms(current.expires, now, longest)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import nacl.signing
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import ApprovalRefused
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.terminals.keys import public_hex, verify_signature
 
@@ -37,14 +37,6 @@ NONCE_HEX = 32
 REQUEST_CONTEXT = b"sandbridge-terminal-request-v1\x00"
 APPROVAL_CONTEXT = b"sandbridge-terminal-approval-v1\x00"
 ATTACH_CONTEXT = b"sandbridge-terminal-attach-v1\x00"
-
-
-class Refusal(SandbridgeError):
-    """An approval, request or proof was refused; ``code`` is the documented reason."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +83,9 @@ def sign_request(
 ) -> dict[str, str]:
     """A request for a terminal into ``session``, signed by the requester's ``key``."""
     if len(reason) > MAX_REASON or not reason.isprintable():
-        raise Refusal("bad_reason", f"--reason must be printable, at most {MAX_REASON} characters")
+        raise ApprovalRefused(
+            "bad_reason", f"--reason must be printable, at most {MAX_REASON} characters"
+        )
     body = {
         "version": VERSION,
         "kind": "request",
@@ -110,7 +104,9 @@ def sign_approval(
 ) -> dict[str, str]:
     """The owner's approval of ``request`` (known by ``request_id``) for ``ttl`` seconds."""
     if not MIN_TTL <= ttl <= MAX_TTL:
-        raise Refusal("bad_ttl", f"--ttl {ttl:g}s: choose between {MIN_TTL:g}s and {MAX_TTL:g}s")
+        raise ApprovalRefused(
+            "bad_ttl", f"--ttl {ttl:g}s: choose between {MIN_TTL:g}s and {MAX_TTL:g}s"
+        )
     body = {
         "version": VERSION,
         "kind": "approval",
@@ -132,26 +128,26 @@ def _open(document: object, context: bytes, signer: str | None, kind: str) -> di
         or set(document) != {"body", "signature"}
         or not all(isinstance(v, str) for v in document.values())
     ):
-        raise Refusal("malformed", f"a signed {kind} is {{body, signature}} strings")
+        raise ApprovalRefused("malformed", f"a signed {kind} is {{body, signature}} strings")
     text, signature_hex = document["body"], document["signature"]
     if len(text) > MAX_DOCUMENT_BYTES:
-        raise Refusal("malformed", f"the {kind} is larger than {MAX_DOCUMENT_BYTES} bytes")
+        raise ApprovalRefused("malformed", f"the {kind} is larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
         body = decode_json(text, max_bytes=MAX_DOCUMENT_BYTES)
         signature = bytes.fromhex(signature_hex)
     except ValueError:
-        raise Refusal("malformed", f"the {kind} is not JSON with a hex signature") from None
+        raise ApprovalRefused("malformed", f"the {kind} is not JSON with a hex signature") from None
     if not isinstance(body, dict):
-        raise Refusal("malformed", f"the {kind} body is not an object")
+        raise ApprovalRefused("malformed", f"the {kind} body is not an object")
     if body.get("version") != VERSION:
-        raise Refusal(
+        raise ApprovalRefused(
             "unknown_version", f"{kind} version {body.get('version')!r}; this host knows {VERSION}"
         )
     if body.get("kind") != kind:
-        raise Refusal("malformed", f"expected a {kind}, got {body.get('kind')!r}")
+        raise ApprovalRefused("malformed", f"expected a {kind}, got {body.get('kind')!r}")
     key = signer if signer is not None else body.get("requester")
     if not isinstance(key, str) or not verify_signature(key, context + text.encode(), signature):
-        raise Refusal("bad_signature", f"the {kind}'s signature does not verify")
+        raise ApprovalRefused("bad_signature", f"the {kind}'s signature does not verify")
     return body
 
 
@@ -161,7 +157,7 @@ def _fields(body: dict[str, Any], kind: str, **types: type) -> None:
         if kind_type is float and isinstance(value, int) and not isinstance(value, bool):
             continue
         if not isinstance(value, kind_type) or isinstance(value, bool):
-            raise Refusal("malformed", f"the {kind}'s {name} is {value!r}")
+            raise ApprovalRefused("malformed", f"the {kind}'s {name} is {value!r}")
 
 
 def verify_request(document: object, session: str, instance: str) -> Request:
@@ -172,9 +168,9 @@ def verify_request(document: object, session: str, instance: str) -> Request:
         nonce=str,
     )  # fmt: skip
     if body["session"] != session or body["instance"] != instance:
-        raise Refusal("wrong_session", f"the request names session {body['session']!r}")
+        raise ApprovalRefused("wrong_session", f"the request names session {body['session']!r}")
     if len(body["reason"]) > MAX_REASON or not body["reason"].isprintable():
-        raise Refusal(
+        raise ApprovalRefused(
             "bad_reason", f"the reason must be printable, at most {MAX_REASON} characters"
         )
     return Request(
@@ -194,26 +190,30 @@ def verify_approval(
     now: float,
 ) -> Approval:
     """Admit an approval only if the owner signed it for this request, key and session,
-    and it has not expired at ``now``. Raises :class:`Refusal` with a documented code."""
+    and it has not expired at ``now``. Raises :class:`ApprovalRefused` with a documented code."""
     body = _open(document, APPROVAL_CONTEXT, owner, "approval")
     _fields(
         body, "approval", session=str, instance=str, request=str, requester=str,
         expires=float, ttl=float, nonce=str,
     )  # fmt: skip
     if body["session"] != session or body["instance"] != instance:
-        raise Refusal(
+        raise ApprovalRefused(
             "wrong_session", f"the approval is for session {body['session']!r}, not {session!r}"
         )
     if body["request"] != request_id:
-        raise Refusal("wrong_request", f"the approval is for request {body['request']!r}")
+        raise ApprovalRefused("wrong_request", f"the approval is for request {body['request']!r}")
     if body["requester"] != requester:
-        raise Refusal("wrong_requester", f"the approval names key {body['requester'][:16]}...")
+        raise ApprovalRefused(
+            "wrong_requester", f"the approval names key {body['requester'][:16]}..."
+        )
     if len(body["nonce"]) != NONCE_HEX:
-        raise Refusal("malformed", f"the approval's nonce {body['nonce']!r} is not 32 hex digits")
+        raise ApprovalRefused(
+            "malformed", f"the approval's nonce {body['nonce']!r} is not 32 hex digits"
+        )
     if not 0 < float(body["ttl"]) <= MAX_TTL:
-        raise Refusal("bad_ttl", f"the approval's ttl {body['ttl']!r} exceeds {MAX_TTL:g}s")
+        raise ApprovalRefused("bad_ttl", f"the approval's ttl {body['ttl']!r} exceeds {MAX_TTL:g}s")
     if float(body["expires"]) <= now:
-        raise Refusal("expired", "the approval has expired; ask for a new one")
+        raise ApprovalRefused("expired", "the approval has expired; ask for a new one")
     return Approval(
         body["session"], body["instance"], body["request"], body["requester"],
         float(body["expires"]), float(body["ttl"]), body["nonce"],
@@ -233,4 +233,4 @@ def attach_transcript(
 def verify_attach_proof(requester: str, transcript: bytes, signature: bytes) -> None:
     """Refuse an attach whose proof was not made with the requester's private key."""
     if not verify_signature(requester, transcript, signature):
-        raise Refusal("bad_proof", "the attach proof was not signed by the approved key")
+        raise ApprovalRefused("bad_proof", "the attach proof was not signed by the approved key")

@@ -19,16 +19,12 @@ from typing import Any
 
 import nacl.signing
 
+from sandbridge.exceptions import ChannelError, FrameError
 from sandbridge.terminals import approval, channel, fd_io
-from sandbridge.terminals.channel import ChannelError, Message, MessageType
-from sandbridge.terminals.control import (
-    control_socket,
-    parse_answer,
-    short_path,
-    split_request_id,
-)
+from sandbridge.terminals.channel import Message, MessageType
+from sandbridge.terminals.control import control_socket, parse_answer, short_path, split_request_id
 from sandbridge.terminals.framed_stream import FramedStream, json_body
-from sandbridge.terminals.frames import FROM_HOST_TO_CLIENT, FrameError, Kind
+from sandbridge.terminals.frames import FROM_HOST_TO_CLIENT, Kind
 from sandbridge.terminals.settings import HEARTBEAT
 
 # Without a single frame from the host for this long, the relay is considered lost.

@@ -32,6 +32,14 @@ from typing import Any
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.unix_sockets import bind_unix_socket
+from sandbridge.exceptions import (
+    ApprovalRefused,
+    ControlRefusal,
+    FrameError,
+    IllegalMove,
+    JournalError,
+    KeyFileError,
+)
 from sandbridge.terminals import approval as approvals
 from sandbridge.terminals import channel, keys
 from sandbridge.terminals.active_terminal import STOP_MARGIN, ActiveTerminal, relay
@@ -45,21 +53,15 @@ from sandbridge.terminals.admission import (
     decide_lease,
     lease_terms,
 )
-from sandbridge.terminals.approval import Approval, Refusal, Request
+from sandbridge.terminals.approval import Approval, Request
 from sandbridge.terminals.control import short_path
-from sandbridge.terminals.control_line import (
-    MAX_CONTROL_LINE,
-    ControlRefusal,
-    read_message,
-    write_message,
-)
+from sandbridge.terminals.control_line import MAX_CONTROL_LINE, read_message, write_message
 from sandbridge.terminals.framed_stream import FramedStream, json_body
-from sandbridge.terminals.frames import FROM_CLIENT, FrameError, Kind
-from sandbridge.terminals.journal import AuditLog, JournalError, ReservationJournal, state_dir
+from sandbridge.terminals.frames import FROM_CLIENT, Kind
+from sandbridge.terminals.journal import AuditLog, ReservationJournal, state_dir
 from sandbridge.terminals.request_state import (
     FINISHED,
     OPEN,
-    IllegalMove,
     RequestEvent,
     RequestState,
     RequestStateMachine,
@@ -230,7 +232,7 @@ class TerminalBroker:
                 raise ControlRefusal("unknown_op", f"unknown control request {op!r}")
             answer = await handler(message)
             write_message(writer, {"ok": True, **answer})
-        except (ControlRefusal, Refusal, JournalError) as exc:
+        except (ControlRefusal, ApprovalRefused, JournalError) as exc:
             write_message(writer, {"ok": False, "code": exc.code, "error": str(exc)})
         await writer.drain()
 
@@ -358,7 +360,7 @@ class TerminalBroker:
             raise ControlRefusal("too_many", f"{MAX_SESSION_REQUESTERS} keys are already allowed")
         try:
             key = keys.public_hex(keys.parse_public_key(str(message.get("key"))))
-        except keys.KeyFileError as exc:
+        except KeyFileError as exc:
             raise ControlRefusal("malformed", str(exc)) from None
         self._session_requesters.add(key)
         self.audit.record("allow", session=self.session, requester=key)

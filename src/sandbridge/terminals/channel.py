@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import nacl.bindings as sodium
 import nacl.exceptions
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import ChannelError
 
 # The issue's bound on decoded data frames: small enough to keep latency low and memory
 # per terminal fixed, big enough that a screenful is one frame.
@@ -43,10 +43,6 @@ END_REASONS = frozenset(
 )  # fmt: skip
 TAG_FINAL = sodium.crypto_secretstream_xchacha20poly1305_TAG_FINAL
 TAG_MESSAGE = sodium.crypto_secretstream_xchacha20poly1305_TAG_MESSAGE
-
-
-class ChannelError(SandbridgeError):
-    """A channel message failed authentication, order, size or type checks."""
 
 
 class MessageType(enum.IntEnum):

@@ -10,21 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import session_path, validate_name
 from sandbridge.protocol.contract import CONTROL_SOCKET
 from sandbridge.protocol.jsonline import decode_json
 
 # Answers are short JSON lines; a listing of 64 requests fits easily.
 MAX_ANSWER = 256 * 1024
-
-
-class ControlError(SandbridgeError):
-    """The session refused a control request; ``code`` is the documented reason."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def split_request_id(request_id: str) -> str:

@@ -10,19 +10,11 @@ import asyncio
 import json
 from typing import Any
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.jsonline import decode_json
 
 # A control request is one short JSON line (a signed document is at most 4 KiB).
 MAX_CONTROL_LINE = 16 * 1024
-
-
-class ControlRefusal(SandbridgeError):
-    """A control request refused; ``code`` is the documented reason the client gets."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 async def read_message(reader: asyncio.StreamReader) -> dict[str, Any]:

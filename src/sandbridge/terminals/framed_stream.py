@@ -8,9 +8,10 @@ import json
 from collections import deque
 from typing import Any
 
+from sandbridge.exceptions import FrameError
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.terminals import frames
-from sandbridge.terminals.frames import Frame, FrameDecoder, FrameError, Kind
+from sandbridge.terminals.frames import Frame, FrameDecoder, Kind
 
 # One read from a terminal link: a few maximal frames.
 READ_BYTES = 64 * 1024

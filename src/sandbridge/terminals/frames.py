@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import FrameError
 from sandbridge.terminals.channel import MAX_ENVELOPE
 
 HEADER_BYTES = 5
@@ -23,10 +23,6 @@ MAX_CONTROL_BODY = 4096
 # never stuck behind input a busy shell does not read; this window is what bounds the
 # input the worker holds, and past it the host stops reading the client (backpressure).
 INPUT_WINDOW = 64 * MAX_ENVELOPE
-
-
-class FrameError(SandbridgeError):
-    """A frame broke the framing: unknown kind, oversized or truncated."""
 
 
 class Kind(enum.IntEnum):

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import JournalError
 from sandbridge.private_dir import make_private_dir
 from sandbridge.protocol.jsonline import decode_json
 
@@ -36,14 +36,6 @@ MAX_RECORD_BYTES = 16 * 1024
 LOCK = "lock"
 RESERVATIONS = "reservations"
 AUDIT = "audit"
-
-
-class JournalError(SandbridgeError):
-    """The journal refused a reservation or cannot be used safely."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def state_dir() -> Path:

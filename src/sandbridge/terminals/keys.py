@@ -16,7 +16,7 @@ from pathlib import Path
 import nacl.exceptions
 import nacl.signing
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import KeyFileError
 from sandbridge.private_dir import make_private_dir
 
 OWNER_KEY = "owner.key"
@@ -27,10 +27,6 @@ PUBLIC_KEY_HEX = 64
 MAX_KEY_FILE_BYTES = 256
 # A requesters file lists public keys, one a line; a few hundred is plenty for a team.
 MAX_REQUESTERS_FILE_BYTES = 64 * 1024
-
-
-class KeyFileError(SandbridgeError):
-    """A key file is missing, malformed or unsafe."""
 
 
 def config_dir() -> Path:

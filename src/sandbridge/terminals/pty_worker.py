@@ -39,10 +39,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sandbridge.exceptions import ChannelError, FrameError
 from sandbridge.terminals import channel, fd_io
-from sandbridge.terminals.channel import END_REASONS, ChannelError, Message, MessageType
+from sandbridge.terminals.channel import END_REASONS, Message, MessageType
 from sandbridge.terminals.framed_stream import FramedStream, json_body
-from sandbridge.terminals.frames import FROM_HOST_TO_WORKER, INPUT_WINDOW, FrameError, Kind
+from sandbridge.terminals.frames import FROM_HOST_TO_WORKER, INPUT_WINDOW, Kind
 from sandbridge.terminals.rate_limit import TokenBucket
 
 PR_SET_CHILD_SUBREAPER = 36

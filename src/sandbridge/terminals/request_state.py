@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import IllegalMove
 
 
 class RequestState(enum.StrEnum):
@@ -59,15 +59,6 @@ OPEN = frozenset({RequestState.PENDING, RequestState.APPROVED})
 FINISHED = frozenset({RequestState.DENIED, RequestState.REVOKED, RequestState.ENDED})
 # Requests whose approval was spent on a terminal: another attach is ``used``.
 USED = frozenset({RequestState.ACTIVE, RequestState.ENDED})
-
-
-class IllegalMove(SandbridgeError):
-    """An event the table does not allow in the current state; nothing moved."""
-
-    def __init__(self, state: RequestState, event: RequestEvent) -> None:
-        super().__init__(f"a {state.value} request cannot {event.value}")
-        self.state = state
-        self.event = event
 
 
 def allows(state: RequestState, event: RequestEvent) -> bool:

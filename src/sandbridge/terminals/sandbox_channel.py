@@ -14,8 +14,8 @@ import asyncio
 import socket
 
 from sandbridge.aio import untrusted_fds
+from sandbridge.exceptions import ControlRefusal
 from sandbridge.terminals import fd_io
-from sandbridge.terminals.control_line import ControlRefusal
 from sandbridge.terminals.framed_stream import FramedStream
 from sandbridge.terminals.frames import FROM_WORKER
 

@@ -7,8 +7,8 @@ Whether the destination is allowed is the policy's question, not this module's.
 
 from __future__ import annotations
 
-from sandbridge.exceptions import HttpError
-from sandbridge.protocol.authority import AuthorityError, split_host_port
+from sandbridge.exceptions import AuthorityError, HttpError
+from sandbridge.protocol.authority import split_host_port
 from sandbridge.protocol.http.forwarding import error_response
 
 
