@@ -1,4 +1,4 @@
-"""The keep-alive lane of the host relay (``app_listener._KeepAliveLane``).
+"""The keep-alive lane of the host relay (:class:`sandbridge.relay.lane.KeepAliveLane`).
 
 After the first request of a browser connection, small bodiless exchanges are relayed
 from the event loop's callbacks; everything else hands the connection back to its task
@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from sandbridge.aio import event_loop
-from sandbridge.relay.app_listener import READ_BYTES, AppListener, _KeepAliveLane
+from sandbridge.relay.app_listener import READ_BYTES, AppListener
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.lane import KeepAliveLane
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnector
 from tests.conftest import Relay, app_host, host_field, host_port_of
@@ -537,10 +538,10 @@ def test_request_arriving_as_the_keep_alive_timeout_fires_never_reaches_the_app(
         settings = RelaySettings(keepalive_timeout=0.5, response_timeout=30)
         listener = AppListener(app.port, "/", _TcpConnector(app.port), SessionScope(settings))
         port = await listener.start()
-        lanes: list[_KeepAliveLane] = []
-        run = _KeepAliveLane.run
+        lanes: list[KeepAliveLane] = []
+        run = KeepAliveLane.run
 
-        async def spy(lane: _KeepAliveLane, upstream: Any) -> Any:
+        async def spy(lane: KeepAliveLane, upstream: Any) -> Any:
             lanes.append(lane)
             return await run(lane, upstream)
 
@@ -549,7 +550,7 @@ def test_request_arriving_as_the_keep_alive_timeout_fires_never_reaches_the_app(
         host = f"Host: {listener.origin.hostname}:{port}\r\n\r\n".encode()  # type: ignore[union-attr]
         try:
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(_KeepAliveLane, "run", spy)
+                patch.setattr(KeepAliveLane, "run", spy)
                 writer.write(b"GET /first HTTP/1.1\r\n" + host)
                 await reader.readuntil(b"GET /first HTTP/1.1")
                 for _ in range(10_000):  # loop turns, until the lane waits for a request
