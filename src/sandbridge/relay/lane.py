@@ -61,16 +61,11 @@ class LaneEnd(enum.Enum):
 _TOKEN = TOKEN_PARAM.encode()
 
 
-def lane_can_start(browser: BrowserConnection, upstream: UpstreamConnection | None) -> bool:
+def lane_can_start(browser: BrowserConnection, upstream: UpstreamConnection) -> bool:
     """Whether the lane may take a connection: between two requests on the browser's
     side, with an app connection that a next request may use and that holds nothing of
     a response yet."""
-    return (
-        upstream is not None
-        and upstream.ready_for_exchange()
-        and not upstream.pending
-        and browser.between_requests()
-    )
+    return upstream.ready_for_exchange() and not upstream.pending and browser.between_requests()
 
 
 class KeepAliveLane:
