@@ -20,9 +20,9 @@ class Tunnel:
 
     A WebSocket mostly sits idle: with no task, no coroutine frames and no request state
     kept alive, what an open one costs is its two sockets and two small protocol objects
-    (docs/benchmarks.md: the idle WebSocket). After one side ends, the other gets
-    ``grace`` seconds to finish; then both are dropped. ``on_closed`` runs once both
-    sockets are closed.
+    (docs/benchmarks.md, "Profile and what has been done", item 10). After one side
+    ends, the other gets ``grace`` seconds to finish; then both are dropped.
+    ``on_closed`` runs once both sockets are closed.
     """
 
     def __init__(
