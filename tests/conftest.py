@@ -206,6 +206,8 @@ def host_port_of(url: str) -> int:
     assert parsed.port is not None and parsed.hostname is not None, url
     if parsed.hostname.endswith(".localhost"):
         APP_NAMES[parsed.port] = parsed.hostname
+    else:  # the IP form: a name an earlier test's app had on this port is gone with it
+        APP_NAMES.pop(parsed.port, None)
     return parsed.port
 
 

@@ -42,7 +42,7 @@ def test_contract_request_gets_the_contract_answer_in_the_ip_form(
         assert set(answer) == {"ok", "host_port", "base_path", "url"}
         assert answer["ok"] is True
         assert answer["url"] == f"http://127.0.0.1:{answer['host_port']}/"
-        port = int(answer["host_port"])  # type: ignore[call-overload]
+        port = host_port_of(str(answer["url"]))
         assert echo(port)["server_port"] == app_port
     finally:
         relay.stop()

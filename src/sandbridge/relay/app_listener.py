@@ -12,7 +12,8 @@ mode), reused across keep-alive requests. Per request:
 
 A failure on the sandbox side is a ``502`` for that request only. After a connection's
 first exchange, small exchanges run the same steps from the read callbacks instead of
-the connection's task (:class:`_KeepAliveLane`).
+the connection's task (:class:`~sandbridge.relay.lane.KeepAliveLane`); both relay a final
+response as :func:`~sandbridge.protocol.http.exchange.decide_response` says.
 """
 
 from __future__ import annotations
@@ -20,14 +21,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import enum
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbridge import log
-from sandbridge.aio.unix_sockets import Pump
-from sandbridge.aio.watchdog import Watchdog
 from sandbridge.exceptions import HttpError, UpstreamError
+from sandbridge.protocol.http.exchange import ResponseDecision, decide_response
 from sandbridge.protocol.http.forwarding import (
     LAST_CHUNK,
     ConnectionHeads,
@@ -43,23 +41,21 @@ from sandbridge.protocol.http.parser import (
     BodyChunk,
     Event,
     RequestHead,
-    RequestReader,
     ResponseHead,
-    ResponseReader,
-    Upgraded,
 )
-from sandbridge.protocol.http.private_access import TOKEN_PARAM, AccessGate, redirect_response
+from sandbridge.protocol.http.private_access import AccessGate, redirect_response
 from sandbridge.relay import local_peer
+from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
 from sandbridge.relay.settings import SessionScope
-from sandbridge.relay.upstream import UpstreamConnector
+from sandbridge.relay.tunnel import Tunnel, open_tunnel
+from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.v1_exchange import exchange_v1
 
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
 # while bounding what one connection can hold per direction.
 READ_BYTES = 256 * 1024
-# After one side of a tunnel (WebSocket) ends, the other gets this long to finish.
-TUNNEL_CLOSE_GRACE = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,47 +69,6 @@ class App:
     host_name: str = "127.0.0.1"  # what clients must send as Host (with the port)
 
 
-class BrowserConnection:
-    """The browser side of one connection: a socket, its request reader and the
-    translation of its heads."""
-
-    def __init__(self, channel: Channel, heads: ConnectionHeads) -> None:
-        self.channel = channel
-        self.parser = RequestReader()
-        self.events: collections.deque[Event] = collections.deque()
-        self.heads = heads
-        # Every timeout of this connection's task (keep-alive, header, response).
-        self.watchdog = Watchdog()
-
-    async def next_event(self) -> Event | None:
-        """The next request event, reading as needed; ``None`` at end of stream."""
-        while not self.events:
-            data = await self.channel.read()
-            if not data:
-                return None
-            self.events.extend(self.parser.feed(data))
-        return self.events.popleft()
-
-    async def send(self, data: bytes) -> None:
-        await self.channel.send(data)
-
-
-@dataclass
-class _Upstream:
-    channel: Channel
-    pending: bytes = b""
-    reader: ResponseReader | None = None  # kept from one response to the next
-    reusable: bool = True
-
-    def expect_response(self, request_method: bytes) -> ResponseReader:
-        """The reader, ready for the response to a request just sent."""
-        if self.reader is None:
-            self.reader = ResponseReader(request_method)
-        else:
-            self.reader.next_response(request_method)
-        return self.reader
-
-
 @dataclass
 class _Exchange:
     """What one request/response exchange ended with."""
@@ -122,262 +77,7 @@ class _Exchange:
     reuse_upstream: bool = False
     response_started: bool = False
     body_sent: int = 0
-    tunnelled: bool = False  # after a 101: both sockets now belong to a _Tunnel
-
-
-class _Tunnel:
-    """An upgraded connection (a WebSocket) after its 101: two linked pumps, no task.
-
-    A WebSocket mostly sits idle; with no task, no coroutine frames and no request
-    state kept alive, what an open one costs is its two sockets and two small
-    protocol objects (the host's memory per idle WebSocket went from ~19 KiB to
-    ~8 KiB with 2,000 open). After one side ends, the other gets ``grace`` seconds to
-    finish; then both are dropped. ``on_closed`` runs once both sockets are closed.
-    """
-
-    def __init__(
-        self, browser_side: Pump, app_side: Pump, grace: float, on_closed: Callable[[], None]
-    ) -> None:
-        self._sides = (browser_side, app_side)
-        self._grace = grace
-        self._on_closed = on_closed
-        self._timer: asyncio.TimerHandle | None = None
-        for side in self._sides:
-            side.finished.add_done_callback(self._side_finished)
-            side.lost.add_done_callback(self._side_lost)
-
-    def abort(self) -> None:
-        for side in self._sides:
-            side.abort()
-
-    def _side_finished(self, _: asyncio.Future[None]) -> None:
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._grace, self.abort)
-
-    def _side_lost(self, _: asyncio.Future[None]) -> None:
-        if all(side.lost.done() for side in self._sides):
-            if self._timer is not None:
-                self._timer.cancel()
-            self._on_closed()
-
-
-class _LaneEnd(enum.Enum):
-    """Why a :class:`_KeepAliveLane` gave the connection back to its task."""
-
-    IDLE_TIMEOUT = "no request within the keep-alive timeout"
-    FALLBACK = "the task reads on: browser.events holds what was read, if anything"
-    DONE = "an exchange is complete; keep_browser and reuse_upstream say how to go on"
-    CONTINUE = "the request is sent; the task relays the rest of the response"
-    RESPONSE_TIMEOUT = "the request is sent and the app did not answer in time"
-    UPSTREAM_FAILED = "the request is sent and the app's answer is malformed"
-    ERROR = "the browser's bytes are refused: the task raises error"
-
-
-_TOKEN = TOKEN_PARAM.encode()
-
-
-class _KeepAliveLane:
-    """Small keep-alive exchanges relayed from the event loop's read callbacks.
-
-    Why: a small request through the task cost two task wake-ups, two futures and a
-    handful of coroutine frames on top of the parsing and the checks; with them the
-    host spent ~36 us of CPU per 1 KiB GET where a bare callback relay with the same
-    parser spends ~13 us (py-spy and ``/proc`` CPU per request at 64 keep-alive
-    clients, docs/benchmarks.md, round 5), and each wake-up also added latency.
-
-    How: while a connection's task waits for its next request and holds a reusable
-    upstream, both channels are attached to this lane (:attr:`Channel.lane`). A read
-    that completes a bodiless request (head and end together: the usual GET) is
-    checked and sent to the app right in the callback; a read from the app that
-    completes a final response is checked and sent to the browser right there, and
-    the lane waits for the next request. The task sleeps through all of it.
-
-    Anything else ends the lane and the task carries on from exactly that point with
-    the same code as always: a partial head (header timeout), a body, an upgrade, a
-    private app's token exchange, a refusal, a response over several reads, an interim
-    response, a full write buffer, an end of stream. The lane has no rules of its own:
-    same parser, same translation of heads (:class:`ConnectionHeads`), same
-    timeouts (it moves the task's watchdog), so what the browser and the app see is
-    byte for byte what the task would send.
-    """
-
-    def __init__(self, listener: AppListener, browser: BrowserConnection) -> None:
-        self._listener = listener
-        self._browser = browser
-        self._waiter: asyncio.Future[None] | None = None
-        self._upstream: _Upstream | None = None
-        self.end: _LaneEnd | None = None
-        self.in_flight = False
-        # the exchange in flight, and what it ended with
-        self.head: RequestHead | None = None
-        self.request: UpstreamRequest | None = None
-        self.events: collections.deque[Event] = collections.deque()
-        self.keep_browser = False
-        self.reuse_upstream = False
-        self.error: Exception | None = None
-
-    async def run(self, upstream: _Upstream) -> _LaneEnd:
-        """Relay exchanges until one needs the task; say why."""
-        browser = self._browser
-        settings = self._listener.settings
-        self._upstream = upstream
-        self.end, self.in_flight, self.error = None, False, None
-        self.events = collections.deque()
-        self._waiter = asyncio.get_running_loop().create_future()
-        browser.channel.lane = self
-        upstream.channel.lane = self
-        try:
-            with browser.watchdog.limit(settings.keepalive_timeout):
-                await self._waiter
-        except TimeoutError:
-            if self.end is None:
-                self.end = _LaneEnd.RESPONSE_TIMEOUT if self.in_flight else _LaneEnd.IDLE_TIMEOUT
-        finally:
-            browser.channel.lane = None
-            upstream.channel.lane = None
-            self._waiter = None
-        assert self.end is not None
-        return self.end
-
-    def _finish(self, end: _LaneEnd) -> None:
-        if self.end is not None:
-            return
-        self.end = end
-        self._browser.channel.lane = None
-        if self._upstream is not None:
-            self._upstream.channel.lane = None
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    # Channel's Lane protocol ------------------------------------------------------------
-
-    def received(self, channel: Channel, data: bytes) -> None:
-        if self._browser.watchdog.expired:
-            # The timeout fired in this loop turn and the task is being woken for it:
-            # these bytes come too late. (A request read now would reach the app and
-            # then be answered as if the app had timed out.)
-            self._finish(_LaneEnd.RESPONSE_TIMEOUT if self.in_flight else _LaneEnd.IDLE_TIMEOUT)
-            return
-        try:
-            if channel is self._browser.channel:
-                self._request_data(data)
-            else:
-                self._response_data(data)
-        except Exception as exc:  # nothing may escape into the event loop
-            self.error = exc
-            self._finish(_LaneEnd.ERROR)
-
-    def interrupted(self, channel: Channel) -> None:
-        upstream = self._upstream
-        if channel is self._browser.channel:
-            self._finish(_LaneEnd.FALLBACK)  # the task reads the end of stream itself
-        elif self.in_flight:
-            self._finish(_LaneEnd.CONTINUE)  # the task reads it: 502, or a close-delimited end
-        elif upstream is not None:
-            # The app closed an idle connection: the next request opens a new one.
-            upstream.reusable = False
-            upstream.channel.lane = None
-
-    # the two directions -----------------------------------------------------------------
-
-    def _request_data(self, data: bytes) -> None:
-        browser = self._browser
-        events = browser.parser.feed(data)
-        upstream = self._upstream
-        head = events[0] if len(events) == 2 and events[1] is MESSAGE_END else None
-        request = None
-        if (
-            isinstance(head, RequestHead)
-            and not head.upgrade
-            and upstream is not None
-            and upstream.reusable
-            # an app that does not read its requests, or a reset in this same loop turn
-            and upstream.channel.ready_for_exchange()
-            and self._admitted(head)
-        ):
-            try:
-                request = browser.heads.request(head, self._listener.scope.origins)
-            except HttpError:
-                request = None  # the task refuses it, as it refuses any request
-        if request is None or request.framing is not Framing.NONE:
-            browser.events.extend(events)
-            self._finish(_LaneEnd.FALLBACK)
-            return
-        assert upstream is not None and isinstance(head, RequestHead)
-        upstream.expect_response(head.method)
-        upstream.channel.write(request.head)
-        self.head, self.request, self.in_flight = head, request, True
-        # A pipelined request waits in the channel until this exchange is over.
-        browser.channel.lane = None
-        browser.watchdog.limit(self._listener.settings.response_timeout)
-
-    def _admitted(self, head: RequestHead) -> bool:
-        """A private app's request passes here only with the app's cookie and no token."""
-        gate = self._listener.gate
-        if gate is None:
-            return True
-        if _TOKEN in head.target:
-            return False  # the token exchange is the task's
-        try:
-            return gate.check(head.target, head.headers) is None
-        except HttpError:
-            return False  # the task refuses it
-
-    def _response_data(self, data: bytes) -> None:
-        upstream = self._upstream
-        assert upstream is not None
-        if not self.in_flight:
-            # The app sent bytes with no request in flight: they answer nothing, and
-            # must never be taken for the next request's response. The connection is
-            # dropped; the next request opens a new one.
-            upstream.reusable = False
-            upstream.channel.lane = None
-            upstream.channel.abort()
-            return
-        reader = upstream.reader
-        assert reader is not None and self.head is not None
-        try:
-            events = reader.feed(data)
-        except HttpError as exc:
-            self.error = exc
-            self._finish(_LaneEnd.UPSTREAM_FAILED)
-            return
-        final = events[0] if events and events[-1] is MESSAGE_END else None
-        body: list[bytes] = []
-        if isinstance(final, ResponseHead) and final.status >= 200 and final.status != 101:
-            for event in events[1:-1]:
-                if not isinstance(event, BodyChunk):
-                    final = None
-                    break
-                body.append(event.data)
-        else:
-            final = None
-        if final is None:
-            self.events.extend(events)
-            self._finish(_LaneEnd.CONTINUE)
-            return
-        response = self._browser.heads.response(
-            final, self.head, close_delimited=reader.close_delimited
-        )
-        if response.framing is Framing.CHUNKED:
-            body = [*map(encode_chunk, body), LAST_CHUNK]
-        browser = self._browser.channel
-        browser.write(response.head + b"".join(body) if body else response.head)
-        self.in_flight = False
-        self.keep_browser = response.keep_alive
-        self.reuse_upstream = (
-            final.keep_alive and not reader.close_delimited and not reader.extra_data
-        )
-        if (
-            self.keep_browser
-            and self.reuse_upstream
-            and browser.ready_for_exchange()
-            and not self._browser.parser.in_head  # (a pipelined head began: its timeout)
-        ):
-            browser.lane = self
-            self._browser.watchdog.limit(self._listener.settings.keepalive_timeout)
-        else:
-            self._finish(_LaneEnd.DONE)
+    tunnelled: bool = False  # after a 101: both sockets now belong to a Tunnel
 
 
 class AppListener:
@@ -401,7 +101,7 @@ class AppListener:
         self.origin: AppOrigin | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Channel] = set()
-        self._tunnels: set[_Tunnel] = set()
+        self._tunnels: set[Tunnel] = set()
         # One task per browser connection, owned here: close() ends them.
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -482,27 +182,19 @@ class AppListener:
             private=self.gate is not None,
         )
         browser = BrowserConnection(channel, heads)
-        upstream: _Upstream | None = None
+        upstream: UpstreamConnection | None = None
         tunnelled = False
-        lane = _KeepAliveLane(self, browser)
+        lane = KeepAliveLane(browser, scope, self.gate)
         try:
             while True:
-                if (
-                    upstream is not None
-                    and upstream.reusable
-                    and not upstream.pending
-                    and not browser.events
-                    and not browser.parser.in_head
-                    and channel.ready_for_exchange()
-                    and upstream.channel.ready_for_exchange()
-                ):
+                if upstream is not None and lane_can_start(browser, upstream):
                     end = await lane.run(upstream)
-                    if end is _LaneEnd.IDLE_TIMEOUT:
+                    if end is LaneEnd.IDLE_TIMEOUT:
                         break
-                    if end is _LaneEnd.ERROR:
+                    if end is LaneEnd.ERROR:
                         assert lane.error is not None
                         raise lane.error
-                    if end is _LaneEnd.DONE:
+                    if end is LaneEnd.DONE:
                         if not lane.reuse_upstream:
                             upstream.channel.abort()
                             upstream = None
@@ -511,9 +203,9 @@ class AppListener:
                         await channel.drain()
                         continue
                     if end in (
-                        _LaneEnd.CONTINUE,
-                        _LaneEnd.RESPONSE_TIMEOUT,
-                        _LaneEnd.UPSTREAM_FAILED,
+                        LaneEnd.CONTINUE,
+                        LaneEnd.RESPONSE_TIMEOUT,
+                        LaneEnd.UPSTREAM_FAILED,
                     ):
                         exchange, upstream = await self._resume(browser, lane, upstream)
                         if not exchange.keep_browser:
@@ -529,7 +221,7 @@ class AppListener:
                 request = heads.request(event, scope.origins)
                 exchange, upstream = await self._exchange(browser, event, request, upstream)
                 if exchange.tunnelled:
-                    tunnelled = True  # the connection lives on in a _Tunnel
+                    tunnelled = True  # the connection lives on in a Tunnel
                     break
                 if not exchange.keep_browser:
                     break
@@ -602,17 +294,13 @@ class AppListener:
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
-        upstream: _Upstream | None,
-    ) -> tuple[_Exchange, _Upstream | None]:
+        upstream: UpstreamConnection | None,
+    ) -> tuple[_Exchange, UpstreamConnection | None]:
         """One request and its response; returns how the connections continue."""
-        if (
-            upstream is None
-            or not upstream.reusable
-            # Closed by the app meanwhile, bytes from it that answer nothing, or a head
-            # it has not taken yet: a new exchange never starts on it. This is also what
-            # bounds the heads the host holds for an app that does not read them: one.
-            or not upstream.channel.ready_for_exchange()
-        ):
+        # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
+        # has not taken yet: a new exchange never starts on it. This is also what bounds
+        # the heads the host holds for an app that does not read them: one.
+        if upstream is None or not upstream.ready_for_exchange():
             if upstream is not None:
                 upstream.channel.abort()
                 upstream = None
@@ -631,19 +319,19 @@ class AppListener:
                     self.settings.response_timeout,
                 )
                 return _Exchange(keep_browser=keep), None
-            upstream = _Upstream(*opened)
+            upstream = UpstreamConnection(*opened)
         return await self._run_exchange(browser, head, request, upstream, None)
 
     async def _resume(
-        self, browser: BrowserConnection, lane: _KeepAliveLane, upstream: _Upstream
-    ) -> tuple[_Exchange, _Upstream | None]:
+        self, browser: BrowserConnection, lane: KeepAliveLane, upstream: UpstreamConnection
+    ) -> tuple[_Exchange, UpstreamConnection | None]:
         """Carry on with an exchange the lane sent to the app."""
         head, request = lane.head, lane.request
         assert head is not None and request is not None
-        if lane.end is _LaneEnd.CONTINUE:
+        if lane.end is LaneEnd.CONTINUE:
             return await self._run_exchange(browser, head, request, upstream, lane.events)
         upstream.channel.abort()
-        timed_out = lane.end is _LaneEnd.RESPONSE_TIMEOUT
+        timed_out = lane.end is LaneEnd.RESPONSE_TIMEOUT
         reason = self._no_response() if timed_out else str(lane.error)
         return await self._bad_gateway(browser, head, request, reason, force_close=True), None
 
@@ -652,9 +340,9 @@ class AppListener:
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
-        upstream: _Upstream,
+        upstream: UpstreamConnection,
         resumed: collections.deque[Event] | None,
-    ) -> tuple[_Exchange, _Upstream | None]:
+    ) -> tuple[_Exchange, UpstreamConnection | None]:
         """Send the request and relay the response; ``resumed``: the lane sent the
         request (bodiless) and read these response events already."""
         exchange = _Exchange()
@@ -696,7 +384,7 @@ class AppListener:
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
-        upstream: _Upstream,
+        upstream: UpstreamConnection,
         exchange: _Exchange,
     ) -> None:
         """Relay the response while a task passes the request body on."""
@@ -739,7 +427,7 @@ class AppListener:
         return _Exchange(keep_browser=keep)
 
     async def _read_awaiting_response(
-        self, browser: BrowserConnection, upstream: _Upstream, exchange: _Exchange
+        self, browser: BrowserConnection, upstream: UpstreamConnection, exchange: _Exchange
     ) -> bytes:
         """Read from the app before its final response head: an app that neither answers
         nor takes request body for the response timeout has stalled (502)."""
@@ -765,7 +453,9 @@ class AppListener:
             if exchange.body_sent == progress:
                 return
 
-    async def _read_response_body(self, browser: BrowserConnection, upstream: _Upstream) -> bytes:
+    async def _read_response_body(
+        self, browser: BrowserConnection, upstream: UpstreamConnection
+    ) -> bytes:
         """Read more of a response; silence for the response timeout ends the stream."""
         try:
             with browser.watchdog.limit(self.settings.response_timeout):
@@ -778,7 +468,7 @@ class AppListener:
     async def _pump_request_body(
         self,
         browser: BrowserConnection,
-        upstream: _Upstream,
+        upstream: UpstreamConnection,
         request: UpstreamRequest,
         exchange: _Exchange,
     ) -> None:
@@ -806,7 +496,7 @@ class AppListener:
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
-        upstream: _Upstream,
+        upstream: UpstreamConnection,
         exchange: _Exchange,
         pump: asyncio.Future[None] | None,  # None: the request has no body
         resumed: collections.deque[Event] | None = None,  # read by the lane already
@@ -821,8 +511,7 @@ class AppListener:
         if upstream.pending:
             events.extend(reader.feed(upstream.pending))
             upstream.pending = b""
-        framing = Framing.NONE
-        final: ResponseHead | None = None
+        decision: ResponseDecision | None = None  # once the final response head is read
         # What is ready for the browser is written in one call once the events already
         # read are used up: a small response (head, body, end) costs one send, not three.
         out: list[bytes] = []
@@ -833,14 +522,14 @@ class AppListener:
                     await channel.send(b"".join(out))
                     out.clear()
                 while not events:
-                    if final is None:
+                    if decision is None:
                         data = await self._read_awaiting_response(browser, upstream, exchange)
                     else:
                         data = await self._read_response_body(browser, upstream)
                     events.extend(reader.feed(data) if data else reader.feed_eof())
             event = events.popleft()
-            if isinstance(event, BodyChunk):
-                out.append(encode_chunk(event.data) if framing is Framing.CHUNKED else event.data)
+            if isinstance(event, BodyChunk) and decision is not None:
+                out.append(decision.body(event.data))
             elif isinstance(event, ResponseHead):
                 if event.status == 101:
                     if not request.upgrade:
@@ -869,25 +558,18 @@ class AppListener:
                         )
                         await browser.send(response.head)  # interim: the client waits for it
                     continue
-                final = event
-                response = browser.heads.response(
-                    event, head, close_delimited=reader.close_delimited
+                decision = decide_response(
+                    event, head, browser.heads, close_delimited=reader.close_delimited
                 )
-                framing = response.framing
-                exchange.keep_browser = response.keep_alive and not request.upgrade
+                exchange.keep_browser = decision.keep_browser
                 exchange.response_started = True
-                out.append(response.head)
-            elif event is MESSAGE_END:
-                if framing is Framing.CHUNKED:
-                    out.append(LAST_CHUNK)
-                await channel.send(out[0] if len(out) == 1 else b"".join(out))
-                assert final is not None
-                exchange.reuse_upstream = (
-                    final.keep_alive
-                    and not reader.close_delimited
-                    and not reader.extra_data
-                    and not request.upgrade
-                )
+                out.append(decision.head)
+            elif event is MESSAGE_END and decision is not None:
+                if decision.end:
+                    out.append(decision.end)
+                if out:
+                    await channel.send(out[0] if len(out) == 1 else b"".join(out))
+                exchange.reuse_upstream = decision.reuse_upstream(reader.extra_data)
                 return
             else:
                 raise UpstreamError(f"unexpected event from app: {event!r}")
@@ -895,41 +577,19 @@ class AppListener:
     def _tunnel(
         self,
         browser: BrowserConnection,
-        upstream: _Upstream,
+        upstream: UpstreamConnection,
         upstream_events: collections.deque[Event],
     ) -> bool:
-        """Copy bytes both ways after a 101, untouched, until either side ends.
-
-        Both sockets move from their channels to a pair of :class:`Pump` protocols that
-        forward from the event loop's read callbacks (one ``write`` per message, no
-        task per direction), owned by a :class:`_Tunnel` from then on. ``False`` if a
-        side is already gone (nothing to tunnel).
-        """
+        """Hand both sockets to a :class:`Tunnel` after a 101 (:func:`open_tunnel`),
+        owned by this listener until both are closed; ``False`` if a side is gone."""
         channel = browser.channel
-        if channel.closed.done() or upstream.channel.closed.done():
-            return False
-        leftover = b""
-        while browser.events:
-            event = browser.events.popleft()
-            if isinstance(event, Upgraded):
-                leftover += event.trailing
-        if leftover:
-            upstream.channel.write(leftover)
-        for event in upstream_events:
-            if isinstance(event, Upgraded) and event.trailing:
-                browser.channel.write(event.trailing)
-
-        browser_side, app_side = Pump(), Pump()
-        browser_side.link(app_side)
-        channel.hand_over(browser_side)
-        upstream.channel.hand_over(app_side)
 
         def closed() -> None:
             self._tunnels.discard(tunnel)
             self._release(channel)
 
-        tunnel = _Tunnel(browser_side, app_side, TUNNEL_CLOSE_GRACE, closed)
+        tunnel = open_tunnel(browser, upstream, upstream_events, closed)
+        if tunnel is None:
+            return False
         self._tunnels.add(tunnel)
-        channel.catch_up(browser_side)
-        upstream.channel.catch_up(app_side)
         return True

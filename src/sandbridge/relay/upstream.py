@@ -19,6 +19,7 @@ import enum
 import os
 import socket
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge import log
@@ -31,6 +32,7 @@ from sandbridge.exceptions import (
     WireError,
 )
 from sandbridge.protocol import stream
+from sandbridge.protocol.http.parser import ResponseReader
 from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
 from sandbridge.relay import handoff as handoff_
 from sandbridge.relay.channel import Channel
@@ -172,3 +174,26 @@ class UpstreamConnector:
             log.info("upstream.v1_fallback", socket=str(self.socket_path))
             self.protocol = ForwardingMode.V1
             return None
+
+
+@dataclass
+class UpstreamConnection:
+    """One open upstream connection as a browser connection holds it between exchanges."""
+
+    channel: Channel
+    pending: bytes = b""  # what the shim sent after its answer: the response's first bytes
+    reader: ResponseReader | None = None  # kept from one response to the next
+    reusable: bool = True
+
+    def expect_response(self, request_method: bytes) -> ResponseReader:
+        """The reader, ready for the response to a request just sent."""
+        if self.reader is None:
+            self.reader = ResponseReader(request_method)
+        else:
+            self.reader.next_response(request_method)
+        return self.reader
+
+    def ready_for_exchange(self) -> bool:
+        """Whether a next request may go out on it: the app kept it, and it has nothing
+        unread, no end of stream and room to write (:meth:`Channel.ready_for_exchange`)."""
+        return self.reusable and self.channel.ready_for_exchange()

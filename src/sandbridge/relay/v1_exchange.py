@@ -22,7 +22,7 @@ from sandbridge.relay.upstream import connect_unix_checked
 
 if TYPE_CHECKING:
     from sandbridge.protocol.http.forwarding import UpstreamRequest
-    from sandbridge.relay.app_listener import BrowserConnection
+    from sandbridge.relay.browser import BrowserConnection
 
 
 async def _read_body(browser: BrowserConnection) -> bytes:

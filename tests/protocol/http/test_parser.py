@@ -285,7 +285,8 @@ def _read_in_turn(exchanges: list[tuple[bytes, bytes, int]]) -> None:
         pieces = [piece for piece in (raw[:cut], raw[cut:]) if piece]
         outcome = _outcome(readers[0], pieces)
         assert outcome == _outcome(readers[1], pieces), (exchanges, outcome)
-        # The relay reuses a connection only as app_listener does (reuse_upstream).
+        # The relay reuses a connection only as protocol/http/exchange.py decides
+        # (ResponseDecision.reuse_upstream, for a request without an upgrade).
         final = readers[1]._final_head
         if not (
             isinstance(outcome, tuple)

@@ -1,4 +1,4 @@
-"""The keep-alive lane of the host relay (``app_listener._KeepAliveLane``).
+"""The keep-alive lane of the host relay (:class:`sandbridge.relay.lane.KeepAliveLane`).
 
 After the first request of a browser connection, small bodiless exchanges are relayed
 from the event loop's callbacks; everything else hands the connection back to its task
@@ -21,11 +21,14 @@ from typing import Any
 import pytest
 
 from sandbridge.aio import event_loop
-from sandbridge.relay.app_listener import READ_BYTES, AppListener, _KeepAliveLane
+from sandbridge.protocol.http.parser import MESSAGE_END, ResponseReader
+from sandbridge.relay.app_listener import READ_BYTES, AppListener
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.lane import KeepAliveLane
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnector
 from tests.conftest import Relay, app_host, host_field, host_port_of
+from tests.protocol.http.test_exchange import CASES, HOST
 
 Script = Callable[[socket.socket, "ScriptedApp"], None]
 
@@ -225,6 +228,98 @@ def test_interim_response_on_a_kept_connection_is_relayed(
     assert browser.response()[:3:2] == (200, b"x")
     assert browser.get("/after")[2] == b"GET /after HTTP/1.1"
     browser.close()
+
+
+class CaseApp:
+    """Answers ``/case/<n>`` with the response of the n-th case of the table (closing
+    after it if the case says so), anything else with :func:`ok`; records which app
+    connection served which target."""
+
+    def __init__(self, scripted: Callable[[Script], ScriptedApp]) -> None:
+        self.served: dict[bytes, int] = {}
+        self.app = scripted(self._serve)
+
+    def _serve(self, conn: socket.socket, app: ScriptedApp) -> None:
+        connection = app.connections
+        while (request := app.read_request(conn)) is not None:
+            target = request.split(b" ", 2)[1]
+            self.served[target] = connection
+            if not target.startswith(b"/case/"):
+                conn.sendall(ok(b"warm"))
+                continue
+            case = list(CASES.values())[int(target.removeprefix(b"/case/"))]
+            conn.sendall(case.response)
+            if case.app_closes:
+                return
+
+    @staticmethod
+    def target(name: str) -> bytes:
+        return b"/case/%d" % list(CASES).index(name)
+
+    def request(self, name: str, browser: Browser) -> bytes:
+        """The case's request for this browser, to its ``/case/<n>``."""
+        method, rest = CASES[name].request.split(b" / ", 1)
+        host = b"Host: " + host_field(browser.port) + b"\r\n"
+        return method + b" " + self.target(name) + b" " + rest.replace(HOST, host)
+
+
+def raw_response(browser: Browser, method: bytes) -> bytes:
+    """One response as the browser received it, byte for byte (nothing is pipelined)."""
+    reader, received = ResponseReader(method), b""
+    while True:
+        if not browser.buffer and not browser._fill():
+            events = reader.feed_eof()
+        else:
+            data, browser.buffer = browser.buffer, b""
+            received += data
+            events = reader.feed(data)
+        if MESSAGE_END in events:
+            return received
+
+
+def answer_and_what_follows(case_app: CaseApp, name: str, browser: Browser) -> tuple[bytes, str]:
+    """Send the case's request; return what the browser received for it and what the
+    relay did after: closed the browser connection, or served the next request on the
+    same app connection or on a new one."""
+    case = CASES[name]
+    browser.sock.sendall(case_app.request(name, browser))
+    received = raw_response(browser, case.request.split(b" ", 1)[0])
+    with contextlib.suppress(ConnectionError):
+        browser.send("/next")
+    try:
+        status = browser.response()[0]
+    except ConnectionError:  # an end of stream or a reset
+        return received, "browser closed"
+    assert status == 200
+    same = case_app.served[b"/next"] == case_app.served[case_app.target(name)]
+    return received, "app connection reused" if same else "new app connection"
+
+
+@pytest.mark.parametrize("name", CASES.keys())
+def test_lane_and_task_answer_each_framing_case_alike(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp], name: str
+) -> None:
+    """The same request as a connection's first (the task relays it) and after a first
+    exchange (the lane relays it, or hands it to the task): the same bytes, and the
+    connections go on the same way, as the table of the response decision says."""
+    case_app = CaseApp(scripted)
+    port = host_port_of(relay.register(case_app.app.port))
+    first = Browser(port)
+    by_task = answer_and_what_follows(case_app, name, first)
+    kept = Browser(port)
+    assert kept.get("/warm")[2] == b"warm"
+    by_lane = answer_and_what_follows(case_app, name, kept)
+    assert by_lane == by_task
+    case = CASES[name]
+    assert by_task[0] == case.browser_gets
+    if not case.keep_browser:
+        assert by_task[1] == "browser closed"
+    elif case.reuse_upstream:
+        assert by_task[1] == "app connection reused"
+    else:
+        assert by_task[1] == "new app connection"
+    first.close()
+    kept.close()
 
 
 def test_app_silent_on_a_kept_connection_is_502_after_the_response_timeout(
@@ -537,10 +632,10 @@ def test_request_arriving_as_the_keep_alive_timeout_fires_never_reaches_the_app(
         settings = RelaySettings(keepalive_timeout=0.5, response_timeout=30)
         listener = AppListener(app.port, "/", _TcpConnector(app.port), SessionScope(settings))
         port = await listener.start()
-        lanes: list[_KeepAliveLane] = []
-        run = _KeepAliveLane.run
+        lanes: list[KeepAliveLane] = []
+        run = KeepAliveLane.run
 
-        async def spy(lane: _KeepAliveLane, upstream: Any) -> Any:
+        async def spy(lane: KeepAliveLane, upstream: Any) -> Any:
             lanes.append(lane)
             return await run(lane, upstream)
 
@@ -549,7 +644,7 @@ def test_request_arriving_as_the_keep_alive_timeout_fires_never_reaches_the_app(
         host = f"Host: {listener.origin.hostname}:{port}\r\n\r\n".encode()  # type: ignore[union-attr]
         try:
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(_KeepAliveLane, "run", spy)
+                patch.setattr(KeepAliveLane, "run", spy)
                 writer.write(b"GET /first HTTP/1.1\r\n" + host)
                 await reader.readuntil(b"GET /first HTTP/1.1")
                 for _ in range(10_000):  # loop turns, until the lane waits for a request

@@ -1,0 +1,40 @@
+"""The browser side of one connection on an app's host origin: :class:`BrowserConnection`."""
+
+from __future__ import annotations
+
+import collections
+
+from sandbridge.aio.watchdog import Watchdog
+from sandbridge.protocol.http.forwarding import ConnectionHeads
+from sandbridge.protocol.http.parser import Event, RequestReader
+from sandbridge.relay.channel import Channel
+
+
+class BrowserConnection:
+    """The browser side of one connection: a socket, its request reader and the
+    translation of its heads."""
+
+    def __init__(self, channel: Channel, heads: ConnectionHeads) -> None:
+        self.channel = channel
+        self.parser = RequestReader()
+        self.events: collections.deque[Event] = collections.deque()
+        self.heads = heads
+        # Every timeout of this connection's task (keep-alive, header, response).
+        self.watchdog = Watchdog()
+
+    async def next_event(self) -> Event | None:
+        """The next request event, reading as needed; ``None`` at end of stream."""
+        while not self.events:
+            data = await self.channel.read()
+            if not data:
+                return None
+            self.events.extend(self.parser.feed(data))
+        return self.events.popleft()
+
+    async def send(self, data: bytes) -> None:
+        await self.channel.send(data)
+
+    def between_requests(self) -> bool:
+        """Nothing of a next request read yet (not even part of a head), nothing unread,
+        and room in the write buffer: a next request may start from the socket."""
+        return not self.events and not self.parser.in_head and self.channel.ready_for_exchange()
