@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.egress.policy import PolicyBuilder
-from sandbridge.exceptions import PolicyError
+from sandbridge.exceptions import PolicyError, SandboxError
 from sandbridge.sandbox.host_git import ConfigEntry
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.protected_paths import (
@@ -271,6 +271,27 @@ def test_placeholders_are_removed_only_while_unchanged(tmp_path: Path) -> None:
     (tmp_path / "changed").write_text("the owner wrote here")
     assert protection.finish() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["changed", "u"]
+
+
+def test_an_identical_placeholder_made_meanwhile_is_taken_anything_else_refused(
+    tmp_path: Path,
+) -> None:
+    """Two sessions starting together in one project decide the same placeholders."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "commondir").write_bytes(COMMONDIR_PLACEHOLDER)
+    Protection(
+        placeholders=[
+            Placeholder(tmp_path / "d", None),
+            Placeholder(tmp_path / "commondir", COMMONDIR_PLACEHOLDER),
+        ]
+    ).create_placeholders()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "config").write_text("[core]\n\tfsmonitor = evil\n")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    for taken in (Placeholder(tmp_path / "full", None), Placeholder(tmp_path / "link", None)):
+        with pytest.raises(SandboxError, match="File exists"):
+            Protection(placeholders=[taken]).create_placeholders()
 
 
 def test_a_watched_file_that_appears_is_named(tmp_path: Path) -> None:

@@ -69,21 +69,35 @@ class Placeholder:
     content: bytes | None  # None: an empty directory
 
     def create(self) -> None:
-        if self.content is None:
-            self.path.mkdir()
-        else:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as file:
-                file.write(self.content)
+        """Create it; an identical placeholder made meanwhile (by a session starting at the
+        same time in the same project) is taken as it is, anything else is refused."""
+        try:
+            if self.content is None:
+                self.path.mkdir()
+            else:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                with os.fdopen(os.open(self.path, flags, 0o644), "wb") as file:
+                    file.write(self.content)
+        except FileExistsError:
+            if not self.is_unchanged():
+                raise
+
+    def is_unchanged(self) -> bool:
+        """Whether the path is still exactly what sandbridge makes: an empty directory, or
+        a regular file with the placeholder's content (never through a symlink)."""
+        with contextlib.suppress(OSError):
+            if self.path.is_symlink():
+                return False
+            if self.content is None:
+                return self.path.is_dir() and not any(self.path.iterdir())
+            return self.path.is_file() and self.path.read_bytes() == self.content
+        return False
 
     def remove_if_unchanged(self) -> None:
         """Remove it if it is still what sandbridge made (the owner may have used it since)."""
-        with contextlib.suppress(OSError):
-            if self.content is None:
-                if not self.path.is_symlink() and self.path.is_dir():
-                    self.path.rmdir()  # fails, and keeps it, unless empty
-            elif not self.path.is_symlink() and self.path.read_bytes() == self.content:
-                self.path.unlink()
+        if self.is_unchanged():
+            with contextlib.suppress(OSError):
+                self.path.rmdir() if self.content is None else self.path.unlink()
 
 
 @dataclass(frozen=True)
@@ -311,7 +325,7 @@ class _Decision:
         elif dot_git.is_dir():
             self.git_dir(dot_git)
 
-    def git_dir(self, directory: Path) -> None:
+    def git_dir(self, directory: Path) -> None:  # noqa: PLR0912  (each file git reads from a git dir, in git's order)
         directory = directory.resolve()
         if directory in self.git_dirs_seen or not directory.is_dir():
             return
@@ -438,7 +452,7 @@ class _Decision:
         )
 
 
-def decide(
+def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, in mount order)
     mounts: list[Mount],
     project_root: Path,
     *,
