@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
+from sandbridge.aio.tasks import TaskSet
+
 # Handlers whose streams were aborted return within milliseconds; one still running after
 # this long is stuck elsewhere and is cancelled.
 CLOSE_GRACE = 5.0
@@ -23,20 +25,17 @@ class OpenConnections:
 
     def __init__(self) -> None:
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks = TaskSet()
         self.closing = False
 
     @contextlib.contextmanager
     def handler(self, writer: asyncio.StreamWriter) -> Iterator[None]:
         """Run a connection's handler under this set; ``writer`` is its client end."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         self._writers.add(writer)
         try:
-            yield
+            with self._tasks.current():
+                yield
         finally:
-            self._tasks.discard(task)
             self._writers.discard(writer)
 
     @contextlib.contextmanager
@@ -56,9 +55,4 @@ class OpenConnections:
         self.closing = True
         for writer in list(self._writers):
             writer.transport.abort()
-        if not self._tasks:
-            return
-        _, stuck = await asyncio.wait(set(self._tasks), timeout=CLOSE_GRACE)
-        for task in stuck:
-            task.cancel()
-        await asyncio.gather(*stuck, return_exceptions=True)
+        await self._tasks.close(grace=CLOSE_GRACE)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import cast
 
 from sandbridge.aio import untrusted_fds
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.protocol.jsonline import LineReader
 
 # One read when copying raw bytes through streams: large reads keep per-byte overhead low.
@@ -167,16 +168,10 @@ async def copy_both_ways(
     After one direction ends cleanly, the other gets ``grace`` seconds to finish
     (``None``: as long as it takes); a failing direction stops both at once.
     """
-    forward = asyncio.create_task(copy(a_reader, b_writer))
-    backward = asyncio.create_task(copy(b_reader, a_writer))
-    try:
-        done, _ = await asyncio.wait({forward, backward}, return_when=asyncio.FIRST_COMPLETED)
+    async with running(copy(a_reader, b_writer), copy(b_reader, a_writer)) as both:
+        done = await first_done(*both)
         if any(task.exception() is None for task in done):
-            await asyncio.wait({forward, backward}, timeout=grace)
-    finally:
-        for task in (forward, backward):
-            task.cancel()
-        await asyncio.gather(forward, backward, return_exceptions=True)
+            await asyncio.wait(both, timeout=grace)
 
 
 async def linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

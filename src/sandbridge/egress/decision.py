@@ -53,7 +53,7 @@ def normalise_host(host: str) -> str | None:
     return normalise_name(host)
 
 
-def match_destination(policy: Policy, host: str, port: int) -> Decision:
+def match_destination(policy: Policy, host: str, port: int) -> Decision:  # noqa: PLR0911  (one return per kind of refusal, in the order a reader checks them)
     """Decide a proxy destination before resolution (``host`` as the client sent it)."""
     normal = normalise_host(host)
     if normal is None:

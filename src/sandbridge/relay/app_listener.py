@@ -24,6 +24,7 @@ import contextlib
 from dataclasses import dataclass
 
 from sandbridge import log
+from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import ResponseDecision, decide_response
 from sandbridge.protocol.http.forwarding import (
@@ -103,7 +104,7 @@ class AppListener:
         self._connections: set[Channel] = set()
         self._tunnels: set[Tunnel] = set()
         # One task per browser connection, owned here: close() ends them.
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
 
     @property
     def app(self) -> App:
@@ -141,9 +142,7 @@ class AppListener:
             channel.abort()
         for tunnel in list(self._tunnels):
             tunnel.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -152,11 +151,9 @@ class AppListener:
         if not local_peer.is_owners_connection(channel.transport, self.host_port):
             channel.transport.abort()  # another user's: dropped before it counts anywhere
             return
-        task = asyncio.get_running_loop().create_task(self._serve(channel))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._serve(channel))
 
-    async def _serve(self, channel: Channel) -> None:
+    async def _serve(self, channel: Channel) -> None:  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
         scope = self.scope
         if (
             len(self._connections) >= self.settings.max_connections_per_app
@@ -491,7 +488,7 @@ class AppListener:
             else:
                 raise HttpError(400, "unexpected event in request body")
 
-    async def _relay_response(
+    async def _relay_response(  # noqa: PLR0912, PLR0913, PLR0915  (the response loop of the data path; split, it costs a frame per event)
         self,
         browser: BrowserConnection,
         head: RequestHead,

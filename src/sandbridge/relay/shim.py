@@ -23,6 +23,7 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.aio import event_loop
+from sandbridge.aio.tasks import TaskSet
 from sandbridge.aio.unix_sockets import Pump, bind_unix_socket, close_writer
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import stream, v1
@@ -244,7 +245,7 @@ class Shim:
         self.path = path
         self._server: asyncio.Server | None = None
         # The stream openings and v1 exchanges in progress; close() ends them.
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -257,9 +258,7 @@ class Shim:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -269,9 +268,7 @@ class Shim:
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run one connection's opening step; the shim owns it until it ends."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(work)
 
 
 async def _exchange_v1(request: v1.V1Request) -> v1.V1Response:

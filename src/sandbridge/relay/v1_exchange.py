@@ -56,7 +56,7 @@ async def _round_trip(socket_path: Path, request: v1.V1Request, timeout: float) 
         writer.transport.abort()
 
 
-async def exchange_v1(
+async def exchange_v1(  # noqa: PLR0913  (what one v1 exchange needs from the listener, named)
     browser: BrowserConnection,
     head: RequestHead,
     request: UpstreamRequest,

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from sandbridge.aio import event_loop
+from sandbridge.aio.tasks import running
 from sandbridge.egress.gate_listener import GateListener
 from sandbridge.protocol.contract import EGRESS_SOCKET
 from sandbridge.relay.publish import parse_publish, publish
@@ -51,15 +52,13 @@ async def run(
     await shim.start()
     if gate is not None:
         await gate.start()
-    tasks = [asyncio.create_task(publish(port, base)) for port, base in published or []]
+    helpers = [publish(port, base) for port, base in published or []]
     if terminal_fd is not None:  # the host's private channel (docs/terminals.md)
-        tasks.append(asyncio.create_task(serve_terminal_starts(terminal_fd)))
+        helpers.append(serve_terminal_starts(terminal_fd))
     try:
-        return await _run_command(command)
+        async with running(*helpers):
+            return await _run_command(command)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         if gate is not None:
             await gate.close()
         await shim.close()

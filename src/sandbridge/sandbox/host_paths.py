@@ -145,7 +145,7 @@ def _refuse(layer: Layer, why: str, advice: str) -> SandboxError:
     return SandboxError(f"{layer.flag} {layer.mount.source}: {why}; {advice}")
 
 
-def plan(layers: list[Layer], home: Path, *, create: bool = True) -> Guard:
+def plan(layers: list[Layer], home: Path, *, create: bool = True) -> Guard:  # noqa: PLR0912  (one decision per layer and protected path, the module docstring's three cases)
     """The :class:`Guard` for a sandbox made of ``layers`` (bound in that order) over the
     read-only host root, whose ``home`` the sandbox never sees (a private tmpfs or a layer).
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandbridge import log
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.egress.policy import Policy
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -30,7 +31,7 @@ from sandbridge.sandbox.spec import SandboxSpec
 from sandbridge.session.lifecycle import SessionOptions, open_session
 
 
-async def run_session(
+async def run_session(  # noqa: PLR0913  (keyword-only options of a session, each with its default)
     spec_factory: Callable[[Path], SandboxSpec],
     backend: str,
     *,
@@ -87,16 +88,14 @@ async def _until_exit_or_signal(process: asyncio.subprocess.Process) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        waiter = asyncio.create_task(process.wait())
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        stopper.cancel()
-        if not waiter.done():
-            # Killing the backend process ends the sandbox: bwrap --die-with-parent
-            # and unshare --kill-child take the PID namespace, daemons included.
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-        status = await waiter
+        async with running(process.wait(), stop.wait()) as (waiter, stopper):
+            await first_done(waiter, stopper)
+            if not waiter.done():
+                # Killing the backend process ends the sandbox: bwrap --die-with-parent
+                # and unshare --kill-child take the PID namespace, daemons included.
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+            status: int = await waiter
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(signum)

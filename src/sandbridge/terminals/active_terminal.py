@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge import log
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import FrameError
 from sandbridge.terminals.admission import Lease, Refuse
 from sandbridge.terminals.channel import END_REASONS
@@ -81,7 +82,7 @@ def send_lease(worker: FramedStream, lease: Lease) -> None:
     worker.send_json(Kind.LEASE, {"seconds": lease.seconds, "final": lease.final})
 
 
-async def relay(
+async def relay(  # noqa: PLR0913, PLR0915  (both relay directions and the lease in one place, as the protocol runs)
     request_id: str,
     terminal: ActiveTerminal,
     client: FramedStream,
@@ -152,26 +153,23 @@ async def relay(
             with contextlib.suppress(TimeoutError):
                 await terminal.drain()
 
-    upstream = asyncio.create_task(worker_to_client())
-    downstream = asyncio.create_task(client_to_worker())
-    refresher = asyncio.create_task(lease())
-    cut_off = asyncio.create_task(terminal.cut_off.wait())
     try:
-        # The terminal ends when the worker says so, or at the cut-off that every STOP
-        # arms (a worker that ignored it, or stopped reading its link); the client
-        # leaving only asks the worker to end.
-        await asyncio.wait({upstream, cut_off}, return_when=asyncio.FIRST_COMPLETED)
-        if upstream.done() and (error := upstream.exception()) is not None:
-            log.info("terminal.worker_refused", request=request_id, error=str(error))
-            terminal.stop("protocol")
+        async with running(
+            worker_to_client(), terminal.cut_off.wait(), client_to_worker(), lease()
+        ) as (upstream, cut_off, *_):
+            try:
+                # The terminal ends when the worker says so, or at the cut-off that every
+                # STOP arms (a worker that ignored it, or stopped reading its link); the
+                # client leaving only asks the worker to end.
+                await first_done(upstream, cut_off)
+                if upstream.done() and (error := upstream.exception()) is not None:
+                    log.info("terminal.worker_refused", request=request_id, error=str(error))
+                    terminal.stop("protocol")
+            finally:
+                terminal.disarm()
+                if terminal.cut_off.is_set():  # what is still unsent, it would never read
+                    worker.abort()
     finally:
-        terminal.disarm()
-        if terminal.cut_off.is_set():  # what is still unsent, it would never read
-            worker.abort()
-        tasks = (upstream, downstream, refresher, cut_off)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         if tap is not None:
             tap.close()
     # ENDED comes from the sandbox: only known reasons and a plain int reach the audit.

@@ -122,7 +122,7 @@ def check_authority(request: RequestFacts, authority: Authority, now: float) -> 
     return admitted
 
 
-def decide_admission(
+def decide_admission(  # noqa: PLR0913  (a pure decision: every fact it reads is an argument)
     request: RequestFacts,
     authority: Authority,
     challenge: bytes,

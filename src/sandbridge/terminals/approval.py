@@ -179,7 +179,7 @@ def verify_request(document: object, session: str, instance: str) -> Request:
     )  # fmt: skip
 
 
-def verify_approval(
+def verify_approval(  # noqa: PLR0913  (every fact an approval is checked against is an argument)
     document: object,
     *,
     owner: str,

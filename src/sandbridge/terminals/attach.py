@@ -19,6 +19,7 @@ from typing import Any
 
 import nacl.signing
 
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import ChannelError, FrameError
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
@@ -101,7 +102,7 @@ async def attach(
             await writer.wait_closed()
 
 
-async def _run(
+async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol order)
     stream: FramedStream,
     sender: channel.Sender,
     receiver: channel.Receiver,
@@ -173,22 +174,16 @@ async def _run(
             loop.add_signal_handler(signum, on_signal, signum)
         loop.add_signal_handler(signal.SIGWINCH, on_resize)
         loop.add_reader(stdin_fd, on_input)
-        reading = asyncio.create_task(output())
-        beating = asyncio.create_task(heartbeat())
-        waiting = asyncio.create_task(done.wait())
-        await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (beating, waiting):
-            task.cancel()
-        if reading.done() and not reading.cancelled():
-            error = reading.exception()
-            if isinstance(error, TimeoutError):
-                finish("relay_lost", 255)
-            elif isinstance(error, ChannelError | FrameError):
-                finish("protocol", 255)
-            elif isinstance(error, OSError):
-                finish("relay_lost", 255)
-        reading.cancel()
-        await asyncio.gather(reading, beating, waiting, return_exceptions=True)
+        async with running(output(), done.wait(), heartbeat()) as (reading, waiting, _):
+            await first_done(reading, waiting)
+            if reading.done() and not reading.cancelled():
+                error = reading.exception()
+                if isinstance(error, TimeoutError):
+                    finish("relay_lost", 255)
+                elif isinstance(error, ChannelError | FrameError):
+                    finish("protocol", 255)
+                elif isinstance(error, OSError):
+                    finish("relay_lost", 255)
         with contextlib.suppress(OSError):
             await stream.drain()
     finally:

@@ -31,6 +31,7 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
+from sandbridge.aio.tasks import TaskSet
 from sandbridge.aio.unix_sockets import bind_unix_socket
 from sandbridge.exceptions import (
     ApprovalRefused,
@@ -140,7 +141,7 @@ class TerminalBroker:
         self._sandbox = None if sandbox_channel is None else SandboxChannel(sandbox_channel)
         self._requests: dict[str, TerminalRequest] = {}
         self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._handlers = TaskSet()
         self._journal: ReservationJournal | None = None
         self._audit: AuditLog | None = None
         # Keys the owner allowed for this session only (``sandbridge terminal allow``).
@@ -185,11 +186,7 @@ class TerminalBroker:
         for request in self._requests.values():
             if request.terminal is not None:
                 request.terminal.stop("session_end")
-        if self._handlers:
-            await asyncio.wait(self._handlers, timeout=self.settings.hangup_grace + STOP_MARGIN)
-        for task in self._handlers:
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._handlers.close(grace=self.settings.hangup_grace + STOP_MARGIN)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -197,15 +194,12 @@ class TerminalBroker:
             self._sandbox.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
         try:
-            await self._serve(reader, writer)
+            with self._handlers.current():
+                await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
             log.debug("terminal.control_closed", error=type(exc).__name__)
         finally:
-            self._handlers.discard(task)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()

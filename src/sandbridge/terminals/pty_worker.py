@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import ChannelError, FrameError
 from sandbridge.terminals import channel, fd_io
 from sandbridge.terminals.channel import END_REASONS, Message, MessageType
@@ -305,24 +306,17 @@ class Worker:
                 self.status = os.waitstatus_to_exitcode(status)
 
     async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self.pump_input()),
-            asyncio.create_task(self.pump_pty_input()),
-            asyncio.create_task(self.watchdog()),
-            asyncio.create_task(self.wait_shell()),
-        ]
         output = asyncio.create_task(self.pump_output())
-        try:
-            ended = asyncio.create_task(self.ended.wait())
-            done, _ = await asyncio.wait([*tasks, ended], return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
+        async with running(
+            self.ended.wait(),
+            self.pump_input(),
+            self.pump_pty_input(),
+            self.watchdog(),
+            self.wait_shell(),
+        ) as (ended, *tasks):
+            for task in await first_done(ended, *tasks):
                 if task is not ended and not task.cancelled() and task.exception() is not None:
                     self.end("protocol")
-            ended.cancel()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
         await self.finish(output)
 
     async def finish(self, output: asyncio.Task[None]) -> None:

@@ -392,7 +392,7 @@ def keep_relay_cookies(clear_site_data: bytes) -> bytes:
     return b", ".join(item for item in kept if item)
 
 
-def build_browser_response(
+def build_browser_response(  # noqa: PLR0912, PLR0913  (every response rule in one pass over the fields)
     head: ResponseHead,
     *,
     request: RequestHead,
