@@ -396,8 +396,8 @@ class ResponseReader(_Reader):
 
     # An app answers one resource with the same head, byte for byte, again and again
     # (nginx changes only its Date, once a second). llhttp calls back into Python for
-    # the status and for every field of a head, about 4 us for nginx's 8 fields, a
-    # sixth of the host's CPU per small request. A read that starts with the very bytes
+    # the status and for every field of a head, a large part of the host's CPU per small
+    # request (docs/benchmarks.md). A read that starts with the very bytes
     # of the last plain head (a final status, one Content-Length, keep-alive, llhttp
     # accepted it in the same state: at the start of a message) gives the same events
     # without llhttp, and its Content-Length body is counted as _length_body does.
