@@ -430,3 +430,30 @@ def test_finished_requests_are_forgotten_oldest_first_past_the_bound(tmp_path: P
             entry.remove()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+def test_a_broken_key_file_is_a_documented_refusal_and_the_session_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        await broker.start()
+        try:
+            owner = keys.owner_key()
+            request_id = await _approved_request(owner)
+            requesters = keys.config_dir() / keys.REQUESTERS
+            requesters.write_bytes(b"#" * (keys.MAX_REQUESTERS_FILE_BYTES + 1))
+            requesters.chmod(0o600)
+            with pytest.raises(ControlError) as refused:
+                await attach(request_id, owner)
+            assert refused.value.code == "key_file"
+            assert str(requesters) in str(refused.value)
+            requesters.unlink()
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [r["id"] for r in listing["requests"]] == [request_id]
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -3,9 +3,10 @@
 ``asyncio.timeout()`` builds a ``Timeout`` object and schedules and cancels a timer
 (a heap push and a removal in the event loop) for every wait it guards. The relay waits
 with a timeout two or three times per request, and at high request rates that
-bookkeeping is a visible share of the host's CPU (docs/benchmarks.md). A watchdog keeps one timer per connection: arming it only stores a deadline;
-its timer fires at most once per period, and when the deadline has moved on in the
-meantime it re-arms itself for the new one instead of expiring.
+bookkeeping is a visible share of the host's CPU (docs/benchmarks.md). A watchdog
+keeps one timer per connection: arming it only stores a deadline; its timer fires at
+most once per period, and when the deadline has moved on in the meantime it re-arms
+itself for the new one instead of expiring.
 
 The semantics are those of ``asyncio.timeout``: the guarded block is cancelled at the
 deadline and the cancellation comes out of the ``with`` as :class:`TimeoutError`.

@@ -228,6 +228,11 @@ class TerminalBroker:
             write_message(writer, {"ok": True, **answer})
         except (ControlRefusal, ApprovalRefused, JournalError) as exc:
             write_message(writer, {"ok": False, "code": exc.code, "error": str(exc)})
+        except KeyFileError as exc:
+            # The owner's key or the allowed keys cannot be read safely right now: nothing
+            # can be decided, and the owner is told which file and why.
+            log.warning("terminal.key_file", error=str(exc))
+            write_message(writer, {"ok": False, "code": "key_file", "error": str(exc)})
         await writer.drain()
 
     def _lookup(self, message: dict[str, Any]) -> TerminalRequest:
