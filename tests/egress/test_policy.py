@@ -270,3 +270,49 @@ def test_describe_shows_sources_and_hides_env_values_and_credentials(tmp_path: P
 )
 def test_url_credentials_are_masked(text: str, masked: str) -> None:
     assert mask_credentials(text) == masked
+
+
+# --- publish = ... (auto-publish's rules, protocol/publish_rules.py) ------------------
+
+
+def test_publish_lines_and_flags_keep_their_order_and_source(tmp_path: Path) -> None:
+    workdir = project(tmp_path, config="publish = auto\npublish = 5432 ignore\n")
+    policy = load_policy(workdir, publish=["3000-3999"])
+    assert [(rule.text, rule.source) for rule in policy.publish] == [
+        ("auto notify", ".sandbridge/config:1"),
+        ("5432 ignore", ".sandbridge/config:2"),
+        ("3000-3999 notify", "--publish"),
+    ]
+
+
+def test_no_publish_line_means_no_auto_publish() -> None:
+    assert policy_of().publish == ()
+
+
+def test_a_bad_publish_line_names_file_line_and_value(tmp_path: Path) -> None:
+    workdir = project(tmp_path, config="net = none\npublish = 9999-3000\n")
+    with pytest.raises(PolicyError, match=r"^\.sandbridge/config:2: publish = 9999-3000: give"):
+        load_policy(workdir)
+
+
+def test_auto_publish_with_net_full_is_refused_naming_both_lines() -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(Path("/nonexistent"), net="full", publish=["auto"])
+    assert str(caught.value) == (
+        "--publish: publish = auto watches the sandbox's own network, but net = full (--net) "
+        "shares the host's; use net allow or none, or --publish PORT"
+    )
+
+
+def test_ignore_rules_alone_are_accepted_with_net_full(tmp_path: Path) -> None:
+    workdir = project(tmp_path, config="publish = 5432 ignore\n")
+    assert load_policy(workdir, net="full").publish[0].text == "5432 ignore"
+
+
+def test_describe_lists_publish_rules_with_their_source(tmp_path: Path) -> None:
+    workdir = project(tmp_path, config="publish = 3000-3999 silent\n")
+    lines = describe(load_policy(workdir))
+    assert any(
+        line.startswith("publish = 3000-3999 silent") and line.endswith("(.sandbridge/config:1)")
+        for line in lines
+    )

@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 
 from sandbridge.exceptions import AuthorityError, PolicyError
 from sandbridge.protocol.authority import split_host_port
+from sandbridge.protocol.publish_rules import PublishRule, parse_rule, publishes_any
 
 ALLOW_FILE = Path(".sandbridge") / "allow"
 CONFIG_FILE = Path(".sandbridge") / "config"
@@ -133,6 +134,9 @@ class Policy:
     protect: tuple[Setting[Path], ...] = ()
     # The policy files that were read, for the one line ``sandbridge run`` prints.
     files_read: tuple[Path, ...] = ()
+    # ``publish = auto|PORT|LOW-HIGH [ACTION]``: the ports auto-publish registers
+    # (protocol/publish_rules.py), in order; none: auto-publish is off.
+    publish: tuple[PublishRule, ...] = ()
 
     @property
     def gate(self) -> str:
@@ -326,6 +330,7 @@ class PolicyBuilder:
     entries: list[_RawEntry] = field(default_factory=list)
     env: dict[str, EnvSetting] = field(default_factory=dict)
     protect: list[Setting[Path]] = field(default_factory=list)
+    publish: list[PublishRule] = field(default_factory=list)
     project: Path | None = None
     files_read: list[Path] = field(default_factory=list)
 
@@ -359,10 +364,12 @@ class PolicyBuilder:
             self.env[setting.name] = setting
         elif key == "protect" and self.project is not None:
             self.protect.append(Setting(_parse_protect(value, self.project, where), where))
+        elif key == "publish":
+            self.publish.append(parse_rule(value, where))
         else:
             raise PolicyError(
                 f"{where}: unknown key {key!r} "
-                "(known: net, gate_addr, allow, env, resolver, protect)"
+                "(known: net, gate_addr, allow, env, resolver, protect, publish)"
             )
 
     def build(self) -> Policy:
@@ -383,6 +390,7 @@ class PolicyBuilder:
                 services.setdefault(entry.port, HostService(entry.port, entry.source))
             else:
                 rules.append(Rule(entry.host, entry.port, entry.private, entry.source))
+        self._check_publish()
         return Policy(
             mode=self.mode,
             gate_addr=self.gate_addr,
@@ -392,16 +400,30 @@ class PolicyBuilder:
             env=tuple(self.env.values()),
             protect=tuple(self.protect),
             files_read=tuple(self.files_read),
+            publish=tuple(self.publish),
+        )
+
+    def _check_publish(self) -> None:
+        """Auto-publish watches the sandbox's own network namespace; with ``net = full``
+        the sandbox has none (it sees the host's listeners), so the two are refused together."""
+        if self.mode.value is not NetMode.FULL or not publishes_any(self.publish):
+            return
+        rule = next(r for r in self.publish if publishes_any([r]))
+        raise PolicyError(
+            f"{rule.source}: publish = {rule.ports} watches the sandbox's own network, but "
+            f"net = full ({self.mode.source}) shares the host's; use net allow or none, or "
+            "--publish PORT"
         )
 
 
-def load_policy(
+def load_policy(  # noqa: PLR0913  (keyword-only flags, each adding to the files)
     project: Path,
     *,
     net: str | None = None,
     gate_addr: str | None = None,
     resolver: str | None = None,
     allow: Iterable[str] = (),
+    publish: Iterable[str] = (),
 ) -> Policy:
     """The effective policy: the project's files, then the flags on top."""
     builder = PolicyBuilder().read_project(project)
@@ -413,6 +435,8 @@ def load_policy(
         builder.set("resolver", resolver, "--resolver")
     for value in allow:
         builder.set("allow", value, "--allow")
+    for value in publish:
+        builder.set("publish", value, "--publish")
     return builder.build()
 
 
@@ -461,4 +485,6 @@ def describe(policy: Policy) -> list[str]:
         lines.append(line(f"env {setting.name} = (value hidden)", setting.source))
     for protected in policy.protect:
         lines.append(line(f"protect = {protected.value}", protected.source))
+    for published in policy.publish:
+        lines.append(line(f"publish = {published.text}", published.source))
     return lines
