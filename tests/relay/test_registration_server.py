@@ -138,3 +138,65 @@ def test_sigterm_stops_the_host_and_removes_its_socket(runtime_dir: Path) -> Non
     assert relay.shim.stop() == 128 + 15
     assert not (runtime_dir / "relay.sock").exists()
     assert runtime_dir.exists()  # adopted, not created: the host leaves the dir itself
+
+
+# --- auto-publish's additions (docs/contract.md#auto-publish-sandbridges-own-optional) --
+
+
+def test_a_register_with_a_process_name_gets_the_contract_answer(
+    relay: Relay, app_port: int
+) -> None:
+    answer = _ask(
+        relay.runtime_dir / "relay.sock",
+        json.dumps({"type": "register", "port": app_port, "process": "node"}).encode() + b"\n",
+    )
+    assert set(answer) == {"ok", "host_port", "base_path", "url"}
+    assert echo(host_port_of(str(answer["url"])))["server_port"] == app_port
+
+
+def test_an_auto_register_is_refused_where_the_owner_publishes_nothing(relay: Relay) -> None:
+    answer = _ask(relay.runtime_dir / "relay.sock", b'{"type":"register","port":80,"auto":true}\n')
+    assert answer == {
+        "ok": False,
+        "error": "port 80: this session does not auto-publish (no publish = auto or range); "
+        'register without "auto"',
+    }
+
+
+def test_unregister_of_a_contract_registration_is_refused_and_the_app_stays(
+    relay: Relay, app_port: int
+) -> None:
+    host_port = host_port_of(relay.register(app_port))
+    answer = _ask(
+        relay.runtime_dir / "relay.sock",
+        json.dumps({"type": "unregister", "host_port": host_port}).encode() + b"\n",
+    )
+    assert answer == {
+        "ok": False,
+        "error": f'host port {host_port} was not registered with "auto":true; only '
+        "auto-published apps can be unregistered",
+    }
+    assert echo(host_port)["server_port"] == app_port
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (
+            b'{"type":"unregister"}\n',
+            "host_port is missing: send the integer port of the app's URL",
+        ),
+        (
+            b'{"type":"unregister","host_port":-1}\n',
+            "host_port must be an integer 1..65535, got -1",
+        ),
+        (b'{"type":"unregister","host_port":1}\n', "no app of this session has host port 1"),
+        (b'{"type":"unregister","host_port":1,"pad":"' + b"x" * 5000 + b'"}\n', "message longer"),
+    ],
+)
+def test_invalid_unregister_gets_its_documented_error(
+    relay: Relay, message: bytes, error: str
+) -> None:
+    answer = _ask(relay.runtime_dir / "relay.sock", message)
+    assert answer["ok"] is False
+    assert str(answer["error"]).startswith(error)

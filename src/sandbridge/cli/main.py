@@ -24,6 +24,7 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import DEFAULT_UPSTREAM_SOCKET, MOUNT_POINT, UPSTREAM_SOCKET_ENV
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
+from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay import settings as relay_settings
 from sandbridge.relay.app_listener import App
 from sandbridge.relay.settings import RelaySettings
@@ -39,6 +40,8 @@ from sandbridge.session.run import default_home, run_session, stdin_is_terminal
 
 
 def _print_app(app: App) -> None:
+    if app.action is PublishAction.SILENT:
+        return  # auto-published, and the owner asked for quiet: sandbridge ls shows it
     if app.host_name != "127.0.0.1":
         # glibc (without nss-myhostname), Python and Node do not resolve *.localhost.
         print(
@@ -48,7 +51,30 @@ def _print_app(app: App) -> None:
             file=sys.stderr,
             flush=True,
         )
-    print(f"sandbridge: sandbox port {app.port} -> {app.url}", file=sys.stderr, flush=True)
+    who = "" if app.process is None else f" ({app.process})"
+    print(f"sandbridge: sandbox port {app.port}{who} -> {app.url}", file=sys.stderr, flush=True)
+    if app.action is PublishAction.OPEN:
+        # The host open service (issue 14) is another piece of work; until it is
+        # there, the action says what it would do.
+        print(
+            f"sandbridge: would open {app.url} (publish action 'open'; this sandbridge has "
+            "no host open service yet)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _print_gone(app: App) -> None:
+    """An auto-published app whose socket closed: its host port is closed too."""
+    if app.action is PublishAction.SILENT:
+        return
+    who = "" if app.process is None else f" ({app.process})"
+    print(
+        f"sandbridge: sandbox port {app.port}{who} stopped listening; host port "
+        f"{app.host_port} closed",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
@@ -260,10 +286,11 @@ def _run_session(
                 spec_factory,
                 backend,
                 on_register=on_register,
-                settings=_settings(args),
+                settings=dataclasses.replace(_settings(args), publish_rules=policy.publish),
                 name=args.name,
                 on_session=_print_session,
                 policy=policy,
+                on_unregister=_print_gone,
             )
         )
     finally:
@@ -344,7 +371,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"{record.id}  pid {record.pid}  since {started}  {record.workdir}")
         for app in record.apps:
             private = "  (private)" if app.private else ""
-            print(f"  port {app.port} -> {app.url}{private}")
+            who = "" if app.process is None else f" ({app.process})"
+            print(f"  port {app.port}{who} -> {app.url}{private}")
     return 0
 
 

@@ -141,6 +141,10 @@ class AppRecord:
     base_path: str
     url: str
     private: bool
+    # Who listens on ``port`` (``/proc``'s name of the process, or ``unknown``), when the
+    # registration said; ``auto``: auto-publish made it (``publish = ...``).
+    process: str | None = None
+    auto: bool = False
 
 
 @dataclass(frozen=True, slots=True)

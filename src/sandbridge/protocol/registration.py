@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbridge.exceptions import RegistrationError, WireError
+from sandbridge.protocol.auto_registration import parse_published_by
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
 
@@ -27,6 +28,9 @@ class RegisterRequest:
 
     port: int
     base_path: str
+    # Auto-publish's optional fields (protocol/auto_registration.py).
+    process: str | None = None
+    auto: bool = False
 
 
 def validate_port(value: object) -> int:
@@ -78,7 +82,8 @@ def parse_register_request(line: bytes) -> RegisterRequest:
         raise RegistrationError("port is missing: send an integer 1..65535")
     port = validate_port(message["port"])
     base_path = normalize_base_path(message.get("base_path", "/"))
-    return RegisterRequest(port=port, base_path=base_path)
+    published_by = parse_published_by(message)
+    return RegisterRequest(port, base_path, published_by.process, published_by.auto)
 
 
 def app_url(host_port: int, base_path: str) -> str:

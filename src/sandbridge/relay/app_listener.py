@@ -45,6 +45,7 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import AccessGate, redirect_response
+from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay import local_peer
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
@@ -68,6 +69,8 @@ class App:
     host_port: int
     url: str
     host_name: str = "127.0.0.1"  # what clients must send as Host (with the port)
+    process: str | None = None  # auto-publish: who listens, and what the host does with it
+    action: PublishAction | None = None
 
 
 @dataclass
@@ -145,6 +148,8 @@ class AppListener:
         await self._tasks.close()
         if self._server is not None:
             await self._server.wait_closed()
+        if self.origin is not None:
+            self.scope.remove_app(self.origin)
 
     def _accept(self, channel: Channel) -> None:
         assert channel.transport is not None

@@ -17,6 +17,11 @@ from typing import TYPE_CHECKING
 from sandbridge import log
 from sandbridge.aio.unix_sockets import bind_unix_socket, read_line
 from sandbridge.exceptions import RegistrationError, WireError
+from sandbridge.protocol.auto_registration import (
+    UnregisterRequest,
+    encode_unregister_ok,
+    parse_unregister_request,
+)
 from sandbridge.protocol.limits import (
     MAX_PENDING_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
@@ -33,14 +38,20 @@ if TYPE_CHECKING:
     from sandbridge.relay.app_listener import App
 
 Register = Callable[[RegisterRequest], Awaitable["App"]]
+# Closes an auto-published app; raises RegistrationError to refuse.
+Unregister = Callable[[UnregisterRequest], Awaitable[None]]
 
 
 class RegistrationServer:
-    """Serves registrations on a Unix socket, calling ``register`` for each valid one."""
+    """Serves registrations on a Unix socket, calling ``register`` for each valid one
+    (and ``unregister`` for each valid unregister message, if given)."""
 
-    def __init__(self, path: Path, register: Register) -> None:
+    def __init__(
+        self, path: Path, register: Register, unregister: Unregister | None = None
+    ) -> None:
         self.path = path
         self._register = register
+        self._unregister = unregister
         self._server: asyncio.Server | None = None
         # Connections still sending their request, oldest first, with their read timeout.
         self._pending: collections.OrderedDict[object, asyncio.Timeout] = collections.OrderedDict()
@@ -73,9 +84,7 @@ class RegistrationServer:
                     self._pending[key] = timeout
                     line, _ = await read_line(reader, MAX_REGISTRATION_BYTES)
                 self._pending.pop(key, None)
-                request = parse_register_request(line)
-                app = await self._register(request)
-                answer = encode_register_ok(app.host_port, app.base_path, app.url)
+                answer = await self._answer(line)
             except TimeoutError:
                 if key in self._evicted:
                     answer = encode_register_error(
@@ -100,3 +109,20 @@ class RegistrationServer:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    async def _answer(self, line: bytes) -> bytes:
+        """The answer to one request line; raises RegistrationError or WireError to refuse."""
+        unregister = parse_unregister_request(line)
+        if unregister is not None:
+            return await self._answer_unregister(unregister)
+        request = parse_register_request(line)
+        app = await self._register(request)
+        return encode_register_ok(app.host_port, app.base_path, app.url)
+
+    async def _answer_unregister(self, request: UnregisterRequest) -> bytes:
+        if self._unregister is None:
+            raise RegistrationError(
+                "unregister is not served here: this session does not auto-publish"
+            )
+        await self._unregister(request)
+        return encode_unregister_ok(request.host_port)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
 from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
+from sandbridge.protocol.publish_rules import PublishRule
 
 # An idle keep-alive connection is closed after this long; browsers reconnect silently.
 KEEPALIVE_TIMEOUT = 75.0
@@ -33,6 +34,9 @@ class RelaySettings:
     private: bool = False
     # NAME: each app its own ``<label>.localhost`` site; IP: the contract's 127.0.0.1 form.
     url_form: UrlForm = UrlForm.NAME
+    # The owner's auto-publish rules (``publish = ...``): an ``auto`` registration of a
+    # port they do not publish is refused; none means the session does not auto-publish.
+    publish_rules: tuple[PublishRule, ...] = ()
 
 
 @dataclass
@@ -47,6 +51,11 @@ class SessionScope:
     def add_app(self, origin: AppOrigin) -> None:
         self.host_ports.add(origin.host_port)
         self._origins = self._origins | origin.origins
+
+    def remove_app(self, origin: AppOrigin) -> None:
+        """An app that is gone: its origins no longer count as the session's."""
+        self.host_ports.discard(origin.host_port)
+        self._origins = self._origins - origin.origins
 
     @property
     def origins(self) -> frozenset[bytes]:

@@ -40,6 +40,8 @@ class SessionOptions:
     protocol: ForwardingMode = ForwardingMode.AUTO
     settings: RelaySettings | None = None
     on_register: Callable[[App], None] | None = None
+    # Called when an auto-published app is gone (its sandbox socket closed).
+    on_unregister: Callable[[App], None] | None = None
     # The egress gate runs when the policy's mode is ``allow``.
     policy: Policy | None = None
     # The host's end of the private channel to the sandbox's entry: terminals need it.
@@ -69,6 +71,7 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
         runtime_dir,
         protocol=options.protocol,
         on_register=options.on_register,
+        on_unregister=options.on_unregister,
         settings=RelaySettings() if options.settings is None else options.settings,
         entry=entry,
     )

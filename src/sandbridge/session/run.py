@@ -42,6 +42,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only options of a session, eac
     name: str | None = None,
     on_session: Callable[[SessionEntry], None] | None = None,
     policy: Policy | None = None,
+    on_unregister: Callable[[App], None] | None = None,
 ) -> int:
     """Run one sandbox session named ``name`` (else a random id); return the exit status."""
     runtime_dir = RuntimeDir.create(runtime_path)
@@ -62,6 +63,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only options of a session, eac
             protocol=protocol,
             settings=settings,
             on_register=on_register,
+            on_unregister=on_unregister,
             policy=policy,
             terminal_channel=host_end,
         )
