@@ -87,3 +87,33 @@ def test_dry_run_argv_never_shows_an_environment_value(env: dict[str, str], back
         assert value not in shown
     for name in secrets:
         assert name in shown
+
+
+def test_publish_flags_split_into_one_port_and_auto_publish_rules(tmp_path: Path) -> None:
+    from sandbridge.cli import network as network_cli
+    from sandbridge.cli.main import build_parser
+
+    args = build_parser().parse_args(
+        ["run", "--publish", "8000:/app", "--publish", "auto", "--publish", "3000-3999", "--", "x"]
+    )
+    effective = network_cli.policy(args, tmp_path)
+    network = network_cli.sandbox_network(args, effective)
+    assert network.publish == ("8000:/app",)
+    assert network.publish_rules == ("1-65535:notify", "3000-3999:notify")
+    assert network.entry_options()[-4:] == [
+        "--publish-rule",
+        "1-65535:notify",
+        "--publish-rule",
+        "3000-3999:notify",
+    ]
+
+
+def test_only_ignore_rules_start_no_auto_publish(tmp_path: Path) -> None:
+    from sandbridge.cli import network as network_cli
+    from sandbridge.cli.main import build_parser
+
+    (tmp_path / ".sandbridge").mkdir()
+    (tmp_path / ".sandbridge" / "config").write_text("publish = 5432 ignore\n")
+    args = build_parser().parse_args(["run", "--", "x"])
+    network = network_cli.sandbox_network(args, network_cli.policy(args, tmp_path))
+    assert network.publish_rules == ()

@@ -19,6 +19,7 @@ from sandbridge.egress.log import read_tally, summarise
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.registry import list_sessions, session_path
+from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
 from sandbridge.relay.publish import parse_publish
 from sandbridge.sandbox import project as policy_location
 from sandbridge.sandbox.backend import sandbox_argv
@@ -55,8 +56,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--publish",
         action="append",
         default=[],
-        metavar="PORT[:/BASE]",
-        help="register sandbox PORT through the relay as soon as an app listens on it",
+        metavar="PORT[:/BASE]|auto|LOW-HIGH",
+        help="register sandbox PORT through the relay as soon as an app listens on it; "
+        "auto or LOW-HIGH: register every port (in that range) that starts listening, "
+        "and close it when it stops (publish = ... in .sandbridge/config sets actions)",
     )
 
 
@@ -82,6 +85,7 @@ def policy(args: argparse.Namespace, workdir: Path) -> Policy:
         gate_addr=args.gate_addr,
         resolver=args.resolver,
         allow=args.allow,
+        publish=[value for value in args.publish if is_rule_value(value)],
     )
 
 
@@ -93,7 +97,8 @@ def files_line(effective: Policy) -> str:
 
 def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwork:
     """What the backend and the sandbox entry need of the policy."""
-    for value in args.publish:
+    fixed = [value for value in args.publish if not is_rule_value(value)]
+    for value in fixed:
         try:
             parse_publish(value)
         except ValueError as exc:
@@ -102,7 +107,10 @@ def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwo
         mode=effective.mode.value,
         gate_addr=effective.gate,
         gate_ports=tuple(effective.gate_ports()),
-        publish=tuple(args.publish),
+        publish=tuple(fixed),
+        publish_rules=tuple(rule.option() for rule in effective.publish)
+        if publishes_any(effective.publish)
+        else (),
     )
 
 

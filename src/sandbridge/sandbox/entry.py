@@ -19,7 +19,10 @@ from pathlib import Path
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import running
 from sandbridge.egress.gate_listener import GateListener
-from sandbridge.protocol.contract import EGRESS_SOCKET
+from sandbridge.exceptions import PolicyError
+from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, EGRESS_SOCKET, RELAY_SOCKET_ENV
+from sandbridge.protocol.publish_rules import PublishRule, parse_rule_option, publishes_any
+from sandbridge.relay.auto_publish import auto_publish
 from sandbridge.relay.publish import parse_publish, publish
 from sandbridge.relay.shim import Shim
 from sandbridge.terminals.starter import serve_terminal_starts
@@ -37,14 +40,15 @@ def install_helper(home: Path) -> Path:
     return helper
 
 
-async def run(
+async def run(  # noqa: PLR0913  (what the entry serves beside the command, each optional)
     upstream_socket: Path,
     command: list[str],
     gate: GateListener | None = None,
     published: list[tuple[int, str]] | None = None,
     terminal_fd: int | None = None,
+    publish_rules: list[PublishRule] | None = None,
 ) -> int:
-    """Serve the shim (and the gate, and terminal starts) while ``command`` runs.
+    """Serve the shim (and the gate, terminal starts, publishing) while ``command`` runs.
 
     Returns the command's exit status.
     """
@@ -53,6 +57,11 @@ async def run(
     if gate is not None:
         await gate.start()
     helpers = [publish(port, base) for port, base in published or []]
+    rules = publish_rules or []
+    if publishes_any(rules):
+        socket_path = os.environ.get(RELAY_SOCKET_ENV, DEFAULT_RELAY_SOCKET)
+        # A port published by --publish PORT is not published a second time.
+        helpers.append(auto_publish(rules, socket_path, {port for port, _ in published or []}))
     if terminal_fd is not None:  # the host's private channel (docs/terminals.md)
         helpers.append(serve_terminal_starts(terminal_fd))
     try:
@@ -85,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate", help="the gate address (allow mode)")
     parser.add_argument("--gate-port", type=int, action="append", default=[])
     parser.add_argument("--publish", action="append", default=[])
+    parser.add_argument("--publish-rule", action="append", default=[])
     parser.add_argument("--terminal-fd", type=int, default=None)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -98,11 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         gate = GateListener(args.gate, args.gate_port, egress_socket)
     try:
         published = [parse_publish(value) for value in args.publish]
-    except ValueError as exc:
+        rules = [parse_rule_option(value) for value in args.publish_rule]
+    except (ValueError, PolicyError) as exc:
         parser.error(str(exc))
     if args.terminal_fd is not None:  # never inherited by the command
         os.set_inheritable(args.terminal_fd, False)
-    return event_loop.run(run(args.upstream_socket, command, gate, published, args.terminal_fd))
+    return event_loop.run(
+        run(args.upstream_socket, command, gate, published, args.terminal_fd, rules)
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ class SandboxNetwork:
     gate_ports: tuple[int, ...] = ()
     # ``PORT`` or ``PORT:/base`` values of --publish, registered by the entry.
     publish: tuple[str, ...] = ()
+    # Auto-publish's rules in order, as ``LOW-HIGH:ACTION`` (protocol/publish_rules.py).
+    publish_rules: tuple[str, ...] = ()
 
     @property
     def own_namespace(self) -> bool:
@@ -39,6 +41,8 @@ class SandboxNetwork:
                 options += ["--gate-port", str(port)]
         for value in self.publish:
             options += ["--publish", value]
+        for rule in self.publish_rules:
+            options += ["--publish-rule", rule]
         return options
 
     def wrap(self, argv: list[str]) -> list[str]:

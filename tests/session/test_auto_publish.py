@@ -1,0 +1,253 @@
+"""Auto-publish end to end: real sandboxes (both backends) whose servers come and go.
+
+One session per backend runs :mod:`tests.apps.port_controller`, which starts and stops
+servers inside when the test writes to a named pipe in the workdir. The project's
+``.sandbridge/config`` publishes 8000-8999, ignores 8500, opens 8600 and keeps 8700
+silent; each test uses ports of its own. Every wait is on a line the session prints or
+bounded polling of what a client observes (the host port refusing connections).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import pytest
+
+from tests.conftest import (
+    BACKENDS,
+    PYTHON,
+    REPO,
+    SANDBRIDGE,
+    Process,
+    host_port_of,
+    port_is_open,
+    request,
+    run_argv,
+)
+
+CONTROLLER = str(REPO / "tests" / "apps" / "port_controller.py")
+CONFIG = """\
+publish = 8000-8999
+publish = 8500 ignore     # a database the agent starts: never on the host
+publish = 8600 open
+publish = 8700 silent
+"""
+# What the issue asks: registered, and closed, within 3 s of the change inside.
+WITHIN = 3.0
+
+
+@dataclass
+class Session:
+    """A running ``sandbridge run`` of the controller, and the pipe that drives it."""
+
+    process: Process
+    commands: IO[str]
+    env: dict[str, str]
+    name: str
+    sentinels: Iterator[int] = field(default_factory=lambda: itertools.count(8200))
+    tags: Iterator[int] = field(default_factory=itertools.count)
+
+    def send(self, command: str) -> None:
+        self.commands.write(command + "\n")
+        self.commands.flush()
+
+    def listen(self, port: int, name: str, command: str = "listen") -> None:
+        self.send(f"{command} {port} {name}")
+        line = self.process.wait_line(f"LISTEN {port} ")
+        if line != f"LISTEN {port} ok" and command == "listen6":
+            pytest.skip(f"no IPv6 loopback in the sandbox: {line}")
+        assert line == f"LISTEN {port} ok"
+
+    def stop(self, port: int) -> None:
+        self.send(f"stop {port}")
+        self.process.wait_line(f"STOPPED {port}")
+
+    def ask(self, text: str) -> dict[str, Any]:
+        """Send ``text`` to relay.sock from inside; the host's answer."""
+        tag = next(self.tags)
+        self.send(f"send {tag} {text}")
+        line = self.process.wait_line(f"ANSWER {tag} ")
+        answer: dict[str, Any] = json.loads(line.removeprefix(f"ANSWER {tag} "))
+        return answer
+
+    def published(self, port: int, name: str, timeout: float = WITHIN) -> str:
+        """The URL the host printed for ``port`` (waits at most ``timeout``)."""
+        line = self.process.wait_line(
+            f"sandbridge: sandbox port {port} ({name}) -> ", "stderr", timeout
+        )
+        return line.rsplit(" ", 1)[1]
+
+    def settle(self) -> None:
+        """Return once every port that listens now has been through a whole scan: a
+        sentinel that starts listening after them is published by a later scan."""
+        port = next(self.sentinels)
+        self.listen(port, "sentinel")
+        self.published(port, "sentinel")
+
+    def printed(self, fragment: str) -> bool:
+        return any(fragment in line for line in self.process.lines["stderr"])
+
+    def apps(self) -> list[dict[str, Any]]:
+        """This session's apps as ``sandbridge ls --json`` shows them."""
+        result = subprocess.run(
+            [*SANDBRIDGE, "ls", "--json"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        records = [r for r in json.loads(result.stdout) if r["id"] == self.name]
+        assert len(records) == 1, result.stdout
+        apps: list[dict[str, Any]] = records[0]["apps"]
+        return apps
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def session(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    backend = str(request.param)
+    work = tmp_path_factory.mktemp(f"auto-{backend}")
+    xdg = work.parent / f"{work.name}-xdg"
+    xdg.mkdir(mode=0o700)
+    (work / ".sandbridge").mkdir()
+    (work / ".sandbridge" / "config").write_text(CONFIG)
+    fifo = work / "commands"
+    os.mkfifo(fifo)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
+    name = f"auto-{backend}"
+    options = ("--backend", backend, "--name", name)
+    process = Process(run_argv(work, PYTHON, CONTROLLER, str(fifo), options=options), env=env)
+    try:
+        process.wait_line("READY", timeout=60)
+        with open(fifo, "w") as commands:
+            yield Session(process, commands, env, name)
+    finally:
+        process.stop()
+
+
+def test_a_server_started_late_is_published_within_3_s(session: Session) -> None:
+    session.listen(8123, "late-server")
+    url = session.published(8123, "late-server")
+    status, _, body = request(host_port_of(url), path="/")
+    assert (status, body) == (200, b"hello from late-server")
+
+
+def test_ls_json_shows_sandbox_port_url_and_process_name(session: Session) -> None:
+    session.listen(8124, "named-app")
+    url = session.published(8124, "named-app")
+    app = next(a for a in session.apps() if a["port"] == 8124)
+    assert app["url"] == url
+    assert app["host_port"] == host_port_of(url)
+    assert (app["process"], app["auto"]) == ("named-app", True)
+
+
+def test_a_server_that_exits_is_closed_on_the_host_within_3_s(session: Session) -> None:
+    session.listen(8125, "short-lived")
+    host_port = host_port_of(session.published(8125, "short-lived"))
+    assert port_is_open(host_port)
+    session.stop(8125)
+    deadline = time.monotonic() + WITHIN
+    while port_is_open(host_port):
+        assert time.monotonic() < deadline, f"host port {host_port} still open after {WITHIN} s"
+        time.sleep(0.05)  # bounded polling of what a browser would see
+    session.process.wait_line(
+        f"sandbridge: sandbox port 8125 (short-lived) stopped listening; host port {host_port} "
+        "closed",
+        "stderr",
+        timeout=WITHIN,
+    )
+    assert all(app["port"] != 8125 for app in session.apps())
+
+
+def test_a_port_out_of_range_is_never_published(session: Session) -> None:
+    session.listen(9123, "outside")
+    session.settle()
+    assert not session.printed("sandbox port 9123")
+    assert all(app["port"] != 9123 for app in session.apps())
+
+
+def test_an_ignored_port_is_never_published(session: Session) -> None:
+    session.listen(8500, "database")
+    session.settle()
+    assert not session.printed("sandbox port 8500")
+    assert all(app["port"] != 8500 for app in session.apps())
+
+
+def test_open_says_it_would_open_the_url(session: Session) -> None:
+    session.listen(8600, "opened")
+    url = session.published(8600, "opened")
+    line = session.process.wait_line("sandbridge: would open ", "stderr", WITHIN)
+    assert line.startswith(f"sandbridge: would open {url} ")
+
+
+def test_silent_publishes_without_a_line(session: Session) -> None:
+    session.listen(8700, "quiet")
+    session.settle()
+    assert not session.printed("sandbox port 8700")
+    app = next(a for a in session.apps() if a["port"] == 8700)
+    assert app["process"] == "quiet"
+    assert request(host_port_of(app["url"]))[0] == 200
+
+
+def test_a_server_on_ipv6_loopback_only_is_not_published(session: Session) -> None:
+    session.listen(8130, "v6-only", command="listen6")
+    session.settle()
+    assert not session.printed("sandbox port 8130")
+    assert session.printed("auto_publish.unreachable port=8130")
+
+
+def test_the_host_refuses_an_auto_registration_its_rules_do_not_publish(
+    session: Session,
+) -> None:
+    answer = session.ask('{"type":"register","port":9999,"auto":true,"process":"x"}')
+    assert answer == {
+        "ok": False,
+        "error": "port 9999 is outside this session's auto-publish ports (8000-8999, 8600, 8700)",
+    }
+    answer = session.ask('{"type":"register","port":8500,"auto":true}')
+    assert answer["error"] == "port 8500 is ignored by this session's auto-publish rules"
+
+
+def test_unregister_is_refused_for_an_app_registered_without_auto(session: Session) -> None:
+    registered = session.ask('{"type":"register","port":8300,"base_path":"/"}')
+    assert set(registered) == {"ok", "host_port", "base_path", "url"}  # the contract's answer
+    host_port = registered["host_port"]
+    answer = session.ask(json.dumps({"type": "unregister", "host_port": host_port}))
+    assert answer == {
+        "ok": False,
+        "error": f'host port {host_port} was not registered with "auto":true; only '
+        "auto-published apps can be unregistered",
+    }
+    assert port_is_open(host_port)
+    assert any(app["host_port"] == host_port for app in session.apps())
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('{"type":"unregister"}', "host_port is missing: send the integer port of the app's URL"),
+        ('{"type":"unregister","host_port":"1"}', "host_port must be an integer 1..65535, got '1'"),
+        ('{"type":"unregister","host_port":1}', "no app of this session has host port 1"),
+        ('{"type":"register","port":8000,"process":"\\u001b[2J"}', "process must be"),
+        ('{"type":"register","port":8000,"auto":"yes"}', "auto must be true or false, got 'yes'"),
+        ("not json", "message is not valid JSON"),
+    ],
+)
+def test_hostile_messages_get_a_json_refusal_and_nothing_else_is_lost(
+    session: Session, text: str, error: str
+) -> None:
+    session.listen(port := next(session.sentinels), "survivor")
+    host_port = host_port_of(session.published(port, "survivor"))
+    answer = session.ask(text)
+    assert answer["ok"] is False
+    assert str(answer["error"]).startswith(error)
+    assert request(host_port)[0] == 200
