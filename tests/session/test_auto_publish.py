@@ -9,6 +9,7 @@ bounded polling of what a client observes (the host port refusing connections).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -16,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
@@ -110,28 +112,43 @@ class Session:
         return apps
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def session(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def controlled(
+    work: Path, backend: str, options: tuple[str, ...] = (), config: str | None = None
 ) -> Iterator[Session]:
-    backend = str(request.param)
-    work = tmp_path_factory.mktemp(f"auto-{backend}")
+    """``sandbridge run`` of the controller in ``work``, with a runtime base of its own."""
     xdg = work.parent / f"{work.name}-xdg"
     xdg.mkdir(mode=0o700)
-    (work / ".sandbridge").mkdir()
-    (work / ".sandbridge" / "config").write_text(CONFIG)
+    if config is not None:
+        (work / ".sandbridge").mkdir()
+        (work / ".sandbridge" / "config").write_text(config)
     fifo = work / "commands"
     os.mkfifo(fifo)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
     name = f"auto-{backend}"
-    options = ("--backend", backend, "--name", name)
-    process = Process(run_argv(work, PYTHON, CONTROLLER, str(fifo), options=options), env=env)
+    argv = run_argv(
+        work,
+        PYTHON,
+        CONTROLLER,
+        str(fifo),
+        options=("--backend", backend, "--name", name, *options),
+    )
+    process = Process(argv, env=env)
     try:
         process.wait_line("READY", timeout=60)
         with open(fifo, "w") as commands:
             yield Session(process, commands, env, name)
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def session(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    backend = str(request.param)
+    with controlled(tmp_path_factory.mktemp(f"auto-{backend}"), backend, config=CONFIG) as running:
+        yield running
 
 
 def test_a_server_started_late_is_published_within_3_s(session: Session) -> None:
@@ -251,3 +268,29 @@ def test_hostile_messages_get_a_json_refusal_and_nothing_else_is_lost(
     assert answer["ok"] is False
     assert str(answer["error"]).startswith(error)
     assert request(host_port)[0] == 200
+
+
+# --- the flag, and the session's app limit (one backend: the part under test is the same) --
+
+
+def test_the_publish_auto_flag_publishes_without_a_config(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    with controlled(tmp_path / "work", "auto", ("--publish", "auto")) as flagged:
+        flagged.listen(8123, "flag-app")
+        url = flagged.published(8123, "flag-app")
+        assert request(host_port_of(url))[0] == 200
+
+
+def test_at_the_app_limit_new_ports_wait_and_the_sandbox_says_so(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    with controlled(tmp_path / "work", "auto", ("--publish", "auto", "--max-apps", "1")) as full:
+        full.listen(8001, "first")
+        full.published(8001, "first")
+        full.listen(8002, "second")
+        line = full.process.wait_line("auto_publish.session_full port=8002", "stderr", WITHIN)
+        assert "this session already has 1 apps; the limit is 1" in line
+        assert [app["port"] for app in full.apps()] == [8001]
+        full.stop(8001)
+        # room again: the waiting port is published by a later scan
+        url = full.published(8002, "second", timeout=2 * WITHIN)
+        assert request(host_port_of(url))[0] == 200
