@@ -19,6 +19,7 @@ import pytest
 
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import stream, v1
+from sandbridge.protocol.auto_registration import parse_unregister_request
 from sandbridge.protocol.http.forwarding import build_upstream_request
 from sandbridge.protocol.http.origin_policy import AppOrigin
 from sandbridge.protocol.http.parser import (
@@ -55,6 +56,8 @@ RESPONSES = [
 ]
 WIRE = [
     b'{"type":"register","port":4173,"base_path":"/app"}\n',
+    b'{"type":"register","port":4173,"base_path":"/","process":"node","auto":true}\n',
+    b'{"type":"unregister","host_port":43125}\n',
     b'{"type":"http_request","port":4173,"base_path":"/app","method":"GET","path":"/s?x=1",'
     b'"headers":[["accept","text/css"]],"body_base64":"aGk="}\n',
     b'{"ok":true,"status":200,"reason":"OK","headers":[["a","b"]],"body_base64":"aGk="}\n',
@@ -161,6 +164,7 @@ def test_wire_decoders() -> None:
             return
         for decode in (
             parse_register_request,
+            parse_unregister_request,
             v1.decode_request,
             v1.decode_response,
             stream.decode_ack,

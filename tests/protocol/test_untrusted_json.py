@@ -20,6 +20,7 @@ from sandbridge.exceptions import (
 from sandbridge.places import registry as session_registry
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol import stream, v1
+from sandbridge.protocol.auto_registration import parse_unregister_request
 from sandbridge.protocol.jsonline import MAX_JSON_DEPTH, decode_json, nesting_refusal
 from sandbridge.protocol.registration import parse_register_request
 from sandbridge.terminals import approval, control
@@ -47,6 +48,12 @@ NESTINGS = [arrays, objects, unbalanced]
 
 def registration(data: bytes) -> None:
     parse_register_request(data)
+
+
+def unregistration(data: bytes) -> None:
+    # Not JSON, or nested too deeply: left to the registration parser, which refuses it.
+    if parse_unregister_request(data) is None:
+        parse_register_request(data)
 
 
 def v1_answer(data: bytes) -> None:
@@ -84,6 +91,7 @@ def signed_request(data: bytes) -> None:
 # entry point, what it raises for a refusal
 ENTRY_POINTS: list[tuple[Callable[[bytes], None], type[Exception]]] = [
     (registration, RegistrationError),
+    (unregistration, RegistrationError),
     (v1_answer, WireError),
     (v1_request, WireError),
     (stream_answer, WireError),
