@@ -12,6 +12,8 @@ import pytest
 from sandbridge.relay.listening_ports import (
     MAX_LISTENERS,
     Listener,
+    from_netlink,
+    from_proc,
     listening_ports,
     owners,
     parse_table,
@@ -147,5 +149,23 @@ def test_an_inode_nobody_holds_has_no_owner() -> None:
 
 
 def test_without_proc_nothing_listens(tmp_path: Path) -> None:
-    assert listening_ports(tmp_path) == {}
+    assert from_proc(tmp_path) == []
     assert owners({1}, tmp_path) == {}
+
+
+def test_netlink_and_proc_see_the_same_listeners(listening: socket.socket) -> None:
+    with socket.socket(socket.AF_INET6) as v6_only:
+        try:
+            v6_only.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+        v6_only.listen()
+        ours = {listening.getsockname()[1], v6_only.getsockname()[1]}
+        netlink = from_netlink()
+        assert netlink is not None, "sock_diag is available on the test machines"
+        # Only this test's sockets: other processes may come and go meanwhile.
+        by_netlink = {(x.port, x.reachable): x.inode for x in netlink if x.port in ours}
+        by_proc = {(x.port, x.reachable): x.inode for x in from_proc() if x.port in ours}
+        assert by_netlink == by_proc
+        assert (listening.getsockname()[1], True) in by_netlink
+        assert (v6_only.getsockname()[1], False) in by_netlink
