@@ -167,6 +167,15 @@ def test_ls_json_shows_sandbox_port_url_and_process_name(session: Session) -> No
     assert (app["process"], app["auto"]) == ("named-app", True)
 
 
+def test_ls_shows_the_process_name(session: Session) -> None:
+    session.listen(8131, "listed-app")
+    url = session.published(8131, "listed-app")
+    result = subprocess.run(
+        [*SANDBRIDGE, "ls"], env=session.env, capture_output=True, text=True, check=True
+    )
+    assert f"  port 8131 (listed-app) -> {url}" in result.stdout.splitlines()
+
+
 def test_a_server_that_exits_is_closed_on_the_host_within_3_s(session: Session) -> None:
     session.listen(8125, "short-lived")
     host_port = host_port_of(session.published(8125, "short-lived"))

@@ -9,8 +9,7 @@ seccomp filter), ``/proc/net/tcp`` and ``tcp6`` are read instead; the kernel lis
 listening sockets first there (its iterator walks the listening hash before the
 established one, which since Linux 4.4 also holds half-open requests), so a read stops
 at the first line in another state, but the kernel fills its page by walking its
-connection table (every namespace's): about 3 ms per file with 11,000 sockets on the
-machine, against some 100 us for the netlink dump.
+connection table, every namespace's (docs/network.md says what that costs).
 
 A port counts when the shim can reach it, that is on ``127.0.0.1``: a listener on
 ``0.0.0.0``, ``127.0.0.1``, ``::`` or ``::ffff:127.0.0.1``. One on ``::1`` only is
