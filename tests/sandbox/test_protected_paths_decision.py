@@ -279,12 +279,17 @@ def test_an_identical_placeholder_made_meanwhile_is_taken_anything_else_refused(
     """Two sessions starting together in one project decide the same placeholders."""
     (tmp_path / "d").mkdir()
     (tmp_path / "commondir").write_bytes(COMMONDIR_PLACEHOLDER)
+    (tmp_path / ".claude" / "agents").mkdir(parents=True)  # with its nested placeholder
     Protection(
         placeholders=[
             Placeholder(tmp_path / "d", None),
             Placeholder(tmp_path / "commondir", COMMONDIR_PLACEHOLDER),
+            Placeholder(tmp_path / ".claude", None),
+            Placeholder(tmp_path / ".claude" / "agents", None),
+            Placeholder(tmp_path / ".claude" / "hooks", None),
         ]
     ).create_placeholders()
+    assert (tmp_path / ".claude" / "hooks").is_dir()
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "config").write_text("[core]\n\tfsmonitor = evil\n")
     (tmp_path / "target").mkdir()

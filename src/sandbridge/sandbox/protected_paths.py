@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,9 +68,10 @@ class Placeholder:
     path: Path
     content: bytes | None  # None: an empty directory
 
-    def create(self) -> None:
+    def create(self, siblings: Mapping[Path, Placeholder] | None = None) -> None:
         """Create it; an identical placeholder made meanwhile (by a session starting at the
-        same time in the same project) is taken as it is, anything else is refused."""
+        same time in the same project, with the same ``siblings`` inside) is taken as it
+        is, anything else is refused."""
         try:
             if self.content is None:
                 self.path.mkdir()
@@ -79,23 +80,28 @@ class Placeholder:
                 with os.fdopen(os.open(self.path, flags, 0o644), "wb") as file:
                     file.write(self.content)
         except FileExistsError:
-            if not self.is_unchanged():
+            if not self.is_unchanged(siblings or {}):
                 raise
 
-    def is_unchanged(self) -> bool:
-        """Whether the path is still exactly what sandbridge makes: an empty directory, or
-        a regular file with the placeholder's content (never through a symlink)."""
+    def is_unchanged(self, siblings: Mapping[Path, Placeholder] | None = None) -> bool:
+        """Whether the path is still exactly what sandbridge makes: a directory holding
+        nothing but unchanged ``siblings`` (other placeholders of the same session), or a
+        regular file with the placeholder's content (never through a symlink)."""
+        siblings = siblings or {}
         with contextlib.suppress(OSError):
             if self.path.is_symlink():
                 return False
             if self.content is None:
-                return self.path.is_dir() and not any(self.path.iterdir())
+                return self.path.is_dir() and all(
+                    child in siblings and siblings[child].is_unchanged(siblings)
+                    for child in self.path.iterdir()
+                )
             return self.path.is_file() and self.path.read_bytes() == self.content
         return False
 
     def remove_if_unchanged(self) -> None:
         """Remove it if it is still what sandbridge made (the owner may have used it since)."""
-        if self.is_unchanged():
+        if self.is_unchanged():  # empty by now: nested placeholders are removed first
             with contextlib.suppress(OSError):
                 self.path.rmdir() if self.content is None else self.path.unlink()
 
@@ -137,9 +143,10 @@ class Protection:
     def create_placeholders(self) -> None:
         """Create every placeholder (outermost first); undo them all if one fails."""
         made: list[Placeholder] = []
+        siblings = {placeholder.path: placeholder for placeholder in self.placeholders}
         try:
             for placeholder in self.placeholders:
-                placeholder.create()
+                placeholder.create(siblings)
                 made.append(placeholder)
         except OSError as exc:
             for placeholder in reversed(made):
