@@ -25,7 +25,7 @@ def test_owner_path_order_is_kept_and_only_sandbridge_commands_are_added(
             tmp_path,
             "sh",
             "-c",
-            f'python3; echo "$PATH"; ls {COMMANDS_DIR}',
+            f'python3; echo "$PATH"; echo "$BROWSER"; ls {COMMANDS_DIR}',
             options=("--backend", backend),
         ),
         capture_output=True,
@@ -38,5 +38,11 @@ def test_owner_path_order_is_kept_and_only_sandbridge_commands_are_added(
     assert result.stdout.splitlines() == [
         "project-python",
         f"{COMMANDS_DIR}:{owner_path}",
+        f"{COMMANDS_DIR}/sandbridge-open",
         "ags-webview-url",
+        "sandbridge-open",
+        "sensible-browser",
+        "www-browser",
+        "x-www-browser",
+        "xdg-open",
     ]

@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 
 from sandbridge.exceptions import AuthorityError, PolicyError
 from sandbridge.protocol.authority import split_host_port
+from sandbridge.protocol.open_request import OpenAction
 
 ALLOW_FILE = Path(".sandbridge") / "allow"
 CONFIG_FILE = Path(".sandbridge") / "config"
@@ -131,6 +132,9 @@ class Policy:
     # ``protect = PATH``: project paths kept read-only inside, on top of the built-in list
     # (sandbox/protected_paths.py); each resolved under the project root, with its line.
     protect: tuple[Setting[Path], ...] = ()
+    # ``open = browser|print|ask``: how the sandbox's open requests are carried out
+    # (docs/open.md); ``None``: ``--open`` or the default decides.
+    open_action: Setting[OpenAction] | None = None
     # The policy files that were read, for the one line ``sandbridge run`` prints.
     files_read: tuple[Path, ...] = ()
 
@@ -308,6 +312,14 @@ def _parse_protect(value: str, project: Path, where: str) -> Path:
     return path
 
 
+def _parse_open(value: str, where: str) -> OpenAction:
+    try:
+        return OpenAction(value)
+    except ValueError:
+        choices = ", ".join(action.value for action in OpenAction)
+        raise PolicyError(f"{where}: open must be one of {choices}, got {value!r}") from None
+
+
 def _parse_env(value: str, where: str) -> EnvSetting:
     name, equals, setting = value.partition("=")
     name = name.strip()
@@ -326,6 +338,7 @@ class PolicyBuilder:
     entries: list[_RawEntry] = field(default_factory=list)
     env: dict[str, EnvSetting] = field(default_factory=dict)
     protect: list[Setting[Path]] = field(default_factory=list)
+    open_action: Setting[OpenAction] | None = None
     project: Path | None = None
     files_read: list[Path] = field(default_factory=list)
 
@@ -359,10 +372,12 @@ class PolicyBuilder:
             self.env[setting.name] = setting
         elif key == "protect" and self.project is not None:
             self.protect.append(Setting(_parse_protect(value, self.project, where), where))
+        elif key == "open":
+            self.open_action = Setting(_parse_open(value, where), where)
         else:
             raise PolicyError(
                 f"{where}: unknown key {key!r} "
-                "(known: net, gate_addr, allow, env, resolver, protect)"
+                "(known: net, gate_addr, allow, env, resolver, protect, open)"
             )
 
     def build(self) -> Policy:
@@ -391,6 +406,7 @@ class PolicyBuilder:
             host_services=tuple(sorted(services.values(), key=lambda s: s.port)),
             env=tuple(self.env.values()),
             protect=tuple(self.protect),
+            open_action=self.open_action,
             files_read=tuple(self.files_read),
         )
 
@@ -461,4 +477,6 @@ def describe(policy: Policy) -> list[str]:
         lines.append(line(f"env {setting.name} = (value hidden)", setting.source))
     for protected in policy.protect:
         lines.append(line(f"protect = {protected.value}", protected.source))
+    if policy.open_action is not None:
+        lines.append(line(f"open = {policy.open_action.value.value}", policy.open_action.source))
     return lines

@@ -1,5 +1,9 @@
 """The registration server on ``relay.sock``: one JSON request, one JSON answer.
 
+Two requests share the socket: the contract's ``register``, and sandbridge's own ``open``
+(the sandbox asks the host to open a URL: docs/open.md), served when an ``open_url``
+handler is given.
+
 Every refusal is ``{"ok":false,"error":"..."}`` naming the bad value; a client that
 sends too much or nothing at all is answered (or dropped) within the read timeout, and
 never blocks other registrations.
@@ -22,25 +26,30 @@ from sandbridge.protocol.limits import (
     MAX_REGISTRATION_BYTES,
     REGISTRATION_READ_TIMEOUT,
 )
+from sandbridge.protocol.open_request import OpenTarget, encode_open_ok
 from sandbridge.protocol.registration import (
     RegisterRequest,
     encode_register_error,
     encode_register_ok,
     parse_register_request,
+    parse_request,
 )
 
 if TYPE_CHECKING:
     from sandbridge.relay.app_listener import App
 
 Register = Callable[[RegisterRequest], Awaitable["App"]]
+# Carries out one open request: the URL it opened (or showed) and what it did with it.
+OpenUrl = Callable[[OpenTarget], Awaitable[tuple[str, str]]]
 
 
 class RegistrationServer:
     """Serves registrations on a Unix socket, calling ``register`` for each valid one."""
 
-    def __init__(self, path: Path, register: Register) -> None:
+    def __init__(self, path: Path, register: Register, open_url: OpenUrl | None = None) -> None:
         self.path = path
         self._register = register
+        self._open_url = open_url
         self._server: asyncio.Server | None = None
         # Connections still sending their request, oldest first, with their read timeout.
         self._pending: collections.OrderedDict[object, asyncio.Timeout] = collections.OrderedDict()
@@ -73,9 +82,7 @@ class RegistrationServer:
                     self._pending[key] = timeout
                     line, _ = await read_line(reader, MAX_REGISTRATION_BYTES)
                 self._pending.pop(key, None)
-                request = parse_register_request(line)
-                app = await self._register(request)
-                answer = encode_register_ok(app.host_port, app.base_path, app.url)
+                answer = await self._answer(line)
             except TimeoutError:
                 if key in self._evicted:
                     answer = encode_register_error(
@@ -100,3 +107,17 @@ class RegistrationServer:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    async def _answer(self, line: bytes) -> bytes:
+        """The success answer to one request line; refusals raise."""
+        open_url = self._open_url
+        if open_url is None:
+            request: RegisterRequest | OpenTarget = parse_register_request(line)
+        else:
+            request = parse_request(line)
+        if isinstance(request, RegisterRequest):
+            app = await self._register(request)
+            return encode_register_ok(app.host_port, app.base_path, app.url)
+        assert open_url is not None  # only parse_request gives an open request
+        url, action = await open_url(request)
+        return encode_open_ok(url, action)

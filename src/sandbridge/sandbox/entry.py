@@ -23,11 +23,15 @@ from sandbridge.egress.gate_listener import GateListener
 from sandbridge.protocol.contract import EGRESS_SOCKET
 from sandbridge.relay.publish import parse_publish, publish
 from sandbridge.relay.shim import Shim
-from sandbridge.sandbox.spec import COMMANDS_DIR
+from sandbridge.sandbox.spec import COMMANDS_DIR, OPEN_COMMAND
 from sandbridge.terminals.starter import serve_terminal_starts
 
 HELPER_NAME = "ags-webview-url"
 URL_HELPER_MODULE = "sandbridge.relay.url_helper"
+OPEN_HELPER_MODULE = "sandbridge.relay.open_helper"
+# The commands through which tools open a browser on Debian and most distributions;
+# each leads to sandbridge-open, as $BROWSER does.
+BROWSER_SHIMS = ("xdg-open", "sensible-browser", "x-www-browser", "www-browser")
 _EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 
 
@@ -50,7 +54,13 @@ def install_commands(bin_dir: Path = Path(COMMANDS_DIR)) -> list[Path]:
     """Write sandbridge's own commands into ``bin_dir``, a directory holding nothing else
     (the only one sandbridge puts on the sandbox's PATH: sandbox/spec.py)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    return [_write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE)]
+    return [
+        _write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE),
+        *(
+            _write_command(bin_dir / name, OPEN_HELPER_MODULE)
+            for name in (OPEN_COMMAND, *BROWSER_SHIMS)
+        ),
+    ]
 
 
 async def run(

@@ -26,12 +26,14 @@ from sandbridge.sandbox.network import SandboxNetwork
 # the host's socket paths) stays outside unless named with --env.
 PASSED_ENV = ("PATH", "TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM", "NO_COLOR")
 PASSED_ENV_PREFIXES = ("LC_",)
-# sandbridge's own commands inside (``ags-webview-url``), in a directory that holds
-# nothing else, on ``/run`` (a private tmpfs inside; the sandbox entry writes them).
-# Only this directory goes before the owner's PATH: the bin directory of sandbridge's
-# environment would put its ``python3`` and ``pip`` ahead of the project's own
-# virtualenv.
+# sandbridge's own commands inside (``ags-webview-url``, ``sandbridge-open`` and the
+# browser shims that lead to it), in a directory that holds nothing else, on ``/run`` (a
+# private tmpfs inside; the sandbox entry writes them). Only this directory goes before
+# the owner's PATH: the bin directory of sandbridge's environment would put its
+# ``python3`` and ``pip`` ahead of the project's own virtualenv.
 COMMANDS_DIR = "/run/sandbridge/bin"
+# What ``$BROWSER`` names inside: Python's webbrowser and most CLIs look here first.
+OPEN_COMMAND = "sandbridge-open"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def sandbox_env(
     }
     path = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["PATH"] = f"{COMMANDS_DIR}:{path}"
+    env["BROWSER"] = f"{COMMANDS_DIR}/{OPEN_COMMAND}"
     env["HOME"] = str(spec_home)
     env[RELAY_SOCKET_ENV] = DEFAULT_RELAY_SOCKET
     env[UPSTREAM_SOCKET_ENV] = DEFAULT_UPSTREAM_SOCKET

@@ -10,8 +10,11 @@ from sandbridge import log
 from sandbridge.exceptions import RegistrationError
 from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol.http.private_access import TOKEN_PARAM
+from sandbridge.protocol.open_request import ExternalTarget, LocalTarget, OpenTarget
 from sandbridge.protocol.registration import RegisterRequest
 from sandbridge.relay.app_listener import App, AppListener
+from sandbridge.relay.host_opener import HostOpener
 from sandbridge.relay.registration_server import RegistrationServer
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import ForwardingMode, UpstreamConnector
@@ -29,6 +32,8 @@ class HostSession:
     settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)
     entry: SessionEntry | None = None
+    # Serves the sandbox's open requests (docs/open.md); without it they are refused.
+    opener: HostOpener | None = None
     _registration: RegistrationServer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -39,22 +44,70 @@ class HostSession:
     async def start(self) -> None:
         self._scope = SessionScope(self.settings)
         self._connector = UpstreamConnector(self.runtime_dir.upstream_socket, self.protocol)
-        self._registration = RegistrationServer(self.runtime_dir.relay_socket, self.register)
+        self._registration = RegistrationServer(
+            self.runtime_dir.relay_socket,
+            self.register,
+            None if self.opener is None else self.open_url,
+        )
         await self._registration.start()
 
     async def register(self, request: RegisterRequest) -> App:
         """Give sandbox port ``request.port`` a new host origin."""
         async with self._lock:
-            if len(self.listeners) >= self.settings.max_apps:
-                raise RegistrationError(
-                    f"this session already has {len(self.listeners)} apps; the limit is "
-                    f"{self.settings.max_apps}"
-                )
-            listener = AppListener(request.port, request.base_path, self._connector, self._scope)
-            await listener.start()
-            self.listeners.append(listener)
-            if self.entry is not None:
-                self.entry.set_apps([self._record(listener) for listener in self.listeners])
+            listener = await self._add_listener(request)
+        return self._announce(listener)
+
+    async def _add_listener(self, request: RegisterRequest) -> AppListener:
+        """A new listener for ``request`` (with the lock held)."""
+        if len(self.listeners) >= self.settings.max_apps:
+            raise RegistrationError(
+                f"this session already has {len(self.listeners)} apps; the limit is "
+                f"{self.settings.max_apps}"
+            )
+        listener = AppListener(request.port, request.base_path, self._connector, self._scope)
+        await listener.start()
+        self.listeners.append(listener)
+        if self.entry is not None:
+            self.entry.set_apps([self._record(listener) for listener in self.listeners])
+        return listener
+
+    async def open_url(self, target: OpenTarget) -> tuple[str, str]:
+        """Resolve a sandbox-local URL to its app's host origin (the port's registration
+        if it has one that serves the path, else a new one) and have it opened; an
+        external URL is passed on as it is. Counted against the rate limit first, so a
+        flood costs no registration."""
+        assert self.opener is not None
+        self.opener.admit()
+        if isinstance(target, ExternalTarget):
+            return target.url, self.opener.open(target.url, external=True).value
+        url = await self._resolve(target)
+        return url, self.opener.open(url, browsable=target.scheme == "http").value
+
+    async def _resolve(self, target: LocalTarget) -> str:
+        path = target.path
+        async with self._lock:
+            listener = next(
+                (
+                    listener
+                    for listener in self.listeners
+                    if listener.port == target.port and _serves(listener.base_path, path)
+                ),
+                None,
+            )
+            new = listener is None
+            if listener is None:
+                listener = await self._add_listener(RegisterRequest(target.port, "/"))
+        if new:
+            self._announce(listener)
+        assert listener.origin is not None
+        token = None
+        if listener.gate is not None and not listener.gate.token_used:
+            # A private app's first visit needs its one-time token; after it, the
+            # owner's browser holds the cookie and a token would be refused.
+            token = f"{TOKEN_PARAM}={listener.gate.token}"
+        return target.on(listener.origin.origin, extra_query=token)
+
+    def _announce(self, listener: AppListener) -> App:
         app = listener.app
         # The URL of a private app carries its one-time token: never log it.
         log.info("app.registered", sandbox_port=app.port, host_port=app.host_port)
@@ -77,3 +130,9 @@ class HostSession:
         await asyncio.gather(*(listener.close() for listener in self.listeners))
         self.listeners.clear()
         self.runtime_dir.remove()
+
+
+def _serves(base_path: str, path: str) -> bool:
+    """Whether an app registered under ``base_path`` gets ``path`` unchanged (the
+    base-path rule prefixes anything else)."""
+    return base_path in ("/", path) or path.startswith(base_path + "/")

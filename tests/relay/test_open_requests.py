@@ -1,0 +1,171 @@
+"""Open requests on a real ``relay.sock``, served by ``sandbridge host``."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW
+from tests.conftest import PYTHON, REPO, Relay, echo, host_port_of
+
+RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
+# A refusal names the bad value, cut short: never an echo of a whole hostile message.
+MAX_ERROR_LENGTH = 300
+
+
+def _ask(path: Path, data: bytes) -> dict[str, object]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(15)
+        sock.connect(str(path))
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    value: dict[str, object] = json.loads(answer)
+    return value
+
+
+def _open(relay: Relay, url: object) -> dict[str, object]:
+    line = json.dumps({"type": "open", "url": url}).encode() + b"\n"
+    return _ask(relay.runtime_dir / "relay.sock", line)
+
+
+def _recorded(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def printing(runtime_dir: Path) -> Relay:
+    return Relay(runtime_dir, host_args=("--open", "print"))
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (b'{"type":"open"}\n', "url is missing"),
+        (b'{"type":"open","url":5}\n', "url must be a string, got 5"),
+        (b'{"type":"open","url":["http://localhost/"]}\n', "url must be a string, got ['http"),
+        (b'{"type":"open","url":"http://localhost:80/\\u001b[2J"}\n', "printable ASCII"),
+        (b'{"type":"open","url":"javascript:alert(1)"}\n', "'javascript:alert(1)'"),
+        (b'{"type":"open","url":"file:///etc/passwd"}\n', "'file:///etc/passwd'"),
+        (b'{"type":"open","url":"https://localhost:8443/"}\n', "TLS"),
+        (b'{"type":"open","url":"http://localhost:99999/"}\n', "not 1..65535"),
+        (b'{"type":"opan","url":"http://localhost/"}\n', "got 'opan'"),
+        (b'{"type":"' + b"o" * 3000 + b'"}\n', "type must be 'register' or 'open', got 'ooo"),
+        (b'{"type":"open","url":"' + b"h" * 5000 + b'"}\n', "message longer than 4096 bytes"),
+        (b"[" * 100 + b"]" * 100 + b"\n", "nested deeper than 32 levels"),
+        (b"not json\n", "message is not valid JSON"),
+    ],
+)
+def test_hostile_open_message_is_refused_naming_the_value(
+    printing: Relay, message: bytes, error: str
+) -> None:
+    try:
+        answer = _ask(printing.runtime_dir / "relay.sock", message)
+    finally:
+        printing.stop()
+    assert answer["ok"] is False
+    assert error in str(answer["error"])
+    assert len(str(answer["error"])) <= MAX_ERROR_LENGTH
+    assert set(answer) == {"ok", "error"}
+
+
+def test_refused_open_messages_cost_no_registration_and_no_open(
+    printing: Relay, app_port: int
+) -> None:
+    try:
+        for url in (5, "file:///x", "https://localhost:1/", "http://localhost:0/"):
+            assert _open(printing, url)["ok"] is False
+        # The whole budget is still there, and nothing was registered or printed.
+        answers = [_open(printing, f"https://example.com/{n}") for n in range(MAX_OPENS_PER_WINDOW)]
+        assert all(answer["ok"] is True for answer in answers)
+    finally:
+        printing.stop()
+    stderr = printing.host.lines["stderr"] + printing.host.drain("stderr").splitlines()
+    assert not [line for line in stderr if "sandbox port" in line]
+    # Only the debug log of refusals (the relay runs with -v) names them; nothing is
+    # said to the owner as an open.
+    named = [line for line in stderr if "file:///x" in line or "localhost:0" in line]
+    assert len(named) == 2
+    assert all(line.startswith("sandbridge: registration.refused answer=") for line in named)
+
+
+def test_flood_of_open_requests_is_rate_limited_and_said_once(printing: Relay) -> None:
+    try:
+        answers = [_open(printing, f"https://example.com/{n}") for n in range(30)]
+        printing.host.wait_line("sandbridge: the sandbox floods open requests", "stderr")
+    finally:
+        printing.stop()
+    refused = [answer for answer in answers if answer["ok"] is False]
+    assert len(refused) == 30 - MAX_OPENS_PER_WINDOW
+    assert answers[:MAX_OPENS_PER_WINDOW] == [
+        {"ok": True, "url": f"https://example.com/{n}", "action": "print"}
+        for n in range(MAX_OPENS_PER_WINDOW)
+    ]
+    assert all("too many open requests" in str(answer["error"]) for answer in refused)
+    stderr = printing.host.lines["stderr"] + printing.host.drain("stderr").splitlines()
+    assert len([line for line in stderr if "floods open requests" in line]) == 1
+    assert len([line for line in stderr if "external URL" in line]) == MAX_OPENS_PER_WINDOW
+
+
+def test_local_url_resolves_to_one_registration_and_keeps_path_query_and_fragment(
+    printing: Relay, app_port: int
+) -> None:
+    try:
+        first = _open(printing, f"http://localhost:{app_port}/a/b?x=1#f")
+        again = _open(printing, f"http://127.0.0.1:{app_port}/c?y=2")
+        registered = printing.register(app_port)
+        assert first["ok"] is True and again["ok"] is True
+        first_url, again_url = str(first["url"]), str(again["url"])
+        origin = first_url.removesuffix("/a/b?x=1#f")
+        assert again_url == origin + "/c?y=2"
+        # The contract's register is as it was: a new host origin every time.
+        assert not registered.startswith(origin)
+        assert echo(host_port_of(first_url), "/a/b?x=1")["path"] == "/a/b?x=1"
+        printing.host.wait_line(f"sandbridge: the sandbox opens {first_url}", "stderr")
+    finally:
+        printing.stop()
+
+
+def test_external_url_is_printed_not_run_by_default(runtime_dir: Path, app_port: int) -> None:
+    out = runtime_dir.parent / "browser.jsonl"
+    relay = Relay(
+        runtime_dir, host_args=("--open", "browser", "--browser", f"{PYTHON} {RECORDER} {out}")
+    )
+    try:
+        external = _open(relay, "https://example.com/login?code=1")
+        local = _open(relay, f"http://localhost:{app_port}/x?y=1#z")
+        relay.host.wait_line("sandbridge: WARNING: the sandbox asks to open an external", "stderr")
+    finally:
+        relay.stop()  # the session waits for browser commands still starting
+    assert external == {"ok": True, "url": "https://example.com/login?code=1", "action": "print"}
+    assert local["action"] == "browser"
+    assert _recorded(out) == [[str(local["url"])]]
+    assert str(local["url"]).endswith(f".localhost:{host_port_of(str(local['url']))}/x?y=1#z")
+
+
+def test_external_url_runs_the_browser_when_allowed(runtime_dir: Path) -> None:
+    out = runtime_dir.parent / "browser.jsonl"
+    relay = Relay(
+        runtime_dir,
+        host_args=(
+            "--open",
+            "browser",
+            "--browser",
+            f"{PYTHON} {RECORDER} {out}",
+            "--open-external",
+            "allow",
+        ),
+    )
+    try:
+        answer = _open(relay, "https://example.com/login?code=1#top")
+    finally:
+        relay.stop()
+    url = "https://example.com/login?code=1#top"
+    assert answer == {"ok": True, "url": url, "action": "browser"}
+    assert _recorded(out) == [["https://example.com/login?code=1#top"]]
