@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW
-from tests.conftest import PYTHON, REPO, Relay, echo, host_port_of
+from tests.conftest import PYTHON, REPO, Relay, echo, host_port_of, request
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
 # A refusal names the bad value, cut short: never an echo of a whole hostile message.
@@ -169,3 +169,54 @@ def test_external_url_runs_the_browser_when_allowed(runtime_dir: Path) -> None:
     url = "https://example.com/login?code=1#top"
     assert answer == {"ok": True, "url": url, "action": "browser"}
     assert _recorded(out) == [["https://example.com/login?code=1#top"]]
+
+
+def test_html_snapshot_is_served_on_its_own_origin(printing: Relay) -> None:
+    page = b"<!doctype html><title>snap</title><p>hello \xe2\x9c\x93</p>"
+    try:
+        answer = _ask(
+            printing.runtime_dir / "relay.sock",
+            json.dumps({"type": "open", "html_bytes": len(page)}).encode() + b"\n" + page,
+        )
+        again = _ask(
+            printing.runtime_dir / "relay.sock",
+            json.dumps({"type": "open", "html_bytes": len(page)}).encode() + b"\n" + page,
+        )
+        assert answer["ok"] is True and answer["action"] == "print"
+        url = str(answer["url"])
+        assert url.endswith(".localhost:" + str(host_port_of(url)) + "/")
+        assert host_port_of(str(again["url"])) != host_port_of(url)
+        status, headers, body = request(host_port_of(url), path="/any?x=1")
+        assert (status, body) == (200, page)
+        assert headers["Content-Type"] == "text/html; charset=utf-8"
+        assert headers["Content-Security-Policy"] == "sandbox allow-scripts"
+        wrong_host = request(host_port_of(url), headers={"Host": f"127.0.0.1:{host_port_of(url)}"})
+        assert wrong_host[0] == 421
+        assert request(host_port_of(url), method="POST", body=b"x")[0] == 405
+    finally:
+        printing.stop()
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b'{"type":"open","html_bytes":2097153}\n', "the HTML is 2097153 bytes; the snapshot"),
+        (b'{"type":"open","html_bytes":-1}\n', "html_bytes must be a byte count, got -1"),
+        (b'{"type":"open","html_bytes":"9"}\n', "html_bytes must be a byte count, got '9'"),
+        (b'{"type":"open","html_bytes":3,"url":"http://a/"}\n', "not both"),
+        (b'{"type":"open","html_bytes":10}\nshort', "closed after 5 of the 10 bytes"),
+        (b'{"type":"open","html_bytes":2}\ntoo long', "more than the 2 bytes of HTML"),
+    ],
+)
+def test_bad_html_snapshot_is_refused(printing: Relay, data: bytes, error: str) -> None:
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(15)
+            sock.connect(str(printing.runtime_dir / "relay.sock"))
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            answer = json.loads(sock.makefile("rb").read())
+    finally:
+        printing.stop()
+    assert answer["ok"] is False
+    assert error in answer["error"]

@@ -121,3 +121,28 @@ def test_external_url_from_inside_is_printed_for_the_owner_not_run(
         "(--open-external allow would): https://example.com/device?code=ABCD"
     ) in result.stderr
     assert not out.exists()
+
+
+def test_html_from_stdin_is_opened_as_a_snapshot_and_a_large_file_is_refused(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    out = tmp_path / "browser.jsonl"
+    big = tmp_path / "big.html"
+    big.write_bytes(b"x" * (2 * 1024 * 1024 + 1))
+    result = _run(
+        backend,
+        tmp_path,
+        f"echo '<p>hi</p>' | sandbridge-open --html -; sandbridge-open --html {big}; echo $?",
+        "--open",
+        "browser",
+        "--browser",
+        f"{PYTHON} {RECORDER} {out}",
+    )
+    assert result.returncode == 0, result.stderr
+    url, status = result.stdout.splitlines()
+    assert status == "1"
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [[url]]
+    assert (
+        f"sandbridge-open: {big} is larger than 2097152 bytes, the snapshot limit: serve the "
+        "page from an app instead and open its URL"
+    ) in result.stderr

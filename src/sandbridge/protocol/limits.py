@@ -49,3 +49,11 @@ MAX_OPEN_URL_LENGTH = 3072
 # with windows (or the terminal with lines).
 MAX_OPENS_PER_WINDOW = 10
 OPEN_WINDOW = 60.0
+
+# ``sandbridge-open --html``: a page with inline styles and scripts is tens of KiB; a
+# snapshot is held in the host's memory for the session, so a few MiB is the ceiling.
+MAX_HTML_SNAPSHOT_BYTES = 2 * 1024 * 1024
+# Snapshots one session may serve (each is a loopback listener, like an app).
+MAX_SNAPSHOTS_PER_SESSION = 16
+# The snapshot's bytes follow its request line at once; 10 s tolerates a loaded machine.
+HTML_READ_TIMEOUT = 10.0

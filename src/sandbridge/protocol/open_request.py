@@ -1,6 +1,7 @@
 """The open request on ``relay.sock``: the sandbox asks the host to open a URL (sans-I/O).
 
-Request: ``{"type":"open","url":"http://localhost:5173/a?x=1#f"}``. Answer:
+Request: ``{"type":"open","url":"http://localhost:5173/a?x=1#f"}``, or
+``{"type":"open","html_bytes":N}`` followed by N bytes of HTML. Answer:
 ``{"ok":true,"url":"http://<label>.localhost:43125/a?x=1#f","action":"browser"}`` or
 ``{"ok":false,"error":"..."}`` (docs/open.md, docs/contract.md).
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from sandbridge.exceptions import RegistrationError
 from sandbridge.protocol.jsonline import encode_object
-from sandbridge.protocol.limits import MAX_OPEN_URL_LENGTH
+from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES, MAX_OPEN_URL_LENGTH
 
 # How much of an offending value a refusal quotes: enough to recognise it, never an echo
 # of a whole hostile message.
@@ -79,7 +80,15 @@ class ExternalTarget:
     url: str
 
 
-OpenTarget = LocalTarget | ExternalTarget
+@dataclass(frozen=True, slots=True)
+class HtmlTarget:
+    """Inline HTML (``sandbridge-open --html``): ``size`` bytes follow the request line,
+    served as a snapshot on a dedicated origin."""
+
+    size: int
+
+
+OpenTarget = LocalTarget | ExternalTarget | HtmlTarget
 
 
 def shown(value: object) -> str:
@@ -156,6 +165,17 @@ def classify_url(url: object) -> OpenTarget:
 
 def parse_open_message(message: dict[str, Any]) -> OpenTarget:
     """The target of a decoded ``{"type":"open",...}`` message."""
+    if "html_bytes" in message:
+        if "url" in message:
+            raise RegistrationError("send url or html_bytes, not both")
+        size = message["html_bytes"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise RegistrationError(f"html_bytes must be a byte count, got {shown(size)}")
+        if size > MAX_HTML_SNAPSHOT_BYTES:
+            raise RegistrationError(
+                f"the HTML is {size} bytes; the snapshot limit is {MAX_HTML_SNAPSHOT_BYTES}"
+            )
+        return HtmlTarget(size)
     if "url" not in message:
         raise RegistrationError("url is missing: send the URL to open")
     return classify_url(message["url"])
@@ -164,6 +184,11 @@ def parse_open_message(message: dict[str, Any]) -> OpenTarget:
 def encode_open_request(url: str) -> bytes:
     """The request line ``sandbridge-open`` sends."""
     return encode_object({"type": "open", "url": url})
+
+
+def encode_open_html_request(html: bytes) -> bytes:
+    """The request ``sandbridge-open --html`` sends: the line, then the page's bytes."""
+    return encode_object({"type": "open", "html_bytes": len(html)}) + html
 
 
 def encode_open_ok(url: str, action: str) -> bytes:

@@ -1,4 +1,5 @@
-"""``sandbridge-open URL``: have the host open a URL of the sandbox (or any URL).
+"""``sandbridge-open URL`` / ``--html FILE``: have the host open a URL of the sandbox (or
+any URL), or a snapshot of an HTML page.
 
 Runs inside the sandbox, as ``sandbridge-open`` and as ``$BROWSER``, ``xdg-open``,
 ``sensible-browser``, ``x-www-browser`` and ``www-browser`` (sandbox/entry.py writes
@@ -6,8 +7,10 @@ them), so Python's webbrowser, Node's open and CLIs that open a browser arrive h
 A sandbox-local URL (``http://localhost:5173/a?x=1#f``, ``127.0.0.1``, ``0.0.0.0``,
 ``[::1]``, ``ws://``) is resolved by the host to the app's host origin, path, query and
 fragment kept; any other http(s) URL is passed to the host as it is, and the owner
-decides (docs/open.md). Prints the URL the host opens and exits 0; a refusal, or
-nothing listening on the port inside, is one line on stderr and exit status 1 (2: usage).
+decides (docs/open.md). ``--html FILE`` (``-``: stdin) sends the page's bytes (at most
+2 MiB); the host serves that copy on an origin of its own and opens it. Prints the URL
+the host opens and exits 0; a refusal, or nothing listening on the port inside, is one
+line on stderr and exit status 1 (2: usage).
 """
 
 from __future__ import annotations
@@ -18,15 +21,17 @@ import sys
 
 from sandbridge.exceptions import RegistrationError
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
+from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES
 from sandbridge.protocol.open_request import (
     LocalTarget,
     OpenTarget,
     classify_url,
+    encode_open_html_request,
     encode_open_request,
 )
 from sandbridge.relay.url_helper import ask_relay
 
-USAGE = "usage: sandbridge-open URL"
+USAGE = "usage: sandbridge-open URL | sandbridge-open --html FILE (- for stdin)"
 PROG = "sandbridge-open"
 # The app answers a connection on loopback at once; a second means nothing is there.
 CONNECT_TIMEOUT = 2.0
@@ -47,9 +52,27 @@ def listening(port: int) -> bool:
         return False
 
 
+def read_html(name: str) -> bytes:
+    """The page's bytes from ``name`` (``-``: stdin), refused past the snapshot limit."""
+    if name == "-":
+        data = sys.stdin.buffer.read(MAX_HTML_SNAPSHOT_BYTES + 1)
+    else:
+        with open(name, "rb") as file:
+            data = file.read(MAX_HTML_SNAPSHOT_BYTES + 1)
+    if len(data) > MAX_HTML_SNAPSHOT_BYTES:
+        shown = "stdin" if name == "-" else name
+        raise ValueError(
+            f"{shown} is larger than {MAX_HTML_SNAPSHOT_BYTES} bytes, the snapshot limit: "
+            "serve the page from an app instead and open its URL"
+        )
+    return data
+
+
 def _request(args: list[str]) -> tuple[bytes, OpenTarget | None]:
     """The request line (and page) to send, and the URL's target; a ValueError says
     why there is nothing to send."""
+    if args[0] == "--html":
+        return encode_open_html_request(read_html(args[1])), None
     url = args[0]
     try:
         target = classify_url(url)
@@ -65,7 +88,8 @@ def _request(args: list[str]) -> tuple[bytes, OpenTarget | None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0].startswith("-"):
+    html = len(args) == 2 and args[0] == "--html"
+    if not (html or (len(args) == 1 and not args[0].startswith("-"))):
         print(USAGE, file=sys.stderr)
         return 2
     socket_path = os.environ.get(RELAY_SOCKET_ENV, DEFAULT_RELAY_SOCKET)

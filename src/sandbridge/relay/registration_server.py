@@ -22,11 +22,12 @@ from sandbridge import log
 from sandbridge.aio.unix_sockets import bind_unix_socket, read_line
 from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.limits import (
+    HTML_READ_TIMEOUT,
     MAX_PENDING_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     REGISTRATION_READ_TIMEOUT,
 )
-from sandbridge.protocol.open_request import OpenTarget, encode_open_ok
+from sandbridge.protocol.open_request import HtmlTarget, OpenTarget, encode_open_ok
 from sandbridge.protocol.registration import (
     RegisterRequest,
     encode_register_error,
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
     from sandbridge.relay.app_listener import App
 
 Register = Callable[[RegisterRequest], Awaitable["App"]]
-# Carries out one open request: the URL it opened (or showed) and what it did with it.
-OpenUrl = Callable[[OpenTarget], Awaitable[tuple[str, str]]]
+# Carries out one open request (with the HTML of an HtmlTarget, else b""): the URL it
+# opened (or showed) and what it did with it.
+OpenUrl = Callable[[OpenTarget, bytes], Awaitable[tuple[str, str]]]
 
 
 class RegistrationServer:
@@ -80,9 +82,9 @@ class RegistrationServer:
             try:
                 async with asyncio.timeout(REGISTRATION_READ_TIMEOUT) as timeout:
                     self._pending[key] = timeout
-                    line, _ = await read_line(reader, MAX_REGISTRATION_BYTES)
+                    line, rest = await read_line(reader, MAX_REGISTRATION_BYTES)
                 self._pending.pop(key, None)
-                answer = await self._answer(line)
+                answer = await self._answer(line, rest, reader)
             except TimeoutError:
                 if key in self._evicted:
                     answer = encode_register_error(
@@ -108,8 +110,8 @@ class RegistrationServer:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    async def _answer(self, line: bytes) -> bytes:
-        """The success answer to one request line; refusals raise."""
+    async def _answer(self, line: bytes, rest: bytes, reader: asyncio.StreamReader) -> bytes:
+        """The success answer to one request line (and what follows it); refusals raise."""
         open_url = self._open_url
         if open_url is None:
             request: RegisterRequest | OpenTarget = parse_register_request(line)
@@ -119,5 +121,26 @@ class RegistrationServer:
             app = await self._register(request)
             return encode_register_ok(app.host_port, app.base_path, app.url)
         assert open_url is not None  # only parse_request gives an open request
-        url, action = await open_url(request)
+        html = b""
+        if isinstance(request, HtmlTarget):
+            html = await _read_html(reader, rest, request.size)
+        url, action = await open_url(request, html)
         return encode_open_ok(url, action)
+
+
+async def _read_html(reader: asyncio.StreamReader, rest: bytes, size: int) -> bytes:
+    """The ``size`` bytes of HTML after the request line (its size already capped)."""
+    if len(rest) > size:
+        raise RegistrationError(f"more than the {size} bytes of HTML announced were sent")
+    try:
+        async with asyncio.timeout(HTML_READ_TIMEOUT):
+            return rest + await reader.readexactly(size - len(rest))
+    except asyncio.IncompleteReadError as exc:
+        raise RegistrationError(
+            f"the connection closed after {len(rest) + len(exc.partial)} of the {size} bytes "
+            "of HTML announced"
+        ) from None
+    except TimeoutError:
+        raise RegistrationError(
+            f"the {size} bytes of HTML announced did not arrive within {HTML_READ_TIMEOUT:g} s"
+        ) from None

@@ -11,12 +11,14 @@ from sandbridge.exceptions import RegistrationError
 from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
-from sandbridge.protocol.open_request import ExternalTarget, LocalTarget, OpenTarget
+from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
+from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTarget, OpenTarget
 from sandbridge.protocol.registration import RegisterRequest
 from sandbridge.relay.app_listener import App, AppListener
 from sandbridge.relay.host_opener import HostOpener
 from sandbridge.relay.registration_server import RegistrationServer
 from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.snapshot import Snapshot
 from sandbridge.relay.upstream import ForwardingMode, UpstreamConnector
 
 OnRegister = Callable[[App], None]
@@ -31,6 +33,8 @@ class HostSession:
     on_register: OnRegister | None = None
     settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)
+    # HTML snapshots served for ``sandbridge-open --html`` (relay/snapshot.py).
+    snapshots: list[Snapshot] = field(default_factory=list)
     entry: SessionEntry | None = None
     # Serves the sandbox's open requests (docs/open.md); without it they are refused.
     opener: HostOpener | None = None
@@ -71,15 +75,19 @@ class HostSession:
             self.entry.set_apps([self._record(listener) for listener in self.listeners])
         return listener
 
-    async def open_url(self, target: OpenTarget) -> tuple[str, str]:
+    async def open_url(self, target: OpenTarget, html: bytes = b"") -> tuple[str, str]:
         """Resolve a sandbox-local URL to its app's host origin (the port's registration
         if it has one that serves the path, else a new one) and have it opened; an
-        external URL is passed on as it is. Counted against the rate limit first, so a
-        flood costs no registration."""
+        external URL is passed on as it is; inline HTML is served as a snapshot on an
+        origin of its own. Counted against the rate limit first, so a flood costs no
+        registration."""
         assert self.opener is not None
         self.opener.admit()
         if isinstance(target, ExternalTarget):
             return target.url, self.opener.open(target.url, external=True).value
+        if isinstance(target, HtmlTarget):
+            url = await self._snapshot(html)
+            return url, self.opener.open(url).value
         url = await self._resolve(target)
         return url, self.opener.open(url, browsable=target.scheme == "http").value
 
@@ -107,6 +115,19 @@ class HostSession:
             token = f"{TOKEN_PARAM}={listener.gate.token}"
         return target.on(listener.origin.origin, extra_query=token)
 
+    async def _snapshot(self, html: bytes) -> str:
+        async with self._lock:
+            if len(self.snapshots) >= MAX_SNAPSHOTS_PER_SESSION:
+                raise RegistrationError(
+                    f"this session already serves {len(self.snapshots)} HTML snapshots; "
+                    f"the limit is {MAX_SNAPSHOTS_PER_SESSION}"
+                )
+            snapshot = Snapshot(html, self.settings.url_form)
+            await snapshot.start()
+            self.snapshots.append(snapshot)
+        log.info("snapshot.served", bytes=len(html))
+        return snapshot.url
+
     def _announce(self, listener: AppListener) -> App:
         app = listener.app
         # The URL of a private app carries its one-time token: never log it.
@@ -128,7 +149,9 @@ class HostSession:
         if self._registration is not None:
             await self._registration.close()
         await asyncio.gather(*(listener.close() for listener in self.listeners))
+        await asyncio.gather(*(snapshot.close() for snapshot in self.snapshots))
         self.listeners.clear()
+        self.snapshots.clear()
         self.runtime_dir.remove()
 
 
