@@ -220,3 +220,19 @@ def test_bad_html_snapshot_is_refused(printing: Relay, data: bytes, error: str) 
         printing.stop()
     assert answer["ok"] is False
     assert error in answer["error"]
+
+
+def test_private_app_url_carries_its_token_until_it_is_used(
+    runtime_dir: Path, app_port: int
+) -> None:
+    relay = Relay(runtime_dir, host_args=("--open", "print", "--private"))
+    try:
+        first = str(_open(relay, f"http://localhost:{app_port}/a?x=1#f")["url"])
+        origin, _, rest = first.partition("/a?")
+        assert rest.startswith("x=1&sandbridge_token=") and rest.endswith("#f")
+        status, headers, _ = request(host_port_of(first), path="/a?" + rest.partition("#")[0])
+        assert (status, headers["Location"]) == (303, "/a?x=1")
+        # The owner's browser now holds the cookie: the next URL needs no token.
+        assert _open(relay, f"http://localhost:{app_port}/b")["url"] == origin + "/b"
+    finally:
+        relay.stop()
