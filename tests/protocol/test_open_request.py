@@ -29,6 +29,9 @@ from sandbridge.protocol.registration import RegisterRequest, parse_request
         ("http://app.localhost:5000/p", LocalTarget("http", 5000, "/p")),
         ("http://127.0.0.2:5000/", LocalTarget("http", 5000, "/")),
         ("http://[::]:5000/", LocalTarget("http", 5000, "/")),
+        ("http://[::ffff:127.0.0.1]:5000/", LocalTarget("http", 5000, "/")),
+        ("http://10.0.0.7:8080/", ExternalTarget("http://10.0.0.7:8080/")),
+        ("http://1password.com/", ExternalTarget("http://1password.com/")),
         ("https://example.com/login?x=1#y", ExternalTarget("https://example.com/login?x=1#y")),
         ("http://example.com", ExternalTarget("http://example.com")),
         ("https://user@github.com/", ExternalTarget("https://user@github.com/")),
@@ -61,6 +64,14 @@ def test_url_is_classified_with_path_query_and_fragment_kept(url: str, expected:
         ("http:///path", "url has no host"),
         ("http://[::1/", "malformed [IPv6]"),
         ("ws://example.com/", "a browser cannot open"),
+        # Spellings a browser reads as the owner's 127.0.0.1: never passed on as external.
+        ("http://2130706433:631/", "an IP address written another way"),
+        ("http://127.1:631/", "an IP address written another way"),
+        ("http://0x7f.0.0.1/", "an IP address written another way"),
+        ("http://0x7f000001/", "an IP address written another way"),
+        ("http://example.0x10/", "an IP address written another way"),
+        ("http://%6cocalhost:631/", "percent-encoded host"),
+        ("http://localhost\\@example.com/", "must not contain '\\'"),
     ],
 )
 def test_bad_url_is_refused_naming_it(url: object, error: str) -> None:

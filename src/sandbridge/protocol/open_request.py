@@ -97,14 +97,36 @@ def shown(value: object) -> str:
     return text if len(text) <= MAX_SHOWN_VALUE else text[:MAX_SHOWN_VALUE] + "..."
 
 
-def _is_loopback(host: str) -> bool:
+def _ends_in_a_number(name: str) -> bool:
+    """The URL Standard's test: a host whose last label is a number (``2130706433``,
+    ``127.1``, ``0x7f.1``) is an IPv4 address to a browser, whatever its spelling."""
+    last = name.rsplit(".", 1)[-1]
+    if last.isascii() and last.isdigit():
+        return True
+    return last[:2] in ("0x", "0X") and all(c in "0123456789abcdefABCDEF" for c in last[2:])
+
+
+def _is_loopback(host: str, url: str) -> bool:
+    """Whether ``host`` is the sandbox's own loopback; refuses the spellings a browser
+    would read as an address that this check cannot see (``127.1``, ``%6cocalhost``), so
+    that nothing naming the owner's loopback is passed on as an external URL."""
     name = host.lower().removesuffix(".")
+    if "%" in name:
+        raise RegistrationError(f"url has a percent-encoded host: {shown(url)}")
     if name in _LOOPBACK_NAMES or name.endswith(".localhost"):
         return True
-    try:
-        address = ipaddress.ip_address(name.removeprefix("[").removesuffix("]"))
-    except ValueError:
+    bracketed = name.startswith("[") and name.endswith("]")
+    if not bracketed and not _ends_in_a_number(name):
         return False
+    try:
+        address = ipaddress.ip_address(name[1:-1] if bracketed else name)
+    except ValueError:
+        raise RegistrationError(
+            f"url has a host a browser reads as an IP address written another way: "
+            f"{shown(url)}; write it as a.b.c.d or [v6]"
+        ) from None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
     return address.is_loopback or address.is_unspecified
 
 
@@ -135,6 +157,9 @@ def classify_url(url: object) -> OpenTarget:
             f"url must be printable ASCII without spaces (percent-encode the rest), "
             f"got {shown(url)}"
         )
+    if "\\" in url:
+        # Browsers read a backslash as "/": http://localhost\@example.com/ is localhost.
+        raise RegistrationError(f"url must not contain '\\', got {shown(url)}")
     scheme, sep, after = url.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in ("http", "https", "ws", "wss"):
@@ -142,7 +167,7 @@ def classify_url(url: object) -> OpenTarget:
     end = min((i for i in (after.find(c) for c in "/?#") if i >= 0), default=len(after))
     authority, rest = after[:end], after[end:]
     userinfo, host, port_text = _split_authority(authority, url)
-    if not _is_loopback(host):
+    if not _is_loopback(host, url):
         if scheme not in ("http", "https"):
             raise RegistrationError(f"a browser cannot open {shown(url)}: not http or https")
         return ExternalTarget(url)
