@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import select
+import signal
 import socket
+import subprocess
+import termios
 from pathlib import Path
 
 import pytest
 
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW
-from tests.conftest import PYTHON, REPO, Relay, echo, host_port_of, request
+from tests.conftest import PYTHON, REPO, SANDBRIDGE, Relay, echo, host_port_of, request
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
 # A refusal names the bad value, cut short: never an echo of a whole hostile message.
@@ -236,3 +243,77 @@ def test_private_app_url_carries_its_token_until_it_is_used(
         assert _open(relay, f"http://localhost:{app_port}/b")["url"] == origin + "/b"
     finally:
         relay.stop()
+
+
+class OnTerminal:
+    """``sandbridge host`` with a pseudo-terminal as its controlling terminal and stdin."""
+
+    def __init__(self, runtime_dir: Path, *args: str) -> None:
+        self.master, slave = pty.openpty()
+        self.popen = subprocess.Popen(
+            [*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), *args],
+            stdin=slave,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )
+        os.close(slave)
+        self.shown = b""
+        assert self.popen.stderr is not None
+        for line in self.popen.stderr:
+            if line.startswith(b"sandbridge: serving registrations"):
+                break
+
+    def wait_for(self, text: bytes, timeout: float = 30.0) -> None:
+        """Read the terminal until ``text`` appears on it."""
+        while text not in self.shown:
+            ready, _, _ = select.select([self.master], [], [], timeout)
+            assert ready, f"{text!r} not on the terminal; it shows {self.shown!r}"
+            self.shown += os.read(self.master, 4096)
+
+    def wait_line(self, prefix: str) -> str:
+        """The next line on stderr starting with ``prefix`` (reads until it comes)."""
+        assert self.popen.stderr is not None
+        for raw in self.popen.stderr:
+            line = raw.decode().rstrip("\n")
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"stderr ended before a line starting {prefix!r}")
+
+    def stop(self) -> str:
+        self.popen.send_signal(signal.SIGTERM)
+        _, stderr = self.popen.communicate(timeout=30)
+        os.close(self.master)
+        return stderr.decode()
+
+
+@pytest.mark.parametrize(("reply", "opened"), [(b"y\r", True), (b"\r", False)])
+def test_ask_asks_on_the_terminal_and_opens_only_on_yes(
+    runtime_dir: Path, reply: bytes, opened: bool
+) -> None:
+    out = runtime_dir.parent / "browser.jsonl"
+    url = "https://example.com/device?code=1"
+    host = OnTerminal(
+        runtime_dir,
+        "--open",
+        "ask",
+        "--open-external",
+        "allow",
+        "--browser",
+        f"{PYTHON} {RECORDER} {out}",
+    )
+    try:
+        answer = _ask(
+            runtime_dir / "relay.sock", json.dumps({"type": "open", "url": url}).encode() + b"\n"
+        )
+        assert answer == {"ok": True, "url": url, "action": "ask"}
+        host.wait_for(f"the sandbox asks to open {url}".encode())
+        host.wait_for(b"open it in the browser? [y/N] ")
+        os.write(host.master, reply)
+        if not opened:
+            assert host.wait_line("sandbridge: not opened") == f"sandbridge: not opened: {url}"
+    finally:
+        stderr = host.stop()  # waits for the browser command the answer started
+    assert _recorded(out) == ([[url]] if opened else [])
+    assert "not opened" not in stderr
