@@ -178,6 +178,21 @@ def test_external_url_runs_the_browser_when_allowed(runtime_dir: Path) -> None:
     assert _recorded(out) == [["https://example.com/login?code=1#top"]]
 
 
+def test_allowed_external_url_in_print_mode_is_printed_without_the_warning(
+    runtime_dir: Path,
+) -> None:
+    relay = Relay(runtime_dir, host_args=("--open", "print", "--open-external", "allow"))
+    try:
+        answer = _open(relay, "https://example.com/a")
+        line = relay.host.wait_line("sandbridge: the sandbox opens", "stderr")
+    finally:
+        relay.stop()
+    assert answer == {"ok": True, "url": "https://example.com/a", "action": "print"}
+    assert line == "sandbridge: the sandbox opens https://example.com/a"
+    stderr = relay.host.lines["stderr"] + relay.host.drain("stderr").splitlines()
+    assert not [text for text in stderr if "WARNING" in text]
+
+
 def test_html_snapshot_is_served_on_its_own_origin(printing: Relay) -> None:
     page = b"<!doctype html><title>snap</title><p>hello \xe2\x9c\x93</p>"
     try:

@@ -146,7 +146,8 @@ class HostOpener:
         """Carry out one admitted request for ``url`` (already resolved, or external)."""
         terminal = sys.stdin is not None and sys.stdin.isatty()
         outcome = decide(self.settings, external=external, browsable=browsable, terminal=terminal)
-        if outcome is Outcome.PRINT and external and browsable:
+        held_back = external and self.settings.external is ExternalOpens.PRINT
+        if outcome is Outcome.PRINT and held_back and browsable:
             self._say(
                 "WARNING: the sandbox asks to open an external URL; not opened "
                 f"(--open-external allow would): {url}"
