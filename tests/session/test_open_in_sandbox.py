@@ -146,3 +146,28 @@ def test_html_from_stdin_is_opened_as_a_snapshot_and_a_large_file_is_refused(
         f"sandbridge-open: {big} is larger than 2097152 bytes, the snapshot limit: serve the "
         "page from an app instead and open its URL"
     ) in result.stderr
+
+
+def test_open_setting_of_the_project_config_applies_and_the_flag_overrides_it(
+    tmp_path: Path, xdg: Path
+) -> None:
+    (tmp_path / ".sandbridge").mkdir()
+    (tmp_path / ".sandbridge" / "config").write_text("net = none\nopen = browser\n")
+    out = tmp_path / "browser.jsonl"
+    browser = ("--browser", f"{PYTHON} {RECORDER} {out}")
+    by_config = _run(
+        "auto", tmp_path, _with_app(4173, "xdg-open http://localhost:4173/c"), *browser
+    )
+    assert by_config.returncode == 0, by_config.stderr
+    by_flag = _run(
+        "auto",
+        tmp_path,
+        _with_app(4173, "xdg-open http://localhost:4173/f"),
+        *browser,
+        "--open",
+        "print",
+    )
+    assert by_flag.returncode == 0, by_flag.stderr
+    recorded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recorded) == 1 and recorded[0][0].endswith("/c")
+    assert "sandbridge: the sandbox opens http://" in by_flag.stderr
