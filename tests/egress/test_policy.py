@@ -13,11 +13,13 @@ from sandbridge.egress.policy import (
     PROXY_PORT,
     NetMode,
     Policy,
+    Setting,
     describe,
     load_policy,
     mask_credentials,
 )
 from sandbridge.exceptions import PolicyError
+from sandbridge.protocol.open_request import OpenAction
 
 
 def project(tmp_path: Path, allow: str = "", config: str = "") -> Path:
@@ -58,6 +60,16 @@ def test_files_and_flags_merge_with_provenance(tmp_path: Path) -> None:
     assert policy.sandbox_env()["TOKEN"] == "abc"
 
 
+def test_open_setting_is_read_with_its_line_and_printed(tmp_path: Path) -> None:
+    policy = load_policy(project(tmp_path, config="net = none\nopen = ask\n"))
+    assert policy.open_action == Setting(OpenAction.ASK, ".sandbridge/config:2")
+    assert any(
+        line.startswith("open = ask") and line.endswith("(.sandbridge/config:2)")
+        for line in describe(policy)
+    )
+    assert policy_of().open_action is None
+
+
 def test_flag_overrides_file_setting(tmp_path: Path) -> None:
     policy = load_policy(project(tmp_path, config="net = full\n"), net="none")
     assert policy.mode.value is NetMode.NONE
@@ -87,6 +99,7 @@ def test_flag_overrides_file_setting(tmp_path: Path) -> None:
         ("", "just words\n", ".sandbridge/config:1: expected 'key = value'"),
         ("", "env = 1BAD=x\n", "expected 'env = NAME=VALUE'"),
         ("", "resolver = dns.example\n", "resolver must be an IP address"),
+        ("", "open = firefox\n", ".sandbridge/config:1: open must be one of browser, print, ask"),
     ],
 )
 def test_malformed_line_names_file_line_and_problem(

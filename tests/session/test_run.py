@@ -134,7 +134,7 @@ def test_contract_environment_and_helper(backend: str, tmp_path: Path, xdg: Path
         "/run/ags-webview-relay/relay.sock",
         "/run/ags-webview-relay/upstream.sock",
     ]
-    assert lines[2].endswith("/.local/bin/ags-webview-url")
+    assert lines[2] == "/run/sandbridge/bin/ags-webview-url"
     assert lines[3:] == ["home-ok", "relay-ok", "shim-ok"]
     assert not Path("/run/ags-webview-relay").exists()
 

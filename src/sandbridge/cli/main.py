@@ -24,9 +24,11 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import DEFAULT_UPSTREAM_SOCKET, MOUNT_POINT, UPSTREAM_SOCKET_ENV
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
+from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay import settings as relay_settings
 from sandbridge.relay.app_listener import App
+from sandbridge.relay.host_opener import OpenSettings
 from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox import protected_paths
@@ -114,6 +116,48 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     )
     network_cli.add_options(parser)
     _add_relay_options(parser)
+
+
+def _add_open_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("open requests from the sandbox (docs/open.md)")
+    group.add_argument(
+        "--open",
+        dest="open_action",
+        choices=[action.value for action in OpenAction],
+        default=None,
+        help="what sandbridge-open, $BROWSER and xdg-open inside do: browser (run the "
+        "browser command), print (a line to click), ask (on the terminal, else print); "
+        "default: open = ... in .sandbridge/config, else browser with DISPLAY or "
+        "WAYLAND_DISPLAY set, print without",
+    )
+    group.add_argument(
+        "--browser",
+        default=None,
+        metavar="CMD",
+        help="the browser command, run with the URL as its last argument, without a shell "
+        "(default: $BROWSER, else xdg-open)",
+    )
+    group.add_argument(
+        "--open-external",
+        choices=[choice.value for choice in ExternalOpens],
+        default=ExternalOpens.PRINT.value,
+        help="URLs that are not the sandbox's own (https://...): print (default: printed "
+        "with a warning, never run) or allow (opened like the sandbox's own)",
+    )
+
+
+def _open_settings(args: argparse.Namespace, policy: Policy | None = None) -> OpenSettings:
+    """``--open`` (else the policy's ``open``, else the default), ``--browser``,
+    ``--open-external``; ``sandbridge demo`` has none of them."""
+    chosen = getattr(args, "open_action", None)
+    action = None if chosen is None else OpenAction(chosen)
+    if action is None and policy is not None and policy.open_action is not None:
+        action = policy.open_action.value
+    external = ExternalOpens(getattr(args, "open_external", ExternalOpens.PRINT.value))
+    try:
+        return OpenSettings.for_host(os.environ, action, getattr(args, "browser", None), external)
+    except ValueError as exc:
+        raise SandbridgeError(str(exc)) from None
 
 
 def _add_name_option(parser: argparse.ArgumentParser) -> None:
@@ -291,6 +335,7 @@ def _run_session(
                 on_session=_print_session,
                 policy=policy,
                 on_unregister=_print_gone,
+                open_settings=_open_settings(args, policy),
             )
         )
     finally:
@@ -345,6 +390,7 @@ def cmd_host(args: argparse.Namespace) -> int:
             protocol=ForwardingMode(args.protocol),
             settings=settings,
             on_register=_print_app,
+            open_settings=_open_settings(args),
         )
         async with open_session(runtime_dir, options) as session:
             _print_session(session.entry)
@@ -400,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
     _add_sandbox_options(run)
+    _add_open_options(run)
     network_cli.add_inspect_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     run.set_defaults(func=cmd_run)
@@ -428,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_name_option(host)
     _add_relay_options(host)
+    _add_open_options(host)
     host.set_defaults(func=cmd_host)
 
     ls = commands.add_parser("ls", help="list running sessions and their apps")

@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 
 from sandbridge.exceptions import AuthorityError, PolicyError
 from sandbridge.protocol.authority import split_host_port
+from sandbridge.protocol.open_request import OpenAction
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule, publishes_any
 
 ALLOW_FILE = Path(".sandbridge") / "allow"
@@ -132,6 +133,9 @@ class Policy:
     # ``protect = PATH``: project paths kept read-only inside, on top of the built-in list
     # (sandbox/protected_paths.py); each resolved under the project root, with its line.
     protect: tuple[Setting[Path], ...] = ()
+    # ``open = browser|print|ask``: how the sandbox's open requests are carried out
+    # (docs/open.md); ``None``: ``--open`` or the default decides.
+    open_action: Setting[OpenAction] | None = None
     # The policy files that were read, for the one line ``sandbridge run`` prints.
     files_read: tuple[Path, ...] = ()
     # ``publish = auto|PORT|LOW-HIGH [ACTION]``: the ports auto-publish registers
@@ -312,6 +316,14 @@ def _parse_protect(value: str, project: Path, where: str) -> Path:
     return path
 
 
+def _parse_open(value: str, where: str) -> OpenAction:
+    try:
+        return OpenAction(value)
+    except ValueError:
+        choices = ", ".join(action.value for action in OpenAction)
+        raise PolicyError(f"{where}: open must be one of {choices}, got {value!r}") from None
+
+
 def _parse_env(value: str, where: str) -> EnvSetting:
     name, equals, setting = value.partition("=")
     name = name.strip()
@@ -331,6 +343,7 @@ class PolicyBuilder:
     env: dict[str, EnvSetting] = field(default_factory=dict)
     protect: list[Setting[Path]] = field(default_factory=list)
     publish: list[PublishRule] = field(default_factory=list)
+    open_action: Setting[OpenAction] | None = None
     project: Path | None = None
     files_read: list[Path] = field(default_factory=list)
 
@@ -366,10 +379,12 @@ class PolicyBuilder:
             self.protect.append(Setting(_parse_protect(value, self.project, where), where))
         elif key == "publish":
             self.publish.append(parse_rule(value, where))
+        elif key == "open":
+            self.open_action = Setting(_parse_open(value, where), where)
         else:
             raise PolicyError(
                 f"{where}: unknown key {key!r} "
-                "(known: net, gate_addr, allow, env, resolver, protect, publish)"
+                "(known: net, gate_addr, allow, env, resolver, protect, publish, open)"
             )
 
     def build(self) -> Policy:
@@ -399,6 +414,7 @@ class PolicyBuilder:
             host_services=tuple(sorted(services.values(), key=lambda s: s.port)),
             env=tuple(self.env.values()),
             protect=tuple(self.protect),
+            open_action=self.open_action,
             files_read=tuple(self.files_read),
             publish=tuple(self.publish),
         )
@@ -487,4 +503,6 @@ def describe(policy: Policy) -> list[str]:
         lines.append(line(f"protect = {protected.value}", protected.source))
     for published in policy.publish:
         lines.append(line(f"publish = {published.text}", published.source))
+    if policy.open_action is not None:
+        lines.append(line(f"open = {policy.open_action.value.value}", policy.open_action.source))
     return lines

@@ -39,3 +39,21 @@ MAX_V1_LINE_BYTES = (MAX_V1_BODY_BYTES * 4) // 3 + 256 * 1024
 
 # How long a v1 exchange may take end to end before it is a 504-like failure (502).
 V1_EXCHANGE_TIMEOUT = 120.0
+
+# An open request's URL: long OAuth links (a few hundred characters of query) fit many
+# times over, and the request stays within MAX_REGISTRATION_BYTES with its JSON around it.
+MAX_OPEN_URL_LENGTH = 3072
+
+# Open requests the host carries out per OPEN_WINDOW seconds; more are dropped. An agent
+# opens a page now and then; a sandbox that opens more must not flood the owner's desktop
+# with windows (or the terminal with lines).
+MAX_OPENS_PER_WINDOW = 10
+OPEN_WINDOW = 60.0
+
+# ``sandbridge-open --html``: a page with inline styles and scripts is tens of KiB; a
+# snapshot is held in the host's memory for the session, so a few MiB is the ceiling.
+MAX_HTML_SNAPSHOT_BYTES = 2 * 1024 * 1024
+# Snapshots one session may serve (each is a loopback listener, like an app).
+MAX_SNAPSHOTS_PER_SESSION = 16
+# The snapshot's bytes follow its request line at once; 10 s tolerates a loaded machine.
+HTML_READ_TIMEOUT = 10.0

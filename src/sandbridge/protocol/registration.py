@@ -2,7 +2,8 @@
 
 Request: ``{"type":"register","port":4173,"base_path":"/"}``.
 Answer: ``{"ok":true,"host_port":43125,"base_path":"/","url":"http://127.0.0.1:43125/"}``
-or ``{"ok":false,"error":"..."}``.
+or ``{"ok":false,"error":"..."}``. The same socket also takes sandbridge's own open
+request (:mod:`sandbridge.protocol.open_request`); :func:`parse_request` tells them apart.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.auto_registration import parse_published_by
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
+from sandbridge.protocol.open_request import OpenTarget, parse_open_message, shown
 
 # RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and %-escapes.
 # Everything else (whitespace, controls, "?", "#", non-ASCII, quotes) is refused.
@@ -69,15 +71,34 @@ def normalize_base_path(value: object) -> str:
     return stripped
 
 
-def parse_register_request(line: bytes) -> RegisterRequest:
-    """Decode and validate one registration request line."""
+def _decode(line: bytes) -> dict[str, Any]:
     try:
-        message = decode_object(line)
+        return decode_object(line)
     except WireError as exc:
         raise RegistrationError(str(exc)) from None
+
+
+def parse_request(line: bytes) -> RegisterRequest | OpenTarget:
+    """Decode one request line on ``relay.sock``: a registration or an open request."""
+    message = _decode(line)
+    kind = message.get("type")
+    if kind == "open":
+        return parse_open_message(message)
+    if kind != "register":
+        raise RegistrationError(f"type must be 'register' or 'open', got {shown(kind)}")
+    return _register_request(message)
+
+
+def parse_register_request(line: bytes) -> RegisterRequest:
+    """Decode and validate one registration request line."""
+    message = _decode(line)
     kind = message.get("type")
     if kind != "register":
         raise RegistrationError(f"type must be 'register', got {kind!r}")
+    return _register_request(message)
+
+
+def _register_request(message: dict[str, Any]) -> RegisterRequest:
     if "port" not in message:
         raise RegistrationError("port is missing: send an integer 1..65535")
     port = validate_port(message["port"])

@@ -28,7 +28,7 @@ from sandbridge.protocol.auto_registration import (
 )
 from sandbridge.protocol.publish_rules import PublishAction, PublishRule, decide
 from sandbridge.relay.listening_ports import PROC, Listener, listening_ports, owners
-from sandbridge.relay.url_helper import ask
+from sandbridge.relay.url_helper import ask_relay
 
 # Two scans a second: a new server is published, and a gone one closed, well within
 # the 3 s a person notices; a scan reads a few lines of /proc (listeners only).
@@ -176,7 +176,7 @@ async def _publish(
         return
     try:
         answer = await asyncio.to_thread(
-            ask, encode_auto_register_request(port, process), socket_path
+            ask_relay, encode_auto_register_request(port, process), socket_path
         )
     except (OSError, ValueError) as exc:
         tracker.refused(port)
@@ -202,7 +202,9 @@ async def _publish(
 
 async def _withdraw(tracker: PortTracker, port: int, host_port: int, socket_path: str) -> None:
     try:
-        answer = await asyncio.to_thread(ask, encode_unregister_request(host_port), socket_path)
+        answer = await asyncio.to_thread(
+            ask_relay, encode_unregister_request(host_port), socket_path
+        )
     except (OSError, ValueError) as exc:
         log.warning("auto_publish.withdraw_failed", port=port, reason=str(exc))
         return

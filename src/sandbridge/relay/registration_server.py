@@ -1,5 +1,9 @@
 """The registration server on ``relay.sock``: one JSON request, one JSON answer.
 
+Two requests share the socket: the contract's ``register``, and sandbridge's own ``open``
+(the sandbox asks the host to open a URL: docs/open.md), served when an ``open_url``
+handler is given.
+
 Every refusal is ``{"ok":false,"error":"..."}`` naming the bad value; a client that
 sends too much or nothing at all is answered (or dropped) within the read timeout, and
 never blocks other registrations.
@@ -23,15 +27,18 @@ from sandbridge.protocol.auto_registration import (
     parse_unregister_request,
 )
 from sandbridge.protocol.limits import (
+    HTML_READ_TIMEOUT,
     MAX_PENDING_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     REGISTRATION_READ_TIMEOUT,
 )
+from sandbridge.protocol.open_request import HtmlTarget, OpenTarget, encode_open_ok
 from sandbridge.protocol.registration import (
     RegisterRequest,
     encode_register_error,
     encode_register_ok,
     parse_register_request,
+    parse_request,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +47,9 @@ if TYPE_CHECKING:
 Register = Callable[[RegisterRequest], Awaitable["App"]]
 # Closes an auto-published app; raises RegistrationError to refuse.
 Unregister = Callable[[UnregisterRequest], Awaitable[None]]
+# Carries out one open request (with the HTML of an HtmlTarget, else b""): the URL it
+# opened (or showed) and what it did with it.
+OpenUrl = Callable[[OpenTarget, bytes], Awaitable[tuple[str, str]]]
 
 
 class RegistrationServer:
@@ -47,11 +57,16 @@ class RegistrationServer:
     (and ``unregister`` for each valid unregister message, if given)."""
 
     def __init__(
-        self, path: Path, register: Register, unregister: Unregister | None = None
+        self,
+        path: Path,
+        register: Register,
+        unregister: Unregister | None = None,
+        open_url: OpenUrl | None = None,
     ) -> None:
         self.path = path
         self._register = register
         self._unregister = unregister
+        self._open_url = open_url
         self._server: asyncio.Server | None = None
         # Connections still sending their request, oldest first, with their read timeout.
         self._pending: collections.OrderedDict[object, asyncio.Timeout] = collections.OrderedDict()
@@ -82,9 +97,9 @@ class RegistrationServer:
             try:
                 async with asyncio.timeout(REGISTRATION_READ_TIMEOUT) as timeout:
                     self._pending[key] = timeout
-                    line, _ = await read_line(reader, MAX_REGISTRATION_BYTES)
+                    line, rest = await read_line(reader, MAX_REGISTRATION_BYTES)
                 self._pending.pop(key, None)
-                answer = await self._answer(line)
+                answer = await self._answer(line, rest, reader)
             except TimeoutError:
                 if key in self._evicted:
                     answer = encode_register_error(
@@ -110,14 +125,25 @@ class RegistrationServer:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    async def _answer(self, line: bytes) -> bytes:
-        """The answer to one request line; raises RegistrationError or WireError to refuse."""
+    async def _answer(self, line: bytes, rest: bytes, reader: asyncio.StreamReader) -> bytes:
+        """The success answer to one request line (and what follows it); refusals raise."""
         unregister = parse_unregister_request(line)
         if unregister is not None:
             return await self._answer_unregister(unregister)
-        request = parse_register_request(line)
-        app = await self._register(request)
-        return encode_register_ok(app.host_port, app.base_path, app.url)
+        open_url = self._open_url
+        if open_url is None:
+            request: RegisterRequest | OpenTarget = parse_register_request(line)
+        else:
+            request = parse_request(line)
+        if isinstance(request, RegisterRequest):
+            app = await self._register(request)
+            return encode_register_ok(app.host_port, app.base_path, app.url)
+        assert open_url is not None  # only parse_request gives an open request
+        html = b""
+        if isinstance(request, HtmlTarget):
+            html = await _read_html(reader, rest, request.size)
+        url, action = await open_url(request, html)
+        return encode_open_ok(url, action)
 
     async def _answer_unregister(self, request: UnregisterRequest) -> bytes:
         if self._unregister is None:
@@ -126,3 +152,21 @@ class RegistrationServer:
             )
         await self._unregister(request)
         return encode_unregister_ok(request.host_port)
+
+
+async def _read_html(reader: asyncio.StreamReader, rest: bytes, size: int) -> bytes:
+    """The ``size`` bytes of HTML after the request line (its size already capped)."""
+    if len(rest) > size:
+        raise RegistrationError(f"more than the {size} bytes of HTML announced were sent")
+    try:
+        async with asyncio.timeout(HTML_READ_TIMEOUT):
+            return rest + await reader.readexactly(size - len(rest))
+    except asyncio.IncompleteReadError as exc:
+        raise RegistrationError(
+            f"the connection closed after {len(rest) + len(exc.partial)} of the {size} bytes "
+            "of HTML announced"
+        ) from None
+    except TimeoutError:
+        raise RegistrationError(
+            f"the {size} bytes of HTML announced did not arrive within {HTML_READ_TIMEOUT:g} s"
+        ) from None

@@ -23,11 +23,11 @@ MAX_ANSWER_BYTES = 4096
 
 def register(port: int, base_path: str, socket_path: str) -> dict[str, object]:
     """Send one registration and return the relay's decoded answer."""
-    return ask(encode_register_request(port, base_path), socket_path)
+    return ask_relay(encode_register_request(port, base_path), socket_path)
 
 
-def ask(request: bytes, socket_path: str) -> dict[str, object]:
-    """Send one request line to the relay and return its decoded answer."""
+def ask_relay(request: bytes, socket_path: str) -> dict[str, object]:
+    """Send one request line to ``relay.sock`` and return the decoded answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(ANSWER_TIMEOUT)
         sock.connect(socket_path)

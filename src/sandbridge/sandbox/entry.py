@@ -1,4 +1,4 @@
-"""The sandbox's first process: start the shim, install the helper, run the command.
+"""The sandbox's first process: start the shim, install the helpers, run the command.
 
 The shim is listening before the command starts. The command's exit status becomes
 this process's (128 + N for a signal), which the runner passes on to the user. When
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import signal
 import stat
 import sys
@@ -25,19 +26,44 @@ from sandbridge.protocol.publish_rules import PublishRule, parse_rule_option, pu
 from sandbridge.relay.auto_publish import auto_publish
 from sandbridge.relay.publish import parse_publish, publish
 from sandbridge.relay.shim import Shim
+from sandbridge.sandbox.spec import COMMANDS_DIR, OPEN_COMMAND
 from sandbridge.terminals.starter import serve_terminal_starts
 
 HELPER_NAME = "ags-webview-url"
+URL_HELPER_MODULE = "sandbridge.relay.url_helper"
+OPEN_HELPER_MODULE = "sandbridge.relay.open_helper"
+# The commands through which tools open a browser on Debian and most distributions;
+# each leads to sandbridge-open, as $BROWSER does.
+BROWSER_SHIMS = ("xdg-open", "sensible-browser", "x-www-browser", "www-browser")
+_EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+
+
+def _write_command(path: Path, module: str) -> Path:
+    """A shell script running ``module`` with this Python (named explicitly, so that no
+    ``python3`` on PATH is asked)."""
+    path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m {module} "$@"\n')
+    path.chmod(_EXECUTABLE)
+    return path
 
 
 def install_helper(home: Path) -> Path:
-    """Write ``~/.local/bin/ags-webview-url`` running this Python's helper module."""
+    """Write ``~/.local/bin/ags-webview-url`` (where the contract puts it)."""
     bin_dir = home / ".local" / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    helper = bin_dir / HELPER_NAME
-    helper.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m sandbridge.relay.url_helper \"$@\"\n")
-    helper.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-    return helper
+    return _write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE)
+
+
+def install_commands(bin_dir: Path = Path(COMMANDS_DIR)) -> list[Path]:
+    """Write sandbridge's own commands into ``bin_dir``, a directory holding nothing else
+    (the only one sandbridge puts on the sandbox's PATH: sandbox/spec.py)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        _write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE),
+        *(
+            _write_command(bin_dir / name, OPEN_HELPER_MODULE)
+            for name in (OPEN_COMMAND, *BROWSER_SHIMS)
+        ),
+    ]
 
 
 async def run(  # noqa: PLR0913  (what the entry serves beside the command, each optional)
@@ -102,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("no command given")
     install_helper(Path(os.environ.get("HOME", "/tmp")))
+    install_commands()
     gate = None
     if args.gate:
         egress_socket = args.upstream_socket.parent / EGRESS_SOCKET

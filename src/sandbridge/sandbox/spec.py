@@ -26,6 +26,14 @@ from sandbridge.sandbox.network import SandboxNetwork
 # the host's socket paths) stays outside unless named with --env.
 PASSED_ENV = ("PATH", "TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM", "NO_COLOR")
 PASSED_ENV_PREFIXES = ("LC_",)
+# sandbridge's own commands inside (``ags-webview-url``, ``sandbridge-open`` and the
+# browser shims that lead to it), in a directory that holds nothing else, on ``/run`` (a
+# private tmpfs inside; the sandbox entry writes them). Only this directory goes before
+# the owner's PATH: the bin directory of sandbridge's environment would put its
+# ``python3`` and ``pip`` ahead of the project's own virtualenv.
+COMMANDS_DIR = "/run/sandbridge/bin"
+# What ``$BROWSER`` names inside: Python's webbrowser and most CLIs look here first.
+OPEN_COMMAND = "sandbridge-open"
 
 
 @dataclass(frozen=True)
@@ -118,17 +126,19 @@ class SandboxSpec:
 def sandbox_env(
     spec_home: Path, extra: dict[str, str], host_env: dict[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment inside: a short allowlist of host variables plus the contract's."""
+    """The environment inside: a short allowlist of host variables plus the contract's.
+
+    ``PATH`` is the owner's, in its order, after :data:`COMMANDS_DIR` alone.
+    """
     host_env = dict(os.environ) if host_env is None else host_env
     env = {
         name: value
         for name, value in host_env.items()
         if name in PASSED_ENV or name.startswith(PASSED_ENV_PREFIXES)
     }
-    local_bin = str(spec_home / ".local" / "bin")
-    venv_bin = str(Path(sys.executable).parent)
     path = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env["PATH"] = ":".join([local_bin, venv_bin, path])
+    env["PATH"] = f"{COMMANDS_DIR}:{path}"
+    env["BROWSER"] = f"{COMMANDS_DIR}/{OPEN_COMMAND}"
     env["HOME"] = str(spec_home)
     env[RELAY_SOCKET_ENV] = DEFAULT_RELAY_SOCKET
     env[UPSTREAM_SOCKET_ENV] = DEFAULT_UPSTREAM_SOCKET

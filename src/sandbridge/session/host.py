@@ -12,11 +12,16 @@ from sandbridge.exceptions import RegistrationError
 from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.auto_registration import APPS_LIMIT_PREFIX, UnregisterRequest
+from sandbridge.protocol.http.private_access import TOKEN_PARAM
+from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
+from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTarget, OpenTarget
 from sandbridge.protocol.publish_rules import decide, refusal
 from sandbridge.protocol.registration import RegisterRequest
 from sandbridge.relay.app_listener import App, AppListener
+from sandbridge.relay.host_opener import HostOpener
 from sandbridge.relay.registration_server import RegistrationServer
 from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.snapshot import Snapshot
 from sandbridge.relay.upstream import ForwardingMode, UpstreamConnector
 
 OnRegister = Callable[[App], None]
@@ -31,9 +36,13 @@ class HostSession:
     on_register: OnRegister | None = None
     settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)
+    # HTML snapshots served for ``sandbridge-open --html`` (relay/snapshot.py).
+    snapshots: list[Snapshot] = field(default_factory=list)
     entry: SessionEntry | None = None
     # Called with an auto-published app whose sandbox socket went away (unregistered).
     on_unregister: OnRegister | None = None
+    # Serves the sandbox's open requests (docs/open.md); without it they are refused.
+    opener: HostOpener | None = None
     _registration: RegistrationServer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Each listener's registration (its optional process and auto fields), by host port.
@@ -47,7 +56,10 @@ class HostSession:
         self._scope = SessionScope(self.settings)
         self._connector = UpstreamConnector(self.runtime_dir.upstream_socket, self.protocol)
         self._registration = RegistrationServer(
-            self.runtime_dir.relay_socket, self.register, self.unregister
+            self.runtime_dir.relay_socket,
+            self.register,
+            self.unregister,
+            None if self.opener is None else self.open_url,
         )
         await self._registration.start()
 
@@ -56,28 +68,22 @@ class HostSession:
         if request.auto and (why := refusal(self.settings.publish_rules, request.port)):
             raise RegistrationError(why)
         async with self._lock:
-            if len(self.listeners) >= self.settings.max_apps:
-                raise RegistrationError(
-                    f"{APPS_LIMIT_PREFIX}{len(self.listeners)} apps; the limit is "
-                    f"{self.settings.max_apps}"
-                )
-            listener = AppListener(request.port, request.base_path, self._connector, self._scope)
-            await listener.start()
-            self.listeners.append(listener)
-            self._requests[listener.host_port] = request
-            self._write_entry()
-        app = self._app(listener)
-        # The URL of a private app carries its one-time token: never log it.
-        log.info(
-            "app.registered",
-            sandbox_port=app.port,
-            host_port=app.host_port,
-            auto=request.auto,
-            process=request.process,
-        )
-        if self.on_register is not None:
-            self.on_register(app)
-        return app
+            listener = await self._add_listener(request)
+        return self._announce(listener)
+
+    async def _add_listener(self, request: RegisterRequest) -> AppListener:
+        """A new listener for ``request`` (with the lock held)."""
+        if len(self.listeners) >= self.settings.max_apps:
+            raise RegistrationError(
+                f"{APPS_LIMIT_PREFIX}{len(self.listeners)} apps; the limit is "
+                f"{self.settings.max_apps}"
+            )
+        listener = AppListener(request.port, request.base_path, self._connector, self._scope)
+        await listener.start()
+        self.listeners.append(listener)
+        self._requests[listener.host_port] = request
+        self._write_entry()
+        return listener
 
     async def unregister(self, request: UnregisterRequest) -> None:
         """Close the auto-published app at ``request.host_port``; refuse any other."""
@@ -113,6 +119,74 @@ class HostSession:
         if self.entry is not None:
             self.entry.set_apps([self._record(listener) for listener in self.listeners])
 
+    async def open_url(self, target: OpenTarget, html: bytes = b"") -> tuple[str, str]:
+        """Resolve a sandbox-local URL to its app's host origin (the port's registration
+        if it has one that serves the path, else a new one) and have it opened; an
+        external URL is passed on as it is; inline HTML is served as a snapshot on an
+        origin of its own. Counted against the rate limit first, so a flood costs no
+        registration."""
+        assert self.opener is not None
+        self.opener.admit()
+        if isinstance(target, ExternalTarget):
+            return target.url, self.opener.open(target.url, external=True).value
+        if isinstance(target, HtmlTarget):
+            url = await self._snapshot(html)
+            return url, self.opener.open(url).value
+        url = await self._resolve(target)
+        return url, self.opener.open(url, browsable=target.scheme == "http").value
+
+    async def _resolve(self, target: LocalTarget) -> str:
+        path = target.path
+        async with self._lock:
+            listener = next(
+                (
+                    listener
+                    for listener in self.listeners
+                    if listener.port == target.port and _serves(listener.base_path, path)
+                ),
+                None,
+            )
+            new = listener is None
+            if listener is None:
+                listener = await self._add_listener(RegisterRequest(target.port, "/"))
+        if new:
+            self._announce(listener)
+        assert listener.origin is not None
+        token = None
+        if listener.gate is not None and not listener.gate.token_used:
+            # A private app's first visit needs its one-time token; after it, the
+            # owner's browser holds the cookie and a token would be refused.
+            token = f"{TOKEN_PARAM}={listener.gate.token}"
+        return target.on(listener.origin.origin, extra_query=token)
+
+    async def _snapshot(self, html: bytes) -> str:
+        async with self._lock:
+            if len(self.snapshots) >= MAX_SNAPSHOTS_PER_SESSION:
+                raise RegistrationError(
+                    f"this session already serves {len(self.snapshots)} HTML snapshots; "
+                    f"the limit is {MAX_SNAPSHOTS_PER_SESSION}"
+                )
+            snapshot = Snapshot(html, self.settings.url_form)
+            await snapshot.start()
+            self.snapshots.append(snapshot)
+        log.info("snapshot.served", bytes=len(html))
+        return snapshot.url
+
+    def _announce(self, listener: AppListener) -> App:
+        app = self._app(listener)
+        request = self._requests.get(listener.host_port)
+        # The URL of a private app carries its one-time token: never log it.
+        log.info(
+            "app.registered",
+            sandbox_port=app.port,
+            host_port=app.host_port,
+            auto=request is not None and request.auto,
+            process=None if request is None else request.process,
+        )
+        if self.on_register is not None:
+            self.on_register(app)
+        return app
+
     def _record(self, listener: AppListener) -> AppRecord:
         # The token-free URL: a private app's token never leaves this process.
         assert listener.origin is not None
@@ -133,6 +207,14 @@ class HostSession:
         if self._registration is not None:
             await self._registration.close()
         await asyncio.gather(*(listener.close() for listener in self.listeners))
+        await asyncio.gather(*(snapshot.close() for snapshot in self.snapshots))
         self.listeners.clear()
+        self.snapshots.clear()
         self._requests.clear()
         self.runtime_dir.remove()
+
+
+def _serves(base_path: str, path: str) -> bool:
+    """Whether an app registered under ``base_path`` gets ``path`` unchanged (the
+    base-path rule prefixes anything else)."""
+    return base_path in ("/", path) or path.startswith(base_path + "/")

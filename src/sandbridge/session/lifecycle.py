@@ -4,12 +4,14 @@
 this: :func:`open_session` owns the runtime dir it is given and the session's registry
 entry, and starts what the session serves (the registration server and app listeners;
 the egress gate when the policy allows named destinations; the terminal broker when the
-host holds a channel to the sandbox's entry). Leaving the ``async with`` closes all of
-it in the reverse order and removes the entry and the runtime dir, whatever ended it.
+host holds a channel to the sandbox's entry; the opener of the sandbox's open
+requests). Leaving the ``async with`` closes all of it in the reverse order and removes
+the entry and the runtime dir, whatever ended it.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +26,7 @@ from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import EGRESS_SOCKET
 from sandbridge.relay.app_listener import App
+from sandbridge.relay.host_opener import HostOpener, OpenSettings
 from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.session.host import HostSession
@@ -46,6 +49,9 @@ class SessionOptions:
     policy: Policy | None = None
     # The host's end of the private channel to the sandbox's entry: terminals need it.
     terminal_channel: socket.socket | None = None
+    # How the sandbox's open requests are carried out (docs/open.md); without it, as
+    # OpenSettings.for_host decides from the environment.
+    open_settings: OpenSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,11 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
     for note in (runtime_dir.note, entry.note):
         if note is not None:
             print(f"sandbridge: {note}", file=sys.stderr, flush=True)
+    opener = HostOpener(
+        OpenSettings.for_host(os.environ)
+        if options.open_settings is None
+        else options.open_settings
+    )
     host = HostSession(
         runtime_dir,
         protocol=options.protocol,
@@ -74,6 +85,7 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
         on_unregister=options.on_unregister,
         settings=RelaySettings() if options.settings is None else options.settings,
         entry=entry,
+        opener=opener,
     )
     gate: EgressGate | None = None
     policy = options.policy
@@ -99,4 +111,5 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
         if gate is not None:
             await gate.close()
         await host.close()
+        await opener.close()
         entry.remove()

@@ -24,6 +24,7 @@ from sandbridge.egress.policy import Policy
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.relay.app_listener import App
+from sandbridge.relay.host_opener import OpenSettings
 from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox.backend import sandbox_argv
@@ -43,6 +44,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only options of a session, eac
     on_session: Callable[[SessionEntry], None] | None = None,
     policy: Policy | None = None,
     on_unregister: Callable[[App], None] | None = None,
+    open_settings: OpenSettings | None = None,
 ) -> int:
     """Run one sandbox session named ``name`` (else a random id); return the exit status."""
     runtime_dir = RuntimeDir.create(runtime_path)
@@ -66,6 +68,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only options of a session, eac
             on_unregister=on_unregister,
             policy=policy,
             terminal_channel=host_end,
+            open_settings=open_settings,
         )
         async with open_session(runtime_dir, options) as session:
             if on_session is not None:

@@ -1,0 +1,219 @@
+"""What the host does when the sandbox asks it to open a URL (docs/open.md).
+
+The sandbox only asks; the owner decides how (:class:`OpenSettings`): run the owner's
+browser command with the URL as its last argument (an argv, never a shell), print one
+line the owner can click, or ask on the terminal. A URL that is not the sandbox's own is
+printed with a warning unless the owner allowed external opens. A sandbox that floods
+open requests gets refusals past :data:`MAX_OPENS_PER_WINDOW` a window, and the owner one
+line saying so, not a desktop full of windows.
+
+The browser command is the owner's program and outlives the session: it is started in a
+session of its own and never killed; the opener only waits for its exit status (for a
+while at teardown, then no longer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import os
+import shlex
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+from sandbridge.aio.tasks import TaskSet
+from sandbridge.exceptions import RegistrationError
+from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW
+from sandbridge.protocol.open_request import ExternalOpens, OpenAction
+
+# A launcher (xdg-open, a browser's remote call) hands the URL on and exits in a moment;
+# a session ending right after the request waits this long for it, so the request is not
+# lost to the teardown. A browser that keeps running is left running.
+BROWSER_EXIT_GRACE = 5.0
+# An unanswered question on the terminal is a "no" after this long.
+ASK_TIMEOUT = 120.0
+# The answer to the question is a word; anything longer is not one.
+MAX_ANSWER_BYTES = 64
+# What runs a URL when neither --browser nor $BROWSER names a command.
+DEFAULT_BROWSER = "xdg-open"
+
+
+class Outcome(enum.Enum):
+    """What the host did with one request; the answer's ``action`` field."""
+
+    BROWSER = "browser"  # the browser command was started with the URL
+    PRINT = "print"  # the URL was printed
+    ASK = "ask"  # the owner is asked on the terminal
+
+
+@dataclass(frozen=True, slots=True)
+class OpenSettings:
+    """How open requests are carried out in one session."""
+
+    action: OpenAction = OpenAction.PRINT
+    browser: tuple[str, ...] = (DEFAULT_BROWSER,)
+    external: ExternalOpens = ExternalOpens.PRINT
+
+    @classmethod
+    def for_host(
+        cls,
+        environ: Mapping[str, str],
+        action: OpenAction | None = None,
+        browser: str | None = None,
+        external: ExternalOpens = ExternalOpens.PRINT,
+    ) -> OpenSettings:
+        """The owner's choices, else: ``browser`` with a desktop session (DISPLAY or
+        WAYLAND_DISPLAY set), ``print`` without; ``--browser``, else the first command
+        of ``$BROWSER``, else ``xdg-open``."""
+        if action is None:
+            desktop = environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY")
+            action = OpenAction.BROWSER if desktop else OpenAction.PRINT
+        source = "--browser"
+        if browser is None:
+            source = "$BROWSER"
+            browser = (environ.get("BROWSER") or "").split(os.pathsep)[0].strip()
+            if not browser:
+                source, browser = "default", DEFAULT_BROWSER
+        try:
+            argv = tuple(shlex.split(browser))
+        except ValueError as exc:
+            raise ValueError(f"the browser command ({source}) {browser!r}: {exc}") from None
+        if not argv:
+            raise ValueError(f"the browser command ({source}) {browser!r} is empty")
+        return cls(action, argv, external)
+
+
+def decide(settings: OpenSettings, *, external: bool, browsable: bool, terminal: bool) -> Outcome:
+    """What to do with one URL: external ones and those a browser cannot open (``ws``)
+    are printed unless allowed; ``ask`` without a terminal prints."""
+    if (external and settings.external is ExternalOpens.PRINT) or not browsable:
+        return Outcome.PRINT
+    if settings.action is OpenAction.ASK:
+        return Outcome.ASK if terminal else Outcome.PRINT
+    return Outcome.BROWSER if settings.action is OpenAction.BROWSER else Outcome.PRINT
+
+
+class OpenRateLimit:
+    """At most ``limit`` requests in any ``window`` seconds (a sliding window)."""
+
+    def __init__(self, limit: int = MAX_OPENS_PER_WINDOW, window: float = OPEN_WINDOW) -> None:
+        self.limit = limit
+        self.window = window
+        self._times: collections.deque[float] = collections.deque()
+
+    def admit(self, now: float) -> bool:
+        while self._times and now - self._times[0] >= self.window:
+            self._times.popleft()
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True
+
+
+class HostOpener:
+    """Carries out the open requests of one session as its :class:`OpenSettings` say."""
+
+    def __init__(self, settings: OpenSettings, out: TextIO | None = None) -> None:
+        self.settings = settings
+        self._out = sys.stderr if out is None else out
+        self._limit = OpenRateLimit()
+        self._dropping = False
+        self._tasks = TaskSet()
+
+    def _say(self, text: str) -> None:
+        print(f"sandbridge: {text}", file=self._out, flush=True)
+
+    def admit(self) -> None:
+        """Count one request; refuse it (and say so once per run of drops) past the limit."""
+        if self._limit.admit(time.monotonic()):
+            self._dropping = False
+            return
+        why = (
+            f"more than {self._limit.limit} open requests in {self._limit.window:g} s; "
+            "this one was dropped"
+        )
+        if not self._dropping:
+            self._dropping = True
+            self._say(f"the sandbox floods open requests: {why}, and so are the next ones")
+        raise RegistrationError(f"too many open requests: {why}")
+
+    def open(self, url: str, *, external: bool = False, browsable: bool = True) -> Outcome:
+        """Carry out one admitted request for ``url`` (already resolved, or external)."""
+        terminal = sys.stdin is not None and sys.stdin.isatty()
+        outcome = decide(self.settings, external=external, browsable=browsable, terminal=terminal)
+        held_back = external and self.settings.external is ExternalOpens.PRINT
+        if outcome is Outcome.PRINT and held_back and browsable:
+            self._say(
+                "WARNING: the sandbox asks to open an external URL; not opened "
+                f"(--open-external allow would): {url}"
+            )
+        elif outcome is Outcome.PRINT:
+            self._say(f"the sandbox opens {url}")
+        elif outcome is Outcome.BROWSER:
+            self._say(f"the sandbox opens {url} (with {self.settings.browser[0]})")
+            self._tasks.spawn(self._run_browser(url))
+        else:
+            self._tasks.spawn(self._ask(url))
+        return outcome
+
+    async def _run_browser(self, url: str) -> None:
+        argv = [*self.settings.browser, url]
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._say(f"cannot run the browser command {argv[0]!r}: {exc.strerror}; open {url}")
+            return
+        status = await process.wait()
+        if status != 0:
+            self._say(f"the browser command {argv[0]!r} failed (exit {status}); open {url}")
+
+    async def _ask(self, url: str) -> None:
+        question = f"sandbridge: the sandbox asks to open {url}\r\n  open it in the browser? [y/N] "
+        try:
+            answer = await asyncio.wait_for(_ask_terminal(question), ASK_TIMEOUT)
+        except (OSError, TimeoutError):
+            answer = ""
+        if answer.strip().lower() in ("y", "yes"):
+            await self._run_browser(url)
+        else:
+            self._say(f"not opened: {url}")
+
+    async def close(self) -> None:
+        """Wait a little for browser commands still starting, then stop waiting (the
+        browser keeps running); a question still open is withdrawn."""
+        await self._tasks.close(grace=BROWSER_EXIT_GRACE)
+
+
+async def _ask_terminal(question: str) -> str:
+    """Write ``question`` to the controlling terminal and read one line from it."""
+    fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    loop = asyncio.get_running_loop()
+    try:
+        os.write(fd, question.encode())
+        readable = asyncio.Event()
+        loop.add_reader(fd, readable.set)
+        answer = b""
+        try:
+            while b"\n" not in answer and len(answer) < MAX_ANSWER_BYTES:
+                await readable.wait()
+                readable.clear()
+                with contextlib.suppress(BlockingIOError):
+                    data = os.read(fd, MAX_ANSWER_BYTES)
+                    if not data:
+                        break
+                    answer += data
+        finally:
+            loop.remove_reader(fd)
+        return answer.decode("utf-8", "replace")
+    finally:
+        os.close(fd)

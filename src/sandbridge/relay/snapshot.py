@@ -1,0 +1,102 @@
+"""An HTML snapshot on a dedicated host origin (``sandbridge-open --html FILE``).
+
+The sandbox sends a page's bytes once; the host serves that copy, and nothing else, on a
+fresh loopback listener under a name of its own (``<label>.localhost``, as an app gets),
+so the page shares no cookies or storage with any app or other localhost service. It
+is answered with ``Content-Security-Policy: sandbox allow-scripts``: its scripts run in
+an opaque origin, unable to read even the snapshot's own origin's storage. Only ``GET``
+and ``HEAD`` of any path are answered, each on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from sandbridge.aio.tasks import TaskSet
+from sandbridge.exceptions import HttpError
+from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm, check_host
+from sandbridge.protocol.http.parser import RequestHead, RequestReader
+
+# A browser sends its request head at once; a connection silent for this long is closed.
+HEAD_TIMEOUT = 15.0
+_READ_SIZE = 65536
+
+
+def _response(status: int, reason: str, body: bytes, content_type: bytes, head: bool) -> bytes:
+    lines = [
+        f"HTTP/1.1 {status} {reason}".encode(),
+        b"Content-Type: " + content_type,
+        f"Content-Length: {len(body)}".encode(),
+        b"Content-Security-Policy: sandbox allow-scripts",
+        b"X-Content-Type-Options: nosniff",
+        b"Cache-Control: no-store",
+        b"Connection: close",
+    ]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + (b"" if head else body)
+
+
+class Snapshot:
+    """Serves one immutable HTML body on ``127.0.0.1:<host_port>`` under its own name."""
+
+    def __init__(self, body: bytes, url_form: UrlForm = UrlForm.NAME) -> None:
+        self.body = body
+        self.url_form = url_form
+        self.origin: AppOrigin | None = None
+        self._server: asyncio.Server | None = None
+        self._tasks = TaskSet()
+
+    @property
+    def url(self) -> str:
+        assert self.origin is not None
+        return self.origin.url("/")
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.origin = AppOrigin.new(port, self.url_form)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with self._tasks.current():
+            try:
+                async with asyncio.timeout(HEAD_TIMEOUT):
+                    head = await _read_head(reader)
+                writer.write(self._answer(head))
+                await writer.drain()
+            except (OSError, TimeoutError):
+                pass
+            except HttpError as exc:
+                with contextlib.suppress(OSError):
+                    writer.write(
+                        _response(exc.status, "Refused", str(exc).encode(), b"text/plain", False)
+                    )
+                    await writer.drain()
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+
+    def _answer(self, head: RequestHead) -> bytes:
+        assert self.origin is not None
+        check_host(head.headers, self.origin)
+        if head.method not in (b"GET", b"HEAD"):
+            raise HttpError(405, "a snapshot answers GET and HEAD only")
+        return _response(200, "OK", self.body, b"text/html; charset=utf-8", head.method == b"HEAD")
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self._tasks.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def _read_head(reader: asyncio.StreamReader) -> RequestHead:
+    parser = RequestReader()
+    while True:
+        data = await reader.read(_READ_SIZE)
+        if not data:
+            raise HttpError(400, "the connection closed before a request head")
+        for event in parser.feed(data):
+            if isinstance(event, RequestHead):
+                return event

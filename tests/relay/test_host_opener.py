@@ -1,0 +1,80 @@
+"""How the host carries out open requests: the decision, the rate limit, the defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbridge.protocol.open_request import ExternalOpens, OpenAction
+from sandbridge.relay.host_opener import OpenRateLimit, OpenSettings, Outcome, decide
+
+B, P, A = OpenAction.BROWSER, OpenAction.PRINT, OpenAction.ASK
+
+
+@pytest.mark.parametrize(
+    ("action", "external_opens", "external", "browsable", "terminal", "expected"),
+    [
+        (B, ExternalOpens.PRINT, False, True, False, Outcome.BROWSER),
+        (B, ExternalOpens.PRINT, True, True, True, Outcome.PRINT),
+        (B, ExternalOpens.ALLOW, True, True, False, Outcome.BROWSER),
+        (B, ExternalOpens.PRINT, False, False, False, Outcome.PRINT),  # a ws:// URL
+        (P, ExternalOpens.ALLOW, True, True, True, Outcome.PRINT),
+        (P, ExternalOpens.PRINT, False, True, True, Outcome.PRINT),
+        (A, ExternalOpens.PRINT, False, True, True, Outcome.ASK),
+        (A, ExternalOpens.PRINT, False, True, False, Outcome.PRINT),
+        (A, ExternalOpens.PRINT, True, True, True, Outcome.PRINT),
+        (A, ExternalOpens.ALLOW, True, True, True, Outcome.ASK),
+    ],
+)
+def test_decision(
+    action: OpenAction,
+    external_opens: ExternalOpens,
+    external: bool,
+    browsable: bool,
+    terminal: bool,
+    expected: Outcome,
+) -> None:
+    settings = OpenSettings(action, ("xdg-open",), external_opens)
+    assert decide(settings, external=external, browsable=browsable, terminal=terminal) is expected
+
+
+def test_rate_limit_admits_the_limit_per_window_then_refuses_until_the_oldest_ages_out() -> None:
+    limit = OpenRateLimit(limit=3, window=10.0)
+    assert [limit.admit(t) for t in (0.0, 1.0, 2.0, 3.0, 9.9)] == [True, True, True, False, False]
+    assert limit.admit(10.0)  # the request at 0.0 left the window
+    assert not limit.admit(10.5)
+    assert limit.admit(11.0)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, OpenAction.PRINT),
+        ({"DISPLAY": ":0"}, OpenAction.BROWSER),
+        ({"WAYLAND_DISPLAY": "wayland-0"}, OpenAction.BROWSER),
+        ({"DISPLAY": ""}, OpenAction.PRINT),
+    ],
+)
+def test_default_action_is_browser_with_a_desktop_session_only(
+    environ: dict[str, str], expected: OpenAction
+) -> None:
+    assert OpenSettings.for_host(environ).action is expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "browser", "expected"),
+    [
+        ({}, None, ("xdg-open",)),
+        ({"BROWSER": "firefox --new-tab"}, None, ("firefox", "--new-tab")),
+        ({"BROWSER": "w3m:lynx"}, None, ("w3m",)),
+        ({"BROWSER": "firefox"}, "'/opt/my browser/run' -x", ("/opt/my browser/run", "-x")),
+    ],
+)
+def test_browser_command_is_the_flag_else_browser_else_xdg_open(
+    environ: dict[str, str], browser: str | None, expected: tuple[str, ...]
+) -> None:
+    assert OpenSettings.for_host(environ, browser=browser).browser == expected
+
+
+def test_empty_browser_command_is_refused() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        OpenSettings.for_host({}, browser="  ")

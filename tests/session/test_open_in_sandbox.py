@@ -1,0 +1,173 @@
+"""Opening URLs from inside a real sandbox: ``sandbridge-open``, ``$BROWSER``, ``xdg-open``
+and Python's webbrowser reach the host's browser command (the PATH that leads there:
+tests/sandbox/test_sandbox_path.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from tests.conftest import ECHO_APP, PYTHON, REPO, Process, echo, host_port_of, run_argv
+
+RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
+
+
+def _run(
+    backend: str, workdir: Path, script: str, *options: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        run_argv(workdir, "sh", "-c", script, options=("--backend", backend, *options)),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env=env,
+    )
+
+
+def _with_app(port: int, commands: str) -> str:
+    """``commands`` once the echo app listens on ``port`` inside (its READY line read);
+    the app ends with the sandbox."""
+    return (
+        f"mkfifo /tmp/ready; {PYTHON} {ECHO_APP} --listen {port} > /tmp/ready & "
+        f"read ready < /tmp/ready; {commands}"
+    )
+
+
+def test_webbrowser_xdg_open_and_browser_reach_the_host_browser_with_the_url_intact(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    out = tmp_path / "browser.jsonl"
+    script = _with_app(
+        4173,
+        "python3 -m webbrowser -t 'http://localhost:4173/a/b?x=1#f' >/dev/null"
+        " && xdg-open 'http://127.0.0.1:4173/c/d?y=2&z=%20#g' >/dev/null"
+        " && \"$BROWSER\" 'http://[::1]:4173/e?w=3#h' >/dev/null"
+        " && sensible-browser 'http://0.0.0.0:4173/' >/dev/null",
+    )
+    result = _run(
+        backend,
+        tmp_path,
+        script,
+        "--open",
+        "browser",
+        "--browser",
+        f"{PYTHON} {RECORDER} {out}",
+    )
+    assert result.returncode == 0, result.stderr
+    recorded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recorded) == 4 and all(len(argv) == 1 for argv in recorded)
+    urls = [argv[0] for argv in recorded]
+    origin = urls[0].removesuffix("/a/b?x=1#f")
+    assert origin.startswith("http://") and origin.endswith(".localhost:" + origin.split(":")[-1])
+    assert urls == [
+        origin + "/a/b?x=1#f",
+        origin + "/c/d?y=2&z=%20#g",
+        origin + "/e?w=3#h",
+        origin + "/",
+    ]
+    # One registration, announced once, reused for every open.
+    assert result.stderr.count("sandbridge: sandbox port 4173 -> ") == 1
+
+
+def test_opened_url_serves_the_app_with_its_query(backend: str, tmp_path: Path, xdg: Path) -> None:
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    script = _with_app(4173, f"sandbridge-open 'http://localhost:4173/q/r?s=1#t'; read x < {go}")
+    process = Process(
+        run_argv(tmp_path, "sh", "-c", script, options=("--backend", backend, "--open", "print"))
+    )
+    try:
+        url = process.wait_line("http://")
+        process.wait_line(f"sandbridge: the sandbox opens {url}", "stderr")
+        assert url.endswith("/q/r?s=1#t")
+        report = echo(host_port_of(url), "/q/r?s=1")
+        assert report["path"] == "/q/r?s=1"
+        assert report["server_port"] == 4173
+    finally:
+        go.write_text("done\n")
+        assert process.popen.wait(60) == 0
+
+
+def test_nothing_listening_inside_is_a_clear_error(backend: str, tmp_path: Path, xdg: Path) -> None:
+    result = _run(backend, tmp_path, "sandbridge-open http://localhost:4999/x", "--open", "print")
+    assert result.returncode == 1
+    assert (
+        "sandbridge-open: nothing is listening on port 4999 inside the sandbox "
+        "(127.0.0.1:4999): start the app, then open http://localhost:4999/x"
+    ) in result.stderr
+    assert "sandbox port" not in result.stderr
+
+
+def test_external_url_from_inside_is_printed_for_the_owner_not_run(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    out = tmp_path / "browser.jsonl"
+    result = _run(
+        backend,
+        tmp_path,
+        "xdg-open 'https://example.com/device?code=ABCD'",
+        "--open",
+        "browser",
+        "--browser",
+        f"{PYTHON} {RECORDER} {out}",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "https://example.com/device?code=ABCD\n"
+    assert (
+        "sandbridge: WARNING: the sandbox asks to open an external URL; not opened "
+        "(--open-external allow would): https://example.com/device?code=ABCD"
+    ) in result.stderr
+    assert not out.exists()
+
+
+def test_html_from_stdin_is_opened_as_a_snapshot_and_a_large_file_is_refused(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    out = tmp_path / "browser.jsonl"
+    big = tmp_path / "big.html"
+    big.write_bytes(b"x" * (2 * 1024 * 1024 + 1))
+    result = _run(
+        backend,
+        tmp_path,
+        f"echo '<p>hi</p>' | sandbridge-open --html -; sandbridge-open --html {big}; echo $?",
+        "--open",
+        "browser",
+        "--browser",
+        f"{PYTHON} {RECORDER} {out}",
+    )
+    assert result.returncode == 0, result.stderr
+    url, status = result.stdout.splitlines()
+    assert status == "1"
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [[url]]
+    assert (
+        f"sandbridge-open: {big} is larger than 2097152 bytes, the snapshot limit: serve the "
+        "page from an app instead and open its URL"
+    ) in result.stderr
+
+
+def test_open_setting_of_the_project_config_applies_and_the_flag_overrides_it(
+    tmp_path: Path, xdg: Path
+) -> None:
+    (tmp_path / ".sandbridge").mkdir()
+    (tmp_path / ".sandbridge" / "config").write_text("net = none\nopen = browser\n")
+    out = tmp_path / "browser.jsonl"
+    browser = ("--browser", f"{PYTHON} {RECORDER} {out}")
+    by_config = _run(
+        "auto", tmp_path, _with_app(4173, "xdg-open http://localhost:4173/c"), *browser
+    )
+    assert by_config.returncode == 0, by_config.stderr
+    by_flag = _run(
+        "auto",
+        tmp_path,
+        _with_app(4173, "xdg-open http://localhost:4173/f"),
+        *browser,
+        "--open",
+        "print",
+    )
+    assert by_flag.returncode == 0, by_flag.stderr
+    recorded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recorded) == 1 and recorded[0][0].endswith("/c")
+    assert "sandbridge: the sandbox opens http://" in by_flag.stderr
