@@ -56,7 +56,7 @@ def _modules() -> list[tuple[str, Path]]:
 
 
 def test_every_package_has_a_floor() -> None:
-    packages = {p.name for p in SRC.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
     assert packages <= set(FLOORS), f"packages without a floor: {packages - set(FLOORS)}"
 
 
