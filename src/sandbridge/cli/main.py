@@ -55,15 +55,6 @@ def _print_app(app: App) -> None:
         )
     who = "" if app.process is None else f" ({app.process})"
     print(f"sandbridge: sandbox port {app.port}{who} -> {app.url}", file=sys.stderr, flush=True)
-    if app.action is PublishAction.OPEN:
-        # The host open service (issue 14) is another piece of work; until it is
-        # there, the action says what it would do.
-        print(
-            f"sandbridge: would open {app.url} (publish action 'open'; this sandbridge has "
-            "no host open service yet)",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def _print_gone(app: App) -> None:

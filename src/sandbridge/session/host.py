@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from sandbridge.protocol.auto_registration import APPS_LIMIT_PREFIX, UnregisterR
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
 from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTarget, OpenTarget
-from sandbridge.protocol.publish_rules import decide, refusal
+from sandbridge.protocol.publish_rules import PublishAction, decide, refusal
 from sandbridge.protocol.registration import RegisterRequest
 from sandbridge.relay.app_listener import App, AppListener
 from sandbridge.relay.host_opener import HostOpener
@@ -185,6 +186,12 @@ class HostSession:
         )
         if self.on_register is not None:
             self.on_register(app)
+        if app.action is PublishAction.OPEN and self.opener is not None:
+            # Auto-publish's per-port action goes through the open service like the
+            # sandbox's own open requests: the owner's --open mode and the rate limit.
+            with contextlib.suppress(RegistrationError):  # over the limit: it said so
+                self.opener.admit()
+                self.opener.open(app.url)
         return app
 
     def _record(self, listener: AppListener) -> AppRecord:
