@@ -22,8 +22,11 @@ import socket
 import stat
 import sys
 
+# State roots are sandbridge-<uid>, or sandbridge-<uid>.<random> (mkdtemp): not a
+# package's sandbridge-0.1.0.dist-info, which a checkout under /tmp brings into view.
 NAMES = re.compile(
-    r"ags-webview-relay-|\.ags-webview-relay-|sandbridge-[0-9]+|control\.sock$|owner\.key$|requesters$"
+    r"ags-webview-relay-|\.ags-webview-relay-|sandbridge-[0-9]+(\.[A-Za-z0-9_]+)?$"
+    r"|control\.sock$|owner\.key$|requesters$"
 )
 OWN = "/run/ags-webview-relay"
 
