@@ -320,13 +320,17 @@ def _run_session(
             run_session(
                 spec_factory,
                 backend,
-                on_register=on_register,
-                settings=dataclasses.replace(_settings(args), publish_rules=policy.publish),
-                name=args.name,
+                SessionOptions(
+                    workdir=(args.workdir or Path.cwd()).resolve(),
+                    name=args.name,
+                    protocol=ForwardingMode.STREAM,
+                    settings=dataclasses.replace(_settings(args), publish_rules=policy.publish),
+                    on_register=on_register,
+                    on_unregister=_print_gone,
+                    policy=policy,
+                    open_settings=_open_settings(args, policy),
+                ),
                 on_session=_print_session,
-                policy=policy,
-                on_unregister=_print_gone,
-                open_settings=_open_settings(args, policy),
             )
         )
     finally:

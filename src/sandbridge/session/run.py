@@ -20,33 +20,23 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.egress.policy import Policy
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.relay.app_listener import App
-from sandbridge.relay.host_opener import OpenSettings
-from sandbridge.relay.settings import RelaySettings
-from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox.backend import sandbox_argv
 from sandbridge.sandbox.spec import SandboxSpec
 from sandbridge.session.lifecycle import SessionOptions, open_session
 
 
-async def run_session(  # noqa: PLR0913  (keyword-only options of a session, each with its default)
+async def run_session(
     spec_factory: Callable[[Path], SandboxSpec],
     backend: str,
+    options: SessionOptions,
     *,
-    protocol: ForwardingMode = ForwardingMode.STREAM,
-    on_register: Callable[[App], None] | None = None,
     runtime_path: Path | None = None,
-    settings: RelaySettings | None = None,
-    name: str | None = None,
     on_session: Callable[[SessionEntry], None] | None = None,
-    policy: Policy | None = None,
-    on_unregister: Callable[[App], None] | None = None,
-    open_settings: OpenSettings | None = None,
 ) -> int:
-    """Run one sandbox session named ``name`` (else a random id); return the exit status."""
+    """Run one sandbox session as ``options`` say (its workdir is the spec's); return the
+    exit status."""
     runtime_dir = RuntimeDir.create(runtime_path)
     # The host's private channel to the sandbox entry, for starting terminal workers: an
     # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
@@ -59,17 +49,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only options of a session, eac
         except BaseException:
             runtime_dir.remove()
             raise
-        options = SessionOptions(
-            workdir=spec.workdir,
-            name=name,
-            protocol=protocol,
-            settings=settings,
-            on_register=on_register,
-            on_unregister=on_unregister,
-            policy=policy,
-            terminal_channel=host_end,
-            open_settings=open_settings,
-        )
+        options = dataclasses.replace(options, workdir=spec.workdir, terminal_channel=host_end)
         async with open_session(runtime_dir, options) as session:
             if on_session is not None:
                 on_session(session.entry)
