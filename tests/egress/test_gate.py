@@ -99,10 +99,13 @@ def proxy(gate: Gate, data: bytes) -> tuple[bytes, bytes]:
     ("opening", "error"),
     [
         (b"garbage\n", "message is not valid JSON"),
-        (b'{"type":"register","port":80}\n', "type must be 'egress', got 'register'"),
+        (
+            b'{"type":"register","port":80}\n',
+            "type must be 'egress' or 'egress_request', got 'register'",
+        ),
         (b'{"type":"egress","port":0}\n', "port must be an integer 1..65535, got 0"),
         (b'{"type":"egress","port":22}\n', "add the line '100.64.0.1:22'"),
-        (b"x" * 300 + b"\n", "longer than"),
+        (b"x" * 9000 + b"\n", "longer than 8192 bytes"),
     ],
 )
 def test_bad_opening_is_refused_naming_the_value(gate: Gate, opening: bytes, error: str) -> None:
