@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +42,6 @@ MAX_SAVED_REASON_CHARS = 200
 # How many characters of a refused value a message quotes.
 SHOWN_VALUE_CHARS = 120
 
-# Unicode categories never written raw to a terminal or a file: controls (C0, C1, DEL),
-# format characters (bidi overrides, zero-width), surrogates, private use, unassigned,
-# and the line and paragraph separators (``str.splitlines`` breaks lines at them).
-_HIDDEN_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
-
-
 class RequestState(enum.Enum):
     """What became of a request."""
 
@@ -66,12 +59,16 @@ class Scope(enum.Enum):
 
 
 def _hidden(char: str) -> bool:
-    return unicodedata.category(char) in _HIDDEN_CATEGORIES
+    """Never written raw to a terminal or a file: Python's non-printable characters are
+    the controls (C0, C1, DEL), format characters (bidi overrides, zero-width),
+    surrogates, private use, unassigned, every space but ' ', and the line and paragraph
+    separators (at which ``str.splitlines`` breaks lines)."""
+    return not char.isprintable()
 
 
 def shown(text: str) -> str:
-    """``text`` safe for the owner's terminal: every control, format or separator
-    character (ESC, CR, LF, bidi overrides...) escaped as ``\\xNN`` / ``\\uNNNN``, and
+    """``text`` safe for the owner's terminal: every non-printable character (ESC, CR,
+    LF, bidi overrides, odd spaces...) escaped as ``\\xNN`` / ``\\uNNNN``, and
     backslashes doubled so an escape cannot be forged by typing one."""
     out = []
     for char in text:
