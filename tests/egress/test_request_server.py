@@ -67,8 +67,12 @@ class Host:
     def owner(self, op: str, **fields: object) -> dict[str, Any]:
         """Run one of the owner's control ops on the gate's loop."""
         handler = self.gate.requests.owner_ops()[op]
-        future = asyncio.run_coroutine_threadsafe(handler({"op": op, **fields}), self.loop)
-        return future.result(10)
+
+        async def call() -> dict[str, Any]:
+            return await handler({"op": op, **fields})
+
+        answer: dict[str, Any] = asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
+        return answer
 
     def stop(self) -> None:
         if self._thread.is_alive():

@@ -42,6 +42,7 @@ MAX_SAVED_REASON_CHARS = 200
 # How many characters of a refused value a message quotes.
 SHOWN_VALUE_CHARS = 120
 
+
 class RequestState(enum.Enum):
     """What became of a request."""
 
