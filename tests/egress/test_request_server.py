@@ -20,7 +20,7 @@ import pytest
 from sandbridge.egress.gate import Address, EgressGate
 from sandbridge.egress.log import EgressLog
 from sandbridge.egress.policy import ALLOW_FILE, MAX_POLICY_FILE_BYTES, PROXY_PORT, load_policy
-from sandbridge.egress.request_server import append_line
+from sandbridge.egress.request_server import MAX_WAITING, append_line
 from sandbridge.egress.requests import RequestTable
 from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.egress_opening import encode_open, encode_request
@@ -394,3 +394,30 @@ def test_an_encoded_request_reads_as_the_helper_sent_it() -> None:
         "wait": True,
     }
     assert line.endswith(b"\n") and line.isascii()
+
+
+def test_waiting_askers_are_capped_and_the_rest_still_served(host: Host, app_port: int) -> None:
+    askers = [ask(host, "other.test:80", wait=True) for _ in range(MAX_WAITING)]
+    try:
+        ids = {asker.answer()["id"] for asker in askers}
+        assert len(ids) == 1  # folded into one request
+        late = ask(host, "other.test:80", wait=True)
+        assert late.answer()["state"] == "pending"
+        refusal = late.answer()
+        late.close()
+        assert refusal["code"] == "too_many_waiting"
+        assert f"{MAX_WAITING} askers already wait for the owner" in refusal["error"]
+        # The gate's other connections are untouched by the waiting ones.
+        assert connect_through_proxy(host, f"127.0.0.1:{app_port}").startswith(b"HTTP/1.1 403")
+        host.owner("egress_approve", id=ids.pop(), scope="session")
+        assert all(asker.answer()["state"] == "approved" for asker in askers)
+    finally:
+        for asker in askers:
+            asker.close()
+    again = ask(host, "another.test", wait=True)
+    try:
+        request_id = again.answer()["id"]
+        host.owner("egress_deny", id=request_id)
+        assert again.answer()["state"] == "denied"
+    finally:
+        again.close()

@@ -48,6 +48,9 @@ from sandbridge.exceptions import ControlRefusal, EgressRequestRefused, PolicyEr
 from sandbridge.protocol.egress_opening import EgressAsk, encode_reply
 
 OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# Askers waiting for the owner at once, per session: each holds one of the gate's
+# connections (256 in all), and a flood of waiting helpers must not take them all.
+MAX_WAITING = 32
 # The control-socket ops the owner's ``sandbridge egress`` commands send.
 EGRESS_OPS = ("egress_pending", "egress_approve", "egress_deny")
 
@@ -81,6 +84,7 @@ class EgressRequests:
         self._out = out
         self._clock = clock
         self._decided: dict[str, asyncio.Event] = {}
+        self._waiting = 0
 
     def _say(self, text: str) -> None:
         print(f"sandbridge: {text}", file=self._out or sys.stderr, flush=True)
@@ -104,8 +108,19 @@ class EgressRequests:
         writer.write(encode_reply({"ok": True, "id": request.id, "state": request.state.value}))
         if not ask.wait:
             return
+        if self._waiting >= MAX_WAITING:
+            error = (
+                f"{MAX_WAITING} askers already wait for the owner; request {request.id} stays "
+                "pending: ask again later, or with --no-wait"
+            )
+            writer.write(encode_reply({"ok": False, "code": "too_many_waiting", "error": error}))
+            return
         await writer.drain()
-        await self._await_decision(request, reader)
+        self._waiting += 1
+        try:
+            await self._await_decision(request, reader)
+        finally:
+            self._waiting -= 1
         writer.write(encode_reply(self._outcome(request)))
 
     def _submit(self, ask: EgressAsk) -> EgressRequest | str:
@@ -116,6 +131,7 @@ class EgressRequests:
         if allowed is not None:
             return f"already {allowed}"
         now = self._clock()
+        self._forget_events(now)
         new_id = f"{self.session}:{secrets.token_hex(4)}"
         request, new = self.table.submit(destination, reason, now, new_id)
         if new:
@@ -133,6 +149,12 @@ class EgressRequests:
         port = 443 if destination.port is None else destination.port
         decision = match_destination(self.grants.policy(self.policy), destination.host, port)
         return decision.reason if decision.allowed else None
+
+    def _forget_events(self, now: float) -> None:
+        """Drop the wake-up events of requests no longer pending (bounded memory)."""
+        still = {request.id for request in self.table.pending(now)}
+        for request_id in [key for key in self._decided if key not in still]:
+            del self._decided[request_id]
 
     async def _await_decision(self, request: EgressRequest, reader: asyncio.StreamReader) -> None:
         """Until the owner decides, the request expires, or the asker hangs up."""
