@@ -271,9 +271,17 @@ def test_a_malformed_request_line_is_refused(host: Host, line: bytes, error: str
     assert answer["ok"] is False and error in answer["error"]
 
 
-def test_a_flood_hits_the_cap_and_the_proxy_keeps_working(host: Host, app_port: int) -> None:
+def test_a_flood_hits_the_cap_and_the_proxy_keeps_working(
+    host: Host, app_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     host.gate.requests.table = RequestTable(max_per_window=1000)
     answers = [ask_once(host, f"n{n}.test") for n in range(25)]
+    printed = capsys.readouterr().err.splitlines()
+    assert len([line for line in printed if "the sandbox asks for n" in line]) == 20
+    assert [line for line in printed if "being refused" in line] == [
+        "sandbridge: egress requests from the sandbox are being refused: 20 requests "
+        "already wait for the owner; the limit is 20"
+    ]
     assert [a["ok"] for a in answers] == [True] * 20 + [False] * 5
     assert answers[-1]["code"] == "too_many"
     assert "20 requests already wait for the owner" in answers[-1]["error"]
@@ -421,3 +429,17 @@ def test_waiting_askers_are_capped_and_the_rest_still_served(host: Host, app_por
         assert again.answer()["state"] == "denied"
     finally:
         again.close()
+
+
+def test_the_owner_is_warned_of_an_address_of_this_host(
+    host: Host, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ask_once(host, "127.0.0.1:22", "ssh please")
+    [row] = host.owner("egress_pending")["requests"]
+    assert row["caution"] == (
+        "127.0.0.1 is a loopback address: approving lets the proxy connect to it"
+    )
+    assert (
+        "sandbridge: the sandbox asks for 127.0.0.1:22 (WARNING: 127.0.0.1 is a loopback "
+        "address: approving lets the proxy connect to it): egress request "
+    ) in capsys.readouterr().err

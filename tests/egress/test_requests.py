@@ -78,6 +78,25 @@ def test_anything_else_is_refused_naming_the_value(value: object, error: str) ->
     assert caught.value.code in ("bad_destination", "host_service")
 
 
+@pytest.mark.parametrize(
+    ("value", "caution"),
+    [
+        ("127.0.0.1:22", "127.0.0.1 is a loopback address: approving lets the proxy connect"),
+        ("10.0.0.5", "10.0.0.5 is a private address"),
+        ("[::1]:443", "::1 is a loopback address"),
+        ("169.254.169.254:80", "169.254.169.254 is a link-local address"),
+    ],
+)
+def test_a_non_public_address_comes_with_a_warning(value: str, caution: str) -> None:
+    warning = parse_destination(value, GATE).caution
+    assert warning is not None and warning.startswith(caution)
+
+
+@pytest.mark.parametrize("value", ["8.8.8.8", "other.test", "*.example.com:8080"])
+def test_a_public_destination_needs_no_warning(value: str) -> None:
+    assert parse_destination(value, GATE).caution is None
+
+
 def test_a_destination_reads_as_its_allow_entry() -> None:
     assert Destination("2001:db8::1", 443).text == "[2001:db8::1]:443"
     assert Destination("other.test", None).text == "other.test"
@@ -196,6 +215,7 @@ def test_a_request_is_pending_until_decided() -> None:
         "state": "approved",
         "scope": "once",
         "asked": 1,
+        "caution": None,
     }
 
 

@@ -238,6 +238,11 @@ def test_a_flood_hits_the_rate_limit_and_the_session_keeps_working(scenario: Out
     assert scenario.steps["after_flood"].startswith("status=200")
     printed = [line for line in scenario.stderr if "the sandbox asks for flood" in line]
     assert len(printed) == 5
+    [notice] = [line for line in scenario.stderr if "requests from the sandbox are being" in line]
+    assert notice == (
+        "sandbridge: egress requests from the sandbox are being refused: more than 10 "
+        "requests in 60 s; this one was dropped: ask again later"
+    )
 
 
 def test_a_host_service_or_a_url_is_refused_naming_the_value(scenario: Outcome) -> None:

@@ -41,6 +41,8 @@ def cmd_pending(args: argparse.Namespace) -> int:
             f"{row['id']}  {row['session']}  {row['destination']}  {_age(float(row['age']))}  "
             f"reason: {quoted(str(row['reason']))}"
         )
+        if row.get("caution"):
+            print(f"  WARNING: {row['caution']}")
     return 0
 
 

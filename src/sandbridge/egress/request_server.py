@@ -85,6 +85,7 @@ class EgressRequests:
         self._clock = clock
         self._decided: dict[str, asyncio.Event] = {}
         self._waiting = 0
+        self._dropping = False
 
     def _say(self, text: str) -> None:
         print(f"sandbridge: {text}", file=self._out or sys.stderr, flush=True)
@@ -99,6 +100,10 @@ class EgressRequests:
             request = self._submit(ask)
         except EgressRequestRefused as exc:
             log.debug("egress_request.refused", code=exc.code)
+            if exc.code in ("too_many", "rate_limited") and not self._dropping:
+                # One line per run of drops: the owner learns of a flood, not each request.
+                self._dropping = True
+                self._say(f"egress requests from the sandbox are being refused: {exc}")
             writer.write(encode_reply({"ok": False, "code": exc.code, "error": str(exc)}))
             return
         if isinstance(request, str):  # nothing to ask: it is allowed already
@@ -135,10 +140,13 @@ class EgressRequests:
         new_id = f"{self.session}:{secrets.token_hex(4)}"
         request, new = self.table.submit(destination, reason, now, new_id)
         if new:
+            self._dropping = False
+            caution = "" if destination.caution is None else f" (WARNING: {destination.caution})"
             self._say(
-                f"the sandbox asks for {destination.text}: egress request {request.id}, "
-                f"reason: {quoted(reason)}; approve: sandbridge egress approve {request.id} "
-                f"[--once|--session] [--save]; deny: sandbridge egress deny {request.id}"
+                f"the sandbox asks for {destination.text}{caution}: egress request "
+                f"{request.id}, reason: {quoted(reason)}; approve: sandbridge egress approve "
+                f"{request.id} [--once|--session] [--save]; deny: sandbridge egress deny "
+                f"{request.id}"
             )
         return request
 

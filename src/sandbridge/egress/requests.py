@@ -21,6 +21,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbridge.egress.decision import address_kind
 from sandbridge.egress.policy import Policy, Rule, format_entry, parse_entry, parse_ip
 from sandbridge.exceptions import EgressRequestRefused, PolicyError
 
@@ -108,6 +109,16 @@ class Destination:
 
     def rule(self, source: str) -> Rule:
         return Rule(self.host, self.port, False, source)
+
+    @property
+    def caution(self) -> str | None:
+        """What the owner must know before approving an IP literal that is not a public
+        address (``127.0.0.1:22`` is the host's own SSH: an IP entry is taken at its word)."""
+        ip = parse_ip(self.host)
+        kind = None if ip is None else address_kind(ip)
+        if kind is None:
+            return None
+        return f"{self.host} is a {kind} address: approving lets the proxy connect to it"
 
 
 def parse_destination(value: object, gate: str) -> Destination:
@@ -198,6 +209,7 @@ class EgressRequest:
             "state": self.state.value,
             "scope": None if self.scope is None else self.scope.value,
             "asked": self.asked,
+            "caution": self.destination.caution,
         }
 
 
