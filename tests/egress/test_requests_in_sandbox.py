@@ -73,7 +73,9 @@ class World:
         return self.process.lines["stderr"] + rest.splitlines()
 
 
-def start(backend: str, tmp_path: Path, steps: list[list[Any]]) -> World:
+def start(
+    backend: str, tmp_path: Path, steps: list[list[Any]], options: tuple[str, ...] = ()
+) -> World:
     work = tmp_path / "work"
     work.mkdir()
     (work / ".sandbridge").mkdir()
@@ -85,7 +87,7 @@ def start(backend: str, tmp_path: Path, steps: list[list[Any]]) -> World:
     xdg.mkdir(mode=0o700, exist_ok=True)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
     argv = run_argv(
-        work, PYTHON, ASKER, str(fifo), json.dumps(steps), options=("--backend", backend)
+        work, PYTHON, ASKER, str(fifo), json.dumps(steps), options=("--backend", backend, *options)
     )
     return World(in_world(argv, env), env, fifo, work)
 
@@ -325,3 +327,30 @@ def test_save_writes_one_commented_line_that_the_next_session_allows(
     finally:
         if again.process.popen.poll() is None:
             again.process.stop()
+
+
+def test_without_the_egress_proxy_both_sides_say_so(backend: str, tmp_path: Path) -> None:
+    world = start(
+        backend,
+        tmp_path,
+        [["ask", "ask", "other.test:80", "--reason", "docs"], ["wait"]],
+        options=("--net", "none"),
+    )
+    try:
+        session = world.process.wait_line("sandbridge: session ", "stderr").rsplit(" ", 1)[1]
+        asked = json.loads(world.step("ask"))
+        answer = world.egress("approve", f"{session}:00000000")
+        pending = world.egress("pending", "--session", session)
+        world.go()
+        world.finish()
+    finally:
+        if world.process.popen.poll() is None:
+            world.process.stop()
+    assert asked["rc"] == 1
+    assert "cannot reach the egress gate at /run/ags-webview-relay/egress.sock" in asked["err"]
+    assert "egress requests need net = allow" in asked["err"]
+    for result in (answer, pending):
+        assert result.returncode == 2
+        assert f"session {session} has no egress proxy (its net mode is not allow)" in (
+            result.stderr
+        )
