@@ -109,3 +109,13 @@ def test_a_malformed_answer_is_reported(hostile_host: Path) -> None:
     assert "sandbridge-allow: malformed answer from the host: message is not valid JSON" in (
         result.stderr
     )
+
+
+def test_a_session_that_ends_while_waiting_is_reported(host: Host, tmp_path: Path) -> None:
+    process = Process([*HELPER, "other.test:80", "--reason", "docs"], env=env_for(tmp_path))
+    process.wait_line("sandbridge-allow: waiting up to 300 s", "stderr")
+    host.stop()
+    assert process.popen.wait(30) == 1
+    assert "the host closed the connection without an answer (the session ended?)" in (
+        process.drain()
+    )

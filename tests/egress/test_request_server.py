@@ -443,3 +443,15 @@ def test_the_owner_is_warned_of_an_address_of_this_host(
         "sandbridge: the sandbox asks for 127.0.0.1:22 (WARNING: 127.0.0.1 is a loopback "
         "address: approving lets the proxy connect to it): egress request "
     ) in capsys.readouterr().err
+
+
+def test_the_session_ends_with_an_asker_still_waiting(host: Host) -> None:
+    asker = ask(host, "other.test:80", wait=True)
+    try:
+        assert asker.answer()["state"] == "pending"
+        host.stop()
+        assert not host._thread.is_alive()
+        assert asker.file.read() == b""  # the end: no decision was made
+    finally:
+        asker.close()
+    assert host.errors == []

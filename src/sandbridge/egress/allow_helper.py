@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbridge.exceptions import WireError
+from sandbridge.exceptions import JsonRefused, WireError
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, EGRESS_SOCKET, RELAY_SOCKET_ENV
 from sandbridge.protocol.egress_opening import MAX_EGRESS_LINE_BYTES, decode_reply, encode_request
 from sandbridge.protocol.jsonline import LineReader
@@ -69,7 +69,9 @@ class Replies:
             except TimeoutError:
                 return None
             if not data:
-                raise WireError("the host closed the connection without an answer")
+                raise WireError(
+                    "the host closed the connection without an answer (the session ended?)"
+                )
 
 
 def _first_answer(answer: dict[str, Any] | None, destination: str, wait: bool) -> int | None:
@@ -146,8 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"cannot reach the egress gate at {egress_socket()}: {exc.strerror or exc} "
              "(egress requests need net = allow)")  # fmt: skip
         return 1
-    except (WireError, ValueError) as exc:
+    except JsonRefused as exc:
         _say(f"malformed answer from the host: {exc}")
+        return 1
+    except WireError as exc:
+        _say(str(exc))
         return 1
 
 
