@@ -455,3 +455,10 @@ def test_the_session_ends_with_an_asker_still_waiting(host: Host) -> None:
     finally:
         asker.close()
     assert host.errors == []
+
+
+def test_an_allow_path_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "allow"
+    os.mkfifo(path)
+    with pytest.raises(OSError, match="is not a regular file"):
+        append_line(path, "other.test:80  # why\n")

@@ -15,8 +15,10 @@ owner's ``--save`` writes a file, one line appended to the project's
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -268,7 +270,8 @@ class EgressRequests:
             entry = parse_entry(line.split("#", 1)[0], "saved line")
         except PolicyError as exc:
             raise ControlRefusal("save_failed", str(exc)) from None
-        if (entry.host, entry.port, entry.private) != (*_key(request.destination), False):
+        asked = request.destination
+        if (entry.host, entry.port, entry.private) != (asked.host, asked.port, False):
             raise ControlRefusal("save_failed", f"the line {line!r} does not read back")
         path = project / ALLOW_FILE
         try:
@@ -278,21 +281,21 @@ class EgressRequests:
         return path
 
 
-def _key(destination: Destination) -> tuple[str, int | None]:
-    return destination.host, destination.port
-
-
 def append_line(path: Path, line: str) -> None:
     """Append ``line`` to the policy file at ``path`` (created 0644 if missing), never
     through a symbolic link, on a line of its own, within the policy file size limit."""
     path.parent.mkdir(mode=0o755, exist_ok=True)
     if path.parent.is_symlink():
-        raise OSError(40, os.strerror(40))  # ELOOP, as O_NOFOLLOW would say
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))  # as O_NOFOLLOW would say
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
     try:
-        size = os.fstat(fd).st_size
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        size = status.st_size
         if size + len(line.encode()) + 1 > MAX_POLICY_FILE_BYTES:
-            raise OSError(27, f"{path} would pass {MAX_POLICY_FILE_BYTES} bytes")  # EFBIG
+            raise OSError(errno.EFBIG, f"{path} would pass {MAX_POLICY_FILE_BYTES} bytes")
         prefix = b""
         if size:
             os.lseek(fd, size - 1, os.SEEK_SET)
