@@ -349,3 +349,16 @@ def test_the_policys_own_entries_decide_before_a_grant() -> None:
 def test_without_grants_the_policy_is_used_as_it_is() -> None:
     policy = _policy()
     assert Grants().policy(policy) is policy
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=80) | st.from_regex(r"\*?\.?[a-z0-9.\[\]:-]{1,40}", fullmatch=True))
+def test_a_destination_is_refused_or_reads_back_as_one_entry(value: str) -> None:
+    try:
+        destination = parse_destination(value, GATE)
+    except EgressRequestRefused as exc:
+        assert exc.code in ("bad_destination", "host_service")
+        assert all(char.isprintable() for char in str(exc))
+        return
+    assert parse_destination(destination.text, GATE) == destination
+    assert destination.host != "gate" and destination.host != GATE
