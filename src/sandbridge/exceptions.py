@@ -26,7 +26,8 @@ that what can be caught, and what each means, is read in one place::
         ├── ApprovalRefused       an approval, request or proof
         ├── ControlRefusal        a control request (the broker's side)
         ├── ControlError          a control request (the client's side)
-        └── JournalError          a terminal reservation
+        ├── JournalError          a terminal reservation
+        └── EgressRequestRefused  an egress request from the sandbox
 """
 
 from __future__ import annotations
@@ -157,3 +158,7 @@ class ControlError(Refused):
 
 class JournalError(Refused):
     """The journal refused a reservation or cannot be used safely."""
+
+
+class EgressRequestRefused(Refused):
+    """An egress request from the sandbox (``sandbridge-allow``) was refused."""

@@ -99,10 +99,13 @@ def proxy(gate: Gate, data: bytes) -> tuple[bytes, bytes]:
     ("opening", "error"),
     [
         (b"garbage\n", "message is not valid JSON"),
-        (b'{"type":"register","port":80}\n', "type must be 'egress', got 'register'"),
+        (
+            b'{"type":"register","port":80}\n',
+            "type must be 'egress' or 'egress_request', got 'register'",
+        ),
         (b'{"type":"egress","port":0}\n', "port must be an integer 1..65535, got 0"),
         (b'{"type":"egress","port":22}\n', "add the line '100.64.0.1:22'"),
-        (b"x" * 300 + b"\n", "longer than"),
+        (b"x" * 9000 + b"\n", "longer than 8192 bytes"),
     ],
 )
 def test_bad_opening_is_refused_naming_the_value(gate: Gate, opening: bytes, error: str) -> None:
@@ -174,6 +177,45 @@ def test_proxy_refusals(gate: Gate, request_bytes: bytes, status: bytes, fragmen
     line, body = proxy(gate, request_bytes)
     assert line.split()[1] == status
     assert fragment in body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "hint"),
+    [
+        (
+            b"CONNECT Nowhere.TEST:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n\r\n",
+            b'; or ask the owner from inside: sandbridge-allow nowhere.test:443 --reason "..."',
+        ),
+        (
+            b"GET http://nowhere.test:8080/ HTTP/1.1\r\nHost: nowhere.test:8080\r\n\r\n",
+            b'sandbridge-allow nowhere.test:8080 --reason "..."',
+        ),
+        (
+            b"CONNECT [2001:db8::1]:443 HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n\r\n",
+            b'sandbridge-allow [2001:db8::1]:443 --reason "..."',
+        ),
+    ],
+)
+def test_a_refusal_an_entry_would_lift_says_how_to_ask(
+    gate: Gate, request_bytes: bytes, hint: bytes
+) -> None:
+    line, body = proxy(gate, request_bytes)
+    assert line.startswith(b"HTTP/1.1 403 ")
+    assert body.rstrip().endswith(hint)
+    assert b"sandbridge-allow" in line  # the reason phrase too, for clients that hide bodies
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET http://public.test/ HTTP/1.1\r\nHost: public.test\r\n\r\n",  # loopback
+        b"CONNECT 100.64.0.1:443 HTTP/1.1\r\nHost: 100.64.0.1:443\r\n\r\n",  # the gate
+    ],
+)
+def test_a_refusal_no_request_can_lift_does_not_offer_one(gate: Gate, request_bytes: bytes) -> None:
+    line, body = proxy(gate, request_bytes)
+    assert line.startswith(b"HTTP/1.1 403 ")
+    assert b"sandbridge-allow" not in body
 
 
 def test_every_decision_is_logged_without_payload(gate: Gate, app_port: int) -> None:

@@ -12,6 +12,7 @@ absence of a hit as well as by the answer.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -165,8 +166,10 @@ def test_wildcard_entry_allows_a_subdomain(allow: Outcome) -> None:
 def test_refused_domain_is_403_naming_destination_and_line(allow: Outcome) -> None:
     result = allow.probes["refused_domain"]
     assert result.startswith("status=403")
-    assert "egress to other.test:80 refused" in result
-    assert "add the line 'other.test' to .sandbridge/allow" in result
+    body = ast.literal_eval(result.split(" body=", 1)[1])
+    assert "egress to other.test:80 refused" in body
+    assert "add the line 'other.test' to .sandbridge/allow" in body
+    assert 'or ask the owner from inside: sandbridge-allow other.test:80 --reason "..."' in body
     assert not allow.hit("other80")
 
 
@@ -175,6 +178,7 @@ def test_a_refused_connect_says_why_in_python_clients_too(allow: Outcome) -> Non
     result = allow.probes["refused_https_python"]
     assert "Tunnel connection failed: 403 egress to other.test:443 refused" in result
     assert "add the line 'other.test' to .sandbridge/allow" in result
+    assert "sandbridge-allow other.test:443 --reason" in result
 
 
 # --- bypass attempts -------------------------------------------------------------------

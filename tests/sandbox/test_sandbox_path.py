@@ -40,6 +40,7 @@ def test_owner_path_order_is_kept_and_only_sandbridge_commands_are_added(
         f"{COMMANDS_DIR}:{owner_path}",
         f"{COMMANDS_DIR}/sandbridge-open",
         "ags-webview-url",
+        "sandbridge-allow",
         "sandbridge-open",
         "sensible-browser",
         "www-browser",

@@ -488,9 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
     shim.add_argument("-v", "--verbose", action="store_true", help="log debug events")
     shim.set_defaults(func=cmd_shim)
 
+    from sandbridge.cli import egress as egress_cli
     from sandbridge.cli.terminal import add_commands
 
     add_commands(commands)
+    egress_cli.add_commands(commands)
     return parser
 
 

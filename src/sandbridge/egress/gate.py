@@ -11,6 +11,11 @@ addresses the policy does not allow, and connects. ``CONNECT`` then becomes a by
 tunnel; a plain HTTP request is re-sent in origin form with ``Connection: close``, its
 body forwarded by its own framing, and nothing after it is read, so one proxy
 connection is exactly one checked destination. Every decision goes to the egress log.
+
+A first line that is an egress request (``sandbridge-allow``) goes to
+:mod:`sandbridge.egress.request_server`; the owner's approvals are grants the proxy
+decides with after the policy's own entries, and a refusal the owner could lift says
+how to ask.
 """
 
 from __future__ import annotations
@@ -39,9 +44,12 @@ from sandbridge.egress.decision import (
     embedded_ipv4,
     host_service_decision,
     match_destination,
+    normalise_host,
 )
 from sandbridge.egress.log import EgressLog
-from sandbridge.egress.policy import PROXY_PORT, Policy, parse_ip
+from sandbridge.egress.policy import PROXY_PORT, Policy, format_entry, parse_ip
+from sandbridge.egress.request_server import EgressRequests
+from sandbridge.egress.requests import Grants
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol.http.fields import field_values
@@ -161,12 +169,20 @@ class EgressGate:
     """Serves ``egress.sock`` for one session with one policy."""
 
     def __init__(
-        self, path: Path, policy: Policy, egress_log: EgressLog, resolver: Resolver | None = None
+        self,
+        path: Path,
+        policy: Policy,
+        egress_log: EgressLog,
+        resolver: Resolver | None = None,
+        session: str = "session",
     ) -> None:
         self.path = path
         self.policy = policy
         self.log = egress_log
         self.resolver = resolver_for(policy) if resolver is None else resolver
+        # The owner's approvals of egress requests (in memory, this session only).
+        self.grants = Grants()
+        self.requests = EgressRequests(session, policy, self.grants)
         self._server: asyncio.Server | None = None
         self._active = 0
         self._open = OpenConnections()
@@ -201,11 +217,15 @@ class EgressGate:
                 return
             try:
                 async with asyncio.timeout(egress.EGRESS_OPEN_TIMEOUT):
-                    line, rest = await read_line(reader, egress.MAX_EGRESS_OPEN_BYTES)
-                port = egress.decode_open(line)
+                    line, rest = await read_line(reader, egress.MAX_EGRESS_LINE_BYTES)
+                opening = egress.decode_opening(line)
             except (WireError, TimeoutError) as exc:
                 writer.write(egress.encode_answer(str(exc) or "no opening line in time"))
                 return
+            if isinstance(opening, egress.EgressAsk):
+                await self.requests.serve(opening, reader, writer)
+                return
+            port = opening
             decision = host_service_decision(self.policy, port)
             if not decision.allowed:
                 self._record(decision, "host-service", f"{self.policy.gate}:{port}")
@@ -335,10 +355,23 @@ class EgressGate:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | EgressRefusal:
         """Decide, resolve and connect; else the refusal to answer with."""
         destination = f"{host}:{port}"
-        decision = match_destination(self.policy, host, port)
+        decision = match_destination(self.grants.policy(self.policy), host, port)
         if not decision.allowed:
             self._record(decision, "proxy", destination)
-            return EgressRefusal(403, decision.refusal_text(destination))
+            hint = _ask_hint(host, port) if decision.suggestion else ""
+            return EgressRefusal(403, decision.refusal_text(destination) + hint)
+        # A grant for one connection is spent now, before any await, and given back
+        # below if no connection is made with it.
+        once = self.grants.spend(decision.rule)
+        connection = await self._resolve_and_connect(host, port, decision)
+        if isinstance(connection, EgressRefusal):
+            self.grants.give_back(once)
+        return connection
+
+    async def _resolve_and_connect(
+        self, host: str, port: int, decision: Decision
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | EgressRefusal:
+        destination = f"{host}:{port}"
         literal = parse_ip(host)
         try:
             async with asyncio.timeout(RESOLVE_TIMEOUT):
@@ -400,3 +433,12 @@ class EgressGate:
                 events = list(parser.feed(data))
             except HttpError:
                 return
+
+
+def _ask_hint(host: str, port: int) -> str:
+    """How the sandbox asks the owner for a refused destination (when an entry would do)."""
+    return (
+        f"; or ask the owner from inside: sandbridge-allow "
+        f"{format_entry(normalise_host(host) or host, port)} "
+        '--reason "..."'
+    )

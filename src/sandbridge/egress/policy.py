@@ -141,6 +141,9 @@ class Policy:
     # ``publish = auto|PORT|LOW-HIGH [ACTION]``: the ports auto-publish registers
     # (protocol/publish_rules.py), in order; none: auto-publish is off.
     publish: tuple[PublishRule, ...] = ()
+    # The project root whose ``.sandbridge/`` was read (``egress approve --save`` appends
+    # to its allow file); ``None`` for a policy built without one.
+    project: Path | None = None
 
     @property
     def gate(self) -> str:
@@ -417,6 +420,7 @@ class PolicyBuilder:
             open_action=self.open_action,
             files_read=tuple(self.files_read),
             publish=tuple(self.publish),
+            project=self.project,
         )
 
     def _check_publish(self) -> None:

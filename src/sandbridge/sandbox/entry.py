@@ -32,6 +32,8 @@ from sandbridge.terminals.starter import serve_terminal_starts
 HELPER_NAME = "ags-webview-url"
 URL_HELPER_MODULE = "sandbridge.relay.url_helper"
 OPEN_HELPER_MODULE = "sandbridge.relay.open_helper"
+ALLOW_COMMAND = "sandbridge-allow"
+ALLOW_HELPER_MODULE = "sandbridge.egress.allow_helper"
 # The commands through which tools open a browser on Debian and most distributions;
 # each leads to sandbridge-open, as $BROWSER does.
 BROWSER_SHIMS = ("xdg-open", "sensible-browser", "x-www-browser", "www-browser")
@@ -63,6 +65,7 @@ def install_commands(bin_dir: Path = Path(COMMANDS_DIR)) -> list[Path]:
             _write_command(bin_dir / name, OPEN_HELPER_MODULE)
             for name in (OPEN_COMMAND, *BROWSER_SHIMS)
         ),
+        _write_command(bin_dir / ALLOW_COMMAND, ALLOW_HELPER_MODULE),
     ]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from sandbridge.egress.gate import EgressGate
 from sandbridge.egress.log import LOG_NAME, EgressLog
 from sandbridge.egress.policy import NetMode, Policy
+from sandbridge.egress.request_server import refuse_without_gate
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import EGRESS_SOCKET
@@ -91,12 +92,21 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
     policy = options.policy
     if policy is not None and policy.mode.value is NetMode.ALLOW:
         gate = EgressGate(
-            runtime_dir.path / EGRESS_SOCKET, policy, EgressLog(entry.path / LOG_NAME)
+            runtime_dir.path / EGRESS_SOCKET,
+            policy,
+            EgressLog(entry.path / LOG_NAME),
+            session=entry.id,
         )
     broker: TerminalBroker | None = None
     if options.terminal_channel is not None:
+        # The owner's egress answers travel on the same control socket.
+        owner_ops = refuse_without_gate(entry.id) if gate is None else gate.requests.owner_ops()
         broker = TerminalBroker(
-            entry.id, entry.control_socket, options.terminal_channel, TerminalSettings.from_env()
+            entry.id,
+            entry.control_socket,
+            options.terminal_channel,
+            TerminalSettings.from_env(),
+            owner_ops=owner_ops,
         )
     try:
         await host.start()

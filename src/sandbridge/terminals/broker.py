@@ -16,6 +16,10 @@ While a terminal runs (:mod:`~sandbridge.terminals.active_terminal`), the broker
 ciphertext between the client and the worker (it holds no channel key), and every
 ``refresh`` seconds re-checks authority and sends the worker a lease of at most 10 s,
 capped by the approval's expiry.
+
+The same socket carries the owner's requests for other parts of the session (the egress
+requests' ``egress_*`` ops): the session passes them in as ``owner_ops``, so the broker
+serves them without knowing what they do.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 import secrets
 import socket
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +90,10 @@ MAX_SESSION_REQUESTERS = 64
 # The attach challenge: fresh random bytes the requester's proof must sign.
 CHALLENGE_BYTES = 32
 
+# An op another part of the session serves on the control socket: the request's JSON
+# object in, the answer's fields out; a refusal is a ControlRefusal.
+OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
 
 @dataclass
 class TerminalRequest:
@@ -131,8 +140,10 @@ class TerminalBroker:
         control_socket: Path,
         sandbox_channel: socket.socket | None,
         settings: TerminalSettings | None = None,
+        owner_ops: Mapping[str, OwnerOp] | None = None,
     ) -> None:
         self.session = session
+        self._owner_ops = dict(owner_ops or {})
         self.control_socket = control_socket
         # A restart (or another session taking the same name) is a new instance: an
         # approval for the old one never opens a terminal in the new one.
@@ -221,7 +232,7 @@ class TerminalBroker:
                 "revoke": self._revoke,
                 "list": self._list,
                 "allow": self._allow,
-            }.get(str(op))
+            }.get(str(op)) or self._owner_ops.get(str(op))
             if handler is None:
                 raise ControlRefusal("unknown_op", f"unknown control request {op!r}")
             answer = await handler(message)

@@ -1,0 +1,113 @@
+"""``sandbridge egress pending|approve|deny``: the owner's answers to the sandbox's egress
+requests (``sandbridge-allow`` inside), sent over each session's control socket.
+
+Every text that came from the sandbox (the reason) is printed escaped: a reason cannot
+move the cursor, clear the screen or start a second line on the owner's terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from sandbridge.egress.requests import quoted
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.places.registry import list_sessions, validate_name
+from sandbridge.terminals.control import call, split_request_id
+
+
+def _pending_of(session: str) -> list[dict[str, Any]]:
+    return list(call(session, {"op": "egress_pending"})["requests"])
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    if args.session:
+        rows = _pending_of(validate_name(args.session, "session"))
+    else:
+        rows = []
+        for record in list_sessions():
+            try:
+                rows += _pending_of(record.id)
+            except SandbridgeError:  # no control socket, or no egress proxy: nothing pending
+                continue
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no pending egress requests")
+    for row in rows:
+        print(
+            f"{row['id']}  {row['session']}  {row['destination']}  {_age(float(row['age']))}  "
+            f"reason: {quoted(str(row['reason']))}"
+        )
+        if row.get("caution"):
+            print(f"  WARNING: {row['caution']}")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    return f"{seconds / 60:.0f}m ago"
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    # One connection by default; what is saved for every later session is allowed for
+    # the rest of this one too, unless --once says otherwise.
+    scope = args.scope or ("session" if args.save else "once")
+    answer = call(
+        split_request_id(args.id),
+        {"op": "egress_approve", "id": args.id, "scope": scope, "save": args.save},
+    )
+    what = "one connection" if scope == "once" else "until the session ends"
+    print(f"approved {args.id}: {answer['destination']}, {what}")
+    if answer.get("saved"):
+        print(f"saved to {answer['saved']} (read by the next session)")
+    return 0
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    call(split_request_id(args.id), {"op": "egress_deny", "id": args.id})
+    print(f"denied {args.id}")
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``egress`` to the CLI's subcommands."""
+    egress = commands.add_parser("egress", help="answer the sandbox's egress requests")
+    sub = egress.add_subparsers(dest="egress_command", required=True)
+
+    pending = sub.add_parser("pending", help="requests waiting for your answer")
+    pending.add_argument("--session", default=None, help="only this session")
+    pending.add_argument("--json", action="store_true", help="print JSON for scripts")
+    pending.set_defaults(func=cmd_pending)
+
+    approve = sub.add_parser("approve", help="allow a requested destination")
+    approve.add_argument("id", help="the request id (SESSION:XXXXXXXX)")
+    scope = approve.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--once",
+        dest="scope",
+        action="store_const",
+        const="once",
+        help="one connection, then refused again (the default without --save)",
+    )
+    scope.add_argument(
+        "--session",
+        dest="scope",
+        action="store_const",
+        const="session",
+        help="every connection until the session ends (the default with --save)",
+    )
+    approve.add_argument(
+        "--save",
+        action="store_true",
+        help="also append the entry, with the reason and date as a comment, to the "
+        "project's .sandbridge/allow (read by the next session)",
+    )
+    approve.set_defaults(func=cmd_approve, scope=None)
+
+    deny = sub.add_parser("deny", help="refuse a request; the waiting sandbridge-allow fails")
+    deny.add_argument("id")
+    deny.set_defaults(func=cmd_deny)

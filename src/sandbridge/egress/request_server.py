@@ -1,0 +1,306 @@
+"""The host half of egress requests: the sandbox asks on ``egress.sock``, the owner answers
+on the session's control socket.
+
+A request (``sandbridge-allow HOST[:PORT] --reason "why"``, a first line on
+``egress.sock``: :mod:`sandbridge.protocol.egress_opening`) is checked and entered in the
+session's :class:`~sandbridge.egress.requests.RequestTable`; the owner's terminal gets one
+line naming the destination, the reason (escaped) and the exact command that approves
+it. The owner's ``sandbridge egress pending|approve|deny`` reach :meth:`owner_ops` through
+the session's control socket (host-only; the sandbox never sees it). An approval adds a
+grant the gate decides with (:class:`~sandbridge.egress.requests.Grants`); only the
+owner's ``--save`` writes a file, one line appended to the project's
+``.sandbridge/allow``. Nothing the sandbox sends changes a file by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import stat
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from sandbridge import log
+from sandbridge.aio.tasks import first_done, running
+from sandbridge.egress.decision import match_destination
+from sandbridge.egress.policy import (
+    ALLOW_FILE,
+    MAX_POLICY_FILE_BYTES,
+    Policy,
+    parse_entry,
+)
+from sandbridge.egress.requests import (
+    Destination,
+    EgressRequest,
+    Grants,
+    RequestState,
+    RequestTable,
+    Scope,
+    check_reason,
+    parse_destination,
+    quoted,
+    saved_line,
+)
+from sandbridge.exceptions import ControlRefusal, EgressRequestRefused, PolicyError
+from sandbridge.protocol.egress_opening import EgressAsk, encode_reply
+
+OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# Askers waiting for the owner at once, per session: each holds one of the gate's
+# connections (256 in all), and a flood of waiting helpers must not take them all.
+MAX_WAITING = 32
+# The control-socket ops the owner's ``sandbridge egress`` commands send.
+EGRESS_OPS = ("egress_pending", "egress_approve", "egress_deny")
+
+
+def refuse_without_gate(session: str) -> dict[str, OwnerOp]:
+    """The egress ops of a session that has no egress gate (``net`` none or full)."""
+
+    async def refuse(message: dict[str, Any]) -> dict[str, Any]:
+        raise ControlRefusal(
+            "no_egress", f"session {session} has no egress proxy (its net mode is not allow)"
+        )
+
+    return dict.fromkeys(EGRESS_OPS, refuse)
+
+
+class EgressRequests:
+    """One session's egress requests, from the sandbox's ask to the owner's answer."""
+
+    def __init__(
+        self,
+        session: str,
+        policy: Policy,
+        grants: Grants,
+        out: TextIO | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.session = session
+        self.policy = policy
+        self.grants = grants
+        self.table = RequestTable()
+        self._out = out
+        self._clock = clock
+        self._decided: dict[str, asyncio.Event] = {}
+        self._waiting = 0
+        self._dropping = False
+
+    def _say(self, text: str) -> None:
+        print(f"sandbridge: {text}", file=self._out or sys.stderr, flush=True)
+
+    # --- the sandbox's side ------------------------------------------------------------
+
+    async def serve(
+        self, ask: EgressAsk, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Answer one request line; with ``wait``, also the owner's decision."""
+        try:
+            request = self._submit(ask)
+        except EgressRequestRefused as exc:
+            log.debug("egress_request.refused", code=exc.code)
+            if exc.code in ("too_many", "rate_limited") and not self._dropping:
+                # One line per run of drops: the owner learns of a flood, not each request.
+                self._dropping = True
+                self._say(f"egress requests from the sandbox are being refused: {exc}")
+            writer.write(encode_reply({"ok": False, "code": exc.code, "error": str(exc)}))
+            return
+        if isinstance(request, str):  # nothing to ask: it is allowed already
+            allowed = {"ok": True, "id": None, "state": "allowed", "detail": request}
+            writer.write(encode_reply(allowed))
+            return
+        writer.write(encode_reply({"ok": True, "id": request.id, "state": request.state.value}))
+        if not ask.wait:
+            return
+        if self._waiting >= MAX_WAITING:
+            error = (
+                f"{MAX_WAITING} askers already wait for the owner; request {request.id} stays "
+                "pending: ask again later, or with --no-wait"
+            )
+            writer.write(encode_reply({"ok": False, "code": "too_many_waiting", "error": error}))
+            return
+        await writer.drain()
+        self._waiting += 1
+        try:
+            await self._await_decision(request, reader)
+        finally:
+            self._waiting -= 1
+        writer.write(encode_reply(self._outcome(request)))
+
+    def _submit(self, ask: EgressAsk) -> EgressRequest | str:
+        """The request entered (or folded into), or what already allows its destination."""
+        destination = parse_destination(ask.destination, self.policy.gate)
+        reason = check_reason(ask.reason)
+        allowed = self._allowed_now(destination)
+        if allowed is not None:
+            return f"already {allowed}"
+        now = self._clock()
+        self._forget_events(now)
+        new_id = f"{self.session}:{secrets.token_hex(4)}"
+        request, new = self.table.submit(destination, reason, now, new_id)
+        if new:
+            self._dropping = False
+            caution = "" if destination.caution is None else f" (WARNING: {destination.caution})"
+            self._say(
+                f"the sandbox asks for {destination.text}{caution}: egress request "
+                f"{request.id}, reason: {quoted(reason)}; approve: sandbridge egress approve "
+                f"{request.id} [--once|--session] [--save]; deny: sandbridge egress deny "
+                f"{request.id}"
+            )
+        return request
+
+    def _allowed_now(self, destination: Destination) -> str | None:
+        """The entry that allows ``destination`` already, if any (wildcards: never)."""
+        if destination.host.startswith("*."):
+            return None
+        port = 443 if destination.port is None else destination.port
+        decision = match_destination(self.grants.policy(self.policy), destination.host, port)
+        return decision.reason if decision.allowed else None
+
+    def _forget_events(self, now: float) -> None:
+        """Drop the wake-up events of requests no longer pending (bounded memory)."""
+        still = {request.id for request in self.table.pending(now)}
+        for request_id in [key for key in self._decided if key not in still]:
+            del self._decided[request_id]
+
+    async def _await_decision(self, request: EgressRequest, reader: asyncio.StreamReader) -> None:
+        """Until the owner decides, the request expires, or the asker hangs up."""
+        decided = self._decided.setdefault(request.id, asyncio.Event())
+        remaining = max(0.0, request.created + self.table.ttl - self._clock())
+        async with running(decided.wait(), reader.read(1), asyncio.sleep(remaining)) as tasks:
+            await first_done(*tasks)
+        self.table.expire(self._clock())
+
+    def _outcome(self, request: EgressRequest) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "id": request.id,
+            "state": request.state.value,
+            "destination": request.destination.text,
+        }
+        if request.state is RequestState.APPROVED:
+            assert request.scope is not None
+            return {"ok": True, **fields, "scope": request.scope.value}
+        if request.state is RequestState.DENIED:
+            error = f"the owner denied egress request {request.id} ({request.destination.text})"
+        elif request.state is RequestState.EXPIRED:
+            error = f"egress request {request.id} expired unanswered"
+        else:
+            error = f"egress request {request.id} is still pending"
+        return {"ok": False, **fields, "code": request.state.value, "error": error}
+
+    # --- the owner's side -------------------------------------------------------------
+
+    def owner_ops(self) -> dict[str, OwnerOp]:
+        """The control-socket ops of ``sandbridge egress``."""
+        return {
+            "egress_pending": self._pending,
+            "egress_approve": self._approve,
+            "egress_deny": self._deny,
+        }
+
+    async def _pending(self, message: dict[str, Any]) -> dict[str, Any]:
+        now = self._clock()
+        return {"requests": [r.summary(self.session, now) for r in self.table.pending(now)]}
+
+    def _pending_request(self, message: dict[str, Any]) -> EgressRequest:
+        request_id = str(message.get("id"))
+        request = self.table.get(request_id)
+        self.table.expire(self._clock())
+        if request is None:
+            raise ControlRefusal("unknown_request", f"no egress request {request_id!r} here")
+        if request.state is not RequestState.PENDING:
+            raise ControlRefusal(
+                "not_pending", f"egress request {request_id} is {request.state.value}"
+            )
+        return request
+
+    async def _approve(self, message: dict[str, Any]) -> dict[str, Any]:
+        request = self._pending_request(message)
+        try:
+            scope = Scope(message.get("scope"))
+        except ValueError:
+            raise ControlRefusal(
+                "malformed", f"scope must be once or session, got {message.get('scope')!r}"
+            ) from None
+        saved = None
+        if message.get("save") is True:
+            saved = str(self._save(request))
+        self._decide(request, RequestState.APPROVED, scope)
+        self.grants.add(
+            request.destination.rule(f"sandbridge egress approve {request.id} --{scope.value}"),
+            scope,
+        )
+        self._say(
+            f"egress request {request.id} approved ({scope.value}): {request.destination.text}"
+            + (f"; saved to {saved}" if saved else "")
+        )
+        return {
+            "id": request.id,
+            "state": request.state.value,
+            "scope": scope.value,
+            "destination": request.destination.text,
+            "saved": saved,
+        }
+
+    async def _deny(self, message: dict[str, Any]) -> dict[str, Any]:
+        request = self._pending_request(message)
+        self._decide(request, RequestState.DENIED, None)
+        self._say(f"egress request {request.id} denied: {request.destination.text}")
+        return {"id": request.id, "state": request.state.value}
+
+    def _decide(self, request: EgressRequest, state: RequestState, scope: Scope | None) -> None:
+        try:
+            self.table.decide(request.id, state, scope, self._clock())
+        except EgressRequestRefused as exc:
+            raise ControlRefusal(exc.code, str(exc)) from None
+        event = self._decided.pop(request.id, None)
+        if event is not None:
+            event.set()
+
+    def _save(self, request: EgressRequest) -> Path:
+        """Append the request's line to the project's ``.sandbridge/allow``."""
+        project = self.policy.project
+        if project is None:
+            raise ControlRefusal("no_project", "this session read no project policy to save to")
+        line = saved_line(request.destination, request.reason, time.strftime("%Y-%m-%d"))
+        try:  # the line must read back as exactly the destination asked for
+            entry = parse_entry(line.split("#", 1)[0], "saved line")
+        except PolicyError as exc:
+            raise ControlRefusal("save_failed", str(exc)) from None
+        asked = request.destination
+        if (entry.host, entry.port, entry.private) != (asked.host, asked.port, False):
+            raise ControlRefusal("save_failed", f"the line {line!r} does not read back")
+        path = project / ALLOW_FILE
+        try:
+            append_line(path, line)
+        except OSError as exc:
+            raise ControlRefusal("save_failed", f"cannot write {path}: {exc.strerror}") from None
+        return path
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append ``line`` to the policy file at ``path`` (created 0644 if missing), never
+    through a symbolic link, on a line of its own, within the policy file size limit."""
+    path.parent.mkdir(mode=0o755, exist_ok=True)
+    if path.parent.is_symlink():
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))  # as O_NOFOLLOW would say
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        size = status.st_size
+        if size + len(line.encode()) + 1 > MAX_POLICY_FILE_BYTES:
+            raise OSError(errno.EFBIG, f"{path} would pass {MAX_POLICY_FILE_BYTES} bytes")
+        prefix = b""
+        if size:
+            os.lseek(fd, size - 1, os.SEEK_SET)
+            if os.read(fd, 1) != b"\n":
+                prefix = b"\n"
+        os.write(fd, prefix + line.encode())
+    finally:
+        os.close(fd)

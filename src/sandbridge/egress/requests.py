@@ -1,0 +1,341 @@
+"""Egress requests from the sandbox (sans-I/O): what may be asked for, how a reason is
+shown, the session's table of requests with its cap and rate limit, and the owner's grants.
+
+Inside, ``sandbridge-allow HOST[:PORT] --reason "why"`` asks the owner for a destination.
+Everything in such a request is hostile: the destination must be a proxy destination the
+allow file could name (never a host service: the gate listener's ports are fixed when the
+session starts), the reason is bounded and only ever shown escaped, and one session holds
+at most :data:`MAX_PENDING` requests, taking at most :data:`MAX_PER_WINDOW` new ones per
+:data:`RATE_WINDOW` seconds. A request for a destination already pending folds into it.
+
+The owner's answer becomes a :class:`Grants` entry: a rule added to the session's policy
+for one connection (``once``) or for the rest of the session (``session``), in memory
+only. Writing ``.sandbridge/allow`` (``--save``) is the owner's command's to ask for;
+:func:`saved_line` is the one line it writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbridge.egress.decision import address_kind
+from sandbridge.egress.policy import Policy, Rule, format_entry, parse_entry, parse_ip
+from sandbridge.exceptions import EgressRequestRefused, PolicyError
+
+# A reason is a sentence or two for the owner, not a document.
+MAX_REASON_CHARS = 500
+# A destination is a DNS name (253 characters) or an address, a port and brackets.
+MAX_DESTINATION_CHARS = 300
+# Requests waiting for the owner per session: more than a person reads at once.
+MAX_PENDING = 20
+# New requests per window: an agent asks now and then; a loop is cut off.
+MAX_PER_WINDOW = 10
+RATE_WINDOW = 60.0
+# A request nobody answered is dropped after an hour, so the cap frees itself.
+REQUEST_TTL = 3600.0
+# Decided requests remembered (so a second answer says what became of the first).
+MAX_DECIDED = 64
+# The reason as a comment in .sandbridge/allow: one readable line.
+MAX_SAVED_REASON_CHARS = 200
+# How many characters of a refused value a message quotes.
+SHOWN_VALUE_CHARS = 120
+
+
+class RequestState(enum.Enum):
+    """What became of a request."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+class Scope(enum.Enum):
+    """How long an approval lasts."""
+
+    ONCE = "once"  # one connection (one CONNECT, or one proxied request's upstream)
+    SESSION = "session"  # every connection until the session ends
+
+
+def _hidden(char: str) -> bool:
+    """Never written raw to a terminal or a file: Python's non-printable characters are
+    the controls (C0, C1, DEL), format characters (bidi overrides, zero-width),
+    surrogates, private use, unassigned, every space but ' ', and the line and paragraph
+    separators (at which ``str.splitlines`` breaks lines)."""
+    return not char.isprintable()
+
+
+def shown(text: str) -> str:
+    """``text`` safe for the owner's terminal: every non-printable character (ESC, CR,
+    LF, bidi overrides, odd spaces...) escaped as ``\\xNN`` / ``\\uNNNN``, and
+    backslashes doubled so an escape cannot be forged by typing one."""
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif _hidden(char):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def quoted(text: str) -> str:
+    """``text`` :func:`shown`, in double quotes, its own double quotes escaped: what the
+    sandbox wrote can neither end the quotation nor look like sandbridge's own words."""
+    return '"' + shown(text).replace('"', '\\"') + '"'
+
+
+def _quoted(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(shown(text[:SHOWN_VALUE_CHARS]))
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """A requested proxy destination, as an allow-file entry would name it."""
+
+    host: str  # lower-case name, "*.suffix", or a compressed IP literal
+    port: int | None  # None: the default ports (80, 443, 8443)
+
+    @property
+    def text(self) -> str:
+        """The allow-file entry: ``other.test:80``, ``*.example.com``, ``[2001:db8::1]:443``."""
+        return format_entry(self.host, self.port)
+
+    def rule(self, source: str) -> Rule:
+        return Rule(self.host, self.port, False, source)
+
+    @property
+    def caution(self) -> str | None:
+        """What the owner must know before approving an IP literal that is not a public
+        address (``127.0.0.1:22`` is the host's own SSH: an IP entry is taken at its word)."""
+        ip = parse_ip(self.host)
+        kind = None if ip is None else address_kind(ip)
+        if kind is None:
+            return None
+        return f"{self.host} is a {kind} address: approving lets the proxy connect to it"
+
+
+def parse_destination(value: object, gate: str) -> Destination:
+    """The destination of a request: ``NAME[:PORT]``, ``*.NAME[:PORT]`` or ``IP[:PORT]``
+    as ``.sandbridge/allow`` spells them; refuse anything else naming the value."""
+    if not isinstance(value, str) or not value:
+        raise EgressRequestRefused(
+            "bad_destination", f"destination must be HOST[:PORT], got {_quoted(value)}"
+        )
+    if len(value) > MAX_DESTINATION_CHARS:
+        raise EgressRequestRefused(
+            "bad_destination",
+            f"destination is {len(value)} characters; the limit is {MAX_DESTINATION_CHARS}",
+        )
+    if any(char.isspace() or _hidden(char) for char in value):
+        raise EgressRequestRefused(
+            "bad_destination", f"destination must be one HOST[:PORT], got {_quoted(value)}"
+        )
+    try:
+        entry = parse_entry(value, f"destination {_quoted(value)}")
+    except PolicyError as exc:
+        raise EgressRequestRefused("bad_destination", shown(str(exc))) from None
+    ip = parse_ip(entry.host)
+    if entry.host == "gate" or (ip is not None and str(ip) == gate):
+        raise EgressRequestRefused(
+            "host_service",
+            f"{_quoted(value)} is a host service; a running session cannot gain one (the "
+            "gate listener's ports are fixed at start): ask the owner to add "
+            f"'gate:PORT' to .sandbridge/allow for the next session",
+        )
+    return Destination(entry.host, entry.port)
+
+
+def check_reason(value: object) -> str:
+    """The request's reason: a non-empty string of at most :data:`MAX_REASON_CHARS`."""
+    if not isinstance(value, str):
+        raise EgressRequestRefused(
+            "bad_reason", f"reason must be a string, got {type(value).__name__}"
+        )
+    if not value.strip():
+        raise EgressRequestRefused(
+            "bad_reason", "reason is empty: say why the sandbox needs the destination"
+        )
+    if len(value) > MAX_REASON_CHARS:
+        raise EgressRequestRefused(
+            "bad_reason", f"reason is {len(value)} characters; the limit is {MAX_REASON_CHARS}"
+        )
+    return value
+
+
+def comment_text(reason: str) -> str:
+    """The reason as it may appear in a file: hidden characters dropped, whitespace runs
+    made single spaces, cut to :data:`MAX_SAVED_REASON_CHARS`."""
+    visible = "".join(" " if _hidden(char) else char for char in reason)
+    text = " ".join(visible.split())
+    if len(text) > MAX_SAVED_REASON_CHARS:
+        text = text[: MAX_SAVED_REASON_CHARS - 3] + "..."
+    return text
+
+
+def saved_line(destination: Destination, reason: str, date: str) -> str:
+    """The one ``.sandbridge/allow`` line ``approve --save`` writes (with its newline)."""
+    return f"{destination.text}  # {date}, asked from the sandbox: {comment_text(reason)}\n"
+
+
+@dataclass
+class EgressRequest:
+    """One request and what became of it."""
+
+    id: str
+    destination: Destination
+    reason: str
+    created: float
+    state: RequestState = RequestState.PENDING
+    scope: Scope | None = None
+    # How many times the sandbox asked for it while it was pending (folded duplicates).
+    asked: int = 1
+
+    def summary(self, session: str, now: float) -> dict[str, Any]:
+        """The JSON the owner's ``egress pending --json`` lists (the reason unescaped:
+        JSON escapes it)."""
+        return {
+            "id": self.id,
+            "session": session,
+            "destination": self.destination.text,
+            "reason": self.reason,
+            "age": round(max(0.0, now - self.created), 1),
+            "state": self.state.value,
+            "scope": None if self.scope is None else self.scope.value,
+            "asked": self.asked,
+            "caution": self.destination.caution,
+        }
+
+
+@dataclass
+class RequestTable:
+    """One session's requests: the pending ones (capped, rate-limited, folded) and the
+    last :data:`MAX_DECIDED` decided ones."""
+
+    max_pending: int = MAX_PENDING
+    max_per_window: int = MAX_PER_WINDOW
+    window: float = RATE_WINDOW
+    ttl: float = REQUEST_TTL
+    _requests: dict[str, EgressRequest] = field(default_factory=dict)
+    _recent: list[float] = field(default_factory=list)
+
+    def pending(self, now: float) -> list[EgressRequest]:
+        self.expire(now)
+        return [r for r in self._requests.values() if r.state is RequestState.PENDING]
+
+    def get(self, request_id: str) -> EgressRequest | None:
+        return self._requests.get(request_id)
+
+    def submit(
+        self, destination: Destination, reason: str, now: float, new_id: str
+    ) -> tuple[EgressRequest, bool]:
+        """Add a request (``True``), or fold it into the pending one for the same
+        destination (``False``); refuse past the cap or the rate limit."""
+        for request in self.pending(now):
+            if request.destination == destination:
+                request.asked += 1
+                return request, False
+        if len(self.pending(now)) >= self.max_pending:
+            raise EgressRequestRefused(
+                "too_many",
+                f"{self.max_pending} requests already wait for the owner; the limit is "
+                f"{self.max_pending}",
+            )
+        self._recent = [t for t in self._recent if now - t < self.window]
+        if len(self._recent) >= self.max_per_window:
+            raise EgressRequestRefused(
+                "rate_limited",
+                f"more than {self.max_per_window} requests in {self.window:g} s; this one "
+                "was dropped: ask again later",
+            )
+        if new_id in self._requests:
+            raise EgressRequestRefused("busy", f"request id {new_id} is taken: ask again")
+        self._recent.append(now)
+        request = EgressRequest(new_id, destination, reason, now)
+        self._requests[new_id] = request
+        return request, True
+
+    def decide(
+        self, request_id: str, state: RequestState, scope: Scope | None, now: float
+    ) -> EgressRequest:
+        """Approve (with a scope) or deny a pending request."""
+        self.expire(now)
+        request = self._requests.get(request_id)
+        if request is None:
+            raise EgressRequestRefused(
+                "unknown_request", f"no egress request {_quoted(request_id)} in this session"
+            )
+        if request.state is not RequestState.PENDING:
+            raise EgressRequestRefused(
+                "not_pending", f"egress request {request_id} is {request.state.value}"
+            )
+        request.state = state
+        request.scope = scope
+        self._forget_decided()
+        return request
+
+    def expire(self, now: float) -> list[EgressRequest]:
+        """Requests that waited past :attr:`ttl`, now ``expired``."""
+        expired = [
+            r
+            for r in self._requests.values()
+            if r.state is RequestState.PENDING and now - r.created >= self.ttl
+        ]
+        for request in expired:
+            request.state = RequestState.EXPIRED
+        if expired:
+            self._forget_decided()
+        return expired
+
+    def _forget_decided(self) -> None:
+        decided = [i for i, r in self._requests.items() if r.state is not RequestState.PENDING]
+        for request_id in decided[: max(0, len(decided) - MAX_DECIDED)]:
+            del self._requests[request_id]
+
+
+class Grants:
+    """The owner's approvals of this session, as rules after the policy's own.
+
+    The gate decides with :meth:`policy` (the same decision as for any entry); a
+    decision by a ``once`` rule takes the rule away at once (:meth:`spend`, before any
+    await, so two connections cannot both use it) and gives it back if the connection
+    then fails (:meth:`give_back`): exactly one connection is made with it.
+    """
+
+    def __init__(self) -> None:
+        self._session: list[Rule] = []
+        self._once: list[Rule] = []
+        self._base: Policy | None = None
+        self._effective: Policy | None = None
+
+    def add(self, rule: Rule, scope: Scope) -> None:
+        (self._once if scope is Scope.ONCE else self._session).append(rule)
+        self._effective = None
+
+    def policy(self, base: Policy) -> Policy:
+        """``base`` with this session's grants appended to its rules."""
+        if not self._session and not self._once:
+            return base
+        if self._effective is None or self._base is not base:
+            rules = (*base.rules, *self._session, *self._once)
+            self._base, self._effective = base, dataclasses.replace(base, rules=rules)
+        return self._effective
+
+    def spend(self, rule: Rule | None) -> Rule | None:
+        """If ``rule`` is a ``once`` grant, take it away and return it."""
+        if rule is None or rule not in self._once:
+            return None
+        self._once.remove(rule)
+        self._effective = None
+        return rule
+
+    def give_back(self, rule: Rule | None) -> None:
+        """A spent ``once`` grant whose connection failed is usable again."""
+        if rule is not None:
+            self.add(rule, Scope.ONCE)

@@ -1,0 +1,357 @@
+"""Egress requests end to end: real sandboxes (both backends) in the test-made internet.
+
+Inside, :mod:`tests.apps.egress_asker` runs ``sandbridge-allow`` and curl step by step;
+outside, the test answers as the owner with ``sandbridge egress pending|approve|deny``,
+each time once the session has printed the request's line (no polling on time). The
+world (:mod:`tests.apps.net_world`) prints a ``HIT`` line for each request a server
+received, so "refused again" is proven by a missing hit too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import BACKENDS, PYTHON, REPO, SANDBRIDGE, Process, run_argv
+from tests.egress.test_in_sandbox import in_world
+
+ASKER = str(REPO / "tests" / "apps" / "egress_asker.py")
+HOSTILE = '\x1b[2J\x1b]0;pwned\x07fake\nsandbridge: second line \u202eevil" --save'
+ALLOW_TEXT = "# reviewed test policy\npublic.test\n"
+
+
+@dataclass
+class World:
+    """One ``sandbridge run`` of the asker in the world, and the owner's commands."""
+
+    process: Process
+    env: dict[str, str]
+    fifo: Path
+    work: Path
+    answers: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
+
+    def egress(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SANDBRIDGE, "egress", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def asked(self, destination: str) -> str:
+        """The request id of the session's line for ``destination`` (waits for it)."""
+        line = self.process.wait_line(
+            f"sandbridge: the sandbox asks for {destination}: ", "stderr", timeout=60
+        )
+        match = re.search(r"egress request (\S+),", line)
+        assert match, line
+        request_id = match.group(1)
+        assert f"approve: sandbridge egress approve {request_id} " in line
+        assert f"deny: sandbridge egress deny {request_id}" in line
+        return request_id
+
+    def step(self, name: str) -> str:
+        return self.process.wait_line(f"STEP {name} ", timeout=90).split(" ", 2)[2]
+
+    def go(self) -> None:
+        with self.fifo.open("w") as file:
+            file.write("go\n")
+
+    def finish(self) -> list[str]:
+        """Wait for the asker's end and the session's; return the session's stderr lines."""
+        self.process.wait_line("STEPS DONE", timeout=120)
+        assert self.process.popen.wait(60) == 0
+        rest = self.process.drain("stderr")
+        return self.process.lines["stderr"] + rest.splitlines()
+
+
+def start(
+    backend: str, tmp_path: Path, steps: list[list[Any]], options: tuple[str, ...] = ()
+) -> World:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".sandbridge").mkdir()
+    (work / ".sandbridge" / "allow").write_text(ALLOW_TEXT)
+    (work / ".sandbridge" / "config").write_text("resolver = 127.0.0.1:5353\n")
+    fifo = work / "go"
+    os.mkfifo(fifo)
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
+    argv = run_argv(
+        work, PYTHON, ASKER, str(fifo), json.dumps(steps), options=("--backend", backend, *options)
+    )
+    return World(in_world(argv, env), env, fifo, work)
+
+
+@dataclass
+class Outcome:
+    steps: dict[str, str]
+    stderr: list[str]
+    answers: dict[str, subprocess.CompletedProcess[str]]
+    pending_json: list[dict[str, Any]]
+    pending_text: str
+
+    def hits(self, server: str, path: str) -> int:
+        return sum(1 for line in self.stderr if line.startswith(f"HIT {server} ") and path in line)
+
+    def result(self, name: str) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.steps[name])
+        return value
+
+
+SCENARIO: list[list[Any]] = [
+    ["fetch", "refused_before", "http://other.test/before"],
+    ["ask", "ask_once", "other.test:80", "--reason", "read the docs"],
+    ["fetch", "once", "http://other.test/once"],
+    ["fetch", "once_again", "http://other.test/again"],
+    ["ask", "ask_session", "public.test:8080", "--reason", "the API's dev port"],
+    ["fetch", "session1", "http://public.test:8080/s1"],
+    ["fetch", "session2", "http://public.test:8080/s2"],
+    ["ask", "ask_denied", "other.test:8443", "--reason", "again please"],
+    ["ask", "hostile", "other.test:443", "--reason", HOSTILE, "--no-wait"],
+    ["ask", "ask_timeout", "other.test:9000", "--reason", "nobody answers", "--timeout", "1"],
+    ["wait"],
+    ["flood", "flood", 25],
+    ["fetch", "after_flood", "http://public.test/after"],
+    ["ask", "ask_host_service", "gate:5432", "--reason", "db"],
+    ["ask", "ask_url", "http://evil.test/", "--reason", "x"],
+    ["ask", "ask_allowed", "public.test", "--reason", "x"],
+]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def scenario(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """One session per backend: refused, asked, approved once, used, refused again;
+    approved for the session; denied; a hostile reason; a flood; bad destinations."""
+    world = start(str(request.param), tmp_path_factory.mktemp("asks"), SCENARIO)
+    answers: dict[str, subprocess.CompletedProcess[str]] = {}
+    try:
+        once_id = world.asked("other.test:80")
+        answers["pending_once"] = world.egress("pending", "--json")
+        answers["approve_once"] = world.egress("approve", once_id, "--once")
+        answers["approve_twice"] = world.egress("approve", once_id)
+        answers["approve_session"] = world.egress(
+            "approve", world.asked("public.test:8080"), "--session"
+        )
+        answers["deny"] = world.egress("deny", world.asked("other.test:8443"))
+        world.asked("other.test:443")
+        pending = world.egress("pending", "--json")
+        pending_text = world.egress("pending").stdout
+        world.go()
+        stderr = world.finish()
+    finally:
+        if world.process.popen.poll() is None:
+            world.process.stop()
+    steps = {
+        line.split(" ", 2)[1]: line.split(" ", 2)[2]
+        for line in world.process.lines["stdout"]
+        if line.startswith("STEP ")
+    }
+    return Outcome(steps, stderr, answers, json.loads(pending.stdout), pending_text)
+
+
+def test_a_refused_destination_says_how_to_ask(scenario: Outcome) -> None:
+    result = scenario.steps["refused_before"]
+    assert result.startswith("status=403")
+    assert "or ask the owner from inside: sandbridge-allow other.test:80 --reason" in result
+    assert scenario.hits("other80", "/before") == 0
+
+
+def test_the_request_is_listed_for_the_owner(scenario: Outcome) -> None:
+    [row] = json.loads(scenario.answers["pending_once"].stdout)
+    assert row["destination"] == "other.test:80"
+    assert row["reason"] == "read the docs"
+    assert row["session"] and row["id"].startswith(row["session"] + ":")
+    assert row["age"] >= 0
+
+
+def test_approved_once_is_used_once_then_refused_again(scenario: Outcome) -> None:
+    assert scenario.answers["approve_once"].returncode == 0
+    assert "other.test:80, one connection" in scenario.answers["approve_once"].stdout
+    asked = scenario.result("ask_once")
+    assert asked["rc"] == 0, asked
+    assert re.fullmatch(r"\S+:[0-9a-f]{8}", asked["out"])
+    assert "approved: other.test:80, one connection" in asked["err"]
+    assert scenario.steps["once"].startswith("status=200")
+    assert "hello from other80" in scenario.steps["once"]
+    assert scenario.steps["once_again"].startswith("status=403")
+    assert scenario.hits("other80", "/once") == 1
+    assert scenario.hits("other80", "/again") == 0
+
+
+def test_a_decided_request_cannot_be_approved_again(scenario: Outcome) -> None:
+    answer = scenario.answers["approve_twice"]
+    assert answer.returncode != 0
+    assert "is approved" in answer.stderr
+
+
+def test_approved_for_the_session_allows_repeatedly(scenario: Outcome) -> None:
+    assert scenario.answers["approve_session"].returncode == 0
+    assert scenario.result("ask_session")["rc"] == 0
+    for name in ("session1", "session2"):
+        assert scenario.steps[name].startswith("status=200"), scenario.steps[name]
+        assert "hello from public8080" in scenario.steps[name]
+
+
+def test_a_denied_request_makes_the_waiting_helper_fail(scenario: Outcome) -> None:
+    assert scenario.answers["deny"].returncode == 0
+    asked = scenario.result("ask_denied")
+    assert asked["rc"] == 1
+    assert "the owner denied egress request" in asked["err"]
+    assert "other.test:8443" in asked["err"]
+
+
+def test_a_hostile_reason_reaches_the_owner_escaped(scenario: Outcome) -> None:
+    [row] = [r for r in scenario.pending_json if r["destination"] == "other.test:443"]
+    assert row["reason"] == HOSTILE  # JSON carries it exactly, escaped by JSON
+    text = scenario.pending_text
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    [line] = [line for line in text.splitlines() if "other.test:443" in line]
+    assert '\\x1b[2J\\x1b]0;pwned\\x07fake\\x0asandbridge: second line \\u202eevil\\" --save"' in (
+        line
+    )
+    [logged] = [line for line in scenario.stderr if "asks for other.test:443" in line]
+    assert "\x1b" not in logged and "\\x0asandbridge: second line" in logged
+    assert not any(line.startswith("sandbridge: second line") for line in scenario.stderr)
+
+
+def test_no_wait_prints_the_id_and_returns(scenario: Outcome) -> None:
+    asked = scenario.result("hostile")
+    assert asked["rc"] == 0
+    assert re.fullmatch(r"\S+:[0-9a-f]{8}", asked["out"])
+
+
+def test_a_flood_hits_the_rate_limit_and_the_session_keeps_working(scenario: Outcome) -> None:
+    outcomes = json.loads(scenario.steps["flood"])
+    accepted = [o for o in outcomes if o["rc"] == 0]
+    refused = [o for o in outcomes if o["rc"] != 0]
+    # Five requests came before the flood (within the minute, unless the machine is very
+    # slow): ten may be taken in a minute, so at most ten of the flood, never all of it.
+    assert 1 <= len(accepted) <= 10 and len(refused) >= 15
+    assert refused and all("more than 10 requests in 60 s" in o["err"] for o in refused)
+    assert scenario.steps["after_flood"].startswith("status=200")
+    printed = [line for line in scenario.stderr if "the sandbox asks for flood" in line]
+    assert len(printed) == len(accepted)
+    [notice] = [line for line in scenario.stderr if "requests from the sandbox are being" in line]
+    assert notice == (
+        "sandbridge: egress requests from the sandbox are being refused: more than 10 "
+        "requests in 60 s; this one was dropped: ask again later"
+    )
+
+
+def test_a_host_service_or_a_url_is_refused_naming_the_value(scenario: Outcome) -> None:
+    service = scenario.result("ask_host_service")
+    assert service["rc"] == 1 and "'gate:5432' is a host service" in service["err"]
+    url = scenario.result("ask_url")
+    assert url["rc"] == 1 and "http://evil.test/" in url["err"]
+
+
+def test_an_allowed_destination_needs_no_request(scenario: Outcome) -> None:
+    allowed = scenario.result("ask_allowed")
+    assert allowed["rc"] == 0
+    assert "already allowed by 'public.test'" in allowed["err"]
+
+
+def test_no_answer_in_time_exits_3_and_leaves_the_request_pending(scenario: Outcome) -> None:
+    timed_out = scenario.result("ask_timeout")
+    assert timed_out["rc"] == 3
+    assert "no answer within 1 s" in timed_out["err"] and "stays pending" in timed_out["err"]
+
+
+def test_nothing_the_sandbox_sent_changed_a_file(scenario: Outcome) -> None:
+    assert not any("saved to" in line for line in scenario.stderr)
+
+
+# --- --save, and the next session ------------------------------------------------------
+
+
+def test_save_writes_one_commented_line_that_the_next_session_allows(
+    backend: str, tmp_path: Path
+) -> None:
+    world = start(
+        backend,
+        tmp_path,
+        [
+            ["ask", "ask", "other.test:80", "--reason", "docs\nfor the\x1b[31m build"],
+            ["fetch", "after1", "http://other.test/saved1"],
+            ["fetch", "after2", "http://other.test/saved2"],
+        ],
+    )
+    try:
+        answer = world.egress("approve", world.asked("other.test:80"), "--save")
+        world.finish()
+    finally:
+        if world.process.popen.poll() is None:
+            world.process.stop()
+    assert answer.returncode == 0, answer.stderr
+    assert "until the session ends" in answer.stdout and "saved to " in answer.stdout
+    text = (world.work / ".sandbridge" / "allow").read_text()
+    assert text.startswith(ALLOW_TEXT)
+    added = text[len(ALLOW_TEXT) :]
+    assert re.fullmatch(
+        r"other\.test:80  # \d{4}-\d\d-\d\d, asked from the sandbox: docs for the \[31m build\n",
+        added,
+    ), added
+    steps = {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
+    assert "status=200" in steps["after1"] and "status=200" in steps["after2"]
+    # The next session reads the saved line: no request needed.
+    (world.work / "go").unlink()
+    os.mkfifo(world.work / "go")
+    again = World(
+        in_world(
+            run_argv(
+                world.work,
+                PYTHON,
+                ASKER,
+                str(world.work / "go"),
+                json.dumps([["fetch", "next", "http://other.test/next"]]),
+                options=("--backend", backend),
+            ),
+            world.env,
+        ),
+        world.env,
+        world.work / "go",
+        world.work,
+    )
+    try:
+        assert again.step("next").startswith("status=200")
+        again.finish()
+    finally:
+        if again.process.popen.poll() is None:
+            again.process.stop()
+
+
+def test_without_the_egress_proxy_both_sides_say_so(backend: str, tmp_path: Path) -> None:
+    world = start(
+        backend,
+        tmp_path,
+        [["ask", "ask", "other.test:80", "--reason", "docs"], ["wait"]],
+        options=("--net", "none"),
+    )
+    try:
+        session = world.process.wait_line("sandbridge: session ", "stderr").rsplit(" ", 1)[1]
+        asked = json.loads(world.step("ask"))
+        answer = world.egress("approve", f"{session}:00000000")
+        pending = world.egress("pending", "--session", session)
+        world.go()
+        world.finish()
+    finally:
+        if world.process.popen.poll() is None:
+            world.process.stop()
+    assert asked["rc"] == 1
+    assert "cannot reach the egress gate at /run/ags-webview-relay/egress.sock" in asked["err"]
+    assert "egress requests need net = allow" in asked["err"]
+    for result in (answer, pending):
+        assert result.returncode == 2
+        assert f"session {session} has no egress proxy (its net mode is not allow)" in (
+            result.stderr
+        )
