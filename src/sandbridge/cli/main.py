@@ -211,6 +211,18 @@ def _add_relay_options(parser: argparse.ArgumentParser) -> None:
             "open browser connections per session (503 past it)",
         ),
         (
+            "--app-pool-size",
+            relay_settings.POOL_SIZE,
+            int,
+            "idle app connections kept per app for the next browser connection; 0: none",
+        ),
+        (
+            "--app-pool-idle",
+            relay_settings.POOL_IDLE_SECONDS,
+            float,
+            "close a kept idle app connection after SECONDS",
+        ),
+        (
             "--max-apps",
             MAX_APPS_PER_SESSION,
             int,
@@ -229,10 +241,13 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
         "max_connections_per_app",
         "max_connections",
         "max_apps",
+        "app_pool_idle",
     ):
         if getattr(args, name) <= 0:
             flag = "--" + name.replace("_", "-")
             raise SandbridgeError(f"{flag} must be positive, got {getattr(args, name)}")
+    if args.app_pool_size < 0:
+        raise SandbridgeError(f"--app-pool-size must be 0 or more, got {args.app_pool_size}")
     url_form = UrlForm(args.url_form)
     if url_form is UrlForm.IP:
         print(f"sandbridge: warning: {IP_FORM_CAVEAT}", file=sys.stderr, flush=True)
@@ -243,6 +258,8 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
         max_connections_per_app=args.max_connections_per_app,
         max_connections=args.max_connections,
         max_apps=args.max_apps,
+        pool_size=args.app_pool_size,
+        pool_idle_seconds=args.app_pool_idle,
         private=args.private,
         url_form=url_form,
     )

@@ -28,12 +28,10 @@ from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import ResponseDecision, decide_response
 from sandbridge.protocol.http.forwarding import (
-    LAST_CHUNK,
     ConnectionHeads,
     Framing,
     UpstreamRequest,
     build_browser_response,
-    encode_chunk,
     error_response,
 )
 from sandbridge.protocol.http.origin_policy import AppOrigin
@@ -47,8 +45,17 @@ from sandbridge.protocol.http.parser import (
 from sandbridge.protocol.http.private_access import AccessGate, redirect_response
 from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay import local_peer
+from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.exchange_io import (
+    Exchange,
+    finish_body,
+    no_response,
+    pump_request_body,
+    read_awaiting_response,
+    read_response_body,
+)
 from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
@@ -71,17 +78,6 @@ class App:
     host_name: str = "127.0.0.1"  # what clients must send as Host (with the port)
     process: str | None = None  # auto-publish: who listens, and what the host does with it
     action: PublishAction | None = None
-
-
-@dataclass
-class _Exchange:
-    """What one request/response exchange ended with."""
-
-    keep_browser: bool = False
-    reuse_upstream: bool = False
-    response_started: bool = False
-    body_sent: int = 0
-    tunnelled: bool = False  # after a 101: both sockets now belong to a Tunnel
 
 
 class AppListener:
@@ -108,6 +104,8 @@ class AppListener:
         self._tunnels: set[Tunnel] = set()
         # One task per browser connection, owned here: close() ends them.
         self._tasks = TaskSet()
+        # App connections left idle by finished browser connections (start() makes it).
+        self._pool: AppConnectionPool | None = None
 
     @property
     def app(self) -> App:
@@ -126,6 +124,7 @@ class AppListener:
             backlog=512,
         )
         self.host_port = self._server.sockets[0].getsockname()[1]
+        self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
         self.origin = AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
         if self.settings.private:
@@ -146,6 +145,8 @@ class AppListener:
         for tunnel in list(self._tunnels):
             tunnel.abort()
         await self._tasks.close()
+        if self._pool is not None:
+            self._pool.close()  # after the tasks: what they parked as they ended goes too
         if self._server is not None:
             await self._server.wait_closed()
         if self.origin is not None:
@@ -237,7 +238,10 @@ class AppListener:
         finally:
             browser.watchdog.close()
             if upstream is not None:
-                upstream.channel.abort()
+                if self._pool is not None:
+                    self._pool.park(upstream)  # only if idle; closed otherwise
+                else:
+                    upstream.channel.abort()
             if not tunnelled:
                 self._release(channel)
                 channel.abort() if channel.transport.is_closing() else channel.close()
@@ -297,7 +301,7 @@ class AppListener:
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection | None,
-    ) -> tuple[_Exchange, UpstreamConnection | None]:
+    ) -> tuple[Exchange, UpstreamConnection | None]:
         """One request and its response; returns how the connections continue."""
         # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
         # has not taken yet: a new exchange never starts on it. This is also what bounds
@@ -306,6 +310,21 @@ class AppListener:
             if upstream is not None:
                 upstream.channel.abort()
                 upstream = None
+            if (
+                self._pool
+                and may_retry(head, request)
+                and browser.events
+                and browser.events[0] is MESSAGE_END
+            ):
+                parked = self._pool.take()
+                if parked is not None:
+                    result = await self._run_exchange(browser, head, request, parked, None, True)
+                    if result is not None:
+                        return result
+                    # The app closed the parked connection instead of answering (its own
+                    # keep-alive timeout at that moment): the request goes out once more.
+                    browser.events.appendleft(MESSAGE_END)
+                    log.debug("upstream.parked_closed", port=self.host_port, app_port=self.port)
             try:
                 opened = await self.connector.open(self.port)
             except UpstreamError as exc:
@@ -320,34 +339,41 @@ class AppListener:
                     self.connector.socket_path,
                     self.settings.response_timeout,
                 )
-                return _Exchange(keep_browser=keep), None
+                return Exchange(keep_browser=keep), None
             upstream = UpstreamConnection(*opened)
-        return await self._run_exchange(browser, head, request, upstream, None)
+        result = await self._run_exchange(browser, head, request, upstream, None)
+        assert result is not None
+        return result
 
     async def _resume(
         self, browser: BrowserConnection, lane: KeepAliveLane, upstream: UpstreamConnection
-    ) -> tuple[_Exchange, UpstreamConnection | None]:
+    ) -> tuple[Exchange, UpstreamConnection | None]:
         """Carry on with an exchange the lane sent to the app."""
         head, request = lane.head, lane.request
         assert head is not None and request is not None
         if lane.end is LaneEnd.CONTINUE:
-            return await self._run_exchange(browser, head, request, upstream, lane.events)
+            result = await self._run_exchange(browser, head, request, upstream, lane.events)
+            assert result is not None
+            return result
         upstream.channel.abort()
         timed_out = lane.end is LaneEnd.RESPONSE_TIMEOUT
-        reason = self._no_response() if timed_out else str(lane.error)
+        reason = no_response(self.settings.response_timeout) if timed_out else str(lane.error)
         return await self._bad_gateway(browser, head, request, reason, force_close=True), None
 
-    async def _run_exchange(
+    async def _run_exchange(  # noqa: PLR0913  (one exchange's parts, as _relay_response takes them)
         self,
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection,
         resumed: collections.deque[Event] | None,
-    ) -> tuple[_Exchange, UpstreamConnection | None]:
+        parked: bool = False,
+    ) -> tuple[Exchange, UpstreamConnection | None] | None:
         """Send the request and relay the response; ``resumed``: the lane sent the
-        request (bodiless) and read these response events already."""
-        exchange = _Exchange()
+        request (bodiless) and read these response events already. ``None``: the
+        connection came from the pool (``parked``) and the app closed it before any of
+        a response; nothing was sent to the browser, and the request may go again."""
+        exchange = Exchange()
         try:
             if resumed is not None:
                 await self._relay_response(
@@ -367,9 +393,12 @@ class AppListener:
                 upstream.channel.write(request.head)
                 await self._exchange_with_body(browser, head, request, upstream, exchange)
         except (UpstreamError, HttpError, OSError) as exc:
+            closed_by_app = upstream.channel.at_end()
             upstream.channel.abort()
             if exchange.response_started:
                 raise OSError("upstream failed mid-response") from exc
+            if parked and closed_by_app:
+                return None
             return await self._bad_gateway(browser, head, request, str(exc), force_close=True), None
         except BaseException:  # cancelled (the listener closes): the upstream goes too
             upstream.channel.abort()
@@ -387,17 +416,17 @@ class AppListener:
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection,
-        exchange: _Exchange,
+        exchange: Exchange,
     ) -> None:
         """Relay the response while a task passes the request body on."""
-        pump = asyncio.create_task(self._pump_request_body(browser, upstream, request, exchange))
+        pump = asyncio.create_task(pump_request_body(browser, upstream, request, exchange))
         try:
             await self._relay_response(browser, head, request, upstream, exchange, pump)
             if not pump.done() and not request.upgrade:
                 # The app answered before reading the whole body (nginx's `return`
                 # does): keep passing the body on while the app keeps taking it, so
                 # the browser can finish sending and the connection stays usable.
-                await self._finish_body(pump, exchange)
+                await finish_body(pump, exchange, self.settings.header_timeout)
             if not pump.done() or pump.exception() is not None:
                 exchange.keep_browser = exchange.reuse_upstream = False
         finally:
@@ -413,7 +442,7 @@ class AppListener:
         request: UpstreamRequest,
         reason: str,
         force_close: bool = False,
-    ) -> _Exchange:
+    ) -> Exchange:
         log.debug("upstream.failed", port=self.host_port, app_port=self.port, reason=reason)
         keep = (
             not force_close
@@ -426,72 +455,7 @@ class AppListener:
             event = await browser.next_event()  # the MESSAGE_END of a bodiless request
             keep = event is MESSAGE_END
         await browser.send(error_response(502, reason, keep_alive=keep))
-        return _Exchange(keep_browser=keep)
-
-    async def _read_awaiting_response(
-        self, browser: BrowserConnection, upstream: UpstreamConnection, exchange: _Exchange
-    ) -> bytes:
-        """Read from the app before its final response head: an app that neither answers
-        nor takes request body for the response timeout has stalled (502)."""
-        while True:
-            progress = exchange.body_sent
-            try:
-                with browser.watchdog.limit(self.settings.response_timeout):
-                    # Cancelling Channel.read loses no data: it stays buffered.
-                    return await upstream.channel.read()
-            except TimeoutError:
-                if exchange.body_sent == progress:
-                    raise UpstreamError(self._no_response()) from None
-
-    def _no_response(self) -> str:
-        """Why an exchange failed whose app sent nothing within the response timeout."""
-        return f"app sent no response within {self.settings.response_timeout:g} s"
-
-    async def _finish_body(self, pump: asyncio.Future[None], exchange: _Exchange) -> None:
-        """Wait for the request body to finish while it makes progress."""
-        while not pump.done():
-            progress = exchange.body_sent
-            await asyncio.wait({pump}, timeout=self.settings.header_timeout)
-            if exchange.body_sent == progress:
-                return
-
-    async def _read_response_body(
-        self, browser: BrowserConnection, upstream: UpstreamConnection
-    ) -> bytes:
-        """Read more of a response; silence for the response timeout ends the stream."""
-        try:
-            with browser.watchdog.limit(self.settings.response_timeout):
-                return await upstream.channel.read()
-        except TimeoutError:
-            raise UpstreamError(
-                f"app sent nothing for {self.settings.response_timeout:g} s mid-response"
-            ) from None
-
-    async def _pump_request_body(
-        self,
-        browser: BrowserConnection,
-        upstream: UpstreamConnection,
-        request: UpstreamRequest,
-        exchange: _Exchange,
-    ) -> None:
-        chunked = request.framing is Framing.CHUNKED
-        while True:
-            event = await browser.next_event()
-            if event is None:
-                # The request can never be completed: drop the app's connection now, or
-                # the app waits for the rest of the body (and the relay for its answer)
-                # until the response timeout, holding both connections.
-                upstream.channel.abort()
-                raise OSError("browser closed the connection mid-request")
-            if event is MESSAGE_END:
-                if chunked:
-                    await upstream.channel.send(LAST_CHUNK)
-                return
-            if isinstance(event, BodyChunk):
-                await upstream.channel.send(encode_chunk(event.data) if chunked else event.data)
-                exchange.body_sent += len(event.data)
-            else:
-                raise HttpError(400, "unexpected event in request body")
+        return Exchange(keep_browser=keep)
 
     async def _relay_response(  # noqa: PLR0912, PLR0913, PLR0915  (the response loop of the data path; split, it costs a frame per event)
         self,
@@ -499,7 +463,7 @@ class AppListener:
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection,
-        exchange: _Exchange,
+        exchange: Exchange,
         pump: asyncio.Future[None] | None,  # None: the request has no body
         resumed: collections.deque[Event] | None = None,  # read by the lane already
     ) -> None:
@@ -525,9 +489,13 @@ class AppListener:
                     out.clear()
                 while not events:
                     if decision is None:
-                        data = await self._read_awaiting_response(browser, upstream, exchange)
+                        data = await read_awaiting_response(
+                            browser, upstream, exchange, self.settings.response_timeout
+                        )
                     else:
-                        data = await self._read_response_body(browser, upstream)
+                        data = await read_response_body(
+                            browser, upstream, self.settings.response_timeout
+                        )
                     events.extend(reader.feed(data) if data else reader.feed_eof())
             event = events.popleft()
             if isinstance(event, BodyChunk) and decision is not None:
@@ -572,6 +540,7 @@ class AppListener:
                 if out:
                     await channel.send(out[0] if len(out) == 1 else b"".join(out))
                 exchange.reuse_upstream = decision.reuse_upstream(reader.extra_data)
+                upstream.answered(exchange.reuse_upstream)
                 return
             else:
                 raise UpstreamError(f"unexpected event from app: {event!r}")

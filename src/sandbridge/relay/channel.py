@@ -131,6 +131,10 @@ class Channel(asyncio.Protocol):
             or transport.is_closing()
         )
 
+    def at_end(self) -> bool:
+        """Whether the peer closed or reset the connection."""
+        return self._eof
+
     async def read(self) -> bytes:
         """Everything received and not yet read; ``b""`` at end of stream.
 

@@ -240,6 +240,7 @@ class KeepAliveLane:
         self.in_flight = False
         self.keep_browser = decision.keep_browser
         self.reuse_upstream = decision.reuse_upstream(reader.extra_data)
+        upstream.answered(self.reuse_upstream)
         if (
             self.keep_browser
             and self.reuse_upstream

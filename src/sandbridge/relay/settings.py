@@ -19,6 +19,11 @@ RESPONSE_TIMEOUT = 300.0
 MAX_CONNECTIONS_PER_APP = 1024
 # Open browser connections per session: each costs two descriptors in this process.
 MAX_CONNECTIONS_PER_SESSION = 4096
+# App connections left idle by finished browser connections, kept per app for the next
+# (relay/app_pool.py): how many, and how long. Shorter than the keep-alive timeouts of
+# common app servers (Node and uvicorn: 5 s), so the app rarely closes one first.
+POOL_SIZE = 8
+POOL_IDLE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ class RelaySettings:
     max_connections_per_app: int = MAX_CONNECTIONS_PER_APP
     max_connections: int = MAX_CONNECTIONS_PER_SESSION
     max_apps: int = MAX_APPS_PER_SESSION
+    pool_size: int = POOL_SIZE
+    pool_idle_seconds: float = POOL_IDLE_SECONDS
     private: bool = False
     # NAME: each app its own ``<label>.localhost`` site; IP: the contract's 127.0.0.1 form.
     url_form: UrlForm = UrlForm.NAME

@@ -184,9 +184,11 @@ class UpstreamConnection:
     pending: bytes = b""  # what the shim sent after its answer: the response's first bytes
     reader: ResponseReader | None = None  # kept from one response to the next
     reusable: bool = True
+    awaiting: bool = False  # a request went out and its response is not read to the end
 
     def expect_response(self, request_method: bytes) -> ResponseReader:
         """The reader, ready for the response to a request just sent."""
+        self.awaiting = True
         if self.reader is None:
             self.reader = ResponseReader(request_method)
         else:
@@ -197,3 +199,18 @@ class UpstreamConnection:
         """Whether a next request may go out on it: the app kept it, and it has nothing
         unread, no end of stream and room to write (:meth:`Channel.ready_for_exchange`)."""
         return self.reusable and self.channel.ready_for_exchange()
+
+    def answered(self, reuse: bool) -> None:
+        """The response is read to its end; ``reuse``: a next request may follow it."""
+        self.awaiting = False
+        self.reusable = self.reusable and reuse
+
+    def parkable(self) -> bool:
+        """Whether another browser connection may take it over: between exchanges (no
+        request in flight, nothing of a response held), and ready for the next one."""
+        return (
+            not self.awaiting
+            and not self.pending
+            and self.channel.lane is None
+            and self.ready_for_exchange()
+        )

@@ -1,0 +1,101 @@
+"""The task's reads and writes of one exchange on the data path
+(:class:`~sandbridge.relay.app_listener.AppListener`): what an exchange ended with,
+the request body passed on, and the app's reads under the response timeout."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from sandbridge.exceptions import HttpError, UpstreamError
+from sandbridge.protocol.http.forwarding import (
+    LAST_CHUNK,
+    Framing,
+    UpstreamRequest,
+    encode_chunk,
+)
+from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk
+from sandbridge.relay.browser import BrowserConnection
+from sandbridge.relay.upstream import UpstreamConnection
+
+
+@dataclass
+class Exchange:
+    """What one request/response exchange ended with."""
+
+    keep_browser: bool = False
+    reuse_upstream: bool = False
+    response_started: bool = False
+    body_sent: int = 0
+    tunnelled: bool = False  # after a 101: both sockets now belong to a Tunnel
+
+
+def no_response(response_timeout: float) -> str:
+    """Why an exchange failed whose app sent nothing within the response timeout."""
+    return f"app sent no response within {response_timeout:g} s"
+
+
+async def read_awaiting_response(
+    browser: BrowserConnection,
+    upstream: UpstreamConnection,
+    exchange: Exchange,
+    response_timeout: float,
+) -> bytes:
+    """Read from the app before its final response head: an app that neither answers
+    nor takes request body for the response timeout has stalled (502)."""
+    while True:
+        progress = exchange.body_sent
+        try:
+            with browser.watchdog.limit(response_timeout):
+                # Cancelling Channel.read loses no data: it stays buffered.
+                return await upstream.channel.read()
+        except TimeoutError:
+            if exchange.body_sent == progress:
+                raise UpstreamError(no_response(response_timeout)) from None
+
+
+async def read_response_body(
+    browser: BrowserConnection, upstream: UpstreamConnection, response_timeout: float
+) -> bytes:
+    """Read more of a response; silence for the response timeout ends the stream."""
+    try:
+        with browser.watchdog.limit(response_timeout):
+            return await upstream.channel.read()
+    except TimeoutError:
+        raise UpstreamError(f"app sent nothing for {response_timeout:g} s mid-response") from None
+
+
+async def finish_body(pump: asyncio.Future[None], exchange: Exchange, patience: float) -> None:
+    """Wait for the request body to finish while it makes progress."""
+    while not pump.done():
+        progress = exchange.body_sent
+        await asyncio.wait({pump}, timeout=patience)
+        if exchange.body_sent == progress:
+            return
+
+
+async def pump_request_body(
+    browser: BrowserConnection,
+    upstream: UpstreamConnection,
+    request: UpstreamRequest,
+    exchange: Exchange,
+) -> None:
+    """Pass the request body on to the app, each write awaited (backpressure)."""
+    chunked = request.framing is Framing.CHUNKED
+    while True:
+        event = await browser.next_event()
+        if event is None:
+            # The request can never be completed: drop the app's connection now, or
+            # the app waits for the rest of the body (and the relay for its answer)
+            # until the response timeout, holding both connections.
+            upstream.channel.abort()
+            raise OSError("browser closed the connection mid-request")
+        if event is MESSAGE_END:
+            if chunked:
+                await upstream.channel.send(LAST_CHUNK)
+            return
+        if isinstance(event, BodyChunk):
+            await upstream.channel.send(encode_chunk(event.data) if chunked else event.data)
+            exchange.body_sent += len(event.data)
+        else:
+            raise HttpError(400, "unexpected event in request body")
