@@ -266,7 +266,7 @@ def read_npmrc(path: str, text: str) -> list[Finding]:
         registry = _NPMRC_REGISTRY.match(line)
         if registry is not None:
             scope = registry.group("scope")
-            what = f"npm registry for {scope[:-1]}" if scope else "npm registry"
+            what = f"scoped registry {scope[:-1]}" if scope else "npm registry"
             finding = host_finding(registry.group("url"), where, what, NPM)
             if finding is not None:
                 found.append(finding)
@@ -277,7 +277,7 @@ def read_npmrc(path: str, text: str) -> list[Finding]:
             finding = host_finding(
                 f"https://{auth.group('host')}{':' + port if port else ''}/",
                 where,
-                "npm registry credentials (host only)",
+                "registry credentials (host only)",
                 NPM,
             )
             if finding is not None:

@@ -59,6 +59,8 @@ def argv(spec: SandboxSpec) -> list[str]:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
     for mount in spec.read_only_paths:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    for path in spec.hidden_targets():
+        args += ["--ro-bind", "/dev/null", str(path)]
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in spec.guard.masked:
         args += ["--tmpfs", str(path)]

@@ -37,6 +37,7 @@ def init_config(spec: SandboxSpec) -> str:
             "read_only_paths": [
                 {"dest": str(m.dest), "writable": m.writable} for m in spec.read_only_paths
             ],
+            "hidden": [str(path) for path in spec.hidden_targets()],
             "masked": [str(path) for path in spec.guard.masked],
             "env": sandbox_env(spec.home, spec.env),
             "new_session": spec.new_session,
