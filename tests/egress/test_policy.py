@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
