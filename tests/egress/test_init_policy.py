@@ -9,7 +9,7 @@ import pytest
 
 from sandbridge.egress import init_policy
 from sandbridge.egress.init_policy import GITIGNORE_LINE, plan, write
-from sandbridge.egress.policy import load_policy
+from sandbridge.egress.policy import Policy, load_policy
 from sandbridge.egress.secrets_file import parse_secrets
 from sandbridge.egress.survey import survey
 from sandbridge.egress.survey_findings import Finding, Kind
@@ -83,7 +83,7 @@ def test_an_ecosystem_without_a_named_registry_gets_a_placeholder(tmp_path: Path
     assert load_policy_text(tmp_path, allow).rules == ()
 
 
-def load_policy_text(root: Path, allow: str) -> object:
+def load_policy_text(root: Path, allow: str) -> Policy:
     (root / ".sandbridge").mkdir(exist_ok=True)
     (root / ".sandbridge" / "allow").write_text(allow)
     return load_policy(root)
