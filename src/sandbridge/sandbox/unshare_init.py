@@ -181,12 +181,15 @@ def build_root(config: dict[str, Any]) -> str:
         # Onto itself as the sandbox sees it now: no symlink is followed to the host.
         target = root + protected["dest"]
         _bind_self(target, writable=protected["writable"])
+    empty = scratch + "/empty"
     for path in config.get("hidden", []):
-        # An empty file over a host file the sandbox must not read (the secrets file).
+        # An empty read-only file over a host file the sandbox must not read (the secrets
+        # file); it lives on the scratch tmpfs, which leaves with the old root.
         target = root + path
         if os.path.islink(target):
             raise OSError(40, f"hidden file became a symbolic link: {target}")
-        bind("/dev/null", target, writable=False)
+        Path(empty).touch(mode=0o400)
+        bind(empty, target, writable=False)
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in config["masked"]:
         cover(path)
