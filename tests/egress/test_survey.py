@@ -350,6 +350,34 @@ def test_links_fifos_binary_junk_bad_encoding_and_huge_files_are_notes(tmp_path:
     assert "notes:" in "\n".join(describe(result))
 
 
+def test_deeply_nested_json_and_toml_give_no_crash(tmp_path: Path) -> None:
+    nested = "[" * 200_000
+    write(
+        tmp_path,
+        {
+            "package.json": nested,
+            ".devcontainer/devcontainer.json": nested,
+            "pyproject.toml": f"a = {nested}",
+        },
+    )
+    result = survey(tmp_path)
+    assert {"npm", "python"} <= set(result.ecosystems())
+    assert names(result, Kind.PORT) == set()
+
+
+def test_a_huge_directory_is_cut_at_the_entry_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbridge.egress import survey as survey_module
+
+    monkeypatch.setattr(survey_module, "MAX_ENTRIES", 50)
+    for n in range(120):
+        (tmp_path / f"f{n:03}").touch()
+    result = survey(tmp_path)
+    assert result.entries_seen == 50
+    assert any(note.text == "stopped after 50 entries" for note in result.notes)
+
+
 def test_a_deep_tree_is_cut_at_the_depth_limit(tmp_path: Path) -> None:
     deep = tmp_path
     for level in range(MAX_DEPTH + 3):

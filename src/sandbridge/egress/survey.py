@@ -142,18 +142,20 @@ def _reader(relative: str) -> Reader | None:
 
 
 def _walk(result: Survey, fd: int, prefix: str, depth: int) -> None:
+    entries: list[os.DirEntry[str]] = []
     try:
         with os.scandir(fd) as listing:
-            entries = sorted(listing, key=lambda e: e.name)
+            for entry in listing:  # never more than the budget in memory
+                if result.entries_seen >= MAX_ENTRIES:
+                    result.note(prefix or ".", f"stopped after {MAX_ENTRIES} entries")
+                    break
+                result.entries_seen += 1
+                entries.append(entry)
     except OSError as exc:
         result.note(prefix or ".", f"cannot list: {exc.strerror}")
         return
     subdirs = []
-    for entry in entries:
-        result.entries_seen += 1
-        if result.entries_seen > MAX_ENTRIES:
-            result.note(prefix or ".", f"stopped after {MAX_ENTRIES} entries")
-            return
+    for entry in sorted(entries, key=lambda e: e.name):
         if _visit(result, fd, entry, prefix):
             subdirs.append(entry.name)
     for name in subdirs:

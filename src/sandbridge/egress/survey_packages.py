@@ -148,7 +148,7 @@ def read_pip_conf(path: str, text: str) -> list[Finding]:
 def _toml(text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return {}
 
 
@@ -229,7 +229,7 @@ def read_package_json(path: str, text: str) -> list[Finding]:
     found = [ecosystem(path, NPM, "package.json")]
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: [[[[... nested past the stack
         return found
     if not isinstance(data, dict):
         return found

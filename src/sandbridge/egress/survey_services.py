@@ -225,7 +225,7 @@ def _line_after(text: str, key: str, value: str) -> int | None:
 def read_devcontainer(path: str, text: str) -> list[Finding]:
     try:
         data = json.loads(_strip_jsonc(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     if not isinstance(data, dict):
         return []
