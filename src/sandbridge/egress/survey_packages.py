@@ -84,6 +84,25 @@ def url_findings(
     return found
 
 
+def starting(*prefixes: str) -> Callable[[str], bool]:
+    """Lines whose first word starts with one of ``prefixes``."""
+    return lambda line: line.lstrip().startswith(prefixes)
+
+
+def holding(*words: str) -> Callable[[str], bool]:
+    """Lines that hold one of ``words``."""
+    return lambda line: any(word in line for word in words)
+
+
+def either(*tests: Callable[[str], bool]) -> Callable[[str], bool]:
+    return lambda line: any(test(line) for test in tests)
+
+
+def _url_property(line: str) -> bool:
+    """``distributionUrl=...``, ``wrapperUrl=...`` of a wrapper's properties."""
+    return line.strip().lower().split("=", 1)[0].endswith("url")
+
+
 def line_findings(line: str, where: str, what: str, name: str) -> list[Finding]:
     """A host finding for every URL in one line."""
     found = []
@@ -211,7 +230,7 @@ def read_uv_toml(path: str, text: str) -> list[Finding]:
 
 
 def read_pipfile(path: str, text: str) -> list[Finding]:
-    keep = lambda line: line.strip().startswith("url")  # noqa: E731
+    keep = starting("url")
     return [
         ecosystem(path, PYTHON, "Pipfile"),
         *url_findings(path, text, "Pipfile source", PYTHON, keep),
@@ -253,7 +272,7 @@ def read_package_json(path: str, text: str) -> list[Finding]:
 
 def read_npm_lock(path: str, text: str) -> list[Finding]:
     name = path.rsplit("/", 1)[-1]
-    keep = lambda line: "resolved" in line or "tarball" in line  # noqa: E731
+    keep = holding("resolved", "tarball")
     return [ecosystem(path, NPM, name), *url_findings(path, text, f"{name} resolved", NPM, keep)]
 
 
@@ -286,7 +305,7 @@ def read_npmrc(path: str, text: str) -> list[Finding]:
 
 
 def read_yarnrc(path: str, text: str) -> list[Finding]:
-    keep = lambda line: "registry" in line.lower() or "Registry" in line  # noqa: E731
+    keep = holding("registry", "Registry")
     return [
         ecosystem(path, NPM, path.rsplit("/", 1)[-1]),
         *url_findings(path, text, "yarn registry", NPM, keep),
@@ -297,7 +316,7 @@ def read_yarnrc(path: str, text: str) -> list[Finding]:
 
 
 def read_cargo_toml(path: str, text: str) -> list[Finding]:
-    keep = lambda line: "git" in line or "registry" in line or "index" in line  # noqa: E731
+    keep = holding("git", "registry", "index")
     return [
         ecosystem(path, CARGO, "Cargo.toml"),
         *url_findings(path, text, "cargo dependency source", CARGO, keep),
@@ -305,7 +324,7 @@ def read_cargo_toml(path: str, text: str) -> list[Finding]:
 
 
 def read_cargo_lock(path: str, text: str) -> list[Finding]:
-    keep = lambda line: line.startswith("source")  # noqa: E731
+    keep = starting("source")
     return [
         ecosystem(path, CARGO, "Cargo.lock"),
         *url_findings(path, text, "Cargo.lock source", CARGO, keep),
@@ -324,12 +343,12 @@ def read_go(path: str, text: str) -> list[Finding]:
 
 
 def read_gemfile(path: str, text: str) -> list[Finding]:
-    keep = lambda line: line.lstrip().startswith("source") or "git" in line  # noqa: E731
+    keep = either(starting("source"), holding("git"))
     return [ecosystem(path, RUBY, "Gemfile"), *url_findings(path, text, "gem source", RUBY, keep)]
 
 
 def read_gemfile_lock(path: str, text: str) -> list[Finding]:
-    keep = lambda line: line.strip().startswith("remote:")  # noqa: E731
+    keep = starting("remote:")
     return [
         ecosystem(path, RUBY, "Gemfile.lock"),
         *url_findings(path, text, "Gemfile.lock remote", RUBY, keep),
@@ -361,7 +380,7 @@ def read_wrapper_properties(path: str, text: str) -> list[Finding]:
     """``distributionUrl=https\\://...`` of the Maven and Gradle wrappers."""
     name = GRADLE if "gradle" in path else MAVEN
     unescaped = text.replace("\\:", ":")
-    keep = lambda line: line.strip().lower().split("=", 1)[0].endswith("url")  # noqa: E731
+    keep = _url_property
     return [
         ecosystem(path, name, "wrapper"),
         *url_findings(path, unescaped, f"{name} wrapper download", name, keep),
