@@ -35,6 +35,18 @@ def files_under(directory: Path) -> dict[Path, bytes]:
     return found
 
 
+def every_command_line() -> str:
+    """``/proc/*/cmdline`` of every process on the machine, as any local user sees them."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except (OSError, UnicodeDecodeError):
+                continue
+    return "\n".join(lines)
+
+
 def sandbridge(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*SANDBRIDGE, *args], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -59,6 +71,7 @@ def test_values_reach_the_command_and_no_output(backend: str, tmp_path: Path) ->
     try:
         process.wait_line("READY", timeout=60)
         during = files_under(xdg)
+        command_lines = every_command_line()
         status = sandbridge(env, "status", "--json")
         listing = sandbridge(env, "ls", "--json")
         go.write_text("done\n")
@@ -79,6 +92,7 @@ def test_values_reach_the_command_and_no_output(backend: str, tmp_path: Path) ->
         ("stderr", stderr),
         ("status", status.stdout + status.stderr),
         ("ls", listing.stdout + listing.stderr),
+        ("command lines (every local user reads them)", command_lines),
         *((str(path), data.decode("utf-8", "replace")) for path, data in during.items()),
     ]:
         assert SECRET not in text, name

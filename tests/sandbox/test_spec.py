@@ -3,6 +3,7 @@ the backends cover it at each place (sandbox/spec.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,31 @@ def test_the_backends_cover_each_place_after_the_binds() -> None:
     assert argv[at - 2 : at] == ["--ro-bind", "/dev/null"]
     assert at > argv.index("/tmp/p")  # after the workdir's bind
     assert '"hidden": ["/tmp/p/.sandbridge/env"]' in unshare.init_config(hidden)
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "unshare"])
+def test_with_an_env_fd_no_value_is_on_the_command_line(backend: str) -> None:
+    import dataclasses
+    import json
+
+    from sandbridge.sandbox import bwrap, unshare
+    from sandbridge.sandbox.spec import environment_file
+
+    value = "value-only-on-the-descriptor"
+    plain = dataclasses.replace(spec("/tmp/p", "/tmp/p/x"), env={"TOKEN": value})
+    module = bwrap if backend == "bwrap" else unshare
+    payload = module.env_payload(plain)
+    fd = environment_file(payload)
+    try:
+        with_fd = dataclasses.replace(plain, env_fd=fd)
+        argv = module.argv(with_fd)
+        assert value not in " ".join(argv)
+        assert os.read(fd, len(payload) + 1) == payload  # read from its start
+    finally:
+        os.close(fd)
+    if backend == "bwrap":
+        assert argv[argv.index("--args") + 1] == str(fd)
+        assert b"--setenv\0TOKEN\0" + value.encode() + b"\0" in payload
+    else:
+        assert json.loads(payload)["TOKEN"] == value
+        assert json.loads(argv[-1])["env_fd"] == fd

@@ -50,6 +50,10 @@ class SandboxSpec:
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
     # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
     terminal_fd: int | None = None
+    # An inherited descriptor (a memfd, :func:`environment_file`) the backend reads the
+    # sandbox's environment from, so that no value is on a command line: every local user
+    # can read /proc/PID/cmdline. ``None`` (``--dry-run``): the environment is inline.
+    env_fd: int | None = None
     # What keeps sandbridge's own host paths out of sight (sandbox/host_paths.py); computed
     # from the fields above when not given, refusing a layout no mask can make safe.
     guard: Guard = None  # type: ignore[assignment]
@@ -141,6 +145,19 @@ class SandboxSpec:
             for path in candidates
             if any(path.is_relative_to(top) and path != top for top in covered)
         )
+
+
+def environment_file(payload: bytes) -> int:
+    """A memfd holding ``payload``, read from its start, for :attr:`SandboxSpec.env_fd`
+    (close-on-exec here; ``pass_fds`` hands it to the backend alone)."""
+    fd = os.memfd_create("sandbridge-env", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, payload)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def sandbox_env(

@@ -217,8 +217,20 @@ def drop_capabilities() -> None:
         _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
 
 
+def read_environment(fd: int) -> dict[str, str]:
+    """The environment the host wrote on ``fd`` (a memfd), then ``fd`` closed."""
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    env: dict[str, str] = json.loads(b"".join(chunks))
+    return env
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
+    if config.get("env_fd") is not None:
+        config["env"] = read_environment(config["env_fd"])
     try:
         root = build_root(config)
         enter(root)
