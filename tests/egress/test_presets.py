@@ -73,3 +73,12 @@ def test_a_scoped_npm_registry_does_not_replace_the_default() -> None:
     plain = Finding(Kind.HOST, "b.test", ".npmrc:2", "npm registry", "npm")
     assert not replaces_default(npm, [scoped])
     assert replaces_default(npm, [scoped, plain])
+
+
+def test_a_fifo_or_directory_in_place_of_a_config_file_is_skipped(tmp_path: Path) -> None:
+    import os
+
+    host = config(tmp_path)
+    os.mkfifo(host.home / ".npmrc")
+    (host.etc / "pip.conf").mkdir()
+    assert host_registries(host) == []  # returns at all: the FIFO was not read

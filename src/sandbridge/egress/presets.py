@@ -14,6 +14,7 @@ fill in.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,8 +144,10 @@ def _read_gemrc(path: str, text: str) -> list[Finding]:
 def _read(path: Path) -> str | None:
     """A small regular file's text (the owner's own configuration), or ``None``."""
     try:
-        with open(path, "rb") as file:
-            if not os.path.isfile(path):
+        # Non-blocking, and a regular file only: a FIFO there must not hang init.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
             data = file.read(MAX_CONFIG_BYTES + 1)
     except OSError:
