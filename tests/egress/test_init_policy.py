@@ -159,3 +159,24 @@ def test_a_linked_gitignore_or_policy_dir_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match="not a directory"):
         write(root, plan(survey(root), [], DAY), force=True)
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_fifo_gitignore_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / ".gitignore")
+    with pytest.raises(PolicyError, match="not a regular file"):
+        init_policy.ignore_secrets_file(tmp_path)
+
+
+def test_a_planted_file_beside_the_policy_is_never_written_through(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / ".sandbridge").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    for name in (".allow.sandbridge-init", ".allow.tmp"):
+        os.symlink(elsewhere, tmp_path / ".sandbridge" / name)
+    os.mkfifo(tmp_path / ".sandbridge" / ".config.sandbridge-init")
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    assert not elsewhere.exists()
+    assert (tmp_path / ".sandbridge" / "allow").is_file()

@@ -21,6 +21,7 @@ What becomes an active entry, and what only a commented suggestion:
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,11 +242,12 @@ def write(root: Path, files: PolicyFiles, force: bool) -> list[Path]:
 def _replace(path: Path, text: str) -> None:
     """Write ``path`` whole (a temporary file renamed over it; a link is replaced, not
     followed)."""
-    temporary = path.with_name(f".{path.name}.sandbridge-init")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with os.fdopen(os.open(temporary, flags, 0o644), "w", encoding="utf-8") as file:
+        # A fresh name (O_EXCL): nothing the project planted is opened or followed.
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
             file.write(text)
+        os.chmod(temporary, 0o644)
         os.replace(temporary, path)
     except OSError as exc:
         raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
@@ -257,6 +259,8 @@ def ignore_secrets_file(root: Path) -> bool:
     path = root / ".gitignore"
     if path.is_symlink():
         raise PolicyError(f"{path}: a symbolic link; add the line {GITIGNORE_LINE} yourself")
+    if os.path.lexists(path) and not path.is_file():
+        raise PolicyError(f"{path}: not a regular file; add the line {GITIGNORE_LINE} yourself")
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
     except (OSError, UnicodeDecodeError) as exc:
@@ -266,7 +270,7 @@ def ignore_secrets_file(root: Path) -> bool:
     if any(line.strip() in (GITIGNORE_LINE, str(ENV_FILE)) for line in text.splitlines()):
         return False
     addition = ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         with os.fdopen(os.open(path, flags, 0o644), "a", encoding="utf-8") as file:
             file.write(addition)
