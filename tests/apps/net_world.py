@@ -10,17 +10,22 @@ veth pair and a route, as a real internet host would be. Then COMMAND (a ``sandb
 run``) runs on the host side with its output passed through, and its status is the
 world's. Every request any server receives is printed as ``HIT <server> <host header>
 <path>`` on stderr, so a test can prove a refused destination was never contacted.
+
+With ``NET_WORLD_FILES=DIR`` in the environment, ``pkgs.test`` (8.8.0.3, port 80) serves
+the files under DIR: a test's own package index and registry, for real installs.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import os
 import shutil
 import socketserver
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import dnslib
 import dnslib.server
@@ -32,7 +37,9 @@ DNS_PORT = 5353
 PUBLIC = "8.8.0.1"  # public.test, sub.wild.test (in the internet namespace)
 OTHER = "8.8.0.2"  # other.test: never allowed (in the internet namespace)
 SELF = "8.8.1.1"  # selfpub.test: a global address of the host itself
+PKGS = "8.8.0.3"  # pkgs.test: the files of NET_WORLD_FILES (in the internet namespace)
 NAMES = {
+    "pkgs.test.": PKGS,
     "public.test.": PUBLIC,
     "sub.wild.test.": PUBLIC,
     "other.test.": OTHER,
@@ -100,6 +107,22 @@ class Server(ThreadingHTTPServer):
         self.server_name, self.server_port = "net-world", int(self.server_address[1])
 
 
+class FilesHandler(SimpleHTTPRequestHandler):
+    """Static files, each request printed as a ``HIT pkgs80`` line."""
+
+    def do_GET(self) -> None:
+        print(f"HIT pkgs80 {self.headers.get('Host')} {self.path}", file=sys.stderr, flush=True)
+        super().do_GET()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def serve_files(directory: str) -> None:
+    server = Server((PKGS, 80), functools.partial(FilesHandler, directory=directory))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
 def serve(servers: list[tuple[str, str, int]]) -> None:
     for name, address, port in servers:
         server = Server((address, port), handler_for(name))
@@ -113,9 +136,11 @@ def internet() -> int:
     loopback_up()
     ip("addr", "add", f"{INTERNET_LINK}/30", "dev", "vnet")
     ip("link", "set", "vnet", "up")  # the host's side of the link is on-link: no route needed
-    for address in (PUBLIC, OTHER):
+    for address in (PUBLIC, OTHER, PKGS):
         add_address("lo", ipaddress.IPv4Address(address))
     serve(INTERNET_SERVERS)
+    if os.environ.get("NET_WORLD_FILES"):
+        serve_files(os.environ["NET_WORLD_FILES"])
     print("INTERNET READY", flush=True)
     sys.stdin.read()
     return 0

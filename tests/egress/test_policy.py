@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def project(tmp_path: Path, allow: str = "", config: str = "") -> Path:
     return tmp_path
 
 
-def policy_of(*entries: str, **flags: str) -> Policy:
+def policy_of(*entries: str, **flags: Any) -> Policy:
     return load_policy(Path("/nonexistent"), allow=entries, **flags)
 
 

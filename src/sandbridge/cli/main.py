@@ -17,7 +17,7 @@ from pathlib import Path
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
 from sandbridge.cli import network as network_cli
-from sandbridge.egress.policy import Policy
+from sandbridge.egress.policy import SECRETS_FILE, Policy
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -282,7 +282,9 @@ def _spec_factory(
     # Built first, so that a layout exposing sandbridge's own host paths is refused before
     # any session dir exists, and sandbridge's own dirs exist before the protected paths
     # are decided (sandbox/host_paths.py); each session only sets its runtime dir.
+    secrets = project_root(workdir) / SECRETS_FILE
     unprotected = SandboxSpec(
+        hidden_files=[secrets] if os.path.lexists(secrets) else [],
         command=command,
         workdir=workdir,
         runtime_dir=Path(MOUNT_POINT),
@@ -506,8 +508,10 @@ def build_parser() -> argparse.ArgumentParser:
     shim.set_defaults(func=cmd_shim)
 
     from sandbridge.cli import egress as egress_cli
+    from sandbridge.cli import policy as policy_cli
     from sandbridge.cli.terminal import add_commands
 
+    policy_cli.add_commands(commands)
     add_commands(commands)
     egress_cli.add_commands(commands)
     return parser

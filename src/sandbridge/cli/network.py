@@ -17,6 +17,7 @@ from typing import Any
 
 from sandbridge.egress.log import read_tally, summarise
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
+from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.registry import list_sessions, session_path
 from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
@@ -79,6 +80,7 @@ def policy(args: argparse.Namespace, workdir: Path) -> Policy:
     root's ``.sandbridge/`` only (sandbox/project.py), then the flags."""
     root = policy_location.project_root(workdir)
     policy_location.check(workdir, root)
+    policy_location.check_secrets_file(root)
     return load_policy(
         root,
         net=args.net,
@@ -86,7 +88,22 @@ def policy(args: argparse.Namespace, workdir: Path) -> Policy:
         resolver=args.resolver,
         allow=args.allow,
         publish=[value for value in args.publish if is_rule_value(value)],
+        secrets=read_secrets(root),
     )
+
+
+def project_policy(root: Path) -> Policy:
+    """The policy of the project at ``root`` without flags, checked as ``run`` checks it."""
+    policy_location.check(root, root)
+    policy_location.check_secrets_file(root)
+    return load_policy(root, secrets=read_secrets(root))
+
+
+def print_policy(effective: Policy) -> None:
+    """What ``--print-policy`` prints: the files read (stderr), then the policy."""
+    print(files_line(effective), file=sys.stderr, flush=True)
+    for line in describe(effective):
+        print(line)
 
 
 def files_line(effective: Policy) -> str:
@@ -180,10 +197,10 @@ def inspect(
     """``--print-policy`` and ``--dry-run``: print, start nothing."""
     workdir = (args.workdir or Path.cwd()).resolve()
     effective = policy(args, workdir)
-    print(files_line(effective), file=sys.stderr, flush=True)
     if args.print_policy:
-        for line in describe(effective):
-            print(line)
+        print_policy(effective)
+    else:
+        print(files_line(effective), file=sys.stderr, flush=True)
     if spec_factory is not None:
         from sandbridge.places.runtime_dir import default_path
 

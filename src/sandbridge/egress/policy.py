@@ -38,6 +38,8 @@ from sandbridge.protocol.publish_rules import PublishRule, parse_rule, publishes
 
 ALLOW_FILE = Path(".sandbridge") / "allow"
 CONFIG_FILE = Path(".sandbridge") / "config"
+# The secrets file (egress/secrets_file.py): values set inside, never shown.
+SECRETS_FILE = Path(".sandbridge") / "env"
 
 # 100.64.0.0/10 is carrier-grade NAT space: never a real destination of a dev machine's
 # sandbox, and not loopback (which tools treat specially and NO_PROXY usually covers).
@@ -444,9 +446,17 @@ def load_policy(  # noqa: PLR0913  (keyword-only flags, each adding to the files
     resolver: str | None = None,
     allow: Iterable[str] = (),
     publish: Iterable[str] = (),
+    secrets: Iterable[EnvSetting] = (),
 ) -> Policy:
-    """The effective policy: the project's files, then the flags on top."""
+    """The effective policy: the project's files, the secrets file's variables
+    (``secrets``, read by egress/secrets_file.py; they win over ``env`` lines of the
+    config), then the flags on top."""
     builder = PolicyBuilder().read_project(project)
+    secrets = tuple(secrets)
+    for setting in secrets:
+        builder.env[setting.name] = setting
+    if secrets:
+        builder.files_read.append(project / SECRETS_FILE)
     if net is not None:
         builder.set("net", net, "--net")
     if gate_addr is not None:

@@ -30,3 +30,8 @@ def sandbox_argv(backend: str, spec: SandboxSpec) -> list[str]:
     """The command line that starts the sandbox with ``backend``."""
     argv = bwrap.argv(spec) if resolve(backend) == "bwrap" else unshare.argv(spec)
     return spec.network.wrap(argv)
+
+
+def env_payload(backend: str, spec: SandboxSpec) -> bytes:
+    """What the backend reads from :attr:`SandboxSpec.env_fd`."""
+    return bwrap.env_payload(spec) if resolve(backend) == "bwrap" else unshare.env_payload(spec)

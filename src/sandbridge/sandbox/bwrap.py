@@ -59,11 +59,27 @@ def argv(spec: SandboxSpec) -> list[str]:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
     for mount in spec.read_only_paths:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
+    for path in spec.hidden_targets():
+        args += ["--ro-bind", "/dev/null", str(path)]
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in spec.guard.masked:
         args += ["--tmpfs", str(path)]
     args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]
     args += ["--chdir", str(spec.workdir), "--clearenv"]
-    for name, value in sandbox_env(spec.home, spec.env).items():
-        args += ["--setenv", name, value]
+    if spec.env_fd is not None:
+        args += ["--args", str(spec.env_fd)]  # env_payload(spec), never on the command line
+    else:
+        args += _setenv(spec)
     return [*args, "--", *spec.entry_argv]
+
+
+def _setenv(spec: SandboxSpec) -> list[str]:
+    words = []
+    for name, value in sandbox_env(spec.home, spec.env).items():
+        words += ["--setenv", name, value]
+    return words
+
+
+def env_payload(spec: SandboxSpec) -> bytes:
+    """``--setenv NAME VALUE`` for every variable, NUL-separated, for ``--args FD``."""
+    return b"".join(word.encode() + b"\0" for word in _setenv(spec))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE
+from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
 from sandbridge.exceptions import PolicyError
 from sandbridge.sandbox import host_git
 
@@ -52,3 +52,20 @@ def check(workdir: Path, root: Path) -> None:
                     f"{root / name}: git ignores it ({rule}), so a change to it would not "
                     "show in review; remove that rule"
                 )
+
+
+def check_secrets_file(root: Path) -> None:
+    """Refuse a secrets file (``.sandbridge/env``) that git tracks: its values would be in
+    the repository's history and in every clone. Asked of the hardened host git, which
+    runs nothing of the project."""
+    if not os.path.lexists(root / SECRETS_FILE):
+        return
+    if not ((root / ".git").exists() or host_git.toplevel(root) == root):
+        return
+    result = host_git.run_git(root, "ls-files", "--error-unmatch", "--", str(SECRETS_FILE))
+    if result.returncode == 0:
+        raise PolicyError(
+            f"{root / SECRETS_FILE}: git tracks it, so its values are in the repository; "
+            f"untrack it with: git rm --cached {SECRETS_FILE} (and change every secret it "
+            "held if it was ever pushed)"
+        )

@@ -50,6 +50,10 @@ class SandboxSpec:
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
     # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
     terminal_fd: int | None = None
+    # An inherited descriptor (a memfd, :func:`environment_file`) the backend reads the
+    # sandbox's environment from, so that no value is on a command line: every local user
+    # can read /proc/PID/cmdline. ``None`` (``--dry-run``): the environment is inline.
+    env_fd: int | None = None
     # What keeps sandbridge's own host paths out of sight (sandbox/host_paths.py); computed
     # from the fields above when not given, refusing a layout no mask can make safe.
     guard: Guard = None  # type: ignore[assignment]
@@ -57,6 +61,10 @@ class SandboxSpec:
     # themselves after the workdir, the binds and their pins: read-only, or (writable)
     # pinned as a mount point so they cannot be renamed away (sandbox/protected_paths.py).
     read_only_paths: list[Mount] = field(default_factory=list)
+    # Host files the sandbox must not read (the secrets file, whose values it gets in
+    # its environment only): covered by an empty read-only file wherever they are
+    # visible inside, after every other bind (:meth:`hidden_targets`).
+    hidden_files: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -81,6 +89,22 @@ class SandboxSpec:
         binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts]
         pins = self.guard.pins[-len(binds) :] if self.guard.pins else [()] * len(binds)
         return [mount for bind, after in zip(binds, pins, strict=True) for mount in (bind, *after)]
+
+    def hidden_targets(self) -> list[Path]:
+        """Where inside each of :attr:`hidden_files` is visible: at its own path through
+        the read-only root (unless a private tmpfs covers it there), and under each
+        layer (tooling, workdir, bind) that holds it."""
+        covered = [Path("/tmp"), Path("/run"), *self.guard.private]
+        if self.home != self.workdir:
+            covered.append(self.home)
+        targets: list[Path] = []
+        for path in self.hidden_files:
+            if not any(path.is_relative_to(top) for top in covered):
+                targets.append(path)
+            for layer in self.layers():
+                if path.is_relative_to(layer.mount.source):
+                    targets.append(layer.mount.dest / path.relative_to(layer.mount.source))
+        return sorted(set(targets))
 
     @property
     def entry_argv(self) -> list[str]:
@@ -121,6 +145,19 @@ class SandboxSpec:
             for path in candidates
             if any(path.is_relative_to(top) and path != top for top in covered)
         )
+
+
+def environment_file(payload: bytes) -> int:
+    """A memfd holding ``payload``, read from its start, for :attr:`SandboxSpec.env_fd`
+    (close-on-exec here; ``pass_fds`` hands it to the backend alone)."""
+    fd = os.memfd_create("sandbridge-env", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, payload)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def sandbox_env(

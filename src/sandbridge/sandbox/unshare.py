@@ -37,13 +37,21 @@ def init_config(spec: SandboxSpec) -> str:
             "read_only_paths": [
                 {"dest": str(m.dest), "writable": m.writable} for m in spec.read_only_paths
             ],
+            "hidden": [str(path) for path in spec.hidden_targets()],
             "masked": [str(path) for path in spec.guard.masked],
-            "env": sandbox_env(spec.home, spec.env),
+            # The values travel on env_fd (env_payload) when there is one: never on argv.
+            "env": sandbox_env(spec.home, spec.env) if spec.env_fd is None else None,
+            "env_fd": spec.env_fd,
             "new_session": spec.new_session,
             "loopback": spec.network.own_namespace,
             "argv": spec.entry_argv,
         }
     )
+
+
+def env_payload(spec: SandboxSpec) -> bytes:
+    """The environment as JSON, for the init to read from ``env_fd``."""
+    return json.dumps(sandbox_env(spec.home, spec.env)).encode()
 
 
 def argv(spec: SandboxSpec) -> list[str]:

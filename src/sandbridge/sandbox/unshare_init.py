@@ -181,6 +181,15 @@ def build_root(config: dict[str, Any]) -> str:
         # Onto itself as the sandbox sees it now: no symlink is followed to the host.
         target = root + protected["dest"]
         _bind_self(target, writable=protected["writable"])
+    empty = scratch + "/empty"
+    for path in config.get("hidden", []):
+        # An empty read-only file over a host file the sandbox must not read (the secrets
+        # file); it lives on the scratch tmpfs, which leaves with the old root.
+        target = root + path
+        if os.path.islink(target):
+            raise OSError(40, f"hidden file became a symbolic link: {target}")
+        Path(empty).touch(mode=0o400)
+        bind(empty, target, writable=False)
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in config["masked"]:
         cover(path)
@@ -208,8 +217,20 @@ def drop_capabilities() -> None:
         _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
 
 
+def read_environment(fd: int) -> dict[str, str]:
+    """The environment the host wrote on ``fd`` (a memfd), then ``fd`` closed."""
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    env: dict[str, str] = json.loads(b"".join(chunks))
+    return env
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
+    if config.get("env_fd") is not None:
+        config["env"] = read_environment(config["env_fd"])
     try:
         root = build_root(config)
         enter(root)

@@ -22,8 +22,8 @@ from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.sandbox.backend import sandbox_argv
-from sandbridge.sandbox.spec import SandboxSpec
+from sandbridge.sandbox.backend import env_payload, sandbox_argv
+from sandbridge.sandbox.spec import SandboxSpec, environment_file
 from sandbridge.session.lifecycle import SessionOptions, open_session
 
 
@@ -41,11 +41,15 @@ async def run_session(
     # The host's private channel to the sandbox entry, for starting terminal workers: an
     # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
     host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with host_end, sandbox_end:
+    with host_end, sandbox_end, contextlib.ExitStack() as cleanup:
         try:
             spec = dataclasses.replace(
                 spec_factory(runtime_dir.path), terminal_fd=sandbox_end.fileno()
             )
+            # The environment's values (secrets among them) on a descriptor, not argv.
+            env_fd = environment_file(env_payload(backend, spec))
+            cleanup.callback(os.close, env_fd)
+            spec = dataclasses.replace(spec, env_fd=env_fd)
         except BaseException:
             runtime_dir.remove()
             raise
@@ -55,8 +59,11 @@ async def run_session(
                 on_session(session.entry)
             argv = sandbox_argv(backend, spec)
             log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
-            process = await asyncio.create_subprocess_exec(*argv, pass_fds=(sandbox_end.fileno(),))
+            process = await asyncio.create_subprocess_exec(
+                *argv, pass_fds=(sandbox_end.fileno(), env_fd)
+            )
             sandbox_end.close()
+            cleanup.close()  # the backend has its own copy of the environment's memfd
             return await _until_exit_or_signal(process)
 
 

@@ -1,0 +1,68 @@
+"""``sandbridge policy survey`` and ``sandbridge policy init`` (docs/policy.md)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sandbridge.cli import network as network_cli
+from sandbridge.egress import init_policy, presets
+from sandbridge.egress.survey import describe, survey
+from sandbridge.exceptions import PolicyError
+from sandbridge.sandbox.project import project_root
+
+
+def add_commands(commands: Any) -> None:
+    parser = commands.add_parser(
+        "policy", help="survey a project and write its first network policy (docs/policy.md)"
+    )
+    actions = parser.add_subparsers(dest="action", required=True)
+    look = actions.add_parser(
+        "survey", help="list the hosts, ports and variable names a project declares (no values)"
+    )
+    look.add_argument("directory", nargs="?", type=Path, default=None, help="default: cwd")
+    look.add_argument("--json", action="store_true", help="print JSON for tools")
+    look.set_defaults(func=cmd_survey)
+    init = actions.add_parser(
+        "init", help="write .sandbridge/allow, config and env.example from the survey"
+    )
+    init.add_argument(
+        "directory", nargs="?", type=Path, default=None, help="default: cwd's project root"
+    )
+    init.add_argument("--force", action="store_true", help="replace an existing policy")
+    init.set_defaults(func=cmd_init)
+
+
+def _directory(args: argparse.Namespace) -> Path:
+    directory = (args.directory or Path.cwd()).resolve()
+    if not directory.is_dir():
+        raise PolicyError(f"{args.directory}: not a directory")
+    return directory
+
+
+def cmd_survey(args: argparse.Namespace) -> int:
+    found = survey(_directory(args))
+    if args.json:
+        print(json.dumps(found.to_json(), indent=2))
+    else:
+        for line in describe(found):
+            print(line)
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Survey the project root, write its policy, then print it as ``--print-policy``."""
+    root = project_root(_directory(args))
+    found = survey(root)
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    files = init_policy.plan(
+        found, presets.host_registries(presets.HostConfig.of_this_host()), today
+    )
+    for path in init_policy.write(root, files, args.force):
+        print(f"sandbridge: wrote {path}", file=sys.stderr)
+    network_cli.print_policy(network_cli.project_policy(root))
+    return 0

@@ -1,0 +1,279 @@
+"""``sandbridge policy init``: a first policy from a survey, in the formats already read.
+
+:func:`plan` (pure) turns a :class:`~sandbridge.egress.survey.Survey` and the registries
+this host's toolchains name (:mod:`sandbridge.egress.presets`) into the text of
+``.sandbridge/allow`` (entries as :mod:`sandbridge.egress.policy` reads them),
+``.sandbridge/config`` and ``.sandbridge/env.example``; every entry has a comment above
+it naming the evidence that produced it. :func:`write` puts them in place: never over an
+existing file without ``force``, never through a symbolic link, and ``.sandbridge/env``
+(the secrets file, :mod:`sandbridge.egress.secrets_file`) is added to ``.gitignore``.
+
+What becomes an active entry, and what only a commented suggestion:
+
+- hosts a package toolchain reaches (registries, indexes, lockfile and dependency URLs,
+  registry variables) and submodule hosts over HTTPS: entries;
+- host ports that compose files publish, and registries on this host: ``gate:PORT``;
+- git remotes (fetching is also pushing: a way out), hosts only CI files name, remotes
+  over ssh (which does not use the egress proxy) and ports the project serves
+  (``publish = PORT``, auto-publish being opt-in): commented.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, DEFAULT_PORTS, format_entry
+from sandbridge.egress.presets import PRESETS, replaces_default
+from sandbridge.egress.survey import Survey
+from sandbridge.egress.survey_findings import Finding, Kind
+from sandbridge.exceptions import PolicyError
+
+ENV_FILE = ALLOW_FILE.parent / "env"
+ENV_EXAMPLE_FILE = ALLOW_FILE.parent / "env.example"
+GITIGNORE_LINE = "/.sandbridge/env"
+# Evidence lines named above one entry; the rest is counted.
+MAX_EVIDENCE = 3
+# Variables the project's compose services set for themselves (containers outside the
+# sandbox): not the sandbox's to fill in.
+_SERVICE_ENVIRONMENT = "compose service "
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFiles:
+    """The three files ``init`` writes, as text."""
+
+    allow: str
+    config: str
+    env_example: str
+
+
+def _is_active(finding: Finding) -> bool:
+    what = finding.what
+    if "over ssh" in what:
+        return False
+    if what.startswith("git submodule"):
+        return True
+    return bool(finding.ecosystem)
+
+
+def _entry(finding: Finding) -> str:
+    if finding.kind is Kind.SERVICE:
+        return f"gate:{finding.name}"
+    port = None if finding.port in DEFAULT_PORTS else finding.port
+    if finding.name.startswith("*."):
+        return finding.name if port is None else f"{finding.name}:{port}"
+    return format_entry(finding.name, port)
+
+
+def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
+    lines = [f"# {f.where}: {f.what}" for f in evidence[:MAX_EVIDENCE]]
+    if len(evidence) > MAX_EVIDENCE:
+        lines.append(f"# ... and {len(evidence) - MAX_EVIDENCE} more")
+    lines.append(entry if active else f"# {entry}")
+    return lines
+
+
+def _grouped(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
+    """Findings by the entry they produce, in the order first seen."""
+    groups: dict[str, list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault(_entry(finding), []).append(finding)
+    return groups
+
+
+def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> PolicyFiles:
+    """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`."""
+    hosts = survey.of(Kind.HOST) + survey.of(Kind.SERVICE)
+    active = [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
+    suggested = [f for f in hosts if f not in active]
+    head = [
+        f"# Written by `sandbridge policy init` on {written_on} from what this project",
+        "# declares (`sandbridge policy survey` lists it). Review every entry: the sandbox",
+        "# reaches exactly these. One entry a line; docs/network.md gives the syntax.",
+    ]
+    lines = list(head)
+    ecosystems = survey.ecosystems()
+    known = {f.ecosystem for f in active} | set(ecosystems)
+    for ecosystem in sorted(known - {""}):
+        lines += ["", *_ecosystem_section(ecosystem, ecosystems, active, host_registries)]
+    services = [f for f in active if f.kind is Kind.SERVICE]
+    if services:
+        lines += [
+            "",
+            "# host services: the sandbox reaches this host's 127.0.0.1:PORT at gate:PORT",
+        ]
+        for entry, evidence in _grouped(services).items():
+            lines += _block(entry, evidence, True)
+    others = [f for f in active if f.kind is Kind.HOST and not f.ecosystem]
+    if others:
+        lines += ["", "# git submodules"]
+        for entry, evidence in _grouped(others).items():
+            lines += _block(entry, evidence, True)
+    if suggested:
+        lines += [
+            "",
+            "# named by the project but not needed to build it (git remotes: fetching is",
+            "# also pushing; hosts only CI names; git over ssh, which the proxy does not",
+            "# carry): uncomment what the sandbox should reach",
+        ]
+        for entry, evidence in _grouped(suggested).items():
+            lines += _block(entry, evidence, False)
+    return PolicyFiles(
+        allow="\n".join(lines) + "\n",
+        config=_config(survey, written_on),
+        env_example=_env_example(survey, written_on),
+    )
+
+
+def _ecosystem_section(
+    ecosystem: str,
+    ecosystems: dict[str, list[str]],
+    active: list[Finding],
+    host_registries: list[Finding],
+) -> list[str]:
+    preset = PRESETS.get(ecosystem)
+    files = ecosystems.get(ecosystem, [])
+    lines = [f"# {ecosystem}" + (f" ({', '.join(files[:MAX_EVIDENCE])})" if files else "")]
+    if preset is not None:
+        lines.append(f"# {preset.needs}")
+    own = [f for f in active if f.ecosystem == ecosystem]
+    for entry, evidence in _grouped(own).items():
+        lines += _block(entry, evidence, True)
+    if preset is None or (own and replaces_default(preset, own)):
+        return lines
+    from_host = [f for f in host_registries if f.ecosystem == ecosystem]
+    taken = {_entry(f) for f in own}
+    for entry, evidence in _grouped(from_host).items():
+        if entry not in taken:
+            lines += _block(entry, [_host_evidence(f) for f in evidence], True)
+    if not from_host or not replaces_default(preset, from_host):
+        lines.append(f"# {preset.placeholder}")
+    return lines
+
+
+def _host_evidence(finding: Finding) -> Finding:
+    return Finding(
+        finding.kind,
+        finding.name,
+        finding.where,
+        f"{finding.what} (this host's own configuration)",
+        finding.ecosystem,
+        finding.port,
+    )
+
+
+def _config(survey: Survey, written_on: str) -> str:
+    lines = [
+        f"# Written by `sandbridge policy init` on {written_on}; `key = value` lines,",
+        "# docs/network.md gives every key.",
+        "net = allow",
+    ]
+    ports = survey.of(Kind.PORT)
+    if ports:
+        lines += [
+            "",
+            "# ports the project serves: uncomment to publish each when something listens",
+            "# on it (auto-publish, docs/network.md#auto-publish)",
+        ]
+        for evidence in _grouped(ports).values():
+            lines += _block(f"publish = {evidence[0].name}", evidence, False)
+    return "\n".join(lines) + "\n"
+
+
+def _env_example(survey: Survey, written_on: str) -> str:
+    lines = [
+        f"# Written by `sandbridge policy init` on {written_on}: the variables this project",
+        "# names. Copy it to .sandbridge/env, fill in the values and keep that file private",
+        "# (chmod 600, never committed: .gitignore lists it); `sandbridge run` sets them in",
+        "# the sandbox (docs/policy.md).",
+    ]
+    names: dict[str, list[Finding]] = {}
+    for finding in survey.of(Kind.VARIABLE):
+        if not finding.what.startswith(_SERVICE_ENVIRONMENT):
+            names.setdefault(finding.name, []).append(finding)
+    for name, evidence in names.items():
+        lines += ["", *_block(f"{name}=", evidence, True)]
+    return "\n".join(lines) + "\n"
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def existing(root: Path) -> list[Path]:
+    """The policy files ``init`` would replace."""
+    return [
+        root / name
+        for name in (ALLOW_FILE, CONFIG_FILE, ENV_EXAMPLE_FILE)
+        if os.path.lexists(root / name)
+    ]
+
+
+def write(root: Path, files: PolicyFiles, force: bool) -> list[Path]:
+    """Write the three files under ``root/.sandbridge`` (not over existing ones unless
+    ``force``) and list ``.sandbridge/env`` in ``.gitignore``; return what was written."""
+    present = existing(root)
+    if present and not force:
+        shown = ", ".join(str(path) for path in present)
+        raise PolicyError(
+            f"{shown}: a policy exists; review it, or replace it with "
+            "`sandbridge policy init --force`"
+        )
+    directory = root / ALLOW_FILE.parent
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise PolicyError(f"{directory}: not a directory; remove it first")
+    directory.mkdir(exist_ok=True)
+    written = []
+    for name, text in (
+        (ALLOW_FILE, files.allow),
+        (CONFIG_FILE, files.config),
+        (ENV_EXAMPLE_FILE, files.env_example),
+    ):
+        _replace(root / name, text)
+        written.append(root / name)
+    if ignore_secrets_file(root):
+        written.append(root / ".gitignore")
+    return written
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole (a temporary file renamed over it; a link is replaced, not
+    followed)."""
+    try:
+        # A fresh name (O_EXCL): nothing the project planted is opened or followed.
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+def ignore_secrets_file(root: Path) -> bool:
+    """Add ``/.sandbridge/env`` to ``root/.gitignore`` unless a line already names it;
+    True if the file changed."""
+    path = root / ".gitignore"
+    if path.is_symlink():
+        raise PolicyError(f"{path}: a symbolic link; add the line {GITIGNORE_LINE} yourself")
+    if os.path.lexists(path) and not path.is_file():
+        raise PolicyError(f"{path}: not a regular file; add the line {GITIGNORE_LINE} yourself")
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(
+            f"{path}: cannot read it ({exc}); add the line {GITIGNORE_LINE} yourself"
+        ) from None
+    if any(line.strip() in (GITIGNORE_LINE, str(ENV_FILE)) for line in text.splitlines()):
+        return False
+    addition = ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        with os.fdopen(os.open(path, flags, 0o644), "a", encoding="utf-8") as file:
+            file.write(addition)
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
+    return True

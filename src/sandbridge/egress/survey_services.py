@@ -1,0 +1,348 @@
+"""Readers of what a project runs and reaches besides packages (pure: text in, findings out).
+
+Git remotes and submodules (``.git/config`` and ``.gitmodules`` read as text: git itself
+is never run, so no hook or config of the project runs either), compose files (services,
+the host ports they publish, images, the *names* of their environment variables),
+devcontainer and Procfile ports, ``.env``-style files (names only; a registry variable
+such as ``GOPROXY`` gives its hosts) and CI files (the hosts their URLs name).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+
+from sandbridge.egress.survey_findings import (
+    ENV_NAME,
+    Finding,
+    Kind,
+    Reader,
+    host_finding,
+    url_host,
+    valid_host,
+)
+from sandbridge.egress.survey_packages import GO, NPM, PYTHON, at, line_findings, line_of, numbered
+
+_SECTION = re.compile(r'^\s*\[\s*(?P<kind>[A-Za-z]+)(?:\s+"(?P<name>[^"]*)")?\s*\]')
+_GIT_URL = re.compile(r"^\s*(?P<key>url|pushurl)\s*=\s*(?P<value>.+?)\s*$", re.IGNORECASE)
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=")
+_INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)")
+_PROCFILE_PORT = re.compile(
+    r"(?:--port|-p|--bind|-b|--listen|PORT=)[ =]?(?:[A-Za-z0-9_.\[\]:-]*:)?(?P<port>[0-9]{2,5})\b"
+)
+# Variables whose values name registries: their hosts are evidence, the rest is not read.
+REGISTRY_VARIABLES = {
+    "GOPROXY": GO,
+    "GOPRIVATE": GO,
+    "GONOPROXY": GO,
+    "GONOSUMDB": GO,
+    "GOSUMDB": GO,
+    "PIP_INDEX_URL": PYTHON,
+    "PIP_EXTRA_INDEX_URL": PYTHON,
+    "UV_INDEX_URL": PYTHON,
+    "UV_EXTRA_INDEX_URL": PYTHON,
+    "UV_DEFAULT_INDEX": PYTHON,
+    "UV_INDEX": PYTHON,
+    "NPM_CONFIG_REGISTRY": NPM,
+    "YARN_NPM_REGISTRY_SERVER": NPM,
+}
+MAX_PORT = 65535
+
+
+# --- git ---------------------------------------------------------------------------------
+
+
+def read_git_config(path: str, text: str) -> list[Finding]:
+    """``url``/``pushurl`` of each ``[remote "x"]`` and ``[submodule "x"]`` section."""
+    found = []
+    section = ""
+    for number, line in numbered(text):
+        header = _SECTION.match(line)
+        if header is not None:
+            kind = header.group("kind").lower()
+            name = header.group("name")
+            section = f"{kind} {name}" if kind in ("remote", "submodule") and name else ""
+            continue
+        match = _GIT_URL.match(line)
+        if match is None or not section:
+            continue
+        value = match.group("value").strip("\"'")
+        what = f"git {section}" + (" (push)" if match.group("key").lower() == "pushurl" else "")
+        if _is_ssh(value):
+            what += " over ssh: git over ssh does not use the egress proxy"
+        finding = host_finding(value, f"{path}:{number}", what)
+        if finding is not None:
+            found.append(finding)
+    return found
+
+
+def _is_ssh(url: str) -> bool:
+    return url.startswith(("ssh://", "git+ssh://", "ssh+git://")) or (
+        "://" not in url and url_host(url) is not None
+    )
+
+
+# --- compose -------------------------------------------------------------------------------
+
+
+def _strip_comment(line: str) -> str:
+    if line.lstrip().startswith("#"):
+        return ""
+    index = line.find(" #")
+    return line if index < 0 else line[:index]
+
+
+def _published_port(spec: str) -> int | None:
+    """The host port of a compose ``ports:`` entry (``[IP:]HOST:CONTAINER[/proto]``)."""
+    spec = spec.strip().strip("\"'").split("/", 1)[0]
+    if ":" not in spec:
+        return None  # a container port alone is published on a random host port
+    host_part = spec.rsplit(":", 1)[0]
+    host_port = host_part.rsplit(":", 1)[-1].strip("[]")
+    if not host_port.isdigit():
+        return None  # a range or an address without a port
+    port = int(host_port)
+    return port if 0 < port <= MAX_PORT else None
+
+
+class _ComposeState:
+    """Where a line-by-line walk of a compose file is: service, key, indentations."""
+
+    def __init__(self) -> None:
+        self.in_services = False
+        self.service = ""
+        self.service_indent = -1
+        self.key = ""
+        self.key_indent = -1
+        self.image = ""
+
+
+def read_compose(path: str, text: str) -> list[Finding]:  # noqa: PLR0912  (one small YAML walk)
+    """Services, their published host ports (host services), images and environment
+    variable names, from an indentation walk (no YAML library; anchors are not expanded)."""
+    found: list[Finding] = []
+    state = _ComposeState()
+    ports: list[tuple[int, str, str]] = []  # (port, where, service)
+    images: dict[str, str] = {}
+    for number, raw in numbered(text):
+        where = f"{path}:{number}"
+        for name in _INTERPOLATION.findall(raw):
+            found.append(Finding(Kind.VARIABLE, name, where, "compose interpolation"))
+        line = _strip_comment(raw).rstrip()
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        content = line.strip()
+        if indent == 0:
+            state.in_services = content.startswith("services:")
+            state.service = ""
+            state.service_indent = -1
+            continue
+        if not state.in_services:
+            continue
+        if state.service_indent < 0 or indent <= state.service_indent:
+            state.service_indent = indent
+            state.service = content.rstrip(":").strip("\"'")
+            state.key = ""
+            state.key_indent = -1
+            continue
+        if state.key_indent < 0 or indent <= state.key_indent:
+            state.key_indent = indent
+            key, _, value = content.partition(":")
+            state.key = key.strip()
+            if state.key == "image" and value.strip():
+                image = value.strip().strip("\"'")
+                images[state.service] = image
+                found.append(Finding(Kind.IMAGE, image, where, f"compose service {state.service}"))
+            continue
+        item = content[1:].strip() if content.startswith("-") else content
+        if state.key == "ports":
+            port: int | None = None
+            if content.startswith("-") and ":" in item:
+                port = _published_port(item)
+            if item.startswith("published:"):
+                port = _published_port(f"{item.split(':', 1)[1].strip()}:0")
+            if port is not None:
+                ports.append((port, where, state.service))
+        elif state.key == "environment":
+            name = re.split(r"[=:]", item, maxsplit=1)[0].strip().strip("\"'")
+            if ENV_NAME.fullmatch(name):
+                found.append(
+                    Finding(Kind.VARIABLE, name, where, f"compose service {state.service}")
+                )
+    for port, where, service in ports:
+        named = images.get(service)
+        what = f"compose service {service} publishes it" + (f" ({named})" if named else "")
+        found.append(Finding(Kind.SERVICE, str(port), where, what, port=port))
+    return found
+
+
+# --- devcontainer, Procfile ----------------------------------------------------------------
+
+
+def _strip_jsonc(text: str) -> str:
+    """JSON with comments and trailing commas (devcontainer.json) as JSON."""
+    out = []
+    index, length, in_string = 0, len(text), False
+    while index < length:
+        char = text[index]
+        if in_string:
+            out.append(char)
+            if char == "\\" and index + 1 < length:
+                out.append(text[index + 1])
+                index += 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+            out.append(char)
+        elif text.startswith("//", index):
+            end = text.find("\n", index)
+            index = length if end < 0 else end
+            continue
+        elif text.startswith("/*", index):
+            end = text.find("*/", index + 2)
+            index = length if end < 0 else end + 2
+            continue
+        else:
+            out.append(char)
+        index += 1
+    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+
+
+def _line_after(text: str, key: str, value: str) -> int | None:
+    """The first line holding ``value`` at or after the first one holding ``key``."""
+    start = line_of(text, key)
+    if start is None:
+        return None
+    for number, line in numbered(text):
+        if number >= start and value in line:
+            return number
+    return start
+
+
+def read_devcontainer(path: str, text: str) -> list[Finding]:
+    try:
+        data = json.loads(_strip_jsonc(text))
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    found = []
+    for key in ("forwardPorts", "appPort"):
+        values = data.get(key)
+        for value in values if isinstance(values, list) else [values]:
+            text_value = str(value) if isinstance(value, int | str) else ""
+            port_text = text_value.rsplit(":", 1)[-1]
+            if port_text.isdigit() and 0 < int(port_text) <= MAX_PORT:
+                where = at(path, _line_after(text, f'"{key}"', text_value))
+                found.append(Finding(Kind.PORT, port_text, where, f"devcontainer {key}"))
+    return found
+
+
+def read_procfile(path: str, text: str) -> list[Finding]:
+    found = []
+    for number, line in numbered(text):
+        process, colon, command = line.partition(":")
+        if not colon or not ENV_NAME.fullmatch(process.strip().replace("-", "_")):
+            continue
+        for match in _PROCFILE_PORT.finditer(command):
+            port = int(match.group("port"))
+            if 0 < port <= MAX_PORT:
+                found.append(
+                    Finding(Kind.PORT, str(port), f"{path}:{number}", f"Procfile {process.strip()}")
+                )
+    return found
+
+
+# --- .env files, CI ------------------------------------------------------------------------
+
+
+def _registry_hosts(name: str, value: str, where: str) -> list[Finding]:
+    eco = REGISTRY_VARIABLES[name]
+    found = []
+    for part in re.split(r"[,|\s]+", value.strip().strip("\"'")):
+        if not part or part in ("direct", "off"):
+            continue
+        if "://" in part:
+            finding = host_finding(part, where, f"{name} in an env file", eco)
+        else:  # GOPRIVATE-style patterns: host[/path], *.suffix
+            host = part.split("/", 1)[0]
+            wildcard = host.startswith("*.")
+            valid = valid_host(host[2:] if wildcard else host)
+            finding = (
+                None
+                if valid is None or (wildcard and "." not in valid)
+                else Finding(
+                    Kind.HOST, f"*.{valid}" if wildcard else valid, where, f"{name} pattern", eco
+                )
+            )
+        if finding is not None:
+            found.append(finding)
+    return found
+
+
+def read_env_file(path: str, text: str) -> list[Finding]:
+    """The variables' names; a value is read only for :data:`REGISTRY_VARIABLES`."""
+    found = []
+    for number, line in numbered(text):
+        match = _ENV_LINE.match(line)
+        if match is None:
+            continue
+        name = match.group("name")
+        where = f"{path}:{number}"
+        found.append(Finding(Kind.VARIABLE, name, where, "env file"))
+        if name in REGISTRY_VARIABLES:
+            found += _registry_hosts(name, line[match.end() :], where)
+    return found
+
+
+def read_ci(path: str, text: str) -> list[Finding]:
+    found = []
+    for number, line in numbered(text):
+        found += line_findings(line, f"{path}:{number}", "named in CI", "")
+        match = re.match(r"^\s*-?\s*(?P<name>[A-Z][A-Z0-9_]*)\s*[:=]\s*(?P<value>.*)$", line)
+        if match and match.group("name") in REGISTRY_VARIABLES:
+            found += _registry_hosts(match.group("name"), match.group("value"), f"{path}:{number}")
+    return found
+
+
+READERS: tuple[tuple[str, Reader], ...] = (
+    (".gitmodules", read_git_config),
+    ("compose.yaml", read_compose),
+    ("compose.yml", read_compose),
+    ("compose.*.yaml", read_compose),
+    ("compose.*.yml", read_compose),
+    ("docker-compose.yaml", read_compose),
+    ("docker-compose.yml", read_compose),
+    ("docker-compose.*.yaml", read_compose),
+    ("docker-compose.*.yml", read_compose),
+    (".devcontainer/devcontainer.json", read_devcontainer),
+    (".devcontainer/*/devcontainer.json", read_devcontainer),
+    (".devcontainer.json", read_devcontainer),
+    ("Procfile", read_procfile),
+    ("Procfile.*", read_procfile),
+    (".env", read_env_file),
+    (".env.*", read_env_file),
+    ("*.env", read_env_file),
+    (".envrc", read_env_file),
+    (".flaskenv", read_env_file),
+    (".github/workflows/*.yml", read_ci),
+    (".github/workflows/*.yaml", read_ci),
+    (".gitlab-ci.yml", read_ci),
+    (".gitlab-ci.yaml", read_ci),
+    (".circleci/config.yml", read_ci),
+)
+
+
+def reader_for(relative: str) -> Reader | None:
+    """The reader of the file at ``relative`` (a path relative to the surveyed dir)."""
+    name = relative.rsplit("/", 1)[-1]
+    for pattern, reader in READERS:
+        if "/" in pattern:
+            if fnmatch.fnmatchcase(relative, pattern):
+                return reader
+        elif fnmatch.fnmatchcase(name, pattern):
+            return reader
+    return None

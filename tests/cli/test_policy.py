@@ -1,0 +1,274 @@
+"""``sandbridge policy survey`` and ``policy init`` as commands: what they print (never a
+value), what init refuses, and that init's policy lets the project's real install
+command (pip, npm) work in a sandbox against the test-made internet."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process
+from tests.egress.test_in_sandbox import NET_WORLD
+
+SECRET = "planted-secret-cli-e4d2a6"
+INDEX = "pkgs.test"  # the test-made internet's package host (tests/apps/net_world.py)
+
+
+def hostile_project(root: Path) -> Path:
+    """A project planting a secret everywhere the survey looks."""
+    files = {
+        "requirements.txt": f"-i https://u:{SECRET}@pkgs.corp.test/simple\nx\n",
+        "package.json": "{}",
+        ".npmrc": f"//npm.corp.test/:_authToken={SECRET}\nregistry=https://npm.corp.test/\n",
+        ".env": f"API_KEY={SECRET}\n",
+        "compose.yaml": (
+            "services:\n  db:\n    ports:\n      - 5432:5432\n"
+            f"    environment:\n      - DB_PASSWORD={SECRET}\n"
+        ),
+    }
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(root),
+            "remote",
+            "add",
+            "origin",
+            f"https://bob:{SECRET}@git.corp.test/x",
+        ],
+        check=True,
+    )
+    return root
+
+
+def command(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``sandbridge ARGS`` with a home of its own: this machine's tool config stays out."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.upper().startswith(("PIP_", "NPM_", "UV_", "GO", "CARGO", "YARN_"))
+    }
+    env["HOME"] = str(home)
+    env.pop("XDG_CONFIG_HOME", None)
+    return subprocess.run(
+        [*SANDBRIDGE, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_survey_prints_names_and_never_a_value(tmp_path: Path) -> None:
+    project = hostile_project(tmp_path / "p")
+    text = command(tmp_path, "policy", "survey", str(project))
+    as_json = command(tmp_path, "policy", "survey", "--json", str(project))
+    assert text.returncode == 0 and as_json.returncode == 0, text.stderr + as_json.stderr
+    assert "npm.corp.test" in text.stdout and "API_KEY" in text.stdout
+    assert "git.corp.test" in text.stdout and ".git/config" in text.stdout
+    found = json.loads(as_json.stdout)["findings"]
+    assert {"kind": "service", "name": "5432", "where": "compose.yaml:4"}.items() <= next(
+        f for f in found if f["kind"] == "service"
+    ).items()
+    for output in (text.stdout, text.stderr, as_json.stdout, as_json.stderr):
+        assert SECRET not in output and "bob" not in output
+
+
+def test_survey_changes_nothing(tmp_path: Path) -> None:
+    project = hostile_project(tmp_path / "p")
+    before = sorted(str(p) for p in project.rglob("*"))
+    command(tmp_path, "policy", "survey", str(project))
+    assert sorted(str(p) for p in project.rglob("*")) == before
+
+
+def test_init_writes_the_files_and_prints_the_policy(tmp_path: Path) -> None:
+    project = hostile_project(tmp_path / "p")
+    result = command(tmp_path, "policy", "init", str(project))
+    assert result.returncode == 0, result.stderr
+    assert "100.64.0.1:5432 -> 127.0.0.1:5432" in result.stdout  # --print-policy's lines
+    assert "npm.corp.test  ports 80,443,8443" in result.stdout
+    assert f"sandbridge: wrote {project / '.sandbridge' / 'allow'}" in result.stderr
+    assert "sandbridge: policy files read: " in result.stderr
+    assert (project / ".gitignore").read_text() == "/.sandbridge/env\n"
+    written = [p.read_text() for p in (project / ".sandbridge").iterdir()]
+    for text in (result.stdout, result.stderr, *written):
+        assert SECRET not in text
+
+
+def test_init_refuses_to_replace_a_policy_without_force(tmp_path: Path) -> None:
+    project = hostile_project(tmp_path / "p")
+    (project / ".sandbridge").mkdir()
+    (project / ".sandbridge" / "allow").write_text("reviewed.test\n")
+    result = command(tmp_path, "policy", "init", str(project))
+    assert result.returncode == 2
+    assert "a policy exists; review it, or replace it with `sandbridge policy init --force`" in (
+        result.stderr
+    )
+    assert (project / ".sandbridge" / "allow").read_text() == "reviewed.test\n"
+    assert command(tmp_path, "policy", "init", "--force", str(project)).returncode == 0
+
+
+def test_init_without_any_registry_writes_the_placeholder(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "package.json").write_text("{}")
+    assert command(tmp_path, "policy", "init", str(project)).returncode == 0
+    allow = (project / ".sandbridge" / "allow").read_text().splitlines()
+    assert "# npm: add your registry host, e.g. from `npm config get registry`" in allow
+
+
+# --- the project's real install command, in a sandbox, with init's policy -------------------
+
+
+def wheel(directory: Path) -> tuple[str, str]:
+    """A minimal pure-Python wheel of ``sb-tiny`` 1.0; its file name and sha256."""
+    name = "sb_tiny-1.0-py3-none-any.whl"
+    files = {
+        "sb_tiny/__init__.py": b"VALUE = 'installed from the test index'\n",
+        "sb_tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: sb-tiny\nVersion: 1.0\n",
+        "sb_tiny-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append("sb_tiny-1.0.dist-info/RECORD,,")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+        archive.writestr("sb_tiny-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    (directory / name).write_bytes(buffer.getvalue())
+    return name, hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
+def package_index(served: Path) -> None:
+    """``/simple/sb-tiny/`` (PEP 503) and the wheel under ``/files/``."""
+    (served / "files").mkdir(parents=True)
+    name, digest = wheel(served / "files")
+    page = served / "simple" / "sb-tiny"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(
+        f'<html><body><a href="/files/{name}#sha256={digest}">{name}</a></body></html>\n'
+    )
+
+
+def npm_registry(served: Path) -> None:
+    """``/npm/sb-tiny`` (a packument naming one version) and its tarball."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path, data in {
+            "package/package.json": b'{"name": "sb-tiny", "version": "1.0.0", "main": "i.js"}',
+            "package/i.js": b"module.exports = 'installed from the test registry';\n",
+        }.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    tarball = buffer.getvalue()
+    (served / "tarballs").mkdir(parents=True)
+    (served / "tarballs" / "sb-tiny-1.0.0.tgz").write_bytes(tarball)
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+    packument = {
+        "name": "sb-tiny",
+        "dist-tags": {"latest": "1.0.0"},
+        "versions": {
+            "1.0.0": {
+                "name": "sb-tiny",
+                "version": "1.0.0",
+                "dist": {
+                    "tarball": f"http://{INDEX}/tarballs/sb-tiny-1.0.0.tgz",
+                    "shasum": hashlib.sha1(tarball).hexdigest(),  # npm still sends it
+                    "integrity": integrity,
+                },
+            }
+        },
+    }
+    (served / "npm").mkdir()
+    (served / "npm" / "sb-tiny").write_text(json.dumps(packument))
+
+
+def install_in_world(tmp_path: Path, project: Path, script: str) -> tuple[int, str, str]:
+    """``policy init`` in ``project``, then ``script`` in a sandbox under that policy (and
+    the world's resolver), with the test's files served as ``pkgs.test``."""
+    init = command(tmp_path, "policy", "init", str(project))
+    assert init.returncode == 0, init.stderr
+    served = tmp_path / "served"
+    served.mkdir()
+    package_index(served)
+    npm_registry(served)
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "NET_WORLD_FILES": str(served)}
+    argv = [
+        *SANDBRIDGE,
+        "run",
+        "--workdir",
+        str(project),
+        "--ro-bind",
+        str(REPO),
+        "--resolver",
+        "127.0.0.1:5353",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]
+    assert os.getuid() == 0, "the test-made internet needs network namespaces: run as root"
+    process = Process(["unshare", "--net", "--", PYTHON, NET_WORLD, "--", *argv], env=env)
+    try:
+        status = process.popen.wait(240)
+    finally:
+        if process.popen.poll() is None:
+            process.stop()
+    assert process.popen.stdout is not None and process.popen.stderr is not None
+    return status, process.popen.stdout.read().decode(), process.popen.stderr.read().decode()
+
+
+def test_pip_installs_from_the_index_init_found(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "requirements.txt").write_text(
+        f"--index-url http://{INDEX}/simple/\n--trusted-host {INDEX}\nsb-tiny==1.0\n"
+    )
+    status, stdout, stderr = install_in_world(
+        tmp_path,
+        project,
+        f"{PYTHON} -m pip install --no-cache-dir --no-deps --target deps -r requirements.txt "
+        "&& cat deps/sb_tiny/__init__.py",
+    )
+    allow = (project / ".sandbridge" / "allow").read_text().splitlines()
+    assert allow[allow.index(INDEX) - 2] == "# requirements.txt:1: package index (--index-url)"
+    assert status == 0, stderr
+    assert "installed from the test index" in stdout
+    assert f"HIT pkgs80 {INDEX} /simple/sb-tiny/" in stderr
+    assert f"HIT pkgs80 {INDEX} /files/sb_tiny-1.0-py3-none-any.whl" in stderr
+
+
+def test_npm_installs_from_the_registry_init_found(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "package.json").write_text(
+        '{"name": "app", "version": "1.0.0", "dependencies": {"sb-tiny": "1.0.0"}}'
+    )
+    (project / ".npmrc").write_text(f"registry=http://{INDEX}/npm/\n")
+    status, stdout, stderr = install_in_world(
+        tmp_path,
+        project,
+        "npm install --no-audit --no-fund --no-update-notifier "
+        "&& node -e \"console.log(require('sb-tiny'))\"",
+    )
+    allow = (project / ".sandbridge" / "allow").read_text().splitlines()
+    assert allow[allow.index(INDEX) - 1] == "# .npmrc:1: npm registry"
+    assert status == 0, stderr
+    assert "installed from the test registry" in stdout
+    assert f"HIT pkgs80 {INDEX} /npm/sb-tiny" in stderr
+    assert f"HIT pkgs80 {INDEX} /tarballs/sb-tiny-1.0.0.tgz" in stderr

@@ -1,0 +1,182 @@
+"""``policy init``'s files: entries with their evidence, in the formats the policy reader
+reads; placeholders where nothing names a registry; never a value; never over a policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbridge.egress import init_policy
+from sandbridge.egress.init_policy import GITIGNORE_LINE, plan, write
+from sandbridge.egress.policy import Policy, load_policy
+from sandbridge.egress.secrets_file import parse_secrets
+from sandbridge.egress.survey import survey
+from sandbridge.egress.survey_findings import Finding, Kind
+from sandbridge.exceptions import PolicyError
+
+SECRET = "planted-secret-init-5b8e"
+DAY = "2026-12-01"
+
+
+def project(root: Path) -> Path:
+    files = {
+        "requirements.txt": f"--index-url https://u:{SECRET}@pkgs.corp.test/simple/\nx==1\n",
+        "package.json": '{"dependencies": {"a": "1"}}',
+        ".npmrc": f"//npm.corp.test/:_authToken={SECRET}\n@acme:registry=https://npm.corp.test/\n",
+        "compose.yaml": (
+            "services:\n  db:\n    image: postgres\n    ports:\n      - 5432:5432\n"
+            f"    environment:\n      POSTGRES_PASSWORD: {SECRET}\n      DSN: ${{DSN}}\n"
+        ),
+        ".env": f"API_KEY={SECRET}\n",
+        ".git/config": f'[remote "origin"]\n\turl = https://bob:{SECRET}@git.corp.test/a.git\n',
+        ".gitmodules": '[submodule "s"]\n\turl = https://sub.corp.test/s.git\n',
+        ".github/workflows/ci.yml": "run: curl https://ci-only.corp.test/x\n",
+        "Procfile": "web: serve --port 5000\n",
+    }
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def test_entries_come_with_the_evidence_that_produced_them(tmp_path: Path) -> None:
+    files = plan(survey(project(tmp_path)), [], DAY)
+    allow = lines(files.allow)
+    at = allow.index("pkgs.corp.test")
+    assert allow[at - 1] == "# requirements.txt:1: package index (--index-url)"
+    at = allow.index("gate:5432")
+    assert allow[at - 1] == "# compose.yaml:5: compose service db publishes it (postgres)"
+    assert "sub.corp.test" in allow  # submodules are fetched over HTTPS through the proxy
+    # A remote is also a way out, and CI-only hosts are not needed: suggestions only.
+    assert "# git.corp.test" in allow and "git.corp.test" not in allow
+    assert "# ci-only.corp.test" in allow
+
+
+def test_the_files_are_what_the_policy_reader_reads(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    write(root, plan(survey(root), [], DAY), force=False)
+    policy = load_policy(root)
+    assert {rule.host for rule in policy.rules} == {
+        "pkgs.corp.test",
+        "npm.corp.test",
+        "sub.corp.test",
+    }
+    assert [service.port for service in policy.host_services] == [5432]
+    assert policy.rules[0].source.startswith(".sandbridge/allow:")
+
+
+def test_an_ecosystem_without_a_named_registry_gets_a_placeholder(tmp_path: Path) -> None:
+    (tmp_path / "package.json").write_text("{}")
+    (tmp_path / "requirements.txt").write_text("requests\n")
+    allow = plan(survey(tmp_path), [], DAY).allow
+    assert "# npm: add your registry host, e.g. from `npm config get registry`" in lines(allow)
+    assert any(
+        line.startswith("# python: add the package index host and its file host")
+        for line in lines(allow)
+    )
+    assert load_policy_text(tmp_path, allow).rules == ()
+
+
+def load_policy_text(root: Path, allow: str) -> Policy:
+    (root / ".sandbridge").mkdir(exist_ok=True)
+    (root / ".sandbridge" / "allow").write_text(allow)
+    return load_policy(root)
+
+
+def test_a_scoped_registry_alone_still_needs_the_default(tmp_path: Path) -> None:
+    allow = plan(survey(project(tmp_path)), [], DAY).allow
+    assert "# npm: add your registry host, e.g. from `npm config get registry`" in lines(allow)
+    assert "# python: add" not in allow  # --index-url replaces pip's default
+
+
+def test_the_hosts_own_configuration_fills_the_default(tmp_path: Path) -> None:
+    (tmp_path / "package.json").write_text("{}")
+    mirror = Finding(Kind.HOST, "npm.mirror.test", "~/.npmrc:1", "npm registry", "npm")
+    allow = lines(plan(survey(tmp_path), [mirror], DAY).allow)
+    at = allow.index("npm.mirror.test")
+    assert allow[at - 1] == "# ~/.npmrc:1: npm registry (this host's own configuration)"
+    assert not any(line.startswith("# npm: add your registry") for line in allow)
+
+
+def test_served_ports_are_suggested_publish_rules(tmp_path: Path) -> None:
+    config = lines(plan(survey(project(tmp_path)), [], DAY).config)
+    assert "net = allow" in config
+    assert "# publish = 5000" in config
+    assert "# Procfile:1: Procfile web" in config
+
+
+def test_env_example_lists_names_that_need_values_and_no_value(tmp_path: Path) -> None:
+    example = plan(survey(project(tmp_path)), [], DAY).env_example
+    assert "API_KEY=" in lines(example) and "DSN=" in lines(example)
+    assert "POSTGRES_PASSWORD=" not in example  # the compose service sets it for itself
+    assert [s.name for s in parse_secrets(example, "env.example")] == ["API_KEY", "DSN"]
+
+
+def test_no_planted_value_reaches_any_file(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    write(root, plan(survey(root), [], DAY), force=False)
+    for path in (root / ".sandbridge").iterdir():
+        assert SECRET not in path.read_text(), path
+    assert "bob" not in (root / ".sandbridge" / "allow").read_text()
+
+
+def test_an_existing_policy_is_kept_without_force(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    (root / ".sandbridge").mkdir()
+    (root / ".sandbridge" / "allow").write_text("reviewed.test\n")
+    with pytest.raises(PolicyError, match="a policy exists; review it, or replace it with"):
+        write(root, plan(survey(root), [], DAY), force=False)
+    assert (root / ".sandbridge" / "allow").read_text() == "reviewed.test\n"
+    write(root, plan(survey(root), [], DAY), force=True)
+    assert "pkgs.corp.test" in (root / ".sandbridge" / "allow").read_text()
+
+
+def test_gitignore_is_created_then_appended_once(tmp_path: Path) -> None:
+    assert init_policy.ignore_secrets_file(tmp_path)
+    assert (tmp_path / ".gitignore").read_text() == f"{GITIGNORE_LINE}\n"
+    assert not init_policy.ignore_secrets_file(tmp_path)
+    (tmp_path / ".gitignore").write_text("node_modules")  # no final newline
+    assert init_policy.ignore_secrets_file(tmp_path)
+    assert init_policy.ignore_secrets_file(tmp_path) is False
+    assert (tmp_path / ".gitignore").read_text() == f"node_modules\n{GITIGNORE_LINE}\n"
+
+
+def test_a_linked_gitignore_or_policy_dir_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / ".gitignore").symlink_to(elsewhere / "x")
+    with pytest.raises(PolicyError, match=r"a symbolic link; add the line /\.sandbridge/env"):
+        init_policy.ignore_secrets_file(root)
+    (root / ".sandbridge").symlink_to(elsewhere)
+    with pytest.raises(PolicyError, match="not a directory"):
+        write(root, plan(survey(root), [], DAY), force=True)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_fifo_gitignore_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / ".gitignore")
+    with pytest.raises(PolicyError, match="not a regular file"):
+        init_policy.ignore_secrets_file(tmp_path)
+
+
+def test_a_planted_file_beside_the_policy_is_never_written_through(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / ".sandbridge").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    for name in (".allow.sandbridge-init", ".allow.tmp"):
+        os.symlink(elsewhere, tmp_path / ".sandbridge" / name)
+    os.mkfifo(tmp_path / ".sandbridge" / ".config.sandbridge-init")
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    assert not elsewhere.exists()
+    assert (tmp_path / ".sandbridge" / "allow").is_file()

@@ -1,0 +1,409 @@
+"""The survey: each ecosystem's fixture project gives the expected names; no value, no
+credential ever reaches its text or JSON; a hostile tree gives notes, not a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbridge.egress.survey import MAX_DEPTH, MAX_FILE_BYTES, Survey, describe, survey
+from sandbridge.egress.survey_findings import Kind
+
+SECRET = "planted-secret-7f3a9c"
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def names(result: Survey, kind: Kind) -> set[str]:
+    return {f.name for f in result.of(kind)}
+
+
+def where(result: Survey, kind: Kind, name: str) -> set[str]:
+    return {f.where for f in result.of(kind) if f.name == name}
+
+
+def outputs(result: Survey) -> str:
+    return "\n".join(describe(result)) + json.dumps(result.to_json())
+
+
+# --- one fixture project per ecosystem -------------------------------------------------
+
+
+def test_python_requirements_name_the_index_and_direct_references(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "requirements.txt": (
+                f"--index-url https://user:{SECRET}@pkgs.corp.test/simple/\n"
+                "--extra-index-url https://extra.corp.test/simple\n"
+                "--trusted-host pkgs.corp.test\n"
+                "requests==2.31\n"
+                "mylib @ https://files.corp.test/mylib-1.0.tar.gz\n"
+            ),
+            "requirements-dev.txt": "-i https://dev.corp.test/simple\n",
+        },
+    )
+    result = survey(tmp_path)
+    assert "python" in result.ecosystems()
+    assert {"pkgs.corp.test", "extra.corp.test", "files.corp.test", "dev.corp.test"} <= names(
+        result, Kind.HOST
+    )
+    assert where(result, Kind.HOST, "pkgs.corp.test") == {
+        "requirements.txt:1",
+        "requirements.txt:3",
+    }
+    assert SECRET not in outputs(result)
+
+
+def test_pyproject_uv_and_poetry_indexes_and_pip_conf(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": (
+                '[project]\nname = "x"\n'
+                'dependencies = ["lib @ https://direct.corp.test/lib.whl"]\n'
+                "[tool.uv]\n"
+                f'index-url = "https://u:{SECRET}@uv.corp.test/simple"\n'
+                '[[tool.uv.index]]\nurl = "https://uvindex.corp.test/simple"\n'
+                '[[tool.poetry.source]]\nname = "corp"\nurl = "https://poetry.corp.test/simple"\n'
+            ),
+            "pip.conf": "[global]\nindex-url = https://conf.corp.test/simple\n"
+            "extra-index-url =\n    https://more.corp.test/simple\n",
+            "uv.lock": 'source = { registry = "https://lock.corp.test/simple" }\n',
+        },
+    )
+    result = survey(tmp_path)
+    hosts = names(result, Kind.HOST)
+    assert {
+        "uv.corp.test",
+        "uvindex.corp.test",
+        "poetry.corp.test",
+        "direct.corp.test",
+        "conf.corp.test",
+        "more.corp.test",
+        "lock.corp.test",
+    } <= hosts
+    assert where(result, Kind.HOST, "uv.corp.test") == {"pyproject.toml:5"}
+    assert where(result, Kind.HOST, "more.corp.test") == {"pip.conf:4"}
+    assert SECRET not in outputs(result)
+
+
+def test_npm_registry_tokens_give_only_their_host(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "package.json": '{"dependencies": {"a": "1.0", "b": "https://tar.corp.test/b.tgz"}}',
+            ".npmrc": (
+                f"//npm.corp.test/:_authToken={SECRET}\n"
+                "registry=https://npm.corp.test/\n"
+                "@acme:registry=https://acme.corp.test/\n"
+                f"//acme.corp.test:8443/:_password={SECRET}\n"
+            ),
+            "package-lock.json": '{\n  "resolved": "https://npm.corp.test/a/-/a-1.0.tgz"\n}\n',
+            "yarn.lock": 'a@1:\n  resolved "https://yarn.corp.test/a/-/a-1.0.tgz#abc"\n',
+            "pnpm-lock.yaml": "  resolution: {tarball: https://pnpm.corp.test/a.tgz}\n",
+        },
+    )
+    result = survey(tmp_path)
+    assert "npm" in result.ecosystems()
+    hosts = names(result, Kind.HOST)
+    assert {"npm.corp.test", "acme.corp.test", "tar.corp.test", "yarn.corp.test"} <= hosts
+    assert "pnpm.corp.test" in hosts
+    assert where(result, Kind.HOST, "npm.corp.test") == {
+        ".npmrc:1",
+        ".npmrc:2",
+        "package-lock.json:2",
+    }
+    assert SECRET not in outputs(result)
+    assert "_authToken" not in outputs(result)
+
+
+def test_cargo_manifest_lock_and_config(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "Cargo.toml": '[dependencies]\nx = { git = "https://git.corp.test/x" }\n',
+            "Cargo.lock": 'source = "sparse+https://index.corp.test/"\n',
+            ".cargo/config.toml": '[registries.corp]\nindex = "https://cargo.corp.test/index"\n',
+        },
+    )
+    result = survey(tmp_path)
+    assert "cargo" in result.ecosystems()
+    assert {"git.corp.test", "index.corp.test", "cargo.corp.test"} <= names(result, Kind.HOST)
+
+
+def test_go_modules_and_goproxy_in_an_env_file(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "go.mod": "module corp.test/x\n",
+            "go.sum": "",
+            ".env": f"GOPROXY=https://u:{SECRET}@goproxy.corp.test,direct\n"
+            "GOPRIVATE=*.private.test,git.corp.test/team\n",
+        },
+    )
+    result = survey(tmp_path)
+    assert "go" in result.ecosystems()
+    assert {"goproxy.corp.test", "*.private.test", "git.corp.test"} <= names(result, Kind.HOST)
+    assert SECRET not in outputs(result)
+
+
+def test_bundler_gemfile_and_lock(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "Gemfile": 'source "https://gems.corp.test"\ngem "x", git: "https://git.corp.test/x"\n',
+            "Gemfile.lock": "GEM\n  remote: https://gems.corp.test/\n",
+        },
+    )
+    result = survey(tmp_path)
+    assert "ruby" in result.ecosystems()
+    assert where(result, Kind.HOST, "gems.corp.test") == {"Gemfile:1", "Gemfile.lock:2"}
+    assert "git.corp.test" in names(result, Kind.HOST)
+
+
+def test_maven_repositories_but_not_the_homepage(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "pom.xml": (
+                "<project>\n<url>https://homepage.corp.test</url>\n<repositories>\n"
+                "<repository><url>https://maven.corp.test/repo</url></repository>\n"
+                "</repositories>\n</project>\n"
+            ),
+            ".mvn/wrapper/maven-wrapper.properties": (
+                "distributionUrl=https://dist.corp.test/maven.zip\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    hosts = names(result, Kind.HOST)
+    assert {"maven.corp.test", "dist.corp.test"} <= hosts
+    assert "homepage.corp.test" not in hosts
+
+
+def test_gradle_repositories_plugins_and_wrapper(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "settings.gradle.kts": "plugins {\n}\n",
+            "build.gradle": (
+                "repositories {\n  mavenCentral()\n"
+                '  maven { url "https://gradle.corp.test/repo" }\n}\n'
+            ),
+            "gradle/wrapper/gradle-wrapper.properties": (
+                "distributionUrl=https\\://wrapper.corp.test/gradle-8-bin.zip\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert {"gradle", "maven"} <= set(result.ecosystems())
+    assert {"gradle.corp.test", "wrapper.corp.test"} <= names(result, Kind.HOST)
+    assert "build.gradle:2" in result.ecosystems()["maven"]
+
+
+# --- what runs beside the packages -------------------------------------------------------
+
+
+def test_git_remotes_and_submodules_without_credentials(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            ".git/config": (
+                '[core]\n\tbare = false\n[remote "origin"]\n'
+                f"\turl = https://bob:{SECRET}@git.corp.test/team/app.git\n"
+                "\tfetch = +refs/heads/*:refs/remotes/origin/*\n"
+            ),
+            ".gitmodules": '[submodule "lib"]\n\tpath = lib\n\turl = git@ssh.corp.test:t/lib.git\n',
+        },
+    )
+    result = survey(tmp_path)
+    assert where(result, Kind.HOST, "git.corp.test") == {".git/config:4"}
+    [ssh] = [f for f in result.of(Kind.HOST) if f.name == "ssh.corp.test"]
+    assert "over ssh" in ssh.what
+    text = outputs(result)
+    assert SECRET not in text and "bob" not in text
+
+
+def test_compose_services_ports_images_and_variable_names(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "compose.yaml": (
+                "services:\n"
+                "  db:\n"
+                "    image: postgres:16\n"
+                "    ports:\n"
+                '      - "5432:5432"   # postgres\n'
+                "    environment:\n"
+                f"      POSTGRES_PASSWORD: {SECRET}\n"
+                "  cache:\n"
+                "    image: redis\n"
+                "    ports:\n"
+                "      - 127.0.0.1:6379:6379\n"
+                "      - 9000\n"
+                "      - target: 80\n"
+                "        published: 8080\n"
+                "    environment:\n"
+                f"      - CACHE_KEY={SECRET}\n"
+                "      - API_URL=${API_URL}\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.SERVICE) == {"5432", "6379", "8080"}
+    assert where(result, Kind.SERVICE, "5432") == {"compose.yaml:5"}
+    assert {"POSTGRES_PASSWORD", "CACHE_KEY", "API_URL"} <= names(result, Kind.VARIABLE)
+    assert names(result, Kind.IMAGE) == {"postgres:16", "redis"}
+    assert SECRET not in outputs(result)
+
+
+def test_devcontainer_and_procfile_ports(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            ".devcontainer/devcontainer.json": (
+                '{\n  // comment\n  "forwardPorts": [3000, "db:5433"],\n'
+                '  /* x */ "appPort": 8001,\n}\n'
+            ),
+            "Procfile": "web: gunicorn app:app --bind 0.0.0.0:5000\nworker: celery -A x\n",
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.PORT) == {"3000", "5433", "8001", "5000"}
+    assert where(result, Kind.PORT, "5000") == {"Procfile:1"}
+    assert where(result, Kind.PORT, "3000") == {".devcontainer/devcontainer.json:3"}
+
+
+def test_env_files_give_names_only(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            ".env": f"DATABASE_URL=postgres://u:{SECRET}@db.corp.test/x\nexport API_KEY={SECRET}\n",
+            ".env.local": f"LOCAL_TOKEN={SECRET}\n# COMMENTED=x\n",
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.VARIABLE) == {"DATABASE_URL", "API_KEY", "LOCAL_TOKEN"}
+    assert "db.corp.test" not in names(result, Kind.HOST)  # a value, not a registry variable
+    assert SECRET not in outputs(result)
+
+
+def test_ci_files_name_hosts(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            ".github/workflows/ci.yml": (
+                "jobs:\n  t:\n    steps:\n"
+                f"      - run: curl https://ci:{SECRET}@upload.corp.test/x\n"
+                "      - run: curl https://${{ secrets.HOST }}/y\n"
+            ),
+            ".gitlab-ci.yml": "variables:\n  PIP_INDEX_URL: https://gitlab.corp.test/simple\n",
+        },
+    )
+    result = survey(tmp_path)
+    assert where(result, Kind.HOST, "upload.corp.test") == {".github/workflows/ci.yml:4"}
+    assert "gitlab.corp.test" in names(result, Kind.HOST)
+    assert SECRET not in outputs(result)
+
+
+def test_a_loopback_registry_is_a_host_service(tmp_path: Path) -> None:
+    write(tmp_path, {".npmrc": "registry=http://localhost:4873/\n"})
+    result = survey(tmp_path)
+    assert names(result, Kind.SERVICE) == {"4873"}
+    assert names(result, Kind.HOST) == set()
+
+
+# --- a hostile project -------------------------------------------------------------------
+
+
+def test_links_fifos_binary_junk_bad_encoding_and_huge_files_are_notes(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "requirements.txt").write_text("-i https://outside.corp.test/simple\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "requirements.txt").symlink_to(outside / "requirements.txt")
+    (project / "linked").symlink_to(outside)
+    (project / "loop").symlink_to(project)
+    os.mkfifo(project / "package.json")
+    (project / "Gemfile").write_bytes(b"source 'x'\0\xff\xfe")
+    (project / "go.mod").write_bytes(b"module \xff\xfe\n")
+    (project / "pom.xml").write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    result = survey(project)
+    notes = {note.where: note.text for note in result.notes}
+    assert notes["requirements.txt"] == "a symbolic link: not followed"
+    assert notes["package.json"] == "not a regular file: not read"
+    assert notes["Gemfile"] == "binary (holds NUL bytes): not read"
+    assert notes["go.mod"].startswith("not UTF-8 text")
+    assert notes["pom.xml"] == f"larger than {MAX_FILE_BYTES} bytes: not read"
+    assert "outside.corp.test" not in names(result, Kind.HOST)
+    assert "notes:" in "\n".join(describe(result))
+
+
+def test_deeply_nested_json_and_toml_give_no_crash(tmp_path: Path) -> None:
+    nested = "[" * 200_000
+    write(
+        tmp_path,
+        {
+            "package.json": nested,
+            ".devcontainer/devcontainer.json": nested,
+            "pyproject.toml": f"a = {nested}",
+        },
+    )
+    result = survey(tmp_path)
+    assert {"npm", "python"} <= set(result.ecosystems())
+    assert names(result, Kind.PORT) == set()
+
+
+def test_a_huge_directory_is_cut_at_the_entry_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbridge.egress import survey as survey_module
+
+    monkeypatch.setattr(survey_module, "MAX_ENTRIES", 50)
+    for n in range(120):
+        (tmp_path / f"f{n:03}").touch()
+    result = survey(tmp_path)
+    assert result.entries_seen == 50
+    assert any(note.text == "stopped after 50 entries" for note in result.notes)
+
+
+def test_a_deep_tree_is_cut_at_the_depth_limit(tmp_path: Path) -> None:
+    deep = tmp_path
+    for level in range(MAX_DEPTH + 3):
+        deep = deep / f"d{level}"
+    deep.mkdir(parents=True)
+    (deep / "requirements.txt").write_text("-i https://deep.corp.test/simple\n")
+    result = survey(tmp_path)
+    assert "deep.corp.test" not in names(result, Kind.HOST)
+    assert any("deeper than" in note.text for note in result.notes)
+
+
+def test_installed_packages_are_not_surveyed(tmp_path: Path) -> None:
+    write(tmp_path, {"node_modules/x/package.json": '{"dependencies": {"a": "https://nm.test/a"}}'})
+    assert survey(tmp_path).findings == []
+
+
+def test_the_survey_changes_nothing(tmp_path: Path) -> None:
+    write(tmp_path, {"requirements.txt": "x\n", ".env": "A=1\n"})
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*")}
+    survey(tmp_path)
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*")}
+    assert before == after
+
+
+def test_a_directory_that_cannot_be_opened_is_refused(tmp_path: Path) -> None:
+    from sandbridge.exceptions import PolicyError
+
+    with pytest.raises(PolicyError, match="cannot survey it"):
+        survey(tmp_path / "missing")

@@ -1,0 +1,53 @@
+"""Where the policy comes from (sandbox/project.py): the secrets file's tracking check,
+asked of the hardened host git without running anything of the project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbridge.exceptions import PolicyError
+from sandbridge.sandbox.project import check_secrets_file
+from tests.sandbox.test_protected_paths import git, make_repo
+
+
+def secrets(repo: Path) -> Path:
+    (repo / ".sandbridge").mkdir(exist_ok=True)
+    path = repo / ".sandbridge" / "env"
+    path.write_text("A=1\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_an_untracked_secrets_file_is_accepted(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    secrets(repo)
+    check_secrets_file(repo)
+
+
+def test_a_tracked_secrets_file_is_refused_with_the_fix(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    secrets(repo)
+    git(repo, "add", "-f", ".sandbridge/env")
+    with pytest.raises(PolicyError, match=r"git rm --cached \.sandbridge/env"):
+        check_secrets_file(repo)
+
+
+def test_asking_git_runs_none_of_the_projects_commands(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    secrets(repo)
+    marker = tmp_path / "ran"
+    script = tmp_path / "fsmonitor.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(script))
+    check_secrets_file(repo)
+    assert not marker.exists()
+    git(repo, "status")  # the owner's git does run it: the set-up is live
+    assert marker.exists()
+
+
+def test_outside_a_repository_nothing_is_asked(tmp_path: Path) -> None:
+    secrets(tmp_path)
+    check_secrets_file(tmp_path)
