@@ -15,7 +15,13 @@ cd "$(dirname "$0")"
 # in the network tests), iproute2 (ip: the network tests link their "internet"
 # namespace to the host's with a veth pair).
 DEBIAN_PACKAGES=(bubblewrap util-linux chromium firefox-esr nginx-light socat procps wrk curl iproute2)
+# Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
+# comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
+if ! command -v node >/dev/null; then DEBIAN_PACKAGES+=(nodejs npm); fi
 VENV=.venv
+# The Node package that test uses: its package-lock.json pins `open`; npm ci installs it
+# into its node_modules (git-ignored).
+NODE_FIXTURE=tests/apps/node_open
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -52,9 +58,22 @@ install_python_packages() {
   fi
 }
 
+install_node_packages() {
+  if ! command -v npm >/dev/null; then
+    echo "dev.sh: node is installed but npm is not: install npm (the Node test needs it)" >&2
+    return 1
+  fi
+  local stamp="$NODE_FIXTURE/node_modules/.installed-$(sha256sum <"$NODE_FIXTURE/package-lock.json" | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    (cd "$NODE_FIXTURE" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+    touch "$stamp"
+  fi
+}
+
 setup() {
   install_debian_packages
   install_python_packages
+  install_node_packages
 }
 
 command=${1:-demo}

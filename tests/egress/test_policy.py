@@ -20,6 +20,7 @@ from sandbridge.egress.policy import (
     mask_credentials,
 )
 from sandbridge.exceptions import PolicyError
+from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import OpenAction
 
 
@@ -71,6 +72,16 @@ def test_open_setting_is_read_with_its_line_and_printed(tmp_path: Path) -> None:
     assert policy_of().open_action is None
 
 
+def test_url_form_setting_is_read_with_its_line_and_printed(tmp_path: Path) -> None:
+    policy = load_policy(project(tmp_path, config="url_form = ip\n"))
+    assert policy.url_form == Setting(UrlForm.IP, ".sandbridge/config:1")
+    assert any(
+        line.startswith("url_form = ip") and line.endswith("(.sandbridge/config:1)")
+        for line in describe(policy)
+    )
+    assert policy_of().url_form is None
+
+
 def test_flag_overrides_file_setting(tmp_path: Path) -> None:
     policy = load_policy(project(tmp_path, config="net = full\n"), net="none")
     assert policy.mode.value is NetMode.NONE
@@ -101,6 +112,8 @@ def test_flag_overrides_file_setting(tmp_path: Path) -> None:
         ("", "env = 1BAD=x\n", "expected 'env = NAME=VALUE'"),
         ("", "resolver = dns.example\n", "resolver must be an IP address"),
         ("", "open = firefox\n", ".sandbridge/config:1: open must be one of browser, print, ask"),
+        ("", "url_form = IP\n", ".sandbridge/config:1: url_form must be one of name, ip, got 'IP'"),
+        ("", "url_form =\n", ".sandbridge/config:1: url_form must be one of name, ip, got ''"),
     ],
 )
 def test_malformed_line_names_file_line_and_problem(

@@ -116,7 +116,9 @@ def test_register_and_open_share_the_socket_and_other_types_are_refused() -> Non
     assert parse_request(b'{"type":"open","url":"http://localhost:80/"}') == LocalTarget(
         "http", 80, "/"
     )
-    with pytest.raises(RegistrationError, match="type must be 'register' or 'open', got 'x'"):
+    with pytest.raises(
+        RegistrationError, match="type must be 'register', 'open' or 'unregister', got 'x'"
+    ):
         parse_request(b'{"type":"x"}')
     with pytest.raises(RegistrationError, match="url is missing"):
         parse_request(b'{"type":"open"}')

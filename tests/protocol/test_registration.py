@@ -53,7 +53,7 @@ def test_error_answer_is_ok_false_with_error() -> None:
         (b'{"type":"register","port":true}', "got True"),
         (b'{"type":"register","port":null}', "got None"),
         (b'{"type":"register"}', "port is missing"),
-        (b'{"type":"unregister","port":80}', "got 'unregister'"),
+        (b'{"type":"unregister","port":80}', "type must be 'register', got 'unregister'"),
         (b'{"port":80}', "got None"),
         (b"[1,2]", "JSON object"),
         (b"not json", "not valid JSON"),

@@ -63,7 +63,10 @@ def printing(runtime_dir: Path) -> Relay:
         (b'{"type":"open","url":"https://localhost:8443/"}\n', "TLS"),
         (b'{"type":"open","url":"http://localhost:99999/"}\n', "not 1..65535"),
         (b'{"type":"opan","url":"http://localhost/"}\n', "got 'opan'"),
-        (b'{"type":"' + b"o" * 3000 + b'"}\n', "type must be 'register' or 'open', got 'ooo"),
+        (
+            b'{"type":"' + b"o" * 3000 + b'"}\n',
+            "type must be 'register', 'open' or 'unregister', got 'ooo",
+        ),
         (b'{"type":"open","url":"' + b"h" * 5000 + b'"}\n', "message longer than 4096 bytes"),
         (b"[" * 100 + b"]" * 100 + b"\n", "nested deeper than 32 levels"),
         (b"not json\n", "message is not valid JSON"),

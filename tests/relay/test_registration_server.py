@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.protocol.registration import REQUEST_TYPES
 from tests.conftest import HELPER, Relay, echo, host_port_of
 
 
@@ -177,6 +178,16 @@ def test_unregister_of_a_contract_registration_is_refused_and_the_app_stays(
         "auto-published apps can be unregistered",
     }
     assert echo(host_port)["server_port"] == app_port
+
+
+def test_an_unknown_type_is_refused_naming_every_type_the_socket_accepts(relay: Relay) -> None:
+    answer = _ask(relay.runtime_dir / "relay.sock", b'{"type":"deregister","host_port":1}\n')
+    assert answer == {
+        "ok": False,
+        "error": "type must be 'register', 'open' or 'unregister', got 'deregister'",
+    }
+    # Derived from the parsers' table: a type added there is named here too.
+    assert all(f"'{kind}'" in str(answer["error"]) for kind in REQUEST_TYPES)
 
 
 @pytest.mark.parametrize(

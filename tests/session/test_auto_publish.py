@@ -259,6 +259,66 @@ def test_unregister_is_refused_for_an_app_registered_without_auto(session: Sessi
     assert any(app["host_port"] == host_port for app in session.apps())
 
 
+def _apps_of(session: Session, port: int) -> list[dict[str, Any]]:
+    return [app for app in session.apps() if app["port"] == port]
+
+
+def test_a_port_auto_published_then_registered_by_the_agent_has_one_origin(
+    session: Session,
+) -> None:
+    session.listen(8401, "dev-server")
+    url = session.published(8401, "dev-server")
+    answer = session.ask('{"type":"register","port":8401,"base_path":"/"}')
+    assert answer == {"ok": True, "host_port": host_port_of(url), "base_path": "/", "url": url}
+    opened = session.ask('{"type":"open","url":"http://localhost:8401/a?b=1#c"}')
+    assert opened["url"] == url + "a?b=1#c"
+    [app] = _apps_of(session, 8401)
+    assert (app["url"], app["process"], app["auto"]) == (url, "dev-server", False)
+    # Registered by the agent, the app stays when the server stops (two scans later).
+    session.stop(8401)
+    session.settle()
+    session.settle()
+    assert request(host_port_of(url))[0] == 502
+    assert [app["url"] for app in _apps_of(session, 8401)] == [url]
+    assert not session.printed("sandbox port 8401 (dev-server) stopped listening")
+
+
+def test_a_port_registered_by_the_agent_then_seen_by_auto_publish_has_one_origin(
+    session: Session,
+) -> None:
+    answer = session.ask('{"type":"register","port":8402}')
+    session.listen(8402, "late-listener")
+    session.settle()  # 8402 went through a whole scan: auto-publish offered it
+    assert not session.printed("sandbox port 8402 (late-listener) -> ")
+    [app] = _apps_of(session, 8402)
+    assert (app["host_port"], app["url"]) == (answer["host_port"], answer["url"])
+    assert (app["process"], app["auto"]) == ("late-listener", False)
+    status, _, body = request(host_port_of(answer["url"]), path="/")
+    assert (status, body) == (200, b"hello from late-listener")
+    # auto-publish lets go when the server stops; the agent's registration stays.
+    session.stop(8402)
+    session.settle()
+    session.settle()
+    assert [app["host_port"] for app in _apps_of(session, 8402)] == [answer["host_port"]]
+    assert not session.printed("auto_publish.withdraw_refused port=8402")
+
+
+def test_an_agent_registration_with_a_base_path_reuses_the_auto_origin_under_that_path(
+    session: Session,
+) -> None:
+    session.listen(8403, "under-app")
+    url = session.published(8403, "under-app")
+    answer = session.ask('{"type":"register","port":8403,"base_path":"/app/"}')
+    assert answer == {
+        "ok": True,
+        "host_port": host_port_of(url),
+        "base_path": "/app",
+        "url": url + "app",
+    }
+    [app] = _apps_of(session, 8403)
+    assert (app["base_path"], app["url"]) == ("/", url)
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [

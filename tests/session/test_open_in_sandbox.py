@@ -1,17 +1,24 @@
-"""Opening URLs from inside a real sandbox: ``sandbridge-open``, ``$BROWSER``, ``xdg-open``
-and Python's webbrowser reach the host's browser command (the PATH that leads there:
-tests/sandbox/test_sandbox_path.py)."""
+"""Opening URLs from inside a real sandbox: ``sandbridge-open``, ``$BROWSER``, ``xdg-open``,
+Python's webbrowser and Node's ``open`` package reach the host's browser command (the PATH
+that leads there: tests/sandbox/test_sandbox_path.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from tests.conftest import ECHO_APP, PYTHON, REPO, Process, echo, host_port_of, run_argv
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
+# A Node package pinning ``open`` (its package-lock.json); ``./dev.sh setup`` runs ``npm ci``
+# there.
+NODE_OPEN = REPO / "tests" / "apps" / "node_open"
+# How long the host's browser command may take to be run after the sandbox asked.
+OPEN_WITHIN = 30.0
 
 
 def _run(
@@ -70,6 +77,76 @@ def test_webbrowser_xdg_open_and_browser_reach_the_host_browser_with_the_url_int
     ]
     # One registration, announced once, reused for every open.
     assert result.stderr.count("sandbridge: sandbox port 4173 -> ") == 1
+
+
+def _node_with_open() -> str:
+    """The ``node`` command, once it and the pinned ``open`` package are both there: a
+    machine without them fails this test (``./dev.sh setup`` installs them), never skips it."""
+    node = shutil.which("node")
+    assert node is not None, "node is not on PATH: ./dev.sh setup installs nodejs and npm"
+    package = NODE_OPEN / "node_modules" / "open" / "package.json"
+    assert package.is_file(), f"{package} is missing: ./dev.sh setup runs npm ci in {NODE_OPEN}"
+    assert json.loads(package.read_text())["version"].startswith("11."), package
+    return node
+
+
+def _recorded(out: Path, process: Process) -> list[list[str]]:
+    """The browser command's recorded calls, once there is one (bounded polling of a file
+    the host's browser command writes; the session failing ends the wait)."""
+    deadline = time.monotonic() + OPEN_WITHIN
+    while not (out.exists() and out.read_text().endswith("\n")):
+        status = process.popen.poll()
+        assert status is None, f"the session ended ({status}): {process.drain('stderr')}"
+        assert time.monotonic() < deadline, f"no browser call in {OPEN_WITHIN} s"
+        time.sleep(0.05)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_node_open_package_reaches_the_host_browser_with_the_url_intact(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    node = _node_with_open()
+    # With an executable xdg-open of its own, ``open`` runs that script (detached), which
+    # finds no desktop inside and runs $BROWSER: the path this test takes.
+    assert os.access(NODE_OPEN / "node_modules" / "open" / "xdg-open", os.X_OK)
+    out = tmp_path / "browser.jsonl"
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    # ``open`` resolves as soon as its launcher started: the sandbox stays until the host's
+    # browser command has run, or the launcher would die with it.
+    script = _with_app(
+        4173,
+        f"{node} {NODE_OPEN / 'open_url.mjs'} 'http://localhost:4173/n/o?p=1&q=%20#r' "
+        f"&& read x < {go}",
+    )
+    process = Process(
+        run_argv(
+            tmp_path,
+            "sh",
+            "-c",
+            script,
+            options=(
+                "--backend",
+                backend,
+                "--open",
+                "browser",
+                "--browser",
+                f"{PYTHON} {RECORDER} {out}",
+            ),
+        )
+    )
+    try:
+        recorded = _recorded(out, process)
+    finally:
+        if process.popen.poll() is None:
+            go.write_text("done\n")
+        status = process.popen.wait(60)
+    assert status == 0, process.drain("stderr")
+    assert len(recorded) == 1 and len(recorded[0]) == 1, recorded
+    url = recorded[0][0]
+    assert url.startswith("http://") and url.endswith("/n/o?p=1&q=%20#r"), url
+    origin = url.removesuffix("/n/o?p=1&q=%20#r")
+    assert origin.endswith(".localhost:" + origin.split(":")[-1]), url
 
 
 def test_opened_url_serves_the_app_with_its_query(backend: str, tmp_path: Path, xdg: Path) -> None:

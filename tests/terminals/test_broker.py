@@ -213,6 +213,32 @@ def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behavi
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
+def test_a_session_without_a_sandbox_refuses_no_sandbox_and_spends_no_approval(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None, TerminalSettings())
+        await broker.start()
+        try:
+            owner = keys.owner_key()
+            request_id = await _approved_request(owner)
+            with pytest.raises(ControlError) as refused:
+                await attach(request_id, owner)
+            assert refused.value.code == "no_sandbox"
+            assert str(refused.value) == "this session has no sandbox to open a terminal in"
+            assert ReservationJournal().ring.records() == []  # the approval is not spent
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [r["state"] for r in listing["requests"]] == ["approved"]
+            refusals = [r for r in AuditLog().records() if r["event"] == "refusal"]
+            assert [r["reason_code"] for r in refusals] == ["no_sandbox"]
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
 def test_a_worker_ending_with_a_malformed_reason_is_audited_as_unknown(tmp_path: Path) -> None:
     async def scenario() -> None:
         entry = SessionEntry.create("web", tmp_path)

@@ -173,8 +173,9 @@ def _add_relay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url-form",
         choices=[form.value for form in UrlForm],
-        default=UrlForm.NAME.value,
-        help="name (default): each app is http://<random label>.localhost:<port>/, its own "
+        default=None,
+        help="name (the default, unless url_form = ... in .sandbridge/config says "
+        "otherwise): each app is http://<random label>.localhost:<port>/, its own "
         "site for cookies and storage; ip: the accepted contract's "
         "http://127.0.0.1:<port>/, where cookies ignore ports: every app, every other "
         "localhost service and any local user's 127.0.0.1 listener share one cookie jar",
@@ -233,7 +234,24 @@ def _add_relay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
 
 
-def _settings(args: argparse.Namespace) -> RelaySettings:
+def _url_form(args: argparse.Namespace, policy: Policy | None) -> UrlForm:
+    """``--url-form``, else the policy's ``url_form``, else ``name``; the IP form's caveat
+    is said where it is chosen."""
+    if args.url_form is not None:
+        form, caveat = UrlForm(args.url_form), IP_FORM_CAVEAT
+    elif policy is not None and policy.url_form is not None:
+        form = policy.url_form.value
+        caveat = f"url_form = ip ({policy.url_form.source}): " + IP_FORM_CAVEAT.removeprefix(
+            "--url-form ip: "
+        )
+    else:
+        return UrlForm.NAME
+    if form is UrlForm.IP:
+        print(f"sandbridge: warning: {caveat}", file=sys.stderr, flush=True)
+    return form
+
+
+def _settings(args: argparse.Namespace, policy: Policy | None = None) -> RelaySettings:
     for name in (
         "keepalive_timeout",
         "header_timeout",
@@ -248,9 +266,7 @@ def _settings(args: argparse.Namespace) -> RelaySettings:
             raise SandbridgeError(f"{flag} must be positive, got {getattr(args, name)}")
     if args.app_pool_size < 0:
         raise SandbridgeError(f"--app-pool-size must be 0 or more, got {args.app_pool_size}")
-    url_form = UrlForm(args.url_form)
-    if url_form is UrlForm.IP:
-        print(f"sandbridge: warning: {IP_FORM_CAVEAT}", file=sys.stderr, flush=True)
+    url_form = _url_form(args, policy)
     return RelaySettings(
         keepalive_timeout=args.keepalive_timeout,
         header_timeout=args.header_timeout,
@@ -343,7 +359,9 @@ def _run_session(
                     workdir=(args.workdir or Path.cwd()).resolve(),
                     name=args.name,
                     protocol=ForwardingMode.STREAM,
-                    settings=dataclasses.replace(_settings(args), publish_rules=policy.publish),
+                    settings=dataclasses.replace(
+                        _settings(args, policy), publish_rules=policy.publish
+                    ),
                     on_register=on_register,
                     on_unregister=_print_gone,
                     policy=policy,

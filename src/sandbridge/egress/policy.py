@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 
 from sandbridge.exceptions import AuthorityError, PolicyError
 from sandbridge.protocol.authority import split_host_port
+from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import OpenAction
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule, publishes_any
 
@@ -138,6 +139,9 @@ class Policy:
     # ``open = browser|print|ask``: how the sandbox's open requests are carried out
     # (docs/open.md); ``None``: ``--open`` or the default decides.
     open_action: Setting[OpenAction] | None = None
+    # ``url_form = name|ip``: the app URLs' form (docs/contract.md); ``None``:
+    # ``--url-form`` or the default (name) decides.
+    url_form: Setting[UrlForm] | None = None
     # The policy files that were read, for the one line ``sandbridge run`` prints.
     files_read: tuple[Path, ...] = ()
     # ``publish = auto|PORT|LOW-HIGH [ACTION]``: the ports auto-publish registers
@@ -329,6 +333,14 @@ def _parse_open(value: str, where: str) -> OpenAction:
         raise PolicyError(f"{where}: open must be one of {choices}, got {value!r}") from None
 
 
+def _parse_url_form(value: str, where: str) -> UrlForm:
+    try:
+        return UrlForm(value)
+    except ValueError:
+        choices = ", ".join(form.value for form in UrlForm)
+        raise PolicyError(f"{where}: url_form must be one of {choices}, got {value!r}") from None
+
+
 def _parse_env(value: str, where: str) -> EnvSetting:
     name, equals, setting = value.partition("=")
     name = name.strip()
@@ -349,6 +361,7 @@ class PolicyBuilder:
     protect: list[Setting[Path]] = field(default_factory=list)
     publish: list[PublishRule] = field(default_factory=list)
     open_action: Setting[OpenAction] | None = None
+    url_form: Setting[UrlForm] | None = None
     project: Path | None = None
     files_read: list[Path] = field(default_factory=list)
 
@@ -386,10 +399,12 @@ class PolicyBuilder:
             self.publish.append(parse_rule(value, where))
         elif key == "open":
             self.open_action = Setting(_parse_open(value, where), where)
+        elif key == "url_form":
+            self.url_form = Setting(_parse_url_form(value, where), where)
         else:
             raise PolicyError(
                 f"{where}: unknown key {key!r} "
-                "(known: net, gate_addr, allow, env, resolver, protect, publish, open)"
+                "(known: net, gate_addr, allow, env, resolver, protect, publish, open, url_form)"
             )
 
     def build(self) -> Policy:
@@ -420,6 +435,7 @@ class PolicyBuilder:
             env=tuple(self.env.values()),
             protect=tuple(self.protect),
             open_action=self.open_action,
+            url_form=self.url_form,
             files_read=tuple(self.files_read),
             publish=tuple(self.publish),
             project=self.project,
@@ -519,4 +535,6 @@ def describe(policy: Policy) -> list[str]:
         lines.append(line(f"publish = {published.text}", published.source))
     if policy.open_action is not None:
         lines.append(line(f"open = {policy.open_action.value.value}", policy.open_action.source))
+    if policy.url_form is not None:
+        lines.append(line(f"url_form = {policy.url_form.value.value}", policy.url_form.source))
     return lines

@@ -99,6 +99,11 @@ def parse_unregister_request(line: bytes) -> UnregisterRequest | None:
         return None
     if message.get("type") != UNREGISTER:
         return None
+    return unregister_request(message)
+
+
+def unregister_request(message: dict[str, Any]) -> UnregisterRequest:
+    """The request of a decoded ``{"type":"unregister",...}`` message."""
     if "host_port" not in message:
         raise RegistrationError("host_port is missing: send the integer port of the app's URL")
     value = message["host_port"]

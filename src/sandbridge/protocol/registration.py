@@ -3,17 +3,25 @@
 Request: ``{"type":"register","port":4173,"base_path":"/"}``.
 Answer: ``{"ok":true,"host_port":43125,"base_path":"/","url":"http://127.0.0.1:43125/"}``
 or ``{"ok":false,"error":"..."}``. The same socket also takes sandbridge's own open
-request (:mod:`sandbridge.protocol.open_request`); :func:`parse_request` tells them apart.
+request (:mod:`sandbridge.protocol.open_request`) and auto-publish's unregister
+(:mod:`sandbridge.protocol.auto_registration`); :func:`parse_request` tells them apart by
+:data:`REQUEST_TYPES`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from sandbridge.exceptions import RegistrationError, WireError
-from sandbridge.protocol.auto_registration import parse_published_by
+from sandbridge.protocol.auto_registration import (
+    UNREGISTER,
+    UnregisterRequest,
+    parse_published_by,
+    unregister_request,
+)
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
 from sandbridge.protocol.open_request import OpenTarget, parse_open_message, shown
@@ -78,33 +86,51 @@ def _decode(line: bytes) -> dict[str, Any]:
         raise RegistrationError(str(exc)) from None
 
 
-def parse_request(line: bytes) -> RegisterRequest | OpenTarget:
-    """Decode one request line on ``relay.sock``: a registration or an open request."""
-    message = _decode(line)
-    kind = message.get("type")
-    if kind == "open":
-        return parse_open_message(message)
-    if kind != "register":
-        raise RegistrationError(f"type must be 'register' or 'open', got {shown(kind)}")
-    return _register_request(message)
+REGISTER = "register"
+OPEN = "open"
+RelayRequest = RegisterRequest | OpenTarget | UnregisterRequest
 
 
-def parse_register_request(line: bytes) -> RegisterRequest:
-    """Decode and validate one registration request line."""
-    message = _decode(line)
-    kind = message.get("type")
-    if kind != "register":
-        raise RegistrationError(f"type must be 'register', got {kind!r}")
-    return _register_request(message)
-
-
-def _register_request(message: dict[str, Any]) -> RegisterRequest:
+def register_request(message: dict[str, Any]) -> RegisterRequest:
+    """The request of a decoded ``{"type":"register",...}`` message."""
     if "port" not in message:
         raise RegistrationError("port is missing: send an integer 1..65535")
     port = validate_port(message["port"])
     base_path = normalize_base_path(message.get("base_path", "/"))
     published_by = parse_published_by(message)
     return RegisterRequest(port, base_path, published_by.process, published_by.auto)
+
+
+# Every request type relay.sock knows, in the order a refusal names them; a server
+# accepts these or some of them (``accepted``), and a refusal lists what it accepts.
+REQUEST_TYPES: dict[str, Callable[[dict[str, Any]], RelayRequest]] = {
+    REGISTER: register_request,
+    OPEN: parse_open_message,
+    UNREGISTER: unregister_request,
+}
+
+
+def unknown_type(kind: object, accepted: Collection[str]) -> RegistrationError:
+    """The refusal of a ``type`` not in ``accepted``, naming each accepted one."""
+    names = [f"'{name}'" for name in REQUEST_TYPES if name in accepted]
+    listed = " or ".join(names) if len(names) <= 2 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return RegistrationError(f"type must be {listed}, got {shown(kind)}")
+
+
+def parse_request(line: bytes, accepted: Collection[str] = tuple(REQUEST_TYPES)) -> RelayRequest:
+    """Decode one request line on ``relay.sock`` whose type is one of ``accepted``."""
+    message = _decode(line)
+    kind = message.get("type")
+    if not isinstance(kind, str) or kind not in accepted or kind not in REQUEST_TYPES:
+        raise unknown_type(kind, accepted)
+    return REQUEST_TYPES[kind](message)
+
+
+def parse_register_request(line: bytes) -> RegisterRequest:
+    """Decode and validate one registration request line."""
+    request = parse_request(line, (REGISTER,))
+    assert isinstance(request, RegisterRequest)
+    return request
 
 
 def app_url(host_port: int, base_path: str) -> str:

@@ -1,8 +1,9 @@
 """The registration server on ``relay.sock``: one JSON request, one JSON answer.
 
-Two requests share the socket: the contract's ``register``, and sandbridge's own ``open``
-(the sandbox asks the host to open a URL: docs/open.md), served when an ``open_url``
-handler is given.
+Three requests share the socket (``protocol/registration.py``'s ``REQUEST_TYPES``): the
+contract's ``register``, auto-publish's ``unregister``, and sandbridge's own ``open`` (the
+sandbox asks the host to open a URL: docs/open.md), served when an ``open_url`` handler
+is given.
 
 Every refusal is ``{"ok":false,"error":"..."}`` naming the bad value; a client that
 sends too much or nothing at all is answered (or dropped) within the read timeout, and
@@ -21,11 +22,7 @@ from typing import TYPE_CHECKING
 from sandbridge import log
 from sandbridge.aio.unix_sockets import bind_unix_socket, read_line
 from sandbridge.exceptions import RegistrationError, WireError
-from sandbridge.protocol.auto_registration import (
-    UnregisterRequest,
-    encode_unregister_ok,
-    parse_unregister_request,
-)
+from sandbridge.protocol.auto_registration import UnregisterRequest, encode_unregister_ok
 from sandbridge.protocol.limits import (
     HTML_READ_TIMEOUT,
     MAX_PENDING_REGISTRATIONS,
@@ -34,10 +31,11 @@ from sandbridge.protocol.limits import (
 )
 from sandbridge.protocol.open_request import HtmlTarget, OpenTarget, encode_open_ok
 from sandbridge.protocol.registration import (
+    OPEN,
+    REQUEST_TYPES,
     RegisterRequest,
     encode_register_error,
     encode_register_ok,
-    parse_register_request,
     parse_request,
 )
 
@@ -67,6 +65,9 @@ class RegistrationServer:
         self._register = register
         self._unregister = unregister
         self._open_url = open_url
+        # The request types answered here: every one relay.sock knows, open only with a
+        # handler (a refusal of any other type lists these).
+        self._accepted = tuple(t for t in REQUEST_TYPES if t != OPEN or open_url is not None)
         self._server: asyncio.Server | None = None
         # Connections still sending their request, oldest first, with their read timeout.
         self._pending: collections.OrderedDict[object, asyncio.Timeout] = collections.OrderedDict()
@@ -127,22 +128,17 @@ class RegistrationServer:
 
     async def _answer(self, line: bytes, rest: bytes, reader: asyncio.StreamReader) -> bytes:
         """The success answer to one request line (and what follows it); refusals raise."""
-        unregister = parse_unregister_request(line)
-        if unregister is not None:
-            return await self._answer_unregister(unregister)
-        open_url = self._open_url
-        if open_url is None:
-            request: RegisterRequest | OpenTarget = parse_register_request(line)
-        else:
-            request = parse_request(line)
+        request = parse_request(line, self._accepted)
+        if isinstance(request, UnregisterRequest):
+            return await self._answer_unregister(request)
         if isinstance(request, RegisterRequest):
             app = await self._register(request)
             return encode_register_ok(app.host_port, app.base_path, app.url)
-        assert open_url is not None  # only parse_request gives an open request
+        assert self._open_url is not None  # open is accepted only with a handler
         html = b""
         if isinstance(request, HtmlTarget):
             html = await _read_html(reader, rest, request.size)
-        url, action = await open_url(request, html)
+        url, action = await self._open_url(request, html)
         return encode_open_ok(url, action)
 
     async def _answer_unregister(self, request: UnregisterRequest) -> bytes:

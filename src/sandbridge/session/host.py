@@ -48,6 +48,9 @@ class HostSession:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Each listener's registration (its optional process and auto fields), by host port.
     _requests: dict[int, RegisterRequest] = field(default_factory=dict)
+    # Host ports of apps registered without "auto" that auto-publish published too (it
+    # was given the same app): its unregister drops only that, the app stays.
+    _also_auto: set[int] = field(default_factory=set)
 
     @property
     def apps(self) -> list[App]:
@@ -65,12 +68,62 @@ class HostSession:
         await self._registration.start()
 
     async def register(self, request: RegisterRequest) -> App:
-        """Give sandbox port ``request.port`` a new host origin."""
+        """Give sandbox port ``request.port`` a new host origin, or, where auto-publish
+        and an explicit registration meet on one port, the app the other one made: one
+        origin per port, in whichever order they come (docs/network.md#auto-publish)."""
         if request.auto and (why := refusal(self.settings.publish_rules, request.port)):
             raise RegistrationError(why)
         async with self._lock:
-            listener = await self._add_listener(request)
+            shared = self._shared(request)
+            if shared is None:
+                listener = await self._add_listener(request)
+        if shared is not None:
+            return shared
         return self._announce(listener)
+
+    def _shared(self, request: RegisterRequest) -> App | None:
+        """The app ``request`` gets without a listener of its own (with the lock held):
+        an auto registration gets any app of its port (and names the process on it);
+        an explicit one takes over an app only auto-publish made, which then stays until
+        the session ends like any explicit registration. Neither is announced again."""
+        if request.auto:
+            listener = next((a for a in self.listeners if a.port == request.port), None)
+            if listener is None:
+                return None
+            known = self._requests[listener.host_port]
+            if not known.auto:
+                self._also_auto.add(listener.host_port)
+                self._requests[listener.host_port] = dataclasses.replace(
+                    known, process=known.process or request.process
+                )
+                self._write_entry()
+            return self._app(listener)
+        listener = self._auto_only(request.port)
+        if listener is None:
+            return None
+        self._claim(listener)
+        log.info("app.claimed", sandbox_port=listener.port, host_port=listener.host_port)
+        app = self._app(listener)
+        assert listener.origin is not None
+        # The origin stays the app's and so does its base path, `/`: every path reaches
+        # the app unchanged. The base path asked for says where the agent's page is on it.
+        url = listener.origin.url(request.base_path) + listener.url_suffix
+        return dataclasses.replace(app, base_path=request.base_path, url=url)
+
+    def _auto_only(self, port: int) -> AppListener | None:
+        """The app of sandbox ``port`` that only auto-publish registered, if any."""
+        return next(
+            (a for a in self.listeners if a.port == port and self._requests[a.host_port].auto),
+            None,
+        )
+
+    def _claim(self, listener: AppListener) -> None:
+        """Make an auto-published app an explicit one (the sandbox asked for it itself):
+        auto-publish's unregister no longer closes it."""
+        known = self._requests[listener.host_port]
+        self._requests[listener.host_port] = dataclasses.replace(known, auto=False)
+        self._also_auto.add(listener.host_port)
+        self._write_entry()
 
     async def _add_listener(self, request: RegisterRequest) -> AppListener:
         """A new listener for ``request`` (with the lock held)."""
@@ -92,6 +145,11 @@ class HostSession:
             listener = next((a for a in self.listeners if a.host_port == request.host_port), None)
             if listener is None:
                 raise RegistrationError(f"no app of this session has host port {request.host_port}")
+            if request.host_port in self._also_auto:
+                # Auto-publish lets go of an app the sandbox also registered itself.
+                self._also_auto.discard(request.host_port)
+                log.info("app.kept", sandbox_port=listener.port, host_port=request.host_port)
+                return
             if not self._requests[listener.host_port].auto:
                 raise RegistrationError(
                     f'host port {request.host_port} was not registered with "auto":true; '
@@ -100,6 +158,7 @@ class HostSession:
             app = self._app(listener)
             self.listeners.remove(listener)
             del self._requests[listener.host_port]
+            self._also_auto.discard(listener.host_port)
             self._write_entry()
             # Under the lock: a registration that follows cannot get this host port
             # while the old listener still holds it.
@@ -150,6 +209,8 @@ class HostSession:
             new = listener is None
             if listener is None:
                 listener = await self._add_listener(RegisterRequest(target.port, "/"))
+            elif self._requests[listener.host_port].auto:
+                self._claim(listener)  # the URL the sandbox opens lasts like its own
         if new:
             self._announce(listener)
         assert listener.origin is not None
@@ -218,6 +279,7 @@ class HostSession:
         self.listeners.clear()
         self.snapshots.clear()
         self._requests.clear()
+        self._also_auto.clear()
         self.runtime_dir.remove()
 
 

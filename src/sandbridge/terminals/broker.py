@@ -427,6 +427,12 @@ class TerminalBroker:
         )  # fmt: skip
         if isinstance(decision, Refuse):
             raise self._refuse(request, decision.code, decision.message)
+        if self._sandbox is None:
+            # Before the reservation: no approval is spent on a session that cannot
+            # start a terminal (``sandbridge host``: the sandbox is another runtime's).
+            raise self._refuse(
+                request, "no_sandbox", "this session has no sandbox to open a terminal in"
+            )
         seq = self._reserve(request, decision, now)
         await self._run_terminal(request, decision, seq, reader, writer)
 
@@ -463,10 +469,7 @@ class TerminalBroker:
         worker_sock: socket.socket | None = None
         try:
             async with asyncio.timeout(self.settings.ready_budget):
-                if self._sandbox is None:
-                    raise ControlRefusal(
-                        "no_sandbox", "this session has no sandbox to open a terminal in"
-                    )
+                assert self._sandbox is not None  # _attach refused no_sandbox before
                 worker, worker_sock = await self._sandbox.start_worker()
                 lease = lease_terms(admit.approval.expires, time.time(), self.settings.lease)
                 worker.send_json(
