@@ -205,8 +205,9 @@ def _is_shim(pid: int) -> bool:
     return b"sandbridge.sandbox.entry" in argv[2:3]
 
 
-def sandbridge(work: Path, ports: tuple[int, int]) -> RelayPath:
-    """The real thing: host listener -> Unix socket -> shim in a bwrap sandbox -> app."""
+def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) -> RelayPath:
+    """The real thing: host listener -> Unix socket -> shim in a bwrap sandbox -> app.
+    ``extra``: more options of ``sandbridge run``."""
     conf = nginx_app_conf(work, SANDBOX_HTTP_PORT, sandboxed=True)
     script = (
         f"mkdir -p /tmp/nginx-app && nginx -c {conf} & "
@@ -225,6 +226,7 @@ def sandbridge(work: Path, ports: tuple[int, int]) -> RelayPath:
             "300",
             "--max-connections-per-app",
             "2500",
+            *extra,
             "--",
             "sh",
             "-c",
