@@ -39,6 +39,7 @@ from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
 from sandbridge.session.lifecycle import SessionOptions, open_session
 from sandbridge.session.run import default_home, run_session, stdin_is_terminal
+from sandbridge.session.served import connect as connect_daemon
 
 
 def _print_app(app: App) -> None:
@@ -107,6 +108,12 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     )
     network_cli.add_options(parser)
     _add_relay_options(parser)
+    parser.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="serve the session from this process even when the user's daemon runs "
+        "(docs/daemon.md)",
+    )
 
 
 def _add_open_options(parser: argparse.ArgumentParser) -> None:
@@ -331,6 +338,7 @@ def _run_session(
                     open_settings=_open_settings(args, policy),
                 ),
                 on_session=_print_session,
+                daemon=None if args.no_daemon else connect_daemon(),
             )
         )
     finally:
@@ -488,9 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
     shim.add_argument("-v", "--verbose", action="store_true", help="log debug events")
     shim.set_defaults(func=cmd_shim)
 
+    from sandbridge.cli.daemon import add_command as add_daemon_command
     from sandbridge.cli.terminal import add_commands
 
     add_commands(commands)
+    add_daemon_command(commands)
     return parser
 
 

@@ -105,6 +105,11 @@ class RuntimeDir:
     note: str | None = None
 
     @property
+    def fd(self) -> int:
+        """The locked directory's descriptor (the daemon gets a copy: docs/daemon.md)."""
+        return self._fd
+
+    @property
     def relay_socket(self) -> Path:
         return self.path / RELAY_SOCKET
 
