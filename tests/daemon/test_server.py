@@ -28,6 +28,7 @@ from tests.conftest import (
     run_argv,
     start_daemon,
 )
+from tests.terminals.harness import PROMPT, TerminalSession, finish
 
 SABOTEUR = str(REPO / "tests" / "apps" / "saboteur.py")
 HOSTILE_SHIM = str(REPO / "tests" / "peers" / "hostile_shim.py")
@@ -188,3 +189,43 @@ def test_hostile_session_does_not_stall_a_good_one(
     finally:
         bad.stop()
         good.stop()
+
+
+def test_sigkilled_daemon_brings_back_apps_at_their_urls_and_pending_requests(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "xdg").mkdir(mode=0o700)
+    env = {  # the dirs TerminalSession gives its session
+        **os.environ,
+        "XDG_RUNTIME_DIR": str(tmp_path / "xdg"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    daemon = start_daemon(env=env)
+    session = TerminalSession(tmp_path, command=f"exec {PYTHON} {ECHO_APP} --register 4173")
+    try:
+        report = json.loads(session.process.wait_line("READY").removeprefix("READY "))
+        url = str(report["urls"][0])
+        port = host_port_of(url)
+        assert request(port)[0] == 200
+        request_id = session.request()
+
+        daemon.stop(signal.SIGKILL)
+        wait_until(lambda: not port_is_open(port))
+        daemon = start_daemon(env=session.env)
+        session.process.wait_line("sandbridge: the daemon serves this session again", "stderr")
+
+        assert session.process.wait_line("sandbridge: sandbox port 4173 -> ", "stderr").endswith(
+            url
+        )
+        assert request(port)[0] == 200, "the app answers at its old URL"
+        listed = json.loads(session.cli("terminal", "list", "--json").stdout)
+        assert [(r["id"], r["state"]) for r in listed] == [(request_id, "pending")]
+        session.cli("terminal", "approve", request_id, "--ttl", "60")
+        child = session.attach(request_id)
+        child.expect(PROMPT)
+        child.sendline("exit 3")
+        assert finish(child)[0] == 3
+    finally:
+        session.stop()
+        daemon.stop()

@@ -37,6 +37,7 @@ from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol import daemon_wire
+from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.relay.app_listener import App
 from sandbridge.session import options_wire
@@ -184,7 +185,8 @@ class Daemon:
             if channel is not None:
                 channel.close()
             raise
-        log.info("daemon.session", session=entry.id, pid=pid)
+        _remove_stale_sockets(runtime_dir, entry)
+        log.info("daemon.session", session=entry.id, pid=pid, apps=len(entry.record.apps))
         async with open_session(runtime_dir, served, entry, outbox.text):
             outbox.put(Event.READY, entry.id)
             await _until_closed(conn)
@@ -210,7 +212,20 @@ def _runtime_dir(path: Path, fd: int) -> RuntimeDir:
     require_private_dir(path, "runtime dir", DaemonError)
     if not os.path.samestat(os.fstat(fd), os.lstat(path)):
         raise DaemonError(f"runtime dir {path} is not the directory sent with it")
-    return RuntimeDir(path=path, owned=False, _fd=fd)
+    return RuntimeDir(path=path, owned=False, _fd=fd, served=True)
+
+
+def _remove_stale_sockets(runtime_dir: RuntimeDir, entry: SessionEntry) -> None:
+    """A session served again after a restart: the sockets the last daemon bound are
+    still there (a SIGKILL removes nothing); bind them anew. Removed through the dirs'
+    descriptors, never following a link the sandbox may have put there."""
+    for fd, name in (
+        (runtime_dir.fd, RELAY_SOCKET),
+        (runtime_dir.fd, EGRESS_SOCKET),
+        (entry.fd, CONTROL_SOCKET),
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
 
 
 async def _until_closed(conn: socket.socket) -> None:

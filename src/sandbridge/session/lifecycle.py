@@ -32,6 +32,7 @@ from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.session.host import HostSession
 from sandbridge.terminals.broker import TerminalBroker
+from sandbridge.terminals.pending import FILE as PENDING_FILE
 from sandbridge.terminals.settings import TerminalSettings
 
 
@@ -114,10 +115,16 @@ async def open_session(
     broker: TerminalBroker | None = None
     if options.terminal_channel is not None:
         broker = TerminalBroker(
-            entry.id, entry.control_socket, options.terminal_channel, TerminalSettings.from_env()
+            entry.id,
+            entry.control_socket,
+            options.terminal_channel,
+            TerminalSettings.from_env(),
+            pending_path=entry.path / PENDING_FILE,
         )
     try:
         await host.start()
+        # A daemon serving this session again after a restart: its apps come back.
+        await host.restore(entry.record.apps)
         if gate is not None:
             await gate.start()
         if broker is not None:

@@ -38,6 +38,9 @@ CONNECT_TIMEOUT = 2.0
 READY_TIMEOUT = 15.0
 # At the end, the daemon closes the session's listeners before it closes the connection.
 CLOSE_TIMEOUT = 10.0
+# While the daemon is away (restarting), how often to look whether it is back: a
+# connect to a missing socket costs microseconds.
+RECONNECT_INTERVAL = 0.2
 
 
 def connect() -> socket.socket | None:
@@ -65,35 +68,92 @@ def connect() -> socket.socket | None:
 async def served_session(
     daemon: socket.socket, runtime_dir: RuntimeDir, options: SessionOptions
 ) -> AsyncIterator[SessionEntry]:
-    """Have the daemon serve this session's host half for the block's length."""
+    """Have the daemon serve this session's host half for the block's length; if the
+    daemon goes away meanwhile, have the next one serve it again as soon as it is up."""
     entry = create_entry(runtime_dir, options)
+    fds = [runtime_dir.fd, entry.fd]
+    if options.terminal_channel is not None:
+        fds.append(options.terminal_channel.fileno())
+    link = _Link(
+        daemon_wire.request(options_wire.encode(options), str(runtime_dir.path), str(entry.path)),
+        array.array("i", fds).tobytes(),
+        options,
+    )
     try:
-        with daemon:
-            fds = [runtime_dir.fd, entry.fd]
-            if options.terminal_channel is not None:
-                fds.append(options.terminal_channel.fileno())
-            message = daemon_wire.request(
-                options_wire.encode(options), str(runtime_dir.path), str(entry.path)
-            )
-            rights = array.array("i", fds).tobytes()
-            daemon.settimeout(CONNECT_TIMEOUT)  # one small message: sent at once
-            daemon.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-            daemon.setblocking(False)
-            loop = asyncio.get_running_loop()
-            async with asyncio.timeout(READY_TIMEOUT):
-                while (await _next_event(daemon, options))[0] is not Event.READY:
-                    pass
-            log.debug("daemon.served", session=entry.id)
-            async with running(_follow(daemon, options)):
-                yield entry
-            with contextlib.suppress(OSError, TimeoutError):
-                daemon.shutdown(socket.SHUT_WR)
-                async with asyncio.timeout(CLOSE_TIMEOUT):
-                    while await loop.sock_recv(daemon, daemon_wire.MAX_MESSAGE_BYTES):
-                        pass
+        await link.open(daemon)
+        log.debug("daemon.served", session=entry.id)
+        async with running(link.follow()):
+            yield entry
+        await link.close()
     finally:
+        link.sock.close()
         entry.remove()
         runtime_dir.remove()
+
+
+class _Link:
+    """The connection to the daemon that serves this session, replaced when a new
+    daemon comes up after the last one went away (the request is sent again: the new
+    daemon finds the session's apps in its entry)."""
+
+    def __init__(self, request: bytes, rights: bytes, options: SessionOptions) -> None:
+        self.request = request
+        self.rights = rights
+        self.options = options
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    async def open(self, sock: socket.socket) -> None:
+        """Send the request on ``sock`` and act on events until the session is served."""
+        self.sock.close()
+        self.sock = sock
+        sock.settimeout(CONNECT_TIMEOUT)  # one small message: sent at once
+        sock.sendmsg([self.request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.rights)])
+        sock.setblocking(False)
+        async with asyncio.timeout(READY_TIMEOUT):
+            while (await _next_event(sock, self.options))[0] is not Event.READY:
+                pass
+
+    async def follow(self) -> None:
+        """Act on the daemon's events; when it leaves, wait for the next one."""
+        while True:
+            try:
+                while True:
+                    await _next_event(self.sock, self.options)
+            except (DaemonError, OSError) as exc:
+                _say(
+                    f"the daemon stopped serving this session ({exc}); its apps, terminals "
+                    "and egress are back when a daemon runs again"
+                )
+            await self._reconnect()
+            _say("the daemon serves this session again")
+
+    async def _reconnect(self) -> None:
+        refusal = None
+        while True:
+            await asyncio.sleep(RECONNECT_INTERVAL)
+            sock = connect()
+            if sock is None:
+                continue
+            try:
+                await self.open(sock)
+                return
+            except (DaemonError, OSError, TimeoutError) as exc:
+                if str(exc) != refusal:  # once, not every interval
+                    refusal = str(exc)
+                    _say(f"the daemon cannot serve this session yet: {exc}")
+
+    async def close(self) -> None:
+        """Leave, and wait until the daemon has closed the session's listeners."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError, TimeoutError):
+            self.sock.shutdown(socket.SHUT_WR)
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                while await loop.sock_recv(self.sock, daemon_wire.MAX_MESSAGE_BYTES):
+                    pass
+
+
+def _say(text: str) -> None:
+    print(f"sandbridge: {text}", file=sys.stderr, flush=True)
 
 
 async def _next_event(daemon: socket.socket, options: SessionOptions) -> tuple[Event, object]:
@@ -111,20 +171,6 @@ async def _next_event(daemon: socket.socket, options: SessionOptions) -> tuple[E
     elif kind is Event.GONE and options.on_unregister is not None:
         options.on_unregister(_app(value))
     return kind, value
-
-
-async def _follow(daemon: socket.socket, options: SessionOptions) -> None:
-    """Act on the daemon's events until it leaves; then say that the apps are gone."""
-    try:
-        while True:
-            await _next_event(daemon, options)
-    except (DaemonError, OSError) as exc:
-        print(
-            f"sandbridge: the daemon stopped serving this session ({exc}); its apps, "
-            "terminals and egress are gone until the sandbox is restarted",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def _app(value: object) -> App:
