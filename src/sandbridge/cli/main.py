@@ -17,11 +17,16 @@ from pathlib import Path
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
 from sandbridge.cli import network as network_cli
-from sandbridge.egress.policy import Policy
+from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.protocol.contract import DEFAULT_UPSTREAM_SOCKET, MOUNT_POINT, UPSTREAM_SOCKET_ENV
+from sandbridge.protocol.contract import (
+    DEFAULT_UPSTREAM_SOCKET,
+    EGRESS_SOCKET,
+    MOUNT_POINT,
+    UPSTREAM_SOCKET_ENV,
+)
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
@@ -37,8 +42,8 @@ from sandbridge.sandbox.mounts import Mount, parse_mount
 from sandbridge.sandbox.project import project_root
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
-from sandbridge.session.lifecycle import SessionOptions, open_session
-from sandbridge.session.run import default_home, run_session, stdin_is_terminal
+from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
 from sandbridge.session.served import connect as connect_daemon
 
 
@@ -108,6 +113,10 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     )
     network_cli.add_options(parser)
     _add_relay_options(parser)
+    _add_no_daemon_option(parser)
+
+
+def _add_no_daemon_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-daemon",
         action="store_true",
@@ -386,6 +395,7 @@ async def _until_signalled() -> int:
 def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
         settings = _settings(args)
+        policy = _host_policy(args)
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
         options = SessionOptions(
             workdir=Path.cwd(),
@@ -394,17 +404,37 @@ def cmd_host(args: argparse.Namespace) -> int:
             settings=settings,
             on_register=_print_app,
             open_settings=_open_settings(args),
+            policy=policy,
         )
-        async with open_session(runtime_dir, options) as session:
-            _print_session(session.entry)
+        daemon = None if args.no_daemon else connect_daemon()
+        async with host_half(daemon, runtime_dir, options) as entry:
+            _print_session(entry)
             print(
                 f"sandbridge: serving registrations on {runtime_dir.relay_socket}",
                 file=sys.stderr,
                 flush=True,
             )
+            if policy is not None:
+                ports = " ".join(f"--gate-port {port}" for port in policy.gate_ports())
+                print(
+                    f"sandbridge: egress gate on {runtime_dir.path / EGRESS_SOCKET}; inside, run "
+                    f"sandbridge shim {ports} and use the proxy http://127.0.0.1:{PROXY_PORT}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return await _until_signalled()
 
     return event_loop.run(serve())
+
+
+def _host_policy(args: argparse.Namespace) -> Policy | None:
+    """``--egress``: the allow-mode policy of the current directory's project and
+    ``--allow``, served by an egress gate (docs/external-runtimes.md)."""
+    if not args.egress:
+        if args.allow:
+            raise SandbridgeError("--allow needs --egress: without it there is no egress gate")
+        return None
+    return load_policy(project_root(Path.cwd()), net=NetMode.ALLOW.value, allow=args.allow)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -426,15 +456,29 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_shim(args: argparse.Namespace) -> int:
+    from sandbridge.egress.gate_listener import GateListener
     from sandbridge.relay.shim import Shim
 
     async def serve() -> int:
         shim = Shim(Path(args.socket))
         await shim.start()
         print(f"sandbridge: shim listening on {args.socket}", file=sys.stderr, flush=True)
+        gate = None
+        if args.gate_port:
+            egress = Path(args.socket).parent / EGRESS_SOCKET
+            gate = GateListener(args.gate_addr, args.gate_port, egress)
+            await gate.start()
+            print(
+                f"sandbridge: gate on {args.gate_addr} ports "
+                f"{', '.join(map(str, args.gate_port))} -> {egress}",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             return await _until_signalled()
         finally:
+            if gate is not None:
+                await gate.close()
             await shim.close()
 
     return event_loop.run(serve())
@@ -477,6 +521,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="forwarding protocol the shim speaks (auto: stream, else v1)",
     )
     _add_name_option(host)
+    host.add_argument(
+        "--egress",
+        action="store_true",
+        help="serve the egress gate (egress.sock) for the project's .sandbridge/ policy and "
+        "--allow; inside, sandbridge shim --gate-port bridges to it",
+    )
+    host.add_argument(
+        "--allow", action="append", default=[], metavar="ENTRY", help="with --egress: allow ENTRY"
+    )
+    _add_no_daemon_option(host)
     _add_relay_options(host)
     _add_open_options(host)
     host.set_defaults(func=cmd_host)
@@ -492,6 +546,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--socket",
         default=os.environ.get(UPSTREAM_SOCKET_ENV, DEFAULT_UPSTREAM_SOCKET),
         help="where to listen (default: $AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET)",
+    )
+    shim.add_argument(
+        "--gate-port",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PORT",
+        help="bridge GATE-ADDR:PORT to the host's egress gate (sandbridge host --egress), "
+        f"one per gate port: the proxy's {PROXY_PORT} and each host service's",
+    )
+    shim.add_argument(
+        "--gate-addr", default="127.0.0.1", help="where --gate-port listens (default 127.0.0.1)"
     )
     shim.add_argument("-v", "--verbose", action="store_true", help="log debug events")
     shim.set_defaults(func=cmd_shim)

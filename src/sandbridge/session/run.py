@@ -54,7 +54,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
             runtime_dir.remove()
             raise
         options = dataclasses.replace(options, workdir=spec.workdir, terminal_channel=host_end)
-        async with _host_half(daemon, runtime_dir, options) as entry:
+        async with host_half(daemon, runtime_dir, options) as entry:
             if on_session is not None:
                 on_session(entry)
             argv = sandbox_argv(backend, spec)
@@ -65,7 +65,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
 
 
 @asynccontextmanager
-async def _host_half(
+async def host_half(
     daemon: socket.socket | None, runtime_dir: RuntimeDir, options: SessionOptions
 ) -> AsyncIterator[SessionEntry]:
     """The session's host half, served here or by the daemon, for the block's length."""
