@@ -229,3 +229,20 @@ def test_sigkilled_daemon_brings_back_apps_at_their_urls_and_pending_requests(
     finally:
         session.stop()
         daemon.stop()
+
+
+def test_ended_sessions_leave_no_descriptors_in_the_daemon(daemon: Process, tmp_path: Path) -> None:
+    def descriptors() -> int:
+        return len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+
+    def one_session() -> None:
+        process, port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+        assert request(port)[0] == 200
+        process.stop()
+
+    one_session()  # the first one starts what the daemon keeps (closer threads, logs)
+    daemon.wait_line("sandbridge: daemon.session_end ", "stderr")
+    baseline = descriptors()
+    for _ in range(3):
+        one_session()
+    wait_until(lambda: descriptors() <= baseline)

@@ -177,11 +177,9 @@ class RuntimeDir:
 
     def remove(self) -> None:
         """Delete what this session created (the whole dir if it made it)."""
-        if self.served:
-            pass
-        elif self.owned:
+        if self.owned and not self.served:
             shutil.rmtree(self.path, ignore_errors=True)
-        else:
+        elif not self.served:
             for name in (RELAY_SOCKET, UPSTREAM_SOCKET):
                 with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
                     (self.path / name).unlink()
