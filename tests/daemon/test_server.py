@@ -246,3 +246,23 @@ def test_ended_sessions_leave_no_descriptors_in_the_daemon(daemon: Process, tmp_
     for _ in range(3):
         one_session()
     wait_until(lambda: descriptors() <= baseline)
+
+
+def test_session_dir_outside_the_state_roots_is_refused_and_nothing_kept(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    runtime, elsewhere = tmp_path / "runtime", tmp_path / "elsewhere"
+    runtime.mkdir(mode=0o700)
+    elsewhere.mkdir(mode=0o700)
+    before = len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+    fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path in (runtime, elsewhere)]
+    message = json.dumps(
+        {"version": 1, "serve": {}, "runtime_dir": str(runtime), "session_dir": str(elsewhere)}
+    )
+    try:
+        answer = ask(xdg, message.encode(), fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert answer == {"error": f"session dir {elsewhere} is not in a state root of this user"}
+    wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)

@@ -111,3 +111,19 @@ def test_allow_without_egress_is_refused(runtime_dir: Path) -> None:
     )
     assert result.returncode == 2
     assert "--allow needs --egress" in result.stderr
+
+
+def test_sandbox_cannot_reach_the_daemon_socket(daemon: Process, xdg: Path, tmp_path: Path) -> None:
+    sock = xdg / f"sandbridge-{os.getuid()}" / "daemon.sock"
+    assert sock.exists()
+    probe = f"test -e {sock} && echo visible; ls -a {sock.parent}; echo probed"
+    result = subprocess.run(
+        run_argv(tmp_path, "sh", "-c", probe),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "probed" in result.stdout
+    assert "visible" not in result.stdout
+    assert "daemon.sock" not in result.stdout

@@ -134,19 +134,21 @@ class Daemon:
             await self.sessions.close()
 
     async def _client(self, conn: socket.socket) -> None:
-        with conn:
-            conn.setblocking(False)
-            outbox = Outbox(conn)
-            try:
-                await self._session(conn, outbox)
-            except SandbridgeError as exc:
-                log.info("daemon.refused", error=str(exc))
-                outbox.put(Event.ERROR, str(exc))
-            except Exception as exc:  # one session's bug ends that session only
-                log.warning("daemon.session_failed", error=repr(exc))
-                outbox.put(Event.ERROR, f"the session failed in the daemon: {exc!r}")
-            finally:
-                await outbox.close()
+        conn.setblocking(False)
+        outbox = Outbox(conn)
+        try:
+            await self._session(conn, outbox)
+        except SandbridgeError as exc:
+            log.info("daemon.refused", error=str(exc))
+            outbox.put(Event.ERROR, str(exc))
+        except Exception as exc:  # one session's bug ends that session only
+            log.warning("daemon.session_failed", error=repr(exc))
+            outbox.put(Event.ERROR, f"the session failed in the daemon: {exc!r}")
+        finally:
+            await outbox.close()
+            # Closed off the loop: descriptors a peer left queued on it are closed with
+            # it, and one of them could block that close (aio/untrusted_fds.py).
+            untrusted_fds.release_socket(conn)
 
     async def _session(self, conn: socket.socket, outbox: Outbox) -> None:
         pid, uid = peer_credentials(conn)
@@ -155,20 +157,19 @@ class Daemon:
         if len(self.sessions) > MAX_SESSIONS:
             raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
         fds: list[int] = []
+        runtime_dir: RuntimeDir | None = None
+        entry: SessionEntry | None = None
+        channel: socket.socket | None = None
         try:
             data = await _receive_request(conn, fds)
             options, runtime_path, session_path = daemon_wire.decode_request(data)
             if len(fds) not in (2, 3):
                 raise DaemonError(f"a request carries 2 or 3 descriptors, not {len(fds)}")
             runtime_dir = _runtime_dir(Path(runtime_path), fds[0])
-            fds.pop(0)
+            del fds[0]  # the runtime dir owns it now
             entry = SessionEntry.attach(Path(session_path), fds[0])
-            fds.pop(0)
-        except BaseException:
-            untrusted_fds.release_all(fds, reset=False)
-            raise
-        channel = socket.socket(fileno=fds.pop()) if fds else None
-        try:
+            del fds[0]
+            channel = socket.socket(fileno=fds.pop()) if fds else None
             if entry.record.pid != pid:
                 owner = entry.record.pid
                 raise DaemonError(f"session {entry.id} belongs to pid {owner}, not {pid}")
@@ -180,10 +181,13 @@ class Daemon:
                 terminal_channel=channel,
             )
         except BaseException:
-            entry.remove()
-            runtime_dir.remove()
+            untrusted_fds.release_all(fds, reset=False)
             if channel is not None:
-                channel.close()
+                untrusted_fds.release_socket(channel)
+            if entry is not None:
+                entry.remove()  # only closes the descriptor: the client removes the dir
+            if runtime_dir is not None:
+                runtime_dir.remove()
             raise
         _remove_stale_sockets(runtime_dir, entry)
         log.info("daemon.session", session=entry.id, pid=pid, apps=len(entry.record.apps))
@@ -209,8 +213,12 @@ async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
 def _runtime_dir(path: Path, fd: int) -> RuntimeDir:
     """The client's runtime dir: ``path`` must be a private dir of this user and ``fd``
     that very directory (the client holds its lock; the descriptor shares it)."""
-    require_private_dir(path, "runtime dir", DaemonError)
-    if not os.path.samestat(os.fstat(fd), os.lstat(path)):
+    try:
+        require_private_dir(path, "runtime dir", DaemonError)
+        same = os.path.samestat(os.fstat(fd), os.lstat(path))
+    except OSError as exc:
+        raise DaemonError(f"runtime dir {path}: {exc.strerror}") from None
+    if not same:
         raise DaemonError(f"runtime dir {path} is not the directory sent with it")
     return RuntimeDir(path=path, owned=False, _fd=fd, served=True)
 
