@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.places.registry import SessionEntry
+from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol import daemon_wire
+from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.options_wire import encode
 from tests.conftest import (
     ECHO_APP,
     PYTHON,
@@ -266,3 +271,28 @@ def test_session_dir_outside_the_state_roots_is_refused_and_nothing_kept(
             os.close(fd)
     assert answer == {"error": f"session dir {elsewhere} is not in a state root of this user"}
     wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)
+
+
+def test_a_session_failing_in_the_daemon_ends_only_itself(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    good, good_port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+    runtime = RuntimeDir.create(xdg / "ags-webview-relay-broken")
+    entry = SessionEntry.create("broken", tmp_path)
+    (runtime.path / "relay.sock").mkdir()  # the registration socket cannot be bound
+    try:
+        message = daemon_wire.request(
+            encode(SessionOptions(workdir=tmp_path)), str(runtime.path), str(entry.path)
+        )
+        answer = ask(xdg, message, [runtime.fd, entry.fd])
+        assert "the session failed in the daemon" in str(answer["error"])
+        assert request(good_port)[0] == 200
+        good.stop()
+        # The daemon still opens sessions.
+        again, again_port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+        assert request(again_port)[0] == 200
+        again.stop()
+    finally:
+        good.stop()
+        entry.remove()
+        runtime.remove()
