@@ -196,8 +196,9 @@ def test_hostile_session_does_not_stall_a_good_one(
         good.stop()
 
 
-def test_sigkilled_daemon_brings_back_apps_at_their_urls_and_pending_requests(
-    tmp_path: Path,
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_restarted_daemon_brings_back_apps_at_their_urls_and_pending_requests(
+    tmp_path: Path, stop: signal.Signals
 ) -> None:
     (tmp_path / "xdg").mkdir(mode=0o700)
     env = {  # the dirs TerminalSession gives its session
@@ -215,7 +216,7 @@ def test_sigkilled_daemon_brings_back_apps_at_their_urls_and_pending_requests(
         assert request(port)[0] == 200
         request_id = session.request()
 
-        daemon.stop(signal.SIGKILL)
+        daemon.stop(stop)
         wait_until(lambda: not port_is_open(port))
         daemon = start_daemon(env=session.env)
         session.process.wait_line("sandbridge: the daemon serves this session again", "stderr")
