@@ -22,7 +22,6 @@ import io
 import os
 import signal
 import socket
-import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from sandbridge import log
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.event_loop import ready
 from sandbridge.aio.tasks import TaskSet, first_done, running
+from sandbridge.aio.unix_sockets import peer_credentials
 from sandbridge.daemon.place import daemon_place
 from sandbridge.exceptions import DaemonError, SandbridgeError
 from sandbridge.places.registry import SessionEntry
@@ -52,15 +52,6 @@ MAX_SESSIONS = 256
 # Events queued for a client that does not read: its app lines and open messages. Past
 # this many the oldest are dropped (the client is the owner's own process; it reads).
 MAX_QUEUED_EVENTS = 256
-_PEERCRED = struct.Struct("3i")
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int]:
-    """The connected peer's pid and uid, as the kernel saw them at ``connect``."""
-    pid, uid, _ = _PEERCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    )
-    return pid, uid
 
 
 class Outbox:

@@ -5,7 +5,9 @@ registry entry (and holds their locks), starts the sandbox and kills it. The dae
 the session's options and descriptors of both dirs and of the terminal channel, serves
 registrations, app listeners, the egress gate and the terminal broker, and sends back
 what the owner should see. When the client's connection ends, the daemon closes the
-session.
+session. When the daemon's end does (it stopped, or was killed), the client sends its
+request again to the next daemon, which serves the session's recorded apps on their old
+URLs (docs/daemon.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.aio.tasks import running
+from sandbridge.aio.unix_sockets import peer_credentials
 from sandbridge.exceptions import DaemonError
 from sandbridge.places.registry import SessionEntry, daemon_sockets
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -51,11 +54,10 @@ def connect() -> socket.socket | None:
         sock.settimeout(CONNECT_TIMEOUT)
         try:
             sock.connect(str(path))
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            _, uid = peer_credentials(sock)
         except OSError:
             sock.close()
             continue
-        uid = int.from_bytes(creds[4:8], sys.byteorder)
         if uid != os.getuid():
             print(f"sandbridge: {path} answers as uid {uid}, not you; not used", file=sys.stderr)
             sock.close()
