@@ -127,3 +127,35 @@ def test_sandbox_cannot_reach_the_daemon_socket(daemon: Process, xdg: Path, tmp_
     assert "probed" in result.stdout
     assert "visible" not in result.stdout
     assert "daemon.sock" not in result.stdout
+
+
+def test_a_session_the_daemon_refuses_ends_the_run_before_its_sandbox(
+    xdg: Path, tmp_path: Path
+) -> None:
+    root = xdg / f"sandbridge-{os.getuid()}"
+    root.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(root / "daemon.sock"))
+    listener.listen()
+
+    def refuse() -> None:  # a daemon of another sandbridge version, say
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.send(b'{"error": "protocol version 1 is not 2"}')
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    marker = tmp_path / "sandbox-ran"
+    result = subprocess.run(
+        run_argv(tmp_path, "touch", str(marker)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    thread.join(10)
+    listener.close()
+    assert result.returncode == 2
+    assert "the daemon refused the session: protocol version 1 is not 2" in result.stderr
+    assert not marker.exists()

@@ -165,7 +165,9 @@ async def _next_event(daemon: socket.socket, options: SessionOptions) -> tuple[E
         raise DaemonError("the daemon closed the connection")
     kind, value = daemon_wire.decode_event(data)
     if kind is Event.ERROR:
-        raise DaemonError(f"the daemon refused the session: {value}")
+        raise DaemonError(
+            f"the daemon refused the session: {value} (--no-daemon serves it without the daemon)"
+        )
     if kind is Event.SAY:
         print(value, file=sys.stderr, flush=True)
     elif kind is Event.APP and options.on_register is not None:
