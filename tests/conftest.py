@@ -364,3 +364,29 @@ def nobody() -> Iterator[Nobody]:
         os.chown(path, NOBODY, NOBODY)
     yield Nobody(work, xdg)
     shutil.rmtree(top, ignore_errors=True)
+
+
+def start_daemon(*options: str, **kwargs: object) -> Process:
+    """``sandbridge daemon`` for this test's XDG_RUNTIME_DIR, once it serves."""
+    process = Process([*SANDBRIDGE, "daemon", *options], **kwargs)
+    process.wait_line("sandbridge: daemon ", "stderr")
+    return process
+
+
+@pytest.fixture
+def daemon(xdg: Path) -> Iterator[Process]:
+    """The user's daemon (in this test's private XDG_RUNTIME_DIR)."""
+    process = start_daemon()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(params=["standalone", "daemon"])
+def served(request: pytest.FixtureRequest, xdg: Path) -> Iterator[Process | None]:
+    """Each mode of ``sandbridge run``: its own host half, or the daemon's (started here)."""
+    if request.param == "standalone":
+        yield None
+        return
+    process = start_daemon()
+    yield process
+    process.stop()

@@ -16,6 +16,7 @@ that what can be caught, and what each means, is read in one place::
     │   └── StreamRefused         the shim could not open this stream
     ├── RuntimeDirError           the runtime dir is unsafe or cannot be made
     ├── SessionError              a session name or the state dir is unusable
+    ├── DaemonError               the daemon cannot start, or refused a session
     ├── SandboxError              the sandbox cannot be started as asked
     ├── PolicyError               a policy line or flag is malformed
     ├── KeyFileError              a terminal key file is missing, malformed or unsafe
@@ -101,6 +102,10 @@ class RuntimeDirError(SandbridgeError):
 
 class SessionError(SandbridgeError):
     """A session name is invalid or taken, or the state directory is unsafe."""
+
+
+class DaemonError(SandbridgeError):
+    """The daemon cannot start (another one runs), or it refused or lost a session."""
 
 
 class SandboxError(SandbridgeError):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 
 from sandbridge.aio import event_loop
-from sandbridge.aio.unix_sockets import Pump
+from sandbridge.aio.unix_sockets import Pump, peer_credentials
 
 
 async def _linked_pair() -> tuple[socket.socket, socket.socket, Pump, Pump]:
@@ -79,3 +80,9 @@ def test_a_failing_side_aborts_its_peer() -> None:
         right.close()
 
     event_loop.run(main())
+
+
+def test_peer_credentials_are_the_connecting_process() -> None:
+    one, other = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with one, other:
+        assert peer_credentials(one) == (os.getpid(), os.getuid())

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import PYTHON, REPO, Process, app_host, host_port_of, run_argv
+import pytest
+
+from tests.conftest import PYTHON, REPO, Process, app_host, host_port_of, run_argv, start_daemon
 
 FEATURE_APP = str(REPO / "tests" / "apps" / "feature_app.py")
 
@@ -87,3 +89,18 @@ def feature_session(workdir: Path, base: str = "/", *options: str) -> Iterator[F
         yield session
     finally:
         session.stop()
+
+
+@contextmanager
+def served_by_a_daemon(tmp: Path) -> Iterator[Process]:
+    """A daemon in a private XDG_RUNTIME_DIR under ``tmp``, which the block's sessions use
+    (for module-scoped sessions, which cannot use the ``daemon`` fixture)."""
+    xdg = tmp / "xdg"
+    xdg.mkdir(mode=0o700)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_RUNTIME_DIR", str(xdg))
+        daemon = start_daemon()
+        try:
+            yield daemon
+        finally:
+            daemon.stop()

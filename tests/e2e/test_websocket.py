@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 
@@ -11,14 +12,20 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.conftest import request
-from tests.e2e.features import FeatureSession, feature_session
+from tests.e2e.features import FeatureSession, feature_session, served_by_a_daemon
 
 
-@pytest.fixture(scope="module", params=["/", "/app"])
+@pytest.fixture(scope="module", params=["/", "/app", "/ served by the daemon"])
 def session(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[FeatureSession]:
-    with feature_session(tmp_path_factory.mktemp("ws"), request.param) as running:
+    base, _, served = str(request.param).partition(" ")
+    with contextlib.ExitStack() as stack:
+        if served:
+            daemon = stack.enter_context(served_by_a_daemon(tmp_path_factory.mktemp("ws-xdg")))
+        running = stack.enter_context(feature_session(tmp_path_factory.mktemp("ws"), base))
+        if served:
+            daemon.wait_line("sandbridge: daemon.session ", "stderr")
         yield running
 
 

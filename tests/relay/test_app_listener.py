@@ -6,7 +6,12 @@ import hashlib
 import http.client
 import json
 import socket
+from pathlib import Path
 
+from sandbridge.aio import event_loop
+from sandbridge.protocol.http.origin_policy import AppOrigin, new_label
+from sandbridge.relay.app_listener import AppListener
+from sandbridge.relay.upstream import ForwardingMode, UpstreamConnector
 from tests.conftest import (
     Relay,
     app_host,
@@ -184,3 +189,20 @@ def test_pipelined_requests_get_answers_in_order(relay: Relay, app_port: int) ->
         while chunk := sock.recv(65536):
             data += chunk
     assert data.index(b'"/one"') < data.index(b'"/two"')
+
+
+def test_an_app_brought_back_keeps_its_port_and_name_unless_the_port_is_taken() -> None:
+    async def main() -> None:
+        connector = UpstreamConnector(Path("/nonexistent"), ForwardingMode.STREAM)
+        origin = AppOrigin(free_port(), new_label())
+        first = AppListener(80, "/", connector)
+        assert await first.start(origin) == origin.host_port
+        assert first.origin == origin
+        # The port is held (by the first): the second gets a new port and a new name.
+        second = AppListener(80, "/", connector)
+        assert await second.start(origin) != origin.host_port
+        assert second.origin is not None and second.origin.label != origin.label
+        await first.close()
+        await second.close()
+
+    event_loop.run(main())

@@ -60,11 +60,17 @@ def ready(process: Process) -> dict[str, object]:
 
 
 @pytest.fixture
-def app(backend: str, tmp_path: Path, xdg: Path) -> Iterator[tuple[Process, dict[str, object]]]:
+def app(
+    backend: str, tmp_path: Path, served: Process | None
+) -> Iterator[tuple[Process, dict[str, object]]]:
+    """The echo app in a sandbox, the session served standalone or by the daemon."""
     process = sandboxed(
         backend, tmp_path, PYTHON, ECHO_APP, "--register", "4173", "--register", "4173:/app"
     )
-    yield process, ready(process)
+    report = ready(process)
+    if served is not None:
+        served.wait_line("sandbridge: daemon.session ", "stderr")
+    yield process, report
     process.stop()
 
 
@@ -94,7 +100,9 @@ def test_host_prints_each_registration(app: tuple[Process, dict[str, object]]) -
     assert line.endswith(str(report["urls"][0]))  # type: ignore[index]
 
 
-def test_exit_status_of_the_command_is_returned(backend: str, tmp_path: Path, xdg: Path) -> None:
+def test_exit_status_of_the_command_is_returned(
+    backend: str, tmp_path: Path, served: Process | None
+) -> None:
     assert run_to_end(backend, tmp_path, "exit 7").returncode == 7
     assert run_to_end(backend, tmp_path, "true").returncode == 0
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import struct
 from pathlib import Path
 from typing import cast
 
@@ -20,6 +21,18 @@ COPY_READ_BYTES = 256 * 1024
 # destroy the refusal before the peer reads it.
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 1024 * 1024
+
+
+_PEERCRED = struct.Struct("3i")
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """A connected Unix socket peer's pid and uid, as the kernel saw them at ``connect``
+    (``SO_PEERCRED``; the peer cannot forge them)."""
+    pid, uid, _ = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid
 
 
 def bind_unix_socket(path: Path) -> socket.socket:

@@ -17,19 +17,24 @@ from pathlib import Path
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
 from sandbridge.cli import network as network_cli
-from sandbridge.egress.policy import SECRETS_FILE, Policy
+from sandbridge.cli.relay_options import (
+    add_open_options,
+    add_relay_options,
+    open_settings,
+    relay_settings_of,
+)
+from sandbridge.egress.policy import PROXY_PORT, SECRETS_FILE, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.protocol.contract import DEFAULT_UPSTREAM_SOCKET, MOUNT_POINT, UPSTREAM_SOCKET_ENV
-from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
-from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
-from sandbridge.protocol.open_request import ExternalOpens, OpenAction
+from sandbridge.protocol.contract import (
+    DEFAULT_UPSTREAM_SOCKET,
+    EGRESS_SOCKET,
+    MOUNT_POINT,
+    UPSTREAM_SOCKET_ENV,
+)
 from sandbridge.protocol.publish_rules import PublishAction
-from sandbridge.relay import settings as relay_settings
 from sandbridge.relay.app_listener import App
-from sandbridge.relay.host_opener import OpenSettings
-from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
@@ -37,8 +42,9 @@ from sandbridge.sandbox.mounts import Mount, parse_mount
 from sandbridge.sandbox.project import project_root
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
-from sandbridge.session.lifecycle import SessionOptions, open_session
-from sandbridge.session.run import default_home, run_session, stdin_is_terminal
+from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
+from sandbridge.session.served import connect as connect_daemon
 
 
 def _print_app(app: App) -> None:
@@ -106,49 +112,17 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
         help="set a variable inside (NAME alone passes the host's value)",
     )
     network_cli.add_options(parser)
-    _add_relay_options(parser)
+    add_relay_options(parser)
+    _add_no_daemon_option(parser)
 
 
-def _add_open_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("open requests from the sandbox (docs/open.md)")
-    group.add_argument(
-        "--open",
-        dest="open_action",
-        choices=[action.value for action in OpenAction],
-        default=None,
-        help="what sandbridge-open, $BROWSER and xdg-open inside do: browser (run the "
-        "browser command), print (a line to click), ask (on the terminal, else print); "
-        "default: open = ... in .sandbridge/config, else browser with DISPLAY or "
-        "WAYLAND_DISPLAY set, print without",
+def _add_no_daemon_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="serve the session from this process even when the user's daemon runs "
+        "(docs/daemon.md)",
     )
-    group.add_argument(
-        "--browser",
-        default=None,
-        metavar="CMD",
-        help="the browser command, run with the URL as its last argument, without a shell "
-        "(default: $BROWSER, else xdg-open)",
-    )
-    group.add_argument(
-        "--open-external",
-        choices=[choice.value for choice in ExternalOpens],
-        default=ExternalOpens.PRINT.value,
-        help="URLs that are not the sandbox's own (https://...): print (default: printed "
-        "with a warning, never run) or allow (opened like the sandbox's own)",
-    )
-
-
-def _open_settings(args: argparse.Namespace, policy: Policy | None = None) -> OpenSettings:
-    """``--open`` (else the policy's ``open``, else the default), ``--browser``,
-    ``--open-external``; ``sandbridge demo`` has none of them."""
-    chosen = getattr(args, "open_action", None)
-    action = None if chosen is None else OpenAction(chosen)
-    if action is None and policy is not None and policy.open_action is not None:
-        action = policy.open_action.value
-    external = ExternalOpens(getattr(args, "open_external", ExternalOpens.PRINT.value))
-    try:
-        return OpenSettings.for_host(os.environ, action, getattr(args, "browser", None), external)
-    except ValueError as exc:
-        raise SandbridgeError(str(exc)) from None
 
 
 def _add_name_option(parser: argparse.ArgumentParser) -> None:
@@ -161,124 +135,6 @@ def _add_name_option(parser: argparse.ArgumentParser) -> None:
 
 def _print_session(entry: SessionEntry) -> None:
     print(f"sandbridge: session {entry.id}", file=sys.stderr, flush=True)
-
-
-def _add_relay_options(parser: argparse.ArgumentParser) -> None:
-    limits = parser.add_argument_group("relay limits")
-    limits.add_argument(
-        "--private",
-        action="store_true",
-        help="app URLs carry a one-time token exchanged for a cookie; others get 403",
-    )
-    parser.add_argument(
-        "--url-form",
-        choices=[form.value for form in UrlForm],
-        default=None,
-        help="name (the default, unless url_form = ... in .sandbridge/config says "
-        "otherwise): each app is http://<random label>.localhost:<port>/, its own "
-        "site for cookies and storage; ip: the accepted contract's "
-        "http://127.0.0.1:<port>/, where cookies ignore ports: every app, every other "
-        "localhost service and any local user's 127.0.0.1 listener share one cookie jar",
-    )
-    for flag, default, kind, text in (
-        (
-            "--keepalive-timeout",
-            relay_settings.KEEPALIVE_TIMEOUT,
-            float,
-            "close an idle browser connection after SECONDS",
-        ),
-        (
-            "--header-timeout",
-            relay_settings.HEADER_TIMEOUT,
-            float,
-            "a begun request head must be complete within SECONDS (408)",
-        ),
-        (
-            "--response-timeout",
-            relay_settings.RESPONSE_TIMEOUT,
-            float,
-            "the app must start its response within SECONDS (502)",
-        ),
-        (
-            "--max-connections-per-app",
-            relay_settings.MAX_CONNECTIONS_PER_APP,
-            int,
-            "open browser connections per app (503 past it)",
-        ),
-        (
-            "--max-connections",
-            relay_settings.MAX_CONNECTIONS_PER_SESSION,
-            int,
-            "open browser connections per session (503 past it)",
-        ),
-        (
-            "--app-pool-size",
-            relay_settings.POOL_SIZE,
-            int,
-            "idle app connections kept per app for the next browser connection; 0: none",
-        ),
-        (
-            "--app-pool-idle",
-            relay_settings.POOL_IDLE_SECONDS,
-            float,
-            "close a kept idle app connection after SECONDS",
-        ),
-        (
-            "--max-apps",
-            MAX_APPS_PER_SESSION,
-            int,
-            "registrations per session (refused past it)",
-        ),
-    ):
-        limits.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
-
-
-def _url_form(args: argparse.Namespace, policy: Policy | None) -> UrlForm:
-    """``--url-form``, else the policy's ``url_form``, else ``name``; the IP form's caveat
-    is said where it is chosen."""
-    if args.url_form is not None:
-        form, caveat = UrlForm(args.url_form), IP_FORM_CAVEAT
-    elif policy is not None and policy.url_form is not None:
-        form = policy.url_form.value
-        caveat = f"url_form = ip ({policy.url_form.source}): " + IP_FORM_CAVEAT.removeprefix(
-            "--url-form ip: "
-        )
-    else:
-        return UrlForm.NAME
-    if form is UrlForm.IP:
-        print(f"sandbridge: warning: {caveat}", file=sys.stderr, flush=True)
-    return form
-
-
-def _settings(args: argparse.Namespace, policy: Policy | None = None) -> RelaySettings:
-    for name in (
-        "keepalive_timeout",
-        "header_timeout",
-        "response_timeout",
-        "max_connections_per_app",
-        "max_connections",
-        "max_apps",
-        "app_pool_idle",
-    ):
-        if getattr(args, name) <= 0:
-            flag = "--" + name.replace("_", "-")
-            raise SandbridgeError(f"{flag} must be positive, got {getattr(args, name)}")
-    if args.app_pool_size < 0:
-        raise SandbridgeError(f"--app-pool-size must be 0 or more, got {args.app_pool_size}")
-    url_form = _url_form(args, policy)
-    return RelaySettings(
-        keepalive_timeout=args.keepalive_timeout,
-        header_timeout=args.header_timeout,
-        response_timeout=args.response_timeout,
-        max_connections_per_app=args.max_connections_per_app,
-        max_connections=args.max_connections,
-        max_apps=args.max_apps,
-        pool_size=args.app_pool_size,
-        pool_idle_seconds=args.app_pool_idle,
-        private=args.private,
-        url_form=url_form,
-    )
 
 
 def _spec_factory(
@@ -360,14 +216,15 @@ def _run_session(
                     name=args.name,
                     protocol=ForwardingMode.STREAM,
                     settings=dataclasses.replace(
-                        _settings(args, policy), publish_rules=policy.publish
+                        relay_settings_of(args, policy), publish_rules=policy.publish
                     ),
                     on_register=on_register,
                     on_unregister=_print_gone,
                     policy=policy,
-                    open_settings=_open_settings(args, policy),
+                    open_settings=open_settings(args, policy),
                 ),
                 on_session=_print_session,
+                daemon=None if args.no_daemon else connect_daemon(),
             )
         )
     finally:
@@ -414,7 +271,8 @@ async def _until_signalled() -> int:
 
 def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
-        settings = _settings(args)
+        settings = relay_settings_of(args)
+        policy = _host_policy(args)
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
         options = SessionOptions(
             workdir=Path.cwd(),
@@ -422,18 +280,38 @@ def cmd_host(args: argparse.Namespace) -> int:
             protocol=ForwardingMode(args.protocol),
             settings=settings,
             on_register=_print_app,
-            open_settings=_open_settings(args),
+            open_settings=open_settings(args),
+            policy=policy,
         )
-        async with open_session(runtime_dir, options) as session:
-            _print_session(session.entry)
+        daemon = None if args.no_daemon else connect_daemon()
+        async with host_half(daemon, runtime_dir, options) as entry:
+            _print_session(entry)
             print(
                 f"sandbridge: serving registrations on {runtime_dir.relay_socket}",
                 file=sys.stderr,
                 flush=True,
             )
+            if policy is not None:
+                ports = " ".join(f"--gate-port {port}" for port in policy.gate_ports())
+                print(
+                    f"sandbridge: egress gate on {runtime_dir.path / EGRESS_SOCKET}; inside, run "
+                    f"sandbridge shim {ports} and use the proxy http://127.0.0.1:{PROXY_PORT}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return await _until_signalled()
 
     return event_loop.run(serve())
+
+
+def _host_policy(args: argparse.Namespace) -> Policy | None:
+    """``--egress``: the allow-mode policy of the current directory's project and
+    ``--allow``, served by an egress gate (docs/external-runtimes.md)."""
+    if not args.egress:
+        if args.allow:
+            raise SandbridgeError("--allow needs --egress: without it there is no egress gate")
+        return None
+    return load_policy(project_root(Path.cwd()), net=NetMode.ALLOW.value, allow=args.allow)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -455,15 +333,29 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_shim(args: argparse.Namespace) -> int:
+    from sandbridge.egress.gate_listener import GateListener
     from sandbridge.relay.shim import Shim
 
     async def serve() -> int:
         shim = Shim(Path(args.socket))
         await shim.start()
         print(f"sandbridge: shim listening on {args.socket}", file=sys.stderr, flush=True)
+        gate = None
+        if args.gate_port:
+            egress = Path(args.socket).parent / EGRESS_SOCKET
+            gate = GateListener(args.gate_addr, args.gate_port, egress)
+            await gate.start()
+            print(
+                f"sandbridge: gate on {args.gate_addr} ports "
+                f"{', '.join(map(str, args.gate_port))} -> {egress}",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             return await _until_signalled()
         finally:
+            if gate is not None:
+                await gate.close()
             await shim.close()
 
     return event_loop.run(serve())
@@ -478,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
     _add_sandbox_options(run)
-    _add_open_options(run)
+    add_open_options(run)
     network_cli.add_inspect_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     run.set_defaults(func=cmd_run)
@@ -506,8 +398,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="forwarding protocol the shim speaks (auto: stream, else v1)",
     )
     _add_name_option(host)
-    _add_relay_options(host)
-    _add_open_options(host)
+    host.add_argument(
+        "--egress",
+        action="store_true",
+        help="serve the egress gate (egress.sock) for the project's .sandbridge/ policy and "
+        "--allow; inside, sandbridge shim --gate-port bridges to it",
+    )
+    host.add_argument(
+        "--allow", action="append", default=[], metavar="ENTRY", help="with --egress: allow ENTRY"
+    )
+    _add_no_daemon_option(host)
+    add_relay_options(host)
+    add_open_options(host)
     host.set_defaults(func=cmd_host)
 
     ls = commands.add_parser("ls", help="list running sessions and their apps")
@@ -522,16 +424,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get(UPSTREAM_SOCKET_ENV, DEFAULT_UPSTREAM_SOCKET),
         help="where to listen (default: $AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET)",
     )
+    shim.add_argument(
+        "--gate-port",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PORT",
+        help="bridge GATE-ADDR:PORT to the host's egress gate (sandbridge host --egress), "
+        f"one per gate port: the proxy's {PROXY_PORT} and each host service's",
+    )
+    shim.add_argument(
+        "--gate-addr", default="127.0.0.1", help="where --gate-port listens (default 127.0.0.1)"
+    )
     shim.add_argument("-v", "--verbose", action="store_true", help="log debug events")
     shim.set_defaults(func=cmd_shim)
 
     from sandbridge.cli import egress as egress_cli
     from sandbridge.cli import policy as policy_cli
+    from sandbridge.cli.daemon import add_command as add_daemon_command
     from sandbridge.cli.terminal import add_commands
 
     policy_cli.add_commands(commands)
     add_commands(commands)
     egress_cli.add_commands(commands)
+    add_daemon_command(commands)
     return parser
 
 

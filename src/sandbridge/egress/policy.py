@@ -486,6 +486,33 @@ def load_policy(  # noqa: PLR0913  (keyword-only flags, each adding to the files
     return builder.build()
 
 
+def served_lines(policy: Policy) -> list[tuple[str, str, str]]:
+    """What the host half of a session needs of ``policy`` (mode, gate, resolver, entries,
+    publish rules) as ``(key, value, source)`` settings: the daemon rebuilds the policy
+    from them with :func:`from_lines`, checking every line again."""
+    lines = [
+        ("net", policy.mode.value.value, policy.mode.source),
+        ("gate_addr", policy.gate, policy.gate_addr.source),
+    ]
+    resolver = policy.resolver.value
+    if resolver is not None:
+        lines.append(("resolver", format_entry(*resolver), policy.resolver.source))
+    lines += [("allow", f"gate:{s.port}", s.source) for s in policy.host_services]
+    lines += [("allow", rule.text, rule.source) for rule in policy.rules]
+    lines += [("publish", rule.text, rule.source) for rule in policy.publish]
+    return lines
+
+
+def from_lines(lines: Iterable[tuple[str, str, str]]) -> Policy:
+    """The policy of :func:`served_lines`; a malformed line raises :class:`PolicyError`."""
+    builder = PolicyBuilder()
+    for key, value, where in lines:
+        if key not in ("net", "gate_addr", "resolver", "allow", "publish"):
+            raise PolicyError(f"{where}: {key!r} is not a setting the daemon takes")
+        builder.set(key, value, where)
+    return builder.build()
+
+
 # --- printing -------------------------------------------------------------------------
 
 

@@ -32,7 +32,12 @@ from pathlib import Path
 from sandbridge.exceptions import SessionError
 from sandbridge.places.runtime_dir import try_lock, why_not_ours
 from sandbridge.private_dir import make_private_dir, require_private_dir
-from sandbridge.protocol.contract import CONTROL_SOCKET, STATE_PREFIX, runtime_base
+from sandbridge.protocol.contract import (
+    CONTROL_SOCKET,
+    DAEMON_SOCKET,
+    STATE_PREFIX,
+    runtime_base,
+)
 from sandbridge.protocol.jsonline import decode_json
 
 SESSIONS = "sessions"
@@ -193,16 +198,23 @@ def _sweep(base: Path) -> list[Path]:
 class SessionEntry:
     """This process's own session directory; :meth:`remove` deletes it."""
 
-    def __init__(self, path: Path, fd: int, record: SessionRecord) -> None:
+    def __init__(self, path: Path, fd: int, record: SessionRecord, *, owned: bool = True) -> None:
         self.path = path
         self._fd = fd
         self.record = record
         # Set when the state went to a fallback root: the line that says why.
         self.note: str | None = None
+        # False for the daemon's view of a session its client created and removes.
+        self.owned = owned
 
     @property
     def id(self) -> str:
         return self.record.id
+
+    @property
+    def fd(self) -> int:
+        """The locked directory's descriptor (the daemon gets a copy: docs/daemon.md)."""
+        return self._fd
 
     @property
     def control_socket(self) -> Path:
@@ -246,6 +258,26 @@ class SessionEntry:
         entry.note = note
         return entry
 
+    @classmethod
+    def attach(cls, path: Path, fd: int) -> SessionEntry:
+        """The entry at ``path`` that another process created and holds (a ``run`` client
+        the daemon serves), given as ``fd``, a descriptor of that same directory.
+
+        Refused unless ``path`` is a live session directory of one of this user's state
+        roots and ``fd`` is that directory: the daemon writes only where its client does.
+        :meth:`remove` then only closes ``fd``; the client removes the directory."""
+        roots = [top / SESSIONS for top in state_roots()]
+        if path.parent not in roots or not validate_name(path.name, "session"):
+            raise SessionError(f"session dir {path} is not in a state root of this user")
+        try:
+            same = os.path.samestat(os.fstat(fd), os.lstat(path))
+        except OSError as exc:
+            raise SessionError(f"session dir {path}: {exc.strerror}") from None
+        record = _read_record(path) if same and _is_live(path) else None
+        if record is None or record.id != path.name:
+            raise SessionError(f"session dir {path} is not the live session it was given as")
+        return cls(path, fd, record, owned=False)
+
     def set_apps(self, apps: list[AppRecord]) -> None:
         """Record the session's current apps for ``sandbridge ls``."""
         self.record = SessionRecord(
@@ -261,6 +293,11 @@ class SessionEntry:
 
     def remove(self) -> None:
         """Delete this session's directory, and the state dirs if no session is left."""
+        if not self.owned:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            return
         shutil.rmtree(self.path, ignore_errors=True)
         if self._fd >= 0:
             os.close(self._fd)
@@ -302,3 +339,9 @@ def session_path(session_id: str, root: Path | None = None) -> Path:
         if _is_live(path := base / name):
             return path
     raise SessionError(f"no running session {session_id!r}; see sandbridge ls")
+
+
+def daemon_sockets() -> list[Path]:
+    """Where this user's daemon may listen: ``daemon.sock`` in each of :func:`state_roots`
+    that has one (the usual root first)."""
+    return [path for top in state_roots() if (path := top / DAEMON_SOCKET).exists()]

@@ -103,6 +103,14 @@ class RuntimeDir:
     _fd: int = field(default=-1, repr=False)
     # Set when the contract's path was taken and the dir was made elsewhere: say so.
     note: str | None = None
+    # The daemon's view of a client's dir: removing it only closes the descriptor (the
+    # sandbox's sockets stay for the next daemon; the client removes the dir).
+    served: bool = False
+
+    @property
+    def fd(self) -> int:
+        """The locked directory's descriptor (the daemon gets a copy: docs/daemon.md)."""
+        return self._fd
 
     @property
     def relay_socket(self) -> Path:
@@ -169,9 +177,9 @@ class RuntimeDir:
 
     def remove(self) -> None:
         """Delete what this session created (the whole dir if it made it)."""
-        if self.owned:
+        if self.owned and not self.served:
             shutil.rmtree(self.path, ignore_errors=True)
-        else:
+        elif not self.served:
             for name in (RELAY_SOCKET, UPSTREAM_SOCKET):
                 with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
                     (self.path / name).unlink()

@@ -33,6 +33,9 @@ DEFAULT_UPSTREAM_SOCKET = f"{MOUNT_POINT}/{UPSTREAM_SOCKET}"
 # session's control socket for the owner's commands.
 STATE_PREFIX = "sandbridge-"
 CONTROL_SOCKET = "control.sock"
+# The user's daemon (docs/daemon.md), in the state root: its socket and its pid lock.
+DAEMON_SOCKET = "daemon.sock"
+DAEMON_LOCK = "daemon.lock"
 
 
 def runtime_base() -> Path:

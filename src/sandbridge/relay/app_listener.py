@@ -113,19 +113,22 @@ class AppListener:
         url = self.origin.url(self.base_path) + self.url_suffix
         return App(self.port, self.base_path, self.host_port, url, self.origin.hostname)
 
-    async def start(self) -> int:
-        """Bind a new random loopback port; return it."""
+    async def start(self, origin: AppOrigin | None = None) -> int:
+        """Bind a new loopback port, or ``origin``'s (an app back after a restart) if free."""
         loop = asyncio.get_running_loop()
         local_peer.shared_owners()
-        self._server = await loop.create_server(
-            lambda: Channel(READ_BYTES, on_made=self._accept),
-            host="127.0.0.1",
-            port=0,
-            backlog=512,
-        )
+        port = 0 if origin is None else origin.host_port
+        try:
+            self._server = await loop.create_server(
+                lambda: Channel(READ_BYTES, on_made=self._accept), "127.0.0.1", port, backlog=512
+            )
+        except OSError:
+            if origin is None:
+                raise
+            return await self.start()
         self.host_port = self._server.sockets[0].getsockname()[1]
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
-        self.origin = AppOrigin.new(self.host_port, self.settings.url_form)
+        self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
         if self.settings.private:
             self.gate = AccessGate(self.host_port)

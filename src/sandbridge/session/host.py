@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ from sandbridge.exceptions import RegistrationError
 from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.auto_registration import APPS_LIMIT_PREFIX, UnregisterRequest
+from sandbridge.protocol.http.origin_policy import LOCALHOST_DOMAIN, AppOrigin, UrlForm, is_label
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
 from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTarget, OpenTarget
@@ -138,6 +140,25 @@ class HostSession:
         self._requests[listener.host_port] = request
         self._write_entry()
         return listener
+
+    async def restore(self, records: list[AppRecord]) -> None:
+        """Serve the apps of ``records`` again (the daemon restarted under a running
+        sandbox): each on its old host port and name, so its URL stays valid, unless the
+        port was taken meanwhile; a private app gets a new token (never written down)."""
+        async with self._lock:
+            for record in records[: self.settings.max_apps]:
+                request = RegisterRequest(
+                    record.port, record.base_path, record.process, record.auto
+                )
+                listener = AppListener(
+                    request.port, request.base_path, self._connector, self._scope
+                )
+                await listener.start(_origin_of(record, self.settings))
+                self.listeners.append(listener)
+                self._requests[listener.host_port] = request
+            self._write_entry()
+        for listener in self.listeners:
+            self._announce(listener)
 
     async def unregister(self, request: UnregisterRequest) -> None:
         """Close the auto-published app at ``request.host_port``; refuse any other."""
@@ -281,6 +302,15 @@ class HostSession:
         self._requests.clear()
         self._also_auto.clear()
         self.runtime_dir.remove()
+
+
+def _origin_of(record: AppRecord, settings: RelaySettings) -> AppOrigin | None:
+    """The origin ``record``'s URL names, if it is one this session's URL form makes."""
+    name = urllib.parse.urlsplit(record.url).hostname or ""
+    label = name.removesuffix(f".{LOCALHOST_DOMAIN}")
+    if settings.url_form is UrlForm.IP:
+        return AppOrigin(record.host_port) if name == "127.0.0.1" else None
+    return AppOrigin(record.host_port, label) if is_label(label) else None
 
 
 def _serves(base_path: str, path: str) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from sandbridge.egress.gate import EgressGate
 from sandbridge.egress.log import LOG_NAME, EgressLog
@@ -32,6 +33,7 @@ from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.session.host import HostSession
 from sandbridge.terminals.broker import TerminalBroker
+from sandbridge.terminals.pending import FILE as PENDING_FILE
 from sandbridge.terminals.settings import TerminalSettings
 
 
@@ -62,10 +64,9 @@ class Session:
     runtime_dir: RuntimeDir
 
 
-@asynccontextmanager
-async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> AsyncIterator[Session]:
-    """Register the session and start what it serves; on exit stop all of it and remove
-    the entry and ``runtime_dir``."""
+def create_entry(runtime_dir: RuntimeDir, options: SessionOptions) -> SessionEntry:
+    """The session's registry entry (``runtime_dir`` is removed if it cannot be made);
+    the notes of both are printed."""
     try:
         entry = SessionEntry.create(options.name, options.workdir)
     except BaseException:
@@ -74,10 +75,28 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
     for note in (runtime_dir.note, entry.note):
         if note is not None:
             print(f"sandbridge: {note}", file=sys.stderr, flush=True)
+    return entry
+
+
+@asynccontextmanager
+async def open_session(
+    runtime_dir: RuntimeDir,
+    options: SessionOptions,
+    entry: SessionEntry | None = None,
+    out: TextIO | None = None,
+) -> AsyncIterator[Session]:
+    """Register the session and start what it serves; on exit stop all of it and remove
+    the entry and ``runtime_dir``.
+
+    The daemon passes the ``entry`` its client made (the client removes it) and ``out``,
+    where the session's messages for the owner go (default: stderr)."""
+    if entry is None:
+        entry = create_entry(runtime_dir, options)
     opener = HostOpener(
         OpenSettings.for_host(os.environ)
         if options.open_settings is None
-        else options.open_settings
+        else options.open_settings,
+        out,
     )
     host = HostSession(
         runtime_dir,
@@ -107,9 +126,12 @@ async def open_session(runtime_dir: RuntimeDir, options: SessionOptions) -> Asyn
             options.terminal_channel,
             TerminalSettings.from_env(),
             owner_ops=owner_ops,
+            pending_path=entry.path / PENDING_FILE,
         )
     try:
         await host.start()
+        # A daemon serving this session again after a restart: its apps come back.
+        await host.restore(entry.record.apps)
         if gate is not None:
             await gate.start()
         if broker is not None:

@@ -15,7 +15,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from sandbridge import log
@@ -25,18 +26,21 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.sandbox.backend import env_payload, sandbox_argv
 from sandbridge.sandbox.spec import SandboxSpec, environment_file
 from sandbridge.session.lifecycle import SessionOptions, open_session
+from sandbridge.session.served import served_session
 
 
-async def run_session(
+async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is served)
     spec_factory: Callable[[Path], SandboxSpec],
     backend: str,
     options: SessionOptions,
     *,
     runtime_path: Path | None = None,
     on_session: Callable[[SessionEntry], None] | None = None,
+    daemon: socket.socket | None = None,
 ) -> int:
     """Run one sandbox session as ``options`` say (its workdir is the spec's); return the
-    exit status."""
+    exit status. With ``daemon`` (a connection to the user's daemon) the daemon serves
+    the host half; the sandbox is this process's either way."""
     runtime_dir = RuntimeDir.create(runtime_path)
     # The host's private channel to the sandbox entry, for starting terminal workers: an
     # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
@@ -54,9 +58,9 @@ async def run_session(
             runtime_dir.remove()
             raise
         options = dataclasses.replace(options, workdir=spec.workdir, terminal_channel=host_end)
-        async with open_session(runtime_dir, options) as session:
+        async with host_half(daemon, runtime_dir, options) as entry:
             if on_session is not None:
-                on_session(session.entry)
+                on_session(entry)
             argv = sandbox_argv(backend, spec)
             log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
             process = await asyncio.create_subprocess_exec(
@@ -65,6 +69,19 @@ async def run_session(
             sandbox_end.close()
             cleanup.close()  # the backend has its own copy of the environment's memfd
             return await _until_exit_or_signal(process)
+
+
+@asynccontextmanager
+async def host_half(
+    daemon: socket.socket | None, runtime_dir: RuntimeDir, options: SessionOptions
+) -> AsyncIterator[SessionEntry]:
+    """The session's host half, served here or by the daemon, for the block's length."""
+    if daemon is None:
+        async with open_session(runtime_dir, options) as session:
+            yield session.entry
+    else:
+        async with served_session(daemon, runtime_dir, options) as entry:
+            yield entry
 
 
 async def _until_exit_or_signal(process: asyncio.subprocess.Process) -> int:

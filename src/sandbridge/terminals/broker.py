@@ -47,7 +47,7 @@ from sandbridge.exceptions import (
     KeyFileError,
 )
 from sandbridge.terminals import approval as approvals
-from sandbridge.terminals import channel, keys
+from sandbridge.terminals import channel, keys, pending
 from sandbridge.terminals.active_terminal import STOP_MARGIN, ActiveTerminal, relay
 from sandbridge.terminals.admission import (
     Admit,
@@ -107,6 +107,8 @@ class TerminalRequest:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     terminal: ActiveTerminal | None = None
     refusals: set[str] = field(default_factory=set)
+    # The signed request as the requester sent it: kept for a restart (pending.py).
+    document: object = None
 
     @property
     def state(self) -> RequestState:
@@ -134,17 +136,21 @@ class TerminalRequest:
 class TerminalBroker:
     """Serves one session's control socket; owns its terminal requests."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (what a session hands its broker; the last two by name)
         self,
         session: str,
         control_socket: Path,
         sandbox_channel: socket.socket | None,
         settings: TerminalSettings | None = None,
+        *,
         owner_ops: Mapping[str, OwnerOp] | None = None,
+        pending_path: Path | None = None,
     ) -> None:
         self.session = session
         self._owner_ops = dict(owner_ops or {})
         self.control_socket = control_socket
+        # Where the instance and the open requests are kept for a restart of the daemon.
+        self.pending_path = pending_path
         # A restart (or another session taking the same name) is a new instance: an
         # approval for the old one never opens a terminal in the new one.
         self.instance = secrets.token_hex(8)
@@ -180,6 +186,7 @@ class TerminalBroker:
         terminals (and says so) rather than not at all."""
         if state_dir().exists():  # a host that crashed left reservations: mark them aborted
             _ = self.journal
+        self._restore_pending()
         try:
             with short_path(self.control_socket) as path:
                 sock = bind_unix_socket(path)
@@ -189,6 +196,32 @@ class TerminalBroker:
         self._server = await asyncio.start_unix_server(
             self._handle, sock=sock, limit=MAX_CONTROL_LINE
         )
+
+    def _restore_pending(self) -> None:
+        """Take the instance and open requests a previous broker of this very session
+        kept (the daemon serving it restarted); each is verified again."""
+        if self.pending_path is None:
+            return
+        kept = pending.load(self.pending_path)
+        if kept is not None:
+            self.instance = kept.instance
+            for request_id, document in kept.requests[:MAX_OPEN_REQUESTS]:
+                try:
+                    request = approvals.verify_request(document, self.session, self.instance)
+                except ApprovalRefused:
+                    continue
+                self._requests[request_id] = TerminalRequest(request_id, request, document=document)
+            log.info("terminal.restored", requests=len(self._requests))
+        self._save_pending()
+
+    def _save_pending(self) -> None:
+        if self.pending_path is None:
+            return
+        requests = tuple(
+            (r.id, r.document) for r in self._requests.values() if r.state is RequestState.PENDING
+        )
+        with contextlib.suppress(OSError):  # the session dir is gone: the session ends
+            pending.save(self.pending_path, pending.Pending(self.instance, requests))
 
     async def close(self) -> None:
         """End every terminal (``session_end``), then stop serving."""
@@ -236,6 +269,7 @@ class TerminalBroker:
             if handler is None:
                 raise ControlRefusal("unknown_op", f"unknown control request {op!r}")
             answer = await handler(message)
+            self._save_pending()
             write_message(writer, {"ok": True, **answer})
         except (ControlRefusal, ApprovalRefused, JournalError) as exc:
             write_message(writer, {"ok": False, "code": exc.code, "error": str(exc)})
@@ -272,7 +306,9 @@ class TerminalBroker:
             raise ControlRefusal("too_many", f"{MAX_OPEN_REQUESTS} requests are already open")
         self._forget_finished()
         request_id = f"{self.session}:{secrets.token_hex(4)}"
-        self._requests[request_id] = TerminalRequest(request_id, request)
+        self._requests[request_id] = TerminalRequest(
+            request_id, request, document=message.get("request")
+        )
         self.audit.record(
             "request", session=self.session, request=request_id, requester=request.requester,
             reason=request.reason,

@@ -66,6 +66,14 @@ def new_label() -> str:
     return base64.b32encode(secrets.token_bytes(LABEL_BYTES)).decode("ascii").rstrip("=").lower()
 
 
+_LABEL = re.compile(r"[a-z2-7]{26}")
+
+
+def is_label(text: str) -> bool:
+    """Whether ``text`` is a label :func:`new_label` makes (a recorded one, read back)."""
+    return _LABEL.fullmatch(text) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class AppOrigin:
     """The host name one app is served under, and what a browser sends for it."""

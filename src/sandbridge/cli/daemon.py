@@ -1,0 +1,40 @@
+"""``sandbridge daemon``: run the user's daemon, or install its systemd units."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sandbridge.aio import event_loop
+from sandbridge.daemon import systemd
+from sandbridge.daemon.server import run_daemon
+
+
+def add_command(commands: Any) -> None:
+    daemon = commands.add_parser(
+        "daemon",
+        help="serve every session of this user from one process (docs/daemon.md)",
+        description="Run the daemon in the foreground; `sandbridge run` uses it when it "
+        "runs (unless --no-daemon).",
+    )
+    daemon.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+    daemon.set_defaults(func=cmd_daemon)
+    actions = daemon.add_subparsers(dest="daemon_action")
+    install = actions.add_parser(
+        "install", help="write the systemd --user units and say how to enable them"
+    )
+    install.set_defaults(func=cmd_install)
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    inherited = systemd.inherited_socket()
+    return event_loop.run(run_daemon(inherited))
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    for path in systemd.install(systemd.unit_dir()):
+        print(f"wrote {path}")
+    print("enable the daemon (started by the first `sandbridge run`) with:")
+    print("  systemctl --user daemon-reload")
+    print("  systemctl --user enable --now sandbridge.socket")
+    return 0

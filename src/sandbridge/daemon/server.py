@@ -1,0 +1,261 @@
+"""The daemon: one process that serves the host half of every session of its user.
+
+A ``run`` client makes its session's runtime dir and registry entry itself, starts the
+sandbox itself, and asks the daemon over ``daemon.sock`` to serve the rest: the daemon
+runs :func:`~sandbridge.session.lifecycle.open_session` for it, in its own event loop,
+for as long as the client's connection lasts. What separates the sessions is what
+already separates the connections of one: every listener has its own limits and
+watchdogs, and a session that fails (a refused request, an error in its teardown) ends
+only its own task; the others never wait for it.
+
+Who may ask: only a peer of this user (``SO_PEERCRED``), on a socket that is 0600 in a
+0700 dir; and a session's dirs must be the client's own (the descriptors it sends are
+the very directories its paths name, and the entry's pid is the peer's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from sandbridge import log
+from sandbridge.aio import untrusted_fds
+from sandbridge.aio.event_loop import ready
+from sandbridge.aio.tasks import TaskSet, first_done, running
+from sandbridge.aio.unix_sockets import peer_credentials
+from sandbridge.daemon.place import daemon_place
+from sandbridge.exceptions import DaemonError, SandbridgeError
+from sandbridge.places.registry import SessionEntry
+from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.private_dir import require_private_dir
+from sandbridge.protocol import daemon_wire
+from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
+from sandbridge.protocol.daemon_wire import Event
+from sandbridge.relay.app_listener import App
+from sandbridge.session import options_wire
+from sandbridge.session.lifecycle import open_session
+
+# A client sends its request right after connecting; one that does not in this long is
+# dropped, so that idle connections cannot pile up.
+REQUEST_TIMEOUT = 10.0
+# Sessions served at once: far more than one user runs, and each costs a few
+# descriptors and listeners; past it a request is refused with a message.
+MAX_SESSIONS = 256
+# Events queued for a client that does not read: its app lines and open messages. Past
+# this many the oldest are dropped (the client is the owner's own process; it reads).
+MAX_QUEUED_EVENTS = 256
+
+
+class Outbox:
+    """Events for one client, sent in order by one task; never blocks the session."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn = conn
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_EVENTS)
+        self._tasks = TaskSet()
+        self._tasks.spawn(self._send())
+        self.text = _Lines(self)
+
+    def put(self, kind: Event, value: object) -> None:
+        if self._queue.full():
+            self._queue.get_nowait()
+            log.warning("daemon.event_dropped", kind=kind.value)
+        self._queue.put_nowait(daemon_wire.event(kind, value))
+
+    async def _send(self) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError):
+            while True:
+                await loop.sock_sendall(self._conn, await self._queue.get())
+                self._queue.task_done()
+
+    async def close(self, grace: float = 1.0) -> None:
+        """Send what is queued (for ``grace`` seconds at most), then stop."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self._queue.join()
+        await self._tasks.close()
+
+
+class _Lines(io.StringIO):
+    """A text stream whose complete lines become ``say`` events (the opener's messages)."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        super().__init__()
+        self._outbox = outbox
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._outbox.put(Event.SAY, line)
+        return len(text)
+
+
+def app_event(app: App) -> dict[str, Any]:
+    data = dataclasses.asdict(app)
+    data["action"] = None if app.action is None else app.action.value
+    return data
+
+
+class Daemon:
+    """Serves sessions on ``listener`` (a listening ``SOCK_SEQPACKET`` Unix socket)."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.sessions = TaskSet()
+
+    async def serve(self) -> None:
+        """Accept clients until cancelled; then every session is closed."""
+        loop = asyncio.get_running_loop()
+        self.listener.setblocking(False)
+        try:
+            while True:
+                conn, _ = await loop.sock_accept(self.listener)
+                self.sessions.spawn(self._client(conn))
+        finally:
+            await self.sessions.close()
+
+    async def _client(self, conn: socket.socket) -> None:
+        conn.setblocking(False)
+        outbox = Outbox(conn)
+        try:
+            await self._session(conn, outbox)
+        except SandbridgeError as exc:
+            log.info("daemon.refused", error=str(exc))
+            outbox.put(Event.ERROR, str(exc))
+        except Exception as exc:  # one session's bug ends that session only
+            log.warning("daemon.session_failed", error=repr(exc))
+            outbox.put(Event.ERROR, f"the session failed in the daemon: {exc!r}")
+        finally:
+            await outbox.close()
+            # Closed off the loop: descriptors a peer left queued on it are closed with
+            # it, and one of them could block that close (aio/untrusted_fds.py).
+            untrusted_fds.release_socket(conn)
+
+    async def _session(self, conn: socket.socket, outbox: Outbox) -> None:
+        pid, uid = peer_credentials(conn)
+        if uid != os.getuid():
+            raise DaemonError(f"uid {uid} is not the daemon's user; use your own daemon")
+        if len(self.sessions) > MAX_SESSIONS:
+            raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
+        fds: list[int] = []
+        runtime_dir: RuntimeDir | None = None
+        entry: SessionEntry | None = None
+        channel: socket.socket | None = None
+        try:
+            data = await _receive_request(conn, fds)
+            options, runtime_path, session_path = daemon_wire.decode_request(data)
+            if len(fds) not in (2, 3):
+                raise DaemonError(f"a request carries 2 or 3 descriptors, not {len(fds)}")
+            runtime_dir = _runtime_dir(Path(runtime_path), fds[0])
+            del fds[0]  # the runtime dir owns it now
+            entry = SessionEntry.attach(Path(session_path), fds[0])
+            del fds[0]
+            channel = socket.socket(fileno=fds.pop()) if fds else None
+            if entry.record.pid != pid:
+                owner = entry.record.pid
+                raise DaemonError(f"session {entry.id} belongs to pid {owner}, not {pid}")
+            served = dataclasses.replace(
+                options_wire.decode(options),
+                name=entry.id,
+                on_register=lambda app: outbox.put(Event.APP, app_event(app)),
+                on_unregister=lambda app: outbox.put(Event.GONE, app_event(app)),
+                terminal_channel=channel,
+            )
+        except BaseException:
+            untrusted_fds.release_all(fds, reset=False)
+            if channel is not None:
+                untrusted_fds.release_socket(channel)
+            if entry is not None:
+                entry.remove()  # only closes the descriptor: the client removes the dir
+            if runtime_dir is not None:
+                runtime_dir.remove()
+            raise
+        _remove_stale_sockets(runtime_dir, entry)
+        log.info("daemon.session", session=entry.id, pid=pid, apps=len(entry.record.apps))
+        async with open_session(runtime_dir, served, entry, outbox.text):
+            outbox.put(Event.READY, entry.id)
+            await _until_closed(conn)
+        log.info("daemon.session_end", session=entry.id)
+
+
+async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
+    async with asyncio.timeout(REQUEST_TIMEOUT):
+        await ready(conn)
+    data, truncated = untrusted_fds.receive(
+        conn, daemon_wire.MAX_MESSAGE_BYTES + 1, daemon_wire.MAX_REQUEST_FDS, fds
+    )
+    if truncated or len(fds) > daemon_wire.MAX_REQUEST_FDS:
+        raise DaemonError(f"a request carries at most {daemon_wire.MAX_REQUEST_FDS} descriptors")
+    if len(data) > daemon_wire.MAX_MESSAGE_BYTES:
+        raise DaemonError(f"a request is at most {daemon_wire.MAX_MESSAGE_BYTES} bytes")
+    return data
+
+
+def _runtime_dir(path: Path, fd: int) -> RuntimeDir:
+    """The client's runtime dir: ``path`` must be a private dir of this user and ``fd``
+    that very directory (the client holds its lock; the descriptor shares it)."""
+    try:
+        require_private_dir(path, "runtime dir", DaemonError)
+        same = os.path.samestat(os.fstat(fd), os.lstat(path))
+    except OSError as exc:
+        raise DaemonError(f"runtime dir {path}: {exc.strerror}") from None
+    if not same:
+        raise DaemonError(f"runtime dir {path} is not the directory sent with it")
+    return RuntimeDir(path=path, owned=False, _fd=fd, served=True)
+
+
+def _remove_stale_sockets(runtime_dir: RuntimeDir, entry: SessionEntry) -> None:
+    """A session served again after a restart: the sockets the last daemon bound are
+    still there (a SIGKILL removes nothing); bind them anew. Removed through the dirs'
+    descriptors, never following a link the sandbox may have put there."""
+    for fd, name in (
+        (runtime_dir.fd, RELAY_SOCKET),
+        (runtime_dir.fd, EGRESS_SOCKET),
+        (entry.fd, CONTROL_SOCKET),
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
+
+
+async def _until_closed(conn: socket.socket) -> None:
+    """Wait until the client leaves (its messages after the request are ignored)."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError):
+        while await loop.sock_recv(conn, 1024):
+            pass
+
+
+async def run_daemon(inherited: socket.socket | None = None) -> int:
+    """Serve until SIGINT or SIGTERM (``inherited``: systemd's socket); return the status."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        stop.set()
+
+    with daemon_place(inherited) as place:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+        where = "the socket from systemd" if place.bound is None else str(place.bound)
+        print(f"sandbridge: daemon {os.getpid()} serving on {where}", file=sys.stderr, flush=True)
+        try:
+            async with running(Daemon(place.listener).serve(), stop.wait()) as tasks:
+                done = await first_done(*tasks)
+                for task in done:
+                    task.result()  # the accept loop ending by itself is an error: raise it
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+    return 128 + received[0] if received else 0

@@ -1,0 +1,138 @@
+"""A session's options as the ``run`` client sends them to the daemon, and back.
+
+Only data crosses: the relay limits, the forwarding mode, the policy lines the host half
+needs (``egress.policy.served_lines``) and how open requests are carried out. The daemon
+rebuilds each value with the same parsers the command line uses, so a malformed field is
+refused with its name (:class:`DaemonError`) and never half-applied. Callbacks and the
+terminal channel are the daemon's own (it sends events; the channel comes as a
+descriptor).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sandbridge.egress.policy import Policy, from_lines, served_lines
+from sandbridge.exceptions import DaemonError, PolicyError
+from sandbridge.protocol.http.origin_policy import UrlForm
+from sandbridge.protocol.open_request import ExternalOpens, OpenAction
+from sandbridge.protocol.publish_rules import parse_rule
+from sandbridge.relay.host_opener import OpenSettings
+from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.upstream import ForwardingMode
+from sandbridge.session.lifecycle import SessionOptions
+
+# A policy is a reviewed list of a few hundred lines at most; the message bounds it too.
+MAX_POLICY_LINES = 1024
+# The browser command is an argv of a few words.
+MAX_BROWSER_ARGS = 64
+_LIMITS = (
+    "keepalive_timeout",
+    "header_timeout",
+    "response_timeout",
+    "max_connections_per_app",
+    "max_connections",
+    "max_apps",
+)
+
+
+def encode(options: SessionOptions) -> dict[str, Any]:
+    """``options`` as JSON-ready data (everything but callbacks and the channel)."""
+    settings = RelaySettings() if options.settings is None else options.settings
+    opens = options.open_settings
+    return {
+        "workdir": str(options.workdir),
+        "protocol": options.protocol.value,
+        "settings": {
+            **{name: getattr(settings, name) for name in _LIMITS},
+            "private": settings.private,
+            "url_form": settings.url_form.value,
+            "publish": [[rule.text, rule.source] for rule in settings.publish_rules],
+        },
+        "policy": None
+        if options.policy is None
+        else [list(line) for line in served_lines(options.policy)],
+        "open": None
+        if opens is None
+        else {
+            "action": opens.action.value,
+            "browser": list(opens.browser),
+            "external": opens.external.value,
+        },
+    }
+
+
+def decode(data: dict[str, Any]) -> SessionOptions:
+    """The options ``data`` describes; :class:`DaemonError` names the first bad field."""
+    try:
+        return SessionOptions(
+            workdir=Path(_typed(data, "workdir", str)),
+            protocol=ForwardingMode(_typed(data, "protocol", str)),
+            settings=_settings(_typed(data, "settings", dict)),
+            policy=_policy(data.get("policy")),
+            open_settings=_open_settings(data.get("open")),
+        )
+    except PolicyError as exc:
+        raise DaemonError(f"policy: {exc}") from None
+    except ValueError as exc:
+        raise DaemonError(f"session options: {exc}") from None
+
+
+def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
+    value = data.get(key)
+    # bool is an int to Python, never a limit here.
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise DaemonError(f"session options: {key} must be a {kind.__name__}, got {value!r:.80}")
+    return value
+
+
+def _settings(data: dict[str, Any]) -> RelaySettings:
+    limits: dict[str, Any] = {}
+    for name in _LIMITS:
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise DaemonError(f"session options: {name} must be positive, got {value!r:.80}")
+        limits[name] = int(value) if name.startswith("max_") else float(value)
+    publish = _typed(data, "publish", list)
+    if len(publish) > MAX_POLICY_LINES or not all(
+        isinstance(item, list) and len(item) == 2 and all(isinstance(v, str) for v in item)
+        for item in publish
+    ):
+        raise DaemonError("session options: publish must be a list of [rule, source]")
+    return RelaySettings(
+        **limits,
+        private=_typed(data, "private", bool),
+        url_form=UrlForm(_typed(data, "url_form", str)),
+        publish_rules=tuple(parse_rule(text, source) for text, source in publish),
+    )
+
+
+def _policy(data: object) -> Policy | None:
+    if data is None:
+        return None
+    if (
+        not isinstance(data, list)
+        or len(data) > MAX_POLICY_LINES
+        or not all(
+            isinstance(line, list) and len(line) == 3 and all(isinstance(v, str) for v in line)
+            for line in data
+        )
+    ):
+        raise DaemonError("session options: policy must be a list of [key, value, source]")
+    return from_lines((key, value, where) for key, value, where in data)
+
+
+def _open_settings(data: object) -> OpenSettings | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise DaemonError(f"session options: open must be an object, got {data!r:.80}")
+    browser = _typed(data, "browser", list)
+    if not 0 < len(browser) <= MAX_BROWSER_ARGS or not all(isinstance(a, str) for a in browser):
+        raise DaemonError(f"session options: browser must be an argv, got {browser!r:.80}")
+    return OpenSettings(
+        OpenAction(_typed(data, "action", str)),
+        tuple(browser),
+        ExternalOpens(_typed(data, "external", str)),
+    )

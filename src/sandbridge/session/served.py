@@ -1,0 +1,188 @@
+"""A ``run`` session whose host half the user's daemon serves (docs/daemon.md).
+
+The client keeps what makes the session its own: it makes the runtime dir and the
+registry entry (and holds their locks), starts the sandbox and kills it. The daemon gets
+the session's options and descriptors of both dirs and of the terminal channel, serves
+registrations, app listeners, the egress gate and the terminal broker, and sends back
+what the owner should see. When the client's connection ends, the daemon closes the
+session. When the daemon's end does (it stopped, or was killed), the client sends its
+request again to the next daemon, which serves the session's recorded apps on their old
+URLs (docs/daemon.md).
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sandbridge import log
+from sandbridge.aio.tasks import running
+from sandbridge.aio.unix_sockets import peer_credentials
+from sandbridge.exceptions import DaemonError
+from sandbridge.places.registry import SessionEntry, daemon_sockets
+from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol import daemon_wire
+from sandbridge.protocol.daemon_wire import Event
+from sandbridge.protocol.publish_rules import PublishAction
+from sandbridge.relay.app_listener import App
+from sandbridge.session import options_wire
+from sandbridge.session.lifecycle import SessionOptions, create_entry
+
+# Connecting to a Unix socket is immediate unless its accept queue is full.
+CONNECT_TIMEOUT = 2.0
+# The daemon starts a session's listeners in well under this; past it, something is off.
+READY_TIMEOUT = 15.0
+# At the end, the daemon closes the session's listeners before it closes the connection.
+CLOSE_TIMEOUT = 10.0
+# While the daemon is away (restarting), how often to look whether it is back: a
+# connect to a missing socket costs microseconds.
+RECONNECT_INTERVAL = 0.2
+
+
+def connect() -> socket.socket | None:
+    """A connection to this user's daemon, or None when none runs (no socket, nobody
+    listening) or the socket is not this user's daemon's (another uid answered)."""
+    for path in daemon_sockets():
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            sock.connect(str(path))
+            _, uid = peer_credentials(sock)
+        except OSError:
+            sock.close()
+            continue
+        if uid != os.getuid():
+            print(f"sandbridge: {path} answers as uid {uid}, not you; not used", file=sys.stderr)
+            sock.close()
+            continue
+        return sock
+    return None
+
+
+@asynccontextmanager
+async def served_session(
+    daemon: socket.socket, runtime_dir: RuntimeDir, options: SessionOptions
+) -> AsyncIterator[SessionEntry]:
+    """Have the daemon serve this session's host half for the block's length; if the
+    daemon goes away meanwhile, have the next one serve it again as soon as it is up."""
+    entry = create_entry(runtime_dir, options)
+    fds = [runtime_dir.fd, entry.fd]
+    if options.terminal_channel is not None:
+        fds.append(options.terminal_channel.fileno())
+    link = _Link(
+        daemon_wire.request(options_wire.encode(options), str(runtime_dir.path), str(entry.path)),
+        array.array("i", fds).tobytes(),
+        options,
+    )
+    try:
+        await link.open(daemon)
+        log.debug("daemon.served", session=entry.id)
+        async with running(link.follow()):
+            yield entry
+        await link.close()
+    finally:
+        link.sock.close()
+        entry.remove()
+        runtime_dir.remove()
+
+
+class _Link:
+    """The connection to the daemon that serves this session, replaced when a new
+    daemon comes up after the last one went away (the request is sent again: the new
+    daemon finds the session's apps in its entry)."""
+
+    def __init__(self, request: bytes, rights: bytes, options: SessionOptions) -> None:
+        self.request = request
+        self.rights = rights
+        self.options = options
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    async def open(self, sock: socket.socket) -> None:
+        """Send the request on ``sock`` and act on events until the session is served."""
+        self.sock.close()
+        self.sock = sock
+        sock.settimeout(CONNECT_TIMEOUT)  # one small message: sent at once
+        sock.sendmsg([self.request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.rights)])
+        sock.setblocking(False)
+        async with asyncio.timeout(READY_TIMEOUT):
+            while (await _next_event(sock, self.options))[0] is not Event.READY:
+                pass
+
+    async def follow(self) -> None:
+        """Act on the daemon's events; when it leaves, wait for the next one."""
+        while True:
+            try:
+                while True:
+                    await _next_event(self.sock, self.options)
+            except (DaemonError, OSError) as exc:
+                _say(
+                    f"the daemon stopped serving this session ({exc}); its apps, terminals "
+                    "and egress are back when a daemon runs again"
+                )
+            await self._reconnect()
+            _say("the daemon serves this session again")
+
+    async def _reconnect(self) -> None:
+        refusal = None
+        while True:
+            await asyncio.sleep(RECONNECT_INTERVAL)
+            sock = connect()
+            if sock is None:
+                continue
+            try:
+                await self.open(sock)
+                return
+            except (DaemonError, OSError, TimeoutError) as exc:
+                if str(exc) != refusal:  # once, not every interval
+                    refusal = str(exc)
+                    _say(f"the daemon cannot serve this session yet: {exc}")
+
+    async def close(self) -> None:
+        """Leave, and wait until the daemon has closed the session's listeners."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError, TimeoutError):
+            self.sock.shutdown(socket.SHUT_WR)
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                while await loop.sock_recv(self.sock, daemon_wire.MAX_MESSAGE_BYTES):
+                    pass
+
+
+def _say(text: str) -> None:
+    print(f"sandbridge: {text}", file=sys.stderr, flush=True)
+
+
+async def _next_event(daemon: socket.socket, options: SessionOptions) -> tuple[Event, object]:
+    """Read one event and act on it; the daemon leaving or refusing raises."""
+    data = await asyncio.get_running_loop().sock_recv(daemon, daemon_wire.MAX_MESSAGE_BYTES)
+    if not data:
+        raise DaemonError("the daemon closed the connection")
+    kind, value = daemon_wire.decode_event(data)
+    if kind is Event.ERROR:
+        raise DaemonError(
+            f"the daemon refused the session: {value} (--no-daemon serves it without the daemon)"
+        )
+    if kind is Event.SAY:
+        print(value, file=sys.stderr, flush=True)
+    elif kind is Event.APP and options.on_register is not None:
+        options.on_register(_app(value))
+    elif kind is Event.GONE and options.on_unregister is not None:
+        options.on_unregister(_app(value))
+    return kind, value
+
+
+def _app(value: object) -> App:
+    if not isinstance(value, dict):
+        raise DaemonError(f"an app event must be an object, got {value!r:.80}")
+    fields: dict[str, Any] = dict(value)
+    try:
+        action = fields.pop("action")
+        return App(**fields, action=None if action is None else PublishAction(action))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DaemonError(f"an app event is malformed: {exc}") from None

@@ -1,0 +1,62 @@
+"""A session's open terminal requests, kept across a restart of the daemon serving it.
+
+The broker writes its instance and every pending request (its signed document, as the
+requester sent it) to ``terminals.json`` in the session's host-only directory after
+each change; a daemon that serves the session again reads it back, verifies each
+document again for the same session and instance, and the owner finds the requests as
+they were. The file lives exactly as long as the session (the ``run`` client removes
+its directory), so an approval can never reach a later session of the same name: that
+one has a new instance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbridge.protocol.jsonline import decode_json
+
+FILE = "terminals.json"
+# 64 open requests of a few KiB each (their signed documents), with room to spare.
+MAX_FILE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What a restarted broker needs: its instance and the open requests' documents."""
+
+    instance: str
+    requests: tuple[tuple[str, object], ...] = ()
+
+
+def save(path: Path, pending: Pending) -> None:
+    """Write ``pending`` to ``path`` whole (a temporary file renamed over it), 0600."""
+    data = json.dumps({"instance": pending.instance, "requests": pending.requests})
+    temporary = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(data)
+    os.replace(temporary, path)
+
+
+def load(path: Path) -> Pending | None:
+    """What :func:`save` wrote at ``path``; None if nothing (or nothing usable) is there."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
+        data = decode_json(raw, max_bytes=MAX_FILE_BYTES)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("instance"), str):
+        return None
+    requests = data.get("requests")
+    if not isinstance(requests, list):
+        return None
+    kept = tuple(
+        (item[0], item[1])
+        for item in requests
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+    )
+    return Pending(data["instance"], kept)

@@ -1,0 +1,302 @@
+"""The daemon serving sessions: who may ask, what it checks, and that sessions stay apart."""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbridge.places.registry import SessionEntry
+from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol import daemon_wire
+from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.options_wire import encode
+from tests.conftest import (
+    ECHO_APP,
+    PYTHON,
+    REPO,
+    Process,
+    host_port_of,
+    port_is_open,
+    request,
+    run_argv,
+    start_daemon,
+)
+from tests.terminals.harness import PROMPT, TerminalSession, finish
+
+SABOTEUR = str(REPO / "tests" / "apps" / "saboteur.py")
+HOSTILE_SHIM = str(REPO / "tests" / "peers" / "hostile_shim.py")
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+# Reads the daemon's one answer to a request and prints it (run as another user).
+ASK = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+sock.connect(sys.argv[1])
+try:
+    sock.send(b'{"version":1}')
+except OSError:
+    pass  # refused at once, before the request: the answer is waiting all the same
+print(sock.recv(65536).decode(), flush=True)
+"""
+
+
+def socket_path(xdg: Path) -> Path:
+    return xdg / f"sandbridge-{os.getuid()}" / "daemon.sock"
+
+
+def ask(xdg: Path, message: bytes, fds: list[int] | None = None) -> dict[str, object]:
+    """Send one request to the daemon; return its first answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.settimeout(10)
+        sock.connect(str(socket_path(xdg)))
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds or []).tobytes())]
+        sock.sendmsg([message], rights if fds else [])
+        answer: dict[str, object] = json.loads(sock.recv(65536))
+        return answer
+
+
+def session(workdir: Path, *command: str) -> tuple[Process, int]:
+    """A ``run`` session of ``command`` (which prints READY with its URLs), and the
+    host port of its first app."""
+    process = Process(run_argv(workdir, *command))
+    report = json.loads(process.wait_line("READY", timeout=60).removeprefix("READY "))
+    urls = report.get("urls") or [report["good_url"]]
+    return process, host_port_of(str(urls[0]))
+
+
+def attack(port: int, path: str) -> None:
+    """A request the hostile app never answers well; how it ends does not matter."""
+    with contextlib.suppress(OSError, http.client.HTTPException):
+        request(port, path=path)
+
+
+def wait_until(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"{condition} still false after {timeout}s"
+        time.sleep(0.05)
+
+
+def test_peer_of_another_uid_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Even with the state root opened up by mistake, the peer's uid is checked.
+    xdg = Path(tempfile.mkdtemp(prefix="sandbridge-peer-", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    daemon = start_daemon()
+    try:
+        os.chmod(xdg, 0o711)
+        os.chmod(socket_path(xdg).parent, 0o711)
+        os.chmod(socket_path(xdg), 0o666)
+        client = Process([*AS_NOBODY, "/usr/bin/python3", "-c", ASK, str(socket_path(xdg))])
+        answer = json.loads(client.wait_line("{"))
+        assert answer == {"error": "uid 65534 is not the daemon's user; use your own daemon"}
+        daemon.wait_line("sandbridge: daemon.refused ", "stderr")
+    finally:
+        daemon.stop()
+        shutil.rmtree(xdg, ignore_errors=True)
+
+
+def test_request_of_another_protocol_version_is_refused(daemon: Process, xdg: Path) -> None:
+    answer = ask(xdg, b'{"version": 99}')
+    assert "protocol version 99 is not 1" in str(answer["error"])
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (b"\x00\xff", "message is not valid JSON"),
+        (b"[1]", "a daemon message must be a JSON object"),
+        (b'{"version": 1}', "a daemon request needs its session's options under 'serve'"),
+    ],
+)
+def test_malformed_request_is_refused_and_the_daemon_serves_on(
+    daemon: Process, xdg: Path, tmp_path: Path, message: bytes, error: str
+) -> None:
+    assert str(ask(xdg, message)["error"]).startswith(error)
+    process, port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+    assert request(port)[0] == 200
+    process.stop()
+
+
+def test_descriptor_that_is_not_the_named_dir_is_refused(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    runtime, other = tmp_path / "runtime", tmp_path / "other"
+    runtime.mkdir(mode=0o700)
+    other.mkdir(mode=0o700)
+    fds = [os.open(other, os.O_RDONLY | os.O_DIRECTORY) for _ in range(2)]
+    message = json.dumps(
+        {"version": 1, "serve": {}, "runtime_dir": str(runtime), "session_dir": str(other)}
+    )
+    try:
+        answer = ask(xdg, message.encode(), fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert answer == {"error": f"runtime dir {runtime} is not the directory sent with it"}
+
+
+def test_request_without_descriptors_is_refused(daemon: Process, xdg: Path) -> None:
+    message = b'{"version":1,"serve":{},"runtime_dir":"/x","session_dir":"/y"}'
+    assert ask(xdg, message) == {"error": "a request carries 2 or 3 descriptors, not 0"}
+
+
+def test_client_leaving_ends_its_session_only(daemon: Process, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, first_port = session(tmp_path / "a", PYTHON, ECHO_APP, "--register", "4173")
+    second, second_port = session(tmp_path / "b", PYTHON, ECHO_APP, "--register", "4173")
+    try:
+        # SIGKILL: the client says nothing; its connection to the daemon just closes.
+        first.stop(signal.SIGKILL)
+        wait_until(lambda: not port_is_open(first_port))
+        daemon.wait_line("sandbridge: daemon.session_end ", "stderr")
+        assert request(second_port)[0] == 200
+    finally:
+        second.stop()
+
+
+def test_hostile_session_does_not_stall_a_good_one(
+    daemon: Process, tmp_path: Path, xdg: Path
+) -> None:
+    good_dir, bad_dir = tmp_path / "good", tmp_path / "bad"
+    good_dir.mkdir()
+    bad_dir.mkdir()
+    os.mkfifo(bad_dir / "release")
+    good, good_port = session(good_dir, PYTHON, ECHO_APP, "--register", "4173")
+    bad = Process(run_argv(bad_dir, PYTHON, SABOTEUR, "hostile-shim", HOSTILE_SHIM))
+    try:
+        report = json.loads(bad.wait_line("READY", timeout=60).removeprefix("READY "))
+        bad_port = host_port_of(str(report["victim_url"]))
+        # Stalls and floods of header bytes hold the hostile session's connections open.
+        attacks = [
+            threading.Thread(target=attack, args=(bad_port, f"/hostile/{b}"), daemon=True)
+            for b in ("stall", "unending-headers", "stall-mid-body") * 4
+        ]
+        for thread in attacks:
+            thread.start()
+        for _ in range(20):
+            started = time.monotonic()
+            assert request(good_port)[0] == 200
+            assert time.monotonic() - started < 1.0
+        assert request(bad_port, path="/hostile/garbage")[0] == 502
+        # The hostile session crashing (its client killed) ends that session only.
+        bad.stop(signal.SIGKILL)
+        wait_until(lambda: not port_is_open(bad_port))
+        assert request(good_port)[0] == 200
+    finally:
+        bad.stop()
+        good.stop()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_restarted_daemon_brings_back_apps_at_their_urls_and_pending_requests(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    (tmp_path / "xdg").mkdir(mode=0o700)
+    env = {  # the dirs TerminalSession gives its session
+        **os.environ,
+        "XDG_RUNTIME_DIR": str(tmp_path / "xdg"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    daemon = start_daemon(env=env)
+    session = TerminalSession(tmp_path, command=f"exec {PYTHON} {ECHO_APP} --register 4173")
+    try:
+        report = json.loads(session.process.wait_line("READY").removeprefix("READY "))
+        url = str(report["urls"][0])
+        port = host_port_of(url)
+        assert request(port)[0] == 200
+        request_id = session.request()
+
+        daemon.stop(stop)
+        wait_until(lambda: not port_is_open(port))
+        daemon = start_daemon(env=session.env)
+        session.process.wait_line("sandbridge: the daemon serves this session again", "stderr")
+
+        assert session.process.wait_line("sandbridge: sandbox port 4173 -> ", "stderr").endswith(
+            url
+        )
+        assert request(port)[0] == 200, "the app answers at its old URL"
+        listed = json.loads(session.cli("terminal", "list", "--json").stdout)
+        assert [(r["id"], r["state"]) for r in listed] == [(request_id, "pending")]
+        session.cli("terminal", "approve", request_id, "--ttl", "60")
+        child = session.attach(request_id)
+        child.expect(PROMPT)
+        child.sendline("exit 3")
+        assert finish(child)[0] == 3
+    finally:
+        session.stop()
+        daemon.stop()
+
+
+def test_ended_sessions_leave_no_descriptors_in_the_daemon(daemon: Process, tmp_path: Path) -> None:
+    def descriptors() -> int:
+        return len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+
+    def one_session() -> None:
+        process, port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+        assert request(port)[0] == 200
+        process.stop()
+
+    one_session()  # the first one starts what the daemon keeps (closer threads, logs)
+    daemon.wait_line("sandbridge: daemon.session_end ", "stderr")
+    baseline = descriptors()
+    for _ in range(3):
+        one_session()
+    wait_until(lambda: descriptors() <= baseline)
+
+
+def test_session_dir_outside_the_state_roots_is_refused_and_nothing_kept(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    runtime, elsewhere = tmp_path / "runtime", tmp_path / "elsewhere"
+    runtime.mkdir(mode=0o700)
+    elsewhere.mkdir(mode=0o700)
+    before = len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+    fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path in (runtime, elsewhere)]
+    message = json.dumps(
+        {"version": 1, "serve": {}, "runtime_dir": str(runtime), "session_dir": str(elsewhere)}
+    )
+    try:
+        answer = ask(xdg, message.encode(), fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert answer == {"error": f"session dir {elsewhere} is not in a state root of this user"}
+    wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)
+
+
+def test_a_session_failing_in_the_daemon_ends_only_itself(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    good, good_port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+    runtime = RuntimeDir.create(xdg / "ags-webview-relay-broken")
+    entry = SessionEntry.create("broken", tmp_path)
+    (runtime.path / "relay.sock").mkdir()  # the registration socket cannot be bound
+    try:
+        message = daemon_wire.request(
+            encode(SessionOptions(workdir=tmp_path)), str(runtime.path), str(entry.path)
+        )
+        answer = ask(xdg, message, [runtime.fd, entry.fd])
+        assert "the session failed in the daemon" in str(answer["error"])
+        assert request(good_port)[0] == 200
+        good.stop()
+        # The daemon still opens sessions.
+        again, again_port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+        assert request(again_port)[0] == 200
+        again.stop()
+    finally:
+        good.stop()
+        entry.remove()
+        runtime.remove()

@@ -1,0 +1,57 @@
+"""The daemon socket's messages: decoded whole or refused with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbridge.exceptions import DaemonError
+from sandbridge.protocol.daemon_wire import (
+    MAX_MESSAGE_BYTES,
+    Event,
+    decode_event,
+    decode_request,
+    encode,
+    event,
+    request,
+)
+
+
+def test_request_comes_back_as_sent() -> None:
+    assert decode_request(request({"a": 1}, "/run/x", "/run/y")) == ({"a": 1}, "/run/x", "/run/y")
+
+
+def test_event_comes_back_as_sent() -> None:
+    assert decode_event(event(Event.APP, {"port": 1})) == (Event.APP, {"port": 1})
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b'{"ready": 1, "app": 2}', "a daemon event has one key"),
+        (b'{"hello": 1}', "unknown daemon event 'hello'"),
+        (b"[]", "a daemon message must be a JSON object"),
+        (b"{", "message is not valid JSON"),
+        (b"[" * 200 + b"]" * 200, "message is not accepted"),
+    ],
+)
+def test_malformed_event_is_refused(data: bytes, error: str) -> None:
+    with pytest.raises(DaemonError, match=error):
+        decode_event(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b'{"version": 2}', "protocol version 2 is not 1"),
+        (b'{"version": 1, "serve": []}', "options under 'serve'"),
+        (b'{"version": 1, "serve": {}, "runtime_dir": 1}', "'runtime_dir' and 'session_dir'"),
+    ],
+)
+def test_malformed_request_is_refused(data: bytes, error: str) -> None:
+    with pytest.raises(DaemonError, match=error):
+        decode_request(data)
+
+
+def test_message_over_the_limit_is_refused_before_it_is_sent() -> None:
+    with pytest.raises(DaemonError, match=f"over {MAX_MESSAGE_BYTES}"):
+        encode({"say": "x" * MAX_MESSAGE_BYTES})

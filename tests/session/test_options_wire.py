@@ -1,0 +1,86 @@
+"""A session's options cross to the daemon as data and come back the same, or refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbridge.egress.policy import load_policy
+from sandbridge.exceptions import DaemonError
+from sandbridge.protocol.http.origin_policy import UrlForm
+from sandbridge.protocol.open_request import ExternalOpens, OpenAction
+from sandbridge.protocol.publish_rules import parse_rule
+from sandbridge.relay.host_opener import OpenSettings
+from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.upstream import ForwardingMode
+from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.options_wire import decode, encode
+
+
+def options(tmp_path: Path) -> SessionOptions:
+    (tmp_path / ".sandbridge").mkdir()
+    (tmp_path / ".sandbridge" / "allow").write_text("example.org\n*.pypi.example:8443\ngate:5432\n")
+    policy = load_policy(tmp_path, resolver="9.9.9.9", publish=["3000-3999 silent"])
+    return SessionOptions(
+        workdir=tmp_path,
+        protocol=ForwardingMode.STREAM,
+        settings=RelaySettings(
+            header_timeout=3.5,
+            max_apps=7,
+            private=True,
+            url_form=UrlForm.IP,
+            publish_rules=(parse_rule("auto", "--publish"),),
+        ),
+        policy=policy,
+        open_settings=OpenSettings(OpenAction.PRINT, ("firefox", "--new-tab"), ExternalOpens.ALLOW),
+    )
+
+
+def test_options_come_back_as_they_were_sent(tmp_path: Path) -> None:
+    sent = options(tmp_path)
+    received = decode(encode(sent))
+    assert received.workdir == sent.workdir
+    assert received.protocol is sent.protocol
+    assert received.settings == sent.settings
+    assert received.open_settings == sent.open_settings
+    assert sent.policy is not None and received.policy is not None
+    for name in ("mode", "gate_addr", "resolver", "rules", "host_services", "publish"):
+        assert getattr(received.policy, name) == getattr(sent.policy, name), name
+
+
+def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
+    received = decode(encode(options(tmp_path))).policy
+    assert received is not None
+    sources = [rule.source for rule in received.rules]
+    assert sources == [".sandbridge/allow:1", ".sandbridge/allow:2"]
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"workdir": 3}, "workdir must be a str, got 3"),
+        ({"protocol": "carrier-pigeon"}, "'carrier-pigeon' is not a valid ForwardingMode"),
+        ({"settings": {"max_apps": 0}}, "max_apps must be positive, got 0"),
+        ({"settings": {"max_apps": True}}, "max_apps must be positive, got True"),
+        ({"settings": {"url_form": "fax"}}, "'fax' is not a valid UrlForm"),
+        ({"settings": {"publish": [["99999", "x"]]}}, "x: publish = 99999: give auto"),
+        ({"policy": [["protect", "/etc", "x"]]}, "x: 'protect' is not a setting the daemon"),
+        ({"policy": [["allow", "exa mple.org", "y"]]}, "policy: y:"),
+        ({"policy": "net = full"}, "policy must be a list of [key, value, source]"),
+        ({"open": {"browser": []}}, "browser must be an argv, got []"),
+    ],
+)
+def test_a_malformed_field_is_refused_by_name(
+    tmp_path: Path, change: dict[str, Any], error: str
+) -> None:
+    data = encode(options(tmp_path))
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(data[key], dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    with pytest.raises(DaemonError) as caught:
+        decode(data)
+    assert error in str(caught.value)

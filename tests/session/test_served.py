@@ -1,0 +1,161 @@
+"""``sandbridge run`` with the user's daemon: used when it runs, never when told not to."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+from tests.conftest import SANDBRIDGE, Process, Relay, host_port_of, request, run_argv
+
+
+def test_run_is_served_by_the_daemon_when_one_runs(daemon: Process, tmp_path: Path) -> None:
+    result = subprocess.run(
+        run_argv(tmp_path, "true"), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0
+    line = daemon.wait_line("sandbridge: daemon.session ", "stderr")
+    session = result.stderr.split("sandbridge: session ")[1].split()[0]
+    assert f"session='{session}'" in line
+
+
+def test_no_daemon_serves_the_session_itself(daemon: Process, tmp_path: Path) -> None:
+    result = subprocess.run(
+        run_argv(tmp_path, "true", options=("--no-daemon",)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0
+    daemon.stop()
+    assert "daemon.session" not in daemon.drain("stderr")
+
+
+def test_run_without_a_daemon_leaves_no_daemon_state(xdg: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        run_argv(tmp_path, "true"), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0
+    assert os.listdir(xdg) == []
+
+
+def test_host_session_is_served_by_the_daemon(
+    daemon: Process, runtime_dir: Path, app_port: int
+) -> None:
+    relay = Relay(runtime_dir)
+    try:
+        assert request(host_port_of(relay.register(app_port)))[0] == 200
+        daemon.wait_line("sandbridge: daemon.session ", "stderr")
+    finally:
+        relay.stop()
+
+
+def echo_service() -> tuple[socket.socket, threading.Thread]:
+    """A host service on 127.0.0.1 that answers each connection's first bytes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"echo:" + conn.recv(100))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def test_host_egress_gate_serves_the_policy_of_a_container_session(
+    served: Process | None, runtime_dir: Path
+) -> None:
+    listener, _ = echo_service()
+    service = listener.getsockname()[1]
+    shim = [
+        *SANDBRIDGE, "shim", "--socket", str(runtime_dir / "upstream.sock"),
+        # 127.0.0.2 stands for the container's own loopback (the host service holds .1).
+        "--gate-addr", "127.0.0.2", "--gate-port", str(service), "--gate-port", "18081",
+    ]  # fmt: skip
+    relay = Relay(
+        runtime_dir,
+        shim=shim,
+        shim_ready="sandbridge: gate on",
+        host_args=("--egress", "--allow", f"gate:{service}"),
+    )
+    try:
+        with socket.create_connection(("127.0.0.2", service), timeout=10) as conn:
+            conn.sendall(b"ping")
+            assert conn.recv(100) == b"echo:ping"
+        proxy = http.client.HTTPConnection("127.0.0.2", 18081, timeout=10)
+        proxy.request("GET", "http://not-allowed.example/")
+        response = proxy.getresponse()
+        assert response.status == 403
+        assert b"not-allowed.example" in response.read()
+    finally:
+        relay.stop()
+        listener.close()
+
+
+def test_allow_without_egress_is_refused(runtime_dir: Path) -> None:
+    result = subprocess.run(
+        [*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), "--allow", "pypi.org"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--allow needs --egress" in result.stderr
+
+
+def test_sandbox_cannot_reach_the_daemon_socket(daemon: Process, xdg: Path, tmp_path: Path) -> None:
+    sock = xdg / f"sandbridge-{os.getuid()}" / "daemon.sock"
+    assert sock.exists()
+    probe = f"test -e {sock} && echo visible; ls -a {sock.parent}; echo probed"
+    result = subprocess.run(
+        run_argv(tmp_path, "sh", "-c", probe),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "probed" in result.stdout
+    assert "visible" not in result.stdout
+    assert "daemon.sock" not in result.stdout
+
+
+def test_a_session_the_daemon_refuses_ends_the_run_before_its_sandbox(
+    xdg: Path, tmp_path: Path
+) -> None:
+    root = xdg / f"sandbridge-{os.getuid()}"
+    root.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(root / "daemon.sock"))
+    listener.listen()
+
+    def refuse() -> None:  # a daemon of another sandbridge version, say
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.send(b'{"error": "protocol version 1 is not 2"}')
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    marker = tmp_path / "sandbox-ran"
+    result = subprocess.run(
+        run_argv(tmp_path, "touch", str(marker)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    thread.join(10)
+    listener.close()
+    assert result.returncode == 2
+    assert "the daemon refused the session: protocol version 1 is not 2" in result.stderr
+    assert not marker.exists()
