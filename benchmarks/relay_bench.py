@@ -26,6 +26,8 @@ from pathlib import Path
 
 from benchmarks import paths, workloads
 from benchmarks.paths import PATHS, SANDBRIDGE, RelayPath, host_apps, wait_until_serving
+from benchmarks.sessions import measure_sessions
+from benchmarks.sessions import table as sessions_table
 
 MIB = 1024 * 1024
 # Which direction is better, per metric, for the printed table.
@@ -289,6 +291,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             results.once.setdefault("sandbridge", {})["apps"] = measure_apps(work, ports[0], args)
         for name, peak in peaks.items():
             results.once.setdefault(name, {})["peak_rss_kib_during_run"] = peak.peak_kib
+        if "sandbridge" in running:
+            print("sessions: start and idle memory", file=sys.stderr, flush=True)
+            results.once["sessions"] = measure_sessions(*args.sessions)
         report["medians"] = {
             name: {metric: results.median(name, metric) for metric in metrics}
             for name, metrics in results.rounds.items()
@@ -353,13 +358,18 @@ def main(argv: list[str] | None = None) -> int:
     args.websockets = [0, 500, 1000, 2000]
     args.apps = [1, 16, 64, 256]
     args.ttfb_samples, args.sse_events = 30, 100
+    args.sessions = (10, 8)  # starts of each kind, idle sessions
     if args.smoke:
         args.rounds, args.seconds = 1, 1.0
         args.concurrency, args.websockets, args.apps = [1, 8], [0, 20], [1, 4]
         args.ttfb_samples, args.sse_events = 3, 5
+        args.sessions = (2, 2)
     report = run(args)
     print("\n".join(f"{key}: {value}" for key, value in report["versions"].items()))  # type: ignore[attr-defined]
     print(table(report))
+    sessions = report["scaling"].get("sessions")  # type: ignore[attr-defined]
+    if sessions is not None:
+        print(sessions_table(sessions))
     print(json.dumps(report["scaling"], indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1))

@@ -41,5 +41,12 @@ def test_smoke_run_measures_every_path(tmp_path: Path) -> None:
     assert report["ratio_to_nginx"]["sandbridge"]["c64_rps"] > 0
     assert report["scaling"]["sandbridge"]["apps"]["registration_p50_ms"] > 0
     assert "| c64_rps |" in result.stdout
+    sessions = report["scaling"]["sessions"]
+    for kind in ("daemon", "standalone", "bwrap"):
+        assert sessions["start_ms"][kind] > 0, kind
+    for key in ("served_shim_rss_kib_max", "served_client_rss_kib_median",
+                "standalone_host_rss_kib_median", "standalone_shim_rss_kib_max"):  # fmt: skip
+        assert sessions[key] > 0, key
+    assert "| served by the daemon |" in result.stdout
     for key in ("machine", "nginx", "socat", "wrk", "jupyter-server-proxy"):
         assert report["versions"][key] not in ("", "missing"), key
