@@ -65,6 +65,8 @@ from sandbridge.relay.v1_exchange import exchange_v1
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
 # while bounding what one connection can hold per direction.
 READ_BYTES = 256 * 1024
+# Client addresses whose translation of heads is shared (all loopback: one, usually).
+SHARED_HEADS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,11 @@ class AppListener:
         self._tunnels: set[Tunnel] = set()
         # One task per browser connection, owned here: close() ends them.
         self._tasks = TaskSet()
+        # The translation of heads, with its memory of the last head each way, shared by
+        # the connections from one client address: a new connection's first request and
+        # response are usually the last one's again (ConnectionHeads is synchronous and
+        # its results are never changed in place, so sharing it changes no result).
+        self._heads: dict[str, ConnectionHeads] = {}
         # App connections left idle by finished browser connections (start() makes it).
         self._pool: AppConnectionPool | None = None
 
@@ -180,13 +187,17 @@ class AppListener:
         peer = channel.transport.get_extra_info("peername")
         client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
         assert self.origin is not None
-        heads = ConnectionHeads(
-            base_path=self.base_path,
-            origin=self.origin,
-            client_host=client_host,
-            sandbox_port=self.port,
-            private=self.gate is not None,
-        )
+        heads = self._heads.get(client_host)
+        if heads is None:
+            heads = ConnectionHeads(
+                base_path=self.base_path,
+                origin=self.origin,
+                client_host=client_host,
+                sandbox_port=self.port,
+                private=self.gate is not None,
+            )
+            if len(self._heads) < SHARED_HEADS:
+                self._heads[client_host] = heads
         browser = BrowserConnection(channel, heads)
         upstream: UpstreamConnection | None = None
         tunnelled = False
