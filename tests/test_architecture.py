@@ -12,7 +12,9 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "sandbridge"
 
 # Each package may import the packages on lower floors only (and itself).
 FLOORS = {
-    "cli": 7,
+    "cli": 8,
+    # the dashboard: a client of the sessions (and of the daemon to come, beside session)
+    "ui": 7,
     "session": 6,
     "sandbox": 5,
     "relay": 4,

@@ -509,11 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from sandbridge.cli import egress as egress_cli
     from sandbridge.cli import policy as policy_cli
+    from sandbridge.cli import ui as ui_cli
     from sandbridge.cli.terminal import add_commands
 
     policy_cli.add_commands(commands)
     add_commands(commands)
     egress_cli.add_commands(commands)
+    ui_cli.add_commands(commands)
     return parser
 
 

@@ -25,7 +25,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sandbridge import log
 from sandbridge.aio.open_connections import OpenConnections
@@ -46,9 +46,9 @@ from sandbridge.egress.decision import (
     match_destination,
     normalise_host,
 )
-from sandbridge.egress.log import EgressLog
-from sandbridge.egress.policy import PROXY_PORT, Policy, format_entry, parse_ip
-from sandbridge.egress.request_server import EgressRequests
+from sandbridge.egress.log import OTHER_DESTINATIONS, EgressLog
+from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, format_entry, parse_ip
+from sandbridge.egress.request_server import EgressRequests, OwnerOp
 from sandbridge.egress.requests import Grants
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import egress_opening as egress
@@ -186,6 +186,38 @@ class EgressGate:
         self._server: asyncio.Server | None = None
         self._active = 0
         self._open = OpenConnections()
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Each destination allowed or refused so far with its count; a refusal with the
+        allow-file line that would allow it (as the refusal itself named it), if any."""
+        rows: list[dict[str, Any]] = []
+        for tally in self.log.tallies():
+            line = None
+            if tally.decision == "refused" and tally.destination != OTHER_DESTINATIONS:
+                line = self._allowing_line(tally.kind, tally.destination)
+            rows.append({
+                "decision": tally.decision, "kind": tally.kind,
+                "destination": tally.destination, "count": tally.count, "last": tally.last,
+                "reason": tally.reason, "line": line,
+            })  # fmt: skip
+        return rows
+
+    def _allowing_line(self, kind: str, destination: str) -> str | None:
+        host, _, port_text = destination.rpartition(":")
+        if not port_text.isdigit() or not host:
+            return None
+        port = int(port_text)
+        if kind == "host-service":
+            return host_service_decision(self.policy, port).suggestion
+        return match_destination(self.policy, host.strip("[]"), port).suggestion
+
+    def owner_ops(self) -> dict[str, OwnerOp]:
+        """The control-socket ops the owner uses: egress requests' and ``egress_summary``."""
+
+        async def summary(message: dict[str, Any]) -> dict[str, Any]:
+            return {"mode": NetMode.ALLOW.value, "destinations": self.summary()}
+
+        return {**self.requests.owner_ops(), "egress_summary": summary}
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(

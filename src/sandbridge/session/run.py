@@ -53,7 +53,9 @@ async def run_session(
         except BaseException:
             runtime_dir.remove()
             raise
-        options = dataclasses.replace(options, workdir=spec.workdir, terminal_channel=host_end)
+        options = dataclasses.replace(
+            options, workdir=spec.workdir, terminal_channel=host_end, command=tuple(spec.command)
+        )
         async with open_session(runtime_dir, options) as session:
             if on_session is not None:
                 on_session(session.entry)
@@ -64,12 +66,12 @@ async def run_session(
             )
             sandbox_end.close()
             cleanup.close()  # the backend has its own copy of the environment's memfd
-            return await _until_exit_or_signal(process)
+            return await _until_exit_or_signal(process, session.stop_requested)
 
 
-async def _until_exit_or_signal(process: asyncio.subprocess.Process) -> int:
-    """The sandbox's exit status, or 128 + the signal that stopped the session first."""
-    stop = asyncio.Event()
+async def _until_exit_or_signal(process: asyncio.subprocess.Process, stop: asyncio.Event) -> int:
+    """The sandbox's exit status, or 128 + the signal that stopped the session first (a
+    ``stop`` from the owner's control socket counts as SIGTERM)."""
     received: list[int] = []
     loop = asyncio.get_running_loop()
 
@@ -93,6 +95,8 @@ async def _until_exit_or_signal(process: asyncio.subprocess.Process) -> int:
             loop.remove_signal_handler(signum)
     if received:
         return 128 + received[0]
+    if stop.is_set():
+        return 128 + signal.SIGTERM
     return 128 - status if status < 0 else status
 
 
