@@ -46,7 +46,7 @@ from sandbridge.egress.decision import (
     match_destination,
     normalise_host,
 )
-from sandbridge.egress.log import OTHER_DESTINATIONS, EgressLog
+from sandbridge.egress.log import MAX_FIELD_CHARS, MAX_REFUSED_DESTINATIONS, EgressLog
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, format_entry, parse_ip
 from sandbridge.egress.request_server import EgressRequests, OwnerOp
 from sandbridge.egress.requests import Grants
@@ -186,30 +186,23 @@ class EgressGate:
         self._server: asyncio.Server | None = None
         self._active = 0
         self._open = OpenConnections()
+        # The allow-file line each refused destination's refusal named, for the owner's
+        # summary (bounded as the log's tally bounds refused destinations).
+        self._lines: dict[tuple[str, str], str | None] = {}
 
     def summary(self) -> list[dict[str, Any]]:
         """Each destination allowed or refused so far with its count; a refusal with the
-        allow-file line that would allow it (as the refusal itself named it), if any."""
-        rows: list[dict[str, Any]] = []
-        for tally in self.log.tallies():
-            line = None
-            if tally.decision == "refused" and tally.destination != OTHER_DESTINATIONS:
-                line = self._allowing_line(tally.kind, tally.destination)
-            rows.append({
+        allow-file line its refusal named (None if no line would allow it)."""
+        return [
+            {
                 "decision": tally.decision, "kind": tally.kind,
                 "destination": tally.destination, "count": tally.count, "last": tally.last,
-                "reason": tally.reason, "line": line,
-            })  # fmt: skip
-        return rows
-
-    def _allowing_line(self, kind: str, destination: str) -> str | None:
-        host, _, port_text = destination.rpartition(":")
-        if not port_text.isdigit() or not host:
-            return None
-        port = int(port_text)
-        if kind == "host-service":
-            return host_service_decision(self.policy, port).suggestion
-        return match_destination(self.policy, host.strip("[]"), port).suggestion
+                "reason": tally.reason,
+                "line": self._lines.get((tally.kind, tally.destination))
+                if tally.decision == "refused" else None,
+            }
+            for tally in self.log.tallies()
+        ]  # fmt: skip
 
     def owner_ops(self) -> dict[str, OwnerOp]:
         """The control-socket ops the owner uses: egress requests' and ``egress_summary``."""
@@ -275,6 +268,11 @@ class EgressGate:
             await close_writer(writer)
 
     def _record(self, decision: Decision, kind: str, destination: str, address: str = "") -> None:
+        key = (kind, destination[:MAX_FIELD_CHARS])
+        if not decision.allowed and (
+            key in self._lines or len(self._lines) < MAX_REFUSED_DESTINATIONS
+        ):
+            self._lines[key] = decision.suggestion
         self.log.record(
             "allowed" if decision.allowed else "refused",
             kind,
