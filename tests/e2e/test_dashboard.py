@@ -6,6 +6,7 @@ runs the session; the page's buttons do what the owner's commands do.
 
 from __future__ import annotations
 
+import re
 import select
 import shutil
 import time
@@ -23,9 +24,12 @@ from tests.terminals.harness import PROMPT, TerminalSession, finish
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
 # The sandbox's command: wait for the test's go-ahead, try a destination the policy
 # does not allow (through the egress proxy curl is given), then stay up.
+# Then, told to, ask the owner for another destination and write down the answer.
 COMMAND = (
     "while [ ! -e go ]; do sleep 0.05; done; "
-    "curl -s -o /dev/null http://blocked.example/ ; exec sleep 600"
+    "curl -s -o /dev/null http://blocked.example/ ; "
+    "while [ ! -e ask ]; do sleep 0.05; done; "
+    'sandbridge-allow asked.example:443 --reason "$(cat ask)"; echo $? > asked; exec sleep 600'
 )
 
 
@@ -130,6 +134,23 @@ def test_a_refused_destination_appears_live_with_the_line_that_allows_it(
     expect(row.locator("code")).to_have_text("blocked.example")
     assert page.evaluate("document.body.dataset.updated") != updated, "no reload, an update"
     expect(page.locator("#sessions tbody tr", has_text="web")).to_contain_text("1 refused")
+
+
+def test_an_egress_request_allowed_once_from_the_page_answers_the_sandbox(
+    page: Page, session: TerminalSession
+) -> None:
+    (session.work / "go").touch()
+    (session.work / "ask").write_text(HOSTILE)
+    row = page.locator("#egress-pending tbody tr", has_text="asked.example:443")
+    expect(row.locator("td").nth(3)).to_have_text(HOSTILE)
+    row.get_by_role("button", name=re.compile("^Allow once: egress request")).click()
+    deadline = time.monotonic() + 15
+    asked = session.work / "asked"
+    while not (asked.exists() and asked.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, "sandbridge-allow got no answer"
+        select.select([], [], [], 0.05)
+    assert asked.read_text() == "0\n", "sandbridge-allow was not approved"
+    expect(page.locator("#egress-pending tbody")).to_contain_text("none")
 
 
 def test_stopping_a_session_from_the_page_ends_its_sandbox(
