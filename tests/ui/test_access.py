@@ -133,7 +133,7 @@ def test_a_cross_site_post_is_refused(fields: dict[str, str], says: str) -> None
     assert says in verdict.reason
 
 
-@pytest.mark.parametrize("method", [b"PUT", b"DELETE", b"PATCH", b"OPTIONS"])
+@pytest.mark.parametrize("method", [b"HEAD", b"PUT", b"DELETE", b"PATCH", b"OPTIONS"])
 def test_other_methods_are_refused(method: bytes) -> None:
     access = _access()
     verdict = access.decide(method, b"/api/action", _post(access))

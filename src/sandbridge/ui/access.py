@@ -32,7 +32,6 @@ CSRF_HEADER = b"x-sandbridge-csrf"
 LOGIN_PARAMETER = "token"
 # 32 random bytes: the token, the cookie and the CSRF token cannot be guessed.
 SECRET_BYTES = 32
-SAFE_METHODS = frozenset({b"GET", b"HEAD"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +97,7 @@ class Access:
             shown = b", ".join(hosts)[:100].decode("latin-1")
             return Refuse(421, f"Host {shown!r} is not this dashboard's 127.0.0.1:{self.port}")
         path, _, query = target.decode("latin-1").partition("?")
-        if method not in SAFE_METHODS and method != b"POST":
+        if method not in (b"GET", b"POST"):
             return Refuse(405, f"method {method[:20].decode('latin-1')!r} is not served")
         if query and path == "/" and method == b"GET":
             return self._login(query)
