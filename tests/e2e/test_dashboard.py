@@ -153,11 +153,18 @@ def test_an_egress_request_allowed_once_from_the_page_answers_the_sandbox(
     expect(page.locator("#egress-pending tbody")).to_contain_text("none")
 
 
-def test_stopping_a_session_from_the_page_ends_its_sandbox(
+def test_stopping_a_session_from_the_page_by_keyboard_ends_its_sandbox(
     page: Page, session: TerminalSession
 ) -> None:
     sandboxed = session.wait_for("while [ ! -e go ]")
-    page.get_by_role("button", name="Stop session web").click()
+    # by keyboard: Tab through the page to the button, then Enter
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.getAttribute('aria-label')") == "Stop session web":
+            break
+    else:
+        raise AssertionError("Tab never reached the Stop button")
+    page.keyboard.press("Enter")
     assert session.process.popen.wait(30) == 128 + 15
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in sandboxed):

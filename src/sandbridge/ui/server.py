@@ -220,7 +220,7 @@ class Dashboard:
         try:
             writer.write(response_head(200, "text/event-stream; charset=utf-8", None))
             last, quiet = b"", 0.0
-            while True:
+            while not writer.is_closing():
                 data = json.dumps(await asyncio.to_thread(self._snapshot)).encode()
                 if data != last:
                     writer.write(b"data: " + data + b"\n\n")
