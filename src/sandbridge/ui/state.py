@@ -37,8 +37,13 @@ def _ask(session: str, message: dict[str, Any], key: str | None) -> Any:
 
 
 def _names() -> tuple[str | None, dict[str, str]]:
+    """The owner's public key (None before its first use: reading the page never makes
+    one) and the names of listed requesters."""
     try:
-        return keys.public_hex(keys.owner_public_key()), keys.requester_names()
+        names = keys.requester_names()
+        if not (keys.config_dir() / keys.OWNER_KEY).exists():
+            return None, names
+        return keys.public_hex(keys.owner_public_key()), names
     except KeyFileError:
         return None, {}
 
