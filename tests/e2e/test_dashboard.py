@@ -10,6 +10,7 @@ import re
 import select
 import shutil
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from sandbridge.terminals import keys
-from tests.conftest import SANDBRIDGE, Process
+from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, port_is_open
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.terminals.harness import PROMPT, TerminalSession, finish
 
@@ -57,18 +58,24 @@ def dashboard(session: TerminalSession) -> Iterator[str]:
     assert ui.stop() == 0
 
 
-@pytest.fixture
-def page(browser: Browser, dashboard: str) -> Iterator[Page]:
-    context = browser.new_context()
-    opened = context.new_page()
+def console_errors(page: Page) -> list[str]:
+    """The page's console errors and uncaught exceptions, as they happen."""
     errors: list[str] = []
 
     def on_console(message: ConsoleMessage) -> None:
         if message.type == "error":
             errors.append(message.text)
 
-    opened.on("console", on_console)
-    opened.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return errors
+
+
+@pytest.fixture
+def page(browser: Browser, dashboard: str) -> Iterator[Page]:
+    context = browser.new_context()
+    opened = context.new_page()
+    errors = console_errors(opened)
     opened.goto(dashboard)
     expect(opened.locator("#status")).to_have_text("live")
     yield opened
@@ -84,6 +91,33 @@ def test_the_page_lists_the_session_and_its_command(page: Page, session: Termina
     expect(row).to_contain_text("allow")
     assert page.url.endswith("/"), "the token stays in the address bar"
     assert "token" not in page.url
+
+
+def test_an_app_is_listed_copied_and_closed_from_the_page(browser: Browser, tmp_path: Path) -> None:
+    session = TerminalSession(tmp_path, command=f"exec {PYTHON} {ECHO_APP} --register 4173")
+    ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=session.env)
+    context = browser.new_context()
+    try:
+        context.grant_permissions(["clipboard-read", "clipboard-write"])
+        opened = context.new_page()
+        errors = console_errors(opened)
+        opened.goto(ui.wait_line("http://127.0.0.1:"))
+        row = opened.locator("#apps tbody tr", has_text="4173")
+        expect(row).to_contain_text("shared")
+        url = row.locator("code").inner_text()
+        host_port = urllib.parse.urlsplit(url).port
+        assert host_port is not None and port_is_open(host_port)
+        row.get_by_role("button", name=f"Copy {url}").click()
+        expect(opened.locator("#status")).to_have_text(f"copied {url}")
+        assert opened.evaluate("navigator.clipboard.readText()") == url
+        row.get_by_role("button", name="Close app web port 4173").click()
+        expect(opened.locator("#apps tbody")).to_contain_text("none")
+        assert not port_is_open(host_port)
+        assert errors == []
+    finally:
+        context.close()
+        ui.stop()
+        session.stop()
 
 
 def test_a_terminal_request_approved_from_the_page_attaches(
