@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sandbridge import log
 from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, SessionError
-from sandbridge.places.registry import list_sessions, validate_name
+from sandbridge.places.registry import SessionRecord, list_sessions, validate_name
 from sandbridge.terminals import keys
 from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.owner_approval import approve_request
@@ -51,36 +52,57 @@ def _names() -> tuple[str | None, dict[str, str]]:
 def snapshot() -> dict[str, Any]:
     """The four tables: sessions, apps, terminal requests, egress (and pending asks)."""
     owner, names = _names()
-    now = time.time()
     tables: dict[str, list[dict[str, Any]]] = {
         "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
     }  # fmt: skip
     for record in list_sessions()[:MAX_SESSIONS]:
-        info = _ask(record.id, {"op": "session_info"}, None)
-        destinations = _ask(record.id, {"op": "egress_summary"}, "destinations") or []
-        allowed = sum(int(d.get("count", 0)) for d in destinations if d["decision"] == "allowed")
-        refused = sum(int(d.get("count", 0)) for d in destinations if d["decision"] == "refused")
-        tables["sessions"].append({
-            "id": record.id, "workdir": record.workdir,
-            "command": None if info is None else " ".join(str(p) for p in info["command"]),
-            "uptime": round(max(0.0, now - record.started)),
-            "network": None if info is None else info.get("network"),
-            "egress": {"allowed": allowed, "refused": refused}, "controllable": info is not None,
-        })  # fmt: skip
-        for app in record.apps:
-            tables["apps"].append({
-                "session": record.id, "port": app.port, "process": app.process,
-                "url": app.url, "host_port": app.host_port, "private": app.private,
-            })  # fmt: skip
-        for request in _ask(record.id, {"op": "list"}, "requests") or []:
-            requester = str(request.get("requester", ""))
-            name = "owner (you)" if requester == owner else names.get(requester)
-            tables["terminals"].append({**request, "session": record.id, "name": name})
-        for row in destinations:
-            tables["egress"].append({**row, "session": record.id})
-        for ask in _ask(record.id, {"op": "egress_pending"}, "requests") or []:
-            tables["egress_pending"].append({**ask, "session": record.id})
+        try:
+            _add_session(tables, record, owner, names)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # An answer not shaped as ours (a session of another sandbridge version):
+            # that session's rows are left out, the others shown.
+            log.warning("ui.session_unreadable", session=record.id, error=type(exc).__name__)
     return tables
+
+
+def _add_session(
+    tables: dict[str, list[dict[str, Any]]],
+    record: SessionRecord,
+    owner: str | None,
+    names: dict[str, str],
+) -> None:
+    """One session's rows in each table (the rows of other tables are added only once
+    every answer of this session was read)."""
+    info = _ask(record.id, {"op": "session_info"}, None)
+    destinations = list(_ask(record.id, {"op": "egress_summary"}, "destinations") or [])
+    requests = list(_ask(record.id, {"op": "list"}, "requests") or [])
+    pending = list(_ask(record.id, {"op": "egress_pending"}, "requests") or [])
+    counts = {"allowed": 0, "refused": 0}
+    for row in destinations:
+        counts[row["decision"]] += int(row["count"])
+    session = {
+        "id": record.id, "workdir": record.workdir,
+        "command": None if info is None else " ".join(str(p) for p in info["command"]),
+        "uptime": round(max(0.0, time.time() - record.started)),
+        "network": None if info is None else str(info["network"]),
+        "egress": counts, "controllable": info is not None,
+    }  # fmt: skip
+    terminals = []
+    for request in requests:
+        requester = str(request["requester"])
+        name = "owner (you)" if requester == owner else names.get(requester)
+        terminals.append({**request, "session": record.id, "name": name})
+    tables["sessions"].append(session)
+    tables["apps"] += [
+        {
+            "session": record.id, "port": app.port, "process": app.process, "url": app.url,
+            "host_port": app.host_port, "private": app.private,
+        }
+        for app in record.apps
+    ]  # fmt: skip
+    tables["terminals"] += terminals
+    tables["egress"] += [{**row, "session": record.id} for row in destinations]
+    tables["egress_pending"] += [{**ask, "session": record.id} for ask in pending]
 
 
 def _text(body: dict[str, Any], name: str) -> str:
