@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
 from sandbridge.exceptions import SandbridgeError
+from sandbridge.places.registry import SessionEntry
+from sandbridge.terminals.control import short_path
 from sandbridge.ui.state import MAX_TTL, act, snapshot
 
 
@@ -42,3 +46,41 @@ def test_without_sessions_the_tables_are_empty_and_no_key_is_made(
         "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
     }  # fmt: skip
     assert not (tmp_path / "config").exists(), "reading the page made an owner key"
+
+
+def test_a_session_answering_out_of_shape_is_left_out_and_others_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    odd = SessionEntry.create("odd", tmp_path)
+    plain = SessionEntry.create("plain", tmp_path)  # no control socket: listed, not controllable
+    served = threading.Event()
+    with short_path(odd.control_socket) as path:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+    server.listen()
+    server.settimeout(0.05)  # the thread sees ``served`` between accepts
+
+    def answer_out_of_shape() -> None:
+        while not served.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.recv(4096)
+                connection.sendall(b'{"ok": true, "command": 5, "requests": 7}\n')
+
+    thread = threading.Thread(target=answer_out_of_shape)
+    thread.start()
+    try:
+        tables = snapshot()
+    finally:
+        served.set()
+        thread.join(10)
+        server.close()
+        odd.remove()
+        plain.remove()
+    assert [s["id"] for s in tables["sessions"]] == ["plain"]
+    assert tables["sessions"][0]["controllable"] is False
