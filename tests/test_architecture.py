@@ -14,6 +14,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "sandbridge"
 FLOORS = {
     "cli": 8,
     "daemon": 7,
+    # the dashboard: a client of the sessions, beside the daemon
+    "ui": 7,
     "session": 6,
     "sandbox": 5,
     "relay": 4,

@@ -286,3 +286,25 @@ def test_closing_the_gate_ends_an_idle_tunnel(gate: Gate) -> None:
             assert service_end.recv(100) == b""
     # The handler returned by itself: nothing was left for asyncio to cancel and report.
     assert gate.errors == []
+
+
+def test_the_summary_counts_destinations_and_names_the_line_for_each_refusal(
+    gate: Gate, app_port: int
+) -> None:
+    for _ in range(2):
+        proxy(gate, b"CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n\r\n")
+    _, refusal = proxy(gate, b"CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n\r\n")
+    proxy(gate, b"GET http://public.test/ HTTP/1.1\r\nHost: public.test\r\n\r\n")
+    exchange(gate, b"", port=22)
+    proxy(
+        gate,
+        b"GET http://app.test:%d/ HTTP/1.1\r\nHost: app.test:%d\r\n\r\n" % (app_port, app_port),
+    )
+    rows = {(r["decision"], r["destination"]): r for r in gate.gate.summary()}
+    nowhere = rows[("refused", "nowhere.test:443")]
+    assert nowhere["count"] == 3 and nowhere["line"] == "nowhere.test"
+    assert f"add the line '{nowhere['line']}'".encode() in refusal  # the line the 403 named
+    assert rows[("refused", "public.test:80")]["line"] == "public.test private"
+    assert rows[("refused", "100.64.0.1:22")]["line"] == "100.64.0.1:22"
+    allowed = rows[("allowed", f"app.test:{app_port}")]
+    assert allowed["count"] == 1 and allowed["line"] is None

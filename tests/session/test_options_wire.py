@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,10 @@ def options(tmp_path: Path) -> SessionOptions:
             private=True,
             url_form=UrlForm.IP,
             publish_rules=(parse_rule("auto", "--publish"),),
+            pool_size=0,
+            pool_idle_seconds=0.5,
         ),
+        command=("npm", "run", "dev"),
         policy=policy,
         open_settings=OpenSettings(OpenAction.PRINT, ("firefox", "--new-tab"), ExternalOpens.ALLOW),
     )
@@ -45,9 +49,20 @@ def test_options_come_back_as_they_were_sent(tmp_path: Path) -> None:
     assert received.protocol is sent.protocol
     assert received.settings == sent.settings
     assert received.open_settings == sent.open_settings
+    assert received.command == sent.command
     assert sent.policy is not None and received.policy is not None
     for name in ("mode", "gate_addr", "resolver", "rules", "host_services", "publish"):
         assert getattr(received.policy, name) == getattr(sent.policy, name), name
+
+
+def test_a_long_command_is_sent_cut_short_for_display(tmp_path: Path) -> None:
+    """A long ``sh -c`` script must not make the daemon request too large: the command
+    crosses only as the dashboard shows it."""
+    sent = dataclasses.replace(options(tmp_path), command=("sh", "-c", "y" * 100_000, *["a"] * 99))
+    received = decode(encode(sent))
+    assert received.command[:2] == ("sh", "-c")
+    assert received.command[2] == "y" * 200
+    assert len(received.command) == 32
 
 
 def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
@@ -70,6 +85,10 @@ def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
         ({"policy": [["allow", "exa mple.org", "y"]]}, "policy: y:"),
         ({"policy": "net = full"}, "policy must be a list of [key, value, source]"),
         ({"open": {"browser": []}}, "browser must be an argv, got []"),
+        ({"settings": {"pool_size": -1}}, "pool_size must be 0 or more, got -1"),
+        ({"settings": {"pool_idle_seconds": 0}}, "pool_idle_seconds must be positive, got 0"),
+        ({"command": "rm -rf /"}, "command must be at most 32 strings"),
+        ({"command": ["x" * 201]}, "command must be at most 32 strings"),
     ],
 )
 def test_a_malformed_field_is_refused_by_name(

@@ -63,3 +63,13 @@ def test_requesters_file_adds_keys_and_refuses_bad_lines(config: Path, tmp_path:
     (config / "requesters").write_text("nothex\n")
     with pytest.raises(KeyFileError, match="line 1"):
         keys.allowed_requesters()
+
+
+def test_a_requesters_comment_is_its_keys_name(config: Path, tmp_path: Path) -> None:
+    alice, bob = (keys.public_hex(keys.create_key(tmp_path / f"{n}.key")) for n in ("a", "b"))
+    config.mkdir(parents=True, mode=0o700)
+    long_name = "x" * 200
+    (config / "requesters").write_text(f"# team\n{alice}  # alice <a@b>\n{bob}\n")
+    assert keys.requester_names() == {alice: "alice <a@b>"}
+    (config / "requesters").write_text(f"{bob} #{long_name}\n")
+    assert keys.requester_names() == {bob: "x" * keys.MAX_NAME_CHARS}

@@ -284,7 +284,8 @@ def cmd_host(args: argparse.Namespace) -> int:
             policy=policy,
         )
         daemon = None if args.no_daemon else connect_daemon()
-        async with host_half(daemon, runtime_dir, options) as entry:
+        # (no control socket without a terminal channel: nothing sets the stop event)
+        async with host_half(daemon, runtime_dir, options) as (entry, _stop):
             _print_session(entry)
             print(
                 f"sandbridge: serving registrations on {runtime_dir.relay_socket}",
@@ -441,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from sandbridge.cli import egress as egress_cli
     from sandbridge.cli import policy as policy_cli
+    from sandbridge.cli import ui as ui_cli
     from sandbridge.cli.daemon import add_command as add_daemon_command
     from sandbridge.cli.terminal import add_commands
 
@@ -448,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(commands)
     egress_cli.add_commands(commands)
     add_daemon_command(commands)
+    ui_cli.add_commands(commands)
     return parser
 
 

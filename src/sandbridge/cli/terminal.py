@@ -15,10 +15,10 @@ from sandbridge.aio import event_loop
 from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
 from sandbridge.terminals import approval, keys
-from sandbridge.terminals.approval import Request
 from sandbridge.terminals.attach import Ending, attach, describe
 from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.journal import AuditLog
+from sandbridge.terminals.owner_approval import approve_request
 
 TTL_PATTERN = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -45,22 +45,6 @@ def _request(session: str, key_path: Path | None, reason: str) -> str:
     return str(call(session, {"op": "request", "request": document})["id"])
 
 
-def _approve(request_id: str, ttl: float) -> dict[str, Any]:
-    session = split_request_id(request_id)
-    shown = call(session, {"op": "show", "id": request_id})
-    body = shown["request"]
-    request = Request(
-        session,
-        str(shown["instance"]),
-        str(body["requester"]),
-        str(body["reason"]),
-        float(body["created"]),
-        str(body["nonce"]),
-    )
-    document = approval.sign_approval(keys.owner_key(), request_id, request, ttl, time.time())
-    return call(session, {"op": "approve", "id": request_id, "approval": document})
-
-
 def _attach(request_id: str, key_path: Path | None) -> int:
     key = keys.requester_key(key_path)
     ending: Ending = event_loop.run(attach(request_id, key))
@@ -85,7 +69,7 @@ def cmd_request(args: argparse.Namespace) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    answer = _approve(args.id, parse_ttl(args.ttl))
+    answer = approve_request(args.id, parse_ttl(args.ttl))
     expires = time.strftime("%H:%M:%S", time.localtime(float(answer["expires"])))
     _say(f"approved {args.id} until {expires}")
     return 0
@@ -177,7 +161,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
         call(session, {"op": "deny", "id": request_id})
         _say(f"denied {request_id}")
         return 1
-    _approve(request_id, ttl)
+    approve_request(request_id, ttl)
     return _attach(request_id, None)
 
 

@@ -182,10 +182,17 @@ class Daemon:
             raise
         _remove_stale_sockets(runtime_dir, entry)
         log.info("daemon.session", session=entry.id, pid=pid, apps=len(entry.record.apps))
-        async with open_session(runtime_dir, served, entry, outbox.text):
+        async with open_session(runtime_dir, served, entry, outbox.text) as session:
             outbox.put(Event.READY, entry.id)
-            await _until_closed(conn)
+            # The owner's ``stop`` reaches the client, which holds the sandbox.
+            async with running(_pass_stop(session.stop_requested, outbox)):
+                await _until_closed(conn)
         log.info("daemon.session_end", session=entry.id)
+
+
+async def _pass_stop(stop: asyncio.Event, outbox: Outbox) -> None:
+    await stop.wait()
+    outbox.put(Event.STOP, None)
 
 
 async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:

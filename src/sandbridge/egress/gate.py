@@ -25,7 +25,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sandbridge import log
 from sandbridge.aio.open_connections import OpenConnections
@@ -46,9 +46,9 @@ from sandbridge.egress.decision import (
     match_destination,
     normalise_host,
 )
-from sandbridge.egress.log import EgressLog
-from sandbridge.egress.policy import PROXY_PORT, Policy, format_entry, parse_ip
-from sandbridge.egress.request_server import EgressRequests
+from sandbridge.egress.log import MAX_FIELD_CHARS, MAX_REFUSED_DESTINATIONS, EgressLog
+from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, format_entry, parse_ip
+from sandbridge.egress.request_server import EgressRequests, OwnerOp
 from sandbridge.egress.requests import Grants
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import egress_opening as egress
@@ -186,6 +186,31 @@ class EgressGate:
         self._server: asyncio.Server | None = None
         self._active = 0
         self._open = OpenConnections()
+        # The allow-file line each refused destination's refusal named, for the owner's
+        # summary (bounded as the log's tally bounds refused destinations).
+        self._lines: dict[tuple[str, str], str | None] = {}
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Each destination allowed or refused so far with its count; a refusal with the
+        allow-file line its refusal named (None if no line would allow it)."""
+        return [
+            {
+                "decision": tally.decision, "kind": tally.kind,
+                "destination": tally.destination, "count": tally.count, "last": tally.last,
+                "reason": tally.reason,
+                "line": self._lines.get((tally.kind, tally.destination))
+                if tally.decision == "refused" else None,
+            }
+            for tally in self.log.tallies()
+        ]  # fmt: skip
+
+    def owner_ops(self) -> dict[str, OwnerOp]:
+        """The control-socket ops the owner uses: egress requests' and ``egress_summary``."""
+
+        async def summary(message: dict[str, Any]) -> dict[str, Any]:
+            return {"mode": NetMode.ALLOW.value, "destinations": self.summary()}
+
+        return {**self.requests.owner_ops(), "egress_summary": summary}
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(
@@ -243,6 +268,11 @@ class EgressGate:
             await close_writer(writer)
 
     def _record(self, decision: Decision, kind: str, destination: str, address: str = "") -> None:
+        key = (kind, destination[:MAX_FIELD_CHARS])
+        if not decision.allowed and (
+            key in self._lines or len(self._lines) < MAX_REFUSED_DESTINATIONS
+        ):
+            self._lines[key] = decision.suggestion
         self.log.record(
             "allowed" if decision.allowed else "refused",
             kind,

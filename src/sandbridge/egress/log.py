@@ -109,6 +109,10 @@ class EgressLog:
     path: Path | None
     _tally: EgressTally = field(default_factory=EgressTally)
 
+    def tallies(self) -> list[DestinationTally]:
+        """What this log counted so far (in memory, ordered as :meth:`EgressTally.tallies`)."""
+        return self._tally.tallies()
+
     def record(
         self,
         decision: str,

@@ -39,6 +39,7 @@ class Event(enum.Enum):
     GONE = "gone"
     SAY = "say"
     ERROR = "error"
+    STOP = "stop"  # the owner asked the session to end (control socket's ``stop``)
 
 
 def encode(message: dict[str, Any]) -> bytes:

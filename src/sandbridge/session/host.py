@@ -162,18 +162,25 @@ class HostSession:
 
     async def unregister(self, request: UnregisterRequest) -> None:
         """Close the auto-published app at ``request.host_port``; refuse any other."""
+        await self._close_app(request.host_port, owner=False)
+
+    async def close_app(self, host_port: int) -> App:
+        """The owner closes the app at ``host_port`` (any app: the dashboard's close)."""
+        return await self._close_app(host_port, owner=True)
+
+    async def _close_app(self, host_port: int, *, owner: bool) -> App:
         async with self._lock:
-            listener = next((a for a in self.listeners if a.host_port == request.host_port), None)
+            listener = next((a for a in self.listeners if a.host_port == host_port), None)
             if listener is None:
-                raise RegistrationError(f"no app of this session has host port {request.host_port}")
-            if request.host_port in self._also_auto:
+                raise RegistrationError(f"no app of this session has host port {host_port}")
+            if not owner and host_port in self._also_auto:
                 # Auto-publish lets go of an app the sandbox also registered itself.
-                self._also_auto.discard(request.host_port)
-                log.info("app.kept", sandbox_port=listener.port, host_port=request.host_port)
-                return
-            if not self._requests[listener.host_port].auto:
+                self._also_auto.discard(host_port)
+                log.info("app.kept", sandbox_port=listener.port, host_port=host_port)
+                return self._app(listener)
+            if not owner and not self._requests[listener.host_port].auto:
                 raise RegistrationError(
-                    f'host port {request.host_port} was not registered with "auto":true; '
+                    f'host port {host_port} was not registered with "auto":true; '
                     "only auto-published apps can be unregistered"
                 )
             app = self._app(listener)
@@ -187,6 +194,7 @@ class HostSession:
         log.info("app.unregistered", sandbox_port=app.port, host_port=app.host_port)
         if self.on_unregister is not None:
             self.on_unregister(app)
+        return app
 
     def _app(self, listener: AppListener) -> App:
         """The listener's app with what its registration said (process, auto action)."""

@@ -11,6 +11,7 @@ the entry and the runtime dir, whatever ended it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
@@ -18,12 +19,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from sandbridge.egress.gate import EgressGate
 from sandbridge.egress.log import LOG_NAME, EgressLog
 from sandbridge.egress.policy import NetMode, Policy
-from sandbridge.egress.request_server import refuse_without_gate
+from sandbridge.egress.request_server import OwnerOp, refuse_without_gate
+from sandbridge.exceptions import ControlRefusal, RegistrationError
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import EGRESS_SOCKET
@@ -55,6 +57,8 @@ class SessionOptions:
     # How the sandbox's open requests are carried out (docs/open.md); without it, as
     # OpenSettings.for_host decides from the environment.
     open_settings: OpenSettings | None = None
+    # The command the sandbox runs, as the owner's dashboard shows it.
+    command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,49 @@ class Session:
     entry: SessionEntry
     host: HostSession
     runtime_dir: RuntimeDir
+    # Set when the owner asked the session to end (the control socket's ``stop``): the
+    # session's owner (``run.py``) ends the sandbox as it would on SIGTERM.
+    stop_requested: asyncio.Event
+
+
+def session_ops(
+    options: SessionOptions,
+    gate: EgressGate | None,
+    host: HostSession,
+    stop: asyncio.Event,
+    session: str,
+) -> dict[str, OwnerOp]:
+    """The owner's control-socket ops the session serves beside terminals: egress
+    requests and summary, ``session_info``, ``app_close`` and ``stop``."""
+    policy = options.policy
+    mode = NetMode.NONE if policy is None else policy.mode.value
+
+    async def info(message: dict[str, Any]) -> dict[str, Any]:
+        return {"command": list(options.command), "network": mode.value}
+
+    async def request_stop(message: dict[str, Any]) -> dict[str, Any]:
+        stop.set()
+        return {"stopping": True}
+
+    async def close_app(message: dict[str, Any]) -> dict[str, Any]:
+        port = message.get("host_port")
+        if type(port) is not int:
+            raise ControlRefusal("malformed", f"host_port must be a port number, got {port!r}")
+        try:
+            app = await host.close_app(port)
+        except RegistrationError as exc:
+            raise ControlRefusal("unknown_app", str(exc)) from None
+        return {"closed": app.host_port}
+
+    async def no_summary(message: dict[str, Any]) -> dict[str, Any]:
+        return {"mode": mode.value, "destinations": []}
+
+    egress_ops = (
+        {**refuse_without_gate(session), "egress_summary": no_summary}
+        if gate is None
+        else gate.owner_ops()
+    )
+    return {**egress_ops, "session_info": info, "stop": request_stop, "app_close": close_app}
 
 
 def create_entry(runtime_dir: RuntimeDir, options: SessionOptions) -> SessionEntry:
@@ -116,10 +163,11 @@ async def open_session(
             EgressLog(entry.path / LOG_NAME),
             session=entry.id,
         )
+    stop_requested = asyncio.Event()
     broker: TerminalBroker | None = None
     if options.terminal_channel is not None:
-        # The owner's egress answers travel on the same control socket.
-        owner_ops = refuse_without_gate(entry.id) if gate is None else gate.requests.owner_ops()
+        # The owner's egress answers and session ops travel on the same control socket.
+        owner_ops = session_ops(options, gate, host, stop_requested, entry.id)
         broker = TerminalBroker(
             entry.id,
             entry.control_socket,
@@ -136,7 +184,7 @@ async def open_session(
             await gate.start()
         if broker is not None:
             await broker.start()
-        yield Session(entry, host, runtime_dir)
+        yield Session(entry, host, runtime_dir, stop_requested)
     finally:
         if broker is not None:
             await broker.close()

@@ -34,7 +34,12 @@ _LIMITS = (
     "max_connections_per_app",
     "max_connections",
     "max_apps",
+    "pool_idle_seconds",
 )
+# The command as the dashboard shows it (for display only: a long ``sh -c`` script must
+# not make the request too large for the daemon): its first words, each cut short.
+MAX_COMMAND_WORDS = 32
+MAX_WORD_CHARS = 200
 
 
 def encode(options: SessionOptions) -> dict[str, Any]:
@@ -43,9 +48,11 @@ def encode(options: SessionOptions) -> dict[str, Any]:
     opens = options.open_settings
     return {
         "workdir": str(options.workdir),
+        "command": [word[:MAX_WORD_CHARS] for word in options.command[:MAX_COMMAND_WORDS]],
         "protocol": options.protocol.value,
         "settings": {
             **{name: getattr(settings, name) for name in _LIMITS},
+            "pool_size": settings.pool_size,
             "private": settings.private,
             "url_form": settings.url_form.value,
             "publish": [[rule.text, rule.source] for rule in settings.publish_rules],
@@ -68,6 +75,7 @@ def decode(data: dict[str, Any]) -> SessionOptions:
     try:
         return SessionOptions(
             workdir=Path(_typed(data, "workdir", str)),
+            command=_command(data.get("command")),
             protocol=ForwardingMode(_typed(data, "protocol", str)),
             settings=_settings(_typed(data, "settings", dict)),
             policy=_policy(data.get("policy")),
@@ -77,6 +85,20 @@ def decode(data: dict[str, Any]) -> SessionOptions:
         raise DaemonError(f"policy: {exc}") from None
     except ValueError as exc:
         raise DaemonError(f"session options: {exc}") from None
+
+
+def _command(value: object) -> tuple[str, ...]:
+    """The sandboxed command as the dashboard shows it: a bounded list of strings."""
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_COMMAND_WORDS
+        or not all(isinstance(word, str) and len(word) <= MAX_WORD_CHARS for word in value)
+    ):
+        raise DaemonError(
+            f"session options: command must be at most {MAX_COMMAND_WORDS} strings "
+            f"of at most {MAX_WORD_CHARS} characters"
+        )
+    return tuple(value)
 
 
 def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
@@ -100,8 +122,12 @@ def _settings(data: dict[str, Any]) -> RelaySettings:
         for item in publish
     ):
         raise DaemonError("session options: publish must be a list of [rule, source]")
+    pool_size = data.get("pool_size")
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
+        raise DaemonError(f"session options: pool_size must be 0 or more, got {pool_size!r:.80}")
     return RelaySettings(
         **limits,
+        pool_size=pool_size,
         private=_typed(data, "private", bool),
         url_form=UrlForm(_typed(data, "url_form", str)),
         publish_rules=tuple(parse_rule(text, source) for text, source in publish),

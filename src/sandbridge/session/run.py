@@ -57,8 +57,10 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
         except BaseException:
             runtime_dir.remove()
             raise
-        options = dataclasses.replace(options, workdir=spec.workdir, terminal_channel=host_end)
-        async with host_half(daemon, runtime_dir, options) as entry:
+        options = dataclasses.replace(
+            options, workdir=spec.workdir, terminal_channel=host_end, command=tuple(spec.command)
+        )
+        async with host_half(daemon, runtime_dir, options) as (entry, stop):
             if on_session is not None:
                 on_session(entry)
             argv = sandbox_argv(backend, spec)
@@ -68,25 +70,27 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
             )
             sandbox_end.close()
             cleanup.close()  # the backend has its own copy of the environment's memfd
-            return await _until_exit_or_signal(process)
+            return await _until_exit_or_signal(process, stop)
 
 
 @asynccontextmanager
 async def host_half(
     daemon: socket.socket | None, runtime_dir: RuntimeDir, options: SessionOptions
-) -> AsyncIterator[SessionEntry]:
-    """The session's host half, served here or by the daemon, for the block's length."""
+) -> AsyncIterator[tuple[SessionEntry, asyncio.Event]]:
+    """The session's host half, served here or by the daemon, for the block's length;
+    with the event the owner's ``stop`` (control socket, dashboard) sets."""
     if daemon is None:
         async with open_session(runtime_dir, options) as session:
-            yield session.entry
+            yield session.entry, session.stop_requested
     else:
-        async with served_session(daemon, runtime_dir, options) as entry:
-            yield entry
+        stop = asyncio.Event()
+        async with served_session(daemon, runtime_dir, options, stop) as entry:
+            yield entry, stop
 
 
-async def _until_exit_or_signal(process: asyncio.subprocess.Process) -> int:
-    """The sandbox's exit status, or 128 + the signal that stopped the session first."""
-    stop = asyncio.Event()
+async def _until_exit_or_signal(process: asyncio.subprocess.Process, stop: asyncio.Event) -> int:
+    """The sandbox's exit status, or 128 + the signal that stopped the session first (a
+    ``stop`` from the owner's control socket counts as SIGTERM)."""
     received: list[int] = []
     loop = asyncio.get_running_loop()
 
@@ -110,6 +114,8 @@ async def _until_exit_or_signal(process: asyncio.subprocess.Process) -> int:
             loop.remove_signal_handler(signum)
     if received:
         return 128 + received[0]
+    if stop.is_set():
+        return 128 + signal.SIGTERM
     return 128 - status if status < 0 else status
 
 

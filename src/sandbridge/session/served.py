@@ -68,10 +68,14 @@ def connect() -> socket.socket | None:
 
 @asynccontextmanager
 async def served_session(
-    daemon: socket.socket, runtime_dir: RuntimeDir, options: SessionOptions
+    daemon: socket.socket,
+    runtime_dir: RuntimeDir,
+    options: SessionOptions,
+    stop: asyncio.Event,
 ) -> AsyncIterator[SessionEntry]:
     """Have the daemon serve this session's host half for the block's length; if the
-    daemon goes away meanwhile, have the next one serve it again as soon as it is up."""
+    daemon goes away meanwhile, have the next one serve it again as soon as it is up.
+    ``stop`` is set when the daemon says the owner asked the session to end."""
     entry = create_entry(runtime_dir, options)
     fds = [runtime_dir.fd, entry.fd]
     if options.terminal_channel is not None:
@@ -80,6 +84,7 @@ async def served_session(
         daemon_wire.request(options_wire.encode(options), str(runtime_dir.path), str(entry.path)),
         array.array("i", fds).tobytes(),
         options,
+        stop,
     )
     try:
         await link.open(daemon)
@@ -98,10 +103,13 @@ class _Link:
     daemon comes up after the last one went away (the request is sent again: the new
     daemon finds the session's apps in its entry)."""
 
-    def __init__(self, request: bytes, rights: bytes, options: SessionOptions) -> None:
+    def __init__(
+        self, request: bytes, rights: bytes, options: SessionOptions, stop: asyncio.Event
+    ) -> None:
         self.request = request
         self.rights = rights
         self.options = options
+        self.stop = stop
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     async def open(self, sock: socket.socket) -> None:
@@ -112,7 +120,7 @@ class _Link:
         sock.sendmsg([self.request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.rights)])
         sock.setblocking(False)
         async with asyncio.timeout(READY_TIMEOUT):
-            while (await _next_event(sock, self.options))[0] is not Event.READY:
+            while (await _next_event(sock, self.options, self.stop))[0] is not Event.READY:
                 pass
 
     async def follow(self) -> None:
@@ -120,7 +128,7 @@ class _Link:
         while True:
             try:
                 while True:
-                    await _next_event(self.sock, self.options)
+                    await _next_event(self.sock, self.options, self.stop)
             except (DaemonError, OSError) as exc:
                 _say(
                     f"the daemon stopped serving this session ({exc}); its apps, terminals "
@@ -158,7 +166,9 @@ def _say(text: str) -> None:
     print(f"sandbridge: {text}", file=sys.stderr, flush=True)
 
 
-async def _next_event(daemon: socket.socket, options: SessionOptions) -> tuple[Event, object]:
+async def _next_event(
+    daemon: socket.socket, options: SessionOptions, stop: asyncio.Event
+) -> tuple[Event, object]:
     """Read one event and act on it; the daemon leaving or refusing raises."""
     data = await asyncio.get_running_loop().sock_recv(daemon, daemon_wire.MAX_MESSAGE_BYTES)
     if not data:
@@ -174,6 +184,8 @@ async def _next_event(daemon: socket.socket, options: SessionOptions) -> tuple[E
         options.on_register(_app(value))
     elif kind is Event.GONE and options.on_unregister is not None:
         options.on_unregister(_app(value))
+    elif kind is Event.STOP:
+        stop.set()
     return kind, value
 
 

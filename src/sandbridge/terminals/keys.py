@@ -27,6 +27,8 @@ PUBLIC_KEY_HEX = 64
 MAX_KEY_FILE_BYTES = 256
 # A requesters file lists public keys, one a line; a few hundred is plenty for a team.
 MAX_REQUESTERS_FILE_BYTES = 64 * 1024
+# A requester's name (its line's comment) as the dashboard shows it: a name, not a note.
+MAX_NAME_CHARS = 64
 
 
 def config_dir() -> Path:
@@ -127,20 +129,32 @@ def allowed_requesters() -> set[str]:
 
     Being listed never authorises a shell: only an owner-signed approval does.
     """
-    allowed = {public_hex(owner_public_key())}
+    return {public_hex(owner_public_key()), *_listed_requesters()}
+
+
+def requester_names() -> dict[str, str]:
+    """The names the owner wrote for listed keys: the comment after a key on its line of
+    ``requesters`` (``KEY  # alice``), at most :data:`MAX_NAME_CHARS` characters."""
+    return {key: name for key, name in _listed_requesters().items() if name}
+
+
+def _listed_requesters() -> dict[str, str]:
+    """Each key of the ``requesters`` file with its line's comment (maybe empty)."""
     path = config_dir() / REQUESTERS
     try:
         with open(path, "rb") as file:
             raw = file.read(MAX_REQUESTERS_FILE_BYTES + 1)
     except FileNotFoundError:
-        return allowed
+        return {}
     if len(raw) > MAX_REQUESTERS_FILE_BYTES:
         raise KeyFileError(f"{path} is larger than {MAX_REQUESTERS_FILE_BYTES} bytes")
+    listed: dict[str, str] = {}
     for number, line in enumerate(raw.decode("ascii", "replace").splitlines(), 1):
-        text = line.split("#", 1)[0].strip()
-        if text:
-            allowed.add(public_hex(parse_public_key(text, f"{path} line {number}")))
-    return allowed
+        text, _, comment = line.partition("#")
+        if text.strip():
+            key = public_hex(parse_public_key(text.strip(), f"{path} line {number}"))
+            listed[key] = comment.strip()[:MAX_NAME_CHARS]
+    return listed
 
 
 def verify_signature(public: str, message: bytes, signature: bytes) -> bool:

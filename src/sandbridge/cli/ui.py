@@ -1,0 +1,79 @@
+"""``sandbridge ui``: the owner's dashboard, served in the foreground until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from sandbridge.aio import event_loop
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.protocol.open_request import OpenAction
+from sandbridge.relay.host_opener import OpenSettings
+from sandbridge.ui.server import build_dashboard
+
+
+def _say(text: str) -> None:
+    print(f"sandbridge: {text}", file=sys.stderr, flush=True)
+
+
+def _open_in_browser(url: str, browser: str | None) -> bool:
+    """Start the owner's browser command on ``url`` as ``sandbridge run`` opens a URL
+    (``--browser``, else ``$BROWSER``, else ``xdg-open``; needs a desktop session)."""
+    try:
+        settings = OpenSettings.for_host(os.environ, browser=browser)
+    except ValueError as exc:
+        raise SandbridgeError(str(exc)) from None
+    if settings.action is not OpenAction.BROWSER:
+        return False
+    argv = [*settings.browser, url]
+    try:
+        subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        _say(f"cannot run the browser command {argv[0]!r}: {exc.strerror}")
+        return False
+    return True
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    dashboard = build_dashboard()
+    await dashboard.start()
+    url = dashboard.login_url()
+    try:
+        if args.print_url or not _open_in_browser(url, args.browser):
+            # stdout: a script can read it; the link works once.
+            print(url, flush=True)
+            _say("dashboard: open the URL above (it works once); Ctrl-C to stop")
+        else:
+            _say(f"dashboard opened in the browser on 127.0.0.1:{dashboard.port}; Ctrl-C to stop")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+    finally:
+        await dashboard.close()
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    return int(event_loop.run(_serve(args)))
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``ui`` to the CLI's subcommands."""
+    ui = commands.add_parser("ui", help="the dashboard: sessions, apps, terminals, egress")
+    ui.add_argument(
+        "--print-url", action="store_true", help="print the one-time URL instead of opening it"
+    )
+    ui.add_argument("--browser", default=None, help="browser command (default: $BROWSER, xdg-open)")
+    ui.set_defaults(func=cmd_ui)

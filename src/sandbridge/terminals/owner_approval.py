@@ -1,0 +1,34 @@
+"""The owner's approval of a terminal request, signed with the owner key.
+
+``sandbridge terminal approve`` and the dashboard both approve through
+:func:`approve_request`: the request is read back from the session (``show``), rebuilt,
+signed with the owner's private key, and the signed approval is sent (``approve``). The
+session verifies it as it verifies any approval; nothing here is trusted by it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sandbridge.terminals import approval, keys
+from sandbridge.terminals.approval import Request
+from sandbridge.terminals.control import call, split_request_id
+
+
+def approve_request(request_id: str, ttl: float) -> dict[str, Any]:
+    """Sign an approval of ``request_id`` lasting ``ttl`` seconds and send it to its
+    session; return the session's answer (``state``, ``expires``) or raise ControlError."""
+    session = split_request_id(request_id)
+    shown = call(session, {"op": "show", "id": request_id})
+    body = shown["request"]
+    request = Request(
+        session,
+        str(shown["instance"]),
+        str(body["requester"]),
+        str(body["reason"]),
+        float(body["created"]),
+        str(body["nonce"]),
+    )
+    document = approval.sign_approval(keys.owner_key(), request_id, request, ttl, time.time())
+    return call(session, {"op": "approve", "id": request_id, "approval": document})

@@ -1,0 +1,187 @@
+// The sandbridge dashboard. Everything a session says (names, reasons, paths, commands)
+// is untrusted: it only ever reaches the page as textContent, never as HTML.
+"use strict";
+
+const csrf = document.querySelector('meta[name="sandbridge-csrf"]').content;
+const statusLine = document.getElementById("status");
+
+function say(text, isError) {
+  statusLine.textContent = text;
+  statusLine.classList.toggle("error", Boolean(isError));
+}
+
+function cell(row, text, className) {
+  const td = document.createElement("td");
+  td.textContent = text === null || text === undefined ? "—" : String(text);
+  if (className) td.className = className;
+  row.appendChild(td);
+  return td;
+}
+
+function button(td, label, title, onClick, danger) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = label;
+  b.setAttribute("aria-label", title);
+  if (danger) b.className = "danger";
+  b.addEventListener("click", onClick);
+  td.appendChild(b);
+  return b;
+}
+
+async function act(body, done) {
+  try {
+    const answer = await fetch("/api/action", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Sandbridge-CSRF": csrf },
+      body: JSON.stringify(body),
+      credentials: "same-origin",
+    });
+    const result = await answer.json();
+    if (result.ok) say(done);
+    else say(`refused: ${result.error}`, true);
+  } catch (error) {
+    say(`the dashboard did not answer: ${error}`, true);
+  }
+}
+
+function uptime(seconds) {
+  const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+  return h ? `${h}h ${m}m` : m ? `${m}m ${s}s` : `${s}s`;
+}
+
+// Re-rendering a table would move keyboard focus away: remember which button had it
+// (by its label) and give it back.
+function fill(id, rows, render, columns) {
+  const body = document.querySelector(`#${id} tbody`);
+  const focused = body.contains(document.activeElement)
+    ? document.activeElement.getAttribute("aria-label") : null;
+  const fresh = document.createElement("tbody");
+  for (const item of rows) {
+    const row = document.createElement("tr");
+    render(row, item);
+    fresh.appendChild(row);
+  }
+  if (!rows.length) {
+    const row = document.createElement("tr");
+    cell(row, "none", "empty").colSpan = columns;
+    fresh.appendChild(row);
+  }
+  body.replaceWith(fresh);
+  if (focused) {
+    for (const b of fresh.querySelectorAll("button, a")) {
+      if (b.getAttribute("aria-label") === focused) { b.focus(); break; }
+    }
+  }
+}
+
+function renderSession(row, s) {
+  cell(row, s.id);
+  cell(row, s.workdir);
+  cell(row, s.command);
+  cell(row, uptime(s.uptime));
+  cell(row, s.network);
+  cell(row, `${s.egress.allowed} allowed, ${s.egress.refused} refused`);
+  const td = cell(row, "");
+  if (s.controllable) {
+    button(td, "Stop", `Stop session ${s.id}`, () => act({ action: "stop", session: s.id }, `stopping ${s.id}`), true);
+  }
+}
+
+function renderApp(row, a) {
+  cell(row, a.session);
+  cell(row, a.port);
+  cell(row, a.process);
+  const urlCell = cell(row, "");
+  const code = document.createElement("code");
+  code.textContent = a.url;
+  urlCell.appendChild(code);
+  cell(row, a.private ? "private" : "shared");
+  const td = cell(row, "");
+  const link = document.createElement("a");
+  link.href = a.url;
+  link.target = "_blank";
+  link.rel = "noopener noreferrer";
+  link.textContent = "Open";
+  link.setAttribute("aria-label", `Open ${a.url}`);
+  td.appendChild(link);
+  td.appendChild(document.createTextNode(" "));
+  button(td, "Copy", `Copy ${a.url}`, async () => {
+    try { await navigator.clipboard.writeText(a.url); say(`copied ${a.url}`); }
+    catch (error) { say(`could not copy: ${error}`, true); }
+  });
+  button(td, "Close", `Close app ${a.session} port ${a.port}`,
+    () => act({ action: "app_close", session: a.session, host_port: a.host_port }, `closed ${a.url}`), true);
+}
+
+function renderTerminal(row, t) {
+  cell(row, t.id);
+  cell(row, t.state);
+  const key = cell(row, "");
+  const code = document.createElement("code");
+  code.textContent = `${String(t.requester).slice(0, 16)}…`;
+  code.title = String(t.requester);
+  key.appendChild(code);
+  cell(row, t.name);
+  cell(row, t.reason);
+  cell(row, t.expires ? new Date(t.expires * 1000).toLocaleTimeString() : null);
+  const td = cell(row, "");
+  if (t.state === "pending") {
+    button(td, "Approve", `Approve terminal request ${t.id}`, () => act(
+      { action: "terminal_approve", id: t.id, ttl: Number(document.getElementById("ttl").value) },
+      `approved ${t.id}`));
+    button(td, "Deny", `Deny terminal request ${t.id}`, () => act({ action: "terminal_deny", id: t.id }, `denied ${t.id}`), true);
+  } else if (t.state === "approved" || t.state === "active") {
+    button(td, "Revoke", `Revoke terminal request ${t.id}`, () => act({ action: "terminal_revoke", id: t.id }, `revoked ${t.id}`), true);
+  }
+}
+
+function renderPending(row, p) {
+  cell(row, p.session);
+  cell(row, p.id);
+  cell(row, p.destination);
+  cell(row, p.reason);
+  const td = cell(row, "");
+  const approve = (scope, save, label) => button(td, label, `${label}: egress request ${p.id}`,
+    () => act({ action: "egress_approve", session: p.session, id: p.id, scope, save }, `approved ${p.id}`));
+  approve("once", false, "Allow once");
+  approve("session", false, "Allow for the session");
+  approve("session", true, "Allow and save");
+  button(td, "Deny", `Deny egress request ${p.id}`,
+    () => act({ action: "egress_deny", session: p.session, id: p.id }, `denied ${p.id}`), true);
+}
+
+function renderEgress(row, e) {
+  cell(row, e.session);
+  cell(row, e.decision, e.decision);
+  cell(row, e.kind);
+  cell(row, e.destination);
+  cell(row, e.count);
+  cell(row, e.reason);
+  const line = cell(row, "");
+  if (e.line) {
+    const code = document.createElement("code");
+    code.textContent = e.line;
+    line.appendChild(code);
+  } else {
+    line.textContent = "—";
+  }
+}
+
+function render(tables) {
+  fill("sessions", tables.sessions, renderSession, 7);
+  fill("apps", tables.apps, renderApp, 6);
+  fill("terminals", tables.terminals, renderTerminal, 7);
+  fill("egress-pending", tables.egress_pending, renderPending, 5);
+  fill("egress", tables.egress, renderEgress, 7);
+}
+
+// True until the first update, and again after the stream broke.
+let waiting = true;
+const events = new EventSource("/events");
+events.addEventListener("message", (event) => {
+  render(JSON.parse(event.data));
+  if (waiting) { say("live"); waiting = false; }
+  document.body.dataset.updated = String(Date.now());
+});
+events.addEventListener("error", () => { waiting = true; say("connection lost; retrying…", true); });

@@ -1,0 +1,57 @@
+"""``sandbridge ui``: opens the one-time URL with the owner's browser command, or prints it."""
+
+from __future__ import annotations
+
+import http.client
+import select
+import time
+import urllib.parse
+from pathlib import Path
+
+from tests.conftest import SANDBRIDGE, Process
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700, exist_ok=True)
+    return {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": str(xdg), "HOME": str(tmp_path), **extra}
+
+
+def _status(url: str) -> int:
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=10)
+    try:
+        conn.request("GET", f"{parts.path}?{parts.query}")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_the_url_goes_to_the_browser_command_on_a_desktop(tmp_path: Path) -> None:
+    opened = tmp_path / "opened"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\nprintf %s "$1" > {opened}.tmp && mv {opened}.tmp {opened}\n')
+    browser.chmod(0o755)
+    ui = Process([*SANDBRIDGE, "ui", "--browser", str(browser)], env=_env(tmp_path, DISPLAY=":99"))
+    try:
+        ui.wait_line("sandbridge: dashboard opened in the browser", "stderr")
+        deadline = time.monotonic() + 10
+        while not opened.exists():
+            assert time.monotonic() < deadline, "the browser command was not run"
+            select.select([], [], [], 0.05)
+        url = opened.read_text()
+        assert url.startswith("http://127.0.0.1:") and "?token=" in url
+        assert _status(url) == 303
+        assert _status(url) == 403  # once
+    finally:
+        assert ui.stop() == 0
+
+
+def test_without_a_desktop_the_url_is_printed(tmp_path: Path) -> None:
+    ui = Process([*SANDBRIDGE, "ui"], env=_env(tmp_path))
+    try:
+        url = ui.wait_line("http://127.0.0.1:")
+        ui.wait_line("sandbridge: dashboard: open the URL above", "stderr")
+        assert _status(url) == 303
+    finally:
+        assert ui.stop() == 0

@@ -1,0 +1,207 @@
+"""The dashboard in Debian's Chromium, driven by Playwright, over a real session.
+
+``sandbridge ui --print-url`` serves the page; ``sandbridge run`` (the terminals harness)
+runs the session; the page's buttons do what the owner's commands do.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import shutil
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+
+from sandbridge.terminals import keys
+from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, port_is_open
+from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.terminals.harness import PROMPT, TerminalSession, finish
+
+HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
+# The sandbox's command: wait for the test's go-ahead, try a destination the policy
+# does not allow (through the egress proxy curl is given), then stay up.
+# Then, told to, ask the owner for another destination and write down the answer.
+COMMAND = (
+    "while [ ! -e go ]; do sleep 0.05; done; "
+    "curl -s -o /dev/null http://blocked.example/ ; "
+    "while [ ! -e ask ]; do sleep 0.05; done; "
+    'sandbridge-allow asked.example:443 --reason "$(cat ask)"; echo $? > asked; exec sleep 600'
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[TerminalSession]:
+    running = TerminalSession(tmp_path, command=COMMAND)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def dashboard(session: TerminalSession) -> Iterator[str]:
+    ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=session.env)
+    url = ui.wait_line("http://127.0.0.1:")
+    yield url
+    assert ui.stop() == 0
+
+
+def console_errors(page: Page) -> list[str]:
+    """The page's console errors and uncaught exceptions, as they happen."""
+    errors: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return errors
+
+
+@pytest.fixture
+def page(browser: Browser, dashboard: str) -> Iterator[Page]:
+    context = browser.new_context()
+    opened = context.new_page()
+    errors = console_errors(opened)
+    opened.goto(dashboard)
+    expect(opened.locator("#status")).to_have_text("live")
+    yield opened
+    assert errors == [], f"console errors: {errors}"
+    assert opened.title() == "sandbridge dashboard"
+    context.close()
+
+
+def test_the_page_lists_the_session_and_its_command(page: Page, session: TerminalSession) -> None:
+    row = page.locator("#sessions tbody tr", has_text="web")
+    expect(row).to_contain_text(str(session.work))
+    expect(row).to_contain_text("sleep 600")
+    expect(row).to_contain_text("allow")
+    assert page.url.endswith("/"), "the token stays in the address bar"
+    assert "token" not in page.url
+
+
+def test_an_app_is_listed_copied_and_closed_from_the_page(browser: Browser, tmp_path: Path) -> None:
+    session = TerminalSession(tmp_path, command=f"exec {PYTHON} {ECHO_APP} --register 4173")
+    ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=session.env)
+    context = browser.new_context()
+    try:
+        context.grant_permissions(["clipboard-read", "clipboard-write"])
+        opened = context.new_page()
+        errors = console_errors(opened)
+        opened.goto(ui.wait_line("http://127.0.0.1:"))
+        row = opened.locator("#apps tbody tr", has_text="4173")
+        expect(row).to_contain_text("shared")
+        url = row.locator("code").inner_text()
+        host_port = urllib.parse.urlsplit(url).port
+        assert host_port is not None and port_is_open(host_port)
+        row.get_by_role("button", name=f"Copy {url}").click()
+        expect(opened.locator("#status")).to_have_text(f"copied {url}")
+        assert opened.evaluate("navigator.clipboard.readText()") == url
+        row.get_by_role("button", name="Close app web port 4173").click()
+        expect(opened.locator("#apps tbody")).to_contain_text("none")
+        assert not port_is_open(host_port)
+        assert errors == []
+    finally:
+        context.close()
+        ui.stop()
+        session.stop()
+
+
+def test_a_terminal_request_approved_from_the_page_attaches(
+    page: Page, session: TerminalSession
+) -> None:
+    request_id = session.request()
+    row = page.locator("#terminals tbody tr", has_text=request_id)
+    expect(row).to_contain_text("pending")
+    expect(row).to_contain_text("owner (you)")
+    row.get_by_role("button", name=f"Approve terminal request {request_id}").click()
+    expect(row).to_contain_text("approved")
+    child = session.attach(request_id)
+    child.expect(PROMPT)
+    expect(row).to_contain_text("active")
+    child.sendline("exit 3")
+    assert finish(child)[0] == 3
+    admission = next(r for r in session.audit() if r["event"] == "approval")
+    assert admission["request"] == request_id
+
+
+def test_a_hostile_reason_and_name_show_as_text(
+    page: Page, session: TerminalSession, tmp_path: Path
+) -> None:
+    mallory = tmp_path / "mallory.key"
+    public = keys.public_hex(keys.create_key(mallory))
+    session.request()  # creates the owner key and its directory
+    config = Path(session.env["XDG_CONFIG_HOME"]) / "sandbridge"
+    (config / "requesters").write_text(f"{public}  # {HOSTILE}\n")
+    request_id = session.cli(
+        "terminal", "request", "web", "--no-wait", "--key", str(mallory), "--reason", HOSTILE
+    ).stdout.strip()
+    row = page.locator("#terminals tbody tr", has_text=request_id)
+    expect(row.locator("td").nth(3)).to_have_text(HOSTILE[: keys.MAX_NAME_CHARS])
+    expect(row.locator("td").nth(4)).to_have_text(HOSTILE)
+    assert page.locator("#terminals img, #terminals script").count() == 0
+    row.get_by_role("button", name=f"Deny terminal request {request_id}").click()
+    expect(row).to_contain_text("denied")
+
+
+def test_a_refused_destination_appears_live_with_the_line_that_allows_it(
+    page: Page, session: TerminalSession
+) -> None:
+    updated = page.evaluate("document.body.dataset.updated")
+    (session.work / "go").touch()
+    row = page.locator("#egress tbody tr", has_text="blocked.example:80")
+    expect(row).to_contain_text("refused")
+    # the line the 403 itself named (port 80 is an entry's default)
+    expect(row.locator("code")).to_have_text("blocked.example")
+    assert page.evaluate("document.body.dataset.updated") != updated, "no reload, an update"
+    expect(page.locator("#sessions tbody tr", has_text="web")).to_contain_text("1 refused")
+
+
+def test_an_egress_request_allowed_once_from_the_page_answers_the_sandbox(
+    page: Page, session: TerminalSession
+) -> None:
+    (session.work / "go").touch()
+    (session.work / "ask").write_text(HOSTILE)
+    row = page.locator("#egress-pending tbody tr", has_text="asked.example:443")
+    expect(row.locator("td").nth(3)).to_have_text(HOSTILE)
+    row.get_by_role("button", name=re.compile("^Allow once: egress request")).click()
+    deadline = time.monotonic() + 15
+    asked = session.work / "asked"
+    while not (asked.exists() and asked.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, "sandbridge-allow got no answer"
+        select.select([], [], [], 0.05)
+    assert asked.read_text() == "0\n", "sandbridge-allow was not approved"
+    expect(page.locator("#egress-pending tbody")).to_contain_text("none")
+
+
+def test_stopping_a_session_from_the_page_by_keyboard_ends_its_sandbox(
+    page: Page, session: TerminalSession
+) -> None:
+    sandboxed = session.wait_for("while [ ! -e go ]")
+    # by keyboard: Tab through the page to the button, then Enter
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.getAttribute('aria-label')") == "Stop session web":
+            break
+    else:
+        raise AssertionError("Tab never reached the Stop button")
+    page.keyboard.press("Enter")
+    assert session.process.popen.wait(30) == 128 + 15
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in sandboxed):
+        assert time.monotonic() < deadline, "the sandbox outlived its session"
+        select.select([], [], [], 0.05)
+    expect(page.locator("#sessions tbody")).to_contain_text("none")

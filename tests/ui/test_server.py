@@ -1,0 +1,185 @@
+"""``sandbridge ui --print-url`` as a real process, reached with real HTTP clients:
+who gets in, what every answer carries, and the event stream."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import subprocess
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SANDBRIDGE, Process
+from tests.relay.test_local_peer import AS_NOBODY
+
+
+@dataclass
+class Dashboard:
+    process: Process
+    url: str
+
+    @property
+    def port(self) -> int:
+        port = urllib.parse.urlsplit(self.url).port
+        assert port is not None
+        return port
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def request(
+        self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body or None, headers=headers or {})
+            answer = conn.getresponse()
+            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+        finally:
+            conn.close()
+
+    def login(self) -> str:
+        """Spend the token; return the cookie header value."""
+        status, headers, _ = self.request("GET", self.url.split(self.host, 1)[1])
+        assert status == 303 and headers["location"] == "/"
+        return headers["set-cookie"].split(";", 1)[0]
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": str(xdg), "HOME": str(tmp_path)}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    process = Process([*SANDBRIDGE, "ui", "--print-url"], env=env)
+    url = process.wait_line("http://127.0.0.1:")
+    yield Dashboard(process, url)
+    assert process.stop() == 0
+
+
+def _csrf(page: bytes) -> str:
+    match = re.search(rb'name="sandbridge-csrf" content="([^"]+)"', page)
+    assert match is not None
+    return match.group(1).decode()
+
+
+def test_the_token_works_once(dashboard: Dashboard) -> None:
+    cookie = dashboard.login()
+    assert cookie.startswith("sandbridge_ui=")
+    status, _, body = dashboard.request("GET", dashboard.url.split(dashboard.host, 1)[1])
+    assert status == 403 and b"already used" in body
+
+
+def test_the_cookie_is_httponly_and_strict(dashboard: Dashboard) -> None:
+    _, headers, _ = dashboard.request("GET", dashboard.url.split(dashboard.host, 1)[1])
+    assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
+
+
+def test_a_request_without_the_cookie_is_refused(dashboard: Dashboard) -> None:
+    dashboard.login()
+    for path in ("/", "/api/state", "/events", "/app.js"):
+        status, _, body = dashboard.request("GET", path)
+        assert status == 401, path
+        assert b"sandbridge ui" in body
+
+
+def test_a_wrong_host_is_refused_even_with_the_cookie(dashboard: Dashboard) -> None:
+    cookie = dashboard.login()
+    for host in ("evil.example", f"evil.example:{dashboard.port}", "127.0.0.1"):
+        status, _, _ = dashboard.request("GET", "/", {"Host": host, "Cookie": cookie})
+        assert status == 421, host
+
+
+def test_the_page_is_served_with_a_strict_policy(dashboard: Dashboard) -> None:
+    cookie = dashboard.login()
+    status, headers, page = dashboard.request("GET", "/", {"Cookie": cookie})
+    assert status == 200
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert "default-src 'none'" in headers["content-security-policy"]
+    assert headers["x-frame-options"] == "DENY"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert re.findall(rb"<script[^>]*>", page) == [b'<script src="/app.js" defer>']
+    status, headers, script = dashboard.request("GET", "/app.js", {"Cookie": cookie})
+    assert status == 200 and headers["content-type"].startswith("text/javascript")
+    assert b"innerHTML" not in script
+
+
+def test_a_cross_origin_post_is_refused(dashboard: Dashboard) -> None:
+    cookie = dashboard.login()
+    csrf = _csrf(dashboard.request("GET", "/", {"Cookie": cookie})[2])
+    body = json.dumps({"action": "stop", "session": "web"}).encode()
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {},
+        {"Origin": f"http://{dashboard.host}", "Sec-Fetch-Site": "cross-site"},
+    ):
+        sent = {"Cookie": cookie, "X-Sandbridge-CSRF": csrf, **headers}
+        status, _, answer = dashboard.request("POST", "/api/action", sent, body)
+        assert status == 403, (headers, answer)
+
+
+def test_a_post_without_the_csrf_token_is_refused(dashboard: Dashboard) -> None:
+    cookie = dashboard.login()
+    headers = {"Cookie": cookie, "Origin": f"http://{dashboard.host}"}
+    status, _, answer = dashboard.request("POST", "/api/action", headers, b"{}")
+    assert status == 403 and b"CSRF" in answer
+
+
+def test_the_pages_own_post_reaches_the_action_and_a_bad_one_is_named(
+    dashboard: Dashboard,
+) -> None:
+    cookie = dashboard.login()
+    csrf = _csrf(dashboard.request("GET", "/", {"Cookie": cookie})[2])
+    headers = {"Cookie": cookie, "Origin": f"http://{dashboard.host}", "X-Sandbridge-CSRF": csrf}
+    body = json.dumps({"action": "stop", "session": "no-such"}).encode()
+    status, _, answer = dashboard.request("POST", "/api/action", headers, body)
+    assert status == 400
+    assert json.loads(answer) == {
+        "ok": False,
+        "error": "no running session 'no-such'; see sandbridge ls",
+    }
+    status, _, answer = dashboard.request("POST", "/api/action", headers, b"[1]")
+    assert status == 400 and b"not a JSON object" in answer
+    status, _, answer = dashboard.request("POST", "/api/action", headers, b"x" * 20000)
+    assert status == 413
+
+
+def test_the_event_stream_sends_the_tables(dashboard: Dashboard) -> None:
+    cookie = dashboard.login()
+    with socket.create_connection(("127.0.0.1", dashboard.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /events HTTP/1.1\r\nHost: {dashboard.host}\r\nCookie: {cookie}\r\n\r\n".encode()
+        )
+        received = b""
+        while b"\n\n" not in received.partition(b"data: ")[2]:
+            chunk = sock.recv(65536)
+            assert chunk, received
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200")
+    assert b"text/event-stream" in received
+    tables = json.loads(received.partition(b"data: ")[2].partition(b"\n\n")[0])
+    assert set(tables) == {"sessions", "apps", "terminals", "egress", "egress_pending"}
+
+
+def test_another_users_connection_gets_no_answer(dashboard: Dashboard) -> None:
+    token_path = dashboard.url.split(dashboard.host, 1)[1]
+    code = (
+        "import socket;"
+        f"s=socket.create_connection(('127.0.0.1',{dashboard.port}));"
+        f"s.sendall(b'GET {token_path} HTTP/1.1\\r\\nHost: {dashboard.host}\\r\\n\\r\\n');"
+        "print(repr(s.recv(100)))"
+    )
+    seen = subprocess.run(
+        [*AS_NOBODY, "/usr/bin/python3", "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert seen.stdout.strip() == "b''" or "ConnectionResetError" in seen.stderr, seen
+    dashboard.login()  # the token was not spent by the refused connection
