@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.aio import event_loop
 from sandbridge.protocol.registration import REQUEST_TYPES
+from sandbridge.relay.registration_server import RegistrationServer
 from tests.conftest import HELPER, Relay, echo, host_port_of
 
 
@@ -211,3 +213,31 @@ def test_invalid_unregister_gets_its_documented_error(
     answer = _ask(relay.runtime_dir / "relay.sock", message)
     assert answer["ok"] is False
     assert str(answer["error"]).startswith(error)
+
+
+def test_a_burst_of_connections_waits_in_the_backlog_not_refused(tmp_path: Path) -> None:
+    """The event loop listens again with its own default backlog (100) unless told: a
+    sandbox's burst of connections then made the agent's next registration fail with
+    EAGAIN while the host was busy. 300 connections made while the loop cannot accept
+    all wait their turn."""
+
+    async def scenario() -> int:
+        async def register(request: object) -> object:
+            raise AssertionError("no request is sent")
+
+        server = RegistrationServer(tmp_path / "relay.sock", register)  # type: ignore[arg-type]
+        await server.start()
+        clients = []
+        try:
+            for _ in range(300):  # the loop runs no callback meanwhile: nothing is accepted
+                client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                client.setblocking(False)
+                client.connect(str(tmp_path / "relay.sock"))  # BlockingIOError if full
+                clients.append(client)
+            return len(clients)
+        finally:
+            for client in clients:
+                client.close()
+            await server.close()
+
+    assert event_loop.run(scenario()) == 300

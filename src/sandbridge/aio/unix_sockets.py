@@ -22,6 +22,11 @@ COPY_READ_BYTES = 256 * 1024
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 1024 * 1024
 
+# Connections waiting to be accepted on a host's Unix socket. The event loop listens
+# again with its own default (100) unless told: every server passes this, so a sandbox
+# that opens a burst of connections does not make the next ones fail with EAGAIN.
+UNIX_BACKLOG = 512
+
 
 _PEERCRED = struct.Struct("3i")
 
@@ -48,7 +53,7 @@ def bind_unix_socket(path: Path) -> socket.socket:
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
-    sock.listen(512)
+    sock.listen(UNIX_BACKLOG)
     sock.setblocking(False)
     return sock
 

@@ -31,6 +31,7 @@ from sandbridge import log
 from sandbridge.aio.open_connections import OpenConnections
 from sandbridge.aio.unix_sockets import (
     COPY_READ_BYTES,
+    UNIX_BACKLOG,
     bind_unix_socket,
     close_writer,
     copy,
@@ -214,7 +215,7 @@ class EgressGate:
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(
-            self._serve, sock=bind_unix_socket(self.path)
+            self._serve, sock=bind_unix_socket(self.path), backlog=UNIX_BACKLOG
         )
 
     async def close(self) -> None:

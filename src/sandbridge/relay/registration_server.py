@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandbridge import log
-from sandbridge.aio.unix_sockets import bind_unix_socket, read_line
+from sandbridge.aio.unix_sockets import UNIX_BACKLOG, bind_unix_socket, read_line
 from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.auto_registration import UnregisterRequest, encode_unregister_ok
 from sandbridge.protocol.limits import (
@@ -75,7 +75,7 @@ class RegistrationServer:
 
     async def start(self) -> None:
         sock = bind_unix_socket(self.path)
-        self._server = await asyncio.start_unix_server(self._serve, sock=sock)
+        self._server = await asyncio.start_unix_server(self._serve, sock=sock, backlog=UNIX_BACKLOG)
 
     async def close(self) -> None:
         if self._server is not None:

@@ -24,7 +24,7 @@ from typing import Any
 from sandbridge import log
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.unix_sockets import Pump, bind_unix_socket, close_writer
+from sandbridge.aio.unix_sockets import UNIX_BACKLOG, Pump, bind_unix_socket, close_writer
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import stream, v1
 from sandbridge.protocol.http.base_path import apply_base_path
@@ -252,7 +252,7 @@ class Shim:
             self.path.unlink()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: _HostSide(self), sock=bind_unix_socket(self.path)
+            lambda: _HostSide(self), sock=bind_unix_socket(self.path), backlog=UNIX_BACKLOG
         )
 
     async def close(self) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.unix_sockets import bind_unix_socket
+from sandbridge.aio.unix_sockets import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.exceptions import (
     ApprovalRefused,
     ControlRefusal,
@@ -194,7 +194,7 @@ class TerminalBroker:
             log.warning("terminal.unavailable", error=exc.strerror)
             return
         self._server = await asyncio.start_unix_server(
-            self._handle, sock=sock, limit=MAX_CONTROL_LINE
+            self._handle, sock=sock, limit=MAX_CONTROL_LINE, backlog=UNIX_BACKLOG
         )
 
     def _restore_pending(self) -> None:
