@@ -350,6 +350,39 @@ def test_links_fifos_binary_junk_bad_encoding_and_huge_files_are_notes(tmp_path:
     assert "notes:" in "\n".join(describe(result))
 
 
+# Characters that end a line for str.splitlines (and so for the policy reader), a
+# terminal escape, a bidi override: none may reach an output or a file raw.
+HOSTILE_CHARS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x1b\u202e"
+
+
+def test_hostile_names_in_paths_and_files_are_one_printable_line(tmp_path: Path) -> None:
+    weird = f"x{HOSTILE_CHARS}evil.corp.test"
+    write(
+        tmp_path,
+        {
+            f"{weird}/requirements.txt": "-i https://pkgs.corp.test/simple\n",
+            f"{weird}/package.json": "[",
+            "compose.yaml": (
+                "services:\n"
+                '  "\x1b]0;title\x07\u202eapp":\n'
+                "    image: \x1b[2Jimg\n"
+                "    ports:\n"
+                "      - 8080:80\n"
+            ),
+            ".git/config": '[remote "\x1b]52;c;eA==\x07"]\n\turl = https://git.corp.test/a\n',
+        },
+    )
+    os.mkfifo(tmp_path / weird / "requirements.in")
+    result = survey(tmp_path)
+    assert "pkgs.corp.test" in names(result, Kind.HOST)
+    texts = [*describe(result), json.dumps(result.to_json())]
+    texts += [f"{f.name} {f.where} {f.what}" for f in result.findings]
+    texts += [f"{n.where} {n.text}" for n in result.notes]
+    for text in texts:
+        assert text.isprintable(), text
+    assert r"x\x0a\x0d\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x1b\u202eevil" in "".join(texts)
+
+
 def test_deeply_nested_json_and_toml_give_no_crash(tmp_path: Path) -> None:
     nested = "[" * 200_000
     write(

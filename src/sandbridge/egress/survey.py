@@ -11,6 +11,8 @@ opened relative to their parent's descriptor with ``O_NOFOLLOW``, so a link swap
 meanwhile is refused too), opens only regular files (a FIFO would block), and bounds the
 depth, the entries looked at, the files read and the bytes of each. Whatever it skips
 (too large, binary, not UTF-8, a link) becomes a note naming the file, never an error.
+Every name, path and text a finding or note holds is one printable line (control and
+line-separator characters escaped, :func:`~sandbridge.egress.requests.shown`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbridge.egress import survey_packages, survey_services
+from sandbridge.egress.requests import shown
 from sandbridge.egress.survey_findings import Finding, Kind, Reader, host_display
 from sandbridge.exceptions import PolicyError
 
@@ -72,6 +75,9 @@ class Note:
 
     where: str
     text: str
+
+    def __post_init__(self) -> None:  # a path of the project: one printable line
+        object.__setattr__(self, "where", shown(self.where))
 
 
 @dataclass
@@ -265,14 +271,14 @@ def _read_git_dir(result: Survey, fd: int) -> None:
 def describe(result: Survey) -> Iterator[str]:
     """The survey as text: each name with where it was seen; never a value."""
     yield (
-        f"survey of {result.directory} ({result.entries_seen} entries looked at, "
+        f"survey of {shown(str(result.directory))} ({result.entries_seen} entries looked at, "
         f"{result.files_read} files read)"
     )
     ecosystems = result.ecosystems()
     yield "ecosystems:"
     for name, where in ecosystems.items():
-        shown = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
-        yield f"  {name:<10} {shown}"
+        files = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
+        yield f"  {name:<10} {files}"
     if not ecosystems:
         yield "  (none)"
     sections = (

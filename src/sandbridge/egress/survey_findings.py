@@ -1,7 +1,11 @@
 """What a survey finds in one project file, and how a host is taken out of a URL (pure).
 
 A finding carries a *name* (an ecosystem, a host, a port, a variable's name) and where it
-was seen, never a value: the readers in :mod:`sandbridge.egress.survey_packages` and
+was seen, never a value. Whatever a finding holds came from the project, which an earlier
+sandbox may have written (a file named ``x\nevil.test\n``, a compose service named with a
+terminal escape): every text field is stored :func:`~sandbridge.egress.requests.shown`,
+one printable line, so no output or policy comment built from it can start a second line
+or move the owner's cursor. The readers in :mod:`sandbridge.egress.survey_packages` and
 :mod:`sandbridge.egress.survey_services` build findings only through the functions here,
 which keep the host of a URL and drop its user, password, path and query, so a token
 written into a URL (``https://user:token@host/x``) cannot reach any output.
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sandbridge.egress.policy import normalise_name, parse_ip
+from sandbridge.egress.requests import shown
 
 # Loopback names: a registry or service there is a host service, not an internet host.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
@@ -48,6 +53,10 @@ class Finding:
     what: str  # how the file uses it: "package index (--index-url)", "git remote origin"
     ecosystem: str = ""  # the toolchain the host or variable belongs to, if any
     port: int | None = None  # a host's port when the URL names one
+
+    def __post_init__(self) -> None:
+        for name in ("name", "where", "what", "ecosystem"):
+            object.__setattr__(self, name, shown(getattr(self, name)))
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
