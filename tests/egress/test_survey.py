@@ -298,6 +298,67 @@ def test_env_files_give_names_only(tmp_path: Path) -> None:
     assert SECRET not in outputs(result)
 
 
+# A secret value made only of letters, digits and _ reads like a variable's name.
+NAME_LIKE_SECRET = "ghpPlanted7f3a9cSecretValue"
+
+
+def test_lines_of_a_multi_line_env_value_are_not_names(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            ".env": (
+                'KEY="-----BEGIN PRIVATE KEY-----\n'
+                f"{NAME_LIKE_SECRET}\n"
+                f"{NAME_LIKE_SECRET}2==\n"
+                '-----END \\" PRIVATE KEY-----"\n'
+                f"SINGLE='{NAME_LIKE_SECRET}3\n"
+                f"{NAME_LIKE_SECRET}4=x'\n"
+                'export AFTER="one line"\n'
+                "QUOTED_HERE='x' # a ' in a comment\n"
+                "LAST=1\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.VARIABLE) == {"KEY", "SINGLE", "AFTER", "QUOTED_HERE", "LAST"}
+    assert NAME_LIKE_SECRET not in outputs(result)
+
+
+def test_lines_of_a_multi_line_compose_value_are_not_names(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "compose.yaml": (
+                "services:\n"
+                "  app:\n"
+                "    environment:\n"
+                "      API_TOKEN: >-\n"
+                f"        {NAME_LIKE_SECRET}\n"
+                "      OTHER:\n"
+                f"        {NAME_LIKE_SECRET}2\n"
+                "      CERT: |\n"
+                f"        {NAME_LIKE_SECRET}3==\n"
+                "      PLAIN: x\n"
+                "  worker:\n"
+                "    environment:\n"
+                "      - LISTED=a\n"
+                f"        {NAME_LIKE_SECRET}4\n"
+                "      - SECOND\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.VARIABLE) == {
+        "API_TOKEN",
+        "OTHER",
+        "CERT",
+        "PLAIN",
+        "LISTED",
+        "SECOND",
+    }
+    assert NAME_LIKE_SECRET not in outputs(result)
+
+
 def test_ci_files_name_hosts(tmp_path: Path) -> None:
     write(
         tmp_path,

@@ -115,10 +115,13 @@ class _ComposeState:
         self.service_indent = -1
         self.key = ""
         self.key_indent = -1
+        # The indentation of the key's items: a deeper line continues an item's value
+        # (a block scalar ``TOKEN: |``, a plain scalar on the next line), never a name.
+        self.item_indent = -1
         self.image = ""
 
 
-def read_compose(path: str, text: str) -> list[Finding]:  # noqa: PLR0912  (one small YAML walk)
+def read_compose(path: str, text: str) -> list[Finding]:
     """Services, their published host ports (host services), images and environment
     variable names, from an indentation walk (no YAML library; anchors are not expanded)."""
     found: list[Finding] = []
@@ -149,6 +152,7 @@ def read_compose(path: str, text: str) -> list[Finding]:  # noqa: PLR0912  (one 
             continue
         if state.key_indent < 0 or indent <= state.key_indent:
             state.key_indent = indent
+            state.item_indent = -1
             key, _, value = content.partition(":")
             state.key = key.strip()
             if state.key == "image" and value.strip():
@@ -156,26 +160,35 @@ def read_compose(path: str, text: str) -> list[Finding]:  # noqa: PLR0912  (one 
                 images[state.service] = image
                 found.append(Finding(Kind.IMAGE, image, where, f"compose service {state.service}"))
             continue
-        item = content[1:].strip() if content.startswith("-") else content
-        if state.key == "ports":
-            port: int | None = None
-            if content.startswith("-") and ":" in item:
-                port = _published_port(item)
-            if item.startswith("published:"):
-                port = _published_port(f"{item.split(':', 1)[1].strip()}:0")
-            if port is not None:
-                ports.append((port, where, state.service))
-        elif state.key == "environment":
-            name = re.split(r"[=:]", item, maxsplit=1)[0].strip().strip("\"'")
-            if ENV_NAME.fullmatch(name):
-                found.append(
-                    Finding(Kind.VARIABLE, name, where, f"compose service {state.service}")
-                )
+        if state.item_indent < 0:
+            state.item_indent = indent
+        found += _compose_item(state, content, indent, where, ports)
     for port, where, service in ports:
         named = images.get(service)
         what = f"compose service {service} publishes it" + (f" ({named})" if named else "")
         found.append(Finding(Kind.SERVICE, str(port), where, what, port=port))
     return found
+
+
+def _compose_item(
+    state: _ComposeState, content: str, indent: int, where: str, ports: list[tuple[int, str, str]]
+) -> list[Finding]:
+    """One line below a service's key: a published port (added to ``ports``), or an
+    environment variable's name (only at the items' own indentation)."""
+    item = content[1:].strip() if content.startswith("-") else content
+    if state.key == "ports":
+        port: int | None = None
+        if content.startswith("-") and ":" in item:
+            port = _published_port(item)
+        if item.startswith("published:"):
+            port = _published_port(f"{item.split(':', 1)[1].strip()}:0")
+        if port is not None:
+            ports.append((port, where, state.service))
+    elif state.key == "environment" and indent == state.item_indent:
+        name = re.split(r"[=:]", item, maxsplit=1)[0].strip().strip("\"'")
+        if ENV_NAME.fullmatch(name):
+            return [Finding(Kind.VARIABLE, name, where, f"compose service {state.service}")]
+    return []
 
 
 # --- devcontainer, Procfile ----------------------------------------------------------------
@@ -283,13 +296,42 @@ def _registry_hosts(name: str, value: str, where: str) -> list[Finding]:
     return found
 
 
+def _open_quote(value: str) -> str:
+    """The quote a value starts and does not close on its line (``KEY="-----BEGIN``: the
+    value goes on over the next lines), else ``""``."""
+    value = value.strip()
+    if not value or value[0] not in "\"'`":
+        return ""
+    return "" if _closing(value[1:], value[0]) else value[0]
+
+
+def _closing(text: str, quote: str) -> bool:
+    """Whether ``text`` holds ``quote`` unescaped (a backslash escapes inside ``"``)."""
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote == '"':
+            escaped = True
+        elif char == quote:
+            return True
+    return False
+
+
 def read_env_file(path: str, text: str) -> list[Finding]:
-    """The variables' names; a value is read only for :data:`REGISTRY_VARIABLES`."""
+    """The variables' names; a value is read only for :data:`REGISTRY_VARIABLES`. The
+    lines of a quoted value that spans several (a key's PEM lines) are part of the value:
+    none is read as a name."""
     found = []
+    quote = ""
     for number, line in numbered(text):
+        if quote:
+            quote = "" if _closing(line, quote) else quote
+            continue
         match = _ENV_LINE.match(line)
         if match is None:
             continue
+        quote = _open_quote(line[match.end() :])
         name = match.group("name")
         where = f"{path}:{number}"
         found.append(Finding(Kind.VARIABLE, name, where, "env file"))
