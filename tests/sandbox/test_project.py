@@ -51,3 +51,13 @@ def test_asking_git_runs_none_of_the_projects_commands(tmp_path: Path) -> None:
 def test_outside_a_repository_nothing_is_asked(tmp_path: Path) -> None:
     secrets(tmp_path)
     check_secrets_file(tmp_path)
+
+
+def test_a_git_that_cannot_answer_fails_closed(tmp_path: Path) -> None:
+    # The index is the sandbox's to write: a corrupt one must not read as "untracked".
+    repo = make_repo(tmp_path / "proj")
+    secrets(repo)
+    git(repo, "add", "-f", ".sandbridge/env")
+    (repo / ".git" / "index").write_bytes(b"DIRC garbage planted by the sandbox")
+    with pytest.raises(PolicyError, match=r"cannot tell whether git tracks it \(git ls-files: "):
+        check_secrets_file(repo)

@@ -20,7 +20,9 @@ What becomes an active entry, and what only a commented suggestion:
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ from sandbridge.exceptions import PolicyError
 ENV_FILE = ALLOW_FILE.parent / "env"
 ENV_EXAMPLE_FILE = ALLOW_FILE.parent / "env.example"
 GITIGNORE_LINE = "/.sandbridge/env"
+# A .gitignore people write; a larger one is left to them.
+MAX_GITIGNORE_BYTES = 1024 * 1024
 # Evidence lines named above one entry; the rest is counted.
 MAX_EVIDENCE = 3
 # Variables the project's compose services set for themselves (containers outside the
@@ -212,9 +216,10 @@ def existing(root: Path) -> list[Path]:
     ]
 
 
-def write(root: Path, files: PolicyFiles, force: bool) -> list[Path]:
+def write(root: Path, files: PolicyFiles, force: bool, ignored: bool | None = None) -> list[Path]:
     """Write the three files under ``root/.sandbridge`` (not over existing ones unless
-    ``force``) and list ``.sandbridge/env`` in ``.gitignore``; return what was written."""
+    ``force``) and list ``.sandbridge/env`` in ``.gitignore`` (``ignored``: whether git
+    ignores it already, :func:`ignore_secrets_file`); return what was written."""
     present = existing(root)
     if present and not force:
         shown = ", ".join(str(path) for path in present)
@@ -234,7 +239,7 @@ def write(root: Path, files: PolicyFiles, force: bool) -> list[Path]:
     ):
         _replace(root / name, text)
         written.append(root / name)
-    if ignore_secrets_file(root):
+    if ignore_secrets_file(root, ignored):
         written.append(root / ".gitignore")
     return written
 
@@ -253,27 +258,46 @@ def _replace(path: Path, text: str) -> None:
         raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
 
 
-def ignore_secrets_file(root: Path) -> bool:
-    """Add ``/.sandbridge/env`` to ``root/.gitignore`` unless a line already names it;
-    True if the file changed."""
-    path = root / ".gitignore"
-    if path.is_symlink():
-        raise PolicyError(f"{path}: a symbolic link; add the line {GITIGNORE_LINE} yourself")
-    if os.path.lexists(path) and not path.is_file():
-        raise PolicyError(f"{path}: not a regular file; add the line {GITIGNORE_LINE} yourself")
-    try:
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(
-            f"{path}: cannot read it ({exc}); add the line {GITIGNORE_LINE} yourself"
-        ) from None
-    if any(line.strip() in (GITIGNORE_LINE, str(ENV_FILE)) for line in text.splitlines()):
+def ignore_secrets_file(root: Path, ignored: bool | None = None) -> bool:
+    """Add ``/.sandbridge/env`` to ``root/.gitignore`` unless it is ignored already; True
+    if the file changed.
+
+    ``ignored`` is git's own answer (the caller asks the hardened host git): a line naming
+    the file proves nothing when a later ``!/.sandbridge/env`` (which the sandbox may have
+    written) takes it back, so with git's "no" the line is appended, and wins, being last.
+    Without git (``None``) a line naming it is taken as enough. The file is opened once,
+    never through a link, never blocking, and only a regular file is read or written."""
+    if ignored is True:
         return False
-    addition = ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    path = root / ".gitignore"
+    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with os.fdopen(os.open(path, flags, 0o644), "a", encoding="utf-8") as file:
-            file.write(addition)
+        fd = os.open(path, flags, 0o644)
     except OSError as exc:
-        raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
+        why = "a symbolic link" if exc.errno == errno.ELOOP else f"cannot open: {exc.strerror}"
+        raise PolicyError(f"{path}: {why}; add the line {GITIGNORE_LINE} yourself") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PolicyError(f"{path}: not a regular file; add the line {GITIGNORE_LINE} yourself")
+    with os.fdopen(fd, "r+b") as file:
+        raw = file.read(MAX_GITIGNORE_BYTES + 1)
+        try:
+            if len(raw) > MAX_GITIGNORE_BYTES:
+                raise ValueError(f"larger than {MAX_GITIGNORE_BYTES} bytes")
+            text = raw.decode("utf-8")
+        except ValueError as exc:
+            raise PolicyError(
+                f"{path}: cannot read it ({exc}); add the line {GITIGNORE_LINE} yourself"
+            ) from None
+        names_it = any(
+            line.strip() in (GITIGNORE_LINE, str(ENV_FILE)) for line in text.splitlines()
+        )
+        if ignored is None and names_it:
+            return False
+        addition = ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
+        try:
+            file.write(addition.encode())
+            file.flush()
+        except OSError as exc:
+            raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
     return True

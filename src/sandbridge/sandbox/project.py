@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
+from sandbridge.egress.requests import shown
 from sandbridge.exceptions import PolicyError
 from sandbridge.sandbox import host_git
 
@@ -54,15 +55,36 @@ def check(workdir: Path, root: Path) -> None:
                 )
 
 
+def _in_git(root: Path) -> bool:
+    return (root / ".git").exists() or host_git.toplevel(root) == root
+
+
+def secrets_file_ignored(root: Path) -> bool | None:
+    """Whether the owner's git ignores ``.sandbridge/env`` at ``root`` (every ignore
+    source and negation weighed, as ``git status`` would); ``None`` outside a git work
+    tree or without git."""
+    if not host_git.available() or not _in_git(root):
+        return None
+    return host_git.ignoring_rule(root, str(SECRETS_FILE)) is not None
+
+
 def check_secrets_file(root: Path) -> None:
     """Refuse a secrets file (``.sandbridge/env``) that git tracks: its values would be in
     the repository's history and in every clone. Asked of the hardened host git, which
     runs nothing of the project."""
     if not os.path.lexists(root / SECRETS_FILE):
         return
-    if not ((root / ".git").exists() or host_git.toplevel(root) == root):
+    if not host_git.available() or not _in_git(root):
         return
     result = host_git.run_git(root, "ls-files", "--error-unmatch", "--", str(SECRETS_FILE))
+    if result.returncode not in (0, 1):
+        # Not an answer (a corrupt index, which the sandbox can write, a stuck git):
+        # "not tracked" would be a guess, and the check fails closed.
+        why = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[0]
+        raise PolicyError(
+            f"{root / SECRETS_FILE}: cannot tell whether git tracks it (git ls-files: "
+            f"{shown(why[:200])}); repair the repository (`git status` says what is wrong)"
+        )
     if result.returncode == 0:
         raise PolicyError(
             f"{root / SECRETS_FILE}: git tracks it, so its values are in the repository; "
