@@ -149,3 +149,32 @@ def test_a_bad_line_stops_the_run_naming_its_number_only(tmp_path: Path) -> None
     assert result.returncode == 2
     assert result.stderr.startswith("sandbridge: .sandbridge/env:2: expected NAME=VALUE")
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_copies_editors_leave_beside_it_are_covered_too(backend: str, tmp_path: Path) -> None:
+    # An old value in an editor's backup or swap file is as secret as the current one.
+    work = make_project(tmp_path / "work")
+    policy_dir = work / ".sandbridge"
+    copies = ["env~", ".env.swp", ".env.un~", "#env#", "env.bak", "secrets.txt"]
+    for name in copies:
+        (policy_dir / name).write_text(f"API_TOKEN=old-{SECRET}\n")
+    (policy_dir / "env.example").write_text("API_TOKEN=\n")
+    (policy_dir / "allow").write_text("# reviewed\n")
+    script = (
+        "for f in .sandbridge/* .sandbridge/.[!.]*; do "
+        'echo "$f $(cat "$f" 2>/dev/null | wc -c)"; done'
+    )
+    result = subprocess.run(
+        run_argv(work, "sh", "-c", script, options=("--backend", backend)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    sizes = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
+    for name in [*copies, "env"]:
+        assert sizes[f".sandbridge/{name}"] == "0", name
+    for name in ("config", "allow", "env.example"):
+        assert sizes[f".sandbridge/{name}"] != "0", name  # the policy stays readable
+    assert SECRET not in result.stdout + result.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
 from sandbridge.cli import network as network_cli
-from sandbridge.egress.policy import SECRETS_FILE, Policy
+from sandbridge.egress.policy import Policy
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -34,7 +34,7 @@ from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.mounts import Mount, parse_mount
-from sandbridge.sandbox.project import project_root
+from sandbridge.sandbox.project import private_files, project_root
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
 from sandbridge.session.lifecycle import SessionOptions, open_session
@@ -282,9 +282,9 @@ def _spec_factory(
     # Built first, so that a layout exposing sandbridge's own host paths is refused before
     # any session dir exists, and sandbridge's own dirs exist before the protected paths
     # are decided (sandbox/host_paths.py); each session only sets its runtime dir.
-    secrets = project_root(workdir) / SECRETS_FILE
     unprotected = SandboxSpec(
-        hidden_files=[secrets] if os.path.lexists(secrets) else [],
+        # The secrets file and every other file of .sandbridge/ but the policy.
+        hidden_files=private_files(project_root(workdir)),
         command=command,
         workdir=workdir,
         runtime_dir=Path(MOUNT_POINT),

@@ -19,6 +19,14 @@ from sandbridge.exceptions import PolicyError
 from sandbridge.sandbox import host_git
 
 POLICY_DIR = ALLOW_FILE.parent
+# What the sandbox may read in the policy directory: the policy itself (reviewed and
+# committed) and init's list of names. Every other file there is the owner's, and is
+# covered inside: the secrets file, and the copies editors and people leave beside it
+# (``env~``, ``.env.swp``, ``.env.un~``, ``#env#``, ``env.bak``), which hold its values,
+# old ones too.
+SHOWN_POLICY_FILES = frozenset({ALLOW_FILE.name, CONFIG_FILE.name, "env.example", ".gitignore"})
+# Files covered in the policy directory: far more than an owner keeps there.
+MAX_PRIVATE_FILES = 256
 
 
 def project_root(workdir: Path) -> Path:
@@ -53,6 +61,32 @@ def check(workdir: Path, root: Path) -> None:
                     f"{root / name}: git ignores it ({rule}), so a change to it would not "
                     "show in review; remove that rule"
                 )
+
+
+def private_files(root: Path) -> list[Path]:
+    """The regular files of ``root/.sandbridge`` other than :data:`SHOWN_POLICY_FILES`,
+    for the spec to cover (:attr:`SandboxSpec.hidden_files`); the directory is read
+    through no link."""
+    directory = root / POLICY_DIR
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []  # none, or a link that check() refuses
+    found: list[Path] = []
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                if entry.name in SHOWN_POLICY_FILES or not entry.is_file(follow_symlinks=False):
+                    continue
+                if len(found) >= MAX_PRIVATE_FILES:
+                    raise PolicyError(
+                        f"{directory}: more than {MAX_PRIVATE_FILES} files besides the policy; "
+                        "keep only the policy files and .sandbridge/env there"
+                    )
+                found.append(directory / entry.name)
+    finally:
+        os.close(fd)
+    return sorted(found)
 
 
 def _in_git(root: Path) -> bool:
