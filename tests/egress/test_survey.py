@@ -359,6 +359,27 @@ def test_lines_of_a_multi_line_compose_value_are_not_names(tmp_path: Path) -> No
     assert NAME_LIKE_SECRET not in outputs(result)
 
 
+def test_credentials_that_cut_the_authority_short_give_no_host(tmp_path: Path) -> None:
+    # A password holding "/" ends the authority inside the credentials: "user:38291"
+    # would read as host and port, the port being the secret's first digits.
+    write(
+        tmp_path,
+        {
+            "requirements.txt": (
+                "-f https://deploy:38291/x7Kq@files.corp.test/\n"
+                "-i https://deploy:38291?x7Kq@query.corp.test/simple\n"
+                "pkg @ https://u:x7Kq@[2001:db8::5]:8443/p.whl\n"
+                "--extra-index-url http://localhost:4873/@scope/simple\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.HOST) == {"2001:db8::5"}
+    assert names(result, Kind.SERVICE) == {"4873"}
+    text = outputs(result)
+    assert "38291" not in text and "x7Kq" not in text and "deploy" not in text
+
+
 def test_ci_files_name_hosts(tmp_path: Path) -> None:
     write(
         tmp_path,

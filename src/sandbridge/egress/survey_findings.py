@@ -25,7 +25,12 @@ from sandbridge.egress.requests import shown
 # Loopback names: a registry or service there is a host service, not an internet host.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 # A URL as it appears in a line of a manifest, lockfile or CI file.
-URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]*\+)?(?:https?|git|ssh|sftp)://[^\s\"'<>`()\[\]{},;\\]+")
+# A bracketed IPv6 host (``https://[2001:db8::1]:8443/``) is part of it; other brackets
+# end it (``[https://x]`` in a flow list).
+URL = re.compile(
+    r"\b(?:[a-z][a-z0-9+.-]*\+)?(?:https?|git|ssh|sftp)://"
+    r"(?:[^\s\"'<>`()\[\]{},;\\@/]*@)?(?:\[[0-9A-Fa-f:.]+\])?[^\s\"'<>`()\[\]{},;\\]*"
+)
 # scp-like git remotes: ``git@host:org/repo.git`` (no scheme).
 SCP_REMOTE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?!//)(?P<path>\S*)$")
 SCHEME_PORTS = {"http": 80, "https": 443}
@@ -98,7 +103,7 @@ def url_host(text: str) -> tuple[str, int | None] | None:
             host, port = parts.hostname, parts.port
         except ValueError:
             return None
-        if host is None:
+        if host is None or _cut_credentials(parts.netloc, text.split("://", 1)[1]):
             return None
         valid = valid_host(host)
         return None if valid is None else (valid, port)
@@ -107,6 +112,18 @@ def url_host(text: str) -> tuple[str, int | None] | None:
         valid = valid_host(match.group("host"))
         return None if valid is None else (valid, None)
     return None
+
+
+def _cut_credentials(netloc: str, rest: str) -> bool:
+    """Whether the URL's authority ended inside its credentials: a password holding ``/``,
+    ``?`` or ``#`` (``https://user:12345/x@host``) leaves ``user:12345`` as host and port,
+    a secret's first digits as the "port". Then an ``@`` follows in the first segment (or
+    the query or fragment) after the port: such a URL gives no host."""
+    if "@" in netloc or ":" not in netloc.lstrip("[").split("]")[-1]:
+        return False
+    after = rest[len(netloc) :]
+    first = re.split(r"(?<=.)/", after, maxsplit=1)[0]
+    return re.search(r"[^/]@", first) is not None  # /@scope/pkg is a path
 
 
 def host_display(host: str, port: int | None) -> str:
