@@ -178,3 +178,29 @@ def test_copies_editors_leave_beside_it_are_covered_too(backend: str, tmp_path: 
     for name in ("config", "allow", "env.example"):
         assert sizes[f".sandbridge/{name}"] != "0", name  # the policy stays readable
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_gitignore_the_sandbox_changes_to_expose_the_file_is_named_at_the_end(
+    tmp_path: Path,
+) -> None:
+    # A later "!" line takes the ignore back: the owner's next `git add -A` would commit it.
+    work = make_project(tmp_path / "work")
+    (work / ".gitignore").write_text("/.sandbridge/env\n")
+    script = "echo '!/.sandbridge/env' >> .gitignore"
+    result = subprocess.run(
+        run_argv(work, "sh", "-c", script), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    warning = f"WARNING: git does not ignore {work / '.sandbridge' / 'env'}"
+    assert result.stderr.count(warning) == 1, result.stderr
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_secrets_file_git_does_not_ignore_is_warned_about_at_the_start(tmp_path: Path) -> None:
+    work = make_project(tmp_path / "work")
+    result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "`git add -A` would commit its values; add the line /.sandbridge/env" in result.stderr
+    (work / ".gitignore").write_text("/.sandbridge/env\n")
+    result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
+    assert "WARNING" not in result.stderr, result.stderr

@@ -34,7 +34,7 @@ from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.mounts import Mount, parse_mount
-from sandbridge.sandbox.project import private_files, project_root
+from sandbridge.sandbox.project import private_files, project_root, secrets_file_warning
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
 from sandbridge.session.lifecycle import SessionOptions, open_session
@@ -333,6 +333,9 @@ def _run_session(
     policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
     spec_factory, protection = _spec_factory(args, command, policy)
     network_cli.announce(policy)
+    root = project_root((args.workdir or Path.cwd()).resolve())
+    unignored = secrets_file_warning(root)
+    _warn(unignored)
     protection.create_placeholders()
     try:
         return event_loop.run(
@@ -356,7 +359,14 @@ def _run_session(
         # Read without creating: the state dirs may have gone with the last session.
         others = [Path(r.workdir) for r in list_sessions()]
         for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
-            print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
+            _warn(warning)
+        if unignored is None:  # ignored at the start: the sandbox may have undone that
+            _warn(secrets_file_warning(root))
+
+
+def _warn(warning: str | None) -> None:
+    if warning is not None:
+        print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

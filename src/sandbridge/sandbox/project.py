@@ -102,6 +102,19 @@ def secrets_file_ignored(root: Path) -> bool | None:
     return host_git.ignoring_rule(root, str(SECRETS_FILE)) is not None
 
 
+def secrets_file_warning(root: Path) -> str | None:
+    """A warning when a secrets file exists and the owner's git does not ignore it (one
+    ``git add -A`` from being committed): at the start of a session, and at its end,
+    since the sandbox may write ``.gitignore`` (a ``!/.sandbridge/env`` takes it back)."""
+    if not os.path.lexists(root / SECRETS_FILE) or secrets_file_ignored(root) is not False:
+        return None
+    return (
+        f"WARNING: git does not ignore {root / SECRETS_FILE}: `git add -A` would commit its "
+        f"values; add the line /{SECRETS_FILE} at the end of {root / '.gitignore'} (if the "
+        "sandbox changed .gitignore, review that change)"
+    )
+
+
 def check_secrets_file(root: Path) -> None:
     """Refuse a secrets file (``.sandbridge/env``) that git tracks: its values would be in
     the repository's history and in every clone. Asked of the hardened host git, which
