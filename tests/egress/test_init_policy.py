@@ -192,3 +192,12 @@ def test_a_hostile_path_name_cannot_add_an_entry(tmp_path: Path) -> None:
         root = directory.parent
         write(root, plan(survey(root), [], DAY), force=False)
         assert {rule.host for rule in load_policy(root).rules} == {"pkgs.corp.test"}, repr(brk)
+
+
+def test_a_policy_too_long_to_read_is_not_written(tmp_path: Path) -> None:
+    # A lockfile naming thousands of hosts: init refuses before writing anything.
+    lines = "".join(f"resolved https://h{n}.corp.test/x.tgz\n" for n in range(8000))
+    (tmp_path / "yarn.lock").write_text(lines)
+    with pytest.raises(PolicyError, match=r"allow: would be [0-9]+ bytes, more than the"):
+        write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    assert not (tmp_path / ".sandbridge").exists()

@@ -493,6 +493,21 @@ def test_a_huge_directory_is_cut_at_the_entry_budget(
     assert any(note.text == "stopped after 50 entries" for note in result.notes)
 
 
+def test_findings_are_kept_up_to_their_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbridge.egress import survey as survey_module
+
+    monkeypatch.setattr(survey_module, "MAX_FINDINGS", 100)
+    lines = "".join(f"    resolved https://h{n}.corp.test/x.tgz\n" for n in range(150))
+    write(tmp_path, {"a/package-lock.json": lines, "b/package-lock.json": lines})
+    result = survey(tmp_path)
+    assert len(result.findings) == 100
+    notes = {note.where: note.text for note in result.notes}
+    assert notes["a/package-lock.json"] == "more than 100 findings in all: the rest not kept"
+    assert "b/package-lock.json" in notes
+
+
 def test_a_deep_tree_is_cut_at_the_depth_limit(tmp_path: Path) -> None:
     deep = tmp_path
     for level in range(MAX_DEPTH + 3):

@@ -28,7 +28,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, DEFAULT_PORTS, format_entry
+from sandbridge.egress.policy import (
+    ALLOW_FILE,
+    CONFIG_FILE,
+    DEFAULT_PORTS,
+    MAX_POLICY_FILE_BYTES,
+    format_entry,
+)
 from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.survey import Survey
 from sandbridge.egress.survey_findings import Finding, Kind
@@ -93,7 +99,8 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
     """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`."""
     hosts = survey.of(Kind.HOST) + survey.of(Kind.SERVICE)
     active = [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
-    suggested = [f for f in hosts if f not in active]
+    chosen = set(active)  # a set: a lockfile may name thousands of hosts
+    suggested = [f for f in hosts if f not in chosen]
     head = [
         f"# Written by `sandbridge policy init` on {written_on} from what this project",
         "# declares (`sandbridge policy survey` lists it). Review every entry: the sandbox",
@@ -227,6 +234,14 @@ def write(root: Path, files: PolicyFiles, force: bool, ignored: bool | None = No
             f"{shown}: a policy exists; review it, or replace it with "
             "`sandbridge policy init --force`"
         )
+    for name, text in ((ALLOW_FILE, files.allow), (CONFIG_FILE, files.config)):
+        size = len(text.encode())
+        if size > MAX_POLICY_FILE_BYTES:
+            raise PolicyError(
+                f"{root / name}: would be {size} bytes, more than the {MAX_POLICY_FILE_BYTES} "
+                "a policy file may hold (`sandbridge policy survey` lists what made it so "
+                "long); nothing was written: write the policy by hand"
+            )
     directory = root / ALLOW_FILE.parent
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise PolicyError(f"{directory}: not a directory; remove it first")

@@ -39,6 +39,9 @@ MAX_FILES = 2_000
 MAX_FILE_BYTES = 1024 * 1024
 # Lockfiles are machine-written: a large project's package-lock.json is a few MiB.
 MAX_LOCKFILE_BYTES = 16 * 1024 * 1024
+# Findings kept in all: a lockfile of a million URL lines (16 MiB, 2,000 such files)
+# would otherwise hold gigabytes of findings in memory; far past what a policy can list.
+MAX_FINDINGS = 20_000
 # How many notes are kept (the count of the rest is still given).
 MAX_NOTES = 50
 # Directories of installed or generated files: what they hold was not declared here.
@@ -96,6 +99,13 @@ class Survey:
             self.notes.append(Note(where, text))
         else:
             self.notes_dropped += 1
+
+    def keep(self, where: str, found: list[Finding]) -> None:
+        """Add a file's findings, up to :data:`MAX_FINDINGS` in all."""
+        room = MAX_FINDINGS - len(self.findings)
+        if len(found) > room:
+            self.note(where, f"more than {MAX_FINDINGS} findings in all: the rest not kept")
+        self.findings += found[: max(0, room)]
 
     def of(self, kind: Kind) -> list[Finding]:
         """Findings of ``kind``, each (name, where, what) once."""
@@ -206,7 +216,7 @@ def _read(result: Survey, dir_fd: int, name: str, relative: str, reader: Reader)
     if text is None:
         return
     result.files_read += 1
-    result.findings += reader(relative, text)
+    result.keep(relative, reader(relative, text))
 
 
 def read_text(result: Survey, dir_fd: int, name: str, relative: str, limit: int) -> str | None:
@@ -262,7 +272,7 @@ def _read_git_dir(result: Survey, fd: int) -> None:
         os.close(git_fd)
     if text is not None:
         result.files_read += 1
-        result.findings += survey_services.read_git_config(".git/config", text)
+        result.keep(".git/config", survey_services.read_git_config(".git/config", text))
 
 
 # --- printing ----------------------------------------------------------------------------
