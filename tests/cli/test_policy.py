@@ -137,6 +137,23 @@ def test_init_warns_when_a_deeper_rule_still_takes_the_ignore_back(tmp_path: Pat
     assert "warning: git still does not ignore .sandbridge/env" in result.stderr
 
 
+def test_init_never_writes_above_the_project_a_planted_repository_names(
+    tmp_path: Path,
+) -> None:
+    # The sandbox ran `git init; git config core.worktree ..` in a workdir without git.
+    above = tmp_path / "above"
+    project = above / "p"
+    project.mkdir(parents=True)
+    (project / "requirements.txt").write_text("-i https://pkgs.corp.test/simple\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "config", "core.worktree", str(above)], check=True)
+    for args in (("policy", "init", str(project)), ("run", "--workdir", str(project), "true")):
+        result = command(tmp_path, *args)
+        assert result.returncode == 2, result.stderr
+        assert f"git puts its work tree at {above}, which has no .git" in result.stderr
+    assert sorted(p.name for p in above.iterdir()) == ["p"]  # nothing written above
+
+
 def test_init_refuses_to_replace_a_policy_without_force(tmp_path: Path) -> None:
     project = hostile_project(tmp_path / "p")
     (project / ".sandbridge").mkdir()

@@ -30,11 +30,23 @@ MAX_PRIVATE_FILES = 256
 
 
 def project_root(workdir: Path) -> Path:
-    """The git top level that contains ``workdir``, else ``workdir``."""
+    """The git top level that contains ``workdir``, else ``workdir``.
+
+    A top level without a ``.git`` of its own is refused: it comes from a repository's
+    ``core.worktree`` (``git init; git config core.worktree ..`` is all a sandbox needs
+    in a workdir that had no repository), and taking it would move the project, its
+    policy, its secrets file and what ``policy init`` writes to any directory above."""
     top = host_git.toplevel(workdir)
-    if top is not None and workdir.is_relative_to(top):
-        return top
-    return workdir
+    if top is None or not workdir.is_relative_to(top):
+        return workdir
+    if not os.path.lexists(top / ".git"):
+        found = host_git.run_git(workdir, "rev-parse", "--absolute-git-dir").stdout.strip()
+        raise PolicyError(
+            f"{workdir}: git puts its work tree at {top}, which has no .git of its own (the "
+            f"repository {found or '?'} sets core.worktree); sandbridge does not take "
+            f"{top} as the project: if the sandbox made that repository, remove it"
+        )
+    return top
 
 
 def check(workdir: Path, root: Path) -> None:
