@@ -204,3 +204,33 @@ def test_a_secrets_file_git_does_not_ignore_is_warned_about_at_the_start(tmp_pat
     (work / ".gitignore").write_text("/.sandbridge/env\n")
     result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
     assert "WARNING" not in result.stderr, result.stderr
+
+
+def test_the_host_process_holding_the_values_dumps_no_core(tmp_path: Path) -> None:
+    # core_pattern "core" writes a crashed process's memory into its working directory,
+    # here the project the sandbox reads: sandbridge run drops its own soft core limit.
+    import resource
+
+    work = make_project(tmp_path / "work")
+    go = work / "go"
+    os.mkfifo(go)
+
+    def unlimited_cores() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+        resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+
+    process = Process(
+        run_argv(work, "sh", "-c", f"echo READY; read done < {go}"),
+        cwd=work,
+        preexec_fn=unlimited_cores,
+    )
+    try:
+        process.wait_line("READY", timeout=60)
+        limits = Path(f"/proc/{process.popen.pid}/limits").read_text()
+        go.write_text("done\n")
+        assert process.popen.wait(30) == 0
+    finally:
+        if process.popen.poll() is None:
+            process.stop()
+    [line] = [line for line in limits.splitlines() if line.startswith("Max core file size")]
+    assert line.split()[4] == "0", line

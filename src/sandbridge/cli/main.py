@@ -330,6 +330,10 @@ def _run_session(
     args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
 ) -> int:
     backend = resolve(args.backend)
+    # This process holds the sandbox's environment, the secrets file's values among it; a
+    # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
+    # The soft limit only: the sandbox inherits it and may raise it for its own processes.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
     spec_factory, protection = _spec_factory(args, command, policy)
     network_cli.announce(policy)
