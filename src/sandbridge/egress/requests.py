@@ -122,6 +122,12 @@ class Destination:
         address (``127.0.0.1:22`` is the host's own SSH: an IP entry is taken at its word),
         or that is one of this host's own (``is_local``: a public address of the host
         reaches whatever listens on all its addresses, past the host-service gate)."""
+        if self.host.startswith("*."):
+            return (
+                f"{self.host} is a wildcard: approving allows every name ending in "
+                f"{self.host[1:]} (the allow file cannot tell a public suffix such as "
+                ".co.uk or .github.io from a company's domain)"
+            )
         ip = parse_ip(self.host)
         if ip is None:
             return None
