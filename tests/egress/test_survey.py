@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -478,6 +480,25 @@ def test_deeply_nested_json_and_toml_give_no_crash(tmp_path: Path) -> None:
     result = survey(tmp_path)
     assert {"npm", "python"} <= set(result.ecosystems())
     assert names(result, Kind.PORT) == set()
+
+
+def test_long_hostile_lines_are_read_in_linear_time(tmp_path: Path) -> None:
+    # Each line defeats a pattern that backtracks (quadratic: about an hour for these
+    # half-megabyte lines); the survey, in a process of its own, must end in seconds.
+    half = 256 * 1024
+    write(
+        tmp_path,
+        {
+            "Procfile": "web: " + "-p" * half + "\n",
+            ".gitlab-ci.yml": " " * 2 * half + "\n",
+            "build.gradle": "url " + "a." * half + "\n",
+            "requirements.txt": "a+" * half + "\n",
+            ".gitmodules": '[submodule "s"]\nurl = a' + " " * 2 * half + "b\n",
+        },
+    )
+    script = "import sys; from sandbridge.egress.survey import survey; survey(sys.argv[1])"
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], timeout=60, check=False)
+    assert done.returncode == 0
 
 
 def test_a_huge_directory_is_cut_at_the_entry_budget(

@@ -26,9 +26,10 @@ from sandbridge.egress.requests import shown
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 # A URL as it appears in a line of a manifest, lockfile or CI file.
 # A bracketed IPv6 host (``https://[2001:db8::1]:8443/``) is part of it; other brackets
-# end it (``[https://x]`` in a flow list).
+# end it (``[https://x]`` in a flow list). Every repetition that can fail is bounded or
+# unambiguous: a megabyte line of ``a+a+a+...`` must not take quadratic time.
 URL = re.compile(
-    r"\b(?:[a-z][a-z0-9+.-]*\+)?(?:https?|git|ssh|sftp)://"
+    r"\b(?:[a-z][a-z0-9.-]{0,15}\+)?(?:https?|git|ssh|sftp)://"
     r"(?:[^\s\"'<>`()\[\]{},;\\@/]*@)?(?:\[[0-9A-Fa-f:.]+\])?[^\s\"'<>`()\[\]{},;\\]*"
 )
 # scp-like git remotes: ``git@host:org/repo.git`` (no scheme).

@@ -25,11 +25,13 @@ from sandbridge.egress.survey_findings import (
 from sandbridge.egress.survey_packages import GO, NPM, PYTHON, at, line_findings, line_of, numbered
 
 _SECTION = re.compile(r'^\s*\[\s*(?P<kind>[A-Za-z]+)(?:\s+"(?P<name>[^"]*)")?\s*\]')
-_GIT_URL = re.compile(r"^\s*(?P<key>url|pushurl)\s*=\s*(?P<value>.+?)\s*$", re.IGNORECASE)
+# No lazy value before trailing spaces (quadratic in a long run of spaces): strip instead.
+_GIT_URL = re.compile(r"^\s*(?P<key>url|pushurl)\s*=(?P<value>.*)$", re.IGNORECASE)
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=")
 _INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)")
 _PROCFILE_PORT = re.compile(
-    r"(?:--port|-p|--bind|-b|--listen|PORT=)[ =]?(?:[A-Za-z0-9_.\[\]:-]*:)?(?P<port>[0-9]{2,5})\b"
+    r"(?:--port|-p|--bind|-b|--listen|PORT=)[ =]?(?:[A-Za-z0-9_.\[\]:-]{0,64}:)?"
+    r"(?P<port>[0-9]{2,5})\b"
 )
 # Variables whose values name registries: their hosts are evidence, the rest is not read.
 REGISTRY_VARIABLES = {
@@ -48,6 +50,9 @@ REGISTRY_VARIABLES = {
     "YARN_NPM_REGISTRY_SERVER": NPM,
 }
 MAX_PORT = 65535
+# ``NAME: value`` or ``- NAME=value`` in a CI file; ``\s*(?:-\s*)?`` and not ``\s*-?\s*``,
+# which is quadratic in a line of spaces.
+_CI_VARIABLE = re.compile(r"^\s*(?:-\s*)?(?P<name>[A-Z][A-Z0-9_]*)\s*[:=](?P<value>.*)$")
 
 
 # --- git ---------------------------------------------------------------------------------
@@ -67,7 +72,9 @@ def read_git_config(path: str, text: str) -> list[Finding]:
         match = _GIT_URL.match(line)
         if match is None or not section:
             continue
-        value = match.group("value").strip("\"'")
+        value = match.group("value").strip().strip("\"'")
+        if not value:
+            continue
         what = f"git {section}" + (" (push)" if match.group("key").lower() == "pushurl" else "")
         if _is_ssh(value):
             what += " over ssh: git over ssh does not use the egress proxy"
@@ -344,7 +351,7 @@ def read_ci(path: str, text: str) -> list[Finding]:
     found = []
     for number, line in numbered(text):
         found += line_findings(line, f"{path}:{number}", "named in CI", "")
-        match = re.match(r"^\s*-?\s*(?P<name>[A-Z][A-Z0-9_]*)\s*[:=]\s*(?P<value>.*)$", line)
+        match = _CI_VARIABLE.match(line)
         if match and match.group("name") in REGISTRY_VARIABLES:
             found += _registry_hosts(match.group("name"), match.group("value"), f"{path}:{number}")
     return found
