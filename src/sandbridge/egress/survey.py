@@ -211,6 +211,9 @@ def _read(result: Survey, dir_fd: int, name: str, relative: str, reader: Reader)
     if result.files_read >= MAX_FILES:
         result.note(relative, f"more than {MAX_FILES} files to read: not read")
         return
+    if len(result.findings) >= MAX_FINDINGS:  # reading more would only cost time
+        result.note(relative, f"more than {MAX_FINDINGS} findings in all: not read")
+        return
     limit = MAX_LOCKFILE_BYTES if name in survey_packages.LOCKFILES else MAX_FILE_BYTES
     text = read_text(result, dir_fd, name, relative, limit)
     if text is None:

@@ -22,7 +22,15 @@ from sandbridge.egress.survey_findings import (
     url_host,
     valid_host,
 )
-from sandbridge.egress.survey_packages import GO, NPM, PYTHON, at, line_findings, line_of, numbered
+from sandbridge.egress.survey_packages import (
+    GO,
+    NPM,
+    PYTHON,
+    Locator,
+    at,
+    line_findings,
+    numbered,
+)
 
 _SECTION = re.compile(r'^\s*\[\s*(?P<kind>[A-Za-z]+)(?:\s+"(?P<name>[^"]*)")?\s*\]')
 # No lazy value before trailing spaces (quadratic in a long run of spaces): strip instead.
@@ -231,15 +239,12 @@ def _strip_jsonc(text: str) -> str:
     return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
 
 
-def _line_after(text: str, key: str, value: str) -> int | None:
+def _line_after(lines: Locator, key: str, value: str) -> int | None:
     """The first line holding ``value`` at or after the first one holding ``key``."""
-    start = line_of(text, key)
-    if start is None:
+    start = lines.text.find(key)
+    if start < 0:
         return None
-    for number, line in numbered(text):
-        if number >= start and value in line:
-            return number
-    return start
+    return lines.line_of(value, start) or lines.line_of(key)
 
 
 def read_devcontainer(path: str, text: str) -> list[Finding]:
@@ -250,13 +255,14 @@ def read_devcontainer(path: str, text: str) -> list[Finding]:
     if not isinstance(data, dict):
         return []
     found = []
+    lines = Locator(text)
     for key in ("forwardPorts", "appPort"):
         values = data.get(key)
         for value in values if isinstance(values, list) else [values]:
             text_value = str(value) if isinstance(value, int | str) else ""
             port_text = text_value.rsplit(":", 1)[-1]
             if port_text.isdigit() and 0 < int(port_text) <= MAX_PORT:
-                where = at(path, _line_after(text, f'"{key}"', text_value))
+                where = at(path, _line_after(lines, f'"{key}"', text_value))
                 found.append(Finding(Kind.PORT, port_text, where, f"devcontainer {key}"))
     return found
 
