@@ -102,6 +102,58 @@ def test_init_writes_the_files_and_prints_the_policy(tmp_path: Path) -> None:
         assert SECRET not in text
 
 
+def git_ignores_the_secrets_file(project: Path) -> bool:
+    result = subprocess.run(
+        ["git", "-C", str(project), "check-ignore", "-q", "--no-index", ".sandbridge/env"],
+        check=False,
+    )
+    return result.returncode == 0
+
+
+def test_init_makes_git_ignore_the_secrets_file_despite_a_planted_negation(
+    tmp_path: Path,
+) -> None:
+    # The line is there, and a later one takes it back: a line is no proof, git's answer is.
+    project = hostile_project(tmp_path / "p")
+    (project / ".gitignore").write_text("/.sandbridge/env\nbuild/\n!/.sandbridge/env\n")
+    result = command(tmp_path, "policy", "init", str(project))
+    assert result.returncode == 0, result.stderr
+    assert git_ignores_the_secrets_file(project)
+    assert f"sandbridge: wrote {project / '.gitignore'}" in result.stderr
+    assert "warning" not in result.stderr
+    # Already ignored (here by .git/info/exclude): .gitignore is left alone.
+    other = hostile_project(tmp_path / "q")
+    (other / ".git" / "info" / "exclude").write_text(".sandbridge/env\n")
+    assert command(tmp_path, "policy", "init", str(other)).returncode == 0
+    assert not (other / ".gitignore").exists()
+
+
+def test_init_warns_when_a_deeper_rule_still_takes_the_ignore_back(tmp_path: Path) -> None:
+    project = hostile_project(tmp_path / "p")
+    (project / ".sandbridge").mkdir()
+    (project / ".sandbridge" / ".gitignore").write_text("!env\n")
+    result = command(tmp_path, "policy", "init", str(project))
+    assert result.returncode == 0, result.stderr
+    assert "warning: git still does not ignore .sandbridge/env" in result.stderr
+
+
+def test_init_never_writes_above_the_project_a_planted_repository_names(
+    tmp_path: Path,
+) -> None:
+    # The sandbox ran `git init; git config core.worktree ..` in a workdir without git.
+    above = tmp_path / "above"
+    project = above / "p"
+    project.mkdir(parents=True)
+    (project / "requirements.txt").write_text("-i https://pkgs.corp.test/simple\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "config", "core.worktree", str(above)], check=True)
+    for args in (("policy", "init", str(project)), ("run", "--workdir", str(project), "true")):
+        result = command(tmp_path, *args)
+        assert result.returncode == 2, result.stderr
+        assert f"git puts its work tree at {above}, which has no .git" in result.stderr
+    assert sorted(p.name for p in above.iterdir()) == ["p"]  # nothing written above
+
+
 def test_init_refuses_to_replace_a_policy_without_force(tmp_path: Path) -> None:
     project = hostile_project(tmp_path / "p")
     (project / ".sandbridge").mkdir()

@@ -180,3 +180,24 @@ def test_a_planted_file_beside_the_policy_is_never_written_through(tmp_path: Pat
     write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
     assert not elsewhere.exists()
     assert (tmp_path / ".sandbridge" / "allow").is_file()
+
+
+def test_a_hostile_path_name_cannot_add_an_entry(tmp_path: Path) -> None:
+    # Each character at which the policy reader breaks lines, in a directory's name that
+    # becomes a comment's evidence: it must not make the rest of the name an entry.
+    for n, brk in enumerate(["\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"]):
+        directory = tmp_path / f"p{n}" / f"x{brk}evil.corp.test{brk}#"
+        directory.mkdir(parents=True)
+        (directory / "requirements.txt").write_text("-i https://pkgs.corp.test/simple\n")
+        root = directory.parent
+        write(root, plan(survey(root), [], DAY), force=False)
+        assert {rule.host for rule in load_policy(root).rules} == {"pkgs.corp.test"}, repr(brk)
+
+
+def test_a_policy_too_long_to_read_is_not_written(tmp_path: Path) -> None:
+    # A lockfile naming thousands of hosts: init refuses before writing anything.
+    lines = "".join(f"resolved https://h{n}.corp.test/x.tgz\n" for n in range(8000))
+    (tmp_path / "yarn.lock").write_text(lines)
+    with pytest.raises(PolicyError, match=r"allow: would be [0-9]+ bytes, more than the"):
+        write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    assert not (tmp_path / ".sandbridge").exists()

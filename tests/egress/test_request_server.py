@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from sandbridge.egress.request_server import MAX_WAITING, append_line
 from sandbridge.egress.requests import RequestTable
 from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.egress_opening import encode_open, encode_request
+from tests.conftest import PYTHON, REPO
 
 ALLOW_TEXT = "# reviewed\npublic.test\n"
 
@@ -443,6 +445,47 @@ def test_the_owner_is_warned_of_an_address_of_this_host(
         "sandbridge: the sandbox asks for 127.0.0.1:22 (WARNING: 127.0.0.1 is a loopback "
         "address: approving lets the proxy connect to it): egress request "
     ) in capsys.readouterr().err
+
+
+# Run in a network namespace of its own in which this host has a public address (as a
+# server with a public IP does): the sandbox asks for it, the owner must be told.
+PUBLIC_OF_THIS_HOST = "9.9.9.9"
+IN_NAMESPACE = f"""
+import json, pathlib, sys, tempfile
+from tests.egress.test_request_server import Host, ask_once
+with tempfile.TemporaryDirectory() as tmp:
+    host = Host(pathlib.Path(tmp))
+    try:
+        ask_once(host, "{PUBLIC_OF_THIS_HOST}:6379", "a redis for the tests")
+        ask_once(host, "[2002:909:909::1]:6379", "the same, through 6to4")
+        print(json.dumps([r["caution"] for r in host.owner("egress_pending")["requests"]]))
+    finally:
+        host.stop()
+"""
+
+
+def test_the_owner_is_warned_of_a_public_address_of_this_host() -> None:
+    # A public address of the host reaches what listens on all of its addresses (a
+    # database on 0.0.0.0), past the host-service gate: it is no internet host.
+    setup = f"ip link set lo up && ip addr add {PUBLIC_OF_THIS_HOST}/32 dev lo"
+    result = subprocess.run(
+        ["unshare", "-rn", "sh", "-c", f'{setup} && exec "$0" -c "$1"', PYTHON, IN_NAMESPACE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [
+        f"{PUBLIC_OF_THIS_HOST} is an address of this host: approving lets the proxy connect to it",
+        "2002:909:909::1 is an address of this host via 6to4: approving lets the proxy "
+        "connect to it",
+    ]
+    assert (
+        f"the sandbox asks for {PUBLIC_OF_THIS_HOST}:6379 (WARNING: {PUBLIC_OF_THIS_HOST} "
+        "is an address of this host"
+    ) in result.stderr
 
 
 def test_the_session_ends_with_an_asker_still_waiting(host: Host) -> None:

@@ -85,6 +85,9 @@ def test_anything_else_is_refused_naming_the_value(value: object, error: str) ->
         ("10.0.0.5", "10.0.0.5 is a private address"),
         ("[::1]:443", "::1 is a loopback address"),
         ("169.254.169.254:80", "169.254.169.254 is a link-local address"),
+        # Below a public suffix, a wildcard is a country's or a hoster's every customer.
+        ("*.co.uk", "*.co.uk is a wildcard: approving allows every name ending in .co.uk"),
+        ("*.github.io:8080", "*.github.io is a wildcard: approving allows every name"),
     ],
 )
 def test_a_non_public_address_comes_with_a_warning(value: str, caution: str) -> None:
@@ -92,7 +95,7 @@ def test_a_non_public_address_comes_with_a_warning(value: str, caution: str) -> 
     assert warning is not None and warning.startswith(caution)
 
 
-@pytest.mark.parametrize("value", ["8.8.8.8", "other.test", "*.example.com:8080"])
+@pytest.mark.parametrize("value", ["8.8.8.8", "other.test", "other.test:8080"])
 def test_a_public_destination_needs_no_warning(value: str) -> None:
     assert parse_destination(value, GATE).caution is None
 

@@ -47,6 +47,17 @@ def test_a_bad_line_is_refused_by_number_without_its_content(line: str) -> None:
     assert SECRET not in message
 
 
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_value_over_several_lines_is_refused_not_split(quote: str) -> None:
+    # Its next lines must not be read as lines of their own: "ABCD==" would set ABCD.
+    text = f"OK=1\nKEY={quote}-----BEGIN {SECRET}\nABCD==\n-----END{quote}\n"
+    with pytest.raises(PolicyError) as refused:
+        parse_secrets(text, ".sandbridge/env")
+    message = str(refused.value)
+    assert message.startswith(f".sandbridge/env:2: the value opens a quote ({quote})")
+    assert SECRET not in message
+
+
 def test_too_many_variables_are_refused() -> None:
     text = "".join(f"V{n}=x\n" for n in range(MAX_VARIABLES + 1))
     with pytest.raises(PolicyError, match=f"more than {MAX_VARIABLES} variables"):

@@ -149,3 +149,88 @@ def test_a_bad_line_stops_the_run_naming_its_number_only(tmp_path: Path) -> None
     assert result.returncode == 2
     assert result.stderr.startswith("sandbridge: .sandbridge/env:2: expected NAME=VALUE")
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_copies_editors_leave_beside_it_are_covered_too(backend: str, tmp_path: Path) -> None:
+    # An old value in an editor's backup or swap file is as secret as the current one.
+    work = make_project(tmp_path / "work")
+    policy_dir = work / ".sandbridge"
+    copies = ["env~", ".env.swp", ".env.un~", "#env#", "env.bak", "secrets.txt"]
+    for name in copies:
+        (policy_dir / name).write_text(f"API_TOKEN=old-{SECRET}\n")
+    (policy_dir / "env.example").write_text("API_TOKEN=\n")
+    (policy_dir / "allow").write_text("# reviewed\n")
+    script = (
+        "for f in .sandbridge/* .sandbridge/.[!.]*; do "
+        'echo "$f $(cat "$f" 2>/dev/null | wc -c)"; done'
+    )
+    result = subprocess.run(
+        run_argv(work, "sh", "-c", script, options=("--backend", backend)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    sizes = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
+    for name in [*copies, "env"]:
+        assert sizes[f".sandbridge/{name}"] == "0", name
+    for name in ("config", "allow", "env.example"):
+        assert sizes[f".sandbridge/{name}"] != "0", name  # the policy stays readable
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_gitignore_the_sandbox_changes_to_expose_the_file_is_named_at_the_end(
+    tmp_path: Path,
+) -> None:
+    # A later "!" line takes the ignore back: the owner's next `git add -A` would commit it.
+    work = make_project(tmp_path / "work")
+    (work / ".gitignore").write_text("/.sandbridge/env\n")
+    script = "echo '!/.sandbridge/env' >> .gitignore"
+    result = subprocess.run(
+        run_argv(work, "sh", "-c", script), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    warning = f"WARNING: git does not ignore {work / '.sandbridge' / 'env'}"
+    assert result.stderr.count(warning) == 1, result.stderr
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_secrets_file_git_does_not_ignore_is_warned_about_at_the_start(tmp_path: Path) -> None:
+    work = make_project(tmp_path / "work")
+    result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "`git add -A` would commit its values; add the line /.sandbridge/env" in result.stderr
+    (work / ".gitignore").write_text("/.sandbridge/env\n")
+    result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
+    assert "WARNING" not in result.stderr, result.stderr
+
+
+def test_the_host_process_holding_the_values_dumps_no_core(tmp_path: Path) -> None:
+    # core_pattern "core" writes a crashed process's memory into its working directory,
+    # here the project the sandbox reads: sandbridge run drops its own soft core limit.
+    import resource
+
+    work = make_project(tmp_path / "work")
+    go = work / "go"
+    os.mkfifo(go)
+
+    def unlimited_cores() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+        resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+
+    process = Process(
+        run_argv(work, "sh", "-c", f"echo READY; read done < {go}"),
+        cwd=work,
+        preexec_fn=unlimited_cores,
+    )
+    try:
+        process.wait_line("READY", timeout=60)
+        limits = Path(f"/proc/{process.popen.pid}/limits").read_text()
+        go.write_text("done\n")
+        assert process.popen.wait(30) == 0
+    finally:
+        if process.popen.poll() is None:
+            process.stop()
+    [line] = [line for line in limits.splitlines() if line.startswith("Max core file size")]
+    assert line.split()[4] == "0", line

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -298,6 +300,88 @@ def test_env_files_give_names_only(tmp_path: Path) -> None:
     assert SECRET not in outputs(result)
 
 
+# A secret value made only of letters, digits and _ reads like a variable's name.
+NAME_LIKE_SECRET = "ghpPlanted7f3a9cSecretValue"
+
+
+def test_lines_of_a_multi_line_env_value_are_not_names(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            ".env": (
+                'KEY="-----BEGIN PRIVATE KEY-----\n'
+                f"{NAME_LIKE_SECRET}\n"
+                f"{NAME_LIKE_SECRET}2==\n"
+                '-----END \\" PRIVATE KEY-----"\n'
+                f"SINGLE='{NAME_LIKE_SECRET}3\n"
+                f"{NAME_LIKE_SECRET}4=x'\n"
+                'export AFTER="one line"\n'
+                "QUOTED_HERE='x' # a ' in a comment\n"
+                "LAST=1\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.VARIABLE) == {"KEY", "SINGLE", "AFTER", "QUOTED_HERE", "LAST"}
+    assert NAME_LIKE_SECRET not in outputs(result)
+
+
+def test_lines_of_a_multi_line_compose_value_are_not_names(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "compose.yaml": (
+                "services:\n"
+                "  app:\n"
+                "    environment:\n"
+                "      API_TOKEN: >-\n"
+                f"        {NAME_LIKE_SECRET}\n"
+                "      OTHER:\n"
+                f"        {NAME_LIKE_SECRET}2\n"
+                "      CERT: |\n"
+                f"        {NAME_LIKE_SECRET}3==\n"
+                "      PLAIN: x\n"
+                "  worker:\n"
+                "    environment:\n"
+                "      - LISTED=a\n"
+                f"        {NAME_LIKE_SECRET}4\n"
+                "      - SECOND\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.VARIABLE) == {
+        "API_TOKEN",
+        "OTHER",
+        "CERT",
+        "PLAIN",
+        "LISTED",
+        "SECOND",
+    }
+    assert NAME_LIKE_SECRET not in outputs(result)
+
+
+def test_credentials_that_cut_the_authority_short_give_no_host(tmp_path: Path) -> None:
+    # A password holding "/" ends the authority inside the credentials: "user:38291"
+    # would read as host and port, the port being the secret's first digits.
+    write(
+        tmp_path,
+        {
+            "requirements.txt": (
+                "-f https://deploy:38291/x7Kq@files.corp.test/\n"
+                "-i https://deploy:38291?x7Kq@query.corp.test/simple\n"
+                "pkg @ https://u:x7Kq@[2001:db8::5]:8443/p.whl\n"
+                "--extra-index-url http://localhost:4873/@scope/simple\n"
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.HOST) == {"2001:db8::5"}
+    assert names(result, Kind.SERVICE) == {"4873"}
+    text = outputs(result)
+    assert "38291" not in text and "x7Kq" not in text and "deploy" not in text
+
+
 def test_ci_files_name_hosts(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -350,6 +434,39 @@ def test_links_fifos_binary_junk_bad_encoding_and_huge_files_are_notes(tmp_path:
     assert "notes:" in "\n".join(describe(result))
 
 
+# Characters that end a line for str.splitlines (and so for the policy reader), a
+# terminal escape, a bidi override: none may reach an output or a file raw.
+HOSTILE_CHARS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x1b\u202e"
+
+
+def test_hostile_names_in_paths_and_files_are_one_printable_line(tmp_path: Path) -> None:
+    weird = f"x{HOSTILE_CHARS}evil.corp.test"
+    write(
+        tmp_path,
+        {
+            f"{weird}/requirements.txt": "-i https://pkgs.corp.test/simple\n",
+            f"{weird}/package.json": "[",
+            "compose.yaml": (
+                "services:\n"
+                '  "\x1b]0;title\x07\u202eapp":\n'
+                "    image: \x1b[2Jimg\n"
+                "    ports:\n"
+                "      - 8080:80\n"
+            ),
+            ".git/config": '[remote "\x1b]52;c;eA==\x07"]\n\turl = https://git.corp.test/a\n',
+        },
+    )
+    os.mkfifo(tmp_path / weird / "requirements.in")
+    result = survey(tmp_path)
+    assert "pkgs.corp.test" in names(result, Kind.HOST)
+    texts = [*describe(result), json.dumps(result.to_json())]
+    texts += [f"{f.name} {f.where} {f.what}" for f in result.findings]
+    texts += [f"{n.where} {n.text}" for n in result.notes]
+    for text in texts:
+        assert text.isprintable(), text
+    assert r"x\x0a\x0d\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x1b\u202eevil" in "".join(texts)
+
+
 def test_deeply_nested_json_and_toml_give_no_crash(tmp_path: Path) -> None:
     nested = "[" * 200_000
     write(
@@ -365,6 +482,44 @@ def test_deeply_nested_json_and_toml_give_no_crash(tmp_path: Path) -> None:
     assert names(result, Kind.PORT) == set()
 
 
+def test_long_hostile_lines_are_read_in_linear_time(tmp_path: Path) -> None:
+    # Each line defeats a pattern that backtracks (quadratic: about an hour for these
+    # half-megabyte lines); the survey, in a process of its own, must end in seconds.
+    half = 256 * 1024
+    write(
+        tmp_path,
+        {
+            "Procfile": "web: " + "-p" * half + "\n",
+            ".gitlab-ci.yml": " " * 2 * half + "\n",
+            "build.gradle": "url " + "a." * half + "\n",
+            "requirements.txt": "a+" * half + "\n",
+            ".gitmodules": '[submodule "s"]\nurl = a' + " " * 2 * half + "b\n",
+        },
+    )
+    script = "import sys; from sandbridge.egress.survey import survey; survey(sys.argv[1])"
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], timeout=60, check=False)
+    assert done.returncode == 0
+
+
+def test_a_manifest_of_thousands_of_urls_is_read_in_linear_time(tmp_path: Path) -> None:
+    # Each URL's line was looked up across the whole text: quadratic, minutes a file.
+    deps = {f"p{n}": f"https://h{n}.c.test/x.tgz" for n in range(22_000)}
+    (tmp_path / "package.json").write_text(json.dumps({"dependencies": deps}, indent=1))
+    script = (
+        "import sys; from sandbridge.egress.survey import survey; "
+        "print(len(survey(sys.argv[1]).findings))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == 20_000
+
+
 def test_a_huge_directory_is_cut_at_the_entry_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -376,6 +531,21 @@ def test_a_huge_directory_is_cut_at_the_entry_budget(
     result = survey(tmp_path)
     assert result.entries_seen == 50
     assert any(note.text == "stopped after 50 entries" for note in result.notes)
+
+
+def test_findings_are_kept_up_to_their_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbridge.egress import survey as survey_module
+
+    monkeypatch.setattr(survey_module, "MAX_FINDINGS", 100)
+    lines = "".join(f"    resolved https://h{n}.corp.test/x.tgz\n" for n in range(150))
+    write(tmp_path, {"a/package-lock.json": lines, "b/package-lock.json": lines})
+    result = survey(tmp_path)
+    assert len(result.findings) == 100
+    notes = {note.where: note.text for note in result.notes}
+    assert notes["a/package-lock.json"] == "more than 100 findings in all: the rest not kept"
+    assert notes["b/package-lock.json"] == "more than 100 findings in all: not read"
 
 
 def test_a_deep_tree_is_cut_at_the_depth_limit(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.exceptions import PolicyError
-from sandbridge.sandbox.project import check_secrets_file
+from sandbridge.sandbox.project import check_secrets_file, project_root
 from tests.sandbox.test_protected_paths import git, make_repo
 
 
@@ -51,3 +51,35 @@ def test_asking_git_runs_none_of_the_projects_commands(tmp_path: Path) -> None:
 def test_outside_a_repository_nothing_is_asked(tmp_path: Path) -> None:
     secrets(tmp_path)
     check_secrets_file(tmp_path)
+
+
+def test_a_git_that_cannot_answer_fails_closed(tmp_path: Path) -> None:
+    # The index is the sandbox's to write: a corrupt one must not read as "untracked".
+    repo = make_repo(tmp_path / "proj")
+    secrets(repo)
+    git(repo, "add", "-f", ".sandbridge/env")
+    (repo / ".git" / "index").write_bytes(b"DIRC garbage planted by the sandbox")
+    with pytest.raises(PolicyError, match=r"cannot tell whether git tracks it \(git ls-files: "):
+        check_secrets_file(repo)
+
+
+def test_a_work_tree_moved_above_by_core_worktree_is_refused(tmp_path: Path) -> None:
+    # A repository the sandbox made in a workdir that had none, its work tree set to a
+    # directory above: the project (its policy, what init writes) would move up there.
+    workdir = tmp_path / "above" / "proj"
+    workdir.mkdir(parents=True)
+    git(workdir, "init", "-q")
+    git(workdir, "config", "core.worktree", str(tmp_path / "above"))
+    with pytest.raises(PolicyError) as refused:
+        project_root(workdir)
+    message = str(refused.value)
+    assert f"git puts its work tree at {tmp_path / 'above'}, which has no .git" in message
+    assert f"the repository {workdir / '.git'} sets core.worktree" in message
+
+
+def test_worktrees_and_submodules_keep_their_top_level(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    (repo / "sub").mkdir()
+    assert project_root(repo / "sub") == repo
+    git(repo, "worktree", "add", "-q", str(tmp_path / "wt"))
+    assert project_root(tmp_path / "wt") == tmp_path / "wt"  # .git is a file there

@@ -23,7 +23,7 @@ from sandbridge.cli.relay_options import (
     open_settings,
     relay_settings_of,
 )
-from sandbridge.egress.policy import PROXY_PORT, SECRETS_FILE, NetMode, Policy, load_policy
+from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -39,7 +39,7 @@ from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.mounts import Mount, parse_mount
-from sandbridge.sandbox.project import project_root
+from sandbridge.sandbox.project import private_files, project_root, secrets_file_warning
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
 from sandbridge.session.lifecycle import SessionOptions
@@ -154,9 +154,9 @@ def _spec_factory(
     # Built first, so that a layout exposing sandbridge's own host paths is refused before
     # any session dir exists, and sandbridge's own dirs exist before the protected paths
     # are decided (sandbox/host_paths.py); each session only sets its runtime dir.
-    secrets = project_root(workdir) / SECRETS_FILE
     unprotected = SandboxSpec(
-        hidden_files=[secrets] if os.path.lexists(secrets) else [],
+        # The secrets file and every other file of .sandbridge/ but the policy.
+        hidden_files=private_files(project_root(workdir)),
         command=command,
         workdir=workdir,
         runtime_dir=Path(MOUNT_POINT),
@@ -202,9 +202,16 @@ def _run_session(
     args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
 ) -> int:
     backend = resolve(args.backend)
+    # This process holds the sandbox's environment, the secrets file's values among it; a
+    # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
+    # The soft limit only: the sandbox inherits it and may raise it for its own processes.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
     spec_factory, protection = _spec_factory(args, command, policy)
     network_cli.announce(policy)
+    root = project_root((args.workdir or Path.cwd()).resolve())
+    unignored = secrets_file_warning(root)
+    _warn(unignored)
     protection.create_placeholders()
     try:
         return event_loop.run(
@@ -231,7 +238,14 @@ def _run_session(
         # Read without creating: the state dirs may have gone with the last session.
         others = [Path(r.workdir) for r in list_sessions()]
         for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
-            print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
+            _warn(warning)
+        if unignored is None:  # ignored at the start: the sandbox may have undone that
+            _warn(secrets_file_warning(root))
+
+
+def _warn(warning: str | None) -> None:
+    if warning is not None:
+        print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

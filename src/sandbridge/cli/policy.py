@@ -13,7 +13,7 @@ from sandbridge.cli import network as network_cli
 from sandbridge.egress import init_policy, presets
 from sandbridge.egress.survey import describe, survey
 from sandbridge.exceptions import PolicyError
-from sandbridge.sandbox.project import project_root
+from sandbridge.sandbox.project import project_root, secrets_file_ignored
 
 
 def add_commands(commands: Any) -> None:
@@ -62,7 +62,16 @@ def cmd_init(args: argparse.Namespace) -> int:
     files = init_policy.plan(
         found, presets.host_registries(presets.HostConfig.of_this_host()), today
     )
-    for path in init_policy.write(root, files, args.force):
+    ignored = secrets_file_ignored(root)
+    for path in init_policy.write(root, files, args.force, ignored):
         print(f"sandbridge: wrote {path}", file=sys.stderr)
+    if ignored is not None and not secrets_file_ignored(root):
+        print(
+            f"sandbridge: warning: git still does not ignore {init_policy.ENV_FILE} (a rule "
+            "in a .gitignore below the root, or in .git/info/exclude, takes it back): "
+            "`git check-ignore -v --no-index .sandbridge/env` shows which; fix it before "
+            "you write secrets there",
+            file=sys.stderr,
+        )
     network_cli.print_policy(network_cli.project_policy(root))
     return 0

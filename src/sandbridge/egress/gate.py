@@ -183,7 +183,7 @@ class EgressGate:
         self.resolver = resolver_for(policy) if resolver is None else resolver
         # The owner's approvals of egress requests (in memory, this session only).
         self.grants = Grants()
-        self.requests = EgressRequests(session, policy, self.grants)
+        self.requests = EgressRequests(session, policy, self.grants, is_local=is_local_address)
         self._server: asyncio.Server | None = None
         self._active = 0
         self._open = OpenConnections()

@@ -20,13 +20,21 @@ What becomes an active entry, and what only a commented suggestion:
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, DEFAULT_PORTS, format_entry
+from sandbridge.egress.policy import (
+    ALLOW_FILE,
+    CONFIG_FILE,
+    DEFAULT_PORTS,
+    MAX_POLICY_FILE_BYTES,
+    format_entry,
+)
 from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.survey import Survey
 from sandbridge.egress.survey_findings import Finding, Kind
@@ -35,6 +43,8 @@ from sandbridge.exceptions import PolicyError
 ENV_FILE = ALLOW_FILE.parent / "env"
 ENV_EXAMPLE_FILE = ALLOW_FILE.parent / "env.example"
 GITIGNORE_LINE = "/.sandbridge/env"
+# A .gitignore people write; a larger one is left to them.
+MAX_GITIGNORE_BYTES = 1024 * 1024
 # Evidence lines named above one entry; the rest is counted.
 MAX_EVIDENCE = 3
 # Variables the project's compose services set for themselves (containers outside the
@@ -89,7 +99,8 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
     """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`."""
     hosts = survey.of(Kind.HOST) + survey.of(Kind.SERVICE)
     active = [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
-    suggested = [f for f in hosts if f not in active]
+    chosen = set(active)  # a set: a lockfile may name thousands of hosts
+    suggested = [f for f in hosts if f not in chosen]
     head = [
         f"# Written by `sandbridge policy init` on {written_on} from what this project",
         "# declares (`sandbridge policy survey` lists it). Review every entry: the sandbox",
@@ -212,9 +223,10 @@ def existing(root: Path) -> list[Path]:
     ]
 
 
-def write(root: Path, files: PolicyFiles, force: bool) -> list[Path]:
+def write(root: Path, files: PolicyFiles, force: bool, ignored: bool | None = None) -> list[Path]:
     """Write the three files under ``root/.sandbridge`` (not over existing ones unless
-    ``force``) and list ``.sandbridge/env`` in ``.gitignore``; return what was written."""
+    ``force``) and list ``.sandbridge/env`` in ``.gitignore`` (``ignored``: whether git
+    ignores it already, :func:`ignore_secrets_file`); return what was written."""
     present = existing(root)
     if present and not force:
         shown = ", ".join(str(path) for path in present)
@@ -222,6 +234,14 @@ def write(root: Path, files: PolicyFiles, force: bool) -> list[Path]:
             f"{shown}: a policy exists; review it, or replace it with "
             "`sandbridge policy init --force`"
         )
+    for name, text in ((ALLOW_FILE, files.allow), (CONFIG_FILE, files.config)):
+        size = len(text.encode())
+        if size > MAX_POLICY_FILE_BYTES:
+            raise PolicyError(
+                f"{root / name}: would be {size} bytes, more than the {MAX_POLICY_FILE_BYTES} "
+                "a policy file may hold (`sandbridge policy survey` lists what made it so "
+                "long); nothing was written: write the policy by hand"
+            )
     directory = root / ALLOW_FILE.parent
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise PolicyError(f"{directory}: not a directory; remove it first")
@@ -234,7 +254,7 @@ def write(root: Path, files: PolicyFiles, force: bool) -> list[Path]:
     ):
         _replace(root / name, text)
         written.append(root / name)
-    if ignore_secrets_file(root):
+    if ignore_secrets_file(root, ignored):
         written.append(root / ".gitignore")
     return written
 
@@ -253,27 +273,46 @@ def _replace(path: Path, text: str) -> None:
         raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
 
 
-def ignore_secrets_file(root: Path) -> bool:
-    """Add ``/.sandbridge/env`` to ``root/.gitignore`` unless a line already names it;
-    True if the file changed."""
-    path = root / ".gitignore"
-    if path.is_symlink():
-        raise PolicyError(f"{path}: a symbolic link; add the line {GITIGNORE_LINE} yourself")
-    if os.path.lexists(path) and not path.is_file():
-        raise PolicyError(f"{path}: not a regular file; add the line {GITIGNORE_LINE} yourself")
-    try:
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(
-            f"{path}: cannot read it ({exc}); add the line {GITIGNORE_LINE} yourself"
-        ) from None
-    if any(line.strip() in (GITIGNORE_LINE, str(ENV_FILE)) for line in text.splitlines()):
+def ignore_secrets_file(root: Path, ignored: bool | None = None) -> bool:
+    """Add ``/.sandbridge/env`` to ``root/.gitignore`` unless it is ignored already; True
+    if the file changed.
+
+    ``ignored`` is git's own answer (the caller asks the hardened host git): a line naming
+    the file proves nothing when a later ``!/.sandbridge/env`` (which the sandbox may have
+    written) takes it back, so with git's "no" the line is appended, and wins, being last.
+    Without git (``None``) a line naming it is taken as enough. The file is opened once,
+    never through a link, never blocking, and only a regular file is read or written."""
+    if ignored is True:
         return False
-    addition = ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    path = root / ".gitignore"
+    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with os.fdopen(os.open(path, flags, 0o644), "a", encoding="utf-8") as file:
-            file.write(addition)
+        fd = os.open(path, flags, 0o644)
     except OSError as exc:
-        raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
+        why = "a symbolic link" if exc.errno == errno.ELOOP else f"cannot open: {exc.strerror}"
+        raise PolicyError(f"{path}: {why}; add the line {GITIGNORE_LINE} yourself") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PolicyError(f"{path}: not a regular file; add the line {GITIGNORE_LINE} yourself")
+    with os.fdopen(fd, "r+b") as file:
+        raw = file.read(MAX_GITIGNORE_BYTES + 1)
+        try:
+            if len(raw) > MAX_GITIGNORE_BYTES:
+                raise ValueError(f"larger than {MAX_GITIGNORE_BYTES} bytes")
+            text = raw.decode("utf-8")
+        except ValueError as exc:
+            raise PolicyError(
+                f"{path}: cannot read it ({exc}); add the line {GITIGNORE_LINE} yourself"
+            ) from None
+        names_it = any(
+            line.strip() in (GITIGNORE_LINE, str(ENV_FILE)) for line in text.splitlines()
+        )
+        if ignored is None and names_it:
+            return False
+        addition = ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
+        try:
+            file.write(addition.encode())
+            file.flush()
+        except OSError as exc:
+            raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
     return True

@@ -35,6 +35,7 @@ from sandbridge.egress.policy import (
     parse_entry,
 )
 from sandbridge.egress.requests import (
+    Address,
     Destination,
     EgressRequest,
     Grants,
@@ -71,13 +72,14 @@ def refuse_without_gate(session: str) -> dict[str, OwnerOp]:
 class EgressRequests:
     """One session's egress requests, from the sandbox's ask to the owner's answer."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (the session's parts, then where to say, when, what is local)
         self,
         session: str,
         policy: Policy,
         grants: Grants,
         out: TextIO | None = None,
         clock: Callable[[], float] = time.time,
+        is_local: Callable[[Address], bool] | None = None,
     ) -> None:
         self.session = session
         self.policy = policy
@@ -85,6 +87,8 @@ class EgressRequests:
         self.table = RequestTable()
         self._out = out
         self._clock = clock
+        # Whether an address is one of this host's (the gate's bind probe).
+        self._is_local = is_local or (lambda _: False)
         self._decided: dict[str, asyncio.Event] = {}
         self._waiting = 0
         self._dropping = False
@@ -140,10 +144,11 @@ class EgressRequests:
         now = self._clock()
         self._forget_events(now)
         new_id = f"{self.session}:{secrets.token_hex(4)}"
-        request, new = self.table.submit(destination, reason, now, new_id)
+        warning = destination.caution_for(self._is_local)
+        request, new = self.table.submit(destination, reason, now, new_id, warning)
         if new:
             self._dropping = False
-            caution = "" if destination.caution is None else f" (WARNING: {destination.caution})"
+            caution = "" if warning is None else f" (WARNING: {warning})"
             self._say(
                 f"the sandbox asks for {destination.text}{caution}: egress request "
                 f"{request.id}, reason: {quoted(reason)}; approve: sandbridge egress approve "

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbridge.egress.decision import address_kind
+from sandbridge.egress.decision import address_kind, embedded_ipv4
 from sandbridge.egress.policy import Policy, Rule, format_entry, parse_entry, parse_ip
 from sandbridge.exceptions import EgressRequestRefused, PolicyError
 
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # A reason is a sentence or two for the owner, not a document.
 MAX_REASON_CHARS = 500
 # A destination is a DNS name (253 characters) or an address, a port and brackets.
@@ -112,12 +115,33 @@ class Destination:
 
     @property
     def caution(self) -> str | None:
+        return self.caution_for(lambda _: False)
+
+    def caution_for(self, is_local: Callable[[Address], bool]) -> str | None:
         """What the owner must know before approving an IP literal that is not a public
-        address (``127.0.0.1:22`` is the host's own SSH: an IP entry is taken at its word)."""
+        address (``127.0.0.1:22`` is the host's own SSH: an IP entry is taken at its word),
+        or that is one of this host's own (``is_local``: a public address of the host
+        reaches whatever listens on all its addresses, past the host-service gate)."""
+        if self.host.startswith("*."):
+            return (
+                f"{self.host} is a wildcard: approving allows every name ending in "
+                f"{self.host[1:]} (the allow file cannot tell a public suffix such as "
+                ".co.uk or .github.io from a company's domain)"
+            )
         ip = parse_ip(self.host)
-        kind = None if ip is None else address_kind(ip)
+        if ip is None:
+            return None
+        carried = embedded_ipv4(ip)
+        local = [a for a in (ip, carried and carried[0]) if a and is_local(a)]
+        kind = address_kind(ip, local)
         if kind is None:
             return None
+        if kind.startswith("this host"):  # "this host", "this host via 6to4"
+            where = kind.removeprefix("this host")
+            return (
+                f"{self.host} is an address of this host{where}: approving lets the proxy "
+                "connect to it"
+            )
         return f"{self.host} is a {kind} address: approving lets the proxy connect to it"
 
 
@@ -196,6 +220,8 @@ class EgressRequest:
     scope: Scope | None = None
     # How many times the sandbox asked for it while it was pending (folded duplicates).
     asked: int = 1
+    # What the owner must know before approving it (Destination.caution_for), if anything.
+    caution: str | None = None
 
     def summary(self, session: str, now: float) -> dict[str, Any]:
         """The JSON the owner's ``egress pending --json`` lists (the reason unescaped:
@@ -209,7 +235,7 @@ class EgressRequest:
             "state": self.state.value,
             "scope": None if self.scope is None else self.scope.value,
             "asked": self.asked,
-            "caution": self.destination.caution,
+            "caution": self.caution,
         }
 
 
@@ -233,7 +259,12 @@ class RequestTable:
         return self._requests.get(request_id)
 
     def submit(
-        self, destination: Destination, reason: str, now: float, new_id: str
+        self,
+        destination: Destination,
+        reason: str,
+        now: float,
+        new_id: str,
+        caution: str | None = None,
     ) -> tuple[EgressRequest, bool]:
         """Add a request (``True``), or fold it into the pending one for the same
         destination (``False``); refuse past the cap or the rate limit."""
@@ -257,7 +288,7 @@ class RequestTable:
         if new_id in self._requests:
             raise EgressRequestRefused("busy", f"request id {new_id} is taken: ask again")
         self._recent.append(now)
-        request = EgressRequest(new_id, destination, reason, now)
+        request = EgressRequest(new_id, destination, reason, now, caution=caution)
         self._requests[new_id] = request
         return request, True
 

@@ -1,7 +1,8 @@
 """``.sandbridge/env``: the project's secrets, set in the sandbox's environment.
 
 ``NAME=VALUE`` lines (``export NAME=VALUE`` too; one pair of matching quotes around the
-value is removed; blank lines and lines starting with ``#`` are skipped; a ``#`` inside a
+value is removed, and a quote the line opens but does not close is refused: a value is
+one line; blank lines and lines starting with ``#`` are skipped; a ``#`` inside a
 value is part of it). Unlike ``env = NAME=VALUE`` in ``.sandbridge/config``, which is
 committed and reviewed, this file holds values nobody should see: it is refused unless
 only its owner can read it, and (checked by :mod:`sandbridge.sandbox.project`, which can
@@ -81,6 +82,13 @@ def parse_secrets(text: str, label: str) -> tuple[EnvSetting, ...]:
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in _QUOTES:
             value = value[1:-1]
+        elif value[:1] in _QUOTES:
+            # KEY="-----BEGIN ... over several lines: the next lines would each be read
+            # as a line of their own (a base64 line ending in == sets a variable).
+            raise PolicyError(
+                f"{where}: the value opens a quote ({value[0]}) that the line does not "
+                "close; a value is one line (the line is not shown: it may hold a secret)"
+            )
         settings[name.strip()] = EnvSetting(name.strip(), value, where)
         if len(settings) > MAX_VARIABLES:
             raise PolicyError(f"{where}: more than {MAX_VARIABLES} variables")

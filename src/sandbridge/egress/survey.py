@@ -11,6 +11,8 @@ opened relative to their parent's descriptor with ``O_NOFOLLOW``, so a link swap
 meanwhile is refused too), opens only regular files (a FIFO would block), and bounds the
 depth, the entries looked at, the files read and the bytes of each. Whatever it skips
 (too large, binary, not UTF-8, a link) becomes a note naming the file, never an error.
+Every name, path and text a finding or note holds is one printable line (control and
+line-separator characters escaped, :func:`~sandbridge.egress.requests.shown`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbridge.egress import survey_packages, survey_services
+from sandbridge.egress.requests import shown
 from sandbridge.egress.survey_findings import Finding, Kind, Reader, host_display
 from sandbridge.exceptions import PolicyError
 
@@ -36,6 +39,9 @@ MAX_FILES = 2_000
 MAX_FILE_BYTES = 1024 * 1024
 # Lockfiles are machine-written: a large project's package-lock.json is a few MiB.
 MAX_LOCKFILE_BYTES = 16 * 1024 * 1024
+# Findings kept in all: a lockfile of a million URL lines (16 MiB, 2,000 such files)
+# would otherwise hold gigabytes of findings in memory; far past what a policy can list.
+MAX_FINDINGS = 20_000
 # How many notes are kept (the count of the rest is still given).
 MAX_NOTES = 50
 # Directories of installed or generated files: what they hold was not declared here.
@@ -73,6 +79,9 @@ class Note:
     where: str
     text: str
 
+    def __post_init__(self) -> None:  # a path of the project: one printable line
+        object.__setattr__(self, "where", shown(self.where))
+
 
 @dataclass
 class Survey:
@@ -90,6 +99,13 @@ class Survey:
             self.notes.append(Note(where, text))
         else:
             self.notes_dropped += 1
+
+    def keep(self, where: str, found: list[Finding]) -> None:
+        """Add a file's findings, up to :data:`MAX_FINDINGS` in all."""
+        room = MAX_FINDINGS - len(self.findings)
+        if len(found) > room:
+            self.note(where, f"more than {MAX_FINDINGS} findings in all: the rest not kept")
+        self.findings += found[: max(0, room)]
 
     def of(self, kind: Kind) -> list[Finding]:
         """Findings of ``kind``, each (name, where, what) once."""
@@ -195,12 +211,15 @@ def _read(result: Survey, dir_fd: int, name: str, relative: str, reader: Reader)
     if result.files_read >= MAX_FILES:
         result.note(relative, f"more than {MAX_FILES} files to read: not read")
         return
+    if len(result.findings) >= MAX_FINDINGS:  # reading more would only cost time
+        result.note(relative, f"more than {MAX_FINDINGS} findings in all: not read")
+        return
     limit = MAX_LOCKFILE_BYTES if name in survey_packages.LOCKFILES else MAX_FILE_BYTES
     text = read_text(result, dir_fd, name, relative, limit)
     if text is None:
         return
     result.files_read += 1
-    result.findings += reader(relative, text)
+    result.keep(relative, reader(relative, text))
 
 
 def read_text(result: Survey, dir_fd: int, name: str, relative: str, limit: int) -> str | None:
@@ -256,7 +275,7 @@ def _read_git_dir(result: Survey, fd: int) -> None:
         os.close(git_fd)
     if text is not None:
         result.files_read += 1
-        result.findings += survey_services.read_git_config(".git/config", text)
+        result.keep(".git/config", survey_services.read_git_config(".git/config", text))
 
 
 # --- printing ----------------------------------------------------------------------------
@@ -265,14 +284,14 @@ def _read_git_dir(result: Survey, fd: int) -> None:
 def describe(result: Survey) -> Iterator[str]:
     """The survey as text: each name with where it was seen; never a value."""
     yield (
-        f"survey of {result.directory} ({result.entries_seen} entries looked at, "
+        f"survey of {shown(str(result.directory))} ({result.entries_seen} entries looked at, "
         f"{result.files_read} files read)"
     )
     ecosystems = result.ecosystems()
     yield "ecosystems:"
     for name, where in ecosystems.items():
-        shown = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
-        yield f"  {name:<10} {shown}"
+        files = ", ".join(where[:4]) + (f" and {len(where) - 4} more" if len(where) > 4 else "")
+        yield f"  {name:<10} {files}"
     if not ecosystems:
         yield "  (none)"
     sections = (

@@ -1,7 +1,11 @@
 """What a survey finds in one project file, and how a host is taken out of a URL (pure).
 
 A finding carries a *name* (an ecosystem, a host, a port, a variable's name) and where it
-was seen, never a value: the readers in :mod:`sandbridge.egress.survey_packages` and
+was seen, never a value. Whatever a finding holds came from the project, which an earlier
+sandbox may have written (a file named ``x\nevil.test\n``, a compose service named with a
+terminal escape): every text field is stored :func:`~sandbridge.egress.requests.shown`,
+one printable line, so no output or policy comment built from it can start a second line
+or move the owner's cursor. The readers in :mod:`sandbridge.egress.survey_packages` and
 :mod:`sandbridge.egress.survey_services` build findings only through the functions here,
 which keep the host of a URL and drop its user, password, path and query, so a token
 written into a URL (``https://user:token@host/x``) cannot reach any output.
@@ -16,11 +20,18 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sandbridge.egress.policy import normalise_name, parse_ip
+from sandbridge.egress.requests import shown
 
 # Loopback names: a registry or service there is a host service, not an internet host.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 # A URL as it appears in a line of a manifest, lockfile or CI file.
-URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]*\+)?(?:https?|git|ssh|sftp)://[^\s\"'<>`()\[\]{},;\\]+")
+# A bracketed IPv6 host (``https://[2001:db8::1]:8443/``) is part of it; other brackets
+# end it (``[https://x]`` in a flow list). Every repetition that can fail is bounded or
+# unambiguous: a megabyte line of ``a+a+a+...`` must not take quadratic time.
+URL = re.compile(
+    r"\b(?:[a-z][a-z0-9.-]{0,15}\+)?(?:https?|git|ssh|sftp)://"
+    r"(?:[^\s\"'<>`()\[\]{},;\\@/]*@)?(?:\[[0-9A-Fa-f:.]+\])?[^\s\"'<>`()\[\]{},;\\]*"
+)
 # scp-like git remotes: ``git@host:org/repo.git`` (no scheme).
 SCP_REMOTE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?!//)(?P<path>\S*)$")
 SCHEME_PORTS = {"http": 80, "https": 443}
@@ -48,6 +59,10 @@ class Finding:
     what: str  # how the file uses it: "package index (--index-url)", "git remote origin"
     ecosystem: str = ""  # the toolchain the host or variable belongs to, if any
     port: int | None = None  # a host's port when the URL names one
+
+    def __post_init__(self) -> None:
+        for name in ("name", "where", "what", "ecosystem"):
+            object.__setattr__(self, name, shown(getattr(self, name)))
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -89,7 +104,7 @@ def url_host(text: str) -> tuple[str, int | None] | None:
             host, port = parts.hostname, parts.port
         except ValueError:
             return None
-        if host is None:
+        if host is None or _cut_credentials(parts.netloc, text.split("://", 1)[1]):
             return None
         valid = valid_host(host)
         return None if valid is None else (valid, port)
@@ -98,6 +113,18 @@ def url_host(text: str) -> tuple[str, int | None] | None:
         valid = valid_host(match.group("host"))
         return None if valid is None else (valid, None)
     return None
+
+
+def _cut_credentials(netloc: str, rest: str) -> bool:
+    """Whether the URL's authority ended inside its credentials: a password holding ``/``,
+    ``?`` or ``#`` (``https://user:12345/x@host``) leaves ``user:12345`` as host and port,
+    a secret's first digits as the "port". Then an ``@`` follows in the first segment (or
+    the query or fragment) after the port: such a URL gives no host."""
+    if "@" in netloc or ":" not in netloc.lstrip("[").split("]")[-1]:
+        return False
+    after = rest[len(netloc) :]
+    first = re.split(r"(?<=.)/", after, maxsplit=1)[0]
+    return re.search(r"[^/]@", first) is not None  # /@scope/pkg is a path
 
 
 def host_display(host: str, port: int | None) -> str:

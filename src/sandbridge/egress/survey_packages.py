@@ -53,16 +53,32 @@ _GRADLE_REPOS = {
 }
 
 
+# Characters one file's line lookups may search in all (Locator).
+MAX_LOCATE_CHARS = 16 * 1024 * 1024
+
+
 def numbered(text: str) -> Iterator[tuple[int, str]]:
     return enumerate(text.splitlines(), start=1)
 
 
-def line_of(text: str, needle: str) -> int | None:
-    """The first line of ``text`` holding ``needle`` (TOML and JSON give no lines)."""
-    for number, line in numbered(text):
-        if needle in line:
-            return number
-    return None
+class Locator:
+    """Line numbers of values found in one file's text (TOML and JSON give no lines).
+
+    Each lookup is a search in C, but a manifest may hold thousands of URLs, each looked
+    up across a megabyte: past :data:`MAX_LOCATE_CHARS` characters searched, a value is
+    named by its file alone (quadratic otherwise: minutes for one hostile file)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.budget = MAX_LOCATE_CHARS
+
+    def line_of(self, needle: str, start: int = 0) -> int | None:
+        """The line of the first ``needle`` at or after character ``start``."""
+        if self.budget <= 0:
+            return None
+        index = self.text.find(needle, start)
+        self.budget -= (len(self.text) if index < 0 else index + len(needle)) - start
+        return None if index < 0 else self.text.count("\n", 0, index) + 1
 
 
 def at(path: str, line: int | None) -> str:
@@ -181,9 +197,10 @@ def _strings(value: Any) -> list[str]:
 
 def _table_urls(path: str, text: str, sources: Iterable[tuple[Any, str]]) -> list[Finding]:
     found = []
+    lines = Locator(text)
     for value, what in sources:
         for url in _strings(value):
-            finding = host_finding(url, at(path, line_of(text, url)), what, PYTHON)
+            finding = host_finding(url, at(path, lines.line_of(url)), what, PYTHON)
             if finding is not None:
                 found.append(finding)
     return found
@@ -252,19 +269,20 @@ def read_package_json(path: str, text: str) -> list[Finding]:
         return found
     if not isinstance(data, dict):
         return found
+    lines = Locator(text)
     for field in ("dependencies", "devDependencies", "optionalDependencies", "peerDependencies"):
         deps = data.get(field)
         if not isinstance(deps, dict):
             continue
         for spec in deps.values():
             if isinstance(spec, str) and "://" in spec:
-                finding = host_finding(spec, at(path, line_of(text, spec)), f"{field} URL", NPM)
+                finding = host_finding(spec, at(path, lines.line_of(spec)), f"{field} URL", NPM)
                 if finding is not None:
                     found.append(finding)
     registry = data.get("publishConfig", {})
     if isinstance(registry, dict) and isinstance(registry.get("registry"), str):
         url = registry["registry"]
-        finding = host_finding(url, at(path, line_of(text, url)), "publishConfig registry", NPM)
+        finding = host_finding(url, at(path, lines.line_of(url)), "publishConfig registry", NPM)
         if finding is not None:
             found.append(finding)
     return found

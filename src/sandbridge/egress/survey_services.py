@@ -22,14 +22,24 @@ from sandbridge.egress.survey_findings import (
     url_host,
     valid_host,
 )
-from sandbridge.egress.survey_packages import GO, NPM, PYTHON, at, line_findings, line_of, numbered
+from sandbridge.egress.survey_packages import (
+    GO,
+    NPM,
+    PYTHON,
+    Locator,
+    at,
+    line_findings,
+    numbered,
+)
 
 _SECTION = re.compile(r'^\s*\[\s*(?P<kind>[A-Za-z]+)(?:\s+"(?P<name>[^"]*)")?\s*\]')
-_GIT_URL = re.compile(r"^\s*(?P<key>url|pushurl)\s*=\s*(?P<value>.+?)\s*$", re.IGNORECASE)
+# No lazy value before trailing spaces (quadratic in a long run of spaces): strip instead.
+_GIT_URL = re.compile(r"^\s*(?P<key>url|pushurl)\s*=(?P<value>.*)$", re.IGNORECASE)
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=")
 _INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)")
 _PROCFILE_PORT = re.compile(
-    r"(?:--port|-p|--bind|-b|--listen|PORT=)[ =]?(?:[A-Za-z0-9_.\[\]:-]*:)?(?P<port>[0-9]{2,5})\b"
+    r"(?:--port|-p|--bind|-b|--listen|PORT=)[ =]?(?:[A-Za-z0-9_.\[\]:-]{0,64}:)?"
+    r"(?P<port>[0-9]{2,5})\b"
 )
 # Variables whose values name registries: their hosts are evidence, the rest is not read.
 REGISTRY_VARIABLES = {
@@ -48,6 +58,9 @@ REGISTRY_VARIABLES = {
     "YARN_NPM_REGISTRY_SERVER": NPM,
 }
 MAX_PORT = 65535
+# ``NAME: value`` or ``- NAME=value`` in a CI file; ``\s*(?:-\s*)?`` and not ``\s*-?\s*``,
+# which is quadratic in a line of spaces.
+_CI_VARIABLE = re.compile(r"^\s*(?:-\s*)?(?P<name>[A-Z][A-Z0-9_]*)\s*[:=](?P<value>.*)$")
 
 
 # --- git ---------------------------------------------------------------------------------
@@ -67,7 +80,9 @@ def read_git_config(path: str, text: str) -> list[Finding]:
         match = _GIT_URL.match(line)
         if match is None or not section:
             continue
-        value = match.group("value").strip("\"'")
+        value = match.group("value").strip().strip("\"'")
+        if not value:
+            continue
         what = f"git {section}" + (" (push)" if match.group("key").lower() == "pushurl" else "")
         if _is_ssh(value):
             what += " over ssh: git over ssh does not use the egress proxy"
@@ -115,10 +130,13 @@ class _ComposeState:
         self.service_indent = -1
         self.key = ""
         self.key_indent = -1
+        # The indentation of the key's items: a deeper line continues an item's value
+        # (a block scalar ``TOKEN: |``, a plain scalar on the next line), never a name.
+        self.item_indent = -1
         self.image = ""
 
 
-def read_compose(path: str, text: str) -> list[Finding]:  # noqa: PLR0912  (one small YAML walk)
+def read_compose(path: str, text: str) -> list[Finding]:
     """Services, their published host ports (host services), images and environment
     variable names, from an indentation walk (no YAML library; anchors are not expanded)."""
     found: list[Finding] = []
@@ -149,6 +167,7 @@ def read_compose(path: str, text: str) -> list[Finding]:  # noqa: PLR0912  (one 
             continue
         if state.key_indent < 0 or indent <= state.key_indent:
             state.key_indent = indent
+            state.item_indent = -1
             key, _, value = content.partition(":")
             state.key = key.strip()
             if state.key == "image" and value.strip():
@@ -156,26 +175,35 @@ def read_compose(path: str, text: str) -> list[Finding]:  # noqa: PLR0912  (one 
                 images[state.service] = image
                 found.append(Finding(Kind.IMAGE, image, where, f"compose service {state.service}"))
             continue
-        item = content[1:].strip() if content.startswith("-") else content
-        if state.key == "ports":
-            port: int | None = None
-            if content.startswith("-") and ":" in item:
-                port = _published_port(item)
-            if item.startswith("published:"):
-                port = _published_port(f"{item.split(':', 1)[1].strip()}:0")
-            if port is not None:
-                ports.append((port, where, state.service))
-        elif state.key == "environment":
-            name = re.split(r"[=:]", item, maxsplit=1)[0].strip().strip("\"'")
-            if ENV_NAME.fullmatch(name):
-                found.append(
-                    Finding(Kind.VARIABLE, name, where, f"compose service {state.service}")
-                )
+        if state.item_indent < 0:
+            state.item_indent = indent
+        found += _compose_item(state, content, indent, where, ports)
     for port, where, service in ports:
         named = images.get(service)
         what = f"compose service {service} publishes it" + (f" ({named})" if named else "")
         found.append(Finding(Kind.SERVICE, str(port), where, what, port=port))
     return found
+
+
+def _compose_item(
+    state: _ComposeState, content: str, indent: int, where: str, ports: list[tuple[int, str, str]]
+) -> list[Finding]:
+    """One line below a service's key: a published port (added to ``ports``), or an
+    environment variable's name (only at the items' own indentation)."""
+    item = content[1:].strip() if content.startswith("-") else content
+    if state.key == "ports":
+        port: int | None = None
+        if content.startswith("-") and ":" in item:
+            port = _published_port(item)
+        if item.startswith("published:"):
+            port = _published_port(f"{item.split(':', 1)[1].strip()}:0")
+        if port is not None:
+            ports.append((port, where, state.service))
+    elif state.key == "environment" and indent == state.item_indent:
+        name = re.split(r"[=:]", item, maxsplit=1)[0].strip().strip("\"'")
+        if ENV_NAME.fullmatch(name):
+            return [Finding(Kind.VARIABLE, name, where, f"compose service {state.service}")]
+    return []
 
 
 # --- devcontainer, Procfile ----------------------------------------------------------------
@@ -211,15 +239,12 @@ def _strip_jsonc(text: str) -> str:
     return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
 
 
-def _line_after(text: str, key: str, value: str) -> int | None:
+def _line_after(lines: Locator, key: str, value: str) -> int | None:
     """The first line holding ``value`` at or after the first one holding ``key``."""
-    start = line_of(text, key)
-    if start is None:
+    start = lines.text.find(key)
+    if start < 0:
         return None
-    for number, line in numbered(text):
-        if number >= start and value in line:
-            return number
-    return start
+    return lines.line_of(value, start) or lines.line_of(key)
 
 
 def read_devcontainer(path: str, text: str) -> list[Finding]:
@@ -230,13 +255,14 @@ def read_devcontainer(path: str, text: str) -> list[Finding]:
     if not isinstance(data, dict):
         return []
     found = []
+    lines = Locator(text)
     for key in ("forwardPorts", "appPort"):
         values = data.get(key)
         for value in values if isinstance(values, list) else [values]:
             text_value = str(value) if isinstance(value, int | str) else ""
             port_text = text_value.rsplit(":", 1)[-1]
             if port_text.isdigit() and 0 < int(port_text) <= MAX_PORT:
-                where = at(path, _line_after(text, f'"{key}"', text_value))
+                where = at(path, _line_after(lines, f'"{key}"', text_value))
                 found.append(Finding(Kind.PORT, port_text, where, f"devcontainer {key}"))
     return found
 
@@ -283,13 +309,42 @@ def _registry_hosts(name: str, value: str, where: str) -> list[Finding]:
     return found
 
 
+def _open_quote(value: str) -> str:
+    """The quote a value starts and does not close on its line (``KEY="-----BEGIN``: the
+    value goes on over the next lines), else ``""``."""
+    value = value.strip()
+    if not value or value[0] not in "\"'`":
+        return ""
+    return "" if _closing(value[1:], value[0]) else value[0]
+
+
+def _closing(text: str, quote: str) -> bool:
+    """Whether ``text`` holds ``quote`` unescaped (a backslash escapes inside ``"``)."""
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote == '"':
+            escaped = True
+        elif char == quote:
+            return True
+    return False
+
+
 def read_env_file(path: str, text: str) -> list[Finding]:
-    """The variables' names; a value is read only for :data:`REGISTRY_VARIABLES`."""
+    """The variables' names; a value is read only for :data:`REGISTRY_VARIABLES`. The
+    lines of a quoted value that spans several (a key's PEM lines) are part of the value:
+    none is read as a name."""
     found = []
+    quote = ""
     for number, line in numbered(text):
+        if quote:
+            quote = "" if _closing(line, quote) else quote
+            continue
         match = _ENV_LINE.match(line)
         if match is None:
             continue
+        quote = _open_quote(line[match.end() :])
         name = match.group("name")
         where = f"{path}:{number}"
         found.append(Finding(Kind.VARIABLE, name, where, "env file"))
@@ -302,7 +357,7 @@ def read_ci(path: str, text: str) -> list[Finding]:
     found = []
     for number, line in numbered(text):
         found += line_findings(line, f"{path}:{number}", "named in CI", "")
-        match = re.match(r"^\s*-?\s*(?P<name>[A-Z][A-Z0-9_]*)\s*[:=]\s*(?P<value>.*)$", line)
+        match = _CI_VARIABLE.match(line)
         if match and match.group("name") in REGISTRY_VARIABLES:
             found += _registry_hosts(match.group("name"), match.group("value"), f"{path}:{number}")
     return found

@@ -14,18 +14,39 @@ import os
 from pathlib import Path
 
 from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
+from sandbridge.egress.requests import shown
 from sandbridge.exceptions import PolicyError
 from sandbridge.sandbox import host_git
 
 POLICY_DIR = ALLOW_FILE.parent
+# What the sandbox may read in the policy directory: the policy itself (reviewed and
+# committed) and init's list of names. Every other file there is the owner's, and is
+# covered inside: the secrets file, and the copies editors and people leave beside it
+# (``env~``, ``.env.swp``, ``.env.un~``, ``#env#``, ``env.bak``), which hold its values,
+# old ones too.
+SHOWN_POLICY_FILES = frozenset({ALLOW_FILE.name, CONFIG_FILE.name, "env.example", ".gitignore"})
+# Files covered in the policy directory: far more than an owner keeps there.
+MAX_PRIVATE_FILES = 256
 
 
 def project_root(workdir: Path) -> Path:
-    """The git top level that contains ``workdir``, else ``workdir``."""
+    """The git top level that contains ``workdir``, else ``workdir``.
+
+    A top level without a ``.git`` of its own is refused: it comes from a repository's
+    ``core.worktree`` (``git init; git config core.worktree ..`` is all a sandbox needs
+    in a workdir that had no repository), and taking it would move the project, its
+    policy, its secrets file and what ``policy init`` writes to any directory above."""
     top = host_git.toplevel(workdir)
-    if top is not None and workdir.is_relative_to(top):
-        return top
-    return workdir
+    if top is None or not workdir.is_relative_to(top):
+        return workdir
+    if not os.path.lexists(top / ".git"):
+        found = host_git.run_git(workdir, "rev-parse", "--absolute-git-dir").stdout.strip()
+        raise PolicyError(
+            f"{workdir}: git puts its work tree at {top}, which has no .git of its own (the "
+            f"repository {found or '?'} sets core.worktree); sandbridge does not take "
+            f"{top} as the project: if the sandbox made that repository, remove it"
+        )
+    return top
 
 
 def check(workdir: Path, root: Path) -> None:
@@ -54,15 +75,75 @@ def check(workdir: Path, root: Path) -> None:
                 )
 
 
+def private_files(root: Path) -> list[Path]:
+    """The regular files of ``root/.sandbridge`` other than :data:`SHOWN_POLICY_FILES`,
+    for the spec to cover (:attr:`SandboxSpec.hidden_files`); the directory is read
+    through no link."""
+    directory = root / POLICY_DIR
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []  # none, or a link that check() refuses
+    found: list[Path] = []
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                if entry.name in SHOWN_POLICY_FILES or not entry.is_file(follow_symlinks=False):
+                    continue
+                if len(found) >= MAX_PRIVATE_FILES:
+                    raise PolicyError(
+                        f"{directory}: more than {MAX_PRIVATE_FILES} files besides the policy; "
+                        "keep only the policy files and .sandbridge/env there"
+                    )
+                found.append(directory / entry.name)
+    finally:
+        os.close(fd)
+    return sorted(found)
+
+
+def _in_git(root: Path) -> bool:
+    return (root / ".git").exists() or host_git.toplevel(root) == root
+
+
+def secrets_file_ignored(root: Path) -> bool | None:
+    """Whether the owner's git ignores ``.sandbridge/env`` at ``root`` (every ignore
+    source and negation weighed, as ``git status`` would); ``None`` outside a git work
+    tree or without git."""
+    if not host_git.available() or not _in_git(root):
+        return None
+    return host_git.ignoring_rule(root, str(SECRETS_FILE)) is not None
+
+
+def secrets_file_warning(root: Path) -> str | None:
+    """A warning when a secrets file exists and the owner's git does not ignore it (one
+    ``git add -A`` from being committed): at the start of a session, and at its end,
+    since the sandbox may write ``.gitignore`` (a ``!/.sandbridge/env`` takes it back)."""
+    if not os.path.lexists(root / SECRETS_FILE) or secrets_file_ignored(root) is not False:
+        return None
+    return (
+        f"WARNING: git does not ignore {root / SECRETS_FILE}: `git add -A` would commit its "
+        f"values; add the line /{SECRETS_FILE} at the end of {root / '.gitignore'} (if the "
+        "sandbox changed .gitignore, review that change)"
+    )
+
+
 def check_secrets_file(root: Path) -> None:
     """Refuse a secrets file (``.sandbridge/env``) that git tracks: its values would be in
     the repository's history and in every clone. Asked of the hardened host git, which
     runs nothing of the project."""
     if not os.path.lexists(root / SECRETS_FILE):
         return
-    if not ((root / ".git").exists() or host_git.toplevel(root) == root):
+    if not host_git.available() or not _in_git(root):
         return
     result = host_git.run_git(root, "ls-files", "--error-unmatch", "--", str(SECRETS_FILE))
+    if result.returncode not in (0, 1):
+        # Not an answer (a corrupt index, which the sandbox can write, a stuck git):
+        # "not tracked" would be a guess, and the check fails closed.
+        why = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[0]
+        raise PolicyError(
+            f"{root / SECRETS_FILE}: cannot tell whether git tracks it (git ls-files: "
+            f"{shown(why[:200])}); repair the repository (`git status` says what is wrong)"
+        )
     if result.returncode == 0:
         raise PolicyError(
             f"{root / SECRETS_FILE}: git tracks it, so its values are in the repository; "
