@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import os
 import socket
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
+from sandbridge.aio.unix_sockets import connect_checked
 from sandbridge.exceptions import (
     HandoffRefused,
     NotStreamCapable,
@@ -50,34 +49,19 @@ class ForwardingMode(enum.Enum):
 
 
 def connect_unix_checked(path: Path) -> socket.socket:
-    """Connect to the Unix socket at ``path`` without following a symlink there."""
+    """Connect to the shim's socket at ``path`` without following a symlink there
+    (:func:`~sandbridge.aio.unix_sockets.connect_checked`)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UpstreamError(f"{path} does not exist: is the shim running?") from None
-    except OSError as exc:
-        raise UpstreamError(f"cannot open {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISLNK(info.st_mode):
-            raise UpstreamError(f"{path} is a symlink; refusing to follow it")
-        if not stat.S_ISSOCK(info.st_mode):
-            raise UpstreamError(f"{path} is not a socket; refusing to use it")
-        if info.st_uid != os.getuid():
-            raise UpstreamError(f"{path} is owned by uid {info.st_uid}; refusing to use it")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
-            untrusted_fds.refuse_descriptors(sock)
-            sock.connect(f"/proc/self/fd/{fd}")
-        except OSError as exc:
-            sock.close()
-            raise UpstreamError(f"cannot connect to {path}: {exc.strerror}") from None
-        sock.setblocking(False)
-        return sock
-    finally:
-        os.close(fd)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
+        untrusted_fds.refuse_descriptors(sock)
+        connect_checked(sock, path, UpstreamError, "the shim")
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
 
 
 async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tuple[Channel, bytes]:

@@ -5,7 +5,8 @@ needs (``egress.policy.served_lines``) and how open requests are carried out. Th
 rebuilds each value with the same parsers the command line uses, so a malformed field is
 refused with its name (:class:`DaemonError`) and never half-applied. Callbacks and the
 terminal channel are the daemon's own (it sends events; the channel comes as a
-descriptor).
+descriptor); ``terminal_socket`` (another runtime's sandbox serves ``terminal.sock``) is
+a flag.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def encode(options: SessionOptions) -> dict[str, Any]:
     return {
         "workdir": str(options.workdir),
         "protocol": options.protocol.value,
+        "terminal_socket": options.terminal_socket,
         "settings": {
             **{name: getattr(settings, name) for name in _LIMITS},
             "private": settings.private,
@@ -69,6 +71,8 @@ def decode(data: dict[str, Any]) -> SessionOptions:
         return SessionOptions(
             workdir=Path(_typed(data, "workdir", str)),
             protocol=ForwardingMode(_typed(data, "protocol", str)),
+            # Absent from an older client's request: that session has no terminal.sock.
+            terminal_socket="terminal_socket" in data and _typed(data, "terminal_socket", bool),
             settings=_settings(_typed(data, "settings", dict)),
             policy=_policy(data.get("policy")),
             open_settings=_open_settings(data.get("open")),
