@@ -47,6 +47,11 @@ def connect_checked(
     socket owned by this user, and ``sock`` connects through ``/proc/self/fd/N``: the inode
     checked is the one connected to, with no window for a swap in between. Every refusal
     is ``refuse(message)``, the message naming ``path`` (``what`` says who should serve it).
+
+    Pass a non-blocking ``sock``: a blocking connect to a listener whose queue is full
+    waits until the listener accepts, which a hostile one never does, and the event loop
+    (in the daemon: every session's) would wait with it. A non-blocking one raises
+    :class:`BlockingIOError` instead, and the caller decides whether to try again.
     """
     try:
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -64,6 +69,8 @@ def connect_checked(
             raise refuse(f"{path} is owned by uid {info.st_uid}; refusing to use it")
         try:
             sock.connect(f"/proc/self/fd/{fd}")
+        except BlockingIOError:
+            raise
         except OSError as exc:
             raise refuse(f"cannot connect to {path}: {exc.strerror}") from None
     finally:

@@ -38,6 +38,11 @@ from sandbridge.relay.channel import Channel
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
 UNIX_BUFFER_BYTES = 256 * 1024
+# While the shim's accept queue is full (a burst, or a shim that never accepts), the next
+# connect is tried after this long, doubling up to the maximum: short enough to add little
+# to a burst, long enough not to spin.
+FULL_QUEUE_FIRST_DELAY = 0.001
+FULL_QUEUE_MAX_DELAY = 0.05
 
 
 class ForwardingMode(enum.Enum):
@@ -48,20 +53,36 @@ class ForwardingMode(enum.Enum):
     V1 = "v1"
 
 
-def connect_unix_checked(path: Path) -> socket.socket:
+async def connect_unix_checked(path: Path) -> socket.socket:
     """Connect to the shim's socket at ``path`` without following a symlink there
-    (:func:`~sandbridge.aio.unix_sockets.connect_checked`)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    (:func:`~sandbridge.aio.unix_sockets.connect_checked`), and without blocking the
+    event loop on a listener whose queue is full: that is waited for here, a few
+    milliseconds at a time, for at most ``STREAM_OPEN_TIMEOUT``."""
+    sock = socket.socket(
+        socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+    )
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
         untrusted_fds.refuse_descriptors(sock)
-        connect_checked(sock, path, UpstreamError, "the shim")
+        deadline = asyncio.get_running_loop().time() + STREAM_OPEN_TIMEOUT
+        delay = FULL_QUEUE_FIRST_DELAY
+        while True:
+            try:
+                connect_checked(sock, path, UpstreamError, "the shim")
+                return sock
+            except BlockingIOError:
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise UpstreamError(
+                        f"{path} accepted no connection for {STREAM_OPEN_TIMEOUT:g} s "
+                        "(its queue is full)"
+                    ) from None
+            # The kernel has no readiness event for room in a listener's queue: look again.
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, FULL_QUEUE_MAX_DELAY)
     except BaseException:
         sock.close()
         raise
-    sock.setblocking(False)
-    return sock
 
 
 async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tuple[Channel, bytes]:
@@ -72,7 +93,7 @@ async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tup
     connection returned is that socket. Raises :class:`NotStreamCapable` for a
     v1-only shim.
     """
-    sock = connect_unix_checked(socket_path)
+    sock = await connect_unix_checked(socket_path)
     if handoff:
         # Descriptors may come with the answer, and with anything the shim sent after it:
         # from here on ``sock`` is released, never closed on the loop.

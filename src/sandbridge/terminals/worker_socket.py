@@ -67,8 +67,10 @@ class WorkerSocket:
         )
         try:
             untrusted_fds.refuse_descriptors(sock)
-            # Non-blocking: a listener whose queue is full answers EAGAIN, a refusal.
-            connect_checked(sock, self.path, _refusal, SERVED_BY)
+            try:
+                connect_checked(sock, self.path, _refusal, SERVED_BY)
+            except BlockingIOError:  # the worker's start is due now, not once it accepts
+                raise _refusal(f"{self.path} accepts no connection (its queue is full)") from None
             pid, _ = peer_credentials(sock)
             if pid == os.getpid():
                 raise _refusal(f"{self.path} is a socket this host serves; refusing to use it")
