@@ -48,15 +48,17 @@ async def ready(sock: socket.socket, *, writable: bool = False) -> None:
             loop.remove_reader(fd)
 
 
-async def until_signalled() -> int:
-    """Wait for SIGINT or SIGTERM; return the conventional exit status for it (128 + N)."""
+def stop_signals() -> asyncio.Future[int]:
+    """From now on, SIGINT and SIGTERM complete the returned future with the conventional
+    exit status (128 + N) instead of killing the process: call it before saying ready, so
+    that a signal right after never skips the cleanup."""
     loop = asyncio.get_running_loop()
     received: asyncio.Future[int] = loop.create_future()
 
     def on_signal(signum: int) -> None:
         if not received.done():
-            received.set_result(signum)
+            received.set_result(128 + signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
-    return 128 + await received
+    return received

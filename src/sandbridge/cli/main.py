@@ -254,6 +254,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
+        stopped = event_loop.stop_signals()
         settings = relay_settings_of(args)
         policy = _host_policy(args)
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
@@ -284,7 +285,7 @@ def cmd_host(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-            return await event_loop.until_signalled()
+            return await stopped
 
     return event_loop.run(serve())
 

@@ -66,6 +66,7 @@ def cmd_shim(args: argparse.Namespace) -> int:
     socket_path = Path(args.socket)
 
     async def serve() -> int:
+        stopped = event_loop.stop_signals()
         shim = Shim(socket_path)
         await shim.start()
         _say(f"shim listening on {socket_path}")
@@ -84,7 +85,7 @@ def cmd_shim(args: argparse.Namespace) -> int:
                 helpers.append(serve_terminal_socket(listener, terminals))
                 _say(f"terminal workers start on {terminals}")
             async with running(*helpers):
-                return await event_loop.until_signalled()
+                return await stopped
         finally:
             if gate is not None:
                 await gate.close()
