@@ -142,3 +142,27 @@ def test_a_shim_without_terminals_is_refused_before_the_approval_is_spent(
         assert [r["state"] for r in json.loads(listing)] == ["approved"]
     finally:
         session.stop()
+
+
+def test_a_pending_request_survives_a_daemon_restart_then_attaches(
+    private_state: None, tmp_path: Path
+) -> None:
+    daemon = start_daemon()
+    session = ExternalSession(tmp_path)
+    try:
+        daemon.wait_line("sandbridge: daemon.session ", "stderr")
+        _, out, _ = session.cli("terminal", "request", "box", "--no-wait", "--reason", "t")
+        request_id = out.strip()
+        daemon.stop(signal.SIGKILL)
+        daemon = start_daemon()
+        session.host.wait_line("sandbridge: the daemon serves this session again", "stderr")
+        _, listing, _ = session.cli("terminal", "list", "--json")
+        assert [(r["id"], r["state"]) for r in json.loads(listing)] == [(request_id, "pending")]
+        session.cli("terminal", "approve", request_id, "--ttl", "60")
+        child = attach_child(session.env, request_id)
+        child.expect(PROMPT)
+        child.sendline("exit 5")
+        assert finish(child)[0] == 5
+    finally:
+        session.stop()
+        daemon.stop()
