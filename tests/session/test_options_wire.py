@@ -39,6 +39,7 @@ def options(tmp_path: Path) -> SessionOptions:
         command=("npm", "run", "dev"),
         policy=policy,
         open_settings=OpenSettings(OpenAction.PRINT, ("firefox", "--new-tab"), ExternalOpens.ALLOW),
+        terminal_socket=True,
     )
 
 
@@ -50,6 +51,7 @@ def test_options_come_back_as_they_were_sent(tmp_path: Path) -> None:
     assert received.settings == sent.settings
     assert received.open_settings == sent.open_settings
     assert received.command == sent.command
+    assert received.terminal_socket is True
     assert sent.policy is not None and received.policy is not None
     for name in ("mode", "gate_addr", "resolver", "rules", "host_services", "publish"):
         assert getattr(received.policy, name) == getattr(sent.policy, name), name
@@ -89,6 +91,7 @@ def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
         ({"settings": {"pool_idle_seconds": 0}}, "pool_idle_seconds must be positive, got 0"),
         ({"command": "rm -rf /"}, "command must be at most 32 strings"),
         ({"command": ["x" * 201]}, "command must be at most 32 strings"),
+        ({"terminal_socket": "yes"}, "terminal_socket must be a bool, got 'yes'"),
     ],
 )
 def test_a_malformed_field_is_refused_by_name(
@@ -103,3 +106,9 @@ def test_a_malformed_field_is_refused_by_name(
     with pytest.raises(DaemonError) as caught:
         decode(data)
     assert error in str(caught.value)
+
+
+def test_an_older_clients_request_has_no_terminal_socket(tmp_path: Path) -> None:
+    data = encode(options(tmp_path))
+    del data["terminal_socket"]
+    assert decode(data).terminal_socket is False

@@ -99,20 +99,7 @@ class TerminalSession:
         return request_id
 
     def attach(self, request_id: str, key: Path | None = None) -> pexpect.spawn:
-        """The attach client on a fresh PTY, with ``stty -g`` printed before and after."""
-        extra = f" --key {key}" if key else ""
-        script = (
-            f'echo "{STTY_MARK}$(stty -g)"; '
-            f"{' '.join(SANDBRIDGE)} terminal attach {request_id}{extra}; "
-            f'echo "EXIT:$?"; echo "{STTY_MARK}$(stty -g)"'
-        )
-        child = pexpect.spawn(
-            "sh", ["-c", script], env=self.env, timeout=30, dimensions=SIZE, encoding="utf-8",
-            codec_errors="replace",
-        )  # fmt: skip
-        child.expect(STTY_MARK + r"(\S+)")
-        _STTY_BEFORE[id(child)] = child.match.group(1)
-        return child
+        return attach_child(self.env, request_id, key)
 
     def audit(self) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = json.loads(self.cli("terminal", "audit", "--json").stdout)
@@ -120,6 +107,23 @@ class TerminalSession:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+def attach_child(env: dict[str, str], request_id: str, key: Path | None = None) -> pexpect.spawn:
+    """The attach client on a fresh PTY, with ``stty -g`` printed before and after."""
+    extra = f" --key {key}" if key else ""
+    script = (
+        f'echo "{STTY_MARK}$(stty -g)"; '
+        f"{' '.join(SANDBRIDGE)} terminal attach {request_id}{extra}; "
+        f'echo "EXIT:$?"; echo "{STTY_MARK}$(stty -g)"'
+    )
+    child = pexpect.spawn(
+        "sh", ["-c", script], env=env, timeout=30, dimensions=SIZE, encoding="utf-8",
+        codec_errors="replace",
+    )  # fmt: skip
+    child.expect(STTY_MARK + r"(\S+)")
+    _STTY_BEFORE[id(child)] = child.match.group(1)
+    return child
 
 
 def finish(child: pexpect.spawn) -> tuple[int, str]:

@@ -34,6 +34,7 @@ from sandbridge.terminals.broker import MAX_STORED_REQUESTS, TerminalBroker
 from sandbridge.terminals.control import call, short_path
 from sandbridge.terminals.frames import Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal
+from sandbridge.terminals.sandbox_channel import SandboxChannel
 from sandbridge.terminals.settings import TerminalSettings
 
 
@@ -172,7 +173,10 @@ def test_a_hostile_entry_or_worker_costs_only_that_attach(tmp_path: Path, behavi
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sandbox_end.setblocking(False)
         broker = TerminalBroker(
-            entry.id, entry.control_socket, host_end, TerminalSettings(ready_budget=3.0)
+            entry.id,
+            entry.control_socket,
+            SandboxChannel(host_end),
+            TerminalSettings(ready_budget=3.0),
         )
         await broker.start()
         loop = asyncio.get_running_loop()
@@ -245,7 +249,10 @@ def test_a_worker_ending_with_a_malformed_reason_is_audited_as_unknown(tmp_path:
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sandbox_end.setblocking(False)
         broker = TerminalBroker(
-            entry.id, entry.control_socket, host_end, TerminalSettings(ready_budget=3.0)
+            entry.id,
+            entry.control_socket,
+            SandboxChannel(host_end),
+            TerminalSettings(ready_budget=3.0),
         )
         await broker.start()
         loop = asyncio.get_running_loop()
@@ -321,7 +328,7 @@ def test_an_attach_proof_whose_size_is_not_an_integer_is_refused_as_malformed(
     async def scenario() -> None:
         entry = SessionEntry.create("web", tmp_path)
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        broker = TerminalBroker(entry.id, entry.control_socket, host_end)
+        broker = TerminalBroker(entry.id, entry.control_socket, SandboxChannel(host_end))
         await broker.start()
         try:
             request_id = await _approved_request(keys.owner_key())
@@ -351,7 +358,7 @@ def test_a_revoked_worker_that_never_reads_its_link_is_cut_off(tmp_path: Path) -
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sandbox_end.setblocking(False)
         settings = TerminalSettings(ready_budget=3.0, refresh=0.1, hangup_grace=0.1)
-        broker = TerminalBroker(entry.id, entry.control_socket, host_end, settings)
+        broker = TerminalBroker(entry.id, entry.control_socket, SandboxChannel(host_end), settings)
         await broker.start()
         loop = asyncio.get_running_loop()
         host_link, worker_link = socket.socketpair()

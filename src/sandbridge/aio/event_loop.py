@@ -8,6 +8,7 @@ clients showed most of its time in the stdlib loop's transport and timer code.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -45,3 +46,19 @@ async def ready(sock: socket.socket, *, writable: bool = False) -> None:
             loop.remove_writer(fd)
         else:
             loop.remove_reader(fd)
+
+
+def stop_signals() -> asyncio.Future[int]:
+    """From now on, SIGINT and SIGTERM complete the returned future with the conventional
+    exit status (128 + N) instead of killing the process: call it before saying ready, so
+    that a signal right after never skips the cleanup."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[int] = loop.create_future()
+
+    def on_signal(signum: int) -> None:
+        if not received.done():
+            received.set_result(128 + signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    return received

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import os
 import socket
+import stat
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -38,6 +40,46 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int]:
         sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     )
     return pid, uid
+
+
+def connect_checked(
+    sock: socket.socket, path: Path, refuse: Callable[[str], Exception], what: str
+) -> None:
+    """Connect ``sock`` to the Unix socket at ``path``, a path the sandbox can write.
+
+    The sandbox could replace the socket there with a symlink to a host socket, a FIFO or
+    a file. So the path is opened with ``O_PATH | O_NOFOLLOW``, what was opened must be a
+    socket owned by this user, and ``sock`` connects through ``/proc/self/fd/N``: the inode
+    checked is the one connected to, with no window for a swap in between. Every refusal
+    is ``refuse(message)``, the message naming ``path`` (``what`` says who should serve it).
+
+    Pass a non-blocking ``sock``: a blocking connect to a listener whose queue is full
+    waits until the listener accepts, which a hostile one never does, and the event loop
+    (in the daemon: every session's) would wait with it. A non-blocking one raises
+    :class:`BlockingIOError` instead, and the caller decides whether to try again.
+    """
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise refuse(f"{path} does not exist: is {what} running?") from None
+    except OSError as exc:
+        raise refuse(f"cannot open {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISLNK(info.st_mode):
+            raise refuse(f"{path} is a symlink; refusing to follow it")
+        if not stat.S_ISSOCK(info.st_mode):
+            raise refuse(f"{path} is not a socket; refusing to use it")
+        if info.st_uid != os.getuid():
+            raise refuse(f"{path} is owned by uid {info.st_uid}; refusing to use it")
+        try:
+            sock.connect(f"/proc/self/fd/{fd}")
+        except BlockingIOError:
+            raise
+        except OSError as exc:
+            raise refuse(f"cannot connect to {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def bind_unix_socket(path: Path) -> socket.socket:

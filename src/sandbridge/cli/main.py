@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import os
@@ -16,7 +15,9 @@ from pathlib import Path
 
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.cli import network as network_cli
+from sandbridge.cli import shim as shim_cli
 from sandbridge.cli.relay_options import (
     add_open_options,
     add_relay_options,
@@ -28,10 +29,8 @@ from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import (
-    DEFAULT_UPSTREAM_SOCKET,
     EGRESS_SOCKET,
     MOUNT_POINT,
-    UPSTREAM_SOCKET_ENV,
 )
 from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay.app_listener import App
@@ -269,22 +268,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _run_session(args, command, announce)
 
 
-async def _until_signalled() -> int:
-    """Wait for SIGINT or SIGTERM; return the conventional exit status for it."""
-    loop = asyncio.get_running_loop()
-    received: asyncio.Future[int] = loop.create_future()
-
-    def on_signal(signum: int) -> None:
-        if not received.done():
-            received.set_result(signum)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
-    return 128 + await received
-
-
 def cmd_host(args: argparse.Namespace) -> int:
     async def serve() -> int:
+        stopped = event_loop.stop_signals()
         settings = relay_settings_of(args)
         policy = _host_policy(args)
         runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
@@ -296,13 +282,14 @@ def cmd_host(args: argparse.Namespace) -> int:
             on_register=_print_app,
             open_settings=open_settings(args),
             policy=policy,
+            terminal_socket=True,
         )
         daemon = None if args.no_daemon else connect_daemon()
-        # (no control socket without a terminal channel: nothing sets the stop event)
-        async with host_half(daemon, runtime_dir, options) as (entry, _stop):
+        async with host_half(daemon, runtime_dir, options) as (entry, stop):
             _print_session(entry)
             print(
-                f"sandbridge: serving registrations on {runtime_dir.relay_socket}",
+                f"sandbridge: serving registrations on {runtime_dir.relay_socket}; for "
+                f"terminals (sandbridge shell {entry.id}), run sandbridge shim --terminals inside",
                 file=sys.stderr,
                 flush=True,
             )
@@ -314,7 +301,11 @@ def cmd_host(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-            return await _until_signalled()
+            # The owner's stop (control socket, dashboard) ends the host half as SIGTERM
+            # does; the container is its runtime's to end.
+            async with running(stop.wait()) as (stop_waiter,):
+                await first_done(stopped, stop_waiter)  # type: ignore[arg-type]
+            return stopped.result() if stopped.done() else 128 + signal.SIGTERM
 
     return event_loop.run(serve())
 
@@ -345,35 +336,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
             who = "" if app.process is None else f" ({app.process})"
             print(f"  port {app.port}{who} -> {app.url}{private}")
     return 0
-
-
-def cmd_shim(args: argparse.Namespace) -> int:
-    from sandbridge.egress.gate_listener import GateListener
-    from sandbridge.relay.shim import Shim
-
-    async def serve() -> int:
-        shim = Shim(Path(args.socket))
-        await shim.start()
-        print(f"sandbridge: shim listening on {args.socket}", file=sys.stderr, flush=True)
-        gate = None
-        if args.gate_port:
-            egress = Path(args.socket).parent / EGRESS_SOCKET
-            gate = GateListener(args.gate_addr, args.gate_port, egress)
-            await gate.start()
-            print(
-                f"sandbridge: gate on {args.gate_addr} ports "
-                f"{', '.join(map(str, args.gate_port))} -> {egress}",
-                file=sys.stderr,
-                flush=True,
-            )
-        try:
-            return await _until_signalled()
-        finally:
-            if gate is not None:
-                await gate.close()
-            await shim.close()
-
-    return event_loop.run(serve())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -433,26 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     network_cli.add_status_command(commands)
 
-    shim = commands.add_parser("shim", help="run the shim inside a sandbox another runtime starts")
-    shim.add_argument(
-        "--socket",
-        default=os.environ.get(UPSTREAM_SOCKET_ENV, DEFAULT_UPSTREAM_SOCKET),
-        help="where to listen (default: $AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET)",
-    )
-    shim.add_argument(
-        "--gate-port",
-        type=int,
-        action="append",
-        default=[],
-        metavar="PORT",
-        help="bridge GATE-ADDR:PORT to the host's egress gate (sandbridge host --egress), "
-        f"one per gate port: the proxy's {PROXY_PORT} and each host service's",
-    )
-    shim.add_argument(
-        "--gate-addr", default="127.0.0.1", help="where --gate-port listens (default 127.0.0.1)"
-    )
-    shim.add_argument("-v", "--verbose", action="store_true", help="log debug events")
-    shim.set_defaults(func=cmd_shim)
+    shim_cli.add_command(commands)
 
     from sandbridge.cli import egress as egress_cli
     from sandbridge.cli import policy as policy_cli

@@ -20,6 +20,10 @@ RELAY_SOCKET = "relay.sock"
 UPSTREAM_SOCKET = "upstream.sock"
 # The host's egress gate, which the sandbox's gate listener bridges to.
 EGRESS_SOCKET = "egress.sock"
+# sandbridge's own, not the accepted contract's: ``sandbridge shim --terminals`` starts a
+# terminal worker for each connection the host makes to it (a sandbox another runtime
+# starts, where the host has no private channel to hand over: docs/external-runtimes.md).
+TERMINAL_SOCKET = "terminal.sock"
 
 RELAY_SOCKET_ENV = "AGS_WEBVIEW_RELAY_SOCKET"
 UPSTREAM_SOCKET_ENV = "AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET"

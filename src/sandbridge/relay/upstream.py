@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import os
 import socket
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
+from sandbridge.aio.unix_sockets import connect_checked
 from sandbridge.exceptions import (
     HandoffRefused,
     NotStreamCapable,
@@ -39,6 +38,11 @@ from sandbridge.relay.channel import Channel
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
 UNIX_BUFFER_BYTES = 256 * 1024
+# While the shim's accept queue is full (a burst, or a shim that never accepts), the next
+# connect is tried after this long, doubling up to the maximum: short enough to add little
+# to a burst, long enough not to spin.
+FULL_QUEUE_FIRST_DELAY = 0.001
+FULL_QUEUE_MAX_DELAY = 0.05
 
 
 class ForwardingMode(enum.Enum):
@@ -49,35 +53,36 @@ class ForwardingMode(enum.Enum):
     V1 = "v1"
 
 
-def connect_unix_checked(path: Path) -> socket.socket:
-    """Connect to the Unix socket at ``path`` without following a symlink there."""
+async def connect_unix_checked(path: Path) -> socket.socket:
+    """Connect to the shim's socket at ``path`` without following a symlink there
+    (:func:`~sandbridge.aio.unix_sockets.connect_checked`), and without blocking the
+    event loop on a listener whose queue is full: that is waited for here, a few
+    milliseconds at a time, for at most ``STREAM_OPEN_TIMEOUT``."""
+    sock = socket.socket(
+        socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+    )
     try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UpstreamError(f"{path} does not exist: is the shim running?") from None
-    except OSError as exc:
-        raise UpstreamError(f"cannot open {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISLNK(info.st_mode):
-            raise UpstreamError(f"{path} is a symlink; refusing to follow it")
-        if not stat.S_ISSOCK(info.st_mode):
-            raise UpstreamError(f"{path} is not a socket; refusing to use it")
-        if info.st_uid != os.getuid():
-            raise UpstreamError(f"{path} is owned by uid {info.st_uid}; refusing to use it")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
-            untrusted_fds.refuse_descriptors(sock)
-            sock.connect(f"/proc/self/fd/{fd}")
-        except OSError as exc:
-            sock.close()
-            raise UpstreamError(f"cannot connect to {path}: {exc.strerror}") from None
-        sock.setblocking(False)
-        return sock
-    finally:
-        os.close(fd)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
+        untrusted_fds.refuse_descriptors(sock)
+        deadline = asyncio.get_running_loop().time() + STREAM_OPEN_TIMEOUT
+        delay = FULL_QUEUE_FIRST_DELAY
+        while True:
+            try:
+                connect_checked(sock, path, UpstreamError, "the shim")
+                return sock
+            except BlockingIOError:
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise UpstreamError(
+                        f"{path} accepted no connection for {STREAM_OPEN_TIMEOUT:g} s "
+                        "(its queue is full)"
+                    ) from None
+            # The kernel has no readiness event for room in a listener's queue: look again.
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, FULL_QUEUE_MAX_DELAY)
+    except BaseException:
+        sock.close()
+        raise
 
 
 async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tuple[Channel, bytes]:
@@ -88,7 +93,7 @@ async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tup
     connection returned is that socket. Raises :class:`NotStreamCapable` for a
     v1-only shim.
     """
-    sock = connect_unix_checked(socket_path)
+    sock = await connect_unix_checked(socket_path)
     if handoff:
         # Descriptors may come with the answer, and with anything the shim sent after it:
         # from here on ``sock`` is released, never closed on the loop.

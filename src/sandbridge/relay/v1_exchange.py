@@ -42,7 +42,7 @@ async def _read_body(browser: BrowserConnection) -> bytes:
 
 
 async def _round_trip(socket_path: Path, request: v1.V1Request, timeout: float) -> v1.V1Response:
-    sock = connect_unix_checked(socket_path)
+    sock = await connect_unix_checked(socket_path)
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     try:
         writer.write(v1.encode_request(request))

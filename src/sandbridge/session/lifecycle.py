@@ -4,9 +4,9 @@
 this: :func:`open_session` owns the runtime dir it is given and the session's registry
 entry, and starts what the session serves (the registration server and app listeners;
 the egress gate when the policy allows named destinations; the terminal broker when the
-host holds a channel to the sandbox's entry; the opener of the sandbox's open
-requests). Leaving the ``async with`` closes all of it in the reverse order and removes
-the entry and the runtime dir, whatever ended it.
+host holds a channel to the sandbox's entry, or the sandbox serves ``terminal.sock``;
+the opener of the sandbox's open requests). Leaving the ``async with`` closes all of it
+in the reverse order and removes the entry and the runtime dir, whatever ended it.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from sandbridge.relay.host_opener import HostOpener, OpenSettings
 from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.session.host import HostSession
-from sandbridge.terminals.broker import TerminalBroker
+from sandbridge.terminals.broker import TerminalBroker, WorkerStarter
 from sandbridge.terminals.pending import FILE as PENDING_FILE
+from sandbridge.terminals.sandbox_channel import SandboxChannel
 from sandbridge.terminals.settings import TerminalSettings
+from sandbridge.terminals.worker_socket import WorkerSocket
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,9 @@ class SessionOptions:
     policy: Policy | None = None
     # The host's end of the private channel to the sandbox's entry: terminals need it.
     terminal_channel: socket.socket | None = None
+    # Another runtime's sandbox: terminals through terminal.sock in the runtime dir,
+    # which ``sandbridge shim --terminals`` serves inside (docs/external-runtimes.md).
+    terminal_socket: bool = False
     # How the sandbox's open requests are carried out (docs/open.md); without it, as
     # OpenSettings.for_host decides from the environment.
     open_settings: OpenSettings | None = None
@@ -165,13 +170,18 @@ async def open_session(
         )
     stop_requested = asyncio.Event()
     broker: TerminalBroker | None = None
+    starter: WorkerStarter | None = None
     if options.terminal_channel is not None:
+        starter = SandboxChannel(options.terminal_channel)
+    elif options.terminal_socket:
+        starter = WorkerSocket(runtime_dir.path)
+    if starter is not None:
         # The owner's egress answers and session ops travel on the same control socket.
         owner_ops = session_ops(options, gate, host, stop_requested, entry.id)
         broker = TerminalBroker(
             entry.id,
             entry.control_socket,
-            options.terminal_channel,
+            starter,
             TerminalSettings.from_env(),
             owner_ops=owner_ops,
             pending_path=entry.path / PENDING_FILE,

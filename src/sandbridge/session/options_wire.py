@@ -5,7 +5,8 @@ needs (``egress.policy.served_lines``) and how open requests are carried out. Th
 rebuilds each value with the same parsers the command line uses, so a malformed field is
 refused with its name (:class:`DaemonError`) and never half-applied. Callbacks and the
 terminal channel are the daemon's own (it sends events; the channel comes as a
-descriptor).
+descriptor); ``terminal_socket`` (another runtime's sandbox serves ``terminal.sock``) is
+a flag.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def encode(options: SessionOptions) -> dict[str, Any]:
         "workdir": str(options.workdir),
         "command": [word[:MAX_WORD_CHARS] for word in options.command[:MAX_COMMAND_WORDS]],
         "protocol": options.protocol.value,
+        "terminal_socket": options.terminal_socket,
         "settings": {
             **{name: getattr(settings, name) for name in _LIMITS},
             "pool_size": settings.pool_size,
@@ -77,6 +79,8 @@ def decode(data: dict[str, Any]) -> SessionOptions:
             workdir=Path(_typed(data, "workdir", str)),
             command=_command(data.get("command")),
             protocol=ForwardingMode(_typed(data, "protocol", str)),
+            # Absent from an older client's request: that session has no terminal.sock.
+            terminal_socket="terminal_socket" in data and _typed(data, "terminal_socket", bool),
             settings=_settings(_typed(data, "settings", dict)),
             policy=_policy(data.get("policy")),
             open_settings=_open_settings(data.get("open")),

@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
@@ -72,7 +72,6 @@ from sandbridge.terminals.request_state import (
     RequestState,
     RequestStateMachine,
 )
-from sandbridge.terminals.sandbox_channel import SandboxChannel
 from sandbridge.terminals.settings import TerminalSettings
 
 # The requester has this long to answer the attach challenge.
@@ -93,6 +92,15 @@ CHALLENGE_BYTES = 32
 # An op another part of the session serves on the control socket: the request's JSON
 # object in, the answer's fields out; a refusal is a ControlRefusal.
 OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class WorkerStarter(Protocol):
+    """How a session starts workers in its sandbox: the private channel of a ``run``
+    (``sandbox_channel.py``) or ``terminal.sock`` of another runtime's (``worker_socket.py``)."""
+
+    def unavailable(self) -> str | None: ...  # why none can start now (no approval spent)
+    async def start_worker(self) -> tuple[FramedStream, socket.socket]: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -140,7 +148,7 @@ class TerminalBroker:
         self,
         session: str,
         control_socket: Path,
-        sandbox_channel: socket.socket | None,
+        sandbox: WorkerStarter | None,
         settings: TerminalSettings | None = None,
         *,
         owner_ops: Mapping[str, OwnerOp] | None = None,
@@ -155,7 +163,7 @@ class TerminalBroker:
         # approval for the old one never opens a terminal in the new one.
         self.instance = secrets.token_hex(8)
         self.settings = TerminalSettings() if settings is None else settings
-        self._sandbox = None if sandbox_channel is None else SandboxChannel(sandbox_channel)
+        self._sandbox = sandbox
         self._requests: dict[str, TerminalRequest] = {}
         self._server: asyncio.Server | None = None
         self._handlers = TaskSet()
@@ -463,12 +471,15 @@ class TerminalBroker:
         )  # fmt: skip
         if isinstance(decision, Refuse):
             raise self._refuse(request, decision.code, decision.message)
-        if self._sandbox is None:
-            # Before the reservation: no approval is spent on a session that cannot
-            # start a terminal (``sandbridge host``: the sandbox is another runtime's).
-            raise self._refuse(
-                request, "no_sandbox", "this session has no sandbox to open a terminal in"
-            )
+        # Before the reservation: no approval is spent on a session that cannot start a
+        # terminal (a broker without a sandbox; a shim serving no terminal.sock).
+        why = (
+            "this session has no sandbox to open a terminal in"
+            if self._sandbox is None
+            else self._sandbox.unavailable()
+        )
+        if why is not None:
+            raise self._refuse(request, "no_sandbox", why)
         seq = self._reserve(request, decision, now)
         await self._run_terminal(request, decision, seq, reader, writer)
 

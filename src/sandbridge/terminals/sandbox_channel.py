@@ -37,6 +37,10 @@ class SandboxChannel:
         untrusted_fds.refuse_descriptors(sock)
         self._lock = asyncio.Lock()
 
+    def unavailable(self) -> str | None:
+        """Always there: the sandbox's entry holds the other end for the session's life."""
+        return None
+
     async def start_worker(self) -> tuple[FramedStream, socket.socket]:
         """Ask the sandbox entry for a worker; get the host end of its socket.
 
