@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -106,6 +107,30 @@ def test_peer_of_another_uid_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
         shutil.rmtree(xdg, ignore_errors=True)
 
 
+def test_sandbox_that_reaches_the_daemon_socket_is_refused(
+    backend: str, daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # However daemon.sock got into a sandbox (here a hard link in its workdir; a runtime
+    # dir that holds the state root did it for containers), the sandbox, of the same
+    # uid, is told apart by its mount namespace and never served.
+    work = tmp_path / "work"
+    work.mkdir()
+    os.link(socket_path(xdg), work / "daemon.sock")
+    probe = ["/usr/bin/python3", "-c", ASK, str(work / "daemon.sock")]
+    result = subprocess.run(
+        run_argv(work, *probe, options=("--backend", backend, "--no-daemon")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    answer = json.loads(result.stdout)
+    assert "is not in the daemon's mount namespace (a sandbox or a container)" in str(
+        answer["error"]
+    ), result.stderr
+    daemon.wait_line("sandbridge: daemon.refused ", "stderr")
+
+
 def test_request_of_another_protocol_version_is_refused(daemon: Process, xdg: Path) -> None:
     answer = ask(xdg, b'{"version": 99}')
     assert "protocol version 99 is not 1" in str(answer["error"])
@@ -144,6 +169,25 @@ def test_descriptor_that_is_not_the_named_dir_is_refused(
         for fd in fds:
             os.close(fd)
     assert answer == {"error": f"runtime dir {runtime} is not the directory sent with it"}
+
+
+def test_runtime_dir_that_holds_the_daemon_socket_is_refused(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # Its sandbox would see the daemon's socket and every session's control socket.
+    root = socket_path(xdg).parent
+    entry = SessionEntry.create("exposed", tmp_path)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        message = daemon_wire.request(
+            encode(SessionOptions(workdir=tmp_path)), str(root), str(entry.path)
+        )
+        answer = ask(xdg, message, [fd, entry.fd])
+    finally:
+        os.close(fd)
+        entry.remove()
+    assert str(answer["error"]).startswith(f"runtime dir {root}: it is {root}, sandbridge's own")
+    assert not (root / "relay.sock").exists()
 
 
 def test_request_without_descriptors_is_refused(daemon: Process, xdg: Path) -> None:

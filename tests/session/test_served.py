@@ -10,6 +10,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SANDBRIDGE, Process, Relay, host_port_of, request, run_argv
 
 
@@ -111,6 +113,39 @@ def test_allow_without_egress_is_refused(runtime_dir: Path) -> None:
     )
     assert result.returncode == 2
     assert "--allow needs --egress" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "where", ["runtime base", "state root", "inside the state root", "holds the key dir"]
+)
+def test_host_refuses_a_runtime_dir_that_would_show_the_container_sandbridge_state(
+    served: Process | None, xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # The container mounts the runtime dir: one that holds the state root hands it the
+    # daemon's socket and every session's control socket.
+    root = xdg / f"sandbridge-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    (tmp_path / "config" / "sandbridge").mkdir(mode=0o700, parents=True)
+    os.chmod(tmp_path / "config", 0o700)
+    path = {
+        "runtime base": xdg,
+        "state root": root,
+        "inside the state root": root / "rt",
+        "holds the key dir": tmp_path / "config",
+    }[where]
+    path.mkdir(mode=0o700, exist_ok=True)
+    result = subprocess.run(
+        [*SANDBRIDGE, "host", "--runtime-dir", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"--runtime-dir {path}: it " in result.stderr
+    assert "give it a new directory of its own" in result.stderr
+    assert not (path / "relay.sock").exists()
 
 
 def test_sandbox_cannot_reach_the_daemon_socket(daemon: Process, xdg: Path, tmp_path: Path) -> None:

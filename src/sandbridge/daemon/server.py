@@ -8,9 +8,11 @@ already separates the connections of one: every listener has its own limits and
 watchdogs, and a session that fails (a refused request, an error in its teardown) ends
 only its own task; the others never wait for it.
 
-Who may ask: only a peer of this user (``SO_PEERCRED``), on a socket that is 0600 in a
-0700 dir; and a session's dirs must be the client's own (the descriptors it sends are
-the very directories its paths name, and the entry's pid is the peer's).
+Who may ask: only a peer of this user (``SO_PEERCRED``) in the daemon's own mount
+namespace (never a sandbox or a container, even one the socket leaked into), on a
+socket that is 0600 in a 0700 dir; and a session's dirs must be the client's own (the
+descriptors it sends are the very directories its paths name, and the entry's pid is
+the peer's).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sandbridge import log
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.event_loop import ready
 from sandbridge.aio.tasks import TaskSet, first_done, running
-from sandbridge.aio.unix_sockets import peer_credentials
+from sandbridge.aio.unix_sockets import peer_credentials, peer_shares_mount_namespace
 from sandbridge.daemon.place import daemon_place
 from sandbridge.exceptions import DaemonError, SandbridgeError
 from sandbridge.places.registry import SessionEntry
@@ -40,6 +42,7 @@ from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.relay.app_listener import App
+from sandbridge.sandbox.host_paths import exposure
 from sandbridge.session import options_wire
 from sandbridge.session.lifecycle import open_session
 
@@ -145,6 +148,13 @@ class Daemon:
         pid, uid = peer_credentials(conn)
         if uid != os.getuid():
             raise DaemonError(f"uid {uid} is not the daemon's user; use your own daemon")
+        if not peer_shares_mount_namespace(conn, pid):
+            # A sandbox or a container (same uid, own mount namespace) that found the
+            # socket some way: never served, whatever it asks (docs/daemon.md).
+            raise DaemonError(
+                f"pid {pid} is not in the daemon's mount namespace (a sandbox or a "
+                "container); the daemon serves only its user's processes on the host"
+            )
         if len(self.sessions) > MAX_SESSIONS:
             raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
         fds: list[int] = []
@@ -204,6 +214,9 @@ async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
 def _runtime_dir(path: Path, fd: int) -> RuntimeDir:
     """The client's runtime dir: ``path`` must be a private dir of this user and ``fd``
     that very directory (the client holds its lock; the descriptor shares it)."""
+    if (why := exposure(path)) is not None:
+        # Its sandbox would see it all: the daemon's socket, other sessions' sockets.
+        raise DaemonError(f"runtime dir {path}: {why}")
     try:
         require_private_dir(path, "runtime dir", DaemonError)
         same = os.path.samestat(os.fstat(fd), os.lstat(path))
