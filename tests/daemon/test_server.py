@@ -190,6 +190,42 @@ def test_runtime_dir_that_holds_the_daemon_socket_is_refused(
     assert not (root / "relay.sock").exists()
 
 
+@pytest.mark.parametrize("kind", ["FIFO", "directory", "TCP socket", "stream socket"])
+def test_a_third_descriptor_that_is_no_terminal_channel_is_refused_and_not_kept(
+    daemon: Process, xdg: Path, tmp_path: Path, kind: str
+) -> None:
+    runtime = RuntimeDir.create(xdg / "ags-webview-relay-channel")
+    entry = SessionEntry.create("channel", tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    held: list[socket.socket] = []
+    if kind == "FIFO":
+        fd = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)
+    elif kind == "directory":
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    elif kind == "TCP socket":
+        held = [socket.create_server(("127.0.0.1", 0))]
+    else:
+        held = list(socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+    if held:
+        fd = os.dup(held[0].fileno())
+    before = len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+    try:
+        message = daemon_wire.request(
+            encode(SessionOptions(workdir=tmp_path)), str(runtime.path), str(entry.path)
+        )
+        answer = ask(xdg, message, [runtime.fd, entry.fd, fd])
+    finally:
+        os.close(fd)
+        for sock in held:
+            sock.close()
+        entry.remove()
+        runtime.remove()
+    assert answer == {
+        "error": "the third descriptor is not a terminal channel (a Unix SOCK_SEQPACKET socket)"
+    }
+    wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)
+
+
 def test_request_without_descriptors_is_refused(daemon: Process, xdg: Path) -> None:
     message = b'{"version":1,"serve":{},"runtime_dir":"/x","session_dir":"/y"}'
     assert ask(xdg, message) == {"error": "a request carries 2 or 3 descriptors, not 0"}

@@ -170,7 +170,9 @@ class Daemon:
             del fds[0]  # the runtime dir owns it now
             entry = SessionEntry.attach(Path(session_path), fds[0])
             del fds[0]
-            channel = socket.socket(fileno=fds.pop()) if fds else None
+            if fds:
+                channel = _terminal_channel(fds[0])
+                del fds[0]
             if entry.record.pid != pid:
                 owner = entry.record.pid
                 raise DaemonError(f"session {entry.id} belongs to pid {owner}, not {pid}")
@@ -225,6 +227,22 @@ def _runtime_dir(path: Path, fd: int) -> RuntimeDir:
     if not same:
         raise DaemonError(f"runtime dir {path} is not the directory sent with it")
     return RuntimeDir(path=path, owned=False, _fd=fd, served=True)
+
+
+def _terminal_channel(fd: int) -> socket.socket:
+    """The third descriptor: the host's end of the terminal channel, a Unix
+    ``SOCK_SEQPACKET`` socket (``fd`` stays the caller's to release if it is not)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        sock = None
+    if sock is None or sock.family != socket.AF_UNIX or sock.type != socket.SOCK_SEQPACKET:
+        if sock is not None:
+            sock.detach()
+        raise DaemonError(
+            "the third descriptor is not a terminal channel (a Unix SOCK_SEQPACKET socket)"
+        )
+    return sock
 
 
 def _remove_stale_sockets(runtime_dir: RuntimeDir, entry: SessionEntry) -> None:
