@@ -27,6 +27,7 @@ from tests.conftest import (
     ECHO_APP,
     PYTHON,
     REPO,
+    SANDBRIDGE,
     Process,
     host_port_of,
     port_is_open,
@@ -229,6 +230,41 @@ def test_a_third_descriptor_that_is_no_terminal_channel_is_refused_and_not_kept(
 def test_request_without_descriptors_is_refused(daemon: Process, xdg: Path) -> None:
     message = b'{"version":1,"serve":{},"runtime_dir":"/x","session_dir":"/y"}'
     assert ask(xdg, message) == {"error": "a request carries 2 or 3 descriptors, not 0"}
+
+
+def test_a_daemon_out_of_descriptors_keeps_running_and_serves_once_they_are_back(
+    xdg: Path, tmp_path: Path
+) -> None:
+    # Descriptors run out (here: clients that send nothing; as well, browser connections
+    # to the apps of every session): accept() fails with EMFILE, which ended the daemon
+    # and every session's host half with it.
+    daemon = Process(["prlimit", "--nofile=64:64", *SANDBRIDGE, "daemon"])
+    daemon.wait_line("sandbridge: daemon ", "stderr")
+
+    def descriptors() -> int:
+        return len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+
+    baseline = descriptors()
+    idle = []
+    try:
+        for _ in range(100):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.connect(str(socket_path(xdg)))
+            idle.append(sock)
+        daemon.wait_line("sandbridge: daemon.accept_failed ", "stderr")
+        for sock in idle:
+            sock.close()
+        # The daemon takes the rest of them, refuses each (it sent nothing), lets go.
+        wait_until(lambda: descriptors() <= baseline, timeout=30)
+        process, port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+        assert request(port)[0] == 200
+        process.stop()
+        assert daemon.popen.poll() is None
+        daemon.wait_line("sandbridge: daemon.session ", "stderr")
+    finally:
+        for sock in idle:
+            sock.close()
+        daemon.stop()
 
 
 def test_client_leaving_ends_its_session_only(daemon: Process, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -48,12 +49,13 @@ def peer_shares_mount_namespace(sock: socket.socket, pid: int) -> bool:
     apart whatever way it found the socket. False when it cannot be told (its pid is not
     visible here, it is gone, its ``/proc`` entry cannot be read). The pidfd taken at
     ``connect`` (or, on an older kernel, right after) still naming a live process after
-    the check proves that ``/proc/PID`` was the peer's, not a reused pid's."""
+    the check proves that ``/proc/PID`` was the peer's, not a reused pid's. Raises
+    :class:`OSError` when the pidfd cannot be had (out of descriptors): not an answer."""
     if pid <= 0:
         return False
     try:
         pidfd = _peer_pidfd(sock, pid)
-    except OSError:
+    except ProcessLookupError:
         return False
     try:
         theirs = os.stat(f"/proc/{pid}/ns/mnt")
@@ -69,7 +71,9 @@ def peer_shares_mount_namespace(sock: socket.socket, pid: int) -> bool:
 def _peer_pidfd(sock: socket.socket, pid: int) -> int:
     try:
         data = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
-    except OSError:
+    except OSError as exc:
+        if exc.errno != errno.ENOPROTOOPT:
+            raise
         return os.pidfd_open(pid)  # a kernel before 6.5
     fd: int = struct.unpack("i", data)[0]
     return fd

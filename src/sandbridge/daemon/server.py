@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import io
 import os
 import signal
@@ -52,6 +53,14 @@ REQUEST_TIMEOUT = 10.0
 # Sessions served at once: far more than one user runs, and each costs a few
 # descriptors and listeners; past it a request is refused with a message.
 MAX_SESSIONS = 256
+# A refused client's messages read (and dropped) before the close: its one request.
+MAX_DROPPED_MESSAGES = 4
+# accept() failing for want of descriptors or memory, or for a client gone before it was
+# taken: not the daemon's end; it waits this long and accepts again (as asyncio's servers).
+ACCEPT_RETRY_ERRORS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
+)
+ACCEPT_RETRY_DELAY = 0.5
 # Events queued for a client that does not read: its app lines and open messages. Past
 # this many the oldest are dropped (the client is the owner's own process; it reads).
 MAX_QUEUED_EVENTS = 256
@@ -122,7 +131,17 @@ class Daemon:
         self.listener.setblocking(False)
         try:
             while True:
-                conn, _ = await loop.sock_accept(self.listener)
+                try:
+                    conn, _ = await loop.sock_accept(self.listener)
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_RETRY_ERRORS:
+                        raise
+                    # Out of descriptors or memory (browser connections to every app of
+                    # every session count): every session stays served, and the next
+                    # client is taken once some are back.
+                    log.warning("daemon.accept_failed", error=exc.strerror)
+                    await asyncio.sleep(ACCEPT_RETRY_DELAY)
+                    continue
                 self.sessions.spawn(self._client(conn))
         finally:
             await self.sessions.close()
@@ -135,6 +154,7 @@ class Daemon:
         except SandbridgeError as exc:
             log.info("daemon.refused", error=str(exc))
             outbox.put(Event.ERROR, str(exc))
+            _drop_queued(conn)
         except Exception as exc:  # one session's bug ends that session only
             log.warning("daemon.session_failed", error=repr(exc))
             outbox.put(Event.ERROR, f"the session failed in the daemon: {exc!r}")
@@ -148,7 +168,11 @@ class Daemon:
         pid, uid = peer_credentials(conn)
         if uid != os.getuid():
             raise DaemonError(f"uid {uid} is not the daemon's user; use your own daemon")
-        if not peer_shares_mount_namespace(conn, pid):
+        try:
+            ours = peer_shares_mount_namespace(conn, pid)
+        except OSError as exc:
+            raise DaemonError(f"cannot check pid {pid}'s mount namespace: {exc.strerror}") from None
+        if not ours:
             # A sandbox or a container (same uid, own mount namespace) that found the
             # socket some way: never served, whatever it asks (docs/daemon.md).
             raise DaemonError(
@@ -200,6 +224,21 @@ class Daemon:
         log.info("daemon.session_end", session=entry.id)
 
 
+def _drop_queued(conn: socket.socket) -> None:
+    """Read what the client sent and was not read (a request refused before it was
+    read): closing with it unread resets the connection, and the client would lose the
+    refusal. Its descriptors are released off the loop."""
+    fds: list[int] = []
+    with contextlib.suppress(OSError):
+        for _ in range(MAX_DROPPED_MESSAGES):
+            data, _ = untrusted_fds.receive(
+                conn, daemon_wire.MAX_MESSAGE_BYTES + 1, daemon_wire.MAX_REQUEST_FDS, fds
+            )
+            untrusted_fds.release_all(fds)
+            if not data:
+                break
+
+
 async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
     async with asyncio.timeout(REQUEST_TIMEOUT):
         await ready(conn)
@@ -207,7 +246,12 @@ async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
         conn, daemon_wire.MAX_MESSAGE_BYTES + 1, daemon_wire.MAX_REQUEST_FDS, fds
     )
     if truncated or len(fds) > daemon_wire.MAX_REQUEST_FDS:
-        raise DaemonError(f"a request carries at most {daemon_wire.MAX_REQUEST_FDS} descriptors")
+        # The kernel drops what does not fit: more descriptors than the room, or any
+        # once this process has no descriptor left for them.
+        raise DaemonError(
+            f"a request carries at most {daemon_wire.MAX_REQUEST_FDS} descriptors, and the "
+            "daemon must have room for them: not all of this one's could be received"
+        )
     if len(data) > daemon_wire.MAX_MESSAGE_BYTES:
         raise DaemonError(f"a request is at most {daemon_wire.MAX_MESSAGE_BYTES} bytes")
     return data
