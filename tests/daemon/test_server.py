@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -26,6 +27,7 @@ from tests.conftest import (
     ECHO_APP,
     PYTHON,
     REPO,
+    SANDBRIDGE,
     Process,
     host_port_of,
     port_is_open,
@@ -106,6 +108,30 @@ def test_peer_of_another_uid_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
         shutil.rmtree(xdg, ignore_errors=True)
 
 
+def test_sandbox_that_reaches_the_daemon_socket_is_refused(
+    backend: str, daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # However daemon.sock got into a sandbox (here a hard link in its workdir; a runtime
+    # dir that holds the state root did it for containers), the sandbox, of the same
+    # uid, is told apart by its mount namespace and never served.
+    work = tmp_path / "work"
+    work.mkdir()
+    os.link(socket_path(xdg), work / "daemon.sock")
+    probe = ["/usr/bin/python3", "-c", ASK, str(work / "daemon.sock")]
+    result = subprocess.run(
+        run_argv(work, *probe, options=("--backend", backend, "--no-daemon")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    answer = json.loads(result.stdout)
+    assert "is not in the daemon's mount namespace (a sandbox or a container)" in str(
+        answer["error"]
+    ), result.stderr
+    daemon.wait_line("sandbridge: daemon.refused ", "stderr")
+
+
 def test_request_of_another_protocol_version_is_refused(daemon: Process, xdg: Path) -> None:
     answer = ask(xdg, b'{"version": 99}')
     assert "protocol version 99 is not 1" in str(answer["error"])
@@ -146,9 +172,99 @@ def test_descriptor_that_is_not_the_named_dir_is_refused(
     assert answer == {"error": f"runtime dir {runtime} is not the directory sent with it"}
 
 
+def test_runtime_dir_that_holds_the_daemon_socket_is_refused(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # Its sandbox would see the daemon's socket and every session's control socket.
+    root = socket_path(xdg).parent
+    entry = SessionEntry.create("exposed", tmp_path)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        message = daemon_wire.request(
+            encode(SessionOptions(workdir=tmp_path)), str(root), str(entry.path)
+        )
+        answer = ask(xdg, message, [fd, entry.fd])
+    finally:
+        os.close(fd)
+        entry.remove()
+    assert str(answer["error"]).startswith(f"runtime dir {root}: it is {root}, sandbridge's own")
+    assert not (root / "relay.sock").exists()
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "directory", "TCP socket", "stream socket"])
+def test_a_third_descriptor_that_is_no_terminal_channel_is_refused_and_not_kept(
+    daemon: Process, xdg: Path, tmp_path: Path, kind: str
+) -> None:
+    runtime = RuntimeDir.create(xdg / "ags-webview-relay-channel")
+    entry = SessionEntry.create("channel", tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    held: list[socket.socket] = []
+    if kind == "FIFO":
+        fd = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)
+    elif kind == "directory":
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    elif kind == "TCP socket":
+        held = [socket.create_server(("127.0.0.1", 0))]
+    else:
+        held = list(socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+    if held:
+        fd = os.dup(held[0].fileno())
+    before = len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+    try:
+        message = daemon_wire.request(
+            encode(SessionOptions(workdir=tmp_path)), str(runtime.path), str(entry.path)
+        )
+        answer = ask(xdg, message, [runtime.fd, entry.fd, fd])
+    finally:
+        os.close(fd)
+        for sock in held:
+            sock.close()
+        entry.remove()
+        runtime.remove()
+    assert answer == {
+        "error": "the third descriptor is not a terminal channel (a Unix SOCK_SEQPACKET socket)"
+    }
+    wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)
+
+
 def test_request_without_descriptors_is_refused(daemon: Process, xdg: Path) -> None:
     message = b'{"version":1,"serve":{},"runtime_dir":"/x","session_dir":"/y"}'
     assert ask(xdg, message) == {"error": "a request carries 2 or 3 descriptors, not 0"}
+
+
+def test_a_daemon_out_of_descriptors_keeps_running_and_serves_once_they_are_back(
+    xdg: Path, tmp_path: Path
+) -> None:
+    # Descriptors run out (here: clients that send nothing; as well, browser connections
+    # to the apps of every session): accept() fails with EMFILE, which ended the daemon
+    # and every session's host half with it.
+    daemon = Process(["prlimit", "--nofile=64:64", *SANDBRIDGE, "daemon"])
+    daemon.wait_line("sandbridge: daemon ", "stderr")
+
+    def descriptors() -> int:
+        return len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+
+    baseline = descriptors()
+    idle = []
+    try:
+        for _ in range(100):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.connect(str(socket_path(xdg)))
+            idle.append(sock)
+        daemon.wait_line("sandbridge: daemon.accept_failed ", "stderr")
+        for sock in idle:
+            sock.close()
+        # The daemon takes the rest of them, refuses each (it sent nothing), lets go.
+        wait_until(lambda: descriptors() <= baseline, timeout=30)
+        process, port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
+        assert request(port)[0] == 200
+        process.stop()
+        assert daemon.popen.poll() is None
+        daemon.wait_line("sandbridge: daemon.session ", "stderr")
+    finally:
+        for sock in idle:
+            sock.close()
+        daemon.stop()
 
 
 def test_client_leaving_ends_its_session_only(daemon: Process, tmp_path: Path) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import os
+import sys
+
 import pytest
 
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
-from sandbridge.relay.host_opener import OpenRateLimit, OpenSettings, Outcome, decide
+from sandbridge.relay.host_opener import HostOpener, OpenRateLimit, OpenSettings, Outcome, decide
 
 B, P, A = OpenAction.BROWSER, OpenAction.PRINT, OpenAction.ASK
 
@@ -78,3 +83,27 @@ def test_browser_command_is_the_flag_else_browser_else_xdg_open(
 def test_empty_browser_command_is_refused() -> None:
     with pytest.raises(ValueError, match="empty"):
         OpenSettings.for_host({}, browser="  ")
+
+
+def test_ask_is_printed_for_the_daemons_client_though_the_daemon_has_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A foreground daemon has a terminal, but not the owner of the session it serves:
+    # its messages go to the session's client, and an open request there is printed
+    # (it used to be asked on the daemon's terminal, for any session's sandbox).
+    out = io.StringIO()
+
+    async def scenario() -> Outcome:
+        opener = HostOpener(OpenSettings(A, ("xdg-open",), ExternalOpens.PRINT), out)
+        try:
+            return opener.open("http://app.localhost:1234/", browsable=True)
+        finally:
+            await opener.close()  # a question still open is withdrawn
+
+    primary, secondary = os.openpty()
+    with os.fdopen(secondary, "r") as tty:
+        monkeypatch.setattr(sys, "stdin", tty)
+        outcome = asyncio.run(scenario())
+    os.close(primary)
+    assert outcome is Outcome.PRINT
+    assert "the sandbox opens http://app.localhost:1234/" in out.getvalue()

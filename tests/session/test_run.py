@@ -216,6 +216,46 @@ def test_sandbox_sees_only_its_own_processes(backend: str, tmp_path: Path, xdg: 
     assert int(result.stdout) < 10
 
 
+def test_descriptors_whoever_started_the_run_left_open_stay_out_of_the_sandbox(
+    backend: str, served: Process | None, tmp_path: Path
+) -> None:
+    # A descriptor is a capability no mount takes back: a directory's reaches every file
+    # under it. uvloop's subprocesses kept what the run inherited (its close_fds is not
+    # honoured): a file and a directory the caller left open reached the command.
+    secret = tmp_path / "secret"
+    secret.write_text("host-secret\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    fds = [os.open(secret, os.O_RDONLY), os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)]
+    probe = (
+        "import os, sys\n"
+        "for fd in map(int, sys.argv[1:]):\n"
+        "    for how in (lambda: os.readlink(f'/proc/self/fd/{fd}'), lambda: os.read(fd, 99),\n"
+        "                lambda: open(f'/proc/self/fd/{fd}/secret').read()):\n"
+        "        try:\n"
+        "            print(how())\n"
+        "        except OSError as exc:\n"
+        "            print(fd, exc.strerror)\n"
+        "print('probed')\n"
+    )
+    command = ["/usr/bin/python3", "-c", probe, *map(str, fds)]
+    try:
+        result = subprocess.run(
+            run_argv(work, *command, options=("--backend", backend)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            pass_fds=fds,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert "probed" in result.stdout, result.stderr
+    assert "host-secret" not in result.stdout
+    assert str(tmp_path) not in result.stdout
+
+
 @pytest.mark.parametrize(
     ("how", "expected"),
     [("exit", 0), ("fail", 3), ("SIGTERM", 128 + signal.SIGTERM), ("SIGINT", 128 + signal.SIGINT)],

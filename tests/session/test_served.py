@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import select
 import socket
 import subprocess
 import threading
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import SANDBRIDGE, Process, Relay, host_port_of, request, run_argv
 
@@ -113,6 +116,39 @@ def test_allow_without_egress_is_refused(runtime_dir: Path) -> None:
     assert "--allow needs --egress" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "where", ["runtime base", "state root", "inside the state root", "holds the key dir"]
+)
+def test_host_refuses_a_runtime_dir_that_would_show_the_container_sandbridge_state(
+    served: Process | None, xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # The container mounts the runtime dir: one that holds the state root hands it the
+    # daemon's socket and every session's control socket.
+    root = xdg / f"sandbridge-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    (tmp_path / "config" / "sandbridge").mkdir(mode=0o700, parents=True)
+    os.chmod(tmp_path / "config", 0o700)
+    path = {
+        "runtime base": xdg,
+        "state root": root,
+        "inside the state root": root / "rt",
+        "holds the key dir": tmp_path / "config",
+    }[where]
+    path.mkdir(mode=0o700, exist_ok=True)
+    result = subprocess.run(
+        [*SANDBRIDGE, "host", "--runtime-dir", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"--runtime-dir {path}: it " in result.stderr
+    assert "give it a new directory of its own" in result.stderr
+    assert not (path / "relay.sock").exists()
+
+
 def test_sandbox_cannot_reach_the_daemon_socket(daemon: Process, xdg: Path, tmp_path: Path) -> None:
     sock = xdg / f"sandbridge-{os.getuid()}" / "daemon.sock"
     assert sock.exists()
@@ -129,9 +165,13 @@ def test_sandbox_cannot_reach_the_daemon_socket(daemon: Process, xdg: Path, tmp_
     assert "daemon.sock" not in result.stdout
 
 
+@pytest.mark.parametrize("reads", [True, False], ids=["after reading", "unread"])
 def test_a_session_the_daemon_refuses_ends_the_run_before_its_sandbox(
-    xdg: Path, tmp_path: Path
+    xdg: Path, tmp_path: Path, reads: bool
 ) -> None:
+    # Unread: a daemon that refuses before reading (full, out of descriptors) closes
+    # with the request queued, which resets the connection; the refusal is read all the
+    # same (the run used to end in a traceback).
     root = xdg / f"sandbridge-{os.getuid()}"
     root.mkdir(mode=0o700)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -141,7 +181,10 @@ def test_a_session_the_daemon_refuses_ends_the_run_before_its_sandbox(
     def refuse() -> None:  # a daemon of another sandbridge version, say
         conn, _ = listener.accept()
         with conn:
-            conn.recv(65536)
+            if reads:
+                conn.recv(65536)
+            else:  # the request is queued before the refusal is sent and the close
+                select.select([conn], [], [], 10)
             conn.send(b'{"error": "protocol version 1 is not 2"}')
 
     thread = threading.Thread(target=refuse, daemon=True)

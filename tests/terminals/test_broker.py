@@ -490,3 +490,53 @@ def test_a_broken_key_file_is_a_documented_refusal_and_the_session_keeps_serving
             entry.remove()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_restarted_broker_keeps_its_session_keys_and_takes_nothing_else_from_its_file(
+    tmp_path: Path,
+) -> None:
+    """A request from a key the owner allowed for this session only stays attachable
+    after the daemon restarts (the key is kept with it); a request the file holds that
+    this broker could not have made (an unallowed requester, another session's id, a
+    malformed or repeated id) is left out."""
+
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        path = entry.path / "terminals.json"
+        guest, stranger, third = (nacl.signing.SigningKey.generate() for _ in range(3))
+        first = TerminalBroker(entry.id, entry.control_socket, None, pending_path=path)
+        await first.start()
+        try:
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+            await asyncio.to_thread(call, "web", {"op": "allow", "key": keys.public_hex(guest)})
+            document = approval.sign_request(guest, "web", instance, "", time.time())
+            answer = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
+            request_id = answer["id"]
+        finally:
+            await first.close()
+        data = json.loads(path.read_text())
+        planted = approval.sign_request(stranger, "web", instance, "", time.time())
+        data["requests"] += [
+            ["web:0badf00d", planted],
+            ["other:0badf00d", document],
+            ["web:../../x", document],
+            [request_id, planted],
+        ]
+        path.write_text(json.dumps(data))
+        entry.control_socket.unlink()  # as the daemon does before serving it again
+        second = TerminalBroker(entry.id, entry.control_socket, None, pending_path=path)
+        await second.start()
+        try:
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [(r["id"], r["requester"]) for r in listing["requests"]] == [
+                (request_id, keys.public_hex(guest))
+            ]
+            allowed = await asyncio.to_thread(
+                call, "web", {"op": "allow", "key": keys.public_hex(third)}
+            )
+            assert keys.public_hex(guest) in allowed["allowed"]
+        finally:
+            await second.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -11,7 +11,7 @@ from sandbridge.terminals.pending import MAX_FILE_BYTES, Pending, load, save
 
 
 def test_what_was_saved_is_loaded(tmp_path: Path) -> None:
-    kept = Pending("c0ffee", (("web:1", {"body": "b", "signature": "s"}),))
+    kept = Pending("c0ffee", (("web:1", {"body": "b", "signature": "s"}),), ("ab" * 32,))
     save(tmp_path / "terminals.json", kept)
     assert load(tmp_path / "terminals.json") == kept
 
@@ -30,6 +30,7 @@ def test_the_file_is_private(tmp_path: Path) -> None:
         b'{"requests": []}',
         b'{"instance": 3, "requests": []}',
         b'{"instance": "x", "requests": {}}',
+        b'{"instance": "x", "requests": [], "requesters": "ab"}',
         b'{"instance": "x", "requests": [], "pad": "' + b"a" * MAX_FILE_BYTES + b'"}',
     ],
 )

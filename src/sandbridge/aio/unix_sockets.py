@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
+import signal
 import socket
 import stat
 import struct
@@ -80,6 +82,48 @@ def connect_checked(
             raise refuse(f"cannot connect to {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+# Linux's SO_PEERPIDFD (6.5 and later): a pidfd of the peer as it was at ``connect``.
+SO_PEERPIDFD: int = getattr(socket, "SO_PEERPIDFD", 77)
+
+
+def peer_shares_mount_namespace(sock: socket.socket, pid: int) -> bool:
+    """Whether the peer of ``sock`` (pid ``pid``, from :func:`peer_credentials`) lives in
+    this process's mount namespace, so that a path it names is the same file here.
+
+    Every sandbox and container has a mount namespace of its own: a peer in one is told
+    apart whatever way it found the socket. False when it cannot be told (its pid is not
+    visible here, it is gone, its ``/proc`` entry cannot be read). The pidfd taken at
+    ``connect`` (or, on an older kernel, right after) still naming a live process after
+    the check proves that ``/proc/PID`` was the peer's, not a reused pid's. Raises
+    :class:`OSError` when the pidfd cannot be had (out of descriptors): not an answer."""
+    if pid <= 0:
+        return False
+    try:
+        pidfd = _peer_pidfd(sock, pid)
+    except ProcessLookupError:
+        return False
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt")
+        ours = os.stat("/proc/self/ns/mnt")
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError:
+        return False
+    finally:
+        os.close(pidfd)
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def _peer_pidfd(sock: socket.socket, pid: int) -> int:
+    try:
+        data = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
+    except OSError as exc:
+        if exc.errno != errno.ENOPROTOOPT:
+            raise
+        return os.pidfd_open(pid)  # a kernel before 6.5
+    fd: int = struct.unpack("i", data)[0]
+    return fd
 
 
 def bind_unix_socket(path: Path) -> socket.socket:

@@ -37,6 +37,7 @@ from sandbridge.relay.app_listener import App
 from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
+from sandbridge.sandbox.host_paths import exposure
 from sandbridge.sandbox.mounts import Mount, parse_mount
 from sandbridge.sandbox.project import private_files, project_root, secrets_file_warning
 from sandbridge.sandbox.protected_paths import Protection
@@ -273,7 +274,13 @@ def cmd_host(args: argparse.Namespace) -> int:
         stopped = event_loop.stop_signals()
         settings = relay_settings_of(args)
         policy = _host_policy(args)
-        runtime_dir = RuntimeDir.adopt(args.runtime_dir.resolve())
+        path = args.runtime_dir.resolve()
+        if (why := exposure(path)) is not None:
+            raise SandbridgeError(
+                f"--runtime-dir {path}: {why}; the container sees all of it: give it a "
+                "new directory of its own"
+            )
+        runtime_dir = RuntimeDir.adopt(path)
         options = SessionOptions(
             workdir=Path.cwd(),
             name=args.name,

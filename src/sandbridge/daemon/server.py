@@ -8,9 +8,11 @@ already separates the connections of one: every listener has its own limits and
 watchdogs, and a session that fails (a refused request, an error in its teardown) ends
 only its own task; the others never wait for it.
 
-Who may ask: only a peer of this user (``SO_PEERCRED``), on a socket that is 0600 in a
-0700 dir; and a session's dirs must be the client's own (the descriptors it sends are
-the very directories its paths name, and the entry's pid is the peer's).
+Who may ask: only a peer of this user (``SO_PEERCRED``) in the daemon's own mount
+namespace (never a sandbox or a container, even one the socket leaked into), on a
+socket that is 0600 in a 0700 dir; and a session's dirs must be the client's own (the
+descriptors it sends are the very directories its paths name, and the entry's pid is
+the peer's).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import io
 import os
 import signal
@@ -30,7 +33,7 @@ from sandbridge import log
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.event_loop import ready
 from sandbridge.aio.tasks import TaskSet, first_done, running
-from sandbridge.aio.unix_sockets import peer_credentials
+from sandbridge.aio.unix_sockets import peer_credentials, peer_shares_mount_namespace
 from sandbridge.daemon.place import daemon_place
 from sandbridge.exceptions import DaemonError, SandbridgeError
 from sandbridge.places.registry import SessionEntry
@@ -40,6 +43,7 @@ from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.relay.app_listener import App
+from sandbridge.sandbox.host_paths import exposure
 from sandbridge.session import options_wire
 from sandbridge.session.lifecycle import open_session
 
@@ -49,6 +53,14 @@ REQUEST_TIMEOUT = 10.0
 # Sessions served at once: far more than one user runs, and each costs a few
 # descriptors and listeners; past it a request is refused with a message.
 MAX_SESSIONS = 256
+# A refused client's messages read (and dropped) before the close: its one request.
+MAX_DROPPED_MESSAGES = 4
+# accept() failing for want of descriptors or memory, or for a client gone before it was
+# taken: not the daemon's end; it waits this long and accepts again (as asyncio's servers).
+ACCEPT_RETRY_ERRORS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
+)
+ACCEPT_RETRY_DELAY = 0.5
 # Events queued for a client that does not read: its app lines and open messages. Past
 # this many the oldest are dropped (the client is the owner's own process; it reads).
 MAX_QUEUED_EVENTS = 256
@@ -119,7 +131,17 @@ class Daemon:
         self.listener.setblocking(False)
         try:
             while True:
-                conn, _ = await loop.sock_accept(self.listener)
+                try:
+                    conn, _ = await loop.sock_accept(self.listener)
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_RETRY_ERRORS:
+                        raise
+                    # Out of descriptors or memory (browser connections to every app of
+                    # every session count): every session stays served, and the next
+                    # client is taken once some are back.
+                    log.warning("daemon.accept_failed", error=exc.strerror)
+                    await asyncio.sleep(ACCEPT_RETRY_DELAY)
+                    continue
                 self.sessions.spawn(self._client(conn))
         finally:
             await self.sessions.close()
@@ -132,6 +154,7 @@ class Daemon:
         except SandbridgeError as exc:
             log.info("daemon.refused", error=str(exc))
             outbox.put(Event.ERROR, str(exc))
+            _drop_queued(conn)
         except Exception as exc:  # one session's bug ends that session only
             log.warning("daemon.session_failed", error=repr(exc))
             outbox.put(Event.ERROR, f"the session failed in the daemon: {exc!r}")
@@ -145,6 +168,17 @@ class Daemon:
         pid, uid = peer_credentials(conn)
         if uid != os.getuid():
             raise DaemonError(f"uid {uid} is not the daemon's user; use your own daemon")
+        try:
+            ours = peer_shares_mount_namespace(conn, pid)
+        except OSError as exc:
+            raise DaemonError(f"cannot check pid {pid}'s mount namespace: {exc.strerror}") from None
+        if not ours:
+            # A sandbox or a container (same uid, own mount namespace) that found the
+            # socket some way: never served, whatever it asks (docs/daemon.md).
+            raise DaemonError(
+                f"pid {pid} is not in the daemon's mount namespace (a sandbox or a "
+                "container); the daemon serves only its user's processes on the host"
+            )
         if len(self.sessions) > MAX_SESSIONS:
             raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
         fds: list[int] = []
@@ -160,7 +194,9 @@ class Daemon:
             del fds[0]  # the runtime dir owns it now
             entry = SessionEntry.attach(Path(session_path), fds[0])
             del fds[0]
-            channel = socket.socket(fileno=fds.pop()) if fds else None
+            if fds:
+                channel = _terminal_channel(fds[0])
+                del fds[0]
             if entry.record.pid != pid:
                 owner = entry.record.pid
                 raise DaemonError(f"session {entry.id} belongs to pid {owner}, not {pid}")
@@ -195,6 +231,21 @@ async def _pass_stop(stop: asyncio.Event, outbox: Outbox) -> None:
     outbox.put(Event.STOP, None)
 
 
+def _drop_queued(conn: socket.socket) -> None:
+    """Read what the client sent and was not read (a request refused before it was
+    read): closing with it unread resets the connection, and the client would lose the
+    refusal. Its descriptors are released off the loop."""
+    fds: list[int] = []
+    with contextlib.suppress(OSError):
+        for _ in range(MAX_DROPPED_MESSAGES):
+            data, _ = untrusted_fds.receive(
+                conn, daemon_wire.MAX_MESSAGE_BYTES + 1, daemon_wire.MAX_REQUEST_FDS, fds
+            )
+            untrusted_fds.release_all(fds)
+            if not data:
+                break
+
+
 async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
     async with asyncio.timeout(REQUEST_TIMEOUT):
         await ready(conn)
@@ -202,7 +253,12 @@ async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
         conn, daemon_wire.MAX_MESSAGE_BYTES + 1, daemon_wire.MAX_REQUEST_FDS, fds
     )
     if truncated or len(fds) > daemon_wire.MAX_REQUEST_FDS:
-        raise DaemonError(f"a request carries at most {daemon_wire.MAX_REQUEST_FDS} descriptors")
+        # The kernel drops what does not fit: more descriptors than the room, or any
+        # once this process has no descriptor left for them.
+        raise DaemonError(
+            f"a request carries at most {daemon_wire.MAX_REQUEST_FDS} descriptors, and the "
+            "daemon must have room for them: not all of this one's could be received"
+        )
     if len(data) > daemon_wire.MAX_MESSAGE_BYTES:
         raise DaemonError(f"a request is at most {daemon_wire.MAX_MESSAGE_BYTES} bytes")
     return data
@@ -211,6 +267,9 @@ async def _receive_request(conn: socket.socket, fds: list[int]) -> bytes:
 def _runtime_dir(path: Path, fd: int) -> RuntimeDir:
     """The client's runtime dir: ``path`` must be a private dir of this user and ``fd``
     that very directory (the client holds its lock; the descriptor shares it)."""
+    if (why := exposure(path)) is not None:
+        # Its sandbox would see it all: the daemon's socket, other sessions' sockets.
+        raise DaemonError(f"runtime dir {path}: {why}")
     try:
         require_private_dir(path, "runtime dir", DaemonError)
         same = os.path.samestat(os.fstat(fd), os.lstat(path))
@@ -219,6 +278,22 @@ def _runtime_dir(path: Path, fd: int) -> RuntimeDir:
     if not same:
         raise DaemonError(f"runtime dir {path} is not the directory sent with it")
     return RuntimeDir(path=path, owned=False, _fd=fd, served=True)
+
+
+def _terminal_channel(fd: int) -> socket.socket:
+    """The third descriptor: the host's end of the terminal channel, a Unix
+    ``SOCK_SEQPACKET`` socket (``fd`` stays the caller's to release if it is not)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        sock = None
+    if sock is None or sock.family != socket.AF_UNIX or sock.type != socket.SOCK_SEQPACKET:
+        if sock is not None:
+            sock.detach()
+        raise DaemonError(
+            "the third descriptor is not a terminal channel (a Unix SOCK_SEQPACKET socket)"
+        )
+    return sock
 
 
 def _remove_stale_sockets(runtime_dir: RuntimeDir, entry: SessionEntry) -> None:

@@ -121,6 +121,9 @@ class HostOpener:
     def __init__(self, settings: OpenSettings, out: TextIO | None = None) -> None:
         self.settings = settings
         self._out = sys.stderr if out is None else out
+        # Messages that go elsewhere (to the daemon's client): the owner is not at this
+        # process's terminal, so ``ask`` never asks on it (a foreground daemon has one).
+        self._may_ask = out is None
         self._limit = OpenRateLimit()
         self._dropping = False
         self._tasks = TaskSet()
@@ -144,7 +147,7 @@ class HostOpener:
 
     def open(self, url: str, *, external: bool = False, browsable: bool = True) -> Outcome:
         """Carry out one admitted request for ``url`` (already resolved, or external)."""
-        terminal = sys.stdin is not None and sys.stdin.isatty()
+        terminal = self._may_ask and sys.stdin is not None and sys.stdin.isatty()
         outcome = decide(self.settings, external=external, browsable=browsable, terminal=terminal)
         held_back = external and self.settings.external is ExternalOpens.PRINT
         if outcome is Outcome.PRINT and held_back and browsable:

@@ -122,6 +122,40 @@ def _links_on_the_way(layer: Layer) -> list[Path]:
     return found
 
 
+# A state root (``sandbridge-<uid>``, or a fallback ``sandbridge-<uid>.<random>``) and a
+# runtime dir (or its staging name), as the first name under a runtime base.
+STATE_ROOT_NAME = re.compile(rf"{re.escape(STATE_PREFIX)}[0-9]+(\.|$)")
+RUNTIME_DIR_NAME = re.compile(rf"\.?{re.escape(RUNTIME_DIR_PREFIX)}")
+
+
+def exposure(runtime_dir: Path) -> str | None:
+    """Why a container that mounts ``runtime_dir`` (``sandbridge host --runtime-dir``, or
+    a dir the daemon is asked to serve) would see more of sandbridge than its own
+    sockets, or None if it would not: a runtime base (every session's runtime dir, the
+    state roots with ``daemon.sock`` and every ``control.sock``), a state root or
+    anything in one, a directory inside another session's runtime dir, or
+    sandbridge's private dirs (the owner's key, the journals)."""
+    path = runtime_dir.absolute().resolve()
+    for base in runtime_bases():
+        if _inside(base, path):
+            return (
+                f"it holds {base}, where sessions keep their runtime dirs and sandbridge "
+                "its state (the daemon's socket, every session's control socket)"
+            )
+        if not _strictly_inside(path, base):
+            continue
+        parts = path.relative_to(base).parts
+        if STATE_ROOT_NAME.match(parts[0]):
+            where = "is" if len(parts) == 1 else "is inside"
+            return f"it {where} {base / parts[0]}, sandbridge's own session state"
+        if RUNTIME_DIR_NAME.match(parts[0]) and len(parts) > 1:
+            return f"it is inside {base / parts[0]}, another session's runtime dir"
+    for owned in owned_dirs():
+        if _inside(owned, path) or _inside(path, owned):
+            return f"it is or holds {owned}, sandbridge's private dir (owner key, journals)"
+    return None
+
+
 def _inside(path: Path, top: Path) -> bool:
     return path.is_relative_to(top)
 

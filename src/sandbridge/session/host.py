@@ -13,13 +13,21 @@ from sandbridge import log
 from sandbridge.exceptions import RegistrationError
 from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.protocol.auto_registration import APPS_LIMIT_PREFIX, UnregisterRequest
+from sandbridge.protocol.auto_registration import (
+    APPS_LIMIT_PREFIX,
+    UnregisterRequest,
+    validate_process_name,
+)
 from sandbridge.protocol.http.origin_policy import LOCALHOST_DOMAIN, AppOrigin, UrlForm, is_label
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
 from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTarget, OpenTarget
 from sandbridge.protocol.publish_rules import PublishAction, decide, refusal
-from sandbridge.protocol.registration import RegisterRequest
+from sandbridge.protocol.registration import (
+    RegisterRequest,
+    normalize_base_path,
+    validate_port,
+)
 from sandbridge.relay.app_listener import App, AppListener
 from sandbridge.relay.host_opener import HostOpener
 from sandbridge.relay.registration_server import RegistrationServer
@@ -144,16 +152,23 @@ class HostSession:
     async def restore(self, records: list[AppRecord]) -> None:
         """Serve the apps of ``records`` again (the daemon restarted under a running
         sandbox): each on its old host port and name, so its URL stays valid, unless the
-        port was taken meanwhile; a private app gets a new token (never written down)."""
+        port was taken meanwhile; a private app gets a new token (never written down). A
+        record no registration could have made, or repeating another's host port or
+        name, is left out."""
         async with self._lock:
             for record in records[: self.settings.max_apps]:
-                request = RegisterRequest(
-                    record.port, record.base_path, record.process, record.auto
-                )
+                request = _request_of(record)
+                origin = None if request is None else _origin_of(record, self.settings)
+                if request is None or any(
+                    a.host_port == record.host_port or _same_label(a.origin, origin)
+                    for a in self.listeners
+                ):
+                    log.warning("app.not_restored", record=repr(record)[:200])
+                    continue
                 listener = AppListener(
                     request.port, request.base_path, self._connector, self._scope
                 )
-                await listener.start(_origin_of(record, self.settings))
+                await listener.start(origin)
                 self.listeners.append(listener)
                 self._requests[listener.host_port] = request
             self._write_entry()
@@ -312,6 +327,21 @@ class HostSession:
         self.runtime_dir.remove()
 
 
+def _request_of(record: AppRecord) -> RegisterRequest | None:
+    """The registration ``record`` keeps, if the registration server could have taken it
+    (``session.json`` read back after a restart is checked like any input), else None."""
+    try:
+        port = validate_port(record.port)
+        base_path = normalize_base_path(record.base_path)
+        process = None if record.process is None else validate_process_name(record.process)
+        validate_port(record.host_port)
+    except RegistrationError:
+        return None
+    if not isinstance(record.auto, bool) or not isinstance(record.url, str):
+        return None
+    return RegisterRequest(port, base_path, process, record.auto)
+
+
 def _origin_of(record: AppRecord, settings: RelaySettings) -> AppOrigin | None:
     """The origin ``record``'s URL names, if it is one this session's URL form makes."""
     name = urllib.parse.urlsplit(record.url).hostname or ""
@@ -319,6 +349,16 @@ def _origin_of(record: AppRecord, settings: RelaySettings) -> AppOrigin | None:
     if settings.url_form is UrlForm.IP:
         return AppOrigin(record.host_port) if name == "127.0.0.1" else None
     return AppOrigin(record.host_port, label) if is_label(label) else None
+
+
+def _same_label(one: AppOrigin | None, other: AppOrigin | None) -> bool:
+    """Whether two origins share a name (cookies are per name, not per port)."""
+    return (
+        one is not None
+        and other is not None
+        and one.label is not None
+        and (one.label == other.label)
+    )
 
 
 def _serves(base_path: str, path: str) -> bool:

@@ -117,11 +117,34 @@ class _Link:
         self.sock.close()
         self.sock = sock
         sock.settimeout(CONNECT_TIMEOUT)  # one small message: sent at once
-        sock.sendmsg([self.request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.rights)])
+        with contextlib.suppress(OSError):  # refused before it was read: the answer waits
+            sock.sendmsg([self.request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.rights)])
         sock.setblocking(False)
-        async with asyncio.timeout(READY_TIMEOUT):
-            while (await _next_event(sock, self.options, self.stop))[0] is not Event.READY:
-                pass
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                await self._until_ready(sock)
+        except OSError as exc:
+            raise DaemonError(f"the daemon closed the connection ({exc.strerror})") from None
+        except TimeoutError:
+            raise DaemonError(
+                f"the daemon did not serve the session within {READY_TIMEOUT:g} s "
+                "(--no-daemon serves it without the daemon)"
+            ) from None
+
+    async def _until_ready(self, sock: socket.socket) -> None:
+        reset = False
+        while True:
+            try:
+                kind, _ = await _next_event(sock, self.options, self.stop)
+            except ConnectionResetError:
+                # A daemon that closed with our request unread (it refused at once):
+                # the reset is reported first, once; what it sent before follows.
+                if reset:
+                    raise
+                reset = True
+                continue
+            if kind is Event.READY:
+                return
 
     async def follow(self) -> None:
         """Act on the daemon's events; when it leaves, wait for the next one."""

@@ -86,6 +86,8 @@ MAX_OPEN_REQUESTS = 64
 MAX_STORED_REQUESTS = 256
 # Keys one session may add with ``terminal allow``: a team, not a directory.
 MAX_SESSION_REQUESTERS = 64
+# A request id is SESSION:XXXXXXXX, this many hex digits after the colon.
+REQUEST_ID_HEX = 8
 # The attach challenge: fresh random bytes the requester's proof must sign.
 CHALLENGE_BYTES = 32
 
@@ -213,14 +215,36 @@ class TerminalBroker:
         kept = pending.load(self.pending_path)
         if kept is not None:
             self.instance = kept.instance
+            for key in kept.requesters[:MAX_SESSION_REQUESTERS]:
+                with contextlib.suppress(KeyFileError):
+                    self._session_requesters.add(keys.public_hex(keys.parse_public_key(key)))
             for request_id, document in kept.requests[:MAX_OPEN_REQUESTS]:
-                try:
-                    request = approvals.verify_request(document, self.session, self.instance)
-                except ApprovalRefused:
-                    continue
-                self._requests[request_id] = TerminalRequest(request_id, request, document=document)
+                request = self._kept_request(request_id, document)
+                if request is not None:
+                    self._requests[request_id] = request
             log.info("terminal.restored", requests=len(self._requests))
         self._save_pending()
+
+    def _kept_request(self, request_id: str, document: object) -> TerminalRequest | None:
+        """A request read back from the file, if it is one this broker could have made:
+        an id of this session not yet taken, a document signed for this session and
+        instance, by a requester still allowed (the file is never trusted further)."""
+        prefix, _, token = request_id.partition(":")
+        if (
+            prefix != self.session
+            or len(token) != REQUEST_ID_HEX
+            or any(c not in "0123456789abcdef" for c in token)
+            or request_id in self._requests
+        ):
+            return None
+        try:
+            request = approvals.verify_request(document, self.session, self.instance)
+            allowed = request.requester in self._allowed()
+        except (ApprovalRefused, KeyFileError):
+            return None
+        if not allowed:
+            return None
+        return TerminalRequest(request_id, request, document=document)
 
     def _save_pending(self) -> None:
         if self.pending_path is None:
@@ -228,8 +252,9 @@ class TerminalBroker:
         requests = tuple(
             (r.id, r.document) for r in self._requests.values() if r.state is RequestState.PENDING
         )
+        kept = pending.Pending(self.instance, requests, tuple(sorted(self._session_requesters)))
         with contextlib.suppress(OSError):  # the session dir is gone: the session ends
-            pending.save(self.pending_path, pending.Pending(self.instance, requests))
+            pending.save(self.pending_path, kept)
 
     async def close(self) -> None:
         """End every terminal (``session_end``), then stop serving."""
@@ -313,7 +338,7 @@ class TerminalBroker:
         if len(open_requests) >= MAX_OPEN_REQUESTS:
             raise ControlRefusal("too_many", f"{MAX_OPEN_REQUESTS} requests are already open")
         self._forget_finished()
-        request_id = f"{self.session}:{secrets.token_hex(4)}"
+        request_id = f"{self.session}:{secrets.token_hex(REQUEST_ID_HEX // 2)}"
         self._requests[request_id] = TerminalRequest(
             request_id, request, document=message.get("request")
         )

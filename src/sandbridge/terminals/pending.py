@@ -1,10 +1,11 @@
 """A session's open terminal requests, kept across a restart of the daemon serving it.
 
-The broker writes its instance and every pending request (its signed document, as the
-requester sent it) to ``terminals.json`` in the session's host-only directory after
-each change; a daemon that serves the session again reads it back, verifies each
-document again for the same session and instance, and the owner finds the requests as
-they were. The file lives exactly as long as the session (the ``run`` client removes
+The broker writes its instance, every pending request (its signed document, as the
+requester sent it) and the keys the owner allowed for this session only to
+``terminals.json`` in the session's host-only directory after each change; a daemon
+that serves the session again reads it back, verifies each document again for the same
+session and instance (and its requester as still allowed), and the owner finds the
+requests as they were. The file lives exactly as long as the session (the ``run`` client removes
 its directory), so an approval can never reach a later session of the same name: that
 one has a new instance.
 """
@@ -29,11 +30,20 @@ class Pending:
 
     instance: str
     requests: tuple[tuple[str, object], ...] = ()
+    # Keys the owner allowed for this session only (``sandbridge terminal allow``): a
+    # request one of them made is attachable after the restart too.
+    requesters: tuple[str, ...] = ()
 
 
 def save(path: Path, pending: Pending) -> None:
     """Write ``pending`` to ``path`` whole (a temporary file renamed over it), 0600."""
-    data = json.dumps({"instance": pending.instance, "requests": pending.requests})
+    data = json.dumps(
+        {
+            "instance": pending.instance,
+            "requests": pending.requests,
+            "requesters": pending.requesters,
+        }
+    )
     temporary = path.with_name(f".{path.name}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as file:
@@ -59,4 +69,7 @@ def load(path: Path) -> Pending | None:
         for item in requests
         if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
     )
-    return Pending(data["instance"], kept)
+    requesters = data.get("requesters", [])
+    if not isinstance(requesters, list):
+        return None
+    return Pending(data["instance"], kept, tuple(key for key in requesters if isinstance(key, str)))
