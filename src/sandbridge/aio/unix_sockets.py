@@ -133,15 +133,21 @@ def bind_unix_socket(path: Path) -> socket.socket:
     the host's listeners expects one, and one sent anyway could block whoever closes it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     untrusted_fds.refuse_descriptors(sock)
+    listen_private(sock, path, UNIX_BACKLOG)
+    sock.setblocking(False)
+    return sock
+
+
+def listen_private(sock: socket.socket, path: Path, backlog: int) -> None:
+    """Bind the Unix socket ``sock`` at ``path`` with mode 0600 (never wider, not even
+    briefly) and listen."""
     old_umask = os.umask(0o177)
     try:
         sock.bind(str(path))
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
-    sock.listen(UNIX_BACKLOG)
-    sock.setblocking(False)
-    return sock
+    sock.listen(backlog)
 
 
 async def read_line(reader: asyncio.StreamReader, limit: int) -> tuple[bytes, bytes]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbridge.aio.unix_sockets import listen_private
 from sandbridge.exceptions import DaemonError
 from sandbridge.places.registry import writable_state_root
 from sandbridge.protocol.contract import DAEMON_LOCK, DAEMON_SOCKET
@@ -67,13 +68,7 @@ def bind_socket(path: Path) -> socket.socket:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # a dead daemon's: the lock says no live one uses it
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-    old_umask = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o600)
-    sock.listen(BACKLOG)
+    listen_private(sock, path, BACKLOG)
     return sock
 
 

@@ -65,14 +65,7 @@ class SandboxChannel:
             untrusted_fds.release_all(fds)
             raise
         untrusted_fds.refuse_descriptors(worker_sock)
-        duplicate = untrusted_fds.for_transport(worker_sock)
-        try:
-            reader, writer = await asyncio.open_unix_connection(sock=duplicate)
-        except BaseException:
-            duplicate.close()  # not the last reference: worker_sock holds one
-            untrusted_fds.release_socket(worker_sock)
-            raise
-        return FramedStream(reader, writer, FROM_WORKER), worker_sock
+        return await worker_stream(worker_sock), worker_sock
 
     def close(self) -> None:
         """Let the channel go (off the loop: it may hold descriptors in flight)."""
@@ -95,3 +88,17 @@ def worker_socket(fds: list[int], truncated: bool) -> socket.socket:
             untrusted_fds.release_socket(sock, reset=True)
     untrusted_fds.release_all(fds)
     raise ControlRefusal("worker_failed", "the sandbox did not start a worker")
+
+
+async def worker_stream(sock: socket.socket) -> FramedStream:
+    """The frames of a worker's connected ``sock``, read and written on a duplicate: the
+    transport's close is never the last reference (``sock`` is released off the loop).
+    On failure ``sock`` is released too."""
+    duplicate = untrusted_fds.for_transport(sock)
+    try:
+        reader, writer = await asyncio.open_unix_connection(sock=duplicate)
+    except BaseException:
+        duplicate.close()  # not the last reference: sock holds one
+        untrusted_fds.release_socket(sock)
+        raise
+    return FramedStream(reader, writer, FROM_WORKER)

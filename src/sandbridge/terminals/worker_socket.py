@@ -19,7 +19,6 @@ readiness budget, or the attach is refused ``not_ready``.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import stat
@@ -30,7 +29,7 @@ from sandbridge.aio.unix_sockets import connect_checked, peer_credentials
 from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.contract import TERMINAL_SOCKET
 from sandbridge.terminals.framed_stream import FramedStream
-from sandbridge.terminals.frames import FROM_WORKER
+from sandbridge.terminals.sandbox_channel import worker_stream
 
 SERVED_BY = "sandbridge shim --terminals"
 
@@ -77,14 +76,7 @@ class WorkerSocket:
         except BaseException:
             untrusted_fds.release_socket(sock)
             raise
-        duplicate = untrusted_fds.for_transport(sock)
-        try:
-            reader, writer = await asyncio.open_unix_connection(sock=duplicate)
-        except BaseException:
-            duplicate.close()  # not the last reference: sock holds one
-            untrusted_fds.release_socket(sock)
-            raise
-        return FramedStream(reader, writer, FROM_WORKER), sock
+        return await worker_stream(sock), sock
 
     def close(self) -> None:
         """Nothing to let go: each worker's connection is its own."""
