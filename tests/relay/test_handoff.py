@@ -98,9 +98,14 @@ class HandoffShimRelay(Relay):
         self.app_port = int(line.rsplit("=", 1)[1])
 
 
+# The good app's idle pooled connections (relay/app_pool.py) are closed this soon, so the
+# host's descriptors settle back to the baseline without waiting out the default 2 s.
+POOL_IDLE = ("--app-pool-idle", "0.1")
+
+
 @pytest.fixture(params=HOSTILE_KINDS)
 def hostile(request: pytest.FixtureRequest, runtime_dir: Path) -> Iterator[HandoffShimRelay]:
-    relay = HandoffShimRelay(runtime_dir, str(request.param))
+    relay = HandoffShimRelay(runtime_dir, str(request.param), POOL_IDLE)
     yield relay
     relay.stop()
 
