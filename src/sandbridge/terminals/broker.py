@@ -30,7 +30,6 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,19 +58,13 @@ from sandbridge.terminals.admission import (
     decide_lease,
     lease_terms,
 )
-from sandbridge.terminals.approval import Approval, Request
 from sandbridge.terminals.control import short_path
 from sandbridge.terminals.control_line import MAX_CONTROL_LINE, read_message, write_message
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_CLIENT, Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal, state_dir
-from sandbridge.terminals.request_state import (
-    FINISHED,
-    OPEN,
-    RequestEvent,
-    RequestState,
-    RequestStateMachine,
-)
+from sandbridge.terminals.request_record import TerminalRequest
+from sandbridge.terminals.request_state import FINISHED, OPEN, RequestEvent, RequestState
 from sandbridge.terminals.settings import TerminalSettings
 
 # The requester has this long to answer the attach challenge.
@@ -103,44 +96,6 @@ class WorkerStarter(Protocol):
     def unavailable(self) -> str | None: ...  # why none can start now (no approval spent)
     async def start_worker(self) -> tuple[FramedStream, socket.socket]: ...
     def close(self) -> None: ...
-
-
-@dataclass
-class TerminalRequest:
-    """One request and what became of it."""
-
-    id: str
-    request: Request
-    machine: RequestStateMachine = field(default_factory=RequestStateMachine)
-    approval_document: dict[str, str] | None = None
-    approval: Approval | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    terminal: ActiveTerminal | None = None
-    refusals: set[str] = field(default_factory=set)
-    # The signed request as the requester sent it: kept for a restart (pending.py).
-    document: object = None
-
-    @property
-    def state(self) -> RequestState:
-        return self.machine.state
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state.value,
-            "requester": self.request.requester,
-            "reason": self.request.reason,
-            "created": self.request.created,
-            "expires": None if self.approval is None else self.approval.expires,
-        }
-
-    def process(self, event: RequestEvent) -> None:
-        """Move along the state table (:class:`IllegalMove` if it has no such move) and
-        wake whoever awaits a change."""
-        before = self.state
-        if self.machine.process(event) is not before:
-            self.changed.set()
-            self.changed = asyncio.Event()
 
 
 class TerminalBroker:
@@ -344,7 +299,7 @@ class TerminalBroker:
         )
         self.audit.record(
             "request", session=self.session, request=request_id, requester=request.requester,
-            reason=request.reason,
+            reason=request.reason, duration=request.duration,
         )  # fmt: skip
         log.info("terminal.request", request=request_id, requester=request.requester[:16])
         return {"id": request_id}

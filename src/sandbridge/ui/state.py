@@ -125,6 +125,8 @@ def act(body: dict[str, Any]) -> dict[str, Any]:
         return call(session, {"op": "app_close", "host_port": port})
     if action == "terminal_approve":
         ttl = body.get("ttl")
+        if ttl is None:  # the duration the request asked for, else the default
+            return approve_request(_text(body, "id"))
         if (
             not isinstance(ttl, int | float)
             or isinstance(ttl, bool)

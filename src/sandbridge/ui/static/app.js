@@ -45,6 +45,12 @@ async function act(body, done) {
   }
 }
 
+function duration(seconds) {
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+  if (seconds % 60 === 0) return `${seconds / 60} min`;
+  return `${seconds} s`;
+}
+
 function uptime(seconds) {
   const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
   return h ? `${h}h ${m}m` : m ? `${m}m ${s}s` : `${s}s`;
@@ -124,12 +130,16 @@ function renderTerminal(row, t) {
   key.appendChild(code);
   cell(row, t.name);
   cell(row, t.reason);
+  cell(row, t.duration ? duration(t.duration) : null);
   cell(row, t.expires ? new Date(t.expires * 1000).toLocaleTimeString() : null);
   const td = cell(row, "");
   if (t.state === "pending") {
-    button(td, "Approve", `Approve terminal request ${t.id}`, () => act(
-      { action: "terminal_approve", id: t.id, ttl: Number(document.getElementById("ttl").value) },
-      `approved ${t.id}`));
+    // "as asked": the session's own default (the duration asked, else 10 minutes)
+    button(td, "Approve", `Approve terminal request ${t.id}`, () => {
+      const chosen = document.getElementById("ttl").value;
+      act({ action: "terminal_approve", id: t.id, ttl: chosen ? Number(chosen) : null },
+        `approved ${t.id}`);
+    });
     button(td, "Deny", `Deny terminal request ${t.id}`, () => act({ action: "terminal_deny", id: t.id }, `denied ${t.id}`), true);
   } else if (t.state === "approved" || t.state === "active") {
     button(td, "Revoke", `Revoke terminal request ${t.id}`, () => act({ action: "terminal_revoke", id: t.id }, `revoked ${t.id}`), true);
@@ -171,7 +181,7 @@ function renderEgress(row, e) {
 function render(tables) {
   fill("sessions", tables.sessions, renderSession, 7);
   fill("apps", tables.apps, renderApp, 6);
-  fill("terminals", tables.terminals, renderTerminal, 7);
+  fill("terminals", tables.terminals, renderTerminal, 8);
   fill("egress-pending", tables.egress_pending, renderPending, 5);
   fill("egress", tables.egress, renderEgress, 7);
 }
