@@ -128,6 +128,8 @@ class TerminalBroker:
         self._audit: AuditLog | None = None
         # Keys the owner allowed for this session only (``sandbridge terminal allow``).
         self._session_requesters: set[str] = set()
+        # Called after each change the owner's dashboard shows (a request, a move).
+        self.on_change: Callable[[], None] = lambda: None
 
     @property
     def journal(self) -> ReservationJournal:
@@ -258,6 +260,7 @@ class TerminalBroker:
                 raise ControlRefusal("unknown_op", f"unknown control request {op!r}")
             answer = await handler(message)
             self._save_pending()
+            self.on_change()
             write_message(writer, {"ok": True, **answer})
         except (ControlRefusal, ApprovalRefused, JournalError) as exc:
             write_message(writer, {"ok": False, "code": exc.code, "error": str(exc)})
@@ -400,8 +403,12 @@ class TerminalBroker:
         self.audit.record("allow", session=self.session, requester=key)
         return {"allowed": sorted(self._session_requesters)}
 
+    def listing(self) -> list[dict[str, Any]]:
+        """Every request this session remembers, as ``list`` answers."""
+        return [request.summary() for request in self._requests.values()]
+
     async def _list(self, message: dict[str, Any]) -> dict[str, Any]:
-        return {"requests": [request.summary() for request in self._requests.values()]}
+        return {"requests": self.listing()}
 
     # Admission ---------------------------------------------------------------------------
 
@@ -473,6 +480,7 @@ class TerminalBroker:
         except JournalError as exc:
             raise self._refuse(request, exc.code, str(exc)) from None
         request.process(RequestEvent.ADMIT)
+        self.on_change()
         return seq
 
     async def _run_terminal(
@@ -539,6 +547,7 @@ class TerminalBroker:
                 untrusted_fds.release_socket(worker_sock)
             request.terminal = None
             request.process(RequestEvent.END)
+            self.on_change()
             self.journal.finish(seq, "aborted" if end == "not_ready" else "ended")
             self.audit.record(
                 "end", session=self.session, request=request.id,

@@ -51,6 +51,10 @@ function duration(seconds) {
   return `${seconds} s`;
 }
 
+function secondsSince(started) {
+  return Math.max(0, Math.round(Date.now() / 1000 - Number(started)));
+}
+
 function uptime(seconds) {
   const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
   return h ? `${h}h ${m}m` : m ? `${m}m ${s}s` : `${s}s`;
@@ -85,7 +89,8 @@ function renderSession(row, s) {
   cell(row, s.id);
   cell(row, s.workdir);
   cell(row, s.command);
-  cell(row, uptime(s.uptime));
+  // The uptime is counted here, every second (the tables change only on events).
+  cell(row, uptime(secondsSince(s.started)), "uptime").dataset.started = String(s.started);
   cell(row, s.network);
   cell(row, `${s.egress.allowed} allowed, ${s.egress.refused} refused`);
   const td = cell(row, "");
@@ -195,3 +200,8 @@ events.addEventListener("message", (event) => {
   document.body.dataset.updated = String(Date.now());
 });
 events.addEventListener("error", () => { waiting = true; say("connection lost; retrying…", true); });
+setInterval(() => {
+  for (const td of document.querySelectorAll("td.uptime")) {
+    td.textContent = uptime(secondsSince(td.dataset.started));
+  }
+}, 1000);
