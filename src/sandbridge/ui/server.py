@@ -44,6 +44,9 @@ MAX_STREAMS = 8
 # Without a word of a change, the tables are re-read this often (the sessions the host
 # is told nothing of are polled over their control sockets): changes show within a second.
 REFRESH_INTERVAL = 0.5
+# However many changes are told (a sandbox flooding its egress gate), the tables are read
+# at most once in this long: ten reads a second, and a change still shows at once.
+MIN_READ_GAP = 0.1
 # A comment line this often keeps an idle stream from looking dead to proxies and tabs.
 KEEPALIVE_INTERVAL = 15.0
 
@@ -268,8 +271,10 @@ class Dashboard:
     async def _read_tables(self) -> None:
         """The feed: read the tables when told of a change or every ``refresh`` seconds,
         and publish them when they differ; stops when the last stream has gone."""
+        loop = asyncio.get_running_loop()
         try:
             while self._streams:
+                started = loop.time()
                 self._changed.clear()  # a change told during the read is read next round
                 try:
                     data = json.dumps(await self._snapshot()).encode()
@@ -283,6 +288,8 @@ class Dashboard:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._refresh):
                         await self._changed.wait()
+                # A rate limit, not a wait for something: see MIN_READ_GAP.
+                await asyncio.sleep(max(0.0, started + MIN_READ_GAP - loop.time()))
         finally:
             self._feeding = False  # in the step that saw no stream: the next one starts anew
 
