@@ -73,6 +73,7 @@ def test_a_requested_duration_is_shown_and_approve_signs_for_it_and_attaches(
     expect(row.locator("td").nth(5)).to_have_text("2 min")
     # "as asked" is the default: Approve signs for the 2 minutes the request asked
     row.get_by_role("button", name=f"Approve terminal request {request_id}").click()
+    expect(page.locator("#status")).to_have_text(f"approved {request_id} for 2 min")
     expect(row).to_contain_text("approved")
     (approval,) = [r for r in session.audit() if r["event"] == "approval"]
     assert approval["request"] == request_id and approval["ttl"] == 120
@@ -94,6 +95,7 @@ def test_the_owner_may_approve_for_another_duration_than_asked(
     expect(row.locator("td").nth(5)).to_have_text("1 h")
     page.locator("#ttl").select_option("300")
     row.get_by_role("button", name=f"Approve terminal request {request_id}").click()
+    expect(page.locator("#status")).to_have_text(f"approved {request_id} for 5 min")
     expect(row).to_contain_text("approved")
     (approval,) = [r for r in session.audit() if r["event"] == "approval"]
     assert approval["ttl"] == 300

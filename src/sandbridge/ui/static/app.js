@@ -38,7 +38,7 @@ async function act(body, done) {
       credentials: "same-origin",
     });
     const result = await answer.json();
-    if (result.ok) say(done);
+    if (result.ok) say(typeof done === "function" ? done(result) : done);
     else say(`refused: ${result.error}`, true);
   } catch (error) {
     say(`the dashboard did not answer: ${error}`, true);
@@ -143,7 +143,7 @@ function renderTerminal(row, t) {
     button(td, "Approve", `Approve terminal request ${t.id}`, () => {
       const chosen = document.getElementById("ttl").value;
       act({ action: "terminal_approve", id: t.id, ttl: chosen ? Number(chosen) : null },
-        `approved ${t.id}`);
+        (result) => `approved ${t.id} for ${duration(Number(result.ttl))}`);
     });
     button(td, "Deny", `Deny terminal request ${t.id}`, () => act({ action: "terminal_deny", id: t.id }, `denied ${t.id}`), true);
   } else if (t.state === "approved" || t.state === "active") {
