@@ -74,7 +74,12 @@ class DaemonDashboard:
 
     async def snapshot(self) -> dict[str, Any]:
         """The tables: the daemon's sessions from its state, the others polled."""
-        served = {name: await answers(session) for name, session in list(self._sessions.items())}
+        served: dict[str, state.Answers] = {}
+        for name, session in list(self._sessions.items()):
+            try:
+                served[name] = await answers(session)
+            except Exception as exc:  # one session's fault: it is asked as any other
+                log.warning("daemon.dashboard_unreadable", session=name, error=repr(exc)[:200])
         return await asyncio.to_thread(state.snapshot, served)
 
     async def close(self) -> None:
