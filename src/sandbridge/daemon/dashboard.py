@@ -101,6 +101,7 @@ async def answers(session: Session) -> state.Answers:
         list(pending),
         # Its page actions travel on the control socket, which only a broker serves.
         controllable=session.broker is not None,
+        apps=list(session.entry.record.apps),
     )
 
 

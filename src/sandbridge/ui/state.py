@@ -16,7 +16,7 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, SessionError
-from sandbridge.places.registry import SessionRecord, list_sessions, validate_name
+from sandbridge.places.registry import AppRecord, SessionRecord, list_sessions, validate_name
 from sandbridge.terminals import keys
 from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.owner_approval import approve_request
@@ -64,6 +64,8 @@ class Answers:
     pending: list[dict[str, Any]] = field(default_factory=list)
     # Whether the page's actions reach it (they travel on its control socket).
     controllable: bool = True
+    # Its apps as its host holds them (None: as its registry entry lists them).
+    apps: list[AppRecord] | None = None
 
 
 def ask_control_socket(session: str) -> Answers:
@@ -131,7 +133,7 @@ def _add_session(
             "session": record.id, "port": app.port, "process": app.process, "url": app.url,
             "host_port": app.host_port, "private": app.private,
         }
-        for app in record.apps
+        for app in (record.apps if answers.apps is None else answers.apps)
     ]  # fmt: skip
     tables["terminals"] += terminals
     tables["egress"] += [{**row, "session": record.id} for row in answers.destinations]
