@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from sandbridge.daemon.dashboard import ask_url
+from sandbridge.exceptions import DaemonError
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.contract import CONTROL_SOCKET
 from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, run_argv, start_daemon
@@ -237,3 +239,30 @@ def test_a_standalone_session_beside_the_daemon_is_polled(
     finally:
         run.stop()
     stream.until(lambda t: t["sessions"] == [])
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (
+            b'{"error": "a daemon request needs its session\'s options under \'serve\'"}',
+            "the daemon refused the dashboard request: a daemon request needs its session's "
+            "options under 'serve' (`sandbridge ui --no-daemon` serves the page without it)",
+        ),
+        (b'{"ready": "web"}', "the daemon answered 'ready', not a dashboard URL"),
+        (b"", "the daemon closed the connection without a dashboard URL"),
+        (b"[]", "a daemon message must be a JSON object"),
+    ],
+    ids=["older-daemon", "other-event", "closed", "garbage"],
+)
+def test_sandbridge_ui_says_why_the_daemon_gave_no_url(answer: bytes, said: str) -> None:
+    ours, daemons = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, daemons:
+        if answer:
+            daemons.send(answer)
+        else:
+            daemons.shutdown(socket.SHUT_WR)
+        with pytest.raises(DaemonError) as refused:
+            ask_url(ours)
+        assert str(refused.value) == said
+        assert daemons.recv(100) == b'{"version":1,"dashboard":"url"}'

@@ -118,7 +118,10 @@ def ask_url(sock: socket.socket) -> str:
         raise DaemonError("the daemon closed the connection without a dashboard URL")
     kind, value = daemon_wire.decode_event(data)
     if kind is Event.ERROR:
-        raise DaemonError(f"the daemon refused the dashboard request: {value}")
+        raise DaemonError(
+            f"the daemon refused the dashboard request: {value} (`sandbridge ui --no-daemon` "
+            "serves the page without it)"
+        )
     if kind is not Event.DASHBOARD or not isinstance(value, str):
         raise DaemonError(f"the daemon answered {kind.value!r}, not a dashboard URL")
     log.debug("ui.daemon_url")
