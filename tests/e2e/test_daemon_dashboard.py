@@ -4,16 +4,18 @@ happens in the session reaches the page, from the daemon's own events."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.conftest import start_daemon
+from tests.conftest import ECHO_APP, PYTHON, port_is_open, start_daemon
 from tests.daemon.test_dashboard import ui_url
 from tests.e2e.test_dashboard import COMMAND, browser, console_errors
 from tests.terminals.harness import PROMPT, TerminalSession, finish
@@ -21,9 +23,10 @@ from tests.terminals.harness import PROMPT, TerminalSession, finish
 __all__ = ["browser"]  # the module's Chromium, shared
 
 
-@pytest.fixture
-def session(tmp_path: Path) -> Iterator[TerminalSession]:
-    """A session named ``web`` that the daemon (started first, with its dirs) serves."""
+@contextlib.contextmanager
+def daemon_session(tmp_path: Path, command: str) -> Iterator[TerminalSession]:
+    """A session named ``web`` running ``command`` that the daemon (started first, with
+    the session's dirs) serves."""
     (tmp_path / "xdg").mkdir(mode=0o700)
     env = {  # the dirs TerminalSession gives its session
         **os.environ,
@@ -32,13 +35,19 @@ def session(tmp_path: Path) -> Iterator[TerminalSession]:
         "XDG_STATE_HOME": str(tmp_path / "state"),
     }
     daemon = start_daemon(env=env)
-    running = TerminalSession(tmp_path, command=COMMAND)
+    running = TerminalSession(tmp_path, command=command)
     try:
         daemon.wait_line("sandbridge: daemon.session ", "stderr")
         yield running
     finally:
         running.stop()
         daemon.stop()
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[TerminalSession]:
+    with daemon_session(tmp_path, COMMAND) as running:
+        yield running
 
 
 @pytest.fixture
@@ -152,3 +161,29 @@ def test_a_used_url_is_refused_in_the_browser(browser: Browser, session: Termina
         stranger.close()
     finally:
         context.close()
+
+
+def test_an_app_registered_is_listed_live_and_closed_from_the_page(
+    browser: Browser, tmp_path: Path
+) -> None:
+    command = f"while [ ! -e go ]; do sleep 0.05; done; exec {PYTHON} {ECHO_APP} --register 4173"
+    with daemon_session(tmp_path, command) as session:
+        context = browser.new_context()
+        try:
+            opened = context.new_page()
+            errors = console_errors(opened)
+            opened.goto(ui_url(session.env))
+            expect(opened.locator("#status")).to_have_text("live")
+            expect(opened.locator("#apps tbody")).to_contain_text("none")
+            (session.work / "go").touch()
+            row = opened.locator("#apps tbody tr", has_text="4173")
+            expect(row).to_contain_text("shared")
+            url = row.locator("code").inner_text()
+            host_port = urllib.parse.urlsplit(url).port
+            assert host_port is not None and port_is_open(host_port)
+            row.get_by_role("button", name="Close app web port 4173").click()
+            expect(opened.locator("#apps tbody")).to_contain_text("none")
+            assert not port_is_open(host_port)
+            assert errors == []
+        finally:
+            context.close()
