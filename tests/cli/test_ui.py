@@ -55,3 +55,36 @@ def test_without_a_desktop_the_url_is_printed(tmp_path: Path) -> None:
         assert _status(url) == 303
     finally:
         assert ui.stop() == 0
+
+
+def test_without_a_daemon_it_says_it_serves_the_page_itself(tmp_path: Path) -> None:
+    ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=_env(tmp_path))
+    try:
+        ui.wait_line("sandbridge: no daemon runs: this process serves the dashboard", "stderr")
+        assert _status(ui.wait_line("http://127.0.0.1:")) == 303
+    finally:
+        assert ui.stop() == 0
+
+
+def test_with_a_daemon_it_prints_the_daemons_url_and_returns(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    daemon = Process([*SANDBRIDGE, "daemon"], env=env)
+    try:
+        daemon.wait_line("sandbridge: daemon ", "stderr")
+        ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=env)
+        url = ui.wait_line("http://127.0.0.1:")
+        assert ui.popen.wait(30) == 0, "the daemon serves the page: nothing to wait for"
+        assert ui.wait_line("sandbridge: dashboard: open the URL above", "stderr").endswith(
+            "the daemon serves it"
+        )
+        assert _status(url) == 303
+        # --no-daemon: this process serves its own page, beside the daemon's
+        own = Process([*SANDBRIDGE, "ui", "--print-url", "--no-daemon"], env=env)
+        try:
+            own_url = own.wait_line("http://127.0.0.1:")
+            assert urllib.parse.urlsplit(own_url).port != urllib.parse.urlsplit(url).port
+            assert _status(own_url) == 303
+        finally:
+            assert own.stop() == 0
+    finally:
+        daemon.stop()

@@ -124,3 +124,12 @@ def test_a_session_without_a_tally_is_summarised_from_its_log(tmp_path: Path) ->
 
 def test_no_log_at_all_is_an_empty_summary(tmp_path: Path) -> None:
     assert summarise(read_tally(tmp_path)) == ["egress: 0 allowed, 0 refused"]
+
+
+def test_each_decision_counted_is_told(tmp_path: Path) -> None:
+    told: list[int] = []
+    log = EgressLog(tmp_path / LOG_NAME)
+    log.on_record = lambda: told.append(sum(t.count for t in log.tallies()))
+    log.record("refused", "proxy", "a.example:80", "not allowed")
+    log.record("allowed", "proxy", "b.example:443", "allow line 1")
+    assert told == [1, 2], "told after each, with the tally already counted"

@@ -505,3 +505,16 @@ def test_an_allow_path_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> 
     os.mkfifo(path)
     with pytest.raises(OSError, match="is not a regular file"):
         append_line(path, "other.test:80  # why\n")
+
+
+def test_the_dashboard_is_told_of_a_new_request_and_of_its_decision_not_of_a_duplicate(
+    host: Host,
+) -> None:
+    told: list[str] = []
+    host.gate.requests.on_change = lambda: told.append("change")
+    request_id = ask_once(host, "other.test:80")["id"]
+    assert told == ["change"]
+    assert ask_once(host, "other.test:80")["id"] == request_id  # folded: nothing new
+    assert told == ["change"]
+    host.owner("egress_deny", id=request_id)
+    assert told == ["change", "change"]

@@ -8,6 +8,8 @@ from sandbridge.exceptions import DaemonError
 from sandbridge.protocol.daemon_wire import (
     MAX_MESSAGE_BYTES,
     Event,
+    asks_for_dashboard,
+    dashboard_message,
     decode_event,
     decode_request,
     encode,
@@ -55,3 +57,25 @@ def test_malformed_request_is_refused(data: bytes, error: str) -> None:
 def test_message_over_the_limit_is_refused_before_it_is_sent() -> None:
     with pytest.raises(DaemonError, match=f"over {MAX_MESSAGE_BYTES}"):
         encode({"say": "x" * MAX_MESSAGE_BYTES})
+
+
+def test_a_dashboard_request_is_told_from_a_session_request() -> None:
+    assert asks_for_dashboard(encode(dashboard_message()))
+    assert not asks_for_dashboard(request({"a": 1}, "/run/x", "/run/y"))
+    assert decode_event(event(Event.DASHBOARD, "http://127.0.0.1:1/?token=t")) == (
+        Event.DASHBOARD,
+        "http://127.0.0.1:1/?token=t",
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"version": 1, "dashboard": "url", "serve": {}}, "a dashboard request is"),
+        ({"version": 1, "dashboard": "token"}, "a dashboard request is"),
+        ({"version": 2, "dashboard": "url"}, "protocol version 2 is not 1"),
+    ],
+)
+def test_a_malformed_dashboard_request_is_refused(message: dict[str, object], error: str) -> None:
+    with pytest.raises(DaemonError, match=error):
+        asks_for_dashboard(encode(message))

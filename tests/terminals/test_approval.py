@@ -111,6 +111,38 @@ def test_request_is_verified_against_the_key_it_names() -> None:
     assert refused.value.code == "bad_signature"
 
 
+def test_a_requested_duration_is_signed_and_read_back() -> None:
+    document = approval.sign_request(REQUESTER, "web", "inst1", "why", NOW, 600)
+    assert json.loads(document["body"])["duration"] == 600
+    assert approval.verify_request(document, "web", "inst1").duration == 600
+
+
+def test_a_request_without_a_duration_has_none_and_keeps_its_old_shape() -> None:
+    # Backward compatible both ways: the field is absent, not null, when not asked.
+    document = approval.sign_request(REQUESTER, "web", "inst1", "why", NOW)
+    assert "duration" not in json.loads(document["body"])
+    assert approval.verify_request(document, "web", "inst1").duration is None
+
+
+@pytest.mark.parametrize("duration", [24 * 3600 + 1, 5.0, 0, -60, True, "10m", [600]])
+def test_a_requested_duration_out_of_bounds_or_malformed_is_refused_naming_it(
+    duration: object,
+) -> None:
+    body = json.loads(approval.sign_request(REQUESTER, "web", "inst1", "", NOW)["body"])
+    body["duration"] = duration
+    text = approval.canonical(body)
+    document = {
+        "body": text,
+        "signature": REQUESTER.sign(approval.REQUEST_CONTEXT + text.encode()).signature.hex(),
+    }
+    with pytest.raises(ApprovalRefused) as refused:
+        approval.verify_request(document, "web", "inst1")
+    assert refused.value.code == "bad_duration"
+    assert repr(duration) in str(refused.value)
+    with pytest.raises(ApprovalRefused, match="--duration"):
+        approval.sign_request(REQUESTER, "web", "inst1", "", NOW, duration)  # type: ignore[arg-type]
+
+
 def test_request_reason_must_be_printable_and_short() -> None:
     with pytest.raises(ApprovalRefused):
         approval.sign_request(REQUESTER, "web", "i", "a\x1b[2J", NOW)

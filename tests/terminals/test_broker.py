@@ -540,3 +540,57 @@ def test_a_restarted_broker_keeps_its_session_keys_and_takes_nothing_else_from_i
             entry.remove()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_requested_duration_is_listed_audited_and_kept_across_a_restart(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        path = entry.path / "terminals.json"
+        first = TerminalBroker(entry.id, entry.control_socket, None, pending_path=path)
+        await first.start()
+        try:
+            owner = keys.owner_key()
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+            document = approval.sign_request(owner, "web", instance, "", time.time(), 300)
+            answer = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
+            listing = await asyncio.to_thread(call, "web", {"op": "list"})
+            assert [r["duration"] for r in listing["requests"]] == [300]
+            shown = await asyncio.to_thread(call, "web", {"op": "show", "id": answer["id"]})
+            assert shown["duration"] == 300
+            (record,) = [r for r in AuditLog().records() if r["event"] == "request"]
+            assert record["duration"] == 300
+        finally:
+            await first.close()
+        entry.control_socket.unlink()  # as the daemon does before serving it again
+        second = TerminalBroker(entry.id, entry.control_socket, None, pending_path=path)
+        await second.start()
+        try:
+            assert [r["duration"] for r in second.listing()] == [300]
+        finally:
+            await second.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_the_broker_tells_of_each_change_the_dashboard_shows(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        told: list[int] = []
+        broker.on_change = lambda: told.append(len(broker.listing()))
+        await broker.start()
+        try:
+            owner = keys.owner_key()
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+            document = approval.sign_request(owner, "web", instance, "", time.time())
+            answer = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
+            told.clear()  # the info above was an op too
+            await asyncio.to_thread(call, "web", {"op": "deny", "id": answer["id"]})
+            assert told == [1], "told once, after the move"
+            assert broker.listing()[0]["state"] == "denied"
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

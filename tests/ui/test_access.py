@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from sandbridge.ui.access import COOKIE_NAME, Access, Login, Refuse, Serve
+from sandbridge.ui.access import (
+    COOKIE_NAME,
+    LOGIN_TOKEN_TTL,
+    MAX_LOGIN_TOKENS,
+    Access,
+    Login,
+    Refuse,
+    Serve,
+)
 
 PORT = 41234
 
@@ -41,6 +49,38 @@ def test_the_login_token_works_once() -> None:
     again = access.decide(b"GET", target, _headers(access, cookie=""))
     assert isinstance(again, Refuse) and again.status == 403
     assert "already used" in again.reason
+
+
+def test_each_login_url_has_its_own_token_and_each_works_once() -> None:
+    access = _access()
+    first, second = (access.login_url().partition("token=")[2] for _ in range(2))
+    assert first != second
+    for token in (second, first):
+        target = f"/?token={token}".encode()
+        assert isinstance(access.decide(b"GET", target, _headers(access, cookie="")), Login)
+        again = access.decide(b"GET", target, _headers(access, cookie=""))
+        assert isinstance(again, Refuse) and again.status == 403
+
+
+def test_a_login_token_expires_unused() -> None:
+    now = [1000.0]
+    access = Access(port=PORT, clock=lambda: now[0])
+    token = access.login_url().partition("token=")[2]
+    now[0] += LOGIN_TOKEN_TTL
+    verdict = access.decide(b"GET", f"/?token={token}".encode(), _headers(access, cookie=""))
+    assert isinstance(verdict, Refuse) and verdict.status == 403
+    assert "has expired" in verdict.reason
+    assert access.login_tokens == {}
+
+
+def test_unused_login_tokens_are_bounded_and_the_oldest_goes_first() -> None:
+    access = _access()
+    tokens = [access.login_url().partition("token=")[2] for _ in range(MAX_LOGIN_TOKENS + 1)]
+    assert len(access.login_tokens) == MAX_LOGIN_TOKENS
+    oldest = access.decide(b"GET", f"/?token={tokens[0]}".encode(), _headers(access, cookie=""))
+    assert isinstance(oldest, Refuse)
+    newest = access.decide(b"GET", f"/?token={tokens[-1]}".encode(), _headers(access, cookie=""))
+    assert isinstance(newest, Login)
 
 
 def test_a_wrong_login_token_is_refused_and_the_right_one_still_works() -> None:

@@ -3,6 +3,7 @@ who gets in, what every answer carries, and the event stream."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.ui.server import Dashboard as ServedDashboard
 from tests.conftest import SANDBRIDGE, Process
 from tests.relay.test_local_peer import AS_NOBODY
 
@@ -183,3 +185,53 @@ def test_another_users_connection_gets_no_answer(dashboard: Dashboard) -> None:
     )
     assert seen.stdout.strip() == "b''" or "ConnectionResetError" in seen.stderr, seen
     dashboard.login()  # the token was not spent by the refused connection
+
+
+async def _stream(port: int, cookie: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode()
+    )
+    assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+    return reader, writer  # the writer kept: dropped, it would close the connection
+
+
+async def _next_tables(reader: asyncio.StreamReader) -> object:
+    while line := await reader.readline():
+        if line.startswith(b"data: "):
+            return json.loads(line.removeprefix(b"data: "))
+    raise AssertionError("the event stream ended")
+
+
+def test_one_feed_reads_the_tables_for_every_tab_and_a_burst_of_changes_once() -> None:
+    reads: list[int] = []
+
+    async def snapshot() -> dict[str, object]:
+        reads.append(len(reads) + 1)
+        return {"read": len(reads)}
+
+    async def scenario() -> None:
+        # No timed re-read: only what it is told of.
+        dashboard = ServedDashboard(snapshot, refresh=3600.0)
+        await dashboard.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", dashboard.port)
+            query = urllib.parse.urlsplit(dashboard.login_url()).query
+            writer.write(
+                f"GET /?{query} HTTP/1.1\r\nHost: 127.0.0.1:{dashboard.port}\r\n\r\n".encode()
+            )
+            head = (await reader.read()).decode()
+            cookie = re.search(r"Set-Cookie: ([^;]+);", head)
+            assert cookie is not None, head
+            tabs = [await _stream(dashboard.port, cookie.group(1)) for _ in range(3)]
+            assert [await _next_tables(tab) for tab, _ in tabs] == [{"read": 1}] * 3
+            for _ in range(100):
+                dashboard.notify()
+            assert [await _next_tables(tab) for tab, _ in tabs] == [{"read": 2}] * 3
+            assert reads == [1, 2], "three tabs, a hundred changes told: two reads"
+            for _, tab_writer in tabs:
+                tab_writer.close()
+        finally:
+            await dashboard.close()
+
+    asyncio.run(scenario())

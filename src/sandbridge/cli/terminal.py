@@ -26,22 +26,50 @@ TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_ANSWER = 256
 
 
-def parse_ttl(text: str) -> float:
+def parse_ttl(text: str, flag: str = "--ttl") -> float:
     """``90``, ``90s``, ``10m`` or ``1h`` in seconds; refuse anything else."""
     match = TTL_PATTERN.fullmatch(text)
     if match is None:
-        raise SandbridgeError(f"--ttl {text!r}: use a number with s, m or h (e.g. 10m)")
+        raise SandbridgeError(f"{flag} {text!r}: use a number with s, m or h (e.g. 10m)")
     return float(match.group(1)) * TTL_UNITS[match.group(2)]
+
+
+def parse_duration(text: str | None) -> float | None:
+    """``--duration``: how long a request asks its approval to last, within the bounds
+    of an approval's ttl (refused naming the value); None when not given."""
+    if text is None:
+        return None
+    seconds = parse_ttl(text, "--duration")
+    if not approval.MIN_TTL <= seconds <= approval.MAX_TTL:
+        raise SandbridgeError(
+            f"--duration {text!r}: choose between {approval.MIN_TTL:g}s and "
+            f"{approval.MAX_TTL / 3600:g}h (the longest approval)"
+        )
+    return seconds
+
+
+def _duration(seconds: object) -> str:
+    """A duration as the listing shows it: ``10m``, ``1h``, ``90s``; ``-`` if none."""
+    if not isinstance(seconds, int | float):
+        return "-"
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _say(text: str) -> None:
     print(f"sandbridge: {text}", file=sys.stderr, flush=True)
 
 
-def _request(session: str, key_path: Path | None, reason: str) -> str:
+def _request(
+    session: str, key_path: Path | None, reason: str, duration: float | None = None
+) -> str:
     key = keys.requester_key(key_path)
     info = call(session, {"op": "info"})
-    document = approval.sign_request(key, session, str(info["instance"]), reason, time.time())
+    document = approval.sign_request(
+        key, session, str(info["instance"]), reason, time.time(), duration
+    )
     return str(call(session, {"op": "request", "request": document})["id"])
 
 
@@ -56,7 +84,7 @@ def _attach(request_id: str, key_path: Path | None) -> int:
 
 def cmd_request(args: argparse.Namespace) -> int:
     session = validate_name(args.session, "session")
-    request_id = _request(session, args.key, args.reason)
+    request_id = _request(session, args.key, args.reason, parse_duration(args.duration))
     if args.no_wait:
         print(request_id, flush=True)
         return 0
@@ -69,9 +97,9 @@ def cmd_request(args: argparse.Namespace) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    answer = approve_request(args.id, parse_ttl(args.ttl))
+    answer = approve_request(args.id, None if args.ttl is None else parse_ttl(args.ttl))
     expires = time.strftime("%H:%M:%S", time.localtime(float(answer["expires"])))
-    _say(f"approved {args.id} until {expires}")
+    _say(f"approved {args.id} for {_duration(answer['ttl'])}, until {expires}")
     return 0
 
 
@@ -112,7 +140,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     elif not rows:
         print("no terminal requests")
     for row in [] if args.json else rows:
-        print(f"{row['id']}  {row['state']}  {row['requester'][:16]}...  {row['reason']}")
+        asked = _duration(row.get("duration"))
+        print(f"{row['id']}  {row['state']}  {row['requester'][:16]}...  {asked}  {row['reason']}")
     return 0
 
 
@@ -179,13 +208,20 @@ def add_commands(commands: Any) -> None:
     request = sub.add_parser("request", help="ask for a terminal; wait for approval and attach")
     request.add_argument("session")
     request.add_argument("--reason", default="", help="shown to the owner and audited")
+    request.add_argument(
+        "--duration", default=None, help="how long to ask the approval to last (e.g. 10m, 1h)"
+    )
     request.add_argument("--no-wait", action="store_true", help="print the request id and exit")
     _key_option(request)
     request.set_defaults(func=cmd_request)
 
     approve = sub.add_parser("approve", help="sign an approval for one terminal")
     approve.add_argument("id")
-    approve.add_argument("--ttl", default="10m", help="how long it may be used (default 10m)")
+    approve.add_argument(
+        "--ttl",
+        default=None,
+        help="how long it may be used (default: the duration asked, else 10m)",
+    )
     approve.set_defaults(func=cmd_approve)
 
     for name, func, text in (

@@ -1,4 +1,6 @@
-"""``sandbridge ui``: the owner's dashboard, served in the foreground until Ctrl-C."""
+"""``sandbridge ui``: the owner's dashboard. The user's daemon serves it when one runs
+(this asks it for a one-time URL and returns); without one, this process serves it in the
+foreground until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import sys
 from typing import Any
 
 from sandbridge.aio import event_loop
+from sandbridge.daemon.dashboard import ask_url
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.protocol.open_request import OpenAction
 from sandbridge.relay.host_opener import OpenSettings
+from sandbridge.session.served import connect
 from sandbridge.ui.server import build_dashboard
 
 
@@ -47,14 +51,8 @@ def _open_in_browser(url: str, browser: str | None) -> bool:
 async def _serve(args: argparse.Namespace) -> int:
     dashboard = build_dashboard()
     await dashboard.start()
-    url = dashboard.login_url()
     try:
-        if args.print_url or not _open_in_browser(url, args.browser):
-            # stdout: a script can read it; the link works once.
-            print(url, flush=True)
-            _say("dashboard: open the URL above (it works once); Ctrl-C to stop")
-        else:
-            _say(f"dashboard opened in the browser on 127.0.0.1:{dashboard.port}; Ctrl-C to stop")
+        _show(dashboard.login_url(), args, f"served on 127.0.0.1:{dashboard.port}; Ctrl-C stops it")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -65,8 +63,25 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(url: str, args: argparse.Namespace, where: str) -> None:
+    """Open ``url`` in the browser or print it; say who serves it (``where``)."""
+    if args.print_url or not _open_in_browser(url, args.browser):
+        print(url, flush=True)  # stdout: a script can read it; the link works once
+        _say(f"dashboard: open the URL above (it works once, within 2 minutes); {where}")
+    else:
+        _say(f"dashboard opened in the browser; {where}")
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
-    return int(event_loop.run(_serve(args)))
+    daemon = None if args.no_daemon else connect()
+    if daemon is None:
+        if not args.no_daemon:
+            _say("no daemon runs: this process serves the dashboard until Ctrl-C")
+        return int(event_loop.run(_serve(args)))
+    with daemon:
+        url = ask_url(daemon)
+    _show(url, args, "the daemon serves it")
+    return 0
 
 
 def add_commands(commands: Any) -> None:
@@ -76,4 +91,9 @@ def add_commands(commands: Any) -> None:
         "--print-url", action="store_true", help="print the one-time URL instead of opening it"
     )
     ui.add_argument("--browser", default=None, help="browser command (default: $BROWSER, xdg-open)")
+    ui.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="serve the dashboard from this process even when the daemon runs",
+    )
     ui.set_defaults(func=cmd_ui)

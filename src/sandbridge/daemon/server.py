@@ -34,6 +34,7 @@ from sandbridge.aio import untrusted_fds
 from sandbridge.aio.event_loop import ready
 from sandbridge.aio.tasks import TaskSet, first_done, running
 from sandbridge.aio.unix_sockets import peer_credentials, peer_shares_mount_namespace
+from sandbridge.daemon.dashboard import DaemonDashboard
 from sandbridge.daemon.place import daemon_place
 from sandbridge.exceptions import DaemonError, SandbridgeError
 from sandbridge.places.registry import SessionEntry
@@ -124,6 +125,7 @@ class Daemon:
     def __init__(self, listener: socket.socket) -> None:
         self.listener = listener
         self.sessions = TaskSet()
+        self.dashboard = DaemonDashboard()
 
     async def serve(self) -> None:
         """Accept clients until cancelled; then every session is closed."""
@@ -145,6 +147,7 @@ class Daemon:
                 self.sessions.spawn(self._client(conn))
         finally:
             await self.sessions.close()
+            await self.dashboard.close()
 
     async def _client(self, conn: socket.socket) -> None:
         conn.setblocking(False)
@@ -179,14 +182,31 @@ class Daemon:
                 f"pid {pid} is not in the daemon's mount namespace (a sandbox or a "
                 "container); the daemon serves only its user's processes on the host"
             )
-        if len(self.sessions) > MAX_SESSIONS:
-            raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
         fds: list[int] = []
+        try:
+            data = await _receive_request(conn, fds)
+            dashboard = daemon_wire.asks_for_dashboard(data)
+            if dashboard and fds:
+                raise DaemonError(f"a dashboard request carries no descriptors, not {len(fds)}")
+        except BaseException:
+            untrusted_fds.release_all(fds, reset=False)
+            raise
+        if dashboard:
+            # The owner's own process on the host (checked above): a new one-time URL.
+            outbox.put(Event.DASHBOARD, await self.dashboard.login_url())
+            log.info("daemon.dashboard_url", pid=pid, port=self.dashboard.port)
+            return
+        await self._serve_session(conn, outbox, pid, data, fds)
+
+    async def _serve_session(
+        self, conn: socket.socket, outbox: Outbox, pid: int, data: bytes, fds: list[int]
+    ) -> None:
         runtime_dir: RuntimeDir | None = None
         entry: SessionEntry | None = None
         channel: socket.socket | None = None
         try:
-            data = await _receive_request(conn, fds)
+            if len(self.sessions) > MAX_SESSIONS:
+                raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
             options, runtime_path, session_path = daemon_wire.decode_request(data)
             if len(fds) not in (2, 3):
                 raise DaemonError(f"a request carries 2 or 3 descriptors, not {len(fds)}")
@@ -206,6 +226,7 @@ class Daemon:
                 on_register=lambda app: outbox.put(Event.APP, app_event(app)),
                 on_unregister=lambda app: outbox.put(Event.GONE, app_event(app)),
                 terminal_channel=channel,
+                on_change=self.dashboard.notify,
             )
         except BaseException:
             untrusted_fds.release_all(fds, reset=False)
@@ -222,7 +243,8 @@ class Daemon:
             outbox.put(Event.READY, entry.id)
             # The owner's ``stop`` reaches the client, which holds the sandbox.
             async with running(_pass_stop(session.stop_requested, outbox)):
-                await _until_closed(conn)
+                with self.dashboard.serving(session):
+                    await _until_closed(conn)
         log.info("daemon.session_end", session=entry.id)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -108,6 +109,8 @@ class EgressLog:
 
     path: Path | None
     _tally: EgressTally = field(default_factory=EgressTally)
+    # Called after each decision counted (the owner's dashboard shows the counts).
+    on_record: Callable[[], None] = field(default=lambda: None)
 
     def tallies(self) -> list[DestinationTally]:
         """What this log counted so far (in memory, ordered as :meth:`EgressTally.tallies`)."""
@@ -149,6 +152,7 @@ class EgressLog:
             os.replace(scratch, self.path.with_name(TALLY_NAME))
         except OSError as exc:
             log.warning("egress.log_failed", path=str(self.path), reason=exc.strerror)
+        self.on_record()
 
 
 def read_entries(directory: Path) -> list[dict[str, object]]:

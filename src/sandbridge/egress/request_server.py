@@ -92,6 +92,8 @@ class EgressRequests:
         self._decided: dict[str, asyncio.Event] = {}
         self._waiting = 0
         self._dropping = False
+        # Called when a request is entered or decided (the owner's dashboard lists them).
+        self.on_change: Callable[[], None] = lambda: None
 
     def _say(self, text: str) -> None:
         print(f"sandbridge: {text}", file=self._out or sys.stderr, flush=True)
@@ -148,6 +150,7 @@ class EgressRequests:
         request, new = self.table.submit(destination, reason, now, new_id, warning)
         if new:
             self._dropping = False
+            self.on_change()
             caution = "" if warning is None else f" (WARNING: {warning})"
             self._say(
                 f"the sandbox asks for {destination.text}{caution}: egress request "
@@ -264,6 +267,7 @@ class EgressRequests:
         event = self._decided.pop(request.id, None)
         if event is not None:
             event.set()
+        self.on_change()
 
     def _save(self, request: EgressRequest) -> Path:
         """Append the request's line to the project's ``.sandbridge/allow``."""

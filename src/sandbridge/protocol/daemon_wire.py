@@ -11,6 +11,10 @@ and the daemon answers with events, one per message, until either side leaves:
 registration, ``{"gone": {...}}`` for an app that stopped listening, ``{"say": TEXT}``
 for a line the owner should see, and ``{"error": TEXT}`` (then the daemon closes) for a
 refusal. The client leaving ends the session.
+
+``sandbridge ui`` sends ``{"version": 1, "dashboard": "url"}`` instead, with no
+descriptor, and gets one ``{"dashboard": URL}`` (a new one-time login URL of the
+dashboard the daemon serves) or ``{"error": TEXT}``, then the close.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024
 # Descriptors a request may carry: runtime dir, session dir, terminal channel.
 MAX_REQUEST_FDS = 3
+# The key of a dashboard request (and of its answer).
+DASHBOARD_KEY = "dashboard"
 
 
 class Event(enum.Enum):
@@ -40,6 +46,7 @@ class Event(enum.Enum):
     SAY = "say"
     ERROR = "error"
     STOP = "stop"  # the owner asked the session to end (control socket's ``stop``)
+    DASHBOARD = "dashboard"  # the answer to a dashboard request: a one-time login URL
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -76,14 +83,36 @@ def decode_event(data: bytes) -> tuple[Event, object]:
         raise DaemonError(f"unknown daemon event {key!r:.40}") from None
 
 
-def decode_request(data: bytes) -> tuple[dict[str, Any], str, str]:
-    """A request's options, runtime dir and session dir."""
+def _versioned(data: bytes) -> dict[str, Any]:
     message = decode(data)
     if message.get("version") != VERSION:
         raise DaemonError(
             f"protocol version {message.get('version')!r:.20} is not {VERSION}: the daemon "
             "and this sandbridge differ; restart the daemon"
         )
+    return message
+
+
+def asks_for_dashboard(data: bytes) -> bool:
+    """Whether a request asks for a dashboard URL (anything else is a session's request);
+    a dashboard request holds nothing else."""
+    message = _versioned(data)
+    if DASHBOARD_KEY not in message:
+        return False
+    if message != dashboard_message():
+        raise DaemonError(
+            f"a dashboard request is {json.dumps(dashboard_message())} and nothing else"
+        )
+    return True
+
+
+def dashboard_message() -> dict[str, Any]:
+    return {"version": VERSION, DASHBOARD_KEY: "url"}
+
+
+def decode_request(data: bytes) -> tuple[dict[str, Any], str, str]:
+    """A request's options, runtime dir and session dir."""
+    message = _versioned(data)
     options, runtime_dir, session_dir = (
         message.get(key) for key in ("serve", "runtime_dir", "session_dir")
     )

@@ -15,7 +15,7 @@ import asyncio
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +64,9 @@ class SessionOptions:
     open_settings: OpenSettings | None = None
     # The command the sandbox runs, as the owner's dashboard shows it.
     command: tuple[str, ...] = ()
+    # Called when anything the owner's dashboard shows of the session changes: an app
+    # registered or gone, a terminal request or its move, an egress decision or request.
+    on_change: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,12 @@ class Session:
     # Set when the owner asked the session to end (the control socket's ``stop``): the
     # session's owner (``run.py``) ends the sandbox as it would on SIGTERM.
     stop_requested: asyncio.Event
+    # The owner's ops on this session (``session_info``, ``egress_summary``, ...), for a
+    # host that reads them in-process (the daemon's dashboard); the same the control
+    # socket serves.
+    ops: Mapping[str, OwnerOp]
+    # The terminal broker (None: the session serves no terminals, nor a control socket).
+    broker: TerminalBroker | None
 
 
 def session_ops(
@@ -116,6 +125,17 @@ def session_ops(
     return {**egress_ops, "session_info": info, "stop": request_stop, "app_close": close_app}
 
 
+def _and_then(
+    first: Callable[[App], None] | None, then: Callable[[], None]
+) -> Callable[[App], None]:
+    def both(app: App) -> None:
+        if first is not None:
+            first(app)
+        then()
+
+    return both
+
+
 def create_entry(runtime_dir: RuntimeDir, options: SessionOptions) -> SessionEntry:
     """The session's registry entry (``runtime_dir`` is removed if it cannot be made);
     the notes of both are printed."""
@@ -144,6 +164,7 @@ async def open_session(
     where the session's messages for the owner go (default: stderr)."""
     if entry is None:
         entry = create_entry(runtime_dir, options)
+    changed = options.on_change or (lambda: None)
     opener = HostOpener(
         OpenSettings.for_host(os.environ)
         if options.open_settings is None
@@ -153,8 +174,8 @@ async def open_session(
     host = HostSession(
         runtime_dir,
         protocol=options.protocol,
-        on_register=options.on_register,
-        on_unregister=options.on_unregister,
+        on_register=_and_then(options.on_register, changed),
+        on_unregister=_and_then(options.on_unregister, changed),
         settings=RelaySettings() if options.settings is None else options.settings,
         entry=entry,
         opener=opener,
@@ -168,6 +189,8 @@ async def open_session(
             EgressLog(entry.path / LOG_NAME),
             session=entry.id,
         )
+        gate.log.on_record = changed
+        gate.requests.on_change = changed
     stop_requested = asyncio.Event()
     broker: TerminalBroker | None = None
     starter: WorkerStarter | None = None
@@ -175,9 +198,9 @@ async def open_session(
         starter = SandboxChannel(options.terminal_channel)
     elif options.terminal_socket:
         starter = WorkerSocket(runtime_dir.path)
+    owner_ops = session_ops(options, gate, host, stop_requested, entry.id)
     if starter is not None:
         # The owner's egress answers and session ops travel on the same control socket.
-        owner_ops = session_ops(options, gate, host, stop_requested, entry.id)
         broker = TerminalBroker(
             entry.id,
             entry.control_socket,
@@ -186,6 +209,7 @@ async def open_session(
             owner_ops=owner_ops,
             pending_path=entry.path / PENDING_FILE,
         )
+        broker.on_change = changed
     try:
         await host.start()
         # A daemon serving this session again after a restart: its apps come back.
@@ -194,7 +218,7 @@ async def open_session(
             await gate.start()
         if broker is not None:
             await broker.start()
-        yield Session(entry, host, runtime_dir, stop_requested)
+        yield Session(entry, host, runtime_dir, stop_requested, owner_ops, broker)
     finally:
         if broker is not None:
             await broker.close()

@@ -49,6 +49,9 @@ class Request:
     reason: str
     created: float
     nonce: str
+    # How long the requester asks the approval to last (seconds; None: not said). The
+    # owner's approval names its own ttl: this is only the default the owner is offered.
+    duration: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +81,37 @@ def new_nonce() -> str:
     return secrets.token_hex(NONCE_HEX // 2)
 
 
-def sign_request(
-    key: nacl.signing.SigningKey, session: str, instance: str, reason: str, now: float
+def check_duration(value: object, what: str) -> float:
+    """A requested duration: a number of seconds an approval may last (``MIN_TTL`` to
+    ``MAX_TTL``); :class:`ApprovalRefused` ``bad_duration`` names ``value`` otherwise."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not MIN_TTL <= value <= MAX_TTL
+    ):
+        raise ApprovalRefused(
+            "bad_duration",
+            f"{what} {value!r:.40} is not a duration from {MIN_TTL:g}s to {MAX_TTL:g}s",
+        )
+    return float(value)
+
+
+def sign_request(  # noqa: PLR0913  (every field the requester signs is an argument)
+    key: nacl.signing.SigningKey,
+    session: str,
+    instance: str,
+    reason: str,
+    now: float,
+    duration: float | None = None,
 ) -> dict[str, str]:
-    """A request for a terminal into ``session``, signed by the requester's ``key``."""
+    """A request for a terminal into ``session``, signed by the requester's ``key``
+    (``duration``: how long it asks the approval to last; left out when None, so a host
+    that predates the field reads the request as before)."""
     if len(reason) > MAX_REASON or not reason.isprintable():
         raise ApprovalRefused(
             "bad_reason", f"--reason must be printable, at most {MAX_REASON} characters"
         )
-    body = {
+    body: dict[str, Any] = {
         "version": VERSION,
         "kind": "request",
         "session": session,
@@ -96,6 +121,8 @@ def sign_request(
         "created": now,
         "nonce": new_nonce(),
     }
+    if duration is not None:
+        body["duration"] = check_duration(duration, "--duration")
     return _sign(key, REQUEST_CONTEXT, body)
 
 
@@ -173,9 +200,11 @@ def verify_request(document: object, session: str, instance: str) -> Request:
         raise ApprovalRefused(
             "bad_reason", f"the reason must be printable, at most {MAX_REASON} characters"
         )
+    duration = body.get("duration")
     return Request(
         body["session"], body["instance"], body["requester"], body["reason"],
         float(body["created"]), body["nonce"],
+        None if duration is None else check_duration(duration, "the request's duration"),
     )  # fmt: skip
 
 

@@ -30,7 +30,6 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,19 +58,13 @@ from sandbridge.terminals.admission import (
     decide_lease,
     lease_terms,
 )
-from sandbridge.terminals.approval import Approval, Request
 from sandbridge.terminals.control import short_path
 from sandbridge.terminals.control_line import MAX_CONTROL_LINE, read_message, write_message
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_CLIENT, Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal, state_dir
-from sandbridge.terminals.request_state import (
-    FINISHED,
-    OPEN,
-    RequestEvent,
-    RequestState,
-    RequestStateMachine,
-)
+from sandbridge.terminals.request_record import TerminalRequest
+from sandbridge.terminals.request_state import FINISHED, OPEN, RequestEvent, RequestState
 from sandbridge.terminals.settings import TerminalSettings
 
 # The requester has this long to answer the attach challenge.
@@ -105,44 +98,6 @@ class WorkerStarter(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass
-class TerminalRequest:
-    """One request and what became of it."""
-
-    id: str
-    request: Request
-    machine: RequestStateMachine = field(default_factory=RequestStateMachine)
-    approval_document: dict[str, str] | None = None
-    approval: Approval | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    terminal: ActiveTerminal | None = None
-    refusals: set[str] = field(default_factory=set)
-    # The signed request as the requester sent it: kept for a restart (pending.py).
-    document: object = None
-
-    @property
-    def state(self) -> RequestState:
-        return self.machine.state
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state.value,
-            "requester": self.request.requester,
-            "reason": self.request.reason,
-            "created": self.request.created,
-            "expires": None if self.approval is None else self.approval.expires,
-        }
-
-    def process(self, event: RequestEvent) -> None:
-        """Move along the state table (:class:`IllegalMove` if it has no such move) and
-        wake whoever awaits a change."""
-        before = self.state
-        if self.machine.process(event) is not before:
-            self.changed.set()
-            self.changed = asyncio.Event()
-
-
 class TerminalBroker:
     """Serves one session's control socket; owns its terminal requests."""
 
@@ -173,6 +128,8 @@ class TerminalBroker:
         self._audit: AuditLog | None = None
         # Keys the owner allowed for this session only (``sandbridge terminal allow``).
         self._session_requesters: set[str] = set()
+        # Called after each change the owner's dashboard shows (a request, a move).
+        self.on_change: Callable[[], None] = lambda: None
 
     @property
     def journal(self) -> ReservationJournal:
@@ -303,6 +260,7 @@ class TerminalBroker:
                 raise ControlRefusal("unknown_op", f"unknown control request {op!r}")
             answer = await handler(message)
             self._save_pending()
+            self.on_change()
             write_message(writer, {"ok": True, **answer})
         except (ControlRefusal, ApprovalRefused, JournalError) as exc:
             write_message(writer, {"ok": False, "code": exc.code, "error": str(exc)})
@@ -344,7 +302,7 @@ class TerminalBroker:
         )
         self.audit.record(
             "request", session=self.session, request=request_id, requester=request.requester,
-            reason=request.reason,
+            reason=request.reason, duration=request.duration,
         )  # fmt: skip
         log.info("terminal.request", request=request_id, requester=request.requester[:16])
         return {"id": request_id}
@@ -445,8 +403,12 @@ class TerminalBroker:
         self.audit.record("allow", session=self.session, requester=key)
         return {"allowed": sorted(self._session_requesters)}
 
+    def listing(self) -> list[dict[str, Any]]:
+        """Every request this session remembers, as ``list`` answers."""
+        return [request.summary() for request in self._requests.values()]
+
     async def _list(self, message: dict[str, Any]) -> dict[str, Any]:
-        return {"requests": [request.summary() for request in self._requests.values()]}
+        return {"requests": self.listing()}
 
     # Admission ---------------------------------------------------------------------------
 
@@ -518,6 +480,7 @@ class TerminalBroker:
         except JournalError as exc:
             raise self._refuse(request, exc.code, str(exc)) from None
         request.process(RequestEvent.ADMIT)
+        self.on_change()
         return seq
 
     async def _run_terminal(
@@ -584,6 +547,7 @@ class TerminalBroker:
                 untrusted_fds.release_socket(worker_sock)
             request.terminal = None
             request.process(RequestEvent.END)
+            self.on_change()
             self.journal.finish(seq, "aborted" if end == "not_ready" else "ended")
             self.audit.record(
                 "end", session=self.session, request=request.id,

@@ -184,7 +184,7 @@ class AuditLog:
 
     FIELDS = frozenset(
         {
-            "event", "session", "request", "requester", "reason_code", "reason", "ttl",
+            "event", "session", "request", "requester", "reason_code", "reason", "duration", "ttl",
             "expires", "rows", "cols", "bytes_in", "bytes_out", "end", "status", "time",
         }
     )  # fmt: skip

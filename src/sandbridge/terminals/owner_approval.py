@@ -16,11 +16,18 @@ from sandbridge.terminals.approval import Request
 from sandbridge.terminals.control import call, split_request_id
 
 
-def approve_request(request_id: str, ttl: float) -> dict[str, Any]:
-    """Sign an approval of ``request_id`` lasting ``ttl`` seconds and send it to its
-    session; return the session's answer (``state``, ``expires``) or raise ControlError."""
+def approve_request(request_id: str, ttl: float | None = None) -> dict[str, Any]:
+    """Sign an approval of ``request_id`` lasting ``ttl`` seconds (None: the duration the
+    request asked for, else :data:`~sandbridge.terminals.approval.DEFAULT_TTL`) and send it
+    to its session; return the session's answer (``state``, ``expires``, ``ttl``) or raise
+    ControlError."""
     session = split_request_id(request_id)
     shown = call(session, {"op": "show", "id": request_id})
+    if ttl is None:
+        # The session checked the asked duration when it took the request; an answer
+        # from a session that predates it has none.
+        asked = shown.get("duration")
+        ttl = approval.DEFAULT_TTL if asked is None else float(asked)
     body = shown["request"]
     request = Request(
         session,
@@ -31,4 +38,4 @@ def approve_request(request_id: str, ttl: float) -> dict[str, Any]:
         str(body["nonce"]),
     )
     document = approval.sign_approval(keys.owner_key(), request_id, request, ttl, time.time())
-    return call(session, {"op": "approve", "id": request_id, "approval": document})
+    return {**call(session, {"op": "approve", "id": request_id, "approval": document}), "ttl": ttl}

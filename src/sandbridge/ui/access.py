@@ -6,9 +6,10 @@ browser can reach it. The listener refuses other users' connections at accept
 
 * a Host that is not the dashboard's own ``127.0.0.1:PORT`` or ``localhost:PORT``
   (DNS rebinding: a page of another site resolving its name to 127.0.0.1);
-* a request without the session cookie. The cookie is set once, in exchange for the
-  one-time token of the URL ``sandbridge ui`` opened, and is ``HttpOnly`` and
-  ``SameSite=Strict``: no script reads it and no other site's request carries it;
+* a request without the session cookie. The cookie is set in exchange for a one-time
+  token of a URL ``sandbridge ui`` opened (each call issues a new token, good once and
+  for :data:`LOGIN_TOKEN_TTL` seconds), and is ``HttpOnly`` and ``SameSite=Strict``: no
+  script reads it and no other site's request carries it;
 * a state change that is not a ``POST`` from the dashboard's own origin (``Origin`` and,
   when the browser sends it, ``Sec-Fetch-Site: same-origin``) carrying the CSRF token the
   page received in its HTML (a header a cross-origin page cannot set without a preflight
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sandbridge.protocol.http.fields import field_values
@@ -32,6 +35,13 @@ CSRF_HEADER = b"x-sandbridge-csrf"
 LOGIN_PARAMETER = "token"
 # 32 random bytes: the token, the cookie and the CSRF token cannot be guessed.
 SECRET_BYTES = 32
+# A login URL is opened right after ``sandbridge ui`` made it (by the browser it starts,
+# or by the owner from the printed line): two minutes is plenty, and a URL found later
+# in a shell history or a screen share is worth nothing.
+LOGIN_TOKEN_TTL = 120.0
+# Unused tokens kept at once: a few ``sandbridge ui`` calls in a row; past it the oldest
+# is dropped (its URL is refused, and a new call gives a new one).
+MAX_LOGIN_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +80,11 @@ class Access:
     """The dashboard's secrets and the checks that use them, for listener ``port``."""
 
     port: int
-    login_token: str | None = field(default_factory=_secret)
     cookie: str = field(default_factory=_secret)
     csrf: str = field(default_factory=_secret)
+    # When each unused login token stops being good (on ``clock``'s scale).
+    login_tokens: dict[str, float] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
 
     @property
     def hosts(self) -> frozenset[bytes]:
@@ -83,9 +95,20 @@ class Access:
         return frozenset(b"http://" + host for host in self.hosts)
 
     def login_url(self) -> str:
-        """The URL to open once (it holds the one-time token until it is used)."""
-        token = self.login_token or ""
+        """A new URL to open once, within :data:`LOGIN_TOKEN_TTL` seconds (it holds a
+        fresh one-time token; earlier URLs stay good until used or expired)."""
+        now = self.clock()
+        self._forget_expired(now)
+        while len(self.login_tokens) >= MAX_LOGIN_TOKENS:
+            del self.login_tokens[next(iter(self.login_tokens))]  # the oldest
+        token = _secret()
+        self.login_tokens[token] = now + LOGIN_TOKEN_TTL
         return f"http://127.0.0.1:{self.port}/?{LOGIN_PARAMETER}={token}"
+
+    def _forget_expired(self, now: float) -> None:
+        for token, until in list(self.login_tokens.items()):
+            if until <= now:
+                del self.login_tokens[token]
 
     def cookie_header(self) -> str:
         return f"{COOKIE_NAME}={self.cookie}; Path=/; HttpOnly; SameSite=Strict"
@@ -110,13 +133,17 @@ class Access:
         return Serve(method, path)
 
     def _login(self, query: str) -> Verdict:
-        given = urllib.parse.parse_qs(query).get(LOGIN_PARAMETER, [""])[0]
-        expected = self.login_token
-        if expected is None or not hmac.compare_digest(given.encode(), expected.encode()):
+        given = urllib.parse.parse_qs(query).get(LOGIN_PARAMETER, [""])[0].encode()
+        self._forget_expired(self.clock())
+        # Compared with each in constant time: a wrong token says nothing of a right one.
+        found = [t for t in self.login_tokens if hmac.compare_digest(given, t.encode())]
+        if not found:
             return Refuse(
-                403, "this dashboard link was already used or is wrong; run `sandbridge ui` again"
+                403,
+                "this dashboard link was already used, has expired or is wrong; run "
+                "`sandbridge ui` again",
             )
-        self.login_token = None  # once
+        del self.login_tokens[found[0]]  # once
         return Login("/", self.cookie_header())
 
     def _has_cookie(self, headers: Headers) -> bool:

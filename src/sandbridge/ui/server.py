@@ -6,8 +6,12 @@ happens at accept (is this connection the owner's? ``relay/local_peer.py``), whi
 framework hides. One request per connection (``Connection: close``); the live tables
 arrive as Server-Sent Events on ``/events``.
 
-:func:`build_dashboard` makes the server; whoever hosts it (``sandbridge ui`` today, the
-daemon later) starts and closes it in its own event loop.
+One feed per dashboard, whatever the number of tabs: while any event stream is open, it
+reads the tables when told something changed (:meth:`Dashboard.notify`: the daemon calls
+it on its sessions' events) or ``refresh`` seconds after the last read (for the sessions
+it is not told about, and changes that come with time), and each stream sends what
+changed. :func:`build_dashboard` makes the server; whoever hosts it (the daemon, or
+``sandbridge ui`` itself when no daemon runs) starts and closes it in its own event loop.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -35,10 +39,14 @@ MAX_BODY_BYTES = 16 * 1024
 HEAD_TIMEOUT = 10.0
 # Connections at once: a few tabs, each with one event stream and a request or two.
 MAX_CONNECTIONS = 32
-# Event streams at once (each polls the sessions): a few tabs.
+# Event streams at once: a few tabs.
 MAX_STREAMS = 8
-# The tables are re-read this often: changes show within a second.
+# Without a word of a change, the tables are re-read this often (the sessions the host
+# is told nothing of are polled over their control sockets): changes show within a second.
 REFRESH_INTERVAL = 0.5
+# However many changes are told (a sandbox flooding its egress gate), the tables are read
+# at most once in this long: ten reads a second, and a change still shows at once.
+MIN_READ_GAP = 0.1
 # A comment line this often keeps an idle stream from looking dead to proxies and tabs.
 KEEPALIVE_INTERVAL = 15.0
 
@@ -67,8 +75,13 @@ REASONS = {
     421: "Misdirected Request", 503: "Service Unavailable",
 }  # fmt: skip
 
-Snapshot = Callable[[], dict[str, Any]]
+Snapshot = Callable[[], Awaitable[dict[str, Any]]]
 Action = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+async def _polled_snapshot() -> dict[str, Any]:
+    """Every session asked over its control socket, in a thread (they block)."""
+    return await asyncio.to_thread(state.snapshot)
 
 
 def _static(name: str) -> bytes:
@@ -106,14 +119,32 @@ def _refusal(status: int, reason: str) -> bytes:
 class Dashboard:
     """The dashboard on 127.0.0.1; :meth:`start` listens, :meth:`close` ends everything."""
 
-    def __init__(self, snapshot: Snapshot = state.snapshot, action: Action = state.act) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot = _polled_snapshot,
+        action: Action = state.act,
+        refresh: float = REFRESH_INTERVAL,
+    ) -> None:
         self._snapshot = snapshot
         self._action = action
+        self._refresh = refresh
         self._server: asyncio.Server | None = None
         self._handlers = TaskSet()
         self._streams = 0
         self.access = Access(port=0)
         self._page = b""
+        # The feed: the tables last read, their version, and the event each stream waits
+        # on (replaced, after being set, at each new version).
+        self._feed = TaskSet()
+        self._feeding = False
+        self._changed = asyncio.Event()
+        self._tables = b""
+        self._version = 0
+        self._published = asyncio.Event()
+
+    def notify(self) -> None:
+        """Something the tables show changed: read them again now (no-op without a tab)."""
+        self._changed.set()
 
     @property
     def port(self) -> int:
@@ -139,6 +170,7 @@ class Dashboard:
         if self._server is not None:
             self._server.close()
         await self._handlers.close()
+        await self._feed.close()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -187,7 +219,7 @@ class Dashboard:
         if verdict.path == "/":
             return response(200, self._page, "text/html; charset=utf-8")
         if verdict.path == "/api/state":
-            return _json(200, await asyncio.to_thread(self._snapshot))
+            return _json(200, await self._snapshot())
         if verdict.path in STATIC:
             name, content_type = STATIC[verdict.path]
             return response(200, _static(name), content_type)
@@ -210,29 +242,56 @@ class Dashboard:
         return _json(200, {"ok": True, **answer})
 
     async def _events(self, writer: asyncio.StreamWriter) -> None:
-        """The tables as Server-Sent Events: each time they change, checked every
-        :data:`REFRESH_INTERVAL`, until the page goes away."""
+        """The tables as Server-Sent Events, each version once, until the page goes away."""
         if self._streams >= MAX_STREAMS:
             writer.write(_refusal(503, f"{MAX_STREAMS} dashboard tabs are open already"))
             await writer.drain()
             return
         self._streams += 1
+        if not self._feeding:
+            self._feeding = True
+            self._feed.spawn(self._read_tables())
         try:
             writer.write(response_head(200, "text/event-stream; charset=utf-8", None))
-            last, quiet = b"", 0.0
+            seen = 0
             while not writer.is_closing():
-                data = json.dumps(await asyncio.to_thread(self._snapshot)).encode()
-                if data != last:
-                    writer.write(b"data: " + data + b"\n\n")
-                    last, quiet = data, 0.0
-                elif quiet >= KEEPALIVE_INTERVAL:
-                    writer.write(b": keep-alive\n\n")
-                    quiet = 0.0
+                published = self._published
+                if self._version != seen:
+                    writer.write(b"data: " + self._tables + b"\n\n")
+                    seen = self._version
                 await writer.drain()
-                await asyncio.sleep(REFRESH_INTERVAL)
-                quiet += REFRESH_INTERVAL
+                try:
+                    async with asyncio.timeout(KEEPALIVE_INTERVAL):
+                        await published.wait()
+                except TimeoutError:
+                    writer.write(b": keep-alive\n\n")
         finally:
             self._streams -= 1
+
+    async def _read_tables(self) -> None:
+        """The feed: read the tables when told of a change or every ``refresh`` seconds,
+        and publish them when they differ; stops when the last stream has gone."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._streams:
+                started = loop.time()
+                self._changed.clear()  # a change told during the read is read next round
+                try:
+                    data = json.dumps(await self._snapshot()).encode()
+                except Exception as exc:  # a failed read: the last tables stay, and it is retried
+                    log.warning("ui.tables_unreadable", error=repr(exc)[:200])
+                    data = self._tables
+                if data != self._tables:
+                    self._tables, self._version = data, self._version + 1
+                    published, self._published = self._published, asyncio.Event()
+                    published.set()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._refresh):
+                        await self._changed.wait()
+                # A rate limit, not a wait for something: see MIN_READ_GAP.
+                await asyncio.sleep(max(0.0, started + MIN_READ_GAP - loop.time()))
+        finally:
+            self._feeding = False  # in the step that saw no stream: the next one starts anew
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[RequestHead, bytes]:
@@ -260,6 +319,10 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[RequestHead, byte
                 return head, bytes(body)
 
 
-def build_dashboard() -> Dashboard:
-    """The dashboard over this user's running sessions, ready to :meth:`~Dashboard.start`."""
-    return Dashboard()
+def build_dashboard(
+    snapshot: Snapshot = _polled_snapshot, refresh: float = REFRESH_INTERVAL
+) -> Dashboard:
+    """The dashboard over this user's running sessions, ready to :meth:`~Dashboard.start`
+    (``snapshot``: how the host reads the tables; by default every session is asked over
+    its control socket)."""
+    return Dashboard(snapshot, refresh=refresh)

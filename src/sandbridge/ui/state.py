@@ -1,19 +1,22 @@
 """What the dashboard shows and does, read from and sent to the running sessions.
 
-Until the daemon serves every session, the dashboard reads what the owner's commands read:
-the registry of running sessions (``places/registry.py``) and each session's host-only
-control socket (``terminals/control.py``). These calls block; the server runs them in a
-thread. Every text here came from a session and is shown by the page as text only.
+The dashboard lists the registry of running sessions (``places/registry.py``). A session
+the dashboard's host serves itself (the daemon's) comes with its answers read in-process
+(:class:`Answers`); any other is asked over its host-only control socket
+(``terminals/control.py``), as the owner's commands ask it. These calls block; the
+server runs them in a thread. Every text here came from a session and is shown by the
+page as text only.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge import log
 from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, SessionError
-from sandbridge.places.registry import SessionRecord, list_sessions, validate_name
+from sandbridge.places.registry import AppRecord, SessionRecord, list_sessions, validate_name
 from sandbridge.terminals import keys
 from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.owner_approval import approve_request
@@ -49,15 +52,47 @@ def _names() -> tuple[str | None, dict[str, str]]:
         return None, {}
 
 
-def snapshot() -> dict[str, Any]:
-    """The four tables: sessions, apps, terminal requests, egress (and pending asks)."""
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """What one session answered the dashboard: ``session_info`` (None: it could not be
+    asked), its egress destinations, its terminal requests and its egress requests
+    waiting for the owner."""
+
+    info: dict[str, Any] | None
+    destinations: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    # Whether the page's actions reach it (they travel on its control socket).
+    controllable: bool = True
+    # Its apps as its host holds them (None: as its registry entry lists them).
+    apps: list[AppRecord] | None = None
+
+
+def ask_control_socket(session: str) -> Answers:
+    """A session's answers over its control socket (four calls): a session the
+    dashboard's host does not serve itself."""
+    return Answers(
+        _ask(session, {"op": "session_info"}, None),
+        list(_ask(session, {"op": "egress_summary"}, "destinations") or []),
+        list(_ask(session, {"op": "list"}, "requests") or []),
+        list(_ask(session, {"op": "egress_pending"}, "requests") or []),
+    )
+
+
+def snapshot(served: Mapping[str, Answers] | None = None) -> dict[str, Any]:
+    """The four tables: sessions, apps, terminal requests, egress (and pending asks).
+
+    ``served``: the answers of the sessions the dashboard's host serves itself (the
+    daemon reads them in-process); every other running session is asked over its control
+    socket."""
     owner, names = _names()
     tables: dict[str, list[dict[str, Any]]] = {
         "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
     }  # fmt: skip
     for record in list_sessions()[:MAX_SESSIONS]:
         try:
-            _add_session(tables, record, owner, names)
+            answers = (served or {}).get(record.id) or ask_control_socket(record.id)
+            _add_session(tables, record, answers, owner, names)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             # An answer not shaped as ours (a session of another sandbridge version):
             # that session's rows are left out, the others shown.
@@ -68,27 +103,27 @@ def snapshot() -> dict[str, Any]:
 def _add_session(
     tables: dict[str, list[dict[str, Any]]],
     record: SessionRecord,
+    answers: Answers,
     owner: str | None,
     names: dict[str, str],
 ) -> None:
     """One session's rows in each table (the rows of other tables are added only once
     every answer of this session was read)."""
-    info = _ask(record.id, {"op": "session_info"}, None)
-    destinations = list(_ask(record.id, {"op": "egress_summary"}, "destinations") or [])
-    requests = list(_ask(record.id, {"op": "list"}, "requests") or [])
-    pending = list(_ask(record.id, {"op": "egress_pending"}, "requests") or [])
+    info = answers.info
     counts = {"allowed": 0, "refused": 0}
-    for row in destinations:
+    for row in answers.destinations:
         counts[row["decision"]] += int(row["count"])
+    # ``started``, not an uptime: the page counts the seconds itself, so the tables
+    # change (and are sent) only when something happens.
     session = {
         "id": record.id, "workdir": record.workdir,
         "command": None if info is None else " ".join(str(p) for p in info["command"]),
-        "uptime": round(max(0.0, time.time() - record.started)),
+        "started": record.started,
         "network": None if info is None else str(info["network"]),
-        "egress": counts, "controllable": info is not None,
+        "egress": counts, "controllable": info is not None and answers.controllable,
     }  # fmt: skip
     terminals = []
-    for request in requests:
+    for request in answers.requests:
         requester = str(request["requester"])
         name = "owner (you)" if requester == owner else names.get(requester)
         terminals.append({**request, "session": record.id, "name": name})
@@ -98,11 +133,11 @@ def _add_session(
             "session": record.id, "port": app.port, "process": app.process, "url": app.url,
             "host_port": app.host_port, "private": app.private,
         }
-        for app in record.apps
+        for app in (record.apps if answers.apps is None else answers.apps)
     ]  # fmt: skip
     tables["terminals"] += terminals
-    tables["egress"] += [{**row, "session": record.id} for row in destinations]
-    tables["egress_pending"] += [{**ask, "session": record.id} for ask in pending]
+    tables["egress"] += [{**row, "session": record.id} for row in answers.destinations]
+    tables["egress_pending"] += [{**ask, "session": record.id} for ask in answers.pending]
 
 
 def _text(body: dict[str, Any], name: str) -> str:
@@ -125,6 +160,8 @@ def act(body: dict[str, Any]) -> dict[str, Any]:
         return call(session, {"op": "app_close", "host_port": port})
     if action == "terminal_approve":
         ttl = body.get("ttl")
+        if ttl is None:  # the duration the request asked for, else the default
+            return approve_request(_text(body, "id"))
         if (
             not isinstance(ttl, int | float)
             or isinstance(ttl, bool)

@@ -38,11 +38,21 @@ async function act(body, done) {
       credentials: "same-origin",
     });
     const result = await answer.json();
-    if (result.ok) say(done);
+    if (result.ok) say(typeof done === "function" ? done(result) : done);
     else say(`refused: ${result.error}`, true);
   } catch (error) {
     say(`the dashboard did not answer: ${error}`, true);
   }
+}
+
+function duration(seconds) {
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+  if (seconds % 60 === 0) return `${seconds / 60} min`;
+  return `${seconds} s`;
+}
+
+function secondsSince(started) {
+  return Math.max(0, Math.round(Date.now() / 1000 - Number(started)));
 }
 
 function uptime(seconds) {
@@ -79,7 +89,8 @@ function renderSession(row, s) {
   cell(row, s.id);
   cell(row, s.workdir);
   cell(row, s.command);
-  cell(row, uptime(s.uptime));
+  // The uptime is counted here, every second (the tables change only on events).
+  cell(row, uptime(secondsSince(s.started)), "uptime").dataset.started = String(s.started);
   cell(row, s.network);
   cell(row, `${s.egress.allowed} allowed, ${s.egress.refused} refused`);
   const td = cell(row, "");
@@ -124,12 +135,16 @@ function renderTerminal(row, t) {
   key.appendChild(code);
   cell(row, t.name);
   cell(row, t.reason);
+  cell(row, t.duration ? duration(t.duration) : null);
   cell(row, t.expires ? new Date(t.expires * 1000).toLocaleTimeString() : null);
   const td = cell(row, "");
   if (t.state === "pending") {
-    button(td, "Approve", `Approve terminal request ${t.id}`, () => act(
-      { action: "terminal_approve", id: t.id, ttl: Number(document.getElementById("ttl").value) },
-      `approved ${t.id}`));
+    // "as asked": the session's own default (the duration asked, else 10 minutes)
+    button(td, "Approve", `Approve terminal request ${t.id}`, () => {
+      const chosen = document.getElementById("ttl").value;
+      act({ action: "terminal_approve", id: t.id, ttl: chosen ? Number(chosen) : null },
+        (result) => `approved ${t.id} for ${duration(Number(result.ttl))}`);
+    });
     button(td, "Deny", `Deny terminal request ${t.id}`, () => act({ action: "terminal_deny", id: t.id }, `denied ${t.id}`), true);
   } else if (t.state === "approved" || t.state === "active") {
     button(td, "Revoke", `Revoke terminal request ${t.id}`, () => act({ action: "terminal_revoke", id: t.id }, `revoked ${t.id}`), true);
@@ -171,7 +186,7 @@ function renderEgress(row, e) {
 function render(tables) {
   fill("sessions", tables.sessions, renderSession, 7);
   fill("apps", tables.apps, renderApp, 6);
-  fill("terminals", tables.terminals, renderTerminal, 7);
+  fill("terminals", tables.terminals, renderTerminal, 8);
   fill("egress-pending", tables.egress_pending, renderPending, 5);
   fill("egress", tables.egress, renderEgress, 7);
 }
@@ -185,3 +200,8 @@ events.addEventListener("message", (event) => {
   document.body.dataset.updated = String(Date.now());
 });
 events.addEventListener("error", () => { waiting = true; say("connection lost; retrying…", true); });
+setInterval(() => {
+  for (const td of document.querySelectorAll("td.uptime")) {
+    td.textContent = uptime(secondsSince(td.dataset.started));
+  }
+}, 1000);

@@ -1,0 +1,51 @@
+"""One terminal request as a session's broker keeps it: the signed ask, the owner's
+approval once given, where the request is in its state table, and its running terminal."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbridge.terminals.active_terminal import ActiveTerminal
+from sandbridge.terminals.approval import Approval, Request
+from sandbridge.terminals.request_state import RequestEvent, RequestState, RequestStateMachine
+
+
+@dataclass
+class TerminalRequest:
+    """One request and what became of it."""
+
+    id: str
+    request: Request
+    machine: RequestStateMachine = field(default_factory=RequestStateMachine)
+    approval_document: dict[str, str] | None = None
+    approval: Approval | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    terminal: ActiveTerminal | None = None
+    refusals: set[str] = field(default_factory=set)
+    # The signed request as the requester sent it: kept for a restart (pending.py).
+    document: object = None
+
+    @property
+    def state(self) -> RequestState:
+        return self.machine.state
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "requester": self.request.requester,
+            "reason": self.request.reason,
+            "created": self.request.created,
+            "duration": self.request.duration,
+            "expires": None if self.approval is None else self.approval.expires,
+        }
+
+    def process(self, event: RequestEvent) -> None:
+        """Move along the state table (:class:`IllegalMove` if it has no such move) and
+        wake whoever awaits a change."""
+        before = self.state
+        if self.machine.process(event) is not before:
+            self.changed.set()
+            self.changed = asyncio.Event()
