@@ -234,6 +234,22 @@ def test_100_mib_download_streams_with_bounded_memory(far: Far, laptop: Laptop) 
     assert serve and all(_rss_kib(p) < 120 * 1024 for p in serve)
 
 
+def test_a_stalled_download_does_not_starve_another_connection(far: Far, laptop: Laptop) -> None:
+    port = host_port_of(laptop.app_url(far, far.echo_port))
+    stalled = http.client.HTTPConnection(app_host(port), port, timeout=30)
+    stalled.request("GET", f"/bytes?n={1024 * 1024 * 1024}")
+    response = stalled.getresponse()
+    response.read(1024)  # under way, then never read again: its window fills up
+    try:
+        for index in range(20):
+            assert request(port, path=f"/meanwhile-{index}")[0] == 200
+        size = 8 * 1024 * 1024
+        status, _, body = request(port, path=f"/bytes?n={size}")
+        assert status == 200 and len(body) == size
+    finally:
+        stalled.close()
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
