@@ -179,8 +179,9 @@ class Machine:
     async def _apply(self, apps: tuple[FarApp, ...]) -> None:
         wanted = set(apps)
         for app in [app for app in self.listeners if app not in wanted]:
-            listener = self.listeners.pop(app)
-            await listener.close()
+            # Forgotten only once closed: a cancel meanwhile leaves it to _drop_all.
+            await self.listeners[app].close()
+            del self.listeners[app]
             self._say(f"{app.session} port {app.port} is gone")
         for app in apps:
             if app in self.listeners:
