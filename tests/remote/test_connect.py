@@ -150,6 +150,24 @@ def test_each_far_app_gets_its_own_origin(far: Far, laptop: Laptop) -> None:
     assert app_host(echo) != app_host(feature)
 
 
+def test_far_apps_added_and_gone_follow_on_the_laptop(far: Far, laptop: Laptop) -> None:
+    laptop.app_url(far, far.echo_port)
+    other = free_port()
+    app = Process([PYTHON, ECHO_APP, "--listen", str(other)])
+    try:
+        app.wait_line("READY")
+        far.relay.register(other, "/later")
+        port = host_port_of(laptop.app_url(far, other))
+        assert json.loads(request(port, path="/x")[2])["path"] == "/later/x"
+        session = far.session
+        far.relay.stop()  # the far session ends: its apps are gone
+        laptop.process.wait_line(f"sandbridge: far: {session} port {other} is gone", "stderr")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        app.stop()
+
+
 def test_wrong_host_is_refused_as_for_a_local_app(far: Far, laptop: Laptop) -> None:
     port = host_port_of(laptop.app_url(far, far.echo_port))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
