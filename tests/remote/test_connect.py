@@ -248,9 +248,9 @@ def test_100_mib_download_streams_with_bounded_memory(far: Far, laptop: Laptop) 
     conn.close()
     assert received == size
     connect_pid = laptop.process.popen.pid
-    assert _rss_kib(connect_pid) < 120 * 1024, "connect held the body in memory"
+    assert _rss_kib(connect_pid) < 64 * 1024, "connect held the body in memory"
     serve = _serve_stdio_pids(laptop)
-    assert serve and all(_rss_kib(p) < 120 * 1024 for p in serve)
+    assert serve and all(_rss_kib(p) < 64 * 1024 for p in serve)
 
 
 def test_a_stalled_download_does_not_starve_another_connection(far: Far, laptop: Laptop) -> None:
