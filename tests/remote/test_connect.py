@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import json
 import os
+import select
 import shlex
 import signal
 import socket
@@ -107,6 +108,25 @@ class Laptop:
         seen = self.process.lines["stderr"]
         self.process.lines["stderr"] = seen[seen.index(line) + 1 :]
         self.process.wait_line(then, "stderr")
+
+    def wait_containing(self, text: str, timeout: float = 30.0) -> str:
+        """The first line connect says (``sandbridge: far: ...``) that contains ``text``."""
+        deadline = time.monotonic() + timeout
+        pipe = self.process.popen.stderr
+        assert pipe is not None
+        while True:
+            for line in self.process.lines["stderr"]:
+                if line.startswith("sandbridge: far: ") and text in line:
+                    return line
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no line with {text!r}: {self.process.lines['stderr']!r}"
+            if select.select([pipe], [], [], remaining)[0]:
+                data = os.read(pipe.fileno(), 65536)
+                assert data, f"connect ended: {self.process.lines['stderr']!r}"
+                # Whole lines only, as Process.wait_line keeps them (the rest waits).
+                buffers = self.process._buffers
+                *complete, buffers["stderr"] = (buffers["stderr"] + data).split(b"\n")
+                self.process.lines["stderr"] += [raw.decode(errors="replace") for raw in complete]
 
     def ls(self, *options: str) -> str:
         return subprocess.run(
@@ -406,3 +426,35 @@ def test_far_stderr_lines_arrive_prefixed_and_defanged(laptop_xdg: Path) -> None
         laptop.process.wait_line("far: boom ?[2J here", "stderr")
     finally:
         laptop.stop()
+
+
+HOSTILE_FAR = str(REPO / "tests" / "apps" / "hostile_far.py")
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("open", "a far side may not send OPEN"),
+        ("garbage", "unknown frame kind 200"),
+        ("early", "DATA for stream 1 before it was opened"),
+    ],
+)
+def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
+    mode: str, said: str, laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, mode]))
+    try:
+        if mode == "early":
+            line = laptop.wait_containing("sandbridge: far: evil port 8080 -> ")
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                request(host_port_of(line.rsplit(" ", 1)[1]), path="/")
+        # Said, whether the frame came with the far side's HELLO (cannot connect) or
+        # after it (link lost), and tried again.
+        first = laptop.wait_containing(said)
+        seen = laptop.process.lines["stderr"]
+        laptop.process.lines["stderr"] = seen[seen.index(first) + 1 :]
+        # It tries again (and, but for "early", which waits for a request, fails again).
+        laptop.wait_containing("connected" if mode == "early" else said)
+        assert laptop.process.popen.poll() is None
+    finally:
+        assert laptop.stop() == 0

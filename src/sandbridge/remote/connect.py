@@ -41,6 +41,8 @@ from sandbridge.remote.transport import Link, OpenLink
 # (a machine rebooting), so the apps are back soon after the far side is.
 FIRST_RETRY_SECONDS = 0.5
 MAX_RETRY_SECONDS = 8.0
+# A link up at least this long was healthy: the next drop starts the backoff again.
+STABLE_LINK_SECONDS = 10.0
 # A far machine unreachable this long is gone for good: its local origins close.
 GONE_AFTER_SECONDS = 300.0
 # Far apps served per machine: a local listener each. Far more than a machine's sessions
@@ -129,6 +131,7 @@ class Machine:
                 except RemoteLinkError as exc:
                     self._say(f"cannot connect: {exc}")
                 else:
+                    opened = time.monotonic()
                     try:
                         reason = await self._serve(link)
                     finally:
@@ -137,7 +140,11 @@ class Machine:
                     if reason is not None:  # it was up: start the clock again
                         self._say(f"link lost ({reason}); reconnecting")
                         self._record(False)
-                        delay, down_since = FIRST_RETRY_SECONDS, time.monotonic()
+                        down_since = time.monotonic()
+                        # A link that breaks at once (a far side that breaks the
+                        # protocol, a flapping network) keeps backing off.
+                        if down_since - opened >= STABLE_LINK_SECONDS:
+                            delay = FIRST_RETRY_SECONDS
                 down_for = time.monotonic() - down_since
                 if down_for >= self._gone_after:
                     await self._drop_all()
