@@ -204,6 +204,12 @@ MALFORMED = [
         frame(Kind.APPS, 0, b'{"sessions":[{"id":"-x","apps":[]}]}'),
         "APPS: session must be a session name, got '-x'",
     ),
+    (
+        "laptop",
+        hello("far"),
+        frame(Kind.APPS, 0, b'{"sessions":[{"id":"Web","apps":[]}]}'),
+        "APPS: session must be a session name, got 'Web'",
+    ),
     ("laptop", hello("far"), frame(Kind.APPS, 3, b'{"sessions":[]}'), "APPS must be on stream 0"),
     (
         "laptop",

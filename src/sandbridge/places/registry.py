@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from sandbridge.private_dir import make_private_dir, require_private_dir
 from sandbridge.protocol.contract import (
     CONTROL_SOCKET,
     DAEMON_SOCKET,
+    SESSION_NAME_PATTERN,
     STATE_PREFIX,
     runtime_base,
 )
@@ -43,9 +43,7 @@ from sandbridge.protocol.jsonline import decode_json
 SESSIONS = "sessions"
 RECORD = "session.json"
 
-# A name is typed on command lines and used as a directory name: short, lower case,
-# no path separators, no leading dot or dash.
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+NAME_PATTERN = SESSION_NAME_PATTERN
 # A session record is small (256 apps at most); anything bigger was not written by us.
 MAX_RECORD_BYTES = 256 * 1024
 

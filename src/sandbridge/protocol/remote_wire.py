@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge.exceptions import RegistrationError, RemoteWireError
+from sandbridge.protocol.contract import SESSION_NAME_PATTERN
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.registration import normalize_base_path, validate_port
 
@@ -199,12 +200,8 @@ def _text(kind: Kind, payload: bytes) -> str:
 
 
 def _session_name(value: object, where: str) -> str:
-    # The registry's rule for a session name (places/registry.py's NAME_PATTERN); the
-    # protocol floor cannot import it, so the shape is checked here and by name there.
-    if not isinstance(value, str) or not 1 <= len(value) <= 40 or not value.isascii():
-        raise RemoteWireError(f"{where}: session must be a session name, got {value!r}")
-    if not all(c.isalnum() or c in "._-" for c in value) or value[0] in ".-_":
-        raise RemoteWireError(f"{where}: session must be a session name, got {value!r}")
+    if not isinstance(value, str) or not SESSION_NAME_PATTERN.fullmatch(value):
+        raise RemoteWireError(f"{where}: session must be a session name, got {value!r:.80}")
     return value
 
 
