@@ -34,6 +34,7 @@ from tests.conftest import (
     host_port_of,
     processes_with,
     request,
+    start_daemon,
 )
 
 FEATURE_APP = str(REPO / "tests" / "apps" / "feature_app.py")
@@ -64,12 +65,23 @@ class Far:
 
 @pytest.fixture
 def far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Far]:
+    with far_machine(tmp_path, monkeypatch, daemon=False) as machine:
+        yield machine
+
+
+@contextlib.contextmanager
+def far_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: bool) -> Iterator[Far]:
+    """A far session in its own XDG_RUNTIME_DIR, served standalone or by the far user's
+    daemon (started here)."""
     xdg = tmp_path / "far-xdg"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
     runtime = tmp_path / "far-rt"
     runtime.mkdir(mode=0o700)
+    far_daemon = start_daemon() if daemon else None
     relay = Relay(runtime)
+    if far_daemon is not None:  # the session's host half is the daemon's
+        far_daemon.wait_line("sandbridge: daemon.session ", "stderr")
     echo_port, feature_port = free_port(), free_port()
     echo = Process([PYTHON, ECHO_APP, "--listen", str(echo_port)])
     echo.wait_line("READY")
@@ -83,6 +95,8 @@ def far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Far]:
         feature.stop()
         echo.stop()
         relay.stop()
+        if far_daemon is not None:
+            far_daemon.stop()
 
 
 class Laptop:
@@ -161,6 +175,26 @@ def test_far_app_answers_a_get_on_its_own_local_origin(far: Far, laptop: Laptop)
     report = json.loads(body)
     assert report["path"] == "/hello?x=1"
     assert app_host(port).endswith(".localhost")  # its own site, as a local app's
+
+
+def test_a_session_the_far_daemon_serves_is_reached_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    with far_machine(tmp_path, monkeypatch, daemon=True) as machine:
+        laptop = Laptop(laptop_xdg, machine.serve_stdio)
+        try:
+            port = host_port_of(laptop.app_url(machine, machine.echo_port))
+            assert json.loads(request(port, path="/via-daemon")[2])["path"] == "/via-daemon"
+            ws_port = host_port_of(laptop.app_url(machine, machine.feature_port))
+
+            async def check() -> None:
+                async with ws_connect(f"ws://{app_host(ws_port)}:{ws_port}/ws") as ws:
+                    await ws.send("through the daemon")
+                    assert await ws.recv() == "through the daemon"
+
+            asyncio.run(check())
+        finally:
+            laptop.stop()
 
 
 def test_each_far_app_gets_its_own_origin(far: Far, laptop: Laptop) -> None:
