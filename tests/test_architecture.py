@@ -19,6 +19,8 @@ FLOORS = {
     "ui": 7,
     "session": 6,
     "sandbox": 5,
+    # sandboxes on other machines: above the relay whose listeners it reuses
+    "remote": 5,
     "relay": 4,
     "terminals": 4,
     "egress": 4,

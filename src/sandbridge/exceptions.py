@@ -8,7 +8,8 @@ that what can be caught, and what each means, is read in one place::
     ├── WireError                 a message on a Unix socket broke the contract
     │   ├── JsonRefused           untrusted JSON refused (also a ValueError)
     │   ├── RegistrationError     a registration refused (the message goes back)
-    │   └── NotStreamCapable      the peer speaks v1 only
+    │   ├── NotStreamCapable      the peer speaks v1 only
+    │   └── RemoteWireError       a message on a far machine's link broke the protocol
     ├── HttpError                 an HTTP message broke the rules (``status``)
     ├── AuthorityError            not ``host[:port]``
     ├── UpstreamError             the sandbox side of a request failed (a 502)
@@ -18,6 +19,7 @@ that what can be caught, and what each means, is read in one place::
     ├── SessionError              a session name or the state dir is unusable
     ├── DaemonError               the daemon cannot start, or refused a session
     ├── SandboxError              the sandbox cannot be started as asked
+    ├── RemoteLinkError           the link to a far machine cannot be opened or broke
     ├── PolicyError               a policy line or flag is malformed
     ├── KeyFileError              a terminal key file is missing, malformed or unsafe
     ├── FrameError                a terminal frame broke the framing
@@ -59,6 +61,11 @@ class RegistrationError(WireError):
 
 class NotStreamCapable(WireError):
     """The peer answered like a v1-only shim."""
+
+
+class RemoteWireError(WireError):
+    """A message on the link to a far machine broke the protocol (docs/remote.md): the
+    whole link is dropped, since its framing can no longer be trusted."""
 
 
 class HttpError(SandbridgeError):
@@ -110,6 +117,11 @@ class DaemonError(SandbridgeError):
 
 class SandboxError(SandbridgeError):
     """The sandbox could not be started with the requested backend or options."""
+
+
+class RemoteLinkError(SandbridgeError):
+    """The link to a far machine could not be opened (the transport's command failed) or
+    broke; ``sandbridge connect`` reconnects after it."""
 
 
 class PolicyError(SandbridgeError):

@@ -8,6 +8,7 @@ that name them. Nothing else in sandbridge spells them out.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 # The runtime dir on the host: ``${XDG_RUNTIME_DIR:-/tmp}/ags-webview-relay-<pid>``.
@@ -37,6 +38,10 @@ DEFAULT_UPSTREAM_SOCKET = f"{MOUNT_POINT}/{UPSTREAM_SOCKET}"
 # session's control socket for the owner's commands.
 STATE_PREFIX = "sandbridge-"
 CONTROL_SOCKET = "control.sock"
+# A session's name (and a far machine's): typed on command lines and used as a directory
+# name, so short, lower case, no path separators, no leading dot or dash. The registry
+# makes names by it and the remote link checks the far side's by it.
+SESSION_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 # The user's daemon (docs/daemon.md), in the state root: its socket and its pid lock.
 DAEMON_SOCKET = "daemon.sock"
 DAEMON_LOCK = "daemon.lock"

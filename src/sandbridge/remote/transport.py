@@ -1,0 +1,68 @@
+"""What a transport gives ``sandbridge connect``: one byte stream to the far ``serve-stdio``.
+
+The remote protocol (``protocol/remote_wire.py``) runs over any bidirectional byte
+stream whose far end is ``sandbridge serve-stdio``: a subprocess's stdin and stdout
+(``--via CMD``: ``ssh HOST sandbridge serve-stdio``, ``kubectl exec -i``, ``docker exec -i``)
+or an SSH exec channel (``ssh_transport.py``). A transport is an :data:`OpenLink`: an
+async function that opens one such stream and returns it as a :class:`Link`.
+``connect`` calls it again for every reconnect, so it must not keep state that
+a dropped link leaves stale.
+
+The contract every transport keeps:
+
+- ``reader.read(n)`` returns at most ``n`` bytes, and ``b""`` once the far side is
+  gone for good (end of stream, the command exited, the channel closed);
+- ``writer.write`` plus ``await writer.drain()`` carries backpressure (drain waits
+  while the transport's buffer is full); writes after the link broke may raise
+  ``ConnectionError`` or be dropped silently, the reader's ``b""`` is what counts;
+- ``await link.close()`` ends the stream, ends whatever the transport started (the
+  subprocess, the SSH connection) and waits until it is gone: nothing is left behind
+  when it returns, and calling it twice is harmless;
+- opening raises :class:`~sandbridge.exceptions.RemoteLinkError` with a one-line
+  reason when the link cannot be opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class LinkReader(Protocol):
+    """The reading half: ``asyncio.StreamReader`` and ``asyncssh.SSHReader`` both fit."""
+
+    async def read(self, n: int = -1) -> bytes:
+        """At most ``n`` bytes; ``b""`` at the end of the stream."""
+        ...
+
+
+class LinkWriter(Protocol):
+    """The writing half: ``asyncio.StreamWriter`` and ``asyncssh.SSHWriter`` both fit."""
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data``; :meth:`drain` waits until the queue is short again."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait while the transport's send buffer is full (backpressure)."""
+        ...
+
+
+@dataclass(slots=True)
+class Link:
+    """One open byte stream to a far ``serve-stdio``.
+
+    ``close`` ends the stream and everything the transport started for it and waits
+    for that; it is idempotent. ``description`` names the far end for messages
+    (``"via kubectl exec -i pod-1 -- sandbridge serve-stdio"``, ``"ssh alice@box"``).
+    """
+
+    reader: LinkReader
+    writer: LinkWriter
+    close: Callable[[], Awaitable[None]]
+    description: str
+
+
+# Opens one link to the far machine; raises RemoteLinkError when it cannot.
+OpenLink = Callable[[], Awaitable[Link]]

@@ -1,0 +1,47 @@
+"""A hostile far machine for ``sandbridge connect --via``: speaks the remote protocol on
+stdin/stdout, lists one app, then breaks the protocol the way ``MODE`` says.
+
+Usage: hostile_far.py MODE   (open: sends OPEN itself; early: answers an OPEN with data
+before opening the stream; garbage: lists the app, then sends an unknown kind)
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+
+from sandbridge.protocol.remote_wire import (
+    HEADER,
+    FarApp,
+    Kind,
+    LinkState,
+    OpenStream,
+    Role,
+)
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    state = LinkState(Role.FAR)
+    out = sys.stdout.buffer
+    out.write(state.send_hello())
+    out.write(state.send_apps((FarApp("evil", 8080, "/"),)))
+    out.flush()
+    if mode == "open":
+        out.write(HEADER.pack(2, Kind.OPEN, 1) + b"{}")
+    elif mode == "garbage":
+        out.write(HEADER.pack(0, 200, 0))
+    out.flush()
+    while select.select([0], [], [])[0]:
+        data = os.read(0, 65536)
+        if not data:
+            return
+        for event in state.receive(data):
+            if isinstance(event, OpenStream) and mode == "early":
+                out.write(HEADER.pack(5, Kind.DATA, event.stream) + b"early")
+                out.flush()
+
+
+if __name__ == "__main__":
+    main()
