@@ -1,0 +1,333 @@
+"""The SSH transport against a real OpenSSH server (tests/remote/sshd.py).
+
+The far command is a stand-in that, like ``serve-stdio``, speaks first (``R``) and then
+echoes: ``cat``. Keys, configs and known_hosts are throwaway files; the real ``~/.ssh``
+is never read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbridge.exceptions import RemoteLinkError, RemoteLinkRefused
+from sandbridge.remote.ssh_transport import (
+    Destination,
+    SshLink,
+    SshSettings,
+    open_ssh_link,
+    parse_destination,
+    ssh_opener,
+)
+from tests.conftest import free_port
+from tests.remote.sshd import Sshd, known_hosts_line, sshd_in, write_key
+
+ECHO = "printf R; exec cat"
+# Keepalives of the dead-link tests: a request a second, dead after two unanswered.
+KEEPALIVE = 1.0
+KEEPALIVE_COUNT = 2
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    yield from sshd_in(tmp_path / "far")
+
+
+@pytest.fixture
+def jump(tmp_path: Path) -> Iterator[Sshd]:
+    yield from sshd_in(tmp_path / "jump")
+
+
+def settings(server: Sshd, command: str = ECHO, **kwargs: float) -> SshSettings:
+    return SshSettings(
+        config_paths=(server.config_path,),
+        remote_command=command,
+        connect_timeout=20.0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def run(scenario: object) -> None:
+    asyncio.run(asyncio.wait_for(scenario, 60))  # type: ignore[arg-type]
+
+
+async def open_far(server: Sshd, command: str = ECHO, **kwargs: float) -> SshLink:
+    return await open_ssh_link(Destination("far"), settings(server, command, **kwargs))
+
+
+async def echo_through(link: SshLink, payload: bytes) -> bytes:
+    """Write ``payload`` while reading back as many bytes (after the far ``R``)."""
+
+    async def send() -> None:
+        for start in range(0, len(payload), 65536):
+            link.writer.write(payload[start : start + 65536])
+            await link.writer.drain()
+
+    async def receive() -> bytes:
+        got = bytearray()
+        while len(got) < len(payload) + 1:
+            data = await link.reader.read(65536)
+            assert data, f"the link ended after {len(got)} bytes"
+            got += data
+        return bytes(got)
+
+    _, got = await asyncio.gather(send(), receive())
+    return got
+
+
+def open_fds() -> int:
+    """Descriptors open now, after earlier tests' garbage has closed its own."""
+    gc.collect()
+    return len(os.listdir("/proc/self/fd"))
+
+
+def refusal(server: Sshd, *, command: str = ECHO) -> str:
+    async def scenario() -> str:
+        with pytest.raises(RemoteLinkError) as caught:
+            await open_far(server, command)
+        return str(caught.value)
+
+    return asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+# --- the destination -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("box", Destination("box")),
+        ("alice@box.example", Destination("box.example", "alice")),
+        ("alice@10.0.0.7:2222", Destination("10.0.0.7", "alice", 2222)),
+        ("[::1]:22", Destination("::1", None, 22)),
+        ("far_alias", Destination("far_alias")),
+    ],
+)
+def test_destination_is_user_host_and_port(text: str, expected: Destination) -> None:
+    assert parse_destination(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-oProxyCommand=touch /tmp/x",
+        "box extra",
+        "alice@",
+        "@box",
+        "box:0",
+        "box:99999",
+        "a;b@box",
+        "box\n",
+        "[::1",
+        "",
+    ],
+)
+def test_destination_that_is_not_user_host_port_is_refused_by_name(text: str) -> None:
+    with pytest.raises(RemoteLinkRefused, match="not"):
+        parse_destination(text)
+
+
+# --- through a real sshd -------------------------------------------------------------
+
+
+def test_far_command_carries_bytes_both_ways_intact(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+    payload = os.urandom(3 * 1024 * 1024) + bytes(range(256))
+
+    async def scenario() -> None:
+        link = await open_far(sshd)
+        try:
+            assert await echo_through(link, payload) == b"R" + payload
+        finally:
+            await link.close()
+
+    run(scenario())
+
+
+def test_opener_gives_the_transport_contracts_link(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+
+    async def scenario() -> None:
+        link = await ssh_opener("far", settings(sshd))()
+        assert link.description == "ssh far"
+        assert await link.reader.read(1) == b"R"
+        link.writer.write(b"ping")
+        await link.writer.drain()
+        assert await link.reader.read(4) == b"ping"
+        await link.close()
+        await link.close()  # twice is harmless
+        assert await link.reader.read(10) == b""
+
+    run(scenario())
+
+
+def test_user_and_port_may_be_given_without_a_config_alias(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config("127.0.0.1")  # the key and known_hosts only; no alias
+
+    async def scenario() -> None:
+        target = Destination("127.0.0.1", sshd.user, sshd.port)
+        link = await open_ssh_link(target, settings(sshd))
+        assert await link.reader.read(1) == b"R"
+        await link.close()
+
+    run(scenario())
+
+
+def test_unknown_host_key_is_refused_with_its_fingerprint(sshd: Sshd) -> None:
+    sshd.write_client_config()  # no known_hosts at all
+    message = refusal(sshd)
+    assert f"[127.0.0.1]:{sshd.port}" in message
+    assert sshd.host_key.get_fingerprint("sha256") in message
+    assert "unknown" in message
+    assert "refusing" in message
+
+
+def test_changed_host_key_is_refused_as_changed(sshd: Sshd, tmp_path: Path) -> None:
+    other = write_key(tmp_path / "impostor")
+    sshd.known_hosts_path.write_text(known_hosts_line(sshd.port, other))
+    sshd.write_client_config()
+    message = refusal(sshd)
+    assert "CHANGED" in message
+    assert sshd.host_key.get_fingerprint("sha256") in message
+    assert f"[127.0.0.1]:{sshd.port}" in message
+
+
+def test_host_key_of_another_port_is_not_trusted_for_this_one(sshd: Sshd) -> None:
+    sshd.known_hosts_path.write_text(known_hosts_line(sshd.port + 1, sshd.host_key))
+    sshd.write_client_config()
+    assert "unknown" in refusal(sshd)
+
+
+def test_known_hosts_none_in_the_config_trusts_nothing(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    # OpenSSH reads `none` as "no file": asyncssh alone would then check nothing.
+    sshd.config_path.write_text("Host far\n  UserKnownHostsFile none\n")
+    sshd.write_client_config()
+    assert "unknown" in refusal(sshd)
+
+
+def test_wrong_user_key_is_refused_as_an_authentication_failure(sshd: Sshd, tmp_path: Path) -> None:
+    sshd.trust_host_key()
+    write_key(tmp_path / "stranger")
+    sshd.user_key_path = tmp_path / "stranger"
+    sshd.write_client_config()
+    message = refusal(sshd)
+    assert message.startswith(
+        f"SSH authentication to {sshd.user}@far (127.0.0.1:{sshd.port}) failed"
+    )
+
+
+def test_unreachable_host_is_a_one_line_error(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    port = free_port()
+    sshd.config_path.write_text(f"Host far\n  Port {port}\n")
+    sshd.write_client_config()
+
+    async def scenario() -> None:
+        with pytest.raises(RemoteLinkError) as caught:
+            await open_far(sshd)
+        assert not isinstance(caught.value, RemoteLinkRefused)  # worth retrying
+        assert str(caught.value) == (
+            f"far (127.0.0.1:{port}) is unreachable over SSH: Connection refused"
+        )
+
+    run(scenario())
+
+
+def test_missing_far_command_says_sandbridge_is_not_installed(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+    message = refusal(sshd, command="sandbridge-not-installed-here serve-stdio")
+    assert message.startswith("sandbridge is not installed on far or not on its PATH")
+
+
+def test_far_command_that_fails_at_once_shows_its_stderr(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+    message = refusal(sshd, command="echo 'no daemon here' >&2; exit 3")
+    assert "ended before saying anything: no daemon here" in message
+
+
+def test_proxy_jump_reaches_the_far_host_through_the_jump_host(sshd: Sshd, jump: Sshd) -> None:
+    jump.trust_host_key()
+    jump.write_client_config("hop")
+    sshd.known_hosts_path.write_text(
+        known_hosts_line(sshd.port, sshd.host_key) + known_hosts_line(jump.port, jump.host_key)
+    )
+    jump.known_hosts_path.write_text(sshd.known_hosts_path.read_text())
+    sshd.config_path.write_text(jump.config_path.read_text())
+    sshd.write_client_config("far", "ProxyJump hop")
+
+    async def scenario() -> None:
+        link = await open_far(sshd)
+        try:
+            assert await echo_through(link, b"through the jump") == b"Rthrough the jump"
+        finally:
+            await link.close()
+
+    run(scenario())
+    assert jump.process.wait_line("Accepted publickey", stream="stderr")
+
+
+def test_unknown_jump_host_key_is_refused_naming_the_jump_host(sshd: Sshd, jump: Sshd) -> None:
+    sshd.trust_host_key()
+    jump.write_client_config("hop")  # the jump host's key is in no known_hosts
+    sshd.config_path.write_text(jump.config_path.read_text())
+    sshd.write_client_config("far", "ProxyJump hop")
+    message = refusal(sshd)
+    assert f"[127.0.0.1]:{jump.port}" in message
+    assert jump.host_key.get_fingerprint("sha256") in message
+
+
+def test_killed_connection_ends_the_link_and_leaks_no_descriptors(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+
+    async def scenario() -> None:
+        before = open_fds()
+        link = await open_far(sshd)
+        assert await echo_through(link, b"x" * 100_000) == b"R" + b"x" * 100_000
+        assert sshd.signal_sessions(signal.SIGKILL)
+        assert await link.reader.read(65536) == b""
+        with pytest.raises(RemoteLinkError, match="the SSH link to far broke"):
+            await link.wait()
+        await link.close()
+        assert open_fds() == before
+
+    run(scenario())
+
+
+def test_frozen_far_side_is_noticed_within_the_keepalive_bound(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+
+    async def scenario() -> float:
+        before = open_fds()
+        link = await open_far(
+            sshd, keepalive_interval=KEEPALIVE, keepalive_count_max=KEEPALIVE_COUNT
+        )
+        assert await echo_through(link, b"alive") == b"Ralive"
+        assert sshd.signal_sessions(signal.SIGSTOP)
+        frozen = time.monotonic()
+        # Nothing answers and nothing closes: only the keepalives can notice.
+        with pytest.raises(RemoteLinkError, match="the SSH link to far broke"):
+            await link.wait()
+        noticed = time.monotonic() - frozen
+        assert await link.reader.read(1) == b""
+        await link.close()
+        assert open_fds() == before
+        return noticed
+
+    noticed = asyncio.run(asyncio.wait_for(scenario(), 60))
+    # At most count+1 intervals (the first keepalive waits a whole one), plus slack.
+    assert noticed < KEEPALIVE * (KEEPALIVE_COUNT + 1) + 2.0
