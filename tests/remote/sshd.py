@@ -14,6 +14,7 @@ import getpass
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,3 +195,14 @@ def sshd_in(root: Path) -> Iterator[Sshd]:
         yield server
     finally:
         server.stop()
+
+
+def start_agent(root: Path, *keys: Path) -> Process:
+    """A real ``ssh-agent`` on ``root/agent.sock`` holding ``keys``; stop it when done."""
+    socket_path = root / "agent.sock"
+    agent = Process(["ssh-agent", "-D", "-a", str(socket_path)])
+    agent.wait_line("SSH_AUTH_SOCK=")
+    env = {**os.environ, "SSH_AUTH_SOCK": str(socket_path)}
+    for key in keys:
+        subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, capture_output=True)
+    return agent

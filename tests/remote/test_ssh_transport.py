@@ -27,7 +27,7 @@ from sandbridge.remote.ssh_transport import (
     ssh_opener,
 )
 from tests.conftest import free_port
-from tests.remote.sshd import Sshd, known_hosts_line, sshd_in, write_key
+from tests.remote.sshd import Sshd, known_hosts_line, sshd_in, start_agent, write_key
 
 ECHO = "printf R; exec cat"
 # Keepalives of the dead-link tests: a request a second, dead after two unanswered.
@@ -331,3 +331,30 @@ def test_frozen_far_side_is_noticed_within_the_keepalive_bound(sshd: Sshd) -> No
     noticed = asyncio.run(asyncio.wait_for(scenario(), 60))
     # At most count+1 intervals (the first keepalive waits a whole one), plus slack.
     assert noticed < KEEPALIVE * (KEEPALIVE_COUNT + 1) + 2.0
+
+
+def test_agent_key_logs_in_and_the_agent_is_not_forwarded(sshd: Sshd, tmp_path: Path) -> None:
+    sshd.trust_host_key()
+    agent = start_agent(tmp_path, sshd.user_key_path)  # the only key sshd accepts
+    try:
+        write_key(tmp_path / "stranger")
+        sshd.user_key_path = tmp_path / "stranger"
+        sshd.config_path.write_text(
+            f"Host far\n  IdentityAgent {tmp_path / 'agent.sock'}\n  IdentitiesOnly no\n"
+            "  ForwardAgent yes\n  RequestTTY force\n"
+        )
+        sshd.write_client_config()
+        # The far side says whether it got an agent socket and a terminal.
+        command = 'printf "R%s|" "${SSH_AUTH_SOCK:-unset}"; [ -t 0 ] && echo tty || echo notty'
+
+        async def scenario() -> bytes:
+            link = await open_far(sshd, command)
+            said = b""
+            while data := await link.reader.read(1024):
+                said += data
+            await link.close()
+            return said
+
+        assert asyncio.run(asyncio.wait_for(scenario(), 60)) == b"Runset|notty\n"
+    finally:
+        agent.stop()

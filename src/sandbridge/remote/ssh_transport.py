@@ -4,8 +4,11 @@
 ``ssh`` would, through asyncssh rather than protocol code of our own: the owner's
 ``~/.ssh/config`` (``HostName``, ``Port``, ``User``, ``IdentityFile``, ``IdentityAgent``,
 ``ProxyJump``, ``ServerAlive*``), their keys and ssh-agent, and host keys checked against
-their known_hosts files. The far machine needs its sshd and ``sandbridge`` on the PATH:
-no new port, no service of ours listening there.
+their known_hosts files. Two settings of that config are overruled, because the far
+machine is less trusted than the laptop and the link carries bytes: the agent is never
+forwarded (``ForwardAgent``) and the channel never has a PTY (``RequestTTY``). The far
+machine needs its sshd and ``sandbridge`` on the PATH: no new port, no service of ours
+listening there.
 
 Host keys are never accepted silently. A host whose key is not in known_hosts, or whose
 key differs from the one listed, is a :class:`~sandbridge.exceptions.RemoteLinkRefused`
@@ -289,7 +292,10 @@ async def _start(
     settings: SshSettings,
 ) -> SshLink:
     try:
-        process = await connections[-1].create_process(settings.remote_command, encoding=None)
+        # Bytes, and no PTY whatever the config's RequestTTY says: a PTY would rewrite them.
+        process = await connections[-1].create_process(
+            settings.remote_command, encoding=None, request_pty=False, x11_forwarding=False
+        )
     except asyncssh.ChannelOpenError as error:
         raise RemoteLinkError(
             f"{destination.host} refused to run {settings.remote_command!r}: {error.reason}"
@@ -352,6 +358,9 @@ async def _connect(
                 keepalive_interval=interval or DEFAULT_KEEPALIVE_INTERVAL,
                 keepalive_count_max=count_max or DEFAULT_KEEPALIVE_COUNT_MAX,
                 connect_timeout=settings.connect_timeout,
+                # The far machine is not trusted with the owner's agent, whatever the
+                # config's ForwardAgent says: serve-stdio never needs it.
+                agent_forwarding=False,
                 **extra,
             )
     except asyncssh.HostKeyNotVerifiable:
