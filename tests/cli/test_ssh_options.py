@@ -1,0 +1,59 @@
+"""``connect``'s destination and SSH options: which transport they choose."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbridge.cli.ssh_options import add_ssh_options, ssh_link_opener
+from tests.remote.sshd import Sshd, sshd_in
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--via")
+    add_ssh_options(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    yield from sshd_in(tmp_path / "far")
+
+
+def test_no_destination_leaves_the_choice_to_via() -> None:
+    assert ssh_link_opener(parse("--via", "cat")) is None
+
+
+def test_destination_and_via_together_are_refused() -> None:
+    with pytest.raises(SystemExit, match="either a destination \\('box'\\) or --via"):
+        ssh_link_opener(parse("box", "--via", "cat"))
+
+
+def test_malformed_destination_is_refused_by_name() -> None:
+    with pytest.raises(SystemExit, match="not a host name in 'alice@-oProxyCommand=x'"):
+        ssh_link_opener(parse("alice@-oProxyCommand=x"))
+
+
+def test_remote_command_defaults_to_serve_stdio() -> None:
+    assert parse("box").remote_command == "sandbridge serve-stdio"
+
+
+def test_destination_opens_an_ssh_link_with_the_given_config(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+    args = parse("far", "-F", str(sshd.config_path), "--remote-command", "printf R; exec cat")
+    open_link = ssh_link_opener(args)
+    assert open_link is not None
+
+    async def scenario() -> None:
+        link = await open_link()
+        assert link.description == "ssh far"
+        assert await link.reader.read(1) == b"R"
+        await link.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
