@@ -11,9 +11,11 @@ import asyncio
 import gc
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,12 +48,8 @@ def jump(tmp_path: Path) -> Iterator[Sshd]:
 
 
 def settings(server: Sshd, command: str = ECHO, **kwargs: float) -> SshSettings:
-    return SshSettings(
-        config_paths=(server.config_path,),
-        remote_command=command,
-        connect_timeout=20.0,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    chosen: dict[str, Any] = {"connect_timeout": 20.0, **kwargs}
+    return SshSettings(config_paths=(server.config_path,), remote_command=command, **chosen)
 
 
 def run(scenario: object) -> None:
@@ -88,10 +86,14 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def refusal(server: Sshd, *, command: str = ECHO) -> str:
+def refusal(server: Sshd, *, command: str = ECHO, **kwargs: float) -> str:
+    """The one-line error opening ``far`` fails with; nothing may be left open."""
+
     async def scenario() -> str:
+        before = open_fds()
         with pytest.raises(RemoteLinkError) as caught:
-            await open_far(server, command)
+            await open_far(server, command, **kwargs)
+        assert open_fds() == before
         return str(caught.value)
 
     return asyncio.run(asyncio.wait_for(scenario(), 60))
@@ -242,6 +244,31 @@ def test_unreachable_host_is_a_one_line_error(sshd: Sshd) -> None:
         )
 
     run(scenario())
+
+
+def test_name_that_does_not_resolve_is_unreachable(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.config_path.write_text("Host far\n  HostName no-such-host.invalid\n")
+    sshd.write_client_config()
+    assert refusal(sshd).startswith("far (no-such-host.invalid:")
+
+
+def test_server_that_never_speaks_ssh_times_out(sshd: Sshd) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        sshd.trust_host_key()
+        sshd.config_path.write_text(f"Host far\n  Port {silent.getsockname()[1]}\n")
+        sshd.write_client_config()
+        message = refusal(sshd, connect_timeout=1.0)
+    assert message.endswith("is unreachable: no SSH answer within 1 s")
+
+
+def test_far_command_that_says_nothing_times_out(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+    message = refusal(sshd, command="exec cat >/dev/null", connect_timeout=1.0)
+    assert message == "'exec cat >/dev/null' on far said nothing within 1 s"
 
 
 def test_missing_far_command_says_sandbridge_is_not_installed(sshd: Sshd) -> None:
