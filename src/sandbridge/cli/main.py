@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from sandbridge import __version__, log
@@ -27,6 +28,7 @@ from sandbridge.cli.relay_options import (
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
+from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import (
     EGRESS_SOCKET,
@@ -329,12 +331,30 @@ def _host_policy(args: argparse.Namespace) -> Policy | None:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     sessions = list_sessions()
+    remotes = list_remotes()
     if args.json:
-        print(json.dumps([record.to_json() for record in sessions], indent=2))
+        local = [{**record.to_json(), "machine": None} for record in sessions]
+        far = [
+            {
+                "machine": remote.machine,
+                "id": session,
+                "connected": remote.connected,
+                "via": remote.via,
+                "apps": [asdict(app) for app in remote.apps if app.session == session],
+            }
+            for remote in remotes
+            for session in dict.fromkeys(app.session for app in remote.apps)
+        ]
+        print(json.dumps(local + far, indent=2))
         return 0
-    if not sessions:
+    if not sessions and not remotes:
         print("no running sessions")
         return 0
+    for remote in remotes:
+        state = "connected" if remote.connected else "reconnecting"
+        print(f"{remote.machine}  ({state}, {remote.via})")
+        for shown in remote.apps:
+            print(f"  {remote.machine}:{shown.session} port {shown.port} -> {shown.url}")
     for record in sessions:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started))
         print(f"{record.id}  pid {record.pid}  since {started}  {record.workdir}")
@@ -406,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from sandbridge.cli import egress as egress_cli
     from sandbridge.cli import policy as policy_cli
+    from sandbridge.cli import remote as remote_cli
     from sandbridge.cli import ui as ui_cli
     from sandbridge.cli.daemon import add_command as add_daemon_command
     from sandbridge.cli.terminal import add_commands
@@ -415,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     egress_cli.add_commands(commands)
     add_daemon_command(commands)
     ui_cli.add_commands(commands)
+    remote_cli.add_commands(commands)
     return parser
 
 

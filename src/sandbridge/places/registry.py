@@ -161,6 +161,9 @@ class SessionRecord:
     started: float
     workdir: str
     apps: list[AppRecord] = field(default_factory=list)
+    # The session's runtime dir, where its upstream.sock is: serve-stdio reaches a far
+    # app through it as the session's own host half does (docs/remote.md).
+    runtime_dir: str = ""
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -222,7 +225,13 @@ class SessionEntry:
         return self.path / CONTROL_SOCKET
 
     @classmethod
-    def create(cls, name: str | None, workdir: Path, root: Path | None = None) -> SessionEntry:
+    def create(
+        cls,
+        name: str | None,
+        workdir: Path,
+        root: Path | None = None,
+        runtime_dir: Path | None = None,
+    ) -> SessionEntry:
         """Claim session ``name`` (or a fresh random id); refuse a name a live session holds."""
         session_id = new_session_id() if name is None else validate_name(name)
         # Another session ending removes the empty state dirs; make them again if so.
@@ -244,7 +253,13 @@ class SessionEntry:
                     raise SessionError(f"cannot create a session dir in {base}") from None
         fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         fcntl.flock(fd, fcntl.LOCK_EX)
-        record = SessionRecord(session_id, os.getpid(), time.time(), str(workdir))
+        record = SessionRecord(
+            session_id,
+            os.getpid(),
+            time.time(),
+            str(workdir),
+            runtime_dir="" if runtime_dir is None else str(runtime_dir),
+        )
         entry = cls(staging, fd, record)
         entry._write(record)
         try:
@@ -281,7 +296,12 @@ class SessionEntry:
     def set_apps(self, apps: list[AppRecord]) -> None:
         """Record the session's current apps for ``sandbridge ls``."""
         self.record = SessionRecord(
-            self.record.id, self.record.pid, self.record.started, self.record.workdir, apps
+            self.record.id,
+            self.record.pid,
+            self.record.started,
+            self.record.workdir,
+            apps,
+            self.record.runtime_dir,
         )
         self._write(self.record)
 

@@ -120,7 +120,7 @@ def create_entry(runtime_dir: RuntimeDir, options: SessionOptions) -> SessionEnt
     """The session's registry entry (``runtime_dir`` is removed if it cannot be made);
     the notes of both are printed."""
     try:
-        entry = SessionEntry.create(options.name, options.workdir)
+        entry = SessionEntry.create(options.name, options.workdir, runtime_dir=runtime_dir.path)
     except BaseException:
         runtime_dir.remove()
         raise

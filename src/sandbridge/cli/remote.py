@@ -1,0 +1,74 @@
+"""``sandbridge connect`` (the laptop) and ``sandbridge serve-stdio`` (the far machine):
+sandboxes on other machines (docs/remote.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import Any
+
+from sandbridge.aio import event_loop
+from sandbridge.aio.tasks import first_done, running
+from sandbridge.places.remotes import RemoteEntry
+from sandbridge.remote.connect import GONE_AFTER_SECONDS, Machine
+from sandbridge.remote.far import serve_stdio
+from sandbridge.remote.via import via_transport
+
+
+def cmd_serve_stdio(args: argparse.Namespace) -> int:
+    return int(event_loop.run(serve_stdio()))
+
+
+async def _connect(args: argparse.Namespace) -> int:
+    open_link = via_transport(args.via, args.name)
+    entry = RemoteEntry.create(args.name, args.via)
+    try:
+        machine = Machine(args.name, open_link, entry, gone_after=args.gone_after)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        async with running(machine.run(), stop.wait()) as (served, stopped):
+            await first_done(served, stopped)
+            return int(served.result()) if served.done() else 0
+    finally:
+        entry.remove()
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    if args.gone_after <= 0:
+        raise SystemExit(f"sandbridge: --gone-after must be positive, got {args.gone_after:g}")
+    return int(event_loop.run(_connect(args)))
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``connect`` and ``serve-stdio`` to the CLI's subcommands."""
+    connect = commands.add_parser(
+        "connect", help="serve a far machine's apps as local origins (docs/remote.md)"
+    )
+    connect.add_argument(
+        "--via",
+        required=True,
+        metavar="CMD",
+        help="a command whose stdin and stdout reach the far 'sandbridge serve-stdio' "
+        "(e.g. 'ssh box sandbridge serve-stdio', 'kubectl exec -i POD -- sandbridge serve-stdio')",
+    )
+    connect.add_argument(
+        "--name",
+        default="remote",
+        help="the far machine's name in sandbridge ls and messages (default: remote)",
+    )
+    connect.add_argument(
+        "--gone-after",
+        type=float,
+        default=GONE_AFTER_SECONDS,
+        metavar="SECONDS",
+        help="give a far machine up after this long without a link "
+        f"(default {GONE_AFTER_SECONDS:g})",
+    )
+    connect.set_defaults(func=cmd_connect)
+    serve = commands.add_parser(
+        "serve-stdio", help="the far machine's end of sandbridge connect, on stdin and stdout"
+    )
+    serve.set_defaults(func=cmd_serve_stdio)

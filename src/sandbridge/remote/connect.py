@@ -1,0 +1,212 @@
+"""``sandbridge connect``: a far machine's apps as local dedicated origins on the laptop.
+
+Every app of every far session gets a local app listener of its own
+(``relay/app_listener.py``, the very listener a local app gets: loopback only, its own
+``<label>.localhost`` site, the same strict HTTP parsing, Host and Origin checks,
+WebSocket and SSE, limits and watchdogs). Only its upstream differs: where a local
+app's listener opens ``upstream.sock``, this one opens a stream on the link
+(:class:`RemoteConnector`), which ``serve-stdio`` connects to the far session's
+``upstream.sock``.
+
+When the link drops, every stream on it ends (open WebSockets close, so a page's own
+reconnect starts), the listeners stay, answering ``502`` meanwhile, and the link is
+opened again with backoff; the apps the far side lists again keep their local origins.
+A far machine that stays unreachable for ``gone_after`` seconds is given up: its
+listeners close, a line says so, and ``connect`` ends with status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from sandbridge import log
+from sandbridge.aio.tasks import TaskSet, running
+from sandbridge.exceptions import RemoteLinkError, StreamRefused, UpstreamError
+from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry
+from sandbridge.protocol.remote_wire import FarApp, Role
+from sandbridge.relay.app_listener import AppListener
+from sandbridge.relay.channel import Channel
+from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.upstream import UNIX_BUFFER_BYTES, ForwardingMode, UpstreamConnector
+from sandbridge.remote.mux import Mux
+from sandbridge.remote.splice import splice
+from sandbridge.remote.transport import Link, OpenLink
+
+# Reconnect backoff: the first retry soon (a blip), doubling to at most a few seconds
+# (a machine rebooting), so the apps are back soon after the far side is.
+FIRST_RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 8.0
+# A far machine unreachable this long is gone for good: its local origins close.
+GONE_AFTER_SECONDS = 300.0
+
+
+class RemoteConnector(UpstreamConnector):
+    """A far app's upstream: one stream on the link per browser connection.
+
+    The app listener reads and writes a :class:`Channel`; here it is one end of a
+    socket pair whose other end is spliced to the stream, so the listener's data path
+    (parsing, keep-alive, upgrades, backpressure) is the local one, unchanged."""
+
+    def __init__(self, machine: Machine, session: str) -> None:
+        super().__init__(Path(f"{machine.name}:{session}"), ForwardingMode.STREAM)
+        self.machine = machine
+        self.session = session
+
+    async def open(self, port: int) -> tuple[Channel, bytes] | None:
+        mux = self.machine.mux
+        if mux is None or mux.closed is not None:
+            raise UpstreamError(f"the link to {self.machine.name} is down; reconnecting")
+        try:
+            stream = await mux.open(self.session, port)
+        except ConnectionRefusedError as exc:
+            raise StreamRefused(f"{self.machine.name} refused: {exc}") from None
+        except ConnectionError as exc:
+            raise UpstreamError(f"the link to {self.machine.name} failed: {exc}") from None
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            for end in (ours, theirs):
+                end.setblocking(False)
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
+            _, spliced = await loop.create_unix_connection(
+                lambda: Channel(UNIX_BUFFER_BYTES), sock=ours
+            )
+            _, channel = await loop.create_unix_connection(
+                lambda: Channel(UNIX_BUFFER_BYTES), sock=theirs
+            )
+        except BaseException:
+            ours.close()
+            theirs.close()
+            stream.reset("the laptop could not serve the stream")
+            raise
+        self.machine.splices.spawn(splice(spliced, stream))
+        return channel, b""
+
+
+class Machine:
+    """One far machine as the laptop serves it."""
+
+    def __init__(
+        self,
+        name: str,
+        open_link: OpenLink,
+        entry: RemoteEntry | None = None,
+        out: TextIO | None = None,
+        gone_after: float = GONE_AFTER_SECONDS,
+    ) -> None:
+        self.name = name
+        self._open_link = open_link
+        self._entry = entry
+        self._out = sys.stderr if out is None else out
+        self._gone_after = gone_after
+        self.mux: Mux | None = None
+        self.listeners: dict[FarApp, AppListener] = {}
+        self._scopes: dict[str, SessionScope] = {}
+        self.splices = TaskSet()  # one per stream: owned here, ended with the machine
+        self._latest: tuple[FarApp, ...] | None = None
+        self._changed = asyncio.Event()
+
+    def _say(self, line: str) -> None:
+        print(f"sandbridge: {self.name}: {line}", file=self._out, flush=True)
+
+    async def run(self) -> int:
+        """Serve the machine until it is gone for good (1) or the task is cancelled."""
+        delay = FIRST_RETRY_SECONDS
+        down_since = time.monotonic()
+        try:
+            while True:
+                try:
+                    link = await self._open_link()
+                except RemoteLinkError as exc:
+                    self._say(f"cannot connect: {exc}")
+                else:
+                    try:
+                        reason = await self._serve(link)
+                    finally:
+                        self.mux = None
+                        await link.close()
+                    if reason is not None:  # it was up: start the clock again
+                        self._say(f"link lost ({reason}); reconnecting")
+                        self._record(False)
+                        delay, down_since = FIRST_RETRY_SECONDS, time.monotonic()
+                down_for = time.monotonic() - down_since
+                if down_for >= self._gone_after:
+                    await self._drop_all()
+                    self._say(
+                        f"gone: no link for {down_for:.0f} s; its apps are removed "
+                        f"(run sandbridge connect again when it is back)"
+                    )
+                    return 1
+                await asyncio.sleep(min(delay, self._gone_after - down_for))
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
+        finally:
+            await self._drop_all()
+
+    async def _serve(self, link: Link) -> str | None:
+        """Serve one link; the reason it ended, or None if it never came up."""
+        mux = Mux(link, Role.LAPTOP, on_apps=self._apps_listed)
+        try:
+            await mux.handshake()
+        except RemoteLinkError as exc:
+            self._say(f"cannot connect: {exc}")
+            return None
+        self.mux = mux
+        self._say(f"connected ({link.description})")
+        self._record(True)
+        async with running(self._follow_apps()):
+            return await mux.run()
+
+    def _apps_listed(self, apps: tuple[FarApp, ...]) -> None:
+        self._latest = apps
+        self._changed.set()
+
+    async def _follow_apps(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            if self._latest is not None:
+                await self._apply(self._latest)
+
+    async def _apply(self, apps: tuple[FarApp, ...]) -> None:
+        wanted = set(apps)
+        for app in [app for app in self.listeners if app not in wanted]:
+            listener = self.listeners.pop(app)
+            await listener.close()
+            self._say(f"{app.session} port {app.port} is gone")
+        for app in apps:
+            if app in self.listeners:
+                continue
+            scope = self._scopes.setdefault(app.session, SessionScope(RelaySettings()))
+            listener = AppListener(
+                app.port, app.base_path, RemoteConnector(self, app.session), scope
+            )
+            await listener.start()
+            self.listeners[app] = listener
+            self._say(f"{app.session} port {app.port} -> {listener.app.url}")
+        self._record(True)
+
+    def _record(self, connected: bool) -> None:
+        if self._entry is None:
+            return
+        apps = [
+            RemoteAppRecord(
+                app.session, app.port, app.base_path, listener.app.url, listener.host_port
+            )
+            for app, listener in self.listeners.items()
+        ]
+        try:
+            self._entry.update(connected, apps)
+        except OSError as exc:
+            log.warning("remote.record_failed", machine=self.name, error=str(exc))
+
+    async def _drop_all(self) -> None:
+        listeners, self.listeners = list(self.listeners.values()), {}
+        for listener in listeners:
+            await listener.close()
+        await self.splices.close()
+        self._record(False)

@@ -1,0 +1,163 @@
+"""``sandbridge serve-stdio``: the far machine's end of the remote link.
+
+It speaks the remote protocol on its stdin and stdout (whatever carries them: an SSH
+channel, ``kubectl exec -i``, a pipe) and serves the apps of this user's running
+sessions, as the registry lists them (``session.json`` in each session's host-only
+directory, kept by the session's host half, daemon or not). It tells the laptop the
+list, again whenever it changes, and opens a byte stream to an app when asked.
+
+It reaches an app the way the session's own host half does: a stream-mode connection
+to the session's ``upstream.sock`` (``relay/upstream.py``: the socket checked as the
+user's, never followed through a link; the shim's answer and any handed-over socket
+checked). So the far app listener's Host and Origin checks are not on this path; the
+laptop's own listener for the app makes them, exactly as for a local app.
+
+Hostile peer: the laptop may ask for anything. Only a (session, port) pair in the list
+just sent is opened: a session of another user, an ended session, a port that is not
+a registered app of that session, a private app (its token stays on the far machine),
+or a session whose runtime dir is not a private dir of this user is refused with the
+reason, and nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from sandbridge import log
+from sandbridge.aio.tasks import TaskSet, running
+from sandbridge.exceptions import (
+    RemoteLinkError,
+    SessionError,
+    UpstreamError,
+    WireError,
+)
+from sandbridge.places.registry import list_sessions
+from sandbridge.private_dir import require_private_dir
+from sandbridge.protocol.contract import UPSTREAM_SOCKET
+from sandbridge.protocol.remote_wire import FarApp, OpenStream, Role
+from sandbridge.relay.upstream import open_stream
+from sandbridge.remote.mux import Mux, MuxStream
+from sandbridge.remote.splice import splice
+from sandbridge.remote.transport import Link
+
+# How often the registry is read for apps added and gone: an app registered on the far
+# machine appears on the laptop within this long (plus the link's latency).
+APPS_POLL_SECONDS = 0.5
+
+
+def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
+    """The apps of this user's running sessions that the link may carry, and each
+    session's runtime dir. Private apps and sessions that do not name their runtime
+    dir (started by an older sandbridge) are left out."""
+    apps: list[FarApp] = []
+    places: dict[str, Path] = {}
+    for record in list_sessions():
+        if not record.runtime_dir:
+            continue
+        places[record.id] = Path(record.runtime_dir)
+        apps += [
+            FarApp(record.id, app.port, app.base_path) for app in record.apps if not app.private
+        ]
+    return tuple(apps), places
+
+
+class FarServer:
+    """Serves one link: the app list, and a stream to an app per OPEN."""
+
+    def __init__(self, link: Link) -> None:
+        self.mux = Mux(link, Role.FAR, on_open=self._on_open)
+        self._tasks = TaskSet()
+        self._apps: tuple[FarApp, ...] | None = None
+        self._places: dict[str, Path] = {}
+
+    async def serve(self) -> str:
+        """Serve until the link ends; return why it ended."""
+        await self.mux.handshake()
+        self._refresh()
+        try:
+            async with running(self._watch_apps()):
+                return await self.mux.run()
+        finally:
+            await self._tasks.close()
+
+    async def _watch_apps(self) -> None:
+        while True:
+            await asyncio.sleep(APPS_POLL_SECONDS)
+            self._refresh()
+
+    def _refresh(self) -> None:
+        apps, places = this_users_apps()
+        if apps != self._apps:
+            self._apps, self._places = apps, places
+            self.mux.send_apps(apps)
+
+    def _on_open(self, stream: MuxStream, event: OpenStream) -> None:
+        self._tasks.spawn(self._serve_stream(stream, event))
+
+    async def _serve_stream(self, stream: MuxStream, event: OpenStream) -> None:
+        known = any(
+            app.session == event.session and app.port == event.port for app in self._apps or ()
+        )
+        if not known:
+            self.mux.refuse(
+                stream,
+                f"no app on port {event.port} in session {event.session!r} of this user "
+                "(or it is private)",
+            )
+            return
+        runtime_dir = self._places[event.session]
+        try:
+            require_private_dir(runtime_dir, "runtime dir", SessionError)
+            channel, rest = await open_stream(runtime_dir / UPSTREAM_SOCKET, event.port)
+        except (SessionError, UpstreamError, WireError, OSError) as exc:
+            log.debug("remote.open_failed", session=event.session, port=event.port, error=str(exc))
+            self.mux.refuse(stream, f"session {event.session!r} port {event.port}: {exc}")
+            return
+        self.mux.opened(stream)
+        try:
+            if rest:
+                await stream.write(rest)
+        except ConnectionError:
+            channel.abort()
+            return
+        await splice(channel, stream)
+
+
+async def stdio_link() -> Link:
+    """This process's stdin and stdout as a link. Descriptor 1 is moved away first and
+    pointed at stderr, so that nothing printed by accident corrupts the link."""
+    loop = asyncio.get_running_loop()
+    link_out = os.dup(1)
+    os.dup2(2, 1)
+    reader = asyncio.StreamReader(limit=2**20)
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader),
+        open(os.dup(0), "rb", buffering=0),  # noqa: SIM115  (the transport owns it)
+    )
+    write_transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin,
+        open(link_out, "wb", buffering=0),  # noqa: SIM115  (the transport owns it)
+    )
+    writer = asyncio.StreamWriter(write_transport, protocol, reader, loop)
+
+    async def close() -> None:
+        read_transport.close()
+        write_transport.close()
+
+    return Link(reader, writer, close, "stdio")
+
+
+async def serve_stdio() -> int:
+    """Serve the link on stdin and stdout until it ends: 0 when the laptop left, 2 when
+    the link broke the protocol or never began."""
+    link = await stdio_link()
+    try:
+        reason = await FarServer(link).serve()
+    except RemoteLinkError as exc:
+        log.warning("remote.serve_stdio_failed", error=str(exc))
+        return 2
+    finally:
+        await link.close()
+    return 2 if reason.startswith("protocol error") else 0

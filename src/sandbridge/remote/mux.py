@@ -1,0 +1,266 @@
+"""The remote link's asyncio side: :class:`Mux` runs the link's state
+(:class:`~sandbridge.protocol.remote_wire.LinkState`) over a
+:class:`~sandbridge.remote.transport.Link`, and :class:`MuxStream` is one app
+connection on it.
+
+One task reads the link (:meth:`Mux.run`) and hands each stream its bytes; every stream
+is read and written by its own task. A stream holds at most one window of received
+bytes (the peer may not send more before this side credits them back, which happens
+as :meth:`MuxStream.read` hands them on), and :meth:`MuxStream.write` waits for credit:
+a stalled browser or app stops its own stream and no other, and memory stays bounded.
+When the link ends, every stream ends with it: readers see the end, writers a
+``ConnectionResetError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+
+from sandbridge import log
+from sandbridge.exceptions import RemoteLinkError, RemoteWireError
+from sandbridge.protocol import remote_wire as wire
+from sandbridge.remote.transport import Link
+
+# One read from the link: a few frames at once, so the reading task wakes up rarely.
+LINK_READ_BYTES = 256 * 1024
+# The peer's HELLO must arrive within this long after the link opened: a command that
+# reaches no serve-stdio (a shell's banner, a wrong path) is said so, not waited on.
+HELLO_TIMEOUT = 20.0
+
+
+class MuxStream:
+    """One byte stream on the link, both ways (an app connection)."""
+
+    def __init__(self, mux: Mux, stream: int) -> None:
+        self._mux = mux
+        self.id = stream
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._ended = False  # the peer sent EOF, or the stream or link is gone
+        self._lost: str | None = None  # why the stream was reset or the link lost
+        self._readable = asyncio.Event()
+        self._credit = asyncio.Event()
+        self.answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+    async def read(self) -> bytes:
+        """The next bytes received; ``b""`` once the peer sent EOF or the stream is gone."""
+        while not self._chunks:
+            if self._ended:
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        data = self._chunks.popleft()
+        self._mux.write_now(self._mux.state.consumed(self.id, len(data)))
+        return data
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data``, waiting for credit as the peer grants it."""
+        view = memoryview(data)
+        while view:
+            if self._lost is not None:
+                raise ConnectionResetError(self._lost)
+            credit = self._mux.state.send_credit_for(self.id)
+            if credit == 0:
+                self._credit.clear()
+                await self._credit.wait()
+                continue
+            part, view = view[:credit], view[credit:]
+            self._mux.write_now(self._mux.state.send_data(self.id, bytes(part)))
+            await self._mux.drain()
+
+    def write_eof(self) -> None:
+        """Send no more data (the peer's reader sees the end)."""
+        if self._lost is None:
+            self._mux.write_now(self._mux.state.send_eof(self.id))
+            if not self._mux.state.is_open(self.id):
+                self._mux.forget(self)  # both ways done
+
+    def reset(self, reason: str) -> None:
+        """End the stream both ways at once."""
+        if self._lost is None:
+            self._mux.write_now(self._mux.state.send_reset(self.id, reason))
+        self._end(reason)
+
+    @property
+    def lost(self) -> str | None:
+        """Why the stream ended abruptly (reset, link gone), or ``None``."""
+        return self._lost
+
+    # the mux's side ----------------------------------------------------------------
+
+    def _received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._readable.set()
+
+    def _eof(self) -> None:
+        self._ended = True
+        self._readable.set()
+
+    def _end(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+        self._ended = True
+        self._readable.set()
+        self._credit.set()
+        self._mux.forget(self)
+        if not self.answer.done():
+            self.answer.set_result(reason)
+
+    def _wake_writer(self) -> None:
+        if self._mux.state.send_credit_for(self.id) > 0:
+            self._credit.set()
+
+
+class Mux:
+    """Both sides' runner of one link. ``on_apps`` (the laptop) gets each APPS list;
+    ``on_open`` (the far side) gets each stream the laptop opens, already registered,
+    and must answer it with :meth:`opened` or :meth:`refuse`."""
+
+    def __init__(
+        self,
+        link: Link,
+        role: wire.Role,
+        on_apps: Callable[[tuple[wire.FarApp, ...]], None] | None = None,
+        on_open: Callable[[MuxStream, wire.OpenStream], None] | None = None,
+    ) -> None:
+        self.link = link
+        self.state = wire.LinkState(role)
+        self._on_apps = on_apps
+        self._on_open = on_open
+        self._streams: dict[int, MuxStream] = {}
+        self._pending: list[wire.Event] = []
+        self._closed: str | None = None
+
+    @property
+    def closed(self) -> str | None:
+        """Why the link ended, once it has."""
+        return self._closed
+
+    def write_now(self, frames: bytes) -> None:
+        if frames and self._closed is None:
+            try:
+                self.link.writer.write(frames)
+            except (ConnectionError, OSError, RuntimeError) as exc:
+                self._lose(f"writing to the link failed: {exc}")
+
+    async def drain(self) -> None:
+        if self._closed is not None:
+            raise ConnectionResetError(self._closed)
+        try:
+            await self.link.writer.drain()
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            self._lose(f"writing to the link failed: {exc}")
+            raise ConnectionResetError(self._closed) from None
+
+    async def handshake(self) -> None:
+        """Send HELLO and wait for the peer's; raise RemoteLinkError if it does not come."""
+        self.write_now(self.state.send_hello())
+        try:
+            async with asyncio.timeout(HELLO_TIMEOUT):
+                while not self._pending:
+                    data = await self.link.reader.read(LINK_READ_BYTES)
+                    if not data:
+                        raise RemoteLinkError(
+                            f"{self.link.description} ended before saying HELLO "
+                            "(is sandbridge serve-stdio at the far end?)"
+                        )
+                    self._pending = self.state.receive(data)
+        except TimeoutError:
+            raise RemoteLinkError(
+                f"{self.link.description} did not say HELLO within {HELLO_TIMEOUT:g} s"
+            ) from None
+        except RemoteWireError as exc:
+            raise RemoteLinkError(f"{self.link.description}: {exc}") from None
+        self._pending.pop(0)  # the HELLO
+
+    async def run(self) -> str:
+        """Read the link until it ends; return why it ended. Every stream ends with it."""
+        try:
+            self._dispatch(self._pending)
+            self._pending = []
+            while self._closed is None:
+                data = await self.link.reader.read(LINK_READ_BYTES)
+                if not data:
+                    self._lose("the far end closed the link")
+                    break
+                self._dispatch(self.state.receive(data))
+        except RemoteWireError as exc:
+            log.warning("remote.protocol_error", link=self.link.description, error=str(exc))
+            self._lose(f"protocol error: {exc}")
+        except (ConnectionError, OSError) as exc:
+            self._lose(f"reading the link failed: {exc}")
+        finally:
+            self._lose("the link was closed")
+        assert self._closed is not None
+        return self._closed
+
+    async def open(self, session: str, port: int) -> MuxStream:
+        """Open a stream to ``session``'s app on ``port`` (the laptop's side); raise
+        ConnectionRefusedError with the far side's reason if it refuses."""
+        if self._closed is not None:
+            raise ConnectionResetError(self._closed)
+        stream_id, frames = self.state.send_open(session, port)
+        stream = self._streams[stream_id] = MuxStream(self, stream_id)
+        self.write_now(frames)
+        refusal = await stream.answer
+        if refusal is not None:
+            raise ConnectionRefusedError(refusal)
+        return stream
+
+    def opened(self, stream: MuxStream) -> None:
+        """The far side's answer: the stream is open."""
+        if stream.lost is None:
+            self.write_now(self.state.send_opened(stream.id))
+
+    def refuse(self, stream: MuxStream, reason: str) -> None:
+        """The far side's answer: the stream is not opened."""
+        if stream.lost is None:
+            self.write_now(self.state.send_refused(stream.id, reason))
+        stream._end(reason)
+
+    def send_apps(self, apps: tuple[wire.FarApp, ...]) -> None:
+        self.write_now(self.state.send_apps(apps))
+
+    def forget(self, stream: MuxStream) -> None:
+        if self._streams.get(stream.id) is stream:
+            del self._streams[stream.id]
+
+    def _dispatch(self, events: list[wire.Event]) -> None:  # noqa: PLR0912  (one branch per event)
+        for event in events:
+            if isinstance(event, wire.Apps):
+                if self._on_apps is not None:
+                    self._on_apps(event.apps)
+                continue
+            if isinstance(event, wire.OpenStream):
+                stream = self._streams[event.stream] = MuxStream(self, event.stream)
+                if self._on_open is None:
+                    self.refuse(stream, "this side opens no streams")
+                else:
+                    self._on_open(stream, event)
+                continue
+            if isinstance(event, wire.Hello):
+                continue
+            stream_or_none = self._streams.get(event.stream)
+            if stream_or_none is None:
+                continue
+            if isinstance(event, wire.Opened):
+                stream_or_none.answer.set_result(None)
+            elif isinstance(event, wire.Refused | wire.Reset):
+                stream_or_none._end(event.reason)
+            elif isinstance(event, wire.Data):
+                stream_or_none._received(event.data)
+            elif isinstance(event, wire.EndOfStream):
+                stream_or_none._eof()
+                if not self.state.is_open(event.stream):
+                    self.forget(stream_or_none)
+        # CREDIT frames are taken inside the state: wake whoever waits for one.
+        for stream in list(self._streams.values()):
+            stream._wake_writer()
+
+    def _lose(self, reason: str) -> None:
+        if self._closed is None:
+            self._closed = reason
+        for stream in list(self._streams.values()):
+            stream._end(self._closed)
+        self._streams.clear()

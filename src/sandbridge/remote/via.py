@@ -1,0 +1,107 @@
+"""``sandbridge connect --via CMD``: a command whose stdin and stdout reach the far
+``sandbridge serve-stdio`` (``ssh HOST sandbridge serve-stdio``, ``kubectl exec -i POD --
+sandbridge serve-stdio``, ``docker exec -i``, ``podman exec -i``) as a transport.
+
+The command is split as a shell would split words (``shlex``) but run without a shell.
+It runs in a process group of its own, so that closing the link ends it and whatever it
+started (an ``ssh`` and its helpers) and leaves no process behind. Its stderr is the far
+side's and the transport's diagnostics: each line goes to our stderr prefixed with the
+machine's name, cut to :data:`MAX_STDERR_LINE` characters with control characters
+replaced (a hostile far machine must not drive the owner's terminal with escapes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import sys
+from typing import TextIO
+
+from sandbridge.aio.tasks import cancel_all
+from sandbridge.exceptions import RemoteLinkError
+from sandbridge.remote.transport import Link, OpenLink
+
+# A stderr line from the far side shown to the owner is at most this long.
+MAX_STDERR_LINE = 500
+# How long the command gets to end after its stdin closed and SIGTERM, before SIGKILL.
+END_GRACE_SECONDS = 2.0
+
+
+def printable(line: bytes) -> str:
+    """``line`` as one safe line of text: undecodable bytes and control characters
+    (escape sequences included) become ``?``, and it is cut to MAX_STDERR_LINE."""
+    text = line.decode(errors="replace").rstrip("\r\n")
+    safe = "".join(c if c.isprintable() else "?" for c in text)
+    return safe if len(safe) <= MAX_STDERR_LINE else safe[:MAX_STDERR_LINE] + "..."
+
+
+async def _relay_stderr(stream: asyncio.StreamReader, name: str, out: TextIO) -> None:
+    pending = b""
+    while chunk := await stream.read(64 * 1024):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            print(f"{name}: {printable(line)}", file=out, flush=True)
+        if len(pending) > MAX_STDERR_LINE * 4:  # a line with no end: show it in pieces
+            print(f"{name}: {printable(pending)}", file=out, flush=True)
+            pending = b""
+    if pending:
+        print(f"{name}: {printable(pending)}", file=out, flush=True)
+
+
+def via_transport(command: str, name: str, out: TextIO | None = None) -> OpenLink:
+    """The transport that runs ``command`` for every link ``connect`` opens."""
+    argv = shlex.split(command)
+    if not argv:
+        raise RemoteLinkError(f"--via {command!r}: give a command that runs serve-stdio")
+
+    async def open_link() -> Link:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RemoteLinkError(f"--via {argv[0]!r}: {exc.strerror or exc}") from None
+        assert process.stdin is not None and process.stdout is not None
+        assert process.stderr is not None
+        stderr_task = asyncio.create_task(
+            _relay_stderr(process.stderr, name, sys.stderr if out is None else out)
+        )
+        closed = False
+
+        async def close() -> None:
+            nonlocal closed
+            if closed:
+                return
+            closed = True
+            assert process.stdin is not None
+            process.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                async with asyncio.timeout(END_GRACE_SECONDS):
+                    await process.wait()
+            except TimeoutError:
+                pass
+            # Whatever the command started in its group goes too, even if it ended first.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            try:
+                async with asyncio.timeout(END_GRACE_SECONDS):
+                    await asyncio.shield(stderr_task)
+            except TimeoutError:
+                await cancel_all([stderr_task])
+            with contextlib.suppress(Exception):
+                await process.stdin.wait_closed()
+
+        return Link(process.stdout, process.stdin, close, f"--via {command!r}")
+
+    return open_link

@@ -1,0 +1,364 @@
+"""``sandbridge connect --via`` against a far session a test started in its own
+XDG_RUNTIME_DIR: the far apps as local origins, their data path, and the link dropping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+from tests.conftest import (
+    ECHO_APP,
+    PYTHON,
+    REPO,
+    SANDBRIDGE,
+    Process,
+    Relay,
+    app_host,
+    free_port,
+    host_port_of,
+    processes_with,
+    request,
+)
+
+FEATURE_APP = str(REPO / "tests" / "apps" / "feature_app.py")
+
+
+@dataclass
+class Far:
+    """A far machine: a session (``sandbridge host`` and its shim) and two apps in it."""
+
+    xdg: Path
+    relay: Relay
+    echo_port: int
+    feature_port: int
+
+    @property
+    def session(self) -> str:
+        """The far session's id (``sandbridge host`` names it at random)."""
+        [path] = (self.xdg / f"sandbridge-{os.getuid()}" / "sessions").iterdir()
+        return path.name
+
+    @property
+    def serve_stdio(self) -> str:
+        """The --via command that reaches this far machine's serve-stdio."""
+        return shlex.join(
+            ["env", f"XDG_RUNTIME_DIR={self.xdg}", PYTHON, "-m", "sandbridge.cli", "serve-stdio"]
+        )
+
+
+@pytest.fixture
+def far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Far]:
+    xdg = tmp_path / "far-xdg"
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    runtime = tmp_path / "far-rt"
+    runtime.mkdir(mode=0o700)
+    relay = Relay(runtime)
+    echo_port, feature_port = free_port(), free_port()
+    echo = Process([PYTHON, ECHO_APP, "--listen", str(echo_port)])
+    echo.wait_line("READY")
+    relay.register(echo_port)
+    env = {**relay.env, "PATH": f"{Path(PYTHON).parent}:{os.environ['PATH']}"}
+    feature = Process([PYTHON, FEATURE_APP, "--port", str(feature_port)], env=env)
+    feature.wait_line("READY")
+    try:
+        yield Far(xdg, relay, echo_port, feature_port)
+    finally:
+        feature.stop()
+        echo.stop()
+        relay.stop()
+
+
+class Laptop:
+    """``sandbridge connect --via`` in the laptop's own XDG_RUNTIME_DIR."""
+
+    def __init__(self, xdg: Path, via: str, *options: str) -> None:
+        self.xdg = xdg
+        self.env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
+        self.process = Process(
+            [*SANDBRIDGE, "connect", "--via", via, "--name", "far", *options], env=self.env
+        )
+
+    def app_url(self, far: Far, far_port: int) -> str:
+        """The local URL of the far app on ``far_port``, once connect announces it."""
+        line = self.process.wait_line(
+            f"sandbridge: far: {far.session} port {far_port} -> ", "stderr"
+        )
+        return line.rsplit(" ", 1)[1]
+
+    def wait_after(self, first: str, then: str) -> None:
+        """Wait for a line starting ``first``, then for a later one starting ``then``."""
+        line = self.process.wait_line(first, "stderr")
+        seen = self.process.lines["stderr"]
+        self.process.lines["stderr"] = seen[seen.index(line) + 1 :]
+        self.process.wait_line(then, "stderr")
+
+    def ls(self, *options: str) -> str:
+        return subprocess.run(
+            [*SANDBRIDGE, "ls", *options], env=self.env, capture_output=True, text=True, check=True
+        ).stdout
+
+    def stop(self) -> int:
+        return self.process.stop()
+
+
+@pytest.fixture
+def laptop_xdg(tmp_path: Path) -> Path:
+    path = tmp_path / "laptop-xdg"
+    path.mkdir(mode=0o700)
+    return path
+
+
+@pytest.fixture
+def laptop(far: Far, laptop_xdg: Path, localhost_names_resolve: None) -> Iterator[Laptop]:
+    running = Laptop(laptop_xdg, far.serve_stdio)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_far_app_answers_a_get_on_its_own_local_origin(far: Far, laptop: Laptop) -> None:
+    url = laptop.app_url(far, far.echo_port)
+    port = host_port_of(url)
+    status, _, body = request(port, path="/hello?x=1")
+    assert status == 200
+    report = json.loads(body)
+    assert report["path"] == "/hello?x=1"
+    assert app_host(port).endswith(".localhost")  # its own site, as a local app's
+
+
+def test_each_far_app_gets_its_own_origin(far: Far, laptop: Laptop) -> None:
+    echo = host_port_of(laptop.app_url(far, far.echo_port))
+    feature = host_port_of(laptop.app_url(far, far.feature_port))
+    assert echo != feature
+    assert app_host(echo) != app_host(feature)
+
+
+def test_wrong_host_is_refused_as_for_a_local_app(far: Far, laptop: Laptop) -> None:
+    port = host_port_of(laptop.app_url(far, far.echo_port))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/", headers={"Host": "evil.example"})
+    assert conn.getresponse().status in (403, 421)
+    conn.close()
+
+
+def test_cross_site_websocket_is_refused(far: Far, laptop: Laptop) -> None:
+    port = host_port_of(laptop.app_url(far, far.feature_port))
+
+    async def check() -> None:
+        with pytest.raises(Exception, match="403"):
+            async with ws_connect(
+                f"ws://{app_host(port)}:{port}/ws",
+                origin="http://evil.example",  # type: ignore[arg-type]
+            ):
+                pass
+
+    asyncio.run(check())
+
+
+def test_websocket_echoes_through_the_link(far: Far, laptop: Laptop) -> None:
+    port = host_port_of(laptop.app_url(far, far.feature_port))
+
+    async def check() -> None:
+        async with ws_connect(f"ws://{app_host(port)}:{port}/ws") as ws:
+            await ws.send("hello")
+            assert await ws.recv() == "hello"
+            await ws.send(b"\x00" * 200_000)
+            assert await ws.recv() == b"\x00" * 200_000
+
+    asyncio.run(check())
+
+
+def test_sse_events_arrive_as_sent(far: Far, laptop: Laptop) -> None:
+    port = host_port_of(laptop.app_url(far, far.feature_port))
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
+    conn.request("GET", "/sse?count=2&interval_ms=50&hold=1")
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.getheader("content-type", "").startswith("text/event-stream")
+    lines = [response.readline() for _ in range(8)]
+    # Both events arrive while the app holds the response open: nothing is buffered.
+    assert b"id: 1\n" in lines and b"id: 2\n" in lines
+    conn.close()
+
+
+def test_ls_lists_far_apps_with_their_machine(far: Far, laptop: Laptop) -> None:
+    url = laptop.app_url(far, far.echo_port)
+    laptop.app_url(far, far.feature_port)
+    text = laptop.ls()
+    assert "far  (connected" in text
+    assert f"port {far.echo_port} -> {url}" in text
+    listed = json.loads(laptop.ls("--json"))
+    remote = [entry for entry in listed if entry["machine"] == "far"]
+    assert remote and remote[0]["connected"] is True
+    assert url in [app["url"] for entry in remote for app in entry["apps"]]
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_100_mib_download_streams_with_bounded_memory(far: Far, laptop: Laptop) -> None:
+    port = host_port_of(laptop.app_url(far, far.echo_port))
+    size = 100 * 1024 * 1024
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=60)
+    conn.request("GET", f"/bytes?n={size}")
+    response = conn.getresponse()
+    assert response.status == 200
+    received = 0
+    while chunk := response.read(1024 * 1024):
+        received += len(chunk)
+    conn.close()
+    assert received == size
+    connect_pid = laptop.process.popen.pid
+    assert _rss_kib(connect_pid) < 120 * 1024, "connect held the body in memory"
+    serve = _serve_stdio_pids(laptop)
+    assert serve and all(_rss_kib(p) < 120 * 1024 for p in serve)
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _listening_ports(pid: int) -> set[int]:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:
+            ports.add(int(fields[1].split(":")[1], 16))
+    return ports
+
+
+def _serve_stdio_pids(laptop: Laptop) -> list[int]:
+    """The serve-stdio processes this laptop's connect started (its --via children)."""
+    found = []
+    for pid in processes_with("sandbridge.cli serve-stdio"):
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) == laptop.process.popen.pid:
+                found.append(pid)
+    return found
+
+
+def test_killing_the_link_mid_download_reconnects_at_the_same_origin(
+    far: Far, laptop: Laptop
+) -> None:
+    url = laptop.app_url(far, far.echo_port)
+    port = host_port_of(url)
+    assert request(port, path="/before")[0] == 200
+    pid = laptop.process.popen.pid
+    fds_before = _fds(pid)
+    listening_before = _listening_ports(pid)
+    [first] = _serve_stdio_pids(laptop)
+
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
+    conn.request("GET", f"/bytes?n={1024 * 1024 * 1024}")
+    response = conn.getresponse()
+    assert response.status == 200
+    received = len(response.read(4 * 1024 * 1024))  # the download is under way
+    os.kill(first, signal.SIGKILL)
+    with contextlib.suppress(http.client.IncompleteRead, ConnectionError):
+        while chunk := response.read(1024 * 1024):
+            received += len(chunk)
+    assert received < 1024 * 1024 * 1024  # cut short, not completed from a buffer
+    conn.close()
+    laptop.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
+    # The same local origin answers again once the far side listed the app again.
+    after = request(port, path="/after")
+    assert after[0] == 200, (after, laptop.process.drain())
+    assert _listening_ports(pid) == listening_before
+    assert _fds(pid) <= fds_before + 2  # the new link's pipes replace the old ones
+    assert first not in _serve_stdio_pids(laptop)
+
+
+def test_open_websocket_ends_when_the_link_drops(far: Far, laptop: Laptop) -> None:
+    port = host_port_of(laptop.app_url(far, far.feature_port))
+
+    async def check() -> None:
+        async with ws_connect(f"ws://{app_host(port)}:{port}/ws") as ws:
+            await ws.send("up")
+            assert await ws.recv() == "up"
+            [serve] = _serve_stdio_pids(laptop)
+            os.kill(serve, signal.SIGKILL)
+            with pytest.raises(ConnectionClosed):
+                async with asyncio.timeout(10):
+                    await ws.recv()
+
+    asyncio.run(check())
+
+
+def test_far_machine_gone_for_good_is_removed_with_a_line(
+    far: Far, laptop_xdg: Path, tmp_path: Path
+) -> None:
+    switch = tmp_path / "far-is-up"
+    switch.touch()
+    # The --via command reaches serve-stdio only while the switch file exists.
+    via = shlex.join(["sh", "-c", f"test -e {switch} && exec {far.serve_stdio}"])
+    laptop = Laptop(laptop_xdg, via, "--gone-after", "3")
+    try:
+        port = host_port_of(laptop.app_url(far, far.echo_port))
+        switch.unlink()
+        [serve] = _serve_stdio_pids(laptop)
+        os.kill(serve, signal.SIGKILL)
+        laptop.process.wait_line("sandbridge: far: gone: no link for", "stderr")
+        assert laptop.process.popen.wait(10) == 1
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        assert "far" not in laptop.ls()
+    finally:
+        laptop.stop()
+
+
+def test_connect_ending_leaves_no_process_or_listener(far: Far, laptop_xdg: Path) -> None:
+    laptop = Laptop(laptop_xdg, far.serve_stdio)
+    port = host_port_of(laptop.app_url(far, far.echo_port))
+    assert laptop.stop() == 0
+    assert _serve_stdio_pids(laptop) == []
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    assert "no running sessions" in laptop.ls()
+
+
+def test_via_command_that_does_not_run_is_said_and_retried(laptop_xdg: Path) -> None:
+    laptop = Laptop(laptop_xdg, "/nonexistent/serve-stdio", "--gone-after", "1")
+    try:
+        laptop.process.wait_line(
+            "sandbridge: far: cannot connect: --via '/nonexistent/serve-stdio': No such file",
+            "stderr",
+        )
+        assert laptop.process.popen.wait(10) == 1
+    finally:
+        laptop.stop()
+
+
+def test_far_stderr_lines_arrive_prefixed_and_defanged(laptop_xdg: Path) -> None:
+    via = shlex.join(["sh", "-c", r"printf 'boom \033[2J here\n' >&2; exit 3"])
+    laptop = Laptop(laptop_xdg, via, "--gone-after", "1")
+    try:
+        laptop.process.wait_line("far: boom ?[2J here", "stderr")
+    finally:
+        laptop.stop()

@@ -1,0 +1,200 @@
+"""``sandbridge serve-stdio`` as a hostile laptop sees it: a real far process driven with
+raw frames (protocol/remote_wire.py); it serves only this user's registered apps."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbridge.protocol.remote_wire import (
+    HEADER,
+    Apps,
+    Data,
+    Event,
+    FarApp,
+    Kind,
+    LinkState,
+    Opened,
+    Refused,
+    Role,
+)
+from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, Relay, free_port
+
+
+class FarProcess:
+    """serve-stdio with pipes, and the laptop's side of the protocol in this test."""
+
+    def __init__(self, xdg: Path) -> None:
+        self.popen = subprocess.Popen(
+            [*SANDBRIDGE, "serve-stdio"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)},
+        )
+        self.state = LinkState(Role.LAPTOP)
+        self.events: list[Event] = []
+
+    def send(self, data: bytes) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(data)
+        self.popen.stdin.flush()
+
+    def next_event(self, timeout: float = 20.0) -> Event:
+        assert self.popen.stdout is not None
+        deadline = time.monotonic() + timeout
+        while not self.events:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, "serve-stdio sent nothing in time"
+            ready, _, _ = select.select([self.popen.stdout], [], [], remaining)
+            if ready:
+                data = os.read(self.popen.stdout.fileno(), 65536)
+                assert data, f"serve-stdio ended: {self.stderr()}"
+                self.events += self.state.receive(data)
+        return self.events.pop(0)
+
+    def stderr(self) -> str:
+        assert self.popen.stderr is not None
+        return self.popen.stderr.read().decode(errors="replace")
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+        for pipe in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def far_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, int, Relay]]:
+    """A far session with one echo app; yields its XDG_RUNTIME_DIR and the app's port."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    relay = Relay(runtime)
+    port = free_port()
+    echo = Process([PYTHON, ECHO_APP, "--listen", str(port)])
+    echo.wait_line("READY")
+    relay.register(port)
+    yield xdg, port, relay
+    echo.stop()
+    relay.stop()
+
+
+@pytest.fixture
+def far(far_session: tuple[Path, int, Relay]) -> Iterator[FarProcess]:
+    process = FarProcess(far_session[0])
+    process.send(process.state.send_hello())
+    yield process
+    process.close()
+
+
+def _session(xdg: Path) -> str:
+    [path] = (xdg / f"sandbridge-{os.getuid()}" / "sessions").iterdir()
+    return path.name
+
+
+def test_hello_is_answered_with_the_users_apps(
+    far: FarProcess, far_session: tuple[Path, int, Relay]
+) -> None:
+    xdg, port, _ = far_session
+    far.next_event()  # HELLO
+    assert far.next_event() == Apps((FarApp(_session(xdg), port, "/"),))
+
+
+def test_an_app_registered_later_is_listed_again(
+    far: FarProcess, far_session: tuple[Path, int, Relay]
+) -> None:
+    xdg, _port, relay = far_session
+    far.next_event()
+    far.next_event()
+    other = free_port()
+    app = Process([PYTHON, ECHO_APP, "--listen", str(other)])
+    try:
+        app.wait_line("READY")
+        relay.register(other, "/b")
+        listed = far.next_event()
+        assert isinstance(listed, Apps)
+        assert FarApp(_session(xdg), other, "/b") in listed.apps
+    finally:
+        app.stop()
+
+
+def test_open_of_a_registered_app_streams_its_bytes(
+    far: FarProcess, far_session: tuple[Path, int, Relay]
+) -> None:
+    xdg, port, _ = far_session
+    far.next_event()
+    far.next_event()
+    stream, opening = far.state.send_open(_session(xdg), port)
+    far.send(opening)
+    assert far.next_event() == Opened(stream)
+    far.send(
+        far.state.send_data(stream, b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    )
+    reply = far.next_event()
+    assert isinstance(reply, Data) and reply.data.startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize(
+    ("session", "port_offset", "refusal"),
+    [
+        ("s-nobody", 0, "no app on port {port} in session 's-nobody' of this user"),
+        (None, 1, "no app on port {port1} in session '{session}' of this user"),
+    ],
+)
+def test_open_of_anything_not_a_listed_app_is_refused_naming_it(
+    far: FarProcess,
+    far_session: tuple[Path, int, Relay],
+    session: str | None,
+    port_offset: int,
+    refusal: str,
+) -> None:
+    xdg, port, _ = far_session
+    far.next_event()
+    far.next_event()
+    name = session or _session(xdg)
+    target = port + port_offset
+    stream, opening = far.state.send_open(name, target)
+    far.send(opening)
+    answer = far.next_event()
+    assert isinstance(answer, Refused) and answer.stream == stream
+    assert refusal.format(port=target, port1=target, session=name) in answer.reason
+
+
+def test_garbage_instead_of_hello_ends_it_with_status_2_and_a_reason(
+    far_session: tuple[Path, int, Relay],
+) -> None:
+    process = FarProcess(far_session[0])
+    try:
+        process.send(HEADER.pack(3, 77, 0) + b"abc")
+        assert process.popen.wait(20) == 2
+        assert "unknown frame kind 77" in process.stderr()
+    finally:
+        process.close()
+
+
+def test_a_frame_over_its_limit_ends_the_link(far: FarProcess) -> None:
+    far.next_event()
+    far.next_event()
+    far.send(HEADER.pack(2**31, Kind.DATA, 1))
+    assert far.popen.wait(20) == 2
+    assert f"DATA frame of {2**31} bytes is over its limit" in far.stderr()
+
+
+def test_laptop_leaving_ends_it_with_status_0(far: FarProcess) -> None:
+    far.next_event()
+    assert far.popen.stdin is not None
+    far.popen.stdin.close()
+    assert far.popen.wait(20) == 0

@@ -1,0 +1,52 @@
+"""The ``--via`` transport's own rules (remote/via.py): what the owner's terminal shows
+of the far side's stderr, and what a command that cannot run says."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sandbridge.exceptions import RemoteLinkError
+from sandbridge.remote.via import MAX_STDERR_LINE, printable, via_transport
+from tests.conftest import processes_with
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        (b"plain line\n", "plain line"),
+        (b"\x1b]0;owned\x07title", "?]0;owned?title"),
+        (b"\x1b[2J clear", "?[2J clear"),
+        (b"bad \xff byte", "bad \ufffd byte"),
+        (b"cr\r\n", "cr"),
+        (b"x" * (MAX_STDERR_LINE + 10), "x" * MAX_STDERR_LINE + "..."),
+    ],
+)
+def test_far_stderr_is_shown_as_one_safe_line(raw: bytes, shown: str) -> None:
+    assert printable(raw) == shown
+
+
+def test_empty_command_is_refused() -> None:
+    with pytest.raises(RemoteLinkError, match="--via '  ': give a command"):
+        via_transport("  ", "far")
+
+
+def test_missing_command_is_named() -> None:
+    async def check() -> None:
+        await via_transport("/nonexistent/cmd arg", "far")()
+
+    with pytest.raises(RemoteLinkError, match="--via '/nonexistent/cmd': No such file"):
+        asyncio.run(check())
+
+
+def test_close_ends_the_command_and_what_it_started() -> None:
+    async def check() -> None:
+        link = await via_transport("sh -c 'sleep 3171 & echo up; exec sleep 3172'", "far")()
+        assert await link.reader.read(10) == b"up\n"  # both sleeps are running
+        assert processes_with("sleep 3171") and processes_with("sleep 3172")
+        await link.close()
+        await link.close()  # twice is harmless
+
+    asyncio.run(check())
+    assert processes_with("sleep 3171") == processes_with("sleep 3172") == []
