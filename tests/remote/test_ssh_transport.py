@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import io
+import json
 import os
 import signal
 import socket
@@ -19,7 +21,9 @@ from typing import Any
 
 import pytest
 
+from sandbridge.aio.tasks import running
 from sandbridge.exceptions import RemoteLinkError, RemoteLinkRefused
+from sandbridge.remote.connect import Machine
 from sandbridge.remote.ssh_transport import (
     Destination,
     SshLink,
@@ -28,8 +32,9 @@ from sandbridge.remote.ssh_transport import (
     parse_destination,
     ssh_opener,
 )
-from tests.conftest import free_port
+from tests.conftest import free_port, host_port_of, request
 from tests.remote.sshd import Sshd, known_hosts_line, sshd_in, start_agent, write_key
+from tests.remote.test_connect import Far, far  # noqa: F401 (the far machine fixture)
 
 ECHO = "printf R; exec cat"
 # Keepalives of the dead-link tests: a request a second, dead after two unanswered.
@@ -385,3 +390,60 @@ def test_agent_key_logs_in_and_the_agent_is_not_forwarded(sshd: Sshd, tmp_path: 
         assert asyncio.run(asyncio.wait_for(scenario(), 60)) == b"Runset|notty\n"
     finally:
         agent.stop()
+
+
+# --- sandbridge connect over SSH, to a far serve-stdio --------------------------------
+
+
+class _Lines(io.StringIO):
+    """``connect``'s messages, each line kept; :meth:`wait_for` waits on their arrival."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.arrived = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        self.lines += text.splitlines()
+        self.arrived.set()
+        return super().write(text)
+
+    async def wait_for(self, prefix: str, count: int = 1) -> str:
+        """The ``count``-th line starting with ``prefix``, once it has arrived."""
+        while True:
+            found = [line for line in self.lines if line.startswith(prefix)]
+            if len(found) >= count:
+                return found[count - 1]
+            self.arrived.clear()
+            await self.arrived.wait()
+
+
+def test_connect_over_ssh_serves_a_far_app_as_a_local_origin(
+    sshd: Sshd,
+    far: Far,  # noqa: F811 (the fixture imported above)
+    localhost_names_resolve: None,
+) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+    # sshd starts the far command with its own environment: the far session's runtime
+    # dir comes on the command line, as `far.serve_stdio` gives it.
+    open_link = ssh_opener("far", settings(sshd, far.serve_stdio))
+
+    async def scenario() -> None:
+        lines = _Lines()
+        machine = Machine("far", open_link, out=lines)
+        async with running(machine.run()):
+            app = await lines.wait_for(f"sandbridge: far: {far.session} port {far.echo_port} -> ")
+            assert "sandbridge: far: connected (ssh far)" in lines.lines
+            port = host_port_of(app.rsplit(" ", 1)[1])
+            status, _, body = await asyncio.to_thread(request, port, "GET", "/over-ssh")
+            assert (status, json.loads(body)["path"]) == (200, "/over-ssh")
+            # The SSH connection dies: connect notices, reconnects over a new one, and
+            # the app is back at the same local origin.
+            assert sshd.signal_sessions(signal.SIGKILL)
+            await lines.wait_for("sandbridge: far: link lost")
+            await lines.wait_for("sandbridge: far: connected (ssh far)", count=2)
+            status, _, body = await asyncio.to_thread(request, port, "GET", "/again")
+            assert (status, json.loads(body)["path"]) == (200, "/again")
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
