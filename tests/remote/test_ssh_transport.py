@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncssh
 import pytest
 
 from sandbridge.aio.tasks import running
@@ -447,3 +448,66 @@ def test_connect_over_ssh_serves_a_far_app_as_a_local_origin(
             assert (status, json.loads(body)["path"]) == (200, "/again")
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+# --- a hostile SSH server ------------------------------------------------------------
+
+EVIL = "\x1b]0;owned\x07\x1b[2J"
+
+
+class _Hostile(asyncssh.SSHServer):
+    """asyncssh's own server side, saying what a compromised far machine could say."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        self.conn: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self.conn = conn
+
+    def begin_auth(self, username: str) -> bool:
+        if self.how == "disconnect":
+            assert self.conn is not None
+            self.conn.disconnect(asyncssh.DISC_BY_APPLICATION, f"go away {EVIL}")
+        return False  # no authentication needed
+
+    def session_requested(self) -> bool:
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, f"no {EVIL}")
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("disconnect", "SSH to far (127.0.0.1:{port}) failed: go away ?]0;owned??[2J (error 11)"),
+        ("refuse_session", "far refused to run 'printf R; exec cat': no ?]0;owned??[2J"),
+    ],
+)
+def test_hostile_server_words_reach_the_owner_without_control_characters(
+    tmp_path: Path, how: str, expected: str
+) -> None:
+    host_key = write_key(tmp_path / "host_key")
+    write_key(tmp_path / "user_key")
+
+    async def scenario() -> str:
+        server = await asyncssh.create_server(
+            lambda: _Hostile(how), "127.0.0.1", 0, server_host_keys=[host_key]
+        )
+        port = server.sockets[0].getsockname()[1]
+        (tmp_path / "known_hosts").write_text(known_hosts_line(port, host_key))
+        config = tmp_path / "config"
+        config.write_text(
+            f"Host far\n  HostName 127.0.0.1\n  Port {port}\n  User someone\n"
+            f"  IdentityFile {tmp_path / 'user_key'}\n  IdentityAgent none\n"
+            f"  UserKnownHostsFile {tmp_path / 'known_hosts'}\n"
+        )
+        try:
+            with pytest.raises(RemoteLinkError) as caught:
+                await open_ssh_link(
+                    Destination("far"), SshSettings(config_paths=(config,), remote_command=ECHO)
+                )
+        finally:
+            server.close()
+            await server.wait_closed()
+        return str(caught.value).replace(str(port), "{port}")
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == expected

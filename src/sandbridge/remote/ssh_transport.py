@@ -62,6 +62,8 @@ MAX_JUMPS = 8
 STDERR_TAIL_BYTES = 2048
 # The most the first read (the far command's first bytes) takes; the rest stays queued.
 FIRST_READ_BYTES = 64 * 1024
+# The most of a far-chosen text (a disconnect reason, a stderr line) put in a message.
+MAX_SAID_CHARS = 300
 # The exit status POSIX shells give a command they cannot find.
 EXIT_NOT_FOUND = 127
 # What a destination's user and host may be: an SSH config alias, a DNS name, an IPv4
@@ -115,6 +117,12 @@ class SshSettings:
     keepalive_interval: float | None = None
     keepalive_count_max: int | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+
+
+def _said(text: str) -> str:
+    """Text the far machine chose (a disconnect reason, its stderr) as one safe line for
+    the owner's terminal: control characters (escape sequences too) become ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:MAX_SAID_CHARS]
 
 
 class _Client(asyncssh.SSHClient):
@@ -213,7 +221,7 @@ class SshLink:
         """The far command's last stderr line, printable, for messages."""
         text = b"".join(self._stderr).decode("utf-8", "replace")
         lines = [line for line in text.splitlines() if line.strip()]
-        return "".join(c if c.isprintable() else "?" for c in lines[-1])[:300] if lines else ""
+        return _said(lines[-1]) if lines else ""
 
     async def wait(self) -> int:
         """Wait until the far command ends; its exit status, or :class:`RemoteLinkError`
@@ -224,7 +232,8 @@ class SshLink:
     def _ending(self) -> int:
         status = self._process.exit_status
         if status is None or status < 0:
-            why = self._client.lost or "the channel closed without an exit status"
+            lost = self._client.lost
+            why = _said(str(lost)) if lost else "the channel closed without an exit status"
             raise RemoteLinkError(f"the SSH link to {self.destination} broke: {why}")
         if status == EXIT_NOT_FOUND:
             raise RemoteLinkRefused(
@@ -298,7 +307,7 @@ async def _start(
         )
     except asyncssh.ChannelOpenError as error:
         raise RemoteLinkError(
-            f"{destination.host} refused to run {settings.remote_command!r}: {error.reason}"
+            f"{destination.host} refused to run {settings.remote_command!r}: {_said(error.reason)}"
         ) from None
     link: SshLink | None = None
     try:
@@ -380,7 +389,7 @@ async def _connect(
         reason = os.strerror(code) if code and code > 0 else str(error.strerror or error)
         raise RemoteLinkError(f"{where} is unreachable over SSH: {reason}") from None
     except asyncssh.Error as error:
-        raise RemoteLinkError(f"SSH to {where} failed: {error.reason}") from None
+        raise RemoteLinkError(f"SSH to {where} failed: {_said(error.reason)}") from None
     except (ValueError, asyncssh.KeyImportError) as error:
         raise RemoteLinkRefused(f"SSH set-up for {where} is unusable: {error}") from None
     return connection, clients[-1]
