@@ -198,3 +198,32 @@ def test_laptop_leaving_ends_it_with_status_0(far: FarProcess) -> None:
     assert far.popen.stdin is not None
     far.popen.stdin.close()
     assert far.popen.wait(20) == 0
+
+
+def test_a_private_app_is_neither_listed_nor_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    relay = Relay(runtime, host_args=("--private",))
+    port = free_port()
+    echo = Process([PYTHON, ECHO_APP, "--listen", str(port)])
+    far = FarProcess(xdg)
+    try:
+        echo.wait_line("READY")
+        relay.register(port)
+        far.send(far.state.send_hello())
+        far.next_event()
+        assert far.next_event() == Apps(())
+        stream, opening = far.state.send_open(_session(xdg), port)
+        far.send(opening)
+        answer = far.next_event()
+        assert isinstance(answer, Refused) and answer.stream == stream
+        assert "(or it is private)" in answer.reason
+    finally:
+        far.close()
+        echo.stop()
+        relay.stop()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from sandbridge import log
 from sandbridge.exceptions import RemoteLinkError, RemoteWireError
 from sandbridge.protocol import remote_wire as wire
+from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
 from sandbridge.remote.transport import Link
 
 # One read from the link: a few frames at once, so the reading task wakes up rarely.
@@ -203,7 +204,17 @@ class Mux:
         stream_id, frames = self.state.send_open(session, port)
         stream = self._streams[stream_id] = MuxStream(self, stream_id)
         self.write_now(frames)
-        refusal = await stream.answer
+        try:
+            async with asyncio.timeout(STREAM_OPEN_TIMEOUT):
+                refusal = await stream.answer
+        except TimeoutError:
+            stream.reset("not opened in time")
+            raise ConnectionResetError(
+                f"the far side did not open the stream within {STREAM_OPEN_TIMEOUT:g} s"
+            ) from None
+        except BaseException:
+            stream.reset("cancelled")
+            raise
         if refusal is not None:
             raise ConnectionRefusedError(refusal)
         return stream

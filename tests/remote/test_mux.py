@@ -1,0 +1,124 @@
+"""The link's asyncio side (remote/mux.py) over a real socket pair, both ends in this
+process: streams, credit, and what the link's end does to them."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from sandbridge.exceptions import RemoteLinkError
+from sandbridge.protocol.remote_wire import STREAM_WINDOW, FarApp, OpenStream, Role
+from sandbridge.remote.mux import Mux, MuxStream
+from sandbridge.remote.transport import Link
+
+
+async def _link(sock: socket.socket) -> Link:
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+
+    async def close() -> None:
+        writer.close()
+
+    return Link(reader, writer, close, "test link")
+
+
+@asynccontextmanager
+async def linked(
+    on_open: object = None,
+) -> AsyncIterator[tuple[Mux, Mux, list[tuple[FarApp, ...]]]]:
+    """A laptop and a far mux, handshaken and running."""
+    a, b = socket.socketpair()
+    laptop_link, far_link = await _link(a), await _link(b)
+    listed: list[tuple[FarApp, ...]] = []
+    laptop = Mux(laptop_link, Role.LAPTOP, on_apps=listed.append)
+    far = Mux(far_link, Role.FAR, on_open=on_open)  # type: ignore[arg-type]
+    await asyncio.gather(laptop.handshake(), far.handshake())
+    tasks = [asyncio.create_task(laptop.run()), asyncio.create_task(far.run())]
+    try:
+        yield laptop, far, listed
+    finally:
+        await laptop_link.close()
+        await far_link.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_apps_list_reaches_the_laptop() -> None:
+    async def check() -> None:
+        async with linked() as (laptop, far, listed):
+            far.send_apps((FarApp("web", 80, "/"),))
+            # The far side opens nothing here: its refusal comes after the list.
+            with pytest.raises(ConnectionRefusedError, match="this side opens no streams"):
+                await laptop.open("web", 80)
+            assert listed == [(FarApp("web", 80, "/"),)]
+
+    asyncio.run(check())
+
+
+def test_a_window_and_more_flows_as_the_reader_reads() -> None:
+    accepted: list[MuxStream] = []
+
+    def on_open(stream: MuxStream, event: OpenStream) -> None:
+        accepted.append(stream)
+        stream._mux.opened(stream)
+
+    async def check() -> None:
+        async with linked(on_open) as (laptop, _far, _):
+            stream = await laptop.open("web", 80)
+            payload = bytes(range(256)) * (3 * STREAM_WINDOW // 256)
+            sending = asyncio.create_task(accepted[0].write(payload))
+            received = bytearray()
+            while len(received) < len(payload):
+                received += await stream.read()
+            await sending
+            assert bytes(received) == payload
+
+    asyncio.run(check())
+
+
+def test_refused_open_raises_with_the_far_reason() -> None:
+    def on_open(stream: MuxStream, event: OpenStream) -> None:
+        stream._mux.refuse(stream, f"no app on port {event.port}")
+
+    async def check() -> None:
+        async with linked(on_open) as (laptop, _, _):
+            with pytest.raises(ConnectionRefusedError, match="no app on port 81"):
+                await laptop.open("web", 81)
+
+    asyncio.run(check())
+
+
+def test_the_link_ending_ends_every_stream() -> None:
+    accepted: list[MuxStream] = []
+
+    def on_open(stream: MuxStream, event: OpenStream) -> None:
+        accepted.append(stream)
+        stream._mux.opened(stream)
+
+    async def check() -> None:
+        async with linked(on_open) as (laptop, far, _):
+            stream = await laptop.open("web", 80)
+            await far.link.close()
+            assert await stream.read() == b""
+            assert stream.lost is not None
+            with pytest.raises(ConnectionResetError):
+                await stream.write(b"x" * (STREAM_WINDOW + 1))
+
+    asyncio.run(check())
+
+
+def test_a_peer_that_says_no_hello_is_refused() -> None:
+    async def check() -> None:
+        a, b = socket.socketpair()
+        b.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+        link = await _link(a)
+        try:
+            with pytest.raises(RemoteLinkError, match="test link: unknown frame kind"):
+                await Mux(link, Role.LAPTOP).handshake()
+        finally:
+            await link.close()
+            b.close()
+
+    asyncio.run(check())
