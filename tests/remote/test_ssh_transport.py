@@ -178,6 +178,25 @@ def test_opener_gives_the_transport_contracts_link(sshd: Sshd) -> None:
     run(scenario())
 
 
+@pytest.mark.parametrize(
+    ("config", "cipher"),
+    [
+        ("", "aes128-gcm@openssh.com"),  # ours: the fastest here
+        ("Ciphers chacha20-poly1305@openssh.com", "chacha20-poly1305@openssh.com"),  # theirs
+    ],
+)
+def test_owners_ciphers_win_over_the_preferred_ones(sshd: Sshd, config: str, cipher: str) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config("far", *([config] if config else []))
+
+    async def scenario() -> str:
+        link = await open_far(sshd)
+        await link.close()
+        return link.cipher
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == cipher
+
+
 def test_user_and_port_may_be_given_without_a_config_alias(sshd: Sshd) -> None:
     sshd.trust_host_key()
     sshd.write_client_config("127.0.0.1")  # the key and known_hosts only; no alias
