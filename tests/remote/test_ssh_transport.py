@@ -11,6 +11,7 @@ import asyncio
 import gc
 import io
 import json
+import logging
 import os
 import signal
 import socket
@@ -359,7 +360,10 @@ def test_killed_connection_ends_the_link_and_leaks_no_descriptors(sshd: Sshd) ->
     run(scenario())
 
 
-def test_frozen_far_side_is_noticed_within_the_keepalive_bound(sshd: Sshd) -> None:
+def test_frozen_far_side_is_noticed_within_the_keepalive_bound(
+    sshd: Sshd, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sandbridge")
     sshd.trust_host_key()
     sshd.write_client_config()
 
@@ -381,6 +385,7 @@ def test_frozen_far_side_is_noticed_within_the_keepalive_bound(sshd: Sshd) -> No
         return noticed
 
     noticed = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert "remote.ssh_link_broke destination='far' reason=" in caplog.text
     # At most count+1 intervals (the first keepalive waits a whole one), plus slack.
     assert noticed < KEEPALIVE * (KEEPALIVE_COUNT + 1) + 2.0
 

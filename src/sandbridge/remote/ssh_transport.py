@@ -38,6 +38,7 @@ from typing import Any, cast
 
 import asyncssh
 
+from sandbridge import log
 from sandbridge.exceptions import AuthorityError, RemoteLinkError, RemoteLinkRefused
 from sandbridge.protocol.authority import split_host_port
 from sandbridge.remote.transport import Link, OpenLink
@@ -159,9 +160,10 @@ class _Reader:
     """The exec channel's stdout as the transport contract's reader: ``b""`` at the end,
     however it came (the far command exited, the connection broke or was closed)."""
 
-    def __init__(self, stream: asyncssh.SSHReader[bytes], first: bytes) -> None:
+    def __init__(self, stream: asyncssh.SSHReader[bytes], first: bytes, name: str) -> None:
         self._stream = stream
         self._first = first
+        self._name = name
 
     async def read(self, n: int = -1) -> bytes:
         if self._first:
@@ -171,7 +173,9 @@ class _Reader:
             return data
         try:
             return await self._stream.read(n)
-        except (asyncssh.Error, OSError):
+        except (asyncssh.Error, OSError) as error:
+            # The contract's end is b"", whatever the cause; the cause is logged here.
+            log.info("remote.ssh_link_broke", destination=self._name, reason=_said(str(error)))
             return b""
 
 
@@ -213,7 +217,7 @@ class SshLink:
         self._process = process
         self._stderr: deque[bytes] = deque()
         self._stderr_task = asyncio.create_task(self._keep_stderr())
-        self.reader = _Reader(process.stdout, first)
+        self.reader = _Reader(process.stdout, first, str(destination))
         self.writer = _Writer(process.stdin)
         self.description = f"ssh {destination}"
 
