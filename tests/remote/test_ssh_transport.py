@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import http.client
 import io
 import json
 import logging
@@ -25,6 +26,7 @@ import pytest
 
 from sandbridge.aio.tasks import running
 from sandbridge.exceptions import RemoteLinkError, RemoteLinkRefused
+from sandbridge.relay.local_peer import shared_owners
 from sandbridge.remote.connect import Machine
 from sandbridge.remote.ssh_transport import (
     Destination,
@@ -34,7 +36,7 @@ from sandbridge.remote.ssh_transport import (
     parse_destination,
     ssh_opener,
 )
-from tests.conftest import free_port, host_port_of, request
+from tests.conftest import app_host, free_port, host_port_of, request
 from tests.remote.sshd import Sshd, known_hosts_line, sshd_in, start_agent, write_key
 from tests.remote.test_connect import Far, far  # noqa: F401 (the far machine fixture)
 
@@ -455,6 +457,8 @@ def test_connect_over_ssh_serves_a_far_app_as_a_local_origin(
     open_link = ssh_opener("far", settings(sshd, far.serve_stdio))
 
     async def scenario() -> None:
+        shared_owners()  # the process's one netlink socket, kept for its lifetime
+        before = open_fds()
         lines = _Lines()
         machine = Machine("far", open_link, out=lines)
         async with running(machine.run()):
@@ -463,15 +467,48 @@ def test_connect_over_ssh_serves_a_far_app_as_a_local_origin(
             port = host_port_of(app.rsplit(" ", 1)[1])
             status, _, body = await asyncio.to_thread(request, port, "GET", "/over-ssh")
             assert (status, json.loads(body)["path"]) == (200, "/over-ssh")
-            # The SSH connection dies: connect notices, reconnects over a new one, and
-            # the app is back at the same local origin.
+            # The SSH connection dies mid-download: the download ends short (it does not
+            # hang), connect reconnects over a new connection, and the app is back at
+            # the same local origin.
+            response = await asyncio.to_thread(start_download, port)
             assert sshd.signal_sessions(signal.SIGKILL)
+            assert await asyncio.to_thread(rest_of_download, response) < DOWNLOAD_BYTES
             await lines.wait_for("sandbridge: far: link lost")
             await lines.wait_for("sandbridge: far: connected (ssh far)", count=2)
             status, _, body = await asyncio.to_thread(request, port, "GET", "/again")
             assert (status, json.loads(body)["path"]) == (200, "/again")
+        assert open_fds() == before
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+DOWNLOAD_BYTES = 100 * 1024 * 1024
+
+
+def start_download(port: int) -> http.client.HTTPConnection:
+    """A 100 MiB GET from the far echo app, once its first MiB has arrived."""
+    conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
+    conn.request("GET", f"/bytes?n={DOWNLOAD_BYTES}")
+    response = conn.getresponse()
+    assert response.status == 200
+    assert len(response.read(1024 * 1024)) == 1024 * 1024
+    conn.response = response  # type: ignore[attr-defined]
+    return conn
+
+
+def rest_of_download(conn: http.client.HTTPConnection) -> int:
+    """Bytes received in all when the download ended, however it ended."""
+    response: http.client.HTTPResponse = conn.response  # type: ignore[attr-defined]
+    got = 1024 * 1024
+    try:
+        while chunk := response.read(1024 * 1024):
+            got += len(chunk)
+    except (http.client.IncompleteRead, ConnectionError):
+        pass
+    finally:
+        response.close()
+        conn.close()
+    return got
 
 
 # --- a hostile SSH server ------------------------------------------------------------
