@@ -470,9 +470,9 @@ def test_connect_over_ssh_serves_a_far_app_as_a_local_origin(
             # The SSH connection dies mid-download: the download ends short (it does not
             # hang), connect reconnects over a new connection, and the app is back at
             # the same local origin.
-            response = await asyncio.to_thread(start_download, port)
+            download = await asyncio.to_thread(start_download, port)
             assert sshd.signal_sessions(signal.SIGKILL)
-            assert await asyncio.to_thread(rest_of_download, response) < DOWNLOAD_BYTES
+            assert await asyncio.to_thread(rest_of_download, download) < DOWNLOAD_BYTES
             await lines.wait_for("sandbridge: far: link lost")
             await lines.wait_for("sandbridge: far: connected (ssh far)", count=2)
             status, _, body = await asyncio.to_thread(request, port, "GET", "/again")
@@ -485,20 +485,22 @@ def test_connect_over_ssh_serves_a_far_app_as_a_local_origin(
 DOWNLOAD_BYTES = 100 * 1024 * 1024
 
 
-def start_download(port: int) -> http.client.HTTPConnection:
+Download = tuple[http.client.HTTPConnection, http.client.HTTPResponse]
+
+
+def start_download(port: int) -> Download:
     """A 100 MiB GET from the far echo app, once its first MiB has arrived."""
     conn = http.client.HTTPConnection(app_host(port), port, timeout=30)
     conn.request("GET", f"/bytes?n={DOWNLOAD_BYTES}")
     response = conn.getresponse()
     assert response.status == 200
     assert len(response.read(1024 * 1024)) == 1024 * 1024
-    conn.response = response  # type: ignore[attr-defined]
-    return conn
+    return conn, response
 
 
-def rest_of_download(conn: http.client.HTTPConnection) -> int:
+def rest_of_download(download: Download) -> int:
     """Bytes received in all when the download ended, however it ended."""
-    response: http.client.HTTPResponse = conn.response  # type: ignore[attr-defined]
+    conn, response = download
     got = 1024 * 1024
     try:
         while chunk := response.read(1024 * 1024):
