@@ -187,9 +187,23 @@ MALFORMED = [
         "laptop",
         hello("far"),
         frame(Kind.APPS, 0, b'{"sessions":[{"id":"web","apps":[{"port":80,"base_path":"x"}]}]}'),
-        "base_path must be an absolute path, got 'x'",
+        "APPS: base_path must start with '/', got 'x'",
     ),
     ("laptop", hello("far"), frame(Kind.APPS, 0, b'{"sessions":{}}'), "sessions must be a list"),
+    (
+        "laptop",
+        hello("far"),
+        frame(
+            Kind.APPS, 0, b'{"sessions":[{"id":"web","apps":[{"port":80,"base_path":"/a/../b"}]}]}'
+        ),
+        "APPS: base_path must not contain empty, '.' or '..' segments, got '/a/../b'",
+    ),
+    (
+        "laptop",
+        hello("far"),
+        frame(Kind.APPS, 0, b'{"sessions":[{"id":"-x","apps":[]}]}'),
+        "APPS: session must be a session name, got '-x'",
+    ),
     ("laptop", hello("far"), frame(Kind.APPS, 3, b'{"sessions":[]}'), "APPS must be on stream 0"),
     (
         "laptop",

@@ -10,6 +10,7 @@ import pytest
 
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry
+from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry
 from sandbridge.terminals.control import short_path
 from sandbridge.ui.state import MAX_TTL, act, snapshot
 
@@ -84,3 +85,22 @@ def test_a_session_answering_out_of_shape_is_left_out_and_others_shown(
         plain.remove()
     assert [s["id"] for s in tables["sessions"]] == ["plain"]
     assert tables["sessions"][0]["controllable"] is False
+
+
+def test_far_apps_are_listed_with_their_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    try:
+        entry.update(True, [RemoteAppRecord("web", 5173, "/", "http://a.localhost:4000/", 4000)])
+        assert snapshot()["apps"] == [
+            {
+                "session": "box:web", "port": 5173, "process": None,
+                "url": "http://a.localhost:4000/", "host_port": 4000, "private": False,
+                "machine": "box",
+            }
+        ]  # fmt: skip
+    finally:
+        entry.remove()

@@ -10,9 +10,11 @@ from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
+from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.remotes import RemoteEntry
 from sandbridge.remote.connect import GONE_AFTER_SECONDS, Machine
 from sandbridge.remote.far import serve_stdio
+from sandbridge.remote.transport import OpenLink
 from sandbridge.remote.via import via_transport
 
 
@@ -20,11 +22,20 @@ def cmd_serve_stdio(args: argparse.Namespace) -> int:
     return int(event_loop.run(serve_stdio()))
 
 
+def transport(args: argparse.Namespace) -> tuple[OpenLink, str, str]:
+    """The transport ``connect`` was asked for, how ``ls`` describes it, and the
+    machine's name (``--name``, else ``remote``)."""
+    name = args.name or "remote"
+    if not args.via:
+        raise SandbridgeError("give --via CMD: a command that reaches sandbridge serve-stdio")
+    return via_transport(args.via, name), args.via, name
+
+
 async def _connect(args: argparse.Namespace) -> int:
-    open_link = via_transport(args.via, args.name)
-    entry = RemoteEntry.create(args.name, args.via)
+    open_link, via, name = transport(args)
+    entry = RemoteEntry.create(name, via)
     try:
-        machine = Machine(args.name, open_link, entry, gone_after=args.gone_after)
+        machine = Machine(name, open_link, entry, gone_after=args.gone_after)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -49,14 +60,13 @@ def add_commands(commands: Any) -> None:
     )
     connect.add_argument(
         "--via",
-        required=True,
         metavar="CMD",
         help="a command whose stdin and stdout reach the far 'sandbridge serve-stdio' "
         "(e.g. 'ssh box sandbridge serve-stdio', 'kubectl exec -i POD -- sandbridge serve-stdio')",
     )
     connect.add_argument(
         "--name",
-        default="remote",
+        default=None,
         help="the far machine's name in sandbridge ls and messages (default: remote)",
     )
     connect.add_argument(

@@ -50,7 +50,7 @@ from typing import Any
 
 from sandbridge.exceptions import RegistrationError, RemoteWireError
 from sandbridge.protocol.jsonline import decode_object, encode_object
-from sandbridge.protocol.registration import validate_port
+from sandbridge.protocol.registration import normalize_base_path, validate_port
 
 VERSION = 1
 HEADER = struct.Struct(">IBI")
@@ -230,9 +230,12 @@ def _parse_apps(payload: bytes) -> Apps:
         for app in session["apps"]:
             if not isinstance(app, dict):
                 raise RemoteWireError(f"APPS: an app must be an object, got {app!r:.80}")
-            base = app.get("base_path")
-            if not isinstance(base, str) or not base.startswith("/") or len(base) > 1024:
-                raise RemoteWireError(f"APPS: base_path must be an absolute path, got {base!r:.80}")
+            try:
+                # The rule a local registration's base path meets (the far side is as
+                # hostile as a sandbox): the relay's base-path handling relies on it.
+                base = normalize_base_path(app.get("base_path"))
+            except RegistrationError as exc:
+                raise RemoteWireError(f"APPS: {exc}") from None
             apps.append(FarApp(name, _port(app.get("port"), "APPS"), base))
     return Apps(tuple(apps))
 

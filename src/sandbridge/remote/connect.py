@@ -26,7 +26,7 @@ from typing import TextIO
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet, running
-from sandbridge.exceptions import RemoteLinkError, StreamRefused, UpstreamError
+from sandbridge.exceptions import RemoteLinkError, RemoteWireError, StreamRefused, UpstreamError
 from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry
 from sandbridge.protocol.remote_wire import FarApp, Role
 from sandbridge.relay.app_listener import AppListener
@@ -69,7 +69,7 @@ class RemoteConnector(UpstreamConnector):
             stream = await mux.open(self.session, port)
         except ConnectionRefusedError as exc:
             raise StreamRefused(f"{self.machine.name} refused: {exc}") from None
-        except ConnectionError as exc:
+        except (ConnectionError, RemoteWireError) as exc:  # the link lost, or 1024 streams
             raise UpstreamError(f"the link to {self.machine.name} failed: {exc}") from None
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -179,8 +179,9 @@ class Machine:
     async def _apply(self, apps: tuple[FarApp, ...]) -> None:
         wanted = set(apps)
         for app in [app for app in self.listeners if app not in wanted]:
-            listener = self.listeners.pop(app)
-            await listener.close()
+            # Forgotten only once closed: a cancel meanwhile leaves it to _drop_all.
+            await self.listeners[app].close()
+            del self.listeners[app]
             self._say(f"{app.session} port {app.port} is gone")
         for app in apps:
             if app in self.listeners:

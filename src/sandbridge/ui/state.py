@@ -14,6 +14,7 @@ from typing import Any
 from sandbridge import log
 from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, SessionError
 from sandbridge.places.registry import SessionRecord, list_sessions, validate_name
+from sandbridge.places.remotes import list_remotes
 from sandbridge.terminals import keys
 from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.owner_approval import approve_request
@@ -62,6 +63,17 @@ def snapshot() -> dict[str, Any]:
             # An answer not shaped as ours (a session of another sandbridge version):
             # that session's rows are left out, the others shown.
             log.warning("ui.session_unreadable", session=record.id, error=type(exc).__name__)
+    # Far machines' apps, as `sandbridge connect` serves them here (docs/remote.md): the
+    # session shown as MACHINE:SESSION; closing one is the far owner's, not the page's.
+    tables["apps"] += [
+        {
+            "session": f"{remote.machine}:{app.session}", "port": app.port, "process": None,
+            "url": app.url, "host_port": app.host_port, "private": False,
+            "machine": remote.machine,
+        }
+        for remote in list_remotes()
+        for app in remote.apps
+    ]  # fmt: skip
     return tables
 
 

@@ -110,8 +110,10 @@ function renderApp(row, a) {
     try { await navigator.clipboard.writeText(a.url); say(`copied ${a.url}`); }
     catch (error) { say(`could not copy: ${error}`, true); }
   });
-  button(td, "Close", `Close app ${a.session} port ${a.port}`,
-    () => act({ action: "app_close", session: a.session, host_port: a.host_port }, `closed ${a.url}`), true);
+  if (!a.machine) {  // a far machine's app is closed on that machine
+    button(td, "Close", `Close app ${a.session} port ${a.port}`,
+      () => act({ action: "app_close", session: a.session, host_port: a.host_port }, `closed ${a.url}`), true);
+  }
 }
 
 function renderTerminal(row, t) {

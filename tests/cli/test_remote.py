@@ -1,0 +1,33 @@
+"""``sandbridge connect``'s refusals, each naming the value (cli/remote.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SANDBRIDGE
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ([], "sandbridge: give --via CMD: a command that reaches sandbridge serve-stdio"),
+        (["--via", "  "], "sandbridge: --via '  ': give a command that runs serve-stdio"),
+        (["--via", "x", "--name", "a:b"], "sandbridge: --name 'a:b': use 1-40 characters"),
+        (["--via", "x", "--gone-after", "0"], "sandbridge: --gone-after must be positive, got 0"),
+    ],
+)
+def test_connect_refuses_a_bad_option_naming_it(options: list[str], says: str, xdg: Path) -> None:
+    result = subprocess.run(
+        [*SANDBRIDGE, "connect", *options],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ},
+        timeout=30,
+    )
+    assert result.returncode != 0
+    assert says in result.stderr
