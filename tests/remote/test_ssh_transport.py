@@ -344,6 +344,14 @@ def test_unknown_jump_host_key_is_refused_naming_the_jump_host(sshd: Sshd, jump:
     assert jump.host_key.get_fingerprint("sha256") in message
 
 
+def test_proxy_jump_loop_is_refused_before_connecting(sshd: Sshd) -> None:
+    sshd.trust_host_key()
+    sshd.config_path.write_text("Host hop\n  ProxyJump hop\n")
+    sshd.write_client_config("far", "ProxyJump hop")
+    message = refusal(sshd)
+    assert message.startswith("ProxyJump for far goes through more than 8 hosts (a loop")
+
+
 def test_killed_connection_ends_the_link_and_leaks_no_descriptors(sshd: Sshd) -> None:
     sshd.trust_host_key()
     sshd.write_client_config()
