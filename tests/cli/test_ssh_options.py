@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.cli.ssh_options import add_ssh_options, ssh_link_opener
+from sandbridge.cli.ssh_options import add_ssh_options, connect_transport, ssh_link_opener
 from tests.remote.sshd import Sshd, sshd_in
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--via")
+    parser.add_argument("--name", default="remote")
     add_ssh_options(parser)
     return parser.parse_args(argv)
 
@@ -57,3 +58,18 @@ def test_destination_opens_an_ssh_link_with_the_given_config(sshd: Sshd) -> None
         await link.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_connect_transport_is_ssh_for_a_destination() -> None:
+    _, described = connect_transport(parse("alice@box"))
+    assert described == "ssh alice@box"
+
+
+def test_connect_transport_is_the_via_command_without_one() -> None:
+    _, described = connect_transport(parse("--via", "ssh box sandbridge serve-stdio"))
+    assert described == "ssh box sandbridge serve-stdio"
+
+
+def test_connect_needs_a_destination_or_via() -> None:
+    with pytest.raises(SystemExit, match="connect needs \\[USER@\\]HOST or --via CMD"):
+        connect_transport(parse())

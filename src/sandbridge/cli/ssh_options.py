@@ -14,6 +14,7 @@ from typing import Any
 from sandbridge.exceptions import RemoteLinkError
 from sandbridge.remote.ssh_transport import DEFAULT_REMOTE_COMMAND, SshSettings, ssh_opener
 from sandbridge.remote.transport import OpenLink
+from sandbridge.remote.via import via_transport
 
 
 def add_ssh_options(connect: Any) -> None:
@@ -58,3 +59,14 @@ def ssh_link_opener(args: argparse.Namespace) -> OpenLink | None:
         return ssh_opener(args.destination, settings)
     except RemoteLinkError as error:
         raise SystemExit(f"sandbridge: {error}") from None
+
+
+def connect_transport(args: argparse.Namespace) -> tuple[OpenLink, str]:
+    """``connect``'s transport and how ``ls`` names it: SSH to the destination, else the
+    ``--via`` command; neither is a one-line ``SystemExit``."""
+    ssh = ssh_link_opener(args)
+    if ssh is not None:
+        return ssh, f"ssh {args.destination}"
+    if not getattr(args, "via", None):
+        raise SystemExit("sandbridge: connect needs [USER@]HOST or --via CMD")
+    return via_transport(args.via, args.name), args.via
