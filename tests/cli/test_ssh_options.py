@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.cli.ssh_options import add_ssh_options, connect_transport, ssh_link_opener
+from sandbridge.cli.ssh_options import add_ssh_options, ssh_link_opener, ssh_transport
 from tests.remote.sshd import Sshd, sshd_in
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--via")
-    parser.add_argument("--name", default="remote")
+    parser.add_argument("--name", default=None)
     add_ssh_options(parser)
     return parser.parse_args(argv)
 
@@ -60,16 +60,22 @@ def test_destination_opens_an_ssh_link_with_the_given_config(sshd: Sshd) -> None
     asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
-def test_connect_transport_is_ssh_for_a_destination() -> None:
-    _, described = connect_transport(parse("alice@box"))
-    assert described == "ssh alice@box"
+@pytest.mark.parametrize(
+    ("argv", "described", "name"),
+    [
+        (("alice@box",), "ssh alice@box", "box"),
+        (("alice@Box.Example:2222",), "ssh alice@Box.Example:2222", "box.example"),
+        (("[::1]",), "ssh [::1]", "remote"),  # not a machine name: the default
+        (("box", "--name", "build"), "ssh box", "build"),
+    ],
+)
+def test_ssh_transport_describes_and_names_the_machine(
+    argv: tuple[str, ...], described: str, name: str
+) -> None:
+    found = ssh_transport(parse(*argv))
+    assert found is not None
+    assert found[1:] == (described, name)
 
 
-def test_connect_transport_is_the_via_command_without_one() -> None:
-    _, described = connect_transport(parse("--via", "ssh box sandbridge serve-stdio"))
-    assert described == "ssh box sandbridge serve-stdio"
-
-
-def test_connect_needs_a_destination_or_via() -> None:
-    with pytest.raises(SystemExit, match="connect needs \\[USER@\\]HOST or --via CMD"):
-        connect_transport(parse())
+def test_ssh_transport_without_a_destination_is_none() -> None:
+    assert ssh_transport(parse("--via", "cat")) is None

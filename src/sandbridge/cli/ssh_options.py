@@ -12,9 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.exceptions import RemoteLinkError
-from sandbridge.remote.ssh_transport import DEFAULT_REMOTE_COMMAND, SshSettings, ssh_opener
+from sandbridge.places.registry import NAME_PATTERN
+from sandbridge.remote.ssh_transport import (
+    DEFAULT_REMOTE_COMMAND,
+    SshSettings,
+    parse_destination,
+    ssh_opener,
+)
 from sandbridge.remote.transport import OpenLink
-from sandbridge.remote.via import via_transport
 
 
 def add_ssh_options(connect: Any) -> None:
@@ -61,12 +66,14 @@ def ssh_link_opener(args: argparse.Namespace) -> OpenLink | None:
         raise SystemExit(f"sandbridge: {error}") from None
 
 
-def connect_transport(args: argparse.Namespace) -> tuple[OpenLink, str]:
-    """``connect``'s transport and how ``ls`` names it: SSH to the destination, else the
-    ``--via`` command; neither is a one-line ``SystemExit``."""
-    ssh = ssh_link_opener(args)
-    if ssh is not None:
-        return ssh, f"ssh {args.destination}"
-    if not getattr(args, "via", None):
-        raise SystemExit("sandbridge: connect needs [USER@]HOST or --via CMD")
-    return via_transport(args.via, args.name), args.via
+def ssh_transport(args: argparse.Namespace) -> tuple[OpenLink, str, str] | None:
+    """``connect``'s SSH transport when a destination was given, as ``cli/remote.py``'s
+    ``transport`` returns one: the opener, how ``ls`` describes it (``ssh DEST``), and
+    the machine's name (``--name``, else the host when it is a valid name, else
+    ``remote``). ``None`` without a destination (``--via`` then)."""
+    opener = ssh_link_opener(args)
+    if opener is None:
+        return None
+    host = parse_destination(args.destination).host.lower()
+    default = host if NAME_PATTERN.fullmatch(host) else "remote"
+    return opener, f"ssh {args.destination}", args.name or default
