@@ -20,6 +20,7 @@ that what can be caught, and what each means, is read in one place::
     ├── DaemonError               the daemon cannot start, or refused a session
     ├── SandboxError              the sandbox cannot be started as asked
     ├── RemoteLinkError           the link to a far machine cannot be opened or broke
+    │   └── RemoteLinkRefused     refused for a reason retrying will not change
     ├── PolicyError               a policy line or flag is malformed
     ├── KeyFileError              a terminal key file is missing, malformed or unsafe
     ├── FrameError                a terminal frame broke the framing
@@ -122,6 +123,12 @@ class SandboxError(SandbridgeError):
 class RemoteLinkError(SandbridgeError):
     """The link to a far machine could not be opened (the transport's command failed) or
     broke; ``sandbridge connect`` reconnects after it."""
+
+
+class RemoteLinkRefused(RemoteLinkError):
+    """The far machine was reached and refused us for a reason that another try will not
+    change: its host key is unknown or changed, no key was accepted, or ``sandbridge`` is
+    not installed there. Reconnecting would only repeat it, so ``connect`` stops."""
 
 
 class PolicyError(SandbridgeError):
