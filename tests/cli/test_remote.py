@@ -14,7 +14,11 @@ from tests.conftest import SANDBRIDGE
 @pytest.mark.parametrize(
     ("options", "says"),
     [
-        ([], "sandbridge: give --via CMD: a command that reaches sandbridge serve-stdio"),
+        (
+            [],
+            "sandbridge: give a destination ([USER@]HOST) or --via CMD: a command that reaches "
+            "sandbridge serve-stdio",
+        ),
         (["--via", "  "], "sandbridge: --via '  ': give a command that runs serve-stdio"),
         (["--via", "x", "--name", "a:b"], "sandbridge: --name 'a:b': use 1-40 characters"),
         (["--via", "x", "--gone-after", "0"], "sandbridge: --gone-after must be positive, got 0"),

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +37,7 @@ from sandbridge.remote.ssh_transport import (
     parse_destination,
     ssh_opener,
 )
-from tests.conftest import app_host, free_port, host_port_of, request
+from tests.conftest import SANDBRIDGE, Process, app_host, free_port, host_port_of, request
 from tests.remote.sshd import Sshd, known_hosts_line, sshd_in, start_agent, write_key
 from tests.remote.test_connect import Far, far  # noqa: F401 (the far machine fixture)
 
@@ -582,3 +583,52 @@ def test_hostile_server_words_reach_the_owner_without_control_characters(
         return str(caught.value).replace(str(port), "{port}")
 
     assert asyncio.run(asyncio.wait_for(scenario(), 60)) == expected
+
+
+# --- the command line: sandbridge connect HOST ---------------------------------------
+
+
+def connect_command(sshd: Sshd, far: Far, *options: str) -> list[str]:  # noqa: F811
+    return [
+        *SANDBRIDGE, "connect", "far", "-F", str(sshd.config_path),
+        "--remote-command", far.serve_stdio, *options,
+    ]  # fmt: skip
+
+
+def test_sandbridge_connect_host_serves_the_far_app_and_ls_names_the_ssh_link(
+    sshd: Sshd,
+    far: Far,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+    localhost_names_resolve: None,
+) -> None:
+    sshd.trust_host_key()
+    sshd.write_client_config()
+    laptop_xdg = tmp_path / "laptop-xdg"
+    laptop_xdg.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(laptop_xdg)}
+    connect = Process(connect_command(sshd, far), env=env)
+    try:
+        line = connect.wait_line(
+            f"sandbridge: far: {far.session} port {far.echo_port} -> ", "stderr"
+        )
+        port = host_port_of(line.rsplit(" ", 1)[1])
+        status, _, body = request(port, path="/from-the-cli")
+        assert (status, json.loads(body)["path"]) == (200, "/from-the-cli")
+        listing = subprocess.run(
+            [*SANDBRIDGE, "ls"], env=env, capture_output=True, text=True, check=True
+        ).stdout
+        assert "ssh far" in listing
+    finally:
+        assert connect.stop() == 0
+
+
+def test_sandbridge_connect_to_an_unknown_host_key_exits_at_once_naming_its_fingerprint(
+    sshd: Sshd,
+    far: Far,  # noqa: F811 (the fixture imported above)
+) -> None:
+    sshd.write_client_config()  # known_hosts stays empty: the far key is unknown
+    result = subprocess.run(
+        connect_command(sshd, far), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1, result.stderr
+    assert "SHA256:" in result.stderr and "far" in result.stderr, result.stderr

@@ -10,6 +10,7 @@ from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
+from sandbridge.cli.ssh_options import add_ssh_options, ssh_transport
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.remotes import RemoteEntry
 from sandbridge.remote.connect import GONE_AFTER_SECONDS, Machine
@@ -25,9 +26,15 @@ def cmd_serve_stdio(args: argparse.Namespace) -> int:
 def transport(args: argparse.Namespace) -> tuple[OpenLink, str, str]:
     """The transport ``connect`` was asked for, how ``ls`` describes it, and the
     machine's name (``--name``, else ``remote``)."""
+    ssh = ssh_transport(args)
+    if ssh is not None:
+        return ssh
     name = args.name or "remote"
     if not args.via:
-        raise SandbridgeError("give --via CMD: a command that reaches sandbridge serve-stdio")
+        raise SandbridgeError(
+            "give a destination ([USER@]HOST) or --via CMD: a command that reaches "
+            "sandbridge serve-stdio"
+        )
     return via_transport(args.via, name), args.via, name
 
 
@@ -77,6 +84,7 @@ def add_commands(commands: Any) -> None:
         help="give a far machine up after this long without a link "
         f"(default {GONE_AFTER_SECONDS:g})",
     )
+    add_ssh_options(connect)
     connect.set_defaults(func=cmd_connect)
     serve = commands.add_parser(
         "serve-stdio", help="the far machine's end of sandbridge connect, on stdin and stdout"

@@ -26,7 +26,13 @@ from typing import TextIO
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet, running
-from sandbridge.exceptions import RemoteLinkError, RemoteWireError, StreamRefused, UpstreamError
+from sandbridge.exceptions import (
+    RemoteLinkError,
+    RemoteLinkRefused,
+    RemoteWireError,
+    StreamRefused,
+    UpstreamError,
+)
 from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry
 from sandbridge.protocol.remote_wire import FarApp, Role
 from sandbridge.relay.app_listener import AppListener
@@ -128,6 +134,9 @@ class Machine:
             while True:
                 try:
                     link = await self._open_link()
+                except RemoteLinkRefused as exc:  # retrying would only repeat it
+                    self._say(f"cannot connect: {exc}")
+                    return 1
                 except RemoteLinkError as exc:
                     self._say(f"cannot connect: {exc}")
                 else:
