@@ -16,6 +16,7 @@ from typing import cast
 
 from sandbridge.aio import untrusted_fds
 from sandbridge.aio.tasks import first_done, running
+from sandbridge.exceptions import RuntimeDirError
 from sandbridge.protocol.jsonline import LineReader
 
 # One read when copying raw bytes through streams: large reads keep per-byte overhead low.
@@ -138,9 +139,27 @@ def bind_unix_socket(path: Path) -> socket.socket:
     return sock
 
 
+# A Unix socket's address holds at most 107 bytes of path before its terminating NUL
+# (``sun_path`` is 108 bytes: unix(7)). A longer path cannot be bound or reached, and the
+# kernel's own message ("AF_UNIX path too long") names neither the path nor a way out.
+MAX_SOCKET_PATH = 107
+
+
+def check_socket_path(path: Path) -> None:
+    """Refuse a Unix socket path longer than :data:`MAX_SOCKET_PATH` bytes, naming it
+    and what to do (its directory comes from ``XDG_RUNTIME_DIR`` or the state root)."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        raise RuntimeDirError(
+            f"{path}: {size} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket's path "
+            "may have; set XDG_RUNTIME_DIR to a shorter directory"
+        )
+
+
 def listen_private(sock: socket.socket, path: Path, backlog: int) -> None:
     """Bind the Unix socket ``sock`` at ``path`` with mode 0600 (never wider, not even
-    briefly) and listen."""
+    briefly) and listen; a path too long to bind is a :class:`RuntimeDirError`."""
+    check_socket_path(path)
     old_umask = os.umask(0o177)
     try:
         sock.bind(str(path))
