@@ -75,10 +75,12 @@ def add_inspect_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def policy(args: argparse.Namespace, workdir: Path) -> Policy:
+def policy(args: argparse.Namespace, workdir: Path, root: Path | None = None) -> Policy:
     """The effective policy for ``sandbridge run``/``demo`` in ``workdir``: the project
-    root's ``.sandbridge/`` only (sandbox/project.py), then the flags."""
-    root = policy_location.project_root(workdir)
+    root's ``.sandbridge/`` only (sandbox/project.py), then the flags. ``root``: the
+    project root, when the caller has already asked git for it."""
+    if root is None:
+        root = policy_location.project_root(workdir)
     policy_location.check(workdir, root)
     policy_location.check_secrets_file(root)
     return load_policy(
