@@ -16,7 +16,6 @@ every daemon the command left behind is killed by the kernel.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import select
@@ -24,12 +23,14 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
 from sandbridge.protocol.contract import EGRESS_SOCKET
 from sandbridge.sandbox.commands import install_commands, install_helper
 
+# The type checker's alone: importing typing costs the command's start more than the
+# rest of this module.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from sandbridge.protocol.publish_rules import PublishRule
 
@@ -101,41 +102,86 @@ def _until_needed(pid: int, listeners: list[int]) -> int | None:
     return reap(pid)
 
 
-def _parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    parser = argparse.ArgumentParser(prog="sandbridge-sandbox-entry")
-    parser.add_argument("--upstream-socket", required=True, type=Path)
-    parser.add_argument("--gate", help="the gate address (allow mode)")
-    parser.add_argument("--gate-port", type=int, action="append", default=[])
-    parser.add_argument("--publish", action="append", default=[])
-    parser.add_argument("--publish-rule", action="append", default=[])
-    parser.add_argument("--terminal-fd", type=int, default=None)
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    return parser, parser.parse_args(argv)
+class _Options:
+    """The entry's command line, as the host writes it (``SandboxSpec.entry_argv``):
+    ``--upstream-socket PATH [--gate ADDR] [--gate-port N]... [--publish V]...
+    [--publish-rule V]... [--terminal-fd N] -- CMD...``. Parsed by hand: argparse costs
+    the command's start more than all the rest of this module."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.upstream_socket: Path | None = None
+        self.gate: str | None = None
+        self.gate_port: list[int] = []
+        self.publish: list[str] = []
+        self.publish_rule: list[str] = []
+        self.terminal_fd: int | None = None
+        self.command: list[str] = []
+        words = iter(argv)
+        for word in words:
+            if word == "--" or not word.startswith("--"):
+                self.command = list(words) if word == "--" else [word, *words]
+                break
+            name, equals, value = word.partition("=")
+            if not equals:
+                following = next(words, None)
+                if following is None:
+                    raise ValueError(f"argument {name}: expected one argument")
+                value = following
+            self._set(name, value)
+
+    def _set(self, name: str, value: str) -> None:
+        if name == "--upstream-socket":
+            self.upstream_socket = Path(value)
+        elif name == "--gate":
+            self.gate = value
+        elif name == "--gate-port":
+            self.gate_port.append(_number(name, value))
+        elif name == "--publish":
+            self.publish.append(value)
+        elif name == "--publish-rule":
+            self.publish_rule.append(value)
+        elif name == "--terminal-fd":
+            self.terminal_fd = _number(name, value)
+        else:
+            raise ValueError(f"unrecognized argument: {name}")
+
+
+def _number(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"argument {name}: invalid int value: {value!r}") from None
+
+
+def _checked(argv: list[str]) -> tuple[_Options, Path]:
+    options = _Options(argv)
+    if options.upstream_socket is None:
+        raise ValueError("the following arguments are required: --upstream-socket")
+    if not options.command:
+        raise ValueError("no command given")
+    return options, options.upstream_socket
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, args = _parse(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command given")
     published: list[tuple[int, str]] = []
     rules: list[PublishRule] = []
-    if args.publish or args.publish_rule:  # refused before the command starts
-        from sandbridge.exceptions import PolicyError
-        from sandbridge.protocol.publish_rules import parse_rule_option
-        from sandbridge.relay.publish import parse_publish
+    try:
+        args, upstream_path = _checked(sys.argv[1:] if argv is None else argv)
+        if args.publish or args.publish_rule:  # refused before the command starts
+            from sandbridge.sandbox.services import parse_publishing
 
-        try:
-            published = [parse_publish(value) for value in args.publish]
-            rules = [parse_rule_option(value) for value in args.publish_rule]
-        except (ValueError, PolicyError) as exc:
-            parser.error(str(exc))
+            published, rules = parse_publishing(args.publish, args.publish_rule)
+    except ValueError as exc:
+        print(f"sandbridge-sandbox-entry: error: {exc}", file=sys.stderr)
+        return 2
+    command = args.command
     install_helper(Path(os.environ.get("HOME", "/tmp")))
     install_commands()
     with contextlib.suppress(FileNotFoundError):
-        args.upstream_socket.unlink()
-    upstream = bind_unix_socket(args.upstream_socket)
-    gate_ports = {port: bind_gate_port(args.gate, port) for port in args.gate_port if args.gate}
+        upstream_path.unlink()
+    upstream = bind_unix_socket(upstream_path)
+    gate = args.gate
+    gate_ports = {port: bind_gate_port(gate, port) for port in args.gate_port if gate}
     if args.terminal_fd is not None:  # never inherited by the command
         os.set_inheritable(args.terminal_fd, False)
     keep_inherited_descriptors()
@@ -158,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         pid,
         Services(
             upstream=upstream,
-            upstream_path=args.upstream_socket,
+            upstream_path=upstream_path,
             gate_address=args.gate,
             gate_ports=gate_ports,
-            egress_socket=args.upstream_socket.parent / EGRESS_SOCKET,
+            egress_socket=upstream_path.parent / EGRESS_SOCKET,
             published=published,
             publish_rules=rules,
             terminal_fd=args.terminal_fd,

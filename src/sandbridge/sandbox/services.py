@@ -20,10 +20,11 @@ from sandbridge.aio import event_loop
 from sandbridge.aio.before_loop import reap
 from sandbridge.aio.tasks import running
 from sandbridge.egress.gate_listener import GateListener
+from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
-from sandbridge.protocol.publish_rules import PublishRule, publishes_any
+from sandbridge.protocol.publish_rules import PublishRule, parse_rule_option, publishes_any
 from sandbridge.relay.auto_publish import auto_publish
-from sandbridge.relay.publish import publish
+from sandbridge.relay.publish import parse_publish, publish
 from sandbridge.relay.shim import Shim
 from sandbridge.terminals.starter import serve_terminal_starts
 
@@ -41,6 +42,20 @@ class Services:
     published: list[tuple[int, str]] = field(default_factory=list)
     publish_rules: list[PublishRule] = field(default_factory=list)
     terminal_fd: int | None = None
+
+
+def parse_publishing(
+    publish: list[str], publish_rules: list[str]
+) -> tuple[list[tuple[int, str]], list[PublishRule]]:
+    """The entry's ``--publish`` and ``--publish-rule`` values; a bad one raises
+    ``ValueError`` naming it."""
+    try:
+        return (
+            [parse_publish(value) for value in publish],
+            [parse_rule_option(value) for value in publish_rules],
+        )
+    except PolicyError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def serve(pid: int, services: Services) -> int:
