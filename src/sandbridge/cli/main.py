@@ -35,8 +35,8 @@ from sandbridge.protocol.contract import (
     MOUNT_POINT,
 )
 from sandbridge.protocol.publish_rules import PublishAction
-from sandbridge.relay.app_listener import App
-from sandbridge.relay.upstream import ForwardingMode
+from sandbridge.relay.app import App
+from sandbridge.relay.settings import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.host_paths import exposure
@@ -44,7 +44,7 @@ from sandbridge.sandbox.mounts import Mount, parse_mount
 from sandbridge.sandbox.project import private_files, project_root, secrets_file_warning
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
-from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.options import SessionOptions
 from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
 from sandbridge.session.served import connect as connect_daemon
 

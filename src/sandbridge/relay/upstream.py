@@ -15,7 +15,6 @@ closed through :mod:`sandbridge.aio.untrusted_fds`, never on the event loop.
 from __future__ import annotations
 
 import asyncio
-import enum
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from sandbridge.protocol.http.parser import ResponseReader
 from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
 from sandbridge.relay import handoff as handoff_
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.settings import ForwardingMode
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
 UNIX_BUFFER_BYTES = 256 * 1024
@@ -43,14 +43,6 @@ UNIX_BUFFER_BYTES = 256 * 1024
 # to a burst, long enough not to spin.
 FULL_QUEUE_FIRST_DELAY = 0.001
 FULL_QUEUE_MAX_DELAY = 0.05
-
-
-class ForwardingMode(enum.Enum):
-    """Which forwarding protocol the session's shim speaks."""
-
-    AUTO = "auto"
-    STREAM = "stream"
-    V1 = "v1"
 
 
 async def connect_unix_checked(path: Path) -> socket.socket:
