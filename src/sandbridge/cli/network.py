@@ -15,13 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sandbridge.egress.log import read_tally, summarise
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
 from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.registry import list_sessions, session_path
 from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
-from sandbridge.relay.publish import parse_publish
 from sandbridge.sandbox import project as policy_location
 from sandbridge.sandbox.backend import sandbox_argv
 from sandbridge.sandbox.network import SandboxNetwork
@@ -117,6 +115,8 @@ def files_line(effective: Policy) -> str:
 def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwork:
     """What the backend and the sandbox entry need of the policy."""
     fixed = [value for value in args.publish if not is_rule_value(value)]
+    if fixed:  # only then: the publish helper's module is the sandbox's
+        from sandbridge.relay.publish import parse_publish
     for value in fixed:
         try:
             parse_publish(value)
@@ -220,6 +220,8 @@ def add_status_command(commands: Any) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``sandbridge status [SESSION]``: the egress log of one or every running session."""
+    from sandbridge.egress.log import read_tally, summarise
+
     if args.session:
         ids = [args.session]
         session_path(args.session)  # refuses an unknown session by name
