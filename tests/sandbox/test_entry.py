@@ -5,6 +5,7 @@ of its contract)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -63,6 +64,19 @@ def _is_entry(pid: int) -> bool:
     return argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]
 
 
+def _serve_one(upstream: Path) -> bytes:
+    """Connect to the shim and send a line that is not a request: its refusal (an error
+    line, then the end) proves it serves."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(upstream))
+        sock.sendall(b"{}\n")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    return answer
+
+
 def _mapped(pid: int, name: str) -> bool:
     return name in Path(f"/proc/{pid}/maps").read_text()
 
@@ -85,15 +99,37 @@ def test_an_idle_sandbox_loads_the_shim_only_when_a_connection_arrives(
         process.wait_line("started")
         (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
         assert not _mapped(pid, "uvloop")  # listening, the command running, nothing loaded
-        upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(30)
-            sock.connect(str(upstream))
-            sock.sendall(b"{}\n")  # not a request: the shim's refusal proves it serves
-            answer = b""
-            while chunk := sock.recv(4096):
-                answer += chunk
+        answer = _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
         assert answer.startswith(b'{"ok":false')
         assert _mapped(pid, "uvloop")
+    finally:
+        process.stop()
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "serving"])
+def test_sigterm_to_the_entry_reaches_the_command(
+    backend: str, tmp_path: Path, xdg: Path, loaded: bool
+) -> None:
+    marker = f"term-entry-{os.getpid()}-{backend}-{loaded}"
+    script = "trap 'echo got-term; exit 5' TERM; echo started; sleep 600 & wait"
+    process = Process(
+        run_argv(
+            tmp_path,
+            "sh",
+            "-c",
+            script,
+            marker,
+            options=("--backend", backend, "--net", "none", "--no-daemon"),
+        )
+    )
+    try:
+        process.wait_line("started")
+        (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
+        if loaded:
+            _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
+            assert _mapped(pid, "uvloop")
+        os.kill(pid, signal.SIGTERM)
+        process.wait_line("got-term")
+        assert process.popen.wait(30) == 5
     finally:
         process.stop()

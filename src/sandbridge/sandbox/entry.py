@@ -64,10 +64,13 @@ class _Command:
     def __init__(self) -> None:
         self.pid: int | None = None
         self._terminate = False
+        self._reaped = False
         signal.signal(signal.SIGINT, lambda _signum, _frame: None)
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, _signum: int, _frame: object) -> None:
+        if self._reaped:  # its pid may be another process's by now
+            return
         if self.pid is None:
             self._terminate = True  # passed on as soon as the command runs
         else:
@@ -81,15 +84,22 @@ class _Command:
             os.kill(self.pid, signal.SIGTERM)
         return self.pid
 
+    def reap(self) -> int:
+        """Its exit status, once it has ended (SIGTERM is no longer passed on)."""
+        assert self.pid is not None
+        self._reaped = True  # first: the pid stays the command's until reaped
+        return reap(self.pid)
 
-def _until_needed(pid: int, listeners: list[int]) -> int | None:
-    """Sleep until the command ``pid`` ends (return its exit status) or one of
+
+def _until_needed(command: _Command, listeners: list[int]) -> int | None:
+    """Sleep until the command ends (return its exit status) or one of
     ``listeners`` has something to serve (return None: the caller serves it).
 
     A session nobody connects to then costs one small process, not the event loop and
     the shim's imports; the first connection waits in its listener's queue while they
     load."""
-    pidfd = os.pidfd_open(pid)
+    assert command.pid is not None
+    pidfd = os.pidfd_open(command.pid)
     try:
         poller = select.poll()
         for fd in (pidfd, *listeners):
@@ -99,7 +109,7 @@ def _until_needed(pid: int, listeners: list[int]) -> int | None:
         os.close(pidfd)
     if pidfd not in ready:
         return None
-    return reap(pid)
+    return command.reap()
 
 
 class _Options:
@@ -195,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         listeners = [upstream.fileno(), *(sock.fileno() for sock in gate_ports.values())]
         if args.terminal_fd is not None:
             listeners.append(args.terminal_fd)
-        status = _until_needed(pid, listeners)
+        status = _until_needed(command_process, listeners)
         if status is not None:
             return status
     from sandbridge.sandbox.services import Services, serve
