@@ -72,6 +72,11 @@ def _wait_for_shims(runs: list[subprocess.Popen[bytes]]) -> list[int]:
         shims = [_shims(run.pid) for run in runs]
         if all(shims):
             return [found[0] for found in shims]
+        for run in runs:
+            if run.poll() is not None:  # ended before its shim showed: say why
+                assert run.stderr is not None
+                why = run.stderr.read().decode(errors="replace").strip()
+                raise RuntimeError(f"a session ended with status {run.returncode}: {why}")
         if time.monotonic() > deadline:
             raise RuntimeError("a session's shim did not start")
         time.sleep(0.1)
@@ -108,7 +113,7 @@ def _start_idle(
             [*_run(work, *options), "sleep", "3600"],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,  # a few lines at the start, read if it fails
         )
         for _ in range(count)
     ]
@@ -124,6 +129,8 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 def measure_sessions(samples: int, count: int) -> dict[str, object]:
