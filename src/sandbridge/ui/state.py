@@ -15,6 +15,7 @@ from sandbridge import log
 from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, SessionError
 from sandbridge.places.registry import SessionRecord, list_sessions, validate_name
 from sandbridge.terminals import keys
+from sandbridge.terminals.config_dir import config_dir
 from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.owner_approval import approve_request
 
@@ -42,7 +43,7 @@ def _names() -> tuple[str | None, dict[str, str]]:
     one) and the names of listed requesters."""
     try:
         names = keys.requester_names()
-        if not (keys.config_dir() / keys.OWNER_KEY).exists():
+        if not (config_dir() / keys.OWNER_KEY).exists():
             return None, names
         return keys.public_hex(keys.owner_public_key()), names
     except KeyFileError:
