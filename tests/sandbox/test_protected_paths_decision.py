@@ -350,3 +350,30 @@ def test_protect_line_is_kept_with_its_source(tmp_path: Path) -> None:
         (tmp_path / "scripts", ".sandbridge/config:2")
     ]
     assert policy.files_read == (tmp_path / ".sandbridge" / "config",)
+
+
+def test_a_missing_policy_directory_above_a_nested_workdir_gets_a_placeholder(
+    tmp_path: Path,
+) -> None:
+    # No writable mount shows it, but the read-only root does: the view inside needs a
+    # directory to lie on, or a .sandbridge the owner makes later would show through.
+    (tmp_path / "sub").mkdir()
+    protection = decide(workdir(tmp_path / "sub"), tmp_path, git=facts())
+    assert placeholders(protection)[tmp_path / ".sandbridge"] is None
+    assert tmp_path / ".sandbridge" not in read_only(protection)  # not writable anyway
+
+
+def test_a_policy_directory_that_exists_or_is_a_file_gets_no_placeholder(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ".sandbridge").write_text("not a directory\n")
+    protection = decide(workdir(tmp_path / "sub"), tmp_path, git=facts())
+    assert tmp_path / ".sandbridge" not in placeholders(protection)
+
+
+def test_placeholders_stay_while_another_session_of_the_project_runs(tmp_path: Path) -> None:
+    # A sibling workdir of the same project has a view of the root's .sandbridge.
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    protection = decide(workdir(tmp_path / "a"), tmp_path, git=facts())
+    assert protection.shared_with([tmp_path / "b"])
+    assert not protection.shared_with([tmp_path.parent / "elsewhere"])
