@@ -25,7 +25,7 @@ from sandbridge.cli.relay_options import (
     relay_settings_of,
 )
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import SandboxError, SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import (
@@ -170,6 +170,15 @@ def _spec_factory(
         network=network,
     )
     root = project_root(workdir)
+    for mount in mounts:
+        if mount.source.is_relative_to(root / POLICY_DIR) and mount.source != root / POLICY_DIR:
+            # Its view would be the live host path: the secrets file, and what the owner
+            # puts there later. The directory itself is shown as everywhere else.
+            flag = "--bind" if mount.writable else "--ro-bind"
+            raise SandboxError(
+                f"{flag} {mount.source}: inside the project's policy directory, of which "
+                f"the sandbox sees the policy files alone; bind {root / POLICY_DIR} instead"
+            )
     protection = protected_paths.decide(
         [Mount(workdir, workdir, writable=True), *mounts],
         root,
