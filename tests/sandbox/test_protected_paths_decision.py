@@ -6,6 +6,8 @@ real git and real sandboxes are in ``test_protected_paths.py``.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -377,3 +379,38 @@ def test_placeholders_stay_while_another_session_of_the_project_runs(tmp_path: P
     protection = decide(workdir(tmp_path / "a"), tmp_path, git=facts())
     assert protection.shared_with([tmp_path / "b"])
     assert not protection.shared_with([tmp_path.parent / "elsewhere"])
+
+
+def test_a_policy_directory_replaced_during_the_session_is_named_at_its_end(
+    tmp_path: Path,
+) -> None:
+    # The kernel drops the sandbox's mounts on a directory the owner removes: a new
+    # .sandbridge made there is seen, and writable, inside.
+    policy_dir = tmp_path / ".sandbridge"
+    warning = (
+        f"WARNING: {policy_dir} was removed or renamed during the session: the sandbox's "
+        "read-only view of it went with it, so the sandbox could read and write what was "
+        f"put there since; review {policy_dir} before the next run"
+    )
+
+    def session(change: Callable[[], object]) -> list[str]:
+        protection = decide(workdir(tmp_path), tmp_path, git=facts())
+        protection.create_placeholders()
+        change()
+        return protection.finish()
+
+    def remove_and_make_again() -> None:
+        shutil.rmtree(policy_dir)
+        policy_dir.mkdir()
+
+    def rename_and_make_again() -> None:
+        policy_dir.rename(tmp_path / "old")
+        policy_dir.mkdir()
+
+    assert session(lambda: (policy_dir / "env").write_text("A=1\n")) == []
+    assert session(remove_and_make_again) == [warning]
+    assert session(rename_and_make_again) == [warning]
+    assert session(lambda: shutil.rmtree(policy_dir)) == [warning]
+    # None at the start: sandbridge's own placeholder, removed at the end, is no warning.
+    assert session(lambda: None) == []
+    assert not policy_dir.exists()

@@ -142,6 +142,11 @@ class Protection:
     # The project root: every session of the project (a nested workdir too) has a view of
     # its .sandbridge, whose placeholder is a mount point in that session's sandbox.
     project_root: Path | None = None
+    # The policy directory, held open (``O_PATH``) from when the placeholders exist to the
+    # session's end, so that its inode number cannot be reused: the sandbox's mounts lie
+    # on that directory, and the kernel drops them if the owner removes or renames it,
+    # so a new one made there is seen, and writable, inside.
+    policy_dir_fd: int | None = None
     git: GitFacts = field(default_factory=GitFacts)
 
     def create_placeholders(self) -> None:
@@ -159,6 +164,12 @@ class Protection:
                 f"cannot create the placeholder {exc.filename}: {exc.strerror}; "
                 "it keeps the sandbox from creating that path"
             ) from None
+        if self.project_root is not None:
+            with contextlib.suppress(OSError):
+                self.policy_dir_fd = os.open(
+                    self.project_root / POLICY_DIR,
+                    os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                )
 
     def shared_with(self, workdirs: Iterable[Path]) -> bool:
         """Whether another session's workdir overlaps this one's writable mounts: its
@@ -174,14 +185,37 @@ class Protection:
     def finish(self, keep_placeholders: bool = False) -> list[str]:
         """Remove unchanged placeholders (unless ``keep_placeholders``); return a warning
         for each thing the sandbox left that the owner's tools would obey unseen."""
+        replaced = self._policy_dir_replaced()  # before its own placeholder goes
+        if self.policy_dir_fd is not None:
+            os.close(self.policy_dir_fd)
+            self.policy_dir_fd = None
         if not keep_placeholders:
             for placeholder in reversed(self.placeholders):
                 placeholder.remove_if_unchanged()
         return [
+            *replaced,
             *self._new_files(),
             *self._new_submodules(),
             *self._new_hidden(),
             *self._new_repositories(),
+        ]
+
+    def _policy_dir_replaced(self) -> list[str]:
+        if self.policy_dir_fd is None or self.project_root is None:
+            return []
+        path = self.project_root / POLICY_DIR
+        held = os.fstat(self.policy_dir_fd)
+        try:
+            now = os.lstat(path)
+            same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:
+            same = False
+        if same:
+            return []
+        return [
+            f"WARNING: {path} was removed or renamed during the session: the sandbox's "
+            "read-only view of it went with it, so the sandbox could read and write what "
+            f"was put there since; review {path} before the next run"
         ]
 
     def _new_files(self) -> list[str]:
