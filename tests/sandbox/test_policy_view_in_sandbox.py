@@ -216,3 +216,22 @@ def test_a_shown_file_that_is_a_link_or_a_fifo_at_the_start_is_not_followed(
     assert "LIST allow config " in result.stdout.splitlines(), result.stdout
     assert SECRET not in result.stdout
     assert result.stdout.rstrip().endswith("END")
+
+
+def test_a_policy_directory_the_owner_replaces_during_the_session_is_named_at_its_end(
+    backend: str, tmp_path: Path
+) -> None:
+    # The kernel drops the view with the directory it lies on: what the owner makes there
+    # afterwards is seen inside, which no mount can stop; the owner is told at the end.
+    project = make_project(tmp_path / "proj")
+    process = session_probing_after(
+        backend, project, project / "go", "echo 'net = full' > .sandbridge/config;"
+    )
+    shutil.rmtree(project / ".sandbridge")
+    (project / ".sandbridge").mkdir()
+    finish(process, project / "go")
+    stderr = "\n".join(process.lines["stderr"]) + process.drain("stderr")
+    assert (
+        f"sandbridge: WARNING: {project / '.sandbridge'} was removed or renamed during the "
+        f"session: the sandbox's read-only view of it went with it"
+    ) in stderr
