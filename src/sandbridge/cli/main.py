@@ -28,7 +28,7 @@ from sandbridge.cli.relay_options import (
     relay_settings_of,
 )
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import SandboxError, SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -43,7 +43,12 @@ from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.host_paths import exposure
 from sandbridge.sandbox.mounts import Mount, parse_mount
-from sandbridge.sandbox.project import private_files, project_root, secrets_file_warning
+from sandbridge.sandbox.project import (
+    POLICY_DIR,
+    project_root,
+    secrets_file_warning,
+    shown_policy_files,
+)
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
 from sandbridge.session.options import SessionOptions
@@ -164,8 +169,6 @@ def _spec_factory(
     # any session dir exists, and sandbridge's own dirs exist before the protected paths
     # are decided (sandbox/host_paths.py); each session only sets its runtime dir.
     unprotected = SandboxSpec(
-        # The secrets file and every other file of .sandbridge/ but the policy.
-        hidden_files=private_files(root),
         command=command,
         workdir=workdir,
         runtime_dir=Path(MOUNT_POINT),
@@ -175,18 +178,46 @@ def _spec_factory(
         new_session=not stdin_is_terminal(),
         network=network,
     )
+    root = project_root(workdir)
+    for mount in mounts:
+        if mount.source.is_relative_to(root / POLICY_DIR) and mount.source != root / POLICY_DIR:
+            # Its view would be the live host path: the secrets file, and what the owner
+            # puts there later. The directory itself is shown as everywhere else.
+            flag = "--bind" if mount.writable else "--ro-bind"
+            raise SandboxError(
+                f"{flag} {mount.source}: inside the project's policy directory, of which "
+                f"the sandbox sees the policy files alone; bind {root / POLICY_DIR} instead"
+            )
     protection = protected_paths.decide(
         [Mount(workdir, workdir, writable=True), *mounts],
         root,
         home=_owner_home(),
         protect=[(setting.value, setting.source) for setting in policy.protect],
     )
-    template = dataclasses.replace(unprotected, read_only_paths=protection.mounts)
+    template = dataclasses.replace(
+        unprotected,
+        read_only_paths=protection.mounts,
+        # The policy files alone at every view of .sandbridge/: the secrets file and what
+        # the owner puts there during the session stay out of sight.
+        policy_dir=_policy_dir(root, protection),
+        policy_files=shown_policy_files(root),
+    )
 
     def factory(runtime_dir: Path) -> SandboxSpec:
         return dataclasses.replace(template, runtime_dir=runtime_dir)
 
     return factory, protection
+
+
+def _policy_dir(root: Path, protection: Protection) -> Path | None:
+    """``root/.sandbridge`` if it is a directory, or will be one (a placeholder): a file
+    there holds no policy, and a tmpfs needs a directory to lie on."""
+    path = root / POLICY_DIR
+    if path.is_dir() and not path.is_symlink():
+        return path
+    if any(p.path == path and p.content is None for p in protection.placeholders):
+        return path
+    return None
 
 
 def _owner_home() -> Path | None:
