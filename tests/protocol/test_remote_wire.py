@@ -13,6 +13,7 @@ from sandbridge.protocol.remote_wire import (
     MAX_STREAMS,
     STREAM_WINDOW,
     Apps,
+    Credited,
     Data,
     EndOfStream,
     FarApp,
@@ -68,6 +69,15 @@ def test_frames_split_at_every_byte_still_decode() -> None:
     assert events == [Apps((APP,))]
 
 
+def test_frames_and_a_split_one_in_one_read_decode_as_the_rest_arrives() -> None:
+    laptop, far, stream = opened_stream()
+    data = far.send_data(stream, b"first") + far.send_data(stream, b"second")
+    third = far.send_data(stream, b"third")
+    assert laptop.receive(data + third[:4]) == [Data(stream, b"first"), Data(stream, b"second")]
+    assert laptop.receive(third[4:12]) == []
+    assert laptop.receive(third[12:]) == [Data(stream, b"third")]
+
+
 def test_stream_carries_data_both_ways_and_ends_with_eof() -> None:
     laptop, far, stream = opened_stream()
     assert far.receive(laptop.send_data(stream, b"GET / HTTP/1.1\r\n\r\n")) == [
@@ -107,7 +117,7 @@ def test_sender_stops_at_the_window_until_credit_comes_back() -> None:
     assert all(len(e.data) <= MAX_DATA_BYTES for e in received if isinstance(e, Data))
     assert laptop.consumed(stream, STREAM_WINDOW // 2 - 1) == b""  # not worth a frame yet
     credit = laptop.consumed(stream, 1)
-    assert far.receive(credit) == []
+    assert far.receive(credit) == [Credited(stream)]
     assert far.send_credit_for(stream) == STREAM_WINDOW // 2
 
 

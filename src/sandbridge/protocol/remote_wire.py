@@ -157,6 +157,13 @@ class Data:
 
 
 @dataclass(frozen=True, slots=True)
+class Credited:
+    """The peer credited bytes back: this side may send more on ``stream``."""
+
+    stream: int
+
+
+@dataclass(frozen=True, slots=True)
 class EndOfStream:
     stream: int
 
@@ -167,7 +174,7 @@ class Reset:
     reason: str
 
 
-Event = Hello | Apps | OpenStream | Opened | Refused | Data | EndOfStream | Reset
+Event = Hello | Apps | OpenStream | Opened | Refused | Data | Credited | EndOfStream | Reset
 
 
 def diff_apps(
@@ -314,6 +321,8 @@ class LinkState:
         if len(data) > state.send_credit or not state.sending:
             raise RemoteWireError(f"stream {stream}: {len(data)} bytes exceed its credit")
         state.send_credit -= len(data)
+        if len(data) <= MAX_DATA_BYTES:  # the common case: one frame, one copy
+            return HEADER.pack(len(data), Kind.DATA, stream) + data
         view = memoryview(data)
         return b"".join(
             _frame(Kind.DATA, stream, bytes(view[i : i + MAX_DATA_BYTES]))
@@ -357,25 +366,38 @@ class LinkState:
 
     def receive(self, data: bytes) -> list[Event]:
         """Events for the complete frames in what has arrived so far."""
-        self._buffer += data
+        # Frames are cut from ``data`` itself, each payload copied once; only a frame
+        # split across reads waits in the buffer (no shifting of the buffer per frame).
+        if self._buffer:
+            self._buffer += data
+            source: bytes | bytearray = self._buffer
+        else:
+            source = data
         events: list[Event] = []
-        while len(self._buffer) >= HEADER.size:
-            length, kind_number, stream = HEADER.unpack_from(self._buffer)
-            try:
-                kind = Kind(kind_number)
-            except ValueError:
-                raise RemoteWireError(f"unknown frame kind {kind_number}") from None
-            if length > _MAX_PAYLOAD[kind]:
-                raise RemoteWireError(
-                    f"{kind.name} frame of {length} bytes is over its limit of {_MAX_PAYLOAD[kind]}"
-                )
-            if len(self._buffer) < HEADER.size + length:
-                break
-            payload = bytes(self._buffer[HEADER.size : HEADER.size + length])
-            del self._buffer[: HEADER.size + length]
-            event = self._event(kind, stream, payload)
-            if event is not None:
-                events.append(event)
+        offset, size = 0, len(source)
+        with memoryview(source) as view:
+            while size - offset >= HEADER.size:
+                length, kind_number, stream = HEADER.unpack_from(source, offset)
+                try:
+                    kind = Kind(kind_number)
+                except ValueError:
+                    raise RemoteWireError(f"unknown frame kind {kind_number}") from None
+                if length > _MAX_PAYLOAD[kind]:
+                    raise RemoteWireError(
+                        f"{kind.name} frame of {length} bytes is over its limit of "
+                        f"{_MAX_PAYLOAD[kind]}"
+                    )
+                start = offset + HEADER.size
+                if size < start + length:
+                    break
+                offset = start + length
+                event = self._event(kind, stream, bytes(view[start:offset]))
+                if event is not None:
+                    events.append(event)
+        if source is self._buffer:
+            del self._buffer[:offset]
+        elif offset < size:
+            self._buffer += data[offset:]
         return events
 
     def _event(self, kind: Kind, stream: int, payload: bytes) -> Event | None:  # noqa: PLR0911, PLR0912  (one branch per kind, as the table above)
@@ -419,7 +441,7 @@ class LinkState:
                     f"CREDIT of {credit} for stream {stream} is more than it has in flight"
                 )
             state.send_credit += credit
-            return None
+            return Credited(stream)
         if not state.receiving:
             raise RemoteWireError(f"{kind.name} for stream {stream} after its EOF")
         if kind is Kind.EOF:
