@@ -2,6 +2,7 @@
 
     python -m benchmarks.remote_bench [--rounds 5] [--seconds 5] [--json results.json]
     python -m benchmarks.remote_bench --smoke      # seconds-long run that checks it works
+    python -m benchmarks.remote_bench --before /tmp/main/src   # also another checkout's connect
 
 Everything runs on this machine, over loopback, as the user running the benchmark:
 
@@ -16,7 +17,10 @@ Everything runs on this machine, over loopback, as the user running the benchmar
   ``ssh-L``        ``ssh -N -L`` to the far session's own host listener (OpenSSH's
                    client): what a user would pick instead;
   ``connect-via``  ``sandbridge connect --via 'ssh far sandbridge serve-stdio'``;
-  ``far-direct``   the far session's host listener itself, no SSH: the upper limit.
+  ``far-direct``   the far session's host listener itself, no SSH: the upper limit;
+  ``connect-before`` (``--before SRC``) ``connect`` as above, both ends run from another
+                   checkout's ``src`` (``git worktree add /tmp/main main``): before/after
+                   measured in the same rounds.
 
 Rounds interleave the paths in a rotating order; each figure is the median over rounds,
 and ``connect`` and ``connect-via`` are also given as the median over rounds of their
@@ -53,6 +57,8 @@ from tests.remote.sshd import Sshd, start_sshd
 
 MIB = 1024 * 1024
 PATH_NAMES = ("connect", "ssh-L", "connect-via", "far-direct")
+# With --before SRC: `connect` of another checkout's src, both ends, for a paired before/after.
+BEFORE = "connect-before"
 METRICS = ("c64_rps", "c64_p99_ms", "get_100m_mbps")
 # The alias of the throwaway sshd in its client config.
 ALIAS = "far"
@@ -127,23 +133,32 @@ def far_session(work: Path, app_port: int) -> Iterator[tuple[Path, str]]:
         RemotePath("far", "", "", processes).stop()
 
 
-def serve_stdio_command(xdg: Path) -> str:
-    """What the far side runs: this checkout's ``serve-stdio`` in the far session's dir."""
-    return shlex.join(["env", f"XDG_RUNTIME_DIR={xdg}", *SANDBRIDGE, "serve-stdio"])
+def _env_of(source: Path | None) -> list[str]:
+    return [] if source is None else [f"PYTHONPATH={source}"]
+
+
+def serve_stdio_command(xdg: Path, source: Path | None = None) -> str:
+    """What the far side runs: ``serve-stdio`` in the far session's dir, of this checkout
+    or of the ``src`` dir ``source`` (another checkout, for a before/after pair)."""
+    return shlex.join(
+        ["env", f"XDG_RUNTIME_DIR={xdg}", *_env_of(source), *SANDBRIDGE, "serve-stdio"]
+    )
 
 
 def _netloc(url: str) -> str:
     return url.split("//", 1)[1].split("/", 1)[0]
 
 
-def _connect(name: str, work: Path, argv: list[str]) -> RemotePath:
-    """``sandbridge connect`` in a laptop XDG_RUNTIME_DIR of its own, once it serves the app."""
+def _connect(name: str, work: Path, argv: list[str], source: Path | None = None) -> RemotePath:
+    """``sandbridge connect`` (of ``source``, else this checkout) in a laptop
+    XDG_RUNTIME_DIR of its own, once it serves the app."""
     xdg = work / f"laptop-{name}"
     xdg.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     process = _spawn(
-        [*SANDBRIDGE, "connect", *argv, "--name", "far"],
-        stderr=subprocess.PIPE,
-        env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)},
+        [*SANDBRIDGE, "connect", *argv, "--name", "far"], stderr=subprocess.PIPE, env=env
     )
     try:
         line = read_line(process, b"sandbridge: far: ", "stderr", contains=False)
@@ -160,7 +175,9 @@ def _connect(name: str, work: Path, argv: list[str]) -> RemotePath:
         raise
 
 
-def start_paths(work: Path, sshd: Sshd, far_xdg: Path, far_url: str) -> dict[str, RemotePath]:
+def start_paths(
+    work: Path, sshd: Sshd, far_xdg: Path, far_url: str, before: Path | None = None
+) -> dict[str, RemotePath]:
     far_host = _netloc(far_url)
     far_port = int(far_host.rsplit(":", 1)[1])
     config = str(sshd.config_path)
@@ -184,6 +201,11 @@ def start_paths(work: Path, sshd: Sshd, far_xdg: Path, far_url: str) -> dict[str
             "connect-via", work, ["--via", f"{via} {serve_stdio_command(far_xdg)}"]
         )
         paths["far-direct"] = RemotePath("far-direct", f"http://127.0.0.1:{far_port}", far_host)
+        if before is not None:
+            command = serve_stdio_command(far_xdg, before)
+            paths[BEFORE] = _connect(
+                BEFORE, work, [ALIAS, "-F", config, "--remote-command", command], before
+            )
     except BaseException:
         for path in paths.values():
             path.stop()
@@ -208,7 +230,9 @@ def _ratio(rounds: dict[str, dict[str, list[float]]], name: str, metric: str) ->
     return statistics.median(ratios) if ratios else None
 
 
-def measure_remote(rounds: int, seconds: float, smoke: bool = False) -> dict[str, object]:
+def measure_remote(
+    rounds: int, seconds: float, smoke: bool = False, before: Path | None = None
+) -> dict[str, object]:
     """Every path, ``rounds`` interleaved rounds of ``seconds``-long loads; the figures."""
     big = (8 if smoke else 100) * MIB
     with (
@@ -226,7 +250,7 @@ def measure_remote(rounds: int, seconds: float, smoke: bool = False) -> dict[str
         drain(sshd.process.popen)
         sshd.trust_host_key()
         sshd.write_client_config(ALIAS)
-        paths = start_paths(work, sshd, far_xdg, far_url)
+        paths = start_paths(work, sshd, far_xdg, far_url, before)
         for path in paths.values():
             stack.callback(path.stop)
         for path in paths.values():  # warm-up
@@ -246,7 +270,8 @@ def measure_remote(rounds: int, seconds: float, smoke: bool = False) -> dict[str
         },
         "ratio_to_ssh_L": {
             name: {metric: _ratio(figures, name, metric) for metric in METRICS}
-            for name in ("connect", "connect-via")
+            for name in ("connect", "connect-via", BEFORE)
+            if name in figures
         },
         "rounds": figures,
     }
@@ -256,7 +281,7 @@ def table(report: dict[str, object]) -> str:
     medians: dict[str, dict[str, float]] = report["medians"]  # type: ignore[assignment]
     ratios: dict[str, dict[str, float | None]] = report["ratio_to_ssh_L"]  # type: ignore[assignment]
     lines = ["| far app through | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
-    for name in PATH_NAMES:
+    for name in medians:
         cells = []
         for metric in METRICS:
             cell = f"{medians[name][metric]:,.3g}"
@@ -274,10 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk load")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="SRC",
+        help=f"also measure {BEFORE}: connect and serve-stdio of this src dir (another checkout)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.rounds, args.seconds = 1, 1.0
-    report = measure_remote(args.rounds, args.seconds, args.smoke)
+    report = measure_remote(args.rounds, args.seconds, args.smoke, args.before)
     print(table(report))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1))

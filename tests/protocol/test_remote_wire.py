@@ -12,6 +12,7 @@ from sandbridge.protocol.remote_wire import (
     MAX_DATA_BYTES,
     MAX_STREAMS,
     STREAM_WINDOW,
+    VERSION,
     Apps,
     Credited,
     Data,
@@ -35,7 +36,7 @@ def frame(kind: int, stream: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(len(payload), kind, stream) + payload
 
 
-def hello(role: str = "laptop", version: object = 1) -> bytes:
+def hello(role: str = "laptop", version: object = VERSION) -> bytes:
     return frame(Kind.HELLO, 0, json.dumps({"version": version, "role": role}).encode())
 
 
@@ -146,8 +147,8 @@ def test_diff_apps_names_added_and_gone() -> None:
 MALFORMED = [
     ("far", b"", frame(Kind.OPEN, 1, b"{}"), "first frame must be HELLO, not OPEN"),
     ("far", b"", frame(99, 0), "unknown frame kind 99"),
-    ("far", b"", hello(version=2), "protocol version 2 is not 1"),
-    ("far", b"", hello(version="1"), "protocol version '1' is not 1"),
+    ("far", b"", hello(version=1), "protocol version 1 is not 2"),
+    ("far", b"", hello(version="2"), "protocol version '2' is not 2"),
     ("far", b"", hello(role="far"), "HELLO role 'far' is not 'laptop'"),
     ("far", b"", frame(Kind.HELLO, 0, b"not json"), "HELLO payload is not a JSON object"),
     ("far", b"", frame(Kind.HELLO, 0, b"[1]"), "HELLO payload is not a JSON object"),

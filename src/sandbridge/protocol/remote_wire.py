@@ -10,7 +10,7 @@ Kinds, and who sends them:
 ========  =====  ======================================================================
 kind      from   payload
 ========  =====  ======================================================================
-HELLO     both   JSON ``{"version":1,"role":"far"|"laptop"}``; stream 0; first frame
+HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first frame
 APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}]}]}``;
                  stream 0; the whole list, again after every change (added and gone
                  apps are the difference: :func:`diff_apps`)
@@ -53,15 +53,20 @@ from sandbridge.protocol.contract import SESSION_NAME_PATTERN
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.registration import normalize_base_path, validate_port
 
-VERSION = 1
+# 2: the 2 MiB window (a version-1 peer would refuse data beyond its 256 KiB).
+VERSION = 2
 HEADER = struct.Struct(">IBI")
 _CREDIT = struct.Struct(">I")
 # One DATA frame: large enough that a 100 MiB body is 1,600 frames, small enough that
 # a frame of one stream delays another's by well under a millisecond on any link.
 MAX_DATA_BYTES = 64 * 1024
-# Bytes one side may have in flight per stream: four frames, so a bulk stream keeps the
-# link busy while its consumer keeps up; at most this much waits per stream per side.
-STREAM_WINDOW = 256 * 1024
+# Bytes one side may have in flight per stream; at most this much waits per stream per
+# side. OpenSSH's window for each forwarded connection (CHAN_TCP_WINDOW_DEFAULT), so a
+# stream holds no more than the same connection through `ssh -L` would. A quarter of it
+# (the window before issue 17's benchmark) left a bulk stream waiting on credit most of
+# the time across the extra hops (sshd, serve-stdio) and cost a CREDIT frame, so an SSH
+# packet each way, every 128 KiB (docs/benchmarks.md, "Remote link").
+STREAM_WINDOW = 2 * 1024 * 1024
 # The APPS list: 256 sessions of 64 apps, each a few dozen bytes, fit in well under this.
 MAX_CONTROL_BYTES = 1024 * 1024
 # A REFUSED or RESET reason is one line for the owner.
