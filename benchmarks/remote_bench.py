@@ -24,7 +24,7 @@ Everything runs on this machine, over loopback, as the user running the benchmar
 
 Rounds interleave the paths in a rotating order; each figure is the median over rounds,
 and ``connect`` and ``connect-via`` are also given as the median over rounds of their
-ratio to ``ssh-L`` measured in the same round (for p99, lower is better).
+ratio to ``ssh-L`` measured in the same round (for p99 and CPU, lower is better).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from benchmarks import workloads
 from benchmarks.paths import (
     PYTHON,
     SANDBRIDGE,
+    _descendants,
     _spawn,
     drain,
     free_port,
@@ -59,7 +60,7 @@ MIB = 1024 * 1024
 PATH_NAMES = ("connect", "ssh-L", "connect-via", "far-direct")
 # With --before SRC: `connect` of another checkout's src, both ends, for a paired before/after.
 BEFORE = "connect-before"
-METRICS = ("c64_rps", "c64_p99_ms", "get_100m_mbps")
+METRICS = ("c64_rps", "c64_p99_ms", "get_100m_mbps", "cpu_us_per_req", "cpu_ms_per_get")
 # The alias of the throwaway sshd in its client config.
 ALIAS = "far"
 
@@ -216,12 +217,22 @@ def start_paths(
 def measure_round(
     path: RemotePath, seconds: float, rounds: dict[str, dict[str, list[float]]]
 ) -> None:
+    """One round of ``path``. The CPU figures count every process the benchmark started
+    (nginx, the far session, sshd and its sessions, serve-stdio, connect, ssh): the
+    other paths sit idle meanwhile, so they are this path's cost whatever else loads the
+    machine, where the rates also measure the contention."""
     got = rounds.setdefault(path.name, {})
+    ours = _descendants(os.getpid())
+    before = workloads.cpu_seconds(ours)
     c64 = workloads.wrk(path.url + "/1k", 64, seconds, host_field=path.host_field)
+    middle = workloads.cpu_seconds(ours)
+    mbps = workloads.bulk_get(path.url + "/100m", host_field=path.host_field)
+    after = workloads.cpu_seconds(ours)
     got.setdefault("c64_rps", []).append(c64["rps"])
     got.setdefault("c64_p99_ms", []).append(c64["p99_ms"])
-    mbps = workloads.bulk_get(path.url + "/100m", host_field=path.host_field)
     got.setdefault("get_100m_mbps", []).append(mbps)
+    got.setdefault("cpu_us_per_req", []).append((middle - before) / c64["requests"] * 1e6)
+    got.setdefault("cpu_ms_per_get", []).append((after - middle) * 1e3)
 
 
 def _ratio(rounds: dict[str, dict[str, list[float]]], name: str, metric: str) -> float | None:
