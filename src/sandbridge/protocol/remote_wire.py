@@ -10,7 +10,7 @@ Kinds, and who sends them:
 ========  =====  ======================================================================
 kind      from   payload
 ========  =====  ======================================================================
-HELLO     both   JSON ``{"version":1,"role":"far"|"laptop"}``; stream 0; first frame
+HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first frame
 APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}]}]}``;
                  stream 0; the whole list, again after every change (added and gone
                  apps are the difference: :func:`diff_apps`)
@@ -53,15 +53,20 @@ from sandbridge.protocol.contract import SESSION_NAME_PATTERN
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.registration import normalize_base_path, validate_port
 
-VERSION = 1
+# 2: the 2 MiB window (a version-1 peer would refuse data beyond its 256 KiB).
+VERSION = 2
 HEADER = struct.Struct(">IBI")
 _CREDIT = struct.Struct(">I")
 # One DATA frame: large enough that a 100 MiB body is 1,600 frames, small enough that
 # a frame of one stream delays another's by well under a millisecond on any link.
 MAX_DATA_BYTES = 64 * 1024
-# Bytes one side may have in flight per stream: four frames, so a bulk stream keeps the
-# link busy while its consumer keeps up; at most this much waits per stream per side.
-STREAM_WINDOW = 256 * 1024
+# Bytes one side may have in flight per stream; at most this much waits per stream per
+# side. OpenSSH's window for each forwarded connection (CHAN_TCP_WINDOW_DEFAULT), so a
+# stream holds no more than the same connection through `ssh -L` would. A quarter of it
+# (the window before issue 17's benchmark) left a bulk stream waiting on credit most of
+# the time across the extra hops (sshd, serve-stdio) and cost a CREDIT frame, so an SSH
+# packet each way, every 128 KiB (docs/benchmarks.md, "Remote link").
+STREAM_WINDOW = 2 * 1024 * 1024
 # The APPS list: 256 sessions of 64 apps, each a few dozen bytes, fit in well under this.
 MAX_CONTROL_BYTES = 1024 * 1024
 # A REFUSED or RESET reason is one line for the owner.
@@ -157,6 +162,13 @@ class Data:
 
 
 @dataclass(frozen=True, slots=True)
+class Credited:
+    """The peer credited bytes back: this side may send more on ``stream``."""
+
+    stream: int
+
+
+@dataclass(frozen=True, slots=True)
 class EndOfStream:
     stream: int
 
@@ -167,7 +179,7 @@ class Reset:
     reason: str
 
 
-Event = Hello | Apps | OpenStream | Opened | Refused | Data | EndOfStream | Reset
+Event = Hello | Apps | OpenStream | Opened | Refused | Data | Credited | EndOfStream | Reset
 
 
 def diff_apps(
@@ -314,6 +326,8 @@ class LinkState:
         if len(data) > state.send_credit or not state.sending:
             raise RemoteWireError(f"stream {stream}: {len(data)} bytes exceed its credit")
         state.send_credit -= len(data)
+        if len(data) <= MAX_DATA_BYTES:  # the common case: one frame, one copy
+            return HEADER.pack(len(data), Kind.DATA, stream) + data
         view = memoryview(data)
         return b"".join(
             _frame(Kind.DATA, stream, bytes(view[i : i + MAX_DATA_BYTES]))
@@ -357,25 +371,38 @@ class LinkState:
 
     def receive(self, data: bytes) -> list[Event]:
         """Events for the complete frames in what has arrived so far."""
-        self._buffer += data
+        # Frames are cut from ``data`` itself, each payload copied once; only a frame
+        # split across reads waits in the buffer (no shifting of the buffer per frame).
+        if self._buffer:
+            self._buffer += data
+            source: bytes | bytearray = self._buffer
+        else:
+            source = data
         events: list[Event] = []
-        while len(self._buffer) >= HEADER.size:
-            length, kind_number, stream = HEADER.unpack_from(self._buffer)
-            try:
-                kind = Kind(kind_number)
-            except ValueError:
-                raise RemoteWireError(f"unknown frame kind {kind_number}") from None
-            if length > _MAX_PAYLOAD[kind]:
-                raise RemoteWireError(
-                    f"{kind.name} frame of {length} bytes is over its limit of {_MAX_PAYLOAD[kind]}"
-                )
-            if len(self._buffer) < HEADER.size + length:
-                break
-            payload = bytes(self._buffer[HEADER.size : HEADER.size + length])
-            del self._buffer[: HEADER.size + length]
-            event = self._event(kind, stream, payload)
-            if event is not None:
-                events.append(event)
+        offset, size = 0, len(source)
+        with memoryview(source) as view:
+            while size - offset >= HEADER.size:
+                length, kind_number, stream = HEADER.unpack_from(source, offset)
+                try:
+                    kind = Kind(kind_number)
+                except ValueError:
+                    raise RemoteWireError(f"unknown frame kind {kind_number}") from None
+                if length > _MAX_PAYLOAD[kind]:
+                    raise RemoteWireError(
+                        f"{kind.name} frame of {length} bytes is over its limit of "
+                        f"{_MAX_PAYLOAD[kind]}"
+                    )
+                start = offset + HEADER.size
+                if size < start + length:
+                    break
+                offset = start + length
+                event = self._event(kind, stream, bytes(view[start:offset]))
+                if event is not None:
+                    events.append(event)
+        if source is self._buffer:
+            del self._buffer[:offset]
+        elif offset < size:
+            self._buffer += data[offset:]
         return events
 
     def _event(self, kind: Kind, stream: int, payload: bytes) -> Event | None:  # noqa: PLR0911, PLR0912  (one branch per kind, as the table above)
@@ -419,7 +446,7 @@ class LinkState:
                     f"CREDIT of {credit} for stream {stream} is more than it has in flight"
                 )
             state.send_credit += credit
-            return None
+            return Credited(stream)
         if not state.receiving:
             raise RemoteWireError(f"{kind.name} for stream {stream} after its EOF")
         if kind is Kind.EOF:
