@@ -36,8 +36,9 @@ from sandbridge.exceptions import (
 from sandbridge.places.registry import list_sessions
 from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol.contract import UPSTREAM_SOCKET
-from sandbridge.protocol.remote_wire import FarApp, OpenStream, Role
+from sandbridge.protocol.remote_wire import FarApp, OpenControl, OpenStream, Role
 from sandbridge.relay.upstream import open_stream
+from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
 from sandbridge.remote.transport import Link
@@ -93,8 +94,11 @@ class FarServer:
             self._apps, self._places = apps, places
             self.mux.send_apps(apps)
 
-    def _on_open(self, stream: MuxStream, event: OpenStream) -> None:
-        self._tasks.spawn(self._serve_stream(stream, event))
+    def _on_open(self, stream: MuxStream, event: OpenStream | OpenControl) -> None:
+        if isinstance(event, OpenControl):
+            self._tasks.spawn(serve_terminal_control(self.mux, stream, event.session))
+        else:
+            self._tasks.spawn(self._serve_stream(stream, event))
 
     async def _serve_stream(self, stream: MuxStream, event: OpenStream) -> None:
         known = any(
