@@ -128,11 +128,13 @@ def requester_key(path: Path | None) -> nacl.signing.SigningKey:
 
 
 def allowed_requesters() -> set[str]:
-    """Public keys that may *request* terminals: the owner's and those in ``requesters``.
+    """Public keys that may *request* terminals: the owner's, the other owners this
+    machine trusts (``owners``: as the owner here, they request with their own key), and
+    those in ``requesters``.
 
     Being listed never authorises a shell: only an owner-signed approval does.
     """
-    return {public_hex(owner_public_key()), *_listed_requesters()}
+    return {public_hex(owner_public_key()), *trusted_owners(), *_listed_requesters()}
 
 
 def requester_names() -> dict[str, str]:
