@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.remote.terminal_relay import parse_first_line
 from tests.conftest import PYTHON, SANDBRIDGE
 from tests.remote.test_connect import (
     Laptop,
@@ -26,6 +28,27 @@ from tests.remote.test_connect import (
 )
 from tests.terminals.harness import PROMPT, WORKER_MARKER, attach_child, finish
 from tests.terminals.test_external_terminal_e2e import CONTAINER_HOSTNAME, ExternalSession
+
+
+@pytest.mark.parametrize(
+    ("line", "refusal"),
+    [
+        (b'{"session":"../x"}', "session '../x' is not a session name"),
+        (b'{"session":"Web"}', "session 'Web' is not a session name"),
+        (b'{"session":7}', "session 7 is not a session name"),
+        (b'{"machine":"far"}', "session None is not a session name"),
+        (b'"box"', "the first line must be"),
+        (b"box", "the first line must be"),
+    ],
+)
+def test_the_first_line_must_name_a_session(line: bytes, refusal: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        parse_first_line(line)
+
+
+def test_parse_first_line_names_the_session() -> None:
+    assert parse_first_line(b'{"session":"s-1a2b3c"}') == "s-1a2b3c"
+
 
 # Typed in the far terminal and printed by it: must never cross the link in the clear.
 SECRET = "PLAINTEXT-MARKER"

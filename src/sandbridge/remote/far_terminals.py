@@ -65,7 +65,7 @@ def check_first_line(line: bytes) -> str | None:
     if not isinstance(message, dict):
         return "a control line must be one JSON object"
     op = message.get("op")
-    if op not in LINK_OPS:
+    if not isinstance(op, str) or op not in LINK_OPS:
         return (
             f"op {op!r:.40} is not served over the remote link (only "
             f"{', '.join(sorted(LINK_OPS))}); run it on the far machine"
