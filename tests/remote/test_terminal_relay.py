@@ -15,9 +15,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from sandbridge.remote.terminal_relay import parse_first_line
+from sandbridge.terminals.keys import create_key, public_hex
 from tests.conftest import PYTHON, SANDBRIDGE
 from tests.remote.test_connect import (
     Laptop,
@@ -133,8 +135,8 @@ def far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FarMachine]
 
 
 @contextlib.contextmanager
-def laptop_of(tmp_path: Path, via: str) -> Iterator[LaptopUser]:
-    user = LaptopUser(tmp_path, via)
+def laptop_of(tmp_path: Path, via: str, name: str = "laptop") -> Iterator[LaptopUser]:
+    user = LaptopUser(tmp_path, via, name)
     try:
         yield user
     finally:
@@ -258,3 +260,90 @@ def test_killing_the_link_mid_terminal_ends_it_and_the_far_audit_says_why(
         laptop.connect.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
         assert _listening_ports(pid) == listening_before
         _wait_until(lambda: _fds(pid) <= fds_before)
+
+
+def test_the_owner_opens_a_far_shell_in_one_step(far: FarMachine, tmp_path: Path) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        far.cli("terminal", "trust-owner", laptop.owner_public_key())
+        child = pexpect.spawn(
+            SANDBRIDGE[0], [*SANDBRIDGE[1:], "shell", "far:box", "--reason", "look"],
+            env=laptop.env, timeout=30, encoding="utf-8", codec_errors="replace",
+        )  # fmt: skip
+        child.expect(r"open a terminal into session 'far:box'\?")
+        child.expect(r"request   far:box:[0-9a-f]{8}")
+        child.expect(r"Approve\? \[y/N\] ")
+        child.sendline("y")
+        child.expect(PROMPT)
+        child.sendline("echo ONE-$((40+2))")
+        child.expect("ONE-42")
+        child.sendline("exit")
+        child.expect("terminal ended: the shell exited with status 0")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+
+
+def test_a_teammate_requests_through_its_own_connection_and_the_owner_approves_from_theirs(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with (
+        laptop_of(tmp_path, far.serve_stdio) as owner,
+        laptop_of(tmp_path, far.serve_stdio, name="teammate") as teammate,
+    ):
+        far.cli("terminal", "trust-owner", owner.owner_public_key(), "--name", "owner")
+        # The teammate's own key, on its own machine; the far machine lists it.
+        key = Path(teammate.env["XDG_CONFIG_HOME"]) / "teammate.key"
+        public = public_hex(create_key(key))
+        assert teammate.cli("terminal", "key", "--key", str(key)).stdout.strip() == public
+        requesters = Path(far.dirs["XDG_CONFIG_HOME"]) / "sandbridge" / "requesters"
+        requesters.write_text(f"{public}  # teammate\n")
+        requested = teammate.cli(
+            "terminal", "request", "far:box", "--no-wait", "--key", str(key), "--reason", "pair"
+        )
+        assert requested.returncode == 0, requested.stderr
+        request_id = requested.stdout.strip()
+        listing = json.loads(owner.cli("terminal", "list", "far:box", "--json").stdout)
+        [row] = [row for row in listing if row["id"] == request_id]
+        assert row["requester"] == public and row["state"] == "pending"
+        approved = owner.cli("terminal", "approve", request_id, "--ttl", "60")
+        assert approved.returncode == 0, approved.stderr
+        # The owner's own key cannot use the teammate's approval: proof of possession.
+        stolen = owner.cli("terminal", "attach", request_id)
+        assert stolen.returncode == 2 and "not signed by the approved key" in stolen.stderr
+        child = attach_child(teammate.env, request_id, key)
+        child.expect(PROMPT)
+        child.sendline("echo PAIR-$((6*7))")
+        child.expect("PAIR-42")
+        child.sendline("exit")
+        status, _ = finish(child)
+        assert status == 0
+        events = {r["event"]: r for r in far.audit(request_id.removeprefix("far:"))}
+        assert events["request"]["requester"] == public
+        assert events["approval"]["owner"] == owner.owner_public_key()
+
+
+def test_taking_the_laptop_key_off_the_owners_file_ends_its_far_terminal_within_a_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBRIDGE_TERMINAL_LEASE", "2")
+    monkeypatch.setenv("SANDBRIDGE_TERMINAL_REFRESH", "0.5")
+    far = FarMachine(tmp_path, monkeypatch)
+    try:
+        with laptop_of(tmp_path, far.serve_stdio) as laptop:
+            far.cli("terminal", "trust-owner", laptop.owner_public_key())
+            request_id = _approved(laptop)
+            child = attach_child(laptop.env, request_id)
+            child.expect(PROMPT)
+            child.sendline("sleep 1004")
+            child.expect("sleep 1004\r\n")
+            far.session.wait_for("sleep 1004")
+            owners = Path(far.dirs["XDG_CONFIG_HOME"]) / "sandbridge" / "owners"
+            owners.write_text("# the laptop was lost\n")
+            status, output = finish(child)
+            assert status == 3
+            assert "terminal ended:" in output
+            far.session.wait_for("sleep 1004", present=False, timeout=10)
+            ended = [r for r in far.audit(request_id.removeprefix("far:")) if r["event"] == "end"]
+            assert ended and ended[0]["end"] in ("lease", "revoked"), ended
+    finally:
+        far.stop()
