@@ -347,3 +347,15 @@ def test_taking_the_laptop_key_off_the_owners_file_ends_its_far_terminal_within_
             assert ended and ended[0]["end"] in ("lease", "revoked"), ended
     finally:
         far.stop()
+
+
+def test_a_far_session_or_machine_that_is_not_there_is_refused_naming_it(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        missing = laptop.cli("terminal", "list", "far:nosuch")
+        assert missing.returncode == 2
+        assert "far refused: no running session 'nosuch' of this user" in missing.stderr
+        unknown = laptop.cli("terminal", "request", "elsewhere:box", "--no-wait")
+        assert unknown.returncode == 2
+        assert "no sandbridge connect serves a machine named 'elsewhere'" in unknown.stderr

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,22 @@ def _shown(value: object) -> str:
     return "".join(c if c.isprintable() else "?" for c in str(value))[:200]
 
 
+def _answers_checked(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """``command`` with a session's answer that lacks a field or has one of the wrong type
+    (a far machine's is hostile) refused as one line naming it, never a traceback."""
+
+    @functools.wraps(command)
+    def checked(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SandbridgeError(
+                f"the session sent a malformed answer ({type(exc).__name__}: {_shown(exc)[:80]})"
+            ) from None
+
+    return checked
+
+
 def _say(text: str) -> None:
     print(f"sandbridge: {text}", file=sys.stderr, flush=True)
 
@@ -94,6 +112,7 @@ def _attach(request_id: str, key_path: Path | None) -> int:
     return 128 + 15 if ending.reason == "signal" else 3
 
 
+@_answers_checked
 def cmd_request(args: argparse.Namespace) -> int:
     place = parse_place(args.session)
     request_id = _request(place, args.key, args.reason, parse_duration(args.duration))
@@ -108,6 +127,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     return _attach(request_id, args.key)
 
 
+@_answers_checked
 def cmd_approve(args: argparse.Namespace) -> int:
     answer = approve_request(args.id, None if args.ttl is None else parse_ttl(args.ttl))
     expires = time.strftime("%H:%M:%S", time.localtime(float(answer["expires"])))
@@ -115,6 +135,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return 0
 
 
+@_answers_checked
 def cmd_deny(args: argparse.Namespace) -> int:
     place, far_id = parse_request_id(args.id)
     call(place, {"op": "deny", "id": far_id})
@@ -122,6 +143,7 @@ def cmd_deny(args: argparse.Namespace) -> int:
     return 0
 
 
+@_answers_checked
 def cmd_revoke(args: argparse.Namespace) -> int:
     place, far_id = parse_request_id(args.id)
     answer = call(place, {"op": "revoke", "id": far_id})
@@ -164,6 +186,7 @@ def _far_rows(place: Place) -> list[dict[str, Any]]:
     return rows
 
 
+@_answers_checked
 def cmd_list(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     if args.session is not None:
@@ -190,6 +213,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+@_answers_checked
 def cmd_attach(args: argparse.Namespace) -> int:
     return _attach(args.id, args.key)
 
@@ -208,6 +232,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+@_answers_checked
 def cmd_shell(args: argparse.Namespace) -> int:
     """Request, show, ask y/N on the owner's terminal, approve, attach."""
     place = parse_place(args.session)

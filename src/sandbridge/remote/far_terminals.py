@@ -56,6 +56,11 @@ async def first_line(stream: MuxStream) -> tuple[bytes, bytes] | None:
     return line + b"\n", rest
 
 
+# A command sends its control line at once: a stream that says nothing this long holds a
+# connection to the session's broker for nothing, and is closed.
+FIRST_LINE_SECONDS = 30.0
+
+
 def check_first_line(line: bytes) -> str | None:
     """Why the laptop's first control line may not cross, or None if it may."""
     try:
@@ -89,29 +94,40 @@ async def serve_terminal_control(mux: Mux, stream: MuxStream, session: str) -> N
         return
     mux.opened(stream)
     try:
-        try:
-            first = await first_line(stream)
-        except ValueError as exc:
-            await _refuse(stream, "too_long", str(exc))
+        passed = await _gate(stream, session)
+        if passed is None:
             channel.close()
             return
-        if first is None:
-            channel.close()
-            stream.write_eof()
-            return
-        line, rest = first
-        why = check_first_line(line)
-        if why is not None:
-            log.info("remote.control_refused", session=session, error=why)
-            await _refuse(stream, "malformed" if "JSON" in why else "not_over_the_link", why)
-            channel.close()
-            return
-        await channel.send(line + rest)
+        await channel.send(passed)
     except (ConnectionError, OSError):
         channel.abort()
         stream.reset("the control connection failed")
         return
     await splice(channel, stream)
+
+
+async def _gate(stream: MuxStream, session: str) -> bytes | None:
+    """The bytes to pass on (the first line and what followed it) if the first line is
+    a terminal op; else None, the stream answered or ended."""
+    try:
+        async with asyncio.timeout(FIRST_LINE_SECONDS):
+            first = await first_line(stream)
+    except ValueError as exc:
+        await _refuse(stream, "too_long", str(exc))
+        return None
+    except TimeoutError:
+        stream.reset(f"no control line within {FIRST_LINE_SECONDS:g} s")
+        return None
+    if first is None:
+        stream.write_eof()
+        return None
+    line, rest = first
+    why = check_first_line(line)
+    if why is not None:
+        log.info("remote.control_refused", session=session, error=why)
+        await _refuse(stream, "malformed" if "JSON" in why else "not_over_the_link", why)
+        return None
+    return line + rest
 
 
 async def _refuse(stream: MuxStream, code: str, error: str) -> None:

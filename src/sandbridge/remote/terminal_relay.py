@@ -39,6 +39,8 @@ from sandbridge.terminals.control_line import refusal_line
 
 # The first line only names a session: a few dozen bytes.
 MAX_FIRST_LINE = 1024
+# A command sends its first line at once; one that does not is not waited on.
+FIRST_LINE_SECONDS = 10.0
 # Connections waiting to be accepted; each CLI command makes one.
 BACKLOG = 16
 _PEERCRED = struct.Struct("3i")
@@ -127,17 +129,18 @@ class TerminalRelay:
         client refused or gone) otherwise."""
         try:
             buffered = b""
-            while b"\n" not in buffered and len(buffered) <= MAX_FIRST_LINE:
-                data = await channel.read()
-                if not data:
-                    channel.close()
-                    return None
-                buffered += data
+            async with asyncio.timeout(FIRST_LINE_SECONDS):
+                while b"\n" not in buffered and len(buffered) <= MAX_FIRST_LINE:
+                    data = await channel.read()
+                    if not data:
+                        channel.close()
+                        return None
+                    buffered += data
             line, _, rest = buffered.partition(b"\n")
             return parse_first_line(line[: MAX_FIRST_LINE + 1]), rest
         except ValueError as exc:
             await self._refuse(channel, "malformed", str(exc))
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, TimeoutError):
             channel.abort()
         return None
 
