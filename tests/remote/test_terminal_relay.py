@@ -359,3 +359,20 @@ def test_a_far_session_or_machine_that_is_not_there_is_refused_naming_it(
         unknown = laptop.cli("terminal", "request", "elsewhere:box", "--no-wait")
         assert unknown.returncode == 2
         assert "no sandbridge connect serves a machine named 'elsewhere'" in unknown.stderr
+
+
+def test_a_command_while_the_link_is_down_is_refused_saying_so(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    switch = tmp_path / "far-is-up"
+    switch.touch()
+    # The --via command reaches serve-stdio only while the switch file exists.
+    via = shlex.join(["sh", "-c", f"test -e {switch} && exec {far.serve_stdio}"])
+    with laptop_of(tmp_path, via) as laptop:
+        switch.unlink()
+        [serve] = _serve_stdio_pids(laptop.connect)
+        os.kill(serve, signal.SIGKILL)
+        laptop.connect.process.wait_line("sandbridge: far: link lost", "stderr")
+        down = laptop.cli("terminal", "list", "far:box")
+        assert down.returncode == 2
+        assert "the link to far is down: reconnecting" in down.stderr

@@ -99,7 +99,7 @@ def _request(
     # The id is the far session's: it must name the session asked, whatever it says.
     parse_request_id(far_id)
     if far_id.rpartition(":")[0] != place.session:
-        raise SandbridgeError(f"{place} answered a request id of another session: {far_id!r}")
+        raise SandbridgeError(f"{place} answered a request id of another session: {far_id!r:.80}")
     return place.request_id(far_id)
 
 
@@ -167,8 +167,8 @@ def cmd_key(args: argparse.Namespace) -> int:
 def cmd_trust_owner(args: argparse.Namespace) -> int:
     path = keys.trust_owner(args.public_key, args.name)
     _say(
-        f"approvals signed by {args.public_key[:16]}... now open terminals into this "
-        f"machine's sessions ({path}; delete its line to take that back)"
+        f"approvals signed by {args.public_key[:16]}... are now admitted by this machine's "
+        f"sessions ({path}; delete its line to take that back)"
     )
     return 0
 

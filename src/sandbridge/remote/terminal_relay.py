@@ -150,16 +150,18 @@ class TerminalRelay:
         mux = self._mux()
         try:
             if mux is None or mux.closed is not None:
-                raise ConnectionResetError("it is down; reconnecting")
+                raise ConnectionResetError("reconnecting")
             return await mux.open_control(session)
         except ConnectionRefusedError as exc:
             await self._refuse(channel, "far_refused", f"{self.name} refused: {exc}")
         except (ConnectionError, RemoteWireError) as exc:
-            await self._refuse(channel, "link_down", f"the link to {self.name} failed: {exc}")
+            await self._refuse(channel, "link_down", f"the link to {self.name} is down: {exc}")
         return None
 
     async def _refuse(self, channel: Channel, code: str, error: str) -> None:
+        """Answer in the broker's place; the client may still be sending its control
+        line, which is read and dropped (a close would reset the refusal away)."""
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             await channel.send(refusal_line(code, error))
-            await channel.drain()
+            await channel.linger_close()
         channel.close()

@@ -141,7 +141,14 @@ def parse_answer(line: bytes) -> dict[str, Any]:
 def call(session: str | Place, message: dict[str, Any]) -> dict[str, Any]:
     """Send one control request to ``session`` (a local session's name, or a
     :class:`Place`); return its answer or raise ControlError."""
-    with connect(session) as sock, sock.makefile("rwb") as file:
-        file.write(json.dumps(message).encode() + b"\n")
-        file.flush()
-        return parse_answer(file.readline(MAX_ANSWER))
+    with connect(session) as sock:
+        # A relay that refuses at once (the link down) may have stopped reading: its
+        # answer still waits to be read.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(json.dumps(message).encode() + b"\n")
+        with sock.makefile("rb") as file:
+            try:
+                line = file.readline(MAX_ANSWER)
+            except ConnectionResetError:
+                line = b""
+        return parse_answer(line)
