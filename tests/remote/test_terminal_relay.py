@@ -20,7 +20,7 @@ import pytest
 
 from sandbridge.remote.terminal_relay import parse_first_line
 from sandbridge.terminals.keys import create_key, public_hex
-from tests.conftest import PYTHON, SANDBRIDGE
+from tests.conftest import PYTHON, REPO, SANDBRIDGE
 from tests.remote.test_connect import (
     Laptop,
     _fds,
@@ -51,6 +51,8 @@ def test_the_first_line_must_name_a_session(line: bytes, refusal: str) -> None:
 def test_parse_first_line_names_the_session() -> None:
     assert parse_first_line(b'{"session":"s-1a2b3c"}') == "s-1a2b3c"
 
+
+HOSTILE_FAR = REPO / "tests" / "apps" / "hostile_far.py"
 
 # Typed in the far terminal and printed by it: must never cross the link in the clear.
 SECRET = "PLAINTEXT-MARKER"
@@ -260,6 +262,10 @@ def test_killing_the_link_mid_terminal_ends_it_and_the_far_audit_says_why(
         laptop.connect.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
         assert _listening_ports(pid) == listening_before
         _wait_until(lambda: _fds(pid) <= fds_before)
+        runtime = Path(laptop.env["XDG_RUNTIME_DIR"])
+        assert [path.name for path in runtime.rglob("control.sock")] == ["control.sock"]
+    # connect's own control socket goes with it.
+    assert list(runtime.rglob("control.sock")) == []
 
 
 def test_the_owner_opens_a_far_shell_in_one_step(far: FarMachine, tmp_path: Path) -> None:
@@ -376,3 +382,34 @@ def test_a_command_while_the_link_is_down_is_refused_saying_so(
         down = laptop.cli("terminal", "list", "far:box")
         assert down.returncode == 2
         assert "the link to far is down: reconnecting" in down.stderr
+
+
+def _hostile_laptop(tmp_path: Path, mode: str) -> LaptopUser:
+    return LaptopUser(tmp_path, shlex.join([PYTHON, str(HOSTILE_FAR), mode]))
+
+
+def test_a_far_side_lying_about_requests_is_refused_in_one_line(tmp_path: Path) -> None:
+    laptop = _hostile_laptop(tmp_path, "lies")
+    try:
+        listed = laptop.cli("terminal", "list", "far:evil")
+        assert listed.returncode == 2
+        assert "far:evil listed a request of another session: 'other:0123abcd'" in listed.stderr
+        requested = laptop.cli("terminal", "request", "far:evil", "--no-wait")
+        assert requested.returncode == 2
+        assert "the session sent a malformed answer (KeyError" in requested.stderr
+        assert "Traceback" not in requested.stderr
+    finally:
+        laptop.stop()
+
+
+def test_a_far_listing_cannot_drive_the_owners_terminal(tmp_path: Path) -> None:
+    laptop = _hostile_laptop(tmp_path, "escape")
+    try:
+        listed = laptop.cli("terminal", "list", "far:evil")
+        assert listed.returncode == 0, listed.stderr
+        assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
+        assert "far:evil:0123abcd  pending?[2J  ?]0;pwned?aaaaaa...  -  look?[31m here" in (
+            listed.stdout
+        )
+    finally:
+        laptop.stop()
