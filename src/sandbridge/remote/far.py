@@ -17,6 +17,9 @@ just sent is opened: a session of another user, an ended session, a port that is
 a registered app of that session, a private app (its token stays on the far machine),
 or a session whose runtime dir is not a private dir of this user is refused with the
 reason, and nothing else is touched.
+
+A control stream (``OPEN`` with ``"control":"terminal"``) is served by
+``remote/far_terminals.py``: the session's own control socket, terminal ops only.
 """
 
 from __future__ import annotations

@@ -81,9 +81,13 @@ class TerminalRelay:
         try:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
-            with short_path(self.path) as short:
-                listener.bind(str(short))
-            os.chmod(self.path, 0o600)
+            try:
+                with short_path(self.path) as short:
+                    listener.bind(str(short))
+                os.chmod(self.path, 0o600)
+            except OSError as exc:  # the apps still work; terminals say there is no socket
+                log.warning("remote.control_socket_failed", path=str(self.path), error=str(exc))
+                return
             listener.listen(BACKLOG)
             listener.setblocking(False)
             loop = asyncio.get_running_loop()
