@@ -24,6 +24,7 @@ from tests.conftest import (
     processes_with,
     request,
     run_argv,
+    start_daemon,
 )
 
 # The test apps live in the checkout, which may itself be under /tmp (private inside).
@@ -363,3 +364,30 @@ def test_unprivileged_user_runs_a_session(backend: str, nobody: Nobody) -> None:
     finally:
         assert process.stop() == 128 + signal.SIGTERM
     assert list(nobody.xdg.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", ["standalone", "daemon"])
+def test_a_runtime_dir_too_long_for_a_socket_path_is_refused_naming_it(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 80 bytes: the daemon's socket (sandbridge-UID/daemon.sock) still fits in the 107
+    # bytes a Unix socket path may have, a session's relay.sock under it does not.
+    xdg = tmp_path / ("x" * (79 - len(str(tmp_path))))
+    assert len(str(xdg)) == 80
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    work = tmp_path / "work"
+    work.mkdir()
+    daemon = start_daemon() if mode == "daemon" else None
+    try:
+        result = run_to_end("bwrap", work, "echo ran")
+    finally:
+        if daemon is not None:
+            daemon.stop()
+    assert result.returncode == 2, result.stderr
+    assert "ran" not in result.stdout
+    assert f"{xdg}/ags-webview-relay-" in result.stderr
+    assert "/relay.sock: " in result.stderr
+    assert "bytes, longer than the 107 a Unix socket's path may have; set XDG_RUNTIME_DIR " \
+        "to a shorter directory" in result.stderr  # fmt: skip
+    assert "Traceback" not in result.stderr

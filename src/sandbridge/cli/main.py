@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import resource
 import signal
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
@@ -35,8 +37,8 @@ from sandbridge.protocol.contract import (
     MOUNT_POINT,
 )
 from sandbridge.protocol.publish_rules import PublishAction
-from sandbridge.relay.app_listener import App
-from sandbridge.relay.upstream import ForwardingMode
+from sandbridge.relay.app import App
+from sandbridge.relay.settings import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.host_paths import exposure
@@ -44,7 +46,7 @@ from sandbridge.sandbox.mounts import Mount, parse_mount
 from sandbridge.sandbox.project import private_files, project_root, secrets_file_warning
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
-from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.options import SessionOptions
 from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
 from sandbridge.session.served import connect as connect_daemon
 
@@ -140,17 +142,22 @@ def _print_session(entry: SessionEntry) -> None:
 
 
 def _spec_factory(
-    args: argparse.Namespace, command: list[str], policy: Policy | None = None
+    args: argparse.Namespace,
+    command: list[str],
+    policy: Policy | None = None,
+    root: Path | None = None,
 ) -> tuple[Callable[[Path], SandboxSpec], Protection]:
     """The spec for each runtime dir, and the session's protected paths (placeholders not
-    yet created: :meth:`Protection.create_placeholders` does that, for a real run)."""
+    yet created: :meth:`Protection.create_placeholders` does that, for a real run).
+    ``root``: the project root, when the caller has already asked git for it."""
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
     mounts = [parse_mount(v, True) for v in args.bind] + [
         parse_mount(v, False) for v in args.ro_bind
     ]
-    policy = network_cli.policy(args, workdir) if policy is None else policy
+    root = project_root(workdir) if root is None else root
+    policy = network_cli.policy(args, workdir, root) if policy is None else policy
     env = {**policy.sandbox_env(), **parse_env(args.env)}
     network = network_cli.sandbox_network(args, policy)
     # Built first, so that a layout exposing sandbridge's own host paths is refused before
@@ -158,7 +165,7 @@ def _spec_factory(
     # are decided (sandbox/host_paths.py); each session only sets its runtime dir.
     unprotected = SandboxSpec(
         # The secrets file and every other file of .sandbridge/ but the policy.
-        hidden_files=private_files(project_root(workdir)),
+        hidden_files=private_files(root),
         command=command,
         workdir=workdir,
         runtime_dir=Path(MOUNT_POINT),
@@ -170,7 +177,7 @@ def _spec_factory(
     )
     protection = protected_paths.decide(
         [Mount(workdir, workdir, writable=True), *mounts],
-        project_root(workdir),
+        root,
         home=_owner_home(),
         protect=[(setting.value, setting.source) for setting in policy.protect],
     )
@@ -208,10 +215,11 @@ def _run_session(
     # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
     # The soft limit only: the sandbox inherits it and may raise it for its own processes.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
-    spec_factory, protection = _spec_factory(args, command, policy)
+    workdir = (args.workdir or Path.cwd()).resolve()
+    root = project_root(workdir)
+    policy = network_cli.policy(args, workdir, root)
+    spec_factory, protection = _spec_factory(args, command, policy, root)
     network_cli.announce(policy)
-    root = project_root((args.workdir or Path.cwd()).resolve())
     unignored = secrets_file_warning(root)
     _warn(unignored)
     protection.create_placeholders()
@@ -221,7 +229,7 @@ def _run_session(
                 spec_factory,
                 backend,
                 SessionOptions(
-                    workdir=(args.workdir or Path.cwd()).resolve(),
+                    workdir=workdir,
                     name=args.name,
                     protocol=ForwardingMode.STREAM,
                     settings=dataclasses.replace(
@@ -365,7 +373,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The commands this module defines itself; the other groups' modules are imported only
+# for their own commands (or for --help), not for a ``run``.
+OWN_COMMANDS = frozenset({"run", "demo", "host", "ls"})
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command`` (the word after ``sandbridge``) one of
+    :data:`OWN_COMMANDS`, without the other command groups."""
     parser = argparse.ArgumentParser(
         prog="sandbridge", description="Narrow, audited bridges across a Linux sandbox boundary."
     )
@@ -419,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls = commands.add_parser("ls", help="list running sessions and their apps")
     ls.add_argument("--json", action="store_true", help="print JSON for scripts")
     ls.set_defaults(func=cmd_ls)
+    if command in OWN_COMMANDS:
+        return parser
 
     network_cli.add_status_command(commands)
 
@@ -448,7 +465,8 @@ def _raise_descriptor_limit() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(words[0] if words else None).parse_args(argv)
     _raise_descriptor_limit()
     log.setup(verbose=getattr(args, "verbose", False))
     try:
@@ -458,5 +476,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def entry_point() -> NoReturn:
+    """The ``sandbridge`` command: :func:`main`, then out with its status without the
+    interpreter's teardown of every module it imported, which costs a ``run`` more than
+    its own work after the sandbox ended (docs/benchmarks.md). What it printed is
+    flushed first; an exception (argparse's exit among them) leaves the usual way."""
+    status = main()
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: let the interpreter report it as it always did
+        sys.exit(status)
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

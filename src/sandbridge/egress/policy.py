@@ -58,7 +58,8 @@ MAX_NAME_LENGTH = 253
 DEFAULT = "default"
 T = TypeVar("T")
 _LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A variable name (policy env = lines, the secrets file, what the survey reads).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 
 
@@ -344,7 +345,7 @@ def _parse_url_form(value: str, where: str) -> UrlForm:
 def _parse_env(value: str, where: str) -> EnvSetting:
     name, equals, setting = value.partition("=")
     name = name.strip()
-    if not equals or not _ENV_NAME.fullmatch(name):
+    if not equals or not ENV_NAME.fullmatch(name):
         raise PolicyError(f"{where}: expected 'env = NAME=VALUE', got a value for {name!r}")
     return EnvSetting(name, setting.strip(), where)
 

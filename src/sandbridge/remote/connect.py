@@ -37,8 +37,8 @@ from sandbridge.places.remotes import CONTROL, RemoteAppRecord, RemoteEntry
 from sandbridge.protocol.remote_wire import FarApp, Role
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.channel import Channel
-from sandbridge.relay.settings import RelaySettings, SessionScope
-from sandbridge.relay.upstream import UNIX_BUFFER_BYTES, ForwardingMode, UpstreamConnector
+from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
+from sandbridge.relay.upstream import UNIX_BUFFER_BYTES, UpstreamConnector
 from sandbridge.remote.mux import Mux
 from sandbridge.remote.splice import splice
 from sandbridge.remote.terminal_relay import TerminalRelay

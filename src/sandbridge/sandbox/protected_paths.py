@@ -503,7 +503,8 @@ def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, i
         project_root: project_root if project_root in seen else None
     }
     for mount in decision.writable:
-        anchors.setdefault(mount.source, decision.git.toplevel(mount.source))
+        if mount.source not in anchors:  # the project root's is known: no git to ask
+            anchors[mount.source] = decision.git.toplevel(mount.source)
     for top in tops:
         anchors.setdefault(top, top)
     for anchor, anchor_top in anchors.items():

@@ -18,6 +18,7 @@ from sandbridge.protocol.contract import (
     UPSTREAM_SOCKET_ENV,
 )
 from sandbridge.sandbox import host_paths
+from sandbridge.sandbox.commands import COMMANDS_DIR, OPEN_COMMAND
 from sandbridge.sandbox.host_paths import Guard, Layer
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.network import SandboxNetwork
@@ -26,14 +27,6 @@ from sandbridge.sandbox.network import SandboxNetwork
 # the host's socket paths) stays outside unless named with --env.
 PASSED_ENV = ("PATH", "TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM", "NO_COLOR")
 PASSED_ENV_PREFIXES = ("LC_",)
-# sandbridge's own commands inside (``ags-webview-url``, ``sandbridge-open`` and the
-# browser shims that lead to it), in a directory that holds nothing else, on ``/run`` (a
-# private tmpfs inside; the sandbox entry writes them). Only this directory goes before
-# the owner's PATH: the bin directory of sandbridge's environment would put its
-# ``python3`` and ``pip`` ahead of the project's own virtualenv.
-COMMANDS_DIR = "/run/sandbridge/bin"
-# What ``$BROWSER`` names inside: Python's webbrowser and most CLIs look here first.
-OPEN_COMMAND = "sandbridge-open"
 
 
 @dataclass(frozen=True)

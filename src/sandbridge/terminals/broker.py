@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
+from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.unix_sockets import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.exceptions import (
     ApprovalRefused,
     ControlRefusal,

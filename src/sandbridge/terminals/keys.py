@@ -18,6 +18,7 @@ import nacl.signing
 
 from sandbridge.exceptions import KeyFileError
 from sandbridge.private_dir import make_private_dir
+from sandbridge.terminals.config_dir import config_dir
 
 OWNER_KEY = "owner.key"
 REQUESTERS = "requesters"
@@ -32,12 +33,6 @@ MAX_KEY_FILE_BYTES = 256
 MAX_REQUESTERS_FILE_BYTES = 64 * 1024
 # A requester's name (its line's comment) as the dashboard shows it: a name, not a note.
 MAX_NAME_CHARS = 64
-
-
-def config_dir() -> Path:
-    """``${XDG_CONFIG_HOME:-~/.config}/sandbridge``."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "sandbridge"
 
 
 def owner_key_path() -> Path:
