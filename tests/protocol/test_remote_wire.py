@@ -21,6 +21,7 @@ from sandbridge.protocol.remote_wire import (
     Hello,
     Kind,
     LinkState,
+    OpenControl,
     Opened,
     OpenStream,
     Refused,
@@ -144,6 +145,16 @@ def test_diff_apps_names_added_and_gone() -> None:
 
 
 # (who receives, frames before, the malformed frame, what the refusal names)
+def test_a_control_stream_is_opened_by_session_and_carries_data() -> None:
+    laptop, far = pair()
+    stream, opening = laptop.send_open_control("web")
+    assert far.receive(opening) == [OpenControl(stream, "web")]
+    assert laptop.receive(far.send_opened(stream)) == [Opened(stream)]
+    assert far.receive(laptop.send_data(stream, b'{"op":"list"}\n')) == [
+        Data(stream, b'{"op":"list"}\n')
+    ]
+
+
 MALFORMED = [
     ("far", b"", frame(Kind.OPEN, 1, b"{}"), "first frame must be HELLO, not OPEN"),
     ("far", b"", frame(99, 0), "unknown frame kind 99"),
@@ -188,6 +199,30 @@ MALFORMED = [
         "OPEN for stream 5: ids must go up",
     ),
     ("far", hello(), frame(Kind.DATA, 7, b"x"), "DATA for stream 7, which was never opened"),
+    (
+        "far",
+        hello(),
+        frame(Kind.OPEN, 1, b'{"session":"web","control":"shell"}'),
+        "OPEN 1: control must be 'terminal' and alone, got 'shell'",
+    ),
+    (
+        "far",
+        hello(),
+        frame(Kind.OPEN, 1, b'{"session":"web","control":"terminal","port":80}'),
+        "OPEN 1: control must be 'terminal' and alone, got 'terminal'",
+    ),
+    (
+        "far",
+        hello(),
+        frame(Kind.OPEN, 1, b'{"session":"../x","control":"terminal"}'),
+        "OPEN 1: session must be a session name, got '../x'",
+    ),
+    (
+        "laptop",
+        hello("far"),
+        frame(Kind.OPEN, 1, b'{"session":"web","control":"terminal"}'),
+        "far side may not send OPEN",
+    ),
     (
         "far",
         hello() + frame(Kind.OPEN, 1, b'{"session":"web","port":80}'),

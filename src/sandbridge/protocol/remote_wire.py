@@ -14,7 +14,9 @@ HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first f
 APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}]}]}``;
                  stream 0; the whole list, again after every change (added and gone
                  apps are the difference: :func:`diff_apps`)
-OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app
+OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app; or
+                 ``{"session":..,"control":"terminal"}``: a byte stream to that
+                 session's terminal control socket (:class:`OpenControl`)
 OPENED    far    empty: the stream is open, data may flow both ways
 REFUSED   far    UTF-8 reason: the stream was not opened (and is forgotten)
 DATA      both   bytes of the stream, at most :data:`MAX_DATA_BYTES`, within credit
@@ -75,6 +77,9 @@ MAX_REASON_BYTES = 1024
 # as a local app's connections, so a hostile laptop cannot make the far side hold more.
 MAX_STREAMS = 1024
 MAX_STREAM_ID = 2**32 - 1
+# The one control an OPEN may ask for instead of an app port: a session's terminal
+# control socket (list, request, approve, deny, revoke, attach), docs/remote.md.
+CONTROL_TERMINAL = "terminal"
 
 
 class Kind(enum.IntEnum):
@@ -145,6 +150,14 @@ class OpenStream:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenControl:
+    """A stream to ``session``'s terminal control (one control conversation)."""
+
+    stream: int
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
 class Opened:
     stream: int
 
@@ -179,7 +192,18 @@ class Reset:
     reason: str
 
 
-Event = Hello | Apps | OpenStream | Opened | Refused | Data | Credited | EndOfStream | Reset
+Event = (
+    Hello
+    | Apps
+    | OpenStream
+    | OpenControl
+    | Opened
+    | Refused
+    | Data
+    | Credited
+    | EndOfStream
+    | Reset
+)
 
 
 def diff_apps(
@@ -298,6 +322,13 @@ class LinkState:
 
     def send_open(self, session: str, port: int) -> tuple[int, bytes]:
         """A new stream to ``session``'s app on ``port``: its id and the OPEN frame."""
+        return self._send_open({"session": session, "port": port})
+
+    def send_open_control(self, session: str) -> tuple[int, bytes]:
+        """A new stream to ``session``'s terminal control: its id and the OPEN frame."""
+        return self._send_open({"session": session, "control": CONTROL_TERMINAL})
+
+    def _send_open(self, message: dict[str, Any]) -> tuple[int, bytes]:
         if len(self._streams) >= MAX_STREAMS:
             raise RemoteWireError(f"already {MAX_STREAMS} streams open on this link")
         if self._last_opened >= MAX_STREAM_ID:
@@ -305,7 +336,7 @@ class LinkState:
         self._last_opened += 1
         stream = self._last_opened
         self._streams[stream] = _Stream(_Phase.OPENING)
-        return stream, _frame(Kind.OPEN, stream, encode_object({"session": session, "port": port}))
+        return stream, _frame(Kind.OPEN, stream, encode_object(message))
 
     def send_opened(self, stream: int) -> bytes:
         self._streams[stream].phase = _Phase.OPEN
@@ -480,7 +511,7 @@ class LinkState:
         self._hello_seen = True
         return Hello(self._peer)
 
-    def _open(self, stream: int, payload: bytes) -> OpenStream:
+    def _open(self, stream: int, payload: bytes) -> OpenStream | OpenControl:
         if stream <= self._last_opened:
             raise RemoteWireError(
                 f"OPEN for stream {stream}: ids must go up (the last was {self._last_opened})"
@@ -489,10 +520,19 @@ class LinkState:
             raise RemoteWireError(f"OPEN for stream {stream}: already {MAX_STREAMS} streams open")
         message = _json(Kind.OPEN, payload)
         session = _session_name(message.get("session"), f"OPEN {stream}")
-        port = _port(message.get("port"), f"OPEN {stream}")
+        event: OpenStream | OpenControl
+        if "control" in message:
+            if message["control"] != CONTROL_TERMINAL or "port" in message:
+                raise RemoteWireError(
+                    f"OPEN {stream}: control must be {CONTROL_TERMINAL!r} and alone, "
+                    f"got {message.get('control')!r:.80}"
+                )
+            event = OpenControl(stream, session)
+        else:
+            event = OpenStream(stream, session, _port(message.get("port"), f"OPEN {stream}"))
         self._last_opened = stream
         self._streams[stream] = _Stream(_Phase.OPENING)
-        return OpenStream(stream, session, port)
+        return event
 
     def _forget_if_done(self, stream: int, state: _Stream) -> None:
         if not state.sending and not state.receiving:

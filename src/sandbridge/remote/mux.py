@@ -123,7 +123,7 @@ class Mux:
         link: Link,
         role: wire.Role,
         on_apps: Callable[[tuple[wire.FarApp, ...]], None] | None = None,
-        on_open: Callable[[MuxStream, wire.OpenStream], None] | None = None,
+        on_open: Callable[[MuxStream, wire.OpenStream | wire.OpenControl], None] | None = None,
     ) -> None:
         self.link = link
         self.state = wire.LinkState(role)
@@ -216,7 +216,16 @@ class Mux:
         ConnectionRefusedError with the far side's reason if it refuses."""
         if self._closed is not None:
             raise ConnectionResetError(self._closed)
-        stream_id, frames = self.state.send_open(session, port)
+        return await self._open(*self.state.send_open(session, port))
+
+    async def open_control(self, session: str) -> MuxStream:
+        """Open a stream to ``session``'s terminal control socket (the laptop's side);
+        raise ConnectionRefusedError with the far side's reason if it refuses."""
+        if self._closed is not None:
+            raise ConnectionResetError(self._closed)
+        return await self._open(*self.state.send_open_control(session))
+
+    async def _open(self, stream_id: int, frames: bytes) -> MuxStream:
         stream = self._streams[stream_id] = MuxStream(self, stream_id)
         self.write_now(frames)
         try:
@@ -258,7 +267,7 @@ class Mux:
                 if self._on_apps is not None:
                     self._on_apps(event.apps)
                 continue
-            if isinstance(event, wire.OpenStream):
+            if isinstance(event, wire.OpenStream | wire.OpenControl):
                 stream = self._streams[event.stream] = MuxStream(self, event.stream)
                 if self._on_open is None:
                     self.refuse(stream, "this side opens no streams")
