@@ -26,6 +26,7 @@ import enum
 import ipaddress
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,13 +265,21 @@ def parse_entry(text: str, where: str) -> _RawEntry:
 
 def _lines(path: Path, label: str) -> Iterable[tuple[str, str]]:
     """Non-blank, non-comment lines of ``path`` with their ``label:line`` position."""
+    # Never through a link, nor from a FIFO or a device: a repository can carry a
+    # `.sandbridge/allow` that links to any file the owner can read, and a parse error
+    # would print its first line.
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_POLICY_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return
     except OSError as exc:
+        if path.is_symlink():
+            raise PolicyError(f"{label}: a symbolic link; make it a plain file") from None
         raise PolicyError(f"{label}: cannot read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PolicyError(f"{label}: not a regular file; make it a plain file")
+        raw = file.read(MAX_POLICY_FILE_BYTES + 1)
     if len(raw) > MAX_POLICY_FILE_BYTES:
         raise PolicyError(f"{label}: larger than {MAX_POLICY_FILE_BYTES} bytes")
     try:
