@@ -48,6 +48,7 @@ from sandbridge.relay import local_peer
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.doorstep import Doorstep, refuse
 from sandbridge.relay.exchange_io import (
     Exchange,
     finish_body,
@@ -113,6 +114,8 @@ class AppListener:
         self._heads: dict[str, ConnectionHeads] = {}
         # App connections left idle by finished browser connections (start() makes it).
         self._pool: AppConnectionPool | None = None
+        # Accepted connections that have sent nothing yet (start() makes it).
+        self._doorstep: Doorstep | None = None
 
     @property
     def app(self) -> App:
@@ -135,6 +138,7 @@ class AppListener:
             return await self.start()
         self.host_port = self._server.sockets[0].getsockname()[1]
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
+        self._doorstep = Doorstep(self.settings.keepalive_timeout, self._start, self._silent)
         self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
         if self.settings.private:
@@ -150,6 +154,10 @@ class AppListener:
         """Stop listening and drop every connection."""
         if self._server is not None:
             self._server.close()
+        if self._doorstep is not None:
+            for channel in self._doorstep.close():  # no task to release them
+                self._release(channel)
+                channel.abort()
         for channel in list(self._connections):
             channel.abort()
         for tunnel in list(self._tunnels):
@@ -163,30 +171,35 @@ class AppListener:
             self.scope.remove_app(self.origin)
 
     def _accept(self, channel: Channel) -> None:
-        assert channel.transport is not None
-        if not local_peer.is_owners_connection(channel.transport, self.host_port):
+        """A new connection: the owner's, and within the limits, waits on the doorstep
+        (counted from now on) until its first bytes start its task (:meth:`_start`)."""
+        assert channel.transport is not None and self._doorstep is not None
+        peer = local_peer.owners_peer(channel.transport, self.host_port)
+        if peer is None:
             channel.transport.abort()  # another user's: dropped before it counts anywhere
             return
-        self._tasks.spawn(self._serve(channel))
-
-    async def _serve(self, channel: Channel) -> None:  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
         scope = self.scope
         if (
             len(self._connections) >= self.settings.max_connections_per_app
             or scope.connections >= self.settings.max_connections
         ):
-            log.debug("connection.refused", port=self.host_port, reason="connection limit")
-            with contextlib.suppress(OSError):
-                channel.write(error_response(503, "too many open connections to this relay"))
-                await channel.linger_close()
-            channel.abort()
+            self._tasks.spawn(refuse(channel, self.host_port))
             return
         self._connections.add(channel)
         scope.connections += 1
-        assert channel.transport is not None
-        peer = channel.transport.get_extra_info("peername")
-        client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
-        assert self.origin is not None
+        self._doorstep.wait(channel, peer[0])
+
+    def _start(self, channel: Channel, client_host: str) -> None:
+        self._tasks.spawn(self._serve(channel, client_host))
+
+    def _silent(self, channel: Channel) -> None:
+        """Nothing arrived within the keep-alive timeout: closed, as an idle connection."""
+        self._release(channel)
+        channel.close()
+
+    async def _serve(self, channel: Channel, client_host: str) -> None:  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
+        scope = self.scope
+        assert self.origin is not None and channel.transport is not None
         heads = self._heads.get(client_host)
         if heads is None:
             heads = ConnectionHeads(
@@ -201,10 +214,12 @@ class AppListener:
         browser = BrowserConnection(channel, heads)
         upstream: UpstreamConnection | None = None
         tunnelled = False
-        lane = KeepAliveLane(browser, scope, self.gate)
+        lane: KeepAliveLane | None = None  # made for the connection's second request
         try:
             while True:
                 if upstream is not None and lane_can_start(browser, upstream):
+                    if lane is None:
+                        lane = KeepAliveLane(browser, scope, self.gate)
                     end = await lane.run(upstream)
                     if end is LaneEnd.IDLE_TIMEOUT:
                         break
@@ -273,11 +288,14 @@ class AppListener:
         if browser.events:
             return browser.events.popleft()
         if not browser.parser.in_head:
-            try:
-                with browser.watchdog.limit(self.settings.keepalive_timeout):
-                    data = await browser.channel.read()
-            except TimeoutError:
-                return None
+            if browser.channel.has_data():  # a new connection's first request: here already
+                data = await browser.channel.read()
+            else:
+                try:
+                    with browser.watchdog.limit(self.settings.keepalive_timeout):
+                        data = await browser.channel.read()
+                except TimeoutError:
+                    return None
             if not data:
                 return None
             browser.events.extend(browser.parser.feed(data))

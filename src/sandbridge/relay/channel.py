@@ -131,6 +131,10 @@ class Channel(asyncio.Protocol):
             or transport.is_closing()
         )
 
+    def has_data(self) -> bool:
+        """Whether received bytes wait for :meth:`read` (which then returns at once)."""
+        return bool(self._chunks)
+
     def at_end(self) -> bool:
         """Whether the peer closed or reset the connection."""
         return self._eof
