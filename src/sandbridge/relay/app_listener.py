@@ -42,7 +42,7 @@ from sandbridge.protocol.http.parser import (
     RequestHead,
     ResponseHead,
 )
-from sandbridge.protocol.http.private_access import AccessGate, redirect_response
+from sandbridge.protocol.http.private_access import AccessGate
 from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay import local_peer
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
@@ -51,6 +51,8 @@ from sandbridge.relay.channel import Channel
 from sandbridge.relay.doorstep import Doorstep, refuse
 from sandbridge.relay.exchange_io import (
     Exchange,
+    admit,
+    bad_gateway,
     finish_body,
     no_response,
     pump_request_body,
@@ -248,10 +250,14 @@ class AppListener:
                     break
                 if not isinstance(event, RequestHead):
                     raise HttpError(400, "request body without a request")
-                if self.gate is not None and not await self._admit(browser, event):
+                if self.gate is not None and not await admit(
+                    browser, self.gate, event, self.settings.header_timeout
+                ):
                     continue
                 request = heads.request(event, scope.origins)
-                exchange, upstream = await self._exchange(browser, event, request, upstream)
+                if lane is None:
+                    lane = KeepAliveLane(browser, scope, self.gate)
+                exchange, upstream = await self._exchange(browser, event, request, upstream, lane)
                 if exchange.tunnelled:
                     tunnelled = True  # the connection lives on in a Tunnel
                     break
@@ -309,30 +315,13 @@ class AppListener:
                 408, f"request head not complete within {self.settings.header_timeout:g} s"
             ) from None
 
-    async def _admit(self, browser: BrowserConnection, head: RequestHead) -> bool:
-        """Private apps: exchange the one-time token for the cookie, or refuse (403)."""
-        assert self.gate is not None
-        redirect = self.gate.check(head.target, head.headers)
-        if redirect is None:
-            return True
-        try:
-            with browser.watchdog.limit(self.settings.header_timeout):
-                event = await browser.next_event()
-        except TimeoutError:
-            raise HttpError(
-                408, f"request not complete within {self.settings.header_timeout:g} s"
-            ) from None
-        if event is not MESSAGE_END:
-            raise HttpError(400, "the token exchange takes no request body")
-        await browser.send(redirect_response(redirect))
-        return False
-
     async def _exchange(
         self,
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection | None,
+        lane: KeepAliveLane,
     ) -> tuple[Exchange, UpstreamConnection | None]:
         """One request and its response; returns how the connections continue."""
         # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
@@ -350,7 +339,7 @@ class AppListener:
             ):
                 parked = self._pool.take()
                 if parked is not None:
-                    result = await self._run_exchange(browser, head, request, parked, None, True)
+                    result = await self._run_exchange(browser, head, request, parked, lane, True)
                     if result is not None:
                         return result
                     # The app closed the parked connection instead of answering (its own
@@ -373,7 +362,7 @@ class AppListener:
                 )
                 return Exchange(keep_browser=keep), None
             upstream = UpstreamConnection(*opened)
-        result = await self._run_exchange(browser, head, request, upstream, None)
+        result = await self._run_exchange(browser, head, request, upstream, lane)
         assert result is not None
         return result
 
@@ -384,7 +373,9 @@ class AppListener:
         head, request = lane.head, lane.request
         assert head is not None and request is not None
         if lane.end is LaneEnd.CONTINUE:
-            result = await self._run_exchange(browser, head, request, upstream, lane.events)
+            result = await self._run_exchange(
+                browser, head, request, upstream, None, resumed=lane.events
+            )
             assert result is not None
             return result
         upstream.channel.abort()
@@ -398,11 +389,14 @@ class AppListener:
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection,
-        resumed: collections.deque[Event] | None,
+        lane: KeepAliveLane | None,
         parked: bool = False,
+        resumed: collections.deque[Event] | None = None,
     ) -> tuple[Exchange, UpstreamConnection | None] | None:
-        """Send the request and relay the response; ``resumed``: the lane sent the
-        request (bodiless) and read these response events already. ``None``: the
+        """Send the request and relay the response; ``lane``: a bodiless request's
+        response may be relayed from the read callback (:meth:`KeepAliveLane.relay_one`);
+        ``resumed``: the lane sent the request (bodiless) and read these response
+        events already. ``None``: the
         connection came from the pool (``parked``) and the app closed it before any of
         a response; nothing was sent to the browser, and the request may go again."""
         exchange = Exchange()
@@ -418,9 +412,17 @@ class AppListener:
             ):
                 # A request without a body (most are): nothing to pump, no task to run,
                 # and no future standing in for one (a future and an await per request).
-                upstream.channel.write(request.head)
                 browser.events.popleft()
-                await self._relay_response(browser, head, request, upstream, exchange, None)
+                if lane is not None and not head.upgrade and not upstream.pending:
+                    # Its response's first read goes to the browser from the callback.
+                    rest = await lane.relay_one(upstream, head, request, exchange)
+                    if rest is not None:  # the rest as the task reads it
+                        await self._relay_response(
+                            browser, head, request, upstream, exchange, None, rest
+                        )
+                else:
+                    upstream.channel.write(request.head)
+                    await self._relay_response(browser, head, request, upstream, exchange, None)
             else:
                 upstream.channel.write(request.head)
                 await self._exchange_with_body(browser, head, request, upstream, exchange)
@@ -476,18 +478,7 @@ class AppListener:
         force_close: bool = False,
     ) -> Exchange:
         log.debug("upstream.failed", port=self.host_port, app_port=self.port, reason=reason)
-        keep = (
-            not force_close
-            and request.framing is Framing.NONE
-            and not request.upgrade
-            and head.keep_alive
-            and head.version == "1.1"
-        )
-        if keep:
-            event = await browser.next_event()  # the MESSAGE_END of a bodiless request
-            keep = event is MESSAGE_END
-        await browser.send(error_response(502, reason, keep_alive=keep))
-        return Exchange(keep_browser=keep)
+        return await bad_gateway(browser, head, request, reason, force_close)
 
     async def _relay_response(  # noqa: PLR0912, PLR0913, PLR0915  (the response loop of the data path; split, it costs a frame per event)
         self,

@@ -13,8 +13,10 @@ from sandbridge.protocol.http.forwarding import (
     Framing,
     UpstreamRequest,
     encode_chunk,
+    error_response,
 )
-from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk
+from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, RequestHead
+from sandbridge.protocol.http.private_access import AccessGate, redirect_response
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.upstream import UpstreamConnection
 
@@ -99,3 +101,45 @@ async def pump_request_body(
             exchange.body_sent += len(event.data)
         else:
             raise HttpError(400, "unexpected event in request body")
+
+
+async def admit(
+    browser: BrowserConnection, gate: AccessGate, head: RequestHead, header_timeout: float
+) -> bool:
+    """Private apps: exchange the one-time token for the cookie, or refuse (403)."""
+    redirect = gate.check(head.target, head.headers)
+    if redirect is None:
+        return True
+    try:
+        with browser.watchdog.limit(header_timeout):
+            event = await browser.next_event()
+    except TimeoutError:
+        raise HttpError(408, f"request not complete within {header_timeout:g} s") from None
+    if event is not MESSAGE_END:
+        raise HttpError(400, "the token exchange takes no request body")
+    await browser.send(redirect_response(redirect))
+    return False
+
+
+async def bad_gateway(
+    browser: BrowserConnection,
+    head: RequestHead,
+    request: UpstreamRequest,
+    reason: str,
+    force_close: bool = False,
+) -> Exchange:
+    """A 502 for an exchange the app failed; the browser connection stays open when
+    nothing of the request is left unread and the browser keeps it (``force_close``
+    not set)."""
+    keep = (
+        not force_close
+        and request.framing is Framing.NONE
+        and not request.upgrade
+        and head.keep_alive
+        and head.version == "1.1"
+    )
+    if keep:
+        event = await browser.next_event()  # the MESSAGE_END of a bodiless request
+        keep = event is MESSAGE_END
+    await browser.send(error_response(502, reason, keep_alive=keep))
+    return Exchange(keep_browser=keep)

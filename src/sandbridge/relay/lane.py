@@ -29,7 +29,7 @@ import asyncio
 import collections
 import enum
 
-from sandbridge.exceptions import HttpError
+from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import decide_response
 from sandbridge.protocol.http.forwarding import Framing, UpstreamRequest
 from sandbridge.protocol.http.parser import (
@@ -42,6 +42,7 @@ from sandbridge.protocol.http.parser import (
 from sandbridge.protocol.http.private_access import TOKEN_PARAM, AccessGate
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.exchange_io import Exchange, no_response
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.upstream import UpstreamConnection
 
@@ -90,18 +91,58 @@ class KeepAliveLane:
         self.keep_browser = False
         self.reuse_upstream = False
         self.error: Exception | None = None
+        self.answering = False  # the response's first bytes went to the browser
+        self._one = False  # relay_one: end after this exchange's response
 
     async def run(self, upstream: UpstreamConnection) -> LaneEnd:
         """Relay exchanges until one needs the task; say why."""
+        self.in_flight = False
+        self._browser.channel.lane = self
+        return await self._wait(upstream, self._settings.keepalive_timeout)
+
+    async def relay_one(
+        self,
+        upstream: UpstreamConnection,
+        head: RequestHead,
+        request: UpstreamRequest,
+        exchange: Exchange,
+    ) -> collections.deque[Event] | None:
+        """Send the task's bodiless ``request`` and relay its response from the read
+        callback, as for a request the lane read itself (a new connection's first
+        exchange: its response reaches the browser before the task wakes).
+
+        ``None``: the response is relayed, and ``exchange`` says how the connections go
+        on. Otherwise the response events read so far, for the task to carry on from
+        (:meth:`~sandbridge.relay.app_listener.AppListener._relay_response`); a failure
+        is raised as the task's own reads raise it (:class:`UpstreamError`, the reader's
+        :class:`HttpError`, a lost connection's :class:`OSError`).
+        """
+        self._one, self.in_flight = True, False
+        try:
+            self._send(upstream, head, request)
+            end = await self._wait(upstream, self._settings.response_timeout)
+        finally:
+            self._one = False
+        exchange.response_started = self.answering
+        if end is LaneEnd.DONE:
+            exchange.keep_browser, exchange.reuse_upstream = self.keep_browser, self.reuse_upstream
+            return None
+        if end is LaneEnd.CONTINUE:
+            return self.events
+        if end is LaneEnd.RESPONSE_TIMEOUT:
+            raise UpstreamError(no_response(self._settings.response_timeout))
+        assert self.error is not None  # UPSTREAM_FAILED, ERROR
+        raise self.error
+
+    async def _wait(self, upstream: UpstreamConnection, timeout: float) -> LaneEnd:
         browser = self._browser
         self._upstream = upstream
-        self.end, self.in_flight, self.error = None, False, None
+        self.end, self.error, self.answering = None, None, False
         self.events = collections.deque()
         self._waiter = asyncio.get_running_loop().create_future()
-        browser.channel.lane = self
         upstream.channel.lane = self
         try:
-            with browser.watchdog.limit(self._settings.keepalive_timeout):
+            with browser.watchdog.limit(timeout):
                 await self._waiter
         except TimeoutError:
             if self.end is None:
@@ -170,12 +211,17 @@ class KeepAliveLane:
             self._finish(LaneEnd.FALLBACK)
             return
         assert upstream is not None and isinstance(head, RequestHead)
+        self._send(upstream, head, request)
+        browser.watchdog.limit(self._settings.response_timeout)
+
+    def _send(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
         upstream.expect_response(head.method)
         upstream.channel.write(request.head)
         self.head, self.request, self.in_flight = head, request, True
         # A pipelined request waits in the channel until this exchange is over.
-        browser.channel.lane = None
-        browser.watchdog.limit(self._settings.response_timeout)
+        self._browser.channel.lane = None
 
     def _takes(self, head: RequestHead, upstream: UpstreamConnection) -> bool:
         """Whether the lane relays this whole bodiless request head: no upgrade (the
@@ -233,6 +279,7 @@ class KeepAliveLane:
             final, self.head, self._browser.heads, close_delimited=reader.close_delimited
         )
         browser = self._browser.channel
+        self.answering = True
         if body or decision.end:
             browser.write(b"".join([decision.head, *map(decision.body, body), decision.end]))
         else:
@@ -242,7 +289,8 @@ class KeepAliveLane:
         self.reuse_upstream = decision.reuse_upstream(reader.extra_data)
         upstream.answered(self.reuse_upstream)
         if (
-            self.keep_browser
+            not self._one
+            and self.keep_browser
             and self.reuse_upstream
             and browser.ready_for_exchange()
             and not self._browser.parser.in_head  # (a pipelined head began: its timeout)
