@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
+from sandbridge.aio.watchdog import Watchdog
 from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import ResponseDecision, decide_response
 from sandbridge.protocol.http.forwarding import (
@@ -59,7 +60,7 @@ from sandbridge.relay.exchange_io import (
     read_awaiting_response,
     read_response_body,
 )
-from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
+from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start, send_first
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
@@ -103,6 +104,7 @@ class AppListener:
         self.settings = self.scope.settings
         self.gate: AccessGate | None = None
         self.host_port = 0
+        self._address = ("127.0.0.1", 0)
         self.origin: AppOrigin | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Channel] = set()
@@ -139,6 +141,7 @@ class AppListener:
                 raise
             return await self.start()
         self.host_port = self._server.sockets[0].getsockname()[1]
+        self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
         self._doorstep = Doorstep(self.settings.keepalive_timeout, self._start, self._silent)
         self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
@@ -176,7 +179,7 @@ class AppListener:
         """A new connection: the owner's, and within the limits, waits on the doorstep
         (counted from now on) until its first bytes start its task (:meth:`_start`)."""
         assert channel.transport is not None and self._doorstep is not None
-        peer = local_peer.owners_peer(channel.transport, self.host_port)
+        peer = local_peer.owners_peer(channel.transport, self.host_port, self._address)
         if peer is None:
             channel.transport.abort()  # another user's: dropped before it counts anywhere
             return
@@ -192,16 +195,9 @@ class AppListener:
         self._doorstep.wait(channel, peer[0])
 
     def _start(self, channel: Channel, client_host: str) -> None:
-        self._tasks.spawn(self._serve(channel, client_host))
-
-    def _silent(self, channel: Channel) -> None:
-        """Nothing arrived within the keep-alive timeout: closed, as an idle connection."""
-        self._release(channel)
-        channel.close()
-
-    async def _serve(self, channel: Channel, client_host: str) -> None:  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
-        scope = self.scope
-        assert self.origin is not None and channel.transport is not None
+        """A connection's first bytes (or its end) arrived: its task starts, and its
+        first request, if it may go at once, goes to the app first (:func:`send_first`)."""
+        assert self.origin is not None
         heads = self._heads.get(client_host)
         if heads is None:
             heads = ConnectionHeads(
@@ -214,14 +210,39 @@ class AppListener:
             if len(self._heads) < SHARED_HEADS:
                 self._heads[client_host] = heads
         browser = BrowserConnection(channel, heads)
+        lane = KeepAliveLane(browser, self.scope, self.gate)
+        sent = None
+        if self.gate is None and self._pool is not None and channel.has_data():
+            sent = send_first(browser, lane, self._pool, self.scope.origins)
+        task = self._tasks.spawn(self._serve(browser, lane, sent))
+        browser.watchdog = Watchdog(task)  # before the task or the lane can use it
+
+    def _silent(self, channel: Channel) -> None:
+        """Nothing arrived within the keep-alive timeout: closed, as an idle connection."""
+        self._release(channel)
+        channel.close()
+
+    async def _serve(  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
+        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
+    ) -> None:
+        """``sent``: the app connection the first request went out on (:meth:`_start`)."""
+        scope, channel, heads = self.scope, browser.channel, browser.heads
+        assert channel.transport is not None
         upstream: UpstreamConnection | None = None
         tunnelled = False
-        lane: KeepAliveLane | None = None  # made for the connection's second request
         try:
             while True:
+                if sent is not None:
+                    head, request = lane.head, lane.request
+                    assert head is not None and request is not None
+                    exchange, upstream = await self._exchange(
+                        browser, head, request, None, lane, sent
+                    )
+                    sent = None
+                    if not exchange.keep_browser:
+                        break
+                    continue
                 if upstream is not None and lane_can_start(browser, upstream):
-                    if lane is None:
-                        lane = KeepAliveLane(browser, scope, self.gate)
                     end = await lane.run(upstream)
                     if end is LaneEnd.IDLE_TIMEOUT:
                         break
@@ -255,8 +276,6 @@ class AppListener:
                 ):
                     continue
                 request = heads.request(event, scope.origins)
-                if lane is None:
-                    lane = KeepAliveLane(browser, scope, self.gate)
                 exchange, upstream = await self._exchange(browser, event, request, upstream, lane)
                 if exchange.tunnelled:
                     tunnelled = True  # the connection lives on in a Tunnel
@@ -293,6 +312,8 @@ class AppListener:
         already (read with the previous request, or by the lane) gets only the latter."""
         if browser.events:
             return browser.events.popleft()
+        if browser.failed is not None:
+            raise browser.failed
         if not browser.parser.in_head:
             if browser.channel.has_data():  # a new connection's first request: here already
                 data = await browser.channel.read()
@@ -315,15 +336,17 @@ class AppListener:
                 408, f"request head not complete within {self.settings.header_timeout:g} s"
             ) from None
 
-    async def _exchange(
+    async def _exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
         self,
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection | None,
         lane: KeepAliveLane,
+        sent: UpstreamConnection | None = None,
     ) -> tuple[Exchange, UpstreamConnection | None]:
-        """One request and its response; returns how the connections continue."""
+        """One request and its response; returns how the connections continue.
+        ``sent``: the parked app connection the lane sent the request on already."""
         # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
         # has not taken yet: a new exchange never starts on it. This is also what bounds
         # the heads the host holds for an app that does not read them: one.
@@ -331,15 +354,17 @@ class AppListener:
             if upstream is not None:
                 upstream.channel.abort()
                 upstream = None
-            if (
+            if sent is not None or (
                 self._pool
                 and may_retry(head, request)
                 and browser.events
                 and browser.events[0] is MESSAGE_END
             ):
-                parked = self._pool.take()
+                parked = sent if sent is not None or self._pool is None else self._pool.take()
                 if parked is not None:
-                    result = await self._run_exchange(browser, head, request, parked, lane, True)
+                    result = await self._run_exchange(
+                        browser, head, request, parked, lane, True, sent is not None
+                    )
                     if result is not None:
                         return result
                     # The app closed the parked connection instead of answering (its own
@@ -383,7 +408,7 @@ class AppListener:
         reason = no_response(self.settings.response_timeout) if timed_out else str(lane.error)
         return await self._bad_gateway(browser, head, request, reason, force_close=True), None
 
-    async def _run_exchange(  # noqa: PLR0913  (one exchange's parts, as _relay_response takes them)
+    async def _run_exchange(  # noqa: PLR0912, PLR0913  (one exchange's parts, as _relay_response takes them)
         self,
         browser: BrowserConnection,
         head: RequestHead,
@@ -391,6 +416,7 @@ class AppListener:
         upstream: UpstreamConnection,
         lane: KeepAliveLane | None,
         parked: bool = False,
+        sent: bool = False,
         resumed: collections.deque[Event] | None = None,
     ) -> tuple[Exchange, UpstreamConnection | None] | None:
         """Send the request and relay the response; ``lane``: a bodiless request's
@@ -405,17 +431,18 @@ class AppListener:
                 await self._relay_response(
                     browser, head, request, upstream, exchange, None, resumed
                 )
-            elif (
+            elif sent or (
                 request.framing is Framing.NONE
                 and browser.events
                 and browser.events[0] is MESSAGE_END
             ):
                 # A request without a body (most are): nothing to pump, no task to run,
                 # and no future standing in for one (a future and an await per request).
-                browser.events.popleft()
-                if lane is not None and not head.upgrade and not upstream.pending:
+                if not sent:
+                    browser.events.popleft()
+                if lane is not None and (sent or not (head.upgrade or upstream.pending)):
                     # Its response's first read goes to the browser from the callback.
-                    rest = await lane.relay_one(upstream, head, request, exchange)
+                    rest = await lane.relay_one(upstream, head, request, exchange, sent)
                     if rest is not None:  # the rest as the task reads it
                         await self._relay_response(
                             browser, head, request, upstream, exchange, None, rest

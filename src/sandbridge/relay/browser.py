@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 from sandbridge.aio.watchdog import Watchdog
+from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.forwarding import ConnectionHeads
 from sandbridge.protocol.http.parser import Event, RequestReader
 from sandbridge.relay.channel import Channel
@@ -14,13 +15,17 @@ class BrowserConnection:
     """The browser side of one connection: a socket, its request reader and the
     translation of its heads."""
 
+    # Every timeout of this connection's task (keep-alive, header, response): set by
+    # whoever starts the task, as it starts it.
+    watchdog: Watchdog
+
     def __init__(self, channel: Channel, heads: ConnectionHeads) -> None:
         self.channel = channel
         self.parser = RequestReader()
         self.events: collections.deque[Event] = collections.deque()
         self.heads = heads
-        # Every timeout of this connection's task (keep-alive, header, response).
-        self.watchdog = Watchdog()
+        # A refusal of what was read before the task ran, for the task to send.
+        self.failed: HttpError | None = None
 
     async def next_event(self) -> Event | None:
         """The next request event, reading as needed; ``None`` at end of stream."""

@@ -160,7 +160,14 @@ class Channel(asyncio.Protocol):
                 if self._exception is not None:
                     raise self._exception
                 return b""
+        return self.take()
+
+    def take(self) -> bytes:
+        """What :meth:`read` returns when bytes are waiting (:meth:`has_data`): all of
+        them, at once; ``b""`` if there are none."""
         chunks = self._chunks
+        if not chunks:
+            return b""
         data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._buffered = 0

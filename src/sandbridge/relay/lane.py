@@ -40,6 +40,7 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import TOKEN_PARAM, AccessGate
+from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.exchange_io import Exchange, no_response
@@ -60,6 +61,45 @@ class LaneEnd(enum.Enum):
 
 
 _TOKEN = TOKEN_PARAM.encode()
+
+
+def send_first(
+    browser: BrowserConnection,
+    lane: KeepAliveLane,
+    pool: AppConnectionPool,
+    origins: frozenset[bytes],
+) -> UpstreamConnection | None:
+    """A new connection's first bytes, read in the callback that received them: a whole
+    bodiless request that may take a parked app connection (the pool's rule,
+    :func:`may_retry`) is sent on one now, before the connection's task exists, and the
+    lane takes its response (:meth:`KeepAliveLane.send`); returns that app connection.
+
+    Anything else is left for the task, which goes on as if it had read the bytes
+    itself: the events in ``browser.events``, a refusal in ``browser.failed``. (A
+    private app's requests are the task's: its gate is checked there.)"""
+    try:
+        events = browser.parser.feed(browser.channel.take())
+    except HttpError as exc:
+        browser.failed = exc
+        return None
+    browser.events.extend(events)
+    head = events[0] if len(events) == 2 and events[1] is MESSAGE_END else None
+    if not isinstance(head, RequestHead) or head.upgrade:
+        return None
+    try:
+        request = browser.heads.request(head, origins)
+    except HttpError:
+        return None  # the task translates it again, and refuses it
+    upstream = pool.take() if may_retry(head, request) else None
+    if upstream is None:
+        return None  # the task opens one (or takes one, for a request it may repeat)
+    try:
+        lane.send(upstream, head, request)
+    except OSError:
+        upstream.channel.abort()
+        return None  # (the app closed it just now) the task opens one
+    browser.events.clear()
+    return upstream
 
 
 def lane_can_start(browser: BrowserConnection, upstream: UpstreamConnection) -> bool:
@@ -96,9 +136,19 @@ class KeepAliveLane:
 
     async def run(self, upstream: UpstreamConnection) -> LaneEnd:
         """Relay exchanges until one needs the task; say why."""
+        self._attach(upstream)
         self.in_flight = False
         self._browser.channel.lane = self
-        return await self._wait(upstream, self._settings.keepalive_timeout)
+        return await self._wait(self._settings.keepalive_timeout)
+
+    def send(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
+        """Send a bodiless ``request`` on ``upstream`` and take its response from the
+        read callback from now on; :meth:`relay_one` (``sent``) waits for it."""
+        self._one, self.in_flight = True, False
+        self._send(upstream, head, request)
+        self._attach(upstream)
 
     async def relay_one(
         self,
@@ -106,10 +156,11 @@ class KeepAliveLane:
         head: RequestHead,
         request: UpstreamRequest,
         exchange: Exchange,
+        sent: bool = False,
     ) -> collections.deque[Event] | None:
-        """Send the task's bodiless ``request`` and relay its response from the read
-        callback, as for a request the lane read itself (a new connection's first
-        exchange: its response reaches the browser before the task wakes).
+        """Send the task's bodiless ``request`` (unless :meth:`send` did: ``sent``) and
+        relay its response from the read callback, as for a request the lane read
+        itself: the response reaches the browser before the task wakes.
 
         ``None``: the response is relayed, and ``exchange`` says how the connections go
         on. Otherwise the response events read so far, for the task to carry on from
@@ -117,10 +168,10 @@ class KeepAliveLane:
         is raised as the task's own reads raise it (:class:`UpstreamError`, the reader's
         :class:`HttpError`, a lost connection's :class:`OSError`).
         """
-        self._one, self.in_flight = True, False
         try:
-            self._send(upstream, head, request)
-            end = await self._wait(upstream, self._settings.response_timeout)
+            if not sent:
+                self.send(upstream, head, request)
+            end = await self._wait(self._settings.response_timeout)
         finally:
             self._one = False
         exchange.response_started = self.answering
@@ -134,23 +185,29 @@ class KeepAliveLane:
         assert self.error is not None  # UPSTREAM_FAILED, ERROR
         raise self.error
 
-    async def _wait(self, upstream: UpstreamConnection, timeout: float) -> LaneEnd:
-        browser = self._browser
+    def _attach(self, upstream: UpstreamConnection) -> None:
         self._upstream = upstream
         self.end, self.error, self.answering = None, None, False
         self.events = collections.deque()
-        self._waiter = asyncio.get_running_loop().create_future()
         upstream.channel.lane = self
+
+    async def _wait(self, timeout: float) -> LaneEnd:
+        """Until the lane ends (it may have ended already: a response that came before
+        the task ran), or ``timeout``."""
+        browser, upstream = self._browser, self._upstream
+        assert upstream is not None
         try:
-            with browser.watchdog.limit(timeout):
-                await self._waiter
+            if self.end is None:
+                self._waiter = asyncio.get_running_loop().create_future()
+                with browser.watchdog.limit(timeout):
+                    await self._waiter
         except TimeoutError:
             if self.end is None:
                 self.end = LaneEnd.RESPONSE_TIMEOUT if self.in_flight else LaneEnd.IDLE_TIMEOUT
         finally:
+            self._waiter = None
             browser.channel.lane = None
             upstream.channel.lane = None
-            self._waiter = None
         assert self.end is not None
         return self.end
 

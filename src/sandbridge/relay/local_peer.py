@@ -158,10 +158,15 @@ def is_owners_connection(transport: asyncio.BaseTransport, port: int) -> bool:
     return owners_peer(transport, port) is not None
 
 
-def owners_peer(transport: asyncio.BaseTransport, port: int) -> tuple[str, int] | None:
+def owners_peer(
+    transport: asyncio.BaseTransport, port: int, local: tuple[str, int] | None = None
+) -> tuple[str, int] | None:
     """:func:`is_owners_connection`, answered with the client's address (the owner's
-    connection) or ``None`` (anyone else's, or unknown): what the listener goes on with."""
-    local = transport.get_extra_info("sockname")
+    connection) or ``None`` (anyone else's, or unknown): what the listener goes on with.
+    ``local``: the connection's own address where the listener knows it (it is bound to
+    one address and port), which saves asking the kernel."""
+    if local is None:
+        local = transport.get_extra_info("sockname")
     remote = transport.get_extra_info("peername")
     owners = shared_owners()
     uid = None
