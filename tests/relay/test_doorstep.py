@@ -90,3 +90,33 @@ def test_a_first_request_in_pieces_is_served(capped: Relay, app_port: int) -> No
             answer += chunk
     assert status_of(answer) == 200
     assert b'"path": "/x"' in answer
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        b"POST /cut HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+        b"GET /half HTTP/1.1\r\nHo",
+        b"GET /bad HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+    ],
+    ids=["mid-body", "mid-head", "refused"],
+)
+def test_what_a_connection_leaves_unfinished_never_reaches_the_next(
+    capped: Relay, app_port: int, cut: bytes
+) -> None:
+    """New connections reuse the request readers of finished ones: one that ended
+    mid-request, or refused, is not reused, and the next connection reads as new."""
+    port = host_port_of(capped.register(app_port))
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(cut.replace(b"{host}", host_field(port)))
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):  # the relay closes it (after a refusal, if any)
+                pass
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(get(port, "Connection: close\r\n"))
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert status_of(answer) == 200, answer
+        assert b'"path": "/x"' in answer

@@ -41,6 +41,7 @@ from sandbridge.protocol.http.parser import (
     BodyChunk,
     Event,
     RequestHead,
+    RequestReader,
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import AccessGate
@@ -55,6 +56,7 @@ from sandbridge.relay.exchange_io import (
     admit,
     bad_gateway,
     finish_body,
+    next_head,
     no_response,
     pump_request_body,
     read_awaiting_response,
@@ -116,6 +118,8 @@ class AppListener:
         # response are usually the last one's again (ConnectionHeads is synchronous and
         # its results are never changed in place, so sharing it changes no result).
         self._heads: dict[str, ConnectionHeads] = {}
+        # Request readers finished connections left between two requests, for new ones.
+        self._readers: list[RequestReader] = []
         # App connections left idle by finished browser connections (start() makes it).
         self._pool: AppConnectionPool | None = None
         # Accepted connections that have sent nothing yet (start() makes it).
@@ -209,7 +213,8 @@ class AppListener:
             )
             if len(self._heads) < SHARED_HEADS:
                 self._heads[client_host] = heads
-        browser = BrowserConnection(channel, heads)
+        readers = self._readers
+        browser = BrowserConnection(channel, heads, readers.pop() if readers else None)
         lane = KeepAliveLane(browser, self.scope, self.gate)
         sent = None
         if self.gate is None and self._pool is not None and channel.has_data():
@@ -266,7 +271,7 @@ class AppListener:
                         if not exchange.keep_browser:
                             break
                         continue
-                event = await self._next_head(browser)
+                event = await next_head(browser, self.settings)
                 if event is None:
                     break
                 if not isinstance(event, RequestHead):
@@ -296,6 +301,10 @@ class AppListener:
                     self._pool.park(upstream)  # only if idle; closed otherwise
                 else:
                     upstream.channel.abort()
+            parser = browser.parser
+            if not (tunnelled or browser.events) and parser.reusable() and len(self._readers) < 16:
+                parser.forget()
+                self._readers.append(parser)
             if not tunnelled:
                 self._release(channel)
                 channel.abort() if channel.transport.is_closing() else channel.close()
@@ -305,36 +314,6 @@ class AppListener:
         """A browser connection is over: it no longer counts against the limits."""
         self.scope.connections -= 1
         self._connections.discard(channel)
-
-    async def _next_head(self, browser: BrowserConnection) -> Event | None:
-        """Wait for the next request: idle up to the keep-alive timeout, then the head
-        must be complete within the header timeout (a 408 otherwise); a head begun
-        already (read with the previous request, or by the lane) gets only the latter."""
-        if browser.events:
-            return browser.events.popleft()
-        if browser.failed is not None:
-            raise browser.failed
-        if not browser.parser.in_head:
-            if browser.channel.has_data():  # a new connection's first request: here already
-                data = await browser.channel.read()
-            else:
-                try:
-                    with browser.watchdog.limit(self.settings.keepalive_timeout):
-                        data = await browser.channel.read()
-                except TimeoutError:
-                    return None
-            if not data:
-                return None
-            browser.events.extend(browser.parser.feed(data))
-            if browser.events:  # the usual case: the whole head came in one read
-                return browser.events.popleft()
-        try:
-            with browser.watchdog.limit(self.settings.header_timeout):
-                return await browser.next_event()
-        except TimeoutError:
-            raise HttpError(
-                408, f"request head not complete within {self.settings.header_timeout:g} s"
-            ) from None
 
     async def _exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
         self,

@@ -19,9 +19,12 @@ class BrowserConnection:
     # whoever starts the task, as it starts it.
     watchdog: Watchdog
 
-    def __init__(self, channel: Channel, heads: ConnectionHeads) -> None:
+    def __init__(
+        self, channel: Channel, heads: ConnectionHeads, parser: RequestReader | None = None
+    ) -> None:
+        """``parser``: a reader another connection left reusable, else a new one."""
         self.channel = channel
-        self.parser = RequestReader()
+        self.parser = RequestReader() if parser is None else parser
         self.events: collections.deque[Event] = collections.deque()
         self.heads = heads
         # A refusal of what was read before the task ran, for the task to send.

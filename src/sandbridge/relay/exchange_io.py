@@ -1,6 +1,7 @@
 """The task's reads and writes of one exchange on the data path
-(:class:`~sandbridge.relay.app_listener.AppListener`): what an exchange ended with,
-the request body passed on, and the app's reads under the response timeout."""
+(:class:`~sandbridge.relay.app_listener.AppListener`): the next request head under the
+keep-alive and header timeouts, a private app's token exchange, what an exchange ended
+with, the request body passed on, the app's reads under the response timeout, a 502."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from sandbridge.protocol.http.forwarding import (
     encode_chunk,
     error_response,
 )
-from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, RequestHead
+from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, Event, RequestHead
 from sandbridge.protocol.http.private_access import AccessGate, redirect_response
 from sandbridge.relay.browser import BrowserConnection
+from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import UpstreamConnection
 
 
@@ -35,6 +37,37 @@ class Exchange:
 def no_response(response_timeout: float) -> str:
     """Why an exchange failed whose app sent nothing within the response timeout."""
     return f"app sent no response within {response_timeout:g} s"
+
+
+async def next_head(browser: BrowserConnection, settings: RelaySettings) -> Event | None:
+    """Wait for the next request: idle up to the keep-alive timeout, then the head
+    must be complete within the header timeout (a 408 otherwise); a head begun
+    already (read with the previous request, or by the lane) gets only the latter."""
+    if browser.events:
+        return browser.events.popleft()
+    if browser.failed is not None:
+        raise browser.failed
+    if not browser.parser.in_head:
+        if browser.channel.has_data():  # a new connection's first request: here already
+            data = await browser.channel.read()
+        else:
+            try:
+                with browser.watchdog.limit(settings.keepalive_timeout):
+                    data = await browser.channel.read()
+            except TimeoutError:
+                return None
+        if not data:
+            return None
+        browser.events.extend(browser.parser.feed(data))
+        if browser.events:  # the usual case: the whole head came in one read
+            return browser.events.popleft()
+    try:
+        with browser.watchdog.limit(settings.header_timeout):
+            return await browser.next_event()
+    except TimeoutError:
+        raise HttpError(
+            408, f"request head not complete within {settings.header_timeout:g} s"
+        ) from None
 
 
 async def read_awaiting_response(
