@@ -221,6 +221,8 @@ class AppListener:
             sent = send_first(browser, lane, self._pool, self.scope.origins)
         task = self._tasks.spawn(self._serve(browser, lane, sent))
         browser.watchdog = Watchdog(task)  # before the task or the lane can use it
+        if sent is not None:  # a task cancelled before it ran (close()) drops it too
+            task.add_done_callback(lambda _: lane.drop(sent))
 
     def _silent(self, channel: Channel) -> None:
         """Nothing arrived within the keep-alive timeout: closed, as an idle connection."""

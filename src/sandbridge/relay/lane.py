@@ -185,6 +185,12 @@ class KeepAliveLane:
         assert self.error is not None  # UPSTREAM_FAILED, ERROR
         raise self.error
 
+    def drop(self, upstream: UpstreamConnection) -> None:
+        """Close ``upstream`` if the lane still holds it (no task took it over)."""
+        if upstream.channel.lane is self:
+            upstream.channel.lane = None
+            upstream.channel.abort()
+
     def _attach(self, upstream: UpstreamConnection) -> None:
         self._upstream = upstream
         self.end, self.error, self.answering = None, None, False
