@@ -25,11 +25,9 @@ from dataclasses import dataclass
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.watchdog import Watchdog
 from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import ResponseDecision, decide_response
 from sandbridge.protocol.http.forwarding import (
-    ConnectionHeads,
     Framing,
     UpstreamRequest,
     build_browser_response,
@@ -41,16 +39,15 @@ from sandbridge.protocol.http.parser import (
     BodyChunk,
     Event,
     RequestHead,
-    RequestReader,
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import AccessGate
 from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay import local_peer
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
+from sandbridge.relay.arrivals import Arrivals
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
-from sandbridge.relay.doorstep import Doorstep, refuse
 from sandbridge.relay.exchange_io import (
     Exchange,
     admit,
@@ -62,7 +59,7 @@ from sandbridge.relay.exchange_io import (
     read_awaiting_response,
     read_response_body,
 )
-from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start, send_first
+from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
@@ -71,8 +68,6 @@ from sandbridge.relay.v1_exchange import exchange_v1
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
 # while bounding what one connection can hold per direction.
 READ_BYTES = 256 * 1024
-# Client addresses whose translation of heads is shared (all loopback: one, usually).
-SHARED_HEADS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +108,10 @@ class AppListener:
         self._tunnels: set[Tunnel] = set()
         # One task per browser connection, owned here: close() ends them.
         self._tasks = TaskSet()
-        # The translation of heads, with its memory of the last head each way, shared by
-        # the connections from one client address: a new connection's first request and
-        # response are usually the last one's again (ConnectionHeads is synchronous and
-        # its results are never changed in place, so sharing it changes no result).
-        self._heads: dict[str, ConnectionHeads] = {}
-        # Request readers finished connections left between two requests, for new ones.
-        self._readers: list[RequestReader] = []
         # App connections left idle by finished browser connections (start() makes it).
         self._pool: AppConnectionPool | None = None
-        # Accepted connections that have sent nothing yet (start() makes it).
-        self._doorstep: Doorstep | None = None
+        # How new connections reach their tasks (start() makes it).
+        self._arrivals: Arrivals | None = None
 
     @property
     def app(self) -> App:
@@ -136,6 +124,7 @@ class AppListener:
         loop = asyncio.get_running_loop()
         local_peer.shared_owners()
         port = 0 if origin is None else origin.host_port
+        self._arrivals = Arrivals(self)
         try:
             self._server = await loop.create_server(
                 lambda: Channel(READ_BYTES, on_made=self._accept), "127.0.0.1", port, backlog=512
@@ -147,7 +136,6 @@ class AppListener:
         self.host_port = self._server.sockets[0].getsockname()[1]
         self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
-        self._doorstep = Doorstep(self.settings.keepalive_timeout, self._start, self._silent)
         self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
         if self.settings.private:
@@ -163,10 +151,8 @@ class AppListener:
         """Stop listening and drop every connection."""
         if self._server is not None:
             self._server.close()
-        if self._doorstep is not None:
-            for channel in self._doorstep.close():  # no task to release them
-                self._release(channel)
-                channel.abort()
+        if self._arrivals is not None:
+            self._arrivals.close()  # the connections that have no task
         for channel in list(self._connections):
             channel.abort()
         for tunnel in list(self._tunnels):
@@ -180,59 +166,13 @@ class AppListener:
             self.scope.remove_app(self.origin)
 
     def _accept(self, channel: Channel) -> None:
-        """A new connection: the owner's, and within the limits, waits on the doorstep
-        (counted from now on) until its first bytes start its task (:meth:`_start`)."""
-        assert channel.transport is not None and self._doorstep is not None
-        peer = local_peer.owners_peer(channel.transport, self.host_port, self._address)
-        if peer is None:
-            channel.transport.abort()  # another user's: dropped before it counts anywhere
-            return
-        scope = self.scope
-        if (
-            len(self._connections) >= self.settings.max_connections_per_app
-            or scope.connections >= self.settings.max_connections
-        ):
-            self._tasks.spawn(refuse(channel, self.host_port))
-            return
-        self._connections.add(channel)
-        scope.connections += 1
-        self._doorstep.wait(channel, peer[0])
-
-    def _start(self, channel: Channel, client_host: str) -> None:
-        """A connection's first bytes (or its end) arrived: its task starts, and its
-        first request, if it may go at once, goes to the app first (:func:`send_first`)."""
-        assert self.origin is not None
-        heads = self._heads.get(client_host)
-        if heads is None:
-            heads = ConnectionHeads(
-                base_path=self.base_path,
-                origin=self.origin,
-                client_host=client_host,
-                sandbox_port=self.port,
-                private=self.gate is not None,
-            )
-            if len(self._heads) < SHARED_HEADS:
-                self._heads[client_host] = heads
-        readers = self._readers
-        browser = BrowserConnection(channel, heads, readers.pop() if readers else None)
-        lane = KeepAliveLane(browser, self.scope, self.gate)
-        sent = None
-        if self.gate is None and self._pool is not None and channel.has_data():
-            sent = send_first(browser, lane, self._pool, self.scope.origins)
-        task = self._tasks.spawn(self._serve(browser, lane, sent))
-        browser.watchdog = Watchdog(task)  # before the task or the lane can use it
-        if sent is not None:  # a task cancelled before it ran (close()) drops it too
-            task.add_done_callback(lambda _: lane.drop(sent))
-
-    def _silent(self, channel: Channel) -> None:
-        """Nothing arrived within the keep-alive timeout: closed, as an idle connection."""
-        self._release(channel)
-        channel.close()
+        assert self._arrivals is not None
+        self._arrivals.accept(channel)
 
     async def _serve(  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
         self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
     ) -> None:
-        """``sent``: the app connection the first request went out on (:meth:`_start`)."""
+        """``sent``: the app connection the first request went out on (:mod:`.arrivals`)."""
         scope, channel, heads = self.scope, browser.channel, browser.heads
         assert channel.transport is not None
         upstream: UpstreamConnection | None = None
@@ -303,10 +243,8 @@ class AppListener:
                     self._pool.park(upstream)  # only if idle; closed otherwise
                 else:
                     upstream.channel.abort()
-            parser = browser.parser
-            if not (tunnelled or browser.events) and parser.reusable() and len(self._readers) < 16:
-                parser.forget()
-                self._readers.append(parser)
+            if not tunnelled and self._arrivals is not None:
+                self._arrivals.give_back(browser)
             if not tunnelled:
                 self._release(channel)
                 channel.abort() if channel.transport.is_closing() else channel.close()

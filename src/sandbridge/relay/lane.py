@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+from collections.abc import Callable
 
 from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import decide_response
@@ -133,6 +134,9 @@ class KeepAliveLane:
         self.error: Exception | None = None
         self.answering = False  # the response's first bytes went to the browser
         self._one = False  # relay_one: end after this exchange's response
+        # Starts the connection's task when the lane ends: set while a first request
+        # is in flight before the task exists (the listener's in-flight doorstep).
+        self.start_task: Callable[[], None] | None = None
 
     async def run(self, upstream: UpstreamConnection) -> LaneEnd:
         """Relay exchanges until one needs the task; say why."""
@@ -226,11 +230,18 @@ class KeepAliveLane:
             self._upstream.channel.lane = None
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        start, self.start_task = self.start_task, None
+        if start is not None:
+            start()
+
+    def time_out(self) -> None:
+        """The response timeout passed before the connection's task existed."""
+        self._finish(LaneEnd.RESPONSE_TIMEOUT if self.in_flight else LaneEnd.IDLE_TIMEOUT)
 
     # Channel's Lane protocol ------------------------------------------------------------
 
     def received(self, channel: Channel, data: bytes) -> None:
-        if self._browser.watchdog.expired:
+        if self.start_task is None and self._browser.watchdog.expired:
             # The timeout fired in this loop turn and the task is being woken for it:
             # these bytes come too late. (A request read now would reach the app and
             # then be answered as if the app had timed out.)
