@@ -142,13 +142,15 @@ class Arrivals:
                 self._heads[client_host] = heads
         readers = self._readers
         browser = BrowserConnection(channel, heads, readers.pop() if readers else None)
-        lane = KeepAliveLane(browser, listener.scope, listener.gate)
-        sent = None
+        first = None
         if listener.gate is None and listener._pool is not None and channel.has_data():
-            sent = send_first(browser, lane, listener._pool, listener.scope.origins)
-        if sent is None:
+            first = send_first(browser, listener._pool, listener.scope.origins)
+        lane = KeepAliveLane(browser, listener.scope, listener.gate)
+        if first is None:
             self._spawn(browser, lane, None)
             return
+        sent = first[0]
+        lane.sent(*first)
         # Its task starts once the lane has relayed the response, or given up on it.
         self.in_flight.wait(channel, (browser, lane, sent))
         lane.start_task = functools.partial(self._relayed, browser, lane, sent)

@@ -65,15 +65,13 @@ _TOKEN = TOKEN_PARAM.encode()
 
 
 def send_first(
-    browser: BrowserConnection,
-    lane: KeepAliveLane,
-    pool: AppConnectionPool,
-    origins: frozenset[bytes],
-) -> UpstreamConnection | None:
+    browser: BrowserConnection, pool: AppConnectionPool, origins: frozenset[bytes]
+) -> tuple[UpstreamConnection, RequestHead, UpstreamRequest] | None:
     """A new connection's first bytes, read in the callback that received them: a whole
     bodiless request that may take a parked app connection (the pool's rule,
-    :func:`may_retry`) is sent on one now, before the connection's task exists, and the
-    lane takes its response (:meth:`KeepAliveLane.send`); returns that app connection.
+    :func:`may_retry`) is written to one now, before the connection's task (or even its
+    lane) exists; returns that app connection and the exchange, for
+    :meth:`KeepAliveLane.sent` (before the event loop runs anything else).
 
     Anything else is left for the task, which goes on as if it had read the bytes
     itself: the events in ``browser.events``, a refusal in ``browser.failed``. (A
@@ -95,12 +93,12 @@ def send_first(
     if upstream is None:
         return None  # the task opens one (or takes one, for a request it may repeat)
     try:
-        lane.send(upstream, head, request)
+        upstream.channel.write(request.head)
     except OSError:
         upstream.channel.abort()
         return None  # (the app closed it just now) the task opens one
     browser.events.clear()
-    return upstream
+    return upstream, head, request
 
 
 def lane_can_start(browser: BrowserConnection, upstream: UpstreamConnection) -> bool:
@@ -150,8 +148,16 @@ class KeepAliveLane:
     ) -> None:
         """Send a bodiless ``request`` on ``upstream`` and take its response from the
         read callback from now on; :meth:`relay_one` (``sent``) waits for it."""
-        self._one, self.in_flight = True, False
-        self._send(upstream, head, request)
+        upstream.channel.write(request.head)
+        self.sent(upstream, head, request)
+
+    def sent(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
+        """``request`` was just written on ``upstream``: take its response from the read
+        callback (call it before the event loop runs anything else)."""
+        self._one = True
+        self._sent(upstream, head, request)
         self._attach(upstream)
 
     async def relay_one(
@@ -291,8 +297,13 @@ class KeepAliveLane:
     def _send(
         self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
     ) -> None:
+        upstream.channel.write(request.head)  # first: nothing else before the app's turn
+        self._sent(upstream, head, request)
+
+    def _sent(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
         upstream.expect_response(head.method)
-        upstream.channel.write(request.head)
         self.head, self.request, self.in_flight = head, request, True
         # A pipelined request waits in the channel until this exchange is over.
         self._browser.channel.lane = None
