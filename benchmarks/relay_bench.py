@@ -293,7 +293,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             results.once.setdefault("sandbridge", {})["apps"] = measure_apps(work, ports[0], args)
         for name, peak in peaks.items():
             results.once.setdefault(name, {})["peak_rss_kib_during_run"] = peak.peak_kib
-        if "sandbridge" in running:
+        if "sandbridge" in running and args.sessions:
             print("sessions: start and idle memory", file=sys.stderr, flush=True)
             results.once["sessions"] = measure_sessions(*args.sessions)
             print("remote: a far app through connect and ssh -L", file=sys.stderr, flush=True)
@@ -357,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each timed load")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument(
+        "--no-sessions", action="store_true", help="skip the sessions' start and idle memory"
+    )
     args = parser.parse_args(argv)
     args.concurrency = [1, 16, 64, 256]
     args.websockets = [0, 500, 1000, 2000]
@@ -368,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         args.concurrency, args.websockets, args.apps = [1, 8], [0, 20], [1, 4]
         args.ttfb_samples, args.sse_events = 3, 5
         args.sessions = (2, 2)
+    if args.no_sessions:
+        args.sessions = ()
     report = run(args)
     print("\n".join(f"{key}: {value}" for key, value in report["versions"].items()))  # type: ignore[attr-defined]
     print(table(report))

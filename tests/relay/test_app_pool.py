@@ -205,3 +205,79 @@ def test_no_pool_when_the_owner_turns_it_off(
         assert app.connections == 3
     finally:
         relay.stop()
+
+
+@pytest.fixture
+def quick_relay(runtime_dir: Path) -> Iterator[Relay]:
+    """A relay whose apps have 1 s to start a response."""
+    relay = Relay(runtime_dir, host_args=("--response-timeout", "1"))
+    yield relay
+    relay.stop()
+
+
+def test_a_first_request_sent_on_a_parked_connection_gets_502_if_the_app_stays_silent(
+    quick_relay: Relay, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    """A new connection's first request goes to a parked app connection before the
+    connection's task exists; an app that never answers it still costs only a 502 after
+    the response timeout, and the relay serves the next connection."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        if app.connections == 1:
+            app.read_request(conn)
+            conn.sendall(ok(b"first"))
+            app.read_request(conn)  # the second browser's: never answered
+            app.read_request(conn)  # until the relay lets go of it
+            return
+        answer_each(conn, app)
+
+    app = scripted(script)
+    origin = host_port_of(quick_relay.register(app.port))
+    assert one_request(origin, "/one") == b"first"
+    browser = Browser(origin)
+    try:
+        started = time.monotonic()
+        status, headers, body = browser.get("/silent")
+        assert status == 502
+        assert b"app sent no response within 1 s" in body
+        assert headers["Connection"] == "close"
+        assert time.monotonic() - started < 30
+        assert browser.closed()
+    finally:
+        browser.close()
+    assert app.closed_by_relay.wait(10)
+    assert one_request(origin, "/next") == b"GET /next HTTP/1.1"
+
+
+def test_bytes_behind_a_first_request_in_flight_wait_for_its_response(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    """A browser that sends its next request while the first one (sent on a parked app
+    connection before the connection's task existed) waits for its response gets both
+    answers, in order."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        if app.connections == 1:
+            app.read_request(conn)
+            conn.sendall(ok(b"first"))
+            request = app.read_request(conn)
+            app.go.wait(10)  # the test has sent the next request meanwhile
+            assert request is not None
+            conn.sendall(ok(request.split(b"\r\n", 1)[0]))
+        answer_each(conn, app)
+
+    app = scripted(script)
+    origin = host_port_of(relay.register(app.port))
+    assert one_request(origin, "/one") == b"first"
+    browser = Browser(origin)
+    try:
+        browser.send("/slow")
+        assert app.arrived.acquire(timeout=10)  # /one
+        assert app.arrived.acquire(timeout=10)  # /slow, on the parked connection
+        browser.send("/behind")
+        app.go.set()
+        assert browser.response()[2] == b"GET /slow HTTP/1.1"
+        assert browser.response()[2] == b"GET /behind HTTP/1.1"
+    finally:
+        browser.close()
+    assert app.connections == 1

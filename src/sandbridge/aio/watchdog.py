@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+from typing import Any
 
 
 class Watchdog:
@@ -27,9 +28,10 @@ class Watchdog:
 
     __slots__ = ("_deadline", "_expired", "_handle", "_loop", "_task", "_when")
 
-    def __init__(self) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None = None) -> None:
+        """The watchdog of ``task``, or of the running task."""
         self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = task or asyncio.current_task()
         assert task is not None, "a watchdog belongs to a task"
         self._task = task
         self._deadline: float | None = None  # None: no block is guarded

@@ -27,7 +27,6 @@ from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import ResponseDecision, decide_response
 from sandbridge.protocol.http.forwarding import (
-    ConnectionHeads,
     Framing,
     UpstreamRequest,
     build_browser_response,
@@ -41,15 +40,19 @@ from sandbridge.protocol.http.parser import (
     RequestHead,
     ResponseHead,
 )
-from sandbridge.protocol.http.private_access import AccessGate, redirect_response
+from sandbridge.protocol.http.private_access import AccessGate
 from sandbridge.relay import local_peer
 from sandbridge.relay.app import App
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
+from sandbridge.relay.arrivals import Arrivals
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.exchange_io import (
     Exchange,
+    admit,
+    bad_gateway,
     finish_body,
+    next_head,
     no_response,
     pump_request_body,
     read_awaiting_response,
@@ -64,8 +67,6 @@ from sandbridge.relay.v1_exchange import exchange_v1
 # One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
 # while bounding what one connection can hold per direction.
 READ_BYTES = 256 * 1024
-# Client addresses whose translation of heads is shared (all loopback: one, usually).
-SHARED_HEADS = 16
 
 
 class AppListener:
@@ -86,19 +87,17 @@ class AppListener:
         self.settings = self.scope.settings
         self.gate: AccessGate | None = None
         self.host_port = 0
+        self._address = ("127.0.0.1", 0)
         self.origin: AppOrigin | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Channel] = set()
         self._tunnels: set[Tunnel] = set()
         # One task per browser connection, owned here: close() ends them.
         self._tasks = TaskSet()
-        # The translation of heads, with its memory of the last head each way, shared by
-        # the connections from one client address: a new connection's first request and
-        # response are usually the last one's again (ConnectionHeads is synchronous and
-        # its results are never changed in place, so sharing it changes no result).
-        self._heads: dict[str, ConnectionHeads] = {}
         # App connections left idle by finished browser connections (start() makes it).
         self._pool: AppConnectionPool | None = None
+        # How new connections reach their tasks (start() makes it).
+        self._arrivals: Arrivals | None = None
 
     @property
     def app(self) -> App:
@@ -111,6 +110,7 @@ class AppListener:
         loop = asyncio.get_running_loop()
         local_peer.shared_owners()
         port = 0 if origin is None else origin.host_port
+        self._arrivals = Arrivals(self)
         try:
             self._server = await loop.create_server(
                 lambda: Channel(READ_BYTES, on_made=self._accept), "127.0.0.1", port, backlog=512
@@ -120,6 +120,7 @@ class AppListener:
                 raise
             return await self.start()
         self.host_port = self._server.sockets[0].getsockname()[1]
+        self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
         self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
@@ -136,6 +137,8 @@ class AppListener:
         """Stop listening and drop every connection."""
         if self._server is not None:
             self._server.close()
+        if self._arrivals is not None:
+            self._arrivals.close()  # the connections that have no task
         for channel in list(self._connections):
             channel.abort()
         for tunnel in list(self._tunnels):
@@ -149,47 +152,29 @@ class AppListener:
             self.scope.remove_app(self.origin)
 
     def _accept(self, channel: Channel) -> None:
-        assert channel.transport is not None
-        if not local_peer.is_owners_connection(channel.transport, self.host_port):
-            channel.transport.abort()  # another user's: dropped before it counts anywhere
-            return
-        self._tasks.spawn(self._serve(channel))
+        assert self._arrivals is not None
+        self._arrivals.accept(channel)
 
-    async def _serve(self, channel: Channel) -> None:  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
-        scope = self.scope
-        if (
-            len(self._connections) >= self.settings.max_connections_per_app
-            or scope.connections >= self.settings.max_connections
-        ):
-            log.debug("connection.refused", port=self.host_port, reason="connection limit")
-            with contextlib.suppress(OSError):
-                channel.write(error_response(503, "too many open connections to this relay"))
-                await channel.linger_close()
-            channel.abort()
-            return
-        self._connections.add(channel)
-        scope.connections += 1
+    async def _serve(  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
+        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
+    ) -> None:
+        """``sent``: the app connection the first request went out on (:mod:`.arrivals`)."""
+        scope, channel, heads = self.scope, browser.channel, browser.heads
         assert channel.transport is not None
-        peer = channel.transport.get_extra_info("peername")
-        client_host = peer[0] if isinstance(peer, tuple) else "127.0.0.1"
-        assert self.origin is not None
-        heads = self._heads.get(client_host)
-        if heads is None:
-            heads = ConnectionHeads(
-                base_path=self.base_path,
-                origin=self.origin,
-                client_host=client_host,
-                sandbox_port=self.port,
-                private=self.gate is not None,
-            )
-            if len(self._heads) < SHARED_HEADS:
-                self._heads[client_host] = heads
-        browser = BrowserConnection(channel, heads)
         upstream: UpstreamConnection | None = None
         tunnelled = False
-        lane = KeepAliveLane(browser, scope, self.gate)
         try:
             while True:
+                if sent is not None:
+                    head, request = lane.head, lane.request
+                    assert head is not None and request is not None
+                    exchange, upstream = await self._exchange(
+                        browser, head, request, None, lane, sent
+                    )
+                    sent = None
+                    if not exchange.keep_browser:
+                        break
+                    continue
                 if upstream is not None and lane_can_start(browser, upstream):
                     end = await lane.run(upstream)
                     if end is LaneEnd.IDLE_TIMEOUT:
@@ -214,15 +199,17 @@ class AppListener:
                         if not exchange.keep_browser:
                             break
                         continue
-                event = await self._next_head(browser)
+                event = await next_head(browser, self.settings)
                 if event is None:
                     break
                 if not isinstance(event, RequestHead):
                     raise HttpError(400, "request body without a request")
-                if self.gate is not None and not await self._admit(browser, event):
+                if self.gate is not None and not await admit(
+                    browser, self.gate, event, self.settings.header_timeout
+                ):
                     continue
                 request = heads.request(event, scope.origins)
-                exchange, upstream = await self._exchange(browser, event, request, upstream)
+                exchange, upstream = await self._exchange(browser, event, request, upstream, lane)
                 if exchange.tunnelled:
                     tunnelled = True  # the connection lives on in a Tunnel
                     break
@@ -242,6 +229,8 @@ class AppListener:
                     self._pool.park(upstream)  # only if idle; closed otherwise
                 else:
                     upstream.channel.abort()
+            if not tunnelled and self._arrivals is not None:
+                self._arrivals.give_back(browser)
             if not tunnelled:
                 self._release(channel)
                 channel.abort() if channel.transport.is_closing() else channel.close()
@@ -252,57 +241,17 @@ class AppListener:
         self.scope.connections -= 1
         self._connections.discard(channel)
 
-    async def _next_head(self, browser: BrowserConnection) -> Event | None:
-        """Wait for the next request: idle up to the keep-alive timeout, then the head
-        must be complete within the header timeout (a 408 otherwise); a head begun
-        already (read with the previous request, or by the lane) gets only the latter."""
-        if browser.events:
-            return browser.events.popleft()
-        if not browser.parser.in_head:
-            try:
-                with browser.watchdog.limit(self.settings.keepalive_timeout):
-                    data = await browser.channel.read()
-            except TimeoutError:
-                return None
-            if not data:
-                return None
-            browser.events.extend(browser.parser.feed(data))
-            if browser.events:  # the usual case: the whole head came in one read
-                return browser.events.popleft()
-        try:
-            with browser.watchdog.limit(self.settings.header_timeout):
-                return await browser.next_event()
-        except TimeoutError:
-            raise HttpError(
-                408, f"request head not complete within {self.settings.header_timeout:g} s"
-            ) from None
-
-    async def _admit(self, browser: BrowserConnection, head: RequestHead) -> bool:
-        """Private apps: exchange the one-time token for the cookie, or refuse (403)."""
-        assert self.gate is not None
-        redirect = self.gate.check(head.target, head.headers)
-        if redirect is None:
-            return True
-        try:
-            with browser.watchdog.limit(self.settings.header_timeout):
-                event = await browser.next_event()
-        except TimeoutError:
-            raise HttpError(
-                408, f"request not complete within {self.settings.header_timeout:g} s"
-            ) from None
-        if event is not MESSAGE_END:
-            raise HttpError(400, "the token exchange takes no request body")
-        await browser.send(redirect_response(redirect))
-        return False
-
-    async def _exchange(
+    async def _exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
         self,
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection | None,
+        lane: KeepAliveLane,
+        sent: UpstreamConnection | None = None,
     ) -> tuple[Exchange, UpstreamConnection | None]:
-        """One request and its response; returns how the connections continue."""
+        """One request and its response; returns how the connections continue.
+        ``sent``: the parked app connection the lane sent the request on already."""
         # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
         # has not taken yet: a new exchange never starts on it. This is also what bounds
         # the heads the host holds for an app that does not read them: one.
@@ -310,15 +259,17 @@ class AppListener:
             if upstream is not None:
                 upstream.channel.abort()
                 upstream = None
-            if (
+            if sent is not None or (
                 self._pool
                 and may_retry(head, request)
                 and browser.events
                 and browser.events[0] is MESSAGE_END
             ):
-                parked = self._pool.take()
+                parked = sent if sent is not None or self._pool is None else self._pool.take()
                 if parked is not None:
-                    result = await self._run_exchange(browser, head, request, parked, None, True)
+                    result = await self._run_exchange(
+                        browser, head, request, parked, lane, True, sent is not None
+                    )
                     if result is not None:
                         return result
                     # The app closed the parked connection instead of answering (its own
@@ -341,7 +292,7 @@ class AppListener:
                 )
                 return Exchange(keep_browser=keep), None
             upstream = UpstreamConnection(*opened)
-        result = await self._run_exchange(browser, head, request, upstream, None)
+        result = await self._run_exchange(browser, head, request, upstream, lane)
         assert result is not None
         return result
 
@@ -352,7 +303,9 @@ class AppListener:
         head, request = lane.head, lane.request
         assert head is not None and request is not None
         if lane.end is LaneEnd.CONTINUE:
-            result = await self._run_exchange(browser, head, request, upstream, lane.events)
+            result = await self._run_exchange(
+                browser, head, request, upstream, None, resumed=lane.events
+            )
             assert result is not None
             return result
         upstream.channel.abort()
@@ -360,17 +313,21 @@ class AppListener:
         reason = no_response(self.settings.response_timeout) if timed_out else str(lane.error)
         return await self._bad_gateway(browser, head, request, reason, force_close=True), None
 
-    async def _run_exchange(  # noqa: PLR0913  (one exchange's parts, as _relay_response takes them)
+    async def _run_exchange(  # noqa: PLR0912, PLR0913  (one exchange's parts, as _relay_response takes them)
         self,
         browser: BrowserConnection,
         head: RequestHead,
         request: UpstreamRequest,
         upstream: UpstreamConnection,
-        resumed: collections.deque[Event] | None,
+        lane: KeepAliveLane | None,
         parked: bool = False,
+        sent: bool = False,
+        resumed: collections.deque[Event] | None = None,
     ) -> tuple[Exchange, UpstreamConnection | None] | None:
-        """Send the request and relay the response; ``resumed``: the lane sent the
-        request (bodiless) and read these response events already. ``None``: the
+        """Send the request and relay the response; ``lane``: a bodiless request's
+        response may be relayed from the read callback (:meth:`KeepAliveLane.relay_one`);
+        ``resumed``: the lane sent the request (bodiless) and read these response
+        events already. ``None``: the
         connection came from the pool (``parked``) and the app closed it before any of
         a response; nothing was sent to the browser, and the request may go again."""
         exchange = Exchange()
@@ -379,16 +336,25 @@ class AppListener:
                 await self._relay_response(
                     browser, head, request, upstream, exchange, None, resumed
                 )
-            elif (
+            elif sent or (
                 request.framing is Framing.NONE
                 and browser.events
                 and browser.events[0] is MESSAGE_END
             ):
                 # A request without a body (most are): nothing to pump, no task to run,
                 # and no future standing in for one (a future and an await per request).
-                upstream.channel.write(request.head)
-                browser.events.popleft()
-                await self._relay_response(browser, head, request, upstream, exchange, None)
+                if not sent:
+                    browser.events.popleft()
+                if lane is not None and (sent or not (head.upgrade or upstream.pending)):
+                    # Its response's first read goes to the browser from the callback.
+                    rest = await lane.relay_one(upstream, head, request, exchange, sent)
+                    if rest is not None:  # the rest as the task reads it
+                        await self._relay_response(
+                            browser, head, request, upstream, exchange, None, rest
+                        )
+                else:
+                    upstream.channel.write(request.head)
+                    await self._relay_response(browser, head, request, upstream, exchange, None)
             else:
                 upstream.channel.write(request.head)
                 await self._exchange_with_body(browser, head, request, upstream, exchange)
@@ -444,18 +410,7 @@ class AppListener:
         force_close: bool = False,
     ) -> Exchange:
         log.debug("upstream.failed", port=self.host_port, app_port=self.port, reason=reason)
-        keep = (
-            not force_close
-            and request.framing is Framing.NONE
-            and not request.upgrade
-            and head.keep_alive
-            and head.version == "1.1"
-        )
-        if keep:
-            event = await browser.next_event()  # the MESSAGE_END of a bodiless request
-            keep = event is MESSAGE_END
-        await browser.send(error_response(502, reason, keep_alive=keep))
-        return Exchange(keep_browser=keep)
+        return await bad_gateway(browser, head, request, reason, force_close)
 
     async def _relay_response(  # noqa: PLR0912, PLR0913, PLR0915  (the response loop of the data path; split, it costs a frame per event)
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 from sandbridge.aio.watchdog import Watchdog
+from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.forwarding import ConnectionHeads
 from sandbridge.protocol.http.parser import Event, RequestReader
 from sandbridge.relay.channel import Channel
@@ -14,13 +15,20 @@ class BrowserConnection:
     """The browser side of one connection: a socket, its request reader and the
     translation of its heads."""
 
-    def __init__(self, channel: Channel, heads: ConnectionHeads) -> None:
+    # Every timeout of this connection's task (keep-alive, header, response): set by
+    # whoever starts the task, as it starts it.
+    watchdog: Watchdog
+
+    def __init__(
+        self, channel: Channel, heads: ConnectionHeads, parser: RequestReader | None = None
+    ) -> None:
+        """``parser``: a reader another connection left reusable, else a new one."""
         self.channel = channel
-        self.parser = RequestReader()
+        self.parser = RequestReader() if parser is None else parser
         self.events: collections.deque[Event] = collections.deque()
         self.heads = heads
-        # Every timeout of this connection's task (keep-alive, header, response).
-        self.watchdog = Watchdog()
+        # A refusal of what was read before the task ran, for the task to send.
+        self.failed: HttpError | None = None
 
     async def next_event(self) -> Event | None:
         """The next request event, reading as needed; ``None`` at end of stream."""

@@ -131,6 +131,10 @@ class Channel(asyncio.Protocol):
             or transport.is_closing()
         )
 
+    def has_data(self) -> bool:
+        """Whether received bytes wait for :meth:`read` (which then returns at once)."""
+        return bool(self._chunks)
+
     def at_end(self) -> bool:
         """Whether the peer closed or reset the connection."""
         return self._eof
@@ -156,7 +160,14 @@ class Channel(asyncio.Protocol):
                 if self._exception is not None:
                     raise self._exception
                 return b""
+        return self.take()
+
+    def take(self) -> bytes:
+        """What :meth:`read` returns when bytes are waiting (:meth:`has_data`): all of
+        them, at once; ``b""`` if there are none."""
         chunks = self._chunks
+        if not chunks:
+            return b""
         data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._buffered = 0

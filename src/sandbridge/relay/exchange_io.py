@@ -1,6 +1,7 @@
 """The task's reads and writes of one exchange on the data path
-(:class:`~sandbridge.relay.app_listener.AppListener`): what an exchange ended with,
-the request body passed on, and the app's reads under the response timeout."""
+(:class:`~sandbridge.relay.app_listener.AppListener`): the next request head under the
+keep-alive and header timeouts, a private app's token exchange, what an exchange ended
+with, the request body passed on, the app's reads under the response timeout, a 502."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from sandbridge.protocol.http.forwarding import (
     Framing,
     UpstreamRequest,
     encode_chunk,
+    error_response,
 )
-from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk
+from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, Event, RequestHead
+from sandbridge.protocol.http.private_access import AccessGate, redirect_response
 from sandbridge.relay.browser import BrowserConnection
+from sandbridge.relay.settings import RelaySettings
 from sandbridge.relay.upstream import UpstreamConnection
 
 
@@ -33,6 +37,37 @@ class Exchange:
 def no_response(response_timeout: float) -> str:
     """Why an exchange failed whose app sent nothing within the response timeout."""
     return f"app sent no response within {response_timeout:g} s"
+
+
+async def next_head(browser: BrowserConnection, settings: RelaySettings) -> Event | None:
+    """Wait for the next request: idle up to the keep-alive timeout, then the head
+    must be complete within the header timeout (a 408 otherwise); a head begun
+    already (read with the previous request, or by the lane) gets only the latter."""
+    if browser.events:
+        return browser.events.popleft()
+    if browser.failed is not None:
+        raise browser.failed
+    if not browser.parser.in_head:
+        if browser.channel.has_data():  # a new connection's first request: here already
+            data = await browser.channel.read()
+        else:
+            try:
+                with browser.watchdog.limit(settings.keepalive_timeout):
+                    data = await browser.channel.read()
+            except TimeoutError:
+                return None
+        if not data:
+            return None
+        browser.events.extend(browser.parser.feed(data))
+        if browser.events:  # the usual case: the whole head came in one read
+            return browser.events.popleft()
+    try:
+        with browser.watchdog.limit(settings.header_timeout):
+            return await browser.next_event()
+    except TimeoutError:
+        raise HttpError(
+            408, f"request head not complete within {settings.header_timeout:g} s"
+        ) from None
 
 
 async def read_awaiting_response(
@@ -99,3 +134,45 @@ async def pump_request_body(
             exchange.body_sent += len(event.data)
         else:
             raise HttpError(400, "unexpected event in request body")
+
+
+async def admit(
+    browser: BrowserConnection, gate: AccessGate, head: RequestHead, header_timeout: float
+) -> bool:
+    """Private apps: exchange the one-time token for the cookie, or refuse (403)."""
+    redirect = gate.check(head.target, head.headers)
+    if redirect is None:
+        return True
+    try:
+        with browser.watchdog.limit(header_timeout):
+            event = await browser.next_event()
+    except TimeoutError:
+        raise HttpError(408, f"request not complete within {header_timeout:g} s") from None
+    if event is not MESSAGE_END:
+        raise HttpError(400, "the token exchange takes no request body")
+    await browser.send(redirect_response(redirect))
+    return False
+
+
+async def bad_gateway(
+    browser: BrowserConnection,
+    head: RequestHead,
+    request: UpstreamRequest,
+    reason: str,
+    force_close: bool = False,
+) -> Exchange:
+    """A 502 for an exchange the app failed; the browser connection stays open when
+    nothing of the request is left unread and the browser keeps it (``force_close``
+    not set)."""
+    keep = (
+        not force_close
+        and request.framing is Framing.NONE
+        and not request.upgrade
+        and head.keep_alive
+        and head.version == "1.1"
+    )
+    if keep:
+        event = await browser.next_event()  # the MESSAGE_END of a bodiless request
+        keep = event is MESSAGE_END
+    await browser.send(error_response(502, reason, keep_alive=keep))
+    return Exchange(keep_browser=keep)

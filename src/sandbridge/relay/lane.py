@@ -28,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+from collections.abc import Callable
 
-from sandbridge.exceptions import HttpError
+from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.exchange import decide_response
 from sandbridge.protocol.http.forwarding import Framing, UpstreamRequest
 from sandbridge.protocol.http.parser import (
@@ -40,8 +41,10 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import TOKEN_PARAM, AccessGate
+from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.exchange_io import Exchange, no_response
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.upstream import UpstreamConnection
 
@@ -59,6 +62,43 @@ class LaneEnd(enum.Enum):
 
 
 _TOKEN = TOKEN_PARAM.encode()
+
+
+def send_first(
+    browser: BrowserConnection, pool: AppConnectionPool, origins: frozenset[bytes]
+) -> tuple[UpstreamConnection, RequestHead, UpstreamRequest] | None:
+    """A new connection's first bytes, read in the callback that received them: a whole
+    bodiless request that may take a parked app connection (the pool's rule,
+    :func:`may_retry`) is written to one now, before the connection's task (or even its
+    lane) exists; returns that app connection and the exchange, for
+    :meth:`KeepAliveLane.sent` (before the event loop runs anything else).
+
+    Anything else is left for the task, which goes on as if it had read the bytes
+    itself: the events in ``browser.events``, a refusal in ``browser.failed``. (A
+    private app's requests are the task's: its gate is checked there.)"""
+    try:
+        events = browser.parser.feed(browser.channel.take())
+    except HttpError as exc:
+        browser.failed = exc
+        return None
+    browser.events.extend(events)
+    head = events[0] if len(events) == 2 and events[1] is MESSAGE_END else None
+    if not isinstance(head, RequestHead) or head.upgrade:
+        return None
+    try:
+        request = browser.heads.request(head, origins)
+    except HttpError:
+        return None  # the task translates it again, and refuses it
+    upstream = pool.take() if may_retry(head, request) else None
+    if upstream is None:
+        return None  # the task opens one (or takes one, for a request it may repeat)
+    try:
+        upstream.channel.write(request.head)
+    except OSError:
+        upstream.channel.abort()
+        return None  # (the app closed it just now) the task opens one
+    browser.events.clear()
+    return upstream, head, request
 
 
 def lane_can_start(browser: BrowserConnection, upstream: UpstreamConnection) -> bool:
@@ -90,26 +130,100 @@ class KeepAliveLane:
         self.keep_browser = False
         self.reuse_upstream = False
         self.error: Exception | None = None
+        self.answering = False  # the response's first bytes went to the browser
+        self._one = False  # relay_one: end after this exchange's response
+        # Starts the connection's task when the lane ends: set while a first request
+        # is in flight before the task exists (the listener's in-flight doorstep).
+        self.start_task: Callable[[], None] | None = None
 
     async def run(self, upstream: UpstreamConnection) -> LaneEnd:
         """Relay exchanges until one needs the task; say why."""
-        browser = self._browser
-        self._upstream = upstream
-        self.end, self.in_flight, self.error = None, False, None
-        self.events = collections.deque()
-        self._waiter = asyncio.get_running_loop().create_future()
-        browser.channel.lane = self
-        upstream.channel.lane = self
+        self._attach(upstream)
+        self.in_flight = False
+        self._browser.channel.lane = self
+        return await self._wait(self._settings.keepalive_timeout)
+
+    def send(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
+        """Send a bodiless ``request`` on ``upstream`` and take its response from the
+        read callback from now on; :meth:`relay_one` (``sent``) waits for it."""
+        upstream.channel.write(request.head)
+        self.sent(upstream, head, request)
+
+    def sent(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
+        """``request`` was just written on ``upstream``: take its response from the read
+        callback (call it before the event loop runs anything else)."""
+        self._one = True
+        self._sent(upstream, head, request)
+        self._attach(upstream)
+
+    async def relay_one(
+        self,
+        upstream: UpstreamConnection,
+        head: RequestHead,
+        request: UpstreamRequest,
+        exchange: Exchange,
+        sent: bool = False,
+    ) -> collections.deque[Event] | None:
+        """Send the task's bodiless ``request`` (unless :meth:`send` did: ``sent``) and
+        relay its response from the read callback, as for a request the lane read
+        itself: the response reaches the browser before the task wakes.
+
+        ``None``: the response is relayed, and ``exchange`` says how the connections go
+        on. Otherwise the response events read so far, for the task to carry on from
+        (:meth:`~sandbridge.relay.app_listener.AppListener._relay_response`); a failure
+        is raised as the task's own reads raise it (:class:`UpstreamError`, the reader's
+        :class:`HttpError`, a lost connection's :class:`OSError`).
+        """
         try:
-            with browser.watchdog.limit(self._settings.keepalive_timeout):
-                await self._waiter
+            if not sent:
+                self.send(upstream, head, request)
+            end = await self._wait(self._settings.response_timeout)
+        finally:
+            self._one = False
+        exchange.response_started = self.answering
+        if end is LaneEnd.DONE:
+            exchange.keep_browser, exchange.reuse_upstream = self.keep_browser, self.reuse_upstream
+            return None
+        if end is LaneEnd.CONTINUE:
+            return self.events
+        if end is LaneEnd.RESPONSE_TIMEOUT:
+            raise UpstreamError(no_response(self._settings.response_timeout))
+        assert self.error is not None  # UPSTREAM_FAILED, ERROR
+        raise self.error
+
+    def drop(self, upstream: UpstreamConnection) -> None:
+        """Close ``upstream`` if the lane still holds it (no task took it over)."""
+        if upstream.channel.lane is self:
+            upstream.channel.lane = None
+            upstream.channel.abort()
+
+    def _attach(self, upstream: UpstreamConnection) -> None:
+        self._upstream = upstream
+        self.end, self.error, self.answering = None, None, False
+        self.events = collections.deque()
+        upstream.channel.lane = self
+
+    async def _wait(self, timeout: float) -> LaneEnd:
+        """Until the lane ends (it may have ended already: a response that came before
+        the task ran), or ``timeout``."""
+        browser, upstream = self._browser, self._upstream
+        assert upstream is not None
+        try:
+            if self.end is None:
+                self._waiter = asyncio.get_running_loop().create_future()
+                with browser.watchdog.limit(timeout):
+                    await self._waiter
         except TimeoutError:
             if self.end is None:
                 self.end = LaneEnd.RESPONSE_TIMEOUT if self.in_flight else LaneEnd.IDLE_TIMEOUT
         finally:
+            self._waiter = None
             browser.channel.lane = None
             upstream.channel.lane = None
-            self._waiter = None
         assert self.end is not None
         return self.end
 
@@ -122,11 +236,18 @@ class KeepAliveLane:
             self._upstream.channel.lane = None
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        start, self.start_task = self.start_task, None
+        if start is not None:
+            start()
+
+    def time_out(self) -> None:
+        """The response timeout passed before the connection's task existed."""
+        self._finish(LaneEnd.RESPONSE_TIMEOUT if self.in_flight else LaneEnd.IDLE_TIMEOUT)
 
     # Channel's Lane protocol ------------------------------------------------------------
 
     def received(self, channel: Channel, data: bytes) -> None:
-        if self._browser.watchdog.expired:
+        if self.start_task is None and self._browser.watchdog.expired:
             # The timeout fired in this loop turn and the task is being woken for it:
             # these bytes come too late. (A request read now would reach the app and
             # then be answered as if the app had timed out.)
@@ -170,12 +291,22 @@ class KeepAliveLane:
             self._finish(LaneEnd.FALLBACK)
             return
         assert upstream is not None and isinstance(head, RequestHead)
+        self._send(upstream, head, request)
+        browser.watchdog.limit(self._settings.response_timeout)
+
+    def _send(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
+        upstream.channel.write(request.head)  # first: nothing else before the app's turn
+        self._sent(upstream, head, request)
+
+    def _sent(
+        self, upstream: UpstreamConnection, head: RequestHead, request: UpstreamRequest
+    ) -> None:
         upstream.expect_response(head.method)
-        upstream.channel.write(request.head)
         self.head, self.request, self.in_flight = head, request, True
         # A pipelined request waits in the channel until this exchange is over.
-        browser.channel.lane = None
-        browser.watchdog.limit(self._settings.response_timeout)
+        self._browser.channel.lane = None
 
     def _takes(self, head: RequestHead, upstream: UpstreamConnection) -> bool:
         """Whether the lane relays this whole bodiless request head: no upgrade (the
@@ -233,6 +364,7 @@ class KeepAliveLane:
             final, self.head, self._browser.heads, close_delimited=reader.close_delimited
         )
         browser = self._browser.channel
+        self.answering = True
         if body or decision.end:
             browser.write(b"".join([decision.head, *map(decision.body, body), decision.end]))
         else:
@@ -242,7 +374,8 @@ class KeepAliveLane:
         self.reuse_upstream = decision.reuse_upstream(reader.extra_data)
         upstream.answered(self.reuse_upstream)
         if (
-            self.keep_browser
+            not self._one
+            and self.keep_browser
             and self.reuse_upstream
             and browser.ready_for_exchange()
             and not self._browser.parser.in_head  # (a pipelined head began: its timeout)

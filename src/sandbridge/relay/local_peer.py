@@ -155,15 +155,26 @@ def is_owners_connection(transport: asyncio.BaseTransport, port: int) -> bool:
     """The decision at accept on listener ``port``: does this loopback connection come
     from the owner (this process's uid, or root)? Fails closed: an unknown owner is not
     the owner."""
-    local = transport.get_extra_info("sockname")
+    return owners_peer(transport, port) is not None
+
+
+def owners_peer(
+    transport: asyncio.BaseTransport, port: int, local: tuple[str, int] | None = None
+) -> tuple[str, int] | None:
+    """:func:`is_owners_connection`, answered with the client's address (the owner's
+    connection) or ``None`` (anyone else's, or unknown): what the listener goes on with.
+    ``local``: the connection's own address where the listener knows it (it is bound to
+    one address and port), which saves asking the kernel."""
+    if local is None:
+        local = transport.get_extra_info("sockname")
     remote = transport.get_extra_info("peername")
     owners = shared_owners()
     uid = None
     if isinstance(local, tuple) and isinstance(remote, tuple):
         uid = owners.client_uid(local[:2], remote[:2])
-    if uid in (owners.uid, ROOT):
-        return True
+        if uid in (owners.uid, ROOT):
+            return remote[0], remote[1]
     if port not in _logged_ports:
         _logged_ports.add(port)
         log.warning("connection.other_user_refused", port=port, uid=uid)
-    return False
+    return None

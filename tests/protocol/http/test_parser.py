@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from sandbridge.exceptions import HttpError
@@ -322,3 +324,69 @@ def test_a_head_recognised_across_other_responses_reads_as_llhttp_reads_it() -> 
                         (raw, method, len(raw)),
                     ]
                 )
+
+
+# What one connection's reader may have read when its connection ends (requests whole
+# or cut anywhere, bodies, refusals, upgrades), whether it is left reusable, and what the
+# next connection sends.
+FIRST_CONNECTIONS = [
+    (b"", True),
+    (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", True),
+    (b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n", True),
+    (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n\r\n", True),
+    (b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello", True),
+    (b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", True),
+    (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", False),
+    (b"GET / HTTP/1.0\r\nHost: a\r\n\r\n", False),
+    (b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhel", False),
+    (b"POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", False),
+    (b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nxx", False),
+    (b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /half HTTP/1.1\r\nHo", False),
+    (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", False),
+    (b"BREW / HTCPCP/1.0\r\n\r\n", False),
+]
+NEXT_CONNECTIONS = [
+    b"GET /n HTTP/1.1\r\nHost: b\r\nAccept: */*\r\n\r\n",
+    b"POST /n HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /m HTTP/1.1\r\nHost: b\r\n\r\n",
+    b"POST /n HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"GET /n HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    b"GET /n HTTP/1.0\r\n\r\n",
+    b"GET /n HTTP/1.1\r\nHost: b\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    b"\x00garbage\r\n\r\n",
+]
+
+
+def read_all(reader: RequestReader, data: bytes, cut: int) -> list[object]:
+    """Events (or the refusal) of ``data`` fed in two pieces, cut at ``cut``."""
+    events: list[object] = []
+    try:
+        for piece in (data[:cut], data[cut:]):
+            if piece:
+                events.extend(reader.feed(piece))
+    except HttpError as exc:
+        events.append(("refused", exc.status))
+    return events
+
+
+def used_reader(first: bytes) -> RequestReader:
+    reader = RequestReader()
+    with contextlib.suppress(HttpError):
+        reader.feed(first)
+    return reader
+
+
+@pytest.mark.parametrize(("first", "reusable"), FIRST_CONNECTIONS)
+def test_a_reader_left_reusable_reads_the_next_connection_as_a_new_one(
+    first: bytes, reusable: bool
+) -> None:
+    """A finished connection's reader is reused for a new connection (the app
+    listener's) only where it stands between two keep-alive requests; there it reads
+    every next connection's bytes, whole and cut anywhere, as a new reader does."""
+    assert used_reader(first).reusable() is reusable
+    if not reusable:
+        return
+    for data in NEXT_CONNECTIONS:
+        for cut in range(len(data) + 1):
+            reused = used_reader(first)
+            reused.forget()
+            assert read_all(reused, data, cut) == read_all(RequestReader(), data, cut), (data, cut)

@@ -207,10 +207,17 @@ class RequestReader(_Reader):
         super().__init__()
         self._parser = httptools.HttpRequestParser(self)
         self._target = bytearray()
+        self._in_message = False  # a request begun and not complete (head or body)
+        self._takes_more = True  # llhttp reads a next request: none yet, or a keep-alive one
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._target = bytearray()
+        self._in_message = True
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_message = False
 
     def on_url(self, url: bytes) -> None:
         self._target += url
@@ -225,6 +232,7 @@ class RequestReader(_Reader):
         self._in_head = False
         self._trailers = True  # header callbacks after this point are trailers
         keep_alive, upgrade = parser.should_keep_alive(), parser.should_upgrade()
+        self._takes_more = keep_alive and not upgrade
         if keep_alive and not upgrade:
             # (after a last request llhttp refuses more bytes: it must see them)
             self._count_length_body(self._headers)
@@ -244,6 +252,25 @@ class RequestReader(_Reader):
         """Whether a request head has begun and is not complete yet."""
         return self._in_head
 
+    def reusable(self) -> bool:
+        """Whether this reader may read another connection's requests as a new one
+        would: it stands between two requests of a keep-alive connection (nothing of
+        a next one read, no refusal, no upgrade), where llhttp is ready for the next
+        message as it is. Reusing it saves a reader and its llhttp parser per new
+        connection, and their reference cycle (see :meth:`ResponseReader.next_response`)."""
+        return (
+            not self._in_message
+            and self._takes_more
+            and self._error is None
+            and not self._finished
+            and not self._events
+        )
+
+    def forget(self) -> None:
+        """Drop what the last request left (its head's fields), before a reuse."""
+        self._headers = []
+        self._target = bytearray()
+
     def feed(self, data: bytes) -> list[Event]:
         """Feed bytes from the browser; return the events they complete."""
         if self._finished:
@@ -253,6 +280,7 @@ class RequestReader(_Reader):
             if events[-1] is MESSAGE_END:
                 # llhttp did not see the end of this body: the next request starts
                 # on a fresh parser.
+                self._in_message = False
                 self._parser = httptools.HttpRequestParser(self)
                 if rest:
                     events.extend(self._feed(self._parser, rest))

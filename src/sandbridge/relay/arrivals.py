@@ -1,0 +1,191 @@
+"""How a new browser connection reaches its task: :class:`Arrivals`.
+
+An accepted connection (the owner's, within the connection limits) waits on a doorstep
+(:mod:`.doorstep`) until its first bytes arrive. Then, when they are a whole bodiless
+request that may take a parked app connection, it is sent from that very callback
+(:func:`~sandbridge.relay.lane.send_first`) and the connection waits on a second doorstep
+until the lane has relayed the response; its task starts only then, so that nothing but
+the request stands between the browser's bytes and the app, and nothing but the
+response between the app's bytes and the browser (docs/benchmarks.md, seventh round).
+Any other connection's task starts with its first bytes. New connections reuse the
+request readers that finished ones left between two requests.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from sandbridge.aio.tasks import TaskSet
+from sandbridge.aio.watchdog import Watchdog
+from sandbridge.protocol.http.forwarding import ConnectionHeads
+from sandbridge.protocol.http.origin_policy import AppOrigin
+from sandbridge.protocol.http.parser import RequestReader
+from sandbridge.protocol.http.private_access import AccessGate
+from sandbridge.relay import local_peer
+from sandbridge.relay.app_pool import AppConnectionPool
+from sandbridge.relay.browser import BrowserConnection
+from sandbridge.relay.channel import Channel
+from sandbridge.relay.doorstep import Doorstep, refuse
+from sandbridge.relay.lane import KeepAliveLane, send_first
+from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.upstream import UpstreamConnection
+
+# Client addresses whose translation of heads is shared (all loopback: one, usually).
+SHARED_HEADS = 16
+# Request readers kept for new connections, per app.
+SPARE_READERS = 16
+# A first request in flight before its connection's task exists: what the task takes.
+InFlight = tuple[BrowserConnection, KeepAliveLane, UpstreamConnection]
+
+
+class Listener(Protocol):
+    """What of its app listener (:class:`~sandbridge.relay.app_listener.AppListener`)
+    the arrivals use: the app, the limits, the pool, and the connections' tasks."""
+
+    host_port: int
+    port: int
+    base_path: str
+    origin: AppOrigin | None
+    gate: AccessGate | None
+    settings: RelaySettings
+    scope: SessionScope
+    _address: tuple[str, int]
+    _pool: AppConnectionPool | None
+    _tasks: TaskSet
+    _connections: set[Channel]
+
+    def _release(self, channel: Channel) -> None: ...
+
+    def _serve(
+        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
+    ) -> Coroutine[Any, Any, None]: ...
+
+
+class Arrivals:
+    """The new connections of one app listener, until each has its task."""
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener  # its limits, pool, tasks and connection count
+        settings = listener.settings
+        self.doorstep: Doorstep[str] = Doorstep(
+            settings.keepalive_timeout, self._start, self._silent
+        )
+        self.in_flight: Doorstep[InFlight] = Doorstep(
+            settings.response_timeout, self._early, self._late
+        )
+        # The translation of heads, with its memory of the last head each way, shared by
+        # the connections from one client address: a new connection's first request and
+        # response are usually the last one's again (ConnectionHeads is synchronous and
+        # its results are never changed in place, so sharing it changes no result).
+        self._heads: dict[str, ConnectionHeads] = {}
+        # Request readers finished connections left between two requests.
+        self._readers: list[RequestReader] = []
+
+    def close(self) -> None:
+        """Drop the connections that have no task (the listener closes)."""
+        listener = self._listener
+        for channel, _ in self.doorstep.close():
+            listener._release(channel)
+            channel.abort()
+        for channel, (_, lane, sent) in self.in_flight.close():
+            lane.start_task = None
+            lane.drop(sent)
+            listener._release(channel)
+            channel.abort()
+
+    def give_back(self, browser: BrowserConnection) -> None:
+        """A connection is over: its request reader serves a next one if it stands
+        between two requests (:meth:`RequestReader.reusable`)."""
+        parser = browser.parser
+        if not browser.events and parser.reusable() and len(self._readers) < SPARE_READERS:
+            parser.forget()
+            self._readers.append(parser)
+
+    def accept(self, channel: Channel) -> None:
+        """A new connection: the owner's, and within the limits, waits on the doorstep
+        (counted from now on) until its first bytes start its task (:meth:`_start`)."""
+        listener = self._listener
+        assert channel.transport is not None
+        local = listener._address if listener.host_port else None  # (known once bound)
+        peer = local_peer.owners_peer(channel.transport, listener.host_port, local)
+        if peer is None:
+            channel.transport.abort()  # another user's: dropped before it counts anywhere
+            return
+        scope = listener.scope
+        if (
+            len(listener._connections) >= listener.settings.max_connections_per_app
+            or scope.connections >= listener.settings.max_connections
+        ):
+            listener._tasks.spawn(refuse(channel, listener.host_port))
+            return
+        listener._connections.add(channel)
+        scope.connections += 1
+        self.doorstep.wait(channel, peer[0])
+
+    def _start(self, channel: Channel, client_host: str) -> None:
+        """A connection's first bytes (or its end) arrived: its task starts, and its
+        first request, if it may go at once, goes to the app first (:func:`send_first`)."""
+        listener = self._listener
+        assert listener.origin is not None
+        heads = self._heads.get(client_host)
+        if heads is None:
+            heads = ConnectionHeads(
+                base_path=listener.base_path,
+                origin=listener.origin,
+                client_host=client_host,
+                sandbox_port=listener.port,
+                private=listener.gate is not None,
+            )
+            if len(self._heads) < SHARED_HEADS:
+                self._heads[client_host] = heads
+        readers = self._readers
+        browser = BrowserConnection(channel, heads, readers.pop() if readers else None)
+        first = None
+        if listener.gate is None and listener._pool is not None and channel.has_data():
+            first = send_first(browser, listener._pool, listener.scope.origins)
+        lane = KeepAliveLane(browser, listener.scope, listener.gate)
+        if first is None:
+            self._spawn(browser, lane, None)
+            return
+        sent = first[0]
+        lane.sent(*first)
+        # Its task starts once the lane has relayed the response, or given up on it.
+        self.in_flight.wait(channel, (browser, lane, sent))
+        lane.start_task = functools.partial(self._relayed, browser, lane, sent)
+
+    def _spawn(
+        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
+    ) -> None:
+        listener = self._listener
+        task = listener._tasks.spawn(listener._serve(browser, lane, sent))
+        browser.watchdog = Watchdog(task)  # before the task or the lane can use it
+        if sent is not None:  # a task cancelled before it ran (close()) drops it too
+            task.add_done_callback(lambda _: lane.drop(sent))
+
+    def _relayed(
+        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection
+    ) -> None:
+        """The lane is done with a first request sent before the task existed."""
+        self.in_flight.leave(browser.channel)
+        self._spawn(browser, lane, sent)
+
+    def _early(self, channel: Channel, in_flight: InFlight) -> None:
+        """Bytes or an end from the browser while its first request is in flight."""
+        browser, lane, sent = in_flight
+        lane.start_task = None
+        self._spawn(browser, lane, sent)
+
+    def _late(self, channel: Channel, in_flight: InFlight) -> None:
+        """No response within the response timeout: the task answers 502."""
+        browser, lane, sent = in_flight
+        lane.start_task = None
+        lane.time_out()
+        self._spawn(browser, lane, sent)
+
+    def _silent(self, channel: Channel, _: str) -> None:
+        """Nothing arrived within the keep-alive timeout: closed, as an idle connection."""
+        listener = self._listener
+        listener._release(channel)
+        channel.close()
