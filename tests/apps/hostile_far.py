@@ -2,11 +2,14 @@
 stdin/stdout, lists one app, then breaks the protocol the way ``MODE`` says.
 
 Usage: hostile_far.py MODE   (open: sends OPEN itself; early: answers an OPEN with data
-before opening the stream; garbage: lists the app, then sends an unknown kind)
+before opening the stream; garbage: lists the app, then sends an unknown kind; many:
+lists more apps than the limit; empty: opens the stream,
+then floods it with empty DATA frames)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import sys
@@ -32,6 +35,10 @@ def main() -> None:
         out.write(HEADER.pack(2, Kind.OPEN, 1) + b"{}")
     elif mode == "garbage":
         out.write(HEADER.pack(0, 200, 0))
+    elif mode == "many":
+        # Built by hand: LinkState.send_apps would refuse to send the list.
+        apps = [{"port": 1 + i, "base_path": "/"} for i in range(5000)]
+        out.write(_frame(Kind.APPS, 0, json.dumps({"sessions": [{"id": "evil", "apps": apps}]})))
     out.flush()
     while select.select([0], [], [])[0]:
         data = os.read(0, 65536)
@@ -41,6 +48,14 @@ def main() -> None:
             if isinstance(event, OpenStream) and mode == "early":
                 out.write(HEADER.pack(5, Kind.DATA, event.stream) + b"early")
                 out.flush()
+            elif isinstance(event, OpenStream) and mode == "empty":
+                out.write(state.send_opened(event.stream))
+                out.write(HEADER.pack(0, Kind.DATA, event.stream) * 200_000)
+                out.flush()
+
+
+def _frame(kind: Kind, stream: int, text: str) -> bytes:
+    return HEADER.pack(len(text), kind, stream) + text.encode()
 
 
 if __name__ == "__main__":

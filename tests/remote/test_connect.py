@@ -471,6 +471,8 @@ HOSTILE_FAR = str(REPO / "tests" / "apps" / "hostile_far.py")
         ("open", "a far side may not send OPEN"),
         ("garbage", "unknown frame kind 200"),
         ("early", "DATA for stream 1 before it was opened"),
+        ("many", "APPS lists more than 1024 apps"),
+        ("empty", "DATA of 0 bytes for stream 1"),
     ],
 )
 def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
@@ -478,7 +480,7 @@ def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
 ) -> None:
     laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, mode]))
     try:
-        if mode == "early":
+        if mode in ("early", "empty"):
             line = laptop.wait_containing("sandbridge: far: evil port 8080 -> ")
             with contextlib.suppress(OSError, http.client.HTTPException):
                 request(host_port_of(line.rsplit(" ", 1)[1]), path="/")
@@ -488,7 +490,10 @@ def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
         seen = laptop.process.lines["stderr"]
         laptop.process.lines["stderr"] = seen[seen.index(first) + 1 :]
         # It tries again (and, but for "early", which waits for a request, fails again).
-        laptop.wait_containing("connected" if mode == "early" else said)
+        laptop.wait_containing("connected" if mode in ("early", "empty") else said)
         assert laptop.process.popen.poll() is None
+        # A far side chooses no more local listeners than its apps within the limits:
+        # here the one app it listed before breaking the protocol.
+        assert len(_listening_ports(laptop.process.popen.pid)) <= 1
     finally:
         assert laptop.stop() == 0

@@ -51,10 +51,8 @@ MAX_RETRY_SECONDS = 8.0
 STABLE_LINK_SECONDS = 10.0
 # A far machine unreachable this long is gone for good: its local origins close.
 GONE_AFTER_SECONDS = 300.0
-# Far apps served per machine: a local listener each. Far more than a machine's sessions
-# hold in practice (64 apps per session), and a bound on what a hostile far side can
-# make the laptop open.
-MAX_FAR_APPS = 1024
+# Far apps served per machine (a local listener each) are bounded by the link itself:
+# an APPS list of more than remote_wire.MAX_APPS ends the link.
 
 
 class RemoteConnector(UpstreamConnector):

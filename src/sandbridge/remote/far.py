@@ -36,7 +36,7 @@ from sandbridge.exceptions import (
 from sandbridge.places.registry import list_sessions
 from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol.contract import UPSTREAM_SOCKET
-from sandbridge.protocol.remote_wire import FarApp, OpenStream, Role
+from sandbridge.protocol.remote_wire import MAX_APPS, FarApp, OpenStream, Role
 from sandbridge.relay.upstream import open_stream
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
@@ -50,7 +50,8 @@ APPS_POLL_SECONDS = 0.5
 def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
     """The apps of this user's running sessions that the link may carry, and each
     session's runtime dir. Private apps and sessions that do not name their runtime
-    dir (started by an older sandbridge) are left out."""
+    dir (started by an older sandbridge) are left out, and apps beyond the link's
+    :data:`MAX_APPS` (oldest sessions first) with a warning: the laptop refuses more."""
     apps: list[FarApp] = []
     places: dict[str, Path] = {}
     for record in list_sessions():
@@ -60,6 +61,9 @@ def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
         apps += [
             FarApp(record.id, app.port, app.base_path) for app in record.apps if not app.private
         ]
+    if len(apps) > MAX_APPS:
+        log.warning("remote.too_many_apps", apps=len(apps), served=MAX_APPS)
+        apps = apps[:MAX_APPS]
     return tuple(apps), places
 
 
