@@ -4,7 +4,8 @@ stdin/stdout, lists one app, then breaks the protocol the way ``MODE`` says.
 Usage: hostile_far.py MODE   (open: sends OPEN itself; early: answers an OPEN with data
 before opening the stream; garbage: lists the app, then sends an unknown kind; many:
 lists more apps than the limit; empty: opens the stream,
-then floods it with empty DATA frames)
+then floods it with empty DATA frames; churn: sends 1,000 lists of 300 apps at once,
+alternating, then a list of one app, evil port 9999)
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ def main() -> None:
         out.write(HEADER.pack(2, Kind.OPEN, 1) + b"{}")
     elif mode == "garbage":
         out.write(HEADER.pack(0, 200, 0))
+    elif mode == "churn":
+        lists = [
+            tuple(FarApp("evil", port, "/") for port in range(first, first + 300))
+            for first in (1, 301)
+        ]
+        for i in range(1000):
+            out.write(state.send_apps(lists[i % 2]))
+        out.write(state.send_apps((FarApp("evil", 9999, "/"),)))
     elif mode == "many":
         # Built by hand: LinkState.send_apps would refuse to send the list.
         apps = [{"port": 1 + i, "base_path": "/"} for i in range(5000)]

@@ -497,3 +497,25 @@ def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
         assert len(_listening_ports(laptop.process.popen.pid)) <= 1
     finally:
         assert laptop.stop() == 0
+
+
+def test_a_far_side_churning_its_app_list_is_applied_calmly(
+    laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    """1,000 lists of 300 apps in a burst: the laptop ends up serving the last list,
+    having said it in a few lines and without opening a listener per list."""
+    laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, "churn"]))
+    try:
+
+        def served() -> list[int]:
+            listed = json.loads(laptop.ls("--json"))
+            return [app["port"] for entry in listed if entry["machine"] for app in entry["apps"]]
+
+        _wait_until(lambda: served() == [9999], timeout=60)
+        assert len(_listening_ports(laptop.process.popen.pid)) == 1
+    finally:
+        assert laptop.stop() == 0
+    assert laptop.process.popen.stderr is not None
+    said = laptop.process.popen.stderr.read().decode().splitlines()
+    assert len(said) < 20, said[:40]
+    assert any(line.endswith("1 served; sandbridge ls lists them)") for line in said), said

@@ -53,6 +53,13 @@ STABLE_LINK_SECONDS = 10.0
 GONE_AFTER_SECONDS = 300.0
 # Far apps served per machine (a local listener each) are bounded by the link itself:
 # an APPS list of more than remote_wire.MAX_APPS ends the link.
+# A new APPS list is applied at most this often (the far side reads its registry every
+# 0.5 s, so an honest one changes no faster): a far side sending list after list at the
+# link's speed does not make the laptop open and close listeners as fast.
+APPLY_INTERVAL_SECONDS = 0.5
+# A change of more apps than this is said in one line, not a line per app: a hostile far
+# side alternating two long lists must not flood the owner's terminal.
+MAX_APP_LINES = 16
 
 
 class RemoteConnector(UpstreamConnector):
@@ -189,24 +196,34 @@ class Machine:
             self._changed.clear()
             if self._latest is not None:
                 await self._apply(self._latest)
+                # Lists that come meanwhile are coalesced: the latest is applied next.
+                await asyncio.sleep(APPLY_INTERVAL_SECONDS)
 
     async def _apply(self, apps: tuple[FarApp, ...]) -> None:
         wanted = set(apps)
-        for app in [app for app in self.listeners if app not in wanted]:
+        gone = [app for app in self.listeners if app not in wanted]
+        added = [app for app in dict.fromkeys(apps) if app not in self.listeners]
+        each = len(gone) + len(added) <= MAX_APP_LINES
+        for app in gone:
             # Forgotten only once closed: a cancel meanwhile leaves it to _drop_all.
             await self.listeners[app].close()
             del self.listeners[app]
-            self._say(f"{app.session} port {app.port} is gone")
-        for app in apps:
-            if app in self.listeners:
-                continue
+            if each:
+                self._say(f"{app.session} port {app.port} is gone")
+        for app in added:
             scope = self._scopes.setdefault(app.session, SessionScope(RelaySettings()))
             listener = AppListener(
                 app.port, app.base_path, RemoteConnector(self, app.session), scope
             )
             await listener.start()
             self.listeners[app] = listener
-            self._say(f"{app.session} port {app.port} -> {listener.app.url}")
+            if each:
+                self._say(f"{app.session} port {app.port} -> {listener.app.url}")
+        if not each:
+            self._say(
+                f"{len(added)} apps added, {len(gone)} gone ({len(self.listeners)} served; "
+                "sandbridge ls lists them)"
+            )
         self._record(True)
 
     def _record(self, connected: bool) -> None:
