@@ -283,6 +283,21 @@ def test_known_hosts_markers_and_patterns_do_not_trust_the_key(
     assert "refusing" in refusal(sshd)
 
 
+def test_a_host_key_alias_is_looked_up_without_the_port(sshd: Sshd) -> None:
+    """OpenSSH looks a HostKeyAlias up as it is, whatever the port."""
+    sshd.known_hosts_path.write_text(f"build-box {_public(sshd.host_key)}\n")
+    sshd.write_client_config("far", "  HostKeyAlias build-box")
+
+    async def scenario() -> None:
+        link = await open_far(sshd)
+        try:
+            assert await echo_through(link, b"alias") == b"R" + b"alias"
+        finally:
+            await link.close()
+
+    run(scenario())
+
+
 def test_a_cert_authority_line_does_not_trust_the_ca_key_as_a_host_key(sshd: Sshd) -> None:
     sshd.known_hosts_path.write_text(f"@cert-authority * {_public(sshd.host_key)}\n")
     sshd.write_client_config()
