@@ -5,7 +5,7 @@ Usage: hostile_far.py MODE   (open: sends OPEN itself; early: answers an OPEN wi
 before opening the stream; garbage: lists the app, then sends an unknown kind; many:
 lists more apps than the limit; empty: opens the stream,
 then floods it with empty DATA frames; churn: sends 1,000 lists of 300 apps at once,
-alternating, then a list of one app, evil port 9999)
+alternating, then a list of one app, evil port 9999; crowd: lists 200 apps)
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def main() -> None:
         for i in range(1000):
             out.write(state.send_apps(lists[i % 2]))
         out.write(state.send_apps((FarApp("evil", 9999, "/"),)))
+    elif mode == "crowd":
+        out.write(state.send_apps(tuple(FarApp("evil", port, "/") for port in range(1, 201))))
     elif mode == "many":
         # Built by hand: LinkState.send_apps would refuse to send the list.
         apps = [{"port": 1 + i, "base_path": "/"} for i in range(5000)]

@@ -102,11 +102,12 @@ def far_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: bool) -
 class Laptop:
     """``sandbridge connect --via`` in the laptop's own XDG_RUNTIME_DIR."""
 
-    def __init__(self, xdg: Path, via: str, *options: str) -> None:
+    def __init__(self, xdg: Path, via: str, *options: str, prefix: tuple[str, ...] = ()) -> None:
         self.xdg = xdg
         self.env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
         self.process = Process(
-            [*SANDBRIDGE, "connect", "--via", via, "--name", "far", *options], env=self.env
+            [*prefix, *SANDBRIDGE, "connect", "--via", via, "--name", "far", *options],
+            env=self.env,
         )
 
     def app_url(self, far: Far, far_port: int) -> str:
@@ -519,3 +520,27 @@ def test_a_far_side_churning_its_app_list_is_applied_calmly(
     said = laptop.process.popen.stderr.read().decode().splitlines()
     assert len(said) < 20, said[:40]
     assert any(line.endswith("1 served; sandbridge ls lists them)") for line in said), said
+
+
+def test_apps_the_laptop_cannot_listen_for_are_said_in_one_line(
+    laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    """Out of descriptors (connect under a limit of 100, 200 apps listed): the apps that
+    got a listener are served, the rest said in one line, and connect goes on (the app
+    follower used to die of an IndexError, silently, and follow no list again)."""
+    laptop = Laptop(
+        laptop_xdg,
+        shlex.join([PYTHON, HOSTILE_FAR, "crowd"]),
+        prefix=("prlimit", "--nofile=100:100"),
+    )
+    try:
+        line = laptop.wait_containing("apps not served: cannot listen: ")
+        assert "[Errno 24]" in line and "out of descriptors" in line
+        added = laptop.wait_containing("apps added, ")
+        count = int(added.split(": ")[2].split()[0])
+        assert 0 < count < 200
+        assert f"{200 - count} apps not served" in line
+        assert len(_listening_ports(laptop.process.popen.pid)) == count
+        assert laptop.process.popen.poll() is None
+    finally:
+        assert laptop.stop() == 0

@@ -210,20 +210,28 @@ class Machine:
             del self.listeners[app]
             if each:
                 self._say(f"{app.session} port {app.port} is gone")
+        unserved: list[OSError] = []
         for app in added:
             scope = self._scopes.setdefault(app.session, SessionScope(RelaySettings()))
             listener = AppListener(
                 app.port, app.base_path, RemoteConnector(self, app.session), scope
             )
-            await listener.start()
+            try:
+                await listener.start()
+            except OSError as exc:  # out of descriptors or ports: this app, not the link
+                unserved.append(exc)
+                continue
             self.listeners[app] = listener
             if each:
                 self._say(f"{app.session} port {app.port} -> {listener.app.url}")
         if not each:
             self._say(
-                f"{len(added)} apps added, {len(gone)} gone ({len(self.listeners)} served; "
-                "sandbridge ls lists them)"
+                f"{len(added) - len(unserved)} apps added, {len(gone)} gone "
+                f"({len(self.listeners)} served; sandbridge ls lists them)"
             )
+        if unserved:
+            # Tried again with the next list; one line, however many failed.
+            self._say(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
         self._record(True)
 
     def _record(self, connected: bool) -> None:
