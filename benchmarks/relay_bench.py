@@ -26,6 +26,8 @@ from pathlib import Path
 
 from benchmarks import paths, workloads
 from benchmarks.paths import PATHS, SANDBRIDGE, RelayPath, host_apps, wait_until_serving
+from benchmarks.remote_bench import measure_remote
+from benchmarks.remote_bench import table as remote_table
 from benchmarks.sessions import measure_sessions
 from benchmarks.sessions import table as sessions_table
 
@@ -294,6 +296,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         if "sandbridge" in running:
             print("sessions: start and idle memory", file=sys.stderr, flush=True)
             results.once["sessions"] = measure_sessions(*args.sessions)
+            print("remote: a far app through connect and ssh -L", file=sys.stderr, flush=True)
+            results.once["remote"] = measure_remote(args.rounds, args.seconds, args.smoke)
         report["medians"] = {
             name: {metric: results.median(name, metric) for metric in metrics}
             for name, metrics in results.rounds.items()
@@ -370,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     sessions = report["scaling"].get("sessions")  # type: ignore[attr-defined]
     if sessions is not None:
         print(sessions_table(sessions))
+    remote = report["scaling"].get("remote")  # type: ignore[attr-defined]
+    if remote is not None:
+        print(remote_table(remote))
     print(json.dumps(report["scaling"], indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1))

@@ -2,12 +2,18 @@
 
 - ``start_ms``: the wall time of ``sandbridge run --net none -- true``, served by a
   running daemon, standalone (``--no-daemon``), and ``bwrap ... true`` alone as the
-  floor (median of ``samples``, the three interleaved).
+  floor (median of ``samples``, the three interleaved); ``over_bwrap_ms``: the median of
+  each sample's difference to the bwrap run beside it (paired, so that the machine's
+  drift between samples cancels).
 - ``idle``: ``count`` sessions started and left idle (``sleep``), served by the daemon:
   the daemon's RSS before and after (per session), each ``run`` client (it holds the
   sandbox while the daemon serves it), and each sandbox's shim (the sandbox's own
-  sandbridge process); standalone, each session's host process and shim.
+  sandbridge process, the entry) idle, then once it served one connection (the entry
+  loads the event loop and the shim's code at the first connection); standalone, each
+  session's host process and shim.
 
+The package's bytecode is compiled first: an installed package has it, while a checkout
+run with ``PYTHONDONTWRITEBYTECODE`` set would compile every module in every process.
 The daemon runs with a private ``XDG_RUNTIME_DIR``, so it serves only these sessions.
 """
 
@@ -16,13 +22,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.paths import SANDBRIDGE, _descendants, _is_shim
+import sandbridge
+from benchmarks.paths import PYTHON, SANDBRIDGE, _descendants, _is_shim
 from benchmarks.workloads import rss_kib
 
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
@@ -64,9 +72,32 @@ def _wait_for_shims(runs: list[subprocess.Popen[bytes]]) -> list[int]:
         shims = [_shims(run.pid) for run in runs]
         if all(shims):
             return [found[0] for found in shims]
+        for run in runs:
+            if run.poll() is not None:  # ended before its shim showed: say why
+                assert run.stderr is not None
+                why = run.stderr.read().decode(errors="replace").strip()
+                raise RuntimeError(f"a session ended with status {run.returncode}: {why}")
         if time.monotonic() > deadline:
             raise RuntimeError("a session's shim did not start")
         time.sleep(0.1)
+
+
+def _compile_package() -> None:
+    """Write the bytecode of every sandbridge module, as installing the package does."""
+    package = Path(sandbridge.__file__).parent
+    subprocess.run([PYTHON, "-m", "compileall", "-q", str(package)], check=True)
+
+
+def _serve_once(runtime: Path) -> None:
+    """Make each session's shim serve one connection: a malformed first line, which it
+    refuses with an error line and a close (read to the end, so that it has served)."""
+    for path in runtime.glob("ags-webview-relay-*/upstream.sock"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(START_TIMEOUT)
+            sock.connect(str(path))
+            sock.sendall(b"{}\n")
+            while sock.recv(4096):
+                pass
 
 
 def _run(work: Path, *options: str) -> list[str]:
@@ -82,7 +113,7 @@ def _start_idle(
             [*_run(work, *options), "sleep", "3600"],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,  # a few lines at the start, read if it fails
         )
         for _ in range(count)
     ]
@@ -98,6 +129,8 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 def measure_sessions(samples: int, count: int) -> dict[str, object]:
@@ -108,6 +141,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
         work = Path(tmp) / "work"
         work.mkdir()
         env = _env(runtime)
+        _compile_package()
         daemon = subprocess.Popen(
             [*SANDBRIDGE, "daemon"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
@@ -128,6 +162,8 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
                 after = rss_kib(daemon.pid)
                 served_shims = [rss_kib(pid) for pid in shims]
                 clients = [rss_kib(run.pid) for run in served]
+                _serve_once(runtime)
+                serving_shims = [rss_kib(pid) for pid in shims]
             finally:
                 _stop(served)
         finally:
@@ -143,12 +179,20 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
             alone_shims = [rss_kib(pid) for pid in shims]
         finally:
             _stop(alone)
+    over = {
+        kind: round(
+            statistics.median(t - b for t, b in zip(starts[kind], starts["bwrap"], strict=True)), 1
+        )
+        for kind in ("daemon", "standalone")
+    }
     return {
         "start_ms": {kind: round(statistics.median(times), 1) for kind, times in starts.items()},
+        "over_bwrap_ms": over,
         "idle_sessions": count,
         "daemon_rss_kib_per_session": round((after - before) / count),
         "daemon_rss_kib": {"before": before, "after": after},
         "served_shim_rss_kib_max": max(served_shims),
+        "served_shim_serving_rss_kib_max": max(serving_shims),
         "served_client_rss_kib_median": round(statistics.median(clients)),
         "standalone_host_rss_kib_median": round(statistics.median(hosts)),
         "standalone_shim_rss_kib_max": max(alone_shims),
@@ -157,24 +201,29 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
 
 def table(figures: dict[str, object]) -> str:
     starts: dict[str, float] = figures["start_ms"]  # type: ignore[assignment]
-    floor = starts["bwrap"]
+    over: dict[str, float] = figures["over_bwrap_ms"]  # type: ignore[assignment]
     rows = [
-        ("served by the daemon", "daemon", "daemon_rss_kib_per_session", "the daemon's growth",
-         "served_shim_rss_kib_max"),
-        ("(its `run` client)", "daemon", "served_client_rss_kib_median", "the client process",
-         "served_shim_rss_kib_max"),
-        ("standalone", "standalone", "standalone_host_rss_kib_median", "its own host process",
-         "standalone_shim_rss_kib_max"),
-    ]  # fmt: skip
-    lines = [
-        "| session | `run --net none -- true` (ms) | host memory per idle session (KiB) "
-        "| shim (KiB) |",
-        "|---|---|---|---|",
+        ("served by the daemon", "daemon", "daemon_rss_kib_per_session", "the daemon's growth"),
+        ("(its `run` client)", None, "served_client_rss_kib_median", "the client process"),
+        ("standalone", "standalone", "standalone_host_rss_kib_median", "its own host process"),
     ]
-    for label, kind, host, what, shim in rows:
+    lines = [
+        "| session | `run --net none -- true` (ms) | over bwrap, paired (ms) "
+        "| host memory per idle session (KiB) | shim idle (KiB) | shim serving (KiB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    shims = {
+        "daemon": (figures["served_shim_rss_kib_max"], figures["served_shim_serving_rss_kib_max"]),
+        "standalone": (figures["standalone_shim_rss_kib_max"], "n/a"),
+    }
+    for label, kind, host, what in rows:
+        if kind is None:
+            lines.append(f"| {label} | | | {figures[host]} ({what}) | | |")
+            continue
+        idle, serving = shims[kind]
         lines.append(
-            f"| {label} | {starts[kind]} (+{starts[kind] - floor:.1f} over bwrap) "
-            f"| {figures[host]} ({what}) | {figures[shim]} |"
+            f"| {label} | {starts[kind]} | +{over[kind]} | {figures[host]} ({what}) "
+            f"| {idle} | {serving} |"
         )
-    lines.append(f"| bwrap alone | {floor} | n/a | n/a |")
+    lines.append(f"| bwrap alone | {starts['bwrap']} | 0 | n/a | n/a | n/a |")
     return "\n".join(lines)

@@ -6,13 +6,9 @@ import asyncio
 import contextlib
 import os
 import socket
-from pathlib import Path
-
-import pytest
 
 from sandbridge.aio import event_loop
-from sandbridge.aio.unix_sockets import MAX_SOCKET_PATH, Pump, listen_private, peer_credentials
-from sandbridge.exceptions import RuntimeDirError
+from sandbridge.aio.unix_sockets import Pump, peer_credentials
 
 
 async def _linked_pair() -> tuple[socket.socket, socket.socket, Pump, Pump]:
@@ -90,22 +86,3 @@ def test_peer_credentials_are_the_connecting_process() -> None:
     one, other = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with one, other:
         assert peer_credentials(one) == (os.getpid(), os.getuid())
-
-
-def test_a_socket_path_longer_than_107_bytes_is_refused_naming_it(tmp_path: Path) -> None:
-    fits = tmp_path / ("a" * (107 - len(str(tmp_path)) - 1))
-    assert len(str(fits)) == MAX_SOCKET_PATH == 107
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        listen_private(sock, fits, 1)
-        assert os.stat(fits).st_mode & 0o777 == 0o600
-    too_long = Path(str(fits) + "b")
-    with (
-        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock,
-        pytest.raises(RuntimeDirError) as caught,
-    ):
-        listen_private(sock, too_long, 1)
-    assert str(caught.value) == (
-        f"{too_long}: 108 bytes, longer than the 107 a Unix socket's path may have; "
-        "set XDG_RUNTIME_DIR to a shorter directory"
-    )
-    assert not too_long.exists()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.aio import untrusted_fds
-from sandbridge.aio.unix_sockets import bind_unix_socket
+from sandbridge.aio import before_loop, untrusted_fds
+from sandbridge.aio.before_loop import bind_unix_socket
 from sandbridge.exceptions import ControlRefusal
 from sandbridge.terminals.sandbox_channel import worker_socket
 
@@ -101,7 +101,7 @@ def test_a_transport_duplicate_is_never_the_last_reference(sink: socket.socket) 
 
 def test_host_listeners_refuse_descriptors(tmp_path: Path) -> None:
     with bind_unix_socket(tmp_path / "relay.sock") as listener:
-        if listener.getsockopt(socket.SOL_SOCKET, untrusted_fds.SO_PASSRIGHTS) != 0:
+        if listener.getsockopt(socket.SOL_SOCKET, before_loop.SO_PASSRIGHTS) != 0:
             pytest.skip("this kernel cannot refuse descriptors (SO_PASSRIGHTS, Linux 6.16)")
         with socket.socket(socket.AF_UNIX) as client:
             client.connect(str(tmp_path / "relay.sock"))

@@ -2,10 +2,12 @@
 stdin/stdout, lists one app, then breaks the protocol the way ``MODE`` says.
 
 Usage: hostile_far.py MODE   (open: sends OPEN itself; early: answers an OPEN with data
-before opening the stream; garbage: lists the app, then sends an unknown kind; many:
-lists more apps than the limit; empty: opens the stream,
-then floods it with empty DATA frames; churn: sends 1,000 lists of 300 apps at once,
-alternating, then a list of one app, evil port 9999; crowd: lists 200 apps)
+before opening the stream; garbage: lists the app, then sends an unknown kind; lies:
+answers every terminal control line with a listing of another session's request and
+nothing else; escape: with a listing whose fields carry terminal escape sequences;
+many: lists more apps than the limit; empty: opens the stream, then floods it with
+empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
+list of one app, evil port 9999; crowd: lists 200 apps)
 """
 
 from __future__ import annotations
@@ -17,12 +19,30 @@ import sys
 
 from sandbridge.protocol.remote_wire import (
     HEADER,
+    Data,
     FarApp,
     Kind,
     LinkState,
+    OpenControl,
     OpenStream,
     Role,
 )
+
+# What the lying far side answers to any terminal control line, per mode.
+ANSWERS = {
+    "lies": {"ok": True, "instance": "i", "requests": [{"id": "other:0123abcd"}]},
+    "escape": {
+        "ok": True,
+        "requests": [
+            {
+                "id": "evil:0123abcd",
+                "state": "pending\x1b[2J",
+                "requester": "\x1b]0;pwned\x07" + "a" * 64,
+                "reason": "look\x1b[31m here",
+            }
+        ],
+    },
+}
 
 
 def main() -> None:
@@ -58,6 +78,13 @@ def main() -> None:
         for event in state.receive(data):
             if isinstance(event, OpenStream) and mode == "early":
                 out.write(HEADER.pack(5, Kind.DATA, event.stream) + b"early")
+                out.flush()
+            elif isinstance(event, OpenControl) and mode in ANSWERS:
+                out.write(state.send_opened(event.stream))
+                out.flush()
+            elif isinstance(event, Data) and mode in ANSWERS and b"\n" in event.data:
+                answer = json.dumps(ANSWERS[mode]).encode() + b"\n"
+                out.write(state.send_data(event.stream, answer) + state.send_eof(event.stream))
                 out.flush()
             elif isinstance(event, OpenStream) and mode == "empty":
                 out.write(state.send_opened(event.stream))

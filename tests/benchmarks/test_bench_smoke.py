@@ -48,5 +48,8 @@ def test_smoke_run_measures_every_path(tmp_path: Path) -> None:
                 "standalone_host_rss_kib_median", "standalone_shim_rss_kib_max"):  # fmt: skip
         assert sessions[key] > 0, key
     assert "| served by the daemon |" in result.stdout
+    remote = report["scaling"]["remote"]
+    assert remote["ratio_to_ssh_L"]["connect"]["get_100m_mbps"] > 0
+    assert "| far app through |" in result.stdout
     for key in ("machine", "nginx", "socat", "wrk", "jupyter-server-proxy"):
         assert report["versions"][key] not in ("", "missing"), key

@@ -50,3 +50,21 @@ def test_a_bad_url_form_in_the_config_is_refused_naming_value_and_line(
         "sandbridge: .sandbridge/config:1: url_form must be one of name, ip, got 'IP4'"
         in result.stderr
     )
+
+
+def test_a_bind_inside_the_policy_directory_is_refused_naming_it(tmp_path: Path, xdg: Path) -> None:
+    # Its view would be the live directory: the secrets file, and what the owner adds.
+    (tmp_path / ".sandbridge" / "keys").mkdir(parents=True)
+    for value in (".sandbridge/keys", ".sandbridge/keys:/srv/keys"):
+        result = subprocess.run(
+            run_argv(tmp_path, "true", options=("--ro-bind", str(tmp_path / value), "--dry-run")),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert (
+            f"sandbridge: --ro-bind {tmp_path / '.sandbridge' / 'keys'}: inside the project's "
+            "policy directory"
+        ) in result.stderr

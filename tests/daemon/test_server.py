@@ -21,7 +21,7 @@ import pytest
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol import daemon_wire
-from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import encode
 from tests.conftest import (
     ECHO_APP,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,31 @@ def test_non_utf8_policy_file_is_refused(tmp_path: Path) -> None:
     (workdir / ".sandbridge" / "allow").write_bytes(b"caf\xe9.org\n")
     with pytest.raises(PolicyError, match=r".sandbridge/allow: not UTF-8"):
         load_policy(workdir)
+
+
+@pytest.mark.parametrize("name", ["allow", "config"])
+def test_a_policy_file_that_links_elsewhere_is_refused_and_not_read(
+    tmp_path: Path, name: str
+) -> None:
+    # A repository can carry the link: its target is any file the owner can read, and a
+    # parse error would print its first line.
+    target = tmp_path / "elsewhere"
+    target.write_text("root:x:0:0:secret-line\n")
+    workdir = project(tmp_path)
+    (workdir / ".sandbridge" / name).unlink(missing_ok=True)
+    (workdir / ".sandbridge" / name).symlink_to(target)
+    with pytest.raises(PolicyError) as caught:
+        load_policy(workdir)
+    assert str(caught.value) == f".sandbridge/{name}: a symbolic link; make it a plain file"
+
+
+def test_a_policy_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    workdir = project(tmp_path)
+    (workdir / ".sandbridge" / "allow").unlink(missing_ok=True)
+    os.mkfifo(workdir / ".sandbridge" / "allow")  # nobody writes: a blocking open would hang
+    with pytest.raises(PolicyError) as caught:
+        load_policy(workdir)
+    assert str(caught.value) == ".sandbridge/allow: not a regular file; make it a plain file"
 
 
 def test_bad_flag_entry_names_the_flag() -> None:

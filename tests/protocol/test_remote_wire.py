@@ -13,13 +13,16 @@ from sandbridge.protocol.remote_wire import (
     MAX_DATA_BYTES,
     MAX_STREAMS,
     STREAM_WINDOW,
+    VERSION,
     Apps,
+    Credited,
     Data,
     EndOfStream,
     FarApp,
     Hello,
     Kind,
     LinkState,
+    OpenControl,
     Opened,
     OpenStream,
     Refused,
@@ -35,7 +38,7 @@ def frame(kind: int, stream: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(len(payload), kind, stream) + payload
 
 
-def hello(role: str = "laptop", version: object = 1) -> bytes:
+def hello(role: str = "laptop", version: object = VERSION) -> bytes:
     return frame(Kind.HELLO, 0, json.dumps({"version": version, "role": role}).encode())
 
 
@@ -67,6 +70,15 @@ def test_frames_split_at_every_byte_still_decode() -> None:
     data = far.send_apps((APP,))
     events = [event for byte in data for event in laptop.receive(bytes([byte]))]
     assert events == [Apps((APP,))]
+
+
+def test_frames_and_a_split_one_in_one_read_decode_as_the_rest_arrives() -> None:
+    laptop, far, stream = opened_stream()
+    data = far.send_data(stream, b"first") + far.send_data(stream, b"second")
+    third = far.send_data(stream, b"third")
+    assert laptop.receive(data + third[:4]) == [Data(stream, b"first"), Data(stream, b"second")]
+    assert laptop.receive(third[4:12]) == []
+    assert laptop.receive(third[12:]) == [Data(stream, b"third")]
 
 
 def test_stream_carries_data_both_ways_and_ends_with_eof() -> None:
@@ -108,7 +120,7 @@ def test_sender_stops_at_the_window_until_credit_comes_back() -> None:
     assert all(len(e.data) <= MAX_DATA_BYTES for e in received if isinstance(e, Data))
     assert laptop.consumed(stream, STREAM_WINDOW // 2 - 1) == b""  # not worth a frame yet
     credit = laptop.consumed(stream, 1)
-    assert far.receive(credit) == []
+    assert far.receive(credit) == [Credited(stream)]
     assert far.send_credit_for(stream) == STREAM_WINDOW // 2
 
 
@@ -134,11 +146,21 @@ def test_diff_apps_names_added_and_gone() -> None:
 
 
 # (who receives, frames before, the malformed frame, what the refusal names)
+def test_a_control_stream_is_opened_by_session_and_carries_data() -> None:
+    laptop, far = pair()
+    stream, opening = laptop.send_open_control("web")
+    assert far.receive(opening) == [OpenControl(stream, "web")]
+    assert laptop.receive(far.send_opened(stream)) == [Opened(stream)]
+    assert far.receive(laptop.send_data(stream, b'{"op":"list"}\n')) == [
+        Data(stream, b'{"op":"list"}\n')
+    ]
+
+
 MALFORMED = [
     ("far", b"", frame(Kind.OPEN, 1, b"{}"), "first frame must be HELLO, not OPEN"),
     ("far", b"", frame(99, 0), "unknown frame kind 99"),
-    ("far", b"", hello(version=2), "protocol version 2 is not 1"),
-    ("far", b"", hello(version="1"), "protocol version '1' is not 1"),
+    ("far", b"", hello(version=1), "protocol version 1 is not 2"),
+    ("far", b"", hello(version="2"), "protocol version '2' is not 2"),
     ("far", b"", hello(role="far"), "HELLO role 'far' is not 'laptop'"),
     ("far", b"", frame(Kind.HELLO, 0, b"not json"), "HELLO payload is not a JSON object"),
     ("far", b"", frame(Kind.HELLO, 0, b"[1]"), "HELLO payload is not a JSON object"),
@@ -178,6 +200,30 @@ MALFORMED = [
         "OPEN for stream 5: ids must go up",
     ),
     ("far", hello(), frame(Kind.DATA, 7, b"x"), "DATA for stream 7, which was never opened"),
+    (
+        "far",
+        hello(),
+        frame(Kind.OPEN, 1, b'{"session":"web","control":"shell"}'),
+        "OPEN 1: control must be 'terminal' and alone, got 'shell'",
+    ),
+    (
+        "far",
+        hello(),
+        frame(Kind.OPEN, 1, b'{"session":"web","control":"terminal","port":80}'),
+        "OPEN 1: control must be 'terminal' and alone, got 'terminal'",
+    ),
+    (
+        "far",
+        hello(),
+        frame(Kind.OPEN, 1, b'{"session":"../x","control":"terminal"}'),
+        "OPEN 1: session must be a session name, got '../x'",
+    ),
+    (
+        "laptop",
+        hello("far"),
+        frame(Kind.OPEN, 1, b'{"session":"web","control":"terminal"}'),
+        "far side may not send OPEN",
+    ),
     (
         "far",
         hello() + frame(Kind.OPEN, 1, b'{"session":"web","port":80}'),

@@ -11,7 +11,8 @@ from pathlib import Path
 from sandbridge.aio import event_loop
 from sandbridge.protocol.http.origin_policy import AppOrigin, new_label
 from sandbridge.relay.app_listener import AppListener
-from sandbridge.relay.upstream import ForwardingMode, UpstreamConnector
+from sandbridge.relay.settings import ForwardingMode
+from sandbridge.relay.upstream import UpstreamConnector
 from tests.conftest import (
     Relay,
     app_host,

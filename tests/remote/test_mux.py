@@ -13,7 +13,7 @@ import pytest
 from sandbridge.exceptions import RemoteLinkError
 from sandbridge.protocol.remote_wire import STREAM_WINDOW, FarApp, OpenStream, Role
 from sandbridge.remote.mux import Mux, MuxStream
-from sandbridge.remote.transport import Link
+from sandbridge.remote.transport import Link, LinkWriter
 
 
 async def _link(sock: socket.socket) -> Link:
@@ -120,5 +120,41 @@ def test_a_peer_that_says_no_hello_is_refused() -> None:
         finally:
             await link.close()
             b.close()
+
+    asyncio.run(check())
+
+
+class _CountingWriter:
+    """The link's writer, counting the writes that reach it."""
+
+    def __init__(self, writer: LinkWriter) -> None:
+        self._writer = writer
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        self._writer.write(data)
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+
+def test_frames_of_many_streams_in_one_turn_reach_the_link_as_one_write() -> None:
+    accepted: list[MuxStream] = []
+
+    def on_open(stream: MuxStream, event: OpenStream) -> None:
+        accepted.append(stream)
+        stream._mux.opened(stream)
+
+    async def check() -> None:
+        async with linked(on_open) as (laptop, _far, _):
+            streams = [await laptop.open("web", port) for port in (80, 81, 82)]
+            counting = _CountingWriter(laptop.link.writer)
+            laptop.link.writer = counting
+            await asyncio.gather(*(s.write(f"to {s.id}".encode()) for s in streams))
+            assert [await far_end.read() for far_end in accepted] == [
+                f"to {s.id}".encode() for s in streams
+            ]
+            assert len(counting.writes) == 1
 
     asyncio.run(check())

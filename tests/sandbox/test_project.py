@@ -3,12 +3,13 @@ asked of the hardened host git without running anything of the project."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from sandbridge.exceptions import PolicyError
-from sandbridge.sandbox.project import check_secrets_file, project_root
+from sandbridge.sandbox.project import check_secrets_file, project_root, shown_policy_files
 from tests.sandbox.test_protected_paths import git, make_repo
 
 
@@ -83,3 +84,16 @@ def test_worktrees_and_submodules_keep_their_top_level(tmp_path: Path) -> None:
     assert project_root(repo / "sub") == repo
     git(repo, "worktree", "add", "-q", str(tmp_path / "wt"))
     assert project_root(tmp_path / "wt") == tmp_path / "wt"  # .git is a file there
+
+
+def test_only_policy_files_that_are_regular_files_are_shown(tmp_path: Path) -> None:
+    policy_dir = tmp_path / ".sandbridge"
+    policy_dir.mkdir()
+    (policy_dir / "config").write_text("net = none\n")
+    (policy_dir / "env").write_text("A=1\n")  # the secrets file: never shown
+    (policy_dir / "notes").write_text("x\n")
+    (policy_dir / "allow").symlink_to(tmp_path / "elsewhere")
+    os.mkfifo(policy_dir / ".gitignore")
+    (policy_dir / "env.example").mkdir()
+    assert shown_policy_files(tmp_path) == ("config",)
+    assert shown_policy_files(tmp_path / "none") == ()

@@ -6,6 +6,8 @@ real git and real sandboxes are in ``test_protected_paths.py``.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -350,3 +352,65 @@ def test_protect_line_is_kept_with_its_source(tmp_path: Path) -> None:
         (tmp_path / "scripts", ".sandbridge/config:2")
     ]
     assert policy.files_read == (tmp_path / ".sandbridge" / "config",)
+
+
+def test_a_missing_policy_directory_above_a_nested_workdir_gets_a_placeholder(
+    tmp_path: Path,
+) -> None:
+    # No writable mount shows it, but the read-only root does: the view inside needs a
+    # directory to lie on, or a .sandbridge the owner makes later would show through.
+    (tmp_path / "sub").mkdir()
+    protection = decide(workdir(tmp_path / "sub"), tmp_path, git=facts())
+    assert placeholders(protection)[tmp_path / ".sandbridge"] is None
+    assert tmp_path / ".sandbridge" not in read_only(protection)  # not writable anyway
+
+
+def test_a_policy_directory_that_exists_or_is_a_file_gets_no_placeholder(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ".sandbridge").write_text("not a directory\n")
+    protection = decide(workdir(tmp_path / "sub"), tmp_path, git=facts())
+    assert tmp_path / ".sandbridge" not in placeholders(protection)
+
+
+def test_placeholders_stay_while_another_session_of_the_project_runs(tmp_path: Path) -> None:
+    # A sibling workdir of the same project has a view of the root's .sandbridge.
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    protection = decide(workdir(tmp_path / "a"), tmp_path, git=facts())
+    assert protection.shared_with([tmp_path / "b"])
+    assert not protection.shared_with([tmp_path.parent / "elsewhere"])
+
+
+def test_a_policy_directory_replaced_during_the_session_is_named_at_its_end(
+    tmp_path: Path,
+) -> None:
+    # The kernel drops the sandbox's mounts on a directory the owner removes: a new
+    # .sandbridge made there is seen, and writable, inside.
+    policy_dir = tmp_path / ".sandbridge"
+    warning = (
+        f"WARNING: {policy_dir} was removed or renamed during the session: the sandbox's "
+        "read-only view of it went with it, so the sandbox could read and write what was "
+        f"put there since; review {policy_dir} before the next run"
+    )
+
+    def session(change: Callable[[], object]) -> list[str]:
+        protection = decide(workdir(tmp_path), tmp_path, git=facts())
+        protection.create_placeholders()
+        change()
+        return protection.finish()
+
+    def remove_and_make_again() -> None:
+        shutil.rmtree(policy_dir)
+        policy_dir.mkdir()
+
+    def rename_and_make_again() -> None:
+        policy_dir.rename(tmp_path / "old")
+        policy_dir.mkdir()
+
+    assert session(lambda: (policy_dir / "env").write_text("A=1\n")) == []
+    assert session(remove_and_make_again) == [warning]
+    assert session(rename_and_make_again) == [warning]
+    assert session(lambda: shutil.rmtree(policy_dir)) == [warning]
+    # None at the start: sandbridge's own placeholder, removed at the end, is no warning.
+    assert session(lambda: None) == []
+    assert not policy_dir.exists()

@@ -1,8 +1,9 @@
-"""The sandbox's spec: where a hidden file (the secrets file) is visible inside, so that
-the backends cover it at each place (sandbox/spec.py)."""
+"""The sandbox's spec: where the project's policy directory is visible inside, so that
+the backends show the policy files alone at each place (sandbox/spec.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -12,61 +13,86 @@ from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.spec import SandboxSpec
 
 
-def spec(workdir: str, hidden: str, mounts: list[Mount] | None = None) -> SandboxSpec:
+def spec(workdir: str, policy_dir: str, mounts: list[Mount] | None = None) -> SandboxSpec:
     return SandboxSpec(
         command=["true"],
         workdir=Path(workdir),
         runtime_dir=Path("/tmp/ags-webview-relay-1"),
         home=Path("/tmp/home"),
         mounts=mounts or [],
-        hidden_files=[Path(hidden)],
+        policy_dir=Path(policy_dir),
+        policy_files=("allow", "config"),
     )
 
 
 @pytest.mark.parametrize(
-    ("workdir", "hidden", "mounts", "targets"),
+    ("workdir", "policy_dir", "mounts", "views"),
     [
         # under /tmp (a private tmpfs inside): only where the workdir brings it back
-        ("/tmp/p", "/tmp/p/.sandbridge/env", [], ["/tmp/p/.sandbridge/env"]),
+        ("/tmp/p", "/tmp/p/.sandbridge", [], ["/tmp/p/.sandbridge"]),
         # elsewhere the read-only host root shows it too, at the same path
-        ("/srv/p/sub", "/srv/p/.sandbridge/env", [], ["/srv/p/.sandbridge/env"]),
-        # a bind to another place shows it there as well
+        ("/srv/p/sub", "/srv/p/.sandbridge", [], ["/srv/p/.sandbridge"]),
+        # a bind of a parent to another place shows it there as well
         (
-            "/tmp/w",
-            "/tmp/p/.sandbridge/env",
-            [Mount(Path("/tmp/p"), Path("/data"), writable=False)],
-            ["/data/.sandbridge/env"],
+            "/tmp/w/p",
+            "/tmp/w/p/.sandbridge",
+            [Mount(Path("/tmp/w"), Path("/data"), writable=False)],
+            ["/data/p/.sandbridge", "/tmp/w/p/.sandbridge"],
         ),
-        ("/tmp/w", "/tmp/p/.sandbridge/env", [], []),
+        ("/tmp/w", "/tmp/p/.sandbridge", [], []),
     ],
 )
-def test_a_hidden_file_is_covered_wherever_it_is_visible(
-    workdir: str, hidden: str, mounts: list[Mount], targets: list[str]
+def test_the_policy_directory_is_replaced_wherever_it_is_visible(
+    workdir: str, policy_dir: str, mounts: list[Mount], views: list[str]
 ) -> None:
-    assert spec(workdir, hidden, mounts).hidden_targets() == [Path(t) for t in targets]
+    assert spec(workdir, policy_dir, mounts).policy_views() == [Path(v) for v in views]
 
 
-def test_the_backends_cover_each_place_after_the_binds() -> None:
+def test_the_backends_mount_the_policy_view_after_the_protected_paths() -> None:
     from sandbridge.sandbox import bwrap, unshare
 
-    hidden = spec("/tmp/p", "/tmp/p/.sandbridge/env")
-    argv = bwrap.argv(hidden)
-    at = argv.index("/tmp/p/.sandbridge/env")
-    assert argv[at - 2 : at] == ["--ro-bind", "/dev/null"]
-    assert at > argv.index("/tmp/p")  # after the workdir's bind
-    assert '"hidden": ["/tmp/p/.sandbridge/env"]' in unshare.init_config(hidden)
+    view = spec("/tmp/p", "/tmp/p/.sandbridge")
+    argv = bwrap.argv(view)
+    at = argv.index("--tmpfs", argv.index("/tmp/p"))  # after the workdir's bind
+    assert argv[at : at + 11] == [
+        "--tmpfs",
+        "/tmp/p/.sandbridge",
+        "--ro-bind",
+        "/tmp/p/.sandbridge/allow",
+        "/tmp/p/.sandbridge/allow",
+        "--ro-bind",
+        "/tmp/p/.sandbridge/config",
+        "/tmp/p/.sandbridge/config",
+        "--remount-ro",
+        "/tmp/p/.sandbridge",
+        "--bind",
+    ]
+    assert json.loads(unshare.init_config(view))["policy"] == {
+        "dir": "/tmp/p/.sandbridge",
+        "files": ["allow", "config"],
+        "views": ["/tmp/p/.sandbridge"],
+    }
+
+
+def test_without_a_policy_directory_no_view_is_mounted() -> None:
+    import dataclasses
+
+    from sandbridge.sandbox import bwrap
+
+    none = dataclasses.replace(spec("/tmp/p", "/tmp/p/.sandbridge"), policy_dir=None)
+    assert none.policy_views() == []
+    assert "--remount-ro" not in bwrap.argv(none)
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "unshare"])
 def test_with_an_env_fd_no_value_is_on_the_command_line(backend: str) -> None:
     import dataclasses
-    import json
 
     from sandbridge.sandbox import bwrap, unshare
     from sandbridge.sandbox.spec import environment_file
 
     value = "value-only-on-the-descriptor"
-    plain = dataclasses.replace(spec("/tmp/p", "/tmp/p/x"), env={"TOKEN": value})
+    plain = dataclasses.replace(spec("/tmp/p", "/tmp/p/.sandbridge"), env={"TOKEN": value})
     module = bwrap if backend == "bwrap" else unshare
     payload = module.env_payload(plain)
     fd = environment_file(payload)

@@ -14,9 +14,8 @@ from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
 from sandbridge.relay.host_opener import OpenSettings
-from sandbridge.relay.settings import RelaySettings
-from sandbridge.relay.upstream import ForwardingMode
-from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.relay.settings import ForwardingMode, RelaySettings
+from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import decode, encode
 
 

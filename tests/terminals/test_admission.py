@@ -137,6 +137,10 @@ REFUSALS: dict[str, tuple[str, dict[str, Any]]] = {
         "wrong_requester", {"facts": approval_document(signed_approval(asked=request(STRANGER)))},
     ),
     "an expired approval": ("expired", {"now": NOW + TTL}),
+    "a trusted owner's approval once its key is off the owners file": (
+        "bad_signature",
+        {"facts": approval_document(signed_approval(STRANGER)), "authority": AUTHORITY},
+    ),
     "a requester no longer allowed": (
         "not_allowed", {"authority": Authority(public_hex(OWNER), frozenset({public_hex(OWNER)}))},
     ),
@@ -195,10 +199,23 @@ LEASE_REFUSALS: dict[str, tuple[str, dict[str, Any]]] = {
     "an owner key replaced since the approval": (
         "bad_signature", {"authority": Authority(public_hex(STRANGER), AUTHORITY.allowed)},
     ),
+    "a trusted owner's approval once its key is off the owners file": (
+        "bad_signature",
+        {"facts": approval_document(signed_approval(STRANGER)), "authority": AUTHORITY},
+    ),
     "a requester no longer allowed": (
         "not_allowed", {"authority": Authority(public_hex(OWNER), frozenset({public_hex(OWNER)}))},
     ),
 }  # fmt: skip
+
+
+def test_an_approval_by_a_trusted_owner_is_admitted_and_leased() -> None:
+    trusting = dataclasses.replace(AUTHORITY, trusted_owners=frozenset({public_hex(STRANGER)}))
+    facts = approval_document(signed_approval(STRANGER))
+    decision = decide(facts, trusting)
+    assert isinstance(decision, Admit), decision
+    assert decision.approval.signer == public_hex(STRANGER)
+    assert isinstance(decide_lease(facts, trusting, NOW + 1, LONGEST_LEASE), Lease)
 
 
 @pytest.mark.parametrize("case", list(LEASE_REFUSALS))

@@ -60,6 +60,19 @@ def test_a_valid_approval_is_admitted() -> None:
     assert len(admitted.nonce) == 32
 
 
+def test_an_approval_by_a_trusted_owner_is_admitted_and_names_its_signer() -> None:
+    admitted = verify(signed(key=STRANGER), trusted_owners=[public_hex(STRANGER)])
+    assert admitted.signer == public_hex(STRANGER)
+    assert verify(signed(), trusted_owners=[public_hex(STRANGER)]).signer == public_hex(OWNER)
+
+
+def test_a_trusted_owner_does_not_make_a_strangers_approval_valid() -> None:
+    other = nacl.signing.SigningKey.generate()
+    with pytest.raises(ApprovalRefused) as refused:
+        verify(signed(key=other), trusted_owners=[public_hex(STRANGER)])
+    assert refused.value.code == "bad_signature"
+
+
 @pytest.mark.parametrize(
     ("case", "document", "overrides", "code"),
     [

@@ -31,6 +31,7 @@ from sandbridge.terminals import approval, channel, frames, keys
 from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, STOP_MARGIN
 from sandbridge.terminals.attach import attach
 from sandbridge.terminals.broker import MAX_STORED_REQUESTS, TerminalBroker
+from sandbridge.terminals.config_dir import config_dir
 from sandbridge.terminals.control import call, short_path
 from sandbridge.terminals.frames import Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal
@@ -475,7 +476,7 @@ def test_a_broken_key_file_is_a_documented_refusal_and_the_session_keeps_serving
         try:
             owner = keys.owner_key()
             request_id = await _approved_request(owner)
-            requesters = keys.config_dir() / keys.REQUESTERS
+            requesters = config_dir() / keys.REQUESTERS
             requesters.write_bytes(b"#" * (keys.MAX_REQUESTERS_FILE_BYTES + 1))
             requesters.chmod(0o600)
             with pytest.raises(ControlError) as refused:

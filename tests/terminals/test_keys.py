@@ -73,3 +73,55 @@ def test_a_requesters_comment_is_its_keys_name(config: Path, tmp_path: Path) -> 
     assert keys.requester_names() == {alice: "alice <a@b>"}
     (config / "requesters").write_text(f"{bob} #{long_name}\n")
     assert keys.requester_names() == {bob: "x" * keys.MAX_NAME_CHARS}
+
+
+def test_trust_owner_lists_a_key_once_with_its_name_in_a_0600_file(
+    config: Path, tmp_path: Path
+) -> None:
+    laptop = keys.public_hex(keys.create_key(tmp_path / "laptop.key"))
+    path = keys.trust_owner(laptop, "laptop")
+    keys.trust_owner(laptop, "again")
+    assert path == config / "owners"
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert path.read_text() == f"{laptop}  # laptop\n"
+    assert keys.trusted_owners() == {laptop: "laptop"}
+    # As the owner here, a trusted owner may also request (with its own key).
+    assert laptop in keys.allowed_requesters()
+
+
+@pytest.mark.parametrize(
+    ("key", "name", "refusal"),
+    [
+        ("ab" * 31, "", "expected 64 lower-case hex digits"),
+        ("AB" * 32, "", "expected 64 lower-case hex digits"),
+        ("ab" * 32, "a # b", "no '#'"),
+        ("ab" * 32, "a\nb", "printable"),
+        ("ab" * 32, "x" * 65, "at most 64"),
+    ],
+)
+def test_trust_owner_refuses_a_bad_key_or_name_naming_it(key: str, name: str, refusal: str) -> None:
+    with pytest.raises(KeyFileError, match=refusal):
+        keys.trust_owner(key, name)
+    assert keys.trusted_owners() == {}
+
+
+def test_an_owners_file_others_may_write_or_a_link_is_refused(config: Path, tmp_path: Path) -> None:
+    laptop = keys.public_hex(keys.create_key(tmp_path / "laptop.key"))
+    path = keys.trust_owner(laptop)
+    path.chmod(0o620)
+    with pytest.raises(KeyFileError, match="mode 620"):
+        keys.trusted_owners()
+    path.unlink()
+    elsewhere = tmp_path / "owners"
+    elsewhere.write_text(laptop + "\n")
+    path.symlink_to(elsewhere)
+    with pytest.raises(KeyFileError, match="owners"):
+        keys.trusted_owners()
+
+
+def test_a_bad_line_in_the_owners_file_is_refused_naming_it(config: Path) -> None:
+    config.mkdir(parents=True, mode=0o700)
+    (config / "owners").write_text("# laptops\nnothex\n")
+    (config / "owners").chmod(0o600)
+    with pytest.raises(KeyFileError, match="owners line 2"):
+        keys.trusted_owners()

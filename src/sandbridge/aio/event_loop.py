@@ -8,8 +8,6 @@ clients showed most of its time in the stdlib loop's transport and timer code.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import socket
 from collections.abc import Coroutine
@@ -17,31 +15,17 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from sandbridge.aio.before_loop import keep_inherited_descriptors
+
 T = TypeVar("T")
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` to completion on a fresh uvloop event loop, after making every
-    descriptor this process inherited close-on-exec (:func:`keep_inherited_descriptors`)."""
+    descriptor this process inherited close-on-exec
+    (:func:`.before_loop.keep_inherited_descriptors`)."""
     keep_inherited_descriptors()
     return uvloop.run(main)
-
-
-def keep_inherited_descriptors() -> None:
-    """Make every descriptor above 2 close-on-exec.
-
-    uvloop's subprocesses do not close what they inherit (``close_fds`` is not honoured),
-    and Python makes only its own descriptors close-on-exec: whatever whoever started
-    this process left open (a file, a directory, a socket) reached its children, and
-    through the sandbox backend the sandbox, where a descriptor is a capability no mount
-    takes back (a directory's reaches every file under it). Children get 0-2 and their
-    ``pass_fds`` only.
-    """
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > 2:
-            with contextlib.suppress(OSError):  # the listing's own descriptor, gone
-                os.set_inheritable(fd, False)
 
 
 async def ready(sock: socket.socket, *, writable: bool = False) -> None:

@@ -14,9 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from sandbridge.aio import untrusted_fds
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.exceptions import RuntimeDirError
 from sandbridge.protocol.jsonline import LineReader
 
 # One read when copying raw bytes through streams: large reads keep per-byte overhead low.
@@ -26,11 +24,6 @@ COPY_READ_BYTES = 256 * 1024
 # destroy the refusal before the peer reads it.
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 1024 * 1024
-
-# Connections waiting to be accepted on a host's Unix socket. The event loop listens
-# again with its own default (100) unless told: every server passes this, so a sandbox
-# that opens a burst of connections does not make the next ones fail with EAGAIN.
-UNIX_BACKLOG = 512
 
 
 _PEERCRED = struct.Struct("3i")
@@ -125,48 +118,6 @@ def _peer_pidfd(sock: socket.socket, pid: int) -> int:
         return os.pidfd_open(pid)  # a kernel before 6.5
     fd: int = struct.unpack("i", data)[0]
     return fd
-
-
-def bind_unix_socket(path: Path) -> socket.socket:
-    """Bind a listening Unix socket at ``path`` with mode 0600 (never wider, not even briefly).
-
-    Its connections refuse descriptors (:func:`untrusted_fds.refuse_descriptors`): none of
-    the host's listeners expects one, and one sent anyway could block whoever closes it."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    untrusted_fds.refuse_descriptors(sock)
-    listen_private(sock, path, UNIX_BACKLOG)
-    sock.setblocking(False)
-    return sock
-
-
-# A Unix socket's address holds at most 107 bytes of path before its terminating NUL
-# (``sun_path`` is 108 bytes: unix(7)). A longer path cannot be bound or reached, and the
-# kernel's own message ("AF_UNIX path too long") names neither the path nor a way out.
-MAX_SOCKET_PATH = 107
-
-
-def check_socket_path(path: Path) -> None:
-    """Refuse a Unix socket path longer than :data:`MAX_SOCKET_PATH` bytes, naming it
-    and what to do (its directory comes from ``XDG_RUNTIME_DIR`` or the state root)."""
-    size = len(os.fsencode(path))
-    if size > MAX_SOCKET_PATH:
-        raise RuntimeDirError(
-            f"{path}: {size} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket's path "
-            "may have; set XDG_RUNTIME_DIR to a shorter directory"
-        )
-
-
-def listen_private(sock: socket.socket, path: Path, backlog: int) -> None:
-    """Bind the Unix socket ``sock`` at ``path`` with mode 0600 (never wider, not even
-    briefly) and listen; a path too long to bind is a :class:`RuntimeDirError`."""
-    check_socket_path(path)
-    old_umask = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o600)
-    sock.listen(backlog)
 
 
 async def read_line(reader: asyncio.StreamReader, limit: int) -> tuple[bytes, bytes]:

@@ -24,7 +24,7 @@ Defence, all of it here so that every place that receives descriptors does the s
    :func:`for_transport`; the original is kept until the transport is gone, then
    released: the transport's close is never the last.
 4. A Unix socket that should never carry descriptors refuses them in the kernel
-   (:func:`refuse_descriptors`, ``SO_PASSRIGHTS`` off, Linux 6.16 or later): the
+   (:func:`.before_loop.refuse_descriptors`, ``SO_PASSRIGHTS`` off, Linux 6.16 or later): the
    sandbox's ``sendmsg`` fails with ``EPERM``. On an older kernel the option does not
    exist and this step is skipped (a descriptor attached to such a message is then
    released by the kernel in the reading thread: see docs/security.md).
@@ -41,10 +41,8 @@ import socket
 import struct
 import threading
 
-from sandbridge import log
+from sandbridge.aio.before_loop import SO_PASSRIGHTS, refuse_descriptors
 
-# Linux's SO_PASSRIGHTS (include/uapi/asm-generic/socket.h); Python may not name it yet.
-SO_PASSRIGHTS: int = getattr(socket, "SO_PASSRIGHTS", 83)
 # struct linger {l_onoff, l_linger}: off (close returns, the kernel finishes the
 # connection in the background), or on with 0 s (close resets the connection at once:
 # for descriptors the host refused, on which it never wrote anything).
@@ -179,23 +177,6 @@ def receive(sock: socket.socket, nbytes: int, room: int, fds: list[int]) -> tupl
                 disarm(fd)
             fds.extend(received)
     return data, bool(flags & socket.MSG_CTRUNC)
-
-
-# Set once the kernel said it cannot refuse descriptors: warn once, not per socket.
-_refusal_unsupported: list[bool] = []
-
-
-def refuse_descriptors(sock: socket.socket) -> bool:
-    """Have the kernel refuse descriptors sent to the Unix socket ``sock`` (inherited by
-    the connections a listening socket accepts). False where the kernel cannot."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_PASSRIGHTS, 0)
-    except OSError as exc:
-        if not _refusal_unsupported:
-            _refusal_unsupported.append(True)
-            log.warning("descriptors.refusal_unsupported", error=exc.strerror or str(exc))
-        return False
-    return True
 
 
 def accept_descriptors(sock: socket.socket, accept: bool) -> None:

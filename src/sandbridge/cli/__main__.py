@@ -1,7 +1,5 @@
 """``python -m sandbridge.cli``: the ``sandbridge`` command."""
 
-import sys
+from sandbridge.cli.main import entry_point
 
-from sandbridge.cli.main import main
-
-sys.exit(main())
+entry_point()

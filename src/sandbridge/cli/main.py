@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import resource
 import signal
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
@@ -26,7 +28,7 @@ from sandbridge.cli.relay_options import (
     relay_settings_of,
 )
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import SandboxError, SandbridgeError
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -35,16 +37,21 @@ from sandbridge.protocol.contract import (
     MOUNT_POINT,
 )
 from sandbridge.protocol.publish_rules import PublishAction
-from sandbridge.relay.app_listener import App
-from sandbridge.relay.upstream import ForwardingMode
+from sandbridge.relay.app import App
+from sandbridge.relay.settings import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.host_paths import exposure
 from sandbridge.sandbox.mounts import Mount, parse_mount
-from sandbridge.sandbox.project import private_files, project_root, secrets_file_warning
+from sandbridge.sandbox.project import (
+    POLICY_DIR,
+    project_root,
+    secrets_file_warning,
+    shown_policy_files,
+)
 from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.sandbox.spec import SandboxSpec, parse_env
-from sandbridge.session.lifecycle import SessionOptions
+from sandbridge.session.options import SessionOptions
 from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
 from sandbridge.session.served import connect as connect_daemon
 
@@ -140,25 +147,28 @@ def _print_session(entry: SessionEntry) -> None:
 
 
 def _spec_factory(
-    args: argparse.Namespace, command: list[str], policy: Policy | None = None
+    args: argparse.Namespace,
+    command: list[str],
+    policy: Policy | None = None,
+    root: Path | None = None,
 ) -> tuple[Callable[[Path], SandboxSpec], Protection]:
     """The spec for each runtime dir, and the session's protected paths (placeholders not
-    yet created: :meth:`Protection.create_placeholders` does that, for a real run)."""
+    yet created: :meth:`Protection.create_placeholders` does that, for a real run).
+    ``root``: the project root, when the caller has already asked git for it."""
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
     mounts = [parse_mount(v, True) for v in args.bind] + [
         parse_mount(v, False) for v in args.ro_bind
     ]
-    policy = network_cli.policy(args, workdir) if policy is None else policy
+    root = project_root(workdir) if root is None else root
+    policy = network_cli.policy(args, workdir, root) if policy is None else policy
     env = {**policy.sandbox_env(), **parse_env(args.env)}
     network = network_cli.sandbox_network(args, policy)
     # Built first, so that a layout exposing sandbridge's own host paths is refused before
     # any session dir exists, and sandbridge's own dirs exist before the protected paths
     # are decided (sandbox/host_paths.py); each session only sets its runtime dir.
     unprotected = SandboxSpec(
-        # The secrets file and every other file of .sandbridge/ but the policy.
-        hidden_files=private_files(project_root(workdir)),
         command=command,
         workdir=workdir,
         runtime_dir=Path(MOUNT_POINT),
@@ -168,18 +178,46 @@ def _spec_factory(
         new_session=not stdin_is_terminal(),
         network=network,
     )
+    root = project_root(workdir)
+    for mount in mounts:
+        if mount.source.is_relative_to(root / POLICY_DIR) and mount.source != root / POLICY_DIR:
+            # Its view would be the live host path: the secrets file, and what the owner
+            # puts there later. The directory itself is shown as everywhere else.
+            flag = "--bind" if mount.writable else "--ro-bind"
+            raise SandboxError(
+                f"{flag} {mount.source}: inside the project's policy directory, of which "
+                f"the sandbox sees the policy files alone; bind {root / POLICY_DIR} instead"
+            )
     protection = protected_paths.decide(
         [Mount(workdir, workdir, writable=True), *mounts],
-        project_root(workdir),
+        root,
         home=_owner_home(),
         protect=[(setting.value, setting.source) for setting in policy.protect],
     )
-    template = dataclasses.replace(unprotected, read_only_paths=protection.mounts)
+    template = dataclasses.replace(
+        unprotected,
+        read_only_paths=protection.mounts,
+        # The policy files alone at every view of .sandbridge/: the secrets file and what
+        # the owner puts there during the session stay out of sight.
+        policy_dir=_policy_dir(root, protection),
+        policy_files=shown_policy_files(root),
+    )
 
     def factory(runtime_dir: Path) -> SandboxSpec:
         return dataclasses.replace(template, runtime_dir=runtime_dir)
 
     return factory, protection
+
+
+def _policy_dir(root: Path, protection: Protection) -> Path | None:
+    """``root/.sandbridge`` if it is a directory, or will be one (a placeholder): a file
+    there holds no policy, and a tmpfs needs a directory to lie on."""
+    path = root / POLICY_DIR
+    if path.is_dir() and not path.is_symlink():
+        return path
+    if any(p.path == path and p.content is None for p in protection.placeholders):
+        return path
+    return None
 
 
 def _owner_home() -> Path | None:
@@ -208,10 +246,11 @@ def _run_session(
     # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
     # The soft limit only: the sandbox inherits it and may raise it for its own processes.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    policy = network_cli.policy(args, (args.workdir or Path.cwd()).resolve())
-    spec_factory, protection = _spec_factory(args, command, policy)
+    workdir = (args.workdir or Path.cwd()).resolve()
+    root = project_root(workdir)
+    policy = network_cli.policy(args, workdir, root)
+    spec_factory, protection = _spec_factory(args, command, policy, root)
     network_cli.announce(policy)
-    root = project_root((args.workdir or Path.cwd()).resolve())
     unignored = secrets_file_warning(root)
     _warn(unignored)
     protection.create_placeholders()
@@ -221,7 +260,7 @@ def _run_session(
                 spec_factory,
                 backend,
                 SessionOptions(
-                    workdir=(args.workdir or Path.cwd()).resolve(),
+                    workdir=workdir,
                     name=args.name,
                     protocol=ForwardingMode.STREAM,
                     settings=dataclasses.replace(
@@ -365,7 +404,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The commands this module defines itself; the other groups' modules are imported only
+# for their own commands (or for --help), not for a ``run``.
+OWN_COMMANDS = frozenset({"run", "demo", "host", "ls"})
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command`` (the word after ``sandbridge``) one of
+    :data:`OWN_COMMANDS`, without the other command groups."""
     parser = argparse.ArgumentParser(
         prog="sandbridge", description="Narrow, audited bridges across a Linux sandbox boundary."
     )
@@ -419,6 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls = commands.add_parser("ls", help="list running sessions and their apps")
     ls.add_argument("--json", action="store_true", help="print JSON for scripts")
     ls.set_defaults(func=cmd_ls)
+    if command in OWN_COMMANDS:
+        return parser
 
     network_cli.add_status_command(commands)
 
@@ -448,7 +496,8 @@ def _raise_descriptor_limit() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(words[0] if words else None).parse_args(argv)
     _raise_descriptor_limit()
     log.setup(verbose=getattr(args, "verbose", False))
     try:
@@ -458,5 +507,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def entry_point() -> NoReturn:
+    """The ``sandbridge`` command: :func:`main`, then out with its status without the
+    interpreter's teardown of every module it imported, which costs a ``run`` more than
+    its own work after the sandbox ended (docs/benchmarks.md). What it printed is
+    flushed first; an exception (argparse's exit among them) leaves the usual way."""
+    status = main()
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: let the interpreter report it as it always did
+        sys.exit(status)
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

@@ -15,13 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sandbridge.egress.log import read_tally, summarise
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
 from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.registry import list_sessions, session_path
 from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
-from sandbridge.relay.publish import parse_publish
 from sandbridge.sandbox import project as policy_location
 from sandbridge.sandbox.backend import sandbox_argv
 from sandbridge.sandbox.network import SandboxNetwork
@@ -75,10 +73,12 @@ def add_inspect_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def policy(args: argparse.Namespace, workdir: Path) -> Policy:
+def policy(args: argparse.Namespace, workdir: Path, root: Path | None = None) -> Policy:
     """The effective policy for ``sandbridge run``/``demo`` in ``workdir``: the project
-    root's ``.sandbridge/`` only (sandbox/project.py), then the flags."""
-    root = policy_location.project_root(workdir)
+    root's ``.sandbridge/`` only (sandbox/project.py), then the flags. ``root``: the
+    project root, when the caller has already asked git for it."""
+    if root is None:
+        root = policy_location.project_root(workdir)
     policy_location.check(workdir, root)
     policy_location.check_secrets_file(root)
     return load_policy(
@@ -115,6 +115,8 @@ def files_line(effective: Policy) -> str:
 def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwork:
     """What the backend and the sandbox entry need of the policy."""
     fixed = [value for value in args.publish if not is_rule_value(value)]
+    if fixed:  # only then: the publish helper's module is the sandbox's
+        from sandbridge.relay.publish import parse_publish
     for value in fixed:
         try:
             parse_publish(value)
@@ -218,6 +220,8 @@ def add_status_command(commands: Any) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``sandbridge status [SESSION]``: the egress log of one or every running session."""
+    from sandbridge.egress.log import read_tally, summarise
+
     if args.session:
         ids = [args.session]
         session_path(args.session)  # refuses an unknown session by name

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.attach import Ending, attach, describe
-from sandbridge.terminals.control import call, split_request_id
+from sandbridge.terminals.control import Place, call, parse_place, parse_request_id
 from sandbridge.terminals.journal import AuditLog
 from sandbridge.terminals.owner_approval import approve_request
 
@@ -58,19 +60,47 @@ def _duration(seconds: object) -> str:
     return f"{seconds:g}s"
 
 
+def _shown(value: object) -> str:
+    """``value`` as one printable line (control characters as ``?``)."""
+    return "".join(c if c.isprintable() else "?" for c in str(value))[:200]
+
+
+def _answers_checked(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """``command`` with a session's answer that lacks a field or has one of the wrong type
+    (a far machine's is hostile) refused as one line naming it, never a traceback."""
+
+    @functools.wraps(command)
+    def checked(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SandbridgeError(
+                f"the session sent a malformed answer ({type(exc).__name__}: {_shown(exc)[:80]})"
+            ) from None
+
+    return checked
+
+
 def _say(text: str) -> None:
     print(f"sandbridge: {text}", file=sys.stderr, flush=True)
 
 
 def _request(
-    session: str, key_path: Path | None, reason: str, duration: float | None = None
+    place: Place, key_path: Path | None, reason: str, duration: float | None = None
 ) -> str:
+    """Sign and send a request into ``place``; its id as the owner types it."""
     key = keys.requester_key(key_path)
-    info = call(session, {"op": "info"})
+    info = call(place, {"op": "info"})
     document = approval.sign_request(
-        key, session, str(info["instance"]), reason, time.time(), duration
+        key, place.session, str(info["instance"]), reason, time.time(), duration
     )
-    return str(call(session, {"op": "request", "request": document})["id"])
+    answer = call(place, {"op": "request", "request": document})
+    far_id = str(answer["id"])
+    # The id is the far session's: it must name the session asked, whatever it says.
+    parse_request_id(far_id)
+    if far_id.rpartition(":")[0] != place.session:
+        raise SandbridgeError(f"{place} answered a request id of another session: {far_id!r:.80}")
+    return place.request_id(far_id)
 
 
 def _attach(request_id: str, key_path: Path | None) -> int:
@@ -82,20 +112,22 @@ def _attach(request_id: str, key_path: Path | None) -> int:
     return 128 + 15 if ending.reason == "signal" else 3
 
 
+@_answers_checked
 def cmd_request(args: argparse.Namespace) -> int:
-    session = validate_name(args.session, "session")
-    request_id = _request(session, args.key, args.reason, parse_duration(args.duration))
+    place = parse_place(args.session)
+    request_id = _request(place, args.key, args.reason, parse_duration(args.duration))
     if args.no_wait:
         print(request_id, flush=True)
         return 0
     _say(f"request {request_id}: waiting for the owner (sandbridge terminal approve {request_id})")
-    state = call(session, {"op": "await", "id": request_id})["state"]
+    state = call(place, {"op": "await", "id": parse_request_id(request_id)[1]})["state"]
     if state != "approved":
         _say(f"request {request_id} was {state}")
         return 1
     return _attach(request_id, args.key)
 
 
+@_answers_checked
 def cmd_approve(args: argparse.Namespace) -> int:
     answer = approve_request(args.id, None if args.ttl is None else parse_ttl(args.ttl))
     expires = time.strftime("%H:%M:%S", time.localtime(float(answer["expires"])))
@@ -103,14 +135,18 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return 0
 
 
+@_answers_checked
 def cmd_deny(args: argparse.Namespace) -> int:
-    call(split_request_id(args.id), {"op": "deny", "id": args.id})
+    place, far_id = parse_request_id(args.id)
+    call(place, {"op": "deny", "id": far_id})
     _say(f"denied {args.id}")
     return 0
 
 
+@_answers_checked
 def cmd_revoke(args: argparse.Namespace) -> int:
-    answer = call(split_request_id(args.id), {"op": "revoke", "id": args.id})
+    place, far_id = parse_request_id(args.id)
+    answer = call(place, {"op": "revoke", "id": far_id})
     _say(f"revoked {args.id}" + (" (its terminal is closing)" if answer["was_active"] else ""))
     return 0
 
@@ -128,9 +164,39 @@ def cmd_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trust_owner(args: argparse.Namespace) -> int:
+    path = keys.trust_owner(args.public_key, args.name)
+    _say(
+        f"approvals signed by {args.public_key[:16]}... are now admitted by this machine's "
+        f"sessions ({path}; delete its line to take that back)"
+    )
+    return 0
+
+
+def _far_rows(place: Place) -> list[dict[str, Any]]:
+    """A far session's requests, their ids as the owner types them (``HOST:...``)."""
+    rows = call(place, {"op": "list"})["requests"]
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise SandbridgeError(f"{place} sent a malformed request list")
+    for row in rows:
+        far_id = str(row.get("id"))
+        if far_id.rpartition(":")[0] != place.session:
+            raise SandbridgeError(f"{place} listed a request of another session: {far_id!r:.80}")
+        row["id"] = place.request_id(far_id)
+    return rows
+
+
+@_answers_checked
 def cmd_list(args: argparse.Namespace) -> int:
-    rows = []
-    for session in list_sessions():
+    rows: list[dict[str, Any]] = []
+    if args.session is not None:
+        place = parse_place(args.session)
+        rows = (
+            _far_rows(place)
+            if place.machine is not None
+            else call(place, {"op": "list"})["requests"]
+        )
+    for session in [] if args.session is not None else list_sessions():
         try:
             rows += call(session.id, {"op": "list"})["requests"]
         except SandbridgeError:
@@ -141,10 +207,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no terminal requests")
     for row in [] if args.json else rows:
         asked = _duration(row.get("duration"))
-        print(f"{row['id']}  {row['state']}  {row['requester'][:16]}...  {asked}  {row['reason']}")
+        # A far machine's answer is hostile: nothing in it may drive this terminal.
+        fields = [_shown(row.get(name)) for name in ("id", "state", "requester", "reason")]
+        print(f"{fields[0]}  {fields[1]}  {fields[2][:16]}...  {asked}  {fields[3]}")
     return 0
 
 
+@_answers_checked
 def cmd_attach(args: argparse.Namespace) -> int:
     return _attach(args.id, args.key)
 
@@ -163,17 +232,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+@_answers_checked
 def cmd_shell(args: argparse.Namespace) -> int:
     """Request, show, ask y/N on the owner's terminal, approve, attach."""
-    session = validate_name(args.session, "session")
+    place = parse_place(args.session)
     ttl = parse_ttl(args.ttl)
-    request_id = _request(session, None, args.reason)
-    shown = call(session, {"op": "show", "id": request_id})
+    request_id = _request(place, None, args.reason)
+    far_id = parse_request_id(request_id)[1]
+    shown = call(place, {"op": "show", "id": far_id})
     question = (
-        f"sandbridge: open a terminal into session {session!r}?\n"
+        f"sandbridge: open a terminal into session {str(place)!r}?\n"
         f"  request   {request_id}\n"
-        f"  requester {shown['requester']} (your owner key)\n"
-        f"  reason    {shown['reason'] or '-'}\n"
+        f"  requester {_shown(shown.get('requester'))} (your owner key)\n"
+        f"  reason    {_shown(shown.get('reason') or '-')}\n"
         f"  for       {ttl:g}s, once\n"
         "Approve? [y/N] "
     )
@@ -187,7 +258,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     except OSError:
         raise SandbridgeError("sandbridge shell needs a terminal to ask on (/dev/tty)") from None
     if answer not in ("y", "yes"):
-        call(session, {"op": "deny", "id": request_id})
+        call(place, {"op": "deny", "id": far_id})
         _say(f"denied {request_id}")
         return 1
     approve_request(request_id, ttl)
@@ -237,11 +308,22 @@ def add_commands(commands: Any) -> None:
     allow.add_argument("public_key", help="64 hex digits (sandbridge terminal key --key PATH)")
     allow.set_defaults(func=cmd_allow)
 
+    trust = sub.add_parser(
+        "trust-owner",
+        help="admit approvals signed by another machine's owner key (docs/remote.md)",
+    )
+    trust.add_argument("public_key", help="64 hex digits (sandbridge terminal key, run there)")
+    trust.add_argument("--name", default="", help="a name for it, kept as the line's comment")
+    trust.set_defaults(func=cmd_trust_owner)
+
     key = sub.add_parser("key", help="print a key's public half (default: the owner key)")
     _key_option(key)
     key.set_defaults(func=cmd_key)
 
     listing = sub.add_parser("list", help="requests of the running sessions")
+    listing.add_argument(
+        "session", nargs="?", default=None, help="only this one: SESSION or HOST:SESSION"
+    )
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_list)
 

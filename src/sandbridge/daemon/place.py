@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbridge.aio.unix_sockets import listen_private
+from sandbridge.aio.before_loop import listen_private
 from sandbridge.exceptions import DaemonError
 from sandbridge.places.registry import writable_state_root
 from sandbridge.protocol.contract import DAEMON_LOCK, DAEMON_SOCKET

@@ -43,7 +43,7 @@ from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
 from sandbridge.protocol.daemon_wire import Event
-from sandbridge.relay.app_listener import App
+from sandbridge.relay.app import App
 from sandbridge.sandbox.host_paths import exposure
 from sandbridge.session import options_wire
 from sandbridge.session.lifecycle import open_session

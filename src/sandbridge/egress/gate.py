@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbridge import log
+from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.aio.open_connections import OpenConnections
 from sandbridge.aio.unix_sockets import (
     COPY_READ_BYTES,
-    UNIX_BACKLOG,
-    bind_unix_socket,
     close_writer,
     copy,
     copy_both_ways,

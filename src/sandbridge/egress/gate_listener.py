@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import socket
 from pathlib import Path
 
 from sandbridge import log
@@ -33,12 +34,15 @@ class GateListener:
         self._servers: list[asyncio.Server] = []
         self._open = OpenConnections()
 
-    async def start(self) -> None:
-        """Listen on every gate port (before the command starts)."""
+    async def start(self, bound: dict[int, socket.socket] | None = None) -> None:
+        """Listen on every gate port (before the command starts), on the sockets already
+        ``bound`` to them where given (the sandbox entry binds them before the command)."""
         for port in self.ports:
-            server = await asyncio.start_server(
-                functools.partial(self._serve, port), self.address, port, reuse_address=True
-            )
+            handler = functools.partial(self._serve, port)
+            if bound is not None and port in bound:
+                server = await asyncio.start_server(handler, sock=bound[port])
+            else:
+                server = await asyncio.start_server(handler, self.address, port, reuse_address=True)
             self._servers.append(server)
 
     async def close(self) -> None:

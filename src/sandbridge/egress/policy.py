@@ -26,6 +26,7 @@ import enum
 import ipaddress
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,8 @@ MAX_NAME_LENGTH = 253
 DEFAULT = "default"
 T = TypeVar("T")
 _LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A variable name (policy env = lines, the secrets file, what the survey reads).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 
 
@@ -263,13 +265,21 @@ def parse_entry(text: str, where: str) -> _RawEntry:
 
 def _lines(path: Path, label: str) -> Iterable[tuple[str, str]]:
     """Non-blank, non-comment lines of ``path`` with their ``label:line`` position."""
+    # Never through a link, nor from a FIFO or a device: a repository can carry a
+    # `.sandbridge/allow` that links to any file the owner can read, and a parse error
+    # would print its first line.
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_POLICY_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return
     except OSError as exc:
+        if path.is_symlink():
+            raise PolicyError(f"{label}: a symbolic link; make it a plain file") from None
         raise PolicyError(f"{label}: cannot read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PolicyError(f"{label}: not a regular file; make it a plain file")
+        raw = file.read(MAX_POLICY_FILE_BYTES + 1)
     if len(raw) > MAX_POLICY_FILE_BYTES:
         raise PolicyError(f"{label}: larger than {MAX_POLICY_FILE_BYTES} bytes")
     try:
@@ -344,7 +354,7 @@ def _parse_url_form(value: str, where: str) -> UrlForm:
 def _parse_env(value: str, where: str) -> EnvSetting:
     name, equals, setting = value.partition("=")
     name = name.strip()
-    if not equals or not _ENV_NAME.fullmatch(name):
+    if not equals or not ENV_NAME.fullmatch(name):
         raise PolicyError(f"{where}: expected 'env = NAME=VALUE', got a value for {name!r}")
     return EnvSetting(name, setting.strip(), where)
 

@@ -16,8 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from sandbridge.egress.policy import SECRETS_FILE, EnvSetting
-from sandbridge.egress.survey_findings import ENV_NAME
+from sandbridge.egress.policy import ENV_NAME, SECRETS_FILE, EnvSetting
 from sandbridge.exceptions import PolicyError
 
 # A file of variables written by hand; a larger one is not that.

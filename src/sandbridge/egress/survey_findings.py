@@ -35,7 +35,6 @@ URL = re.compile(
 # scp-like git remotes: ``git@host:org/repo.git`` (no scheme).
 SCP_REMOTE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?!//)(?P<path>\S*)$")
 SCHEME_PORTS = {"http": 80, "https": 443}
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Kind(enum.Enum):

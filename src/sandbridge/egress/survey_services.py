@@ -13,8 +13,8 @@ import fnmatch
 import json
 import re
 
+from sandbridge.egress.policy import ENV_NAME
 from sandbridge.egress.survey_findings import (
-    ENV_NAME,
     Finding,
     Kind,
     Reader,

@@ -30,6 +30,9 @@ from sandbridge.protocol.jsonline import decode_json
 
 REMOTES = "remotes"
 RECORD = "machine.json"
+# The live connect's terminal control socket, in its own 0700 machine directory: the
+# laptop's ``sandbridge terminal ... HOST:...`` commands reach the far sessions through it.
+CONTROL = "control.sock"
 # A machine record lists at most a few hundred apps: anything bigger was not written by us.
 MAX_RECORD_BYTES = 1024 * 1024
 
@@ -120,6 +123,20 @@ def _read(path: Path) -> RemoteRecord | None:
         return RemoteRecord(**data, apps=apps)
     except (OSError, ValueError, TypeError):
         return None
+
+
+def remote_control_socket(machine: str) -> Path:
+    """The terminal control socket of the live ``connect`` serving ``machine``; refuse
+    a machine no live ``connect`` serves, naming it."""
+    name = validate_name(machine, "machine")
+    for top in state_roots():
+        base = top / REMOTES
+        if base.is_dir() and (base / name) in _sweep(base):
+            return base / name / CONTROL
+    raise SessionError(
+        f"no sandbridge connect serves a machine named {name!r} (see sandbridge ls; "
+        "start one with sandbridge connect ... --name NAME)"
+    )
 
 
 def list_remotes() -> list[RemoteRecord]:

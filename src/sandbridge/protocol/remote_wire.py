@@ -10,12 +10,14 @@ Kinds, and who sends them:
 ========  =====  ======================================================================
 kind      from   payload
 ========  =====  ======================================================================
-HELLO     both   JSON ``{"version":1,"role":"far"|"laptop"}``; stream 0; first frame
+HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first frame
 APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}]}]}``;
                  stream 0; at most :data:`MAX_APPS` apps;
                  the whole list, again after every change (added and gone
                  apps are the difference: :func:`diff_apps`)
-OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app
+OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app; or
+                 ``{"session":..,"control":"terminal"}``: a byte stream to that
+                 session's terminal control socket (:class:`OpenControl`)
 OPENED    far    empty: the stream is open, data may flow both ways
 REFUSED   far    UTF-8 reason: the stream was not opened (and is forgotten)
 DATA      both   bytes of the stream, 1 to :data:`MAX_DATA_BYTES`, within credit
@@ -54,15 +56,20 @@ from sandbridge.protocol.contract import SESSION_NAME_PATTERN
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.registration import normalize_base_path, validate_port
 
-VERSION = 1
+# 2: the 2 MiB window (a version-1 peer would refuse data beyond its 256 KiB).
+VERSION = 2
 HEADER = struct.Struct(">IBI")
 _CREDIT = struct.Struct(">I")
 # One DATA frame: large enough that a 100 MiB body is 1,600 frames, small enough that
 # a frame of one stream delays another's by well under a millisecond on any link.
 MAX_DATA_BYTES = 64 * 1024
-# Bytes one side may have in flight per stream: four frames, so a bulk stream keeps the
-# link busy while its consumer keeps up; at most this much waits per stream per side.
-STREAM_WINDOW = 256 * 1024
+# Bytes one side may have in flight per stream; at most this much waits per stream per
+# side. OpenSSH's window for each forwarded connection (CHAN_TCP_WINDOW_DEFAULT), so a
+# stream holds no more than the same connection through `ssh -L` would. A quarter of it
+# (the window before issue 17's benchmark) left a bulk stream waiting on credit most of
+# the time across the extra hops (sshd, serve-stdio) and cost a CREDIT frame, so an SSH
+# packet each way, every 128 KiB (docs/benchmarks.md, "Remote link").
+STREAM_WINDOW = 2 * 1024 * 1024
 # The APPS list: 256 sessions of 64 apps, each a few dozen bytes, fit in well under this.
 MAX_CONTROL_BYTES = 1024 * 1024
 # A REFUSED or RESET reason is one line for the owner.
@@ -75,6 +82,9 @@ MAX_STREAM_ID = 2**32 - 1
 # hostile far side must not choose how many. Far more than a machine's sessions hold in
 # practice (64 apps per session), and the same bound as the streams of one link.
 MAX_APPS = 1024
+# The one control an OPEN may ask for instead of an app port: a session's terminal
+# control socket (list, request, approve, deny, revoke, attach), docs/remote.md.
+CONTROL_TERMINAL = "terminal"
 
 
 class Kind(enum.IntEnum):
@@ -145,6 +155,14 @@ class OpenStream:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenControl:
+    """A stream to ``session``'s terminal control (one control conversation)."""
+
+    stream: int
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
 class Opened:
     stream: int
 
@@ -162,6 +180,13 @@ class Data:
 
 
 @dataclass(frozen=True, slots=True)
+class Credited:
+    """The peer credited bytes back: this side may send more on ``stream``."""
+
+    stream: int
+
+
+@dataclass(frozen=True, slots=True)
 class EndOfStream:
     stream: int
 
@@ -172,7 +197,18 @@ class Reset:
     reason: str
 
 
-Event = Hello | Apps | OpenStream | Opened | Refused | Data | EndOfStream | Reset
+Event = (
+    Hello
+    | Apps
+    | OpenStream
+    | OpenControl
+    | Opened
+    | Refused
+    | Data
+    | Credited
+    | EndOfStream
+    | Reset
+)
 
 
 def diff_apps(
@@ -295,6 +331,13 @@ class LinkState:
 
     def send_open(self, session: str, port: int) -> tuple[int, bytes]:
         """A new stream to ``session``'s app on ``port``: its id and the OPEN frame."""
+        return self._send_open({"session": session, "port": port})
+
+    def send_open_control(self, session: str) -> tuple[int, bytes]:
+        """A new stream to ``session``'s terminal control: its id and the OPEN frame."""
+        return self._send_open({"session": session, "control": CONTROL_TERMINAL})
+
+    def _send_open(self, message: dict[str, Any]) -> tuple[int, bytes]:
         if len(self._streams) >= MAX_STREAMS:
             raise RemoteWireError(f"already {MAX_STREAMS} streams open on this link")
         if self._last_opened >= MAX_STREAM_ID:
@@ -302,7 +345,7 @@ class LinkState:
         self._last_opened += 1
         stream = self._last_opened
         self._streams[stream] = _Stream(_Phase.OPENING)
-        return stream, _frame(Kind.OPEN, stream, encode_object({"session": session, "port": port}))
+        return stream, _frame(Kind.OPEN, stream, encode_object(message))
 
     def send_opened(self, stream: int) -> bytes:
         self._streams[stream].phase = _Phase.OPEN
@@ -323,6 +366,8 @@ class LinkState:
         if len(data) > state.send_credit or not state.sending:
             raise RemoteWireError(f"stream {stream}: {len(data)} bytes exceed its credit")
         state.send_credit -= len(data)
+        if len(data) <= MAX_DATA_BYTES:  # the common case: one frame, one copy
+            return HEADER.pack(len(data), Kind.DATA, stream) + data
         view = memoryview(data)
         return b"".join(
             _frame(Kind.DATA, stream, bytes(view[i : i + MAX_DATA_BYTES]))
@@ -366,25 +411,38 @@ class LinkState:
 
     def receive(self, data: bytes) -> list[Event]:
         """Events for the complete frames in what has arrived so far."""
-        self._buffer += data
+        # Frames are cut from ``data`` itself, each payload copied once; only a frame
+        # split across reads waits in the buffer (no shifting of the buffer per frame).
+        if self._buffer:
+            self._buffer += data
+            source: bytes | bytearray = self._buffer
+        else:
+            source = data
         events: list[Event] = []
-        while len(self._buffer) >= HEADER.size:
-            length, kind_number, stream = HEADER.unpack_from(self._buffer)
-            try:
-                kind = Kind(kind_number)
-            except ValueError:
-                raise RemoteWireError(f"unknown frame kind {kind_number}") from None
-            if length > _MAX_PAYLOAD[kind]:
-                raise RemoteWireError(
-                    f"{kind.name} frame of {length} bytes is over its limit of {_MAX_PAYLOAD[kind]}"
-                )
-            if len(self._buffer) < HEADER.size + length:
-                break
-            payload = bytes(self._buffer[HEADER.size : HEADER.size + length])
-            del self._buffer[: HEADER.size + length]
-            event = self._event(kind, stream, payload)
-            if event is not None:
-                events.append(event)
+        offset, size = 0, len(source)
+        with memoryview(source) as view:
+            while size - offset >= HEADER.size:
+                length, kind_number, stream = HEADER.unpack_from(source, offset)
+                try:
+                    kind = Kind(kind_number)
+                except ValueError:
+                    raise RemoteWireError(f"unknown frame kind {kind_number}") from None
+                if length > _MAX_PAYLOAD[kind]:
+                    raise RemoteWireError(
+                        f"{kind.name} frame of {length} bytes is over its limit of "
+                        f"{_MAX_PAYLOAD[kind]}"
+                    )
+                start = offset + HEADER.size
+                if size < start + length:
+                    break
+                offset = start + length
+                event = self._event(kind, stream, bytes(view[start:offset]))
+                if event is not None:
+                    events.append(event)
+        if source is self._buffer:
+            del self._buffer[:offset]
+        elif offset < size:
+            self._buffer += data[offset:]
         return events
 
     def _event(self, kind: Kind, stream: int, payload: bytes) -> Event | None:  # noqa: PLR0911, PLR0912  (one branch per kind, as the table above)
@@ -428,7 +486,7 @@ class LinkState:
                     f"CREDIT of {credit} for stream {stream} is more than it has in flight"
                 )
             state.send_credit += credit
-            return None
+            return Credited(stream)
         if not state.receiving:
             raise RemoteWireError(f"{kind.name} for stream {stream} after its EOF")
         if kind is Kind.EOF:
@@ -466,7 +524,7 @@ class LinkState:
         self._hello_seen = True
         return Hello(self._peer)
 
-    def _open(self, stream: int, payload: bytes) -> OpenStream:
+    def _open(self, stream: int, payload: bytes) -> OpenStream | OpenControl:
         if stream <= self._last_opened:
             raise RemoteWireError(
                 f"OPEN for stream {stream}: ids must go up (the last was {self._last_opened})"
@@ -475,10 +533,19 @@ class LinkState:
             raise RemoteWireError(f"OPEN for stream {stream}: already {MAX_STREAMS} streams open")
         message = _json(Kind.OPEN, payload)
         session = _session_name(message.get("session"), f"OPEN {stream}")
-        port = _port(message.get("port"), f"OPEN {stream}")
+        event: OpenStream | OpenControl
+        if "control" in message:
+            if message["control"] != CONTROL_TERMINAL or "port" in message:
+                raise RemoteWireError(
+                    f"OPEN {stream}: control must be {CONTROL_TERMINAL!r} and alone, "
+                    f"got {message.get('control')!r:.80}"
+                )
+            event = OpenControl(stream, session)
+        else:
+            event = OpenStream(stream, session, _port(message.get("port"), f"OPEN {stream}"))
         self._last_opened = stream
         self._streams[stream] = _Stream(_Phase.OPENING)
-        return OpenStream(stream, session, port)
+        return event
 
     def _forget_if_done(self, stream: int, state: _Stream) -> None:
         if not state.sending and not state.receiving:

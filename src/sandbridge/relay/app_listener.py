@@ -22,7 +22,6 @@ import asyncio
 import collections
 import contextlib
 import errno
-from dataclasses import dataclass
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
@@ -44,8 +43,8 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import AccessGate, redirect_response
-from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay import local_peer
+from sandbridge.relay.app import App
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import Channel
@@ -68,19 +67,6 @@ from sandbridge.relay.v1_exchange import exchange_v1
 READ_BYTES = 256 * 1024
 # Client addresses whose translation of heads is shared (all loopback: one, usually).
 SHARED_HEADS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class App:
-    """One registration: host port ``host_port`` forwards to sandbox ``port``."""
-
-    port: int
-    base_path: str
-    host_port: int
-    url: str
-    host_name: str = "127.0.0.1"  # what clients must send as Host (with the port)
-    process: str | None = None  # auto-publish: who listens, and what the host does with it
-    action: PublishAction | None = None
 
 
 class AppListener:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandbridge import log
-from sandbridge.aio.unix_sockets import UNIX_BACKLOG, bind_unix_socket, read_line
+from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
+from sandbridge.aio.unix_sockets import read_line
 from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.auto_registration import UnregisterRequest, encode_unregister_ok
 from sandbridge.protocol.limits import (
@@ -40,7 +41,7 @@ from sandbridge.protocol.registration import (
 )
 
 if TYPE_CHECKING:
-    from sandbridge.relay.app_listener import App
+    from sandbridge.relay.app import App
 
 Register = Callable[[RegisterRequest], Awaitable["App"]]
 # Closes an auto-published app; raises RegistrationError to refuse.

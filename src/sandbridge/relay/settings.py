@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
 from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
 from sandbridge.protocol.publish_rules import PublishRule
+
+
+class ForwardingMode(enum.Enum):
+    """Which forwarding protocol the session's shim speaks."""
+
+    AUTO = "auto"
+    STREAM = "stream"
+    V1 = "v1"
+
 
 # An idle keep-alive connection is closed after this long; browsers reconnect silently.
 KEEPALIVE_TIMEOUT = 75.0

@@ -23,8 +23,9 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.aio import event_loop
+from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.unix_sockets import UNIX_BACKLOG, Pump, bind_unix_socket, close_writer
+from sandbridge.aio.unix_sockets import Pump, close_writer
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.protocol import stream, v1
 from sandbridge.protocol.http.base_path import apply_base_path
@@ -247,12 +248,16 @@ class Shim:
         # The stream openings and v1 exchanges in progress; close() ends them.
         self._tasks = TaskSet()
 
-    async def start(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Serve on ``sock``, a listener already bound at the path (the sandbox entry
+        binds it before the command starts), else on a new one."""
+        if sock is None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            sock = bind_unix_socket(self.path)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: _HostSide(self), sock=bind_unix_socket(self.path), backlog=UNIX_BACKLOG
+            lambda: _HostSide(self), sock=sock, backlog=UNIX_BACKLOG
         )
 
     async def close(self) -> None:

@@ -8,20 +8,19 @@ connects to, with no window for a swap in between.
 
 The shim may attach descriptors only to the answer of a stream opening that offered a
 handoff: on every other connection the kernel refuses them
-(:func:`untrusted_fds.refuse_descriptors`), and a connection that could hold some is
+(:func:`before_loop.refuse_descriptors`), and a connection that could hold some is
 closed through :mod:`sandbridge.aio.untrusted_fds`, never on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge import log
-from sandbridge.aio import untrusted_fds
+from sandbridge.aio import before_loop, untrusted_fds
 from sandbridge.aio.unix_sockets import connect_checked
 from sandbridge.exceptions import (
     HandoffRefused,
@@ -35,6 +34,7 @@ from sandbridge.protocol.http.parser import ResponseReader
 from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
 from sandbridge.relay import handoff as handoff_
 from sandbridge.relay.channel import Channel
+from sandbridge.relay.settings import ForwardingMode
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
 UNIX_BUFFER_BYTES = 256 * 1024
@@ -43,14 +43,6 @@ UNIX_BUFFER_BYTES = 256 * 1024
 # to a burst, long enough not to spin.
 FULL_QUEUE_FIRST_DELAY = 0.001
 FULL_QUEUE_MAX_DELAY = 0.05
-
-
-class ForwardingMode(enum.Enum):
-    """Which forwarding protocol the session's shim speaks."""
-
-    AUTO = "auto"
-    STREAM = "stream"
-    V1 = "v1"
 
 
 async def connect_unix_checked(path: Path) -> socket.socket:
@@ -64,7 +56,7 @@ async def connect_unix_checked(path: Path) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_BUFFER_BYTES)
-        untrusted_fds.refuse_descriptors(sock)
+        before_loop.refuse_descriptors(sock)
         deadline = asyncio.get_running_loop().time() + STREAM_OPEN_TIMEOUT
         delay = FULL_QUEUE_FIRST_DELAY
         while True:
@@ -135,7 +127,7 @@ async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tup
     if ack.handoff and handoff:
         untrusted_fds.release_socket(sock)  # the shim's part is over
         return await _connect(loop, app), b""
-    untrusted_fds.refuse_descriptors(sock)
+    before_loop.refuse_descriptors(sock)
     if not handoff:
         _, channel = await loop.create_unix_connection(
             lambda: Channel(UNIX_BUFFER_BYTES), sock=sock

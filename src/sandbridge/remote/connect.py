@@ -33,14 +33,15 @@ from sandbridge.exceptions import (
     StreamRefused,
     UpstreamError,
 )
-from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry
+from sandbridge.places.remotes import CONTROL, RemoteAppRecord, RemoteEntry
 from sandbridge.protocol.remote_wire import FarApp, Role
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.channel import Channel
-from sandbridge.relay.settings import RelaySettings, SessionScope
-from sandbridge.relay.upstream import UNIX_BUFFER_BYTES, ForwardingMode, UpstreamConnector
+from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
+from sandbridge.relay.upstream import UNIX_BUFFER_BYTES, UpstreamConnector
 from sandbridge.remote.mux import Mux
 from sandbridge.remote.splice import splice
+from sandbridge.remote.terminal_relay import TerminalRelay
 from sandbridge.remote.transport import Link, OpenLink
 
 # Reconnect backoff: the first retry soon (a blip), doubling to at most a few seconds
@@ -132,7 +133,15 @@ class Machine:
         print(f"sandbridge: {self.name}: {line}", file=self._out, flush=True)
 
     async def run(self) -> int:
-        """Serve the machine until it is gone for good (1) or the task is cancelled."""
+        """Serve the machine until it is gone for good (1) or the task is cancelled; with
+        an ``ls`` entry, also its terminal control socket (``remote/terminal_relay.py``)."""
+        if self._entry is None:
+            return await self._reconnect()
+        relay = TerminalRelay(self.name, self._entry.path / CONTROL, lambda: self.mux)
+        async with running(relay.serve()):
+            return await self._reconnect()
+
+    async def _reconnect(self) -> int:
         delay = FIRST_RETRY_SECONDS
         down_since = time.monotonic()
         try:

@@ -17,6 +17,9 @@ just sent is opened: a session of another user, an ended session, a port that is
 a registered app of that session, a private app (its token stays on the far machine),
 or a session whose runtime dir is not a private dir of this user is refused with the
 reason, and nothing else is touched.
+
+A control stream (``OPEN`` with ``"control":"terminal"``) is served by
+``remote/far_terminals.py``: the session's own control socket, terminal ops only.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ from sandbridge.protocol.remote_wire import (
     MAX_APPS,
     MAX_CONTROL_BYTES,
     FarApp,
+    OpenControl,
     OpenStream,
     Role,
     encode_apps,
 )
 from sandbridge.relay.upstream import open_stream
+from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
 from sandbridge.remote.transport import Link
@@ -110,8 +115,11 @@ class FarServer:
             self._apps, self._places = apps, places
             self.mux.send_apps(apps)
 
-    def _on_open(self, stream: MuxStream, event: OpenStream) -> None:
-        self._tasks.spawn(self._serve_stream(stream, event))
+    def _on_open(self, stream: MuxStream, event: OpenStream | OpenControl) -> None:
+        if isinstance(event, OpenControl):
+            self._tasks.spawn(serve_terminal_control(self.mux, stream, event.session))
+        else:
+            self._tasks.spawn(self._serve_stream(stream, event))
 
     async def _serve_stream(self, stream: MuxStream, event: OpenStream) -> None:
         known = any(

@@ -59,8 +59,7 @@ def argv(spec: SandboxSpec) -> list[str]:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
     for mount in spec.read_only_paths:
         args += ["--bind" if mount.writable else "--ro-bind", str(mount.source), str(mount.dest)]
-    for path in spec.hidden_targets():
-        args += ["--ro-bind", "/dev/null", str(path)]
+    args += _policy_views(spec)
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in spec.guard.masked:
         args += ["--tmpfs", str(path)]
@@ -71,6 +70,21 @@ def argv(spec: SandboxSpec) -> list[str]:
     else:
         args += _setenv(spec)
     return [*args, "--", *spec.entry_argv]
+
+
+def _policy_views(spec: SandboxSpec) -> list[str]:
+    """Over each view of the project's ``.sandbridge``: an empty tmpfs, the shown policy
+    files bound in read-only, then the tmpfs made read-only. Nothing the owner creates
+    there later is in it; the tmpfs is a mount point the sandbox cannot rename away."""
+    words: list[str] = []
+    if spec.policy_dir is None:
+        return words
+    for view in spec.policy_views():
+        words += ["--tmpfs", str(view)]
+        for name in spec.policy_files:
+            words += ["--ro-bind", str(spec.policy_dir / name), str(view / name)]
+        words += ["--remount-ro", str(view)]
+    return words
 
 
 def _setenv(spec: SandboxSpec) -> list[str]:

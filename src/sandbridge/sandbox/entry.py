@@ -1,152 +1,235 @@
-"""The sandbox's first process: start the shim, install the helpers, run the command.
+"""The sandbox's first process: bind the shim's listener, install the helpers, start the
+command, then serve the shim (and the gate listener, terminal starts, publishing) until
+the command ends.
 
-The shim is listening before the command starts. The command's exit status becomes
-this process's (128 + N for a signal), which the runner passes on to the user. When
-this process ends, the PID namespace ends with it: every daemon the command left
-behind is killed by the kernel.
+The shim's listener (and in allow mode every gate port) is bound and listening before
+the command starts, so a connection the command causes at once waits in the listener's
+queue; the helpers are on disk before it starts. Only then does this process import
+what serves those listeners (:mod:`sandbridge.sandbox.services`: asyncio, the shim, the
+gate), while the command already runs: until then it imports the standard library's
+``os``, ``socket`` and ``argparse`` and nothing that needs an event loop.
+
+The command's exit status becomes this process's (128 + N for a signal), which the
+runner passes on to the user. When this process ends, the PID namespace ends with it:
+every daemon the command left behind is killed by the kernel.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
+import contextlib
 import os
-import shlex
+import select
 import signal
-import stat
+import socket
 import sys
 from pathlib import Path
 
-from sandbridge.aio import event_loop
-from sandbridge.aio.tasks import running
-from sandbridge.egress.gate_listener import GateListener
-from sandbridge.exceptions import PolicyError
-from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, EGRESS_SOCKET, RELAY_SOCKET_ENV
-from sandbridge.protocol.publish_rules import PublishRule, parse_rule_option, publishes_any
-from sandbridge.relay.auto_publish import auto_publish
-from sandbridge.relay.publish import parse_publish, publish
-from sandbridge.relay.shim import Shim
-from sandbridge.sandbox.spec import COMMANDS_DIR, OPEN_COMMAND
-from sandbridge.terminals.starter import serve_terminal_starts
+from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
+from sandbridge.protocol.contract import EGRESS_SOCKET
+from sandbridge.sandbox.commands import install_commands, install_helper
 
-HELPER_NAME = "ags-webview-url"
-URL_HELPER_MODULE = "sandbridge.relay.url_helper"
-OPEN_HELPER_MODULE = "sandbridge.relay.open_helper"
-ALLOW_COMMAND = "sandbridge-allow"
-ALLOW_HELPER_MODULE = "sandbridge.egress.allow_helper"
-# The commands through which tools open a browser on Debian and most distributions;
-# each leads to sandbridge-open, as $BROWSER does.
-BROWSER_SHIMS = ("xdg-open", "sensible-browser", "x-www-browser", "www-browser")
-_EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+# The type checker's alone: importing typing costs the command's start more than the
+# rest of this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from sandbridge.protocol.publish_rules import PublishRule
+
+# Connections waiting on a gate port before the gate listener accepts them (asyncio's
+# start_server listens with this backlog too).
+GATE_BACKLOG = 100
+# What the standard library's subprocess resets for a child (Python ignores SIGPIPE and
+# SIGXFSZ for itself; a command expects the default).
+_RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
-def _write_command(path: Path, module: str) -> Path:
-    """A shell script running ``module`` with this Python (named explicitly, so that no
-    ``python3`` on PATH is asked)."""
-    path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m {module} "$@"\n')
-    path.chmod(_EXECUTABLE)
-    return path
-
-
-def install_helper(home: Path) -> Path:
-    """Write ``~/.local/bin/ags-webview-url`` (where the contract puts it)."""
-    bin_dir = home / ".local" / "bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    return _write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE)
-
-
-def install_commands(bin_dir: Path = Path(COMMANDS_DIR)) -> list[Path]:
-    """Write sandbridge's own commands into ``bin_dir``, a directory holding nothing else
-    (the only one sandbridge puts on the sandbox's PATH: sandbox/spec.py)."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    return [
-        _write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE),
-        *(
-            _write_command(bin_dir / name, OPEN_HELPER_MODULE)
-            for name in (OPEN_COMMAND, *BROWSER_SHIMS)
-        ),
-        _write_command(bin_dir / ALLOW_COMMAND, ALLOW_HELPER_MODULE),
-    ]
-
-
-async def run(  # noqa: PLR0913  (what the entry serves beside the command, each optional)
-    upstream_socket: Path,
-    command: list[str],
-    gate: GateListener | None = None,
-    published: list[tuple[int, str]] | None = None,
-    terminal_fd: int | None = None,
-    publish_rules: list[PublishRule] | None = None,
-) -> int:
-    """Serve the shim (and the gate, terminal starts, publishing) while ``command`` runs.
-
-    Returns the command's exit status.
-    """
-    shim = Shim(upstream_socket)
-    await shim.start()
-    if gate is not None:
-        await gate.start()
-    helpers = [publish(port, base) for port, base in published or []]
-    rules = publish_rules or []
-    if publishes_any(rules):
-        socket_path = os.environ.get(RELAY_SOCKET_ENV, DEFAULT_RELAY_SOCKET)
-        # A port published by --publish PORT is not published a second time.
-        helpers.append(auto_publish(rules, socket_path, {port for port, _ in published or []}))
-    if terminal_fd is not None:  # the host's private channel (docs/terminals.md)
-        helpers.append(serve_terminal_starts(terminal_fd))
+def bind_gate_port(address: str, port: int) -> socket.socket:
+    """A listening TCP socket on the gate address (IPv4), as the gate listener serves it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        async with running(*helpers):
-            return await _run_command(command)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(GATE_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _Command:
+    """The user's command, started without an event loop; SIGTERM reaches it, SIGINT
+    (which reaches it through the terminal's process group) does not end this process,
+    which must outlive it."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self._terminate = False
+        self._reaped = False
+        signal.signal(signal.SIGINT, lambda _signum, _frame: None)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, _signum: int, _frame: object) -> None:
+        if self._reaped:  # its pid may be another process's by now
+            return
+        if self.pid is None:
+            self._terminate = True  # passed on as soon as the command runs
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+
+    def start(self, argv: list[str]) -> int:
+        # Handled signals (SIGINT, SIGTERM) are reset at exec; ignored ones are not.
+        self.pid = os.posix_spawnp(argv[0], argv, os.environ, setsigdef=_RESTORED_SIGNALS)
+        if self._terminate:
+            os.kill(self.pid, signal.SIGTERM)
+        return self.pid
+
+    def reap(self) -> int:
+        """Its exit status, once it has ended (SIGTERM is no longer passed on)."""
+        assert self.pid is not None
+        self._reaped = True  # first: the pid stays the command's until reaped
+        return reap(self.pid)
+
+
+def _until_needed(command: _Command, listeners: list[int]) -> int | None:
+    """Sleep until the command ends (return its exit status) or one of
+    ``listeners`` has something to serve (return None: the caller serves it).
+
+    A session nobody connects to then costs one small process, not the event loop and
+    the shim's imports; the first connection waits in its listener's queue while they
+    load."""
+    assert command.pid is not None
+    pidfd = os.pidfd_open(command.pid)
+    try:
+        poller = select.poll()
+        for fd in (pidfd, *listeners):
+            poller.register(fd, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll()}
     finally:
-        if gate is not None:
-            await gate.close()
-        await shim.close()
+        os.close(pidfd)
+    if pidfd not in ready:
+        return None
+    return command.reap()
 
 
-async def _run_command(command: list[str]) -> int:
-    loop = asyncio.get_running_loop()
-    # Ctrl-C reaches the command through the terminal's process group; the shim must
-    # outlive it, so this process ignores SIGINT and forwards SIGTERM.
-    loop.add_signal_handler(signal.SIGINT, lambda: None)
+class _Options:
+    """The entry's command line, as the host writes it (``SandboxSpec.entry_argv``):
+    ``--upstream-socket PATH [--gate ADDR] [--gate-port N]... [--publish V]...
+    [--publish-rule V]... [--terminal-fd N] -- CMD...``. Parsed by hand: argparse costs
+    the command's start more than all the rest of this module."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.upstream_socket: Path | None = None
+        self.gate: str | None = None
+        self.gate_port: list[int] = []
+        self.publish: list[str] = []
+        self.publish_rule: list[str] = []
+        self.terminal_fd: int | None = None
+        self.command: list[str] = []
+        words = iter(argv)
+        for word in words:
+            if word == "--" or not word.startswith("--"):
+                self.command = list(words) if word == "--" else [word, *words]
+                break
+            name, equals, value = word.partition("=")
+            if not equals:
+                following = next(words, None)
+                if following is None:
+                    raise ValueError(f"argument {name}: expected one argument")
+                value = following
+            self._set(name, value)
+
+    def _set(self, name: str, value: str) -> None:
+        if name == "--upstream-socket":
+            self.upstream_socket = Path(value)
+        elif name == "--gate":
+            self.gate = value
+        elif name == "--gate-port":
+            self.gate_port.append(_number(name, value))
+        elif name == "--publish":
+            self.publish.append(value)
+        elif name == "--publish-rule":
+            self.publish_rule.append(value)
+        elif name == "--terminal-fd":
+            self.terminal_fd = _number(name, value)
+        else:
+            raise ValueError(f"unrecognized argument: {name}")
+
+
+def _number(name: str, value: str) -> int:
     try:
-        process = await asyncio.create_subprocess_exec(*command)
-    except OSError as exc:
-        print(f"sandbridge: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
-        return 127
-    loop.add_signal_handler(signal.SIGTERM, process.terminate)
-    status = await process.wait()
-    return 128 - status if status < 0 else status
+        return int(value)
+    except ValueError:
+        raise ValueError(f"argument {name}: invalid int value: {value!r}") from None
+
+
+def _checked(argv: list[str]) -> tuple[_Options, Path]:
+    options = _Options(argv)
+    if options.upstream_socket is None:
+        raise ValueError("the following arguments are required: --upstream-socket")
+    if not options.command:
+        raise ValueError("no command given")
+    return options, options.upstream_socket
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sandbridge-sandbox-entry")
-    parser.add_argument("--upstream-socket", required=True, type=Path)
-    parser.add_argument("--gate", help="the gate address (allow mode)")
-    parser.add_argument("--gate-port", type=int, action="append", default=[])
-    parser.add_argument("--publish", action="append", default=[])
-    parser.add_argument("--publish-rule", action="append", default=[])
-    parser.add_argument("--terminal-fd", type=int, default=None)
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command given")
+    published: list[tuple[int, str]] = []
+    rules: list[PublishRule] = []
+    try:
+        args, upstream_path = _checked(sys.argv[1:] if argv is None else argv)
+        if args.publish or args.publish_rule:  # refused before the command starts
+            from sandbridge.sandbox.services import parse_publishing
+
+            published, rules = parse_publishing(args.publish, args.publish_rule)
+    except ValueError as exc:
+        print(f"sandbridge-sandbox-entry: error: {exc}", file=sys.stderr)
+        return 2
+    command = args.command
     install_helper(Path(os.environ.get("HOME", "/tmp")))
     install_commands()
-    gate = None
-    if args.gate:
-        egress_socket = args.upstream_socket.parent / EGRESS_SOCKET
-        gate = GateListener(args.gate, args.gate_port, egress_socket)
-    try:
-        published = [parse_publish(value) for value in args.publish]
-        rules = [parse_rule_option(value) for value in args.publish_rule]
-    except (ValueError, PolicyError) as exc:
-        parser.error(str(exc))
+    with contextlib.suppress(FileNotFoundError):
+        upstream_path.unlink()
+    upstream = bind_unix_socket(upstream_path)
+    gate = args.gate
+    gate_ports = {port: bind_gate_port(gate, port) for port in args.gate_port if gate}
     if args.terminal_fd is not None:  # never inherited by the command
         os.set_inheritable(args.terminal_fd, False)
-    return event_loop.run(
-        run(args.upstream_socket, command, gate, published, args.terminal_fd, rules)
+    keep_inherited_descriptors()
+    command_process = _Command()
+    try:
+        pid = command_process.start(command)
+    except OSError as exc:
+        print(f"sandbridge: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+    if not published and not rules:  # publishing works beside the command from its start
+        listeners = [upstream.fileno(), *(sock.fileno() for sock in gate_ports.values())]
+        if args.terminal_fd is not None:
+            listeners.append(args.terminal_fd)
+        status = _until_needed(command_process, listeners)
+        if status is not None:
+            return status
+    from sandbridge.sandbox.services import Services, serve
+
+    return serve(
+        pid,
+        Services(
+            upstream=upstream,
+            upstream_path=upstream_path,
+            gate_address=args.gate,
+            gate_ports=gate_ports,
+            egress_socket=upstream_path.parent / EGRESS_SOCKET,
+            published=published,
+            publish_rules=rules,
+            terminal_fd=args.terminal_fd,
+        ),
     )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Out without the interpreter's teardown of every module the shim imported: the
+    # session's end waits for this process, and nothing is left to close but what the
+    # kernel closes anyway (the services closed their listeners above).
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -35,7 +35,8 @@ from sandbridge.exceptions import SandboxError
 from sandbridge.private_dir import make_private_dir
 from sandbridge.protocol.contract import RUNTIME_DIR_PREFIX, STATE_PREFIX, runtime_base
 from sandbridge.sandbox.mounts import Mount
-from sandbridge.terminals import journal, keys
+from sandbridge.terminals import journal
+from sandbridge.terminals.config_dir import config_dir
 
 # Where a session without XDG_RUNTIME_DIR keeps its runtime and state dirs, whatever
 # this session's own XDG_RUNTIME_DIR says.
@@ -80,7 +81,7 @@ def _base_candidates() -> list[Path]:
 def _owned_candidates() -> list[Path]:
     home = Path.home()
     return [
-        keys.config_dir(),
+        config_dir(),
         home / ".config" / "sandbridge",
         journal.state_dir().parent,
         home / ".local" / "state" / "sandbridge",

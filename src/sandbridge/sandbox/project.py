@@ -11,6 +11,7 @@ skipped silently.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
@@ -20,13 +21,11 @@ from sandbridge.sandbox import host_git
 
 POLICY_DIR = ALLOW_FILE.parent
 # What the sandbox may read in the policy directory: the policy itself (reviewed and
-# committed) and init's list of names. Every other file there is the owner's, and is
-# covered inside: the secrets file, and the copies editors and people leave beside it
+# committed) and init's list of names. Every other file there is the owner's and stays
+# out of sight inside: the secrets file, the copies editors and people leave beside it
 # (``env~``, ``.env.swp``, ``.env.un~``, ``#env#``, ``env.bak``), which hold its values,
-# old ones too.
+# old ones too, and whatever the owner puts there during a session (SandboxSpec.policy_dir).
 SHOWN_POLICY_FILES = frozenset({ALLOW_FILE.name, CONFIG_FILE.name, "env.example", ".gitignore"})
-# Files covered in the policy directory: far more than an owner keeps there.
-MAX_PRIVATE_FILES = 256
 
 
 def project_root(workdir: Path) -> Path:
@@ -75,30 +74,26 @@ def check(workdir: Path, root: Path) -> None:
                 )
 
 
-def private_files(root: Path) -> list[Path]:
-    """The regular files of ``root/.sandbridge`` other than :data:`SHOWN_POLICY_FILES`,
-    for the spec to cover (:attr:`SandboxSpec.hidden_files`); the directory is read
-    through no link."""
-    directory = root / POLICY_DIR
+def shown_policy_files(root: Path) -> tuple[str, ...]:
+    """The names of :data:`SHOWN_POLICY_FILES` that are regular files in
+    ``root/.sandbridge`` now (never a link, a FIFO or a directory), for the spec to show
+    inside (:attr:`SandboxSpec.policy_files`); the directory is read through no link."""
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(root / POLICY_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return []  # none, or a link that check() refuses
-    found: list[Path] = []
+        return ()  # none, or a link that check() refuses
+    found = []
     try:
-        with os.scandir(fd) as listing:
-            for entry in listing:
-                if entry.name in SHOWN_POLICY_FILES or not entry.is_file(follow_symlinks=False):
-                    continue
-                if len(found) >= MAX_PRIVATE_FILES:
-                    raise PolicyError(
-                        f"{directory}: more than {MAX_PRIVATE_FILES} files besides the policy; "
-                        "keep only the policy files and .sandbridge/env there"
-                    )
-                found.append(directory / entry.name)
+        for name in sorted(SHOWN_POLICY_FILES):
+            try:
+                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode):
+                found.append(name)
     finally:
         os.close(fd)
-    return sorted(found)
+    return tuple(found)
 
 
 def _in_git(root: Path) -> bool:

@@ -41,6 +41,7 @@ from sandbridge.exceptions import SandboxError
 from sandbridge.sandbox import host_git
 from sandbridge.sandbox.deny_list import HOME_ENTRIES, PROJECT_ENTRIES, Entry
 from sandbridge.sandbox.mounts import Mount
+from sandbridge.sandbox.project import POLICY_DIR
 from sandbridge.sandbox.repositories import (
     first_line,
     git_dirs_below,
@@ -138,6 +139,14 @@ class Protection:
     # - repositories (a .git) in the writable mounts: git run inside a new one obeys it.
     scan_roots: list[Path] = field(default_factory=list)
     repositories: frozenset[Path] = frozenset()
+    # The project root: every session of the project (a nested workdir too) has a view of
+    # its .sandbridge, whose placeholder is a mount point in that session's sandbox.
+    project_root: Path | None = None
+    # The policy directory, held open (``O_PATH``) from when the placeholders exist to the
+    # session's end, so that its inode number cannot be reused: the sandbox's mounts lie
+    # on that directory, and the kernel drops them if the owner removes or renames it,
+    # so a new one made there is seen, and writable, inside.
+    policy_dir_fd: int | None = None
     git: GitFacts = field(default_factory=GitFacts)
 
     def create_placeholders(self) -> None:
@@ -155,28 +164,58 @@ class Protection:
                 f"cannot create the placeholder {exc.filename}: {exc.strerror}; "
                 "it keeps the sandbox from creating that path"
             ) from None
+        if self.project_root is not None:
+            with contextlib.suppress(OSError):
+                self.policy_dir_fd = os.open(
+                    self.project_root / POLICY_DIR,
+                    os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                )
 
     def shared_with(self, workdirs: Iterable[Path]) -> bool:
         """Whether another session's workdir overlaps this one's writable mounts: its
         sandbox may have these placeholders as mount points (removing one would take its
         protection away), so they stay."""
+        roots = [*self.scan_roots, *([] if self.project_root is None else [self.project_root])]
         return any(
             other.is_relative_to(root) or root.is_relative_to(other)
             for other in workdirs
-            for root in self.scan_roots
+            for root in roots
         )
 
     def finish(self, keep_placeholders: bool = False) -> list[str]:
         """Remove unchanged placeholders (unless ``keep_placeholders``); return a warning
         for each thing the sandbox left that the owner's tools would obey unseen."""
+        replaced = self._policy_dir_replaced()  # before its own placeholder goes
+        if self.policy_dir_fd is not None:
+            os.close(self.policy_dir_fd)
+            self.policy_dir_fd = None
         if not keep_placeholders:
             for placeholder in reversed(self.placeholders):
                 placeholder.remove_if_unchanged()
         return [
+            *replaced,
             *self._new_files(),
             *self._new_submodules(),
             *self._new_hidden(),
             *self._new_repositories(),
+        ]
+
+    def _policy_dir_replaced(self) -> list[str]:
+        if self.policy_dir_fd is None or self.project_root is None:
+            return []
+        path = self.project_root / POLICY_DIR
+        held = os.fstat(self.policy_dir_fd)
+        try:
+            now = os.lstat(path)
+            same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:
+            same = False
+        if same:
+            return []
+        return [
+            f"WARNING: {path} was removed or renamed during the session: the sandbox's "
+            "read-only view of it went with it, so the sandbox could read and write what "
+            f"was put there since; review {path} before the next run"
         ]
 
     def _new_files(self) -> list[str]:
@@ -289,6 +328,17 @@ class _Decision:
             self.placeholders.setdefault(directory, Placeholder(directory, None))
         self.placeholders.setdefault(path, Placeholder(path, content))
         self.read_only.setdefault(path, reason)
+
+    def policy_dir(self, path: Path) -> None:
+        """The project's ``.sandbridge`` exists for the whole session, also where no writable
+        mount shows it (a workdir below the project root): each view of it inside is a
+        tmpfs (SandboxSpec.policy_dir), which needs a directory to lie on, and a directory
+        the owner creates later would otherwise show through the read-only root."""
+        if os.path.lexists(path) or path in self.placeholders:
+            return
+        parent = path.parent
+        if parent.is_dir() and not parent.is_symlink() and os.access(parent, os.W_OK):
+            self.placeholders[path] = Placeholder(path, None)
 
     def missing_file(self, path: Path, reason: str, top: Path | None, home: bool) -> None:
         """A deny-listed file that does not exist: a placeholder where no review shows one.
@@ -503,7 +553,8 @@ def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, i
         project_root: project_root if project_root in seen else None
     }
     for mount in decision.writable:
-        anchors.setdefault(mount.source, decision.git.toplevel(mount.source))
+        if mount.source not in anchors:  # the project root's is known: no git to ask
+            anchors[mount.source] = decision.git.toplevel(mount.source)
     for top in tops:
         anchors.setdefault(top, top)
     for anchor, anchor_top in anchors.items():
@@ -518,4 +569,7 @@ def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, i
             decision.protect(path, f"protect = in {source}")
         else:
             decision.placeholder(path, None, f"protect = in {source}")
-    return decision.result()
+    decision.policy_dir(project_root / POLICY_DIR)
+    protection = decision.result()
+    protection.project_root = project_root
+    return protection

@@ -18,6 +18,7 @@ from sandbridge.protocol.contract import (
     UPSTREAM_SOCKET_ENV,
 )
 from sandbridge.sandbox import host_paths
+from sandbridge.sandbox.commands import COMMANDS_DIR, OPEN_COMMAND
 from sandbridge.sandbox.host_paths import Guard, Layer
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.network import SandboxNetwork
@@ -26,14 +27,6 @@ from sandbridge.sandbox.network import SandboxNetwork
 # the host's socket paths) stays outside unless named with --env.
 PASSED_ENV = ("PATH", "TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM", "NO_COLOR")
 PASSED_ENV_PREFIXES = ("LC_",)
-# sandbridge's own commands inside (``ags-webview-url``, ``sandbridge-open`` and the
-# browser shims that lead to it), in a directory that holds nothing else, on ``/run`` (a
-# private tmpfs inside; the sandbox entry writes them). Only this directory goes before
-# the owner's PATH: the bin directory of sandbridge's environment would put its
-# ``python3`` and ``pip`` ahead of the project's own virtualenv.
-COMMANDS_DIR = "/run/sandbridge/bin"
-# What ``$BROWSER`` names inside: Python's webbrowser and most CLIs look here first.
-OPEN_COMMAND = "sandbridge-open"
 
 
 @dataclass(frozen=True)
@@ -61,10 +54,15 @@ class SandboxSpec:
     # themselves after the workdir, the binds and their pins: read-only, or (writable)
     # pinned as a mount point so they cannot be renamed away (sandbox/protected_paths.py).
     read_only_paths: list[Mount] = field(default_factory=list)
-    # Host files the sandbox must not read (the secrets file, whose values it gets in
-    # its environment only): covered by an empty read-only file wherever they are
-    # visible inside, after every other bind (:meth:`hidden_targets`).
-    hidden_files: list[Path] = field(default_factory=list)
+    # The project's policy directory (``<root>/.sandbridge``; ``None``: there is none to
+    # show, not even an empty placeholder) and the policy files in it that the sandbox may
+    # read, by name: those of :data:`~sandbridge.sandbox.project.SHOWN_POLICY_FILES` that
+    # were regular files at the start. Every view of the directory inside is an empty
+    # read-only tmpfs holding those files alone, each bound read-only
+    # (:meth:`policy_views`): the secrets file, and any file or directory the owner
+    # creates there during the session, stay out of sight.
+    policy_dir: Path | None = None
+    policy_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -90,21 +88,25 @@ class SandboxSpec:
         pins = self.guard.pins[-len(binds) :] if self.guard.pins else [()] * len(binds)
         return [mount for bind, after in zip(binds, pins, strict=True) for mount in (bind, *after)]
 
-    def hidden_targets(self) -> list[Path]:
-        """Where inside each of :attr:`hidden_files` is visible: at its own path through
-        the read-only root (unless a private tmpfs covers it there), and under each
-        layer (tooling, workdir, bind) that holds it."""
+    def views(self, path: Path) -> list[Path]:
+        """Where the host's ``path`` is visible inside: at its own path through the
+        read-only root (unless a private tmpfs covers it there), and under each layer
+        (tooling, workdir, bind) that holds it."""
         covered = [Path("/tmp"), Path("/run"), *self.guard.private]
         if self.home != self.workdir:
             covered.append(self.home)
-        targets: list[Path] = []
-        for path in self.hidden_files:
-            if not any(path.is_relative_to(top) for top in covered):
-                targets.append(path)
-            for layer in self.layers():
-                if path.is_relative_to(layer.mount.source):
-                    targets.append(layer.mount.dest / path.relative_to(layer.mount.source))
-        return sorted(set(targets))
+        targets: set[Path] = set()
+        if not any(path.is_relative_to(top) for top in covered):
+            targets.add(path)
+        for layer in self.layers():
+            if path.is_relative_to(layer.mount.source):
+                targets.add(layer.mount.dest / path.relative_to(layer.mount.source))
+        return sorted(targets)
+
+    def policy_views(self) -> list[Path]:
+        """Every place inside that shows :attr:`policy_dir`; the backends mount the
+        policy's own view at each, after the protected paths."""
+        return [] if self.policy_dir is None else self.views(self.policy_dir)
 
     @property
     def entry_argv(self) -> list[str]:

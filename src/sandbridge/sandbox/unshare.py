@@ -37,7 +37,11 @@ def init_config(spec: SandboxSpec) -> str:
             "read_only_paths": [
                 {"dest": str(m.dest), "writable": m.writable} for m in spec.read_only_paths
             ],
-            "hidden": [str(path) for path in spec.hidden_targets()],
+            "policy": {
+                "dir": None if spec.policy_dir is None else str(spec.policy_dir),
+                "files": list(spec.policy_files),
+                "views": [str(path) for path in spec.policy_views()],
+            },
             "masked": [str(path) for path in spec.guard.masked],
             # The values travel on env_fd (env_payload) when there is one: never on argv.
             "env": sandbox_env(spec.home, spec.env) if spec.env_fd is None else None,

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import socket
+import stat
 import struct
 import sys
 from pathlib import Path
@@ -120,6 +121,43 @@ def _bind_file(source: str, target: str) -> None:
     mount(source, target, None, MS_BIND)
 
 
+def _open_policy_files(directory: str | None, names: list[str]) -> dict[str, int]:
+    """``O_PATH`` descriptors of the shown policy files that are regular files now, opened
+    through no link (a link or a FIFO put there since the spec was made is left out)."""
+    found: dict[str, int] = {}
+    if directory is None:
+        return found
+    try:
+        dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return found  # gone: the view stays empty
+    try:
+        for name in names:
+            try:
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError:
+                continue
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                found[name] = fd
+            else:
+                os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return found
+
+
+def _policy_view(target: str, shown: dict[str, int]) -> None:
+    """An empty tmpfs over one view of ``.sandbridge``, the shown files bound in read-only,
+    then the whole read-only: what the owner creates there later stays out of sight."""
+    if os.path.islink(target):
+        raise OSError(40, f"the policy directory became a symbolic link: {target}")
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for name, fd in shown.items():
+        Path(target, name).touch(mode=0o644)
+        bind(f"/proc/self/fd/{fd}", f"{target}/{name}", writable=False)
+    make_readonly_recursive(target)
+
+
 def loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14x", b"lo", 0)
@@ -139,6 +177,9 @@ def build_root(config: dict[str, Any]) -> str:
 
     def source(path: str) -> str:
         return f"/proc/self/fd/{keep[path]}"
+
+    policy = config["policy"]
+    shown = _open_policy_files(policy["dir"], policy["files"])
 
     scratch = "/tmp"
     mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
@@ -181,20 +222,13 @@ def build_root(config: dict[str, Any]) -> str:
         # Onto itself as the sandbox sees it now: no symlink is followed to the host.
         target = root + protected["dest"]
         _bind_self(target, writable=protected["writable"])
-    empty = scratch + "/empty"
-    for path in config.get("hidden", []):
-        # An empty read-only file over a host file the sandbox must not read (the secrets
-        # file); it lives on the scratch tmpfs, which leaves with the old root.
-        target = root + path
-        if os.path.islink(target):
-            raise OSError(40, f"hidden file became a symbolic link: {target}")
-        Path(empty).touch(mode=0o400)
-        bind(empty, target, writable=False)
+    for view in policy["views"]:
+        _policy_view(root + view, shown)
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
     for path in config["masked"]:
         cover(path)
     bind(source(config["runtime_dir"]), _mkdirs(root, MOUNT_POINT))
-    for fd in keep.values():
+    for fd in [*keep.values(), *shown.values()]:
         os.close(fd)
     return root
 

@@ -28,12 +28,13 @@ from sandbridge.protocol.registration import (
     normalize_base_path,
     validate_port,
 )
-from sandbridge.relay.app_listener import App, AppListener
+from sandbridge.relay.app import App
+from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.host_opener import HostOpener
 from sandbridge.relay.registration_server import RegistrationServer
-from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
 from sandbridge.relay.snapshot import Snapshot
-from sandbridge.relay.upstream import ForwardingMode, UpstreamConnector
+from sandbridge.relay.upstream import UpstreamConnector
 
 OnRegister = Callable[[App], None]
 

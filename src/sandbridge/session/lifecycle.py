@@ -13,60 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 from sandbridge.egress.gate import EgressGate
 from sandbridge.egress.log import LOG_NAME, EgressLog
-from sandbridge.egress.policy import NetMode, Policy
+from sandbridge.egress.policy import NetMode
 from sandbridge.egress.request_server import OwnerOp, refuse_without_gate
 from sandbridge.exceptions import ControlRefusal, RegistrationError
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import EGRESS_SOCKET
-from sandbridge.relay.app_listener import App
+from sandbridge.relay.app import App
 from sandbridge.relay.host_opener import HostOpener, OpenSettings
 from sandbridge.relay.settings import RelaySettings
-from sandbridge.relay.upstream import ForwardingMode
 from sandbridge.session.host import HostSession
+from sandbridge.session.options import SessionOptions, create_entry
 from sandbridge.terminals.broker import TerminalBroker, WorkerStarter
 from sandbridge.terminals.pending import FILE as PENDING_FILE
 from sandbridge.terminals.sandbox_channel import SandboxChannel
 from sandbridge.terminals.settings import TerminalSettings
 from sandbridge.terminals.worker_socket import WorkerSocket
-
-
-@dataclass(frozen=True, slots=True)
-class SessionOptions:
-    """What a session serves, beside its runtime dir."""
-
-    workdir: Path
-    name: str | None = None
-    protocol: ForwardingMode = ForwardingMode.AUTO
-    settings: RelaySettings | None = None
-    on_register: Callable[[App], None] | None = None
-    # Called when an auto-published app is gone (its sandbox socket closed).
-    on_unregister: Callable[[App], None] | None = None
-    # The egress gate runs when the policy's mode is ``allow``.
-    policy: Policy | None = None
-    # The host's end of the private channel to the sandbox's entry: terminals need it.
-    terminal_channel: socket.socket | None = None
-    # Another runtime's sandbox: terminals through terminal.sock in the runtime dir,
-    # which ``sandbridge shim --terminals`` serves inside (docs/external-runtimes.md).
-    terminal_socket: bool = False
-    # How the sandbox's open requests are carried out (docs/open.md); without it, as
-    # OpenSettings.for_host decides from the environment.
-    open_settings: OpenSettings | None = None
-    # The command the sandbox runs, as the owner's dashboard shows it.
-    command: tuple[str, ...] = ()
-    # Called when anything the owner's dashboard shows of the session changes: an app
-    # registered or gone, a terminal request or its move, an egress decision or request.
-    on_change: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,20 +103,6 @@ def _and_then(
         then()
 
     return both
-
-
-def create_entry(runtime_dir: RuntimeDir, options: SessionOptions) -> SessionEntry:
-    """The session's registry entry (``runtime_dir`` is removed if it cannot be made);
-    the notes of both are printed."""
-    try:
-        entry = SessionEntry.create(options.name, options.workdir, runtime_dir=runtime_dir.path)
-    except BaseException:
-        runtime_dir.remove()
-        raise
-    for note in (runtime_dir.note, entry.note):
-        if note is not None:
-            print(f"sandbridge: {note}", file=sys.stderr, flush=True)
-    return entry
 
 
 @asynccontextmanager

@@ -25,7 +25,7 @@ from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.sandbox.backend import env_payload, sandbox_argv
 from sandbridge.sandbox.spec import SandboxSpec, environment_file
-from sandbridge.session.lifecycle import SessionOptions, open_session
+from sandbridge.session.options import SessionOptions
 from sandbridge.session.served import served_session
 
 
@@ -80,6 +80,9 @@ async def host_half(
     """The session's host half, served here or by the daemon, for the block's length;
     with the event the owner's ``stop`` (control socket, dashboard) sets."""
     if daemon is None:
+        # Only here: the host halves' modules are a daemon-served run's to skip.
+        from sandbridge.session.lifecycle import open_session
+
         async with open_session(runtime_dir, options) as session:
             yield session.entry, session.stop_requested
     else:

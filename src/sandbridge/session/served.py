@@ -31,9 +31,9 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.protocol.publish_rules import PublishAction
-from sandbridge.relay.app_listener import App
+from sandbridge.relay.app import App
 from sandbridge.session import options_wire
-from sandbridge.session.lifecycle import SessionOptions, create_entry
+from sandbridge.session.options import SessionOptions, create_entry
 
 # Connecting to a Unix socket is immediate unless its accept queue is full.
 CONNECT_TIMEOUT = 2.0

@@ -46,6 +46,10 @@ class Authority:
 
     owner: str
     allowed: frozenset[str]
+    # Other machines' owner keys this machine's owner trusts (the ``owners`` file): an
+    # approval one of them signed counts as the owner's; a key taken off the file voids
+    # its approvals at the next check.
+    trusted_owners: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ def check_authority(request: RequestFacts, authority: Authority, now: float) -> 
     admitted = approvals.verify_approval(
         request.approval_document,
         owner=authority.owner,
+        trusted_owners=authority.trusted_owners,
         session=request.session,
         instance=request.instance,
         request_id=request.request_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,7 @@ class Approval:
     expires: float
     ttl: float
     nonce: str
+    signer: str = ""  # the owner key that signed it (this machine's or a trusted one)
 
 
 def canonical(body: dict[str, Any]) -> str:
@@ -148,8 +150,11 @@ def sign_approval(
     return _sign(key, APPROVAL_CONTEXT, body)
 
 
-def _open(document: object, context: bytes, signer: str | None, kind: str) -> dict[str, Any]:
-    """Check a signed document's shape and signature; return its body."""
+def _open(
+    document: object, context: bytes, signers: tuple[str, ...] | None, kind: str
+) -> tuple[dict[str, Any], str]:
+    """Check a signed document's shape and signature by one of ``signers`` (None: the key
+    its body names as ``requester``); return its body and the key that verified it."""
     if (
         not isinstance(document, dict)
         or set(document) != {"body", "signature"}
@@ -172,10 +177,11 @@ def _open(document: object, context: bytes, signer: str | None, kind: str) -> di
         )
     if body.get("kind") != kind:
         raise ApprovalRefused("malformed", f"expected a {kind}, got {body.get('kind')!r}")
-    key = signer if signer is not None else body.get("requester")
-    if not isinstance(key, str) or not verify_signature(key, context + text.encode(), signature):
-        raise ApprovalRefused("bad_signature", f"the {kind}'s signature does not verify")
-    return body
+    candidates = signers if signers is not None else (body.get("requester"),)
+    for key in candidates:
+        if isinstance(key, str) and verify_signature(key, context + text.encode(), signature):
+            return body, key
+    raise ApprovalRefused("bad_signature", f"the {kind}'s signature does not verify")
 
 
 def _fields(body: dict[str, Any], kind: str, **types: type) -> None:
@@ -189,7 +195,7 @@ def _fields(body: dict[str, Any], kind: str, **types: type) -> None:
 
 def verify_request(document: object, session: str, instance: str) -> Request:
     """A request signed by the key it names, for this session instance."""
-    body = _open(document, REQUEST_CONTEXT, None, "request")
+    body, _ = _open(document, REQUEST_CONTEXT, None, "request")
     _fields(
         body, "request", session=str, instance=str, requester=str, reason=str, created=float,
         nonce=str,
@@ -217,10 +223,13 @@ def verify_approval(  # noqa: PLR0913  (every fact an approval is checked agains
     request_id: str,
     requester: str,
     now: float,
+    trusted_owners: Collection[str] = (),
 ) -> Approval:
     """Admit an approval only if the owner signed it for this request, key and session,
-    and it has not expired at ``now``. Raises :class:`ApprovalRefused` with a documented code."""
-    body = _open(document, APPROVAL_CONTEXT, owner, "approval")
+    and it has not expired at ``now``. ``trusted_owners``: other machines' owner keys this
+    machine's owner listed (``owners``), whose signature counts as the owner's.
+    Raises :class:`ApprovalRefused` with a documented code."""
+    body, signer = _open(document, APPROVAL_CONTEXT, (owner, *sorted(trusted_owners)), "approval")
     _fields(
         body, "approval", session=str, instance=str, request=str, requester=str,
         expires=float, ttl=float, nonce=str,
@@ -245,7 +254,7 @@ def verify_approval(  # noqa: PLR0913  (every fact an approval is checked agains
         raise ApprovalRefused("expired", "the approval has expired; ask for a new one")
     return Approval(
         body["session"], body["instance"], body["request"], body["requester"],
-        float(body["expires"]), float(body["ttl"]), body["nonce"],
+        float(body["expires"]), float(body["ttl"]), body["nonce"], signer,
     )  # fmt: skip
 
 

@@ -23,7 +23,13 @@ from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import ChannelError, FrameError
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
-from sandbridge.terminals.control import control_socket, parse_answer, short_path, split_request_id
+from sandbridge.terminals.control import (
+    first_line,
+    parse_answer,
+    parse_request_id,
+    short_path,
+    socket_of,
+)
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_HOST_TO_CLIENT, Kind
 from sandbridge.terminals.settings import HEARTBEAT
@@ -60,19 +66,22 @@ def terminal_size(fd: int) -> tuple[int, int]:
 async def attach(
     request_id: str, key: nacl.signing.SigningKey, stdin_fd: int = 0, stdout_fd: int = 1
 ) -> Ending:
-    """Attach to approved request ``request_id``; return how the terminal ended."""
-    session = split_request_id(request_id)
-    with short_path(control_socket(session)) as path:
+    """Attach to approved request ``request_id`` (``HOST:SESSION:XXXXXXXX`` for a far
+    session: the handshake and the ciphertext cross the link, the keys stay here);
+    return how the terminal ended."""
+    place, far_id = parse_request_id(request_id)
+    with short_path(socket_of(place)) as path:
         reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
     try:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-            writer.write(json.dumps({"op": "attach", "id": request_id}).encode() + b"\n")
+            writer.write(first_line(place))
+            writer.write(json.dumps({"op": "attach", "id": far_id}).encode() + b"\n")
             hello = await _read_json(reader)
             public, secret = channel.keypair()
             transcript = approval.attach_transcript(
                 str(hello["session"]),
                 str(hello["instance"]),
-                request_id,
+                far_id,
                 bytes.fromhex(str(hello["challenge"])),
                 public,
             )

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
+from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.unix_sockets import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.exceptions import (
     ApprovalRefused,
     ControlRefusal,
@@ -347,6 +347,7 @@ class TerminalBroker:
         admitted = approvals.verify_approval(
             document,
             owner=keys.public_hex(keys.owner_public_key()),
+            trusted_owners=frozenset(keys.trusted_owners()),
             session=self.session,
             instance=self.instance,
             request_id=request.id,
@@ -360,6 +361,7 @@ class TerminalBroker:
         self.audit.record(
             "approval", session=self.session, request=request.id,
             requester=request.request.requester, ttl=admitted.ttl, expires=admitted.expires,
+            owner=admitted.signer,
         )  # fmt: skip
         return {"state": request.state.value, "expires": admitted.expires}
 
@@ -432,7 +434,11 @@ class TerminalBroker:
 
     def _authority(self) -> Authority:
         """The owner's key and the allowed keys as their files say now."""
-        return Authority(keys.public_hex(keys.owner_public_key()), frozenset(self._allowed()))
+        return Authority(
+            keys.public_hex(keys.owner_public_key()),
+            frozenset(self._allowed()),
+            frozenset(keys.trusted_owners()),
+        )
 
     async def _attach(
         self, message: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -1,4 +1,12 @@
-"""The owner's side of a session's control socket: one JSON request, one JSON answer."""
+"""The owner's side of a session's control socket: one JSON request, one JSON answer.
+
+A session is named ``SESSION`` (on this machine) or ``HOST:SESSION`` (on the far
+machine that a running ``sandbridge connect`` serves as ``HOST``): :class:`Place`. A far
+session's control socket is reached through that ``connect``'s own control socket
+(``remote/terminal_relay.py``), whose first line names the far session; the rest of the
+conversation is the far broker's, byte for byte. A request id is ``SESSION:XXXXXXXX``
+as its session shows it, with ``HOST:`` before it for a far one.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +15,53 @@ import json
 import os
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import session_path, validate_name
+from sandbridge.places.remotes import remote_control_socket
 from sandbridge.protocol.contract import CONTROL_SOCKET
 from sandbridge.protocol.jsonline import decode_json
 
 # Answers are short JSON lines; a listing of 64 requests fits easily.
 MAX_ANSWER = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A session: on this machine (``machine`` None) or on a connected far machine."""
+
+    machine: str | None
+    session: str
+
+    def __str__(self) -> str:
+        return self.session if self.machine is None else f"{self.machine}:{self.session}"
+
+    def request_id(self, far_id: str) -> str:
+        """A request id as the owner types it: ``far_id`` with this machine's prefix."""
+        return far_id if self.machine is None else f"{self.machine}:{far_id}"
+
+
+def parse_place(text: str, what: str = "session") -> Place:
+    """``SESSION`` or ``HOST:SESSION``; refuse anything else naming the value."""
+    machine, sep, session = text.rpartition(":")
+    if not sep:
+        return Place(None, validate_name(text, what))
+    return Place(validate_name(machine, f"{what}'s machine"), validate_name(session, what))
+
+
+def parse_request_id(request_id: str) -> tuple[Place, str]:
+    """A request id's place and the id its session knows (``SESSION:XXXXXXXX``, what an
+    approval signs); refuse anything else naming the value."""
+    where, sep, token = request_id.rpartition(":")
+    if not sep or len(token) != 8 or any(c not in "0123456789abcdef" for c in token):
+        raise SandbridgeError(
+            f"request id {request_id!r}: expected SESSION:XXXXXXXX or HOST:SESSION:XXXXXXXX"
+        )
+    place = parse_place(where, "request id's session")
+    return place, f"{place.session}:{token}"
 
 
 def split_request_id(request_id: str) -> str:
@@ -43,15 +88,37 @@ def short_path(path: Path) -> Iterator[Path]:
         os.close(fd)
 
 
-def connect(session: str) -> socket.socket:
+def socket_of(place: Place) -> Path:
+    """The control socket to connect to for ``place``: the session's own, or the
+    ``connect`` serving its machine."""
+    if place.machine is None:
+        return control_socket(place.session)
+    return remote_control_socket(place.machine)
+
+
+def first_line(place: Place) -> bytes:
+    """What a client sends first on ``place``'s socket: for a far session, its name for
+    the ``connect`` relaying it; nothing for a local one."""
+    if place.machine is None:
+        return b""
+    return json.dumps({"session": place.session}).encode() + b"\n"
+
+
+def connect(session: str | Place) -> socket.socket:
+    place = session if isinstance(session, Place) else Place(None, session)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with short_path(control_socket(session)) as path:
+        with short_path(socket_of(place)) as path:
             sock.connect(str(path))
+        sock.sendall(first_line(place))
     except OSError as exc:
         sock.close()
+        if place.machine is not None:
+            raise SandbridgeError(
+                f"the sandbridge connect serving {place.machine!r} does not answer ({exc.strerror})"
+            ) from None
         raise SandbridgeError(
-            f"session {session!r} does not serve terminals ({exc.strerror})"
+            f"session {place.session!r} does not serve terminals ({exc.strerror})"
         ) from None
     return sock
 
@@ -71,9 +138,17 @@ def parse_answer(line: bytes) -> dict[str, Any]:
     return answer
 
 
-def call(session: str, message: dict[str, Any]) -> dict[str, Any]:
-    """Send one control request to ``session``; return its answer or raise ControlError."""
-    with connect(session) as sock, sock.makefile("rwb") as file:
-        file.write(json.dumps(message).encode() + b"\n")
-        file.flush()
-        return parse_answer(file.readline(MAX_ANSWER))
+def call(session: str | Place, message: dict[str, Any]) -> dict[str, Any]:
+    """Send one control request to ``session`` (a local session's name, or a
+    :class:`Place`); return its answer or raise ControlError."""
+    with connect(session) as sock:
+        # A relay that refuses at once (the link down) may have stopped reading: its
+        # answer still waits to be read.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(json.dumps(message).encode() + b"\n")
+        with sock.makefile("rb") as file:
+            try:
+                line = file.readline(MAX_ANSWER)
+            except ConnectionResetError:
+                line = b""
+        return parse_answer(line)

@@ -38,3 +38,8 @@ async def read_message(reader: asyncio.StreamReader) -> dict[str, Any]:
 def write_message(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
     """Queue one answer line (the caller drains)."""
     writer.write(json.dumps(message).encode() + b"\n")
+
+
+def refusal_line(code: str, error: str) -> bytes:
+    """A whole refusal answer line, for a relay that answers in the broker's place."""
+    return json.dumps({"ok": False, "code": code, "error": error}).encode() + b"\n"

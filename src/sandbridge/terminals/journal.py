@@ -185,7 +185,7 @@ class AuditLog:
     FIELDS = frozenset(
         {
             "event", "session", "request", "requester", "reason_code", "reason", "duration", "ttl",
-            "expires", "rows", "cols", "bytes_in", "bytes_out", "end", "status", "time",
+            "expires", "rows", "cols", "bytes_in", "bytes_out", "end", "status", "time", "owner",
         }
     )  # fmt: skip
 

@@ -18,9 +18,13 @@ import nacl.signing
 
 from sandbridge.exceptions import KeyFileError
 from sandbridge.private_dir import make_private_dir
+from sandbridge.terminals.config_dir import config_dir
 
 OWNER_KEY = "owner.key"
 REQUESTERS = "requesters"
+# Other machines' owner keys this machine's sessions accept approvals from, like
+# ``authorized_keys``: a laptop whose owner approves terminals here over the remote link.
+OWNERS = "owners"
 SEED_BYTES = 32
 PUBLIC_KEY_HEX = 64
 # A key file is one line of 64 hex digits; anything longer was not written by us.
@@ -29,12 +33,6 @@ MAX_KEY_FILE_BYTES = 256
 MAX_REQUESTERS_FILE_BYTES = 64 * 1024
 # A requester's name (its line's comment) as the dashboard shows it: a name, not a note.
 MAX_NAME_CHARS = 64
-
-
-def config_dir() -> Path:
-    """``${XDG_CONFIG_HOME:-~/.config}/sandbridge``."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "sandbridge"
 
 
 def owner_key_path() -> Path:
@@ -125,11 +123,13 @@ def requester_key(path: Path | None) -> nacl.signing.SigningKey:
 
 
 def allowed_requesters() -> set[str]:
-    """Public keys that may *request* terminals: the owner's and those in ``requesters``.
+    """Public keys that may *request* terminals: the owner's, the other owners this
+    machine trusts (``owners``: as the owner here, they request with their own key), and
+    those in ``requesters``.
 
     Being listed never authorises a shell: only an owner-signed approval does.
     """
-    return {public_hex(owner_public_key()), *_listed_requesters()}
+    return {public_hex(owner_public_key()), *trusted_owners(), *_listed_requesters()}
 
 
 def requester_names() -> dict[str, str]:
@@ -138,14 +138,58 @@ def requester_names() -> dict[str, str]:
     return {key: name for key, name in _listed_requesters().items() if name}
 
 
+def trusted_owners() -> dict[str, str]:
+    """Other owners' public keys whose approvals this machine's sessions admit, as the
+    ``owners`` file lists them (``KEY  # laptop``; the same rules and limits as
+    ``requesters``), each with its name. Removing a line voids that key's approvals at
+    the next lease refresh: the file is read again at every check."""
+    return _listed_keys(OWNERS, strict=True)
+
+
+def trust_owner(public: str, name: str = "") -> Path:
+    """Add ``public`` (64 hex digits) to the ``owners`` file, with ``name`` as its comment;
+    return the file's path. A key already listed is left as it is."""
+    key = public_hex(parse_public_key(public, "owner key"))
+    if len(name) > MAX_NAME_CHARS or not name.isprintable() or "#" in name or "\n" in name:
+        raise KeyFileError(
+            f"--name {name[:80]!r}: printable, no '#', at most {MAX_NAME_CHARS} characters"
+        )
+    if key in trusted_owners():
+        return config_dir() / OWNERS
+    path = config_dir() / OWNERS
+    _private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, (key + (f"  # {name}" if name else "") + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
 def _listed_requesters() -> dict[str, str]:
     """Each key of the ``requesters`` file with its line's comment (maybe empty)."""
-    path = config_dir() / REQUESTERS
+    return _listed_keys(REQUESTERS)
+
+
+def _listed_keys(name: str, strict: bool = False) -> dict[str, str]:
+    """Each key of the file ``name`` in the config dir with its line's comment. ``strict``
+    (a file that grants approvals, as ``authorized_keys`` grants logins): a link, a file
+    of another user or one others may write is refused, naming it."""
+    path = config_dir() / name
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_REQUESTERS_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_NOFOLLOW if strict else 0))
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise KeyFileError(f"{path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as file:
+        if strict:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise KeyFileError(f"{path} is not a regular file")
+            _check_private(path, info, "key file", 0o022)
+        raw = file.read(MAX_REQUESTERS_FILE_BYTES + 1)
     if len(raw) > MAX_REQUESTERS_FILE_BYTES:
         raise KeyFileError(f"{path} is larger than {MAX_REQUESTERS_FILE_BYTES} bytes")
     listed: dict[str, str] = {}

@@ -13,16 +13,19 @@ from typing import Any
 
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.approval import Request
-from sandbridge.terminals.control import call, split_request_id
+from sandbridge.terminals.control import call, parse_request_id
 
 
 def approve_request(request_id: str, ttl: float | None = None) -> dict[str, Any]:
     """Sign an approval of ``request_id`` lasting ``ttl`` seconds (None: the duration the
     request asked for, else :data:`~sandbridge.terminals.approval.DEFAULT_TTL`) and send it
     to its session; return the session's answer (``state``, ``expires``, ``ttl``) or raise
-    ControlError."""
-    session = split_request_id(request_id)
-    shown = call(session, {"op": "show", "id": request_id})
+    ControlError. For a far request (``HOST:SESSION:XXXXXXXX``) the approval is signed
+    here, for the far session and request id as the far side shows them; the far
+    machine admits it only if it lists this owner key in its ``owners`` file."""
+    place, far_id = parse_request_id(request_id)
+    session = place.session
+    shown = call(place, {"op": "show", "id": far_id})
     if ttl is None:
         # The session checked the asked duration when it took the request; an answer
         # from a session that predates it has none.
@@ -37,5 +40,5 @@ def approve_request(request_id: str, ttl: float | None = None) -> dict[str, Any]
         float(body["created"]),
         str(body["nonce"]),
     )
-    document = approval.sign_approval(keys.owner_key(), request_id, request, ttl, time.time())
-    return {**call(session, {"op": "approve", "id": request_id, "approval": document}), "ttl": ttl}
+    document = approval.sign_approval(keys.owner_key(), far_id, request, ttl, time.time())
+    return {**call(place, {"op": "approve", "id": far_id, "approval": document}), "ttl": ttl}

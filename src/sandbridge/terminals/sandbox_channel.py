@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from sandbridge.aio import untrusted_fds
+from sandbridge.aio import before_loop, untrusted_fds
 from sandbridge.exceptions import ControlRefusal
 from sandbridge.terminals import fd_io
 from sandbridge.terminals.framed_stream import FramedStream
@@ -34,7 +34,7 @@ class SandboxChannel:
         self._sock = sock
         sock.setblocking(False)
         # Descriptors only with the answer to a start (see start_worker).
-        untrusted_fds.refuse_descriptors(sock)
+        before_loop.refuse_descriptors(sock)
         self._lock = asyncio.Lock()
 
     def unavailable(self) -> str | None:
@@ -64,7 +64,7 @@ class SandboxChannel:
         except BaseException:
             untrusted_fds.release_all(fds)
             raise
-        untrusted_fds.refuse_descriptors(worker_sock)
+        before_loop.refuse_descriptors(worker_sock)
         return await worker_stream(worker_sock), worker_sock
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ import socket
 import sys
 from pathlib import Path
 
-from sandbridge.aio.unix_sockets import bind_unix_socket
+from sandbridge.aio.before_loop import bind_unix_socket
 from sandbridge.protocol.jsonline import decode_json
 
 # One start request or answer is a short JSON object.

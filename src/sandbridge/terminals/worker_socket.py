@@ -24,7 +24,7 @@ import socket
 import stat
 from pathlib import Path
 
-from sandbridge.aio import untrusted_fds
+from sandbridge.aio import before_loop, untrusted_fds
 from sandbridge.aio.unix_sockets import connect_checked, peer_credentials
 from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.contract import TERMINAL_SOCKET
@@ -65,7 +65,7 @@ class WorkerSocket:
             socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
         )
         try:
-            untrusted_fds.refuse_descriptors(sock)
+            before_loop.refuse_descriptors(sock)
             try:
                 connect_checked(sock, self.path, _refusal, SERVED_BY)
             except BlockingIOError:  # the worker's start is due now, not once it accepts

@@ -19,6 +19,7 @@ from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, S
 from sandbridge.places.registry import AppRecord, SessionRecord, list_sessions, validate_name
 from sandbridge.places.remotes import list_remotes
 from sandbridge.terminals import keys
+from sandbridge.terminals.config_dir import config_dir
 from sandbridge.terminals.control import call, split_request_id
 from sandbridge.terminals.owner_approval import approve_request
 
@@ -46,7 +47,7 @@ def _names() -> tuple[str | None, dict[str, str]]:
     one) and the names of listed requesters."""
     try:
         names = keys.requester_names()
-        if not (keys.config_dir() / keys.OWNER_KEY).exists():
+        if not (config_dir() / keys.OWNER_KEY).exists():
             return None, names
         return keys.public_hex(keys.owner_public_key()), names
     except KeyFileError:

@@ -30,10 +30,13 @@ import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.fields import field_values
-from sandbridge.protocol.http.parser import Headers
+
+if TYPE_CHECKING:  # a type alias only: the parser (and httptools) is the data path's
+    from sandbridge.protocol.http.parser import Headers
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 # Browsers resolve every name under it to loopback themselves (RFC 6761 section 6.3).

@@ -1,0 +1,110 @@
+"""Socket and descriptor set-up that needs no event loop, for a process to do before it
+imports one.
+
+The sandbox entry binds the shim's listener with these and starts the user's command
+before it imports asyncio (sandbox/entry.py): a connection that arrives meanwhile waits
+in the listener's queue. Everything here imports only the standard library's ``os`` and
+``socket``, and sandbridge's exceptions (which import only ``enum``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+from sandbridge.exceptions import RuntimeDirError
+
+# Connections waiting to be accepted on a host's Unix socket. The event loop listens
+# again with its own default (100) unless told: every server passes this, so a sandbox
+# that opens a burst of connections does not make the next ones fail with EAGAIN.
+UNIX_BACKLOG = 512
+
+# Linux's SO_PASSRIGHTS (include/uapi/asm-generic/socket.h); Python may not name it yet.
+SO_PASSRIGHTS: int = getattr(socket, "SO_PASSRIGHTS", 83)
+
+# Set once the kernel said it cannot refuse descriptors: warn once, not per socket.
+_refusal_unsupported: list[bool] = []
+
+
+def refuse_descriptors(sock: socket.socket) -> bool:
+    """Have the kernel refuse descriptors sent to the Unix socket ``sock`` (inherited by
+    the connections a listening socket accepts). False where the kernel cannot."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_PASSRIGHTS, 0)
+    except OSError as exc:
+        if not _refusal_unsupported:
+            from sandbridge import log  # only here: logging costs a cold start
+
+            _refusal_unsupported.append(True)
+            log.warning("descriptors.refusal_unsupported", error=exc.strerror or str(exc))
+        return False
+    return True
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    """Bind a listening Unix socket at ``path`` with mode 0600 (never wider, not even briefly).
+
+    Its connections refuse descriptors (:func:`refuse_descriptors`): none of the host's
+    listeners expects one, and one sent anyway could block whoever closes it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    refuse_descriptors(sock)
+    listen_private(sock, path, UNIX_BACKLOG)
+    sock.setblocking(False)
+    return sock
+
+
+# A Unix socket's address holds at most 107 bytes of path before its terminating NUL
+# (``sun_path`` is 108 bytes: unix(7)). A longer path cannot be bound or reached, and the
+# kernel's own message ("AF_UNIX path too long") names neither the path nor a way out.
+MAX_SOCKET_PATH = 107
+
+
+def check_socket_path(path: Path) -> None:
+    """Refuse a Unix socket path longer than :data:`MAX_SOCKET_PATH` bytes, naming it
+    and what to do (its directory comes from ``XDG_RUNTIME_DIR`` or the state root)."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        raise RuntimeDirError(
+            f"{path}: {size} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket's path "
+            "may have; set XDG_RUNTIME_DIR to a shorter directory"
+        )
+
+
+def listen_private(sock: socket.socket, path: Path, backlog: int) -> None:
+    """Bind the Unix socket ``sock`` at ``path`` with mode 0600 (never wider, not even
+    briefly) and listen; a path too long to bind is a :class:`RuntimeDirError`."""
+    check_socket_path(path)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    sock.listen(backlog)
+
+
+def keep_inherited_descriptors() -> None:
+    """Make every descriptor above 2 close-on-exec.
+
+    uvloop's subprocesses do not close what they inherit (``close_fds`` is not honoured),
+    and Python makes only its own descriptors close-on-exec: whatever whoever started
+    this process left open (a file, a directory, a socket) reached its children, and
+    through the sandbox backend the sandbox, where a descriptor is a capability no mount
+    takes back (a directory's reaches every file under it). Children get 0-2 and their
+    ``pass_fds`` only.
+    """
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, gone
+                os.set_inheritable(fd, False)
+
+
+def reap(pid: int) -> int:
+    """Wait for the child ``pid`` to end and return its exit status as a shell gives it
+    (128 + N for a signal)."""
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code

@@ -1,0 +1,415 @@
+"""Owner-approved terminals over the remote link, end to end: a far session (``sandbridge
+host`` and a ``shim --terminals`` "container") with its own XDG dirs, the laptop's
+``sandbridge connect --via`` to its ``serve-stdio``, the laptop's own owner key, the real
+CLI and a real PTY. Admission, the journal, leases and the audit run on the far side."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from sandbridge.remote.terminal_relay import parse_first_line
+from sandbridge.terminals.keys import create_key, public_hex
+from tests.conftest import PYTHON, REPO, SANDBRIDGE
+from tests.remote.test_connect import (
+    Laptop,
+    _fds,
+    _listening_ports,
+    _serve_stdio_pids,
+    _wait_until,
+)
+from tests.terminals.harness import PROMPT, WORKER_MARKER, attach_child, finish
+from tests.terminals.test_external_terminal_e2e import CONTAINER_HOSTNAME, ExternalSession
+
+
+@pytest.mark.parametrize(
+    ("line", "refusal"),
+    [
+        (b'{"session":"../x"}', "session '../x' is not a session name"),
+        (b'{"session":"Web"}', "session 'Web' is not a session name"),
+        (b'{"session":7}', "session 7 is not a session name"),
+        (b'{"machine":"far"}', "session None is not a session name"),
+        (b'"box"', "the first line must be"),
+        (b"box", "the first line must be"),
+    ],
+)
+def test_the_first_line_must_name_a_session(line: bytes, refusal: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        parse_first_line(line)
+
+
+def test_parse_first_line_names_the_session() -> None:
+    assert parse_first_line(b'{"session":"s-1a2b3c"}') == "s-1a2b3c"
+
+
+HOSTILE_FAR = REPO / "tests" / "apps" / "hostile_far.py"
+
+# Typed in the far terminal and printed by it: must never cross the link in the clear.
+SECRET = "PLAINTEXT-MARKER"
+
+
+class FarMachine:
+    """The far machine: its XDG dirs (this process's, as the tests' far user) and a
+    terminal-serving session named ``box``."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.dirs = {}
+        for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+            path = tmp_path / f"far-{name.lower()}"
+            path.mkdir(mode=0o700)
+            monkeypatch.setenv(name, str(path))
+            self.dirs[name] = str(path)
+        self.session = ExternalSession(tmp_path)
+
+    @property
+    def serve_stdio(self) -> str:
+        return shlex.join(
+            ["env", f"XDG_RUNTIME_DIR={self.dirs['XDG_RUNTIME_DIR']}", PYTHON, "-m",
+             "sandbridge.cli", "serve-stdio"]
+        )  # fmt: skip
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SANDBRIDGE, *args], capture_output=True, text=True, timeout=60, check=False
+        )
+
+    def audit(self, request: str) -> list[dict[str, object]]:
+        records = json.loads(self.cli("terminal", "audit", "--json").stdout)
+        return [r for r in records if r.get("request") == request]
+
+    def stop(self) -> None:
+        self.session.stop()
+
+
+class LaptopUser:
+    """The laptop's own XDG dirs (its owner key among them) and its ``connect``."""
+
+    def __init__(self, tmp_path: Path, via: str, name: str = "laptop") -> None:
+        self.env = dict(os.environ)
+        for variable in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+            path = tmp_path / f"{name}-{variable.lower()}"
+            path.mkdir(mode=0o700)
+            self.env[variable] = str(path)
+        self.connect = _connect(self.env, via)
+        self.connect.process.wait_line("sandbridge: far: connected", "stderr")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SANDBRIDGE, *args], env=self.env, capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+
+    def owner_public_key(self) -> str:
+        return self.cli("terminal", "key").stdout.strip()
+
+    def stop(self) -> None:
+        self.connect.stop()
+
+
+def _connect(env: dict[str, str], via: str) -> Laptop:
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        laptop = Laptop(Path(env["XDG_RUNTIME_DIR"]), via)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return laptop
+
+
+@pytest.fixture
+def far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FarMachine]:
+    machine = FarMachine(tmp_path, monkeypatch)
+    try:
+        yield machine
+    finally:
+        machine.stop()
+
+
+@contextlib.contextmanager
+def laptop_of(tmp_path: Path, via: str, name: str = "laptop") -> Iterator[LaptopUser]:
+    user = LaptopUser(tmp_path, via, name)
+    try:
+        yield user
+    finally:
+        user.stop()
+
+
+def _approved(laptop: LaptopUser) -> str:
+    requested = laptop.cli("terminal", "request", "far:box", "--no-wait", "--reason", "remote")
+    assert requested.returncode == 0, requested.stderr
+    request_id = requested.stdout.strip()
+    assert request_id.startswith("far:box:")
+    approved = laptop.cli("terminal", "approve", request_id, "--ttl", "60")
+    assert approved.returncode == 0, approved.stderr
+    return request_id
+
+
+def test_an_approval_signed_on_the_laptop_opens_a_far_terminal_and_no_plaintext_crosses(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    link_in, link_out = tmp_path / "link-in", tmp_path / "link-out"
+    # The link's bytes both ways, as they cross: the --via command copies them aside.
+    via = shlex.join(
+        ["sh", "-c", f"tee {link_in} | {far.serve_stdio} | tee {link_out}"]
+    )  # fmt: skip
+    with laptop_of(tmp_path, via) as laptop:
+        key = laptop.owner_public_key()
+        trusted = far.cli("terminal", "trust-owner", key, "--name", "laptop")
+        assert trusted.returncode == 0, trusted.stderr
+        request_id = _approved(laptop)
+        listing = laptop.cli("terminal", "list", "far:box").stdout
+        assert f"{request_id}  approved" in listing
+        child = attach_child(laptop.env, request_id)
+        child.expect(PROMPT)
+        child.sendline(f"echo {SECRET}-$((6*7))-$(hostname)")
+        child.expect(f"{SECRET}-42-{CONTAINER_HOSTNAME}")
+        child.sendline("exit 7")
+        status, output = finish(child)
+        assert status == 7, output
+        crossed = link_in.read_bytes() + link_out.read_bytes()
+        assert crossed, "the link carried the conversation"
+        assert SECRET.encode() not in crossed
+        far_id = request_id.removeprefix("far:")
+        events = {r["event"]: r for r in far.audit(far_id)}
+        assert events["approval"]["owner"] == key, "the far audit names the laptop's key"
+        assert events["admission"]["request"] == far_id
+        assert events["end"]["end"] == "exit"
+
+
+def test_an_approval_by_a_key_the_far_machine_does_not_trust_opens_nothing(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        # The far machine lists the laptop's key as a requester, not as an owner: it may
+        # ask for a terminal, and its own approval of it counts for nothing.
+        requesters = Path(far.dirs["XDG_CONFIG_HOME"]) / "sandbridge" / "requesters"
+        requesters.parent.mkdir(mode=0o700, exist_ok=True)
+        requesters.write_text(f"{laptop.owner_public_key()}  # laptop, not an owner\n")
+        requested = laptop.cli("terminal", "request", "far:box", "--no-wait")
+        assert requested.returncode == 0, requested.stderr
+        request_id = requested.stdout.strip()
+        approved = laptop.cli("terminal", "approve", request_id, "--ttl", "60")
+        assert approved.returncode == 2
+        assert "the approval's signature does not verify" in approved.stderr
+        attached = laptop.cli("terminal", "attach", request_id)
+        assert attached.returncode == 2
+        assert "the request is pending" in attached.stderr  # not_approved
+        events = [r["event"] for r in far.audit(request_id.removeprefix("far:"))]
+        assert "approval" not in events and "admission" not in events
+        assert not far.session.in_container(WORKER_MARKER)
+
+
+def test_ops_other_than_terminals_are_refused_over_the_link(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        allowed = laptop.cli("terminal", "allow", "far:box", "0" * 64)
+        assert allowed.returncode != 0  # the CLI's allow is local only
+        # A client that speaks to connect's socket itself gets no further.
+        for op in ("stop", "allow", "egress_approve", "app_close"):
+            script = (
+                "from sandbridge.exceptions import ControlError\n"
+                "from sandbridge.terminals.control import Place, call\n"
+                "try:\n"
+                f"    call(Place('far', 'box'), {{'op': {op!r}, 'key': '{'0' * 64}'}})\n"
+                "except ControlError as exc:\n"
+                "    print(exc.code, exc)\n"
+            )
+            result = subprocess.run(
+                [PYTHON, "-c", script], env=laptop.env, capture_output=True, text=True,
+                timeout=60, check=False,
+            )  # fmt: skip
+            assert result.stdout.startswith("not_over_the_link "), result.stderr
+            assert f"op {op!r} is not served over the remote link" in result.stdout
+        assert far.session.host.popen.poll() is None, "the far session still runs"
+
+
+def test_killing_the_link_mid_terminal_ends_it_and_the_far_audit_says_why(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        far.cli("terminal", "trust-owner", laptop.owner_public_key())
+        pid = laptop.connect.process.popen.pid
+        fds_before = _fds(pid)
+        listening_before = _listening_ports(pid)
+        request_id = _approved(laptop)
+        child = attach_child(laptop.env, request_id)
+        child.expect(PROMPT)
+        child.sendline("sleep 1003")
+        child.expect("sleep 1003\r\n")
+        far.session.wait_for("sleep 1003")
+        [serve] = _serve_stdio_pids(laptop.connect)
+        os.kill(serve, signal.SIGKILL)
+        status, output = finish(child)
+        assert "terminal ended: relay_lost" in output
+        assert status == 3
+        # Within one lease (10 s at most): the far shell and its worker are gone.
+        far.session.wait_for("sleep 1003", present=False, timeout=10)
+        far.session.wait_for(WORKER_MARKER, present=False, timeout=10)
+        events = [(r["event"], r.get("end")) for r in far.audit(request_id.removeprefix("far:"))]
+        assert ("end", "client") in events, events
+        laptop.connect.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
+        assert _listening_ports(pid) == listening_before
+        _wait_until(lambda: _fds(pid) <= fds_before)
+        runtime = Path(laptop.env["XDG_RUNTIME_DIR"])
+        assert [path.name for path in runtime.rglob("control.sock")] == ["control.sock"]
+    # connect's own control socket goes with it.
+    assert list(runtime.rglob("control.sock")) == []
+
+
+def test_the_owner_opens_a_far_shell_in_one_step(far: FarMachine, tmp_path: Path) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        far.cli("terminal", "trust-owner", laptop.owner_public_key())
+        child = pexpect.spawn(
+            SANDBRIDGE[0], [*SANDBRIDGE[1:], "shell", "far:box", "--reason", "look"],
+            env=laptop.env, timeout=30, encoding="utf-8", codec_errors="replace",
+        )  # fmt: skip
+        child.expect(r"open a terminal into session 'far:box'\?")
+        child.expect(r"request   far:box:[0-9a-f]{8}")
+        child.expect(r"Approve\? \[y/N\] ")
+        child.sendline("y")
+        child.expect(PROMPT)
+        child.sendline("echo ONE-$((40+2))")
+        child.expect("ONE-42")
+        child.sendline("exit")
+        child.expect("terminal ended: the shell exited with status 0")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+
+
+def test_a_teammate_requests_through_its_own_connection_and_the_owner_approves_from_theirs(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with (
+        laptop_of(tmp_path, far.serve_stdio) as owner,
+        laptop_of(tmp_path, far.serve_stdio, name="teammate") as teammate,
+    ):
+        far.cli("terminal", "trust-owner", owner.owner_public_key(), "--name", "owner")
+        # The teammate's own key, on its own machine; the far machine lists it.
+        key = Path(teammate.env["XDG_CONFIG_HOME"]) / "teammate.key"
+        public = public_hex(create_key(key))
+        assert teammate.cli("terminal", "key", "--key", str(key)).stdout.strip() == public
+        requesters = Path(far.dirs["XDG_CONFIG_HOME"]) / "sandbridge" / "requesters"
+        requesters.write_text(f"{public}  # teammate\n")
+        requested = teammate.cli(
+            "terminal", "request", "far:box", "--no-wait", "--key", str(key), "--reason", "pair"
+        )
+        assert requested.returncode == 0, requested.stderr
+        request_id = requested.stdout.strip()
+        listing = json.loads(owner.cli("terminal", "list", "far:box", "--json").stdout)
+        [row] = [row for row in listing if row["id"] == request_id]
+        assert row["requester"] == public and row["state"] == "pending"
+        approved = owner.cli("terminal", "approve", request_id, "--ttl", "60")
+        assert approved.returncode == 0, approved.stderr
+        # The owner's own key cannot use the teammate's approval: proof of possession.
+        stolen = owner.cli("terminal", "attach", request_id)
+        assert stolen.returncode == 2 and "not signed by the approved key" in stolen.stderr
+        child = attach_child(teammate.env, request_id, key)
+        child.expect(PROMPT)
+        child.sendline("echo PAIR-$((6*7))")
+        child.expect("PAIR-42")
+        child.sendline("exit")
+        status, _ = finish(child)
+        assert status == 0
+        events = {r["event"]: r for r in far.audit(request_id.removeprefix("far:"))}
+        assert events["request"]["requester"] == public
+        assert events["approval"]["owner"] == owner.owner_public_key()
+
+
+def test_taking_the_laptop_key_off_the_owners_file_ends_its_far_terminal_within_a_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBRIDGE_TERMINAL_LEASE", "2")
+    monkeypatch.setenv("SANDBRIDGE_TERMINAL_REFRESH", "0.5")
+    far = FarMachine(tmp_path, monkeypatch)
+    try:
+        with laptop_of(tmp_path, far.serve_stdio) as laptop:
+            far.cli("terminal", "trust-owner", laptop.owner_public_key())
+            request_id = _approved(laptop)
+            child = attach_child(laptop.env, request_id)
+            child.expect(PROMPT)
+            child.sendline("sleep 1004")
+            child.expect("sleep 1004\r\n")
+            far.session.wait_for("sleep 1004")
+            owners = Path(far.dirs["XDG_CONFIG_HOME"]) / "sandbridge" / "owners"
+            owners.write_text("# the laptop was lost\n")
+            status, output = finish(child)
+            assert status == 3
+            assert "terminal ended:" in output
+            far.session.wait_for("sleep 1004", present=False, timeout=10)
+            ended = [r for r in far.audit(request_id.removeprefix("far:")) if r["event"] == "end"]
+            assert ended and ended[0]["end"] in ("lease", "revoked"), ended
+    finally:
+        far.stop()
+
+
+def test_a_far_session_or_machine_that_is_not_there_is_refused_naming_it(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        missing = laptop.cli("terminal", "list", "far:nosuch")
+        assert missing.returncode == 2
+        assert "far refused: no running session 'nosuch' of this user" in missing.stderr
+        unknown = laptop.cli("terminal", "request", "elsewhere:box", "--no-wait")
+        assert unknown.returncode == 2
+        assert "no sandbridge connect serves a machine named 'elsewhere'" in unknown.stderr
+
+
+def test_a_command_while_the_link_is_down_is_refused_saying_so(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    switch = tmp_path / "far-is-up"
+    switch.touch()
+    # The --via command reaches serve-stdio only while the switch file exists.
+    via = shlex.join(["sh", "-c", f"test -e {switch} && exec {far.serve_stdio}"])
+    with laptop_of(tmp_path, via) as laptop:
+        switch.unlink()
+        [serve] = _serve_stdio_pids(laptop.connect)
+        os.kill(serve, signal.SIGKILL)
+        laptop.connect.process.wait_line("sandbridge: far: link lost", "stderr")
+        down = laptop.cli("terminal", "list", "far:box")
+        assert down.returncode == 2
+        assert "the link to far is down: reconnecting" in down.stderr
+
+
+def _hostile_laptop(tmp_path: Path, mode: str) -> LaptopUser:
+    return LaptopUser(tmp_path, shlex.join([PYTHON, str(HOSTILE_FAR), mode]))
+
+
+def test_a_far_side_lying_about_requests_is_refused_in_one_line(tmp_path: Path) -> None:
+    laptop = _hostile_laptop(tmp_path, "lies")
+    try:
+        listed = laptop.cli("terminal", "list", "far:evil")
+        assert listed.returncode == 2
+        assert "far:evil listed a request of another session: 'other:0123abcd'" in listed.stderr
+        requested = laptop.cli("terminal", "request", "far:evil", "--no-wait")
+        assert requested.returncode == 2
+        assert "the session sent a malformed answer (KeyError" in requested.stderr
+        assert "Traceback" not in requested.stderr
+    finally:
+        laptop.stop()
+
+
+def test_a_far_listing_cannot_drive_the_owners_terminal(tmp_path: Path) -> None:
+    laptop = _hostile_laptop(tmp_path, "escape")
+    try:
+        listed = laptop.cli("terminal", "list", "far:evil")
+        assert listed.returncode == 0, listed.stderr
+        assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
+        assert "far:evil:0123abcd  pending?[2J  ?]0;pwned?aaaaaa...  -  look?[31m here" in (
+            listed.stdout
+        )
+    finally:
+        laptop.stop()

@@ -1,0 +1,135 @@
+"""The sandbox entry: its command line, and an idle sandbox that loads the shim's code
+only when something connects (real sandboxes: tests/session/test_run.py covers the rest
+of its contract)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+
+from sandbridge.sandbox import entry
+from tests.conftest import Process, processes_with, run_argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "refusal"),
+    [
+        (
+            ["--upstream-socket", "/x", "--bogus", "1", "--", "true"],
+            "unrecognized argument: --bogus",
+        ),
+        (["--upstream-socket"], "argument --upstream-socket: expected one argument"),
+        (["--upstream-socket", "/x", "--gate-port", "eighty", "--", "true"], "invalid int value"),
+        (["--upstream-socket", "/x", "--terminal-fd=x", "--", "true"], "invalid int value"),
+        (["--", "true"], "the following arguments are required: --upstream-socket"),
+        (["--upstream-socket", "/x"], "no command given"),
+        (["--upstream-socket", "/x", "--"], "no command given"),
+        (["--upstream-socket", "/x", "--publish", "0", "--", "true"], "--publish '0'"),
+        (["--upstream-socket", "/x", "--publish-rule", "1-2:loud", "--", "true"], "loud"),
+    ],
+)
+def test_a_bad_command_line_is_refused_before_anything_starts(
+    argv: list[str], refusal: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert entry.main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("sandbridge-sandbox-entry: error: ")
+    assert refusal in error
+
+
+def test_options_take_both_spellings_and_the_command_keeps_its_own_options() -> None:
+    options = entry._Options(
+        ["--upstream-socket=/u.sock", "--gate", "100.64.0.1", "--gate-port", "3128",
+         "--gate-port=5432", "--terminal-fd", "7", "--", "ls", "--upstream-socket", "-l"]
+    )  # fmt: skip
+    assert options.upstream_socket == Path("/u.sock")
+    assert options.gate == "100.64.0.1"
+    assert options.gate_port == [3128, 5432]
+    assert options.terminal_fd == 7
+    assert options.command == ["ls", "--upstream-socket", "-l"]
+
+
+def test_a_command_without_the_separator_starts_at_the_first_word() -> None:
+    options = entry._Options(["--upstream-socket", "/u.sock", "true", "--x"])
+    assert options.command == ["true", "--x"]
+
+
+def _is_entry(pid: int) -> bool:
+    """The entry itself, not the backend whose command line names it."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]
+
+
+def _serve_one(upstream: Path) -> bytes:
+    """Connect to the shim and send a line that is not a request: its refusal (an error
+    line, then the end) proves it serves."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(upstream))
+        sock.sendall(b"{}\n")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    return answer
+
+
+def _mapped(pid: int, name: str) -> bool:
+    return name in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_an_idle_sandbox_loads_the_shim_only_when_a_connection_arrives(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    marker = f"idle-entry-{os.getpid()}-{backend}"
+    process = Process(
+        run_argv(
+            tmp_path,
+            "sh",
+            "-c",
+            "echo started; exec sleep 600",
+            marker,
+            options=("--backend", backend, "--net", "none", "--no-daemon"),
+        )
+    )
+    try:
+        process.wait_line("started")
+        (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
+        assert not _mapped(pid, "uvloop")  # listening, the command running, nothing loaded
+        answer = _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
+        assert answer.startswith(b'{"ok":false')
+        assert _mapped(pid, "uvloop")
+    finally:
+        process.stop()
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "serving"])
+def test_sigterm_to_the_entry_reaches_the_command(
+    backend: str, tmp_path: Path, xdg: Path, loaded: bool
+) -> None:
+    marker = f"term-entry-{os.getpid()}-{backend}-{loaded}"
+    script = "trap 'echo got-term; exit 5' TERM; echo started; sleep 600 & wait"
+    process = Process(
+        run_argv(
+            tmp_path,
+            "sh",
+            "-c",
+            script,
+            marker,
+            options=("--backend", backend, "--net", "none", "--no-daemon"),
+        )
+    )
+    try:
+        process.wait_line("started")
+        (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
+        if loaded:
+            _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
+            assert _mapped(pid, "uvloop")
+        os.kill(pid, signal.SIGTERM)
+        process.wait_line("got-term")
+        assert process.popen.wait(30) == 5
+    finally:
+        process.stop()

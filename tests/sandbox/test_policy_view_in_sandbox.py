@@ -1,0 +1,237 @@
+"""What a real sandbox (both backends) sees of the project's ``.sandbridge/``: at every
+view (the workdir, a ``--ro-bind`` of a parent, the read-only host root) the policy files
+that were regular files at the start, read-only, and nothing else: not the secrets file,
+not a file or directory the owner creates there during the session (sandbox/spec.py,
+``policy_dir``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Process, run_argv
+
+SECRET = "late-secret-7f31c2"
+SHOWN_AT_START = "allow config env.example"
+
+
+@pytest.fixture(autouse=True)
+def _private_runtime_base(xdg: Path) -> Path:
+    """Every session of these tests keeps its runtime dir in the test's own base."""
+    return xdg
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A directory the read-only host root shows inside (``/tmp`` is private there)."""
+    path = Path(tempfile.mkdtemp(prefix="sandbridge-test-", dir="/var/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def make_project(root: Path, policy: bool = True) -> Path:
+    root.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".gitignore").write_text("/.sandbridge/env\n")
+    if policy:
+        policy_dir = root / ".sandbridge"
+        policy_dir.mkdir()
+        (policy_dir / "config").write_text("# reviewed config\n")
+        (policy_dir / "allow").write_text("# reviewed allow\n")
+        (policy_dir / "env.example").write_text("API_TOKEN=\n")
+        (policy_dir / "env").write_text("API_TOKEN=start-value\n")
+        (policy_dir / "env").chmod(0o600)
+    return root
+
+
+def owner_writes_during_the_session(policy_dir: Path) -> None:
+    """What the owner (``policy init``, an editor, by hand) may put there meanwhile."""
+    policy_dir.mkdir(exist_ok=True)
+    (policy_dir / "env").write_text(f"API_TOKEN={SECRET}\n")
+    (policy_dir / "notes.txt").write_text(f"{SECRET}\n")
+    (policy_dir / ".gitignore").write_text(f"# {SECRET}\n")  # a shown name, but new
+    (policy_dir / "private").mkdir()
+    (policy_dir / "private" / "key").write_text(f"{SECRET}\n")
+
+
+def session_probing_after(
+    backend: str, workdir: Path, go: Path, probe: str, *options: str
+) -> Process:
+    """Start a session whose command waits on the FIFO ``go`` and then runs ``probe``."""
+    os.mkfifo(go)
+    script = f"echo READY; read done < {go}; {probe} echo END"
+    argv = run_argv(
+        workdir, "sh", "-c", script, options=("--backend", backend, "--net", "none", *options)
+    )
+    process = Process(argv)
+    try:
+        process.wait_line("READY", timeout=60)
+    except BaseException:
+        process.stop()
+        raise
+    return process
+
+
+def finish(process: Process, go: Path) -> list[str]:
+    """Let the probe run; its output lines."""
+    go.write_text("done\n")
+    try:
+        process.wait_line("END", timeout=60)
+        assert process.popen.wait(60) == 0, process.drain("stderr")
+    finally:
+        if process.popen.poll() is None:
+            process.stop()
+    return process.lines["stdout"]
+
+
+def listing(view: str) -> str:
+    """Shell that prints ``LIST <view> <names...>`` and what reading each new file gives."""
+    return (
+        f'echo "LIST {view} $(ls -A {view} | tr "\\n" " ")"; '
+        f"cat {view}/env {view}/notes.txt {view}/.gitignore {view}/private/key 2>/dev/null; "
+        f'echo "CONFIG {view} $(cat {view}/config)"; '
+    )
+
+
+def test_files_the_owner_creates_during_the_session_are_seen_at_no_view(
+    backend: str, tmp_path: Path
+) -> None:
+    outer = tmp_path / "outer"
+    project = make_project(outer / "proj")
+    views = [".sandbridge", "/tmp/view/proj/.sandbridge"]
+    process = session_probing_after(
+        backend,
+        project,
+        project / "go",
+        "".join(listing(view) for view in views),
+        "--ro-bind",
+        f"{outer}:/tmp/view",
+    )
+    owner_writes_during_the_session(project / ".sandbridge")
+    with (project / ".sandbridge" / "allow").open("a") as allow:
+        allow.write("example.org  # egress approve --save\n")  # in place, as --save does
+    lines = finish(process, project / "go")
+    for view in views:
+        assert f"LIST {view} {SHOWN_AT_START} " in lines, lines
+        assert f"CONFIG {view} # reviewed config" in lines
+    assert not [line for line in lines if SECRET in line or "start-value" in line]
+    assert (project / ".sandbridge" / "private" / "key").read_text() == f"{SECRET}\n"
+
+
+def test_a_policy_directory_the_owner_creates_above_a_nested_workdir_is_not_seen(
+    backend: str, outside_tmp: Path
+) -> None:
+    # No .sandbridge at the start, and the workdir below the project root: the root's
+    # .sandbridge shows through the read-only host root, not through a writable mount.
+    project = make_project(outside_tmp / "proj", policy=False)
+    (project / "sub").mkdir()
+    view = str(project / ".sandbridge")
+    process = session_probing_after(backend, project / "sub", project / "sub" / "go", listing(view))
+    assert (project / ".sandbridge").is_dir()  # the placeholder the view lies on
+    owner_writes_during_the_session(project / ".sandbridge")
+    lines = finish(process, project / "sub" / "go")
+    assert f"LIST {view} " in lines, lines  # empty
+    assert not [line for line in lines if SECRET in line]
+    assert (project / ".sandbridge" / "env").read_text() == f"API_TOKEN={SECRET}\n"
+
+
+def test_the_sandbox_can_change_nothing_at_any_view(backend: str, tmp_path: Path) -> None:
+    outer = tmp_path / "outer"
+    project = make_project(outer / "proj")
+    writes = [
+        "touch {v}/new",
+        "mkdir {v}/dir",
+        "echo 'net = full' > {v}/config",
+        "echo evil.test >> {v}/allow",
+        "rm -f {v}/config",
+        "mv {v}/config {v}/config.old",
+        "mv {v} {v}.old",
+        "rmdir {v}",
+        "umount {v}",
+        "umount -l {v}",
+        "mount -o remount,rw {v}",
+    ]
+    script = "".join(
+        f"({write.format(v=view)}) 2>/dev/null && echo WRITTEN || echo refused\n"
+        for view in (".sandbridge", "/tmp/view/proj/.sandbridge")
+        for write in writes
+    )
+    result = subprocess.run(
+        run_argv(
+            project,
+            "sh",
+            "-c",
+            script,
+            options=("--backend", backend, "--net", "none", "--bind", f"{outer}:/tmp/view"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["refused"] * 2 * len(writes)
+    assert sorted(os.listdir(project / ".sandbridge")) == ["allow", "config", "env", "env.example"]
+    assert (project / ".sandbridge" / "config").read_text() == "# reviewed config\n"
+    assert (project / ".sandbridge" / "allow").read_text() == "# reviewed allow\n"
+
+
+def test_a_shown_file_that_is_a_link_or_a_fifo_at_the_start_is_not_followed(
+    backend: str, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "proj")
+    (tmp_path / "elsewhere").mkdir()
+    elsewhere = tmp_path / "elsewhere" / "owners-file"
+    elsewhere.write_text(f"{SECRET}\n")  # visible inside: a followed link would show it
+    (project / ".sandbridge" / "env.example").unlink()
+    (project / ".sandbridge" / "env.example").symlink_to(elsewhere)
+    os.mkfifo(project / ".sandbridge" / ".gitignore")
+    script = (
+        'echo "LIST $(ls -A .sandbridge | tr "\\n" " ")"; '
+        "cat .sandbridge/env.example 2>/dev/null; "
+        "timeout 5 cat .sandbridge/.gitignore 2>/dev/null; echo END"
+    )
+    result = subprocess.run(
+        run_argv(
+            project,
+            "sh",
+            "-c",
+            script,
+            options=("--backend", backend, "--net", "none", "--ro-bind", str(elsewhere.parent)),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "LIST allow config " in result.stdout.splitlines(), result.stdout
+    assert SECRET not in result.stdout
+    assert result.stdout.rstrip().endswith("END")
+
+
+def test_a_policy_directory_the_owner_replaces_during_the_session_is_named_at_its_end(
+    backend: str, tmp_path: Path
+) -> None:
+    # The kernel drops the view with the directory it lies on: what the owner makes there
+    # afterwards is seen inside, which no mount can stop; the owner is told at the end.
+    project = make_project(tmp_path / "proj")
+    process = session_probing_after(
+        backend, project, project / "go", "echo 'net = full' > .sandbridge/config;"
+    )
+    shutil.rmtree(project / ".sandbridge")
+    (project / ".sandbridge").mkdir()
+    finish(process, project / "go")
+    stderr = "\n".join(process.lines["stderr"]) + process.drain("stderr")
+    assert (
+        f"sandbridge: WARNING: {project / '.sandbridge'} was removed or renamed during the "
+        f"session: the sandbox's read-only view of it went with it"
+    ) in stderr
