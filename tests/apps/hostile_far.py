@@ -4,7 +4,10 @@ stdin/stdout, lists one app, then breaks the protocol the way ``MODE`` says.
 Usage: hostile_far.py MODE   (open: sends OPEN itself; early: answers an OPEN with data
 before opening the stream; garbage: lists the app, then sends an unknown kind; lies:
 answers every terminal control line with a listing of another session's request and
-nothing else; escape: with a listing whose fields carry terminal escape sequences)
+nothing else; escape: with a listing whose fields carry terminal escape sequences;
+many: lists more apps than the limit; empty: opens the stream, then floods it with
+empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
+list of one app, evil port 9999; crowd: lists 200 apps)
 """
 
 from __future__ import annotations
@@ -53,6 +56,20 @@ def main() -> None:
         out.write(HEADER.pack(2, Kind.OPEN, 1) + b"{}")
     elif mode == "garbage":
         out.write(HEADER.pack(0, 200, 0))
+    elif mode == "churn":
+        lists = [
+            tuple(FarApp("evil", port, "/") for port in range(first, first + 300))
+            for first in (1, 301)
+        ]
+        for i in range(1000):
+            out.write(state.send_apps(lists[i % 2]))
+        out.write(state.send_apps((FarApp("evil", 9999, "/"),)))
+    elif mode == "crowd":
+        out.write(state.send_apps(tuple(FarApp("evil", port, "/") for port in range(1, 201))))
+    elif mode == "many":
+        # Built by hand: LinkState.send_apps would refuse to send the list.
+        apps = [{"port": 1 + i, "base_path": "/"} for i in range(5000)]
+        out.write(_frame(Kind.APPS, 0, json.dumps({"sessions": [{"id": "evil", "apps": apps}]})))
     out.flush()
     while select.select([0], [], [])[0]:
         data = os.read(0, 65536)
@@ -69,6 +86,14 @@ def main() -> None:
                 answer = json.dumps(ANSWERS[mode]).encode() + b"\n"
                 out.write(state.send_data(event.stream, answer) + state.send_eof(event.stream))
                 out.flush()
+            elif isinstance(event, OpenStream) and mode == "empty":
+                out.write(state.send_opened(event.stream))
+                out.write(HEADER.pack(0, Kind.DATA, event.stream) * 200_000)
+                out.flush()
+
+
+def _frame(kind: Kind, stream: int, text: str) -> bytes:
+    return HEADER.pack(len(text), kind, stream) + text.encode()
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def get(
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=10)
     target = path if path is not None else f"{parts.path}?{parts.query}"
-    conn.request("GET", target, headers=headers or {})
+    conn.request("GET", target, headers={"Host": parts.netloc, **(headers or {})})
     response = conn.getresponse()
     response.read()
     conn.close()
@@ -77,11 +77,11 @@ class EventStream:
     """The dashboard's ``/events``, read one table update at a time."""
 
     def __init__(self, url: str, cookie: str) -> None:
-        port = urllib.parse.urlsplit(url).port
-        assert port is not None
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        parts = urllib.parse.urlsplit(url)
+        assert parts.port is not None
+        self.sock = socket.create_connection(("127.0.0.1", parts.port), timeout=30)
         self.sock.sendall(
-            f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode()
+            f"GET /events HTTP/1.1\r\nHost: {parts.netloc}\r\nCookie: {cookie}\r\n\r\n".encode()
         )
         self.file = self.sock.makefile("rb")
         assert self.file.readline().startswith(b"HTTP/1.1 200")
@@ -126,7 +126,7 @@ def test_a_url_without_a_token_or_with_a_wrong_one_is_refused(daemon: Process, x
 def test_a_cross_site_post_is_refused(daemon: Process, xdg: Path) -> None:
     url = ui_url()
     cookie = log_in(url)
-    port = urllib.parse.urlsplit(url).port
+    port, host = urllib.parse.urlsplit(url).port, urllib.parse.urlsplit(url).netloc
     page = get(url, "/", {"Cookie": cookie})
     assert page.status == 200
     body = json.dumps({"action": "stop", "session": "web"})
@@ -134,10 +134,10 @@ def test_a_cross_site_post_is_refused(daemon: Process, xdg: Path) -> None:
         # another site, even with the cookie
         ({"Origin": "http://evil.example"}, b"cross-site request refused"),
         # its own origin, without the CSRF token
-        ({"Origin": f"http://127.0.0.1:{port}"}, b"missing or wrong CSRF token"),
+        ({"Origin": f"http://{host}"}, b"missing or wrong CSRF token"),
     ):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("POST", "/api/action", body, {"Cookie": cookie, **headers})
+        conn.request("POST", "/api/action", body, {"Host": host, "Cookie": cookie, **headers})
         response = conn.getresponse()
         assert response.status == 403, headers
         assert response.read().startswith(said)

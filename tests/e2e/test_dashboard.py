@@ -53,7 +53,7 @@ def session(tmp_path: Path) -> Iterator[TerminalSession]:
 @pytest.fixture
 def dashboard(session: TerminalSession) -> Iterator[str]:
     ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=session.env)
-    url = ui.wait_line("http://127.0.0.1:")
+    url = ui.wait_line("http://")
     yield url
     assert ui.stop() == 0
 
@@ -101,7 +101,7 @@ def test_an_app_is_listed_copied_and_closed_from_the_page(browser: Browser, tmp_
         context.grant_permissions(["clipboard-read", "clipboard-write"])
         opened = context.new_page()
         errors = console_errors(opened)
-        opened.goto(ui.wait_line("http://127.0.0.1:"))
+        opened.goto(ui.wait_line("http://"))
         row = opened.locator("#apps tbody tr", has_text="4173")
         expect(row).to_contain_text("shared")
         url = row.locator("code").inner_text()

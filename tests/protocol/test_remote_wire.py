@@ -9,6 +9,7 @@ import pytest
 from sandbridge.exceptions import RemoteWireError
 from sandbridge.protocol.remote_wire import (
     HEADER,
+    MAX_APPS,
     MAX_DATA_BYTES,
     MAX_STREAMS,
     STREAM_WINDOW,
@@ -263,6 +264,24 @@ MALFORMED = [
         frame(Kind.APPS, 0, b'{"sessions":[{"id":"web","apps":[7]}]}'),
         "an app must be an object, got 7",
     ),
+    (
+        "laptop",
+        hello("far"),
+        frame(
+            Kind.APPS,
+            0,
+            json.dumps(
+                {"sessions": [{"id": "web", "apps": [{"port": 80, "base_path": "/"}] * 1025}]}
+            ).encode(),
+        ),
+        f"APPS lists more than {MAX_APPS} apps",
+    ),
+    (
+        "far",
+        hello() + frame(Kind.OPEN, 1, b'{"session":"web","port":80}'),
+        frame(Kind.DATA, 1, b""),
+        "before it was opened",
+    ),
 ]
 
 
@@ -315,3 +334,19 @@ def test_more_than_max_streams_is_refused() -> None:
         far.receive(laptop.send_open("web", 80)[1])
     with pytest.raises(RemoteWireError, match=f"already {MAX_STREAMS} streams open"):
         far.receive(frame(Kind.OPEN, MAX_STREAMS + 1, b'{"session":"web","port":80}'))
+
+
+def test_empty_data_frames_are_refused_not_queued() -> None:
+    """Each empty DATA frame would be a queue slot on the receiver, at 9 bytes each on
+    the wire: a flood of them is refused at the first."""
+    laptop, _, stream = opened_stream()
+    with pytest.raises(RemoteWireError, match=f"DATA of 0 bytes for stream {stream}"):
+        laptop.receive(frame(Kind.DATA, stream) * 1000)
+
+
+def test_the_far_side_cannot_send_more_than_max_apps() -> None:
+    _, far = pair()
+    apps = tuple(FarApp("web", port, "/") for port in range(1, MAX_APPS + 2))
+    with pytest.raises(RemoteWireError, match=f"{MAX_APPS} apps"):
+        far.send_apps(apps)
+    assert far.send_apps(apps[:MAX_APPS])

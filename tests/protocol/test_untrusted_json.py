@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import nacl.signing
 import pytest
 
 from sandbridge.egress import log as egress_log
@@ -163,3 +164,26 @@ def test_records_read_back_from_disk_skip_deep_nesting(tmp_path: Path) -> None:
     (tmp_path / "egress").mkdir()
     (tmp_path / "egress" / egress_log.LOG_NAME).write_bytes(arrays(LEVELS) + b"\n")
     assert egress_log.read_entries(tmp_path / "egress") == []
+
+
+@pytest.mark.parametrize(
+    "number", [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e999"], ids=bytes.decode
+)
+def test_numbers_that_are_not_json_are_refused(number: bytes) -> None:
+    """Python's parser takes them; a browser's JSON.parse does not, and they compare
+    false with every bound."""
+    with pytest.raises(JsonRefused, match="not valid JSON"):
+        decode_json(b'{"created": ' + number + b"}")
+    with pytest.raises(RegistrationError):
+        parse_register_request(b'{"type":"register","port":' + number + b',"base_path":"/"}')
+
+
+def test_a_terminal_request_created_at_nan_is_refused() -> None:
+    """A sandbox's signed request whose ``created`` was NaN was taken, kept and put in
+    the dashboard's tables, which no browser could parse any more."""
+    key = nacl.signing.SigningKey.generate()
+    document = approval.sign_request(key, "s", "i", "why", float("nan"))
+    with pytest.raises(ApprovalRefused):
+        approval.verify_request(document, "s", "i")
+    good = approval.sign_request(key, "s", "i", "why", 1.5)
+    assert approval.verify_request(good, "s", "i").created == 1.5

@@ -102,11 +102,12 @@ def far_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: bool) -
 class Laptop:
     """``sandbridge connect --via`` in the laptop's own XDG_RUNTIME_DIR."""
 
-    def __init__(self, xdg: Path, via: str, *options: str) -> None:
+    def __init__(self, xdg: Path, via: str, *options: str, prefix: tuple[str, ...] = ()) -> None:
         self.xdg = xdg
         self.env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
         self.process = Process(
-            [*SANDBRIDGE, "connect", "--via", via, "--name", "far", *options], env=self.env
+            [*prefix, *SANDBRIDGE, "connect", "--via", via, "--name", "far", *options],
+            env=self.env,
         )
 
     def app_url(self, far: Far, far_port: int) -> str:
@@ -471,6 +472,8 @@ HOSTILE_FAR = str(REPO / "tests" / "apps" / "hostile_far.py")
         ("open", "a far side may not send OPEN"),
         ("garbage", "unknown frame kind 200"),
         ("early", "DATA for stream 1 before it was opened"),
+        ("many", "APPS lists more than 1024 apps"),
+        ("empty", "DATA of 0 bytes for stream 1"),
     ],
 )
 def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
@@ -478,7 +481,7 @@ def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
 ) -> None:
     laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, mode]))
     try:
-        if mode == "early":
+        if mode in ("early", "empty"):
             line = laptop.wait_containing("sandbridge: far: evil port 8080 -> ")
             with contextlib.suppress(OSError, http.client.HTTPException):
                 request(host_port_of(line.rsplit(" ", 1)[1]), path="/")
@@ -488,7 +491,56 @@ def test_a_far_side_breaking_the_protocol_is_dropped_and_said(
         seen = laptop.process.lines["stderr"]
         laptop.process.lines["stderr"] = seen[seen.index(first) + 1 :]
         # It tries again (and, but for "early", which waits for a request, fails again).
-        laptop.wait_containing("connected" if mode == "early" else said)
+        laptop.wait_containing("connected" if mode in ("early", "empty") else said)
+        assert laptop.process.popen.poll() is None
+        # A far side chooses no more local listeners than its apps within the limits:
+        # here the one app it listed before breaking the protocol.
+        assert len(_listening_ports(laptop.process.popen.pid)) <= 1
+    finally:
+        assert laptop.stop() == 0
+
+
+def test_a_far_side_churning_its_app_list_is_applied_calmly(
+    laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    """1,000 lists of 300 apps in a burst: the laptop ends up serving the last list,
+    having said it in a few lines and without opening a listener per list."""
+    laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, "churn"]))
+    try:
+
+        def served() -> list[int]:
+            listed = json.loads(laptop.ls("--json"))
+            return [app["port"] for entry in listed if entry["machine"] for app in entry["apps"]]
+
+        _wait_until(lambda: served() == [9999], timeout=60)
+        assert len(_listening_ports(laptop.process.popen.pid)) == 1
+    finally:
+        assert laptop.stop() == 0
+    assert laptop.process.popen.stderr is not None
+    said = laptop.process.popen.stderr.read().decode().splitlines()
+    assert len(said) < 20, said[:40]
+    assert any(line.endswith("1 served; sandbridge ls lists them)") for line in said), said
+
+
+def test_apps_the_laptop_cannot_listen_for_are_said_in_one_line(
+    laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    """Out of descriptors (connect under a limit of 100, 200 apps listed): the apps that
+    got a listener are served, the rest said in one line, and connect goes on (the app
+    follower used to die of an IndexError, silently, and follow no list again)."""
+    laptop = Laptop(
+        laptop_xdg,
+        shlex.join([PYTHON, HOSTILE_FAR, "crowd"]),
+        prefix=("prlimit", "--nofile=100:100"),
+    )
+    try:
+        line = laptop.wait_containing("apps not served: cannot listen: ")
+        assert "[Errno 24]" in line and "out of descriptors" in line
+        added = laptop.wait_containing("apps added, ")
+        count = int(added.split(": ")[2].split()[0])
+        assert 0 < count < 200
+        assert f"{200 - count} apps not served" in line
+        assert len(_listening_ports(laptop.process.popen.pid)) == count
         assert laptop.process.popen.poll() is None
     finally:
         assert laptop.stop() == 0

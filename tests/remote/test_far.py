@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.places.registry import AppRecord, SessionEntry
+from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
 from sandbridge.protocol.remote_wire import (
     HEADER,
+    MAX_APPS,
     Apps,
     Data,
     Event,
@@ -24,6 +27,7 @@ from sandbridge.protocol.remote_wire import (
     Refused,
     Role,
 )
+from sandbridge.remote.far import this_users_apps
 from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, Relay, free_port
 
 
@@ -227,3 +231,31 @@ def test_a_private_app_is_neither_listed_nor_opened(
         far.close()
         echo.stop()
         relay.stop()
+
+
+def test_the_app_list_always_fits_its_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seventeen sessions of 64 apps with 1 KiB base paths (the most a sandbox may
+    register): more than an APPS frame holds, by count and by bytes. serve-stdio lists
+    what fits instead of failing to send any list."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    base = "/" + "b" * (MAX_BASE_PATH_LENGTH - 1)
+    entries = []
+    try:
+        for number in range(17):
+            entry = SessionEntry.create(f"s{number}", tmp_path, runtime_dir=runtime)
+            entries.append(entry)
+            entry.set_apps(
+                [AppRecord(port, 40000 + port, base, "http://x/", False) for port in range(1, 65)]
+            )
+        apps, _ = this_users_apps()
+        assert 0 < len(apps) <= MAX_APPS
+        assert LinkState(Role.FAR).send_apps(apps)  # fits: no RemoteWireError
+    finally:
+        for entry in entries:
+            entry.remove()

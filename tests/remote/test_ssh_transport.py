@@ -8,7 +8,10 @@ is never read.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
+import hashlib
+import hmac
 import http.client
 import io
 import json
@@ -237,6 +240,83 @@ def test_host_key_of_another_port_is_not_trusted_for_this_one(sshd: Sshd) -> Non
     sshd.known_hosts_path.write_text(known_hosts_line(sshd.port + 1, sshd.host_key))
     sshd.write_client_config()
     assert "unknown" in refusal(sshd)
+
+
+def _hashed(host: str) -> str:
+    """``host`` as ``ssh-keygen -H`` writes it: |1|salt|HMAC-SHA1(salt, host)."""
+    salt = os.urandom(20)
+    digest = hmac.new(salt, host.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
+def _public(key: asyncssh.SSHKey) -> str:
+    return key.export_public_key().decode().strip()
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # the right key, but revoked (also when another line lists it as trusted)
+        ["@revoked * {key}", "{host} {key}"],
+        # revoked for this port; a line for the bare host (port 22) must not bring it back
+        ["@revoked {host} {key}", "127.0.0.1 {key}"],
+        # a negated pattern excludes the host where the wildcard would list it
+        ["!{host},* {key}"],
+        # the bare host is port 22's entry, not this port's (OpenSSH looks up [host]:port)
+        ["127.0.0.1 {key}"],
+        # this port's entry for another name, a hashed entry of another port
+        ["[127.0.0.2]:{port} {key}", "{hashed_other} {key}"],
+    ],
+    ids=["revoked", "revoked-for-the-port", "negated", "bare-host", "other-entries"],
+)
+def test_known_hosts_markers_and_patterns_do_not_trust_the_key(
+    sshd: Sshd, lines: list[str]
+) -> None:
+    fields = {
+        "key": _public(sshd.host_key),
+        "host": f"[127.0.0.1]:{sshd.port}",
+        "port": sshd.port,
+        "hashed_other": _hashed(f"[127.0.0.1]:{sshd.port + 1}"),
+    }
+    sshd.known_hosts_path.write_text("".join(line.format(**fields) + "\n" for line in lines))
+    sshd.write_client_config()
+    assert "refusing" in refusal(sshd)
+
+
+def test_a_host_key_alias_is_looked_up_without_the_port(sshd: Sshd) -> None:
+    """OpenSSH looks a HostKeyAlias up as it is, whatever the port."""
+    sshd.known_hosts_path.write_text(f"build-box {_public(sshd.host_key)}\n")
+    sshd.write_client_config("far", "  HostKeyAlias build-box")
+
+    async def scenario() -> None:
+        link = await open_far(sshd)
+        try:
+            assert await echo_through(link, b"alias") == b"R" + b"alias"
+        finally:
+            await link.close()
+
+    run(scenario())
+
+
+def test_a_cert_authority_line_does_not_trust_the_ca_key_as_a_host_key(sshd: Sshd) -> None:
+    sshd.known_hosts_path.write_text(f"@cert-authority * {_public(sshd.host_key)}\n")
+    sshd.write_client_config()
+    refusal(sshd)  # refused (asyncssh then offers only certificate algorithms)
+
+
+def test_a_hashed_known_hosts_entry_is_trusted_as_ssh_trusts_it(sshd: Sshd) -> None:
+    line = f"{_hashed(f'[127.0.0.1]:{sshd.port}')} {_public(sshd.host_key)}\n"
+    sshd.known_hosts_path.write_text(line)
+    sshd.write_client_config()
+
+    async def scenario() -> None:
+        link = await open_far(sshd)
+        try:
+            assert await echo_through(link, b"hashed") == b"R" + b"hashed"
+        finally:
+            await link.close()
+
+    run(scenario())
 
 
 def test_known_hosts_none_in_the_config_trusts_nothing(sshd: Sshd) -> None:

@@ -4,11 +4,17 @@ of the far side's stderr, and what a command that cannot run says."""
 from __future__ import annotations
 
 import asyncio
+import io
 
 import pytest
 
 from sandbridge.exceptions import RemoteLinkError
-from sandbridge.remote.via import MAX_STDERR_LINE, printable, via_transport
+from sandbridge.remote.via import (
+    MAX_STDERR_LINE,
+    STDERR_BURST_LINES,
+    printable,
+    via_transport,
+)
 from tests.conftest import processes_with
 
 
@@ -50,3 +56,24 @@ def test_close_ends_the_command_and_what_it_started() -> None:
 
     asyncio.run(check())
     assert processes_with("sleep 3171") == processes_with("sleep 3172") == []
+
+
+def test_a_far_stderr_flood_is_shown_within_a_budget_and_counted() -> None:
+    """200,000 lines at once: a burst is shown, the rest said in one line, not printed
+    one by one to the owner's terminal (each a blocking write on connect's loop)."""
+    out = io.StringIO()
+
+    async def check() -> None:
+        command = "sh -c 'yes flood | head -n 200000 >&2; echo done'"
+        link = await via_transport(command, "far", out)()
+        assert await link.reader.read(10) == b"done\n"
+        await link.close()
+
+    asyncio.run(check())
+    lines = out.getvalue().splitlines()
+    shown = [line for line in lines if line == "far: flood"]
+    assert STDERR_BURST_LINES <= len(shown) < STDERR_BURST_LINES + 100
+    said = [line for line in lines if "stderr lines not shown" in line]
+    assert said and len(said) + len(shown) == len(lines)
+    counted = sum(int(line.removeprefix("far: (").split()[0]) for line in said)
+    assert counted + len(shown) == 200000

@@ -34,14 +34,17 @@ class Dashboard:
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """Its own ``<label>.localhost:PORT``, as the URL names it."""
+        return urllib.parse.urlsplit(self.url).netloc
 
     def request(
         self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
     ) -> tuple[int, dict[str, str], bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            conn.request(method, path, body=body or None, headers=headers or {})
+            conn.request(
+                method, path, body=body or None, headers={"Host": self.host, **(headers or {})}
+            )
             answer = conn.getresponse()
             return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
         finally:
@@ -61,7 +64,7 @@ def dashboard(tmp_path: Path) -> Iterator[Dashboard]:
     env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": str(xdg), "HOME": str(tmp_path)}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     process = Process([*SANDBRIDGE, "ui", "--print-url"], env=env)
-    url = process.wait_line("http://127.0.0.1:")
+    url = process.wait_line("http://")
     yield Dashboard(process, url)
     assert process.stop() == 0
 
@@ -94,7 +97,8 @@ def test_a_request_without_the_cookie_is_refused(dashboard: Dashboard) -> None:
 
 def test_a_wrong_host_is_refused_even_with_the_cookie(dashboard: Dashboard) -> None:
     cookie = dashboard.login()
-    for host in ("evil.example", f"evil.example:{dashboard.port}", "127.0.0.1"):
+    port = dashboard.port
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1", f"127.0.0.1:{port}"):
         status, _, _ = dashboard.request("GET", "/", {"Host": host, "Cookie": cookie})
         assert status == 421, host
 
@@ -187,11 +191,9 @@ def test_another_users_connection_gets_no_answer(dashboard: Dashboard) -> None:
     dashboard.login()  # the token was not spent by the refused connection
 
 
-async def _stream(port: int, cookie: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode()
-    )
+async def _stream(host: str, cookie: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(host.rsplit(":", 1)[1]))
+    writer.write(f"GET /events HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\n\r\n".encode())
     assert (await reader.readline()).startswith(b"HTTP/1.1 200")
     return reader, writer  # the writer kept: dropped, it would close the connection
 
@@ -218,12 +220,12 @@ def test_one_feed_reads_the_tables_for_every_tab_and_a_burst_of_changes_once() -
             reader, writer = await asyncio.open_connection("127.0.0.1", dashboard.port)
             query = urllib.parse.urlsplit(dashboard.login_url()).query
             writer.write(
-                f"GET /?{query} HTTP/1.1\r\nHost: 127.0.0.1:{dashboard.port}\r\n\r\n".encode()
+                f"GET /?{query} HTTP/1.1\r\nHost: {dashboard.access.host}\r\n\r\n".encode()
             )
             head = (await reader.read()).decode()
             cookie = re.search(r"Set-Cookie: ([^;]+);", head)
             assert cookie is not None, head
-            tabs = [await _stream(dashboard.port, cookie.group(1)) for _ in range(3)]
+            tabs = [await _stream(dashboard.access.host, cookie.group(1)) for _ in range(3)]
             assert [await _next_tables(tab) for tab, _ in tabs] == [{"read": 1}] * 3
             for _ in range(100):
                 dashboard.notify()

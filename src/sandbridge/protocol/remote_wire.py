@@ -12,14 +12,15 @@ kind      from   payload
 ========  =====  ======================================================================
 HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first frame
 APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}]}]}``;
-                 stream 0; the whole list, again after every change (added and gone
+                 stream 0; at most :data:`MAX_APPS` apps;
+                 the whole list, again after every change (added and gone
                  apps are the difference: :func:`diff_apps`)
 OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app; or
                  ``{"session":..,"control":"terminal"}``: a byte stream to that
                  session's terminal control socket (:class:`OpenControl`)
 OPENED    far    empty: the stream is open, data may flow both ways
 REFUSED   far    UTF-8 reason: the stream was not opened (and is forgotten)
-DATA      both   bytes of the stream, at most :data:`MAX_DATA_BYTES`, within credit
+DATA      both   bytes of the stream, 1 to :data:`MAX_DATA_BYTES`, within credit
 CREDIT    both   u32: the receiver consumed that many bytes; the sender may send more
 EOF       both   empty: the sender sends no more data on this stream (a half close)
 RESET     both   UTF-8 reason: the stream is over, both ways, at once
@@ -77,6 +78,10 @@ MAX_REASON_BYTES = 1024
 # as a local app's connections, so a hostile laptop cannot make the far side hold more.
 MAX_STREAMS = 1024
 MAX_STREAM_ID = 2**32 - 1
+# Apps in one APPS list: each gets a loopback listener (a descriptor) on the laptop, so a
+# hostile far side must not choose how many. Far more than a machine's sessions hold in
+# practice (64 apps per session), and the same bound as the streams of one link.
+MAX_APPS = 1024
 # The one control an OPEN may ask for instead of an app port: a session's terminal
 # control socket (list, request, approve, deny, revoke, attach), docs/remote.md.
 CONTROL_TERMINAL = "terminal"
@@ -260,6 +265,8 @@ def _parse_apps(payload: bytes) -> Apps:
                 f"APPS: a session must be an object with apps, got {session!r:.80}"
             )
         name = _session_name(session.get("id"), "APPS")
+        if len(apps) + len(session["apps"]) > MAX_APPS:
+            raise RemoteWireError(f"APPS lists more than {MAX_APPS} apps")
         for app in session["apps"]:
             if not isinstance(app, dict):
                 raise RemoteWireError(f"APPS: an app must be an object, got {app!r:.80}")
@@ -316,8 +323,10 @@ class LinkState:
 
     def send_apps(self, apps: tuple[FarApp, ...]) -> bytes:
         payload = encode_object(encode_apps(apps))
-        if len(payload) > MAX_CONTROL_BYTES:
-            raise RemoteWireError(f"APPS of {len(apps)} apps is over {MAX_CONTROL_BYTES} bytes")
+        if len(payload) > MAX_CONTROL_BYTES or len(apps) > MAX_APPS:
+            raise RemoteWireError(
+                f"APPS of {len(apps)} apps is over {MAX_CONTROL_BYTES} bytes or {MAX_APPS} apps"
+            )
         return _frame(Kind.APPS, 0, payload)
 
     def send_open(self, session: str, port: int) -> tuple[int, bytes]:
@@ -484,6 +493,10 @@ class LinkState:
             state.receiving = False
             self._forget_if_done(stream, state)
             return EndOfStream(stream)
+        if not payload:
+            # Nothing to deliver, yet a slot in the receiver's queue each: a flood of
+            # them is unbounded memory (and an empty read means "end" to a reader).
+            raise RemoteWireError(f"DATA of 0 bytes for stream {stream}")
         if len(payload) > state.receive_room:
             raise RemoteWireError(
                 f"DATA of {len(payload)} bytes for stream {stream} is beyond its credit "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
@@ -119,6 +120,14 @@ class AppListener:
             if origin is None:
                 raise
             return await self.start()
+        if not self._server.sockets:
+            # asyncio skips an address whose socket() fails (taking it for an unsupported
+            # family), so out of descriptors it gives a server listening nowhere.
+            self._server.close()
+            self._server = None
+            raise OSError(
+                errno.EMFILE, "no socket could be made for 127.0.0.1 (out of descriptors?)"
+            )
         self.host_port = self._server.sockets[0].getsockname()[1]
         self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)

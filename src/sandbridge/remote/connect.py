@@ -52,10 +52,15 @@ MAX_RETRY_SECONDS = 8.0
 STABLE_LINK_SECONDS = 10.0
 # A far machine unreachable this long is gone for good: its local origins close.
 GONE_AFTER_SECONDS = 300.0
-# Far apps served per machine: a local listener each. Far more than a machine's sessions
-# hold in practice (64 apps per session), and a bound on what a hostile far side can
-# make the laptop open.
-MAX_FAR_APPS = 1024
+# Far apps served per machine (a local listener each) are bounded by the link itself:
+# an APPS list of more than remote_wire.MAX_APPS ends the link.
+# A new APPS list is applied at most this often (the far side reads its registry every
+# 0.5 s, so an honest one changes no faster): a far side sending list after list at the
+# link's speed does not make the laptop open and close listeners as fast.
+APPLY_INTERVAL_SECONDS = 0.5
+# A change of more apps than this is said in one line, not a line per app: a hostile far
+# side alternating two long lists must not flood the owner's terminal.
+MAX_APP_LINES = 16
 
 
 class RemoteConnector(UpstreamConnector):
@@ -200,24 +205,42 @@ class Machine:
             self._changed.clear()
             if self._latest is not None:
                 await self._apply(self._latest)
+                # Lists that come meanwhile are coalesced: the latest is applied next.
+                await asyncio.sleep(APPLY_INTERVAL_SECONDS)
 
     async def _apply(self, apps: tuple[FarApp, ...]) -> None:
         wanted = set(apps)
-        for app in [app for app in self.listeners if app not in wanted]:
+        gone = [app for app in self.listeners if app not in wanted]
+        added = [app for app in dict.fromkeys(apps) if app not in self.listeners]
+        each = len(gone) + len(added) <= MAX_APP_LINES
+        for app in gone:
             # Forgotten only once closed: a cancel meanwhile leaves it to _drop_all.
             await self.listeners[app].close()
             del self.listeners[app]
-            self._say(f"{app.session} port {app.port} is gone")
-        for app in apps:
-            if app in self.listeners:
-                continue
+            if each:
+                self._say(f"{app.session} port {app.port} is gone")
+        unserved: list[OSError] = []
+        for app in added:
             scope = self._scopes.setdefault(app.session, SessionScope(RelaySettings()))
             listener = AppListener(
                 app.port, app.base_path, RemoteConnector(self, app.session), scope
             )
-            await listener.start()
+            try:
+                await listener.start()
+            except OSError as exc:  # out of descriptors or ports: this app, not the link
+                unserved.append(exc)
+                continue
             self.listeners[app] = listener
-            self._say(f"{app.session} port {app.port} -> {listener.app.url}")
+            if each:
+                self._say(f"{app.session} port {app.port} -> {listener.app.url}")
+        if not each:
+            self._say(
+                f"{len(added) - len(unserved)} apps added, {len(gone)} gone "
+                f"({len(self.listeners)} served; sandbridge ls lists them)"
+            )
+        if unserved:
+            # Tried again with the next list; one line, however many failed.
+            self._say(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
         self._record(True)
 
     def _record(self, connected: bool) -> None:

@@ -39,7 +39,16 @@ from sandbridge.exceptions import (
 from sandbridge.places.registry import list_sessions
 from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol.contract import UPSTREAM_SOCKET
-from sandbridge.protocol.remote_wire import FarApp, OpenControl, OpenStream, Role
+from sandbridge.protocol.jsonline import encode_object
+from sandbridge.protocol.remote_wire import (
+    MAX_APPS,
+    MAX_CONTROL_BYTES,
+    FarApp,
+    OpenControl,
+    OpenStream,
+    Role,
+    encode_apps,
+)
 from sandbridge.relay.upstream import open_stream
 from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
@@ -54,7 +63,9 @@ APPS_POLL_SECONDS = 0.5
 def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
     """The apps of this user's running sessions that the link may carry, and each
     session's runtime dir. Private apps and sessions that do not name their runtime
-    dir (started by an older sandbridge) are left out."""
+    dir (started by an older sandbridge) are left out, and apps beyond what one APPS
+    frame carries (:data:`MAX_APPS`, :data:`MAX_CONTROL_BYTES`; the oldest sessions
+    first) with a warning: the laptop refuses more."""
     apps: list[FarApp] = []
     places: dict[str, Path] = {}
     for record in list_sessions():
@@ -64,7 +75,14 @@ def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
         apps += [
             FarApp(record.id, app.port, app.base_path) for app in record.apps if not app.private
         ]
-    return tuple(apps), places
+    served = apps[:MAX_APPS]
+    # An APPS list must fit its frame too: 1,024 apps with base paths of 1 KiB (sixteen
+    # sandboxes registering the longest they may) do not, and the list could not be sent.
+    while len(encode_object(encode_apps(tuple(served)))) > MAX_CONTROL_BYTES:
+        served = served[: len(served) * 9 // 10]
+    if len(served) < len(apps):
+        log.warning("remote.too_many_apps", apps=len(apps), served=len(served))
+    return tuple(served), places
 
 
 class FarServer:

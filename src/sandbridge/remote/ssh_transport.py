@@ -489,7 +489,30 @@ def _known_hosts(
         system = cast("list[str]", read.get("GlobalKnownHostsFile", OPENSSH_GLOBAL_KNOWN_HOSTS))
         paths = [os.path.expanduser(path) for path in [*(user or []), *(system or [])]]
     readable = [path for path in paths if os.access(path, os.R_OK)]
+    alias = options.config.get("HostKeyAlias")
+    known = _PortExactKnownHosts(alias if isinstance(alias, str) else None)
     try:
-        return asyncssh.read_known_hosts(readable) if readable else asyncssh.SSHKnownHosts()
+        for path in readable:
+            with open(path, encoding="utf-8", errors="replace") as file:
+                known.load(file.read())
     except (OSError, ValueError) as error:
         raise RemoteLinkRefused(f"cannot read known_hosts: {error}") from None
+    return known
+
+
+class _PortExactKnownHosts(asyncssh.SSHKnownHosts):
+    """known_hosts looked up as OpenSSH does: on a port other than 22, only as
+    ``[host]:port``. asyncssh's own lookup tries the bare host again when nothing names
+    that form, and so trusted a key for the port a ``@revoked [host]:port`` line revokes
+    (the revocation was dropped with the first lookup), and the port a ``![host]:port``
+    pattern excludes, whenever a line for the bare host (or ``*``) lists it. A
+    ``HostKeyAlias`` is looked up as it is, without the port, as OpenSSH does."""
+
+    def __init__(self, alias: str | None) -> None:
+        super().__init__()
+        self._alias = alias
+
+    def match(self, host: str, addr: str, port: int | None) -> Any:
+        if self._alias is not None and host == self._alias:
+            return self._match(host, "", None)
+        return self._match(host, addr, port)

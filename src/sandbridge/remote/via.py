@@ -7,7 +7,8 @@ It runs in a process group of its own, so that closing the link ends it and what
 started (an ``ssh`` and its helpers) and leaves no process behind. Its stderr is the far
 side's and the transport's diagnostics: each line goes to our stderr prefixed with the
 machine's name, cut to :data:`MAX_STDERR_LINE` characters with control characters
-replaced (a hostile far machine must not drive the owner's terminal with escapes).
+replaced (a hostile far machine must not drive the owner's terminal with escapes), and
+at most :data:`STDERR_LINES_PER_SECOND` lines a second are shown (the rest counted).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from typing import TextIO
 
 from sandbridge.aio.tasks import cancel_all
@@ -26,6 +28,12 @@ from sandbridge.remote.transport import Link, OpenLink
 
 # A stderr line from the far side shown to the owner is at most this long.
 MAX_STDERR_LINE = 500
+# Far stderr lines shown: a burst of this many, then this many per second. A far machine
+# writing lines without end would otherwise flood the owner's terminal, and each line is
+# a blocking write on connect's one event loop (a slow terminal or an unread pipe would
+# stall every app of the machine). Lines over the budget are counted and said as one.
+STDERR_BURST_LINES = 100
+STDERR_LINES_PER_SECOND = 10.0
 # How long the command gets to end after its stdin closed and SIGTERM, before SIGKILL.
 END_GRACE_SECONDS = 2.0
 
@@ -38,18 +46,56 @@ def printable(line: bytes) -> str:
     return safe if len(safe) <= MAX_STDERR_LINE else safe[:MAX_STDERR_LINE] + "..."
 
 
+class _LineBudget:
+    """Shows far stderr lines within :data:`STDERR_BURST_LINES` and
+    :data:`STDERR_LINES_PER_SECOND`; counts the rest and says how many were left out."""
+
+    def __init__(self, name: str, out: TextIO) -> None:
+        self._name = name
+        self._out = out
+        self._tokens = float(STDERR_BURST_LINES)
+        self._since = time.monotonic()
+        self.dropped = 0
+
+    def show(self, line: bytes) -> None:
+        now = time.monotonic()
+        self._tokens = min(
+            float(STDERR_BURST_LINES),
+            self._tokens + (now - self._since) * STDERR_LINES_PER_SECOND,
+        )
+        self._since = now
+        if self._tokens < 1:
+            self.dropped += 1
+            return
+        self._tokens -= 1
+        self.flush()
+        print(f"{self._name}: {printable(line)}", file=self._out, flush=True)
+
+    def flush(self) -> None:
+        if self.dropped:
+            print(
+                f"{self._name}: ({self.dropped} more stderr lines not shown: over "
+                f"{STDERR_LINES_PER_SECOND:g} a second)",
+                file=self._out,
+                flush=True,
+            )
+            self.dropped = 0
+
+
 async def _relay_stderr(stream: asyncio.StreamReader, name: str, out: TextIO) -> None:
+    budget = _LineBudget(name, out)
     pending = b""
     while chunk := await stream.read(64 * 1024):
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            print(f"{name}: {printable(line)}", file=out, flush=True)
+            budget.show(line)
         if len(pending) > MAX_STDERR_LINE * 4:  # a line with no end: show it in pieces
-            print(f"{name}: {printable(pending)}", file=out, flush=True)
+            budget.show(pending)
             pending = b""
     if pending:
-        print(f"{name}: {printable(pending)}", file=out, flush=True)
+        budget.show(pending)
+    budget.flush()
 
 
 def via_transport(command: str, name: str, out: TextIO | None = None) -> OpenLink:

@@ -4,8 +4,13 @@ The dashboard listens on 127.0.0.1, where every local user and every page in the
 browser can reach it. The listener refuses other users' connections at accept
 (``relay/local_peer.py``); this module refuses everything else:
 
-* a Host that is not the dashboard's own ``127.0.0.1:PORT`` or ``localhost:PORT``
-  (DNS rebinding: a page of another site resolving its name to 127.0.0.1);
+* a Host that is not the dashboard's own ``<label>.localhost:PORT`` (DNS rebinding: a
+  page of another site resolving its name to 127.0.0.1). The dashboard has a name of its
+  own, 128 random bits as an app's (``protocol/http/origin_policy.py``), because cookies
+  ignore ports: a cookie of ``127.0.0.1`` or ``localhost`` went to every listener on
+  that name, among them one a ``--network full`` sandbox opens there (the owner's uid,
+  so the dashboard's peer check lets it in) and lures the owner's browser to;
+  ``<label>.localhost``'s cookie goes only where the label is known;
 * a request without the session cookie. The cookie is set in exchange for a one-time
   token of a URL ``sandbridge ui`` opened (each call issues a new token, good once and
   for :data:`LOGIN_TOKEN_TTL` seconds), and is ``HttpOnly`` and ``SameSite=Strict``: no
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sandbridge.protocol.http.fields import field_values
+from sandbridge.protocol.http.origin_policy import new_label
 from sandbridge.protocol.http.parser import Headers
 
 COOKIE_NAME = "sandbridge_ui"
@@ -80,6 +86,8 @@ class Access:
     """The dashboard's secrets and the checks that use them, for listener ``port``."""
 
     port: int
+    # The dashboard's own host name is ``<label>.localhost`` (see the module docstring).
+    label: str = field(default_factory=new_label)
     cookie: str = field(default_factory=_secret)
     csrf: str = field(default_factory=_secret)
     # When each unused login token stops being good (on ``clock``'s scale).
@@ -87,8 +95,14 @@ class Access:
     clock: Callable[[], float] = time.monotonic
 
     @property
+    def host(self) -> str:
+        """The dashboard's ``Host``: its own name and port (never 127.0.0.1: its cookie
+        would go to every listener there)."""
+        return f"{self.label}.localhost:{self.port}"
+
+    @property
     def hosts(self) -> frozenset[bytes]:
-        return frozenset({f"127.0.0.1:{self.port}".encode(), f"localhost:{self.port}".encode()})
+        return frozenset({self.host.encode()})
 
     @property
     def origins(self) -> frozenset[bytes]:
@@ -103,7 +117,7 @@ class Access:
             del self.login_tokens[next(iter(self.login_tokens))]  # the oldest
         token = _secret()
         self.login_tokens[token] = now + LOGIN_TOKEN_TTL
-        return f"http://127.0.0.1:{self.port}/?{LOGIN_PARAMETER}={token}"
+        return f"http://{self.host}/?{LOGIN_PARAMETER}={token}"
 
     def _forget_expired(self, now: float) -> None:
         for token, until in list(self.login_tokens.items()):
@@ -118,7 +132,8 @@ class Access:
         hosts = field_values(headers, b"host")
         if len(hosts) != 1 or hosts[0].lower() not in self.hosts:
             shown = b", ".join(hosts)[:100].decode("latin-1")
-            return Refuse(421, f"Host {shown!r} is not this dashboard's 127.0.0.1:{self.port}")
+            # Not naming the right one: a rebinding page can read this answer.
+            return Refuse(421, f"Host {shown!r} is not this dashboard's name")
         path, _, query = target.decode("latin-1").partition("?")
         if method not in (b"GET", b"POST"):
             return Refuse(405, f"method {method[:20].decode('latin-1')!r} is not served")
