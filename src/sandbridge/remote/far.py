@@ -51,10 +51,11 @@ from sandbridge.remote.transport import Link
 APPS_POLL_SECONDS = 0.5
 
 
-def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
+def this_users_apps(private: bool = False) -> tuple[tuple[FarApp, ...], dict[str, Path]]:
     """The apps of this user's running sessions that the link may carry, and each
-    session's runtime dir. Private apps and sessions that do not name their runtime
-    dir (started by an older sandbridge) are left out."""
+    session's runtime dir. Sessions that do not name their runtime dir (started by an
+    older sandbridge) are left out, and private apps unless ``private`` (the laptop
+    serves them behind a token of its own: the far token never crosses)."""
     apps: list[FarApp] = []
     places: dict[str, Path] = {}
     for record in list_sessions():
@@ -62,7 +63,9 @@ def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
             continue
         places[record.id] = Path(record.runtime_dir)
         apps += [
-            FarApp(record.id, app.port, app.base_path) for app in record.apps if not app.private
+            FarApp(record.id, app.port, app.base_path, app.private)
+            for app in record.apps
+            if private or not app.private
         ]
     return tuple(apps), places
 
@@ -92,7 +95,7 @@ class FarServer:
             self._refresh()
 
     def _refresh(self) -> None:
-        apps, places = this_users_apps()
+        apps, places = this_users_apps(self.mux.state.peer_serves_private)
         if apps != self._apps:
             self._apps, self._places = apps, places
             self.mux.send_apps(apps)
