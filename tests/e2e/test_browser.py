@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.conftest import REPO, request
 from tests.e2e.features import FeatureSession, feature_session
+from tests.remote.test_connect import Laptop, _serve_stdio_pids, far_machine
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
@@ -147,3 +149,37 @@ def test_private_app_in_chromium(browser: Browser, tmp_path: Path) -> None:
             stranger.context.close()
         finally:
             context.close()
+
+
+def test_private_far_app_in_chromium_survives_a_reconnect(
+    browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A far ``--private`` app through ``sandbridge connect``: the laptop's token URL
+    lands on the app with its cookie, and the page still works after the link is cut."""
+    laptop_xdg = tmp_path / "laptop-xdg"
+    laptop_xdg.mkdir(mode=0o700)
+    with far_machine(tmp_path, monkeypatch, daemon=False, private=True) as far:
+        laptop = Laptop(laptop_xdg, far.serve_stdio)
+        context = browser.new_context()
+        try:
+            url = laptop.app_url(far, far.feature_port)
+            assert "?sandbridge_token=" in url
+            origin = url.split("?", 1)[0].rstrip("/")
+            page = context.new_page()
+            page.goto(url)
+            assert page.url == f"{origin}/"
+            assert result(page, "fetch") == "/api/hello?x=1"
+            assert result(page, "ws").startswith("protocol=chat.v1 text=hello")
+            assert [c["httpOnly"] for c in context.cookies()] == [True]
+            [first] = _serve_stdio_pids(laptop)
+            os.kill(first, signal.SIGKILL)
+            laptop.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
+            page.reload()
+            assert result(page, "fetch") == "/api/hello?x=1"
+            stranger = browser.new_context().new_page()
+            response = stranger.goto(f"{origin}/")
+            assert response is not None and response.status == 403
+            stranger.context.close()
+        finally:
+            context.close()
+            laptop.stop()

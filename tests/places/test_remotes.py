@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -46,3 +47,18 @@ def test_a_killed_connects_machine_is_swept(xdg: Path) -> None:
     subprocess.run([PYTHON, "-c", script], check=True)
     assert list_remotes() == []
     assert not any((xdg).rglob("gone"))
+
+
+def test_a_record_written_before_private_far_apps_reads_as_open(xdg: Path) -> None:
+    entry = RemoteEntry.create("box", "cmd")
+    try:
+        record = entry.record.to_json()
+        record["connected"] = True
+        record["apps"] = [
+            {"session": "web", "port": 5173, "base_path": "/", "url": "u", "host_port": 4000}
+        ]
+        (entry.path / "machine.json").write_text(json.dumps(record))
+        [listed] = list_remotes()
+        assert [app.private for app in listed.apps] == [False]
+    finally:
+        entry.remove()

@@ -45,7 +45,7 @@ def hello(role: str = "laptop", version: object = VERSION) -> bytes:
 def pair() -> tuple[LinkState, LinkState]:
     """A laptop and a far side that have exchanged HELLO."""
     laptop, far = LinkState(Role.LAPTOP), LinkState(Role.FAR)
-    assert far.receive(laptop.send_hello()) == [Hello(Role.LAPTOP)]
+    assert far.receive(laptop.send_hello()) == [Hello(Role.LAPTOP, private_apps=True)]
     assert laptop.receive(far.send_hello()) == [Hello(Role.FAR)]
     return laptop, far
 
@@ -138,6 +138,37 @@ def test_sending_beyond_credit_is_refused_locally() -> None:
     _, far, stream = opened_stream()
     with pytest.raises(RemoteWireError, match="exceed its credit"):
         far.send_data(stream, b"x" * (STREAM_WINDOW + 1))
+
+
+def test_a_private_app_reaches_a_laptop_that_serves_it_privately_marked_private() -> None:
+    laptop, far = pair()
+    private = FarApp("web", 8000, "/", private=True)
+    assert laptop.receive(far.send_apps((APP, private))) == [Apps((APP, private))]
+
+
+def test_an_open_app_is_listed_as_version_2_always_listed_it() -> None:
+    _laptop, far = pair()
+    payload = far.send_apps((APP,))[HEADER.size :]
+    assert json.loads(payload) == {
+        "sessions": [{"id": "web", "apps": [{"port": 5173, "base_path": "/"}]}]
+    }
+
+
+def test_a_laptop_that_does_not_say_private_apps_is_never_listed_one() -> None:
+    far = LinkState(Role.FAR)
+    assert far.receive(hello()) == [Hello(Role.LAPTOP, private_apps=False)]
+    with pytest.raises(RemoteWireError, match="only to a laptop that serves it privately"):
+        far.send_apps((FarApp("web", 8000, "/", private=True),))
+
+
+def test_a_far_side_saying_private_apps_in_its_hello_gains_nothing() -> None:
+    laptop = LinkState(Role.LAPTOP)
+    said = frame(
+        Kind.HELLO,
+        0,
+        json.dumps({"version": VERSION, "role": "far", "private_apps": True}).encode(),
+    )
+    assert laptop.receive(said) == [Hello(Role.FAR, private_apps=False)]
 
 
 def test_diff_apps_names_added_and_gone() -> None:
@@ -281,6 +312,16 @@ MALFORMED = [
         hello() + frame(Kind.OPEN, 1, b'{"session":"web","port":80}'),
         frame(Kind.DATA, 1, b""),
         "before it was opened",
+    ),
+    (
+        "laptop",
+        hello("far"),
+        frame(
+            Kind.APPS,
+            0,
+            b'{"sessions":[{"id":"web","apps":[{"port":80,"base_path":"/","private":"yes"}]}]}',
+        ),
+        "APPS: private must be true or false, got 'yes'",
     ),
 ]
 

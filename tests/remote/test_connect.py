@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
+from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from tests.conftest import (
     ECHO_APP,
     PYTHON,
@@ -48,6 +50,7 @@ class Far:
     relay: Relay
     echo_port: int
     feature_port: int
+    echo_url: str  # the far machine's own URL of the echo app (with its token if private)
 
     @property
     def session(self) -> str:
@@ -70,27 +73,29 @@ def far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Far]:
 
 
 @contextlib.contextmanager
-def far_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: bool) -> Iterator[Far]:
+def far_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: bool, private: bool = False
+) -> Iterator[Far]:
     """A far session in its own XDG_RUNTIME_DIR, served standalone or by the far user's
-    daemon (started here)."""
+    daemon (started here); ``private``: a ``--private`` session (standalone only)."""
     xdg = tmp_path / "far-xdg"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
     runtime = tmp_path / "far-rt"
     runtime.mkdir(mode=0o700)
     far_daemon = start_daemon() if daemon else None
-    relay = Relay(runtime)
+    relay = Relay(runtime, host_args=("--private",) if private else ())
     if far_daemon is not None:  # the session's host half is the daemon's
         far_daemon.wait_line("sandbridge: daemon.session ", "stderr")
     echo_port, feature_port = free_port(), free_port()
     echo = Process([PYTHON, ECHO_APP, "--listen", str(echo_port)])
     echo.wait_line("READY")
-    relay.register(echo_port)
+    echo_url = relay.register(echo_port)
     env = {**relay.env, "PATH": f"{Path(PYTHON).parent}:{os.environ['PATH']}"}
     feature = Process([PYTHON, FEATURE_APP, "--port", str(feature_port)], env=env)
     feature.wait_line("READY")
     try:
-        yield Far(xdg, relay, echo_port, feature_port)
+        yield Far(xdg, relay, echo_port, feature_port, echo_url)
     finally:
         feature.stop()
         echo.stop()
@@ -544,3 +549,114 @@ def test_apps_the_laptop_cannot_listen_for_are_said_in_one_line(
         assert laptop.process.popen.poll() is None
     finally:
         assert laptop.stop() == 0
+
+
+# --- a private far app: the laptop's own token and cookie, the far token stays far ------
+
+
+@pytest.fixture
+def private_far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Far]:
+    with far_machine(tmp_path, monkeypatch, daemon=False, private=True) as machine:
+        yield machine
+
+
+@pytest.fixture
+def private_laptop(
+    private_far: Far, laptop_xdg: Path, localhost_names_resolve: None
+) -> Iterator[Laptop]:
+    running = Laptop(laptop_xdg, private_far.serve_stdio)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _token(url: str) -> str:
+    [token] = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)[TOKEN_PARAM]
+    return token
+
+
+def _open_with_token(url: str) -> str:
+    """Open a private app's URL with its token, as a browser does; the cookie it sets."""
+    parts = urllib.parse.urlsplit(url)
+    status, headers, _ = request(host_port_of(url), path=f"{parts.path}?{parts.query}")
+    assert status == 303, (status, headers)
+    assert headers["Location"] == parts.path
+    return headers["Set-Cookie"].split(";")[0]
+
+
+def test_private_far_app_is_refused_without_its_token_as_a_local_one_is(
+    private_far: Far, private_laptop: Laptop
+) -> None:
+    url = private_laptop.app_url(private_far, private_far.echo_port)
+    assert f"?{TOKEN_PARAM}=" in url
+    port = host_port_of(url)
+    local = host_port_of(private_far.echo_url)  # the far session's own private listener
+    for path in ("/", f"/?{TOKEN_PARAM}=guess"):
+        on_laptop, on_far = request(port, path=path), request(local, path=path)
+        assert on_laptop[0] == on_far[0] == 403
+        assert on_laptop[2] == on_far[2]
+    # The far machine's own token opens nothing on the laptop.
+    assert request(port, path=f"/?{TOKEN_PARAM}={_token(private_far.echo_url)}")[0] == 403
+
+
+def test_private_far_apps_token_url_sets_the_cookie_that_admits_requests(
+    private_far: Far, private_laptop: Laptop
+) -> None:
+    url = private_laptop.app_url(private_far, private_far.echo_port)
+    port = host_port_of(url)
+    cookie = _open_with_token(url)
+    status, _, body = request(port, path="/inside?x=1", headers={"Cookie": cookie})
+    assert status == 200, body
+    assert json.loads(body)["path"] == "/inside?x=1"
+    # One time only, as for a local private app.
+    assert (
+        request(port, path=urllib.parse.urlsplit(url).path + "?" + f"{TOKEN_PARAM}={_token(url)}")[
+            0
+        ]
+        == 403
+    )
+
+
+def test_private_far_apps_cookie_works_at_the_same_origin_after_a_reconnect(
+    private_far: Far, private_laptop: Laptop
+) -> None:
+    url = private_laptop.app_url(private_far, private_far.echo_port)
+    port = host_port_of(url)
+    cookie = _open_with_token(url)
+    assert request(port, path="/before", headers={"Cookie": cookie})[0] == 200
+    [first] = _serve_stdio_pids(private_laptop)
+    os.kill(first, signal.SIGKILL)
+    private_laptop.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
+    after = request(port, path="/after", headers={"Cookie": cookie})
+    assert after[0] == 200, after
+    assert json.loads(after[2])["path"] == "/after"
+    assert request(port, path="/")[0] == 403  # and still private
+
+
+def test_private_far_app_is_listed_private_and_no_token_is_written(
+    private_far: Far, private_laptop: Laptop, laptop_xdg: Path
+) -> None:
+    url = private_laptop.app_url(private_far, private_far.echo_port)
+    far_token, laptop_token = _token(private_far.echo_url), _token(url)
+    assert far_token != laptop_token
+    token_free = url.split("?", 1)[0]
+    text = private_laptop.ls()
+    assert f"port {private_far.echo_port} -> {token_free}  (private)" in text
+    listed = json.loads(private_laptop.ls("--json"))
+    [app] = [
+        app
+        for entry in listed
+        if entry["machine"] == "far"
+        for app in entry["apps"]
+        if app["port"] == private_far.echo_port
+    ]
+    assert app["private"] is True and app["url"] == token_free
+    written = [path.read_bytes() for path in laptop_xdg.rglob("*") if path.is_file()]
+    assert written and not any(
+        token.encode() in data for data in written for token in (far_token, laptop_token)
+    )
+    assert private_laptop.stop() == 0
+    said = "\n".join(private_laptop.process.lines["stderr"]) + private_laptop.process.drain()
+    assert far_token not in said + text + json.dumps(listed)
+    assert said.count(laptop_token) == 1  # said once, in the line announcing the app

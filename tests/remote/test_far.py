@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from sandbridge.places.registry import AppRecord, SessionEntry
+from sandbridge.protocol.jsonline import encode_object
 from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
 from sandbridge.protocol.remote_wire import (
     HEADER,
     MAX_APPS,
+    VERSION,
     Apps,
     Data,
     Event,
@@ -204,9 +206,9 @@ def test_laptop_leaving_ends_it_with_status_0(far: FarProcess) -> None:
     assert far.popen.wait(20) == 0
 
 
-def test_a_private_app_is_neither_listed_nor_opened(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def private_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, int]]:
+    """A far ``--private`` session with one echo app: its XDG_RUNTIME_DIR and the app's port."""
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
@@ -215,11 +217,24 @@ def test_a_private_app_is_neither_listed_nor_opened(
     relay = Relay(runtime, host_args=("--private",))
     port = free_port()
     echo = Process([PYTHON, ECHO_APP, "--listen", str(port)])
-    far = FarProcess(xdg)
     try:
         echo.wait_line("READY")
         relay.register(port)
-        far.send(far.state.send_hello())
+        yield xdg, port
+    finally:
+        echo.stop()
+        relay.stop()
+
+
+def test_a_private_app_is_neither_listed_nor_opened_to_a_laptop_that_would_serve_it_openly(
+    private_session: tuple[Path, int],
+) -> None:
+    xdg, port = private_session
+    far = FarProcess(xdg)
+    try:
+        # An older laptop's HELLO: no private_apps, so it would ignore the mark.
+        said = encode_object({"version": VERSION, "role": "laptop"})
+        far.send(HEADER.pack(len(said), Kind.HELLO, 0) + said)
         far.next_event()
         assert far.next_event() == Apps(())
         stream, opening = far.state.send_open(_session(xdg), port)
@@ -229,8 +244,30 @@ def test_a_private_app_is_neither_listed_nor_opened(
         assert "(or it is private)" in answer.reason
     finally:
         far.close()
-        echo.stop()
-        relay.stop()
+
+
+def test_a_private_app_is_listed_private_and_opened_without_its_token(
+    private_session: tuple[Path, int],
+) -> None:
+    xdg, port = private_session
+    far = FarProcess(xdg)
+    try:
+        far.send(far.state.send_hello())
+        far.next_event()
+        apps = far.next_event()
+        assert apps == Apps((FarApp(_session(xdg), port, "/", private=True),))
+        stream, opening = far.state.send_open(_session(xdg), port)
+        far.send(opening)
+        assert far.next_event() == Opened(stream)
+        # The far listener's gate is not on this path (the laptop's is): the session's
+        # upstream answers as for an open app, with no token or cookie asked for.
+        far.send(
+            far.state.send_data(stream, b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        )
+        reply = far.next_event()
+        assert isinstance(reply, Data) and reply.data.startswith(b"HTTP/1.1 200")
+    finally:
+        far.close()
 
 
 def test_the_app_list_always_fits_its_frame(

@@ -104,3 +104,19 @@ def test_far_apps_are_listed_with_their_machine(
         ]  # fmt: skip
     finally:
         entry.remove()
+
+
+def test_a_private_far_app_is_listed_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    try:
+        entry.update(
+            True, [RemoteAppRecord("web", 5173, "/", "http://a.localhost:4000/", 4000, True)]
+        )
+        [app] = snapshot()["apps"]
+        assert app["private"] is True and app["url"] == "http://a.localhost:4000/"
+    finally:
+        entry.remove()

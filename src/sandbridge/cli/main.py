@@ -393,7 +393,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         state = "connected" if remote.connected else "reconnecting"
         print(f"{remote.machine}  ({state}, {remote.via})")
         for shown in remote.apps:
-            print(f"  {remote.machine}:{shown.session} port {shown.port} -> {shown.url}")
+            private = "  (private)" if shown.private else ""
+            print(f"  {remote.machine}:{shown.session} port {shown.port} -> {shown.url}{private}")
     for record in sessions:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started))
         print(f"{record.id}  pid {record.pid}  since {started}  {record.workdir}")

@@ -44,8 +44,9 @@ class RemoteAppRecord:
     session: str
     port: int
     base_path: str
-    url: str
+    url: str  # without a private app's token: that is said once, never written
     host_port: int
+    private: bool = False  # served behind the laptop's own token and cookie
 
 
 @dataclass(frozen=True, slots=True)

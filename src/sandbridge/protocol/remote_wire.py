@@ -10,11 +10,13 @@ Kinds, and who sends them:
 ========  =====  ======================================================================
 kind      from   payload
 ========  =====  ======================================================================
-HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first frame
+HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first frame;
+                 the laptop adds ``"private_apps":true`` (:data:`PRIVATE_APPS`)
 APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}]}]}``;
-                 stream 0; at most :data:`MAX_APPS` apps;
-                 the whole list, again after every change (added and gone
-                 apps are the difference: :func:`diff_apps`)
+                 stream 0; at most :data:`MAX_APPS` apps; the whole list, again
+                 after every change (added and gone apps are the difference:
+                 :func:`diff_apps`); a private app carries ``"private":true``, and is
+                 listed only to a laptop that said :data:`PRIVATE_APPS`
 OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app; or
                  ``{"session":..,"control":"terminal"}``: a byte stream to that
                  session's terminal control socket (:class:`OpenControl`)
@@ -85,6 +87,12 @@ MAX_APPS = 1024
 # The one control an OPEN may ask for instead of an app port: a session's terminal
 # control socket (list, request, approve, deny, revoke, attach), docs/remote.md.
 CONTROL_TERMINAL = "terminal"
+# The laptop's HELLO says it serves an app marked ``"private":true`` privately (its own
+# one-time token and cookie). A laptop without it (an older sandbridge) would ignore the
+# mark and serve the app openly, so the far side lists private apps only to a laptop that
+# says it; an older far side ignores the key and lists no private app. Either way both
+# ends of version 2 still talk, and a private app is never served openly.
+PRIVATE_APPS = "private_apps"
 
 
 class Kind(enum.IntEnum):
@@ -135,11 +143,15 @@ class FarApp:
     session: str
     port: int
     base_path: str
+    # Private on the far machine: the laptop serves it behind a token of its own.
+    private: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Hello:
     role: Role
+    # The laptop serves private apps privately (:data:`PRIVATE_APPS`).
+    private_apps: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +288,10 @@ def _parse_apps(payload: bytes) -> Apps:
                 base = normalize_base_path(app.get("base_path"))
             except RegistrationError as exc:
                 raise RemoteWireError(f"APPS: {exc}") from None
-            apps.append(FarApp(name, _port(app.get("port"), "APPS"), base))
+            private = app.get("private", False)
+            if type(private) is not bool:
+                raise RemoteWireError(f"APPS: private must be true or false, got {private!r:.80}")
+            apps.append(FarApp(name, _port(app.get("port"), "APPS"), base, private))
     return Apps(tuple(apps))
 
 
@@ -284,7 +299,10 @@ def encode_apps(apps: tuple[FarApp, ...]) -> dict[str, Any]:
     """The APPS message for ``apps``, grouped by session in first-seen order."""
     sessions: dict[str, list[dict[str, Any]]] = {}
     for app in apps:
-        sessions.setdefault(app.session, []).append({"port": app.port, "base_path": app.base_path})
+        listed: dict[str, Any] = {"port": app.port, "base_path": app.base_path}
+        if app.private:  # only then: the list of an open app is the same as before
+            listed["private"] = True
+        sessions.setdefault(app.session, []).append(listed)
     return {"sessions": [{"id": name, "apps": listed} for name, listed in sessions.items()]}
 
 
@@ -315,13 +333,22 @@ class LinkState:
     _hello_seen: bool = False
     _streams: dict[int, _Stream] = field(default_factory=dict)
     _last_opened: int = 0  # streams are numbered upwards by the laptop
+    # The laptop's HELLO said PRIVATE_APPS: the far side may list private apps to it.
+    peer_serves_private: bool = False
 
     # sending ---------------------------------------------------------------------
 
     def send_hello(self) -> bytes:
-        return _frame(Kind.HELLO, 0, encode_object({"version": VERSION, "role": self.role.value}))
+        message: dict[str, Any] = {"version": VERSION, "role": self.role.value}
+        if self.role is Role.LAPTOP:
+            message[PRIVATE_APPS] = True
+        return _frame(Kind.HELLO, 0, encode_object(message))
 
     def send_apps(self, apps: tuple[FarApp, ...]) -> bytes:
+        if not self.peer_serves_private and any(app.private for app in apps):
+            raise RemoteWireError(
+                "a private app may be listed only to a laptop that serves it privately"
+            )
         payload = encode_object(encode_apps(apps))
         if len(payload) > MAX_CONTROL_BYTES or len(apps) > MAX_APPS:
             raise RemoteWireError(
@@ -521,8 +548,10 @@ class LinkState:
             raise RemoteWireError(f"HELLO must be on stream 0, not {stream}")
         if message.get("role") != self._peer.value:
             raise RemoteWireError(f"HELLO role {message.get('role')!r} is not {self._peer.value!r}")
+        private_apps = self._peer is Role.LAPTOP and message.get(PRIVATE_APPS) is True
+        self.peer_serves_private = private_apps
         self._hello_seen = True
-        return Hello(self._peer)
+        return Hello(self._peer, private_apps)
 
     def _open(self, stream: int, payload: bytes) -> OpenStream | OpenControl:
         if stream <= self._last_opened:

@@ -13,6 +13,11 @@ reconnect starts), the listeners stay, answering ``502`` meanwhile, and the link
 opened again with backoff; the apps the far side lists again keep their local origins.
 A far machine that stays unreachable for ``gone_after`` seconds is given up: its
 listeners close, a line says so, and ``connect`` ends with status 1.
+
+A far app listed as private is served as a local private app is (the listener's
+``AccessGate``): a one-time token of the laptop's own, said once in the line that
+announces the app, then a cookie; the far machine's token never crosses. Its listener,
+and so its token and cookie, outlive a reconnect like any far app's origin.
 """
 
 from __future__ import annotations
@@ -124,7 +129,9 @@ class Machine:
         self._gone_after = gone_after
         self.mux: Mux | None = None
         self.listeners: dict[FarApp, AppListener] = {}
-        self._scopes: dict[str, SessionScope] = {}
+        # Per far session, and apart for its private apps: a private listener takes its
+        # gate from its scope's settings, as a local private session's listeners do.
+        self._scopes: dict[tuple[str, bool], SessionScope] = {}
         self.splices = TaskSet()  # one per stream: owned here, ended with the machine
         self._latest: tuple[FarApp, ...] | None = None
         self._changed = asyncio.Event()
@@ -220,8 +227,11 @@ class Machine:
             if each:
                 self._say(f"{app.session} port {app.port} is gone")
         unserved: list[OSError] = []
+        private_said = 0
         for app in added:
-            scope = self._scopes.setdefault(app.session, SessionScope(RelaySettings()))
+            scope = self._scopes.setdefault(
+                (app.session, app.private), SessionScope(RelaySettings(private=app.private))
+            )
             listener = AppListener(
                 app.port, app.base_path, RemoteConnector(self, app.session), scope
             )
@@ -231,8 +241,12 @@ class Machine:
                 unserved.append(exc)
                 continue
             self.listeners[app] = listener
-            if each:
+            # A private app's URL carries its one-time token: said here once, as `run`
+            # says a local one's, and never written (the ls record is token-free); so it
+            # is said even in a burst, for the first MAX_APP_LINES private apps of it.
+            if each or (app.private and private_said < MAX_APP_LINES):
                 self._say(f"{app.session} port {app.port} -> {listener.app.url}")
+                private_said += app.private
         if not each:
             self._say(
                 f"{len(added) - len(unserved)} apps added, {len(gone)} gone "
@@ -248,9 +262,15 @@ class Machine:
             return
         apps = [
             RemoteAppRecord(
-                app.session, app.port, app.base_path, listener.app.url, listener.host_port
+                app.session,
+                app.port,
+                app.base_path,
+                listener.origin.url(app.base_path),  # token-free: the token is said once
+                listener.host_port,
+                app.private,
             )
             for app, listener in self.listeners.items()
+            if listener.origin is not None
         ]
         try:
             self._entry.update(connected, apps)

@@ -60,12 +60,13 @@ from sandbridge.remote.transport import Link
 APPS_POLL_SECONDS = 0.5
 
 
-def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
+def this_users_apps(private: bool = False) -> tuple[tuple[FarApp, ...], dict[str, Path]]:
     """The apps of this user's running sessions that the link may carry, and each
-    session's runtime dir. Private apps and sessions that do not name their runtime
-    dir (started by an older sandbridge) are left out, and apps beyond what one APPS
-    frame carries (:data:`MAX_APPS`, :data:`MAX_CONTROL_BYTES`; the oldest sessions
-    first) with a warning: the laptop refuses more."""
+    session's runtime dir. Sessions that do not name their runtime dir (started by an
+    older sandbridge) are left out, and private apps unless ``private`` (the laptop
+    serves them behind a token of its own: the far token never crosses), and apps beyond
+    what one APPS frame carries (:data:`MAX_APPS`, :data:`MAX_CONTROL_BYTES`; the oldest
+    sessions first) with a warning: the laptop refuses more."""
     apps: list[FarApp] = []
     places: dict[str, Path] = {}
     for record in list_sessions():
@@ -73,7 +74,9 @@ def this_users_apps() -> tuple[tuple[FarApp, ...], dict[str, Path]]:
             continue
         places[record.id] = Path(record.runtime_dir)
         apps += [
-            FarApp(record.id, app.port, app.base_path) for app in record.apps if not app.private
+            FarApp(record.id, app.port, app.base_path, app.private)
+            for app in record.apps
+            if private or not app.private
         ]
     served = apps[:MAX_APPS]
     # An APPS list must fit its frame too: 1,024 apps with base paths of 1 KiB (sixteen
@@ -110,7 +113,7 @@ class FarServer:
             self._refresh()
 
     def _refresh(self) -> None:
-        apps, places = this_users_apps()
+        apps, places = this_users_apps(self.mux.state.peer_serves_private)
         if apps != self._apps:
             self._apps, self._places = apps, places
             self.mux.send_apps(apps)

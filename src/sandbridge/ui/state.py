@@ -104,7 +104,7 @@ def snapshot(served: Mapping[str, Answers] | None = None) -> dict[str, Any]:
     tables["apps"] += [
         {
             "session": f"{remote.machine}:{app.session}", "port": app.port, "process": None,
-            "url": app.url, "host_port": app.host_port, "private": False,
+            "url": app.url, "host_port": app.host_port, "private": app.private,
             "machine": remote.machine,
         }
         for remote in list_remotes()
