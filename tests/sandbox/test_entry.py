@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.sandbox import entry
-from tests.conftest import Process, processes_with, run_argv
+from tests.conftest import PYTHON, Process, processes_with, run_argv
 
 
 @pytest.mark.parametrize(
@@ -131,5 +131,39 @@ def test_sigterm_to_the_entry_reaches_the_command(
         os.kill(pid, signal.SIGTERM)
         process.wait_line("got-term")
         assert process.popen.wait(30) == 5
+    finally:
+        process.stop()
+
+
+# The command, as the entry's child: take every descriptor of its parent (the entry) it
+# can with pidfd_getfd(2) (x86-64's syscall 438), and say what it got.
+_GRAB_ENTRY_DESCRIPTORS = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = os.pidfd_open(os.getppid())
+got = [fd for fd in range(3, 256) if libc.syscall(438, pidfd, fd, 0) >= 0]
+print("grabbed", got, os.strerror(ctypes.get_errno()), flush=True)
+"""
+
+
+def test_the_command_cannot_take_the_entrys_descriptors(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    """Same uid, same namespaces: without more, the command could take the entry's
+    listeners and the host's terminal channel through pidfd_getfd or ptrace. The entry
+    makes itself non-dumpable before the command starts."""
+    process = Process(
+        run_argv(
+            tmp_path,
+            PYTHON,
+            "-c",
+            _GRAB_ENTRY_DESCRIPTORS,
+            options=("--backend", backend, "--net", "none", "--no-daemon"),
+        )
+    )
+    try:
+        line = process.wait_line("grabbed")
+        assert line == "grabbed [] Operation not permitted"
+        assert process.popen.wait(30) == 0
     finally:
         process.stop()

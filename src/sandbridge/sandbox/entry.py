@@ -42,6 +42,22 @@ GATE_BACKLOG = 100
 _RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
+# prctl(2)'s option (linux/prctl.h); the standard library has no prctl.
+_PR_SET_DUMPABLE = 4
+
+
+def _undumpable() -> None:
+    """Make this process non-dumpable: the command runs as the same uid in the same
+    namespaces, and could otherwise take this process's descriptors (the shim's and the
+    gate's listeners, the host's terminal channel) with pidfd_getfd(2), or its memory
+    with ptrace(2) or /proc/PID/mem. The command's own exec makes it dumpable again."""
+    import ctypes  # only here: the command's start waits for none of its other users
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+
+
 def bind_gate_port(address: str, port: int) -> socket.socket:
     """A listening TCP socket on the gate address (IPv4), as the gate listener serves it."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -185,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sandbridge-sandbox-entry: error: {exc}", file=sys.stderr)
         return 2
     command = args.command
+    _undumpable()  # first: before any descriptor worth taking exists
     install_helper(Path(os.environ.get("HOME", "/tmp")))
     install_commands()
     with contextlib.suppress(FileNotFoundError):
