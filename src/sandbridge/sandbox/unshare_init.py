@@ -4,16 +4,20 @@ Runs as root of a fresh user namespace (no privilege on the host). The view it b
 matches the bwrap backend: the host read-only (recursively, with ``mount_setattr``),
 private ``/tmp``, ``/run``, ``/dev`` and home, the working directory read-write, the
 runtime dir at ``/run/ags-webview-relay``; then ``pivot_root`` into it, loopback up,
-and exec of the sandbox entry.
+and the sandbox entry started as its child. This process stays the PID namespace's init,
+as bwrap's does: it reaps every orphan (the entry reaps only its own children) and ends
+with the entry's status, taking the namespace with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
 import os
 import platform
+import signal
 import socket
 import stat
 import struct
@@ -33,6 +37,7 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 0x2
+PR_SET_DUMPABLE = 4
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
@@ -274,10 +279,41 @@ def main() -> None:
     except OSError as exc:
         print(f"sandbridge: cannot build the sandbox (unshare backend): {exc}", file=sys.stderr)
         sys.exit(126)
-    if config["new_session"]:
-        os.setsid()
-    os.chdir(config["workdir"])
-    os.execve(config["argv"][0], config["argv"], config["env"])
+    # SIGINT (the terminal's, to the whole process group) must not end this process, nor
+    # be ignored by the entry: blocked until each has its own disposition.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    entry = os.fork()
+    if entry == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if config["new_session"]:
+            os.setsid()
+        os.chdir(config["workdir"])
+        os.execve(config["argv"][0], config["argv"], config["env"])
+    stay_init(entry)
+
+
+def stay_init(entry: int) -> None:
+    """Be the PID namespace's init: reap every process that ends here, pass SIGTERM on
+    to the entry, and exit with the entry's status once it ends.
+
+    Orphans (a daemon's double fork, ``(cmd &)``) are this process's children: unreaped,
+    each stayed a zombie until the session ended, counted against the owner's process
+    limit. Non-dumpable, like the entry: the command cannot take anything from here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):  # ended; reaped just below
+            os.kill(entry, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == entry:
+            code = os.waitstatus_to_exitcode(status)
+            sys.stdout.flush()
+            os._exit(128 - code if code < 0 else code)
 
 
 if __name__ == "__main__":
