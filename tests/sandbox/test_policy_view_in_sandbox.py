@@ -238,3 +238,28 @@ def test_a_policy_directory_the_owner_replaces_during_the_session_is_named_at_it
         f"sandbridge: WARNING: {project / '.sandbridge'} was removed or renamed during the "
         f"session: the sandbox's read-only view of it went with it"
     ) in stderr
+
+
+def test_a_nested_projects_secrets_file_is_not_seen(backend: str, tmp_path: Path) -> None:
+    """A workdir holding other projects (``~/code``): each one's ``.sandbridge/``, which
+    the protected paths keep read-only, is an empty read-only view: its secrets file is
+    that project's sandbox's alone."""
+    workdir = tmp_path / "code"
+    make_project(workdir / "other")
+    result = subprocess.run(
+        run_argv(
+            workdir,
+            "sh",
+            "-c",
+            "cat other/.sandbridge/env; echo; echo listing: $(ls -A other/.sandbridge); "
+            "touch other/.sandbridge/x || echo WRITE no",
+            options=("--backend", backend, "--net", "none", "--no-daemon"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "start-value" not in result.stdout
+    assert "listing:\n" in result.stdout
+    assert "WRITE no" in result.stdout
+    assert (workdir / "other" / ".sandbridge" / "env").read_text() == "API_TOKEN=start-value\n"

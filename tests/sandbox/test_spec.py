@@ -71,6 +71,7 @@ def test_the_backends_mount_the_policy_view_after_the_protected_paths() -> None:
         "dir": "/tmp/p/.sandbridge",
         "files": ["allow", "config"],
         "views": ["/tmp/p/.sandbridge"],
+        "other_views": [],
     }
 
 

@@ -77,6 +77,8 @@ def _policy_views(spec: SandboxSpec) -> list[str]:
     files bound in read-only, then the tmpfs made read-only. Nothing the owner creates
     there later is in it; the tmpfs is a mount point the sandbox cannot rename away."""
     words: list[str] = []
+    for view in spec.other_policy_views():  # another project's: nothing shown
+        words += ["--tmpfs", str(view), "--remount-ro", str(view)]
     if spec.policy_dir is None:
         return words
     for view in spec.policy_views():

@@ -22,6 +22,7 @@ from sandbridge.sandbox.commands import COMMANDS_DIR, OPEN_COMMAND
 from sandbridge.sandbox.host_paths import Guard, Layer
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.network import SandboxNetwork
+from sandbridge.sandbox.project import POLICY_DIR
 
 # Host variables a command needs to behave normally; anything else (tokens, keys,
 # the host's socket paths) stays outside unless named with --env.
@@ -107,6 +108,21 @@ class SandboxSpec:
         """Every place inside that shows :attr:`policy_dir`; the backends mount the
         policy's own view at each, after the protected paths."""
         return [] if self.policy_dir is None else self.views(self.policy_dir)
+
+    def other_policy_views(self) -> list[Path]:
+        """Other projects' ``.sandbridge`` directories that the protected paths keep
+        read-only (a workdir holding several projects): the backends lay an empty
+        read-only view over each, like :meth:`policy_views` with no file shown, so that
+        no project's secrets file is seen in another project's sandbox."""
+        own = set(self.policy_views())
+        return [
+            mount.dest
+            for mount in self.read_only_paths
+            if mount.dest.name == POLICY_DIR.name
+            and mount.dest not in own
+            and mount.source.is_dir()
+            and not mount.source.is_symlink()
+        ]
 
     @property
     def entry_argv(self) -> list[str]:

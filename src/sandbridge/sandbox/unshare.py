@@ -41,6 +41,7 @@ def init_config(spec: SandboxSpec) -> str:
                 "dir": None if spec.policy_dir is None else str(spec.policy_dir),
                 "files": list(spec.policy_files),
                 "views": [str(path) for path in spec.policy_views()],
+                "other_views": [str(path) for path in spec.other_policy_views()],
             },
             "masked": [str(path) for path in spec.guard.masked],
             # The values travel on env_fd (env_payload) when there is one: never on argv.

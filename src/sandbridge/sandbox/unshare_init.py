@@ -227,6 +227,8 @@ def build_root(config: dict[str, Any]) -> str:
         # Onto itself as the sandbox sees it now: no symlink is followed to the host.
         target = root + protected["dest"]
         _bind_self(target, writable=protected["writable"])
+    for view in policy["other_views"]:  # another project's: nothing shown
+        _policy_view(root + view, {})
     for view in policy["views"]:
         _policy_view(root + view, shown)
     # Last, over every bind: sandbridge's own host paths that a bind brought into view.
