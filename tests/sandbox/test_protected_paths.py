@@ -550,3 +550,27 @@ def test_protect_outside_the_project_is_refused_with_its_line(repo: Path) -> Non
     assert result.stderr.strip() == (
         f"sandbridge: .sandbridge/config:2: protect = ../elsewhere: outside the project root {repo}"
     )
+
+
+def test_a_policy_planted_in_a_subdirectory_is_named_at_session_end(
+    backend: str, tmp_path: Path
+) -> None:
+    """A workdir that is no repository: its subdirectory ``scratch`` is a project root of
+    its own for a later ``sandbridge run --workdir scratch``, which would obey a
+    ``scratch/.sandbridge/config`` the sandbox wrote (``net = allow`` and its own
+    destinations): it is named at session end."""
+    workdir = tmp_path / "plain"
+    (workdir / "scratch").mkdir(parents=True)
+    (workdir / "kept" / ".sandbridge").mkdir(parents=True)  # there before: not named
+    result = inside(
+        backend,
+        workdir,
+        "mkdir scratch/.sandbridge && echo 'net = allow' > scratch/.sandbridge/config",
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox created a sandbridge policy directory at "
+        f"{workdir / 'scratch' / '.sandbridge'}: a sandbridge run there obeys it; inspect "
+        "it or remove it"
+    ) in result.stderr
+    assert "kept" not in result.stderr

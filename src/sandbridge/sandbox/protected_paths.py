@@ -47,6 +47,7 @@ from sandbridge.sandbox.repositories import (
     git_dirs_below,
     gitdir_of,
     is_bare_git_dir,
+    nested_policy_dirs,
     nested_repositories,
     path_value,
 )
@@ -139,6 +140,9 @@ class Protection:
     # - repositories (a .git) in the writable mounts: git run inside a new one obeys it.
     scan_roots: list[Path] = field(default_factory=list)
     repositories: frozenset[Path] = frozenset()
+    # - policy directories (a .sandbridge) in the writable mounts: outside git, a
+    #   sandbridge run in a new one's directory obeys it.
+    policy_dirs: frozenset[Path] = frozenset()
     # The project root: every session of the project (a nested workdir too) has a view of
     # its .sandbridge, whose placeholder is a mount point in that session's sandbox.
     project_root: Path | None = None
@@ -198,6 +202,7 @@ class Protection:
             *self._new_submodules(),
             *self._new_hidden(),
             *self._new_repositories(),
+            *self._new_policy_dirs(),
         ]
 
     def _policy_dir_replaced(self) -> list[str]:
@@ -260,6 +265,16 @@ class Protection:
             f"its config; inspect {top if is_bare_git_dir(top) else top / '.git'} or "
             "remove it"
             for top in sorted(found - self.repositories)
+        ]
+
+
+    def _new_policy_dirs(self) -> list[str]:
+        found = {path for root in self.scan_roots for path in nested_policy_dirs(root)}
+        ours = {placeholder.path for placeholder in self.placeholders}
+        return [
+            f"WARNING: the sandbox created a sandbridge policy directory at {path}: a "
+            "sandbridge run there obeys it; inspect it or remove it"
+            for path in sorted(found - self.policy_dirs - ours)
         ]
 
 
@@ -505,6 +520,9 @@ class _Decision:
             hidden=self.hidden,
             scan_roots=[mount.source for mount in self.writable],
             repositories=frozenset(self.repositories),
+            policy_dirs=frozenset(
+                path for mount in self.writable for path in nested_policy_dirs(mount.source)
+            ),
             git=self.git,
         )
 

@@ -5,7 +5,7 @@ never by running git on what the sandbox wrote."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # How far below a writable mount sandbridge looks for other repositories (vendored
@@ -74,6 +74,23 @@ def is_bare_git_dir(directory: Path) -> bool:
 def nested_repositories(source: Path) -> list[Path]:
     """Directories at or below ``source`` with a ``.git``, or that are bare git dirs,
     within the scan's bounds."""
+    return _nested(
+        source, lambda directory: os.path.lexists(directory / ".git") or is_bare_git_dir(directory)
+    )
+
+
+def nested_policy_dirs(source: Path) -> list[Path]:
+    """``.sandbridge`` entries at or below ``source`` (each makes its directory a
+    project root of its own for a ``sandbridge run`` there outside git), within the
+    scan's bounds."""
+    return [directory / ".sandbridge" for directory in _nested(source, _holds_policy)]
+
+
+def _holds_policy(directory: Path) -> bool:
+    return os.path.lexists(directory / ".sandbridge")
+
+
+def _nested(source: Path, wanted: Callable[[Path], bool]) -> list[Path]:
     found: list[Path] = []
     level = [source]
     scanned = 0
@@ -83,7 +100,7 @@ def nested_repositories(source: Path) -> list[Path]:
             scanned += 1
             if scanned > MAX_SCANNED_DIRS:
                 return found
-            if os.path.lexists(directory / ".git") or is_bare_git_dir(directory):  # no raise
+            if wanted(directory):  # no raise
                 found.append(directory)
             try:
                 children = list(os.scandir(directory))
