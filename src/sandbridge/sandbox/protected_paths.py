@@ -267,7 +267,6 @@ class Protection:
             for top in sorted(found - self.repositories)
         ]
 
-
     def _new_policy_dirs(self) -> list[str]:
         found = {path for root in self.scan_roots for path in nested_policy_dirs(root)}
         ours = {placeholder.path for placeholder in self.placeholders}
