@@ -392,3 +392,40 @@ def test_a_connection_accepted_as_the_listener_closes_is_dropped(
 
     run(app, body)
     assert b"GET /after-close HTTP/1.1" not in b"".join(app.requests)
+
+
+def test_a_private_apps_first_request_passes_its_gate_even_with_a_parked_connection(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """A private app's first requests never take the early path: with the app's cookie
+    they are served (on the parked app connection), without it, with another app's or
+    with a token that is not the app's, refused, and the app sees none of them."""
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        token_path = listener.url_suffix.encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /" + token_path + b" HTTP/1.1\r\n" + host + b"\r\n")
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 303"), answer
+        cookie = answer.split(b"Set-Cookie: ", 1)[1].split(b";", 1)[0]
+        with_cookie = b"Cookie: " + cookie + b"\r\nConnection: close\r\n\r\n"
+        for index in range(3):  # the first parks its app connection, the next take it
+            answer = await exchange(port, b"GET /in/%d HTTP/1.1\r\n" % index + host + with_cookie)
+            assert answer.endswith(b"GET /in/%d HTTP/1.1" % index), answer
+        name, value = cookie.split(b"=", 1)
+        for extra in (
+            b"",
+            name + b"=" + value[:-1] + (b"A" if value[-1:] != b"A" else b"B"),
+            b"sandbridge_other=" + value,
+        ):
+            head = b"GET /out HTTP/1.1\r\n" + host + b"Cookie: " + extra + b"\r\n\r\n"
+            answer = await exchange(port, head)
+            assert answer.startswith(b"HTTP/1.1 403"), answer
+            answer = await exchange(port, b"GET /?sandbridge_token=0 HTTP/1.1\r\n" + host + b"\r\n")
+            assert answer.startswith(b"HTTP/1.1 403"), answer
+        assert listener._pool is not None and len(listener._pool) == 1
+
+    run(app, body, private=True)
+    assert all(b"/out" not in r and b"token" not in r for r in app.requests)
