@@ -12,6 +12,7 @@ import asyncio
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.relay.app_listener import AppListener
@@ -429,3 +430,36 @@ def test_a_private_apps_first_request_passes_its_gate_even_with_a_parked_connect
 
     run(app, body, private=True)
     assert all(b"/out" not in r and b"token" not in r for r in app.requests)
+
+
+def test_a_task_cancelled_before_it_ran_gives_its_connections_place_back(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """The owner closes the app in the loop turn in which a connection's first bytes
+    started its task, before the task's first step: the task is cancelled before its
+    body (and its ``finally``) ever runs. The connection must still stop counting toward
+    the session's limit, or each such close would take a place for good."""
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        closing: list[asyncio.Future[None]] = []
+        spawn = listener._tasks.spawn
+
+        def spawn_as_the_app_closes(coroutine: Any) -> asyncio.Task[Any]:
+            if not closing:  # close() is due in this turn, before the new task's first step
+                closing.append(asyncio.ensure_future(listener.close()))
+            return spawn(coroutine)
+
+        listener._tasks.spawn = spawn_as_the_app_closes  # type: ignore[method-assign]
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /x HTTP/1.1\r\n" + host + b"\r\n")
+        for _ in range(1000):
+            if closing:
+                break
+            await asyncio.sleep(0.005)
+        await closing[0]
+        writer.close()
+        assert listener.scope.connections == 0
+        assert not listener._connections
+
+    run(app, body)
