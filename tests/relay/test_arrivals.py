@@ -14,6 +14,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from sandbridge.aio import event_loop
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.channel import Channel
@@ -47,7 +49,7 @@ async def exchange(port: int, data: bytes) -> bytes:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
     try:
-        return await asyncio.wait_for(reader.read(), 30)
+        return await asyncio.wait_for(reader.read(), 10)
     finally:
         writer.close()
 
@@ -463,3 +465,26 @@ def test_a_task_cancelled_before_it_ran_gives_its_connections_place_back(
         assert not listener._connections
 
     run(app, body)
+
+
+@pytest.mark.parametrize(
+    ("line", "extra"),
+    [(b" HTTP/1.1\r\n", b"Connection: close\r\n"), (b" HTTP/1.0\r\n", b"")],
+    ids=["connection-close", "http-1.0"],
+)
+def test_a_token_exchange_asked_to_close_is_answered_and_closed(
+    scripted: Callable[[Script], ScriptedApp], line: bytes, extra: bytes
+) -> None:
+    """``Connection: close`` and HTTP/1.0 on a private app's token URL: the 303 says the
+    connection closes, and it does (it used to say keep-alive and hold the connection
+    for the keep-alive timeout, a client reading to the end waiting all that time)."""
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        target = b"GET /" + listener.url_suffix.encode()
+        answer = await exchange(port, target + line + host + extra + b"\r\n")
+        assert answer.startswith(b"HTTP/1.1 303"), answer
+        assert b"Connection: close\r\n" in answer
+        assert b"keep-alive" not in answer
+
+    run(app, body, private=True, keepalive_timeout=60)

@@ -219,6 +219,8 @@ class AppListener:
                 if self.gate is not None and not await admit(
                     browser, self.gate, event, self.settings.header_timeout
                 ):
+                    if not event.keep_alive:
+                        break  # (its 303 said Connection: close)
                     continue
                 request = heads.request(event, scope.origins)
                 exchange, upstream = await self._exchange(browser, event, request, upstream, lane)
