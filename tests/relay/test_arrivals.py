@@ -488,3 +488,41 @@ def test_a_token_exchange_asked_to_close_is_answered_and_closed(
         assert b"keep-alive" not in answer
 
     run(app, body, private=True, keepalive_timeout=60)
+
+
+def test_a_refusal_cancelled_before_it_ran_still_closes_its_connection(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """A connection past the limit is refused by a task of its own; the owner closes
+    the app in the same loop turn, before that task's first step. The connection counted
+    nowhere, so only that task could close it: it must not stay open for good (a
+    descriptor per refused connection of a flood that meets the close)."""
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        closing: list[asyncio.Future[None]] = []
+        spawn = listener._tasks.spawn
+        silent = await asyncio.open_connection("127.0.0.1", port)  # holds the one place
+        for _ in range(1000):
+            if listener.scope.connections:
+                break
+            await asyncio.sleep(0.005)
+
+        def spawn_as_the_app_closes(coroutine: Any) -> asyncio.Task[Any]:
+            if not closing:  # close() is due in this turn, before the refusal's first step
+                closing.append(asyncio.ensure_future(listener.close()))
+            return spawn(coroutine)
+
+        listener._tasks.spawn = spawn_as_the_app_closes  # type: ignore[method-assign]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            answer = await asyncio.wait_for(reader.read(), 10)
+        except ConnectionResetError:
+            answer = b""
+        assert closing
+        await closing[0]
+        writer.close()
+        silent[1].close()
+        assert answer == b"", answer
+
+    run(app, body, max_connections_per_app=1)

@@ -126,7 +126,9 @@ class Arrivals:
             len(listener._connections) >= listener.settings.max_connections_per_app
             or scope.connections >= listener.settings.max_connections
         ):
-            listener._tasks.spawn(refuse(channel, listener.host_port))
+            task = listener._tasks.spawn(refuse(channel, listener.host_port))
+            # (counted nowhere: if close() cancels the task before it ran, this closes it)
+            task.add_done_callback(lambda _: channel.abort())
             return
         listener._connections.add(channel)
         scope.connections += 1
