@@ -166,7 +166,7 @@ async def left_the_doorstep(listener: AppListener) -> None:
 
 
 def early_then_next(
-    first_answer: bytes, method: bytes = b"GET"
+    first_answer: bytes, method: bytes = b"GET", close: bool = False
 ) -> tuple[bytes, bytes, ScriptedApp]:
     """A parked app connection answers a new connection's early request with
     ``first_answer``; then another browser's request: what each browser got."""
@@ -177,6 +177,8 @@ def early_then_next(
             conn.sendall(ok(b"first"))
             app.read_request(conn)
             conn.sendall(first_answer)
+            if close:
+                return
         answer_each(conn, app)
 
     app = ScriptedApp(script)
@@ -526,3 +528,21 @@ def test_a_refusal_cancelled_before_it_ran_still_closes_its_connection(
         assert answer == b"", answer
 
     run(app, body, max_connections_per_app=1)
+
+
+def test_an_app_closing_mid_response_to_an_early_request_never_passes_it_as_whole() -> None:
+    first, following, _ = early_then_next(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", close=True
+    )
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n"), first
+    assert first.endswith(b"\r\n\r\nshort")  # cut there, as the app cut it
+    assert b"Content-Length: 100\r\n" in first
+    assert following.endswith(b"GET /next HTTP/1.1"), following
+
+
+def test_an_app_closing_mid_head_of_an_early_request_sends_it_again() -> None:
+    first, following, _ = early_then_next(b"HTTP/1.1 200 OK\r\nContent-Le", close=True)
+    # a parked connection the app closed before a whole head: the GET goes again
+    assert first.endswith(b"GET /early HTTP/1.1"), first
+    assert first.count(b"HTTP/1.1 ") == 1  # only the retry's answer
+    assert following.endswith(b"GET /next HTTP/1.1"), following
