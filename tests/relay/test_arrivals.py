@@ -132,7 +132,12 @@ def test_connections_that_send_nothing_or_reset_leave_no_descriptor_behind(
 
     async def body(listener: AppListener, port: int, host: bytes) -> None:
         await park_one(port, host)
-        before = fds()
+        before = fds()  # with one parked app connection: two descriptors, ours and the app's
+
+        def allowed() -> int:  # more parked app connections may be kept, nothing else
+            assert listener._pool is not None
+            return before + 2 * max(0, len(listener._pool) - 1)
+
         for index in range(150):
             sock = socket.create_connection(("127.0.0.1", port))
             if index % 3 == 0:
@@ -143,11 +148,11 @@ def test_connections_that_send_nothing_or_reset_leave_no_descriptor_behind(
             sock.close()
             await asyncio.sleep(0)
         for _ in range(3000):
-            if listener.scope.connections == 0 and fds() <= before + 1:
+            if listener.scope.connections == 0 and fds() <= allowed():
                 break
             await asyncio.sleep(0.01)
         assert listener.scope.connections == 0
-        assert fds() <= before + 1  # (+1: a parked app connection)
+        assert fds() <= allowed()
         answer = await exchange(port, b"GET /ok HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n")
         assert b"GET /ok HTTP/1.1" in answer
 
