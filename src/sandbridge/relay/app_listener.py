@@ -149,6 +149,9 @@ class AppListener:
         if self._arrivals is not None:
             self._arrivals.close()  # the connections that have no task
         for channel in list(self._connections):
+            # Released here: a task cancelled before its first step (spawned in this
+            # very loop turn) never runs the ``finally`` that would release it.
+            self._release(channel)
             channel.abort()
         for tunnel in list(self._tunnels):
             tunnel.abort()
@@ -216,6 +219,8 @@ class AppListener:
                 if self.gate is not None and not await admit(
                     browser, self.gate, event, self.settings.header_timeout
                 ):
+                    if not event.keep_alive:
+                        break  # (its 303 said Connection: close)
                     continue
                 request = heads.request(event, scope.origins)
                 exchange, upstream = await self._exchange(browser, event, request, upstream, lane)
@@ -246,9 +251,11 @@ class AppListener:
                 await channel.closed
 
     def _release(self, channel: Channel) -> None:
-        """A browser connection is over: it no longer counts against the limits."""
-        self.scope.connections -= 1
-        self._connections.discard(channel)
+        """A browser connection is over: it no longer counts against the limits
+        (once: close() releases what its tasks release again as they end)."""
+        if channel in self._connections:
+            self._connections.remove(channel)
+            self.scope.connections -= 1
 
     async def _exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
         self,

@@ -82,9 +82,12 @@ class Arrivals:
         self._heads: dict[str, ConnectionHeads] = {}
         # Request readers finished connections left between two requests.
         self._readers: list[RequestReader] = []
+        self._closed = False
 
     def close(self) -> None:
-        """Drop the connections that have no task (the listener closes)."""
+        """Drop the connections that have no task (the listener closes), and any
+        accepted connection the event loop delivers from now on."""
+        self._closed = True
         listener = self._listener
         for channel, _ in self.doorstep.close():
             listener._release(channel)
@@ -108,6 +111,11 @@ class Arrivals:
         (counted from now on) until its first bytes start its task (:meth:`_start`)."""
         listener = self._listener
         assert channel.transport is not None
+        if self._closed:
+            # Accepted just before the server closed, delivered just after: the app is
+            # closed, and nothing would close this connection or its task any more.
+            channel.transport.abort()
+            return
         local = listener._address if listener.host_port else None  # (known once bound)
         peer = local_peer.owners_peer(channel.transport, listener.host_port, local)
         if peer is None:
@@ -118,7 +126,9 @@ class Arrivals:
             len(listener._connections) >= listener.settings.max_connections_per_app
             or scope.connections >= listener.settings.max_connections
         ):
-            listener._tasks.spawn(refuse(channel, listener.host_port))
+            task = listener._tasks.spawn(refuse(channel, listener.host_port))
+            # (counted nowhere: if close() cancels the task before it ran, this closes it)
+            task.add_done_callback(lambda _: channel.abort())
             return
         listener._connections.add(channel)
         scope.connections += 1

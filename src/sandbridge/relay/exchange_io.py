@@ -139,7 +139,9 @@ async def pump_request_body(
 async def admit(
     browser: BrowserConnection, gate: AccessGate, head: RequestHead, header_timeout: float
 ) -> bool:
-    """Private apps: exchange the one-time token for the cookie, or refuse (403)."""
+    """Private apps: exchange the one-time token for the cookie, or refuse (403).
+    ``False``: the token was exchanged (a 303), and the connection goes on only if the
+    request keeps it (``head.keep_alive``)."""
     redirect = gate.check(head.target, head.headers)
     if redirect is None:
         return True
@@ -150,7 +152,7 @@ async def admit(
         raise HttpError(408, f"request not complete within {header_timeout:g} s") from None
     if event is not MESSAGE_END:
         raise HttpError(400, "the token exchange takes no request body")
-    await browser.send(redirect_response(redirect))
+    await browser.send(redirect_response(redirect, head.keep_alive))
     return False
 
 

@@ -129,12 +129,15 @@ class AccessGate:
         return None
 
 
-def redirect_response(redirect: Redirect) -> bytes:
-    """The relay's own answer to a token exchange."""
+def redirect_response(redirect: Redirect, keep_alive: bool = True) -> bytes:
+    """The relay's own answer to a token exchange; ``keep_alive``: the request's (a
+    ``Connection: close`` or HTTP/1.0 one is answered with ``Connection: close``)."""
     return (
         b"HTTP/1.1 303 See Other\r\nLocation: "
         + redirect.location
         + b"\r\nSet-Cookie: "
         + redirect.set_cookie
-        + b"\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+        + b"\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: "
+        + (b"keep-alive" if keep_alive else b"close")
+        + b"\r\n\r\n"
     )
