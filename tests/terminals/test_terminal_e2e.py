@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -528,3 +529,34 @@ def test_the_foreground_gets_sighup_first_and_its_last_output_is_drained(
     _, output = finish(child)
     assert "got-hup-42" in output
     assert "terminal ended: revoked" in output
+
+
+# What a command in the terminal runs: the PTY worker is its shell's parent; without more,
+# the command (same uid, same namespaces) could take the worker's descriptors, the host's
+# link among them, with pidfd_getfd(2) (syscall 438), or its memory with ptrace(2).
+_GRAB_WORKER_DESCRIPTORS = """
+import ctypes, os
+stat = open(f"/proc/{os.getppid()}/stat").read()
+worker = int(stat.rsplit(")", 1)[1].split()[1])
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = os.pidfd_open(worker)
+got = [fd for fd in range(3, 256) if libc.syscall(438, pidfd, fd, 0) >= 0]
+print("grabbed", len(got), os.strerror(ctypes.get_errno()), flush=True)
+"""
+
+
+def test_a_command_in_the_terminal_cannot_take_the_workers_descriptors(tmp_path: Path) -> None:
+    session = TerminalSession(tmp_path, "bwrap")
+    script = session.work / "grab.py"  # the workdir: what the terminal sees
+    script.write_text(_GRAB_WORKER_DESCRIPTORS)
+    try:
+        child = session.attach(session.approved())
+        child.expect(PROMPT)
+        child.sendline(f"{sys.executable} {script}")
+        child.expect(r"grabbed (\d+) ([^\r\n]*)\r\n")
+        assert (child.match.group(1), child.match.group(2)) == ("0", "Operation not permitted")
+        child.sendline("exit 0")
+        status, _ = finish(child)
+        assert status == 0
+    finally:
+        session.stop()

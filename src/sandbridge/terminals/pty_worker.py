@@ -48,6 +48,7 @@ from sandbridge.terminals.frames import FROM_HOST_TO_WORKER, INPUT_WINDOW, Kind
 from sandbridge.terminals.rate_limit import TokenBucket
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 # A lease is never longer than this, whatever the host says: authority must be
 # re-confirmed at least this often (the issue's bound).
 MAX_LEASE = 10.0
@@ -399,9 +400,15 @@ def _alive(pid: int) -> bool:
 
 
 def become_subreaper() -> None:
+    """Reap the terminal's orphans, and be non-dumpable: the terminal's commands run as
+    the same uid in the same namespaces, and could otherwise take this process's
+    descriptors (the host's link) with pidfd_getfd(2), or its memory (the channel's keys)
+    with ptrace(2). The shell's exec makes it dumpable again."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
 
 
 async def serve(sock: socket.socket) -> int:
