@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from sandbridge.egress.policy import ENV_NAME, SECRETS_FILE, EnvSetting
+from sandbridge.egress.policy import ENV_NAME, SECRETS_FILE, EnvSetting, read_project_file
 from sandbridge.exceptions import PolicyError
 
 # A file of variables written by hand; a larger one is not that.
@@ -41,19 +41,11 @@ def check_permissions(path: Path, info: os.stat_result) -> None:
 def read_secrets(project: Path) -> tuple[EnvSetting, ...]:
     """The variables of ``project/.sandbridge/env`` (none if it does not exist)."""
     path = project / SECRETS_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    raw = read_project_file(
+        path, str(path), MAX_SECRETS_BYTES, lambda _, info: check_permissions(path, info)
+    )
+    if raw is None:
         return ()
-    except OSError as exc:
-        if path.is_symlink():
-            raise PolicyError(f"{path}: a symbolic link; make it a plain file") from None
-        raise PolicyError(f"{path}: cannot read: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as file:
-        check_permissions(path, os.fstat(fd))
-        raw = file.read(MAX_SECRETS_BYTES + 1)
-    if len(raw) > MAX_SECRETS_BYTES:
-        raise PolicyError(f"{path}: larger than {MAX_SECRETS_BYTES} bytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
