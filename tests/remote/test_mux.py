@@ -22,7 +22,7 @@ async def _link(sock: socket.socket) -> Link:
     async def close() -> None:
         writer.close()
 
-    return Link(reader, writer, close, "test link")
+    return Link(reader, writer, close, "test link", writer.transport.get_write_buffer_size)
 
 
 @asynccontextmanager

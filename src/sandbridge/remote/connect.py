@@ -23,14 +23,13 @@ and so its token and cookie, outlive a reconnect like any far app's origin.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
 from sandbridge import log
-from sandbridge.aio.tasks import TaskSet, running
+from sandbridge.aio.tasks import running
 from sandbridge.exceptions import (
     RemoteLinkError,
     RemoteLinkRefused,
@@ -45,7 +44,7 @@ from sandbridge.relay.channel import Channel
 from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
 from sandbridge.relay.upstream import UNIX_BUFFER_BYTES, UpstreamConnector
 from sandbridge.remote.mux import Mux
-from sandbridge.remote.splice import splice
+from sandbridge.remote.stream_transport import StreamTransport
 from sandbridge.remote.terminal_relay import TerminalRelay
 from sandbridge.remote.transport import Link, OpenLink
 
@@ -71,9 +70,9 @@ MAX_APP_LINES = 16
 class RemoteConnector(UpstreamConnector):
     """A far app's upstream: one stream on the link per browser connection.
 
-    The app listener reads and writes a :class:`Channel`; here it is one end of a
-    socket pair whose other end is spliced to the stream, so the listener's data path
-    (parsing, keep-alive, upgrades, backpressure) is the local one, unchanged."""
+    The app listener reads and writes a :class:`Channel`; here its transport is the
+    stream itself (:class:`StreamTransport`: no socket pair, no task), so the listener's
+    data path (parsing, keep-alive, upgrades, backpressure) is the local one, unchanged."""
 
     def __init__(self, machine: Machine, session: str) -> None:
         super().__init__(Path(f"{machine.name}:{session}"), ForwardingMode.STREAM)
@@ -90,24 +89,8 @@ class RemoteConnector(UpstreamConnector):
             raise StreamRefused(f"{self.machine.name} refused: {exc}") from None
         except (ConnectionError, RemoteWireError) as exc:  # the link lost, or 1024 streams
             raise UpstreamError(f"the link to {self.machine.name} failed: {exc}") from None
-        loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            for end in (ours, theirs):
-                end.setblocking(False)
-                end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER_BYTES)
-            _, spliced = await loop.create_unix_connection(
-                lambda: Channel(UNIX_BUFFER_BYTES), sock=ours
-            )
-            _, channel = await loop.create_unix_connection(
-                lambda: Channel(UNIX_BUFFER_BYTES), sock=theirs
-            )
-        except BaseException:
-            ours.close()
-            theirs.close()
-            stream.reset("the laptop could not serve the stream")
-            raise
-        self.machine.splices.spawn(splice(spliced, stream))
+        channel = Channel(UNIX_BUFFER_BYTES)
+        StreamTransport(mux, stream, channel)
         return channel, b""
 
 
@@ -132,7 +115,6 @@ class Machine:
         # Per far session, and apart for its private apps: a private listener takes its
         # gate from its scope's settings, as a local private session's listeners do.
         self._scopes: dict[tuple[str, bool], SessionScope] = {}
-        self.splices = TaskSet()  # one per stream: owned here, ended with the machine
         self._latest: tuple[FarApp, ...] | None = None
         self._changed = asyncio.Event()
 
@@ -281,5 +263,4 @@ class Machine:
         listeners, self.listeners = list(self.listeners.values()), {}
         for listener in listeners:
             await listener.close()
-        await self.splices.close()
         self._record(False)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet, running
+from sandbridge.aio.unix_sockets import Pump
 from sandbridge.exceptions import (
     RemoteLinkError,
     SessionError,
@@ -49,10 +50,11 @@ from sandbridge.protocol.remote_wire import (
     Role,
     encode_apps,
 )
+from sandbridge.relay.channel import Channel
 from sandbridge.relay.upstream import open_stream
 from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
-from sandbridge.remote.splice import splice
+from sandbridge.remote.stream_transport import StreamTransport
 from sandbridge.remote.transport import Link
 
 # How often the registry is read for apps added and gone: an app registered on the far
@@ -144,13 +146,31 @@ class FarServer:
             self.mux.refuse(stream, f"session {event.session!r} port {event.port}: {exc}")
             return
         self.mux.opened(stream)
-        try:
-            if rest:
-                await stream.write(rest)
-        except ConnectionError:
-            channel.abort()
-            return
-        await splice(channel, stream)
+        await pump(channel, rest, self.mux, stream)
+
+
+async def pump(channel: Channel, rest: bytes, mux: Mux, stream: MuxStream) -> None:
+    """Copy between the app's connection and the stream, both ways, from the event loop's
+    callbacks (two linked pumps, the stream a transport: ``remote/stream_transport.py``),
+    ``rest`` (what the shim sent after its answer) first; return once both are closed.
+    Backpressure and half closes cross as in a WebSocket tunnel (``relay/tunnel.py``)."""
+    app_side, link_side = Pump(), Pump()
+    app_side.link(link_side)
+    transport = StreamTransport(mux, stream, link_side)
+    if rest:
+        transport.write(rest)
+    if channel.closed.done():  # the app has closed already: what it sent, then the end
+        transport.write(channel.take())
+        transport.close()
+        return
+    channel.hand_over(app_side)
+    channel.catch_up(app_side)
+    try:
+        await asyncio.gather(asyncio.shield(app_side.lost), asyncio.shield(link_side.lost))
+    except BaseException:
+        app_side.abort()
+        link_side.abort()
+        raise
 
 
 async def stdio_link() -> Link:
@@ -174,7 +194,7 @@ async def stdio_link() -> Link:
         read_transport.close()
         write_transport.close()
 
-    return Link(reader, writer, close, "stdio")
+    return Link(reader, writer, close, "stdio", write_transport.get_write_buffer_size)
 
 
 async def serve_stdio() -> int:

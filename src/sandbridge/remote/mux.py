@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Callable
+from typing import Protocol
 
 from sandbridge import log
 from sandbridge.exceptions import RemoteLinkError, RemoteWireError
@@ -26,9 +27,26 @@ from sandbridge.remote.transport import Link
 
 # One read from the link: a few frames at once, so the reading task wakes up rarely.
 LINK_READ_BYTES = 256 * 1024
+# Bytes waiting in the link's own send buffer (the SSH channel's, the pipe's) past which
+# the mux waits for the link to drain before a stream transport sends more: what a slow
+# link leaves queued stays this small, whatever the streams' credit would allow.
+LINK_BACKLOG_BYTES = 256 * 1024
 # The peer's HELLO must arrive within this long after the link opened: a command that
 # reaches no serve-stdio (a shell's banner, a wrong path) is said so, not waited on.
 HELLO_TIMEOUT = 20.0
+
+
+class StreamSink(Protocol):
+    """What takes a stream's events from the mux's read callback instead of
+    :meth:`MuxStream.read` and :meth:`MuxStream.write` (``remote/stream_transport.py``)."""
+
+    def received(self, data: bytes) -> None: ...
+
+    def eof(self) -> None: ...
+
+    def ended(self, reason: str) -> None: ...
+
+    def credited(self) -> None: ...
 
 
 class MuxStream:
@@ -43,6 +61,18 @@ class MuxStream:
         self._readable = asyncio.Event()
         self._credit = asyncio.Event()
         self.answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._sink: StreamSink | None = None
+
+    def attach(self, sink: StreamSink) -> None:
+        """Give the stream's events to ``sink`` from now on (what was received and not
+        read yet first); :meth:`read` and :meth:`write` are not used any more."""
+        self._sink = sink
+        while self._chunks:
+            sink.received(self._chunks.popleft())
+        if self._lost is not None:
+            sink.ended(self._lost)
+        elif self._ended:
+            sink.eof()
 
     async def read(self) -> bytes:
         """The next bytes received; ``b""`` once the peer sent EOF or the stream is gone."""
@@ -91,11 +121,17 @@ class MuxStream:
     # the mux's side ----------------------------------------------------------------
 
     def _received(self, data: bytes) -> None:
+        if self._sink is not None:
+            self._sink.received(data)
+            return
         self._chunks.append(data)
         self._readable.set()
 
     def _eof(self) -> None:
         self._ended = True
+        if self._sink is not None:
+            self._sink.eof()
+            return
         self._readable.set()
 
     def _end(self, reason: str) -> None:
@@ -107,9 +143,13 @@ class MuxStream:
         self._mux.forget(self)
         if not self.answer.done():
             self.answer.set_result(reason)
+        if self._sink is not None:
+            self._sink.ended(self._lost)
 
     def _wake_writer(self) -> None:
-        if self._mux.state.send_credit_for(self.id) > 0:
+        if self._sink is not None:
+            self._sink.credited()
+        elif self._mux.state.send_credit_for(self.id) > 0:
             self._credit.set()
 
 
@@ -134,7 +174,15 @@ class Mux:
         self._closed: str | None = None
         # Frames written this turn of the event loop, sent as one write at its end.
         self._outgoing: list[bytes] = []
+        self._queued = 0  # their bytes
         self._loop = asyncio.get_running_loop()
+        # While the link's buffer is over LINK_BACKLOG_BYTES: the task waiting for it to
+        # drain, and the stream transports to tell once it has.
+        self._draining: asyncio.Task[None] | None = None
+        self._waiting_for_room: dict[int, Callable[[], None]] = {}
+        # A link that cannot say how full its buffer is counts as full: it is drained
+        # after every write, as each stream's write used to wait for.
+        self._backlog = link.backlog or (lambda: LINK_BACKLOG_BYTES + 1)
 
     @property
     def closed(self) -> str | None:
@@ -145,20 +193,57 @@ class Mux:
         """Queue ``frames`` for the link. Everything queued in one turn of the event loop
         (the frames of many streams at c=64) goes out as one write at its end: one SSH
         packet and one system call instead of one per frame, and no added wait. The queue
-        holds at most what the streams' credit allows, and a writer's :meth:`drain`
-        still waits on the transport's own buffer."""
+        holds at most what the streams' credit allows; a writer's :meth:`drain` still
+        waits on the transport's own buffer, and a stream transport stops queueing once
+        the turn's frames and that buffer pass :data:`LINK_BACKLOG_BYTES`."""
         if frames and self._closed is None:
             if not self._outgoing:
                 self._loop.call_soon(self._flush)
             self._outgoing.append(frames)
+            self._queued += len(frames)
 
     def _flush(self) -> None:
         frames, self._outgoing = self._outgoing, []
+        self._queued = 0
         if frames and self._closed is None:
             try:
                 self.link.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
             except (ConnectionError, OSError, RuntimeError) as exc:
                 self._lose(f"writing to the link failed: {exc}")
+                return
+        if self._draining is None and self._closed is None:
+            if self._backlog() > LINK_BACKLOG_BYTES:
+                self._draining = self._loop.create_task(self._wait_for_room())
+            elif self._waiting_for_room:
+                self._give_room()
+
+    @property
+    def congested(self) -> bool:
+        """Whether the link's send buffer, with what this turn queued, is over
+        :data:`LINK_BACKLOG_BYTES`: a stream transport then keeps what it would send
+        until there is room again (:meth:`when_room`)."""
+        return self._draining is not None or self._queued > LINK_BACKLOG_BYTES
+
+    def when_room(self, stream: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the link is no longer :attr:`congested`."""
+        self._waiting_for_room[stream] = callback
+
+    async def _wait_for_room(self) -> None:
+        try:
+            await self.link.writer.drain()
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            self._lose(f"writing to the link failed: {exc}")
+        finally:
+            self._draining = None
+        self._give_room()
+
+    def _give_room(self) -> None:
+        waiting, self._waiting_for_room = self._waiting_for_room, {}
+        while waiting and not self.congested and self._closed is None:
+            callback = waiting.pop(next(iter(waiting)))  # the first to wait, first
+            callback()
+        waiting.update(self._waiting_for_room)  # congested again: the rest wait on
+        self._waiting_for_room = waiting
 
     async def drain(self) -> None:
         if self._closed is not None:
@@ -298,3 +383,7 @@ class Mux:
         for stream in list(self._streams.values()):
             stream._end(self._closed)
         self._streams.clear()
+        self._waiting_for_room.clear()
+        draining, self._draining = self._draining, None
+        if draining is not None and draining is not asyncio.current_task():
+            draining.cancel()

@@ -274,7 +274,10 @@ class SshLink:
             await self._stderr_task
 
     def as_link(self) -> Link:
-        return Link(self.reader, self.writer, self.close, self.description)
+        channel = self._process.stdin.channel
+        return Link(
+            self.reader, self.writer, self.close, self.description, channel.get_write_buffer_size
+        )
 
 
 async def open_ssh_link(destination: Destination, settings: SshSettings) -> SshLink:

@@ -15,6 +15,9 @@ The contract every transport keeps:
 - ``writer.write`` plus ``await writer.drain()`` carries backpressure (drain waits
   while the transport's buffer is full); writes after the link broke may raise
   ``ConnectionError`` or be dropped silently, the reader's ``b""`` is what counts;
+- ``link.backlog()``, where the transport can tell, is how many written bytes its
+  buffer still holds: the mux drains the link only when that is large, instead of
+  after every write (without it, after every write);
 - ``await link.close()`` ends the stream, ends whatever the transport started (the
   subprocess, the SSH connection) and waits until it is gone: nothing is left behind
   when it returns, and calling it twice is harmless;
@@ -56,12 +59,14 @@ class Link:
     ``close`` ends the stream and everything the transport started for it and waits
     for that; it is idempotent. ``description`` names the far end for messages
     (``"via kubectl exec -i pod-1 -- sandbridge serve-stdio"``, ``"ssh alice@box"``).
+    ``backlog`` says how many bytes the writer's buffer holds, if it can tell.
     """
 
     reader: LinkReader
     writer: LinkWriter
     close: Callable[[], Awaitable[None]]
     description: str
+    backlog: Callable[[], int] | None = None
 
 
 # Opens one link to the far machine; raises RemoteLinkError when it cannot.

@@ -148,6 +148,9 @@ def via_transport(command: str, name: str, out: TextIO | None = None) -> OpenLin
             with contextlib.suppress(Exception):
                 await process.stdin.wait_closed()
 
-        return Link(process.stdout, process.stdin, close, f"--via {command!r}")
+        stdin = process.stdin.transport
+        return Link(
+            process.stdout, process.stdin, close, f"--via {command!r}", stdin.get_write_buffer_size
+        )
 
     return open_link
