@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 from sandbridge.aio import event_loop
+from sandbridge.aio.heap import keep_freed_heap
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.cli.ssh_options import add_ssh_options, ssh_transport
 from sandbridge.exceptions import SandbridgeError
@@ -20,6 +21,7 @@ from sandbridge.remote.via import via_transport
 
 
 def cmd_serve_stdio(args: argparse.Namespace) -> int:
+    keep_freed_heap()
     return int(event_loop.run(serve_stdio()))
 
 
@@ -57,6 +59,7 @@ async def _connect(args: argparse.Namespace) -> int:
 def cmd_connect(args: argparse.Namespace) -> int:
     if args.gone_after <= 0:
         raise SystemExit(f"sandbridge: --gone-after must be positive, got {args.gone_after:g}")
+    keep_freed_heap()
     return int(event_loop.run(_connect(args)))
 
 
