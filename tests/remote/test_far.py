@@ -3,6 +3,7 @@ raw frames (protocol/remote_wire.py); it serves only this user's registered apps
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import subprocess
@@ -30,6 +31,7 @@ from sandbridge.protocol.remote_wire import (
     Role,
 )
 from sandbridge.remote.far import this_users_apps
+from sandbridge.remote.transport import LINK_PIPE_BYTES
 from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, Relay, free_port
 
 
@@ -204,6 +206,13 @@ def test_laptop_leaving_ends_it_with_status_0(far: FarProcess) -> None:
     assert far.popen.stdin is not None
     far.popen.stdin.close()
     assert far.popen.wait(20) == 0
+
+
+def test_its_pipes_are_widened_for_bulk_downloads(far: FarProcess) -> None:
+    far.next_event()  # HELLO: serve-stdio has set its link up
+    assert far.popen.stdin is not None and far.popen.stdout is not None
+    for pipe in (far.popen.stdin, far.popen.stdout):
+        assert fcntl.fcntl(pipe.fileno(), fcntl.F_GETPIPE_SZ) == LINK_PIPE_BYTES
 
 
 @pytest.fixture

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import sys
 
 import pytest
 
 from sandbridge.exceptions import RemoteLinkError
+from sandbridge.remote.transport import LINK_PIPE_BYTES
 from sandbridge.remote.via import (
     MAX_STDERR_LINE,
     STDERR_BURST_LINES,
@@ -77,3 +79,22 @@ def test_a_far_stderr_flood_is_shown_within_a_budget_and_counted() -> None:
     assert said and len(said) + len(shown) == len(lines)
     counted = sum(int(line.removeprefix("far: (").split()[0]) for line in said)
     assert counted + len(shown) == 200000
+
+
+def test_the_commands_pipes_are_widened_for_bulk_downloads() -> None:
+    # The command says the sizes of the pipes it was given as its stdin and stdout.
+    sizes = "import fcntl; print(*(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in (0, 1)))"
+
+    async def check() -> bytes:
+        link = await via_transport(f"{sys.executable} -c '{sizes}'", "far")()
+        said = b""
+        try:
+            while not said.endswith(b"\n"):
+                data = await link.reader.read(100)
+                assert data, f"the command ended after {said!r}"
+                said += data
+            return said
+        finally:
+            await link.close()
+
+    assert asyncio.run(check()) == f"{LINK_PIPE_BYTES} {LINK_PIPE_BYTES}\n".encode()

@@ -55,7 +55,7 @@ from sandbridge.relay.upstream import open_stream
 from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.stream_transport import StreamTransport
-from sandbridge.remote.transport import Link
+from sandbridge.remote.transport import Link, widen_pipe
 
 # How often the registry is read for apps added and gone: an app registered on the far
 # machine appears on the laptop within this long (plus the link's latency).
@@ -179,6 +179,8 @@ async def stdio_link() -> Link:
     loop = asyncio.get_running_loop()
     link_out = os.dup(1)
     os.dup2(2, 1)
+    for fd in (0, link_out):
+        widen_pipe(fd)
     reader = asyncio.StreamReader(limit=2**20)
     read_transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader),

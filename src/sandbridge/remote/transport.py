@@ -27,9 +27,26 @@ The contract every transport keeps:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+# The pipes of a link (sshd's to serve-stdio, connect's to a --via command) hold 64 KiB:
+# a bulk download filled one every 64 KiB, and each time both ends waited on the other.
+# Linux's default limit for an unprivileged process (pipe-max-size) is this.
+LINK_PIPE_BYTES = 1024 * 1024
+
+
+def widen_pipe(fd: int) -> None:
+    """Make the pipe at ``fd`` hold :data:`LINK_PIPE_BYTES`, if it is a pipe and the
+    system allows (``/proc/sys/fs/pipe-max-size``); else leave it as it is."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, LINK_PIPE_BYTES)
 
 
 class LinkReader(Protocol):

@@ -24,7 +24,7 @@ from typing import TextIO
 
 from sandbridge.aio.tasks import cancel_all
 from sandbridge.exceptions import RemoteLinkError
-from sandbridge.remote.transport import Link, OpenLink
+from sandbridge.remote.transport import Link, OpenLink, widen_pipe
 
 # A stderr line from the far side shown to the owner is at most this long.
 MAX_STDERR_LINE = 500
@@ -34,6 +34,8 @@ MAX_STDERR_LINE = 500
 # stall every app of the machine). Lines over the budget are counted and said as one.
 STDERR_BURST_LINES = 100
 STDERR_LINES_PER_SECOND = 10.0
+# The command's stdout read ahead at most twice this (asyncio's own subprocess default).
+STDOUT_LIMIT = 64 * 1024
 # How long the command gets to end after its stdin closed and SIGTERM, before SIGKILL.
 END_GRACE_SECONDS = 2.0
 
@@ -98,6 +100,29 @@ async def _relay_stderr(stream: asyncio.StreamReader, name: str, out: TextIO) ->
     budget.flush()
 
 
+async def _pipe_streams(
+    read_fd: int, write_fd: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.BaseTransport]:
+    """Streams over the pipe ends ``read_fd`` and ``write_fd`` (their transports own
+    them), and the reading transport (for closing)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STDOUT_LIMIT)
+    reading = open(read_fd, "rb", buffering=0)  # noqa: SIM115  (the transport owns it)
+    writing = open(write_fd, "wb", buffering=0)  # noqa: SIM115  (the transport owns it)
+    try:
+        read_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), reading
+        )
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, writing
+        )
+    except BaseException:
+        reading.close()
+        writing.close()
+        raise
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop), read_transport
+
+
 def via_transport(command: str, name: str, out: TextIO | None = None) -> OpenLink:
     """The transport that runs ``command`` for every link ``connect`` opens."""
     argv = shlex.split(command)
@@ -105,18 +130,32 @@ def via_transport(command: str, name: str, out: TextIO | None = None) -> OpenLin
         raise RemoteLinkError(f"--via {command!r}: give a command that runs serve-stdio")
 
     async def open_link() -> Link:
+        # The command's stdin and stdout are pipes of ours, widened (transport.widen_pipe).
+        stdin_ends, stdout_ends = os.pipe2(os.O_CLOEXEC), os.pipe2(os.O_CLOEXEC)
+        for fd in (stdin_ends[0], stdout_ends[1]):
+            widen_pipe(fd)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
+                stdin=stdin_ends[0],
+                stdout=stdout_ends[1],
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
             )
         except OSError as exc:
+            os.close(stdin_ends[1])
+            os.close(stdout_ends[0])
             raise RemoteLinkError(f"--via {argv[0]!r}: {exc.strerror or exc}") from None
-        assert process.stdin is not None and process.stdout is not None
+        finally:
+            os.close(stdin_ends[0])
+            os.close(stdout_ends[1])
         assert process.stderr is not None
+        try:
+            reader, writer, reader_transport = await _pipe_streams(stdout_ends[0], stdin_ends[1])
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            raise
         stderr_task = asyncio.create_task(
             _relay_stderr(process.stderr, name, sys.stderr if out is None else out)
         )
@@ -127,8 +166,7 @@ def via_transport(command: str, name: str, out: TextIO | None = None) -> OpenLin
             if closed:
                 return
             closed = True
-            assert process.stdin is not None
-            process.stdin.close()
+            writer.close()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
             try:
@@ -146,11 +184,11 @@ def via_transport(command: str, name: str, out: TextIO | None = None) -> OpenLin
             except TimeoutError:
                 await cancel_all([stderr_task])
             with contextlib.suppress(Exception):
-                await process.stdin.wait_closed()
+                await writer.wait_closed()
+            reader_transport.close()
 
-        stdin = process.stdin.transport
         return Link(
-            process.stdout, process.stdin, close, f"--via {command!r}", stdin.get_write_buffer_size
+            reader, writer, close, f"--via {command!r}", writer.transport.get_write_buffer_size
         )
 
     return open_link
