@@ -51,9 +51,14 @@ def test_missing_command_is_named() -> None:
 def test_close_ends_the_command_and_what_it_started() -> None:
     async def check() -> None:
         link = await via_transport("sh -c 'sleep 3171 & echo up; exec sleep 3172'", "far")()
-        assert await link.reader.read(10) == b"up\n"  # both sleeps are running
-        assert processes_with("sleep 3171") and processes_with("sleep 3172")
-        await link.close()
+        try:
+            assert await link.reader.read(10) == b"up\n"
+            # "up" comes before the shell becomes sleep 3172: wait until it has.
+            async with asyncio.timeout(10):
+                while not (processes_with("sleep 3171") and processes_with("sleep 3172")):
+                    await asyncio.sleep(0.01)
+        finally:
+            await link.close()
         await link.close()  # twice is harmless
 
     asyncio.run(check())
