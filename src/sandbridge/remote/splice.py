@@ -1,4 +1,7 @@
-"""Bytes between a socket of the relay's data path and a stream on the remote link.
+"""Bytes between a socket and a stream on the remote link, copied by tasks: a terminal's
+control stream and its socket (``terminal_relay.py``, ``far_terminals.py``). An app
+connection's stream is a transport instead (``stream_transport.py``: no task per
+direction on the data path).
 
 Each direction is copied by its own task, each write awaited (``drain`` on the socket,
 credit on the link), so backpressure reaches the sender on both sides. A half close
