@@ -101,13 +101,17 @@ def _text(session: str, info: dict[str, Any], name: str, limit: int, optional: b
     return value
 
 
-def _number(
-    session: str, info: dict[str, Any], name: str, high: float, optional: bool
-) -> float | None:
+def _optional_number(session: str, info: dict[str, Any], name: str, high: float) -> float | None:
+    """A number from 0 to ``high`` (finite: no NaN nor infinity; not a boolean), or None."""
+    value = info.get(name)
+    if value is None:
+        return None
+    return _number(session, info, name, high)
+
+
+def _number(session: str, info: dict[str, Any], name: str, high: float) -> float:
     """A number from 0 to ``high``: finite (no NaN nor infinity), not a boolean."""
     value = info.get(name)
-    if value is None and optional:
-        return None
     if (
         not isinstance(value, int | float)
         or isinstance(value, bool)
@@ -143,9 +147,9 @@ def _request(session: str, raw: object) -> FarRequest:
         str(state),
         requester,
         reason,
-        _number(session, raw, "created", MAX_TIME, optional=False) or 0.0,
-        _number(session, raw, "duration", MAX_DURATION, optional=True),
-        _number(session, raw, "expires", MAX_TIME, optional=True),
+        _number(session, raw, "created", MAX_TIME),
+        _optional_number(session, raw, "duration", MAX_DURATION),
+        _optional_number(session, raw, "expires", MAX_TIME),
     )
 
 
@@ -163,7 +167,7 @@ def parse(session: str, info: object) -> FarSession:
         session,
         _text(session, info, "workdir", MAX_WORKDIR_CHARS, optional=False),
         _text(session, info, "command", MAX_COMMAND_CHARS, optional=True),
-        _number(session, info, "started", MAX_TIME, optional=False) or 0.0,
+        _number(session, info, "started", MAX_TIME),
         network,
         tuple(_request(session, raw) for raw in requests),
     )

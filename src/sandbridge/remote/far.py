@@ -4,7 +4,9 @@ It speaks the remote protocol on its stdin and stdout (whatever carries them: an
 channel, ``kubectl exec -i``, a pipe) and serves the apps of this user's running
 sessions, as the registry lists them (``session.json`` in each session's host-only
 directory, kept by the session's host half, daemon or not). It tells the laptop the
-list, again whenever it changes, and opens a byte stream to an app when asked.
+list, again whenever it changes, and opens a byte stream to an app when asked. The list
+also describes each session for the laptop's dashboard (``remote/far_sessions.py``: its
+facts and terminal requests).
 
 It reaches an app the way the session's own host half does: a stream-mode connection
 to the session's ``upstream.sock`` (``relay/upstream.py``: the socket checked as the
