@@ -113,6 +113,24 @@ def test_a_far_request_is_denied_from_the_page_on_the_far_machine(
         assert errors == []
 
 
+def test_a_far_approval_is_revoked_from_the_page_on_the_far_machine(
+    browser: Browser, far: FarMachine, tmp_path: Path
+) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop, dashboard_of(browser, laptop) as shown:
+        page, errors = shown
+        far.cli("terminal", "trust-owner", laptop.owner_public_key())
+        asked = laptop.cli("terminal", "request", "far:box", "--no-wait")
+        request_id = asked.stdout.strip()
+        assert laptop.cli("terminal", "approve", request_id).returncode == 0
+        row = page.locator("#terminals tbody tr", has_text=request_id)
+        row.get_by_role("button", name=f"Revoke terminal request {request_id}").click()
+        expect(page.locator("#status")).to_have_text(f"revoked {request_id}")
+        expect(row).to_contain_text("revoked")
+        events = [r["event"] for r in far.audit(request_id.removeprefix("far:"))]
+        assert "revocation" in events
+        assert errors == []
+
+
 def test_a_hostile_far_machines_words_are_shown_as_text(browser: Browser, tmp_path: Path) -> None:
     laptop = LaptopUser(tmp_path, shlex.join([PYTHON, str(HOSTILE_FAR), "describe"]))
     try:
