@@ -64,15 +64,24 @@ def _is_entry(pid: int) -> bool:
     return argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]
 
 
+# A v1 request (which only the event loop's shim serves) to a port nothing listens on.
+_V1_TO_NOWHERE = b'{"type":"http_request","port":1,"method":"GET","path":"/"}\n'
+
+
 def _serve_one(upstream: Path) -> bytes:
-    """Connect to the shim and send a line that is not a request: its refusal (an error
-    line, then the end) proves it serves."""
+    """Connect to the shim and send a v1 request for a port nothing listens on: its
+    answer (an error line, then the end) proves it served, with the event loop."""
+    return _exchange(upstream, _V1_TO_NOWHERE)
+
+
+def _exchange(upstream: Path, data: bytes) -> bytes:
+    """Send ``data`` on a connection to the shim; its answer, read to the end."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(30)
         sock.connect(str(upstream))
-        sock.sendall(b"{}\n")
+        sock.sendall(data)
         answer = b""
-        while chunk := sock.recv(4096):
+        while chunk := sock.recv(65536):
             answer += chunk
     return answer
 
@@ -81,7 +90,7 @@ def _mapped(pid: int, name: str) -> bool:
     return name in Path(f"/proc/{pid}/maps").read_text()
 
 
-def test_an_idle_sandbox_loads_the_shim_only_when_a_connection_arrives(
+def test_an_idle_sandbox_loads_the_event_loop_only_when_a_connection_needs_it(
     backend: str, tmp_path: Path, xdg: Path
 ) -> None:
     marker = f"idle-entry-{os.getpid()}-{backend}"
