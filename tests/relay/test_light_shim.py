@@ -9,8 +9,10 @@ import asyncio
 import base64
 import json
 import os
+import select
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,3 +339,36 @@ def test_what_needs_the_event_loop_is_passed_on_with_the_bytes_read(
     ((received, left),) = adopted
     assert received == request
     assert 0 < left <= FIRST_LINE_TIMEOUT
+
+
+def _connecting_to(port: int) -> int:
+    """Sockets of this machine's loopback in SYN_SENT toward ``port``."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "02" and int(fields[2].split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+def test_an_app_connect_in_progress_at_the_switch_ends_on_the_event_loop(
+    light: LightServer, full_port: int
+) -> None:
+    with light.connect() as sock:
+        before = _connecting_to(full_port)
+        sock.sendall(stream.encode_open(full_port, handoff=True))
+        deadline = time.monotonic() + 30
+        while _connecting_to(full_port) == before:  # until the light shim's connect shows
+            assert time.monotonic() < deadline, "the light shim never connected"
+            select.select([sock], [], [], 0.01)
+        light.stop()  # with the connect in progress: its writer and timer move
+
+        def adopt(passed: socket.socket, received: bytes, left: float) -> None:
+            raise AssertionError(f"passed on: {received!r}")
+
+        async def switch() -> bytes:
+            light.shim.continue_on(asyncio.get_running_loop(), adopt)
+            return await asyncio.to_thread(_read_to_end, sock)
+
+        answer = event_loop.run(switch())
+    assert json.loads(answer)["error"] == f"connect to 127.0.0.1:{full_port} failed: timed out"

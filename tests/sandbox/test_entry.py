@@ -108,18 +108,20 @@ def test_an_idle_sandbox_loads_the_event_loop_only_when_a_connection_needs_it(
         process.wait_line("started")
         (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
         assert not _mapped(pid, "uvloop")  # listening, the command running, nothing loaded
-        answer = _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
-        assert answer.startswith(b'{"ok":false')
+        upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
+        assert _exchange(upstream, b"{}\n").startswith(b'{"ok":false')
+        assert not _mapped(pid, "uvloop")  # a refusal is the light shim's
+        assert _serve_one(upstream).startswith(b'{"ok":false')
         assert _mapped(pid, "uvloop")
     finally:
         process.stop()
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "serving"])
+@pytest.mark.parametrize("served", ["idle", "light shim", "event loop"])
 def test_sigterm_to_the_entry_reaches_the_command(
-    backend: str, tmp_path: Path, xdg: Path, loaded: bool
+    backend: str, tmp_path: Path, xdg: Path, served: str
 ) -> None:
-    marker = f"term-entry-{os.getpid()}-{backend}-{loaded}"
+    marker = f"term-entry-{os.getpid()}-{backend}-{served.replace(' ', '-')}"
     script = "trap 'echo got-term; exit 5' TERM; echo started; sleep 600 & wait"
     process = Process(
         run_argv(
@@ -134,8 +136,12 @@ def test_sigterm_to_the_entry_reaches_the_command(
     try:
         process.wait_line("started")
         (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
-        if loaded:
-            _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
+        upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
+        if served == "light shim":  # a refusal: served without the event loop
+            assert _exchange(upstream, b"{}\n").startswith(b'{"ok":false')
+            assert not _mapped(pid, "uvloop")
+        elif served == "event loop":
+            _serve_one(upstream)
             assert _mapped(pid, "uvloop")
         os.kill(pid, signal.SIGTERM)
         process.wait_line("got-term")

@@ -268,5 +268,5 @@ class _Connection:
             self._loop.remove_writer(self._app.fileno())
             self._app.close()
         self._state = _State.DONE
+        self._shim._forget(self)  # first: the host sees the end only once it is over here
         self._sock.close()
-        self._shim._forget(self)

@@ -128,12 +128,12 @@ def _until_needed(
         for fd in (pidfd, upstream.fileno(), *listeners):
             poller.register(fd, select.POLLIN)
         ready = {fd for fd, _ in poller.poll()}
-        if pidfd not in ready and upstream.fileno() in ready:
+        if pidfd not in ready:
+            if upstream.fileno() not in ready:
+                return None  # the gate or a terminal start: the event loop's
             light = _serve_light(pidfd, upstream, listeners)
             if light is not None:
                 return light
-        elif pidfd not in ready:
-            return None
     finally:
         os.close(pidfd)
     return command.reap()
