@@ -43,11 +43,13 @@ class Timer:
         self._moved: asyncio.TimerHandle | None = None
 
     def cancel(self) -> None:
+        """Never call the callback (on the event loop too, if the timer moved there)."""
         self._callback = None
         if self._moved is not None:
             self._moved.cancel()
 
     def cancelled(self) -> bool:
+        """Whether it was cancelled or has fired."""
         return self._callback is None
 
     def _fire(self) -> None:
@@ -70,6 +72,7 @@ class PollLoop:
         self._target: asyncio.AbstractEventLoop | None = None
 
     def add_reader(self, fd: int, callback: Callback) -> None:
+        """Call ``callback`` whenever ``fd`` is readable (or hung up, or failed)."""
         if self._target is not None:
             self._target.add_reader(fd, callback)
             return
@@ -77,6 +80,7 @@ class PollLoop:
         self._register(fd)
 
     def remove_reader(self, fd: int) -> bool:
+        """Stop watching ``fd`` for reading; whether it was watched."""
         if self._target is not None:
             return self._target.remove_reader(fd)
         found = self._readers.pop(fd, None) is not None
@@ -84,6 +88,7 @@ class PollLoop:
         return found
 
     def add_writer(self, fd: int, callback: Callback) -> None:
+        """Call ``callback`` whenever ``fd`` is writable (or hung up, or failed)."""
         if self._target is not None:
             self._target.add_writer(fd, callback)
             return
@@ -91,6 +96,7 @@ class PollLoop:
         self._register(fd)
 
     def remove_writer(self, fd: int) -> bool:
+        """Stop watching ``fd`` for writing; whether it was watched."""
         if self._target is not None:
             return self._target.remove_writer(fd)
         found = self._writers.pop(fd, None) is not None
@@ -98,6 +104,7 @@ class PollLoop:
         return found
 
     def call_later(self, delay: float, callback: Callback) -> Timer:
+        """Call ``callback`` once, ``delay`` seconds from now, unless cancelled."""
         timer = Timer(time.monotonic() + delay, callback)
         if self._target is not None:
             timer._moved = self._target.call_later(delay, timer._fire)
