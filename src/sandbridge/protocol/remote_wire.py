@@ -58,7 +58,8 @@ from sandbridge.exceptions import RegistrationError, RemoteWireError
 from sandbridge.protocol.contract import SESSION_NAME_PATTERN
 from sandbridge.protocol.far_sessions import MAX_FAR_SESSIONS, FarSession, parse
 from sandbridge.protocol.jsonline import decode_object, encode_object
-from sandbridge.protocol.registration import normalize_base_path, validate_port
+from sandbridge.protocol.port import validate_port
+from sandbridge.protocol.registration import normalize_base_path
 
 # 2: the 2 MiB window (a version-1 peer would refuse data beyond its 256 KiB).
 VERSION = 2
