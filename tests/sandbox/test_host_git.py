@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
+import pytest
+
+from sandbridge.exceptions import GitNotRun
 from sandbridge.sandbox import host_git
 from tests.sandbox.test_protected_paths import git, make_repo
 
@@ -46,3 +50,28 @@ def test_ignoring_rule_names_source_and_line_and_skips_negations(tmp_path: Path)
     (repo / ".gitignore").write_text("*.log\n!keep.log\n")
     assert host_git.ignoring_rule(repo, "a.log") == ".gitignore:1:*.log"
     assert host_git.ignoring_rule(repo, "keep.log") is None
+
+
+def test_a_repository_where_git_timed_out_is_not_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the checks do not foresee (an include.path target, read only by
+    ``config --includes``) costs the timeout once; the next question fails at once."""
+    monkeypatch.setattr(host_git, "GIT_TIMEOUT_SECONDS", 1.0)
+    repo = make_repo(tmp_path / "proj")
+    os.mkfifo(repo / "included")
+    git(repo, "config", "include.path", "../included")
+    started = time.monotonic()
+    with pytest.raises(GitNotRun) as first:
+        host_git.config_entries(repo)
+    assert 1.0 <= time.monotonic() - started < host_git.GIT_TIMEOUT_SECONDS + 5
+    assert str(first.value) == (
+        f"git timed out after 1 s in the repository {repo} (git config --list): a file there "
+        "blocks it (a FIFO?); not asked again in this run. Find it and remove it."
+    )
+    started = time.monotonic()
+    for question in (host_git.toplevel, host_git.hidden_from_status, host_git.submodule_paths):
+        with pytest.raises(GitNotRun) as again:
+            question(repo)
+        assert str(again.value) == str(first.value)
+    assert time.monotonic() - started < 0.5
