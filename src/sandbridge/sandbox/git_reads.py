@@ -94,7 +94,7 @@ def check(cwd: Path, args: Sequence[str]) -> Repository | None:
             ensure_file(path)
         for path in (common / "config", common / "info" / "exclude"):
             ensure_file(path)
-        if "check-ignore" in args and repository.top is not None and args:
+        if "check-ignore" in args and repository.top is not None:
             for directory in _directories_down_to(repository.top, cwd / args[-1]):
                 ensure_file(directory / ".gitignore")
     if "-f" in args[:-1]:
