@@ -19,11 +19,12 @@ opened without blocking and only when they are regular files:
 - ``check-ignore PATH``: the ``.gitignore`` of each directory from the top down to PATH's;
 - ``config -f FILE``: FILE.
 
-Measured as not opened by these calls (a FIFO there changes nothing): refs, loose or
-``packed-refs``, the object store (``objects/info/alternates`` too), ``shallow``,
-``FETCH_HEAD``, ``info/sparse-checkout``. A file this list misses (an ``include.path``
-target, read only by ``config --includes``) is bounded by the timeout instead, once per
-repository (``host_git.run_git``).
+Files that settings name (an ``include.path`` target, ``core.excludesFile``) are checked
+by ``host_git.config_entries``, which reads the settings. Measured as not opened by these
+calls (a FIFO there changes nothing): refs, loose or ``packed-refs``, the object store
+(``objects/info/alternates`` too), ``shallow``, ``FETCH_HEAD``, ``info/sparse-checkout``.
+A file all this misses is bounded by the timeout instead, once per repository
+(``host_git.run_git``).
 """
 
 from __future__ import annotations

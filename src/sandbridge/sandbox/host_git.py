@@ -42,6 +42,8 @@ HARDENING = (
 # Each question reads a few files; a git that takes longer than this is stuck (a FIFO as
 # a config file, a hung network file system) and sandbridge refuses to guess.
 GIT_TIMEOUT_SECONDS = 20.0
+# git's own limit on nested includes (config.c, MAX_INCLUDE_DEPTH): deeper, git stops.
+MAX_INCLUDE_DEPTH = 10
 # ``check-ignore -v``: SOURCE:LINE:PATTERN (the source may itself hold colons).
 _RULE = re.compile(r"(?P<source>.*):(?P<line>[0-9]+):(?P<pattern>.*)")
 
@@ -110,13 +112,53 @@ def toplevel(directory: Path) -> Path | None:
 
 
 def config_entries(top: Path) -> list[ConfigEntry]:
-    """Every setting the owner's git sees in ``top``, includes followed, with its file."""
+    """Every setting the owner's git sees in ``top``, includes followed, with its file.
+
+    The files an include names and the ``core.excludesFile`` a setting names are opened by
+    git too; ``git_reads`` cannot know them, so they are checked here: the includes before
+    git follows them, the excludes file before ``check-ignore`` is asked."""
     if not available():
         return []
+    _check_included_files(top)
     result = run_git(top, "config", "--list", "--show-origin", "--includes", "-z")
     if result.returncode != 0:
         return []
-    fields = result.stdout.split("\0")
+    entries = _entries(top, result.stdout)
+    for entry in entries:
+        if entry.key == "core.excludesfile" and entry.value:
+            git_reads.ensure_file(top / os.path.expanduser(entry.value))
+    return entries
+
+
+def _check_included_files(top: Path) -> None:
+    """Check each file an ``include.path`` or ``includeIf.*.path`` names, whatever its
+    condition, level by level (each level listed without following includes), as deep as
+    git goes."""
+    level: list[tuple[str, ...]] = [()]
+    seen: set[Path] = set()
+    for _ in range(MAX_INCLUDE_DEPTH):
+        following: list[tuple[str, ...]] = []
+        for source in level:
+            listed = run_git(
+                top, "config", *source, "--list", "--show-origin", "--no-includes", "-z"
+            )
+            for entry in _entries(top, listed.stdout) if listed.returncode == 0 else []:
+                key = entry.key
+                if not (key == "include.path" or key.startswith("includeif.")) or not (
+                    key.endswith(".path") and entry.value
+                ):
+                    continue
+                base = top if entry.origin is None else entry.origin.parent
+                target = base / os.path.expanduser(entry.value)  # an absolute value wins
+                git_reads.ensure_file(target)
+                if target.is_file() and target not in seen:
+                    seen.add(target)
+                    following.append(("-f", str(target)))
+        level = following
+
+
+def _entries(top: Path, listed: str) -> list[ConfigEntry]:
+    fields = listed.split("\0")
     entries = []
     for origin, item in zip(fields[0::2], fields[1::2], strict=False):
         key, _, value = item.partition("\n")
