@@ -410,14 +410,11 @@ class LinkState:
         state.send_credit -= len(data)
         if len(data) <= MAX_DATA_BYTES:  # the common case: one frame, one copy
             return HEADER.pack(len(data), Kind.DATA, stream) + data
-        # Headers and views of the payload joined once: one copy of every byte (a slice
-        # and a frame each were two more).
-        view = memoryview(data)
-        parts: list[bytes | memoryview] = []
-        for i in range(0, len(data), MAX_DATA_BYTES):
-            part = view[i : i + MAX_DATA_BYTES]
-            parts += (HEADER.pack(len(part), Kind.DATA, stream), part)
-        return b"".join(parts)
+        # One copy of every byte: each frame's header and a view of its payload, joined.
+        view, step = memoryview(data), MAX_DATA_BYTES
+        parts = [(HEADER.pack(len(view[i : i + step]), Kind.DATA, stream), view[i : i + step])
+                 for i in range(0, len(data), step)]  # fmt: skip
+        return b"".join(part for pair in parts for part in pair)
 
     def consumed(self, stream: int, count: int) -> bytes:
         """This side's consumer took ``count`` bytes of ``stream``: a CREDIT frame once
