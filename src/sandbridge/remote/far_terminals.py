@@ -104,7 +104,7 @@ async def serve_terminal_control(mux: Mux, stream: MuxStream, session: str) -> N
         channel.abort()
         stream.reset("the control connection failed")
         return
-    await splice(channel, stream)
+    await splice(channel, stream, gentle_reset=True)
 
 
 async def _gate(stream: MuxStream, session: str) -> bytes | None:

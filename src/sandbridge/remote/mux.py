@@ -58,6 +58,7 @@ class MuxStream:
         self._chunks: collections.deque[bytes] = collections.deque()
         self._ended = False  # the peer sent EOF, or the stream or link is gone
         self._lost: str | None = None  # why the stream was reset or the link lost
+        self.link_lost = False  # it ended because the whole link did (not a reset)
         self._readable = asyncio.Event()
         self._credit = asyncio.Event()
         self.answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
@@ -381,6 +382,7 @@ class Mux:
         if self._closed is None:
             self._closed = reason
         for stream in list(self._streams.values()):
+            stream.link_lost = True
             stream._end(self._closed)
         self._streams.clear()
         self._waiting_for_room.clear()

@@ -11,34 +11,54 @@ response); an abrupt end on either side (a reset, the link lost) ends the other 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.relay.channel import Channel
 from sandbridge.remote.mux import MuxStream
 
+# After a peer's reset, how long the socket may take to end once given its end.
+RESET_DRAIN_SECONDS = 10.0
 
-async def _socket_to_link(channel: Channel, stream: MuxStream) -> None:
+
+async def _socket_to_link(channel: Channel, stream: MuxStream, gentle: bool) -> None:
     while data := await channel.read():
-        await stream.write(data)
+        try:
+            await stream.write(data)
+        except ConnectionResetError:
+            if not (gentle and not stream.link_lost):
+                raise
+            # The peer reset its end, the link lives on: what the socket still says goes
+            # nowhere, until it ends (the other direction gave it its end).
+            async with asyncio.timeout(RESET_DRAIN_SECONDS):
+                while await channel.read():
+                    pass
+            return
     stream.write_eof()
 
 
-async def _link_to_socket(stream: MuxStream, channel: Channel) -> None:
+async def _link_to_socket(stream: MuxStream, channel: Channel, gentle: bool) -> None:
     while data := await stream.read():
         await channel.send(data)
-    if stream.lost is not None:
+    if stream.lost is not None and not (gentle and not stream.link_lost):
         raise ConnectionResetError(stream.lost)
     transport = channel.transport
     if transport is not None and transport.can_write_eof() and not transport.is_closing():
         transport.write_eof()
 
 
-async def splice(channel: Channel, stream: MuxStream) -> None:
-    """Copy both ways until both directions ended, or either side ended abruptly."""
+async def splice(channel: Channel, stream: MuxStream, *, gentle_reset: bool = False) -> None:
+    """Copy both ways until both directions ended, or either side ended abruptly.
+
+    ``gentle_reset``: a reset from the peer (the link still up) ends the socket's side
+    as an end of stream, a half close, rather than at once: serve-stdio's terminal
+    streams, so that the far broker tells a laptop client that vanished (a half close,
+    ``end=client``) from the link lost (a whole close, ``end=link``)."""
     try:
         async with running(
-            _socket_to_link(channel, stream), _link_to_socket(stream, channel)
+            _socket_to_link(channel, stream, gentle_reset),
+            _link_to_socket(stream, channel, gentle_reset),
         ) as tasks:
             pending = set(tasks)
             while pending:
