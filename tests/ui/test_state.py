@@ -245,6 +245,38 @@ def test_a_far_approval_signs_nothing_but_the_request_the_page_showed(
         entry.remove()
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"ok": True, "request": 5},
+        {"ok": True, "duration": "long", "request": {"requester": "ab" * 32}},
+        {"ok": True, "instance": "i", "request": {"requester": "ab" * 32, "created": "x"}},
+    ],
+    ids=["request-not-an-object", "duration-not-a-number", "fields-missing"],
+)
+def test_a_far_show_answer_out_of_shape_is_refused_naming_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: dict[str, object]
+) -> None:
+    """A hostile far machine's ``show`` answer is its word: out of shape, the page's
+    approve is a refusal naming the request (an HTTP 400), not a traceback."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    asked: list[str] = []
+    thread = _hostile_far_control(remote_control_socket("box"), answer, asked)
+    try:
+        says = r"^request box:web:0123abcd: its session.*; nothing was signed"
+        with pytest.raises(SandbridgeError, match=says):
+            act(
+                {"action": "terminal_approve", "id": "box:web:0123abcd", "ttl": None,
+                 "requester": "ab" * 32, "duration": None}
+            )  # fmt: skip
+        thread.join(10)
+        assert asked == ["show"]
+    finally:
+        entry.remove()
+
+
 def test_an_approval_from_the_page_must_say_what_it_showed() -> None:
     with pytest.raises(SandbridgeError, match="requester must be a non-empty string, got None"):
         act({"action": "terminal_approve", "id": "web:00000000", "ttl": 60})

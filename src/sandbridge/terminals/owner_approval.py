@@ -65,21 +65,27 @@ def approve_request(
     place, far_id = parse_request_id(request_id)
     session = place.session
     answer = call(place, {"op": "show", "id": far_id})
-    if shown is not None:
-        check_shown(request_id, shown, answer, as_asked=ttl is None)
-    if ttl is None:
-        # The session checked the asked duration when it took the request; an answer
-        # from a session that predates it has none.
-        asked = answer.get("duration")
-        ttl = approval.DEFAULT_TTL if asked is None else float(asked)
-    body = answer["request"]
-    request = Request(
-        session,
-        str(answer["instance"]),
-        str(body["requester"]),
-        str(body["reason"]),
-        float(body["created"]),
-        str(body["nonce"]),
-    )
+    try:
+        if shown is not None:
+            check_shown(request_id, shown, answer, as_asked=ttl is None)
+        if ttl is None:
+            # The session checked the asked duration when it took the request; an answer
+            # from a session that predates it has none.
+            asked = answer.get("duration")
+            ttl = approval.DEFAULT_TTL if asked is None else float(asked)
+        body = answer["request"]
+        request = Request(
+            session,
+            str(answer["instance"]),
+            str(body["requester"]),
+            str(body["reason"]),
+            float(body["created"]),
+            str(body["nonce"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:  # a far side's answer is its word
+        raise SandbridgeError(
+            f"request {request_id}: its session's answer to show is malformed "
+            f"({type(exc).__name__}: {exc!s:.80}); nothing was signed"
+        ) from None
     document = approval.sign_approval(keys.owner_key(), far_id, request, ttl, time.time())
     return {**call(place, {"op": "approve", "id": far_id, "approval": document}), "ttl": ttl}
