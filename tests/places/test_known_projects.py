@@ -95,3 +95,20 @@ def test_a_list_that_cannot_be_written_is_a_warning(
     state.write_text("a file where the directory goes\n")
     known_projects.remember(project(tmp_path / "p"))
     assert "known_projects.not_written" in caplog.text
+
+
+def test_a_project_moved_behind_a_link_is_hidden_where_it_now_is(tmp_path: Path) -> None:
+    """A sandbox that can write a known project's parent (a workdir holding it, in a
+    session started before the project was known) moves it and leaves a link in its
+    place (``mv b b-real; ln -s b-real b``). The view is laid at the directory the
+    link leads to, never through the link (a backend would follow it wherever it
+    points), and only if that is a ``.sandbridge`` directory."""
+    moved = project(tmp_path / "code" / "b")
+    known_projects.remember(moved)
+    os.rename(moved, tmp_path / "code" / "b-real")
+    (tmp_path / "code" / "b").symlink_to("b-real")
+    assert known_projects.policy_dirs() == [tmp_path / "code" / "b-real" / ".sandbridge"]
+    (tmp_path / "code" / "b").unlink()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "code" / "b").symlink_to(tmp_path / "elsewhere")
+    assert known_projects.policy_dirs() == []

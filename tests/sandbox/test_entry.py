@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.protocol.shim_opening import FIRST_LINE_TIMEOUT
 from sandbridge.sandbox import entry
 from tests.conftest import PYTHON, Process, processes_with, run_argv
 
@@ -180,5 +181,56 @@ def test_the_command_cannot_take_the_entrys_descriptors(
         line = process.wait_line("grabbed")
         assert line == "grabbed [] Operation not permitted"
         assert process.popen.wait(30) == 0
+    finally:
+        process.stop()
+
+
+# The command, hostile to its own entry: fill upstream.sock with connections that say
+# nothing, cut the entry's descriptor limit to a dozen (prlimit(2) works on a process of
+# the same user), make it load the event loop with a v1 line, and exit with status 7.
+_FLOOD_THE_ENTRY = """
+import os, resource, socket, sys
+path = os.environ["AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET"]
+(entry,) = [int(p) for p in os.listdir("/proc") if p.isdigit()
+            and open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")[1:3]
+            == [b"-m", b"sandbridge.sandbox.entry"]]
+held = []
+for _ in range(2000):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.setblocking(False)
+    try:
+        sock.connect(path)
+    except OSError:  # the listener's queue is full
+        sock.close()
+        break
+    held.append(sock)
+resource.prlimit(entry, resource.RLIMIT_NOFILE, (12, 12))
+loud = socket.socket(socket.AF_UNIX)
+loud.connect(path)
+loud.sendall(b'{"type":"http_request","port":1,"method":"GET","path":"/"}\\n')
+print("flooded", len(held), flush=True)
+sys.exit(7)
+"""
+
+
+def test_a_command_flooding_its_entry_still_ends_with_its_own_status(
+    backend: str, tmp_path: Path
+) -> None:
+    """Silent connections the entry holds, its descriptor limit cut under it, the event
+    loop loaded meanwhile: the command's end still ends the session at once (not after
+    the first-line timeout of the connections held) with the command's status."""
+    process = Process(
+        run_argv(
+            tmp_path,
+            PYTHON,
+            "-c",
+            _FLOOD_THE_ENTRY,
+            options=("--backend", backend, "--net", "none", "--no-daemon"),
+        )
+    )
+    try:
+        flooded = process.wait_line("flooded")
+        assert int(flooded.split()[1]) > 100
+        assert process.popen.wait(timeout=FIRST_LINE_TIMEOUT / 2) == 7
     finally:
         process.stop()

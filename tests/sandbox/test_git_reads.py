@@ -191,3 +191,61 @@ def test_the_repository_found_is_the_one_git_finds(tmp_path: Path) -> None:
     (repo / "src" / "deep").mkdir(parents=True)
     found = git_reads.check(repo / "src" / "deep", ("rev-parse", "--show-toplevel"))
     assert found == git_reads.Repository(repo / ".git", repo)
+
+
+def shared_index(repo: Path) -> Path:
+    """A split index (``git update-index --split-index``, which the sandbox may run in
+    its workdir): ``index`` names ``sharedindex.<hash>``, which git opens beside it."""
+    git(repo, "update-index", "--split-index")
+    [shared] = (repo / ".git").glob("sharedindex.*")
+    return fifo_in_place_of(shared)
+
+
+def sparse_checkout_file(repo: Path) -> Path:
+    """The repository's own config (the sandbox's to write) turns on sparse checkout:
+    git then opens ``info/sparse-checkout`` to read the index."""
+    git(repo, "config", "core.sparseCheckout", "true")
+    return fifo_in_place_of(repo / ".git" / "info" / "sparse-checkout")
+
+
+@pytest.mark.parametrize("plant", [shared_index, sparse_checkout_file], ids=lambda p: p.__name__)
+def test_a_file_the_index_or_the_repositorys_settings_lead_git_to_is_refused(
+    tmp_path: Path, plant: Callable[[Path], Path]
+) -> None:
+    """Files git 2.39 opens to read the index only in some repositories (found with
+    strace on ``ls-files``): each question that reads the index is refused at once,
+    naming the file, where it waited the whole timeout."""
+    repo = make_repo(tmp_path / "proj")
+    path = plant(repo)
+    for question in (host_git.hidden_from_status, host_git.submodule_paths):
+        started = time.monotonic()
+        with pytest.raises(GitNotRun) as caught:
+            question(repo)
+        assert str(caught.value) == refused(path), question.__name__
+        assert time.monotonic() - started < PROMPT
+
+
+def test_a_sparse_index_is_read_as_it_is_never_expanded_from_the_object_store(
+    tmp_path: Path,
+) -> None:
+    """A sparse index (sparse checkout in cone mode with ``index.sparse``: the sandbox's
+    own config and index) holds a directory out of the cone as one entry; git expanded
+    it by reading its tree from the object store, where a FIFO in place of that loose
+    object held each question the whole timeout. The questions read the index as it is
+    (``ls-files --sparse``): the directory is one skip-worktree entry, nothing is read
+    from the object store."""
+    repo = make_repo(tmp_path / "proj")
+    for name in ("in", "out"):
+        (repo / name).mkdir()
+        (repo / name / "file").write_text(f"{name}\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "two directories")
+    git(repo, "sparse-checkout", "set", "--cone", "in")
+    git(repo, "config", "index.sparse", "true")
+    git(repo, "sparse-checkout", "reapply")
+    tree = git(repo, "rev-parse", "HEAD:out").stdout.strip()
+    fifo_in_place_of(repo / ".git" / "objects" / tree[:2] / tree[2:])
+    started = time.monotonic()
+    assert host_git.hidden_from_status(repo) == frozenset({"out/"})
+    assert host_git.submodule_paths(repo) == []
+    assert time.monotonic() - started < PROMPT

@@ -307,3 +307,46 @@ def test_a_known_projects_secrets_file_is_not_seen_through_the_read_only_root(
         check=True,
     ).stdout
     assert own.split() == ["allow", "config", "env.example"]
+
+
+def test_a_sandbox_cannot_move_a_known_project_out_from_under_its_view(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A known project inside the workdir (``~/code/deep/b``): its view is an empty
+    read-only mount, but its parents are the sandbox's to rename. Moved, the project is
+    no longer where the list says, and the next session showed its secrets file at the
+    new place. Every directory between the workdir and a view is a mount point in the
+    sandbox, which cannot be renamed (EBUSY)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    workdir = tmp_path / "code"
+    other = make_project(workdir / "deep" / "b", git=False)
+    options = ("--backend", backend, "--net", "none", "--no-daemon")
+    subprocess.run(
+        run_argv(other, "true", options=options), capture_output=True, timeout=60, check=True
+    )
+    moves = " ".join(
+        f"mv {source} {source}-moved 2>/dev/null && echo MOVED {source};"
+        for source in ("deep/b", "deep", "deep/b/.sandbridge")
+    )
+    first = subprocess.run(
+        run_argv(workdir, "sh", "-c", f"{moves} echo DONE", options=options),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    places = " ".join(
+        f"{parent}/.sandbridge/env" for parent in ("deep/b", "deep/b-moved", "deep-moved/b-moved")
+    )
+    second = subprocess.run(
+        run_argv(workdir, "sh", "-c", f"cat {places} 2>/dev/null; echo END", options=options),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "END" in second.stdout
+    assert "start-value" not in second.stdout
+    assert "DONE" in first.stdout
+    assert "MOVED" not in first.stdout
+    assert (other / ".sandbridge" / "env").read_text() == "API_TOKEN=start-value\n"

@@ -110,3 +110,36 @@ def test_with_an_env_fd_no_value_is_on_the_command_line(backend: str) -> None:
     else:
         assert json.loads(payload)["TOKEN"] == value
         assert json.loads(argv[-1])["env_fd"] == fd
+
+
+def test_the_directories_above_a_view_in_a_writable_bind_are_pinned_right_after_it() -> None:
+    """``mv deep deep-moved`` would move a known project out from under its view: each
+    directory between the top of the writable bind holding a view and the view is bound
+    onto itself right after that bind, shallowest first; under a read-only bind nothing
+    can be renamed, so nothing is pinned there."""
+    tree = SandboxSpec(
+        command=["true"],
+        workdir=Path("/tmp/code"),
+        runtime_dir=Path("/tmp/ags-webview-relay-1"),
+        home=Path("/tmp/home"),
+        mounts=[
+            Mount(Path("/srv/data"), Path("/data"), writable=True),
+            Mount(Path("/srv/ro"), Path("/ro"), writable=False),
+        ],
+        other_projects=(
+            Path("/tmp/code/deep/b/.sandbridge"),
+            Path("/srv/data/x/.sandbridge"),
+            Path("/srv/ro/y/z/.sandbridge"),
+        ),
+    )
+    pin = [
+        Mount(Path("/tmp/code/deep"), Path("/tmp/code/deep"), writable=True),
+        Mount(Path("/tmp/code/deep/b"), Path("/tmp/code/deep/b"), writable=True),
+    ]
+    assert tree.bind_sequence() == [
+        Mount(Path("/tmp/code"), Path("/tmp/code"), writable=True),
+        *pin,
+        Mount(Path("/srv/data"), Path("/data"), writable=True),
+        Mount(Path("/srv/data/x"), Path("/data/x"), writable=True),
+        Mount(Path("/srv/ro"), Path("/ro"), writable=False),
+    ]

@@ -11,7 +11,12 @@ import pytest
 
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry
-from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry, list_remotes
+from sandbridge.places.remotes import (
+    RemoteAppRecord,
+    RemoteEntry,
+    list_remotes,
+    remote_control_socket,
+)
 from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.terminals.control import short_path
 from sandbridge.ui.state import MAX_TTL, act, snapshot
@@ -174,3 +179,104 @@ def test_a_far_deny_goes_to_the_connect_serving_its_machine(
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     with pytest.raises(SandbridgeError, match="no sandbridge connect serves a machine named 'box'"):
         act({"action": "terminal_deny", "id": "box:web:0123abcd"})
+
+
+def _hostile_far_control(path: Path, show: dict[str, object], asked: list[str]) -> threading.Thread:
+    """A ``connect`` control socket at ``path`` as a hostile far machine answers through
+    it: ``show`` answered with ``show``, ``approve`` recorded in ``asked`` and accepted."""
+    server = socket.socket(socket.AF_UNIX)
+    with short_path(path) as short:
+        server.bind(str(short))
+    server.listen()
+
+    def serve() -> None:
+        with server:
+            for _ in range(2):
+                connection, _ = server.accept()
+                with connection, connection.makefile("rb") as lines:
+                    lines.readline()  # {"session": ...}: the far session's name
+                    op = json.loads(lines.readline())["op"]
+                    asked.append(op)
+                    answer = show if op == "show" else {"ok": True, "state": "approved"}
+                    connection.sendall(json.dumps(answer).encode() + b"\n")
+                if op == "show":
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    ("changed", "says"),
+    [
+        ({"requester": "cd" * 32}, "requester cdcdcdcdcdcdcdcd"),
+        ({"duration": 86400.0}, "asks 86400.0 s, not 600 s as shown"),
+    ],
+)
+def test_a_far_approval_signs_nothing_but_the_request_the_page_showed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changed: dict[str, object], says: str
+) -> None:
+    """The page lists a far request as the far machine described it (requester, duration
+    asked); the approval is signed from the far side's ``show`` at the click. A hostile
+    far machine answered ``show`` with another requester (its own key, or a request of
+    another machine with the same session name) or a longer duration: the owner signed
+    what the page never showed. Now the page sends what it showed, and anything else in
+    ``show`` is refused, naming both, before anything is signed or sent."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    shown = {"requester": "ab" * 32, "duration": 600.0}
+    lie = {**shown, **changed}
+    answer = {
+        "ok": True, "id": "web:0123abcd", "state": "pending", "duration": lie["duration"],
+        "session": "web", "instance": "00" * 16,
+        "request": {"requester": lie["requester"], "reason": "look", "created": 1.7e9,
+                    "nonce": "11" * 16},
+    }  # fmt: skip
+    asked: list[str] = []
+    thread = _hostile_far_control(remote_control_socket("box"), answer, asked)
+    try:
+        with pytest.raises(SandbridgeError, match=says):
+            act({"action": "terminal_approve", "id": "box:web:0123abcd", "ttl": None, **shown})
+        thread.join(10)
+        assert asked == ["show"]
+    finally:
+        entry.remove()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"ok": True, "request": 5},
+        {"ok": True, "duration": "long", "request": {"requester": "ab" * 32}},
+        {"ok": True, "instance": "i", "request": {"requester": "ab" * 32, "created": "x"}},
+    ],
+    ids=["request-not-an-object", "duration-not-a-number", "fields-missing"],
+)
+def test_a_far_show_answer_out_of_shape_is_refused_naming_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: dict[str, object]
+) -> None:
+    """A hostile far machine's ``show`` answer is its word: out of shape, the page's
+    approve is a refusal naming the request (an HTTP 400), not a traceback."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    asked: list[str] = []
+    thread = _hostile_far_control(remote_control_socket("box"), answer, asked)
+    try:
+        says = r"^request box:web:0123abcd: its session.*; nothing was signed"
+        with pytest.raises(SandbridgeError, match=says):
+            act(
+                {"action": "terminal_approve", "id": "box:web:0123abcd", "ttl": None,
+                 "requester": "ab" * 32, "duration": None}
+            )  # fmt: skip
+        thread.join(10)
+        assert asked == ["show"]
+    finally:
+        entry.remove()
+
+
+def test_an_approval_from_the_page_must_say_what_it_showed() -> None:
+    with pytest.raises(SandbridgeError, match="requester must be a non-empty string, got None"):
+        act({"action": "terminal_approve", "id": "web:00000000", "ttl": 60})

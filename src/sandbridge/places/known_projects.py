@@ -66,7 +66,12 @@ def remember(root: Path) -> None:
 
 def policy_dirs() -> list[Path]:
     """The ``.sandbridge`` directories of the remembered projects that exist now (a real
-    directory, not a link to one)."""
+    directory, not a link to one), each at its real path.
+
+    A remembered root is written resolved, so a link on the way to it now was put
+    there after (``mv b b-real; ln -s b-real b`` by a sandbox that could write ``b``'s
+    parent): the directory is given at the path the links lead to, never through them,
+    since a backend laying a view at a path follows every link in it."""
     try:
         known = _read(state_dir() / FILE)
     except OSError as exc:
@@ -76,8 +81,13 @@ def policy_dirs() -> list[Path]:
     for root in known:
         path = root / POLICY_DIR_NAME
         with contextlib.suppress(OSError):
-            if stat.S_ISDIR(path.lstat().st_mode):
-                found.append(path)
+            if not stat.S_ISDIR(path.lstat().st_mode):
+                continue
+            real = Path(os.path.realpath(path))
+            if real != path:
+                log.warning("known_projects.moved", root=str(root), now=str(real.parent))
+            if real not in found:
+                found.append(real)
     return found
 
 

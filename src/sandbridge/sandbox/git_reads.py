@@ -13,7 +13,9 @@ opened without blocking and only when they are regular files:
   ``.git`` (a directory; or a file, read, naming one; anything else is refused), its
   ``HEAD`` and ``commondir``; where there is no ``.git``, the directory's own ``HEAD``
   and ``commondir`` (a bare repository's);
-- in the git dir found: ``index`` (``ls-files``), ``config.worktree``; in its common dir
+- in the git dir found: ``index`` (``ls-files``), ``config.worktree``, a split index's
+  ``sharedindex.*`` and ``info/sparse-checkout`` (opened to read the index only when
+  the repository uses them, which its own config and index decide); in its common dir
   (``commondir``): ``config``, ``info/exclude`` (``check-ignore``);
 - the owner's own config and ignore files (``~/.gitconfig``, ``$XDG_CONFIG_HOME/git/``);
 - ``check-ignore PATH``: the ``.gitignore`` of each directory from the top down to PATH's;
@@ -38,6 +40,8 @@ from pathlib import Path
 from sandbridge.exceptions import GitNotRun
 from sandbridge.sandbox.repositories import first_line, path_value
 
+# A split index's shared part (read-cache.c): ``sharedindex.<hash>`` in the git dir.
+SHARED_INDEX_PREFIX = "sharedindex."
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISSOCK, "a socket"),
@@ -91,7 +95,7 @@ def check(cwd: Path, args: Sequence[str]) -> Repository | None:
     if repository is not None:
         git_dir = repository.git_dir
         common = _common_dir(git_dir)
-        for path in (git_dir / "index", git_dir / "config.worktree"):
+        for path in (git_dir / "index", git_dir / "config.worktree", *_index_files(git_dir)):
             ensure_file(path)
         for path in (common / "config", common / "info" / "exclude"):
             ensure_file(path)
@@ -134,6 +138,20 @@ def find(cwd: Path) -> Repository | None:
 def _check_git_dir(git_dir: Path) -> None:
     ensure_file(git_dir / "HEAD")
     ensure_file(git_dir / "commondir")
+
+
+def _index_files(git_dir: Path) -> list[Path]:
+    """Files git opens to read the index only in some repositories, both the sandbox's
+    doing: a split index's ``sharedindex.<hash>`` beside ``index`` (``update-index
+    --split-index``; every one there is checked, not only the one ``index`` names) and,
+    when the repository's config turns on sparse checkout, ``info/sparse-checkout``."""
+    found = [git_dir / "info" / "sparse-checkout"]
+    try:
+        with os.scandir(git_dir) as entries:
+            found += [Path(e.path) for e in entries if e.name.startswith(SHARED_INDEX_PREFIX)]
+    except OSError:
+        pass  # not a directory git can read either: it fails at once
+    return found
 
 
 def _common_dir(git_dir: Path) -> Path:

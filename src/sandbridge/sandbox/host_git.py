@@ -169,12 +169,24 @@ def _entries(top: Path, listed: str) -> list[ConfigEntry]:
     return entries
 
 
+def _ls_files(top: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``git ls-files ARGS`` on the index as it is: a sparse index (the sandbox's own
+    config and index may make one) is not expanded, since expanding reads trees from the
+    object store, where a FIFO would hold git (a directory out of the sparse cone is
+    one skip-worktree entry, ``DIR/``). A git older than 2.35 has no ``--sparse``, and
+    no sparse index to expand."""
+    result = run_git(top, "ls-files", "--sparse", *args)
+    if result.returncode != 0 and "unknown option `sparse'" in result.stderr:
+        result = run_git(top, "ls-files", *args)
+    return result
+
+
 def submodule_paths(top: Path) -> list[Path]:
     """Submodule checkouts of ``top``: gitlinks in the index and paths in ``.gitmodules``."""
     if not available():
         return []
     paths: set[str] = set()
-    staged = run_git(top, "ls-files", "--stage", "-z")
+    staged = _ls_files(top, "--stage", "-z")
     if staged.returncode == 0:
         for record in staged.stdout.split("\0"):
             meta, _, name = record.partition("\t")
@@ -216,7 +228,7 @@ def hidden_from_status(top: Path) -> frozenset[str]:
     """
     if not available():
         return frozenset()
-    result = run_git(top, "ls-files", "-v", "-z")
+    result = _ls_files(top, "-v", "-z")
     if result.returncode != 0:
         return frozenset()
     hidden = set()

@@ -89,10 +89,44 @@ class SandboxSpec:
         ]
 
     def bind_sequence(self) -> list[Mount]:
-        """The workdir and the extra mounts in bind order, each followed by its pins."""
+        """The workdir and the extra mounts in bind order, each followed by its pins:
+        those of sandbridge's own host paths (:class:`~sandbridge.sandbox.host_paths.Guard`)
+        and those of the policy views (:meth:`view_pins`)."""
         binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts]
         pins = self.guard.pins[-len(binds) :] if self.guard.pins else [()] * len(binds)
-        return [mount for bind, after in zip(binds, pins, strict=True) for mount in (bind, *after)]
+        views = self.view_pins(binds)
+        return [
+            mount
+            for index, (bind, after) in enumerate(zip(binds, pins, strict=True))
+            for mount in (bind, *after, *(pin for pin in views[index] if pin not in after))
+        ]
+
+    def view_pins(self, binds: list[Mount]) -> list[list[Mount]]:
+        """For each of ``binds``, the directories inside it, between its top and a policy
+        view (:meth:`policy_views`, :meth:`other_policy_views`) whose files it holds,
+        bound onto themselves: shallowest first, each one a mount point.
+
+        Threat: a view is a mount point the sandbox cannot rename, but in a writable
+        bind its parents were the sandbox's to rename (``mv deep deep-moved``). Moved,
+        a project is no longer where places/known_projects.py remembers it, and the
+        next session showed its secrets file at the new place. Defence: a directory
+        that is a mount point in the sandbox's mount namespace cannot be renamed
+        (EBUSY), so every one between the bind's top and the view is made one."""
+        pins: list[list[Mount]] = [[] for _ in binds]
+        for view in {*self.policy_views(), *self.other_policy_views()}:
+            # The bind that holds the view's files: the last (in bind order) that holds it.
+            holding = [i for i, bind in enumerate(binds) if view.is_relative_to(bind.dest)]
+            if not holding or not binds[holding[-1]].writable:
+                continue
+            bind = binds[holding[-1]]
+            for between in reversed(view.parents):
+                if between != bind.dest and between.is_relative_to(bind.dest):
+                    pin = Mount(bind.source / between.relative_to(bind.dest), between, True)
+                    if pin not in pins[holding[-1]]:
+                        pins[holding[-1]].append(pin)
+        for each in pins:
+            each.sort(key=lambda mount: len(mount.dest.parts))
+        return pins
 
     def views(self, path: Path) -> list[Path]:
         """Where the host's ``path`` is visible inside: at its own path through the

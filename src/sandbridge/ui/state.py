@@ -21,7 +21,7 @@ from sandbridge.places.remotes import RemoteRecord, list_remotes
 from sandbridge.terminals import keys
 from sandbridge.terminals.config_dir import config_dir
 from sandbridge.terminals.control import Place, call, parse_request_id
-from sandbridge.terminals.owner_approval import approve_request
+from sandbridge.terminals.owner_approval import Shown, approve_request
 
 # Sessions the page lists: a user runs a handful; a flood of them is cut, not rendered.
 MAX_SESSIONS = 64
@@ -210,16 +210,21 @@ def act(body: dict[str, Any]) -> dict[str, Any]:
         session = validate_name(_text(body, "session"), "session")
         return call(session, {"op": "app_close", "host_port": port})
     if action == "terminal_approve":
+        request_id = _text(body, "id")
         ttl = body.get("ttl")
-        if ttl is None:  # the duration the request asked for, else the default
-            return approve_request(_text(body, "id"))
-        if (
+        if ttl is not None and (
             not isinstance(ttl, int | float)
             or isinstance(ttl, bool)
             or not MIN_TTL <= ttl <= MAX_TTL
         ):
             raise SandbridgeError(f"ttl must be {MIN_TTL:g} to {MAX_TTL:g} seconds, got {ttl!r}")
-        return approve_request(_text(body, "id"), float(ttl))
+        # What the row showed: only that request is signed (owner_approval.check_shown).
+        asked = body.get("duration")
+        if asked is not None and (not isinstance(asked, int | float) or isinstance(asked, bool)):
+            raise SandbridgeError(f"duration must be a number of seconds or null, got {asked!r}")
+        shown = Shown(_text(body, "requester"), None if asked is None else float(asked))
+        # ttl None: the duration the request asked for, else the default.
+        return approve_request(request_id, None if ttl is None else float(ttl), shown)
     if action in ("terminal_deny", "terminal_revoke"):
         # SESSION:XXXXXXXX, or MACHINE:SESSION:XXXXXXXX: sent to that far session
         # through its machine's `connect`, as `sandbridge terminal deny` sends it.

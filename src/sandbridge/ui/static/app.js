@@ -155,7 +155,9 @@ function renderTerminal(row, t) {
     // "as asked": the session's own default (the duration asked, else 10 minutes)
     button(td, "Approve", `Approve terminal request ${t.id}`, () => {
       const chosen = document.getElementById("ttl").value;
-      act({ action: "terminal_approve", id: t.id, ttl: chosen ? Number(chosen) : null },
+      // What this row shows goes with it: the session signs nothing else.
+      act({ action: "terminal_approve", id: t.id, ttl: chosen ? Number(chosen) : null,
+        requester: t.requester, duration: t.duration ?? null },
         (result) => `approved ${t.id} for ${duration(Number(result.ttl))}`);
     });
     button(td, "Deny", `Deny terminal request ${t.id}`, () => act({ action: "terminal_deny", id: t.id }, `denied ${t.id}`), true);
