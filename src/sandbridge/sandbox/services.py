@@ -1,12 +1,13 @@
 """What the sandbox entry serves on the event loop while the user's command runs: the
-shim on ``upstream.sock``, the gate listener (allow mode), terminal starts over the
+shim on ``upstream.sock``, the gate ports (allow mode), terminal starts over the
 host's private channel, and publishing (``--publish``, auto-publish rules).
 
 The entry (:mod:`sandbridge.sandbox.entry`) binds the listeners and starts the command
-first, and serves the shim's handoffs without an event loop
-(:mod:`sandbridge.relay.light_shim`); this module, and the event loop with it, is
-imported only once something needs more. The light shim's open connections go on
-being served here, by the same handlers, on the event loop.
+first, and serves the shim's handoffs and the gate ports without an event loop
+(:mod:`sandbridge.relay.light_shim`, :mod:`sandbridge.egress.light_gate`); this module,
+and the event loop with it, is imported only once something needs more. Their open
+connections go on being served here, by the same handlers, on the event loop, and the
+light gate goes on serving the gate ports (the entry never needs a second gate).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from pathlib import Path
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.before_loop import reap
+from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.aio.tasks import running
-from sandbridge.egress.gate_listener import GateListener
+from sandbridge.egress.light_gate import LightGate
 from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule_option, publishes_any
@@ -40,14 +42,16 @@ class Services:
     upstream: socket.socket
     upstream_path: Path
     egress_socket: Path
-    gate_address: str | None = None
     # Gate port -> its listening socket (allow mode).
     gate_ports: dict[int, socket.socket] = field(default_factory=dict)
     published: list[tuple[int, str]] = field(default_factory=list)
     publish_rules: list[PublishRule] = field(default_factory=list)
     terminal_fd: int | None = None
-    # The shim that served until now without an event loop, if one did.
+    # What served until now without an event loop, if anything did: the loop, the
+    # shim and the gate it ran.
+    poll_loop: PollLoop | None = None
     light_shim: LightShim | None = None
+    light_gate: LightGate | None = None
 
 
 def parse_publishing(
@@ -71,17 +75,18 @@ def serve(pid: int, services: Services) -> int:
 
 
 async def _serve(pid: int, services: Services) -> int:
+    loop = asyncio.get_running_loop()
+    poll_loop = services.poll_loop or PollLoop()
+    poll_loop.move_to(loop)  # what it serves goes on, here
     shim = Shim(services.upstream_path)
     light = services.light_shim
     if light is not None:  # it leaves the listener to the shim and passes on what it read
-        light.continue_on(asyncio.get_running_loop(), shim.adopt)
+        light.continue_on(loop, shim.adopt)
     await shim.start(services.upstream)
-    gate = None
-    if services.gate_address is not None:
-        gate = GateListener(
-            services.gate_address, list(services.gate_ports), services.egress_socket
-        )
-        await gate.start(services.gate_ports)
+    gate = services.light_gate
+    if gate is None and services.gate_ports:
+        gate = LightGate(poll_loop, services.gate_ports, services.egress_socket)
+        gate.start()
     published = services.published
     helpers = [publish(port, base) for port, base in published]
     if publishes_any(services.publish_rules):
@@ -97,7 +102,7 @@ async def _serve(pid: int, services: Services) -> int:
             return await _command_status(pid)
     finally:
         if gate is not None:
-            await gate.close()
+            gate.close()
         if light is not None:
             light.close()
         await shim.close()
