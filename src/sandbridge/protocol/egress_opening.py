@@ -14,7 +14,6 @@ line once the owner decides. docs/contract.md has the fields and every refusal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sandbridge.exceptions import WireError
@@ -46,9 +45,10 @@ def decode_open(line: bytes) -> int:
     return validate_port(message.get("port"))
 
 
-@dataclass(frozen=True, slots=True)
-class EgressAsk:
-    """An egress request as sent: its fields unchecked (egress/requests.py checks them)."""
+class EgressAsk(NamedTuple):
+    """An egress request as sent: its fields unchecked (egress/requests.py checks them).
+    A named tuple, not a dataclass: the sandbox entry's light gate imports this module,
+    and ``dataclasses`` (through ``inspect``) would cost it a mebibyte."""
 
     destination: object
     reason: object
