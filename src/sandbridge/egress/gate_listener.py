@@ -1,9 +1,15 @@
-"""The gate listener inside an ``allow``-mode sandbox: gate ports to the host's egress gate.
+"""The gate listener inside an ``allow``-mode sandbox, on the event loop: gate ports to
+the host's egress gate.
 
 For each gate port (the egress proxy's and each host service's) it listens on
 ``GATE:PORT`` and forwards every accepted connection over one Unix connection to
 ``egress.sock``, naming the port. It decides nothing: the sandbox can replace or bypass
 it, so the host checks every opening against the policy itself.
+
+``sandbridge shim --gate`` (a sandbox another runtime starts) serves it; the sandbox
+entry of a sandbox sandbridge runs serves the same bridge without an event loop
+(:mod:`sandbridge.egress.light_gate`). Both read the host's answer with
+:class:`~sandbridge.protocol.egress_opening.AnswerReader`.
 """
 
 from __future__ import annotations
