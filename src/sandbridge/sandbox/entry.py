@@ -5,11 +5,12 @@ the command ends.
 The shim's listener (and in allow mode every gate port) is bound and listening before
 the command starts, so a connection the command causes at once waits in the listener's
 queue; the helpers are on disk before it starts. Then, while the command runs, this
-process serves the shim's common case and the gate ports without an event loop
-(:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of bad first lines;
-:mod:`sandbridge.egress.light_gate`: every gate connection bridged to the host's egress
-gate), and imports what needs one (:mod:`sandbridge.sandbox.services`: asyncio, the
-shim's other cases, terminal starts, publishing) only when something does.
+process serves the shim's common case, the gate ports and terminal starts without an
+event loop (:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of bad
+first lines; :mod:`sandbridge.egress.light_gate`: every gate connection bridged to the
+host's egress gate; :mod:`sandbridge.terminals.light_starter`: a PTY worker per start
+the host asks for), and imports what needs one (:mod:`sandbridge.sandbox.services`:
+asyncio, the shim's other cases, publishing) only when something does.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from sandbridge.egress.light_gate import LightGate
     from sandbridge.protocol.publish_rules import PublishRule
     from sandbridge.relay.light_shim import LightShim
+    from sandbridge.terminals.light_starter import LightStarter
 
 # Connections waiting on a gate port before the gate listener accepts them (asyncio's
 # start_server listens with this backlog too).
@@ -113,12 +115,20 @@ class _Command:
 
 
 class _Light:
-    """What served without an event loop: the loop, the light shim, the light gate."""
+    """What served without an event loop: the loop, the light shim, the light gate, the
+    terminal starter."""
 
-    def __init__(self, loop: PollLoop, shim: LightShim, gate: LightGate | None) -> None:
+    def __init__(
+        self,
+        loop: PollLoop,
+        shim: LightShim,
+        gate: LightGate | None,
+        starter: LightStarter | None,
+    ) -> None:
         self.loop = loop
         self.shim = shim
         self.gate = gate
+        self.starter = starter
 
 
 def _until_needed(
@@ -128,31 +138,29 @@ def _until_needed(
     egress_socket: Path,
     terminal_fd: int | None,
 ) -> int | _Light | None:
-    """Serve the shim and the gate without an event loop for as long as they can be:
-    until the command ends (return its exit status) or something needs the event loop
-    (return what served, whose open connections the event loop goes on serving, or None
-    if nothing did).
+    """Serve the shim, the gate and terminal starts without an event loop for as long as
+    they can be: until the command ends (return its exit status) or something needs the
+    event loop (return what served, whose open connections the event loop goes on
+    serving).
 
     Until the first connection this process only sleeps: a session nobody connects to
-    costs one small process. A connection on ``upstream`` or a gate port starts the
-    light shim (:mod:`sandbridge.relay.light_shim`, handoffs and refusals) and the light
-    gate (:mod:`sandbridge.egress.light_gate`); a terminal start on ``terminal_fd``, or
-    a connection the light shim passes on, is the event loop's, and waits in its queue
-    while that loads."""
+    costs one small process. A connection on ``upstream``, a gate port or the terminal
+    channel starts the light shim (:mod:`sandbridge.relay.light_shim`, handoffs and
+    refusals), the light gate (:mod:`sandbridge.egress.light_gate`) and the terminal
+    starter (:mod:`sandbridge.terminals.light_starter`); a connection the light shim
+    passes on is the event loop's, and waits while that loads."""
     assert command.pid is not None
     pidfd = os.pidfd_open(command.pid)
-    others = [] if terminal_fd is None else [terminal_fd]
     try:
         poller = select.poll()
-        for fd in (pidfd, upstream.fileno(), *(s.fileno() for s in gate_ports.values())):
-            poller.register(fd, select.POLLIN)
-        for fd in others:
+        listeners = [upstream.fileno(), *(sock.fileno() for sock in gate_ports.values())]
+        if terminal_fd is not None:
+            listeners.append(terminal_fd)
+        for fd in (pidfd, *listeners):
             poller.register(fd, select.POLLIN)
         ready = {fd for fd, _ in poller.poll()}
         if pidfd not in ready:
-            if ready <= set(others):
-                return None  # a terminal start: the event loop's
-            light = _serve_light(pidfd, upstream, gate_ports, egress_socket, others)
+            light = _serve_light(pidfd, upstream, gate_ports, egress_socket, terminal_fd)
             if light is not None:
                 return light
     finally:
@@ -165,13 +173,14 @@ def _serve_light(
     upstream: socket.socket,
     gate_ports: dict[int, socket.socket],
     egress_socket: Path,
-    others: list[int],
+    terminal_fd: int | None,
 ) -> _Light | None:
-    """Run the light shim and gate until the command ends (return None) or something
-    needs the event loop (return them)."""
+    """Run the light shim, gate and terminal starter until the command ends (return
+    None) or something needs the event loop (return them)."""
     # Only now: an idle session never pays for these.
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.relay.light_shim import LightShim
+    from sandbridge.terminals.light_starter import LightStarter
 
     loop = PollLoop()
     exited: list[bool] = []
@@ -187,19 +196,24 @@ def _serve_light(
 
         gate = LightGate(loop, gate_ports, egress_socket)
         gate.start()
+    starter = None
+    if terminal_fd is not None:
+        from sandbridge.terminals.light_starter import LightStarter
+
+        starter = LightStarter(loop, terminal_fd)
+        starter.start()
     loop.add_reader(pidfd, on_exit)
-    for fd in others:
-        loop.add_reader(fd, loop.stop)
     light.start()
     loop.run()
-    for fd in (pidfd, *others):
-        loop.remove_reader(fd)
+    loop.remove_reader(pidfd)
     if exited:
         light.close()
         if gate is not None:
             gate.close()
+        if starter is not None:
+            starter.close()
         return None
-    return _Light(loop, light, gate)
+    return _Light(loop, light, gate, starter)
 
 
 class _Options:
@@ -316,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             poll_loop=None if light is None else light.loop,
             light_shim=None if light is None else light.shim,
             light_gate=None if light is None else light.gate,
+            light_starter=None if light is None else light.starter,
         ),
     )
 

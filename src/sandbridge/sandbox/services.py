@@ -3,11 +3,12 @@ shim on ``upstream.sock``, the gate ports (allow mode), terminal starts over the
 host's private channel, and publishing (``--publish``, auto-publish rules).
 
 The entry (:mod:`sandbridge.sandbox.entry`) binds the listeners and starts the command
-first, and serves the shim's handoffs and the gate ports without an event loop
-(:mod:`sandbridge.relay.light_shim`, :mod:`sandbridge.egress.light_gate`); this module,
-and the event loop with it, is imported only once something needs more. Their open
-connections go on being served here, by the same handlers, on the event loop, and the
-light gate goes on serving the gate ports (the entry never needs a second gate).
+first, and serves the shim's handoffs, the gate ports and terminal starts without an
+event loop (:mod:`sandbridge.relay.light_shim`, :mod:`sandbridge.egress.light_gate`,
+:mod:`sandbridge.terminals.light_starter`); this module, and the event loop with it, is
+imported only once something needs more. Their open connections go on being served
+here, by the same handlers, on the event loop; the light gate and the terminal starter
+go on serving their listeners (the entry never runs a second of either).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sandbridge.relay.auto_publish import auto_publish
 from sandbridge.relay.light_shim import LightShim
 from sandbridge.relay.publish import parse_publish, publish
 from sandbridge.relay.shim import Shim
-from sandbridge.terminals.starter import serve_terminal_starts
+from sandbridge.terminals.light_starter import LightStarter
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Services:
     poll_loop: PollLoop | None = None
     light_shim: LightShim | None = None
     light_gate: LightGate | None = None
+    light_starter: LightStarter | None = None
 
 
 def parse_publishing(
@@ -95,14 +97,19 @@ async def _serve(pid: int, services: Services) -> int:
         helpers.append(
             auto_publish(services.publish_rules, socket_path, {port for port, _ in published})
         )
-    if services.terminal_fd is not None:  # the host's private channel (docs/terminals.md)
-        helpers.append(serve_terminal_starts(services.terminal_fd))
+    starter = services.light_starter
+    if starter is None and services.terminal_fd is not None:
+        # The host's private channel (docs/terminals.md), served as the entry serves it.
+        starter = LightStarter(poll_loop, services.terminal_fd)
+        starter.start()
     try:
         async with running(*helpers):
             return await _command_status(pid)
     finally:
         if gate is not None:
             gate.close()
+        if starter is not None:
+            starter.close()
         if light is not None:
             light.close()
         await shim.close()
