@@ -16,8 +16,9 @@
 - ``egress``: one standalone ``--net allow`` session (the default network mode) whose
   command downloads ``EGRESS_DOWNLOADS`` times ``EGRESS_BYTES`` from a host service
   through the gate (the entry's gate listener bridges each connection to the host's
-  egress gate): the shim's RSS and peak (``VmHWM``) after that, and whether the event
-  loop was loaded (its libraries in ``/proc/PID/maps``).
+  egress gate): the shim's RSS and peak (``VmHWM``) after that, whether the event
+  loop was loaded (its libraries in ``/proc/PID/maps``), and the downloads' median
+  rate (curl's ``time_total``; the host's gate and proxy are on the path too).
 
 The package's bytecode is compiled first: an installed package has it, while a checkout
 run with ``PYTHONDONTWRITEBYTECODE`` set would compile every module in every process.
@@ -231,9 +232,10 @@ def _measure_egress(tmp: Path, env: dict[str, str]) -> dict[str, object]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     url = f"http://{GATE_ADDRESS}:{port}/big.bin"
+    download = f"curl -sSf -o /dev/null -w '%{{time_total}}' {url}"
     script = (
-        f"for i in $(seq {EGRESS_DOWNLOADS}); do curl -sSf -o /dev/null {url} || exit 1; "
-        "done; echo EGRESS DONE; exec sleep 3600"
+        f'times=""; for i in $(seq {EGRESS_DOWNLOADS}); do t=$({download}) || exit 1; '
+        'times="$times $t"; done; echo "EGRESS DONE$times"; exec sleep 3600'
     )
     work = tmp / "egress-work"
     work.mkdir()
@@ -246,10 +248,11 @@ def _measure_egress(tmp: Path, env: dict[str, str]) -> dict[str, object]:
     )
     try:
         (shim,) = _wait_for_shims([session])
-        read_line(session, b"EGRESS DONE")
+        times = [float(t) for t in read_line(session, b"EGRESS DONE").split()[2:]]
         maps = Path(f"/proc/{shim}/maps").read_text()
         figures: dict[str, object] = {
             "egress_bytes": EGRESS_DOWNLOADS * EGRESS_BYTES,
+            "egress_mib_s_median": round(EGRESS_BYTES / 2**20 / statistics.median(times)),
             "egress_shim_rss_kib": rss_kib(shim),
             "egress_shim_peak_rss_kib": rss_kib(shim, "VmHWM"),
             "egress_shim_event_loop": any(name in maps for name in EVENT_LOOP_LIBRARIES),
@@ -361,10 +364,11 @@ def egress_table(figures: dict[str, object]) -> str:
     mib = int(figures["egress_bytes"]) // (1024 * 1024)  # type: ignore[call-overload]
     return "\n".join(
         [
-            "| `--net allow` session | egress through the gate (MiB) | shim RSS after (KiB) "
-            "| shim peak RSS (KiB) | event loop loaded |",
-            "|---|---|---|---|---|",
-            f"| standalone | {mib} | {figures['egress_shim_rss_kib']} "
+            "| `--net allow` session | egress through the gate (MiB) | median rate (MiB/s) "
+            "| shim RSS after (KiB) | shim peak RSS (KiB) | event loop loaded |",
+            "|---|---|---|---|---|---|",
+            f"| standalone | {mib} | {figures['egress_mib_s_median']} "
+            f"| {figures['egress_shim_rss_kib']} "
             f"| {figures['egress_shim_peak_rss_kib']} "
             f"| {'yes' if figures['egress_shim_event_loop'] else 'no'} |",
         ]
