@@ -137,7 +137,7 @@ def _until_needed(
     gate_ports: dict[int, socket.socket],
     egress_socket: Path,
     terminal_fd: int | None,
-) -> int | _Light | None:
+) -> int | _Light:
     """Serve the shim, the gate and terminal starts without an event loop for as long as
     they can be: until the command ends (return its exit status) or something needs the
     event loop (return what served, whose open connections the event loop goes on
@@ -180,7 +180,6 @@ def _serve_light(
     # Only now: an idle session never pays for these.
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.relay.light_shim import LightShim
-    from sandbridge.terminals.light_starter import LightStarter
 
     loop = PollLoop()
     exited: list[bool] = []
