@@ -13,6 +13,12 @@
   shim hands off: what users do); and after a v1 request, which loads the event loop
   (the entry serves refusals and handoffs without it); standalone, each session's host
   process and shim.
+- ``egress``: one standalone ``--net allow`` session (the default network mode) whose
+  command downloads ``EGRESS_DOWNLOADS`` times ``EGRESS_BYTES`` from a host service
+  through the gate (the entry's gate listener bridges each connection to the host's
+  egress gate): the shim's RSS and peak (``VmHWM``) after that, whether the event
+  loop was loaded (its libraries in ``/proc/PID/maps``), and the downloads' median
+  rate (curl's ``time_total``; the host's gate and proxy are on the path too).
 
 The package's bytecode is compiled first: an installed package has it, while a checkout
 run with ``PYTHONDONTWRITEBYTECODE`` set would compile every module in every process.
@@ -22,13 +28,16 @@ The daemon runs with a private ``XDG_RUNTIME_DIR``, so it serves only these sess
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
+import http.server
 import json
 import os
 import socket
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -47,6 +56,14 @@ SERVED_APP = (
 )
 # Requests through the relay per session (each on a new connection: one handoff each).
 APP_REQUESTS = 20
+# Egress traffic in the allow-mode session: downloads of a file from a host service,
+# each a new connection through the gate (large enough that a buffer growing with the
+# data would show in the shim's peak memory).
+EGRESS_DOWNLOADS = 4
+EGRESS_BYTES = 50 * 1024 * 1024
+GATE_ADDRESS = "100.64.0.1"
+# Libraries the event loop brings into the shim: asyncio's C part, OpenSSL's, uvloop.
+EVENT_LOOP_LIBRARIES = ("_asyncio", "_ssl", "uvloop")
 
 
 def _env(runtime: Path) -> dict[str, str]:
@@ -204,6 +221,54 @@ def _measure_served(
     }
 
 
+def _measure_egress(tmp: Path, env: dict[str, str]) -> dict[str, object]:
+    """One ``--net allow`` session downloading from a host service through the gate:
+    its shim's memory after the downloads, and whether it loaded the event loop."""
+    files = tmp / "egress-files"
+    files.mkdir()
+    (files / "big.bin").write_bytes(os.urandom(EGRESS_BYTES))
+    handler = functools.partial(_QuietFiles, directory=str(files))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    url = f"http://{GATE_ADDRESS}:{port}/big.bin"
+    download = f"curl -sSf -o /dev/null -w '%{{time_total}}' {url}"
+    script = (
+        f'times=""; for i in $(seq {EGRESS_DOWNLOADS}); do t=$({download}) || exit 1; '
+        'times="$times $t"; done; echo "EGRESS DONE$times"; exec sleep 3600'
+    )
+    work = tmp / "egress-work"
+    work.mkdir()
+    argv = [*SANDBRIDGE, "run", "--no-daemon", "--net", "allow", "--allow", f"gate:{port}"]
+    session = subprocess.Popen(
+        [*argv, "--workdir", str(work), "--", "sh", "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        (shim,) = _wait_for_shims([session])
+        times = [float(t) for t in read_line(session, b"EGRESS DONE").split()[2:]]
+        maps = Path(f"/proc/{shim}/maps").read_text()
+        figures: dict[str, object] = {
+            "egress_bytes": EGRESS_DOWNLOADS * EGRESS_BYTES,
+            "egress_mib_s_median": round(EGRESS_BYTES / 2**20 / statistics.median(times)),
+            "egress_shim_rss_kib": rss_kib(shim),
+            "egress_shim_peak_rss_kib": rss_kib(shim, "VmHWM"),
+            "egress_shim_event_loop": any(name in maps for name in EVENT_LOOP_LIBRARIES),
+        }
+    finally:
+        _stop([session])
+        server.shutdown()
+        server.server_close()
+    return figures
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 def measure_sessions(samples: int, count: int) -> dict[str, object]:
     """The figures above; ``samples`` starts of each kind, ``count`` idle sessions."""
     with tempfile.TemporaryDirectory(prefix="sandbridge-sessions-") as tmp:
@@ -239,6 +304,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
             alone_shims = [rss_kib(pid) for pid in shims]
         finally:
             _stop(alone)
+        egress = _measure_egress(Path(tmp), env)
     over = {
         kind: round(
             statistics.median(t - b for t, b in zip(starts[kind], starts["bwrap"], strict=True)), 1
@@ -252,6 +318,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
         **served,
         "standalone_host_rss_kib_median": round(statistics.median(hosts)),
         "standalone_shim_rss_kib_max": max(alone_shims),
+        **egress,
     }
 
 
@@ -287,4 +354,22 @@ def table(figures: dict[str, object]) -> str:
             f"| {label} | {starts[kind]} | +{over[kind]} | {figures[host]} ({what}) | {shim} |"
         )
     lines.append(f"| bwrap alone | {starts['bwrap']} | 0 | n/a | n/a | n/a | n/a | n/a |")
+    lines.append("")
+    lines.append(egress_table(figures))
     return "\n".join(lines)
+
+
+def egress_table(figures: dict[str, object]) -> str:
+    """The ``--net allow`` session's shim after egress traffic, as a one-row table."""
+    mib = int(figures["egress_bytes"]) // (1024 * 1024)  # type: ignore[call-overload]
+    return "\n".join(
+        [
+            "| `--net allow` session | egress through the gate (MiB) | median rate (MiB/s) "
+            "| shim RSS after (KiB) | shim peak RSS (KiB) | event loop loaded |",
+            "|---|---|---|---|---|---|",
+            f"| standalone | {mib} | {figures['egress_mib_s_median']} "
+            f"| {figures['egress_shim_rss_kib']} "
+            f"| {figures['egress_shim_peak_rss_kib']} "
+            f"| {'yes' if figures['egress_shim_event_loop'] else 'no'} |",
+        ]
+    )

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandbridge.aio import event_loop
-from sandbridge.aio.poll_loop import PollLoop
+from sandbridge.aio.poll_loop import Acceptor, PollLoop
 
 
 @pytest.fixture
@@ -149,3 +149,53 @@ def test_move_to_hands_readers_and_pending_timers_to_the_event_loop(
 
     event_loop.run(scenario())
     assert events == ["timer", "data"]
+
+
+def test_moving_again_to_the_same_event_loop_keeps_every_reader_once(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """The light shim and the light gate share one loop: each may move it."""
+    left, right = pair
+    loop = PollLoop()
+    got: list[bytes] = []
+
+    async def scenario() -> None:
+        running = asyncio.get_running_loop()
+        done = running.create_future()
+
+        def readable() -> None:
+            got.append(left.recv(100))
+            loop.remove_reader(left.fileno())
+            done.set_result(None)
+
+        loop.add_reader(left.fileno(), readable)
+        loop.move_to(running)
+        loop.move_to(running)
+        right.send(b"once")
+        await done
+
+    event_loop.run(scenario())
+    assert got == [b"once"]
+
+
+def test_an_acceptor_hands_over_each_connection_non_blocking() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(10)
+        listener.setblocking(False)
+        loop = PollLoop()
+        accepted: list[socket.socket] = []
+
+        def on_accepted(sock: socket.socket) -> None:
+            accepted.append(sock)
+            if len(accepted) == 3:
+                loop.stop()
+
+        acceptor = Acceptor(loop, listener, on_accepted)
+        acceptor.start()
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(3)]
+        loop.run()
+        acceptor.stop()
+        assert [sock.getblocking() for sock in accepted] == [False] * 3
+        for sock in (*accepted, *clients):
+            sock.close()

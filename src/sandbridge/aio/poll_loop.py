@@ -16,6 +16,7 @@ import contextlib
 import heapq
 import math
 import select
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +32,13 @@ _WRITE = select.POLLOUT
 # What wakes a reader and a writer alike: the peer hung up or the socket failed; the
 # callback's own read or write then says how.
 _TROUBLE = select.POLLHUP | select.POLLERR
+
+# Connections accepted per wake-up of a listener, so that a burst of new ones does not
+# starve the connections already open (asyncio's servers accept in bursts too).
+ACCEPT_BURST = 64
+# Out of descriptors or memory, a listener rests this long before accepting again
+# (asyncio's servers wait 1 s too) rather than wake at once for the same failure.
+ACCEPT_RETRY_DELAY = 1.0
 
 
 class Timer:
@@ -138,7 +146,11 @@ class PollLoop:
 
     def move_to(self, loop: asyncio.AbstractEventLoop) -> None:
         """Register every reader, writer and pending timer on ``loop`` (the running event
-        loop) and pass every later call to it; this loop is not run again."""
+        loop) and pass every later call to it; this loop is not run again. Moving it
+        again to the same loop does nothing."""
+        if self._target is loop:
+            return
+        assert self._target is None, "the loop moved to another event loop"
         now = time.monotonic()
         for fd, callback in self._readers.items():
             loop.add_reader(fd, callback)
@@ -174,6 +186,50 @@ class PollLoop:
         while self._timers and self._timers[0][0] <= now:
             _, _, timer = heapq.heappop(self._timers)
             _call(timer._fire)
+
+
+class Acceptor:
+    """Accepts connections on a listening socket for as long as it is started, and gives
+    each, non-blocking, to ``accepted``: in bursts of :data:`ACCEPT_BURST`, resting
+    :data:`ACCEPT_RETRY_DELAY` when out of descriptors or memory."""
+
+    def __init__(
+        self,
+        loop: PollLoop,
+        listener: socket.socket,
+        accepted: Callable[[socket.socket], object],
+    ) -> None:
+        self._loop = loop
+        self._listener = listener
+        self._accepted = accepted
+        self._retry: Timer | None = None
+
+    def start(self) -> None:
+        """Accept connections."""
+        self._retry = None
+        self._loop.add_reader(self._listener.fileno(), self._accept)
+
+    def stop(self) -> None:
+        """Accept no more (the listener stays open)."""
+        self._loop.remove_reader(self._listener.fileno())
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BURST):
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError:  # out of descriptors or memory: rest, then try again
+                self.stop()
+                self._retry = self._loop.call_later(ACCEPT_RETRY_DELAY, self.start)
+                return
+            sock.setblocking(False)
+            self._accepted(sock)
 
 
 def _call(callback: Callback) -> None:

@@ -1,9 +1,15 @@
-"""The gate listener inside an ``allow``-mode sandbox: gate ports to the host's egress gate.
+"""The gate listener inside an ``allow``-mode sandbox, on the event loop: gate ports to
+the host's egress gate.
 
 For each gate port (the egress proxy's and each host service's) it listens on
 ``GATE:PORT`` and forwards every accepted connection over one Unix connection to
 ``egress.sock``, naming the port. It decides nothing: the sandbox can replace or bypass
 it, so the host checks every opening against the policy itself.
+
+``sandbridge shim --gate`` (a sandbox another runtime starts) serves it; the sandbox
+entry of a sandbox sandbridge runs serves the same bridge without an event loop
+(:mod:`sandbridge.egress.light_gate`). Both read the host's answer with
+:class:`~sandbridge.protocol.egress_opening.AnswerReader`.
 """
 
 from __future__ import annotations
@@ -16,12 +22,9 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio.open_connections import OpenConnections
-from sandbridge.aio.unix_sockets import close_writer, copy_both_ways, read_line
+from sandbridge.aio.unix_sockets import COPY_READ_BYTES, close_writer, copy_both_ways
 from sandbridge.exceptions import WireError
 from sandbridge.protocol import egress_opening as egress
-
-# The host answers an opening after at most a connect to a loopback port.
-ANSWER_TIMEOUT = 15.0
 
 
 class GateListener:
@@ -70,14 +73,13 @@ class GateListener:
             return
         try:
             host_writer.write(egress.encode_open(port))
-            async with asyncio.timeout(ANSWER_TIMEOUT):
-                line, rest = await read_line(host_reader, egress.MAX_EGRESS_OPEN_BYTES)
-            error = egress.decode_answer(line)
-            if error is not None:
-                log.debug("gate.refused", port=port, reason=error)
+            async with asyncio.timeout(egress.ANSWER_TIMEOUT):
+                answer = await _answer(host_reader)
+            if answer.error is not None:
+                log.debug("gate.refused", port=port, reason=answer.error)
                 return
-            if rest:
-                writer.write(rest)
+            if answer.rest:
+                writer.write(answer.rest)
             with self._open.track(host_writer):
                 await copy_both_ways(reader, writer, host_reader, host_writer, grace=None)
         except (WireError, TimeoutError, OSError) as exc:
@@ -86,3 +88,11 @@ class GateListener:
             await close_writer(host_writer)
             with contextlib.suppress(OSError):
                 await close_writer(writer)
+
+
+async def _answer(reader: asyncio.StreamReader) -> egress.Answer:
+    answers = egress.AnswerReader()
+    while True:
+        answer = answers.feed(await reader.read(COPY_READ_BYTES))
+        if answer is not None:
+            return answer

@@ -14,11 +14,10 @@ line once the owner decides. docs/contract.md has the fields and every refusal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sandbridge.exceptions import WireError
-from sandbridge.protocol.jsonline import decode_object, encode_object
+from sandbridge.protocol.jsonline import LineReader, decode_object, encode_object
 from sandbridge.protocol.port import validate_port
 
 # The opening is a tiny JSON object; a longer line is not from a gate listener.
@@ -28,6 +27,9 @@ MAX_EGRESS_OPEN_BYTES = 256
 MAX_EGRESS_LINE_BYTES = 8 * 1024
 # The gate listener sends its line as soon as it connects.
 EGRESS_OPEN_TIMEOUT = 5.0
+# The host answers an opening after at most a connect to a loopback port; a gate
+# listener waits this long for the answer, then gives the connection up.
+ANSWER_TIMEOUT = 15.0
 
 
 def encode_open(port: int) -> bytes:
@@ -43,9 +45,10 @@ def decode_open(line: bytes) -> int:
     return validate_port(message.get("port"))
 
 
-@dataclass(frozen=True, slots=True)
-class EgressAsk:
-    """An egress request as sent: its fields unchecked (egress/requests.py checks them)."""
+class EgressAsk(NamedTuple):
+    """An egress request as sent: its fields unchecked (egress/requests.py checks them).
+    A named tuple, not a dataclass: the sandbox entry's light gate imports this module,
+    and ``dataclasses`` (through ``inspect``) would cost it a mebibyte."""
 
     destination: object
     reason: object
@@ -94,3 +97,27 @@ def decode_answer(line: bytes) -> str | None:
     if message.get("ok") is True:
         return None
     return str(message.get("error", "refused"))[:500]
+
+
+class Answer(NamedTuple):
+    """The host's answer to an opening: its ``error`` (``None``: accepted) and the bytes
+    that came after the answer line (already the destination's)."""
+
+    error: str | None
+    rest: bytes
+
+
+class AnswerReader:
+    """Reads the host's answer to an opening from the bytes as they arrive: both gate
+    listeners' one rule (the line's limit, its decoding, what follows it)."""
+
+    def __init__(self) -> None:
+        self._lines = LineReader(MAX_EGRESS_OPEN_BYTES)
+
+    def feed(self, data: bytes) -> Answer | None:
+        """Add ``data`` (``b""``: the host closed its side); the answer once it is whole.
+        A line too long, or not an answer, raises :class:`WireError`."""
+        line = self._lines.feed(data) if data else self._lines.feed_eof()
+        if line is None:
+            return None
+        return Answer(decode_answer(line), self._lines.rest)

@@ -28,7 +28,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from sandbridge.aio.poll_loop import PollLoop, Timer
+from sandbridge.aio.poll_loop import Acceptor, PollLoop, Timer
 from sandbridge.exceptions import WireError
 from sandbridge.protocol import stream
 from sandbridge.protocol.jsonline import LineReader
@@ -48,13 +48,6 @@ from sandbridge.protocol.shim_opening import (
 TYPE_CHECKING = False  # typing's, without importing typing for it
 if TYPE_CHECKING:
     import asyncio
-
-# Connections accepted per wake-up of the listener, so that a burst of new ones does
-# not starve the connections already open (asyncio's servers accept in bursts too).
-ACCEPT_BURST = 64
-# Out of descriptors or memory, the listener rests this long before accepting again
-# (asyncio's servers wait 1 s too) rather than wake at once for the same failure.
-ACCEPT_RETRY_DELAY = 1.0
 
 # A connection the event loop's shim takes over: the socket, the bytes read from it,
 # and how long its first line may still take.
@@ -81,19 +74,15 @@ class LightShim:
         self._connections: set[_Connection] = set()
         self._waiting: list[tuple[socket.socket, bytes, float]] = []
         self._adopt: Adopt | None = None
-        self._accept_retry: Timer | None = None
+        self._acceptor = Acceptor(loop, listener, self._accepted)
 
     def start(self) -> None:
         """Accept connections on the listener."""
-        self._accept_retry = None
-        self._loop.add_reader(self._listener.fileno(), self._accept)
+        self._acceptor.start()
 
     def stop_accepting(self) -> None:
         """Leave the listener to the event loop's shim; connections open are still served."""
-        self._loop.remove_reader(self._listener.fileno())
-        if self._accept_retry is not None:
-            self._accept_retry.cancel()
-            self._accept_retry = None
+        self._acceptor.stop()
 
     def continue_on(self, loop: asyncio.AbstractEventLoop, adopt: Adopt) -> None:
         """Go on serving the connections open on ``loop``, the running event loop, and
@@ -118,20 +107,8 @@ class LightShim:
         """Connections open here."""
         return len(self._connections)
 
-    def _accept(self) -> None:
-        for _ in range(ACCEPT_BURST):
-            try:
-                sock, _ = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except ConnectionAbortedError:
-                continue
-            except OSError:  # out of descriptors or memory: rest, then try again
-                self.stop_accepting()
-                self._accept_retry = self._loop.call_later(ACCEPT_RETRY_DELAY, self.start)
-                return
-            sock.setblocking(False)
-            self._connections.add(_Connection(self, sock))
+    def _accepted(self, sock: socket.socket) -> None:
+        self._connections.add(_Connection(self, sock))
 
     def _pass_on(self, connection: _Connection, received: bytes, first_line_left: float) -> None:
         self._connections.discard(connection)

@@ -1,14 +1,16 @@
 """The sandbox's first process: bind the shim's listener, install the helpers, start the
-command, then serve the shim (and the gate listener, terminal starts, publishing) until
+command, then serve the shim (and the gate ports, terminal starts, publishing) until
 the command ends.
 
 The shim's listener (and in allow mode every gate port) is bound and listening before
 the command starts, so a connection the command causes at once waits in the listener's
 queue; the helpers are on disk before it starts. Then, while the command runs, this
-process serves the shim's common case without an event loop
-(:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of bad first lines),
-and imports what needs one (:mod:`sandbridge.sandbox.services`: asyncio, the shim's
-other cases, the gate, terminal starts) only when something does.
+process serves the shim's common case, the gate ports and terminal starts without an
+event loop (:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of bad
+first lines; :mod:`sandbridge.egress.light_gate`: every gate connection bridged to the
+host's egress gate; :mod:`sandbridge.terminals.light_starter`: a PTY worker per start
+the host asks for), and imports what needs one (:mod:`sandbridge.sandbox.services`:
+asyncio, the shim's other cases, publishing) only when something does.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -33,8 +35,11 @@ from sandbridge.sandbox.commands import install_commands, install_helper
 # rest of this module.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from sandbridge.aio.poll_loop import PollLoop
+    from sandbridge.egress.light_gate import LightGate
     from sandbridge.protocol.publish_rules import PublishRule
     from sandbridge.relay.light_shim import LightShim
+    from sandbridge.terminals.light_starter import LightStarter
 
 # Connections waiting on a gate port before the gate listener accepts them (asyncio's
 # start_server listens with this backlog too).
@@ -109,29 +114,53 @@ class _Command:
         return reap(self.pid)
 
 
+class _Light:
+    """What served without an event loop: the loop, the light shim, the light gate, the
+    terminal starter."""
+
+    def __init__(
+        self,
+        loop: PollLoop,
+        shim: LightShim,
+        gate: LightGate | None,
+        starter: LightStarter | None,
+    ) -> None:
+        self.loop = loop
+        self.shim = shim
+        self.gate = gate
+        self.starter = starter
+
+
 def _until_needed(
-    command: _Command, upstream: socket.socket, listeners: list[int]
-) -> int | LightShim | None:
-    """Serve the shim without an event loop for as long as it can be: until the command
-    ends (return its exit status) or something needs the event loop (return the light
-    shim whose open connections the event loop goes on serving, or None if it never ran).
+    command: _Command,
+    upstream: socket.socket,
+    gate_ports: dict[int, socket.socket],
+    egress_socket: Path,
+    terminal_fd: int | None,
+) -> int | _Light:
+    """Serve the shim, the gate and terminal starts without an event loop for as long as
+    they can be: until the command ends (return its exit status) or something needs the
+    event loop (return what served, whose open connections the event loop goes on
+    serving).
 
     Until the first connection this process only sleeps: a session nobody connects to
-    costs one small process. A connection on ``upstream`` starts the light shim
-    (:mod:`sandbridge.relay.light_shim`, handoffs and refusals); one on ``listeners``
-    (the gate's, the terminal channel), or one the light shim passes on, is the event
-    loop's, and waits in its queue while that loads."""
+    costs one small process. A connection on ``upstream``, a gate port or the terminal
+    channel starts the light shim (:mod:`sandbridge.relay.light_shim`, handoffs and
+    refusals), the light gate (:mod:`sandbridge.egress.light_gate`) and the terminal
+    starter (:mod:`sandbridge.terminals.light_starter`); a connection the light shim
+    passes on is the event loop's, and waits while that loads."""
     assert command.pid is not None
     pidfd = os.pidfd_open(command.pid)
     try:
         poller = select.poll()
-        for fd in (pidfd, upstream.fileno(), *listeners):
+        listeners = [upstream.fileno(), *(sock.fileno() for sock in gate_ports.values())]
+        if terminal_fd is not None:
+            listeners.append(terminal_fd)
+        for fd in (pidfd, *listeners):
             poller.register(fd, select.POLLIN)
         ready = {fd for fd, _ in poller.poll()}
         if pidfd not in ready:
-            if upstream.fileno() not in ready:
-                return None  # the gate or a terminal start: the event loop's
-            light = _serve_light(pidfd, upstream, listeners)
+            light = _serve_light(pidfd, upstream, gate_ports, egress_socket, terminal_fd)
             if light is not None:
                 return light
     finally:
@@ -139,9 +168,15 @@ def _until_needed(
     return command.reap()
 
 
-def _serve_light(pidfd: int, upstream: socket.socket, listeners: list[int]) -> LightShim | None:
-    """Run the light shim until the command ends (return None) or something needs the
-    event loop (return the light shim)."""
+def _serve_light(
+    pidfd: int,
+    upstream: socket.socket,
+    gate_ports: dict[int, socket.socket],
+    egress_socket: Path,
+    terminal_fd: int | None,
+) -> _Light | None:
+    """Run the light shim, gate and terminal starter until the command ends (return
+    None) or something needs the event loop (return them)."""
     # Only now: an idle session never pays for these.
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.relay.light_shim import LightShim
@@ -154,17 +189,30 @@ def _serve_light(pidfd: int, upstream: socket.socket, listeners: list[int]) -> L
         loop.stop()
 
     light = LightShim(upstream, loop, needs_loop=loop.stop)
+    gate = None
+    if gate_ports:
+        from sandbridge.egress.light_gate import LightGate
+
+        gate = LightGate(loop, gate_ports, egress_socket)
+        gate.start()
+    starter = None
+    if terminal_fd is not None:
+        from sandbridge.terminals.light_starter import LightStarter
+
+        starter = LightStarter(loop, terminal_fd)
+        starter.start()
     loop.add_reader(pidfd, on_exit)
-    for fd in listeners:
-        loop.add_reader(fd, loop.stop)
     light.start()
     loop.run()
-    for fd in (pidfd, *listeners):
-        loop.remove_reader(fd)
+    loop.remove_reader(pidfd)
     if exited:
         light.close()
+        if gate is not None:
+            gate.close()
+        if starter is not None:
+            starter.close()
         return None
-    return light
+    return _Light(loop, light, gate, starter)
 
 
 class _Options:
@@ -257,15 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sandbridge: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127
-    light_shim = None
+    egress_socket = upstream_path.parent / EGRESS_SOCKET
+    light = None
     if not published and not rules:  # publishing works beside the command from its start
-        listeners = [sock.fileno() for sock in gate_ports.values()]
-        if args.terminal_fd is not None:
-            listeners.append(args.terminal_fd)
-        served = _until_needed(command_process, upstream, listeners)
+        served = _until_needed(
+            command_process, upstream, gate_ports, egress_socket, args.terminal_fd
+        )
         if isinstance(served, int):
             return served
-        light_shim = served
+        light = served
     from sandbridge.sandbox.services import Services, serve
 
     return serve(
@@ -273,13 +321,15 @@ def main(argv: list[str] | None = None) -> int:
         Services(
             upstream=upstream,
             upstream_path=upstream_path,
-            gate_address=args.gate,
             gate_ports=gate_ports,
-            egress_socket=upstream_path.parent / EGRESS_SOCKET,
+            egress_socket=egress_socket,
             published=published,
             publish_rules=rules,
             terminal_fd=args.terminal_fd,
-            light_shim=light_shim,
+            poll_loop=None if light is None else light.loop,
+            light_shim=None if light is None else light.shim,
+            light_gate=None if light is None else light.gate,
+            light_starter=None if light is None else light.starter,
         ),
     )
 

@@ -1,12 +1,14 @@
 """What the sandbox entry serves on the event loop while the user's command runs: the
-shim on ``upstream.sock``, the gate listener (allow mode), terminal starts over the
+shim on ``upstream.sock``, the gate ports (allow mode), terminal starts over the
 host's private channel, and publishing (``--publish``, auto-publish rules).
 
 The entry (:mod:`sandbridge.sandbox.entry`) binds the listeners and starts the command
-first, and serves the shim's handoffs without an event loop
-(:mod:`sandbridge.relay.light_shim`); this module, and the event loop with it, is
-imported only once something needs more. The light shim's open connections go on
-being served here, by the same handlers, on the event loop.
+first, and serves the shim's handoffs, the gate ports and terminal starts without an
+event loop (:mod:`sandbridge.relay.light_shim`, :mod:`sandbridge.egress.light_gate`,
+:mod:`sandbridge.terminals.light_starter`); this module, and the event loop with it, is
+imported only once something needs more. Their open connections go on being served
+here, by the same handlers, on the event loop; the light gate and the terminal starter
+go on serving their listeners (the entry never runs a second of either).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from pathlib import Path
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.before_loop import reap
+from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.aio.tasks import running
-from sandbridge.egress.gate_listener import GateListener
+from sandbridge.egress.light_gate import LightGate
 from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule_option, publishes_any
@@ -30,7 +33,7 @@ from sandbridge.relay.auto_publish import auto_publish
 from sandbridge.relay.light_shim import LightShim
 from sandbridge.relay.publish import parse_publish, publish
 from sandbridge.relay.shim import Shim
-from sandbridge.terminals.starter import serve_terminal_starts
+from sandbridge.terminals.light_starter import LightStarter
 
 
 @dataclass
@@ -40,14 +43,17 @@ class Services:
     upstream: socket.socket
     upstream_path: Path
     egress_socket: Path
-    gate_address: str | None = None
     # Gate port -> its listening socket (allow mode).
     gate_ports: dict[int, socket.socket] = field(default_factory=dict)
     published: list[tuple[int, str]] = field(default_factory=list)
     publish_rules: list[PublishRule] = field(default_factory=list)
     terminal_fd: int | None = None
-    # The shim that served until now without an event loop, if one did.
+    # What served until now without an event loop, if anything did: the loop, the
+    # shim and the gate it ran.
+    poll_loop: PollLoop | None = None
     light_shim: LightShim | None = None
+    light_gate: LightGate | None = None
+    light_starter: LightStarter | None = None
 
 
 def parse_publishing(
@@ -71,17 +77,18 @@ def serve(pid: int, services: Services) -> int:
 
 
 async def _serve(pid: int, services: Services) -> int:
+    loop = asyncio.get_running_loop()
+    poll_loop = services.poll_loop or PollLoop()
+    poll_loop.move_to(loop)  # what it serves goes on, here
     shim = Shim(services.upstream_path)
     light = services.light_shim
     if light is not None:  # it leaves the listener to the shim and passes on what it read
-        light.continue_on(asyncio.get_running_loop(), shim.adopt)
+        light.continue_on(loop, shim.adopt)
     await shim.start(services.upstream)
-    gate = None
-    if services.gate_address is not None:
-        gate = GateListener(
-            services.gate_address, list(services.gate_ports), services.egress_socket
-        )
-        await gate.start(services.gate_ports)
+    gate = services.light_gate
+    if gate is None and services.gate_ports:
+        gate = LightGate(poll_loop, services.gate_ports, services.egress_socket)
+        gate.start()
     published = services.published
     helpers = [publish(port, base) for port, base in published]
     if publishes_any(services.publish_rules):
@@ -90,14 +97,19 @@ async def _serve(pid: int, services: Services) -> int:
         helpers.append(
             auto_publish(services.publish_rules, socket_path, {port for port, _ in published})
         )
-    if services.terminal_fd is not None:  # the host's private channel (docs/terminals.md)
-        helpers.append(serve_terminal_starts(services.terminal_fd))
+    starter = services.light_starter
+    if starter is None and services.terminal_fd is not None:
+        # The host's private channel (docs/terminals.md), served as the entry serves it.
+        starter = LightStarter(poll_loop, services.terminal_fd)
+        starter.start()
     try:
         async with running(*helpers):
             return await _command_status(pid)
     finally:
         if gate is not None:
-            await gate.close()
+            gate.close()
+        if starter is not None:
+            starter.close()
         if light is not None:
             light.close()
         await shim.close()

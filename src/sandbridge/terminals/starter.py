@@ -1,13 +1,6 @@
-"""The sandbox's side of starting terminal workers: the entry's private channel, or
-``terminal.sock`` in the runtime dir for a sandbox another runtime starts.
-
-``sandbridge run`` hands the sandbox's first process one end of a ``SOCK_SEQPACKET``
-socket pair at start (an inherited descriptor, never in the runtime dir and never passed
-to the user's command). For each ``{"op": "start"}`` message on it,
-:func:`serve_terminal_starts` starts one :mod:`sandbridge.terminals.pty_worker` with one
-end of a fresh socket pair and sends the other end back to the host (``SCM_RIGHTS``).
-Nothing in such a sandbox's runtime dir can ask for a worker: only the host holds the
-other end.
+"""The sandbox's side of starting terminal workers for a sandbox another runtime starts:
+``terminal.sock`` in the runtime dir (the entry of a sandbox sandbridge runs serves the
+host's private channel instead: :mod:`sandbridge.terminals.light_starter`).
 
 ``sandbridge host`` cannot hand a descriptor to a sandbox podman or docker starts, so
 there ``sandbridge shim --terminals`` runs :func:`serve_terminal_socket`: each
@@ -22,17 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import socket
-import sys
 from pathlib import Path
 
 from sandbridge.aio.before_loop import bind_unix_socket
-from sandbridge.protocol.jsonline import decode_json
+from sandbridge.terminals.light_starter import worker_argv
 
-# One start request or answer is a short JSON object.
-MAX_MESSAGE = 1024
 # Workers terminal.sock runs at once: a few terminals for the owner, bounded so that
 # connections alone cannot fill the sandbox with processes. Past it, a connection is
 # closed at once (the host's attach is refused ``not_ready``).
@@ -41,46 +30,13 @@ MAX_SOCKET_WORKERS = 8
 
 async def _start_worker(link: socket.socket) -> asyncio.subprocess.Process:
     """One PTY worker on ``link`` (its own copy: the caller closes ``link``)."""
+    program, *args = worker_argv(link.fileno())
     return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sandbridge.terminals.pty_worker",
-        "--fd",
-        str(link.fileno()),
+        program,
+        *args,
         pass_fds=(link.fileno(),),
         stdin=asyncio.subprocess.DEVNULL,
     )
-
-
-async def serve_terminal_starts(fd: int) -> None:
-    """Start a PTY worker for each host request on ``fd`` until the host closes it."""
-    channel = socket.socket(fileno=fd)
-    channel.setblocking(False)
-    loop = asyncio.get_running_loop()
-    workers: set[asyncio.Task[int]] = set()
-    try:
-        while True:
-            message = await loop.sock_recv(channel, MAX_MESSAGE)
-            if not message:
-                return
-            try:
-                request = decode_json(message)
-                ok = isinstance(request, dict) and request.get("op") == "start"
-            except ValueError:
-                ok = False
-            if not ok:
-                channel.send(json.dumps({"ok": False, "error": "unknown request"}).encode())
-                continue
-            host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            with host_end, worker_end:
-                process = await _start_worker(worker_end)
-                answer = json.dumps({"ok": True, "pid": process.pid}).encode()
-                socket.send_fds(channel, [answer], [host_end.fileno()])
-            workers.add(asyncio.create_task(process.wait()))
-            workers = {task for task in workers if not task.done()}
-    finally:
-        await _forget(workers)
-        channel.close()
 
 
 def bind_terminal_socket(path: Path) -> socket.socket:
