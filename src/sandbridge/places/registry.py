@@ -229,8 +229,10 @@ class SessionEntry:
         workdir: Path,
         root: Path | None = None,
         runtime_dir: Path | None = None,
+        pid: int | None = None,
     ) -> SessionEntry:
-        """Claim session ``name`` (or a fresh random id); refuse a name a live session holds."""
+        """Claim session ``name`` (or a fresh random id); refuse a name a live session holds.
+        ``pid``: the session's process, when it is not this one."""
         session_id = new_session_id() if name is None else validate_name(name)
         # Another session ending removes the empty state dirs; make them again if so.
         for attempt in range(3):
@@ -253,7 +255,7 @@ class SessionEntry:
         fcntl.flock(fd, fcntl.LOCK_EX)
         record = SessionRecord(
             session_id,
-            os.getpid(),
+            os.getpid() if pid is None else pid,
             time.time(),
             str(workdir),
             runtime_dir="" if runtime_dir is None else str(runtime_dir),
