@@ -384,12 +384,13 @@ async def run_daemon(
     with daemon_place(inherited) as place:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
-        where = "the socket from systemd" if place.bound is None else str(place.bound)
-        print(f"sandbridge: daemon {os.getpid()} serving on {where}", file=sys.stderr, flush=True)
         run_builder = None if builder is None else RunBuilder(builder)
         try:
             if run_builder is not None:
                 run_builder.start()
+            where = "the socket from systemd" if place.bound is None else str(place.bound)
+            pid = os.getpid()
+            print(f"sandbridge: daemon {pid} serving on {where}", file=sys.stderr, flush=True)
             daemon = Daemon(place.listener, run_builder)
             async with running(daemon.serve(), stop.wait()) as tasks:
                 done = await first_done(*tasks)
