@@ -61,7 +61,7 @@ def test_a_command_without_the_separator_starts_at_the_first_word() -> None:
 def _is_entry(pid: int) -> bool:
     """The entry itself, not the backend whose command line names it."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]
+    return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
 
 
 def _serve_one(upstream: Path) -> bytes:
@@ -167,3 +167,22 @@ def test_the_command_cannot_take_the_entrys_descriptors(
         assert process.popen.wait(30) == 0
     finally:
         process.stop()
+
+
+def test_modules_in_the_workdir_are_not_the_entrys(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    # The workdir is the entry's working directory, and the sandbox writes it: a module
+    # a sandbox left there (the standard library's `select`, sandbridge itself) must
+    # not run in the next session's entry, which holds the host's terminal channel.
+    planted = "import pathlib; pathlib.Path(__file__).with_name('planted-ran').touch()\n"
+    (tmp_path / "select.py").write_text(planted)
+    (tmp_path / "sandbridge").mkdir()
+    (tmp_path / "sandbridge" / "__init__.py").write_text(planted)
+    process = Process(
+        run_argv(tmp_path, "echo", "started", options=("--backend", backend, "--no-daemon"))
+    )
+    process.wait_line("started")
+    assert process.popen.wait(60) == 0
+    assert not (tmp_path / "planted-ran").exists()
+    assert not (tmp_path / "sandbridge" / "planted-ran").exists()

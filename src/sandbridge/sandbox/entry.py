@@ -242,11 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
-if __name__ == "__main__":
-    # Out without the interpreter's teardown of every module the shim imported: the
-    # session's end waits for this process, and nothing is left to close but what the
-    # kernel closes anyway (the services closed their listeners above).
+def run() -> None:
+    """The entry's process (``SandboxSpec.entry_argv``): :func:`main`, then out without
+    the interpreter's teardown of every module the shim imported: the session's end
+    waits for this process, and nothing is left to close but what the kernel closes
+    anyway (the services closed their listeners above)."""
     status = main()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+if __name__ == "__main__":
+    run()

@@ -130,8 +130,7 @@ class SandboxSpec:
         terminal = [] if self.terminal_fd is None else ["--terminal-fd", str(self.terminal_fd)]
         return [
             sys.executable,
-            "-m",
-            "sandbridge.sandbox.entry",
+            *entry_interpreter_options(),
             "--upstream-socket",
             f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
             *self.network.entry_options(),
@@ -163,6 +162,22 @@ class SandboxSpec:
             for path in candidates
             if any(path.is_relative_to(top) and path != top for top in covered)
         )
+
+
+def entry_interpreter_options() -> list[str]:
+    """How the sandbox entry's Python starts: isolated (``-I``: neither the working
+    directory, which the sandbox writes, nor its ``PYTHON*`` variables decide what the
+    entry imports) and without ``site`` (``-S``: the ``.pth`` files and the user's site
+    cost the command's start more than the entry's own imports), its path given instead:
+    this sandbridge's directory, then the host's site directories, where its
+    dependencies are (after the standard library's, which no package shadows)."""
+    import sandbridge
+
+    package = str(Path(sandbridge.__file__).resolve().parent.parent)
+    sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    paths = list(dict.fromkeys([package, *sites]))
+    boot = f"import sys; sys.path += {paths!r}; from sandbridge.sandbox.entry import run; run()"
+    return ["-I", "-S", "-c", boot]
 
 
 def environment_file(payload: bytes) -> int:
