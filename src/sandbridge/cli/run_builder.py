@@ -13,6 +13,7 @@ thread that has imported everything: a fork of it is cheap, and safe.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -29,6 +30,8 @@ from sandbridge.session.handed_off import hand_off
 def serve(channel: socket.socket) -> None:
     """Fork a builder for each client the daemon forwards, until the daemon leaves."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children are reaped as they end
+    # Built once: what it holds depends on no client (parsing leaves it as it was).
+    parser = sessions.build_parser("run")
     while True:
         data, fds, _, _ = socket.recv_fds(
             channel, daemon_wire.MAX_BUILDER_MESSAGE_BYTES, daemon_wire.BUILDER_FDS
@@ -37,12 +40,12 @@ def serve(channel: socket.socket) -> None:
             return
         if len(fds) == daemon_wire.BUILDER_FDS and os.fork() == 0:
             channel.close()
-            os._exit(_child(data, fds))
+            os._exit(_child(parser, data, fds))
         for fd in fds:
             os.close(fd)
 
 
-def _child(data: bytes, fds: list[int]) -> int:
+def _child(parser: argparse.ArgumentParser, data: bytes, fds: list[int]) -> int:
     """One client's builder; its own exit status (the run's goes to the client)."""
     os.setsid()  # the daemon's terminal and its Ctrl-C are not the client's
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -54,7 +57,7 @@ def _child(data: bytes, fds: list[int]) -> int:
     answer: bytes
     try:
         message = json.loads(data)
-        status = _build(client, message["pid"], message["run"])
+        status = _build(parser, client, message["pid"], message["run"])
         if status is None:
             answer = daemon_wire.event(Event.FALLBACK, "the full command runs it")
         else:
@@ -74,7 +77,9 @@ def _child(data: bytes, fds: list[int]) -> int:
     return 0
 
 
-def _build(client: socket.socket, pid: int, run: dict[str, object]) -> int | None:
+def _build(
+    parser: argparse.ArgumentParser, client: socket.socket, pid: int, run: dict[str, object]
+) -> int | None:
     """Carry out the client's ``run`` here up to the sandbox's start, and the rest once
     the client reports its end; its status, or None if the full command must run it."""
     argv = run["argv"]
@@ -90,7 +95,7 @@ def _build(client: socket.socket, pid: int, run: dict[str, object]) -> int | Non
     os.environ.update(run["env"])
     os.umask(run["umask"])
     try:
-        args = sessions.build_parser("run").parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # an option error or --help, printed as the full command does
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
     if args.no_daemon or args.dry_run or args.print_policy or args.verbose:
