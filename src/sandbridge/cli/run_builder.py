@@ -14,6 +14,7 @@ thread that has imported everything: a fork of it is cheap, and safe.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -29,7 +30,9 @@ from sandbridge.session.handed_off import hand_off
 
 def serve(channel: socket.socket) -> None:
     """Fork a builder for each client the daemon forwards, until the daemon leaves."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children are reaped as they end
+    # Each child reaped as it ends (waited for, not ignored: its CPU time then counts in
+    # this process's children's, where the daemon's owner can see it).
+    signal.signal(signal.SIGCHLD, _reap)
     # Built once: what it holds depends on no client (parsing leaves it as it was).
     parser = sessions.build_parser("run")
     while True:
@@ -43,6 +46,12 @@ def serve(channel: socket.socket) -> None:
             os._exit(_child(parser, data, fds))
         for fd in fds:
             os.close(fd)
+
+
+def _reap(_signum: int, _frame: object) -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def _child(parser: argparse.ArgumentParser, data: bytes, fds: list[int]) -> int:
