@@ -169,9 +169,7 @@ def test_the_command_cannot_take_the_entrys_descriptors(
         process.stop()
 
 
-def test_modules_in_the_workdir_are_not_the_entrys(
-    backend: str, tmp_path: Path, xdg: Path
-) -> None:
+def test_modules_in_the_workdir_are_not_the_entrys(backend: str, tmp_path: Path, xdg: Path) -> None:
     # The workdir is the entry's working directory, and the sandbox writes it: a module
     # a sandbox left there (the standard library's `select`, sandbridge itself) must
     # not run in the next session's entry, which holds the host's terminal channel.

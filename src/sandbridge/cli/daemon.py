@@ -30,7 +30,9 @@ def add_command(commands: Any) -> None:
 def cmd_daemon(args: argparse.Namespace) -> int:
     inherited = systemd.inherited_socket()
     # The run builder is the command line's to name: the daemon imports no command.
-    builder = [sys.executable, "-m", "sandbridge.cli.run_builder"]
+    # -P: never a module of the daemon's working directory (a project's, which a sandbox
+    # may write).
+    builder = [sys.executable, "-P", "-m", "sandbridge.cli.run_builder"]
     return event_loop.run(run_daemon(inherited, builder))
 
 

@@ -58,16 +58,20 @@ def run(argv: list[str]) -> int | None:
     builder = _connect()
     if builder is None:
         return None
-    with builder:
-        answer = _ask(builder, argv)
+    waker = _Waker()  # from here to the end: a signal is never a traceback
+    try:
+        answer = _ask(builder, argv, waker)
         if answer is None or isinstance(answer, int):
             return answer
         message, fds = answer
         try:
-            return _Session(builder, message, fds).run()
+            return _Session(builder, message, fds, waker).run()
         finally:
             for fd in fds:
                 os.close(fd)
+    finally:
+        waker.close()
+        builder.close()
 
 
 def _connect() -> socket.socket | None:
@@ -97,7 +101,7 @@ def _connect() -> socket.socket | None:
 
 
 def _ask(
-    builder: socket.socket, argv: list[str]
+    builder: socket.socket, argv: list[str], waker: _Waker
 ) -> tuple[dict[str, object], list[int]] | int | None:
     """Send the run request; the start (its message and descriptors), the status of a
     run that ended in the builder, or None (the full command must run it)."""
@@ -121,7 +125,6 @@ def _ask(
         return None
     # The builder may take as long as the full command's start (git, the policy): no
     # timeout; a signal ends the wait (and the builder sees the connection close).
-    waker = _Waker()
     try:
         builder.settimeout(None)
         while True:
@@ -135,8 +138,6 @@ def _ask(
         data, fds = _receive(builder, daemon_wire.MAX_START_FDS)
     except OSError:
         return None
-    finally:
-        waker.close()
     try:
         kind, value = daemon_wire.decode_event(data)
     except DaemonError:
@@ -210,8 +211,11 @@ def _say(text: str) -> None:
 class _Session:
     """One started run: the daemon link, the sandbox, the signals, to the end."""
 
-    def __init__(self, builder: socket.socket, start: dict[str, object], fds: list[int]):
+    def __init__(
+        self, builder: socket.socket, start: dict[str, object], fds: list[int], waker: _Waker
+    ) -> None:
         self.builder = builder
+        self.waker = waker
         self.argv = [str(word) for word in start["argv"]]  # type: ignore[attr-defined]
         targets = [int(fd) for fd in start["fds"]]  # type: ignore[attr-defined]
         self.request = daemon_wire.encode(start["serve"])  # type: ignore[arg-type]
@@ -229,18 +233,14 @@ class _Session:
         self.refusal: str | None = None
 
     def run(self) -> int:
-        waker = _Waker()
         try:
-            try:
-                session_id = self._open_first()
-            except _LinkError as exc:
-                self._finish(2)
-                _say(str(exc))
-                return 2
-            print(app_lines.session(session_id), file=sys.stderr, flush=True)
-            status = self._until_exit(waker)
-        finally:
-            waker.close()
+            session_id = self._open_first()
+        except _LinkError as exc:
+            self._finish(2)
+            _say(str(exc))
+            return 2
+        print(app_lines.session(session_id), file=sys.stderr, flush=True)
+        status = self._until_exit(self.waker)
         self._close_link()
         return self._finish(status)
 
@@ -356,6 +356,11 @@ class _Session:
         return pid, os.pidfd_open(pid)
 
     def _until_exit(self, waker: _Waker) -> int:
+        signum = waker.first()  # while the daemon was asked: no sandbox to start then
+        if signum is not None:
+            self.received.append(signum)
+        if self.received or self.stopped:
+            return self._status(0)
         pid, pidfd = self._spawn()
         killed = False
         try:
@@ -378,6 +383,11 @@ class _Session:
                     self._tend_link(readable)
         finally:
             os.close(pidfd)
+        return self._status(wait_status)
+
+    def _status(self, wait_status: int) -> int:
+        """The sandbox's exit status, or 128 + the signal that stopped the session first
+        (the owner's ``stop`` counts as SIGTERM), as session/run.py's."""
         if self.received:
             return 128 + self.received[0]
         if self.stopped:
