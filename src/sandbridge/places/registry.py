@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -34,7 +35,7 @@ from sandbridge.private_dir import make_private_dir, require_private_dir
 from sandbridge.protocol.contract import (
     CONTROL_SOCKET,
     DAEMON_SOCKET,
-    SESSION_NAME_PATTERN,
+    SESSION_NAME_REGEX,
     STATE_PREFIX,
     runtime_base,
 )
@@ -43,7 +44,7 @@ from sandbridge.protocol.jsonline import decode_json
 SESSIONS = "sessions"
 RECORD = "session.json"
 
-NAME_PATTERN = SESSION_NAME_PATTERN
+NAME_PATTERN = re.compile(SESSION_NAME_REGEX)
 # A session record is small (256 apps at most); anything bigger was not written by us.
 MAX_RECORD_BYTES = 256 * 1024
 

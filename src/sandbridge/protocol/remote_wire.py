@@ -49,12 +49,13 @@ agree on.
 from __future__ import annotations
 
 import enum
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge.exceptions import RegistrationError, RemoteWireError
-from sandbridge.protocol.contract import SESSION_NAME_PATTERN
+from sandbridge.protocol.contract import SESSION_NAME_REGEX
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.registration import normalize_base_path, validate_port
 
@@ -253,7 +254,7 @@ def _text(kind: Kind, payload: bytes) -> str:
 
 
 def _session_name(value: object, where: str) -> str:
-    if not isinstance(value, str) or not SESSION_NAME_PATTERN.fullmatch(value):
+    if not isinstance(value, str) or not re.fullmatch(SESSION_NAME_REGEX, value):
         raise RemoteWireError(f"{where}: session must be a session name, got {value!r:.80}")
     return value
 

@@ -7,7 +7,8 @@ the command starts, so a connection the command causes at once waits in the list
 queue; the helpers are on disk before it starts. Only then does this process import
 what serves those listeners (:mod:`sandbridge.sandbox.services`: asyncio, the shim, the
 gate), while the command already runs: until then it imports the standard library's
-``os``, ``socket`` and ``argparse`` and nothing that needs an event loop.
+``os``, ``socket``, ``signal`` and ``select`` (not even pathlib or re) and nothing that
+needs an event loop.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -22,7 +23,6 @@ import select
 import signal
 import socket
 import sys
-from pathlib import Path
 
 from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
 from sandbridge.protocol.contract import EGRESS_SOCKET
@@ -135,7 +135,7 @@ class _Options:
     the command's start more than all the rest of this module."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.upstream_socket: Path | None = None
+        self.upstream_socket: str | None = None
         self.gate: str | None = None
         self.gate_port: list[int] = []
         self.publish: list[str] = []
@@ -157,7 +157,7 @@ class _Options:
 
     def _set(self, name: str, value: str) -> None:
         if name == "--upstream-socket":
-            self.upstream_socket = Path(value)
+            self.upstream_socket = value
         elif name == "--gate":
             self.gate = value
         elif name == "--gate-port":
@@ -179,7 +179,7 @@ def _number(name: str, value: str) -> int:
         raise ValueError(f"argument {name}: invalid int value: {value!r}") from None
 
 
-def _checked(argv: list[str]) -> tuple[_Options, Path]:
+def _checked(argv: list[str]) -> tuple[_Options, str]:
     options = _Options(argv)
     if options.upstream_socket is None:
         raise ValueError("the following arguments are required: --upstream-socket")
@@ -202,10 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = args.command
     _undumpable()  # first: before any descriptor worth taking exists
-    install_helper(Path(os.environ.get("HOME", "/tmp")))
+    install_helper(os.environ.get("HOME", "/tmp"))
     install_commands()
     with contextlib.suppress(FileNotFoundError):
-        upstream_path.unlink()
+        os.unlink(upstream_path)
     upstream = bind_unix_socket(upstream_path)
     gate = args.gate
     gate_ports = {port: bind_gate_port(gate, port) for port in args.gate_port if gate}
@@ -225,16 +225,18 @@ def main(argv: list[str] | None = None) -> int:
         status = _until_needed(command_process, listeners)
         if status is not None:
             return status
+    from pathlib import Path
+
     from sandbridge.sandbox.services import Services, serve
 
     return serve(
         pid,
         Services(
             upstream=upstream,
-            upstream_path=upstream_path,
+            upstream_path=Path(upstream_path),
             gate_address=args.gate,
             gate_ports=gate_ports,
-            egress_socket=upstream_path.parent / EGRESS_SOCKET,
+            egress_socket=Path(upstream_path).parent / EGRESS_SOCKET,
             published=published,
             publish_rules=rules,
             terminal_fd=args.terminal_fd,
