@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -35,6 +36,9 @@ def serve(channel: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, _reap)
     # Built once: what it holds depends on no client (parsing leaves it as it was).
     parser = sessions.build_parser("run")
+    # What is loaded now is shared with every child until one writes to it; a collection
+    # in a child would touch (and so copy) every object: none of these is ever collected.
+    gc.freeze()
     while True:
         data, fds, _, _ = socket.recv_fds(
             channel, daemon_wire.MAX_BUILDER_MESSAGE_BYTES, daemon_wire.BUILDER_FDS
@@ -57,6 +61,7 @@ def _reap(_signum: int, _frame: object) -> None:
 def _child(parser: argparse.ArgumentParser, data: bytes, fds: list[int]) -> int:
     """One client's builder; its own exit status (the run's goes to the client)."""
     os.setsid()  # the daemon's terminal and its Ctrl-C are not the client's
+    gc.disable()  # a short build: its few cycles go with the process
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     client = socket.socket(fileno=fds[0])
     client.setblocking(True)
