@@ -10,7 +10,10 @@
   sandbox while the daemon serves it), and each sandbox's shim (the sandbox's own
   sandbridge process, the entry) idle, then once it served one connection (the entry
   loads the event loop and the shim's code at the first connection); standalone, each
-  session's host process and shim.
+  session's host process and shim. A daemon-served session also has its child of the
+  daemon's run builder (docs/daemon.md), which waits for the session's end to remove its
+  dirs: its private memory (``smaps_rollup``: what it does not share with the builder it
+  was forked from) and its RSS; the builder itself is one process per daemon.
 
 The package's bytecode is compiled first: an installed package has it, while a checkout
 run with ``PYTHONDONTWRITEBYTECODE`` set would compile every module in every process.
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 
 import sandbridge
-from benchmarks.paths import PYTHON, SANDBRIDGE, _descendants, _is_shim
+from benchmarks.paths import PYTHON, SANDBRIDGE, _children, _descendants, _is_shim
 from benchmarks.workloads import rss_kib
 
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
@@ -80,6 +83,22 @@ def _wait_for_shims(runs: list[subprocess.Popen[bytes]]) -> list[int]:
         if time.monotonic() > deadline:
             raise RuntimeError("a session's shim did not start")
         time.sleep(0.1)
+
+
+def _private_kib(pid: int) -> int:
+    """Memory of ``pid`` that no other process shares (clean and dirty private pages)."""
+    with contextlib.suppress(OSError):
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        return sum(int(line.split()[1]) for line in rollup if line.startswith("Private_"))
+    return 0
+
+
+def _builder_children(daemon: int) -> tuple[int | None, list[int]]:
+    """The daemon's run builder and the children it forked (one per thin client)."""
+    for child in _children(daemon):
+        if b"sandbridge.cli.run_builder" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return child, _children(child)
+    return None, []
 
 
 def _compile_package() -> None:
@@ -162,6 +181,9 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
                 after = rss_kib(daemon.pid)
                 served_shims = [rss_kib(pid) for pid in shims]
                 clients = [rss_kib(run.pid) for run in served]
+                builder, children = _builder_children(daemon.pid)
+                builder_children = [(_private_kib(pid), rss_kib(pid)) for pid in children]
+                builder_rss = 0 if builder is None else rss_kib(builder)
                 _serve_once(runtime)
                 serving_shims = [rss_kib(pid) for pid in shims]
             finally:
@@ -194,6 +216,13 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
         "served_shim_rss_kib_max": max(served_shims),
         "served_shim_serving_rss_kib_max": max(serving_shims),
         "served_client_rss_kib_median": round(statistics.median(clients)),
+        "builder_rss_kib": builder_rss,
+        "served_builder_child_private_kib_median": round(
+            statistics.median(private for private, _ in builder_children or [(0, 0)])
+        ),
+        "served_builder_child_rss_kib_median": round(
+            statistics.median(rss for _, rss in builder_children or [(0, 0)])
+        ),
         "standalone_host_rss_kib_median": round(statistics.median(hosts)),
         "standalone_shim_rss_kib_max": max(alone_shims),
     }
@@ -205,6 +234,13 @@ def table(figures: dict[str, object]) -> str:
     rows = [
         ("served by the daemon", "daemon", "daemon_rss_kib_per_session", "the daemon's growth"),
         ("(its `run` client)", None, "served_client_rss_kib_median", "the client process"),
+        (
+            "(its builder child)",
+            None,
+            "served_builder_child_private_kib_median",
+            f"private; {figures['served_builder_child_rss_kib_median']} RSS, the rest shared "
+            f"with the daemon's builder, {figures['builder_rss_kib']} RSS",
+        ),
         ("standalone", "standalone", "standalone_host_rss_kib_median", "its own host process"),
     ]
     lines = [

@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from sandbridge.daemon.builder import package_dir
+from sandbridge.daemon.builder import package_identity
 from sandbridge.protocol import daemon_wire
 from tests.conftest import Process, start_daemon
 from tests.daemon.test_server import ask, wait_until
@@ -20,7 +20,7 @@ def request(**changes: object) -> bytes:
         "env": {},
         "umask": 0o22,
         "python": "/usr/bin/python3 in /usr",
-        "package": package_dir(),
+        "package": package_identity(),
     }
     return daemon_wire.run_request({**run, **changes})
 

@@ -115,7 +115,9 @@ def _ask(
                 "env": dict(os.environ),
                 "umask": umask,
                 "python": daemon_wire.python_identity(sys.executable, sys.prefix),
-                "package": os.path.dirname(os.path.abspath(sandbridge.__file__)),
+                "package": daemon_wire.package_identity(
+                    sandbridge.__file__, sandbridge.__version__
+                ),
             }
         )
         builder.sendmsg(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -32,11 +31,11 @@ STOP_TIMEOUT = 5.0
 def this_install() -> tuple[str, str]:
     """The Python (its environment's prefix and its real file) and the package
     directory a thin client must share with the daemon."""
-    return daemon_wire.python_identity(sys.executable, sys.prefix), package_dir()
+    return daemon_wire.python_identity(sys.executable, sys.prefix), package_identity()
 
 
-def package_dir() -> str:
-    return os.path.dirname(os.path.abspath(sandbridge.__file__))
+def package_identity() -> str:
+    return daemon_wire.package_identity(sandbridge.__file__, sandbridge.__version__)
 
 
 class RunBuilder:

@@ -20,7 +20,7 @@ dashboard the daemon serves) or ``{"error": TEXT}``, then the close.
 its standard input, output and error attached::
 
     {"version": 1, "run": {"argv": [...], "cwd": PATH, "env": {...}, "umask": N,
-                           "python": PATH, "package": PATH}}
+                           "python": WHICH, "package": WHICH}}
 
 and gets, from the daemon's run builder, ``{"fallback": WHY}`` (the client serves the
 run the usual way), ``{"exit": STATUS}`` (the run ended there: an option error, a refusal,
@@ -204,6 +204,11 @@ def python_identity(executable: str, prefix: str) -> str:
     """A run request's ``python``: the interpreter's real file and its environment's
     prefix (a venv's ``python`` and ``python3`` are one)."""
     return f"{os.path.realpath(executable)} in {prefix}"
+
+
+def package_identity(package_file: str, version: str) -> str:
+    """A run request's ``package``: the sandbridge package's directory and version."""
+    return f"{os.path.dirname(os.path.abspath(package_file))} (sandbridge {version})"
 
 
 def run_request(run: dict[str, Any]) -> bytes:
