@@ -8,12 +8,14 @@
 - ``idle``: ``count`` sessions started and left idle (``sleep``), served by the daemon:
   the daemon's RSS before and after (per session), each ``run`` client (it holds the
   sandbox while the daemon serves it), and each sandbox's shim (the sandbox's own
-  sandbridge process, the entry) idle, then once it served one connection (the entry
-  loads the event loop and the shim's code at the first connection); standalone, each
-  session's host process and shim. A daemon-served session also has its child of the
-  daemon's run builder (docs/daemon.md), which waits for the session's end to remove its
-  dirs: its private memory (``smaps_rollup``: what it does not share with the builder it
-  was forked from) and its RSS; the builder itself is one process per daemon.
+  sandbridge process, the entry) idle; after it refused a malformed first line; after
+  real HTTP requests to the session's app through the relay (each a new connection the
+  shim hands off: what users do); and after a v1 request, which loads the event loop
+  (the entry serves refusals and handoffs without it); standalone, each session's host
+  process and shim. A daemon-served session also has its child of the daemon's run
+  builder (docs/daemon.md), which waits for the session's end to remove its dirs: its
+  private memory (``smaps_rollup``: what it does not share with the builder it was
+  forked from) and its RSS; the builder itself is one process per daemon.
 
 The package's bytecode is compiled first: an installed package has it, while a checkout
 run with ``PYTHONDONTWRITEBYTECODE`` set would compile every module in every process.
@@ -23,6 +25,7 @@ The daemon runs with a private ``XDG_RUNTIME_DIR``, so it serves only these sess
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import socket
@@ -30,14 +33,23 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import sandbridge
-from benchmarks.paths import PYTHON, SANDBRIDGE, _children, _descendants, _is_shim
-from benchmarks.workloads import rss_kib
+from benchmarks.paths import PYTHON, SANDBRIDGE, _children, _descendants, _is_shim, read_line
+from benchmarks.workloads import address_of, rss_kib
 
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
 START_TIMEOUT = 60.0
+# The idle sessions' app: a static file server, registered with the relay.
+APP_PORT = 4173
+SERVED_APP = (
+    f"{PYTHON} -m http.server {APP_PORT} --bind 127.0.0.1 --directory / >/dev/null 2>&1 & "
+    f"ags-webview-url {APP_PORT} && exec sleep 3600"
+)
+# Requests through the relay per session (each on a new connection: one handoff each).
+APP_REQUESTS = 20
 
 
 def _env(runtime: Path) -> dict[str, str]:
@@ -85,38 +97,44 @@ def _wait_for_shims(runs: list[subprocess.Popen[bytes]]) -> list[int]:
         time.sleep(0.1)
 
 
-def _private_kib(pid: int) -> int:
-    """Memory of ``pid`` that no other process shares (clean and dirty private pages)."""
-    with contextlib.suppress(OSError):
-        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
-        return sum(int(line.split()[1]) for line in rollup if line.startswith("Private_"))
-    return 0
-
-
-def _builder_children(daemon: int) -> tuple[int | None, list[int]]:
-    """The daemon's run builder and the children it forked (one per thin client)."""
-    for child in _children(daemon):
-        if b"sandbridge.cli.run_builder" in Path(f"/proc/{child}/cmdline").read_bytes():
-            return child, _children(child)
-    return None, []
-
-
 def _compile_package() -> None:
     """Write the bytecode of every sandbridge module, as installing the package does."""
     package = Path(sandbridge.__file__).parent
     subprocess.run([PYTHON, "-m", "compileall", "-q", str(package)], check=True)
 
 
-def _serve_once(runtime: Path) -> None:
-    """Make each session's shim serve one connection: a malformed first line, which it
-    refuses with an error line and a close (read to the end, so that it has served)."""
+def _serve_once(runtime: Path, line: bytes) -> None:
+    """Make each session's shim serve one connection with first line ``line``, read to
+    the end (so that it has served): ``{}`` is refused, a v1 request answered."""
     for path in runtime.glob("ags-webview-relay-*/upstream.sock"):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(START_TIMEOUT)
             sock.connect(str(path))
-            sock.sendall(b"{}\n")
+            sock.sendall(line)
             while sock.recv(4096):
                 pass
+
+
+def _v1_request() -> bytes:
+    message = {"type": "http_request", "port": APP_PORT, "method": "GET", "path": "/"}
+    return json.dumps(message).encode() + b"\n"
+
+
+def _request_app(urls: list[str]) -> None:
+    """APP_REQUESTS real requests to each session's app, through its host listener."""
+    for url in urls:
+        address, port, _ = address_of(url)
+        host = urllib.parse.urlsplit(url).netloc
+        for _ in range(APP_REQUESTS):
+            conn = http.client.HTTPConnection(address, port, timeout=START_TIMEOUT)
+            try:
+                conn.request("GET", "/", headers={"Host": host})
+                response = conn.getresponse()
+                response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"{url} answered {response.status}")
+            finally:
+                conn.close()
 
 
 def _run(work: Path, *options: str) -> list[str]:
@@ -125,13 +143,16 @@ def _run(work: Path, *options: str) -> list[str]:
 
 
 def _start_idle(
-    work: Path, env: dict[str, str], count: int, *options: str
+    work: Path, env: dict[str, str], count: int, *options: str, app: bool = False
 ) -> list[subprocess.Popen[bytes]]:
+    """``count`` sessions running ``sleep``, or with ``app`` the static app (its URL is
+    the first line of their output)."""
+    command = ["sh", "-c", SERVED_APP] if app else ["sleep", "3600"]
     return [
         subprocess.Popen(
-            [*_run(work, *options), "sleep", "3600"],
+            [*_run(work, *options), *command],
             env=env,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if app else subprocess.DEVNULL,
             stderr=subprocess.PIPE,  # a few lines at the start, read if it fails
         )
         for _ in range(count)
@@ -148,8 +169,67 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _private_kib(pid: int) -> int:
+    """Memory of ``pid`` that no other process shares (clean and dirty private pages)."""
+    with contextlib.suppress(OSError):
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        return sum(int(line.split()[1]) for line in rollup if line.startswith("Private_"))
+    return 0
+
+
+def _builder_children(daemon: int) -> tuple[int | None, list[int]]:
+    """The daemon's run builder and the children it forked (one per thin client)."""
+    for child in _children(daemon):
+        if b"sandbridge.cli.run_builder" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return child, _children(child)
+    return None, []
+
+
+def _measure_served(
+    work: Path, runtime: Path, env: dict[str, str], count: int, daemon: int
+) -> dict[str, object]:
+    """``count`` sessions with the app, served by ``daemon``: its growth, each client,
+    each shim idle and as it serves more."""
+    before = rss_kib(daemon)
+    served = _start_idle(work, env, count, app=True)
+    try:
+        urls = [read_line(run, b"http://").decode().strip() for run in served]
+        _wait_for_sessions(env, count)
+        shims = _wait_for_shims(served)
+        after = rss_kib(daemon)
+        idle = [rss_kib(pid) for pid in shims]
+        clients = [rss_kib(run.pid) for run in served]
+        builder, children = _builder_children(daemon)
+        builder_children = [(_private_kib(pid), rss_kib(pid)) for pid in children] or [(0, 0)]
+        _serve_once(runtime, b"{}\n")
+        refusing = [rss_kib(pid) for pid in shims]
+        _request_app(urls)
+        serving = [rss_kib(pid) for pid in shims]
+        _serve_once(runtime, _v1_request())
+        with_loop = [rss_kib(pid) for pid in shims]
+    finally:
+        _stop(served)
+    return {
+        "daemon_rss_kib_per_session": round((after - before) / count),
+        "daemon_rss_kib": {"before": before, "after": after},
+        "served_shim_rss_kib_max": max(idle),
+        "served_shim_refusing_rss_kib_max": max(refusing),
+        "served_shim_serving_rss_kib_max": max(serving),
+        "served_shim_event_loop_rss_kib_max": max(with_loop),
+        "served_client_rss_kib_median": round(statistics.median(clients)),
+        "builder_rss_kib": 0 if builder is None else rss_kib(builder),
+        "served_builder_child_private_kib_median": round(
+            statistics.median(private for private, _ in builder_children)
+        ),
+        "served_builder_child_rss_kib_median": round(
+            statistics.median(rss for _, rss in builder_children)
+        ),
+    }
 
 
 def measure_sessions(samples: int, count: int) -> dict[str, object]:
@@ -173,21 +253,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
                 starts["daemon"].append(_wall_ms([*_run(work), "true"], env))
                 starts["standalone"].append(_wall_ms([*_run(work, "--no-daemon"), "true"], env))
                 starts["bwrap"].append(_wall_ms([*BWRAP, "true"], env))
-            before = rss_kib(daemon.pid)
-            served = _start_idle(work, env, count)
-            try:
-                _wait_for_sessions(env, count)
-                shims = _wait_for_shims(served)
-                after = rss_kib(daemon.pid)
-                served_shims = [rss_kib(pid) for pid in shims]
-                clients = [rss_kib(run.pid) for run in served]
-                builder, children = _builder_children(daemon.pid)
-                builder_children = [(_private_kib(pid), rss_kib(pid)) for pid in children]
-                builder_rss = 0 if builder is None else rss_kib(builder)
-                _serve_once(runtime)
-                serving_shims = [rss_kib(pid) for pid in shims]
-            finally:
-                _stop(served)
+            served = _measure_served(work, runtime, env, count, daemon.pid)
         finally:
             daemon.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -211,18 +277,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
         "start_ms": {kind: round(statistics.median(times), 1) for kind, times in starts.items()},
         "over_bwrap_ms": over,
         "idle_sessions": count,
-        "daemon_rss_kib_per_session": round((after - before) / count),
-        "daemon_rss_kib": {"before": before, "after": after},
-        "served_shim_rss_kib_max": max(served_shims),
-        "served_shim_serving_rss_kib_max": max(serving_shims),
-        "served_client_rss_kib_median": round(statistics.median(clients)),
-        "builder_rss_kib": builder_rss,
-        "served_builder_child_private_kib_median": round(
-            statistics.median(private for private, _ in builder_children or [(0, 0)])
-        ),
-        "served_builder_child_rss_kib_median": round(
-            statistics.median(rss for _, rss in builder_children or [(0, 0)])
-        ),
+        **served,
         "standalone_host_rss_kib_median": round(statistics.median(hosts)),
         "standalone_shim_rss_kib_max": max(alone_shims),
     }
@@ -245,21 +300,26 @@ def table(figures: dict[str, object]) -> str:
     ]
     lines = [
         "| session | `run --net none -- true` (ms) | over bwrap, paired (ms) "
-        "| host memory per idle session (KiB) | shim idle (KiB) | shim serving (KiB) |",
-        "|---|---|---|---|---|---|",
+        "| host memory per idle session (KiB) | shim idle (KiB) | shim after a refusal (KiB) "
+        f"| shim after {APP_REQUESTS} app requests (KiB) | shim with the event loop (KiB) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     shims = {
-        "daemon": (figures["served_shim_rss_kib_max"], figures["served_shim_serving_rss_kib_max"]),
-        "standalone": (figures["standalone_shim_rss_kib_max"], "n/a"),
+        "daemon": (
+            figures["served_shim_rss_kib_max"],
+            figures["served_shim_refusing_rss_kib_max"],
+            figures["served_shim_serving_rss_kib_max"],
+            figures["served_shim_event_loop_rss_kib_max"],
+        ),
+        "standalone": (figures["standalone_shim_rss_kib_max"], "n/a", "n/a", "n/a"),
     }
     for label, kind, host, what in rows:
         if kind is None:
-            lines.append(f"| {label} | | | {figures[host]} ({what}) | | |")
+            lines.append(f"| {label} | | | {figures[host]} ({what}) | | | | |")
             continue
-        idle, serving = shims[kind]
+        shim = " | ".join(str(value) for value in shims[kind])
         lines.append(
-            f"| {label} | {starts[kind]} | +{over[kind]} | {figures[host]} ({what}) "
-            f"| {idle} | {serving} |"
+            f"| {label} | {starts[kind]} | +{over[kind]} | {figures[host]} ({what}) | {shim} |"
         )
-    lines.append(f"| bwrap alone | {starts['bwrap']} | 0 | n/a | n/a | n/a |")
+    lines.append(f"| bwrap alone | {starts['bwrap']} | 0 | n/a | n/a | n/a | n/a | n/a |")
     return "\n".join(lines)

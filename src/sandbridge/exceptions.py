@@ -19,6 +19,7 @@ that what can be caught, and what each means, is read in one place::
     ├── SessionError              a session name or the state dir is unusable
     ├── DaemonError               the daemon cannot start, or refused a session
     ├── SandboxError              the sandbox cannot be started as asked
+    │   └── GitNotRun             the host's git would hang in a repository, or timed out
     ├── RemoteLinkError           the link to a far machine cannot be opened or broke
     │   └── RemoteLinkRefused     refused for a reason retrying will not change
     ├── PolicyError               a policy line or flag is malformed
@@ -118,6 +119,13 @@ class DaemonError(SandbridgeError):
 
 class SandboxError(SandbridgeError):
     """The sandbox could not be started with the requested backend or options."""
+
+
+class GitNotRun(SandboxError):
+    """The host's git was not run in a repository the sandbox can write: a file it would
+    open is not a file (a FIFO would block it in ``open()``), or it timed out there once
+    already. A question it cannot answer is a refusal at a session's start and a warning
+    that says "could not check" at its end, never "nothing found"."""
 
 
 class RemoteLinkError(SandbridgeError):

@@ -7,7 +7,9 @@ answers every terminal control line with a listing of another session's request 
 nothing else; escape: with a listing whose fields carry terminal escape sequences;
 many: lists more apps than the limit; empty: opens the stream, then floods it with
 empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
-list of one app, evil port 9999; crowd: lists 200 apps)
+list of one app, evil port 9999; crowd: lists 200 apps; describe: describes its
+session "evil" with markup in its workdir, command and a pending request's reason;
+foreign: describes a request of another session, which the laptop refuses)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import select
 import sys
 
+from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.protocol.remote_wire import (
     HEADER,
     Data,
@@ -45,6 +48,16 @@ ANSWERS = {
 }
 
 
+# Markup where a far machine writes text: the dashboard must show it as text.
+MARKUP = "<img src=x onerror=\"document.title='pwned'\"><b>bold</b>"
+REQUESTER = "ab" * 32
+
+
+def described(request_id: str) -> tuple[FarSession, ...]:
+    request = FarRequest(request_id, "pending", REQUESTER, MARKUP, 1.7e9, 600.0, None)
+    return (FarSession("evil", f"/w/{MARKUP}", f"sh -c {MARKUP}", 1.7e9, "full", (request,)),)
+
+
 def main() -> None:
     mode = sys.argv[1]
     state = LinkState(Role.FAR)
@@ -64,6 +77,10 @@ def main() -> None:
         for i in range(1000):
             out.write(state.send_apps(lists[i % 2]))
         out.write(state.send_apps((FarApp("evil", 9999, "/"),)))
+    elif mode == "describe":
+        out.write(state.send_apps((FarApp("evil", 8080, "/"),), described("evil:0123abcd")))
+    elif mode == "foreign":
+        out.write(state.send_apps((FarApp("evil", 8080, "/"),), described("other:0123abcd")))
     elif mode == "crowd":
         out.write(state.send_apps(tuple(FarApp("evil", port, "/") for port in range(1, 201))))
     elif mode == "many":

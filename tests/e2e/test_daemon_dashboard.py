@@ -79,7 +79,7 @@ def test_a_requested_duration_is_shown_and_approve_signs_for_it_and_attaches(
     ).stdout.strip()
     row = page.locator("#terminals tbody tr", has_text=request_id)
     expect(row).to_contain_text("pending")
-    expect(row.locator("td").nth(5)).to_have_text("2 min")
+    expect(row.locator("td").nth(6)).to_have_text("2 min")
     # "as asked" is the default: Approve signs for the 2 minutes the request asked
     row.get_by_role("button", name=f"Approve terminal request {request_id}").click()
     expect(page.locator("#status")).to_have_text(f"approved {request_id} for 2 min")
@@ -101,7 +101,7 @@ def test_the_owner_may_approve_for_another_duration_than_asked(
         "terminal", "request", "web", "--no-wait", "--duration", "1h"
     ).stdout.strip()
     row = page.locator("#terminals tbody tr", has_text=request_id)
-    expect(row.locator("td").nth(5)).to_have_text("1 h")
+    expect(row.locator("td").nth(6)).to_have_text("1 h")
     page.locator("#ttl").select_option("300")
     row.get_by_role("button", name=f"Approve terminal request {request_id}").click()
     expect(page.locator("#status")).to_have_text(f"approved {request_id} for 5 min")

@@ -150,8 +150,8 @@ def test_a_hostile_reason_and_name_show_as_text(
         "terminal", "request", "web", "--no-wait", "--key", str(mallory), "--reason", HOSTILE
     ).stdout.strip()
     row = page.locator("#terminals tbody tr", has_text=request_id)
-    expect(row.locator("td").nth(3)).to_have_text(HOSTILE[: keys.MAX_NAME_CHARS])
-    expect(row.locator("td").nth(4)).to_have_text(HOSTILE)
+    expect(row.locator("td").nth(4)).to_have_text(HOSTILE[: keys.MAX_NAME_CHARS])
+    expect(row.locator("td").nth(5)).to_have_text(HOSTILE)
     assert page.locator("#terminals img, #terminals script").count() == 0
     row.get_by_role("button", name=f"Deny terminal request {request_id}").click()
     expect(row).to_contain_text("denied")

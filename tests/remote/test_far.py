@@ -116,7 +116,11 @@ def test_hello_is_answered_with_the_users_apps(
 ) -> None:
     xdg, port, _ = far_session
     far.next_event()  # HELLO
-    assert far.next_event() == Apps((FarApp(_session(xdg), port, "/"),))
+    listed = far.next_event()
+    assert isinstance(listed, Apps) and listed.apps == (FarApp(_session(xdg), port, "/"),)
+    # And the session described for the laptop's dashboard, with its registry facts.
+    [described] = listed.sessions
+    assert described.id == _session(xdg) and described.started > 0
 
 
 def test_an_app_registered_later_is_listed_again(
@@ -236,7 +240,8 @@ def test_a_private_app_is_neither_listed_nor_opened_to_a_laptop_that_would_serve
         said = encode_object({"version": VERSION, "role": "laptop"})
         far.send(HEADER.pack(len(said), Kind.HELLO, 0) + said)
         far.next_event()
-        assert far.next_event() == Apps(())
+        listed = far.next_event()
+        assert isinstance(listed, Apps) and listed.apps == ()
         stream, opening = far.state.send_open(_session(xdg), port)
         far.send(opening)
         answer = far.next_event()
@@ -255,7 +260,8 @@ def test_a_private_app_is_listed_private_and_opened_without_its_token(
         far.send(far.state.send_hello())
         far.next_event()
         apps = far.next_event()
-        assert apps == Apps((FarApp(_session(xdg), port, "/", private=True),))
+        assert isinstance(apps, Apps)
+        assert apps.apps == (FarApp(_session(xdg), port, "/", private=True),)
         stream, opening = far.state.send_open(_session(xdg), port)
         far.send(opening)
         assert far.next_event() == Opened(stream)

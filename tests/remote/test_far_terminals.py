@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from sandbridge.remote.far_terminals import LINK_OPS, check_first_line
+from sandbridge.remote.far_terminals import LINK_OPS, check_first_line, mark_attach
 
 
 @pytest.mark.parametrize("op", sorted(LINK_OPS))
@@ -30,3 +32,21 @@ def test_the_terminal_ops_cross(op: str) -> None:
 def test_anything_else_is_refused_naming_it(line: bytes, refusal: str) -> None:
     why = check_first_line(line)
     assert why is not None and refusal in why
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"op":"attach","id":"web:0123abcd"}\n',
+        b'{"op":"attach","id":"web:0123abcd","over_link":false}\n',
+    ],
+)
+def test_an_attach_is_marked_over_the_link_whatever_the_laptop_said(line: bytes) -> None:
+    assert json.loads(mark_attach(line)) == {
+        "op": "attach", "id": "web:0123abcd", "over_link": True,
+    }  # fmt: skip
+
+
+def test_other_ops_pass_unchanged() -> None:
+    line = b'{"op":"list","over_link":true}\n'
+    assert mark_attach(line) == line

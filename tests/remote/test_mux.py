@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from sandbridge.exceptions import RemoteLinkError
-from sandbridge.protocol.remote_wire import STREAM_WINDOW, FarApp, OpenStream, Role
+from sandbridge.protocol.remote_wire import STREAM_WINDOW, Apps, FarApp, OpenStream, Role
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.transport import Link, LinkWriter
 
@@ -28,11 +28,11 @@ async def _link(sock: socket.socket) -> Link:
 @asynccontextmanager
 async def linked(
     on_open: object = None,
-) -> AsyncIterator[tuple[Mux, Mux, list[tuple[FarApp, ...]]]]:
+) -> AsyncIterator[tuple[Mux, Mux, list[Apps]]]:
     """A laptop and a far mux, handshaken and running."""
     a, b = socket.socketpair()
     laptop_link, far_link = await _link(a), await _link(b)
-    listed: list[tuple[FarApp, ...]] = []
+    listed: list[Apps] = []
     laptop = Mux(laptop_link, Role.LAPTOP, on_apps=listed.append)
     far = Mux(far_link, Role.FAR, on_open=on_open)  # type: ignore[arg-type]
     await asyncio.gather(laptop.handshake(), far.handshake())
@@ -52,7 +52,7 @@ def test_apps_list_reaches_the_laptop() -> None:
             # The far side opens nothing here: its refusal comes after the list.
             with pytest.raises(ConnectionRefusedError, match="this side opens no streams"):
                 await laptop.open("web", 80)
-            assert listed == [(FarApp("web", 80, "/"),)]
+            assert listed == [Apps((FarApp("web", 80, "/"),))]
 
     asyncio.run(check())
 

@@ -20,7 +20,7 @@ import pytest
 
 from sandbridge.remote.terminal_relay import parse_first_line
 from sandbridge.terminals.keys import create_key, public_hex
-from tests.conftest import PYTHON, REPO, SANDBRIDGE
+from tests.conftest import PYTHON, REPO, SANDBRIDGE, processes_with
 from tests.remote.test_connect import (
     Laptop,
     _fds,
@@ -258,7 +258,8 @@ def test_killing_the_link_mid_terminal_ends_it_and_the_far_audit_says_why(
         far.session.wait_for("sleep 1003", present=False, timeout=10)
         far.session.wait_for(WORKER_MARKER, present=False, timeout=10)
         events = [(r["event"], r.get("end")) for r in far.audit(request_id.removeprefix("far:"))]
-        assert ("end", "client") in events, events
+        # The link went, not the client: serve-stdio's connection closed whole.
+        assert ("end", "link") in events, events
         laptop.connect.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
         assert _listening_ports(pid) == listening_before
         _wait_until(lambda: _fds(pid) <= fds_before)
@@ -266,6 +267,30 @@ def test_killing_the_link_mid_terminal_ends_it_and_the_far_audit_says_why(
         assert [path.name for path in runtime.rglob("control.sock")] == ["control.sock"]
     # connect's own control socket goes with it.
     assert list(runtime.rglob("control.sock")) == []
+
+
+def test_a_client_that_vanishes_on_the_laptop_is_audited_as_the_client_not_the_link(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    with laptop_of(tmp_path, far.serve_stdio) as laptop:
+        far.cli("terminal", "trust-owner", laptop.owner_public_key())
+        request_id = _approved(laptop)
+        child = attach_child(laptop.env, request_id)
+        child.expect(PROMPT)
+        child.sendline("sleep 1004")
+        child.expect("sleep 1004\r\n")
+        far.session.wait_for("sleep 1004")
+        # Killed: no CLOSE message reaches the worker, only its connection's end.
+        [client] = [p for p in processes_with(f"terminal attach {request_id}") if p != child.pid]
+        os.kill(client, signal.SIGKILL)
+        far.session.wait_for("sleep 1004", present=False, timeout=10)
+        far_id = request_id.removeprefix("far:")
+        _wait_until(lambda: any(r["event"] == "end" for r in far.audit(far_id)))
+        [end] = [r for r in far.audit(far_id) if r["event"] == "end"]
+        assert end["end"] == "client", end
+        # The link stayed up: nothing to reconnect.
+        assert "link lost" not in laptop.connect.process.drain()
+        child.close()
 
 
 def test_the_owner_opens_a_far_shell_in_one_step(far: FarMachine, tmp_path: Path) -> None:

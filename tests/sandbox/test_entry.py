@@ -64,15 +64,24 @@ def _is_entry(pid: int) -> bool:
     return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
 
 
+# A v1 request (which only the event loop's shim serves) to a port nothing listens on.
+_V1_TO_NOWHERE = b'{"type":"http_request","port":1,"method":"GET","path":"/"}\n'
+
+
 def _serve_one(upstream: Path) -> bytes:
-    """Connect to the shim and send a line that is not a request: its refusal (an error
-    line, then the end) proves it serves."""
+    """Connect to the shim and send a v1 request for a port nothing listens on: its
+    answer (an error line, then the end) proves it served, with the event loop."""
+    return _exchange(upstream, _V1_TO_NOWHERE)
+
+
+def _exchange(upstream: Path, data: bytes) -> bytes:
+    """Send ``data`` on a connection to the shim; its answer, read to the end."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(30)
         sock.connect(str(upstream))
-        sock.sendall(b"{}\n")
+        sock.sendall(data)
         answer = b""
-        while chunk := sock.recv(4096):
+        while chunk := sock.recv(65536):
             answer += chunk
     return answer
 
@@ -81,7 +90,7 @@ def _mapped(pid: int, name: str) -> bool:
     return name in Path(f"/proc/{pid}/maps").read_text()
 
 
-def test_an_idle_sandbox_loads_the_shim_only_when_a_connection_arrives(
+def test_an_idle_sandbox_loads_the_event_loop_only_when_a_connection_needs_it(
     backend: str, tmp_path: Path, xdg: Path
 ) -> None:
     marker = f"idle-entry-{os.getpid()}-{backend}"
@@ -99,18 +108,20 @@ def test_an_idle_sandbox_loads_the_shim_only_when_a_connection_arrives(
         process.wait_line("started")
         (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
         assert not _mapped(pid, "uvloop")  # listening, the command running, nothing loaded
-        answer = _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
-        assert answer.startswith(b'{"ok":false')
+        upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
+        assert _exchange(upstream, b"{}\n").startswith(b'{"ok":false')
+        assert not _mapped(pid, "uvloop")  # a refusal is the light shim's
+        assert _serve_one(upstream).startswith(b'{"ok":false')
         assert _mapped(pid, "uvloop")
     finally:
         process.stop()
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["idle", "serving"])
+@pytest.mark.parametrize("served", ["idle", "light shim", "event loop"])
 def test_sigterm_to_the_entry_reaches_the_command(
-    backend: str, tmp_path: Path, xdg: Path, loaded: bool
+    backend: str, tmp_path: Path, xdg: Path, served: str
 ) -> None:
-    marker = f"term-entry-{os.getpid()}-{backend}-{loaded}"
+    marker = f"term-entry-{os.getpid()}-{backend}-{served.replace(' ', '-')}"
     script = "trap 'echo got-term; exit 5' TERM; echo started; sleep 600 & wait"
     process = Process(
         run_argv(
@@ -125,8 +136,12 @@ def test_sigterm_to_the_entry_reaches_the_command(
     try:
         process.wait_line("started")
         (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
-        if loaded:
-            _serve_one(xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock")
+        upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
+        if served == "light shim":  # a refusal: served without the event loop
+            assert _exchange(upstream, b"{}\n").startswith(b'{"ok":false')
+            assert not _mapped(pid, "uvloop")
+        elif served == "event loop":
+            _serve_one(upstream)
             assert _mapped(pid, "uvloop")
         os.kill(pid, signal.SIGTERM)
         process.wait_line("got-term")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
+import pytest
+
+from sandbridge.exceptions import GitNotRun
 from sandbridge.sandbox import host_git
 from tests.sandbox.test_protected_paths import git, make_repo
 
@@ -46,3 +50,62 @@ def test_ignoring_rule_names_source_and_line_and_skips_negations(tmp_path: Path)
     (repo / ".gitignore").write_text("*.log\n!keep.log\n")
     assert host_git.ignoring_rule(repo, "a.log") == ".gitignore:1:*.log"
     assert host_git.ignoring_rule(repo, "keep.log") is None
+
+
+def test_a_repository_where_git_timed_out_is_not_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the checks do not foresee (a ref: none of sandbridge's questions opens one,
+    but ``git show`` does) costs the timeout once; the next question fails at once."""
+    monkeypatch.setattr(host_git, "GIT_TIMEOUT_SECONDS", 1.0)
+    repo = make_repo(tmp_path / "proj")
+    (repo / ".git" / "refs" / "heads" / "main").unlink()
+    os.mkfifo(repo / ".git" / "refs" / "heads" / "main")
+    started = time.monotonic()
+    with pytest.raises(GitNotRun) as first:
+        host_git.run_git(repo, "show", "main:README")
+    assert 1.0 <= time.monotonic() - started < 10
+    assert str(first.value) == (
+        f"git timed out after 1 s in the repository {repo} (git show main:README): a file "
+        "there blocks it (a FIFO?); not asked again in this run. Find it and remove it."
+    )
+    started = time.monotonic()
+    for question in (host_git.toplevel, host_git.hidden_from_status, host_git.config_entries):
+        with pytest.raises(GitNotRun) as again:
+            question(repo)
+        assert str(again.value) == str(first.value)
+    assert time.monotonic() - started < 0.5
+
+
+def test_an_include_git_would_follow_into_a_fifo_is_refused_naming_it(tmp_path: Path) -> None:
+    """Only ``config --includes`` opens included files: each is checked first, to any
+    depth, whatever its condition."""
+    repo = make_repo(tmp_path / "proj")
+    (repo / "first").write_text("[include]\n\tpath = deeper/second\n")
+    (repo / "deeper").mkdir()
+    os.mkfifo(repo / "deeper" / "second")
+    git(repo, "config", "includeIf.onbranch:nothing.path", "../first")
+    started = time.monotonic()
+    with pytest.raises(GitNotRun) as caught:
+        host_git.config_entries(repo)
+    assert str(caught.value) == (
+        f"{repo / 'deeper' / 'second'} is a FIFO, not a file; git there would hang; not run. "
+        "Remove it."
+    )
+    assert time.monotonic() - started < host_git.GIT_TIMEOUT_SECONDS / 4
+
+
+def test_an_excludes_file_a_setting_names_is_checked(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    os.mkfifo(repo / "excludes")
+    git(repo, "config", "core.excludesFile", "excludes")
+    with pytest.raises(GitNotRun, match="excludes is a FIFO, not a file"):
+        host_git.config_entries(repo)
+
+
+def test_includes_are_still_listed_with_their_files(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "proj")
+    (repo / "extra").write_text("[alias]\n\tx = status\n")
+    git(repo, "config", "include.path", "../extra")
+    entries = host_git.config_entries(repo)
+    assert host_git.ConfigEntry(repo / "extra", "alias.x", "status") in entries

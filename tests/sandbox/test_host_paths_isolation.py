@@ -254,6 +254,9 @@ def test_sandbox_sees_no_other_session_nor_the_owner_key_dir(
     after = sorted(p.relative_to(world.home) for p in world.home.rglob("*"))
     created = {Path(".config"), Path(".config/sandbridge"), Path(".local")}
     created |= {Path(".local/state"), Path(".local/state/sandbridge")}
+    # The list of the owner's projects (places/known_projects.py), and its lock.
+    created |= {Path(".local/state/sandbridge/projects")}
+    created |= {Path(".local/state/sandbridge/.projects.lock")}
     # The helper the entry installs in a home the workdir shows (docs/runner.md).
     created |= {Path(".local/bin"), Path(".local/bin/ags-webview-url")}
     created.add(fifo.relative_to(world.home) if fifo.is_relative_to(world.home) else fifo)

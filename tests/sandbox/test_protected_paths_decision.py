@@ -16,10 +16,10 @@ from sandbridge.egress.policy import PolicyBuilder
 from sandbridge.exceptions import PolicyError, SandboxError
 from sandbridge.sandbox.host_git import ConfigEntry
 from sandbridge.sandbox.mounts import Mount
+from sandbridge.sandbox.placeholder import Placeholder
 from sandbridge.sandbox.protected_paths import (
     COMMONDIR_PLACEHOLDER,
     GitFacts,
-    Placeholder,
     Protection,
     decide,
 )

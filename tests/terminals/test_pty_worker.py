@@ -1,13 +1,18 @@
-"""The PTY worker's pure parts: its clean environment and its view of descendants."""
+"""The PTY worker's pure parts (its clean environment, its view of descendants) and how its
+process ends when the host goes away."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
+import sys
 
 import pytest
 
-from sandbridge.terminals import pty_worker
+from sandbridge.terminals import channel, pty_worker
+from sandbridge.terminals.frames import Kind, encode
 
 
 @pytest.mark.parametrize(
@@ -38,3 +43,27 @@ def test_descendants_include_grandchildren_and_exclude_others() -> None:
     finally:
         os.kill(grandchild, 9)
         child.wait()
+
+
+def test_a_host_that_closes_with_frames_unread_ends_the_worker_without_a_traceback() -> None:
+    """An AF_UNIX peer that closes with data unread resets the connection: the worker's
+    next read fails with ECONNRESET, which means the host went away, as EPIPE does."""
+    host, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sandbridge.terminals.pty_worker", "--fd", str(worker.fileno())],
+        pass_fds=[worker.fileno()],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker.close()
+    start = {"rows": 24, "cols": 80, "lease": 10, "idle": 60, "hangup_grace": 1, "term": "xterm"}
+    start["client_public"] = channel.keypair()[0].hex()
+    with host:
+        host.sendall(encode(Kind.START, json.dumps(start).encode()))
+        assert host.recv(1)  # READY has begun to arrive; the rest of it stays unread
+    try:
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+    assert process.stderr is not None
+    assert process.stderr.read() == ""

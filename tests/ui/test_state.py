@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from pathlib import Path
@@ -10,7 +11,8 @@ import pytest
 
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry
-from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry
+from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry, list_remotes
+from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.terminals.control import short_path
 from sandbridge.ui.state import MAX_TTL, act, snapshot
 
@@ -120,3 +122,55 @@ def test_a_private_far_app_is_listed_private(
         assert app["private"] is True and app["url"] == "http://a.localhost:4000/"
     finally:
         entry.remove()
+
+
+def _described(requests: tuple[FarRequest, ...] = ()) -> FarSession:
+    return FarSession("web", "/w", "bash", 1.7e9, "none", requests)
+
+
+def test_far_sessions_and_their_requests_are_listed_under_the_laptops_name_for_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    request = FarRequest("web:0123abcd", "pending", "ab" * 32, "look", 1.7e9, 600.0, None)
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    try:
+        entry.update(True, [], (_described((request,)),))
+        tables = snapshot()
+        [session] = tables["sessions"]
+        assert session["id"] == "box:web" and session["machine"] == "box"
+        assert session["controllable"] is False and "stop it on box" in session["stop_note"]
+        [terminal] = tables["terminals"]
+        assert terminal["id"] == "box:web:0123abcd" and terminal["session"] == "box:web"
+        assert terminal["machine"] == "box" and terminal["name"] is None
+        # While the link is down, what the far side said no longer holds: nothing shown.
+        entry.update(False, [], (_described((request,)),))
+        assert snapshot()["sessions"] == snapshot()["terminals"] == []
+    finally:
+        entry.remove()
+
+
+def test_a_machine_record_with_a_session_out_of_bounds_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    try:
+        record = entry.path / "machine.json"
+        entry.update(True, [], (_described(),))
+        written = json.loads(record.read_text())
+        written["sessions"][0]["started"] = float("nan")
+        record.write_text(json.dumps(written))
+        assert [r.machine for r in list_remotes()] == []
+        assert snapshot()["sessions"] == []
+    finally:
+        entry.remove()
+
+
+def test_a_far_deny_goes_to_the_connect_serving_its_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    with pytest.raises(SandbridgeError, match="no sandbridge connect serves a machine named 'box'"):
+        act({"action": "terminal_deny", "id": "box:web:0123abcd"})

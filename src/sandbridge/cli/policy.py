@@ -13,6 +13,7 @@ from sandbridge.cli import network as network_cli
 from sandbridge.egress import init_policy, presets
 from sandbridge.egress.survey import describe, survey
 from sandbridge.exceptions import PolicyError
+from sandbridge.places import known_projects
 from sandbridge.sandbox.project import project_root, secrets_file_ignored
 
 
@@ -65,6 +66,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     ignored = secrets_file_ignored(root)
     for path in init_policy.write(root, files, args.force, ignored):
         print(f"sandbridge: wrote {path}", file=sys.stderr)
+    known_projects.remember(root)  # every sandbox hides its .sandbridge/ from now on
     if ignored is not None and not secrets_file_ignored(root):
         print(
             f"sandbridge: warning: git still does not ignore {init_policy.ENV_FILE} (a rule "

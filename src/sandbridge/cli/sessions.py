@@ -29,6 +29,7 @@ from sandbridge.cli.relay_options import (
 )
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandboxError, SandbridgeError
+from sandbridge.places import known_projects
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -187,6 +188,7 @@ def _spec_factory(
         # the owner puts there during the session stay out of sight.
         policy_dir=_policy_dir(root, protection),
         policy_files=shown_policy_files(root),
+        other_projects=tuple(known_projects.policy_dirs()),
     )
 
     def factory(runtime_dir: Path) -> SandboxSpec:
@@ -239,6 +241,7 @@ def _run_session(
     network_cli.announce(policy)
     unignored = secrets_file_warning(root)
     _warn(unignored)
+    known_projects.remember(root)  # every later sandbox hides its .sandbridge/
     protection.create_placeholders()
     try:
         runner: SessionRunner = getattr(args, "session_runner", None) or _serve_here(args)

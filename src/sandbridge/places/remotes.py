@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sandbridge.exceptions import SessionError
+from sandbridge.exceptions import RemoteWireError, SessionError
 from sandbridge.places.registry import (
     _sweep,
     state_roots,
@@ -26,6 +26,7 @@ from sandbridge.places.registry import (
 )
 from sandbridge.places.runtime_dir import try_lock
 from sandbridge.private_dir import make_private_dir
+from sandbridge.protocol.far_sessions import FarSession, parse_sessions
 from sandbridge.protocol.jsonline import decode_json
 
 REMOTES = "remotes"
@@ -59,6 +60,9 @@ class RemoteRecord:
     via: str
     connected: bool
     apps: list[RemoteAppRecord] = field(default_factory=list)
+    # The far sessions as the far machine last described them (docs/remote.md): its
+    # word, checked as it arrived and again as it is read; none while the link is down.
+    sessions: tuple[FarSession, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -96,11 +100,13 @@ class RemoteEntry:
         entry.update(False, [])
         return entry
 
-    def update(self, connected: bool, apps: list[RemoteAppRecord]) -> None:
-        """Record whether the link is up and the far apps served now."""
+    def update(
+        self, connected: bool, apps: list[RemoteAppRecord], sessions: tuple[FarSession, ...] = ()
+    ) -> None:
+        """Record whether the link is up, the far apps served now and the far sessions."""
         record = self.record
         self.record = RemoteRecord(
-            record.machine, record.pid, record.started, record.via, connected, apps
+            record.machine, record.pid, record.started, record.via, connected, apps, sessions
         )
         temporary = self.path / f".{RECORD}.tmp"
         temporary.write_text(json.dumps(self.record.to_json()))
@@ -121,8 +127,9 @@ def _read(path: Path) -> RemoteRecord | None:
         if not isinstance(data, dict):
             return None
         apps = [RemoteAppRecord(**app) for app in data.pop("apps", [])]
-        return RemoteRecord(**data, apps=apps)
-    except (OSError, ValueError, TypeError):
+        sessions = parse_sessions(data.pop("sessions", []))
+        return RemoteRecord(**data, apps=apps, sessions=sessions)
+    except (OSError, ValueError, TypeError, RemoteWireError):
         return None
 
 

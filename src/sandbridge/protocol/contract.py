@@ -30,6 +30,9 @@ EGRESS_SOCKET = "egress.sock"
 # starts, where the host has no private channel to hand over: docs/external-runtimes.md).
 TERMINAL_SOCKET = "terminal.sock"
 
+# The type of forwarding v1's request line on upstream.sock (protocol/v1.py).
+V1_REQUEST_TYPE = "http_request"
+
 RELAY_SOCKET_ENV = "AGS_WEBVIEW_RELAY_SOCKET"
 UPSTREAM_SOCKET_ENV = "AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET"
 # Set to "1" inside every sandbox sandbridge starts.

@@ -19,7 +19,7 @@ from typing import Any
 
 from sandbridge.exceptions import WireError
 from sandbridge.protocol.jsonline import decode_object, encode_object
-from sandbridge.protocol.registration import validate_port
+from sandbridge.protocol.port import validate_port
 
 # The opening is a tiny JSON object; a longer line is not from a gate listener.
 MAX_EGRESS_OPEN_BYTES = 256

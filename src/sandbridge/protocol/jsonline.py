@@ -150,3 +150,16 @@ def decode_object(line: bytes, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any
 def encode_object(value: dict[str, Any]) -> bytes:
     """Serialise one JSON object as a compact line ending in a newline."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
+
+
+def require_type(message: dict[str, Any], expected: str) -> None:
+    """Refuse (:class:`WireError`) a message whose ``type`` is not ``expected``, naming
+    the type it has (cut to 80 characters: it is the peer's)."""
+    if message.get("type") != expected:
+        raise WireError(f"type must be {expected!r}, got {message.get('type')!r:.80}")
+
+
+def encode_failure(error: str) -> bytes:
+    """The contract's failure answer, ``{"ok":false,"error":"..."}`` (v1's, and the
+    shim's refusal of a first line it cannot serve)."""
+    return encode_object({"ok": False, "error": error})

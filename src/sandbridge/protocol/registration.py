@@ -25,6 +25,7 @@ from sandbridge.protocol.auto_registration import (
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
 from sandbridge.protocol.open_request import OpenTarget, parse_open_message, shown
+from sandbridge.protocol.port import validate_port
 
 # RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and %-escapes.
 # Everything else (whitespace, controls, "?", "#", non-ASCII, quotes) is refused.
@@ -41,15 +42,6 @@ class RegisterRequest:
     # Auto-publish's optional fields (protocol/auto_registration.py).
     process: str | None = None
     auto: bool = False
-
-
-def validate_port(value: object) -> int:
-    """Return ``value`` if it is an integer TCP port 1..65535."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RegistrationError(f"port must be an integer 1..65535, got {value!r}")
-    if not 1 <= value <= 65535:
-        raise RegistrationError(f"port must be an integer 1..65535, got {value!r}")
-    return value
 
 
 def normalize_base_path(value: object) -> str:

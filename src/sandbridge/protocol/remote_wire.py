@@ -16,7 +16,8 @@ APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}
                  stream 0; at most :data:`MAX_APPS` apps; the whole list, again
                  after every change (added and gone apps are the difference:
                  :func:`diff_apps`); a private app carries ``"private":true``, and is
-                 listed only to a laptop that said :data:`PRIVATE_APPS`
+                 listed only to a laptop that said :data:`PRIVATE_APPS`; a session
+                 may carry ``"info"`` (``far_sessions.py``), with or without apps
 OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app; or
                  ``{"session":..,"control":"terminal"}``: a byte stream to that
                  session's terminal control socket (:class:`OpenControl`)
@@ -56,8 +57,10 @@ from typing import Any
 
 from sandbridge.exceptions import RegistrationError, RemoteWireError
 from sandbridge.protocol.contract import SESSION_NAME_REGEX
+from sandbridge.protocol.far_sessions import MAX_FAR_SESSIONS, FarSession, parse
 from sandbridge.protocol.jsonline import decode_object, encode_object
-from sandbridge.protocol.registration import normalize_base_path, validate_port
+from sandbridge.protocol.port import validate_port
+from sandbridge.protocol.registration import normalize_base_path
 
 # 2: the 2 MiB window (a version-1 peer would refuse data beyond its 256 KiB).
 VERSION = 2
@@ -148,6 +151,9 @@ class FarApp:
     private: bool = False
 
 
+Described = tuple[FarSession, ...]  # far sessions an APPS list describes
+
+
 @dataclass(frozen=True, slots=True)
 class Hello:
     role: Role
@@ -158,6 +164,7 @@ class Hello:
 @dataclass(frozen=True, slots=True)
 class Apps:
     apps: tuple[FarApp, ...]
+    sessions: Described = ()  # the sessions the far side described
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,12 +279,17 @@ def _parse_apps(payload: bytes) -> Apps:
     if not isinstance(sessions, list):
         raise RemoteWireError(f"APPS: sessions must be a list, got {sessions!r:.80}")
     apps: list[FarApp] = []
+    described: dict[str, FarSession] = {}
     for session in sessions:
         if not isinstance(session, dict) or not isinstance(session.get("apps"), list):
             raise RemoteWireError(
                 f"APPS: a session must be an object with apps, got {session!r:.80}"
             )
         name = _session_name(session.get("id"), "APPS")
+        if "info" in session:
+            if name in described or len(described) >= MAX_FAR_SESSIONS:
+                raise RemoteWireError(f"APPS describes {name!r} twice or over {MAX_FAR_SESSIONS}")
+            described[name] = parse(name, session["info"])
         if len(apps) + len(session["apps"]) > MAX_APPS:
             raise RemoteWireError(f"APPS lists more than {MAX_APPS} apps")
         for app in session["apps"]:
@@ -293,18 +305,21 @@ def _parse_apps(payload: bytes) -> Apps:
             if type(private) is not bool:
                 raise RemoteWireError(f"APPS: private must be true or false, got {private!r:.80}")
             apps.append(FarApp(name, _port(app.get("port"), "APPS"), base, private))
-    return Apps(tuple(apps))
+    return Apps(tuple(apps), tuple(described.values()))
 
 
-def encode_apps(apps: tuple[FarApp, ...]) -> dict[str, Any]:
-    """The APPS message for ``apps``, grouped by session in first-seen order."""
+def encode_apps(apps: tuple[FarApp, ...], described: Described = ()) -> dict[str, Any]:
+    """The APPS message for ``apps`` (grouped by session in first-seen order) and the
+    sessions ``described``."""
     sessions: dict[str, list[dict[str, Any]]] = {}
     for app in apps:
         listed: dict[str, Any] = {"port": app.port, "base_path": app.base_path}
         if app.private:  # only then: the list of an open app is the same as before
             listed["private"] = True
         sessions.setdefault(app.session, []).append(listed)
-    return {"sessions": [{"id": name, "apps": listed} for name, listed in sessions.items()]}
+    infos = {session.id: {"info": session.to_json()} for session in described}
+    names = dict.fromkeys([*sessions, *infos])
+    return {"sessions": [{"id": n, "apps": sessions.get(n, []), **infos.get(n, {})} for n in names]}
 
 
 # --- the state both sides keep ---------------------------------------------------------
@@ -345,12 +360,12 @@ class LinkState:
             message[PRIVATE_APPS] = True
         return _frame(Kind.HELLO, 0, encode_object(message))
 
-    def send_apps(self, apps: tuple[FarApp, ...]) -> bytes:
+    def send_apps(self, apps: tuple[FarApp, ...], described: Described = ()) -> bytes:
         if not self.peer_serves_private and any(app.private for app in apps):
             raise RemoteWireError(
                 "a private app may be listed only to a laptop that serves it privately"
             )
-        payload = encode_object(encode_apps(apps))
+        payload = encode_object(encode_apps(apps, described))
         if len(payload) > MAX_CONTROL_BYTES or len(apps) > MAX_APPS:
             raise RemoteWireError(
                 f"APPS of {len(apps)} apps is over {MAX_CONTROL_BYTES} bytes or {MAX_APPS} apps"

@@ -20,18 +20,21 @@ plain acknowledgement and relays bytes as above, so either side can be older.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sandbridge.exceptions import NotStreamCapable, WireError
-from sandbridge.protocol.jsonline import decode_object, encode_object
-from sandbridge.protocol.registration import validate_port
+from sandbridge.protocol.jsonline import decode_object, encode_object, require_type
+from sandbridge.protocol.port import validate_port
 
+STREAM_TYPE = "http_stream"
 STREAM_VERSION = 1
 HANDOFF_VERSION = 1
 
+# Named tuples, not dataclasses: the sandbox entry's light shim decodes openings, and
+# ``dataclasses`` (with ``inspect``) would be over a MiB of its memory.
 
-@dataclass(frozen=True, slots=True)
-class StreamAck:
+
+class StreamAck(NamedTuple):
     """The shim's answer to a stream opening."""
 
     ok: bool
@@ -39,8 +42,7 @@ class StreamAck:
     handoff: bool = False  # the answer came with the app's socket attached
 
 
-@dataclass(frozen=True, slots=True)
-class StreamOpen:
+class StreamOpen(NamedTuple):
     """A validated opening: the app port, and whether the host accepts a handoff."""
 
     port: int
@@ -49,7 +51,7 @@ class StreamOpen:
 
 def encode_open(port: int, handoff: bool = False) -> bytes:
     """The opening line the host sends."""
-    message: dict[str, object] = {"type": "http_stream", "version": STREAM_VERSION, "port": port}
+    message: dict[str, object] = {"type": STREAM_TYPE, "version": STREAM_VERSION, "port": port}
     if handoff:
         message["handoff"] = HANDOFF_VERSION
     return encode_object(message)
@@ -57,8 +59,7 @@ def encode_open(port: int, handoff: bool = False) -> bytes:
 
 def decode_open(message: dict[str, object]) -> StreamOpen:
     """Validate an already-decoded opening."""
-    if message.get("type") != "http_stream":
-        raise WireError(f"type must be 'http_stream', got {message.get('type')!r:.80}")
+    require_type(message, STREAM_TYPE)
     if message.get("version") != STREAM_VERSION:
         raise WireError(f"unsupported stream version {message.get('version')!r:.80}")
     port = validate_port(message.get("port"))

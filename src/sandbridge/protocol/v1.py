@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbridge.exceptions import WireError
+from sandbridge.protocol.contract import V1_REQUEST_TYPE
 from sandbridge.protocol.http.fields import is_field_value, is_reason_phrase, is_token
-from sandbridge.protocol.jsonline import decode_object, encode_object
+from sandbridge.protocol.jsonline import decode_object, encode_failure, encode_object, require_type
 from sandbridge.protocol.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES
-from sandbridge.protocol.registration import normalize_base_path, validate_port
+from sandbridge.protocol.port import validate_port
+from sandbridge.protocol.registration import normalize_base_path
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -99,7 +101,7 @@ def encode_request(request: V1Request) -> bytes:
     """Serialise a v1 ``http_request`` line."""
     return encode_object(
         {
-            "type": "http_request",
+            "type": V1_REQUEST_TYPE,
             "port": request.port,
             "base_path": request.base_path,
             "method": request.method,
@@ -112,8 +114,7 @@ def encode_request(request: V1Request) -> bytes:
 
 def decode_request_message(message: dict[str, Any]) -> V1Request:
     """Validate an already-decoded ``http_request`` object."""
-    if message.get("type") != "http_request":
-        raise WireError(f"type must be 'http_request', got {message.get('type')!r:.80}")
+    require_type(message, V1_REQUEST_TYPE)
     method = message.get("method")
     if not isinstance(method, str) or not is_token(method.encode("ascii", "replace")):
         raise WireError(f"invalid method {method!r:.80}")
@@ -155,7 +156,7 @@ def encode_response(response: V1Response) -> bytes:
 
 def encode_error(message: str) -> bytes:
     """Serialise a v1 failure answer."""
-    return encode_object({"ok": False, "error": message})
+    return encode_failure(message)
 
 
 def decode_response(line: bytes) -> V1Response:

@@ -31,18 +31,25 @@ from sandbridge.protocol import stream, v1
 from sandbridge.protocol.http.base_path import apply_base_path
 from sandbridge.protocol.http.forwarding import FRAMING, end_to_end_fields
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, ResponseHead, ResponseReader
-from sandbridge.protocol.jsonline import LineReader, decode_object
-from sandbridge.protocol.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES, V1_EXCHANGE_TIMEOUT
-
-# The host sends its first line at once; a connection silent this long is dropped.
-FIRST_LINE_TIMEOUT = 10.0
-# Connecting to a loopback port either works or is refused at once.
-APP_CONNECT_TIMEOUT = 5.0
+from sandbridge.protocol.jsonline import LineReader
+from sandbridge.protocol.limits import MAX_V1_BODY_BYTES, V1_EXCHANGE_TIMEOUT
+from sandbridge.protocol.shim_opening import (
+    APP_CONNECT_TIMEOUT,
+    APP_HOST,
+    FIRST_LINE_TIMEOUT,
+    MAX_FIRST_LINE_BYTES,
+    Exchange,
+    HandOff,
+    Refuse,
+    connect_failed,
+    decide,
+    refusal,
+)
 
 
 async def _connect_app(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=256 * 1024)
+        reader, writer = await asyncio.open_connection(APP_HOST, port, limit=256 * 1024)
     sock = writer.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -57,7 +64,7 @@ async def _connect_loopback(sock: socket.socket, port: int) -> None:
     with ``strace`` on the shim: a futex wake and an eventfd read before each connect).
     """
     try:
-        sock.connect(("127.0.0.1", port))
+        sock.connect((APP_HOST, port))
         return
     except (BlockingIOError, InterruptedError):
         pass  # in progress: wait until the socket is writable, then ask how it went
@@ -88,17 +95,25 @@ class _HostSide(Pump):
     per keep-alive request and per idle WebSocket.
     """
 
-    def __init__(self, shim: Shim) -> None:
+    def __init__(
+        self, shim: Shim, received: bytes = b"", first_line_left: float = FIRST_LINE_TIMEOUT
+    ) -> None:
         super().__init__()
         self._shim = shim
-        self._lines: LineReader | None = LineReader(MAX_V1_LINE_BYTES)
+        self._lines: LineReader | None = LineReader(MAX_FIRST_LINE_BYTES)
         self._timer: asyncio.TimerHandle | None = None
+        # What the light shim read before it passed the connection on (Shim.adopt).
+        self._received = received
+        self._first_line_left = first_line_left
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._timer = asyncio.get_running_loop().call_later(
-            FIRST_LINE_TIMEOUT, self._refuse, "timed out"
+            max(0.0, self._first_line_left), self._refuse, "timed out"
         )
+        received, self._received = self._received, b""
+        if received:  # before anything the transport reads: it reads from the next step
+            self.data_received(received)
 
     def data_received(self, data: bytes) -> None:
         if self._lines is None:
@@ -134,46 +149,40 @@ class _HostSide(Pump):
             self._timer = None
 
     def _refuse(self, reason: str) -> None:
-        log.debug("shim.refused", reason=reason)
+        self._answer(refusal(reason))
+
+    def _answer(self, refused: Refuse) -> None:
+        log.debug("shim.refused", answer=refused.answer[:200])
         self._stop_timer()
         self._lines = None
         assert self.transport is not None
-        self.transport.write(v1.encode_error(reason))
+        self.transport.write(refused.answer)
         self.transport.close()
 
     def _dispatch(self, line: bytes, rest: bytes) -> None:
         self._stop_timer()
         self._lines = None
         assert self.transport is not None
-        try:
-            message = decode_object(line, MAX_V1_LINE_BYTES)  # a v1 request or a stream opening
-        except WireError as exc:
-            self._refuse(str(exc))
+        decision = decide(line, rest, self.ended)
+        if isinstance(decision, Refuse):
+            self._answer(decision)
             return
         self.transport.pause_reading()  # nothing more is read until the stream is linked
-        if message.get("type") == "http_stream":
-            self._shim.spawn(self._open_stream(message, rest))
+        if isinstance(decision, HandOff):
+            self._shim.spawn(self._hand_off(decision.port))
+        elif isinstance(decision, Exchange):
+            self._shim.spawn(self._serve_v1(decision.message))
         else:
-            self._shim.spawn(self._serve_v1(message))
+            self._shim.spawn(self._open_stream(decision.port, rest))
 
-    async def _open_stream(self, message: dict[str, object], rest: bytes) -> None:
+    async def _open_stream(self, port: int, rest: bytes) -> None:
         assert self.transport is not None
-        try:
-            opening = stream.decode_open(message)
-        except WireError as exc:
-            self.transport.write(stream.encode_ack(str(exc)))
-            self.transport.close()
-            return
-        port = opening.port
-        if opening.handoff and not rest and not self.ended:
-            await self._hand_off(port)
-            return
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-                _, app = await loop.create_connection(_AppSide, "127.0.0.1", port)
+                _, app = await loop.create_connection(_AppSide, APP_HOST, port)
         except (OSError, TimeoutError) as exc:
-            self.transport.write(stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}"))
+            self.transport.write(connect_failed(port, exc))
             self.transport.close()
             return
         if self.transport.is_closing():
@@ -206,9 +215,7 @@ class _HostSide(Pump):
                 async with asyncio.timeout(APP_CONNECT_TIMEOUT):
                     await _connect_loopback(app, port)
             except (OSError, TimeoutError) as exc:
-                self.transport.write(
-                    stream.encode_ack(f"connect to 127.0.0.1:{port} failed: {exc}")
-                )
+                self.transport.write(connect_failed(port, exc))
                 return
             if self.transport.is_closing():
                 return
@@ -270,6 +277,22 @@ class Shim:
     async def serve_forever(self) -> None:
         assert self._server is not None
         await self._server.serve_forever()
+
+    def adopt(self, sock: socket.socket, received: bytes, first_line_left: float) -> None:
+        """Serve a connection the light shim (:mod:`.light_shim`) passed on: ``received``
+        is what it read from ``sock``, ``first_line_left`` how long the rest of its first
+        line may take."""
+        self._tasks.spawn(self._adopt(sock, received, first_line_left))
+
+    async def _adopt(self, sock: socket.socket, received: bytes, first_line_left: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                lambda: _HostSide(self, received, first_line_left), sock
+            )
+        except BaseException:
+            sock.close()
+            raise
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run one connection's opening step; the shim owns it until it ends."""

@@ -39,7 +39,7 @@ from sandbridge.exceptions import (
     UpstreamError,
 )
 from sandbridge.places.remotes import CONTROL, RemoteAppRecord, RemoteEntry
-from sandbridge.protocol.remote_wire import FarApp, Role
+from sandbridge.protocol.remote_wire import Apps, Described, FarApp, Role
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
@@ -134,6 +134,8 @@ class Machine:
         self._scopes: dict[tuple[str, bool], SessionScope] = {}
         self.splices = TaskSet()  # one per stream: owned here, ended with the machine
         self._latest: tuple[FarApp, ...] | None = None
+        # The far sessions as the far side last described them, for the dashboard.
+        self._described: Described = ()
         self._changed = asyncio.Event()
 
     def _say(self, line: str) -> None:
@@ -202,8 +204,9 @@ class Machine:
         async with running(self._follow_apps()):
             return await mux.run()
 
-    def _apps_listed(self, apps: tuple[FarApp, ...]) -> None:
-        self._latest = apps
+    def _apps_listed(self, listed: Apps) -> None:
+        self._latest = listed.apps
+        self._described = listed.sessions
         self._changed.set()
 
     async def _follow_apps(self) -> None:
@@ -272,8 +275,10 @@ class Machine:
             for app, listener in self.listeners.items()
             if listener.origin is not None
         ]
+        if not connected:  # what the far side said of its sessions no longer holds
+            self._described = ()
         try:
-            self._entry.update(connected, apps)
+            self._entry.update(connected, apps, self._described)
         except OSError as exc:
             log.warning("remote.record_failed", machine=self.name, error=str(exc))
 

@@ -4,7 +4,9 @@ It speaks the remote protocol on its stdin and stdout (whatever carries them: an
 channel, ``kubectl exec -i``, a pipe) and serves the apps of this user's running
 sessions, as the registry lists them (``session.json`` in each session's host-only
 directory, kept by the session's host half, daemon or not). It tells the laptop the
-list, again whenever it changes, and opens a byte stream to an app when asked.
+list, again whenever it changes, and opens a byte stream to an app when asked. The list
+also describes each session for the laptop's dashboard (``remote/far_sessions.py``: its
+facts and terminal requests).
 
 It reaches an app the way the session's own host half does: a stream-mode connection
 to the session's ``upstream.sock`` (``relay/upstream.py``: the socket checked as the
@@ -43,6 +45,7 @@ from sandbridge.protocol.jsonline import encode_object
 from sandbridge.protocol.remote_wire import (
     MAX_APPS,
     MAX_CONTROL_BYTES,
+    Described,
     FarApp,
     OpenControl,
     OpenStream,
@@ -50,6 +53,7 @@ from sandbridge.protocol.remote_wire import (
     encode_apps,
 )
 from sandbridge.relay.upstream import open_stream
+from sandbridge.remote.far_sessions import SessionDescriber
 from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
@@ -88,6 +92,14 @@ def this_users_apps(private: bool = False) -> tuple[tuple[FarApp, ...], dict[str
     return tuple(served), places
 
 
+def fit(apps: tuple[FarApp, ...], described: Described) -> Described:
+    """As many of ``described`` (the oldest first) as fit in one APPS frame beside
+    ``apps``: the apps are what the laptop serves, the descriptions what it shows."""
+    while described and len(encode_object(encode_apps(apps, described))) > MAX_CONTROL_BYTES:
+        described = described[: len(described) * 9 // 10]
+    return described
+
+
 class FarServer:
     """Serves one link: the app list, and a stream to an app per OPEN."""
 
@@ -95,12 +107,14 @@ class FarServer:
         self.mux = Mux(link, Role.FAR, on_open=self._on_open)
         self._tasks = TaskSet()
         self._apps: tuple[FarApp, ...] | None = None
+        self._described: Described = ()
+        self._describer = SessionDescriber()
         self._places: dict[str, Path] = {}
 
     async def serve(self) -> str:
         """Serve until the link ends; return why it ended."""
         await self.mux.handshake()
-        self._refresh()
+        await self._refresh()
         try:
             async with running(self._watch_apps()):
                 return await self.mux.run()
@@ -110,13 +124,14 @@ class FarServer:
     async def _watch_apps(self) -> None:
         while True:
             await asyncio.sleep(APPS_POLL_SECONDS)
-            self._refresh()
+            await self._refresh()
 
-    def _refresh(self) -> None:
+    async def _refresh(self) -> None:
         apps, places = this_users_apps(self.mux.state.peer_serves_private)
-        if apps != self._apps:
-            self._apps, self._places = apps, places
-            self.mux.send_apps(apps)
+        described = fit(apps, await asyncio.to_thread(self._describer.describe))
+        if apps != self._apps or described != self._described:
+            self._apps, self._places, self._described = apps, places, described
+            self.mux.send_apps(apps, described)
 
     def _on_open(self, stream: MuxStream, event: OpenStream | OpenControl) -> None:
         if isinstance(event, OpenControl):

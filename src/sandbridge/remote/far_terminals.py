@@ -19,6 +19,7 @@ check, as for any local client.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from sandbridge import log
 from sandbridge.exceptions import SandbridgeError
@@ -127,7 +128,19 @@ async def _gate(stream: MuxStream, session: str) -> bytes | None:
         log.info("remote.control_refused", session=session, error=why)
         await _refuse(stream, "malformed" if "JSON" in why else "not_over_the_link", why)
         return None
-    return line + rest
+    return mark_attach(line) + rest
+
+
+def mark_attach(line: bytes) -> bytes:
+    """A first line that passed :func:`check_first_line`, as it is passed on: an
+    ``attach`` says ``"over_link": true`` (whatever the laptop put there), so that the
+    broker audits this connection closing whole as ``end=link``: this process half-closes
+    it when the laptop's client leaves, and it closes whole when the link or this
+    process goes (``terminals/broker.py``)."""
+    message = decode_json(line, max_bytes=MAX_CONTROL_LINE)
+    if not isinstance(message, dict) or message.get("op") != "attach":
+        return line
+    return json.dumps({**message, "over_link": True}).encode() + b"\n"
 
 
 async def _refuse(stream: MuxStream, code: str, error: str) -> None:

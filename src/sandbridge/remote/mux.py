@@ -122,7 +122,7 @@ class Mux:
         self,
         link: Link,
         role: wire.Role,
-        on_apps: Callable[[tuple[wire.FarApp, ...]], None] | None = None,
+        on_apps: Callable[[wire.Apps], None] | None = None,
         on_open: Callable[[MuxStream, wire.OpenStream | wire.OpenControl], None] | None = None,
     ) -> None:
         self.link = link
@@ -254,8 +254,8 @@ class Mux:
             self.write_now(self.state.send_refused(stream.id, reason))
         stream._end(reason)
 
-    def send_apps(self, apps: tuple[wire.FarApp, ...]) -> None:
-        self.write_now(self.state.send_apps(apps))
+    def send_apps(self, apps: tuple[wire.FarApp, ...], described: wire.Described = ()) -> None:
+        self.write_now(self.state.send_apps(apps, described))
 
     def forget(self, stream: MuxStream) -> None:
         if self._streams.get(stream.id) is stream:
@@ -265,7 +265,7 @@ class Mux:
         for event in events:
             if isinstance(event, wire.Apps):
                 if self._on_apps is not None:
-                    self._on_apps(event.apps)
+                    self._on_apps(event)
                 continue
             if isinstance(event, wire.OpenStream | wire.OpenControl):
                 stream = self._streams[event.stream] = MuxStream(self, event.stream)

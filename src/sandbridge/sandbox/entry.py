@@ -4,11 +4,13 @@ the command ends.
 
 The shim's listener (and in allow mode every gate port) is bound and listening before
 the command starts, so a connection the command causes at once waits in the listener's
-queue; the helpers are on disk before it starts. Only then does this process import
-what serves those listeners (:mod:`sandbridge.sandbox.services`: asyncio, the shim, the
-gate), while the command already runs: until then it imports the standard library's
-``os``, ``socket``, ``signal`` and ``select`` (not even pathlib or re) and nothing that
-needs an event loop.
+queue; the helpers are on disk before it starts. Then, while the command runs, this
+process serves the shim's common case without an event loop
+(:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of bad first lines),
+and imports what needs one (:mod:`sandbridge.sandbox.services`: asyncio, the shim's
+other cases, the gate, terminal starts) only when something does. Until the command
+runs it imports the standard library's ``os``, ``socket``, ``signal`` and ``select``
+(not even pathlib or re) and nothing that needs an event loop.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -33,6 +35,7 @@ from sandbridge.sandbox.commands import install_commands, install_helper
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from sandbridge.protocol.publish_rules import PublishRule
+    from sandbridge.relay.light_shim import LightShim
 
 # Connections waiting on a gate port before the gate listener accepts them (asyncio's
 # start_server listens with this backlog too).
@@ -107,25 +110,62 @@ class _Command:
         return reap(self.pid)
 
 
-def _until_needed(command: _Command, listeners: list[int]) -> int | None:
-    """Sleep until the command ends (return its exit status) or one of
-    ``listeners`` has something to serve (return None: the caller serves it).
+def _until_needed(
+    command: _Command, upstream: socket.socket, listeners: list[int]
+) -> int | LightShim | None:
+    """Serve the shim without an event loop for as long as it can be: until the command
+    ends (return its exit status) or something needs the event loop (return the light
+    shim whose open connections the event loop goes on serving, or None if it never ran).
 
-    A session nobody connects to then costs one small process, not the event loop and
-    the shim's imports; the first connection waits in its listener's queue while they
-    load."""
+    Until the first connection this process only sleeps: a session nobody connects to
+    costs one small process. A connection on ``upstream`` starts the light shim
+    (:mod:`sandbridge.relay.light_shim`, handoffs and refusals); one on ``listeners``
+    (the gate's, the terminal channel), or one the light shim passes on, is the event
+    loop's, and waits in its queue while that loads."""
     assert command.pid is not None
     pidfd = os.pidfd_open(command.pid)
     try:
         poller = select.poll()
-        for fd in (pidfd, *listeners):
+        for fd in (pidfd, upstream.fileno(), *listeners):
             poller.register(fd, select.POLLIN)
         ready = {fd for fd, _ in poller.poll()}
+        if pidfd not in ready:
+            if upstream.fileno() not in ready:
+                return None  # the gate or a terminal start: the event loop's
+            light = _serve_light(pidfd, upstream, listeners)
+            if light is not None:
+                return light
     finally:
         os.close(pidfd)
-    if pidfd not in ready:
-        return None
     return command.reap()
+
+
+def _serve_light(pidfd: int, upstream: socket.socket, listeners: list[int]) -> LightShim | None:
+    """Run the light shim until the command ends (return None) or something needs the
+    event loop (return the light shim)."""
+    # Only now: an idle session never pays for these.
+    from sandbridge.aio.poll_loop import PollLoop
+    from sandbridge.relay.light_shim import LightShim
+
+    loop = PollLoop()
+    exited: list[bool] = []
+
+    def on_exit() -> None:
+        exited.append(True)
+        loop.stop()
+
+    light = LightShim(upstream, loop, needs_loop=loop.stop)
+    loop.add_reader(pidfd, on_exit)
+    for fd in listeners:
+        loop.add_reader(fd, loop.stop)
+    light.start()
+    loop.run()
+    for fd in (pidfd, *listeners):
+        loop.remove_reader(fd)
+    if exited:
+        light.close()
+        return None
+    return light
 
 
 class _Options:
@@ -218,13 +258,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sandbridge: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127
+    light_shim = None
     if not published and not rules:  # publishing works beside the command from its start
-        listeners = [upstream.fileno(), *(sock.fileno() for sock in gate_ports.values())]
+        listeners = [sock.fileno() for sock in gate_ports.values()]
         if args.terminal_fd is not None:
             listeners.append(args.terminal_fd)
-        status = _until_needed(command_process, listeners)
-        if status is not None:
-            return status
+        served = _until_needed(command_process, upstream, listeners)
+        if isinstance(served, int):
+            return served
+        light_shim = served
     from pathlib import Path
 
     from sandbridge.sandbox.services import Services, serve
@@ -240,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             published=published,
             publish_rules=rules,
             terminal_fd=args.terminal_fd,
+            light_shim=light_shim,
         ),
     )
 

@@ -5,6 +5,12 @@ git about it must not run its ``core.fsmonitor``, its hooks or a pager. Every ca
 turns those off on the command line (which wins over every config file), drops the
 caller's ``GIT_*`` variables (a ``GIT_DIR`` would point elsewhere) and takes no optional
 locks, so it writes nothing into the repository either.
+
+Nor may a file the sandbox planted hold it: before each call, the files git will open are
+checked (``git_reads.py``: a FIFO, socket or device there is refused, naming it), and a
+repository where git timed out anyway is not asked again in this process, so a session's
+start or end waits the timeout at most once per repository. Both raise
+:class:`GitNotRun`; a caller that cannot get an answer says so, never "nothing found".
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from sandbridge.exceptions import GitNotRun
+from sandbridge.sandbox import git_reads
 
 # Command-line settings beat every config file: nothing configured in the project runs.
 # safe.directory: these questions are safe in any repository, and the answer must not
@@ -33,6 +42,8 @@ HARDENING = (
 # Each question reads a few files; a git that takes longer than this is stuck (a FIFO as
 # a config file, a hung network file system) and sandbridge refuses to guess.
 GIT_TIMEOUT_SECONDS = 20.0
+# git's own limit on nested includes (config.c, MAX_INCLUDE_DEPTH): deeper, git stops.
+MAX_INCLUDE_DEPTH = 10
 # ``check-ignore -v``: SOURCE:LINE:PATTERN (the source may itself hold colons).
 _RULE = re.compile(r"(?P<source>.*):(?P<line>[0-9]+):(?P<pattern>.*)")
 
@@ -50,8 +61,21 @@ def available() -> bool:
     return shutil.which("git") is not None
 
 
+# Repositories (git dir, else the directory asked) where git timed out, with that message:
+# for the rest of this process (one ``sandbridge run``: its start and its end) git is not
+# run there again, so a file nobody foresaw costs the timeout once, not once per question.
+_hanging: dict[Path, str] = {}
+
+
 def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the host's hardened git in ``cwd``; never raises for a git error."""
+    """Run the host's hardened git in ``cwd``; never raises for a git error.
+
+    Raises :class:`GitNotRun` instead of running git when a file it would open is not a
+    file (git would hang), and when git timed out in that repository, now or before."""
+    repository = git_reads.check(cwd, args)
+    key = Path(os.path.abspath(cwd if repository is None else repository.git_dir))
+    if key in _hanging:
+        raise GitNotRun(_hanging[key])
     env = {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat")
     try:
@@ -65,7 +89,15 @@ def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired:
+        where = key if repository is None or repository.top is None else repository.top
+        _hanging[key] = (
+            f"git timed out after {GIT_TIMEOUT_SECONDS:g} s in the repository {where} "
+            f"(git {' '.join(args[:2])}): a file there blocks it (a FIFO?); not asked again "
+            "in this run. Find it and remove it."
+        )
+        raise GitNotRun(_hanging[key]) from None
+    except OSError as exc:
         return subprocess.CompletedProcess(["git", *args], 128, "", str(exc))
 
 
@@ -80,13 +112,53 @@ def toplevel(directory: Path) -> Path | None:
 
 
 def config_entries(top: Path) -> list[ConfigEntry]:
-    """Every setting the owner's git sees in ``top``, includes followed, with its file."""
+    """Every setting the owner's git sees in ``top``, includes followed, with its file.
+
+    The files an include names and the ``core.excludesFile`` a setting names are opened by
+    git too; ``git_reads`` cannot know them, so they are checked here: the includes before
+    git follows them, the excludes file before ``check-ignore`` is asked."""
     if not available():
         return []
+    _check_included_files(top)
     result = run_git(top, "config", "--list", "--show-origin", "--includes", "-z")
     if result.returncode != 0:
         return []
-    fields = result.stdout.split("\0")
+    entries = _entries(top, result.stdout)
+    for entry in entries:
+        if entry.key == "core.excludesfile" and entry.value:
+            git_reads.ensure_file(top / os.path.expanduser(entry.value))
+    return entries
+
+
+def _check_included_files(top: Path) -> None:
+    """Check each file an ``include.path`` or ``includeIf.*.path`` names, whatever its
+    condition, level by level (each level listed without following includes), as deep as
+    git goes."""
+    level: list[tuple[str, ...]] = [()]
+    seen: set[Path] = set()
+    for _ in range(MAX_INCLUDE_DEPTH):
+        following: list[tuple[str, ...]] = []
+        for source in level:
+            listed = run_git(
+                top, "config", *source, "--list", "--show-origin", "--no-includes", "-z"
+            )
+            for entry in _entries(top, listed.stdout) if listed.returncode == 0 else []:
+                key = entry.key
+                if not (key == "include.path" or key.startswith("includeif.")) or not (
+                    key.endswith(".path") and entry.value
+                ):
+                    continue
+                base = top if entry.origin is None else entry.origin.parent
+                target = base / os.path.expanduser(entry.value)  # an absolute value wins
+                git_reads.ensure_file(target)
+                if target.is_file() and target not in seen:
+                    seen.add(target)
+                    following.append(("-f", str(target)))
+        level = following
+
+
+def _entries(top: Path, listed: str) -> list[ConfigEntry]:
+    fields = listed.split("\0")
     entries = []
     for origin, item in zip(fields[0::2], fields[1::2], strict=False):
         key, _, value = item.partition("\n")

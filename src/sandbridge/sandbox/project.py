@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
 from sandbridge.egress.requests import shown
-from sandbridge.exceptions import PolicyError
+from sandbridge.exceptions import GitNotRun, PolicyError
 from sandbridge.sandbox import host_git
 
 POLICY_DIR = ALLOW_FILE.parent
@@ -122,7 +122,16 @@ def secrets_file_warning(root: Path) -> str | None:
     """A warning when a secrets file exists and the owner's git does not ignore it (one
     ``git add -A`` from being committed): at the start of a session, and at its end,
     since the sandbox may write ``.gitignore`` (a ``!/.sandbridge/env`` takes it back)."""
-    if not os.path.lexists(root / SECRETS_FILE) or secrets_file_ignored(root) is not False:
+    if not os.path.lexists(root / SECRETS_FILE):
+        return None
+    try:
+        ignored = secrets_file_ignored(root)
+    except GitNotRun as exc:
+        return (
+            f"WARNING: could not check whether git ignores {root / SECRETS_FILE}: {exc} "
+            "Until then, take it that `git add -A` would commit its values"
+        )
+    if ignored is not False:
         return None
     return (
         f"WARNING: git does not ignore {root / SECRETS_FILE}: `git add -A` would commit its "

@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.exceptions import SandboxError
+from sandbridge.exceptions import GitNotRun, SandboxError
 from sandbridge.sandbox import host_git
 from sandbridge.sandbox.deny_list import HOME_ENTRIES, PROJECT_ENTRIES, Entry
 from sandbridge.sandbox.mounts import Mount
+from sandbridge.sandbox.placeholder import Placeholder
 from sandbridge.sandbox.project import POLICY_DIR
 from sandbridge.sandbox.repositories import (
     first_line,
@@ -61,51 +62,6 @@ GIT_DIR_DIRS = ("hooks", "info")
 MAX_NAMED_FILES = 5
 # A missing commondir would redirect the owner's git; "." names the git dir itself.
 COMMONDIR_PLACEHOLDER = b".\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Placeholder:
-    """A path sandbridge creates on the host so that it can be mounted read-only."""
-
-    path: Path
-    content: bytes | None  # None: an empty directory
-
-    def create(self, siblings: Mapping[Path, Placeholder] | None = None) -> None:
-        """Create it; an identical placeholder made meanwhile (by a session starting at the
-        same time in the same project, with the same ``siblings`` inside) is taken as it
-        is, anything else is refused."""
-        try:
-            if self.content is None:
-                self.path.mkdir()
-            else:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                with os.fdopen(os.open(self.path, flags, 0o644), "wb") as file:
-                    file.write(self.content)
-        except FileExistsError:
-            if not self.is_unchanged(siblings or {}):
-                raise
-
-    def is_unchanged(self, siblings: Mapping[Path, Placeholder] | None = None) -> bool:
-        """Whether the path is still exactly what sandbridge makes: a directory holding
-        nothing but unchanged ``siblings`` (other placeholders of the same session), or a
-        regular file with the placeholder's content (never through a symlink)."""
-        siblings = siblings or {}
-        with contextlib.suppress(OSError):
-            if self.path.is_symlink():
-                return False
-            if self.content is None:
-                return self.path.is_dir() and all(
-                    child in siblings and siblings[child].is_unchanged(siblings)
-                    for child in self.path.iterdir()
-                )
-            return self.path.is_file() and self.path.read_bytes() == self.content
-        return False
-
-    def remove_if_unchanged(self) -> None:
-        """Remove it if it is still what sandbridge made (the owner may have used it since)."""
-        if self.is_unchanged():  # empty by now: nested placeholders are removed first
-            with contextlib.suppress(OSError):
-                self.path.rmdir() if self.content is None else self.path.unlink()
 
 
 @dataclass(frozen=True)
@@ -234,7 +190,15 @@ class Protection:
     def _new_submodules(self) -> list[str]:
         warnings = []
         for top, before in self.submodules.items():
-            for path in self.git.submodule_paths(top):
+            try:
+                now = self.git.submodule_paths(top)
+            except GitNotRun as exc:
+                warnings.append(
+                    f"WARNING: could not check whether the sandbox registered a submodule in "
+                    f"{top}: {exc}"
+                )
+                continue
+            for path in now:
                 if path not in before and os.path.lexists(path / ".git"):
                     warnings.append(
                         f"WARNING: the sandbox registered a submodule at {path} with its own "
@@ -246,7 +210,14 @@ class Protection:
     def _new_hidden(self) -> list[str]:
         warnings = []
         for top, before in self.hidden.items():
-            new = sorted(self.git.hidden_from_status(top) - before)
+            try:
+                new = sorted(self.git.hidden_from_status(top) - before)
+            except GitNotRun as exc:
+                warnings.append(
+                    f"WARNING: could not check whether the sandbox hid files of {top} from "
+                    f"git status: {exc}"
+                )
+                continue
             if new:
                 shown = " ".join(new[:MAX_NAMED_FILES]) + (
                     " ..." if len(new) > MAX_NAMED_FILES else ""

@@ -5,6 +5,7 @@ never by running git on what the sandbox wrote."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -27,11 +28,22 @@ def path_value(value: str, base: Path) -> Path | None:
 
 
 def first_line(path: Path) -> str:
+    """The first line of a small file git reads (a ``.git`` file, ``commondir``); "" for
+    anything but a regular file: opened without blocking, so a FIFO the sandbox put
+    there (or swapped in after a check) cannot hold sandbridge in ``open()``."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            return file.readline(4096).strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        data = os.read(fd, 4096)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace").partition("\n")[0].strip()
 
 
 def gitdir_of(dot_git_file: Path) -> Path | None:

@@ -1,9 +1,12 @@
-"""What the sandbox entry serves while the user's command runs: the shim on
-``upstream.sock``, the gate listener (allow mode), terminal starts over the host's
-private channel, and publishing (``--publish``, auto-publish rules).
+"""What the sandbox entry serves on the event loop while the user's command runs: the
+shim on ``upstream.sock``, the gate listener (allow mode), terminal starts over the
+host's private channel, and publishing (``--publish``, auto-publish rules).
 
 The entry (:mod:`sandbridge.sandbox.entry`) binds the listeners and starts the command
-first; this module, and the event loop with it, is imported only after that.
+first, and serves the shim's handoffs without an event loop
+(:mod:`sandbridge.relay.light_shim`); this module, and the event loop with it, is
+imported only once something needs more. The light shim's open connections go on
+being served here, by the same handlers, on the event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule_option, publishes_any
 from sandbridge.relay.auto_publish import auto_publish
+from sandbridge.relay.light_shim import LightShim
 from sandbridge.relay.publish import parse_publish, publish
 from sandbridge.relay.shim import Shim
 from sandbridge.terminals.starter import serve_terminal_starts
@@ -42,6 +46,8 @@ class Services:
     published: list[tuple[int, str]] = field(default_factory=list)
     publish_rules: list[PublishRule] = field(default_factory=list)
     terminal_fd: int | None = None
+    # The shim that served until now without an event loop, if one did.
+    light_shim: LightShim | None = None
 
 
 def parse_publishing(
@@ -66,6 +72,9 @@ def serve(pid: int, services: Services) -> int:
 
 async def _serve(pid: int, services: Services) -> int:
     shim = Shim(services.upstream_path)
+    light = services.light_shim
+    if light is not None:  # it leaves the listener to the shim and passes on what it read
+        light.continue_on(asyncio.get_running_loop(), shim.adopt)
     await shim.start(services.upstream)
     gate = None
     if services.gate_address is not None:
@@ -89,6 +98,8 @@ async def _serve(pid: int, services: Services) -> int:
     finally:
         if gate is not None:
             await gate.close()
+        if light is not None:
+            light.close()
         await shim.close()
 
 

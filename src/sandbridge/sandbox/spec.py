@@ -64,6 +64,11 @@ class SandboxSpec:
     # creates there during the session, stay out of sight.
     policy_dir: Path | None = None
     policy_files: tuple[str, ...] = ()
+    # The policy directories of the other projects this user runs with sandbridge
+    # (places/known_projects.py): an empty read-only view over each place inside that
+    # shows one, so that no other project's secrets file is seen, through the read-only
+    # root either.
+    other_projects: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -111,11 +116,12 @@ class SandboxSpec:
 
     def other_policy_views(self) -> list[Path]:
         """Other projects' ``.sandbridge`` directories that the protected paths keep
-        read-only (a workdir holding several projects): the backends lay an empty
-        read-only view over each, like :meth:`policy_views` with no file shown, so that
-        no project's secrets file is seen in another project's sandbox."""
+        read-only (a workdir holding several projects), and wherever those of
+        :attr:`other_projects` show inside: the backends lay an empty read-only view over
+        each, like :meth:`policy_views` with no file shown, so that no project's secrets
+        file is seen in another project's sandbox."""
         own = set(self.policy_views())
-        return [
+        views = [
             mount.dest
             for mount in self.read_only_paths
             if mount.dest.name == POLICY_DIR.name
@@ -123,6 +129,18 @@ class SandboxSpec:
             and mount.source.is_dir()
             and not mount.source.is_symlink()
         ]
+        # Inside, each place lies on the workdir, a bind or the root: never over one of
+        # them (a view must not hide the workdir or a bind that lies within it).
+        places = [self.workdir, *(mount.dest for mount in self.mounts)]
+        for directory in self.other_projects:
+            if directory == self.policy_dir:
+                continue
+            for view in self.views(directory):
+                if view not in own and not any(p.is_relative_to(view) for p in places):
+                    views.append(view)
+        # One over another could not be made (the outer one hides where the inner lies).
+        unique = set(views)
+        return sorted(v for v in unique if not any(v != o and v.is_relative_to(o) for o in unique))
 
     @property
     def entry_argv(self) -> list[str]:

@@ -22,12 +22,9 @@ from sandbridge.protocol.http.origin_policy import LOCALHOST_DOMAIN, AppOrigin, 
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
 from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTarget, OpenTarget
+from sandbridge.protocol.port import validate_port
 from sandbridge.protocol.publish_rules import PublishAction, decide, refusal
-from sandbridge.protocol.registration import (
-    RegisterRequest,
-    normalize_base_path,
-    validate_port,
-)
+from sandbridge.protocol.registration import RegisterRequest, normalize_base_path
 from sandbridge.relay.app import App
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.host_opener import HostOpener

@@ -89,9 +89,12 @@ async def relay(  # noqa: PLR0913, PLR0915  (both relay directions and the lease
     counts: list[int],
     settings: TerminalSettings,
     renew: Callable[[], Lease | Refuse],
+    client_gone: Callable[[], str] = lambda: "client",
 ) -> tuple[str, int]:
     """Ciphertext both ways plus the lease (``renew`` decides each one); count the bytes
-    in ``counts`` (in, out) and return the end reason and exit status."""
+    in ``counts`` (in, out) and return the end reason and exit status. ``client_gone``
+    names the end when the client's connection ends (``client``; ``link`` for a client
+    over the remote link whose link went, as the broker tells them apart)."""
     worker = terminal.worker
     ended: dict[str, Any] = {}
     window = [0]  # input bytes the worker has not yet said it took
@@ -116,7 +119,7 @@ async def relay(  # noqa: PLR0913, PLR0915  (both relay directions and the lease
         except (FrameError, OSError):
             terminal.stop("protocol")
             return
-        terminal.stop("client")
+        terminal.stop(client_gone())
 
     async def worker_to_client() -> None:
         while (frame := await worker.next()) is not None:

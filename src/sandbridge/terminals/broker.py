@@ -60,6 +60,7 @@ from sandbridge.terminals.admission import (
 )
 from sandbridge.terminals.control import short_path
 from sandbridge.terminals.control_line import MAX_CONTROL_LINE, read_message, write_message
+from sandbridge.terminals.fd_io import hung_up
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_CLIENT, Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal, state_dir
@@ -474,7 +475,10 @@ class TerminalBroker:
         if why is not None:
             raise self._refuse(request, "no_sandbox", why)
         seq = self._reserve(request, decision, now)
-        await self._run_terminal(request, decision, seq, reader, writer)
+        # Set by serve-stdio (remote/far_terminals.py) for a client on the laptop: its
+        # connection closing whole is then the link going, not the client leaving.
+        over_link = message.get("over_link") is True
+        await self._run_terminal(request, decision, seq, reader, writer, over_link)
 
     def _reserve(self, request: TerminalRequest, admit: Admit, now: float) -> int:
         """Spend the approval: its nonce in the fsynced journal, before anything starts."""
@@ -489,13 +493,14 @@ class TerminalBroker:
         self.on_change()
         return seq
 
-    async def _run_terminal(
+    async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the connection)
         self,
         request: TerminalRequest,
         admit: Admit,
         seq: int,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        over_link: bool = False,
     ) -> None:
         proof = admit.proof
         rows, cols = proof.rows, proof.cols
@@ -539,7 +544,7 @@ class TerminalBroker:
             log.info("terminal.started", request=request.id, rows=rows, cols=cols)
             end, status = await relay(
                 request.id, terminal, client, counts, self.settings,
-                lambda: self._renew(request),
+                lambda: self._renew(request), lambda: _client_end(writer, over_link),
             )  # fmt: skip
         except (TimeoutError, FrameError, ValueError, KeyError, OSError, ControlRefusal) as exc:
             log.info("terminal.failed", request=request.id, error=type(exc).__name__)
@@ -567,3 +572,11 @@ class TerminalBroker:
         return decide_lease(
             self._facts(request), self._authority(), time.time(), self.settings.lease
         )
+
+
+def _client_end(writer: asyncio.StreamWriter, over_link: bool) -> str:
+    """Why a client's connection ended: ``link`` when serve-stdio's connection for a
+    client on the laptop closed whole (the link or serve-stdio gone: it half-closes when
+    the laptop's client left), else ``client``."""
+    sock = writer.get_extra_info("socket")
+    return "link" if over_link and sock is not None and hung_up(sock.fileno()) else "client"

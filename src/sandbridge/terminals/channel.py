@@ -37,8 +37,8 @@ MAX_REASON = 64
 # Why a terminal ended, as the worker reports it (docs/terminals.md).
 END_REASONS = frozenset(
     {
-        "exit", "revoked", "expired", "lease", "idle", "client", "protocol", "session_end",
-        "not_allowed",
+        "exit", "revoked", "expired", "lease", "idle", "client", "link", "protocol",
+        "session_end", "not_allowed",
     }
 )  # fmt: skip
 TAG_FINAL = sodium.crypto_secretstream_xchacha20poly1305_TAG_FINAL

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 
 
 async def readable(fd: int) -> None:
@@ -36,3 +37,12 @@ async def write_all(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view) :]
         except BlockingIOError:
             await writable(fd)
+
+
+def hung_up(fd: int) -> bool:
+    """Whether the peer of a Unix stream socket closed it whole, not only its sending
+    side: after a half close (``shutdown(SHUT_WR)``) the kernel reports end of input
+    but not POLLHUP; after the peer's close (its process gone included), both."""
+    poller = select.poll()
+    poller.register(fd, select.POLLHUP)
+    return any(events & select.POLLHUP for _, events in poller.poll(0))

@@ -438,7 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(serve(sock))
     except OSError as exc:
-        if exc.errno == errno.EPIPE:
+        # The host went away: EPIPE when it closed first, ECONNRESET when it closed with
+        # frames of ours unread. Either way there is no one left to tell; no traceback
+        # into the terminal.
+        if exc.errno in (errno.EPIPE, errno.ECONNRESET):
             return 0
         raise
 

@@ -17,10 +17,10 @@ from typing import Any
 from sandbridge import log
 from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, SessionError
 from sandbridge.places.registry import AppRecord, SessionRecord, list_sessions, validate_name
-from sandbridge.places.remotes import list_remotes
+from sandbridge.places.remotes import RemoteRecord, list_remotes
 from sandbridge.terminals import keys
 from sandbridge.terminals.config_dir import config_dir
-from sandbridge.terminals.control import call, split_request_id
+from sandbridge.terminals.control import Place, call, parse_request_id
 from sandbridge.terminals.owner_approval import approve_request
 
 # Sessions the page lists: a user runs a handful; a flood of them is cut, not rendered.
@@ -30,6 +30,9 @@ MAX_SESSIONS = 64
 MAX_TTL = 24 * 3600.0
 MIN_TTL = 1.0
 EGRESS_SCOPES = ("once", "session")
+# Why a far session has no Stop here: the link carries terminal ops only
+# (remote/far_terminals.py), so that a laptop cannot end what runs on the far machine.
+FAR_STOP = "stop it on {machine} (sandbridge stop there): the link carries terminal requests only"
 
 
 def _ask(session: str, message: dict[str, Any], key: str | None) -> Any:
@@ -99,17 +102,8 @@ def snapshot(served: Mapping[str, Answers] | None = None) -> dict[str, Any]:
             # An answer not shaped as ours (a session of another sandbridge version):
             # that session's rows are left out, the others shown.
             log.warning("ui.session_unreadable", session=record.id, error=type(exc).__name__)
-    # Far machines' apps, as `sandbridge connect` serves them here (docs/remote.md): the
-    # session shown as MACHINE:SESSION; closing one is the far owner's, not the page's.
-    tables["apps"] += [
-        {
-            "session": f"{remote.machine}:{app.session}", "port": app.port, "process": None,
-            "url": app.url, "host_port": app.host_port, "private": app.private,
-            "machine": remote.machine,
-        }
-        for remote in list_remotes()
-        for app in remote.apps
-    ]  # fmt: skip
+    for remote in list_remotes():
+        _add_machine(tables, remote, owner, names)
     return tables
 
 
@@ -134,12 +128,13 @@ def _add_session(
         "started": record.started,
         "network": None if info is None else str(info["network"]),
         "egress": counts, "controllable": info is not None and answers.controllable,
+        "machine": None,
     }  # fmt: skip
     terminals = []
     for request in answers.requests:
         requester = str(request["requester"])
         name = "owner (you)" if requester == owner else names.get(requester)
-        terminals.append({**request, "session": record.id, "name": name})
+        terminals.append({**request, "session": record.id, "name": name, "machine": None})
     tables["sessions"].append(session)
     tables["apps"] += [
         {
@@ -151,6 +146,49 @@ def _add_session(
     tables["terminals"] += terminals
     tables["egress"] += [{**row, "session": record.id} for row in answers.destinations]
     tables["egress_pending"] += [{**ask, "session": record.id} for ask in answers.pending]
+
+
+def _add_machine(
+    tables: dict[str, list[dict[str, Any]]],
+    remote: RemoteRecord,
+    owner: str | None,
+    names: dict[str, str],
+) -> None:
+    """A far machine's rows, as ``sandbridge connect`` serves it here (docs/remote.md):
+    its apps, and its sessions and their terminal requests as the far side described
+    them. Each is shown as ``MACHINE:SESSION``, the machine named by this laptop (the
+    ``connect``'s own name for it), never by the far side; closing an app or stopping a
+    session is the far owner's, not the page's."""
+    machine = remote.machine
+    tables["apps"] += [
+        {
+            "session": f"{machine}:{app.session}", "port": app.port, "process": None,
+            "url": app.url, "host_port": app.host_port, "private": app.private,
+            "machine": machine,
+        }
+        for app in remote.apps
+    ]  # fmt: skip
+    for far in remote.sessions if remote.connected else ():
+        place = Place(machine, far.id)
+        tables["sessions"].append(
+            {
+                "id": str(place), "machine": machine, "workdir": far.workdir,
+                "command": far.command, "started": far.started, "network": far.network,
+                "egress": None, "controllable": False,
+                "stop_note": FAR_STOP.format(machine=machine),
+            }
+        )  # fmt: skip
+        for request in far.requests:
+            name = "owner (you)" if request.requester == owner else names.get(request.requester)
+            tables["terminals"].append(
+                {
+                    "id": place.request_id(request.id), "session": str(place),
+                    "machine": machine, "state": request.state,
+                    "requester": request.requester, "name": name, "reason": request.reason,
+                    "created": request.created, "duration": request.duration,
+                    "expires": request.expires,
+                }
+            )  # fmt: skip
 
 
 def _text(body: dict[str, Any], name: str) -> str:
@@ -183,9 +221,11 @@ def act(body: dict[str, Any]) -> dict[str, Any]:
             raise SandbridgeError(f"ttl must be {MIN_TTL:g} to {MAX_TTL:g} seconds, got {ttl!r}")
         return approve_request(_text(body, "id"), float(ttl))
     if action in ("terminal_deny", "terminal_revoke"):
-        request_id = _text(body, "id")
+        # SESSION:XXXXXXXX, or MACHINE:SESSION:XXXXXXXX: sent to that far session
+        # through its machine's `connect`, as `sandbridge terminal deny` sends it.
+        place, request_id = parse_request_id(_text(body, "id"))
         op = "deny" if action == "terminal_deny" else "revoke"
-        return call(split_request_id(request_id), {"op": op, "id": request_id})
+        return call(place, {"op": op, "id": request_id})
     if action in ("egress_approve", "egress_deny"):
         session = validate_name(_text(body, "session"), "session")
         message: dict[str, Any] = {"op": action, "id": _text(body, "id")}

@@ -85,17 +85,27 @@ function fill(id, rows, render, columns) {
   }
 }
 
+// A far machine's rows say which machine (the name its `sandbridge connect` gave it);
+// this machine's say "here".
+function machineCell(row, item) {
+  cell(row, item.machine ? item.machine : "here", item.machine ? "far" : "local");
+}
+
 function renderSession(row, s) {
   cell(row, s.id);
+  machineCell(row, s);
   cell(row, s.workdir);
   cell(row, s.command);
   // The uptime is counted here, every second (the tables change only on events).
   cell(row, uptime(secondsSince(s.started)), "uptime").dataset.started = String(s.started);
   cell(row, s.network);
-  cell(row, `${s.egress.allowed} allowed, ${s.egress.refused} refused`);
+  cell(row, s.egress ? `${s.egress.allowed} allowed, ${s.egress.refused} refused` : null);
   const td = cell(row, "");
   if (s.controllable) {
     button(td, "Stop", `Stop session ${s.id}`, () => act({ action: "stop", session: s.id }, `stopping ${s.id}`), true);
+  } else if (s.machine) {
+    td.textContent = "not from here";
+    td.title = String(s.stop_note);
   }
 }
 
@@ -129,6 +139,7 @@ function renderApp(row, a) {
 
 function renderTerminal(row, t) {
   cell(row, t.id);
+  machineCell(row, t);
   cell(row, t.state);
   const key = cell(row, "");
   const code = document.createElement("code");
@@ -186,9 +197,9 @@ function renderEgress(row, e) {
 }
 
 function render(tables) {
-  fill("sessions", tables.sessions, renderSession, 7);
+  fill("sessions", tables.sessions, renderSession, 8);
   fill("apps", tables.apps, renderApp, 6);
-  fill("terminals", tables.terminals, renderTerminal, 8);
+  fill("terminals", tables.terminals, renderTerminal, 9);
   fill("egress-pending", tables.egress_pending, renderPending, 5);
   fill("egress", tables.egress, renderEgress, 7);
 }
