@@ -54,6 +54,14 @@ DAEMON_SOCKET = "daemon.sock"
 DAEMON_LOCK = "daemon.lock"
 
 
+def is_session_name(value: str) -> bool:
+    """Whether ``value`` matches :data:`SESSION_NAME_REGEX` (re is imported here, not at
+    the module's import, and caches the pattern)."""
+    import re
+
+    return re.fullmatch(SESSION_NAME_REGEX, value) is not None
+
+
 def runtime_base() -> Path:
     """Where runtime dirs live: ``$XDG_RUNTIME_DIR``, else ``/tmp``."""
     from pathlib import Path
