@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -164,14 +165,7 @@ class SandboxSpec:
         or ``/run`` (a virtualenv in a checkout there, pyenv under home): those are bound
         back read-only, after the tmpfs that covers them.
         """
-        import sandbridge
-
-        candidates = {
-            Path(sys.prefix),
-            Path(sys.base_prefix),
-            Path(sys.executable).resolve().parent.parent,
-            Path(sandbridge.__file__).resolve().parent.parent,
-        }
+        candidates = _installation()
         covered = [Path("/tmp"), Path("/run")]
         if self.home != self.workdir:
             covered.append(self.home)
@@ -180,6 +174,22 @@ class SandboxSpec:
             for path in candidates
             if any(path.is_relative_to(top) and path != top for top in covered)
         )
+
+
+@functools.cache
+def _installation() -> frozenset[Path]:
+    """Where this process's Python and sandbridge live (asked of the file system once:
+    a spec's layers are asked for many times while a run is built)."""
+    import sandbridge
+
+    return frozenset(
+        {
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            Path(sys.executable).resolve().parent.parent,
+            Path(sandbridge.__file__).resolve().parent.parent,
+        }
+    )
 
 
 def entry_interpreter_options() -> list[str]:
