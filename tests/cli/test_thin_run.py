@@ -42,6 +42,17 @@ def test_status_and_output_pass_through_the_thin_client(daemon: Process, tmp_pat
     assert f"session='{session}'" in daemon.wait_line("sandbridge: daemon.session ", "stderr")
 
 
+def test_the_command_starts_once_the_daemon_serves_the_session(
+    daemon: Process, tmp_path: Path
+) -> None:
+    # The thin client starts the sandbox while the daemon binds the session's sockets;
+    # the command waits for them (the entry's start gate).
+    check = "test -S /run/ags-webview-relay/relay.sock && echo served"
+    result = run(run_argv(tmp_path, "sh", "-c", check))
+    assert (result.returncode, result.stdout) == (0, "served\n"), result.stderr
+    daemon.wait_line("sandbridge: daemon.run_built ", "stderr")
+
+
 def test_the_thin_client_never_loads_the_event_loop(daemon: Process, tmp_path: Path) -> None:
     # The real check: the event loop's C module is mapped in a process that imported
     # asyncio. The full command (--no-daemon) maps it; the thin client must not.

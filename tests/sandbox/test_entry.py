@@ -199,3 +199,21 @@ def test_modules_in_the_workdir_are_not_the_entrys(backend: str, tmp_path: Path,
     assert process.popen.wait(60) == 0
     assert not (tmp_path / "planted-ran").exists()
     assert not (tmp_path / "sandbridge" / "planted-ran").exists()
+
+
+def test_the_start_gate_opens_on_one_byte_and_stays_shut_when_closed() -> None:
+    # A thin client's run starts the sandbox while the daemon serves the session; the
+    # command starts on the byte the client writes once it is served, never if the
+    # client closes the pipe without one (the daemon refused: the sandbox is killed).
+    for written, opens in ((b"s", True), (b"", False)):
+        reader, writer = os.pipe()
+        os.write(writer, written)
+        os.close(writer)
+        assert entry._allowed_to_start(reader) is opens
+        with pytest.raises(OSError):
+            os.fstat(reader)  # closed: the command never inherits it
+
+
+def test_the_start_gate_is_an_option_of_the_entry() -> None:
+    options = entry._Options(["--upstream-socket", "/u.sock", "--start-fd=9", "--", "true"])
+    assert options.start_fd == 9

@@ -221,8 +221,11 @@ class _Session:
         self.argv = [str(word) for word in start["argv"]]  # type: ignore[attr-defined]
         targets = [int(fd) for fd in start["fds"]]  # type: ignore[attr-defined]
         self.request = daemon_wire.encode(start["serve"])  # type: ignore[arg-type]
-        self.serve_fds = array.array("i", fds[: len(fds) - len(targets)])
-        self.sandbox_fds = list(zip(fds[len(fds) - len(targets) :], targets, strict=True))
+        # The serve request's, the sandbox's, and the start gate's writer, in that order.
+        serving = len(fds) - len(targets) - 1
+        self.serve_fds = array.array("i", fds[:serving])
+        self.sandbox_fds = list(zip(fds[serving:-1], targets, strict=True))
+        self.start_writer = fds[-1]
         self.link: socket.socket | None = None
         self.stopped = False
         self.received: list[int] = []
@@ -235,14 +238,24 @@ class _Session:
         self.refusal: str | None = None
 
     def run(self) -> int:
+        # The sandbox starts while the daemon serves the session; its command waits at
+        # the start gate until the session is served (docs/daemon.md).
+        pid, pidfd = self._spawn()
         try:
             session_id = self._open_first()
         except _LinkError as exc:
+            _end(pid, pidfd)
             self._finish(2)
             _say(str(exc))
             return 2
         print(app_lines.session(session_id), file=sys.stderr, flush=True)
-        status = self._until_exit(self.waker)
+        signum = self.waker.first()  # one that came while the daemon was asked
+        if signum is not None:
+            self.received.append(signum)
+        if not self.received and not self.stopped:
+            with contextlib.suppress(OSError):  # the sandbox ended already: its status says
+                os.write(self.start_writer, b"s")
+        status = self._until_exit(pid, pidfd)
         self._close_link()
         return self._finish(status)
 
@@ -357,13 +370,8 @@ class _Session:
                 os.close(fd)
         return pid, os.pidfd_open(pid)
 
-    def _until_exit(self, waker: _Waker) -> int:
-        signum = waker.first()  # while the daemon was asked: no sandbox to start then
-        if signum is not None:
-            self.received.append(signum)
-        if self.received or self.stopped:
-            return self._status(0)
-        pid, pidfd = self._spawn()
+    def _until_exit(self, pid: int, pidfd: int) -> int:
+        waker = self.waker
         killed = False
         try:
             while True:
@@ -457,6 +465,14 @@ class _Session:
         except OSError:
             pass  # the builder is gone: the dirs are the next listing's to sweep
         return status
+
+
+def _end(pid: int, pidfd: int) -> None:
+    """Kill the backend (its sandbox's command never started) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    os.close(pidfd)
 
 
 def _raise_descriptor_limit() -> None:

@@ -26,7 +26,9 @@ and gets, from the daemon's run builder, ``{"fallback": WHY}`` (the client serve
 run the usual way), ``{"exit": STATUS}`` (the run ended there: an option error, a refusal,
 already printed) or ``{"start": {"argv": [...], "fds": [...], "serve": REQUEST}}`` with
 the descriptors attached: the serve request's three (sent on a second connection, as
-above), then the sandbox's, whose numbers in ``argv`` the ``fds`` list names. The client
+above), then the sandbox's, whose numbers in ``argv`` the ``fds`` list names, then the
+pipe end whose first byte lets the sandbox's command start (``--start-fd``: the client
+starts the sandbox at once and writes it once the daemon serves the session). The client
 answers ``{"done": STATUS}`` once the sandbox has ended and the daemon closed the
 session; the builder removes the session's dirs, prints what the run prints at its end
 and closes.
@@ -93,9 +95,10 @@ DASHBOARD_KEY = "dashboard"
 # The key of a run request; it carries the client's standard input, output and error.
 RUN_KEY = "run"
 RUN_REQUEST_FDS = 3
-# A run's start carries the serve request's descriptors and the sandbox's (the
-# environment's memfd and the terminal channel's sandbox end).
-MAX_START_FDS = MAX_REQUEST_FDS + 2
+# A run's start carries the serve request's descriptors, the sandbox's (the
+# environment's memfd, the terminal channel's sandbox end, the start gate's read end),
+# and the start gate's write end.
+MAX_START_FDS = MAX_REQUEST_FDS + 4
 
 
 class Event(enum.Enum):

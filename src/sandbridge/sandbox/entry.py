@@ -168,11 +168,20 @@ def _serve_light(pidfd: int, upstream: socket.socket, listeners: list[int]) -> L
     return light
 
 
+def _allowed_to_start(fd: int) -> bool:
+    """Wait until the host says the command may start (one byte on ``fd``, a pipe that
+    is closed then, and close-on-exec already); False if it closed the pipe without."""
+    try:
+        return os.read(fd, 1) != b""
+    finally:
+        os.close(fd)
+
+
 class _Options:
     """The entry's command line, as the host writes it (``SandboxSpec.entry_argv``):
     ``--upstream-socket PATH [--gate ADDR] [--gate-port N]... [--publish V]...
-    [--publish-rule V]... [--terminal-fd N] -- CMD...``. Parsed by hand: argparse costs
-    the command's start more than all the rest of this module."""
+    [--publish-rule V]... [--terminal-fd N] [--start-fd N] -- CMD...``. Parsed by hand:
+    argparse costs the command's start more than all the rest of this module."""
 
     def __init__(self, argv: list[str]) -> None:
         self.upstream_socket: str | None = None
@@ -181,6 +190,7 @@ class _Options:
         self.publish: list[str] = []
         self.publish_rule: list[str] = []
         self.terminal_fd: int | None = None
+        self.start_fd: int | None = None
         self.command: list[str] = []
         words = iter(argv)
         for word in words:
@@ -208,6 +218,8 @@ class _Options:
             self.publish_rule.append(value)
         elif name == "--terminal-fd":
             self.terminal_fd = _number(name, value)
+        elif name == "--start-fd":
+            self.start_fd = _number(name, value)
         else:
             raise ValueError(f"unrecognized argument: {name}")
 
@@ -252,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.terminal_fd is not None:  # never inherited by the command
         os.set_inheritable(args.terminal_fd, False)
     keep_inherited_descriptors()
+    if args.start_fd is not None and not _allowed_to_start(args.start_fd):
+        return 1  # the host ended the run before its command could start
     command_process = _Command()
     try:
         pid = command_process.start(command)

@@ -45,6 +45,10 @@ class SandboxSpec:
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
     # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
     terminal_fd: int | None = None
+    # An inherited pipe the entry reads one byte from before it starts the command: the
+    # host starts the sandbox while its host half is still being served (a thin client's
+    # run, docs/daemon.md) and lets the command start once it is. ``None``: at once.
+    start_fd: int | None = None
     # An inherited descriptor (a memfd, :func:`environment_file`) the backend reads the
     # sandbox's environment from, so that no value is on a command line: every local user
     # can read /proc/PID/cmdline. ``None`` (``--dry-run``): the environment is inline.
@@ -147,6 +151,7 @@ class SandboxSpec:
     def entry_argv(self) -> list[str]:
         """The sandbox's first process: shim plus the user's command."""
         terminal = [] if self.terminal_fd is None else ["--terminal-fd", str(self.terminal_fd)]
+        start = [] if self.start_fd is None else ["--start-fd", str(self.start_fd)]
         return [
             sys.executable,
             *entry_interpreter_options(),
@@ -154,6 +159,7 @@ class SandboxSpec:
             f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
             *self.network.entry_options(),
             *terminal,
+            *start,
             "--",
             *self.command,
         ]

@@ -3,8 +3,9 @@
 The daemon's run builder, in a process forked for one client, prepares the session as
 ``run_session`` does (runtime dir, terminal channel, environment memfd, registry entry,
 all in the client's name: its pid) and hands the client what it needs to carry on: the
-backend's command line with the sandbox's descriptors, and the request (with its
-descriptors) that has the daemon serve the host half. It then waits for the client's
+backend's command line with the sandbox's descriptors, the end of the pipe that lets the
+command start, and the request (with its descriptors) that has the daemon serve the host
+half. It then waits for the client's
 ``done``, and removes the session's dirs as ``served_session`` does at its end.
 """
 
@@ -37,7 +38,9 @@ def hand_off(
 ) -> int:
     """Prepare the session of client process ``pid``, hand it over on ``client``, and
     return the status the client reports when the sandbox has ended."""
-    with prepared_sandbox(spec_factory, backend, options, pid=pid) as prepared:
+    # The client starts the sandbox while the daemon serves the session, and lets its
+    # command start once it is served (the sandbox's start and the serving overlap).
+    with prepared_sandbox(spec_factory, backend, options, pid=pid, start_gate=True) as prepared:
         entry = create_entry(prepared.runtime_dir, prepared.options, pid)
         try:
             request, serve_fds = serve_request(prepared.runtime_dir, entry, prepared.options)
@@ -49,7 +52,8 @@ def hand_off(
                     "serve": daemon_wire.decode(request),
                 },
             )
-            fds = array.array("i", [*serve_fds, *prepared.pass_fds])
+            assert prepared.start_writer is not None
+            fds = array.array("i", [*serve_fds, *prepared.pass_fds, prepared.start_writer])
             client.sendmsg([start], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             prepared.release_sandbox_fds()
             log.debug("run.handed_off", session=entry.id, pid=pid)

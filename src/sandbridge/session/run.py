@@ -41,7 +41,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
     """Run one sandbox session as ``options`` say (its workdir is the spec's); return the
     exit status. With ``daemon`` (a connection to the user's daemon) the daemon serves
     the host half; the sandbox is this process's either way."""
-    with prepared_sandbox(spec_factory, backend, options, runtime_path) as prepared:
+    with prepared_sandbox(spec_factory, backend, options, runtime_path=runtime_path) as prepared:
         async with host_half(daemon, prepared.runtime_dir, prepared.options) as (entry, stop):
             if on_session is not None:
                 on_session(entry)
@@ -56,31 +56,37 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
 @dataclasses.dataclass
 class PreparedSandbox:
     """A session's runtime dir, its options for the host half, and the backend's
-    command line with the descriptors it names (the environment's memfd and the
-    terminal channel's sandbox end), ready to start."""
+    command line with the descriptors it names (the environment's memfd, the terminal
+    channel's sandbox end, and with a start gate the pipe the entry waits on), ready to
+    start; :attr:`start_writer`: the gate's end that lets the command start."""
 
     runtime_dir: RuntimeDir
     options: SessionOptions
     argv: list[str]
     pass_fds: tuple[int, ...]
+    start_writer: int | None
     _sandbox_fds: contextlib.ExitStack
 
     def release_sandbox_fds(self) -> None:
-        """Close this process's copies of :attr:`pass_fds` (once the backend has its own)."""
+        """Close this process's copies of :attr:`pass_fds` and :attr:`start_writer`
+        (once the backend, and whoever opens the gate, have their own)."""
         self._sandbox_fds.close()
 
 
 @contextlib.contextmanager
-def prepared_sandbox(
+def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it starts)
     spec_factory: Callable[[Path], SandboxSpec],
     backend: str,
     options: SessionOptions,
+    *,
     runtime_path: Path | None = None,
     pid: int | None = None,
+    start_gate: bool = False,
 ) -> Iterator[PreparedSandbox]:
     """Make the runtime dir (of process ``pid``, default this one), the terminal channel
-    and the environment's memfd, for the block's length; the runtime dir is removed if
-    the rest cannot be made."""
+    and the environment's memfd (and with ``start_gate`` the pipe whose first byte lets
+    the command start: ``SandboxSpec.start_fd``), for the block's length; the runtime dir
+    is removed if the rest cannot be made."""
     runtime_dir = RuntimeDir.create(runtime_path, pid)
     # The host's private channel to the sandbox entry, for starting terminal workers: an
     # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
@@ -95,6 +101,14 @@ def prepared_sandbox(
             env_fd = environment_file(env_payload(backend, spec))
             sandbox_fds.callback(os.close, env_fd)
             spec = dataclasses.replace(spec, env_fd=env_fd)
+            gate: tuple[int, ...] = ()
+            start_writer = None
+            if start_gate:
+                start_reader, start_writer = os.pipe2(os.O_CLOEXEC)
+                sandbox_fds.callback(os.close, start_reader)
+                sandbox_fds.callback(os.close, start_writer)
+                spec = dataclasses.replace(spec, start_fd=start_reader)
+                gate = (start_reader,)
             argv = sandbox_argv(backend, spec)
         except BaseException:
             runtime_dir.remove()
@@ -108,7 +122,8 @@ def prepared_sandbox(
                 command=tuple(spec.command),
             ),
             argv,
-            (sandbox_end.fileno(), env_fd),
+            (sandbox_end.fileno(), env_fd, *gate),
+            start_writer,
             sandbox_fds,
         )
 
