@@ -64,10 +64,11 @@ def run(argv: list[str]) -> int | None:
         if answer is None or isinstance(answer, int):
             return answer
         message, fds = answer
+        open_fds = set(fds)  # the session closes the sandbox's once the backend has them
         try:
-            return _Session(builder, message, fds, waker).run()
+            return _Session(builder, message, fds, waker, open_fds).run()
         finally:
-            for fd in fds:
+            for fd in open_fds:
                 os.close(fd)
     finally:
         waker.close()
@@ -214,10 +215,16 @@ class _Session:
     """One started run: the daemon link, the sandbox, the signals, to the end."""
 
     def __init__(
-        self, builder: socket.socket, start: dict[str, object], fds: list[int], waker: _Waker
+        self,
+        builder: socket.socket,
+        start: dict[str, object],
+        fds: list[int],
+        waker: _Waker,
+        open_fds: set[int],
     ) -> None:
         self.builder = builder
         self.waker = waker
+        self.open_fds = open_fds
         self.argv = [str(word) for word in start["argv"]]  # type: ignore[attr-defined]
         targets = [int(fd) for fd in start["fds"]]  # type: ignore[attr-defined]
         self.request = daemon_wire.encode(start["serve"])  # type: ignore[arg-type]
@@ -368,6 +375,11 @@ class _Session:
         finally:
             for fd, _ in moved:
                 os.close(fd)
+        # The backend has its own: the sandbox's end of the terminal channel must close
+        # with the sandbox (the daemon's end then sees it), as in a full run.
+        for fd, _ in self.sandbox_fds:
+            os.close(fd)
+            self.open_fds.discard(fd)
         return pid, os.pidfd_open(pid)
 
     def _until_exit(self, pid: int, pidfd: int) -> int:
