@@ -45,7 +45,11 @@ def serve(channel: socket.socket) -> None:
         )
         if not data:
             return
-        if len(fds) == daemon_wire.BUILDER_FDS and os.fork() == 0:
+        try:
+            child = os.fork() if len(fds) == daemon_wire.BUILDER_FDS else -1
+        except OSError:  # out of processes or memory: the client, closed on, falls back
+            child = -1
+        if child == 0:
             channel.close()
             os._exit(_child(parser, data, fds))
         for fd in fds:
