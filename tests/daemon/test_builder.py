@@ -58,17 +58,21 @@ def test_a_malformed_run_request_is_refused_by_its_field(daemon: Process, xdg: P
 
 def test_the_builder_ends_with_the_daemon(xdg: Path) -> None:
     daemon = start_daemon()
-    (builder,) = children(daemon.popen.pid)
-    cmdline = Path(f"/proc/{builder}/cmdline")
-    wait_until(lambda: "sandbridge.cli.run_builder" in cmdline.read_text())  # exec'd
-    daemon.stop(signal.SIGTERM)
+    try:
+        (builder,) = children(daemon.popen.pid)
+        cmdline = Path(f"/proc/{builder}/cmdline")
+        wait_until(lambda: "sandbridge.cli.run_builder" in cmdline.read_text())  # exec'd
+    finally:
+        daemon.stop(signal.SIGTERM)
     wait_until(lambda: not Path(f"/proc/{builder}").exists())
 
 
 def test_the_builder_ends_when_the_daemon_is_killed(xdg: Path) -> None:
     daemon = start_daemon()
-    (builder,) = children(daemon.popen.pid)
-    daemon.stop(signal.SIGKILL)
+    try:
+        (builder,) = children(daemon.popen.pid)
+    finally:
+        daemon.stop(signal.SIGKILL)
     wait_until(lambda: not Path(f"/proc/{builder}").exists() or _zombie(builder))
 
 
