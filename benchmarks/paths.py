@@ -202,7 +202,10 @@ def _is_shim(pid: int) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:  # a short-lived descendant (the URL helper) already exited
         return False
-    return b"sandbridge.sandbox.entry" in argv[2:3]
+    # python -I -S -c "...from sandbridge.sandbox.entry import run..." (and, for a checkout
+    # from before that, python -m sandbridge.sandbox.entry)
+    started = argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
+    return started or b"sandbridge.sandbox.entry" in argv[2:3]
 
 
 def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) -> RelayPath:

@@ -12,7 +12,10 @@
   real HTTP requests to the session's app through the relay (each a new connection the
   shim hands off: what users do); and after a v1 request, which loads the event loop
   (the entry serves refusals and handoffs without it); standalone, each session's host
-  process and shim.
+  process and shim. A daemon-served session also has its child of the daemon's run
+  builder (docs/daemon.md), which waits for the session's end to remove its dirs: its
+  private memory (``smaps_rollup``: what it does not share with the builder it was
+  forked from) and its RSS; the builder itself is one process per daemon.
 - ``egress``: one standalone ``--net allow`` session (the default network mode) whose
   command downloads ``EGRESS_DOWNLOADS`` times ``EGRESS_BYTES`` from a host service
   through the gate (the entry's gate listener bridges each connection to the host's
@@ -43,7 +46,7 @@ import urllib.parse
 from pathlib import Path
 
 import sandbridge
-from benchmarks.paths import PYTHON, SANDBRIDGE, _descendants, _is_shim, read_line
+from benchmarks.paths import PYTHON, SANDBRIDGE, _children, _descendants, _is_shim, read_line
 from benchmarks.workloads import address_of, rss_kib
 
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
@@ -188,6 +191,22 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
                 pipe.close()
 
 
+def _private_kib(pid: int) -> int:
+    """Memory of ``pid`` that no other process shares (clean and dirty private pages)."""
+    with contextlib.suppress(OSError):
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        return sum(int(line.split()[1]) for line in rollup if line.startswith("Private_"))
+    return 0
+
+
+def _builder_children(daemon: int) -> tuple[int | None, list[int]]:
+    """The daemon's run builder and the children it forked (one per thin client)."""
+    for child in _children(daemon):
+        if b"sandbridge.cli.run_builder" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return child, _children(child)
+    return None, []
+
+
 def _measure_served(
     work: Path, runtime: Path, env: dict[str, str], count: int, daemon: int
 ) -> dict[str, object]:
@@ -202,6 +221,8 @@ def _measure_served(
         after = rss_kib(daemon)
         idle = [rss_kib(pid) for pid in shims]
         clients = [rss_kib(run.pid) for run in served]
+        builder, children = _builder_children(daemon)
+        builder_children = [(_private_kib(pid), rss_kib(pid)) for pid in children] or [(0, 0)]
         _serve_once(runtime, b"{}\n")
         refusing = [rss_kib(pid) for pid in shims]
         _request_app(urls)
@@ -218,6 +239,13 @@ def _measure_served(
         "served_shim_serving_rss_kib_max": max(serving),
         "served_shim_event_loop_rss_kib_max": max(with_loop),
         "served_client_rss_kib_median": round(statistics.median(clients)),
+        "builder_rss_kib": 0 if builder is None else rss_kib(builder),
+        "served_builder_child_private_kib_median": round(
+            statistics.median(private for private, _ in builder_children)
+        ),
+        "served_builder_child_rss_kib_median": round(
+            statistics.median(rss for _, rss in builder_children)
+        ),
     }
 
 
@@ -328,6 +356,13 @@ def table(figures: dict[str, object]) -> str:
     rows = [
         ("served by the daemon", "daemon", "daemon_rss_kib_per_session", "the daemon's growth"),
         ("(its `run` client)", None, "served_client_rss_kib_median", "the client process"),
+        (
+            "(its builder child)",
+            None,
+            "served_builder_child_private_kib_median",
+            f"private; {figures['served_builder_child_rss_kib_median']} RSS, the rest shared "
+            f"with the daemon's builder, {figures['builder_rss_kib']} RSS",
+        ),
         ("standalone", "standalone", "standalone_host_rss_kib_median", "its own host process"),
     ]
     lines = [

@@ -44,9 +44,8 @@ class FeatureSession:
             except OSError:
                 continue
             argv = cmdline.split(b"\0")
-            if argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"] and _descends_from(
-                int(entry.name), host
-            ):
+            is_entry = argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
+            if is_entry and _descends_from(int(entry.name), host):
                 pids.append(int(entry.name))
         assert len(pids) == 2, f"expected host and shim processes, found {pids}"
         return pids

@@ -228,7 +228,7 @@ class GateServer:
         listener.setblocking(False)
         self.port = listener.getsockname()[1]
         self.loop = PollLoop()
-        self.gate = LightGate(self.loop, {self.port: listener}, self.egress_socket)
+        self.gate = LightGate(self.loop, {self.port: listener}, str(self.egress_socket))
         self._wake, self._waker = socket.socketpair()
         self.loop.add_reader(self._wake.fileno(), self.loop.stop)
         self.gate.start()

@@ -71,7 +71,7 @@ class Sandbox:
 
 def _is_entry(pid: int) -> bool:
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]
+    return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def test_options_take_both_spellings_and_the_command_keeps_its_own_options() -> 
         ["--upstream-socket=/u.sock", "--gate", "100.64.0.1", "--gate-port", "3128",
          "--gate-port=5432", "--terminal-fd", "7", "--", "ls", "--upstream-socket", "-l"]
     )  # fmt: skip
-    assert options.upstream_socket == Path("/u.sock")
+    assert options.upstream_socket == "/u.sock"
     assert options.gate == "100.64.0.1"
     assert options.gate_port == [3128, 5432]
     assert options.terminal_fd == 7
@@ -62,7 +62,7 @@ def test_a_command_without_the_separator_starts_at_the_first_word() -> None:
 def _is_entry(pid: int) -> bool:
     """The entry itself, not the backend whose command line names it."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]
+    return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
 
 
 # A v1 request (which only the event loop's shim serves) to a port nothing listens on.
@@ -191,9 +191,10 @@ def test_the_command_cannot_take_the_entrys_descriptors(
 _FLOOD_THE_ENTRY = """
 import os, resource, socket, sys
 path = os.environ["AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET"]
+def is_entry(argv):  # python -I -S -c "...sandbridge.sandbox.entry..." (spec.entry_argv)
+    return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
 (entry,) = [int(p) for p in os.listdir("/proc") if p.isdigit()
-            and open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0")[1:3]
-            == [b"-m", b"sandbridge.sandbox.entry"]]
+            and is_entry(open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0"))]
 held = []
 for _ in range(2000):
     sock = socket.socket(socket.AF_UNIX)
@@ -234,3 +235,38 @@ def test_a_command_flooding_its_entry_still_ends_with_its_own_status(
         assert process.popen.wait(timeout=FIRST_LINE_TIMEOUT / 2) == 7
     finally:
         process.stop()
+
+
+def test_modules_in_the_workdir_are_not_the_entrys(backend: str, tmp_path: Path, xdg: Path) -> None:
+    # The workdir is the entry's working directory, and the sandbox writes it: a module
+    # a sandbox left there (the standard library's `select`, sandbridge itself) must
+    # not run in the next session's entry, which holds the host's terminal channel.
+    planted = "import pathlib; pathlib.Path(__file__).with_name('planted-ran').touch()\n"
+    (tmp_path / "select.py").write_text(planted)
+    (tmp_path / "sandbridge").mkdir()
+    (tmp_path / "sandbridge" / "__init__.py").write_text(planted)
+    process = Process(
+        run_argv(tmp_path, "echo", "started", options=("--backend", backend, "--no-daemon"))
+    )
+    process.wait_line("started")
+    assert process.popen.wait(60) == 0
+    assert not (tmp_path / "planted-ran").exists()
+    assert not (tmp_path / "sandbridge" / "planted-ran").exists()
+
+
+def test_the_start_gate_opens_on_one_byte_and_stays_shut_when_closed() -> None:
+    # A thin client's run starts the sandbox while the daemon serves the session; the
+    # command starts on the byte the client writes once it is served, never if the
+    # client closes the pipe without one (the daemon refused: the sandbox is killed).
+    for written, opens in ((b"s", True), (b"", False)):
+        reader, writer = os.pipe()
+        os.write(writer, written)
+        os.close(writer)
+        assert entry._allowed_to_start(reader) is opens
+        with pytest.raises(OSError):
+            os.fstat(reader)  # closed: the command never inherits it
+
+
+def test_the_start_gate_is_an_option_of_the_entry() -> None:
+    options = entry._Options(["--upstream-socket", "/u.sock", "--start-fd=9", "--", "true"])
+    assert options.start_fd == 9

@@ -179,13 +179,19 @@ def test_a_session_the_daemon_refuses_ends_the_run_before_its_sandbox(
     listener.listen()
 
     def refuse() -> None:  # a daemon of another sandbridge version, say
-        conn, _ = listener.accept()
-        with conn:
-            if reads:
-                conn.recv(65536)
-            else:  # the request is queued before the refusal is sent and the close
-                select.select([conn], [], [], 10)
-            conn.send(b'{"error": "protocol version 1 is not 2"}')
+        # Every connection: the thin client's run request (which it leaves to the full
+        # command), then the full command's.
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # shut down: the test is over
+                return
+            with conn:
+                if reads:
+                    conn.recv(65536)
+                else:  # the request is queued before the refusal is sent and the close
+                    select.select([conn], [], [], 10)
+                conn.send(b'{"error": "protocol version 1 is not 2"}')
 
     thread = threading.Thread(target=refuse, daemon=True)
     thread.start()
@@ -197,6 +203,7 @@ def test_a_session_the_daemon_refuses_ends_the_run_before_its_sandbox(
         timeout=60,
         check=False,
     )
+    listener.shutdown(socket.SHUT_RDWR)
     thread.join(10)
     listener.close()
     assert result.returncode == 2

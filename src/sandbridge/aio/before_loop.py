@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from pathlib import Path
 
 from sandbridge.exceptions import RuntimeDirError
 
@@ -43,7 +42,7 @@ def refuse_descriptors(sock: socket.socket) -> bool:
     return True
 
 
-def bind_unix_socket(path: Path) -> socket.socket:
+def bind_unix_socket(path: str | os.PathLike[str]) -> socket.socket:
     """Bind a listening Unix socket at ``path`` with mode 0600 (never wider, not even briefly).
 
     Its connections refuse descriptors (:func:`refuse_descriptors`): none of the host's
@@ -61,7 +60,7 @@ def bind_unix_socket(path: Path) -> socket.socket:
 MAX_SOCKET_PATH = 107
 
 
-def check_socket_path(path: Path) -> None:
+def check_socket_path(path: str | os.PathLike[str]) -> None:
     """Refuse a Unix socket path longer than :data:`MAX_SOCKET_PATH` bytes, naming it
     and what to do (its directory comes from ``XDG_RUNTIME_DIR`` or the state root)."""
     size = len(os.fsencode(path))
@@ -72,7 +71,7 @@ def check_socket_path(path: Path) -> None:
         )
 
 
-def listen_private(sock: socket.socket, path: Path, backlog: int) -> None:
+def listen_private(sock: socket.socket, path: str | os.PathLike[str], backlog: int) -> None:
     """Bind the Unix socket ``sock`` at ``path`` with mode 0600 (never wider, not even
     briefly) and listen; a path too long to bind is a :class:`RuntimeDirError`."""
     check_socket_path(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from sandbridge.aio import event_loop
@@ -28,7 +29,11 @@ def add_command(commands: Any) -> None:
 
 def cmd_daemon(args: argparse.Namespace) -> int:
     inherited = systemd.inherited_socket()
-    return event_loop.run(run_daemon(inherited))
+    # The run builder is the command line's to name: the daemon imports no command.
+    # -P: never a module of the daemon's working directory (a project's, which a sandbox
+    # may write).
+    builder = [sys.executable, "-P", "-m", "sandbridge.cli.run_builder"]
+    return event_loop.run(run_daemon(inherited, builder))
 
 
 def cmd_install(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """The network part of the command line: options, ``--print-policy``, ``--dry-run``, status.
 
-Kept apart from :mod:`sandbridge.cli.main` so the policy's flags, their inspection and the
+Kept apart from :mod:`sandbridge.cli.sessions` so the policy's flags, their inspection and the
 egress summary live in one place.
 """
 
@@ -73,13 +73,16 @@ def add_inspect_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def policy(args: argparse.Namespace, workdir: Path, root: Path | None = None) -> Policy:
+def policy(
+    args: argparse.Namespace,
+    workdir: Path,
+    located: tuple[Path, bool] | None = None,
+) -> Policy:
     """The effective policy for ``sandbridge run``/``demo`` in ``workdir``: the project
-    root's ``.sandbridge/`` only (sandbox/project.py), then the flags. ``root``: the
-    project root, when the caller has already asked git for it."""
-    if root is None:
-        root = policy_location.project_root(workdir)
-    policy_location.check(workdir, root)
+    root's ``.sandbridge/`` only (sandbox/project.py), then the flags. ``located``: the
+    project root and whether git has it, when the caller has already asked git."""
+    root, in_git = policy_location.locate(workdir) if located is None else located
+    policy_location.check(workdir, root, in_git)
     policy_location.check_secrets_file(root)
     return load_policy(
         root,

@@ -34,6 +34,7 @@ from sandbridge.aio import untrusted_fds
 from sandbridge.aio.event_loop import ready
 from sandbridge.aio.tasks import TaskSet, first_done, running
 from sandbridge.aio.unix_sockets import peer_credentials, peer_shares_mount_namespace
+from sandbridge.daemon.builder import RunBuilder, this_install
 from sandbridge.daemon.dashboard import DaemonDashboard
 from sandbridge.daemon.place import daemon_place
 from sandbridge.exceptions import DaemonError, SandbridgeError
@@ -120,12 +121,15 @@ def app_event(app: App) -> dict[str, Any]:
 
 
 class Daemon:
-    """Serves sessions on ``listener`` (a listening ``SOCK_SEQPACKET`` Unix socket)."""
+    """Serves sessions on ``listener`` (a listening ``SOCK_SEQPACKET`` Unix socket);
+    thin clients' runs are built by ``builder`` (without one, they are answered
+    ``fallback``)."""
 
-    def __init__(self, listener: socket.socket) -> None:
+    def __init__(self, listener: socket.socket, builder: RunBuilder | None = None) -> None:
         self.listener = listener
         self.sessions = TaskSet()
         self.dashboard = DaemonDashboard()
+        self.builder = builder
 
     async def serve(self) -> None:
         """Accept clients until cancelled; then every session is closed."""
@@ -188,6 +192,9 @@ class Daemon:
             dashboard = daemon_wire.asks_for_dashboard(data)
             if dashboard and fds:
                 raise DaemonError(f"a dashboard request carries no descriptors, not {len(fds)}")
+            if daemon_wire.asks_to_run(data):
+                self._build_run(conn, outbox, pid, data, fds)
+                return
         except BaseException:
             untrusted_fds.release_all(fds, reset=False)
             raise
@@ -197,6 +204,28 @@ class Daemon:
             log.info("daemon.dashboard_url", pid=pid, port=self.dashboard.port)
             return
         await self._serve_session(conn, outbox, pid, data, fds)
+
+    def _build_run(
+        self, conn: socket.socket, outbox: Outbox, pid: int, data: bytes, fds: list[int]
+    ) -> None:
+        """A thin client's run (daemon/builder.py): to the builder, or ``fallback``."""
+        run = daemon_wire.decode_run_request(data)
+        if len(fds) != daemon_wire.RUN_REQUEST_FDS:
+            raise DaemonError(
+                f"a run request carries {daemon_wire.RUN_REQUEST_FDS} descriptors, not {len(fds)}"
+            )
+        why = None
+        if (run["python"], run["package"]) != this_install():
+            why = "the client is not of the daemon's install"
+        elif self.builder is None:
+            why = "the daemon has no run builder"
+        else:
+            why = self.builder.forward(daemon_wire.builder_message(pid, run), conn, fds)
+        untrusted_fds.release_all(fds, reset=False)
+        if why is None:
+            log.info("daemon.run_built", pid=pid)
+        else:
+            outbox.put(Event.FALLBACK, why)
 
     async def _serve_session(
         self, conn: socket.socket, outbox: Outbox, pid: int, data: bytes, fds: list[int]
@@ -339,8 +368,11 @@ async def _until_closed(conn: socket.socket) -> None:
             pass
 
 
-async def run_daemon(inherited: socket.socket | None = None) -> int:
-    """Serve until SIGINT or SIGTERM (``inherited``: systemd's socket); return the status."""
+async def run_daemon(
+    inherited: socket.socket | None = None, builder: list[str] | None = None
+) -> int:
+    """Serve until SIGINT or SIGTERM (``inherited``: systemd's socket; ``builder``: the
+    command line of the run builder, daemon/builder.py); return the status."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[int] = []
@@ -352,14 +384,21 @@ async def run_daemon(inherited: socket.socket | None = None) -> int:
     with daemon_place(inherited) as place:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
-        where = "the socket from systemd" if place.bound is None else str(place.bound)
-        print(f"sandbridge: daemon {os.getpid()} serving on {where}", file=sys.stderr, flush=True)
+        run_builder = None if builder is None else RunBuilder(builder)
         try:
-            async with running(Daemon(place.listener).serve(), stop.wait()) as tasks:
+            if run_builder is not None:
+                run_builder.start()
+            where = "the socket from systemd" if place.bound is None else str(place.bound)
+            pid = os.getpid()
+            print(f"sandbridge: daemon {pid} serving on {where}", file=sys.stderr, flush=True)
+            daemon = Daemon(place.listener, run_builder)
+            async with running(daemon.serve(), stop.wait()) as tasks:
                 done = await first_done(*tasks)
                 for task in done:
                     task.result()  # the accept loop ending by itself is an error: raise it
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
+            if run_builder is not None:
+                await run_builder.close()
     return 128 + received[0] if received else 0

@@ -26,7 +26,6 @@ from __future__ import annotations
 import enum
 import socket
 from collections.abc import Callable
-from pathlib import Path
 
 from sandbridge.aio.poll_loop import Acceptor, PollLoop, Timer
 from sandbridge.exceptions import WireError
@@ -49,7 +48,7 @@ class LightGate:
     ``loop``, each connection bridged to ``egress_socket``."""
 
     def __init__(
-        self, loop: PollLoop, listeners: dict[int, socket.socket], egress_socket: Path
+        self, loop: PollLoop, listeners: dict[int, socket.socket], egress_socket: str
     ) -> None:
         self._loop = loop
         self._egress_socket = str(egress_socket)

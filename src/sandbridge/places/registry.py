@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -34,7 +35,7 @@ from sandbridge.private_dir import make_private_dir, require_private_dir
 from sandbridge.protocol.contract import (
     CONTROL_SOCKET,
     DAEMON_SOCKET,
-    SESSION_NAME_PATTERN,
+    SESSION_NAME_REGEX,
     STATE_PREFIX,
     runtime_base,
 )
@@ -43,7 +44,7 @@ from sandbridge.protocol.jsonline import decode_json
 SESSIONS = "sessions"
 RECORD = "session.json"
 
-NAME_PATTERN = SESSION_NAME_PATTERN
+NAME_PATTERN = re.compile(SESSION_NAME_REGEX)
 # A session record is small (256 apps at most); anything bigger was not written by us.
 MAX_RECORD_BYTES = 256 * 1024
 
@@ -229,8 +230,10 @@ class SessionEntry:
         workdir: Path,
         root: Path | None = None,
         runtime_dir: Path | None = None,
+        pid: int | None = None,
     ) -> SessionEntry:
-        """Claim session ``name`` (or a fresh random id); refuse a name a live session holds."""
+        """Claim session ``name`` (or a fresh random id); refuse a name a live session holds.
+        ``pid``: the session's process, when it is not this one."""
         session_id = new_session_id() if name is None else validate_name(name)
         # Another session ending removes the empty state dirs; make them again if so.
         for attempt in range(3):
@@ -253,7 +256,7 @@ class SessionEntry:
         fcntl.flock(fd, fcntl.LOCK_EX)
         record = SessionRecord(
             session_id,
-            os.getpid(),
+            os.getpid() if pid is None else pid,
             time.time(),
             str(workdir),
             runtime_dir="" if runtime_dir is None else str(runtime_dir),

@@ -121,16 +121,18 @@ class RuntimeDir:
         return self.path / UPSTREAM_SOCKET
 
     @classmethod
-    def create(cls, path: Path | None = None) -> RuntimeDir:
+    def create(cls, path: Path | None = None, pid: int | None = None) -> RuntimeDir:
         """Clean stale dirs, then create and lock a fresh runtime dir (mode 0700).
 
         Without ``path`` (``sandbridge run``, whose sandbox sees the dir only at
         :data:`MOUNT_POINT`), a contract path that exists all the same (another local
         user made it first, or a symlink, or a file) is never used nor followed: the dir
         is made under an unpredictable name beside it, and :attr:`note` says why.
+        ``pid``: the session's process, when it is not this one (a thin client's run,
+        which the daemon's run builder prepares).
         """
         if path is None:
-            wanted = default_path()
+            wanted = default_path(pid)
             clean_stale(wanted.parent)
             if not os.path.lexists(wanted):
                 return cls._make(wanted)

@@ -8,8 +8,12 @@ that name them. Nothing else in sandbridge spells them out.
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
+
+# The sandbox entry imports this module before the command starts: neither pathlib nor
+# re (with what they import, a few milliseconds of every session's start) at import.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # The runtime dir on the host: ``${XDG_RUNTIME_DIR:-/tmp}/ags-webview-relay-<pid>``.
 RUNTIME_DIR_PREFIX = "ags-webview-relay-"
@@ -43,13 +47,23 @@ STATE_PREFIX = "sandbridge-"
 CONTROL_SOCKET = "control.sock"
 # A session's name (and a far machine's): typed on command lines and used as a directory
 # name, so short, lower case, no path separators, no leading dot or dash. The registry
-# makes names by it and the remote link checks the far side's by it.
-SESSION_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+# makes names by it and the remote link checks the far side's by it (each compiles it).
+SESSION_NAME_REGEX = r"[a-z0-9][a-z0-9._-]{0,39}"
 # The user's daemon (docs/daemon.md), in the state root: its socket and its pid lock.
 DAEMON_SOCKET = "daemon.sock"
 DAEMON_LOCK = "daemon.lock"
 
 
+def is_session_name(value: str) -> bool:
+    """Whether ``value`` matches :data:`SESSION_NAME_REGEX` (re is imported here, not at
+    the module's import, and caches the pattern)."""
+    import re
+
+    return re.fullmatch(SESSION_NAME_REGEX, value) is not None
+
+
 def runtime_base() -> Path:
     """Where runtime dirs live: ``$XDG_RUNTIME_DIR``, else ``/tmp``."""
+    from pathlib import Path
+
     return Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp")

@@ -15,16 +15,39 @@ refusal. The client leaving ends the session.
 ``sandbridge ui`` sends ``{"version": 1, "dashboard": "url"}`` instead, with no
 descriptor, and gets one ``{"dashboard": URL}`` (a new one-time login URL of the
 dashboard the daemon serves) or ``{"error": TEXT}``, then the close.
+
+``sandbridge run``'s thin client (``cli/thin_run.py``) first sends a run request, with
+its standard input, output and error attached::
+
+    {"version": 1, "run": {"argv": [...], "cwd": PATH, "env": {...}, "umask": N,
+                           "python": WHICH, "package": WHICH}}
+
+and gets, from the daemon's run builder, ``{"fallback": WHY}`` (the client serves the
+run the usual way), ``{"exit": STATUS}`` (the run ended there: an option error, a refusal,
+already printed) or ``{"start": {"argv": [...], "fds": [...], "serve": REQUEST}}`` with
+the descriptors attached: the serve request's three (sent on a second connection, as
+above), then the sandbox's, whose numbers in ``argv`` the ``fds`` list names, then the
+pipe end whose first byte lets the sandbox's command start (``--start-fd``: the client
+starts the sandbox at once and writes it once the daemon serves the session). The client
+answers ``{"done": STATUS}`` once the sandbox has ended and the daemon closed the
+session; the builder removes the session's dirs, prints what the run prints at its end
+and closes.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from typing import Any
+import os
 
 from sandbridge.exceptions import DaemonError, JsonRefused
 from sandbridge.protocol.jsonline import decode_json
+
+# typing costs a thin client (cli/thin_run.py) more than the rest of this module: the
+# annotations need it only when checked.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 VERSION = 1
 # A request carries the session's options (a policy of a few hundred lines at most); an
@@ -33,8 +56,49 @@ VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024
 # Descriptors a request may carry: runtime dir, session dir, terminal channel.
 MAX_REQUEST_FDS = 3
+# The client's side (session/served.py, and cli/thin_run.py, the thin ``run`` client).
+# Connecting to a Unix socket is immediate unless its accept queue is full.
+CONNECT_TIMEOUT = 2.0
+# The daemon starts a session's listeners in well under this; past it, something is off.
+READY_TIMEOUT = 15.0
+# At the end, the daemon closes the session's listeners before it closes the connection.
+CLOSE_TIMEOUT = 10.0
+# While the daemon is away (restarting), how often to look whether it is back: a
+# connect to a missing socket costs microseconds.
+RECONNECT_INTERVAL = 0.2
+# What a client says of its link (both clients say the same).
+CLOSED = "the daemon closed the connection"
+NOT_READY = (
+    f"the daemon did not serve the session within {READY_TIMEOUT:g} s "
+    "(--no-daemon serves it without the daemon)"
+)
+SERVES_AGAIN = "the daemon serves this session again"
+
+
+def refused(why: object) -> str:
+    return f"the daemon refused the session: {why} (--no-daemon serves it without the daemon)"
+
+
+def stopped_serving(why: object) -> str:
+    return (
+        f"the daemon stopped serving this session ({why}); its apps, terminals and egress "
+        "are back when a daemon runs again"
+    )
+
+
+def cannot_serve_yet(why: object) -> str:
+    return f"the daemon cannot serve this session yet: {why}"
+
+
 # The key of a dashboard request (and of its answer).
 DASHBOARD_KEY = "dashboard"
+# The key of a run request; it carries the client's standard input, output and error.
+RUN_KEY = "run"
+RUN_REQUEST_FDS = 3
+# A run's start carries the serve request's descriptors, the sandbox's (the
+# environment's memfd, the terminal channel's sandbox end, the start gate's read end),
+# and the start gate's write end.
+MAX_START_FDS = MAX_REQUEST_FDS + 4
 
 
 class Event(enum.Enum):
@@ -47,6 +111,11 @@ class Event(enum.Enum):
     ERROR = "error"
     STOP = "stop"  # the owner asked the session to end (control socket's ``stop``)
     DASHBOARD = "dashboard"  # the answer to a dashboard request: a one-time login URL
+    # The run builder's answers to a run request (and the client's last word to it).
+    FALLBACK = "fallback"
+    EXIT = "exit"
+    START = "start"
+    DONE = "done"
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -132,3 +201,55 @@ def request(options: dict[str, Any], runtime_dir: str, session_dir: str) -> byte
             "session_dir": session_dir,
         }
     )
+
+
+def python_identity(executable: str, prefix: str) -> str:
+    """A run request's ``python``: the interpreter's real file and its environment's
+    prefix (a venv's ``python`` and ``python3`` are one)."""
+    return f"{os.path.realpath(executable)} in {prefix}"
+
+
+def package_identity(package_file: str, version: str) -> str:
+    """A run request's ``package``: the sandbridge package's directory and version."""
+    return f"{os.path.dirname(os.path.abspath(package_file))} (sandbridge {version})"
+
+
+def run_request(run: dict[str, Any]) -> bytes:
+    """A thin client's request (see the module's docstring for ``run``'s fields)."""
+    return encode({"version": VERSION, RUN_KEY: run})
+
+
+def asks_to_run(data: bytes) -> bool:
+    """Whether a request is a thin client's run request."""
+    return RUN_KEY in _versioned(data)
+
+
+def decode_run_request(data: bytes) -> dict[str, Any]:
+    """A run request's fields, each of its type; :class:`DaemonError` names the first
+    one that is not."""
+    run = _versioned(data).get(RUN_KEY)
+    if not isinstance(run, dict):
+        raise DaemonError("a run request is an object under 'run'")
+    argv, env = run.get("argv"), run.get("env")
+    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
+        raise DaemonError("a run request's 'argv' is a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(value, str) for value in env.values()):
+        raise DaemonError("a run request's 'env' maps names to strings")
+    for key in ("cwd", "python", "package"):
+        if not isinstance(run.get(key), str):
+            raise DaemonError(f"a run request's {key!r} is a string")
+    umask = run.get("umask")
+    if not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777:
+        raise DaemonError("a run request's 'umask' is a number from 0 to 0o777")
+    return run
+
+
+# What the daemon hands its run builder for each thin client: this message (the client's
+# pid and its checked request) and the client's connection, standard input, output
+# and error.
+BUILDER_FDS = 1 + RUN_REQUEST_FDS
+MAX_BUILDER_MESSAGE_BYTES = 2 * MAX_MESSAGE_BYTES
+
+
+def builder_message(pid: int, run: dict[str, Any]) -> bytes:
+    return json.dumps({"pid": pid, "run": run}, separators=(",", ":")).encode()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbridge.exceptions import RemoteWireError
-from sandbridge.protocol.contract import SESSION_NAME_PATTERN
+from sandbridge.protocol.contract import is_session_name
 
 # Sessions described in one list: the dashboard shows 64 local sessions at most, and a
 # far machine gets the same room.
@@ -181,7 +181,7 @@ def parse_sessions(raw: object) -> tuple[FarSession, ...]:
     sessions = []
     for item in raw:
         name = item.get("id") if isinstance(item, dict) else None
-        if not isinstance(name, str) or not SESSION_NAME_PATTERN.fullmatch(name):
+        if not isinstance(name, str) or not is_session_name(name):
             raise RemoteWireError(f"a far session's id must be a session name, got {name!r:.80}")
         sessions.append(parse(name, item))
     return tuple(sessions)

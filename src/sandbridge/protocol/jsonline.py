@@ -21,9 +21,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 from sandbridge.exceptions import JsonRefused, WireError
+
+# typing costs a thin client (cli/thin_run.py) more than the rest of this module: the
+# annotations need it only when checked.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Deepest nesting accepted. sandbridge's own messages are at most 3 levels deep (a v1
 # answer's header pairs); 32 leaves room for any future field and stays far below the

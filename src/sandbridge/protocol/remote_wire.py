@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge.exceptions import RegistrationError, RemoteWireError
-from sandbridge.protocol.contract import SESSION_NAME_PATTERN
+from sandbridge.protocol.contract import is_session_name
 from sandbridge.protocol.far_sessions import MAX_FAR_SESSIONS, FarSession, parse
 from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.port import validate_port
@@ -260,7 +260,7 @@ def _text(kind: Kind, payload: bytes) -> str:
 
 
 def _session_name(value: object, where: str) -> str:
-    if not isinstance(value, str) or not SESSION_NAME_PATTERN.fullmatch(value):
+    if not isinstance(value, str) or not is_session_name(value):
         raise RemoteWireError(f"{where}: session must be a session name, got {value!r:.80}")
     return value
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RemoteWireError
-from sandbridge.protocol.contract import SESSION_NAME_PATTERN
+from sandbridge.protocol.contract import is_session_name
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.upstream import UNIX_BUFFER_BYTES
@@ -61,7 +61,7 @@ def parse_first_line(line: bytes) -> str:
     if not isinstance(message, dict):
         raise ValueError('the first line must be {"session": NAME}')
     session = message.get("session")
-    if not isinstance(session, str) or not SESSION_NAME_PATTERN.fullmatch(session):
+    if not isinstance(session, str) or not is_session_name(session):
         raise ValueError(f"session {session!r:.80} is not a session name")
     return session
 

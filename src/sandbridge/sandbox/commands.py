@@ -4,15 +4,15 @@ contract puts it), ``sandbridge-open`` and the browser commands that lead to it,
 ``sandbridge-allow``.
 
 Each is a two-line shell script running one module with the sandbox's Python. This
-module imports only the standard library: the entry runs it before anything else.
+module imports only the standard library, and of it neither pathlib nor re: the entry
+runs it before the command starts.
 """
 
 from __future__ import annotations
 
-import shlex
+import os
 import stat
 import sys
-from pathlib import Path
 
 # sandbridge's own commands inside (``ags-webview-url``, ``sandbridge-open`` and the
 # browser shims that lead to it), in a directory that holds nothing else, on ``/run`` (a
@@ -33,30 +33,37 @@ BROWSER_SHIMS = ("xdg-open", "sensible-browser", "x-www-browser", "www-browser")
 _EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 
 
-def _write_command(path: Path, module: str) -> Path:
+def _write_command(path: str, module: str) -> str:
     """A shell script running ``module`` with this Python (named explicitly, so that no
     ``python3`` on PATH is asked)."""
-    path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m {module} "$@"\n')
-    path.chmod(_EXECUTABLE)
+    with open(path, "w") as script:
+        script.write(f'#!/bin/sh\nexec {_quoted(sys.executable)} -m {module} "$@"\n')
+    os.chmod(path, _EXECUTABLE)
     return path
 
 
-def install_helper(home: Path) -> Path:
+def _quoted(word: str) -> str:
+    """``word`` as one shell word: single-quoted, each ``'`` closed, escaped and reopened
+    (what ``shlex.quote`` does for any word, without importing re)."""
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def install_helper(home: str) -> str:
     """Write ``~/.local/bin/ags-webview-url`` (where the contract puts it)."""
-    bin_dir = home / ".local" / "bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    return _write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE)
+    bin_dir = os.path.join(home, ".local", "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    return _write_command(os.path.join(bin_dir, HELPER_NAME), URL_HELPER_MODULE)
 
 
-def install_commands(bin_dir: Path = Path(COMMANDS_DIR)) -> list[Path]:
+def install_commands(bin_dir: str = COMMANDS_DIR) -> list[str]:
     """Write sandbridge's own commands into ``bin_dir``, a directory holding nothing else
     (the only one sandbridge puts on the sandbox's PATH: sandbox/spec.py)."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
+    os.makedirs(bin_dir, exist_ok=True)
     return [
-        _write_command(bin_dir / HELPER_NAME, URL_HELPER_MODULE),
+        _write_command(os.path.join(bin_dir, HELPER_NAME), URL_HELPER_MODULE),
         *(
-            _write_command(bin_dir / name, OPEN_HELPER_MODULE)
+            _write_command(os.path.join(bin_dir, name), OPEN_HELPER_MODULE)
             for name in (OPEN_COMMAND, *BROWSER_SHIMS)
         ),
-        _write_command(bin_dir / ALLOW_COMMAND, ALLOW_HELPER_MODULE),
+        _write_command(os.path.join(bin_dir, ALLOW_COMMAND), ALLOW_HELPER_MODULE),
     ]

@@ -10,7 +10,9 @@ event loop (:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of
 first lines; :mod:`sandbridge.egress.light_gate`: every gate connection bridged to the
 host's egress gate; :mod:`sandbridge.terminals.light_starter`: a PTY worker per start
 the host asks for), and imports what needs one (:mod:`sandbridge.sandbox.services`:
-asyncio, the shim's other cases, publishing) only when something does.
+asyncio, the shim's other cases, publishing) only when something does. Until the
+command runs it imports the standard library's ``os``, ``socket``, ``signal`` and
+``select`` (not even pathlib or re) and nothing that needs an event loop.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -25,7 +27,6 @@ import select
 import signal
 import socket
 import sys
-from pathlib import Path
 
 from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
 from sandbridge.protocol.contract import EGRESS_SOCKET
@@ -135,7 +136,7 @@ def _until_needed(
     command: _Command,
     upstream: socket.socket,
     gate_ports: dict[int, socket.socket],
-    egress_socket: Path,
+    egress_socket: str,
     terminal_fd: int | None,
 ) -> int | _Light:
     """Serve the shim, the gate and terminal starts without an event loop for as long as
@@ -172,7 +173,7 @@ def _serve_light(
     pidfd: int,
     upstream: socket.socket,
     gate_ports: dict[int, socket.socket],
-    egress_socket: Path,
+    egress_socket: str,
     terminal_fd: int | None,
 ) -> _Light | None:
     """Run the light shim, gate and terminal starter until the command ends (return
@@ -215,19 +216,29 @@ def _serve_light(
     return _Light(loop, light, gate, starter)
 
 
+def _allowed_to_start(fd: int) -> bool:
+    """Wait until the host says the command may start (one byte on ``fd``, a pipe that
+    is closed then, and close-on-exec already); False if it closed the pipe without."""
+    try:
+        return os.read(fd, 1) != b""
+    finally:
+        os.close(fd)
+
+
 class _Options:
     """The entry's command line, as the host writes it (``SandboxSpec.entry_argv``):
     ``--upstream-socket PATH [--gate ADDR] [--gate-port N]... [--publish V]...
-    [--publish-rule V]... [--terminal-fd N] -- CMD...``. Parsed by hand: argparse costs
-    the command's start more than all the rest of this module."""
+    [--publish-rule V]... [--terminal-fd N] [--start-fd N] -- CMD...``. Parsed by hand:
+    argparse costs the command's start more than all the rest of this module."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.upstream_socket: Path | None = None
+        self.upstream_socket: str | None = None
         self.gate: str | None = None
         self.gate_port: list[int] = []
         self.publish: list[str] = []
         self.publish_rule: list[str] = []
         self.terminal_fd: int | None = None
+        self.start_fd: int | None = None
         self.command: list[str] = []
         words = iter(argv)
         for word in words:
@@ -244,7 +255,7 @@ class _Options:
 
     def _set(self, name: str, value: str) -> None:
         if name == "--upstream-socket":
-            self.upstream_socket = Path(value)
+            self.upstream_socket = value
         elif name == "--gate":
             self.gate = value
         elif name == "--gate-port":
@@ -255,6 +266,8 @@ class _Options:
             self.publish_rule.append(value)
         elif name == "--terminal-fd":
             self.terminal_fd = _number(name, value)
+        elif name == "--start-fd":
+            self.start_fd = _number(name, value)
         else:
             raise ValueError(f"unrecognized argument: {name}")
 
@@ -266,7 +279,7 @@ def _number(name: str, value: str) -> int:
         raise ValueError(f"argument {name}: invalid int value: {value!r}") from None
 
 
-def _checked(argv: list[str]) -> tuple[_Options, Path]:
+def _checked(argv: list[str]) -> tuple[_Options, str]:
     options = _Options(argv)
     if options.upstream_socket is None:
         raise ValueError("the following arguments are required: --upstream-socket")
@@ -289,23 +302,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = args.command
     _undumpable()  # first: before any descriptor worth taking exists
-    install_helper(Path(os.environ.get("HOME", "/tmp")))
+    install_helper(os.environ.get("HOME", "/tmp"))
     install_commands()
     with contextlib.suppress(FileNotFoundError):
-        upstream_path.unlink()
+        os.unlink(upstream_path)
     upstream = bind_unix_socket(upstream_path)
     gate = args.gate
     gate_ports = {port: bind_gate_port(gate, port) for port in args.gate_port if gate}
     if args.terminal_fd is not None:  # never inherited by the command
         os.set_inheritable(args.terminal_fd, False)
     keep_inherited_descriptors()
+    if args.start_fd is not None and not _allowed_to_start(args.start_fd):
+        return 1  # the host ended the run before its command could start
     command_process = _Command()
     try:
         pid = command_process.start(command)
     except OSError as exc:
         print(f"sandbridge: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127
-    egress_socket = upstream_path.parent / EGRESS_SOCKET
+    egress_socket = os.path.join(os.path.dirname(upstream_path), EGRESS_SOCKET)
     light = None
     if not published and not rules:  # publishing works beside the command from its start
         served = _until_needed(
@@ -314,15 +329,17 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(served, int):
             return served
         light = served
+    from pathlib import Path
+
     from sandbridge.sandbox.services import Services, serve
 
     return serve(
         pid,
         Services(
             upstream=upstream,
-            upstream_path=upstream_path,
+            upstream_path=Path(upstream_path),
             gate_ports=gate_ports,
-            egress_socket=egress_socket,
+            egress_socket=Path(egress_socket),
             published=published,
             publish_rules=rules,
             terminal_fd=args.terminal_fd,
@@ -334,11 +351,16 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
-if __name__ == "__main__":
-    # Out without the interpreter's teardown of every module the shim imported: the
-    # session's end waits for this process, and nothing is left to close but what the
-    # kernel closes anyway (the services closed their listeners above).
+def run() -> None:
+    """The entry's process (``SandboxSpec.entry_argv``): :func:`main`, then out without
+    the interpreter's teardown of every module the shim imported: the session's end
+    waits for this process, and nothing is left to close but what the kernel closes
+    anyway (the services closed their listeners above)."""
     status = main()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+if __name__ == "__main__":
+    run()

@@ -56,6 +56,7 @@ class SandboxNetwork:
             "--net",
             "--",
             sys.executable,
+            "-P",  # not the working directory's modules: the sandbox writes the workdir
             "-m",
             "sandbridge.sandbox.net_init",
             self.gate_addr,

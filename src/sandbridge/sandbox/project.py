@@ -35,9 +35,15 @@ def project_root(workdir: Path) -> Path:
     ``core.worktree`` (``git init; git config core.worktree ..`` is all a sandbox needs
     in a workdir that had no repository), and taking it would move the project, its
     policy, its secrets file and what ``policy init`` writes to any directory above."""
+    return locate(workdir)[0]
+
+
+def locate(workdir: Path) -> tuple[Path, bool]:
+    """:func:`project_root`, and whether it is a git work tree's top (what :func:`check`
+    asks): one question to git, where asking each apart took two or three."""
     top = host_git.toplevel(workdir)
     if top is None or not workdir.is_relative_to(top):
-        return workdir
+        return workdir, (workdir / ".git").exists()
     if not os.path.lexists(top / ".git"):
         found = host_git.run_git(workdir, "rev-parse", "--absolute-git-dir").stdout.strip()
         raise PolicyError(
@@ -45,11 +51,12 @@ def project_root(workdir: Path) -> Path:
             f"repository {found or '?'} sets core.worktree); sandbridge does not take "
             f"{top} as the project: if the sandbox made that repository, remove it"
         )
-    return top
+    return top, True
 
 
-def check(workdir: Path, root: Path) -> None:
-    """Refuse a policy directory below the root, and a root policy file git ignores."""
+def check(workdir: Path, root: Path, in_git: bool | None = None) -> None:
+    """Refuse a policy directory below the root, and a root policy file git ignores.
+    ``in_git``: whether the root is a git work tree's top, when :func:`locate` said."""
     directory = workdir
     while directory != root and directory.is_relative_to(root):
         stray = directory / POLICY_DIR
@@ -62,7 +69,9 @@ def check(workdir: Path, root: Path) -> None:
     policy_dir = root / POLICY_DIR
     if policy_dir.is_symlink():
         raise PolicyError(f"{policy_dir}: is a symbolic link; make it a directory")
-    if (root / ".git").exists() or host_git.toplevel(root) == root:
+    if in_git is None:
+        in_git = _in_git(root)
+    if in_git:
         for name in (CONFIG_FILE, ALLOW_FILE):
             if not (root / name).exists():
                 continue

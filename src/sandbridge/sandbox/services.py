@@ -87,7 +87,7 @@ async def _serve(pid: int, services: Services) -> int:
     await shim.start(services.upstream)
     gate = services.light_gate
     if gate is None and services.gate_ports:
-        gate = LightGate(poll_loop, services.gate_ports, services.egress_socket)
+        gate = LightGate(poll_loop, services.gate_ports, str(services.egress_socket))
         gate.start()
     published = services.published
     helpers = [publish(port, base) for port, base in published]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -44,6 +45,10 @@ class SandboxSpec:
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
     # The inherited descriptor of the host's private terminal channel (docs/terminals.md).
     terminal_fd: int | None = None
+    # An inherited pipe the entry reads one byte from before it starts the command: the
+    # host starts the sandbox while its host half is still being served (a thin client's
+    # run, docs/daemon.md) and lets the command start once it is. ``None``: at once.
+    start_fd: int | None = None
     # An inherited descriptor (a memfd, :func:`environment_file`) the backend reads the
     # sandbox's environment from, so that no value is on a command line: every local user
     # can read /proc/PID/cmdline. ``None`` (``--dry-run``): the environment is inline.
@@ -180,14 +185,15 @@ class SandboxSpec:
     def entry_argv(self) -> list[str]:
         """The sandbox's first process: shim plus the user's command."""
         terminal = [] if self.terminal_fd is None else ["--terminal-fd", str(self.terminal_fd)]
+        start = [] if self.start_fd is None else ["--start-fd", str(self.start_fd)]
         return [
             sys.executable,
-            "-m",
-            "sandbridge.sandbox.entry",
+            *entry_interpreter_options(),
             "--upstream-socket",
             f"{MOUNT_POINT}/{UPSTREAM_SOCKET}",
             *self.network.entry_options(),
             *terminal,
+            *start,
             "--",
             *self.command,
         ]
@@ -199,14 +205,7 @@ class SandboxSpec:
         or ``/run`` (a virtualenv in a checkout there, pyenv under home): those are bound
         back read-only, after the tmpfs that covers them.
         """
-        import sandbridge
-
-        candidates = {
-            Path(sys.prefix),
-            Path(sys.base_prefix),
-            Path(sys.executable).resolve().parent.parent,
-            Path(sandbridge.__file__).resolve().parent.parent,
-        }
+        candidates = _installation()
         covered = [Path("/tmp"), Path("/run")]
         if self.home != self.workdir:
             covered.append(self.home)
@@ -215,6 +214,38 @@ class SandboxSpec:
             for path in candidates
             if any(path.is_relative_to(top) and path != top for top in covered)
         )
+
+
+@functools.cache
+def _installation() -> frozenset[Path]:
+    """Where this process's Python and sandbridge live (asked of the file system once:
+    a spec's layers are asked for many times while a run is built)."""
+    import sandbridge
+
+    return frozenset(
+        {
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            Path(sys.executable).resolve().parent.parent,
+            Path(sandbridge.__file__).resolve().parent.parent,
+        }
+    )
+
+
+def entry_interpreter_options() -> list[str]:
+    """How the sandbox entry's Python starts: isolated (``-I``: neither the working
+    directory, which the sandbox writes, nor its ``PYTHON*`` variables decide what the
+    entry imports) and without ``site`` (``-S``: the ``.pth`` files and the user's site
+    cost the command's start more than the entry's own imports), its path given instead:
+    this sandbridge's directory, then the host's site directories, where its
+    dependencies are (after the standard library's, which no package shadows)."""
+    import sandbridge
+
+    package = str(Path(sandbridge.__file__).resolve().parent.parent)
+    sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    paths = list(dict.fromkeys([package, *sites]))
+    boot = f"import sys; sys.path += {paths!r}; from sandbridge.sandbox.entry import run; run()"
+    return ["-I", "-S", "-c", boot]
 
 
 def environment_file(payload: bytes) -> int:

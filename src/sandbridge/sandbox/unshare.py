@@ -77,6 +77,7 @@ def argv(spec: SandboxSpec) -> list[str]:
         "--kill-child",
         "--",
         sys.executable,
+        "-P",  # not the working directory's modules: the workdir, which the sandbox writes
         "-m",
         "sandbridge.sandbox.unshare_init",
         init_config(spec),

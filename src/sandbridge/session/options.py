@@ -54,11 +54,15 @@ class SessionOptions:
     on_change: Callable[[], None] | None = None
 
 
-def create_entry(runtime_dir: RuntimeDir, options: SessionOptions) -> SessionEntry:
+def create_entry(
+    runtime_dir: RuntimeDir, options: SessionOptions, pid: int | None = None
+) -> SessionEntry:
     """The session's registry entry (``runtime_dir`` is removed if it cannot be made);
-    the notes of both are printed."""
+    the notes of both are printed. ``pid``: the session's process, if not this one."""
     try:
-        entry = SessionEntry.create(options.name, options.workdir, runtime_dir=runtime_dir.path)
+        entry = SessionEntry.create(
+            options.name, options.workdir, runtime_dir=runtime_dir.path, pid=pid
+        )
     except BaseException:
         runtime_dir.remove()
         raise

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -41,36 +41,91 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
     """Run one sandbox session as ``options`` say (its workdir is the spec's); return the
     exit status. With ``daemon`` (a connection to the user's daemon) the daemon serves
     the host half; the sandbox is this process's either way."""
-    runtime_dir = RuntimeDir.create(runtime_path)
+    with prepared_sandbox(spec_factory, backend, options, runtime_path=runtime_path) as prepared:
+        async with host_half(daemon, prepared.runtime_dir, prepared.options) as (entry, stop):
+            if on_session is not None:
+                on_session(entry)
+            log.debug("sandbox.start", backend=backend, runtime_dir=str(prepared.runtime_dir.path))
+            process = await asyncio.create_subprocess_exec(
+                *prepared.argv, pass_fds=prepared.pass_fds
+            )
+            prepared.release_sandbox_fds()  # the backend has its own copies
+            return await _until_exit_or_signal(process, stop)
+
+
+@dataclasses.dataclass
+class PreparedSandbox:
+    """A session's runtime dir, its options for the host half, and the backend's
+    command line with the descriptors it names (the environment's memfd, the terminal
+    channel's sandbox end, and with a start gate the pipe the entry waits on), ready to
+    start; :attr:`start_writer`: the gate's end that lets the command start."""
+
+    runtime_dir: RuntimeDir
+    options: SessionOptions
+    argv: list[str]
+    pass_fds: tuple[int, ...]
+    start_writer: int | None
+    _sandbox_fds: contextlib.ExitStack
+
+    def release_sandbox_fds(self) -> None:
+        """Close this process's copies of :attr:`pass_fds` and :attr:`start_writer`
+        (once the backend, and whoever opens the gate, have their own)."""
+        self._sandbox_fds.close()
+
+
+@contextlib.contextmanager
+def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it starts)
+    spec_factory: Callable[[Path], SandboxSpec],
+    backend: str,
+    options: SessionOptions,
+    *,
+    runtime_path: Path | None = None,
+    pid: int | None = None,
+    start_gate: bool = False,
+) -> Iterator[PreparedSandbox]:
+    """Make the runtime dir (of process ``pid``, default this one), the terminal channel
+    and the environment's memfd (and with ``start_gate`` the pipe whose first byte lets
+    the command start: ``SandboxSpec.start_fd``), for the block's length; the runtime dir
+    is removed if the rest cannot be made."""
+    runtime_dir = RuntimeDir.create(runtime_path, pid)
     # The host's private channel to the sandbox entry, for starting terminal workers: an
     # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
     host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with host_end, sandbox_end, contextlib.ExitStack() as cleanup:
+    with host_end, sandbox_end, contextlib.ExitStack() as sandbox_fds:
+        sandbox_fds.callback(sandbox_end.close)
         try:
             spec = dataclasses.replace(
                 spec_factory(runtime_dir.path), terminal_fd=sandbox_end.fileno()
             )
             # The environment's values (secrets among them) on a descriptor, not argv.
             env_fd = environment_file(env_payload(backend, spec))
-            cleanup.callback(os.close, env_fd)
+            sandbox_fds.callback(os.close, env_fd)
             spec = dataclasses.replace(spec, env_fd=env_fd)
+            gate: tuple[int, ...] = ()
+            start_writer = None
+            if start_gate:
+                start_reader, start_writer = os.pipe2(os.O_CLOEXEC)
+                sandbox_fds.callback(os.close, start_reader)
+                sandbox_fds.callback(os.close, start_writer)
+                spec = dataclasses.replace(spec, start_fd=start_reader)
+                gate = (start_reader,)
+            argv = sandbox_argv(backend, spec)
         except BaseException:
             runtime_dir.remove()
             raise
-        options = dataclasses.replace(
-            options, workdir=spec.workdir, terminal_channel=host_end, command=tuple(spec.command)
+        yield PreparedSandbox(
+            runtime_dir,
+            dataclasses.replace(
+                options,
+                workdir=spec.workdir,
+                terminal_channel=host_end,
+                command=tuple(spec.command),
+            ),
+            argv,
+            (sandbox_end.fileno(), env_fd, *gate),
+            start_writer,
+            sandbox_fds,
         )
-        async with host_half(daemon, runtime_dir, options) as (entry, stop):
-            if on_session is not None:
-                on_session(entry)
-            argv = sandbox_argv(backend, spec)
-            log.debug("sandbox.start", backend=backend, runtime_dir=str(runtime_dir.path))
-            process = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=(sandbox_end.fileno(), env_fd)
-            )
-            sandbox_end.close()
-            cleanup.close()  # the backend has its own copy of the environment's memfd
-            return await _until_exit_or_signal(process, stop)
 
 
 @asynccontextmanager

@@ -29,21 +29,17 @@ from sandbridge.exceptions import DaemonError
 from sandbridge.places.registry import SessionEntry, daemon_sockets
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol import daemon_wire
-from sandbridge.protocol.daemon_wire import Event
+from sandbridge.protocol.daemon_wire import (
+    CLOSE_TIMEOUT,
+    CONNECT_TIMEOUT,
+    READY_TIMEOUT,
+    RECONNECT_INTERVAL,
+    Event,
+)
 from sandbridge.protocol.publish_rules import PublishAction
 from sandbridge.relay.app import App
 from sandbridge.session import options_wire
 from sandbridge.session.options import SessionOptions, create_entry
-
-# Connecting to a Unix socket is immediate unless its accept queue is full.
-CONNECT_TIMEOUT = 2.0
-# The daemon starts a session's listeners in well under this; past it, something is off.
-READY_TIMEOUT = 15.0
-# At the end, the daemon closes the session's listeners before it closes the connection.
-CLOSE_TIMEOUT = 10.0
-# While the daemon is away (restarting), how often to look whether it is back: a
-# connect to a missing socket costs microseconds.
-RECONNECT_INTERVAL = 0.2
 
 
 def connect() -> socket.socket | None:
@@ -77,15 +73,8 @@ async def served_session(
     daemon goes away meanwhile, have the next one serve it again as soon as it is up.
     ``stop`` is set when the daemon says the owner asked the session to end."""
     entry = create_entry(runtime_dir, options)
-    fds = [runtime_dir.fd, entry.fd]
-    if options.terminal_channel is not None:
-        fds.append(options.terminal_channel.fileno())
-    link = _Link(
-        daemon_wire.request(options_wire.encode(options), str(runtime_dir.path), str(entry.path)),
-        array.array("i", fds).tobytes(),
-        options,
-        stop,
-    )
+    request, fds = serve_request(runtime_dir, entry, options)
+    link = _Link(request, array.array("i", fds).tobytes(), options, stop)
     try:
         await link.open(daemon)
         log.debug("daemon.served", session=entry.id)
@@ -96,6 +85,17 @@ async def served_session(
         link.sock.close()
         entry.remove()
         runtime_dir.remove()
+
+
+def serve_request(
+    runtime_dir: RuntimeDir, entry: SessionEntry, options: SessionOptions
+) -> tuple[bytes, list[int]]:
+    """The request that has the daemon serve this session, and its descriptors."""
+    fds = [runtime_dir.fd, entry.fd]
+    if options.terminal_channel is not None:
+        fds.append(options.terminal_channel.fileno())
+    path = str(runtime_dir.path)
+    return daemon_wire.request(options_wire.encode(options), path, str(entry.path)), fds
 
 
 class _Link:
@@ -124,12 +124,9 @@ class _Link:
             async with asyncio.timeout(READY_TIMEOUT):
                 await self._until_ready(sock)
         except OSError as exc:
-            raise DaemonError(f"the daemon closed the connection ({exc.strerror})") from None
+            raise DaemonError(f"{daemon_wire.CLOSED} ({exc.strerror})") from None
         except TimeoutError:
-            raise DaemonError(
-                f"the daemon did not serve the session within {READY_TIMEOUT:g} s "
-                "(--no-daemon serves it without the daemon)"
-            ) from None
+            raise DaemonError(daemon_wire.NOT_READY) from None
 
     async def _until_ready(self, sock: socket.socket) -> None:
         reset = False
@@ -153,12 +150,9 @@ class _Link:
                 while True:
                     await _next_event(self.sock, self.options, self.stop)
             except (DaemonError, OSError) as exc:
-                _say(
-                    f"the daemon stopped serving this session ({exc}); its apps, terminals "
-                    "and egress are back when a daemon runs again"
-                )
+                _say(daemon_wire.stopped_serving(exc))
             await self._reconnect()
-            _say("the daemon serves this session again")
+            _say(daemon_wire.SERVES_AGAIN)
 
     async def _reconnect(self) -> None:
         refusal = None
@@ -173,7 +167,7 @@ class _Link:
             except (DaemonError, OSError, TimeoutError) as exc:
                 if str(exc) != refusal:  # once, not every interval
                     refusal = str(exc)
-                    _say(f"the daemon cannot serve this session yet: {exc}")
+                    _say(daemon_wire.cannot_serve_yet(exc))
 
     async def close(self) -> None:
         """Leave, and wait until the daemon has closed the session's listeners."""
@@ -195,12 +189,10 @@ async def _next_event(
     """Read one event and act on it; the daemon leaving or refusing raises."""
     data = await asyncio.get_running_loop().sock_recv(daemon, daemon_wire.MAX_MESSAGE_BYTES)
     if not data:
-        raise DaemonError("the daemon closed the connection")
+        raise DaemonError(daemon_wire.CLOSED)
     kind, value = daemon_wire.decode_event(data)
     if kind is Event.ERROR:
-        raise DaemonError(
-            f"the daemon refused the session: {value} (--no-daemon serves it without the daemon)"
-        )
+        raise DaemonError(daemon_wire.refused(value))
     if kind is Event.SAY:
         print(value, file=sys.stderr, flush=True)
     elif kind is Event.APP and options.on_register is not None:

@@ -1,0 +1,129 @@
+"""The daemon's run builder (docs/daemon.md): ``python -m sandbridge.cli.run_builder FD``.
+
+The daemon starts it once. It loads what builds a ``run`` (the command line's parser, the
+policy, git's questions, the mounts) and waits on descriptor FD, a ``SOCK_SEQPACKET``
+socket to the daemon, for the thin clients the daemon has checked (its user, its mount
+namespace, its install: ``daemon/builder.py``). For each one it forks: the child takes
+the client's standard descriptors, working directory, environment and umask, parses the
+arguments with the full command's parser and carries out the full command's ``run`` up to
+the sandbox's start, which it hands to the client (``session/handed_off.py``). What it
+prints goes to the client's own terminal, as the full command's would. A process of one
+thread that has imported everything: a fork of it is cheap, and safe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+
+from sandbridge.cli import sessions
+from sandbridge.protocol import daemon_wire
+from sandbridge.protocol.daemon_wire import Event
+from sandbridge.session.handed_off import hand_off
+
+
+def serve(channel: socket.socket) -> None:
+    """Fork a builder for each client the daemon forwards, until the daemon leaves."""
+    # Each child reaped as it ends (waited for, not ignored: its CPU time then counts in
+    # this process's children's, where the daemon's owner can see it).
+    signal.signal(signal.SIGCHLD, _reap)
+    # Built once: what it holds depends on no client (parsing leaves it as it was).
+    parser = sessions.build_parser("run")
+    # What is loaded now is shared with every child until one writes to it; a collection
+    # in a child would touch (and so copy) every object: none of these is ever collected.
+    gc.freeze()
+    while True:
+        data, fds, _, _ = socket.recv_fds(
+            channel, daemon_wire.MAX_BUILDER_MESSAGE_BYTES, daemon_wire.BUILDER_FDS
+        )
+        if not data:
+            return
+        try:
+            child = os.fork() if len(fds) == daemon_wire.BUILDER_FDS else -1
+        except OSError:  # out of processes or memory: the client, closed on, falls back
+            child = -1
+        if child == 0:
+            channel.close()
+            os._exit(_child(parser, data, fds))
+        for fd in fds:
+            os.close(fd)
+
+
+def _reap(_signum: int, _frame: object) -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _child(parser: argparse.ArgumentParser, data: bytes, fds: list[int]) -> int:
+    """One client's builder; its own exit status (the run's goes to the client)."""
+    os.setsid()  # the daemon's terminal and its Ctrl-C are not the client's
+    gc.disable()  # a short build: its few cycles go with the process
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    client = socket.socket(fileno=fds[0])
+    client.setblocking(True)
+    for target, fd in zip((0, 1, 2), fds[1:], strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    answer: bytes
+    try:
+        message = json.loads(data)
+        status = _build(parser, client, message["pid"], message["run"])
+        if status is None:
+            answer = daemon_wire.event(Event.FALLBACK, "the full command runs it")
+        else:
+            answer = daemon_wire.event(Event.EXIT, status)
+    except BaseException:  # a bug: reported where the full command would report it
+        traceback.print_exc()
+        answer = daemon_wire.event(Event.EXIT, 1)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        pass
+    try:
+        client.send(answer)
+    except OSError:
+        return 1
+    return 0
+
+
+def _build(
+    parser: argparse.ArgumentParser, client: socket.socket, pid: int, run: dict[str, object]
+) -> int | None:
+    """Carry out the client's ``run`` here up to the sandbox's start, and the rest once
+    the client reports its end; its status, or None if the full command must run it."""
+    argv = run["argv"]
+    assert isinstance(argv, list) and isinstance(run["cwd"], str)
+    assert isinstance(run["env"], dict) and isinstance(run["umask"], int)
+    if argv[:1] != ["run"]:
+        return None
+    try:
+        os.chdir(run["cwd"])
+    except OSError:
+        return None  # the full command says what it says of a missing directory
+    os.environ.clear()
+    os.environ.update(run["env"])
+    os.umask(run["umask"])
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # an option error or --help, printed as the full command does
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    if args.no_daemon or args.dry_run or args.print_policy or args.verbose:
+        return None
+
+    def runner(*prepared: object) -> int:
+        return hand_off(client, pid, *prepared)  # type: ignore[arg-type]
+
+    return sessions.run_parsed(args, session_runner=runner)
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))

@@ -1,0 +1,522 @@
+"""The ``sandbridge`` command's parser and its own commands: ``run``, ``demo``, ``host``
+and ``ls`` (``main.py`` dispatches to it, or to the thin ``run`` client)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from sandbridge import __version__, log
+from sandbridge.aio import event_loop
+from sandbridge.aio.tasks import first_done, running
+from sandbridge.cli import app_lines
+from sandbridge.cli import network as network_cli
+from sandbridge.cli import shim as shim_cli
+from sandbridge.cli.relay_options import (
+    add_open_options,
+    add_relay_options,
+    open_settings,
+    relay_settings_of,
+)
+from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
+from sandbridge.exceptions import SandboxError, SandbridgeError
+from sandbridge.places import known_projects
+from sandbridge.places.registry import SessionEntry, list_sessions
+from sandbridge.places.remotes import list_remotes
+from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol.contract import (
+    EGRESS_SOCKET,
+    MOUNT_POINT,
+)
+from sandbridge.relay.app import App
+from sandbridge.relay.settings import ForwardingMode
+from sandbridge.sandbox import protected_paths
+from sandbridge.sandbox.backend import BACKENDS, resolve
+from sandbridge.sandbox.host_paths import exposure
+from sandbridge.sandbox.mounts import Mount, parse_mount
+from sandbridge.sandbox.project import (
+    POLICY_DIR,
+    locate,
+    project_root,
+    secrets_file_warning,
+    shown_policy_files,
+)
+from sandbridge.sandbox.protected_paths import Protection
+from sandbridge.sandbox.spec import SandboxSpec, parse_env
+from sandbridge.session.options import SessionOptions
+from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
+from sandbridge.session.served import connect as connect_daemon
+
+
+def _app_fields(app: App) -> dict[str, object]:
+    return {**asdict(app), "action": None if app.action is None else app.action.value}
+
+
+def _print_app(app: App) -> None:
+    for line in app_lines.registered(_app_fields(app)):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _print_gone(app: App) -> None:
+    """An auto-published app whose socket closed: its host port is closed too."""
+    for line in app_lines.gone(_app_fields(app)):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="sandbox backend (auto: bwrap if installed, else unshare)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="directory mounted read-write at the same path (default: cwd)",
+    )
+    parser.add_argument(
+        "--bind",
+        action="append",
+        default=[],
+        metavar="SRC[:DEST]",
+        help="extra read-write bind mount",
+    )
+    parser.add_argument(
+        "--ro-bind",
+        action="append",
+        default=[],
+        metavar="SRC[:DEST]",
+        help="extra read-only bind mount",
+    )
+    _add_name_option(parser)
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="set a variable inside (NAME alone passes the host's value)",
+    )
+    network_cli.add_options(parser)
+    add_relay_options(parser)
+    _add_no_daemon_option(parser)
+
+
+def _add_no_daemon_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="serve the session from this process even when the user's daemon runs "
+        "(docs/daemon.md)",
+    )
+
+
+def _add_name_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="the session's id for sandbridge ls and terminals (default: a random s-XXXXXX)",
+    )
+
+
+def _print_session(entry: SessionEntry) -> None:
+    print(app_lines.session(entry.id), file=sys.stderr, flush=True)
+
+
+def _spec_factory(
+    args: argparse.Namespace,
+    command: list[str],
+    policy: Policy | None = None,
+    root: Path | None = None,
+) -> tuple[Callable[[Path], SandboxSpec], Protection]:
+    """The spec for each runtime dir, and the session's protected paths (placeholders not
+    yet created: :meth:`Protection.create_placeholders` does that, for a real run).
+    ``root``: the project root, when the caller has already asked git for it."""
+    workdir = (args.workdir or Path.cwd()).resolve()
+    if not workdir.is_dir():
+        raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
+    mounts = [parse_mount(v, True) for v in args.bind] + [
+        parse_mount(v, False) for v in args.ro_bind
+    ]
+    if root is None or policy is None:
+        root, in_git = locate(workdir)
+        policy = network_cli.policy(args, workdir, (root, in_git))
+    env = {**policy.sandbox_env(), **parse_env(args.env)}
+    network = network_cli.sandbox_network(args, policy)
+    # Built first, so that a layout exposing sandbridge's own host paths is refused before
+    # any session dir exists, and sandbridge's own dirs exist before the protected paths
+    # are decided (sandbox/host_paths.py); each session only sets its runtime dir.
+    unprotected = SandboxSpec(
+        command=command,
+        workdir=workdir,
+        runtime_dir=Path(MOUNT_POINT),
+        home=default_home(),
+        mounts=mounts,
+        env=env,
+        new_session=not stdin_is_terminal(),
+        network=network,
+    )
+    for mount in mounts:
+        if mount.source.is_relative_to(root / POLICY_DIR) and mount.source != root / POLICY_DIR:
+            # Its view would be the live host path: the secrets file, and what the owner
+            # puts there later. The directory itself is shown as everywhere else.
+            flag = "--bind" if mount.writable else "--ro-bind"
+            raise SandboxError(
+                f"{flag} {mount.source}: inside the project's policy directory, of which "
+                f"the sandbox sees the policy files alone; bind {root / POLICY_DIR} instead"
+            )
+    protection = protected_paths.decide(
+        [Mount(workdir, workdir, writable=True), *mounts],
+        root,
+        home=_owner_home(),
+        protect=[(setting.value, setting.source) for setting in policy.protect],
+    )
+    template = dataclasses.replace(
+        unprotected,
+        read_only_paths=protection.mounts,
+        # The policy files alone at every view of .sandbridge/: the secrets file and what
+        # the owner puts there during the session stay out of sight.
+        policy_dir=_policy_dir(root, protection),
+        policy_files=shown_policy_files(root),
+        other_projects=tuple(known_projects.policy_dirs()),
+    )
+
+    def factory(runtime_dir: Path) -> SandboxSpec:
+        return dataclasses.replace(template, runtime_dir=runtime_dir)
+
+    return factory, protection
+
+
+def _policy_dir(root: Path, protection: Protection) -> Path | None:
+    """``root/.sandbridge`` if it is a directory, or will be one (a placeholder): a file
+    there holds no policy, and a tmpfs needs a directory to lie on."""
+    path = root / POLICY_DIR
+    if path.is_dir() and not path.is_symlink():
+        return path
+    if any(p.path == path and p.content is None for p in protection.placeholders):
+        return path
+    return None
+
+
+def _owner_home() -> Path | None:
+    home = os.environ.get("HOME")
+    if not home or not Path(home).is_dir():
+        return None
+    return Path(home).resolve()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.print_policy and not args.dry_run:
+        return network_cli.inspect(args, None, args.backend)
+    if not command:
+        raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
+    if args.dry_run:
+        return network_cli.inspect(args, _spec_factory(args, command)[0], args.backend)
+    return _run_session(args, command, _print_app)
+
+
+def _run_session(
+    args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
+) -> int:
+    backend = resolve(args.backend)
+    # This process holds the sandbox's environment, the secrets file's values among it; a
+    # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
+    # The soft limit only: the sandbox inherits it and may raise it for its own processes.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    workdir = (args.workdir or Path.cwd()).resolve()
+    root, in_git = locate(workdir)
+    policy = network_cli.policy(args, workdir, (root, in_git))
+    spec_factory, protection = _spec_factory(args, command, policy, root)
+    network_cli.announce(policy)
+    unignored = secrets_file_warning(root)
+    _warn(unignored)
+    known_projects.remember(root)  # every later sandbox hides its .sandbridge/
+    protection.create_placeholders()
+    try:
+        runner: SessionRunner = getattr(args, "session_runner", None) or _serve_here(args)
+        return runner(
+            spec_factory,
+            backend,
+            SessionOptions(
+                workdir=workdir,
+                name=args.name,
+                protocol=ForwardingMode.STREAM,
+                settings=dataclasses.replace(
+                    relay_settings_of(args, policy), publish_rules=policy.publish
+                ),
+                on_register=on_register,
+                on_unregister=_print_gone,
+                policy=policy,
+                open_settings=open_settings(args, policy),
+            ),
+        )
+    finally:
+        # Read without creating: the state dirs may have gone with the last session.
+        others = [Path(r.workdir) for r in list_sessions()]
+        for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
+            _warn(warning)
+        if unignored is None:  # ignored at the start: the sandbox may have undone that
+            _warn(secrets_file_warning(root))
+
+
+# What serves a prepared session and returns its exit status: here (and the daemon's
+# host half, if one runs), or the daemon's run builder handing it to a thin client.
+SessionRunner = Callable[[Callable[[Path], SandboxSpec], str, SessionOptions], int]
+
+
+def _serve_here(args: argparse.Namespace) -> SessionRunner:
+    def serve(
+        spec_factory: Callable[[Path], SandboxSpec], backend: str, options: SessionOptions
+    ) -> int:
+        return event_loop.run(
+            run_session(
+                spec_factory,
+                backend,
+                options,
+                on_session=_print_session,
+                daemon=None if args.no_daemon else connect_daemon(),
+            )
+        )
+
+    return serve
+
+
+def _warn(warning: str | None) -> None:
+    if warning is not None:
+        print(f"sandbridge: {warning}", file=sys.stderr, flush=True)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    command = [sys.executable, "-m", "sandbridge.demo.app", "--port", str(args.port)]
+    if args.base_path != "/":
+        command += ["--base-path", args.base_path]
+    opened: list[bool] = []
+
+    def announce(app: App) -> None:
+        url = app.url
+        print(f"\nsandbridge demo: open {url}  (Ctrl-C to stop)\n", flush=True)
+        if args.open and not opened:
+            import webbrowser
+
+            opened.append(webbrowser.open(url))
+            if opened[0]:
+                print(f"sandbridge demo: opened {url} in the host browser", flush=True)
+            else:
+                print("sandbridge demo: no host browser found; open the URL yourself", flush=True)
+
+    return _run_session(args, command, announce)
+
+
+def cmd_host(args: argparse.Namespace) -> int:
+    async def serve() -> int:
+        stopped = event_loop.stop_signals()
+        settings = relay_settings_of(args)
+        policy = _host_policy(args)
+        path = args.runtime_dir.resolve()
+        if (why := exposure(path)) is not None:
+            raise SandbridgeError(
+                f"--runtime-dir {path}: {why}; the container sees all of it: give it a "
+                "new directory of its own"
+            )
+        runtime_dir = RuntimeDir.adopt(path)
+        options = SessionOptions(
+            workdir=Path.cwd(),
+            name=args.name,
+            protocol=ForwardingMode(args.protocol),
+            settings=settings,
+            on_register=_print_app,
+            open_settings=open_settings(args),
+            policy=policy,
+            terminal_socket=True,
+        )
+        daemon = None if args.no_daemon else connect_daemon()
+        async with host_half(daemon, runtime_dir, options) as (entry, stop):
+            _print_session(entry)
+            print(
+                f"sandbridge: serving registrations on {runtime_dir.relay_socket}; for "
+                f"terminals (sandbridge shell {entry.id}), run sandbridge shim --terminals inside",
+                file=sys.stderr,
+                flush=True,
+            )
+            if policy is not None:
+                ports = " ".join(f"--gate-port {port}" for port in policy.gate_ports())
+                print(
+                    f"sandbridge: egress gate on {runtime_dir.path / EGRESS_SOCKET}; inside, run "
+                    f"sandbridge shim {ports} and use the proxy http://127.0.0.1:{PROXY_PORT}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            # The owner's stop (control socket, dashboard) ends the host half as SIGTERM
+            # does; the container is its runtime's to end.
+            async with running(stop.wait()) as (stop_waiter,):
+                await first_done(stopped, stop_waiter)  # type: ignore[arg-type]
+            return stopped.result() if stopped.done() else 128 + signal.SIGTERM
+
+    return event_loop.run(serve())
+
+
+def _host_policy(args: argparse.Namespace) -> Policy | None:
+    """``--egress``: the allow-mode policy of the current directory's project and
+    ``--allow``, served by an egress gate (docs/external-runtimes.md)."""
+    if not args.egress:
+        if args.allow:
+            raise SandbridgeError("--allow needs --egress: without it there is no egress gate")
+        return None
+    return load_policy(project_root(Path.cwd()), net=NetMode.ALLOW.value, allow=args.allow)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    sessions = list_sessions()
+    remotes = list_remotes()
+    if args.json:
+        local = [{**record.to_json(), "machine": None} for record in sessions]
+        far = [
+            {
+                "machine": remote.machine,
+                "id": session,
+                "connected": remote.connected,
+                "via": remote.via,
+                "apps": [asdict(app) for app in remote.apps if app.session == session],
+            }
+            for remote in remotes
+            for session in dict.fromkeys(app.session for app in remote.apps)
+        ]
+        print(json.dumps(local + far, indent=2))
+        return 0
+    if not sessions and not remotes:
+        print("no running sessions")
+        return 0
+    for remote in remotes:
+        state = "connected" if remote.connected else "reconnecting"
+        print(f"{remote.machine}  ({state}, {remote.via})")
+        for shown in remote.apps:
+            private = "  (private)" if shown.private else ""
+            print(f"  {remote.machine}:{shown.session} port {shown.port} -> {shown.url}{private}")
+    for record in sessions:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started))
+        print(f"{record.id}  pid {record.pid}  since {started}  {record.workdir}")
+        for app in record.apps:
+            private = "  (private)" if app.private else ""
+            who = "" if app.process is None else f" ({app.process})"
+            print(f"  port {app.port}{who} -> {app.url}{private}")
+    return 0
+
+
+# The commands this module defines itself; the other groups' modules are imported only
+# for their own commands (or for --help), not for a ``run``.
+OWN_COMMANDS = frozenset({"run", "demo", "host", "ls"})
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command`` (the word after ``sandbridge``) one of
+    :data:`OWN_COMMANDS`, without the other command groups."""
+    parser = argparse.ArgumentParser(
+        prog="sandbridge", description="Narrow, audited bridges across a Linux sandbox boundary."
+    )
+    parser.add_argument("--version", action="version", version=f"sandbridge {__version__}")
+    commands = parser.add_subparsers(dest="subcommand", required=True)
+
+    run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
+    _add_sandbox_options(run)
+    add_open_options(run)
+    network_cli.add_inspect_options(run)
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    run.set_defaults(func=cmd_run)
+
+    demo = commands.add_parser("demo", help="serve the bundled demo app from a sandbox")
+    _add_sandbox_options(demo)
+    demo.add_argument("--open", action="store_true", help="open the URL in the host browser")
+    demo.add_argument("--port", type=int, default=8000, help="the app's port inside the sandbox")
+    demo.add_argument("--base-path", default="/", help="register the app under this base path")
+    demo.set_defaults(func=cmd_demo)
+
+    host = commands.add_parser(
+        "host", help="serve the relay for a sandbox another runtime starts (podman, docker)"
+    )
+    host.add_argument(
+        "--runtime-dir",
+        type=Path,
+        required=True,
+        help="directory to mount at /run/ags-webview-relay in the sandbox",
+    )
+    host.add_argument(
+        "--protocol",
+        choices=[p.value for p in ForwardingMode],
+        default="auto",
+        help="forwarding protocol the shim speaks (auto: stream, else v1)",
+    )
+    _add_name_option(host)
+    host.add_argument(
+        "--egress",
+        action="store_true",
+        help="serve the egress gate (egress.sock) for the project's .sandbridge/ policy and "
+        "--allow; inside, sandbridge shim --gate-port bridges to it",
+    )
+    host.add_argument(
+        "--allow", action="append", default=[], metavar="ENTRY", help="with --egress: allow ENTRY"
+    )
+    _add_no_daemon_option(host)
+    add_relay_options(host)
+    add_open_options(host)
+    host.set_defaults(func=cmd_host)
+
+    ls = commands.add_parser("ls", help="list running sessions and their apps")
+    ls.add_argument("--json", action="store_true", help="print JSON for scripts")
+    ls.set_defaults(func=cmd_ls)
+    if command in OWN_COMMANDS:
+        return parser
+
+    network_cli.add_status_command(commands)
+
+    shim_cli.add_command(commands)
+
+    from sandbridge.cli import egress as egress_cli
+    from sandbridge.cli import policy as policy_cli
+    from sandbridge.cli import remote as remote_cli
+    from sandbridge.cli import ui as ui_cli
+    from sandbridge.cli.daemon import add_command as add_daemon_command
+    from sandbridge.cli.terminal import add_commands
+
+    policy_cli.add_commands(commands)
+    add_commands(commands)
+    egress_cli.add_commands(commands)
+    add_daemon_command(commands)
+    ui_cli.add_commands(commands)
+    remote_cli.add_commands(commands)
+    return parser
+
+
+def _raise_descriptor_limit() -> None:
+    """Use the hard limit of open files: every relayed connection takes two."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    return run_parsed(build_parser(words[0] if words else None).parse_args(argv))
+
+
+def run_parsed(args: argparse.Namespace, session_runner: SessionRunner | None = None) -> int:
+    """Carry out a parsed command line; a ``run``'s session is served by
+    ``session_runner`` if given (the daemon's run builder)."""
+    args.session_runner = session_runner
+    _raise_descriptor_limit()
+    log.setup(verbose=getattr(args, "verbose", False))
+    try:
+        return int(args.func(args))
+    except SandbridgeError as exc:
+        print(f"sandbridge: {exc}", file=sys.stderr)
+        return 2

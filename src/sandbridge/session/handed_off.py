@@ -1,0 +1,76 @@
+"""A ``run`` whose sandbox a thin client starts (``cli/thin_run.py``, docs/daemon.md).
+
+The daemon's run builder, in a process forked for one client, prepares the session as
+``run_session`` does (runtime dir, terminal channel, environment memfd, registry entry,
+all in the client's name: its pid) and hands the client what it needs to carry on: the
+backend's command line with the sandbox's descriptors, the end of the pipe that lets the
+command start, and the request (with its descriptors) that has the daemon serve the host
+half. It then waits for the client's
+``done``, and removes the session's dirs as ``served_session`` does at its end.
+"""
+
+from __future__ import annotations
+
+import array
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from sandbridge import log
+from sandbridge.exceptions import DaemonError
+from sandbridge.protocol import daemon_wire
+from sandbridge.protocol.daemon_wire import Event
+from sandbridge.sandbox.spec import SandboxSpec
+from sandbridge.session.options import SessionOptions, create_entry
+from sandbridge.session.run import prepared_sandbox
+from sandbridge.session.served import serve_request
+
+# The status the run has when its client left without saying one (it was killed).
+CLIENT_GONE = 1
+
+
+def hand_off(
+    client: socket.socket,
+    pid: int,
+    spec_factory: Callable[[Path], SandboxSpec],
+    backend: str,
+    options: SessionOptions,
+) -> int:
+    """Prepare the session of client process ``pid``, hand it over on ``client``, and
+    return the status the client reports when the sandbox has ended."""
+    # The client starts the sandbox while the daemon serves the session, and lets its
+    # command start once it is served (the sandbox's start and the serving overlap).
+    with prepared_sandbox(spec_factory, backend, options, pid=pid, start_gate=True) as prepared:
+        entry = create_entry(prepared.runtime_dir, prepared.options, pid)
+        try:
+            request, serve_fds = serve_request(prepared.runtime_dir, entry, prepared.options)
+            start = daemon_wire.event(
+                Event.START,
+                {
+                    "argv": prepared.argv,
+                    "fds": list(prepared.pass_fds),
+                    "serve": daemon_wire.decode(request),
+                },
+            )
+            assert prepared.start_writer is not None
+            fds = array.array("i", [*serve_fds, *prepared.pass_fds, prepared.start_writer])
+            client.sendmsg([start], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            prepared.release_sandbox_fds()
+            log.debug("run.handed_off", session=entry.id, pid=pid)
+            return _until_done(client)
+        finally:
+            entry.remove()
+            prepared.runtime_dir.remove()
+
+
+def _until_done(client: socket.socket) -> int:
+    """The status in the client's ``done``; :data:`CLIENT_GONE` if it left without one."""
+    client.settimeout(None)
+    try:
+        data = client.recv(daemon_wire.MAX_MESSAGE_BYTES)
+        kind, value = daemon_wire.decode_event(data) if data else (None, None)
+    except (OSError, DaemonError):
+        return CLIENT_GONE
+    if kind is Event.DONE and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return CLIENT_GONE

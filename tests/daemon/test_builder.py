@@ -1,0 +1,80 @@
+"""The daemon's side of a thin client's run: what it checks before the run builder gets
+the client, and the builder's life beside the daemon's."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from sandbridge.daemon.builder import package_identity
+from sandbridge.protocol import daemon_wire
+from tests.conftest import Process, start_daemon
+from tests.daemon.test_server import ask, wait_until
+
+
+def request(**changes: object) -> bytes:
+    run: dict[str, object] = {
+        "argv": ["run", "--", "true"],
+        "cwd": "/",
+        "env": {},
+        "umask": 0o22,
+        "python": "/usr/bin/python3 in /usr",
+        "package": package_identity(),
+    }
+    return daemon_wire.run_request({**run, **changes})
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        found += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return found
+
+
+def test_a_client_of_another_install_is_left_to_the_full_command(
+    daemon: Process, xdg: Path
+) -> None:
+    answer = ask(xdg, request(python="/elsewhere/python in /elsewhere"), [0, 1, 2])
+    assert answer == {"fallback": "the client is not of the daemon's install"}
+
+
+def test_a_run_request_without_its_three_descriptors_is_refused(daemon: Process, xdg: Path) -> None:
+    answer = ask(xdg, request(), [0])
+    assert answer == {"error": "a run request carries 3 descriptors, not 1"}
+
+
+def test_a_malformed_run_request_is_refused_by_its_field(daemon: Process, xdg: Path) -> None:
+    assert ask(xdg, request(argv="run true"), [0, 1, 2]) == {
+        "error": "a run request's 'argv' is a list of strings"
+    }
+    assert ask(xdg, request(umask=0o1000), [0, 1, 2]) == {
+        "error": "a run request's 'umask' is a number from 0 to 0o777"
+    }
+    assert ask(xdg, request(env={"A": 1}), [0, 1, 2]) == {
+        "error": "a run request's 'env' maps names to strings"
+    }
+
+
+def test_the_builder_ends_with_the_daemon(xdg: Path) -> None:
+    daemon = start_daemon()
+    try:
+        (builder,) = children(daemon.popen.pid)
+        cmdline = Path(f"/proc/{builder}/cmdline")
+        wait_until(lambda: "sandbridge.cli.run_builder" in cmdline.read_text())  # exec'd
+    finally:
+        daemon.stop(signal.SIGTERM)
+    wait_until(lambda: not Path(f"/proc/{builder}").exists())
+
+
+def test_the_builder_ends_when_the_daemon_is_killed(xdg: Path) -> None:
+    daemon = start_daemon()
+    try:
+        (builder,) = children(daemon.popen.pid)
+    finally:
+        daemon.stop(signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{builder}").exists() or _zombie(builder))
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
