@@ -390,3 +390,13 @@ def served(request: pytest.FixtureRequest, xdg: Path) -> Iterator[Process | None
     process = start_daemon()
     yield process
     process.stop()
+
+
+def is_sandbox_entry(pid: int) -> bool:
+    """Whether ``pid`` is a sandbox's entry (``SandboxSpec.entry_argv``: ``python -I -S -c``
+    naming ``sandbridge.sandbox.entry``), not the backend whose command line names it."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]

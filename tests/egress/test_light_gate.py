@@ -24,7 +24,7 @@ from sandbridge.aio.before_loop import bind_unix_socket
 from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.egress.light_gate import LightGate
 from sandbridge.protocol import egress_opening as egress
-from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, processes_with
+from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, is_sandbox_entry, processes_with
 from tests.egress.test_in_sandbox import NET_WORLD
 
 GATE_CLIENT = str(REPO / "tests" / "apps" / "gate_client.py")
@@ -78,11 +78,6 @@ class World:
         return result
 
 
-def _is_entry(pid: int) -> bool:
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """The session run through every step; each test checks what one step saw."""
@@ -121,7 +116,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     try:
         process.wait_line("READY", timeout=60)
         commands = os.open(fifo, os.O_WRONLY)
-        (entry,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
+        (entry,) = [pid for pid in processes_with(marker) if is_sandbox_entry(pid)]
         (upstream,) = xdg.glob("ags-webview-relay-*/upstream.sock")
         session = World(process, commands, entry, upstream)
         _run_steps(session, hashlib.sha256(payload).hexdigest())

@@ -33,6 +33,7 @@ from tests.conftest import (
     Relay,
     echo,
     host_port_of,
+    is_sandbox_entry,
     processes_with,
     run_argv,
 )
@@ -69,11 +70,6 @@ class Sandbox:
         return sock
 
 
-def _is_entry(pid: int) -> bool:
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
-
-
 @pytest.fixture
 def sandbox(tmp_path: Path, xdg: Path) -> Iterator[Sandbox]:
     """The echo app registered on APP_PORT in a sandbox with no network."""
@@ -84,7 +80,7 @@ def sandbox(tmp_path: Path, xdg: Path) -> Iterator[Sandbox]:
     )
     try:
         report = json.loads(process.wait_line("READY").removeprefix("READY "))
-        (entry,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
+        (entry,) = [pid for pid in processes_with(marker) if is_sandbox_entry(pid)]
         upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
         yield Sandbox(process, entry, host_port_of(str(report["urls"][0])), upstream)
     finally:

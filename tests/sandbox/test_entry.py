@@ -13,7 +13,7 @@ import pytest
 
 from sandbridge.protocol.shim_opening import FIRST_LINE_TIMEOUT
 from sandbridge.sandbox import entry
-from tests.conftest import PYTHON, Process, processes_with, run_argv
+from tests.conftest import PYTHON, Process, is_sandbox_entry, processes_with, run_argv
 
 
 @pytest.mark.parametrize(
@@ -59,12 +59,6 @@ def test_a_command_without_the_separator_starts_at_the_first_word() -> None:
     assert options.command == ["true", "--x"]
 
 
-def _is_entry(pid: int) -> bool:
-    """The entry itself, not the backend whose command line names it."""
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
-
-
 # A v1 request (which only the event loop's shim serves) to a port nothing listens on.
 _V1_TO_NOWHERE = b'{"type":"http_request","port":1,"method":"GET","path":"/"}\n'
 
@@ -107,7 +101,7 @@ def test_an_idle_sandbox_loads_the_event_loop_only_when_a_connection_needs_it(
     )
     try:
         process.wait_line("started")
-        (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
+        (pid,) = [pid for pid in processes_with(marker) if is_sandbox_entry(pid)]
         assert not _mapped(pid, "uvloop")  # listening, the command running, nothing loaded
         upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
         assert _exchange(upstream, b"{}\n").startswith(b'{"ok":false')
@@ -136,7 +130,7 @@ def test_sigterm_to_the_entry_reaches_the_command(
     )
     try:
         process.wait_line("started")
-        (pid,) = [pid for pid in processes_with(marker) if _is_entry(pid)]
+        (pid,) = [pid for pid in processes_with(marker) if is_sandbox_entry(pid)]
         upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
         if served == "light shim":  # a refusal: served without the event loop
             assert _exchange(upstream, b"{}\n").startswith(b'{"ok":false')

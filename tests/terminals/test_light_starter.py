@@ -21,6 +21,7 @@ from sandbridge.terminals import channel, frames
 from sandbridge.terminals.frames import FROM_WORKER, FrameDecoder, Kind
 from sandbridge.terminals.light_starter import MAX_MESSAGE, LightStarter
 from sandbridge.terminals.pty_worker import descendants
+from tests.conftest import is_sandbox_entry
 from tests.terminals.harness import PROMPT, TerminalSession, finish
 
 # issue 15's bound on the entry's memory (RSS).
@@ -30,8 +31,7 @@ EVENT_LOOP_LIBRARIES = ("_asyncio", "_ssl", "uvloop")
 
 def _entry_of(session: TerminalSession) -> int:
     for pid in descendants(session.process.popen.pid):
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if argv[1:3] == [b"-m", b"sandbridge.sandbox.entry"]:
+        if is_sandbox_entry(pid):
             return pid
     raise AssertionError("no sandbox entry in the session")
 
