@@ -108,6 +108,18 @@ def run_until(loop: PollLoop, done: Callable[[], bool], limit: float = RUN_LIMIT
     assert done(), f"not done within {limit} s"
 
 
+class Said:
+    """The lines written to stderr (``capsys``) so far, gathered while a loop runs."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self._capsys = capsys
+        self.lines: list[str] = []
+
+    def anything(self) -> bool:
+        self.lines += self._capsys.readouterr().err.splitlines()
+        return bool(self.lines)
+
+
 def outcome_of(path: str, request: bytes = REQUEST) -> Outcome:
     loop = PollLoop()
     outcomes: list[Outcome] = []
