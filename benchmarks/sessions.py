@@ -22,6 +22,10 @@
   egress gate): the shim's RSS and peak (``VmHWM``) after that, whether the event
   loop was loaded (its libraries in ``/proc/PID/maps``), and the downloads' median
   rate (curl's ``time_total``; the host's gate and proxy are on the path too).
+- ``publish``: one standalone ``--publish auto`` session whose command starts the static
+  app after the session started: the shim's RSS and peak once the host printed the
+  app's URL (auto-publish found it and registered it), and whether the event loop was
+  loaded.
 
 The package's bytecode is compiled first: an installed package has it, while a checkout
 run with ``PYTHONDONTWRITEBYTECODE`` set would compile every module in every process.
@@ -249,6 +253,31 @@ def _measure_served(
     }
 
 
+# The --publish auto session's command: the static app, started after the session, never
+# registered by the command itself.
+UNREGISTERED_APP = (
+    f"{PYTHON} -m http.server {APP_PORT} --bind 127.0.0.1 --directory / >/dev/null 2>&1 & "
+    "exec sleep 3600"
+)
+
+
+def _measure_publish(work: Path, env: dict[str, str]) -> dict[str, object]:
+    """One ``--publish auto`` session: its shim's memory once its app is published."""
+    argv = [*_run(work, "--no-daemon", "--publish", "auto"), "sh", "-c", UNREGISTERED_APP]
+    session = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        (shim,) = _wait_for_shims([session])
+        read_line(session, f"sandbridge: sandbox port {APP_PORT} ".encode(), "stderr")
+        maps = Path(f"/proc/{shim}/maps").read_text()
+        return {
+            "publish_shim_rss_kib": rss_kib(shim),
+            "publish_shim_peak_rss_kib": rss_kib(shim, "VmHWM"),
+            "publish_shim_event_loop": any(name in maps for name in EVENT_LOOP_LIBRARIES),
+        }
+    finally:
+        _stop([session])
+
+
 def _measure_egress(tmp: Path, env: dict[str, str]) -> dict[str, object]:
     """One ``--net allow`` session downloading from a host service through the gate:
     its shim's memory after the downloads, and whether it loaded the event loop."""
@@ -333,6 +362,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
         finally:
             _stop(alone)
         egress = _measure_egress(Path(tmp), env)
+        publish = _measure_publish(work, env)
     over = {
         kind: round(
             statistics.median(t - b for t, b in zip(starts[kind], starts["bwrap"], strict=True)), 1
@@ -347,6 +377,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
         "standalone_host_rss_kib_median": round(statistics.median(hosts)),
         "standalone_shim_rss_kib_max": max(alone_shims),
         **egress,
+        **publish,
     }
 
 
@@ -391,6 +422,8 @@ def table(figures: dict[str, object]) -> str:
     lines.append(f"| bwrap alone | {starts['bwrap']} | 0 | n/a | n/a | n/a | n/a | n/a |")
     lines.append("")
     lines.append(egress_table(figures))
+    lines.append("")
+    lines.append(publish_table(figures))
     return "\n".join(lines)
 
 
@@ -406,5 +439,19 @@ def egress_table(figures: dict[str, object]) -> str:
             f"| {figures['egress_shim_rss_kib']} "
             f"| {figures['egress_shim_peak_rss_kib']} "
             f"| {'yes' if figures['egress_shim_event_loop'] else 'no'} |",
+        ]
+    )
+
+
+def publish_table(figures: dict[str, object]) -> str:
+    """The ``--publish auto`` session's shim once its app is published, as a one-row table."""
+    return "\n".join(
+        [
+            "| `--publish auto` session | shim RSS (KiB) | shim peak RSS (KiB) "
+            "| event loop loaded |",
+            "|---|---|---|---|",
+            f"| standalone, its app published | {figures['publish_shim_rss_kib']} "
+            f"| {figures['publish_shim_peak_rss_kib']} "
+            f"| {'yes' if figures['publish_shim_event_loop'] else 'no'} |",
         ]
     )

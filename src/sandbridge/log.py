@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from sandbridge.event_line import event_line
+
 _logger = logging.getLogger("sandbridge")
 
 
@@ -20,23 +22,18 @@ def setup(verbose: bool = False) -> None:
     _logger.propagate = False
 
 
-def _format(name: str, fields: dict[str, object]) -> str:
-    parts = [name] + [f"{key}={value!r}" for key, value in fields.items()]
-    return " ".join(parts)
-
-
 def info(name: str, **fields: object) -> None:
     """Log an event the user wants to see (an app registered, a session ended)."""
     if _logger.isEnabledFor(logging.INFO):
-        _logger.info(_format(name, fields))
+        _logger.info(event_line(name, fields))
 
 
 def debug(name: str, **fields: object) -> None:
     """Log a diagnostic event (a refused request, an upstream failure)."""
     if _logger.isEnabledFor(logging.DEBUG):
-        _logger.debug(_format(name, fields))
+        _logger.debug(event_line(name, fields))
 
 
 def warning(name: str, **fields: object) -> None:
     """Log something the user should act on."""
-    _logger.warning(_format(name, fields))
+    _logger.warning(event_line(name, fields))

@@ -8,17 +8,19 @@ import pytest
 
 from sandbridge.exceptions import RegistrationError
 from sandbridge.protocol.auto_registration import (
-    MAX_PROCESS_NAME,
     PublishedBy,
     UnregisterRequest,
-    encode_auto_register_request,
     encode_unregister_ok,
-    encode_unregister_request,
     parse_published_by,
     parse_unregister_request,
-    process_name,
 )
 from sandbridge.protocol.registration import encode_register_ok, parse_register_request
+from sandbridge.protocol.sandbox_requests import (
+    MAX_PROCESS_NAME,
+    encode_auto_register_request,
+    encode_unregister_request,
+    process_name,
+)
 
 
 def test_contract_request_has_neither_field() -> None:

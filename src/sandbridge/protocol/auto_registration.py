@@ -21,16 +21,12 @@ from typing import Any
 from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.jsonline import decode_object, encode_object
 
-UNREGISTER = "unregister"
-# ``/proc/PID/comm`` holds at most 15 bytes; 64 leaves room for a longer name from
-# elsewhere and keeps every line that prints one short.
-MAX_PROCESS_NAME = 64
-UNKNOWN_PROCESS = "unknown"
+# The client's side (what the sandbox sends: the requests, the process name it gives,
+# the session-full refusal it recognises) is protocol/sandbox_requests.py.
+from sandbridge.protocol.sandbox_requests import MAX_PROCESS_NAME, UNREGISTER
+
 # How much of a refused value an error repeats: enough to recognise it.
 _SHOWN_VALUE = 80
-# The refusal when a session is full starts with this (session/host.py words it, the
-# auto-publisher recognises it: it then stops trying new ports until an app goes).
-APPS_LIMIT_PREFIX = "this session already has "
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +72,6 @@ def parse_published_by(message: dict[str, Any]) -> PublishedBy:
     return PublishedBy(None if process is None else validate_process_name(process), auto)
 
 
-def process_name(raw: str) -> str:
-    """A name the host accepts, made from whatever the sandbox's ``/proc`` said:
-    printable ASCII kept, anything else ``?``, cut to the limit; ``unknown`` if empty."""
-    cleaned = "".join(ch if " " <= ch <= "~" else "?" for ch in raw.strip())
-    return cleaned[:MAX_PROCESS_NAME] or UNKNOWN_PROCESS
-
-
-def encode_auto_register_request(port: int, process: str) -> bytes:
-    """The request auto-publish sends: the contract's fields, then its own two."""
-    return encode_object(
-        {"type": "register", "port": port, "base_path": "/", "process": process, "auto": True}
-    )
-
-
 def parse_unregister_request(line: bytes) -> UnregisterRequest | None:
     """The unregister request ``line`` holds, or ``None`` if it is no unregister message
     (the registration parser then answers it, with its own refusals)."""
@@ -110,10 +92,6 @@ def unregister_request(message: dict[str, Any]) -> UnregisterRequest:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise RegistrationError(f"host_port must be an integer 1..65535, got {_shown(value)}")
     return UnregisterRequest(value)
-
-
-def encode_unregister_request(host_port: int) -> bytes:
-    return encode_object({"type": UNREGISTER, "host_port": host_port})
 
 
 def encode_unregister_ok(host_port: int) -> bytes:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sandbridge.exceptions import PolicyError
 
@@ -48,9 +48,9 @@ class PublishAction(enum.Enum):
     IGNORE = "ignore"
 
 
-@dataclass(frozen=True, slots=True)
-class PublishRule:
-    """Ports ``low``..``high`` (inclusive) get ``action``; ``source`` is the line that said so."""
+class PublishRule(NamedTuple):
+    """Ports ``low``..``high`` (inclusive) get ``action``; ``source`` is the line that said
+    so. A NamedTuple: the sandbox entry parses rules and never imports ``dataclasses``."""
 
     low: int
     high: int

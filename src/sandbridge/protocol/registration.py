@@ -17,7 +17,6 @@ from typing import Any
 
 from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.auto_registration import (
-    UNREGISTER,
     UnregisterRequest,
     parse_published_by,
     unregister_request,
@@ -26,6 +25,7 @@ from sandbridge.protocol.jsonline import decode_object, encode_object
 from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
 from sandbridge.protocol.open_request import OpenTarget, parse_open_message, shown
 from sandbridge.protocol.port import validate_port
+from sandbridge.protocol.sandbox_requests import UNREGISTER
 
 # RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and %-escapes.
 # Everything else (whitespace, controls, "?", "#", non-ASCII, quotes) is refused.
@@ -125,14 +125,12 @@ def parse_register_request(line: bytes) -> RegisterRequest:
     return request
 
 
+# The request a client sends (encode_register_request) is protocol/sandbox_requests.py's.
+
+
 def app_url(host_port: int, base_path: str) -> str:
     """The URL a registration answers with: ``http://127.0.0.1:<port>/`` or ``.../app``."""
     return f"http://127.0.0.1:{host_port}{base_path}"
-
-
-def encode_register_request(port: int, base_path: str = "/") -> bytes:
-    """The request line ``ags-webview-url`` sends."""
-    return encode_object({"type": "register", "port": port, "base_path": base_path})
 
 
 def encode_register_ok(host_port: int, base_path: str, url: str | None = None) -> bytes:

@@ -2,33 +2,37 @@
 listening on, and withdraw it when the socket goes away.
 
 Runs in the sandbox entry beside the command, only when the owner's rules
-(``protocol/publish_rules.py``) publish something. Every :data:`POLL_INTERVAL` it reads
+(``protocol/publish_rules.py``) publish something, on the entry's
+:class:`~sandbridge.aio.poll_loop.PollLoop` (no event loop: the entry stays small; on
+the event loop, by the same code, after a switch). Every :data:`POLL_INTERVAL` it reads
 the sandbox's listening sockets (``relay/listening_ports.py``, a few lines of
-``/proc``); :class:`PortTracker` (sans-I/O) turns the scans into what changed; the
-loop registers each new port with the name of the process that listens and
-``"auto": true``, and unregisters each gone one (``protocol/auto_registration.py``).
-The host decides again from the same rules, so a port they do not publish is never
-registered, whatever asks.
+``/proc`` or one netlink dump: cheap enough to read in the loop); :class:`PortTracker`
+(sans-I/O) turns the scans into what changed; :class:`AutoPublisher` registers each new
+port with the name of the process that listens and ``"auto": true``, and unregisters
+each gone one (``protocol/auto_registration.py``), one request at a time
+(:class:`~sandbridge.relay.relay_call.RelayCall`), and scans again once they are
+answered. The host decides again from the same rules, so a port they do not publish is
+never registered, whatever asks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from sandbridge import log
-from sandbridge.protocol.auto_registration import (
+from sandbridge.aio.poll_loop import PollLoop, Timer
+from sandbridge.event_line import warn
+from sandbridge.protocol.publish_rules import PublishAction, PublishRule, decide
+from sandbridge.protocol.sandbox_requests import (
     APPS_LIMIT_PREFIX,
     UNKNOWN_PROCESS,
     encode_auto_register_request,
     encode_unregister_request,
 )
-from sandbridge.protocol.publish_rules import PublishAction, PublishRule, decide
 from sandbridge.relay.listening_ports import PROC, Listener, listening_ports, owners
-from sandbridge.relay.url_helper import ask_relay
+from sandbridge.relay.relay_call import Outcome, RelayCall
 
 # Two scans a second: a new server is published, and a gone one closed, well within
 # the 3 s a person notices; a scan reads a few lines of /proc (listeners only).
@@ -48,19 +52,23 @@ class PortState(enum.Enum):
     WAITING = "waiting"  # the session is full: offered again once an app goes
 
 
-@dataclass
 class _Port:
-    state: PortState
-    host_port: int = 0
-    missing: int = 0  # scans in a row without it
+    __slots__ = ("host_port", "missing", "state")
+
+    def __init__(self, state: PortState, host_port: int = 0) -> None:
+        self.state = state
+        self.host_port = host_port
+        self.missing = 0  # scans in a row without it
 
 
-@dataclass(frozen=True, slots=True)
 class Changes:
     """What one scan found: ports to register, and (port, host port) pairs to withdraw."""
 
-    new: list[int] = field(default_factory=list)
-    gone: list[tuple[int, int]] = field(default_factory=list)
+    __slots__ = ("gone", "new")
+
+    def __init__(self) -> None:
+        self.new: list[int] = []
+        self.gone: list[tuple[int, int]] = []
 
 
 class PortTracker:
@@ -133,81 +141,132 @@ class PortTracker:
                 del self._ports[port]
 
 
-async def auto_publish(
-    rules: Sequence[PublishRule],
-    socket_path: str,
-    exclude: Collection[int] = (),
-    proc: Path = PROC,
-) -> None:
-    """Publish and withdraw the sandbox's listening ports as ``rules`` say, until cancelled."""
-    tracker = PortTracker(rules, exclude)
-    while True:
-        # In a thread: the entry's loop also serves the shim, which must not wait on /proc.
-        listening = await asyncio.to_thread(listening_ports, proc)
-        changes = tracker.scan(listening)
+# One step after a scan: it starts a request on relay.sock (True; its answer runs the
+# next step), or decides without one (False).
+_Step = Callable[[], bool]
+
+
+class AutoPublisher:
+    """Publishes and withdraws the sandbox's listening ports as ``rules`` say, on
+    ``loop``, from :meth:`start` until :meth:`close`; each scan's requests are sent one
+    after another, and the next scan comes :data:`POLL_INTERVAL` after the last answer."""
+
+    def __init__(
+        self,
+        loop: PollLoop,
+        rules: Sequence[PublishRule],
+        socket_path: str,
+        exclude: Collection[int] = (),
+        proc: Path = PROC,
+    ) -> None:
+        self._loop = loop
+        self._tracker = PortTracker(rules, exclude)
+        self._socket_path = socket_path
+        self._proc = proc
+        self._steps: deque[_Step] = deque()
+        self._next_scan: Timer | None = None
+        self._call: RelayCall | None = None
+
+    def start(self) -> None:
+        """Scan now, and from then on every :data:`POLL_INTERVAL`."""
+        self._scan()
+
+    def close(self) -> None:
+        """Stop scanning and drop any request in flight (the session is ending)."""
+        self._steps.clear()
+        if self._next_scan is not None:
+            self._next_scan.cancel()
+            self._next_scan = None
+        if self._call is not None:
+            self._call.close()
+            self._call = None
+
+    def _scan(self) -> None:
+        self._next_scan = None
+        listening = listening_ports(self._proc)
+        changes = self._tracker.scan(listening)
         for port, host_port in changes.gone:
-            await _withdraw(tracker, port, host_port, socket_path)
+            self._steps.append(self._withdraw_step(port, host_port))
         if changes.new:
-            inodes = {listening[port].inode for port in changes.new}
-            names = await asyncio.to_thread(owners, inodes, proc)
+            names = owners({listening[port].inode for port in changes.new}, self._proc)
             for port in changes.new:
                 listener = listening[port]
                 process = names.get(listener.inode, UNKNOWN_PROCESS)
-                await _publish(tracker, listener, process, socket_path)
-        await asyncio.sleep(POLL_INTERVAL)
+                self._steps.append(self._publish_step(listener, process))
+        self._run_steps()
 
+    def _run_steps(self) -> None:
+        """Run the steps left until one waits for an answer; then scan again later."""
+        self._call = None
+        while self._steps:
+            if self._steps.popleft()():
+                return
+        self._next_scan = self._loop.call_later(POLL_INTERVAL, self._scan)
 
-async def _publish(
-    tracker: PortTracker, listener: Listener, process: str, socket_path: str
-) -> None:
-    port = listener.port
-    if not listener.reachable:
-        tracker.refused(port)
-        log.warning(
-            "auto_publish.unreachable",
-            port=port,
-            process=process,
-            reason="it listens on ::1 only and the relay connects to 127.0.0.1; listen on "
-            "127.0.0.1 or 0.0.0.0",
-        )
-        return
-    if tracker.full:
-        tracker.session_full(port)
-        return
-    try:
-        answer = await asyncio.to_thread(
-            ask_relay, encode_auto_register_request(port, process), socket_path
-        )
-    except (OSError, ValueError) as exc:
-        tracker.refused(port)
-        log.warning("auto_publish.failed", port=port, process=process, reason=str(exc))
-        return
-    host_port = answer.get("host_port")
-    if answer.get("ok") is True and isinstance(host_port, int):
-        tracker.published(port, host_port)
-        return
-    error = str(answer.get("error"))
-    if error.startswith(APPS_LIMIT_PREFIX):
-        tracker.session_full(port)
-        log.warning(
-            "auto_publish.session_full",
-            port=port,
-            process=process,
-            reason=f"{error}; ports that listen from now on are published once an app goes",
-        )
-    else:
-        tracker.refused(port)
-        log.warning("auto_publish.refused", port=port, process=process, reason=error)
+    def _ask(self, request: bytes, answered: Callable[[Outcome], None]) -> bool:
+        def done(outcome: Outcome) -> None:
+            answered(outcome)
+            self._run_steps()
 
+        self._call = RelayCall(self._loop, self._socket_path, request, done)
+        return True
 
-async def _withdraw(tracker: PortTracker, port: int, host_port: int, socket_path: str) -> None:
-    try:
-        answer = await asyncio.to_thread(
-            ask_relay, encode_unregister_request(host_port), socket_path
+    def _publish_step(self, listener: Listener, process: str) -> _Step:
+        return lambda: self._publish(listener, process)
+
+    def _withdraw_step(self, port: int, host_port: int) -> _Step:
+        return lambda: self._ask(
+            encode_unregister_request(host_port), lambda outcome: self._withdrawn(port, outcome)
         )
-    except (OSError, ValueError) as exc:
-        log.warning("auto_publish.withdraw_failed", port=port, reason=str(exc))
-        return
-    if answer.get("ok") is not True:
-        log.warning("auto_publish.withdraw_refused", port=port, reason=str(answer.get("error")))
-    tracker.withdrawn()
+
+    def _publish(self, listener: Listener, process: str) -> bool:
+        port = listener.port
+        tracker = self._tracker
+        if not listener.reachable:
+            tracker.refused(port)
+            warn(
+                "auto_publish.unreachable",
+                port=port,
+                process=process,
+                reason="it listens on ::1 only and the relay connects to 127.0.0.1; listen on "
+                "127.0.0.1 or 0.0.0.0",
+            )
+            return False
+        if tracker.full:
+            tracker.session_full(port)
+            return False
+        return self._ask(
+            encode_auto_register_request(port, process),
+            lambda outcome: self._published(port, process, outcome),
+        )
+
+    def _published(self, port: int, process: str, outcome: Outcome) -> None:
+        tracker = self._tracker
+        if isinstance(outcome, Exception):
+            tracker.refused(port)
+            warn("auto_publish.failed", port=port, process=process, reason=str(outcome))
+            return
+        host_port = outcome.get("host_port")
+        if outcome.get("ok") is True and isinstance(host_port, int):
+            tracker.published(port, host_port)
+            return
+        error = str(outcome.get("error"))
+        if error.startswith(APPS_LIMIT_PREFIX):
+            tracker.session_full(port)
+            warn(
+                "auto_publish.session_full",
+                port=port,
+                process=process,
+                reason=f"{error}; ports that listen from now on are published once an app goes",
+            )
+        else:
+            tracker.refused(port)
+            warn("auto_publish.refused", port=port, process=process, reason=error)
+
+    def _withdrawn(self, port: int, outcome: Outcome) -> None:
+        if isinstance(outcome, Exception):
+            warn("auto_publish.withdraw_failed", port=port, reason=str(outcome))
+            return
+        if outcome.get("ok") is not True:
+            warn("auto_publish.withdraw_refused", port=port, reason=str(outcome.get("error")))
+        self._tracker.withdrawn()

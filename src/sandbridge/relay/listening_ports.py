@@ -25,11 +25,11 @@ import socket
 import struct
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from sandbridge.protocol.auto_registration import UNKNOWN_PROCESS, process_name
-from sandbridge.relay.local_peer import (
+from sandbridge.protocol.sandbox_requests import UNKNOWN_PROCESS, process_name
+from sandbridge.protocol.sock_diag import (
     DIAG_REQUEST,
     NETLINK_SOCK_DIAG,
     NLM_F_REQUEST,
@@ -71,9 +71,9 @@ DIAG_MESSAGE = struct.Struct("=BBBB2s2s16s16sI8sIIIII")
 NETLINK_TIMEOUT = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """A listening TCP socket of the sandbox."""
+class Listener(NamedTuple):
+    """A listening TCP socket of the sandbox (a NamedTuple: the sandbox entry, which
+    scans without an event loop, never imports ``dataclasses``)."""
 
     port: int
     inode: int

@@ -27,19 +27,17 @@ import socket
 import struct
 
 from sandbridge import log
+from sandbridge.protocol.sock_diag import (
+    ALL_STATES,
+    DIAG_REQUEST,
+    NETLINK_SOCK_DIAG,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    NLMSG_HEADER,
+    NO_COOKIE,
+    SOCK_DIAG_BY_FAMILY,
+)
 
-NETLINK_SOCK_DIAG = 4
-SOCK_DIAG_BY_FAMILY = 20
-NLM_F_REQUEST = 1
-NLMSG_ERROR = 2
-# nlmsghdr: length, type, flags, sequence, port id.
-NLMSG_HEADER = struct.Struct("=IHHII")
-# inet_diag_req_v2: family, protocol, ext, pad, states, then inet_diag_sockid: source
-# and destination ports (big-endian), source and destination addresses (4 x 32 bits),
-# interface, cookie (two 32-bit words; all ones: look the socket up by address).
-DIAG_REQUEST = struct.Struct("=BBBBIHH16s16sIII")
-ALL_STATES = 0xFFFFFFFF
-NO_COOKIE = 0xFFFFFFFF
 # inet_diag_msg: uid at this offset after the nlmsghdr (family..retrans, sockid (48),
 # expires, rqueue, wqueue).
 UID_OFFSET = NLMSG_HEADER.size + 4 + 48 + 12

@@ -1,19 +1,22 @@
 """``sandbridge run --publish PORT[:/base]``: register a sandbox port once its app listens.
 
-Runs in the sandbox entry beside the command. It tries to connect to ``127.0.0.1:PORT``
-until something accepts (the app is listening), then registers the port exactly like
-``ags-webview-url PORT /base`` does; the host prints the URL.
+Runs in the sandbox entry beside the command, on the entry's
+:class:`~sandbridge.aio.poll_loop.PollLoop` (no event loop: the entry stays small; on
+the event loop, by the same code, after a switch). It tries to connect to
+``127.0.0.1:PORT`` every :data:`POLL_INTERVAL` until something accepts (the app is
+listening), then registers the port exactly like ``ags-webview-url PORT /base`` does
+(:class:`~sandbridge.relay.relay_call.RelayCall`); the host prints the URL.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
+import errno
+import socket
 
-from sandbridge import log
-from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
-from sandbridge.relay.url_helper import register
+from sandbridge.aio.poll_loop import PollLoop, Timer
+from sandbridge.event_line import warn
+from sandbridge.protocol.sandbox_requests import encode_register_request
+from sandbridge.relay.relay_call import Outcome, RelayCall
 
 # How often to look for the app: fast enough to feel immediate, cheap while it builds.
 POLL_INTERVAL = 0.1
@@ -32,31 +35,77 @@ def parse_publish(value: str) -> tuple[int, str]:
     return int(port_text), base or "/"
 
 
-async def _listening(port: int) -> bool:
-    try:
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
+class PortPublisher:
+    """Waits (bounded by :data:`PUBLISH_DEADLINE`) until ``port`` listens, then registers
+    it under ``base_path`` on ``socket_path`` (``relay.sock``), once."""
 
+    def __init__(self, loop: PollLoop, port: int, base_path: str, socket_path: str) -> None:
+        self._loop = loop
+        self._port = port
+        self._base_path = base_path
+        self._socket_path = socket_path
+        self._probe: socket.socket | None = None
+        self._next: Timer | None = None
+        self._deadline: Timer | None = None
+        self._call: RelayCall | None = None
 
-async def publish(port: int, base_path: str) -> None:
-    """Wait until ``port`` listens (bounded), then register it with the host."""
-    try:
-        async with asyncio.timeout(PUBLISH_DEADLINE):
-            while not await _listening(port):
-                await asyncio.sleep(POLL_INTERVAL)
-    except TimeoutError:
-        log.warning("publish.gave_up", port=port, after_seconds=PUBLISH_DEADLINE)
-        return
-    socket_path = os.environ.get(RELAY_SOCKET_ENV, DEFAULT_RELAY_SOCKET)
-    try:
-        answer = await asyncio.to_thread(register, port, base_path, socket_path)
-    except (OSError, ValueError) as exc:
-        log.warning("publish.failed", port=port, reason=str(exc))
-        return
-    if answer.get("ok") is not True:
-        log.warning("publish.refused", port=port, reason=str(answer.get("error")))
+    def start(self) -> None:
+        """Look for the app now, and every :data:`POLL_INTERVAL` until it listens."""
+        self._deadline = self._loop.call_later(PUBLISH_DEADLINE, self._give_up)
+        self._look()
+
+    def close(self) -> None:
+        """Stop looking, or waiting for the answer (the session is ending)."""
+        for timer in (self._next, self._deadline):
+            if timer is not None:
+                timer.cancel()
+        self._next = self._deadline = None
+        self._end_probe()
+        if self._call is not None:
+            self._call.close()
+            self._call = None
+
+    def _give_up(self) -> None:
+        self.close()
+        warn("publish.gave_up", port=self._port, after_seconds=PUBLISH_DEADLINE)
+
+    def _look(self) -> None:
+        """Connect to the app's port without blocking; :meth:`_probed` says how it went."""
+        self._next = None
+        probe = socket.socket(
+            socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
+        )
+        self._probe = probe
+        failed = probe.connect_ex(("127.0.0.1", self._port))
+        if failed == errno.EINPROGRESS:
+            self._loop.add_writer(probe.fileno(), self._probed)
+        else:
+            self._result(failed)
+
+    def _probed(self) -> None:
+        assert self._probe is not None
+        self._result(self._probe.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+
+    def _result(self, failed: int) -> None:
+        self._end_probe()
+        if failed:  # nothing listens yet
+            self._next = self._loop.call_later(POLL_INTERVAL, self._look)
+            return
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        request = encode_register_request(self._port, self._base_path)
+        self._call = RelayCall(self._loop, self._socket_path, request, self._answered)
+
+    def _end_probe(self) -> None:
+        if self._probe is not None:
+            self._loop.remove_writer(self._probe.fileno())
+            self._probe.close()
+            self._probe = None
+
+    def _answered(self, outcome: Outcome) -> None:
+        self._call = None
+        if isinstance(outcome, Exception):
+            warn("publish.failed", port=self._port, reason=str(outcome))
+        elif outcome.get("ok") is not True:
+            warn("publish.refused", port=self._port, reason=str(outcome.get("error")))

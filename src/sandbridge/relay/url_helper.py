@@ -12,13 +12,15 @@ import socket
 import sys
 
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
-from sandbridge.protocol.jsonline import decode_json
-from sandbridge.protocol.registration import encode_register_request
+from sandbridge.protocol.sandbox_requests import (
+    ANSWER_TIMEOUT,
+    MAX_ANSWER_BYTES,
+    answer_complete,
+    decode_answer,
+    encode_register_request,
+)
 
 USAGE = "usage: ags-webview-url <port> [base_path]"
-# The relay answers within its own 5 s read timeout; wait a little longer than that.
-ANSWER_TIMEOUT = 10.0
-MAX_ANSWER_BYTES = 4096
 
 
 def register(port: int, base_path: str, socket_path: str) -> dict[str, object]:
@@ -33,15 +35,12 @@ def ask_relay(request: bytes, socket_path: str) -> dict[str, object]:
         sock.connect(socket_path)
         sock.sendall(request)
         answer = b""
-        while b"\n" not in answer and len(answer) < MAX_ANSWER_BYTES:
+        while not answer_complete(answer):
             data = sock.recv(MAX_ANSWER_BYTES)
             if not data:
                 break
             answer += data
-    value = decode_json(answer)
-    if not isinstance(value, dict):
-        raise ValueError(f"relay answered {answer[:200]!r}")
-    return value
+    return decode_answer(answer)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,10 +9,11 @@ process serves the shim's common case, the gate ports and terminal starts withou
 event loop (:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of bad
 first lines; :mod:`sandbridge.egress.light_gate`: every gate connection bridged to the
 host's egress gate; :mod:`sandbridge.terminals.light_starter`: a PTY worker per start
-the host asks for), and imports what needs one (:mod:`sandbridge.sandbox.services`:
-asyncio, the shim's other cases, publishing) only when something does. Until the
-command runs it imports the standard library's ``os``, ``socket``, ``signal`` and
-``select`` (not even pathlib or re) and nothing that needs an event loop.
+the host asks for; :mod:`sandbridge.relay.publish` and :mod:`sandbridge.relay.auto_publish`:
+``--publish``), and imports what needs one (:mod:`sandbridge.sandbox.services`:
+asyncio, the shim's other cases) only when something does. Until the command
+runs it imports the standard library's ``os``, ``socket``, ``signal`` and ``select``
+(not even pathlib or re) and nothing that needs an event loop.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -39,7 +40,9 @@ if TYPE_CHECKING:
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.egress.light_gate import LightGate
     from sandbridge.protocol.publish_rules import PublishRule
+    from sandbridge.relay.auto_publish import AutoPublisher
     from sandbridge.relay.light_shim import LightShim
+    from sandbridge.relay.publish import PortPublisher
     from sandbridge.terminals.light_starter import LightStarter
 
 # Connections waiting on a gate port before the gate listener accepts them (asyncio's
@@ -115,9 +118,61 @@ class _Command:
         return reap(self.pid)
 
 
+class _Publishing:
+    """What the entry publishes: ``--publish PORT[:/base]`` values and the owner's
+    auto-publish rules (``--publish-rule``), parsed before the command starts."""
+
+    def __init__(self, ports: list[tuple[int, str]], rules: list[PublishRule]) -> None:
+        self.ports = ports
+        self.rules = rules
+
+    def __bool__(self) -> bool:
+        return bool(self.ports or self.rules)
+
+
+def _parse_publishing(publish: list[str], publish_rules: list[str]) -> _Publishing:
+    """The entry's ``--publish`` and ``--publish-rule`` values; a bad one raises
+    ``ValueError`` naming it."""
+    if not publish and not publish_rules:
+        return _Publishing([], [])
+    from sandbridge.exceptions import PolicyError
+    from sandbridge.protocol.publish_rules import parse_rule_option
+    from sandbridge.relay.publish import parse_publish
+
+    try:
+        rules = [parse_rule_option(value) for value in publish_rules]
+    except PolicyError as exc:
+        raise ValueError(str(exc)) from None
+    return _Publishing([parse_publish(value) for value in publish], rules)
+
+
+def _start_publishing(
+    loop: PollLoop, publishing: _Publishing
+) -> list[PortPublisher | AutoPublisher]:
+    """Start publishing on ``loop``: a publisher per ``--publish PORT``, and
+    auto-publish if the rules publish anything."""
+    from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
+    from sandbridge.protocol.publish_rules import publishes_any
+    from sandbridge.relay.publish import PortPublisher
+
+    socket_path = os.environ.get(RELAY_SOCKET_ENV, DEFAULT_RELAY_SOCKET)
+    publishers: list[PortPublisher | AutoPublisher] = [
+        PortPublisher(loop, port, base, socket_path) for port, base in publishing.ports
+    ]
+    if publishes_any(publishing.rules):
+        from sandbridge.relay.auto_publish import AutoPublisher
+
+        # A port published by --publish PORT is not published a second time.
+        exclude = {port for port, _ in publishing.ports}
+        publishers.append(AutoPublisher(loop, publishing.rules, socket_path, exclude))
+    for publisher in publishers:
+        publisher.start()
+    return publishers
+
+
 class _Light:
     """What served without an event loop: the loop, the light shim, the light gate, the
-    terminal starter."""
+    terminal starter, the publishers."""
 
     def __init__(
         self,
@@ -125,27 +180,44 @@ class _Light:
         shim: LightShim,
         gate: LightGate | None,
         starter: LightStarter | None,
+        publishers: list[PortPublisher | AutoPublisher],
     ) -> None:
         self.loop = loop
         self.shim = shim
         self.gate = gate
         self.starter = starter
+        self.publishers = publishers
 
 
-def _until_needed(
-    command: _Command,
-    upstream: socket.socket,
-    gate_ports: dict[int, socket.socket],
-    egress_socket: str,
-    terminal_fd: int | None,
-) -> int | _Light:
+class _Serving:
+    """What the entry serves beside the command: the shim's listener (``upstream``), the
+    gate ports and the host's egress socket they bridge to, the terminal channel, and
+    what it publishes."""
+
+    def __init__(
+        self,
+        upstream: socket.socket,
+        gate_ports: dict[int, socket.socket],
+        egress_socket: str,
+        terminal_fd: int | None,
+        publishing: _Publishing,
+    ) -> None:
+        self.upstream = upstream
+        self.gate_ports = gate_ports
+        self.egress_socket = egress_socket
+        self.terminal_fd = terminal_fd
+        self.publishing = publishing
+
+
+def _until_needed(command: _Command, serving: _Serving) -> int | _Light:
     """Serve the shim, the gate and terminal starts without an event loop for as long as
     they can be: until the command ends (return its exit status) or something needs the
     event loop (return what served, whose open connections the event loop goes on
     serving).
 
     Until the first connection this process only sleeps: a session nobody connects to
-    costs one small process. A connection on ``upstream``, a gate port or the terminal
+    costs one small process (publishing starts at once: it looks for the app's port
+    from the command's start). A connection on ``upstream``, a gate port or the terminal
     channel starts the light shim (:mod:`sandbridge.relay.light_shim`, handoffs and
     refusals), the light gate (:mod:`sandbridge.egress.light_gate`) and the terminal
     starter (:mod:`sandbridge.terminals.light_starter`); a connection the light shim
@@ -154,14 +226,15 @@ def _until_needed(
     pidfd = os.pidfd_open(command.pid)
     try:
         poller = select.poll()
-        listeners = [upstream.fileno(), *(sock.fileno() for sock in gate_ports.values())]
-        if terminal_fd is not None:
-            listeners.append(terminal_fd)
+        gate_ports = serving.gate_ports.values()
+        listeners = [serving.upstream.fileno(), *(sock.fileno() for sock in gate_ports)]
+        if serving.terminal_fd is not None:
+            listeners.append(serving.terminal_fd)
         for fd in (pidfd, *listeners):
             poller.register(fd, select.POLLIN)
-        ready = {fd for fd, _ in poller.poll()}
+        ready = {fd for fd, _ in poller.poll(0 if serving.publishing else None)}
         if pidfd not in ready:
-            light = _serve_light(pidfd, upstream, gate_ports, egress_socket, terminal_fd)
+            light = _serve_light(pidfd, serving)
             if light is not None:
                 return light
     finally:
@@ -169,15 +242,9 @@ def _until_needed(
     return command.reap()
 
 
-def _serve_light(
-    pidfd: int,
-    upstream: socket.socket,
-    gate_ports: dict[int, socket.socket],
-    egress_socket: str,
-    terminal_fd: int | None,
-) -> _Light | None:
-    """Run the light shim, gate and terminal starter until the command ends (return
-    None) or something needs the event loop (return them)."""
+def _serve_light(pidfd: int, serving: _Serving) -> _Light | None:
+    """Run the light shim, gate, terminal starter and publishers until the command
+    ends (return None) or something needs the event loop (return them)."""
     # Only now: an idle session never pays for these.
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.relay.light_shim import LightShim
@@ -189,19 +256,21 @@ def _serve_light(
         exited.append(True)
         loop.stop()
 
-    light = LightShim(upstream, loop, needs_loop=loop.stop)
+    light = LightShim(serving.upstream, loop, needs_loop=loop.stop)
     gate = None
-    if gate_ports:
+    if serving.gate_ports:
         from sandbridge.egress.light_gate import LightGate
 
-        gate = LightGate(loop, gate_ports, egress_socket)
+        gate = LightGate(loop, serving.gate_ports, serving.egress_socket)
         gate.start()
     starter = None
-    if terminal_fd is not None:
+    if serving.terminal_fd is not None:
         from sandbridge.terminals.light_starter import LightStarter
 
-        starter = LightStarter(loop, terminal_fd)
+        starter = LightStarter(loop, serving.terminal_fd)
         starter.start()
+    publishing = serving.publishing
+    publishers = _start_publishing(loop, publishing) if publishing else []
     loop.add_reader(pidfd, on_exit)
     light.start()
     loop.run()
@@ -212,8 +281,10 @@ def _serve_light(
             gate.close()
         if starter is not None:
             starter.close()
+        for publisher in publishers:
+            publisher.close()
         return None
-    return _Light(loop, light, gate, starter)
+    return _Light(loop, light, gate, starter, publishers)
 
 
 def _allowed_to_start(fd: int) -> bool:
@@ -289,14 +360,10 @@ def _checked(argv: list[str]) -> tuple[_Options, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    published: list[tuple[int, str]] = []
-    rules: list[PublishRule] = []
     try:
         args, upstream_path = _checked(sys.argv[1:] if argv is None else argv)
-        if args.publish or args.publish_rule:  # refused before the command starts
-            from sandbridge.sandbox.services import parse_publishing
-
-            published, rules = parse_publishing(args.publish, args.publish_rule)
+        # Refused before the command starts.
+        publishing = _parse_publishing(args.publish, args.publish_rule)
     except ValueError as exc:
         print(f"sandbridge-sandbox-entry: error: {exc}", file=sys.stderr)
         return 2
@@ -321,14 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sandbridge: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127
     egress_socket = os.path.join(os.path.dirname(upstream_path), EGRESS_SOCKET)
-    light = None
-    if not published and not rules:  # publishing works beside the command from its start
-        served = _until_needed(
-            command_process, upstream, gate_ports, egress_socket, args.terminal_fd
-        )
-        if isinstance(served, int):
-            return served
-        light = served
+    serving = _Serving(upstream, gate_ports, egress_socket, args.terminal_fd, publishing)
+    light = _until_needed(command_process, serving)
+    if isinstance(light, int):
+        return light
     from pathlib import Path
 
     from sandbridge.sandbox.services import Services, serve
@@ -340,13 +403,12 @@ def main(argv: list[str] | None = None) -> int:
             upstream_path=Path(upstream_path),
             gate_ports=gate_ports,
             egress_socket=Path(egress_socket),
-            published=published,
-            publish_rules=rules,
             terminal_fd=args.terminal_fd,
-            poll_loop=None if light is None else light.loop,
-            light_shim=None if light is None else light.shim,
-            light_gate=None if light is None else light.gate,
-            light_starter=None if light is None else light.starter,
+            poll_loop=light.loop,
+            light_shim=light.shim,
+            light_gate=light.gate,
+            light_starter=light.starter,
+            publishers=light.publishers,
         ),
     )
 

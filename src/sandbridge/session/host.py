@@ -13,11 +13,7 @@ from sandbridge import log
 from sandbridge.exceptions import RegistrationError
 from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.protocol.auto_registration import (
-    APPS_LIMIT_PREFIX,
-    UnregisterRequest,
-    validate_process_name,
-)
+from sandbridge.protocol.auto_registration import UnregisterRequest, validate_process_name
 from sandbridge.protocol.http.origin_policy import LOCALHOST_DOMAIN, AppOrigin, UrlForm, is_label
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
@@ -25,6 +21,7 @@ from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTa
 from sandbridge.protocol.port import validate_port
 from sandbridge.protocol.publish_rules import PublishAction, decide, refusal
 from sandbridge.protocol.registration import RegisterRequest, normalize_base_path
+from sandbridge.protocol.sandbox_requests import APPS_LIMIT_PREFIX
 from sandbridge.relay.app import App
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.host_opener import HostOpener
