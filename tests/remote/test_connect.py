@@ -399,7 +399,7 @@ def test_killing_the_link_mid_download_reconnects_at_the_same_origin(
     assert first not in _serve_stdio_pids(laptop)
 
 
-def test_open_websocket_ends_when_the_link_drops(far: Far, laptop: Laptop) -> None:
+def test_open_websocket_ends_when_the_link_drops_and_the_pages_reconnect_works(far: Far, laptop: Laptop) -> None:
     port = host_port_of(laptop.app_url(far, far.feature_port))
 
     async def check() -> None:
@@ -411,6 +411,13 @@ def test_open_websocket_ends_when_the_link_drops(far: Far, laptop: Laptop) -> No
             with pytest.raises(ConnectionClosed):
                 async with asyncio.timeout(10):
                     await ws.recv()
+        # The page's own reconnect: once the link is back, the same URL opens again.
+        await asyncio.to_thread(
+            laptop.wait_after, "sandbridge: far: link lost", "sandbridge: far: connected"
+        )
+        async with ws_connect(f"ws://{app_host(port)}:{port}/ws") as again:
+            await again.send("again")
+            assert await again.recv() == "again"
 
     asyncio.run(check())
 
