@@ -399,7 +399,7 @@ def test_killing_the_link_mid_download_reconnects_at_the_same_origin(
     assert first not in _serve_stdio_pids(laptop)
 
 
-def test_open_websocket_ends_when_the_link_drops_and_the_pages_reconnect_works(far: Far, laptop: Laptop) -> None:
+def test_a_websocket_cut_by_the_link_opens_again_once_it_is_back(far: Far, laptop: Laptop) -> None:
     port = host_port_of(laptop.app_url(far, far.feature_port))
 
     async def check() -> None:
