@@ -3,12 +3,18 @@ client's (its pid), and the builder removes them at the end, however the client 
 
 from __future__ import annotations
 
+import array
 import json
+import os
 import signal
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
-from tests.conftest import SANDBRIDGE, Process, run_argv
+import sandbridge
+from sandbridge.protocol import daemon_wire
+from tests.conftest import REPO, SANDBRIDGE, Process, run_argv
 from tests.daemon.test_server import wait_until
 
 
@@ -31,3 +37,38 @@ def test_a_killed_client_leaves_no_session_behind(
     wait_until(lambda: not runtime_dir.exists())
     assert sessions() == []
     daemon.wait_line("sandbridge: daemon.session_end ", "stderr")
+
+
+def ask_and_leave(xdg: Path, workdir: Path, stderr: int, *words: str) -> None:
+    """A thin client's run request, and the client gone before the builder answers (as
+    after a Ctrl-C while the run is built): its output is ``stderr``'s pipe."""
+    request = daemon_wire.run_request(
+        {
+            "argv": ["run", "--ro-bind", str(REPO), "--", *words],
+            "cwd": str(workdir),
+            "env": dict(os.environ),
+            "umask": 0o022,
+            "python": daemon_wire.python_identity(sys.executable, sys.prefix),
+            "package": daemon_wire.package_identity(sandbridge.__file__, sandbridge.__version__),
+        }
+    )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as client:
+        client.connect(str(xdg / f"sandbridge-{os.getuid()}" / "daemon.sock"))
+        fds = array.array("i", [stderr, stderr, stderr])
+        client.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+
+
+def test_a_client_gone_before_the_start_gets_no_traceback_and_no_session(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as output:
+        try:
+            ask_and_leave(xdg, tmp_path, write, "true")
+        finally:
+            os.close(write)
+        printed = output.read().decode()  # to its end: the builder's child has ended
+    daemon.wait_line("sandbridge: daemon.run_built ", "stderr")
+    assert "Traceback" not in printed, printed
+    assert sessions() == []
+    assert not list(xdg.glob("ags-webview-relay-*"))

@@ -54,7 +54,11 @@ def hand_off(
             )
             assert prepared.start_writer is not None
             fds = array.array("i", [*serve_fds, *prepared.pass_fds, prepared.start_writer])
-            client.sendmsg([start], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            try:
+                client.sendmsg([start], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            except OSError as exc:  # it left while the run was built (a Ctrl-C, a kill)
+                log.debug("run.client_gone", session=entry.id, pid=pid, error=exc.strerror)
+                return CLIENT_GONE
             prepared.release_sandbox_fds()
             log.debug("run.handed_off", session=entry.id, pid=pid)
             return _until_done(client)
