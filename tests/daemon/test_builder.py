@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 
 from sandbridge.daemon.builder import package_identity
@@ -78,3 +79,19 @@ def test_the_builder_ends_when_the_daemon_is_killed(xdg: Path) -> None:
 
 def _zombie(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+
+
+def test_what_the_builder_could_not_take_is_refused_naming_it(daemon: Process, xdg: Path) -> None:
+    # Nothing a real client sends (its argv, environment and cwd cannot hold these), so
+    # a confused client's: refused by the daemon, never a traceback in the builder.
+    ours = daemon_wire.python_identity(sys.executable, sys.prefix)
+    refusals = {
+        "a run request's 'env' name 'A=B' is empty or holds '=' or NUL": dict(env={"A=B": "x"}),
+        "a run request's 'env' name '' is empty or holds '=' or NUL": dict(env={"": "x"}),
+        "a run request's 'env' value of 'A' holds NUL": dict(env={"A": "x\0y"}),
+        "a run request's 'argv' word 'tr\\x00ue' holds NUL": dict(argv=["run", "tr\0ue"]),
+        "a run request's 'cwd' 'work' is not an absolute path without NUL": dict(cwd="work"),
+        "a run request's 'cwd' '/tm\\x00p' is not an absolute path without NUL": dict(cwd="/tm\0p"),
+    }
+    for error, run in refusals.items():
+        assert ask(xdg, request(python=ours, **run), [0, 1, 2]) == {"error": error}

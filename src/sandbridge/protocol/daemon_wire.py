@@ -238,10 +238,31 @@ def decode_run_request(data: bytes) -> dict[str, Any]:
     for key in ("cwd", "python", "package"):
         if not isinstance(run.get(key), str):
             raise DaemonError(f"a run request's {key!r} is a string")
+    # What the builder could not take (a real client's argv, environment and cwd cannot
+    # hold these): refused here, not a traceback on the client's terminal there.
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name:
+            raise DaemonError(
+                f"a run request's 'env' name {_cut(name)} is empty or holds '=' or NUL"
+            )
+        if "\0" in value:
+            raise DaemonError(f"a run request's 'env' value of {_cut(name)} holds NUL")
+    for word in argv:
+        if "\0" in word:
+            raise DaemonError(f"a run request's 'argv' word {_cut(word)} holds NUL")
+    cwd = run["cwd"]
+    if not cwd.startswith("/") or "\0" in cwd:
+        raise DaemonError(f"a run request's 'cwd' {_cut(cwd)} is not an absolute path without NUL")
     umask = run.get("umask")
     if not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777:
         raise DaemonError("a run request's 'umask' is a number from 0 to 0o777")
     return run
+
+
+def _cut(text: str) -> str:
+    """``text`` quoted with its escapes, cut to 80 characters."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 80 else f"{quoted[:77]}..."
 
 
 # What the daemon hands its run builder for each thin client: this message (the client's
