@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
+from sandbridge.daemon.builder import package_identity
+from sandbridge.protocol import daemon_wire
 from tests.conftest import REPO, SANDBRIDGE, Process
+from tests.daemon.test_server import ask
 
 
 def run_in(directory: Path, *words: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -45,3 +49,37 @@ def test_help_is_printed_on_the_clients_output(daemon: Process, tmp_path: Path) 
     assert thin.stdout == full.stdout
     assert thin.stdout.startswith("usage: sandbridge run ")
     daemon.wait_line("sandbridge: daemon.run_built ", "stderr")
+
+
+def test_a_directory_swapped_after_the_client_named_it_is_left_to_the_full_command(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # The client is in work; a process that may write its parent (another session's
+    # sandbox) renames it and puts a link to elsewhere in its place before the builder
+    # goes there: the builder would have built a run of elsewhere.
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    named = [work.stat().st_dev, work.stat().st_ino]
+    work.rename(tmp_path / "moved")
+    work.symlink_to(elsewhere)
+    request = daemon_wire.run_request(
+        {
+            "argv": ["run", "--ro-bind", str(REPO), "--", "true"],
+            "cwd": str(work),
+            "cwd_id": named,
+            "env": dict(os.environ),
+            "umask": 0o022,
+            "python": daemon_wire.python_identity(sys.executable, sys.prefix),
+            "package": package_identity(),
+        }
+    )
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as output:
+        try:
+            answer = ask(xdg, request, [write, write, write])
+        finally:
+            os.close(write)
+        printed = output.read()
+    assert answer == {"fallback": "the full command runs it"}
+    assert printed == b""

@@ -18,6 +18,7 @@ def request(**changes: object) -> bytes:
     run: dict[str, object] = {
         "argv": ["run", "--", "true"],
         "cwd": "/",
+        "cwd_id": [os.stat("/").st_dev, os.stat("/").st_ino],
         "env": {},
         "umask": 0o22,
         "python": "/usr/bin/python3 in /usr",
@@ -93,5 +94,6 @@ def test_what_the_builder_could_not_take_is_refused_naming_it(daemon: Process, x
         "a run request's 'cwd' 'work' is not an absolute path without NUL": dict(cwd="work"),
         "a run request's 'cwd' '/tm\\x00p' is not an absolute path without NUL": dict(cwd="/tm\0p"),
     }
+    refusals["a run request's 'cwd_id' is a device and an inode number"] = dict(cwd_id=[1])
     for error, run in refusals.items():
         assert ask(xdg, request(python=ours, **run), [0, 1, 2]) == {"error": error}

@@ -46,6 +46,7 @@ def ask_and_leave(xdg: Path, workdir: Path, stderr: int, *words: str) -> None:
         {
             "argv": ["run", "--ro-bind", str(REPO), "--", *words],
             "cwd": str(workdir),
+            "cwd_id": [workdir.stat().st_dev, workdir.stat().st_ino],
             "env": dict(os.environ),
             "umask": 0o022,
             "python": daemon_wire.python_identity(sys.executable, sys.prefix),

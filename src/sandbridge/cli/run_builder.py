@@ -107,8 +107,13 @@ def _build(
         return None
     try:
         os.chdir(run["cwd"])
+        here = os.stat(".")
     except OSError:
         return None  # the full command says what it says of a missing directory
+    if [here.st_dev, here.st_ino] != run["cwd_id"]:
+        # Not the client's directory any more (renamed, or a link put in its place since
+        # the client named it): the full command runs it where the client is.
+        return None
     os.environ.clear()
     os.environ.update(run["env"])
     os.umask(run["umask"])

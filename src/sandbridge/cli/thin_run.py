@@ -109,10 +109,12 @@ def _ask(
     umask = os.umask(0)
     os.umask(umask)
     try:
+        here = os.stat(".")
         request = daemon_wire.run_request(
             {
                 "argv": argv,
                 "cwd": os.getcwd(),
+                "cwd_id": [here.st_dev, here.st_ino],
                 "env": dict(os.environ),
                 "umask": umask,
                 "python": daemon_wire.python_identity(sys.executable, sys.prefix),

@@ -19,8 +19,11 @@ dashboard the daemon serves) or ``{"error": TEXT}``, then the close.
 ``sandbridge run``'s thin client (``cli/thin_run.py``) first sends a run request, with
 its standard input, output and error attached::
 
-    {"version": 1, "run": {"argv": [...], "cwd": PATH, "env": {...}, "umask": N,
-                           "python": WHICH, "package": WHICH}}
+    {"version": 1, "run": {"argv": [...], "cwd": PATH, "cwd_id": [DEV, INO],
+                           "env": {...}, "umask": N, "python": WHICH, "package": WHICH}}
+
+(``cwd_id``: the working directory's device and inode; the builder runs in ``cwd`` only
+if it is still that directory, else the client falls back)
 
 and gets, from the daemon's run builder, ``{"fallback": WHY}`` (the client serves the
 run the usual way), ``{"exit": STATUS}`` (the run ended there: an option error, a refusal,
@@ -238,8 +241,23 @@ def decode_run_request(data: bytes) -> dict[str, Any]:
     for key in ("cwd", "python", "package"):
         if not isinstance(run.get(key), str):
             raise DaemonError(f"a run request's {key!r} is a string")
-    # What the builder could not take (a real client's argv, environment and cwd cannot
-    # hold these): refused here, not a traceback on the client's terminal there.
+    _check_takeable(argv, env, run["cwd"])
+    cwd_id = run.get("cwd_id")
+    if not (
+        isinstance(cwd_id, list)
+        and len(cwd_id) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in cwd_id)
+    ):
+        raise DaemonError("a run request's 'cwd_id' is a device and an inode number")
+    umask = run.get("umask")
+    if not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777:
+        raise DaemonError("a run request's 'umask' is a number from 0 to 0o777")
+    return run
+
+
+def _check_takeable(argv: list[str], env: dict[str, str], cwd: str) -> None:
+    """What the builder could not take (a real client's argv, environment and cwd cannot
+    hold these): refused here, not a traceback on the client's terminal there."""
     for name, value in env.items():
         if not name or "=" in name or "\0" in name:
             raise DaemonError(
@@ -250,13 +268,8 @@ def decode_run_request(data: bytes) -> dict[str, Any]:
     for word in argv:
         if "\0" in word:
             raise DaemonError(f"a run request's 'argv' word {_cut(word)} holds NUL")
-    cwd = run["cwd"]
     if not cwd.startswith("/") or "\0" in cwd:
         raise DaemonError(f"a run request's 'cwd' {_cut(cwd)} is not an absolute path without NUL")
-    umask = run.get("umask")
-    if not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777:
-        raise DaemonError("a run request's 'umask' is a number from 0 to 0o777")
-    return run
 
 
 def _cut(text: str) -> str:
