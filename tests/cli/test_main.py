@@ -68,3 +68,20 @@ def test_a_bind_inside_the_policy_directory_is_refused_naming_it(tmp_path: Path,
             f"sandbridge: --ro-bind {tmp_path / '.sandbridge' / 'keys'}: inside the project's "
             "policy directory"
         ) in result.stderr
+
+
+def test_a_closed_standard_descriptor_is_dev_null_for_the_command(
+    served: object, tmp_path: Path, xdg: Path
+) -> None:
+    # Left closed, its number went to the next descriptor opened: a host directory of
+    # the session's reached the sandbox as its input or error (its entry refused to
+    # start), or the thin client's connection to the daemon became the run's input.
+    for closing, fd in (("<&-", 0), ("2>&-", 2)):
+        result = subprocess.run(
+            [
+                "sh", "-c", f'exec "$@" {closing}', "sh",
+                *run_argv(tmp_path, "readlink", f"/proc/self/fd/{fd}"),
+            ],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (result.returncode, result.stdout) == (0, "/dev/null\n"), result.stderr

@@ -73,3 +73,17 @@ def test_a_client_gone_before_the_start_gets_no_traceback_and_no_session(
     assert "Traceback" not in printed, printed
     assert sessions() == []
     assert not list(xdg.glob("ags-webview-relay-*"))
+
+
+def test_a_killed_client_without_standard_input_leaves_no_session_behind(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # Its connection to the daemon takes descriptor 0, which it also sends as its input.
+    closed_stdin = ["sh", "-c", 'exec "$@" <&-', "sh"]
+    client = Process([*closed_stdin, *run_argv(tmp_path, "sh", "-c", "echo READY; exec sleep 600")])
+    client.wait_line("READY")
+    runtime_dir = xdg / f"ags-webview-relay-{client.popen.pid}"
+    assert runtime_dir.is_dir()
+    client.stop(signal.SIGKILL)
+    wait_until(lambda: not runtime_dir.exists())
+    assert sessions() == []

@@ -30,6 +30,7 @@ def entry_point() -> NoReturn:
     module it imported, which costs a ``run`` more than its own work after the sandbox
     ended (docs/benchmarks.md). What it printed is flushed first; an exception
     (argparse's exit among them) leaves the usual way."""
+    _open_standard_fds()
     words = sys.argv[1:]
     status = None
     if words[:1] == ["run"]:
@@ -47,6 +48,23 @@ def entry_point() -> NoReturn:
     except OSError:  # a closed pipe: let the interpreter report it as it always did
         sys.exit(status)
     os._exit(status)
+
+
+def _open_standard_fds() -> None:
+    """``/dev/null`` on each of descriptors 0, 1 and 2 that whoever started the command
+    left closed. Else the next descriptor opened takes its number and is passed on as
+    standard input, output or error: a host directory of the session's (the sandbox's
+    entry then refused to start, and it was the sandbox's to read), or the thin client's
+    connection to the daemon (its builder then held both ends and never saw a killed
+    client leave)."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            # The lowest free number: this one (the ones below it are open by now).
+            os.set_inheritable(os.open(os.devnull, os.O_RDWR), True)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115
 
 
 if __name__ == "__main__":
