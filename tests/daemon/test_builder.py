@@ -86,7 +86,7 @@ def test_what_the_builder_could_not_take_is_refused_naming_it(daemon: Process, x
     # Nothing a real client sends (its argv, environment and cwd cannot hold these), so
     # a confused client's: refused by the daemon, never a traceback in the builder.
     ours = daemon_wire.python_identity(sys.executable, sys.prefix)
-    refusals = {
+    refusals: dict[str, dict[str, object]] = {
         "a run request's 'env' name 'A=B' is empty or holds '=' or NUL": dict(env={"A=B": "x"}),
         "a run request's 'env' name '' is empty or holds '=' or NUL": dict(env={"": "x"}),
         "a run request's 'env' value of 'A' holds NUL": dict(env={"A": "x\0y"}),
