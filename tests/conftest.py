@@ -400,3 +400,11 @@ def is_sandbox_entry(pid: int) -> bool:
     except OSError:
         return False
     return argv[1:4] == [b"-I", b"-S", b"-c"] and b"sandbridge.sandbox.entry" in argv[4]
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything ``sock`` receives until its peer ends."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data

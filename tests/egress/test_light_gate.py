@@ -24,7 +24,15 @@ from sandbridge.aio.before_loop import bind_unix_socket
 from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.egress.light_gate import LightGate
 from sandbridge.protocol import egress_opening as egress
-from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, is_sandbox_entry, processes_with
+from tests.conftest import (
+    PYTHON,
+    REPO,
+    SANDBRIDGE,
+    Process,
+    is_sandbox_entry,
+    processes_with,
+    read_to_end,
+)
 from tests.egress.test_in_sandbox import NET_WORLD
 
 GATE_CLIENT = str(REPO / "tests" / "apps" / "gate_client.py")
@@ -281,13 +289,6 @@ def gate_with(tmp_path: Path) -> Iterator[Callable[[HostPart], GateServer]]:
         server.close()
 
 
-def _read_to_end(sock: socket.socket) -> bytes:
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    return data
-
-
 def _exactly(sock: socket.socket, size: int) -> bytes:
     """``size`` bytes, or fewer if the peer ends first (MSG_WAITALL does not wait on a
     socket with a timeout: Python makes it non-blocking)."""
@@ -322,7 +323,7 @@ def test_bytes_the_host_sent_with_its_answer_reach_the_client_first(
         conn.sendall(b"world")
 
     with gate_with(greet).connect() as client:
-        assert _read_to_end(client) == b"hello world"
+        assert read_to_end(client) == b"hello world"
 
 
 @pytest.mark.parametrize(
@@ -343,7 +344,7 @@ def test_no_accepted_answer_ends_the_connection_with_nothing_bridged(
 
     gate = gate_with(refuse)
     with gate.connect() as client:
-        assert _read_to_end(client) == b""
+        assert read_to_end(client) == b""
     assert gate.gate.serving == 0
 
 
@@ -359,7 +360,7 @@ def test_a_host_that_never_answers_is_given_up_after_the_answer_timeout(
     gate = gate_with(silent_host)
     try:
         with gate.connect() as client:
-            assert _read_to_end(client) == b""
+            assert read_to_end(client) == b""
     finally:
         answered.set()
 
@@ -369,14 +370,14 @@ def test_a_half_close_is_passed_on_both_ways(
 ) -> None:
     def reply_after_end(conn: socket.socket) -> None:
         conn.sendall(egress.encode_answer())
-        request = _read_to_end(conn)  # the client's half-close reached the host
+        request = read_to_end(conn)  # the client's half-close reached the host
         conn.sendall(b"got " + request)
         conn.shutdown(socket.SHUT_WR)
 
     with gate_with(reply_after_end).connect() as client:
         client.sendall(b"request")
         client.shutdown(socket.SHUT_WR)
-        assert _read_to_end(client) == b"got request"
+        assert read_to_end(client) == b"got request"
 
 
 def test_a_huge_write_nobody_reads_is_held_back_and_holds_up_no_other_connection(

@@ -35,6 +35,7 @@ from tests.conftest import (
     host_port_of,
     is_sandbox_entry,
     processes_with,
+    read_to_end,
     run_argv,
 )
 
@@ -87,17 +88,10 @@ def sandbox(tmp_path: Path, xdg: Path) -> Iterator[Sandbox]:
         process.stop()
 
 
-def _read_to_end(sock: socket.socket) -> bytes:
-    answer = b""
-    while chunk := sock.recv(65536):
-        answer += chunk
-    return answer
-
-
 def _exchange(sock: socket.socket, data: bytes) -> bytes:
     with sock:
         sock.sendall(data)
-        return _read_to_end(sock)
+        return read_to_end(sock)
 
 
 def relay_connection(relay: Relay) -> socket.socket:
@@ -148,12 +142,12 @@ def test_hostile_first_lines_get_the_event_loop_shims_refusals(
         with relay_connection(relay) as sock:
             sock.sendall(line)
             sock.shutdown(socket.SHUT_WR)
-            expected = _read_to_end(sock)
+            expected = read_to_end(sock)
         light = sandbox.connect()
         with light:
             light.sendall(line)
             light.shutdown(socket.SHUT_WR)
-            assert _read_to_end(light) == expected, line
+            assert read_to_end(light) == expected, line
         assert expected.startswith(b'{"ok":false'), expected
     assert sandbox.loaded() == []
 
@@ -197,7 +191,7 @@ def test_a_silent_connection_holds_up_neither_requests_nor_the_switch_to_the_eve
         answer = json.loads(_exchange(sandbox.connect(), _v1_request("/v1")))
         assert answer["ok"] is True and answer["status"] == 200
         assert sandbox.loaded() == list(EVENT_LOOP_LIBRARIES)
-        assert json.loads(_read_to_end(silent)) == {"ok": False, "error": "timed out"}
+        assert json.loads(read_to_end(silent)) == {"ok": False, "error": "timed out"}
     assert echo(sandbox.url_port, "/after")["path"] == "/after"
 
 
@@ -205,7 +199,7 @@ def test_a_stream_without_handoff_is_relayed_by_the_event_loop(sandbox: Sandbox)
     with sandbox.connect() as sock:
         sock.sendall(stream.encode_open(APP_PORT))
         sock.sendall(b"GET /relayed HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        answer = _read_to_end(sock)
+        answer = read_to_end(sock)
     ack, _, response = answer.partition(b"\n")
     assert json.loads(ack) == {"ok": True, "stream": 1}
     assert response.startswith(b"HTTP/1.1 200 ")
@@ -222,7 +216,7 @@ def test_connections_the_light_shim_passed_on_together_are_all_served(
         sock.sendall(_v1_request(f"/waiting/{number}"))
     for number, sock in enumerate(socks):
         with sock:
-            answer = json.loads(_read_to_end(sock))
+            answer = json.loads(read_to_end(sock))
         assert answer["status"] == 200, answer
         body = json.loads(base64.b64decode(answer["body_base64"]))
         assert body["path"] == f"/waiting/{number}"
@@ -305,7 +299,7 @@ def test_a_slow_app_connect_holds_up_no_other_connection(
         assert json.loads(line) == {"ok": True, "stream": 1, "handoff": 1}
         with socket.socket(fileno=fds[0]) as app:
             assert app.getpeername() == ("127.0.0.1", app_port)
-        answer = json.loads(_read_to_end(slow))  # after APP_CONNECT_TIMEOUT
+        answer = json.loads(read_to_end(slow))  # after APP_CONNECT_TIMEOUT
     assert answer == {
         "ok": False,
         "stream": 1,
@@ -364,7 +358,7 @@ def test_an_app_connect_in_progress_at_the_switch_ends_on_the_event_loop(
 
         async def switch() -> bytes:
             light.shim.continue_on(asyncio.get_running_loop(), adopt)
-            return await asyncio.to_thread(_read_to_end, sock)
+            return await asyncio.to_thread(read_to_end, sock)
 
         answer = event_loop.run(switch())
     assert json.loads(answer)["error"] == f"connect to 127.0.0.1:{full_port} failed: timed out"

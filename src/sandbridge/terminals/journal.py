@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.exceptions import JournalError
+from sandbridge.places.known_projects import state_dir as sandbridge_state_dir
 from sandbridge.private_dir import make_private_dir
 from sandbridge.protocol.jsonline import decode_json
 
@@ -40,8 +41,7 @@ AUDIT = "audit"
 
 def state_dir() -> Path:
     """``${XDG_STATE_HOME:-~/.local/state}/sandbridge/terminals``."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "sandbridge" / "terminals"
+    return sandbridge_state_dir() / "terminals"
 
 
 def _private_dir(path: Path) -> Path:
