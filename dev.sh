@@ -4,7 +4,8 @@
 #   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test
 #   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
 #   ./dev.sh setup           install only
-#   ./dev.sh lock            re-pin requirements.lock from pyproject.toml's ranges
+#   ./dev.sh lock            re-pin requirements.lock and requirements-apps.lock from
+#                            pyproject.toml's ranges
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -21,9 +22,14 @@ DEBIAN_PACKAGES=(bubblewrap util-linux chromium firefox-esr nginx-light socat pr
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
 if ! command -v node >/dev/null; then DEBIAN_PACKAGES+=(nodejs npm); fi
 VENV=.venv
-# The Node package that test uses: its package-lock.json pins `open`; npm ci installs it
-# into its node_modules (git-ignored).
-NODE_FIXTURE=tests/apps/node_open
+# The real apps of the end-to-end tests (pyproject.toml's `apps` extra, pinned in
+# requirements-apps.lock: Flask, Streamlit, Gradio, JupyterLab) live in a virtualenv of
+# their own, as a project's environment is: the tests put it first on PATH.
+APPS_VENV=.venv-apps
+# The Node packages the tests run inside a sandbox, each pinned by its package-lock.json;
+# npm ci installs them into their node_modules (git-ignored): Node's `open`, as an agent's
+# tool calls it, and Vite, a dev server with hot reload.
+NODE_FIXTURES=(tests/apps/node_open tests/apps/vite_app)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -60,21 +66,37 @@ install_python_packages() {
   fi
 }
 
-install_node_packages() {
-  if ! command -v npm >/dev/null; then
-    echo "dev.sh: node is installed but npm is not: install npm (the Node test needs it)" >&2
-    return 1
+install_app_packages() {
+  local stamp="$APPS_VENV/.installed-$(sha256sum <requirements-apps.lock | cut -c1-16)"
+  if [ ! -x "$APPS_VENV/bin/python" ]; then
+    python3 -m venv "$APPS_VENV"
   fi
-  local stamp="$NODE_FIXTURE/node_modules/.installed-$(sha256sum <"$NODE_FIXTURE/package-lock.json" | cut -c1-16)"
   if [ ! -f "$stamp" ]; then
-    (cd "$NODE_FIXTURE" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+    "$APPS_VENV/bin/pip" install -q --disable-pip-version-check -r requirements-apps.lock
+    rm -f "$APPS_VENV"/.installed-*
     touch "$stamp"
   fi
+}
+
+install_node_packages() {
+  if ! command -v npm >/dev/null; then
+    echo "dev.sh: node is installed but npm is not: install npm (the Node tests need it)" >&2
+    return 1
+  fi
+  local fixture stamp
+  for fixture in "${NODE_FIXTURES[@]}"; do
+    stamp="$fixture/node_modules/.installed-$(sha256sum <"$fixture/package-lock.json" | cut -c1-16)"
+    if [ ! -f "$stamp" ]; then
+      (cd "$fixture" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+      touch "$stamp"
+    fi
+  done
 }
 
 setup() {
   install_debian_packages
   install_python_packages
+  install_app_packages
   install_node_packages
 }
 
@@ -94,8 +116,10 @@ case "$command" in
   lock)
     setup
     "$VENV/bin/pip" install -q --disable-pip-version-check pip-tools
-    exec "$VENV/bin/pip-compile" -q --extra dev --extra bench --strip-extras --no-emit-index-url \
+    "$VENV/bin/pip-compile" -q --extra dev --extra bench --strip-extras --no-emit-index-url \
       --no-emit-find-links -o requirements.lock pyproject.toml "$@"
+    exec "$VENV/bin/pip-compile" -q --extra apps --strip-extras --no-emit-index-url \
+      --no-emit-find-links -o requirements-apps.lock pyproject.toml "$@"
     ;;
   *) echo "usage: ./dev.sh [setup|demo [--open]|test [pytest args]|bench [--smoke]]" >&2; exit 2 ;;
 esac

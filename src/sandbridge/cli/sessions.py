@@ -41,6 +41,7 @@ from sandbridge.relay.app import App
 from sandbridge.relay.settings import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
+from sandbridge.sandbox.commands import JUPYTER_PATH_ENV, jupyter_config_path
 from sandbridge.sandbox.host_paths import exposure
 from sandbridge.sandbox.mounts import Mount, parse_mount
 from sandbridge.sandbox.project import (
@@ -152,6 +153,8 @@ def _spec_factory(
         root, in_git = locate(workdir)
         policy = network_cli.policy(args, workdir, (root, in_git))
     env = {**policy.sandbox_env(), **parse_env(args.env)}
+    if policy.mode.value is not NetMode.FULL:
+        env[JUPYTER_PATH_ENV] = jupyter_config_path(env.get(JUPYTER_PATH_ENV))
     network = network_cli.sandbox_network(args, policy)
     # Built first, so that a layout exposing sandbridge's own host paths is refused before
     # any session dir exists, and sandbridge's own dirs exist before the protected paths

@@ -30,6 +30,19 @@ ALLOW_HELPER_MODULE = "sandbridge.egress.allow_helper"
 # The commands through which tools open a browser on Debian and most distributions;
 # each leads to sandbridge-open, as $BROWSER does.
 BROWSER_SHIMS = ("xdg-open", "sensible-browser", "x-www-browser", "www-browser")
+# Settings for apps that a sandbox commonly runs, on ``/run`` beside the commands, found
+# through their own search paths (never written where the owner's settings live).
+# JupyterLab and Notebook refuse a request whose Host is not ``localhost`` or a loopback
+# address (their check against DNS rebinding), so the app origin's
+# ``<label>.localhost:<port>`` got 403. Behind the relay that check is the relay's: it
+# answers 421 to any other Host, and the app is reachable only through it (the sandbox's
+# own network namespace), so Jupyter is told to leave it to the relay. ``run`` points
+# ``JUPYTER_CONFIG_PATH`` here (after any the owner sets, so theirs wins) except with
+# ``--net full``, where the app listens on the host's own loopback.
+APP_SETTINGS_DIR = "/run/sandbridge/jupyter"
+JUPYTER_SETTINGS_FILE = "jupyter_server_config.json"
+JUPYTER_SETTINGS = '{"ServerApp": {"allow_remote_access": true}}\n'
+JUPYTER_PATH_ENV = "JUPYTER_CONFIG_PATH"
 _EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 
 
@@ -67,3 +80,18 @@ def install_commands(bin_dir: str = COMMANDS_DIR) -> list[str]:
         ),
         _write_command(os.path.join(bin_dir, ALLOW_COMMAND), ALLOW_HELPER_MODULE),
     ]
+
+
+def install_app_settings(directory: str = APP_SETTINGS_DIR) -> str:
+    """Write the apps' settings into ``directory`` (see :data:`APP_SETTINGS_DIR`)."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, JUPYTER_SETTINGS_FILE)
+    with open(path, "w") as settings:
+        settings.write(JUPYTER_SETTINGS)
+    return path
+
+
+def jupyter_config_path(owners: str | None) -> str:
+    """``JUPYTER_CONFIG_PATH`` inside: the owner's directories (``--env``) first, where
+    Jupyter gives them precedence, then :data:`APP_SETTINGS_DIR`."""
+    return f"{owners}{os.pathsep}{APP_SETTINGS_DIR}" if owners else APP_SETTINGS_DIR

@@ -31,7 +31,7 @@ import sys
 
 from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
 from sandbridge.protocol.contract import EGRESS_SOCKET
-from sandbridge.sandbox.commands import install_commands, install_helper
+from sandbridge.sandbox.commands import install_app_settings, install_commands, install_helper
 
 # The type checker's alone: importing typing costs the command's start more than the
 # rest of this module.
@@ -371,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     _undumpable()  # first: before any descriptor worth taking exists
     install_helper(os.environ.get("HOME", "/tmp"))
     install_commands()
+    install_app_settings()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(upstream_path)
     upstream = bind_unix_socket(upstream_path)

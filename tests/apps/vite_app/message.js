@@ -1,0 +1,1 @@
+export const message = "vite says one";

@@ -1,0 +1,71 @@
+"""sandbridge's own files inside the sandbox: the apps' settings (Jupyter's) and where
+``run`` points Jupyter at them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandbridge.sandbox.commands import (
+    APP_SETTINGS_DIR,
+    JUPYTER_SETTINGS_FILE,
+    install_app_settings,
+    jupyter_config_path,
+)
+from tests.conftest import run_argv
+
+
+def test_jupyter_settings_leave_the_host_check_to_the_relay(tmp_path: Path) -> None:
+    path = install_app_settings(str(tmp_path / "jupyter"))
+    assert Path(path).name == JUPYTER_SETTINGS_FILE
+    assert json.loads(Path(path).read_text()) == {"ServerApp": {"allow_remote_access": True}}
+
+
+def test_the_owners_jupyter_config_path_comes_first() -> None:
+    assert jupyter_config_path(None) == APP_SETTINGS_DIR
+    assert jupyter_config_path("") == APP_SETTINGS_DIR
+    assert jupyter_config_path("/home/o/jc") == f"/home/o/jc:{APP_SETTINGS_DIR}"
+
+
+SHOW = 'echo "path=${JUPYTER_CONFIG_PATH-unset}"; cat /run/sandbridge/jupyter/*.json'
+
+
+@pytest.mark.parametrize("net", ["none", "allow"])
+def test_a_session_points_jupyter_at_the_settings(tmp_path: Path, net: str) -> None:
+    result = subprocess.run(
+        run_argv(tmp_path, "sh", "-c", SHOW, options=("--net", net)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"path={APP_SETTINGS_DIR}"
+    assert json.loads(lines[1]) == {"ServerApp": {"allow_remote_access": True}}
+
+
+def test_the_owners_jupyter_config_path_is_kept(tmp_path: Path) -> None:
+    result = subprocess.run(
+        run_argv(tmp_path, "sh", "-c", SHOW, options=("--env", "JUPYTER_CONFIG_PATH=/opt/jc")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.splitlines()[0] == f"path=/opt/jc:{APP_SETTINGS_DIR}"
+
+
+def test_with_the_hosts_network_jupyter_keeps_its_own_host_check(tmp_path: Path) -> None:
+    # The app then listens on the host's loopback, where pages and other users reach it
+    # without the relay's Host check.
+    result = subprocess.run(
+        run_argv(tmp_path, "sh", "-c", SHOW, options=("--net", "full")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.splitlines()[0] == "path=unset"
