@@ -99,6 +99,19 @@ class Process:
         return status
 
 
+def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGS`` from the checkout (a benchmark, say), its output captured as text;
+    the exit status is the caller's to check."""
+    return subprocess.run(
+        [PYTHON, "-m", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def run_argv(workdir: Path, *command: str, options: tuple[str, ...] = ()) -> list[str]:
     """``sandbridge run`` of ``command`` in ``workdir``, with the checkout visible inside
     (the test apps live there, and the checkout may lie under /tmp, private inside)."""

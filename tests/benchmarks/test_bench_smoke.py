@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import run_module
 
 PATH_NAMES = ["direct", "sandbridge", "sandbridge-v1", "nginx", "socat", "jupyter-server-proxy"]
 METRICS = [
@@ -22,14 +21,7 @@ METRICS = [
 
 def test_smoke_run_measures_every_path(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    result = subprocess.run(
-        [PYTHON, "-m", "benchmarks.relay_bench", "--smoke", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    result = run_module("benchmarks.relay_bench", "--smoke", "--json", str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["medians"]) == set(PATH_NAMES)

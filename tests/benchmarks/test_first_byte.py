@@ -4,19 +4,13 @@ answers and is reported (no claim about speed)."""
 from __future__ import annotations
 
 import re
-import subprocess
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import run_module
 
 
 def test_short_run_reports_every_path_with_the_floor_relays() -> None:
-    result = subprocess.run(
-        [PYTHON, "-m", "benchmarks.first_byte", "--blocks", "4", "--block", "2", "--floor"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_module(
+        "benchmarks.first_byte", "--blocks", "4", "--block", "2", "--floor", timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     reported = dict(

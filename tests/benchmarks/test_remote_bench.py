@@ -5,25 +5,17 @@ about speed)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from benchmarks.remote_bench import METRICS, PATH_NAMES
-from tests.conftest import PYTHON, REPO
+from tests.conftest import run_module
 
 RATES = ("c64_rps", "c64_p99_ms", "get_100m_mbps")
 
 
 def test_smoke_run_measures_every_path_through_the_same_sshd(tmp_path: Path) -> None:
     out = tmp_path / "remote.json"
-    result = subprocess.run(
-        [PYTHON, "-m", "benchmarks.remote_bench", "--smoke", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_module("benchmarks.remote_bench", "--smoke", "--json", str(out), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     for name in PATH_NAMES:

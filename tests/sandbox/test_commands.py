@@ -33,39 +33,31 @@ def test_the_owners_jupyter_config_path_comes_first() -> None:
 SHOW = 'echo "path=${JUPYTER_CONFIG_PATH-unset}"; cat /run/sandbridge/jupyter/*.json'
 
 
-@pytest.mark.parametrize("net", ["none", "allow"])
-def test_a_session_points_jupyter_at_the_settings(tmp_path: Path, net: str) -> None:
+def _shown(workdir: Path, *options: str) -> list[str]:
+    """What a session with ``options`` shows of its Jupyter settings."""
     result = subprocess.run(
-        run_argv(tmp_path, "sh", "-c", SHOW, options=("--net", net)),
+        run_argv(workdir, "sh", "-c", SHOW, options=options),
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    lines = result.stdout.splitlines()
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("net", ["none", "allow"])
+def test_a_session_points_jupyter_at_the_settings(tmp_path: Path, net: str) -> None:
+    lines = _shown(tmp_path, "--net", net)
     assert lines[0] == f"path={APP_SETTINGS_DIR}"
     assert json.loads(lines[1]) == {"ServerApp": {"allow_remote_access": True}}
 
 
 def test_the_owners_jupyter_config_path_is_kept(tmp_path: Path) -> None:
-    result = subprocess.run(
-        run_argv(tmp_path, "sh", "-c", SHOW, options=("--env", "JUPYTER_CONFIG_PATH=/opt/jc")),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert result.stdout.splitlines()[0] == f"path=/opt/jc:{APP_SETTINGS_DIR}"
+    lines = _shown(tmp_path, "--env", "JUPYTER_CONFIG_PATH=/opt/jc")
+    assert lines[0] == f"path=/opt/jc:{APP_SETTINGS_DIR}"
 
 
 def test_with_the_hosts_network_jupyter_keeps_its_own_host_check(tmp_path: Path) -> None:
     # The app then listens on the host's loopback, where pages and other users reach it
     # without the relay's Host check.
-    result = subprocess.run(
-        run_argv(tmp_path, "sh", "-c", SHOW, options=("--net", "full")),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert result.stdout.splitlines()[0] == "path=unset"
+    assert _shown(tmp_path, "--net", "full")[0] == "path=unset"
