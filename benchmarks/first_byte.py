@@ -9,7 +9,10 @@ nginx's in the same turn, and the median of those ratios is reported with its
 quartiles. ``--other LABEL=DIR`` adds a sandbridge whose host imports ``sandbridge``
 from ``DIR`` (another checkout's ``src``), to compare trees in one run.
 
-    python -m benchmarks.first_byte [--blocks 40] [--block 10] [--other base=../main/src]
+``--floor`` adds two reference relays (``benchmarks.floor_relay``): the least a Python relay
+on uvloop does per new connection, with and without HTTP.
+
+    python -m benchmarks.first_byte [--blocks 40] [--block 10] [--other base=../main/src] [--floor]
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--block", type=int, default=10, help="curl runs per path per turn")
     parser.add_argument("--other", action="append", default=[], metavar="LABEL=DIR")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="add the Python floor relays (benchmarks.floor_relay): bytes only, and with HTTP",
+    )
     args = parser.parse_args(argv)
     with (
         tempfile.TemporaryDirectory(prefix="sandbridge-first-byte-") as tmp,
@@ -78,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             ("nginx", functools.partial(paths.nginx_two_hop, work, ports)),
             ("sandbridge", functools.partial(sandbridge_from, work, ports, None)),
         ]
+        if args.floor:
+            starts += [
+                ("py-floor", functools.partial(paths.python_floor, work, ports)),
+                ("py-floor+http", functools.partial(paths.python_floor, work, ports, True)),
+            ]
         for other in args.other:
             label, src = other.split("=", 1)
             starts.append((label, functools.partial(sandbridge_from, work, ports, src)))
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             ratios = [a / b for a, b in zip(blocks[name], blocks["nginx"], strict=True)]
             low, mid, high = statistics.quantiles(ratios, n=4)
             print(
-                f"{name:12} ttfb median {statistics.median(samples[name]):.3f} ms; "
+                f"{name:14} ttfb median {statistics.median(samples[name]):.3f} ms; "
                 f"paired ratio to nginx {mid:.2f} (quartiles {low:.2f}-{high:.2f})"
             )
     return 0

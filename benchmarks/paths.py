@@ -285,6 +285,23 @@ def sandbridge_v1(work: Path, ports: tuple[int, int]) -> RelayPath:
     )
 
 
+def python_floor(work: Path, ports: tuple[int, int], http: bool = False) -> RelayPath:
+    """The reference floor (``benchmarks.floor_relay``): a minimal Python relay, for the
+    first-byte benchmark only (HTTP requests without bodies)."""
+    listen = free_port()
+    mode = ["--http"] if http else []
+    argv = [PYTHON, "-m", "benchmarks.floor_relay", "--listen", str(listen), "--app", str(ports[0])]
+    process = _spawn(
+        [*argv, *mode],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+    )
+    read_line(process, b"READY")
+    drain(process)
+    name = "py-floor+http" if http else "py-floor"
+    return RelayPath(name, f"http://127.0.0.1:{listen}", "", [process], [process.pid], False)
+
+
 def nginx_two_hop(work: Path, ports: tuple[int, int]) -> RelayPath:
     """nginx as the same two hops (TCP -> Unix socket -> TCP), unbuffered, keep-alive."""
     tmp = work / "nginx-relay-tmp"
