@@ -3,7 +3,7 @@
 #   ./dev.sh demo [--open]   install what is missing, then run the sandboxed demo app
 #   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test
 #   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
-#   ./dev.sh setup           install only
+#   ./dev.sh setup           install only (what the tests need too)
 #   ./dev.sh lock            re-pin requirements.lock and requirements-apps.lock from
 #                            pyproject.toml's ranges
 set -euo pipefail
@@ -96,17 +96,23 @@ install_node_packages() {
 setup() {
   install_debian_packages
   install_python_packages
-  install_app_packages
   install_node_packages
+}
+
+# What only the tests use on top: the real apps' virtualenv (several hundred MB), so the
+# demo and the benchmark do not wait for it.
+setup_tests() {
+  setup
+  install_app_packages
 }
 
 command=${1:-demo}
 shift || true
 case "$command" in
-  setup) setup ;;
+  setup) setup_tests ;;
   demo) setup; exec "$VENV/bin/sandbridge" demo "$@" ;;
   test)
-    setup
+    setup_tests
     "$VENV/bin/ruff" check src tests benchmarks
     "$VENV/bin/ruff" format --check src tests benchmarks
     "$VENV/bin/mypy"
