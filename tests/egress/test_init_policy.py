@@ -201,3 +201,42 @@ def test_a_policy_too_long_to_read_is_not_written(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match=r"allow: would be [0-9]+ bytes, more than the"):
         write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
     assert not (tmp_path / ".sandbridge").exists()
+
+
+def test_an_address_of_this_host_or_a_private_one_never_becomes_an_internet_entry(
+    tmp_path: Path,
+) -> None:
+    # A project's index URLs naming the host's loopback in another spelling, the gate
+    # (word or address: a host service inside), the cloud metadata service or a private
+    # address: each was an active proxy entry under "python", and an address entry is
+    # taken at its word (127.0.0.2:22 reached the host's sshd, 100.64.0.1:2375 a docker
+    # API, 169.254.169.254 the instance's credentials).
+    (tmp_path / "requirements.txt").write_text(
+        "--index-url http://127.0.0.2:22/simple\n"
+        "--extra-index-url http://[::ffff:127.0.0.1]:6379/simple\n"
+        "--extra-index-url http://gate:2222/simple\n"
+        "--extra-index-url http://100.64.0.1:2375/\n"
+        "--extra-index-url http://169.254.169.254/latest\n"
+        "--extra-index-url http://10.0.0.8:8080/\n"
+        "--extra-index-url http://[fd00::8]:8080/\n"
+        "requests\n"
+    )
+    (tmp_path / ".gitmodules").write_text('[submodule "s"]\n\turl = https://192.168.1.9/s.git\n')
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert [rule.text for rule in policy.rules] == []
+    # The host's own ports are host services (gate:PORT), their evidence saying so.
+    assert sorted(service.port for service in policy.host_services) == [22, 2222, 2375, 6379]
+    allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
+    assert allow[allow.index("gate:22") - 1] == (
+        "# requirements.txt:1: package index (--index-url) on this host"
+    )
+    # Other addresses that are not public are suggestions that say why.
+    for entry, address, kind in [
+        ("169.254.169.254", "169.254.169.254", "link-local"),
+        ("10.0.0.8:8080", "10.0.0.8", "private"),
+        ("[fd00::8]:8080", "fd00::8", "private"),
+        ("192.168.1.9", "192.168.1.9", "private"),
+    ]:
+        at = allow.index(f"# {entry}")
+        assert allow[at - 1].startswith(f"# {address} is a {kind} address: ")

@@ -37,7 +37,7 @@ from sandbridge.egress.policy import (
 )
 from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.survey import Survey
-from sandbridge.egress.survey_findings import Finding, Kind
+from sandbridge.egress.survey_findings import Finding, Kind, not_public
 from sandbridge.exceptions import PolicyError
 
 ENV_FILE = ALLOW_FILE.parent / "env"
@@ -63,6 +63,8 @@ class PolicyFiles:
 
 def _is_active(finding: Finding) -> bool:
     what = finding.what
+    if finding.kind is Kind.HOST and not_public(finding.name):
+        return False  # an address entry is taken at its word: the owner must choose it
     if "over ssh" in what:
         return False
     if what.startswith("git submodule"):
@@ -83,6 +85,12 @@ def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
     lines = [f"# {f.where}: {f.what}" for f in evidence[:MAX_EVIDENCE]]
     if len(evidence) > MAX_EVIDENCE:
         lines.append(f"# ... and {len(evidence) - MAX_EVIDENCE} more")
+    kind = not_public(evidence[0].name) if evidence[0].kind is Kind.HOST else None
+    if kind is not None:
+        lines.append(
+            f"# {evidence[0].name} is a {kind} address: the proxy connects to an address "
+            "entry as written; uncomment it only if the sandbox must reach it"
+        )
     lines.append(entry if active else f"# {entry}")
     return lines
 
