@@ -86,7 +86,7 @@ def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
     if len(evidence) > MAX_EVIDENCE:
         lines.append(f"# ... and {len(evidence) - MAX_EVIDENCE} more")
     kind = not_public(evidence[0].name) if evidence[0].kind is Kind.HOST else None
-    if kind is not None:
+    if kind is not None and not active:
         lines.append(
             f"# {evidence[0].name} is a {kind} address: the proxy connects to an address "
             "entry as written; uncomment it only if the sandbox must reach it"
