@@ -240,3 +240,18 @@ def test_an_address_of_this_host_or_a_private_one_never_becomes_an_internet_entr
     ]:
         at = allow.index(f"# {entry}")
         assert allow[at - 1].startswith(f"# {address} is a {kind} address: ")
+
+
+def test_a_wildcard_the_project_names_is_only_a_commented_entry(tmp_path: Path) -> None:
+    # GOPRIVATE-style patterns in a project's .env were active entries: `*.github.io`
+    # or `*.ngrok-free.app` lets the sandbox reach every name anyone can register there.
+    (tmp_path / ".env").write_text(
+        "GOPRIVATE=*.github.io,*.ngrok-free.app/x,git.corp.test\nGONOSUMDB=*.co.uk\n"
+    )
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert [rule.text for rule in policy.rules] == ["git.corp.test"]
+    allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
+    for pattern in ("*.github.io", "*.ngrok-free.app", "*.co.uk"):
+        at = allow.index(f"# {pattern}")
+        assert allow[at - 1].startswith(f"# {pattern} is a wildcard: it allows every name ")

@@ -63,8 +63,8 @@ class PolicyFiles:
 
 def _is_active(finding: Finding) -> bool:
     what = finding.what
-    if finding.kind is Kind.HOST and not_public(finding.name):
-        return False  # an address entry is taken at its word: the owner must choose it
+    if finding.kind is Kind.HOST and _caution(finding.name):
+        return False  # the owner must choose it (_caution says why)
     if "over ssh" in what:
         return False
     if what.startswith("git submodule"):
@@ -85,14 +85,26 @@ def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
     lines = [f"# {f.where}: {f.what}" for f in evidence[:MAX_EVIDENCE]]
     if len(evidence) > MAX_EVIDENCE:
         lines.append(f"# ... and {len(evidence) - MAX_EVIDENCE} more")
-    kind = not_public(evidence[0].name) if evidence[0].kind is Kind.HOST else None
-    if kind is not None and not active:
-        lines.append(
-            f"# {evidence[0].name} is a {kind} address: the proxy connects to an address "
-            "entry as written; uncomment it only if the sandbox must reach it"
-        )
+    caution = _caution(evidence[0].name) if evidence[0].kind is Kind.HOST else None
+    if caution is not None and not active:
+        lines.append(f"# {caution}; uncomment it only if the sandbox must reach it")
     lines.append(entry if active else f"# {entry}")
     return lines
+
+
+def _caution(host: str) -> str | None:
+    """Why a host the project names is not made an active entry: a wildcard (a public
+    suffix such as ``.github.io`` looks like a company's domain), or an address that is
+    not public (an address entry is taken at its word)."""
+    if host.startswith("*."):
+        return (
+            f"{host} is a wildcard: it allows every name ending in {host[1:]}, and a public "
+            "suffix (.co.uk, .github.io) looks like a company's domain"
+        )
+    kind = not_public(host)
+    if kind is None:
+        return None
+    return f"{host} is a {kind} address: the proxy connects to an address entry as written"
 
 
 def _grouped(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
@@ -135,9 +147,10 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
     if suggested:
         lines += [
             "",
-            "# named by the project but not needed to build it (git remotes: fetching is",
-            "# also pushing; hosts only CI names; git over ssh, which the proxy does not",
-            "# carry): uncomment what the sandbox should reach",
+            "# named by the project but not made entries (git remotes: fetching is also",
+            "# pushing; hosts only CI names; git over ssh, which the proxy does not carry;",
+            "# wildcards and addresses that are not public, each saying why): uncomment",
+            "# what the sandbox should reach",
         ]
         for entry, evidence in _grouped(suggested).items():
             lines += _block(entry, evidence, False)
