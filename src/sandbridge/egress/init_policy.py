@@ -15,7 +15,9 @@ What becomes an active entry, and what only a commented suggestion:
 - host ports that compose files publish, and registries on this host: ``gate:PORT``;
 - git remotes (fetching is also pushing: a way out), hosts only CI files name, remotes
   over ssh (which does not use the egress proxy) and ports the project serves
-  (``publish = PORT``, auto-publish being opt-in): commented.
+  (``publish = PORT``, auto-publish being opt-in): commented;
+- a wildcard or an address that is not public, whatever names it: commented, with a
+  line saying why (the project's files are the sandbox's to have written).
 """
 
 from __future__ import annotations
