@@ -606,6 +606,9 @@ def test_comments_and_descriptions_name_no_host(tmp_path: Path) -> None:
             "repositories { maven { url 'https://gradle-repo.test/m2' } }\n",
             ".yarnrc.yml": '# npmRegistryServer: "https://yarn-comment.test"\n'
             'npmRegistryServer: "https://yarn-registry.test"\n',
+            "pom.xml": "<project><repositories>\n<!--\n<repository><url>https://pom-comment.test/"
+            "</url></repository>\n-->\n<repository><url>https://pom-repo.test/m2</url>"
+            "</repository>\n</repositories></project>\n",
         },
     )
     hosts = names(survey(tmp_path), Kind.HOST)
@@ -618,6 +621,7 @@ def test_comments_and_descriptions_name_no_host(tmp_path: Path) -> None:
         "wrap.test",
         "gradle-repo.test",
         "yarn-registry.test",
+        "pom-repo.test",
     } <= hosts
     assert not {host for host in hosts if "comment" in host or "inline" in host}
     assert "lock-description.test" not in hosts and "github-repo.test" not in hosts

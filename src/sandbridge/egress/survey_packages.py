@@ -452,12 +452,26 @@ def read_python_lock(path: str, text: str) -> list[Finding]:
 _POM_REPOSITORY_BLOCKS = ("repositories", "pluginRepositories", "distributionManagement", "mirrors")
 
 
+def without_xml_comments(text: str) -> str:
+    """``text`` with each ``<!-- ... -->`` blanked (its line breaks kept, so lines keep
+    their numbers); an unclosed one runs to the end. Linear: one pass of ``str.find``."""
+    parts = []
+    done = 0
+    while (start := text.find("<!--", done)) >= 0:
+        end = text.find("-->", start + 4)
+        end = len(text) if end < 0 else end + 3
+        parts += [text[done:start], "\n" * text.count("\n", start, end)]
+        done = end
+    parts.append(text[done:])
+    return "".join(parts)
+
+
 def read_pom(path: str, text: str) -> list[Finding]:
     """URLs inside ``<repositories>``, ``<pluginRepositories>``, ``<mirrors>`` and
     ``<distributionManagement>`` (a project's homepage or SCM URL is no repository)."""
     found = [ecosystem(path, MAVEN, "pom.xml")]
     depth = 0
-    for number, line in numbered(text):
+    for number, line in numbered(without_xml_comments(text)):
         for block in _POM_REPOSITORY_BLOCKS:
             depth += line.count(f"<{block}>") - line.count(f"</{block}>")
         if depth > 0 and "<url>" in line:
