@@ -255,3 +255,15 @@ def test_a_wildcard_the_project_names_is_only_a_commented_entry(tmp_path: Path) 
     for pattern in ("*.github.io", "*.ngrok-free.app", "*.co.uk"):
         at = allow.index(f"# {pattern}")
         assert allow[at - 1].startswith(f"# {pattern} is a wildcard: it allows every name ")
+
+
+def test_the_word_gate_as_a_host_never_breaks_the_written_policy(tmp_path: Path) -> None:
+    # `GOPRIVATE=gate` or `--trusted-host gate` gave the entry `gate`, which the policy
+    # reader refuses (a host service needs a port): every later run stopped with exit 2.
+    (tmp_path / ".env").write_text("GOPRIVATE=gate\n")
+    (tmp_path / "requirements.txt").write_text("--trusted-host gate\nrequests\n")
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert policy.rules == () and policy.host_services == ()
+    allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
+    assert allow[allow.index("# gate") - 1].startswith("# gate names this host's services")

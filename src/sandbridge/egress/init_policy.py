@@ -89,24 +89,34 @@ def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
         lines.append(f"# ... and {len(evidence) - MAX_EVIDENCE} more")
     caution = _caution(evidence[0].name) if evidence[0].kind is Kind.HOST else None
     if caution is not None and not active:
-        lines.append(f"# {caution}; uncomment it only if the sandbox must reach it")
+        lines.append(f"# {caution}")
     lines.append(entry if active else f"# {entry}")
     return lines
 
 
 def _caution(host: str) -> str | None:
-    """Why a host the project names is not made an active entry: a wildcard (a public
+    """Why a host the project names is not made an active entry: the word ``gate``
+    without a port (which the policy reader refuses), a wildcard (a public
     suffix such as ``.github.io`` looks like a company's domain), or an address that is
     not public (an address entry is taken at its word)."""
+    if host == "gate":  # a port of it is a host service; the word alone is no entry
+        return (
+            "gate names this host's services, not a host the proxy reaches: write gate:PORT "
+            "for the port the sandbox needs"
+        )
     if host.startswith("*."):
         return (
             f"{host} is a wildcard: it allows every name ending in {host[1:]}, and a public "
-            "suffix (.co.uk, .github.io) looks like a company's domain"
+            "suffix (.co.uk, .github.io) looks like a company's domain; uncomment it only if "
+            "the sandbox must reach it"
         )
     kind = not_public(host)
     if kind is None:
         return None
-    return f"{host} is a {kind} address: the proxy connects to an address entry as written"
+    return (
+        f"{host} is a {kind} address: the proxy connects to an address entry as written; "
+        "uncomment it only if the sandbox must reach it"
+    )
 
 
 def _grouped(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
