@@ -267,3 +267,14 @@ def test_the_word_gate_as_a_host_never_breaks_the_written_policy(tmp_path: Path)
     assert policy.rules == () and policy.host_services == ()
     allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
     assert allow[allow.index("# gate") - 1].startswith("# gate names this host's services")
+
+
+def test_a_url_with_port_0_names_no_entry(tmp_path: Path) -> None:
+    # https://x.test:0/ gave the entry x.test:0, which the policy reader refuses (every
+    # later run stopped); http://localhost:0/ gave gate:80, a port nothing named.
+    (tmp_path / "requirements.txt").write_text(
+        "--index-url https://x.test:0/simple\n--extra-index-url http://localhost:0/\nrequests\n"
+    )
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert policy.rules == () and policy.host_services == ()

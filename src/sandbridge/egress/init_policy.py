@@ -36,6 +36,7 @@ from sandbridge.egress.policy import (
     DEFAULT_PORTS,
     MAX_POLICY_FILE_BYTES,
     format_entry,
+    parse_entry,
 )
 from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.survey import Survey
@@ -90,6 +91,12 @@ def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
     caution = _caution(evidence[0].name) if evidence[0].kind is Kind.HOST else None
     if caution is not None and not active:
         lines.append(f"# {caution}")
+    if active and evidence[0].kind in (Kind.HOST, Kind.SERVICE):
+        try:  # a line the policy reader refuses would stop every later run
+            parse_entry(entry, "entry")
+        except PolicyError as exc:
+            lines.append(f"# not an entry: {str(exc).removeprefix('entry: ')}")
+            active = False
     lines.append(entry if active else f"# {entry}")
     return lines
 

@@ -108,6 +108,8 @@ def url_host(text: str) -> tuple[str, int | None] | None:
             return None
         if host is None or _cut_credentials(parts.netloc, text.split("://", 1)[1]):
             return None
+        if port == 0:  # no port anything listens on: not a URL a tool reaches
+            return None
         valid = valid_host(host)
         return None if valid is None else (valid, port)
     match = SCP_REMOTE.match(text)
