@@ -187,6 +187,35 @@ def test_an_egress_request_allowed_once_from_the_page_answers_the_sandbox(
     expect(page.locator("#egress-pending tbody")).to_contain_text("none")
 
 
+def test_a_pending_request_shows_the_warning_the_owner_must_read(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # The host's loopback in IPv4-mapped IPv6 form: an address entry is taken at its word,
+    # so approving it lets the proxy connect to the host's sshd. The owner's terminal
+    # and `egress pending` say so; the page showed the address and the reason alone.
+    command = (
+        "sandbridge-allow '[::ffff:127.0.0.1]:22' --reason 'the package mirror' --no-wait; "
+        "exec sleep 600"
+    )
+    session = TerminalSession(tmp_path, command=command)
+    ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=session.env)
+    context = browser.new_context()
+    try:
+        opened = context.new_page()
+        errors = console_errors(opened)
+        opened.goto(ui.wait_line("http://"))
+        row = opened.locator("#egress-pending tbody tr", has_text="the package mirror")
+        expect(row.locator("td").nth(4)).to_contain_text(
+            "is a loopback address: approving lets the proxy connect to it"
+        )
+        expect(row.locator("td.caution")).to_have_count(1)
+        assert errors == []
+    finally:
+        context.close()
+        ui.stop()
+        session.stop()
+
+
 def test_stopping_a_session_from_the_page_by_keyboard_ends_its_sandbox(
     page: Page, session: TerminalSession
 ) -> None:

@@ -201,3 +201,80 @@ def test_a_policy_too_long_to_read_is_not_written(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match=r"allow: would be [0-9]+ bytes, more than the"):
         write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
     assert not (tmp_path / ".sandbridge").exists()
+
+
+def test_an_address_of_this_host_or_a_private_one_never_becomes_an_internet_entry(
+    tmp_path: Path,
+) -> None:
+    # A project's index URLs naming the host's loopback in another spelling, the gate
+    # (word or address: a host service inside), the cloud metadata service or a private
+    # address: each was an active proxy entry under "python", and an address entry is
+    # taken at its word (127.0.0.2:22 reached the host's sshd, 100.64.0.1:2375 a docker
+    # API, 169.254.169.254 the instance's credentials).
+    (tmp_path / "requirements.txt").write_text(
+        "--index-url http://127.0.0.2:22/simple\n"
+        "--extra-index-url http://[::ffff:127.0.0.1]:6379/simple\n"
+        "--extra-index-url http://gate:2222/simple\n"
+        "--extra-index-url http://100.64.0.1:2375/\n"
+        "--extra-index-url http://169.254.169.254/latest\n"
+        "--extra-index-url http://10.0.0.8:8080/\n"
+        "--extra-index-url http://[fd00::8]:8080/\n"
+        "requests\n"
+    )
+    (tmp_path / ".gitmodules").write_text('[submodule "s"]\n\turl = https://192.168.1.9/s.git\n')
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert [rule.text for rule in policy.rules] == []
+    # The host's own ports are host services (gate:PORT), their evidence saying so.
+    assert sorted(service.port for service in policy.host_services) == [22, 2222, 2375, 6379]
+    allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
+    assert allow[allow.index("gate:22") - 1] == (
+        "# requirements.txt:1: package index (--index-url) on this host"
+    )
+    # Other addresses that are not public are suggestions that say why.
+    for entry, address, kind in [
+        ("169.254.169.254", "169.254.169.254", "link-local"),
+        ("10.0.0.8:8080", "10.0.0.8", "private"),
+        ("[fd00::8]:8080", "fd00::8", "private"),
+        ("192.168.1.9", "192.168.1.9", "private"),
+    ]:
+        at = allow.index(f"# {entry}")
+        assert allow[at - 1].startswith(f"# {address} is a {kind} address: ")
+
+
+def test_a_wildcard_the_project_names_is_only_a_commented_entry(tmp_path: Path) -> None:
+    # GOPRIVATE-style patterns in a project's .env were active entries: `*.github.io`
+    # or `*.ngrok-free.app` lets the sandbox reach every name anyone can register there.
+    (tmp_path / ".env").write_text(
+        "GOPRIVATE=*.github.io,*.ngrok-free.app/x,git.corp.test\nGONOSUMDB=*.co.uk\n"
+    )
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert [rule.text for rule in policy.rules] == ["git.corp.test"]
+    allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
+    for pattern in ("*.github.io", "*.ngrok-free.app", "*.co.uk"):
+        at = allow.index(f"# {pattern}")
+        assert allow[at - 1].startswith(f"# {pattern} is a wildcard: it allows every name ")
+
+
+def test_the_word_gate_as_a_host_never_breaks_the_written_policy(tmp_path: Path) -> None:
+    # `GOPRIVATE=gate` or `--trusted-host gate` gave the entry `gate`, which the policy
+    # reader refuses (a host service needs a port): every later run stopped with exit 2.
+    (tmp_path / ".env").write_text("GOPRIVATE=gate\n")
+    (tmp_path / "requirements.txt").write_text("--trusted-host gate\nrequests\n")
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert policy.rules == () and policy.host_services == ()
+    allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
+    assert allow[allow.index("# gate") - 1].startswith("# gate names this host's services")
+
+
+def test_a_url_with_port_0_names_no_entry(tmp_path: Path) -> None:
+    # https://x.test:0/ gave the entry x.test:0, which the policy reader refuses (every
+    # later run stopped); http://localhost:0/ gave gate:80, a port nothing named.
+    (tmp_path / "requirements.txt").write_text(
+        "--index-url https://x.test:0/simple\n--extra-index-url http://localhost:0/\nrequests\n"
+    )
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    policy = load_policy(tmp_path)
+    assert policy.rules == () and policy.host_services == ()

@@ -369,3 +369,13 @@ def test_describe_lists_publish_rules_with_their_source(tmp_path: Path) -> None:
         line.startswith("publish = 3000-3999 silent") and line.endswith("(.sandbridge/config:1)")
         for line in lines
     )
+
+
+def test_a_private_address_under_a_wildcard_suggests_the_name_alone() -> None:
+    # The line a refusal names is shown to the owner (the 403, the dashboard) as the one
+    # that allows it: `*.corp.example:8080 private` would open every name of the domain
+    # to private addresses, for one name the sandbox chose.
+    decision = match_destination(POLICY, "evil.corp.example", 8080)
+    _, final = check_addresses(decision, "Evil.corp.example.", 8080, [ip("10.1.2.3")])
+    assert not final.allowed
+    assert final.suggestion == "evil.corp.example:8080 private"

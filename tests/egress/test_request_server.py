@@ -27,7 +27,7 @@ from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.egress_opening import encode_open, encode_request
 from tests.conftest import PYTHON, REPO
 
-ALLOW_TEXT = "# reviewed\npublic.test\n"
+ALLOW_TEXT = "# reviewed\npublic.test\nnarrow.test:443\n"
 
 
 class TableResolver:
@@ -216,6 +216,16 @@ def test_an_allowed_destination_is_answered_without_a_request(host: Host) -> Non
         "detail": "already allowed by 'public.test' (.sandbridge/allow:2)",
     }
     assert host.owner("egress_pending")["requests"] == []
+
+
+def test_a_destination_allowed_on_one_of_its_ports_only_is_asked_for(host: Host) -> None:
+    # Without a port a request means 80, 443 and 8443; an entry for :443 alone allows
+    # one of them, so "already allowed" (exit 0, the owner never asked) was untrue.
+    assert ask_once(host, "narrow.test:443")["state"] == "allowed"
+    answer = ask_once(host, "narrow.test")
+    assert answer["state"] == "pending"
+    [row] = host.owner("egress_pending")["requests"]
+    assert row["destination"] == "narrow.test"
 
 
 @pytest.mark.parametrize(

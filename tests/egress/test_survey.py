@@ -577,3 +577,51 @@ def test_a_directory_that_cannot_be_opened_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(PolicyError, match="cannot survey it"):
         survey(tmp_path / "missing")
+
+
+def test_comments_and_descriptions_name_no_host(tmp_path: Path) -> None:
+    # A URL in a comment, or in a lockfile's package description or a manifest's
+    # homepage, is no source the tools fetch from; each was an active entry of init's
+    # policy ("requirements.txt:1: direct reference"), the sandbox's pick of a host.
+    write(
+        tmp_path,
+        {
+            "requirements.txt": "# https://req-comment.test/x\n"
+            "requests  # mirror: https://req-inline.test/\n"
+            "lib @ https://req-direct.test/lib.whl#sha256=ab\n",
+            "Cargo.toml": '[package]\nname = "x"\nrepository = "https://github-repo.test/x"\n'
+            '# registry = "https://cargo-comment.test/index"\n'
+            '[dependencies]\nx = { git = "https://cargo-git.test/x" }\n',
+            ".cargo/config.toml": '# [registries.x]\n# index = "https://config-comment.test/"\n'
+            '[registries.corp]\nindex = "https://config-index.test/index"\n',
+            "poetry.lock": '[[package]]\nname = "a"\n'
+            'description = "Mirror at url = https://lock-description.test/ for all"\n'
+            '# url = "https://lock-comment.test/"\n'
+            '[package.source]\ntype = "legacy"\nurl = "https://lock-source.test/simple"\n',
+            "Gemfile": '# source "https://gem-comment.test"\n'
+            'gem "x", git: "https://gem-git.test/x"  # forked from https://gem-inline.test/\n',
+            "gradle/wrapper/gradle-wrapper.properties": "#distributionUrl=https\\://wrap-comment"
+            ".test/g.zip\ndistributionUrl=https\\://wrap.test/g.zip\n",
+            "build.gradle": "// maven { url 'https://gradle-comment.test/m2' }\n"
+            "repositories { maven { url 'https://gradle-repo.test/m2' } }\n",
+            ".yarnrc.yml": '# npmRegistryServer: "https://yarn-comment.test"\n'
+            'npmRegistryServer: "https://yarn-registry.test"\n',
+            "pom.xml": "<project><repositories>\n<!--\n<repository><url>https://pom-comment.test/"
+            "</url></repository>\n-->\n<repository><url>https://pom-repo.test/m2</url>"
+            "</repository>\n</repositories></project>\n",
+        },
+    )
+    hosts = names(survey(tmp_path), Kind.HOST)
+    assert {
+        "req-direct.test",
+        "cargo-git.test",
+        "config-index.test",
+        "lock-source.test",
+        "gem-git.test",
+        "wrap.test",
+        "gradle-repo.test",
+        "yarn-registry.test",
+        "pom-repo.test",
+    } <= hosts
+    assert not {host for host in hosts if "comment" in host or "inline" in host}
+    assert "lock-description.test" not in hosts and "github-repo.test" not in hosts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from sandbridge.egress.requests import quoted
@@ -52,15 +53,39 @@ def _age(seconds: float) -> str:
     return f"{seconds / 60:.0f}m ago"
 
 
+def _confirmed(session: str, request_id: str, what: str, save: bool) -> bool:
+    """At a terminal, what the request asks for, from the session's own table, and the
+    owner's yes: the line the owner copied the id from was printed on the terminal the
+    sandbox writes to, so the sandbox may have rewritten it (an id beside another host)."""
+    rows = [row for row in _pending_of(session) if row.get("id") == request_id]
+    if not rows:
+        return True  # nothing to show: the session's own refusal names why
+    row = rows[0]
+    print(f"egress request {request_id} asks for {row['destination']} ({what}"
+          f"{', saved to .sandbridge/allow' if save else ''}), "
+          f"reason: {quoted(str(row['reason']))}")  # fmt: skip
+    if row.get("caution"):
+        print(f"  WARNING: {row['caution']}")
+    try:
+        answer = input("approve it? [y/N] ")
+    except EOFError:
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     # One connection by default; what is saved for every later session is allowed for
     # the rest of this one too, unless --once says otherwise.
     scope = args.scope or ("session" if args.save else "once")
-    answer = call(
-        split_request_id(args.id),
-        {"op": "egress_approve", "id": args.id, "scope": scope, "save": args.save},
-    )
+    session = split_request_id(args.id)
     what = "one connection" if scope == "once" else "until the session ends"
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    if interactive and not args.yes and not _confirmed(session, args.id, what, args.save):
+        print(f"not approved: egress request {args.id} stays pending")
+        return 1
+    answer = call(
+        session, {"op": "egress_approve", "id": args.id, "scope": scope, "save": args.save}
+    )
     print(f"approved {args.id}: {answer['destination']}, {what}")
     if answer.get("saved"):
         print(f"saved to {answer['saved']} (read by the next session)")
@@ -105,6 +130,11 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="also append the entry, with the reason and date as a comment, to the "
         "project's .sandbridge/allow (read by the next session)",
+    )
+    approve.add_argument(
+        "--yes",
+        action="store_true",
+        help="do not ask (at a terminal, approve first shows the destination and asks)",
     )
     approve.set_defaults(func=cmd_approve, scope=None)
 

@@ -161,11 +161,13 @@ def check_addresses(
     if not addresses:
         return [], Decision(False, f"{host} does not resolve to any address")
     first = addresses[0]
+    # The name itself, not a wildcard it fell under: the line must open no other name.
+    named = (normalise_host(host) or rule.host) if rule.host.startswith("*.") else rule.host
     return [], Decision(
         False,
         f"{host} resolves to {first} ({address_kind(first, local)}), which names may only "
         "reach when their entry says 'private'",
-        suggestion=format_entry(rule.host, rule.port if rule.port else None, private=True),
+        suggestion=format_entry(named, rule.port if rule.port else None, private=True),
     )
 
 

@@ -15,7 +15,9 @@ What becomes an active entry, and what only a commented suggestion:
 - host ports that compose files publish, and registries on this host: ``gate:PORT``;
 - git remotes (fetching is also pushing: a way out), hosts only CI files name, remotes
   over ssh (which does not use the egress proxy) and ports the project serves
-  (``publish = PORT``, auto-publish being opt-in): commented.
+  (``publish = PORT``, auto-publish being opt-in): commented;
+- a wildcard or an address that is not public, whatever names it: commented, with a
+  line saying why (the project's files are the sandbox's to have written).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from sandbridge.egress.policy import (
     DEFAULT_PORTS,
     MAX_POLICY_FILE_BYTES,
     format_entry,
+    parse_entry,
 )
 from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.survey import Survey
-from sandbridge.egress.survey_findings import Finding, Kind
+from sandbridge.egress.survey_findings import Finding, Kind, not_public
 from sandbridge.exceptions import PolicyError
 
 ENV_FILE = ALLOW_FILE.parent / "env"
@@ -63,6 +66,8 @@ class PolicyFiles:
 
 def _is_active(finding: Finding) -> bool:
     what = finding.what
+    if finding.kind is Kind.HOST and _caution(finding.name):
+        return False  # the owner must choose it (_caution says why)
     if "over ssh" in what:
         return False
     if what.startswith("git submodule"):
@@ -83,8 +88,42 @@ def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
     lines = [f"# {f.where}: {f.what}" for f in evidence[:MAX_EVIDENCE]]
     if len(evidence) > MAX_EVIDENCE:
         lines.append(f"# ... and {len(evidence) - MAX_EVIDENCE} more")
+    caution = _caution(evidence[0].name) if evidence[0].kind is Kind.HOST else None
+    if caution is not None and not active:
+        lines.append(f"# {caution}")
+    if active and evidence[0].kind in (Kind.HOST, Kind.SERVICE):
+        try:  # a line the policy reader refuses would stop every later run
+            parse_entry(entry, "entry")
+        except PolicyError as exc:
+            lines.append(f"# not an entry: {str(exc).removeprefix('entry: ')}")
+            active = False
     lines.append(entry if active else f"# {entry}")
     return lines
+
+
+def _caution(host: str) -> str | None:
+    """Why a host the project names is not made an active entry: the word ``gate``
+    without a port (which the policy reader refuses), a wildcard (a public
+    suffix such as ``.github.io`` looks like a company's domain), or an address that is
+    not public (an address entry is taken at its word)."""
+    if host == "gate":  # a port of it is a host service; the word alone is no entry
+        return (
+            "gate names this host's services, not a host the proxy reaches: write gate:PORT "
+            "for the port the sandbox needs"
+        )
+    if host.startswith("*."):
+        return (
+            f"{host} is a wildcard: it allows every name ending in {host[1:]}, and a public "
+            "suffix (.co.uk, .github.io) looks like a company's domain; uncomment it only if "
+            "the sandbox must reach it"
+        )
+    kind = not_public(host)
+    if kind is None:
+        return None
+    return (
+        f"{host} is a {kind} address: the proxy connects to an address entry as written; "
+        "uncomment it only if the sandbox must reach it"
+    )
 
 
 def _grouped(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
@@ -127,9 +166,10 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
     if suggested:
         lines += [
             "",
-            "# named by the project but not needed to build it (git remotes: fetching is",
-            "# also pushing; hosts only CI names; git over ssh, which the proxy does not",
-            "# carry): uncomment what the sandbox should reach",
+            "# named by the project but not made entries (git remotes: fetching is also",
+            "# pushing; hosts only CI names; git over ssh, which the proxy does not carry;",
+            "# wildcards and addresses that are not public, each saying why): uncomment",
+            "# what the sandbox should reach",
         ]
         for entry, evidence in _grouped(suggested).items():
             lines += _block(entry, evidence, False)

@@ -10,7 +10,9 @@ the host at most twice that.
 Rotation forgets, and the sandbox chooses what fills the log: ~10,000 cheap refused
 connections would push every earlier allowed one out of it. So ``sandbridge status``
 reads ``egress-tally.jsonl`` instead: one line per (decision, kind, destination) with its
-count and first and last time, rewritten whole (write, then rename) on every decision.
+count and first and last time, the last line of each being its count: a decision appends
+one line, and the file is written whole (write, then rename) once it holds
+:data:`TALLY_COMPACT_FACTOR` times the lines it needs.
 Allowed and refused destinations have separate budgets, so refusals can never crowd out
 an allowed destination, and a decision past its budget is counted under
 :data:`OTHER_DESTINATIONS` rather than dropped.
@@ -35,11 +37,14 @@ MAX_LOG_BYTES = 1024 * 1024
 MAX_FIELD_CHARS = 300
 TALLY_NAME = "egress-tally.jsonl"
 # Distinct destinations the tally names, per decision (a line is at most ~700 bytes, and
-# the file is rewritten on every decision). Every allowed destination is a real
+# the file is written whole now and then). Every allowed destination is a real
 # connection its owner should see: 256 is far more than a build's registries and mirrors.
 # Refused ones are the sandbox's to invent: 64 show what it tried, the rest are counted.
 MAX_ALLOWED_DESTINATIONS = 256
 MAX_REFUSED_DESTINATIONS = 64
+# The tally file is appended to, one line a decision, and written whole again once it
+# holds this many times the lines it needs (so at most this many times its size).
+TALLY_COMPACT_FACTOR = 4
 # Where decisions past a budget are counted, per decision and kind.
 OTHER_DESTINATIONS = "(other destinations)"
 
@@ -69,8 +74,9 @@ class EgressTally:
     _lines: dict[TallyKey, str] = field(default_factory=dict)
     _named: dict[str, int] = field(default_factory=dict)
 
-    def add(self, decision: str, kind: str, destination: str, reason: str, when: float) -> None:
-        """Count one decision (under :data:`OTHER_DESTINATIONS` past its budget)."""
+    def add(self, decision: str, kind: str, destination: str, reason: str, when: float) -> str:
+        """Count one decision (under :data:`OTHER_DESTINATIONS` past its budget); return
+        the tally's new line."""
         key = (decision, kind, destination)
         if key not in self._tallies:
             budget = MAX_ALLOWED_DESTINATIONS if decision == "allowed" else MAX_REFUSED_DESTINATIONS
@@ -88,11 +94,16 @@ class EgressTally:
             reason=reason,
         )
         self._tallies[key] = tally
-        self._lines[key] = json.dumps(asdict(tally), separators=(",", ":")) + "\n"
+        line = json.dumps(asdict(tally), separators=(",", ":")) + "\n"
+        self._lines[key] = line
+        return line
 
     def text(self) -> str:
         """The tally file's content: one JSON line per tally."""
         return "".join(self._lines.values())
+
+    def __len__(self) -> int:
+        return len(self._lines)
 
     def tallies(self) -> list[DestinationTally]:
         """Refusals first, then by destination; each decision's other destinations last."""
@@ -111,6 +122,8 @@ class EgressLog:
     _tally: EgressTally = field(default_factory=EgressTally)
     # Called after each decision counted (the owner's dashboard shows the counts).
     on_record: Callable[[], None] = field(default=lambda: None)
+    # Lines in the tally file now (appended since it was last written whole).
+    _tally_file_lines: int = 0
 
     def tallies(self) -> list[DestinationTally]:
         """What this log counted so far (in memory, ordered as :meth:`EgressTally.tallies`)."""
@@ -131,7 +144,7 @@ class EgressLog:
         log.debug(f"egress.{decision}", kind=kind, destination=destination)
         if self.path is None:
             return
-        self._tally.add(decision, kind, destination, reason, now)
+        tally_line = self._tally.add(decision, kind, destination, reason, now)
         entry = {
             "time": now,
             "decision": decision,
@@ -146,13 +159,29 @@ class EgressLog:
                 os.replace(self.path, self.path.with_name(LOG_NAME + ".1"))
             with open(self.path, "a", encoding="utf-8") as file:
                 file.write(line)
-            # Write then rename: ``sandbridge status`` never reads a half-written tally.
-            scratch = self.path.with_name(TALLY_NAME + ".tmp")
-            scratch.write_text(self._tally.text(), encoding="utf-8")
-            os.replace(scratch, self.path.with_name(TALLY_NAME))
+            self._write_tally(tally_line)
         except OSError as exc:
             log.warning("egress.log_failed", path=str(self.path), reason=exc.strerror)
         self.on_record()
+
+    def _write_tally(self, line: str) -> None:
+        """Append the decision's tally line (a reader takes the last line of each
+        destination); once the file holds :data:`TALLY_COMPACT_FACTOR` times the lines it
+        needs, write it whole, then rename it into place: a decision costs one line, and
+        ``sandbridge status`` never reads a half-written file (a torn last line is
+        skipped, as any line that is not a tally)."""
+        assert self.path is not None
+        path = self.path.with_name(TALLY_NAME)
+        needed = len(self._tally)
+        if self._tally_file_lines and self._tally_file_lines < TALLY_COMPACT_FACTOR * needed:
+            with open(path, "a", encoding="utf-8") as file:
+                file.write(line)
+            self._tally_file_lines += 1
+            return
+        scratch = self.path.with_name(TALLY_NAME + ".tmp")
+        scratch.write_text(self._tally.text(), encoding="utf-8")
+        os.replace(scratch, path)
+        self._tally_file_lines = needed
 
 
 def read_entries(directory: Path) -> list[dict[str, object]]:
@@ -216,15 +245,15 @@ def read_tally(directory: Path) -> list[DestinationTally]:
         return tally(read_entries(directory))
     except OSError:
         return []
-    found: list[DestinationTally] = []
+    found: dict[TallyKey, DestinationTally] = {}
     for line in text.splitlines():
         try:
             parsed = _tally_of(decode_json(line))
         except ValueError:
             continue
-        if parsed is not None:
-            found.append(parsed)
-    return sorted(found, key=_order)
+        if parsed is not None:  # a later line of a destination is its newer count
+            found[(parsed.decision, parsed.kind, parsed.destination)] = parsed
+    return sorted(found.values(), key=_order)
 
 
 def summarise(tallies: list[DestinationTally]) -> list[str]:

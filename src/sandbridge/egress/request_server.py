@@ -30,6 +30,7 @@ from sandbridge.aio.tasks import first_done, running
 from sandbridge.egress.decision import match_destination
 from sandbridge.egress.policy import (
     ALLOW_FILE,
+    DEFAULT_PORTS,
     MAX_POLICY_FILE_BYTES,
     Policy,
     parse_entry,
@@ -161,12 +162,15 @@ class EgressRequests:
         return request
 
     def _allowed_now(self, destination: Destination) -> str | None:
-        """The entry that allows ``destination`` already, if any (wildcards: never)."""
+        """The entry that allows ``destination`` already, on every port it names, if any
+        (wildcards: never)."""
         if destination.host.startswith("*."):
             return None
-        port = 443 if destination.port is None else destination.port
-        decision = match_destination(self.grants.policy(self.policy), destination.host, port)
-        return decision.reason if decision.allowed else None
+        # Without a port the request means every default port: each must be allowed.
+        ports = sorted(DEFAULT_PORTS) if destination.port is None else [destination.port]
+        policy = self.grants.policy(self.policy)
+        decisions = [match_destination(policy, destination.host, port) for port in ports]
+        return decisions[0].reason if all(d.allowed for d in decisions) else None
 
     def _forget_events(self, now: float) -> None:
         """Drop the wake-up events of requests no longer pending (bounded memory)."""

@@ -19,11 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from sandbridge.egress.policy import normalise_name, parse_ip
+from sandbridge.egress.decision import address_kind
+from sandbridge.egress.policy import DEFAULT_GATE_ADDR, normalise_name, parse_ip
 from sandbridge.egress.requests import shown
 
 # Loopback names: a registry or service there is a host service, not an internet host.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+# What a sandbox names this host by: the gate (word or default address) is a host service.
+GATE_HOSTS = frozenset({"gate", str(DEFAULT_GATE_ADDR)})
 # A URL as it appears in a line of a manifest, lockfile or CI file.
 # A bracketed IPv6 host (``https://[2001:db8::1]:8443/``) is part of it; other brackets
 # end it (``[https://x]`` in a flow list). Every repetition that can fail is bounded or
@@ -105,6 +108,8 @@ def url_host(text: str) -> tuple[str, int | None] | None:
             return None
         if host is None or _cut_credentials(parts.netloc, text.split("://", 1)[1]):
             return None
+        if port == 0:  # no port anything listens on: not a URL a tool reaches
+            return None
         valid = valid_host(host)
         return None if valid is None else (valid, port)
     match = SCP_REMOTE.match(text)
@@ -124,6 +129,23 @@ def _cut_credentials(netloc: str, rest: str) -> bool:
     after = rest[len(netloc) :]
     first = re.split(r"(?<=.)/", after, maxsplit=1)[0]
     return re.search(r"[^/]@", first) is not None  # /@scope/pkg is a path
+
+
+def is_this_host(host: str) -> bool:
+    """Whether a URL's (valid) host names this host: a loopback name or address in any
+    spelling (``127.0.0.2``, ``[::ffff:127.0.0.1]``, ``0.0.0.0``), or the gate."""
+    if host in LOOPBACK_HOSTS or host in GATE_HOSTS:
+        return True
+    ip = parse_ip(host)
+    return ip is not None and address_kind(ip) in ("loopback", "unspecified")
+
+
+def not_public(host: str) -> str | None:
+    """What an IP-literal host is when it is not a public address (``"private"``,
+    ``"link-local"``...), else ``None`` (names included: the proxy judges what they
+    resolve to)."""
+    ip = parse_ip(host)
+    return None if ip is None else address_kind(ip)
 
 
 def host_display(host: str, port: int | None) -> str:
@@ -150,7 +172,7 @@ def host_finding(
     if parsed is None:
         return None
     host, port = parsed
-    if host in LOOPBACK_HOSTS:
+    if is_this_host(host):
         scheme = url.strip().strip("\"'").partition("://")[0].rsplit("+", 1)[-1].lower()
         service_port = port or default_port or SCHEME_PORTS.get(scheme)
         if service_port is None:

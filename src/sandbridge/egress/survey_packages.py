@@ -53,12 +53,29 @@ _GRADLE_REPOS = {
 }
 
 
+# Where a comment begins: ``#`` at a line's start or after a space (pip's own rule, and
+# TOML's, YAML's, Ruby's, a properties file's outside a value); ``//`` in Gradle.
+_HASH_COMMENT = re.compile(r"(?:^|\s)#")
+_SLASH_COMMENT = re.compile(r"(?:^|\s)//")
+_PROPERTIES_COMMENT = re.compile(r"^\s*[#!]|\s#")
+# Keys whose values are sources a lockfile's tool fetches from (not its descriptions).
+_LOCK_URL_KEYS = frozenset({"url", "registry"})
+# Keys of Cargo.toml and .cargo/config.toml whose values are registries or git sources
+# (not ``repository``, ``homepage`` or ``documentation``, which nothing fetches).
+_CARGO_URL_KEYS = frozenset({"git", "index", "registry", "registry-index"})
+
 # Characters one file's line lookups may search in all (Locator).
 MAX_LOCATE_CHARS = 16 * 1024 * 1024
 
 
 def numbered(text: str) -> Iterator[tuple[int, str]]:
     return enumerate(text.splitlines(), start=1)
+
+
+def uncommented(line: str, comment: re.Pattern[str] | None = _HASH_COMMENT) -> str:
+    """``line`` without its comment: a URL there is no source the tool reads."""
+    found = None if comment is None else comment.search(line)
+    return line if found is None else line[: found.start()]
 
 
 class Locator:
@@ -89,14 +106,53 @@ def ecosystem(path: str, name: str, what: str) -> Finding:
     return Finding(Kind.ECOSYSTEM, name, path, what, name)
 
 
-def url_findings(
-    path: str, text: str, what: str, name: str, keep: Callable[[str], bool] | None = None
+def url_findings(  # noqa: PLR0913  (the file, what it names, and how its lines are read)
+    path: str,
+    text: str,
+    what: str,
+    name: str,
+    keep: Callable[[str], bool] | None = None,
+    comment: re.Pattern[str] | None = _HASH_COMMENT,
 ) -> list[Finding]:
-    """A host finding for every URL on the lines ``keep`` accepts (every line by default)."""
+    """A host finding for every URL on the lines ``keep`` accepts (every line by default),
+    each line without its ``comment``."""
     found = []
-    for number, line in numbered(text):
+    for number, raw in numbered(text):
+        line = uncommented(raw, comment)
         if keep is None or keep(line):
             found += line_findings(line, f"{path}:{number}", what, name)
+    return found
+
+
+def keyed_values(data: Any, keys: frozenset[str]) -> list[str]:
+    """Every string held under one of ``keys`` in parsed TOML or JSON, at any depth
+    (walked without recursion: a hostile file may nest past the stack)."""
+    found: list[str] = []
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in keys:
+                    found += _strings(item)
+                stack.append(item)
+        elif isinstance(value, list):
+            stack.extend(value)
+    found.reverse()  # popped last-first: give them back in the file's order, roughly
+    return found
+
+
+def keyed_url_findings(  # noqa: PLR0913  (the file, its parsed values, what they name)
+    path: str, text: str, data: Any, keys: frozenset[str], what: str, name: str
+) -> list[Finding]:
+    """A host finding for every URL held under one of ``keys`` of the parsed ``data``."""
+    found = []
+    lines = Locator(text)
+    for value in keyed_values(data, keys):
+        if "://" in value:
+            finding = host_finding(value, at(path, lines.line_of(value)), what, name)
+            if finding is not None:
+                found.append(finding)
     return found
 
 
@@ -138,8 +194,9 @@ def _urls(line: str) -> list[str]:
 
 def read_requirements(path: str, text: str) -> list[Finding]:
     found = [ecosystem(path, PYTHON, "requirements file")]
-    for number, line in numbered(text):
+    for number, raw in numbered(text):
         where = f"{path}:{number}"
+        line = uncommented(raw)
         option = _PIP_OPTION.match(line)
         if option is None:
             found += line_findings(line, where, "direct reference", PYTHON)
@@ -334,10 +391,10 @@ def read_yarnrc(path: str, text: str) -> list[Finding]:
 
 
 def read_cargo_toml(path: str, text: str) -> list[Finding]:
-    keep = holding("git", "registry", "index")
+    data = _toml(text)
     return [
         ecosystem(path, CARGO, "Cargo.toml"),
-        *url_findings(path, text, "cargo dependency source", CARGO, keep),
+        *keyed_url_findings(path, text, data, _CARGO_URL_KEYS, "cargo dependency source", CARGO),
     ]
 
 
@@ -350,9 +407,10 @@ def read_cargo_lock(path: str, text: str) -> list[Finding]:
 
 
 def read_cargo_config(path: str, text: str) -> list[Finding]:
+    data = _toml(text)
     return [
         ecosystem(path, CARGO, "cargo config"),
-        *url_findings(path, text, "cargo registry config", CARGO),
+        *keyed_url_findings(path, text, data, _CARGO_URL_KEYS, "cargo registry config", CARGO),
     ]
 
 
@@ -374,11 +432,38 @@ def read_gemfile_lock(path: str, text: str) -> list[Finding]:
 
 
 def read_python_lock(path: str, text: str) -> list[Finding]:
+    """The ``url`` and ``registry`` values of a lockfile (TOML, or JSON for
+    ``Pipfile.lock``): its sources, not its packages' descriptions."""
     name = path.rsplit("/", 1)[-1]
-    return [ecosystem(path, PYTHON, name), *url_findings(path, text, f"{name} source", PYTHON)]
+    data: Any
+    if name.endswith(".lock") and name != "Pipfile.lock":
+        data = _toml(text)
+    else:
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            data = None
+    return [
+        ecosystem(path, PYTHON, name),
+        *keyed_url_findings(path, text, data, _LOCK_URL_KEYS, f"{name} source", PYTHON),
+    ]
 
 
 _POM_REPOSITORY_BLOCKS = ("repositories", "pluginRepositories", "distributionManagement", "mirrors")
+
+
+def without_xml_comments(text: str) -> str:
+    """``text`` with each ``<!-- ... -->`` blanked (its line breaks kept, so lines keep
+    their numbers); an unclosed one runs to the end. Linear: one pass of ``str.find``."""
+    parts = []
+    done = 0
+    while (start := text.find("<!--", done)) >= 0:
+        end = text.find("-->", start + 4)
+        end = len(text) if end < 0 else end + 3
+        parts += [text[done:start], "\n" * text.count("\n", start, end)]
+        done = end
+    parts.append(text[done:])
+    return "".join(parts)
 
 
 def read_pom(path: str, text: str) -> list[Finding]:
@@ -386,7 +471,7 @@ def read_pom(path: str, text: str) -> list[Finding]:
     ``<distributionManagement>`` (a project's homepage or SCM URL is no repository)."""
     found = [ecosystem(path, MAVEN, "pom.xml")]
     depth = 0
-    for number, line in numbered(text):
+    for number, line in numbered(without_xml_comments(text)):
         for block in _POM_REPOSITORY_BLOCKS:
             depth += line.count(f"<{block}>") - line.count(f"</{block}>")
         if depth > 0 and "<url>" in line:
@@ -401,7 +486,7 @@ def read_wrapper_properties(path: str, text: str) -> list[Finding]:
     keep = _url_property
     return [
         ecosystem(path, name, "wrapper"),
-        *url_findings(path, unescaped, f"{name} wrapper download", name, keep),
+        *url_findings(path, unescaped, f"{name} wrapper download", name, keep, _PROPERTIES_COMMENT),
     ]
 
 
@@ -416,8 +501,9 @@ def read_gradle(path: str, text: str) -> list[Finding]:
         if re.match(r"^\s*plugins\s*\{", line) and not plugins:
             plugins = True
             found.append(ecosystem(where, GRADLE, "plugins { } block"))
-        if "url" in line or "maven(" in line:
-            found += line_findings(line, where, "gradle repository", GRADLE)
+        code = uncommented(line, _SLASH_COMMENT)
+        if "url" in code or "maven(" in code:
+            found += line_findings(code, where, "gradle repository", GRADLE)
     return found
 
 

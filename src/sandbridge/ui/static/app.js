@@ -171,6 +171,10 @@ function renderPending(row, p) {
   cell(row, p.id);
   cell(row, p.destination);
   cell(row, p.reason);
+  // What approving would let the proxy reach that the destination does not say (an
+  // address of this host, a loopback address in another spelling, a wildcard).
+  if (p.caution) cell(row, `WARNING: ${p.caution}`, "caution");
+  else cell(row, null);
   const td = cell(row, "");
   const approve = (scope, save, label) => button(td, label, `${label}: egress request ${p.id}`,
     () => act({ action: "egress_approve", session: p.session, id: p.id, scope, save }, `approved ${p.id}`));
@@ -202,7 +206,7 @@ function render(tables) {
   fill("sessions", tables.sessions, renderSession, 8);
   fill("apps", tables.apps, renderApp, 6);
   fill("terminals", tables.terminals, renderTerminal, 9);
-  fill("egress-pending", tables.egress_pending, renderPending, 5);
+  fill("egress-pending", tables.egress_pending, renderPending, 6);
   fill("egress", tables.egress, renderEgress, 7);
 }
 
