@@ -5,7 +5,10 @@ fresh loopback listener under a name of its own (``<label>.localhost``, as an ap
 so the page shares no cookies or storage with any app or other localhost service. It
 is answered with ``Content-Security-Policy: sandbox allow-scripts``: its scripts run in
 an opaque origin, unable to read even the snapshot's own origin's storage. Only ``GET``
-and ``HEAD`` of any path are answered, each on a connection of its own.
+and ``HEAD`` of any path are answered, each on a connection of its own, and only to the
+owner: like an app's listener, it closes another local user's connection at accept
+(:mod:`sandbridge.relay.local_peer`), so nobody else reads the page (in the IP form
+``127.0.0.1:<port>`` it has no name to guess) or holds connections open against it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm, check_host
 from sandbridge.protocol.http.parser import RequestHead, RequestReader
+from sandbridge.relay import local_peer
 
 # A browser sends its request head at once; a connection silent for this long is closed.
 HEAD_TIMEOUT = 15.0
@@ -52,11 +56,16 @@ class Snapshot:
         return self.origin.url("/")
 
     async def start(self) -> None:
+        local_peer.shared_owners()  # its netlink socket, before any connection
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.origin = AppOrigin.new(port, self.url_form)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("sockname")[1]
+        if local_peer.owners_peer(writer.transport, port) is None:
+            writer.transport.abort()  # another user's: no answer, no task held open
+            return
         with self._tasks.current():
             try:
                 async with asyncio.timeout(HEAD_TIMEOUT):

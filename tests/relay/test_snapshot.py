@@ -1,0 +1,61 @@
+"""HTML snapshots (``sandbridge-open --html``) served by ``sandbridge host``: what another
+local user can do to one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import Relay, host_port_of, request
+from tests.relay.test_local_peer import AS_NOBODY, FLOOD_CONNECTIONS, flood, needs_root
+from tests.relay.test_open_requests import _ask
+
+PAGE = b"<!doctype html><title>report</title><p>what the agent found in the owner's code"
+# Run as another user: one GET with the snapshot's own Host; prints what came back.
+READ_AS_ANOTHER_USER = """
+import socket, sys
+port, host = int(sys.argv[1]), sys.argv[2]
+with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+    sock.sendall(b"GET / HTTP/1.1\\r\\nHost: " + host.encode() + b"\\r\\n\\r\\n")
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+print(repr(data))
+"""
+
+
+def _snapshot(relay: Relay) -> str:
+    line = json.dumps({"type": "open", "html_bytes": len(PAGE)}).encode() + b"\n"
+    answer = _ask(relay.runtime_dir / "relay.sock", line + PAGE)
+    assert answer["ok"] is True, answer
+    return str(answer["url"])
+
+
+@needs_root
+def test_another_users_connections_never_reach_a_snapshot(runtime_dir: Path) -> None:
+    relay = Relay(runtime_dir, host_args=("--open", "print"))
+    flooder = None
+    try:
+        url = _snapshot(relay)
+        port = host_port_of(url)
+        host = url.split("/")[2]
+        read = subprocess.run(
+            [*AS_NOBODY, "/usr/bin/python3", "-c", READ_AS_ANOTHER_USER, str(port), host],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert read.stdout.strip() == "b''"  # closed unanswered, even knowing the name
+        flooder = flood(port)
+        assert flooder.wait_line("refused ", timeout=60) == f"refused {FLOOD_CONNECTIONS}"
+        status, _, body = request(port)
+        assert (status, body) == (200, PAGE)
+    finally:
+        if flooder is not None:
+            flooder.stop()
+        relay.stop()
