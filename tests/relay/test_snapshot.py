@@ -4,9 +4,16 @@ local user can do to one."""
 from __future__ import annotations
 
 import json
+import select
+import socket
 import subprocess
 from pathlib import Path
 
+from sandbridge.protocol.limits import (
+    HTML_READ_TIMEOUT,
+    MAX_HTML_SNAPSHOT_BYTES,
+    MAX_OPENS_PER_WINDOW,
+)
 from tests.conftest import Relay, host_port_of, request
 from tests.relay.test_local_peer import AS_NOBODY, FLOOD_CONNECTIONS, flood, needs_root
 from tests.relay.test_open_requests import _ask
@@ -58,4 +65,31 @@ def test_another_users_connections_never_reach_a_snapshot(runtime_dir: Path) -> 
     finally:
         if flooder is not None:
             flooder.stop()
+        relay.stop()
+
+
+def test_snapshots_past_the_rate_limit_are_refused_before_their_bytes_arrive(
+    runtime_dir: Path,
+) -> None:
+    # Each announces the largest page and sends none of it: before, the host waited for
+    # (and would have held) every page of any number of such connections, and counted
+    # them against the limit only once the bytes were in.
+    relay = Relay(runtime_dir, host_args=("--open", "print"))
+    line = json.dumps({"type": "open", "html_bytes": MAX_HTML_SNAPSHOT_BYTES}).encode() + b"\n"
+    senders = []
+    try:
+        for _ in range(MAX_OPENS_PER_WINDOW + 1):
+            sender = socket.socket(socket.AF_UNIX)
+            senders.append(sender)
+            sender.connect(str(relay.runtime_dir / "relay.sock"))
+            sender.sendall(line)
+        # Well within the time the page has to arrive: the refusal comes at once.
+        ready, _, _ = select.select(senders, [], [], HTML_READ_TIMEOUT / 2)
+        assert len(ready) == 1
+        answer = json.loads(ready[0].makefile("rb").readline())
+        assert answer["ok"] is False
+        assert str(answer["error"]).startswith("too many open requests")
+    finally:
+        for sender in senders:
+            sender.close()
         relay.stop()
