@@ -111,7 +111,10 @@ DENY = SECCOMP_RET_ERRNO | 1
         ("x86_64", X86_64, 16, termios.TIOCSTI | (1 << 32), DENY),  # the high word is not read
         ("x86_64", X86_64, 0x40000000 | 514, termios.TIOCSTI, DENY),  # x32
         ("x86_64", I386, 54, termios.TIOCSTI, DENY),  # int 0x80
+        ("x86_64", X86_64, 16, termios.TIOCLINUX, DENY),  # a console's paste
+        ("x86_64", I386, 54, termios.TIOCLINUX, DENY),
         ("x86_64", X86_64, 16, termios.TIOCGWINSZ, SECCOMP_RET_ALLOW),
+        ("x86_64", X86_64, 16, termios.TCGETS, SECCOMP_RET_ALLOW),
         ("x86_64", X86_64, 0, termios.TIOCSTI, SECCOMP_RET_ALLOW),  # read(), not ioctl
         ("x86_64", I386, 16, termios.TIOCSTI, SECCOMP_RET_ALLOW),  # i386's 16 is lchown
         ("x86_64", AARCH64, 29, termios.TIOCSTI, SECCOMP_RET_ALLOW),  # not this machine's
@@ -120,7 +123,7 @@ DENY = SECCOMP_RET_ERRNO | 1
         ("aarch64", AARCH64, 29, termios.TCGETS, SECCOMP_RET_ALLOW),
     ],
 )
-def test_the_filter_refuses_tiocsti_on_every_table_of_the_machine(
+def test_the_filter_refuses_typing_requests_on_every_table_of_the_machine(
     machine: str, arch: int, nr: int, ioctl_request: int, decision: int
 ) -> None:
     assert _decide(filter_program(machine), arch, nr, ioctl_request) == decision

@@ -1,4 +1,5 @@
-"""Keep the sandbox from typing into the owner's terminal: a seccomp filter against TIOCSTI.
+"""Keep the sandbox from typing into the owner's terminal: a seccomp filter against TIOCSTI
+(and TIOCLINUX).
 
 Threat: with a terminal on stdin the sandbox runs in the owner's terminal session (an
 interactive agent needs the terminal, so it is not ``setsid``-ed away from it), and
@@ -10,7 +11,8 @@ distributions' default), allow it to any process whose controlling terminal it i
 
 Defence: the sandbox entry installs this filter on itself before it starts the command
 (``PR_SET_NO_NEW_PRIVS``, then ``PR_SET_SECCOMP``); every process of the sandbox
-inherits it and none can remove it. It answers ``ioctl(_, TIOCSTI, _)`` with ``EPERM``
+inherits it and none can remove it. It answers ``ioctl(_, TIOCSTI, _)`` (and
+``TIOCLINUX``: a Linux console's copy and paste types too) with ``EPERM``
 on the machine's own system call table and its 32-bit one (``int 0x80`` on x86-64, x32
 too), and lets everything else through. A machine it has no table for is refused at
 start rather than left open.
@@ -31,6 +33,9 @@ EPERM = 1
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 _RET_K = 0x06  # BPF_RET | BPF_K
+# TIOCSTI pushes a byte into the terminal's input; TIOCLINUX's paste does the same with
+# a Linux console's selection (which its copy subcommand sets), on kernels before 6.7.
+REFUSED_REQUESTS = (termios.TIOCSTI, termios.TIOCLINUX)
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6].
 # ioctl's request is an unsigned int: the low word of args[1] (little-endian machines).
 _NR, _ARCH, _ARG1_LOW = 0, 4, 24
@@ -64,8 +69,12 @@ def filter_program(machine: str) -> bytes:
         ) from None
     deny = _instruction(_RET_K, SECCOMP_RET_ERRNO | EPERM)
     allow = _instruction(_RET_K, SECCOMP_RET_ALLOW)
-    # The request check, shared by every table: [ld arg1; jeq TIOCSTI ? deny : allow].
-    check = _instruction(_LD_W_ABS, _ARG1_LOW) + _instruction(_JEQ_K, termios.TIOCSTI, 0, 1)
+    # The request check, shared by every table: [ld arg1; jeq each refused request ?
+    # deny : next; the last one's "no" jumps over deny to allow].
+    check = _instruction(_LD_W_ABS, _ARG1_LOW)
+    for index, refused in enumerate(REFUSED_REQUESTS):
+        last = index == len(REFUSED_REQUESTS) - 1
+        check += _instruction(_JEQ_K, refused, len(REFUSED_REQUESTS) - 1 - index, int(last))
     tail = check + deny + allow
     # Built back to front, so each jump knows how far the shared tail lies.
     body = b""
