@@ -14,7 +14,8 @@ from sandbridge.protocol.limits import (
     MAX_HTML_SNAPSHOT_BYTES,
     MAX_OPENS_PER_WINDOW,
 )
-from tests.conftest import Relay, host_port_of, request
+from sandbridge.relay.snapshot import HEAD_TIMEOUT, MAX_CONNECTIONS
+from tests.conftest import Relay, host_field, host_port_of, read_to_end, request
 from tests.relay.test_local_peer import AS_NOBODY, FLOOD_CONNECTIONS, flood, needs_root
 from tests.relay.test_open_requests import _ask
 
@@ -92,4 +93,29 @@ def test_snapshots_past_the_rate_limit_are_refused_before_their_bytes_arrive(
     finally:
         for sender in senders:
             sender.close()
+        relay.stop()
+
+
+def test_connections_past_the_cap_are_closed_at_once_and_the_held_ones_served(
+    runtime_dir: Path,
+) -> None:
+    # The owner's uid (a --network full sandbox) holding connections: before, each was
+    # kept, any number of them, and one that never read its answer held the page's copy
+    # until the session ended.
+    relay = Relay(runtime_dir, host_args=("--open", "print"))
+    held: list[socket.socket] = []
+    try:
+        port = host_port_of(_snapshot(relay))
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+        with socket.create_connection(("127.0.0.1", port), timeout=HEAD_TIMEOUT / 2) as extra:
+            try:
+                closed = extra.recv(1) == b""
+            except ConnectionResetError:
+                closed = True
+        assert closed
+        held[0].sendall(b"GET / HTTP/1.1\r\nHost: " + host_field(port) + b"\r\n\r\n")
+        assert read_to_end(held[0]).endswith(b"\r\n\r\n" + PAGE)
+    finally:
+        for sock in held:
+            sock.close()
         relay.stop()
