@@ -121,6 +121,8 @@ DENY = SECCOMP_RET_ERRNO | 1
         ("aarch64", AARCH64, 29, termios.TIOCSTI, DENY),
         ("aarch64", ARM, 54, termios.TIOCSTI, DENY),
         ("aarch64", AARCH64, 29, termios.TCGETS, SECCOMP_RET_ALLOW),
+        ("riscv64", 0xC00000F3, 29, termios.TIOCSTI, DENY),
+        ("riscv64", 0xC00000F3, 29, termios.TCGETS, SECCOMP_RET_ALLOW),
     ],
 )
 def test_the_filter_refuses_typing_requests_on_every_table_of_the_machine(

@@ -50,6 +50,7 @@ _TABLES: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {
         (0xC00000B7, (29,)),  # aarch64
         (0x40000028, (54,)),  # arm (32-bit compat)
     ),
+    "riscv64": ((0xC00000F3, (29,)),),  # the generic table; no 32-bit compat
 }
 
 
