@@ -26,8 +26,10 @@ from sandbridge.relay import local_peer
 # A browser sends its request head at once; a connection silent for this long is closed.
 HEAD_TIMEOUT = 15.0
 # A browser on this machine takes even the largest page in milliseconds: a connection
-# that has not taken its answer within this long is not reading, and is dropped (it
-# held the page's copy in the write buffer for as long as it stayed).
+# that has not taken its answer within this long is not reading, and is dropped. Where
+# the kernel's send buffer is smaller than the page, such a connection would otherwise
+# keep the page's copy in the write buffer, and its task, until the session ends (with
+# Linux's default tcp_wmem the kernel takes a whole 2 MiB page, and it never does).
 SEND_TIMEOUT = 15.0
 # Open connections one snapshot serves at once: a page that inlines what it needs costs
 # a browser one or two; past this many (the owner's uid flooding it: a --network full
@@ -85,15 +87,15 @@ class Snapshot:
             try:
                 await self._exchange(reader, writer)
             except (OSError, TimeoutError):
-                pass
+                writer.transport.abort()  # silent, not reading, or gone: nothing to flush
             finally:
-                self._connections -= 1
                 writer.close()
                 try:
                     async with asyncio.timeout(SEND_TIMEOUT):
                         await writer.wait_closed()
                 except (OSError, TimeoutError):
                     writer.transport.abort()
+                self._connections -= 1  # last: it counts until its buffer is gone
 
     async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
