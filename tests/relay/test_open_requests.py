@@ -335,3 +335,34 @@ def test_ask_asks_on_the_terminal_and_opens_only_on_yes(
         stderr = host.stop()  # waits for the browser command the answer started
     assert _recorded(out) == ([[url]] if opened else [])
     assert "not opened" not in stderr
+
+
+def test_a_second_question_is_refused_while_the_first_is_open(runtime_dir: Path) -> None:
+    # Before, both questions read the one terminal: the owner's "y" to the first went to
+    # whichever read first, and could open the second URL, never agreed to.
+    out = runtime_dir.parent / "browser.jsonl"
+    first, second = "https://example.com/first", "https://example.com/second"
+    host = OnTerminal(
+        runtime_dir,
+        "--open",
+        "ask",
+        "--open-external",
+        "allow",
+        "--browser",
+        f"{PYTHON} {RECORDER} {out}",
+    )
+    relay_sock = runtime_dir / "relay.sock"
+    try:
+        line = json.dumps({"type": "open", "url": first}).encode() + b"\n"
+        assert _ask(relay_sock, line)["action"] == "ask"
+        host.wait_for(b"open it in the browser? [y/N] ")
+        answer = _ask(relay_sock, json.dumps({"type": "open", "url": second}).encode() + b"\n")
+        assert answer["ok"] is False
+        assert str(answer["error"]).startswith(
+            "the owner has not answered the question about an earlier open request"
+        )
+        os.write(host.master, b"y\r")
+    finally:
+        stderr = host.stop()  # waits for the browser command the answer started
+    assert _recorded(out) == [[first]]
+    assert second.encode() not in host.shown and second not in stderr

@@ -29,7 +29,7 @@ from typing import TextIO
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RegistrationError
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW
-from sandbridge.protocol.open_request import ExternalOpens, OpenAction
+from sandbridge.protocol.open_request import ExternalOpens, OpenAction, shown
 
 # A launcher (xdg-open, a browser's remote call) hands the URL on and exits in a moment;
 # a session ending right after the request waits this long for it, so the request is not
@@ -126,6 +126,9 @@ class HostOpener:
         self._may_ask = out is None
         self._limit = OpenRateLimit()
         self._dropping = False
+        # A question is open on the terminal: one at a time, for the owner's answer
+        # belongs to the URL on the screen (two questions both read the one terminal).
+        self._asking = False
         self._tasks = TaskSet()
 
     def _say(self, text: str) -> None:
@@ -149,6 +152,11 @@ class HostOpener:
         """Carry out one admitted request for ``url`` (already resolved, or external)."""
         terminal = self._may_ask and sys.stdin is not None and sys.stdin.isatty()
         outcome = decide(self.settings, external=external, browsable=browsable, terminal=terminal)
+        if outcome is Outcome.ASK and self._asking:
+            raise RegistrationError(
+                "the owner has not answered the question about an earlier open request "
+                f"yet; ask again once it is answered (within {ASK_TIMEOUT:g} s): {shown(url)}"
+            )
         held_back = external and self.settings.external is ExternalOpens.PRINT
         if outcome is Outcome.PRINT and held_back and browsable:
             self._say(
@@ -161,6 +169,7 @@ class HostOpener:
             self._say(f"the sandbox opens {url} (with {self.settings.browser[0]})")
             self._tasks.spawn(self._run_browser(url))
         else:
+            self._asking = True
             self._tasks.spawn(self._ask(url))
         return outcome
 
@@ -186,6 +195,8 @@ class HostOpener:
             answer = await asyncio.wait_for(_ask_terminal(question), ASK_TIMEOUT)
         except (OSError, TimeoutError):
             answer = ""
+        finally:
+            self._asking = False
         if answer.strip().lower() in ("y", "yes"):
             await self._run_browser(url)
         else:

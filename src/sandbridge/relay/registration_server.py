@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,9 +47,13 @@ if TYPE_CHECKING:
 Register = Callable[[RegisterRequest], Awaitable["App"]]
 # Closes an auto-published app; raises RegistrationError to refuse.
 Unregister = Callable[[UnregisterRequest], Awaitable[None]]
-# Carries out one open request (with the HTML of an HtmlTarget, else b""): the URL it
-# opened (or showed) and what it did with it.
-OpenUrl = Callable[[OpenTarget, bytes], Awaitable[tuple[str, str]]]
+# The page's bytes of an HtmlTarget (b"" for any other target), read on demand.
+ReadHtml = Callable[[], Awaitable[bytes]]
+# Carries out one open request: the URL it opened (or showed) and what it did with it.
+# It calls ReadHtml only once it has admitted the request: the page of a refused one
+# (past the rate limit, past the snapshot limit) is never read, nor waited for, so
+# memory for pages is bounded by the requests admitted, not by connections.
+OpenUrl = Callable[[OpenTarget, ReadHtml], Awaitable[tuple[str, str]]]
 
 
 class RegistrationServer:
@@ -136,10 +141,10 @@ class RegistrationServer:
             app = await self._register(request)
             return encode_register_ok(app.host_port, app.base_path, app.url)
         assert self._open_url is not None  # open is accepted only with a handler
-        html = b""
+        read_html: ReadHtml = no_html
         if isinstance(request, HtmlTarget):
-            html = await _read_html(reader, rest, request.size)
-        url, action = await self._open_url(request, html)
+            read_html = functools.partial(_read_html, reader, rest, request.size)
+        url, action = await self._open_url(request, read_html)
         return encode_open_ok(url, action)
 
     async def _answer_unregister(self, request: UnregisterRequest) -> bytes:
@@ -149,6 +154,11 @@ class RegistrationServer:
             )
         await self._unregister(request)
         return encode_unregister_ok(request.host_port)
+
+
+async def no_html() -> bytes:
+    """The :data:`ReadHtml` of a request that carries no page."""
+    return b""
 
 
 async def _read_html(reader: asyncio.StreamReader, rest: bytes, size: int) -> bytes:

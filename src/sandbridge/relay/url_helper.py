@@ -7,6 +7,7 @@ Exit status: 0 registered, 1 refused or relay unreachable, 2 usage error.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -33,7 +34,10 @@ def ask_relay(request: bytes, socket_path: str) -> dict[str, object]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(ANSWER_TIMEOUT)
         sock.connect(socket_path)
-        sock.sendall(request)
+        # The relay may answer before it takes the whole request (an HTML page refused
+        # on its first line, unread) and close: its answer is still here to read.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(request)
         answer = b""
         while not answer_complete(answer):
             data = sock.recv(MAX_ANSWER_BYTES)

@@ -13,7 +13,8 @@ the host asks for; :mod:`sandbridge.relay.publish` and :mod:`sandbridge.relay.au
 ``--publish``), and imports what needs one (:mod:`sandbridge.sandbox.services`:
 asyncio, the shim's other cases) only when something does. Until the command
 runs it imports the standard library's ``os``, ``socket``, ``signal`` and ``select``
-(not even pathlib or re) and nothing that needs an event loop.
+(not even pathlib or re; ``ctypes``, ``struct`` and ``termios`` for its own hardening:
+non-dumpable, no TIOCSTI) and nothing that needs an event loop.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -32,6 +33,7 @@ import sys
 from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
 from sandbridge.protocol.contract import EGRESS_SOCKET
 from sandbridge.sandbox.commands import install_app_settings, install_commands, install_helper
+from sandbridge.sandbox.terminal_injection import forbid_terminal_injection
 
 # The type checker's alone: importing typing costs the command's start more than the
 # rest of this module.
@@ -369,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = args.command
     _undumpable()  # first: before any descriptor worth taking exists
+    forbid_terminal_injection(os.uname().machine)
     install_helper(os.environ.get("HOME", "/tmp"))
     install_commands()
     install_app_settings()

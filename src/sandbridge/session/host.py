@@ -25,7 +25,7 @@ from sandbridge.protocol.sandbox_requests import APPS_LIMIT_PREFIX
 from sandbridge.relay.app import App
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.host_opener import HostOpener
-from sandbridge.relay.registration_server import RegistrationServer
+from sandbridge.relay.registration_server import ReadHtml, RegistrationServer, no_html
 from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
 from sandbridge.relay.snapshot import Snapshot
 from sandbridge.relay.upstream import UpstreamConnector
@@ -218,18 +218,19 @@ class HostSession:
         if self.entry is not None:
             self.entry.set_apps([self._record(listener) for listener in self.listeners])
 
-    async def open_url(self, target: OpenTarget, html: bytes = b"") -> tuple[str, str]:
+    async def open_url(self, target: OpenTarget, read_html: ReadHtml = no_html) -> tuple[str, str]:
         """Resolve a sandbox-local URL to its app's host origin (the port's registration
         if it has one that serves the path, else a new one) and have it opened; an
-        external URL is passed on as it is; inline HTML is served as a snapshot on an
-        origin of its own. Counted against the rate limit first, so a flood costs no
-        registration."""
+        external URL is passed on as it is; inline HTML (``read_html``) is served as a
+        snapshot on an origin of its own. Counted against the rate limit first, so a
+        flood costs no registration, and a page is read only once there is room for it."""
         assert self.opener is not None
         self.opener.admit()
         if isinstance(target, ExternalTarget):
             return target.url, self.opener.open(target.url, external=True).value
         if isinstance(target, HtmlTarget):
-            url = await self._snapshot(html)
+            self._room_for_a_snapshot()
+            url = await self._snapshot(await read_html())
             return url, self.opener.open(url).value
         url = await self._resolve(target)
         return url, self.opener.open(url, browsable=target.scheme == "http").value
@@ -260,13 +261,16 @@ class HostSession:
             token = f"{TOKEN_PARAM}={listener.gate.token}"
         return target.on(listener.origin.origin, extra_query=token)
 
+    def _room_for_a_snapshot(self) -> None:
+        if len(self.snapshots) >= MAX_SNAPSHOTS_PER_SESSION:
+            raise RegistrationError(
+                f"this session already serves {len(self.snapshots)} HTML snapshots; "
+                f"the limit is {MAX_SNAPSHOTS_PER_SESSION}"
+            )
+
     async def _snapshot(self, html: bytes) -> str:
         async with self._lock:
-            if len(self.snapshots) >= MAX_SNAPSHOTS_PER_SESSION:
-                raise RegistrationError(
-                    f"this session already serves {len(self.snapshots)} HTML snapshots; "
-                    f"the limit is {MAX_SNAPSHOTS_PER_SESSION}"
-                )
+            self._room_for_a_snapshot()  # again: another page may have come meanwhile
             snapshot = Snapshot(html, self.settings.url_form)
             await snapshot.start()
             self.snapshots.append(snapshot)
