@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
-from sandbridge.relay.host_opener import HostOpener, OpenRateLimit, OpenSettings, Outcome, decide
+from sandbridge.relay.host_opener import HostOpener, OpenSettings, Outcome, decide
 
 B, P, A = OpenAction.BROWSER, OpenAction.PRINT, OpenAction.ASK
 
@@ -40,14 +40,6 @@ def test_decision(
 ) -> None:
     settings = OpenSettings(action, ("xdg-open",), external_opens)
     assert decide(settings, external=external, browsable=browsable, terminal=terminal) is expected
-
-
-def test_rate_limit_admits_the_limit_per_window_then_refuses_until_the_oldest_ages_out() -> None:
-    limit = OpenRateLimit(limit=3, window=10.0)
-    assert [limit.admit(t) for t in (0.0, 1.0, 2.0, 3.0, 9.9)] == [True, True, True, False, False]
-    assert limit.admit(10.0)  # the request at 0.0 left the window
-    assert not limit.admit(10.5)
-    assert limit.admit(11.0)
 
 
 @pytest.mark.parametrize(

@@ -80,3 +80,16 @@ def test_a_waiting_port_that_goes_is_forgotten() -> None:
     ports.session_full(3000)
     ports.scan(set())
     assert ports.state(3000) is None
+
+
+def test_a_port_the_host_defers_is_offered_again_by_the_next_scan_with_the_rest() -> None:
+    ports = tracker("auto")
+    assert ports.scan({3000, 3001, 3002}).new == [3000, 3001, 3002]
+    ports.published(3000, 43125)
+    ports.deferred(3001)  # the host's rate of new apps
+    assert ports.throttled  # the publisher offers no more of this scan: 3002 waits too
+    ports.deferred(3002)
+    assert ports.state(3001) is None and ports.state(3002) is None
+    next_scan = ports.scan({3000, 3001, 3002})
+    assert next_scan.new == [3001, 3002]
+    assert not ports.throttled

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import pytest
 
+from sandbridge.protocol.limits import AUTO_PUBLISH_WINDOW, MAX_AUTO_APPS_PER_WINDOW
 from tests.conftest import (
     BACKENDS,
     PYTHON,
@@ -365,3 +366,28 @@ def test_at_the_app_limit_new_ports_wait_and_the_sandbox_says_so(tmp_path: Path)
         # room again: the waiting port is published by a later scan
         url = full.published(8002, "second", timeout=2 * WITHIN)
         assert request(host_port_of(url))[0] == 200
+
+
+def test_past_the_rate_of_new_apps_ports_wait_and_are_published_within_the_window(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "work").mkdir()
+    burst = range(8001, 8001 + MAX_AUTO_APPS_PER_WINDOW + 1)
+    with controlled(tmp_path / "work", "auto", ("--publish", "auto")) as churning:
+        for port in burst:
+            churning.listen(port, "burst")
+        line = churning.process.wait_line("auto_publish.throttled port=", "stderr", WITHIN)
+        assert f"too many new ports to publish at once: {MAX_AUTO_APPS_PER_WINDOW} new apps" in line
+        # An app the agent registers itself is not held back.
+        answer = churning.ask('{"type":"register","port":9100,"base_path":"/"}')
+        assert answer["ok"] is True, answer
+        # Every port of the burst is published once the window has room again.
+        urls = [
+            churning.published(port, "burst", timeout=AUTO_PUBLISH_WINDOW + 2 * WITHIN)
+            for port in burst
+        ]
+        assert request(host_port_of(urls[-1]))[0] == 200
+        # The sandbox said it once for the burst, not once per port.
+        assert (
+            sum("auto_publish.throttled" in seen for seen in churning.process.lines["stderr"]) == 1
+        )

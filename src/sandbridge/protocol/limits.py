@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 # A registration is a few dozen bytes; 4 KiB leaves room for long base paths and
 # still refuses a sandbox that tries to make the host buffer megabytes.
 MAX_REGISTRATION_BYTES = 4096
@@ -57,3 +59,31 @@ MAX_HTML_SNAPSHOT_BYTES = 2 * 1024 * 1024
 MAX_SNAPSHOTS_PER_SESSION = 16
 # The snapshot's bytes follow its request line at once; 10 s tolerates a loaded machine.
 HTML_READ_TIMEOUT = 10.0
+
+# New apps auto-publish may make per AUTO_PUBLISH_WINDOW seconds in one session. A port
+# that stops listening is withdrawn, so without a limit a sandbox that opens and closes
+# ports as fast as it can had the host bind a listener, rewrite the session's entry
+# twice and print lines about 330 times a second, taking a daemon's one event loop from
+# every other session. Real servers start a few at a time: 32 at once pass (a test suite
+# starting servers too), and the auto-publisher offers a port refused for this again on a
+# later scan, so it is published within the window.
+MAX_AUTO_APPS_PER_WINDOW = 32
+AUTO_PUBLISH_WINDOW = 5.0
+
+
+class WindowLimit:
+    """At most ``limit`` events in any ``window`` seconds (a sliding window)."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit = limit
+        self.window = window
+        self._times: collections.deque[float] = collections.deque()
+
+    def admit(self, now: float) -> bool:
+        """Count an event at ``now`` (monotonic seconds) if the window has room."""
+        while self._times and now - self._times[0] >= self.window:
+            self._times.popleft()
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True

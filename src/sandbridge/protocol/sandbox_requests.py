@@ -21,6 +21,9 @@ UNKNOWN_PROCESS = "unknown"
 # The refusal when a session is full starts with this (session/host.py words it, the
 # auto-publisher recognises it: it then stops trying new ports until an app goes).
 APPS_LIMIT_PREFIX = "this session already has "
+# The refusal of a port past auto-publish's rate of new apps (protocol/limits.py) starts
+# with this: the auto-publisher then offers it, and the rest of its scan, again later.
+AUTO_RATE_PREFIX = "too many new ports to publish at once: "
 UNREGISTER = "unregister"
 # The relay answers within its own 5 s read timeout; a client waits a little longer.
 ANSWER_TIMEOUT = 10.0

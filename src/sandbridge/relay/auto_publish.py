@@ -27,6 +27,7 @@ from sandbridge.event_line import warn
 from sandbridge.protocol.publish_rules import PublishAction, PublishRule, decide
 from sandbridge.protocol.sandbox_requests import (
     APPS_LIMIT_PREFIX,
+    AUTO_RATE_PREFIX,
     UNKNOWN_PROCESS,
     encode_auto_register_request,
     encode_unregister_request,
@@ -85,6 +86,9 @@ class PortTracker:
         self._ports: dict[int, _Port] = {}
         self._wanted: dict[int, bool] = {}  # at most 65535 decisions, made once each
         self.full = False
+        # The host refused a port of this scan for its rate of new apps: the scan's other
+        # new ports wait too, and all of them are offered again by a later scan.
+        self.throttled = False
 
     def wants(self, port: int) -> bool:
         """True if the rules publish ``port`` (and it is not published another way)."""
@@ -102,6 +106,7 @@ class PortTracker:
     def scan(self, listening: Collection[int]) -> Changes:
         """Compare ``listening`` with what is known; mark the new ports REGISTERING."""
         changes = Changes()
+        self.throttled = False
         for port, known in list(self._ports.items()):
             if port in listening:
                 known.missing = 0
@@ -127,6 +132,12 @@ class PortTracker:
 
     def refused(self, port: int) -> None:
         self._ports[port] = _Port(PortState.REFUSED)
+
+    def deferred(self, port: int) -> None:
+        """The host refused ``port`` for its rate of new apps: a later scan offers it
+        again (it is forgotten), and this scan offers no more."""
+        self.throttled = True
+        self._ports.pop(port, None)
 
     def session_full(self, port: int) -> None:
         """The host refused ``port`` at its limit of apps: stop offering new ports."""
@@ -166,6 +177,7 @@ class AutoPublisher:
         self._steps: deque[_Step] = deque()
         self._next_scan: Timer | None = None
         self._call: RelayCall | None = None
+        self._told_throttled = False
 
     def start(self) -> None:
         """Scan now, and from then on every :data:`POLL_INTERVAL`."""
@@ -235,6 +247,9 @@ class AutoPublisher:
         if tracker.full:
             tracker.session_full(port)
             return False
+        if tracker.throttled:
+            tracker.deferred(port)
+            return False
         return self._ask(
             encode_auto_register_request(port, process),
             lambda outcome: self._published(port, process, outcome),
@@ -249,9 +264,15 @@ class AutoPublisher:
         host_port = outcome.get("host_port")
         if outcome.get("ok") is True and isinstance(host_port, int):
             tracker.published(port, host_port)
+            self._told_throttled = False
             return
         error = str(outcome.get("error"))
-        if error.startswith(APPS_LIMIT_PREFIX):
+        if error.startswith(AUTO_RATE_PREFIX):
+            tracker.deferred(port)
+            if not self._told_throttled:  # once until a port is published again
+                self._told_throttled = True
+                warn("auto_publish.throttled", port=port, process=process, reason=error)
+        elif error.startswith(APPS_LIMIT_PREFIX):
             tracker.session_full(port)
             warn(
                 "auto_publish.session_full",

@@ -15,7 +15,6 @@ while at teardown, then no longer).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import enum
 import os
@@ -28,7 +27,7 @@ from typing import TextIO
 
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RegistrationError
-from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW
+from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW, WindowLimit
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction, shown
 
 # A launcher (xdg-open, a browser's remote call) hands the URL on and exits in a moment;
@@ -98,23 +97,6 @@ def decide(settings: OpenSettings, *, external: bool, browsable: bool, terminal:
     return Outcome.BROWSER if settings.action is OpenAction.BROWSER else Outcome.PRINT
 
 
-class OpenRateLimit:
-    """At most ``limit`` requests in any ``window`` seconds (a sliding window)."""
-
-    def __init__(self, limit: int = MAX_OPENS_PER_WINDOW, window: float = OPEN_WINDOW) -> None:
-        self.limit = limit
-        self.window = window
-        self._times: collections.deque[float] = collections.deque()
-
-    def admit(self, now: float) -> bool:
-        while self._times and now - self._times[0] >= self.window:
-            self._times.popleft()
-        if len(self._times) >= self.limit:
-            return False
-        self._times.append(now)
-        return True
-
-
 class HostOpener:
     """Carries out the open requests of one session as its :class:`OpenSettings` say."""
 
@@ -124,7 +106,7 @@ class HostOpener:
         # Messages that go elsewhere (to the daemon's client): the owner is not at this
         # process's terminal, so ``ask`` never asks on it (a foreground daemon has one).
         self._may_ask = out is None
-        self._limit = OpenRateLimit()
+        self._limit = WindowLimit(MAX_OPENS_PER_WINDOW, OPEN_WINDOW)
         self._dropping = False
         # A question is open on the terminal: one at a time, for the owner's answer
         # belongs to the URL on the screen (two questions both read the one terminal).

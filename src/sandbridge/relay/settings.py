@@ -6,7 +6,11 @@ import enum
 from dataclasses import dataclass, field
 
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
-from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
+from sandbridge.protocol.limits import (
+    AUTO_PUBLISH_WINDOW,
+    MAX_APPS_PER_SESSION,
+    MAX_AUTO_APPS_PER_WINDOW,
+)
 from sandbridge.protocol.publish_rules import PublishRule
 
 
@@ -54,6 +58,9 @@ class RelaySettings:
     # The owner's auto-publish rules (``publish = ...``): an ``auto`` registration of a
     # port they do not publish is refused; none means the session does not auto-publish.
     publish_rules: tuple[PublishRule, ...] = ()
+    # New apps auto-publish may make per window of seconds (protocol/limits.py).
+    auto_publish_limit: int = MAX_AUTO_APPS_PER_WINDOW
+    auto_publish_window: float = AUTO_PUBLISH_WINDOW
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,12 +17,12 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.auto_registration import UnregisterRequest, validate_process_name
 from sandbridge.protocol.http.origin_policy import LOCALHOST_DOMAIN, AppOrigin, UrlForm, is_label
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
-from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION
+from sandbridge.protocol.limits import MAX_SNAPSHOTS_PER_SESSION, WindowLimit
 from sandbridge.protocol.open_request import ExternalTarget, HtmlTarget, LocalTarget, OpenTarget
 from sandbridge.protocol.port import validate_port
 from sandbridge.protocol.publish_rules import PublishAction, decide, refusal
 from sandbridge.protocol.registration import RegisterRequest, normalize_base_path
-from sandbridge.protocol.sandbox_requests import APPS_LIMIT_PREFIX
+from sandbridge.protocol.sandbox_requests import APPS_LIMIT_PREFIX, AUTO_RATE_PREFIX
 from sandbridge.relay.app import App
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.host_opener import HostOpener
@@ -56,6 +57,8 @@ class HostSession:
     # Host ports of apps registered without "auto" that auto-publish published too (it
     # was given the same app): its unregister drops only that, the app stays.
     _also_auto: set[int] = field(default_factory=set)
+    # New apps auto-publish made lately (made by start(), from the settings).
+    _new_auto: WindowLimit | None = None
 
     @property
     def apps(self) -> list[App]:
@@ -63,6 +66,9 @@ class HostSession:
 
     async def start(self) -> None:
         self._scope = SessionScope(self.settings)
+        self._new_auto = WindowLimit(
+            self.settings.auto_publish_limit, self.settings.auto_publish_window
+        )
         self._connector = UpstreamConnector(self.runtime_dir.upstream_socket, self.protocol)
         self._registration = RegistrationServer(
             self.runtime_dir.relay_socket,
@@ -136,6 +142,12 @@ class HostSession:
             raise RegistrationError(
                 f"{APPS_LIMIT_PREFIX}{len(self.listeners)} apps; the limit is "
                 f"{self.settings.max_apps}"
+            )
+        limit = self._new_auto
+        if request.auto and limit is not None and not limit.admit(time.monotonic()):
+            raise RegistrationError(
+                f"{AUTO_RATE_PREFIX}{limit.limit} new apps in {limit.window:g} s; port "
+                f"{request.port} is offered again on a later scan"
             )
         listener = AppListener(request.port, request.base_path, self._connector, self._scope)
         await listener.start()
