@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbridge import log
-from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
+from sandbridge.aio.before_loop import bind_unix_socket
 from sandbridge.aio.open_connections import OpenConnections
+from sandbridge.aio.paced_server import PacedServer, start_paced_unix_server
 from sandbridge.aio.unix_sockets import (
     COPY_READ_BYTES,
     close_writer,
@@ -73,6 +74,7 @@ from sandbridge.protocol.http.proxy_target import (
     split_absolute_url,
     split_authority,
 )
+from sandbridge.protocol.limits import EGRESS_SOCKET_RATE
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # A client sends its request head at once; a proxy connection silent longer is dropped.
@@ -183,7 +185,7 @@ class EgressGate:
         # The owner's approvals of egress requests (in memory, this session only).
         self.grants = Grants()
         self.requests = EgressRequests(session, policy, self.grants, is_local=is_local_address)
-        self._server: asyncio.Server | None = None
+        self._server: PacedServer | None = None
         self._active = 0
         self._open = OpenConnections()
         # The allow-file line each refused destination's refusal named, for the owner's
@@ -213,8 +215,8 @@ class EgressGate:
         return {**self.requests.owner_ops(), "egress_summary": summary}
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(
-            self._serve, sock=bind_unix_socket(self.path), backlog=UNIX_BACKLOG
+        self._server = await start_paced_unix_server(
+            self._serve, bind_unix_socket(self.path), EGRESS_SOCKET_RATE, 1.0
         )
 
     async def close(self) -> None:

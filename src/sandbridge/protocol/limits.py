@@ -87,3 +87,20 @@ class WindowLimit:
             return False
         self._times.append(now)
         return True
+
+    def delay(self, now: float) -> float:
+        """Seconds from ``now`` until :meth:`admit` would count an event (0: at once)."""
+        while self._times and now - self._times[0] >= self.window:
+            self._times.popleft()
+        if len(self._times) < self.limit:
+            return 0.0
+        return self._times[0] + self.window - now
+
+
+# New connections a sandbox may open per second on each host socket it reaches
+# (aio/paced_server.py); past that they wait in the kernel's backlog. Far above what the
+# sandbox's own tools need: ags-webview-url and sandbridge-open send one request each,
+# auto-publish one at a time; the gate opens one per outgoing connection (a package
+# install's many downloads go over a few kept-alive ones).
+RELAY_SOCKET_RATE = 200
+EGRESS_SOCKET_RATE = 1000

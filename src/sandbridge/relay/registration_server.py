@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandbridge import log
-from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
+from sandbridge.aio.before_loop import bind_unix_socket
+from sandbridge.aio.paced_server import PacedServer, start_paced_unix_server
 from sandbridge.aio.unix_sockets import read_line
 from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.auto_registration import UnregisterRequest, encode_unregister_ok
@@ -30,6 +31,7 @@ from sandbridge.protocol.limits import (
     MAX_PENDING_REGISTRATIONS,
     MAX_REGISTRATION_BYTES,
     REGISTRATION_READ_TIMEOUT,
+    RELAY_SOCKET_RATE,
 )
 from sandbridge.protocol.open_request import HtmlTarget, OpenTarget, encode_open_ok
 from sandbridge.protocol.registration import (
@@ -74,14 +76,14 @@ class RegistrationServer:
         # The request types answered here: every one relay.sock knows, open only with a
         # handler (a refusal of any other type lists these).
         self._accepted = tuple(t for t in REQUEST_TYPES if t != OPEN or open_url is not None)
-        self._server: asyncio.Server | None = None
+        self._server: PacedServer | None = None
         # Connections still sending their request, oldest first, with their read timeout.
         self._pending: collections.OrderedDict[object, asyncio.Timeout] = collections.OrderedDict()
         self._evicted: set[object] = set()
 
     async def start(self) -> None:
         sock = bind_unix_socket(self.path)
-        self._server = await asyncio.start_unix_server(self._serve, sock=sock, backlog=UNIX_BACKLOG)
+        self._server = await start_paced_unix_server(self._serve, sock, RELAY_SOCKET_RATE, 1.0)
 
     async def close(self) -> None:
         if self._server is not None:

@@ -1,0 +1,91 @@
+"""A Unix socket server that accepts at a bounded rate: :func:`start_paced_unix_server`.
+
+Why: the host's sockets that a sandbox reaches (``relay.sock``, ``egress.sock``) are
+served on one event loop, a daemon's for every session.
+A sandbox that connects as fast as it can (each request refused at once, cheaply) still
+had the loop accept, read, parse and answer thousands of times a second: 9,000 refusals a
+second on ``relay.sock`` took most of a core, and every other session waited for it.
+
+How: the server accepts a connection only while its window (:class:`WindowLimit`) has
+room; past that, connections wait in the kernel's backlog (512, ``UNIX_BACKLOG``) and
+then are refused by the kernel, so a flood costs the host nothing beyond the rate, and
+only the flooding session's own requests wait. Each accepted connection is served as
+:func:`asyncio.start_unix_server` serves it: ``handler(reader, writer)`` in a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable
+
+from sandbridge.aio.tasks import TaskSet
+from sandbridge.protocol.limits import WindowLimit
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+# asyncio's own default for a stream's line limit.
+STREAM_LIMIT = 64 * 1024
+
+
+class PacedServer:
+    """Serves ``sock``'s connections with ``handler``, at most ``limit`` accepted in any
+    ``window`` seconds. :meth:`close` stops accepting; connections already accepted go on
+    (as :meth:`asyncio.Server.close` leaves them)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        sock: socket.socket,
+        limit: int,
+        window: float,
+        stream_limit: int = STREAM_LIMIT,
+    ) -> None:
+        self._handler = handler
+        self._sock = sock
+        self._window = WindowLimit(limit, window)
+        self._stream_limit = stream_limit
+        self._connections = TaskSet()
+        self._accepting = asyncio.get_running_loop().create_task(self._accept())
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while (wait := self._window.delay(loop.time())) > 0:
+                await asyncio.sleep(wait)
+            conn, _ = await loop.sock_accept(self._sock)
+            self._window.admit(loop.time())
+            self._connections.spawn(self._serve(conn))
+
+    async def _serve(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=self._stream_limit)
+        except OSError:
+            conn.close()
+            return
+        try:
+            await self._handler(reader, writer)
+        except Exception:
+            writer.close()
+            raise
+
+    def close(self) -> None:
+        """Stop accepting: the listening socket is closed."""
+        self._accepting.cancel()
+        self._sock.close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._accepting
+
+
+async def start_paced_unix_server(
+    handler: Handler,
+    sock: socket.socket,
+    limit: int,
+    window: float,
+    stream_limit: int = STREAM_LIMIT,
+) -> PacedServer:
+    """Serve the listening, non-blocking ``sock`` (``bind_unix_socket``'s) at a bounded
+    rate of new connections."""
+    return PacedServer(handler, sock, limit, window, stream_limit)
