@@ -551,3 +551,27 @@ def test_an_app_closing_mid_head_of_an_early_request_sends_it_again() -> None:
     assert first.endswith(b"GET /early HTTP/1.1"), first
     assert first.count(b"HTTP/1.1 ") == 1  # only the retry's answer
     assert following.endswith(b"GET /next HTTP/1.1"), following
+
+
+@pytest.mark.parametrize("token", [b"%C3%A9", b"%FF", b"%E2%82%AC" * 20], ids=str)
+def test_a_token_that_is_not_ascii_is_refused_as_a_wrong_one(
+    scripted: Callable[[Script], ScriptedApp], token: bytes
+) -> None:
+    """A private app's token URL with a percent-encoded non-ASCII token: ``hmac``
+    compares no such ``str``, and the ``TypeError`` ended the connection's task with a
+    traceback and no answer. It is a wrong token: 403, and the real one still works."""
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        answer = await exchange(
+            port, b"GET /?sandbridge_token=" + token + b" HTTP/1.1\r\n" + host + b"\r\n"
+        )
+        assert answer.startswith(b"HTTP/1.1 403"), answer
+        target = b"GET /" + listener.url_suffix.encode()
+        answer = await exchange(
+            port, target + b" HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n"
+        )
+        assert answer.startswith(b"HTTP/1.1 303"), answer
+
+    run(app, body, private=True)
+    assert not app.requests
