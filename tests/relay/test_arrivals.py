@@ -575,3 +575,44 @@ def test_a_token_that_is_not_ascii_is_refused_as_a_wrong_one(
 
     run(app, body, private=True)
     assert not app.requests
+
+
+def test_bytes_sent_behind_an_early_request_do_not_extend_its_response_timeout(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """The browser sends more while its early request waits at an app that never
+    answers: the connection's task starts, and it waited a whole response timeout anew
+    (up to twice the timeout in all). The 502 comes one response timeout after the
+    request went out, as on the task's own path."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        if app.connections == 1:
+            app.read_request(conn)
+            conn.sendall(ok(b"first"))
+            app.read_request(conn)
+            app.go.wait(30)  # never answers
+            return
+        answer_each(conn, app)
+
+    app = scripted(script)
+    timeout = 2.0
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        await park_one(port, host)
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /never HTTP/1.1\r\n" + host + b"\r\n")
+        sent = loop.time()
+        await asyncio.to_thread(app.arrived.acquire, True, 10)
+        await asyncio.to_thread(app.arrived.acquire, True, 10)
+        await asyncio.sleep(timeout * 0.75)  # most of the timeout has passed
+        writer.write(b"G")  # a pipelined head begins: the connection's task starts
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+        waited = loop.time() - sent
+        writer.close()
+        app.go.set()
+        assert answer.startswith(b"HTTP/1.1 502"), answer
+        assert waited < timeout * 1.5, waited
+
+    run(app, body, response_timeout=timeout)

@@ -161,8 +161,10 @@ class Arrivals:
             return
         sent = first[0]
         lane.sent(*first)
-        # Its task starts once the lane has relayed the response, or given up on it.
-        self.in_flight.wait(channel, (browser, lane, sent))
+        # Its task starts once the lane has relayed the response, or given up on it;
+        # a task started early (the browser sent more) waits only what is left of the
+        # response timeout.
+        lane.response_due = self.in_flight.wait(channel, (browser, lane, sent))
         lane.start_task = functools.partial(self._relayed, browser, lane, sent)
 
     def _spawn(
