@@ -616,3 +616,19 @@ def test_bytes_sent_behind_an_early_request_do_not_extend_its_response_timeout(
         assert waited < timeout * 1.5, waited
 
     run(app, body, response_timeout=timeout)
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"gzip, chunked"])
+def test_a_response_transfer_coding_other_than_chunked_is_a_502(coding: bytes) -> None:
+    """An app's body in a transfer coding other than chunked alone: the relay dropped the
+    coding and sent the bytes as they came (a close-delimited one cut short, as
+    incomplete, under ``Connection: keep-alive``). It is a 502, and the app connection
+    serves nobody after it."""
+    body = b"1f\r\n" + b"x" * 0x1F + b"\r\n0\r\n\r\n" if b"chunked" in coding else b"x" * 31
+    first, following, _ = early_then_next(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + coding + b"\r\n\r\n" + body, close=True
+    )
+    assert first.startswith(b"HTTP/1.1 502"), first
+    assert b"Transfer-Encoding" in first
+    assert b"x" * 31 not in first
+    assert following.endswith(b"GET /next HTTP/1.1"), following

@@ -359,6 +359,8 @@ class ResponseReader(_Reader):
             self._final_head = head
             if not self._head_request and status not in (204, 304):
                 self._close_delimited = not self._count_length_body(self._headers)
+                if not self._close_delimited and self._declared_length is None:
+                    self._only_chunked(self._headers)  # (framed by Transfer-Encoding)
             if self._head_request:
                 # llhttp cannot be told that a HEAD response has no body; the message
                 # ends here and whatever follows is not part of this exchange.
@@ -366,6 +368,20 @@ class ResponseReader(_Reader):
                 self._events.append(MESSAGE_END)
                 self.extra_data = True  # unknown: a HEAD exchange never reuses the connection
                 raise _Stop
+
+    def _only_chunked(self, headers: Headers) -> None:
+        """Refuse a body in any transfer coding but ``chunked`` alone: llhttp reads one
+        whose last coding is not chunked to the connection's end, and de-chunks
+        ``gzip, chunked`` into gzip; the browser's framing is the relay's own, so the
+        coding would be lost on the way (requests: 501, in forwarding)."""
+        codings = [value for name, value in headers if name.lower() == b"transfer-encoding"]
+        if len(codings) != 1 or codings[0].strip().lower() != b"chunked":
+            shown = b", ".join(codings)[:100].decode("latin-1")
+            self._fail(
+                HttpError(
+                    502, f"app answered with Transfer-Encoding {shown!r}: only chunked is relayed"
+                )
+            )
 
     def on_message_complete(self) -> None:
         if self._final_head is None:
