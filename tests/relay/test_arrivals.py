@@ -632,3 +632,34 @@ def test_a_response_transfer_coding_other_than_chunked_is_a_502(coding: bytes) -
     assert b"Transfer-Encoding" in first
     assert b"x" * 31 not in first
     assert following.endswith(b"GET /next HTTP/1.1"), following
+
+
+def test_a_browser_that_reads_nothing_of_its_response_is_dropped_after_the_response_timeout(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """A browser connection that sends a request and never reads the answer: every
+    write waits for it (backpressure), and nothing bounded the wait: its place in the
+    connection limits and its app connection were held for good, past every timeout.
+    Taking nothing of a response for ``--response-timeout`` now ends the connection."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        app.read_request(conn)
+        body = b"x" * (32 * 1024 * 1024)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    app = scripted(script)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /big HTTP/1.1\r\n" + host + b"\r\n")
+        await asyncio.to_thread(app.arrived.acquire, True, 10)
+        for _ in range(1000):
+            if listener.scope.connections == 0 and not listener._tasks:
+                break
+            await asyncio.sleep(0.01)
+        sock.close()
+        assert listener.scope.connections == 0
+        assert not listener._tasks
+
+    run(app, body, response_timeout=1, keepalive_timeout=60)
