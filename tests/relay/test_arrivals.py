@@ -663,3 +663,46 @@ def test_a_browser_that_reads_nothing_of_its_response_is_dropped_after_the_respo
         assert not listener._tasks
 
     run(app, body, response_timeout=1, keepalive_timeout=60)
+
+
+def test_a_browser_that_reads_nothing_leaves_nothing_behind_once_its_connection_ends(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """A ``Connection: close`` response that fits in the write buffer (no write waits)
+    to a browser that reads none of it: closing waits to send what is buffered, and the
+    task waited for that close for good, its socket and buffer with it, after the
+    connection had stopped counting toward any limit (so a client could pile them up
+    without end). The close has the response timeout, then the connection is dropped."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        request = app.read_request(conn)
+        assert request is not None
+        size = int(request.split(b" ")[1].rsplit(b"/", 1)[1])
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size)
+
+    app = scripted(script)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        browsers: list[tuple[socket.socket, Channel]] = []
+        for size in range(40_000, 200_000, 20_000):  # some leave the buffer below its limit
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            seen = {channel for _, channel in browsers}
+            while not listener._connections - seen:
+                await asyncio.sleep(0.001)
+            (channel,) = listener._connections - seen
+            assert channel.transport is not None
+            relays_end = channel.transport.get_extra_info("socket")
+            relays_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1024)
+            sock.sendall(b"GET /size/%d HTTP/1.1\r\n" % size + host + b"Connection: close\r\n\r\n")
+            browsers.append((sock, channel))
+        for _ in range(1000):
+            if listener.scope.connections == 0 and not listener._tasks:
+                break
+            await asyncio.sleep(0.01)
+        for sock, _ in browsers:
+            sock.close()
+        assert listener.scope.connections == 0
+        assert not listener._tasks, "a task waits for its browser to read"
+
+    run(app, body, response_timeout=1, keepalive_timeout=60)

@@ -248,7 +248,7 @@ class AppListener:
             if not tunnelled:
                 self._release(channel)
                 channel.abort() if channel.transport.is_closing() else channel.close()
-                await channel.closed
+                await channel.wait_closed()  # (a browser reading nothing: at most a while)
 
     def _release(self, channel: Channel) -> None:
         """A browser connection is over: it no longer counts against the limits

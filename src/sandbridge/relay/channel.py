@@ -220,6 +220,27 @@ class Channel(asyncio.Protocol):
         if self._write_paused or self._exception is not None or self.transport.is_closing():
             await self.drain()
 
+    async def wait_closed(self) -> None:
+        """Until the connection is gone, after :meth:`close` or :meth:`abort`. A close
+        first sends what is buffered, which a peer that reads nothing would make wait
+        for good: past ``drain_timeout`` the connection is dropped instead."""
+        closed = self.closed
+        transport = self.transport
+        if (
+            closed.done()
+            or self.drain_timeout is None
+            or transport is None
+            or not transport.get_write_buffer_size()
+        ):
+            await closed
+            return
+        try:
+            async with asyncio.timeout(self.drain_timeout):
+                await asyncio.shield(closed)
+        except TimeoutError:
+            self.abort()
+            await closed
+
     def abort(self) -> None:
         """Drop the connection at once."""
         if self.transport is not None:
