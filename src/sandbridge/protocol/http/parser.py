@@ -96,6 +96,7 @@ class _Reader:
         # that later feeds can skip llhttp (see _length_body); None: not such a body.
         self._body_left: int | None = None
         self._declared_length: int | None = None  # that Content-Length, as declared
+        self._codings: list[bytes] | None = None  # the Transfer-Encoding values, as sent
 
     # llhttp callbacks -------------------------------------------------------------
 
@@ -139,16 +140,17 @@ class _Reader:
         of building a set of every field name again (~1% of the host's CPU per request).
         """
         lengths: list[bytes] = []
-        transfer_encoding = False
+        codings: list[bytes] | None = None  # the Transfer-Encoding values, if any
         for name, value in headers:
             lowered = name.lower()
             if lowered == b"content-length":
                 lengths.append(value)
             elif lowered == b"transfer-encoding":
-                transfer_encoding = True
-        if len(lengths) == 1 and not transfer_encoding:
+                codings = [value] if codings is None else [*codings, value]
+        self._codings = codings
+        if len(lengths) == 1 and codings is None:
             self._body_left = self._declared_length = int(lengths[0])
-        return bool(lengths) or transfer_encoding
+        return bool(lengths) or codings is not None
 
     def _length_body(self, data: bytes) -> tuple[list[Event], bytes] | None:
         """Body bytes of a Content-Length message, without llhttp.
@@ -359,8 +361,8 @@ class ResponseReader(_Reader):
             self._final_head = head
             if not self._head_request and status not in (204, 304):
                 self._close_delimited = not self._count_length_body(self._headers)
-                if not self._close_delimited and self._declared_length is None:
-                    self._only_chunked(self._headers)  # (framed by Transfer-Encoding)
+                if self._codings is not None:
+                    self._only_chunked(self._codings)
             if self._head_request:
                 # llhttp cannot be told that a HEAD response has no body; the message
                 # ends here and whatever follows is not part of this exchange.
@@ -369,12 +371,11 @@ class ResponseReader(_Reader):
                 self.extra_data = True  # unknown: a HEAD exchange never reuses the connection
                 raise _Stop
 
-    def _only_chunked(self, headers: Headers) -> None:
+    def _only_chunked(self, codings: list[bytes]) -> None:
         """Refuse a body in any transfer coding but ``chunked`` alone: llhttp reads one
         whose last coding is not chunked to the connection's end, and de-chunks
         ``gzip, chunked`` into gzip; the browser's framing is the relay's own, so the
         coding would be lost on the way (requests: 501, in forwarding)."""
-        codings = [value for name, value in headers if name.lower() == b"transfer-encoding"]
         if len(codings) != 1 or codings[0].strip().lower() != b"chunked":
             shown = b", ".join(codings)[:100].decode("latin-1")
             self._fail(
