@@ -706,3 +706,25 @@ def test_a_browser_that_reads_nothing_leaves_nothing_behind_once_its_connection_
         assert not listener._tasks, "a task waits for its browser to read"
 
     run(app, body, response_timeout=1, keepalive_timeout=60)
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["first-read", "kept-connection"])
+def test_a_flood_of_pipelined_requests_in_one_read_is_refused_before_any_reaches_the_app(
+    scripted: Callable[[Script], ScriptedApp], kept: bool
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        await park_one(port, host)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if kept:
+            writer.write(b"GET /kept HTTP/1.1\r\n" + host + b"\r\n")
+            await reader.readuntil(b"GET /kept HTTP/1.1")
+        writer.write((b"GET /flood HTTP/1.1\r\n" + host + b"\r\n") * 1000)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.rsplit(b"HTTP/1.1 ", 1)[1].startswith(b"400"), answer[-300:]
+        assert b"requests pipelined in one read" in answer
+
+    run(app, body)
+    assert not any(b"/flood" in request for request in app.requests)

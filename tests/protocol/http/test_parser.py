@@ -9,6 +9,7 @@ import pytest
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.parser import (
     MAX_HEADER_COUNT,
+    MAX_PIPELINED,
     MESSAGE_END,
     BodyChunk,
     Event,
@@ -435,3 +436,21 @@ def test_a_transfer_coding_on_a_response_without_a_body_is_not_looked_at() -> No
         assert events[-1] is MESSAGE_END
     events = ResponseReader(b"HEAD").feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n")
     assert events[-1] is MESSAGE_END
+
+
+def test_more_requests_than_the_pipelining_limit_in_one_read_are_refused() -> None:
+    """Every head read waits as Python objects until its turn (about 15 times its
+    bytes): a 256 KiB read of minimal requests held 3.7 MiB."""
+    request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+    assert len(RequestReader().feed(request * MAX_PIPELINED)) == 2 * MAX_PIPELINED
+    with pytest.raises(HttpError) as refused:
+        RequestReader().feed(request * (256 * 1024 // len(request)))
+    assert refused.value.status == 400
+    assert f"more than {MAX_PIPELINED} requests pipelined" in str(refused.value)
+
+
+def test_the_pipelining_limit_counts_one_read() -> None:
+    reader = RequestReader()
+    request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+    for _ in range(4):
+        assert len(reader.feed(request * MAX_PIPELINED)) == 2 * MAX_PIPELINED

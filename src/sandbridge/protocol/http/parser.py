@@ -29,6 +29,10 @@ MAX_TARGET_BYTES: Final = 8 * 1024
 MAX_HEADER_COUNT: Final = 100
 # Bytes of one head (request line + headers): 64 KiB fits big cookies, refuses floods.
 MAX_HEAD_BYTES: Final = 64 * 1024
+# Requests in one read from a browser: browsers do not pipeline, and every head read is
+# held as Python objects until its turn, about 15 times its bytes (a 256 KiB read of
+# minimal pipelined requests held 3.7 MiB, for each of up to 1,024 connections).
+MAX_PIPELINED: Final = 64
 
 
 @dataclass(slots=True)
@@ -211,6 +215,7 @@ class RequestReader(_Reader):
         self._target = bytearray()
         self._in_message = False  # a request begun and not complete (head or body)
         self._takes_more = True  # llhttp reads a next request: none yet, or a keep-alive one
+        self._heads_read = 0  # request heads in the current feed
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -233,6 +238,9 @@ class RequestReader(_Reader):
             self._fail(HttpError(505, f"HTTP version {version!r} is not supported"))
         self._in_head = False
         self._trailers = True  # header callbacks after this point are trailers
+        self._heads_read += 1
+        if self._heads_read > MAX_PIPELINED:
+            self._fail(HttpError(400, f"more than {MAX_PIPELINED} requests pipelined in one read"))
         keep_alive, upgrade = parser.should_keep_alive(), parser.should_upgrade()
         self._takes_more = keep_alive and not upgrade
         if keep_alive and not upgrade:
@@ -277,6 +285,7 @@ class RequestReader(_Reader):
         """Feed bytes from the browser; return the events they complete."""
         if self._finished:
             raise HttpError(400, "bytes after an upgrade reached the HTTP reader")
+        self._heads_read = 0
         if self._error is None and (bypass := self._length_body(data)) is not None:
             events, rest = bypass
             if events[-1] is MESSAGE_END:
