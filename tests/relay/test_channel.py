@@ -85,7 +85,8 @@ def test_a_drain_the_peer_never_lets_end_fails_after_the_drain_timeout() -> None
             async with asyncio.timeout(10):  # (a drain without a timeout waits for good)
                 while True:  # the peer reads nothing: the write buffer fills, then pauses
                     await channel.send(b"x" * 65536)
-        assert 0.2 <= loop.time() - started < 5
+        waited = loop.time() - started
+        assert 0.15 < waited < 5, waited  # (uvloop times with millisecond steps)
         channel.abort()
         peer.close()
 
