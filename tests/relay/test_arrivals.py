@@ -551,3 +551,180 @@ def test_an_app_closing_mid_head_of_an_early_request_sends_it_again() -> None:
     assert first.endswith(b"GET /early HTTP/1.1"), first
     assert first.count(b"HTTP/1.1 ") == 1  # only the retry's answer
     assert following.endswith(b"GET /next HTTP/1.1"), following
+
+
+@pytest.mark.parametrize("token", [b"%C3%A9", b"%FF", b"%E2%82%AC" * 20], ids=str)
+def test_a_token_that_is_not_ascii_is_refused_as_a_wrong_one(
+    scripted: Callable[[Script], ScriptedApp], token: bytes
+) -> None:
+    """A private app's token URL with a percent-encoded non-ASCII token: ``hmac``
+    compares no such ``str``, and the ``TypeError`` ended the connection's task with a
+    traceback and no answer. It is a wrong token: 403, and the real one still works."""
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        answer = await exchange(
+            port, b"GET /?sandbridge_token=" + token + b" HTTP/1.1\r\n" + host + b"\r\n"
+        )
+        assert answer.startswith(b"HTTP/1.1 403"), answer
+        target = b"GET /" + listener.url_suffix.encode()
+        answer = await exchange(
+            port, target + b" HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n"
+        )
+        assert answer.startswith(b"HTTP/1.1 303"), answer
+
+    run(app, body, private=True)
+    assert not app.requests
+
+
+def test_bytes_sent_behind_an_early_request_do_not_extend_its_response_timeout(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """The browser sends more while its early request waits at an app that never
+    answers: the connection's task starts, and it waited a whole response timeout anew
+    (up to twice the timeout in all). The 502 comes one response timeout after the
+    request went out, as on the task's own path."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        if app.connections == 1:
+            app.read_request(conn)
+            conn.sendall(ok(b"first"))
+            app.read_request(conn)
+            app.go.wait(30)  # never answers
+            return
+        answer_each(conn, app)
+
+    app = scripted(script)
+    timeout = 2.0
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        await park_one(port, host)
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /never HTTP/1.1\r\n" + host + b"\r\n")
+        sent = loop.time()
+        await asyncio.to_thread(app.arrived.acquire, True, 10)
+        await asyncio.to_thread(app.arrived.acquire, True, 10)
+        await asyncio.sleep(timeout * 0.75)  # most of the timeout has passed
+        writer.write(b"G")  # a pipelined head begins: the connection's task starts
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+        waited = loop.time() - sent
+        writer.close()
+        app.go.set()
+        assert answer.startswith(b"HTTP/1.1 502"), answer
+        assert waited < timeout * 1.5, waited
+
+    run(app, body, response_timeout=timeout)
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"gzip, chunked"])
+def test_a_response_transfer_coding_other_than_chunked_is_a_502(coding: bytes) -> None:
+    """An app's body in a transfer coding other than chunked alone: the relay dropped the
+    coding and sent the bytes as they came (a close-delimited one cut short, as
+    incomplete, under ``Connection: keep-alive``). It is a 502, and the app connection
+    serves nobody after it."""
+    body = b"1f\r\n" + b"x" * 0x1F + b"\r\n0\r\n\r\n" if b"chunked" in coding else b"x" * 31
+    first, following, _ = early_then_next(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + coding + b"\r\n\r\n" + body, close=True
+    )
+    assert first.startswith(b"HTTP/1.1 502"), first
+    assert b"Transfer-Encoding" in first
+    assert b"x" * 31 not in first
+    assert following.endswith(b"GET /next HTTP/1.1"), following
+
+
+def test_a_browser_that_reads_nothing_of_its_response_is_dropped_after_the_response_timeout(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """A browser connection that sends a request and never reads the answer: every
+    write waits for it (backpressure), and nothing bounded the wait: its place in the
+    connection limits and its app connection were held for good, past every timeout.
+    Taking nothing of a response for ``--response-timeout`` now ends the connection."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        app.read_request(conn)
+        body = b"x" * (32 * 1024 * 1024)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    app = scripted(script)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /big HTTP/1.1\r\n" + host + b"\r\n")
+        await asyncio.to_thread(app.arrived.acquire, True, 10)
+        for _ in range(1000):
+            if listener.scope.connections == 0 and not listener._tasks:
+                break
+            await asyncio.sleep(0.01)
+        sock.close()
+        assert listener.scope.connections == 0
+        assert not listener._tasks
+
+    run(app, body, response_timeout=1, keepalive_timeout=60)
+
+
+def test_a_browser_that_reads_nothing_leaves_nothing_behind_once_its_connection_ends(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """A ``Connection: close`` response that fits in the write buffer (no write waits)
+    to a browser that reads none of it: closing waits to send what is buffered, and the
+    task waited for that close for good, its socket and buffer with it, after the
+    connection had stopped counting toward any limit (so a client could pile them up
+    without end). The close has the response timeout, then the connection is dropped."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        request = app.read_request(conn)
+        assert request is not None
+        size = int(request.split(b" ")[1].rsplit(b"/", 1)[1])
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size)
+
+    app = scripted(script)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        browsers: list[tuple[socket.socket, Channel]] = []
+        for size in range(40_000, 200_000, 20_000):  # some leave the buffer below its limit
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            seen = {channel for _, channel in browsers}
+            while not listener._connections - seen:
+                await asyncio.sleep(0.001)
+            (channel,) = listener._connections - seen
+            assert channel.transport is not None
+            relays_end = channel.transport.get_extra_info("socket")
+            relays_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1024)
+            sock.sendall(b"GET /size/%d HTTP/1.1\r\n" % size + host + b"Connection: close\r\n\r\n")
+            browsers.append((sock, channel))
+        for _ in range(1000):
+            if listener.scope.connections == 0 and not listener._tasks:
+                break
+            await asyncio.sleep(0.01)
+        for sock, _ in browsers:
+            sock.close()
+        assert listener.scope.connections == 0
+        assert not listener._tasks, "a task waits for its browser to read"
+
+    run(app, body, response_timeout=1, keepalive_timeout=60)
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["first-read", "kept-connection"])
+def test_a_flood_of_pipelined_requests_in_one_read_is_refused_before_any_reaches_the_app(
+    scripted: Callable[[Script], ScriptedApp], kept: bool
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        await park_one(port, host)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if kept:
+            writer.write(b"GET /kept HTTP/1.1\r\n" + host + b"\r\n")
+            await reader.readuntil(b"GET /kept HTTP/1.1")
+        writer.write((b"GET /flood HTTP/1.1\r\n" + host + b"\r\n") * 1000)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.rsplit(b"HTTP/1.1 ", 1)[1].startswith(b"400"), answer[-300:]
+        assert b"requests pipelined in one read" in answer
+
+    run(app, body)
+    assert not any(b"/flood" in request for request in app.requests)

@@ -73,3 +73,43 @@ def test_drain_fails_once_the_connection_is_gone() -> None:
             await channel.drain()
 
     event_loop.run(main())
+
+
+def test_a_drain_the_peer_never_lets_end_fails_after_the_drain_timeout() -> None:
+    async def main() -> None:
+        peer, channel = await _channel()
+        channel.drain_timeout = 0.2
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(ConnectionResetError, match=r"took nothing for 0\.2 s"):
+            async with asyncio.timeout(10):  # (a drain without a timeout waits for good)
+                while True:  # the peer reads nothing: the write buffer fills, then pauses
+                    await channel.send(b"x" * 65536)
+        waited = loop.time() - started
+        assert 0.15 < waited < 5, waited  # (uvloop times with millisecond steps)
+        channel.abort()
+        peer.close()
+
+    event_loop.run(main())
+
+
+def test_a_drain_the_peer_lets_end_in_time_succeeds() -> None:
+    async def main() -> None:
+        peer, channel = await _channel()
+        channel.drain_timeout = 5
+        assert channel.transport is not None
+        while not channel.transport.get_write_buffer_size():
+            channel.write(b"x" * 65536)
+        drained = asyncio.ensure_future(channel.send(b"y"))
+        received = 0
+        while not drained.done():
+            try:
+                received += len(peer.recv(1 << 20))
+            except BlockingIOError:
+                await asyncio.sleep(0.001)
+        await drained
+        assert received
+        channel.abort()
+        peer.close()
+
+    event_loop.run(main())

@@ -93,7 +93,8 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
             "--response-timeout",
             relay_settings.RESPONSE_TIMEOUT,
             float,
-            "the app must start its response within SECONDS (502)",
+            "the app must start its response within SECONDS (502); a browser that takes "
+            "nothing of a response for SECONDS is dropped",
         ),
         (
             "--max-connections-per-app",

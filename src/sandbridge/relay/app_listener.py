@@ -246,9 +246,13 @@ class AppListener:
             if not tunnelled and self._arrivals is not None:
                 self._arrivals.give_back(browser)
             if not tunnelled:
-                self._release(channel)
                 channel.abort() if channel.transport.is_closing() else channel.close()
-                await channel.closed
+                try:
+                    # A browser reading nothing holds its close for at most a while, and
+                    # its place in the limits meanwhile: such closes cannot pile up.
+                    await channel.wait_closed()
+                finally:
+                    self._release(channel)
 
     def _release(self, channel: Channel) -> None:
         """A browser connection is over: it no longer counts against the limits

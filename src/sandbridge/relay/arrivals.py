@@ -111,6 +111,9 @@ class Arrivals:
         (counted from now on) until its first bytes start its task (:meth:`_start`)."""
         listener = self._listener
         assert channel.transport is not None
+        # A browser that takes nothing of a response (or of a refusal) for the response
+        # timeout is dropped, as an app that sends nothing for it is.
+        channel.drain_timeout = listener.settings.response_timeout
         if self._closed:
             # Accepted just before the server closed, delivered just after: the app is
             # closed, and nothing would close this connection or its task any more.
@@ -161,8 +164,10 @@ class Arrivals:
             return
         sent = first[0]
         lane.sent(*first)
-        # Its task starts once the lane has relayed the response, or given up on it.
-        self.in_flight.wait(channel, (browser, lane, sent))
+        # Its task starts once the lane has relayed the response, or given up on it;
+        # a task started early (the browser sent more) waits only what is left of the
+        # response timeout.
+        lane.response_due = self.in_flight.wait(channel, (browser, lane, sent))
         lane.start_task = functools.partial(self._relayed, browser, lane, sent)
 
     def _spawn(

@@ -59,6 +59,10 @@ class Channel(asyncio.Protocol):
         self.closed = self._loop.create_future()  # done once the connection is lost
         # While set, received bytes go to the lane, not to read(); see ready_for_exchange.
         self.lane: Lane | None = None
+        # How long a write may wait for the peer to take bytes (None: as long as it
+        # takes). A browser's connection has one: one that reads nothing would
+        # otherwise hold its place, and its app connection, past every other timeout.
+        self.drain_timeout: float | None = None
 
     # protocol callbacks -------------------------------------------------------------
 
@@ -195,7 +199,17 @@ class Channel(asyncio.Protocol):
             raise ConnectionResetError("connection lost")
         if self._write_paused:
             waiter = self._drain_waiter = self._loop.create_future()
-            await waiter
+            if self.drain_timeout is None:
+                await waiter
+                return
+            try:
+                async with asyncio.timeout(self.drain_timeout):
+                    await waiter
+            except TimeoutError:
+                self.abort()  # (a close would wait for good to send what is buffered)
+                raise ConnectionResetError(
+                    f"peer took nothing for {self.drain_timeout:g} s"
+                ) from None
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` and wait until the transport can take more."""
@@ -205,6 +219,27 @@ class Channel(asyncio.Protocol):
         # coroutine: one less per send, two sends per request.
         if self._write_paused or self._exception is not None or self.transport.is_closing():
             await self.drain()
+
+    async def wait_closed(self) -> None:
+        """Until the connection is gone, after :meth:`close` or :meth:`abort`. A close
+        first sends what is buffered, which a peer that reads nothing would make wait
+        for good: past ``drain_timeout`` the connection is dropped instead."""
+        closed = self.closed
+        transport = self.transport
+        if (
+            closed.done()
+            or self.drain_timeout is None
+            or transport is None
+            or not transport.get_write_buffer_size()
+        ):
+            await closed
+            return
+        try:
+            async with asyncio.timeout(self.drain_timeout):
+                await asyncio.shield(closed)
+        except TimeoutError:
+            self.abort()
+            await closed
 
     def abort(self) -> None:
         """Drop the connection at once."""

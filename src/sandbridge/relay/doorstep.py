@@ -69,13 +69,15 @@ class Doorstep(Generic[T]):
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def wait(self, channel: Channel, tag: T) -> None:
-        """Keep ``channel`` until it sends something, ends, expires or :meth:`leave`."""
+    def wait(self, channel: Channel, tag: T) -> float:
+        """Keep ``channel`` until it sends something, ends, expires or :meth:`leave`;
+        returns when it expires (the event loop's time)."""
         deadline = self._loop.time() + self._timeout
         self._waiting[channel] = (deadline, tag)
         channel.lane = self
         if self._timer is None:
             self._timer = self._loop.call_at(deadline, self._sweep)
+        return deadline
 
     def leave(self, channel: Channel) -> None:
         """``channel`` goes on elsewhere (its task starts): forget it here."""

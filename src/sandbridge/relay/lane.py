@@ -135,6 +135,9 @@ class KeepAliveLane:
         # Starts the connection's task when the lane ends: set while a first request
         # is in flight before the task exists (the listener's in-flight doorstep).
         self.start_task: Callable[[], None] | None = None
+        # When the response to a request sent before the task existed is due (the
+        # event loop's time): the task waits only what is left of the response timeout.
+        self.response_due: float | None = None
 
     async def run(self, upstream: UpstreamConnection) -> LaneEnd:
         """Relay exchanges until one needs the task; say why."""
@@ -178,10 +181,13 @@ class KeepAliveLane:
         is raised as the task's own reads raise it (:class:`UpstreamError`, the reader's
         :class:`HttpError`, a lost connection's :class:`OSError`).
         """
+        timeout, due, self.response_due = self._settings.response_timeout, self.response_due, None
         try:
             if not sent:
                 self.send(upstream, head, request)
-            end = await self._wait(self._settings.response_timeout)
+            elif due is not None:
+                timeout = max(0.0, due - asyncio.get_running_loop().time())
+            end = await self._wait(timeout)
         finally:
             self._one = False
         exchange.response_started = self.answering

@@ -32,6 +32,17 @@ def test_cookie_admits_and_everything_else_is_403() -> None:
         assert refused.value.status == 403
 
 
+@pytest.mark.parametrize("token", [b"%C3%A9", b"%FF", b"\xc3\xa9", b"%00"], ids=repr)
+def test_a_token_that_is_not_ascii_is_a_wrong_token(token: bytes) -> None:
+    """(``hmac.compare_digest`` raised ``TypeError`` on a non-ASCII ``str``.)"""
+    gate = AccessGate(5000)
+    with pytest.raises(HttpError) as refused:
+        gate.check(b"/?sandbridge_token=" + token, [])
+    assert refused.value.status == 403
+    encoded = gate.token.replace("-", "%2D").encode()  # the real one, percent-encoded, works
+    assert isinstance(gate.check(b"/?sandbridge_token=" + encoded, []), Redirect)
+
+
 def test_wrong_token_is_403() -> None:
     with pytest.raises(HttpError) as refused:
         AccessGate(5000).check(b"/?sandbridge_token=nope", [])

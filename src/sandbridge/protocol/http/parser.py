@@ -29,6 +29,10 @@ MAX_TARGET_BYTES: Final = 8 * 1024
 MAX_HEADER_COUNT: Final = 100
 # Bytes of one head (request line + headers): 64 KiB fits big cookies, refuses floods.
 MAX_HEAD_BYTES: Final = 64 * 1024
+# Requests in one read from a browser: browsers do not pipeline, and every head read is
+# held as Python objects until its turn, about 15 times its bytes (a 256 KiB read of
+# minimal pipelined requests held 3.7 MiB, for each of up to 1,024 connections).
+MAX_PIPELINED: Final = 64
 
 
 @dataclass(slots=True)
@@ -96,6 +100,7 @@ class _Reader:
         # that later feeds can skip llhttp (see _length_body); None: not such a body.
         self._body_left: int | None = None
         self._declared_length: int | None = None  # that Content-Length, as declared
+        self._codings: list[bytes] | None = None  # the Transfer-Encoding values, as sent
 
     # llhttp callbacks -------------------------------------------------------------
 
@@ -139,16 +144,17 @@ class _Reader:
         of building a set of every field name again (~1% of the host's CPU per request).
         """
         lengths: list[bytes] = []
-        transfer_encoding = False
+        codings: list[bytes] | None = None  # the Transfer-Encoding values, if any
         for name, value in headers:
             lowered = name.lower()
             if lowered == b"content-length":
                 lengths.append(value)
             elif lowered == b"transfer-encoding":
-                transfer_encoding = True
-        if len(lengths) == 1 and not transfer_encoding:
+                codings = [value] if codings is None else [*codings, value]
+        self._codings = codings
+        if len(lengths) == 1 and codings is None:
             self._body_left = self._declared_length = int(lengths[0])
-        return bool(lengths) or transfer_encoding
+        return bool(lengths) or codings is not None
 
     def _length_body(self, data: bytes) -> tuple[list[Event], bytes] | None:
         """Body bytes of a Content-Length message, without llhttp.
@@ -209,6 +215,7 @@ class RequestReader(_Reader):
         self._target = bytearray()
         self._in_message = False  # a request begun and not complete (head or body)
         self._takes_more = True  # llhttp reads a next request: none yet, or a keep-alive one
+        self._heads_read = 0  # request heads in the current feed
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -231,6 +238,9 @@ class RequestReader(_Reader):
             self._fail(HttpError(505, f"HTTP version {version!r} is not supported"))
         self._in_head = False
         self._trailers = True  # header callbacks after this point are trailers
+        self._heads_read += 1
+        if self._heads_read > MAX_PIPELINED:
+            self._fail(HttpError(400, f"more than {MAX_PIPELINED} requests pipelined in one read"))
         keep_alive, upgrade = parser.should_keep_alive(), parser.should_upgrade()
         self._takes_more = keep_alive and not upgrade
         if keep_alive and not upgrade:
@@ -275,6 +285,7 @@ class RequestReader(_Reader):
         """Feed bytes from the browser; return the events they complete."""
         if self._finished:
             raise HttpError(400, "bytes after an upgrade reached the HTTP reader")
+        self._heads_read = 0
         if self._error is None and (bypass := self._length_body(data)) is not None:
             events, rest = bypass
             if events[-1] is MESSAGE_END:
@@ -359,6 +370,8 @@ class ResponseReader(_Reader):
             self._final_head = head
             if not self._head_request and status not in (204, 304):
                 self._close_delimited = not self._count_length_body(self._headers)
+                if self._codings is not None:
+                    self._only_chunked(self._codings)
             if self._head_request:
                 # llhttp cannot be told that a HEAD response has no body; the message
                 # ends here and whatever follows is not part of this exchange.
@@ -366,6 +379,19 @@ class ResponseReader(_Reader):
                 self._events.append(MESSAGE_END)
                 self.extra_data = True  # unknown: a HEAD exchange never reuses the connection
                 raise _Stop
+
+    def _only_chunked(self, codings: list[bytes]) -> None:
+        """Refuse a body in any transfer coding but ``chunked`` alone: llhttp reads one
+        whose last coding is not chunked to the connection's end, and de-chunks
+        ``gzip, chunked`` into gzip; the browser's framing is the relay's own, so the
+        coding would be lost on the way (requests: 501, in forwarding)."""
+        if len(codings) != 1 or codings[0].strip().lower() != b"chunked":
+            shown = b", ".join(codings)[:100].decode("latin-1")
+            self._fail(
+                HttpError(
+                    502, f"app answered with Transfer-Encoding {shown!r}: only chunked is relayed"
+                )
+            )
 
     def on_message_complete(self) -> None:
         if self._final_head is None:

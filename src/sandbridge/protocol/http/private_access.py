@@ -100,13 +100,15 @@ class AccessGate:
         :class:`Redirect`: the token exchange; raises 403 for everyone else."""
         path, _, query = target.partition(b"?")
         pieces = query.split(b"&") if query else []
+        # Compared as bytes: ``hmac`` compares no ``str`` with a non-ASCII character
+        # (``%C3%A9`` decoded), and that TypeError ended the connection unanswered.
         offered = [
-            urllib.parse.unquote(value.decode("latin-1"))
+            urllib.parse.unquote_to_bytes(value)
             for key, _, value in (piece.partition(b"=") for piece in pieces)
             if key == TOKEN_PARAM.encode()
         ]
         if offered:
-            if self.token_used or not hmac.compare_digest(offered[0], self.token):
+            if self.token_used or not hmac.compare_digest(offered[0], self.token.encode()):
                 raise HttpError(
                     403,
                     "this private app's token was already used or is wrong; "
