@@ -306,13 +306,10 @@ class OnTerminal:
         return stderr.decode()
 
 
-@pytest.mark.parametrize(("reply", "opened"), [(b"y\r", True), (b"\r", False)])
-def test_ask_asks_on_the_terminal_and_opens_only_on_yes(
-    runtime_dir: Path, reply: bytes, opened: bool
-) -> None:
-    out = runtime_dir.parent / "browser.jsonl"
-    url = "https://example.com/device?code=1"
-    host = OnTerminal(
+def _asking(runtime_dir: Path, out: Path) -> OnTerminal:
+    """A host at a terminal that asks before it opens (external URLs too), its browser
+    command recording to ``out``."""
+    return OnTerminal(
         runtime_dir,
         "--open",
         "ask",
@@ -321,6 +318,15 @@ def test_ask_asks_on_the_terminal_and_opens_only_on_yes(
         "--browser",
         f"{PYTHON} {RECORDER} {out}",
     )
+
+
+@pytest.mark.parametrize(("reply", "opened"), [(b"y\r", True), (b"\r", False)])
+def test_ask_asks_on_the_terminal_and_opens_only_on_yes(
+    runtime_dir: Path, reply: bytes, opened: bool
+) -> None:
+    out = runtime_dir.parent / "browser.jsonl"
+    url = "https://example.com/device?code=1"
+    host = _asking(runtime_dir, out)
     try:
         answer = _ask(
             runtime_dir / "relay.sock", json.dumps({"type": "open", "url": url}).encode() + b"\n"
@@ -342,15 +348,7 @@ def test_a_second_question_is_refused_while_the_first_is_open(runtime_dir: Path)
     # whichever read first, and could open the second URL, never agreed to.
     out = runtime_dir.parent / "browser.jsonl"
     first, second = "https://example.com/first", "https://example.com/second"
-    host = OnTerminal(
-        runtime_dir,
-        "--open",
-        "ask",
-        "--open-external",
-        "allow",
-        "--browser",
-        f"{PYTHON} {RECORDER} {out}",
-    )
+    host = _asking(runtime_dir, out)
     relay_sock = runtime_dir / "relay.sock"
     try:
         line = json.dumps({"type": "open", "url": first}).encode() + b"\n"
