@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from sandbridge.aio import event_loop
@@ -79,3 +81,60 @@ def test_a_closed_server_accepts_no_more(tmp_path: Path) -> None:
             assert client.recv(1) == b""  # or closed without an answer
 
     event_loop.run(scenario())
+
+
+OUT_OF_DESCRIPTORS = """
+import asyncio, os, sys
+from sandbridge.aio.before_loop import bind_unix_socket
+from sandbridge.aio.paced_server import start_paced_unix_server
+
+async def main():
+    loop = asyncio.get_running_loop()
+    async def handler(reader, writer):
+        writer.write(b"served\\n")
+        await writer.drain()
+        writer.close()
+    server = await start_paced_unix_server(handler, bind_unix_socket(sys.argv[1]), 100, 1.0)
+    hogs = []
+    freed = asyncio.Event()
+    def free():
+        os.read(0, 1)
+        loop.remove_reader(0)
+        for fd in hogs:
+            os.close(fd)
+        freed.set()
+    loop.add_reader(0, free)
+    try:
+        while True:
+            hogs.append(os.dup(1))
+    except OSError:
+        pass
+    print("FULL", flush=True)
+    await freed.wait()
+    await asyncio.sleep(30)
+
+asyncio.run(main())
+"""
+
+
+def test_accepting_pauses_while_descriptors_run_out_and_then_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "paced.sock"
+    server = subprocess.Popen(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        assert server.stdout.readline() == b"FULL\n"
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(30)
+            client.connect(str(path))  # waits in the backlog: accept fails with EMFILE
+            server.stdin.write(b"x")
+            server.stdin.flush()  # descriptors freed: the next try accepts it
+            assert client.recv(64) == b"served\n"
+    finally:
+        server.kill()
+        stderr = server.communicate()[1].decode()
+    assert "socket.accept_paused" in stderr

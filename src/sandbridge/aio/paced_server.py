@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import Awaitable, Callable
 
+from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.protocol.limits import WindowLimit
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 # asyncio's own default for a stream's line limit.
 STREAM_LIMIT = 64 * 1024
+# accept(2) failures that say the process or the machine is out of something: accepting
+# pauses for RESOURCE_PAUSE seconds, as asyncio's own servers do.
+RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+RESOURCE_PAUSE = 1.0
 
 
 class PacedServer:
@@ -53,7 +59,17 @@ class PacedServer:
         while True:
             while (wait := self._window.delay(loop.time())) > 0:
                 await asyncio.sleep(wait)
-            conn, _ = await loop.sock_accept(self._sock)
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:
+                if exc.errno not in RESOURCE_ERRORS:
+                    continue  # that connection went away before it was accepted
+                # Out of descriptors or memory: the connections wait in the backlog and
+                # this socket keeps being served once there is room again (as asyncio's
+                # servers do), instead of its accepting ending for good.
+                log.warning("socket.accept_paused", error=exc.strerror or str(exc))
+                await asyncio.sleep(RESOURCE_PAUSE)
+                continue
             self._window.admit(loop.time())
             self._connections.spawn(self._serve(conn))
 
@@ -70,9 +86,10 @@ class PacedServer:
             raise
 
     def close(self) -> None:
-        """Stop accepting: the listening socket is closed."""
+        """Stop accepting; the listening socket is closed once the accepting task has
+        ended (the event loop may still be watching it until then)."""
         self._accepting.cancel()
-        self._sock.close()
+        self._accepting.add_done_callback(lambda _: self._sock.close())
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(asyncio.CancelledError):
