@@ -99,6 +99,25 @@ class Process:
         return status
 
 
+# Shared objects whose mapping shows a process loaded the event loop: asyncio's C part,
+# OpenSSL (which asyncio imports), uvloop. The sandbox's entry serves without them.
+EVENT_LOOP_LIBRARIES = ("_asyncio", "_ssl", "uvloop")
+
+
+def event_loop_libraries(pid: int) -> list[str]:
+    """Which of :data:`EVENT_LOOP_LIBRARIES` process ``pid`` has mapped."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return [name for name in EVENT_LOOP_LIBRARIES if name in maps]
+
+
+def memory_kib(pid: int, field_name: str = "VmRSS") -> int:
+    """A memory field of process ``pid``'s status (``VmRSS``, ``VmHWM``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field_name}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field_name} for {pid}")
+
+
 def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """``python -m ARGS`` from the checkout (a benchmark, say), its output captured as text;
     the exit status is the caller's to check."""

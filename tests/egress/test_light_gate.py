@@ -25,11 +25,14 @@ from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.egress.light_gate import LightGate
 from sandbridge.protocol import egress_opening as egress
 from tests.conftest import (
+    EVENT_LOOP_LIBRARIES,
     PYTHON,
     REPO,
     SANDBRIDGE,
     Process,
+    event_loop_libraries,
     is_sandbox_entry,
+    memory_kib,
     processes_with,
     read_to_end,
 )
@@ -39,7 +42,6 @@ GATE_CLIENT = str(REPO / "tests" / "apps" / "gate_client.py")
 # issue 15's bound on the entry's memory (RSS), here also its peak (VmHWM).
 ENTRY_RSS_LIMIT_KIB = 16 * 1024
 # Libraries the event loop brings: asyncio's C part, OpenSSL's module, uvloop.
-EVENT_LOOP_LIBRARIES = ("_asyncio", "_ssl", "uvloop")
 DOWNLOAD_BYTES = 50 * 1024 * 1024
 # Connections that send nothing, left open while others are served.
 SILENT_CONNECTIONS = 20
@@ -63,14 +65,10 @@ class World:
         return line.removeprefix(f"DONE {name} ")
 
     def loaded(self) -> list[str]:
-        maps = Path(f"/proc/{self.entry}/maps").read_text()
-        return [name for name in EVENT_LOOP_LIBRARIES if name in maps]
+        return event_loop_libraries(self.entry)
 
     def memory_kib(self, field_name: str) -> int:
-        for line in Path(f"/proc/{self.entry}/status").read_text().splitlines():
-            if line.startswith(f"{field_name}:"):
-                return int(line.split()[1])
-        raise AssertionError(f"no {field_name} for {self.entry}")
+        return memory_kib(self.entry, field_name)
 
     def need_the_event_loop(self) -> dict[str, object]:
         """A v1 request on upstream.sock: what the light shim passes to the event loop."""

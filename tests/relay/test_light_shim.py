@@ -28,12 +28,15 @@ from sandbridge.protocol.shim_opening import FIRST_LINE_TIMEOUT
 from sandbridge.relay.light_shim import LightShim
 from tests.conftest import (
     ECHO_APP,
+    EVENT_LOOP_LIBRARIES,
     PYTHON,
     Process,
     Relay,
     echo,
+    event_loop_libraries,
     host_port_of,
     is_sandbox_entry,
+    memory_kib,
     processes_with,
     read_to_end,
     run_argv,
@@ -43,7 +46,6 @@ from tests.conftest import (
 SHIM_RSS_LIMIT_KIB = 16 * 1024
 # Libraries the event loop brings: asyncio's C part, OpenSSL's module (asyncio imports
 # ssl), uvloop.
-EVENT_LOOP_LIBRARIES = ("_asyncio", "_ssl", "uvloop")
 APP_PORT = 4173
 
 
@@ -55,14 +57,10 @@ class Sandbox:
     upstream: Path
 
     def loaded(self) -> list[str]:
-        maps = Path(f"/proc/{self.entry}/maps").read_text()
-        return [name for name in EVENT_LOOP_LIBRARIES if name in maps]
+        return event_loop_libraries(self.entry)
 
     def rss_kib(self) -> int:
-        for line in Path(f"/proc/{self.entry}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise AssertionError(f"no VmRSS for {self.entry}")
+        return memory_kib(self.entry)
 
     def connect(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

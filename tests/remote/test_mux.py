@@ -16,7 +16,8 @@ from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.transport import Link, LinkWriter
 
 
-async def _link(sock: socket.socket) -> Link:
+async def link_over(sock: socket.socket) -> Link:
+    """A link over one end of a socket pair (the mux and stream transport tests')."""
     reader, writer = await asyncio.open_unix_connection(sock=sock)
 
     async def close() -> None:
@@ -31,7 +32,7 @@ async def linked(
 ) -> AsyncIterator[tuple[Mux, Mux, list[Apps]]]:
     """A laptop and a far mux, handshaken and running."""
     a, b = socket.socketpair()
-    laptop_link, far_link = await _link(a), await _link(b)
+    laptop_link, far_link = await link_over(a), await link_over(b)
     listed: list[Apps] = []
     laptop = Mux(laptop_link, Role.LAPTOP, on_apps=listed.append)
     far = Mux(far_link, Role.FAR, on_open=on_open)  # type: ignore[arg-type]
@@ -113,7 +114,7 @@ def test_a_peer_that_says_no_hello_is_refused() -> None:
     async def check() -> None:
         a, b = socket.socketpair()
         b.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
-        link = await _link(a)
+        link = await link_over(a)
         try:
             with pytest.raises(RemoteLinkError, match="test link: unknown frame kind"):
                 await Mux(link, Role.LAPTOP).handshake()

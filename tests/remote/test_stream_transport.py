@@ -13,7 +13,7 @@ from sandbridge.protocol import remote_wire as wire
 from sandbridge.protocol.remote_wire import STREAM_WINDOW, OpenStream, Role
 from sandbridge.remote.mux import LINK_BACKLOG_BYTES, Mux, MuxStream
 from sandbridge.remote.stream_transport import WRITE_HIGH_WATER, StreamTransport
-from sandbridge.remote.transport import Link
+from tests.remote.test_mux import link_over
 
 
 class Recorder(asyncio.Protocol):
@@ -60,15 +60,6 @@ class Recorder(asyncio.Protocol):
                 await self._changed.wait()
 
 
-async def _link(sock: socket.socket) -> Link:
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
-
-    async def close() -> None:
-        writer.close()
-
-    return Link(reader, writer, close, "test link", writer.transport.get_write_buffer_size)
-
-
 @asynccontextmanager
 async def pair() -> AsyncIterator[tuple[Recorder, Recorder, Mux, Mux]]:
     """A stream opened by the laptop, each end a StreamTransport with a Recorder."""
@@ -80,7 +71,7 @@ async def pair() -> AsyncIterator[tuple[Recorder, Recorder, Mux, Mux]]:
         stream._mux.opened(stream)
 
     a, b = socket.socketpair()
-    laptop_link, far_link = await _link(a), await _link(b)
+    laptop_link, far_link = await link_over(a), await link_over(b)
     laptop = Mux(laptop_link, Role.LAPTOP)
     far = Mux(far_link, Role.FAR, on_open=on_open)
     await asyncio.gather(laptop.handshake(), far.handshake())
@@ -209,7 +200,7 @@ def test_a_link_that_does_not_drain_stops_the_streams_sending() -> None:
         a, b = socket.socketpair()
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
         b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-        link = await _link(a)
+        link = await link_over(a)
         far = wire.LinkState(Role.FAR)
         b.sendall(far.send_hello())
         laptop = Mux(link, Role.LAPTOP)

@@ -18,13 +18,15 @@ import pytest
 
 from tests.conftest import (
     _getaddrinfo,
+    event_loop_libraries,
     host_port_of,
     is_sandbox_entry,
+    memory_kib,
     port_is_open,
     processes_with,
     request,
 )
-from tests.egress.test_light_gate import ENTRY_RSS_LIMIT_KIB, EVENT_LOOP_LIBRARIES
+from tests.egress.test_light_gate import ENTRY_RSS_LIMIT_KIB
 from tests.sandbox.test_entry import _serve_one
 from tests.session.test_auto_publish import WITHIN, Session, controlled
 
@@ -42,14 +44,10 @@ class World:
     seen: dict[str, Any] = field(default_factory=dict)
 
     def loaded(self) -> list[str]:
-        maps = Path(f"/proc/{self.entry}/maps").read_text()
-        return [name for name in EVENT_LOOP_LIBRARIES if name in maps]
+        return event_loop_libraries(self.entry)
 
     def memory_kib(self, field_name: str) -> int:
-        for line in Path(f"/proc/{self.entry}/status").read_text().splitlines():
-            if line.startswith(f"{field_name}:"):
-                return int(line.split()[1])
-        raise AssertionError(f"no {field_name} for {self.entry}")
+        return memory_kib(self.entry, field_name)
 
     def fixed_published(self) -> str:
         line = self.session.process.wait_line(

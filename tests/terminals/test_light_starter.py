@@ -21,12 +21,11 @@ from sandbridge.terminals import channel, frames
 from sandbridge.terminals.frames import FROM_WORKER, FrameDecoder, Kind
 from sandbridge.terminals.light_starter import MAX_MESSAGE, LightStarter
 from sandbridge.terminals.pty_worker import descendants
-from tests.conftest import is_sandbox_entry
+from tests.conftest import event_loop_libraries, is_sandbox_entry, memory_kib
 from tests.terminals.harness import PROMPT, TerminalSession, finish
 
 # issue 15's bound on the entry's memory (RSS).
 ENTRY_RSS_LIMIT_KIB = 16 * 1024
-EVENT_LOOP_LIBRARIES = ("_asyncio", "_ssl", "uvloop")
 
 
 def _entry_of(session: TerminalSession) -> int:
@@ -46,11 +45,8 @@ def test_a_terminal_is_attached_without_the_entry_loading_the_event_loop(
         child.sendline("echo IN-$((6*7))")
         child.expect("IN-42")
         entry = _entry_of(session)
-        maps = Path(f"/proc/{entry}/maps").read_text()
-        assert [name for name in EVENT_LOOP_LIBRARIES if name in maps] == []
-        status = Path(f"/proc/{entry}/status").read_text().splitlines()
-        (rss,) = [int(line.split()[1]) for line in status if line.startswith("VmRSS:")]
-        assert rss < ENTRY_RSS_LIMIT_KIB
+        assert event_loop_libraries(entry) == []
+        assert memory_kib(entry) < ENTRY_RSS_LIMIT_KIB
         child.sendline("exit 3")
         assert finish(child)[0] == 3
     finally:
