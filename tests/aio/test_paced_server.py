@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.before_loop import bind_unix_socket
-from sandbridge.aio.paced_server import start_paced_unix_server
+from sandbridge.aio.paced_server import PacedServer
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -33,7 +33,7 @@ def test_it_serves_each_connection_with_the_handler(tmp_path: Path) -> None:
     path = tmp_path / "paced.sock"
 
     async def scenario() -> list[bytes]:
-        server = await start_paced_unix_server(_echo, bind_unix_socket(path), 100, 1.0)
+        server = PacedServer(_echo, bind_unix_socket(path), 100, 1.0)
         try:
             return list(await asyncio.gather(*(_ask(path, b"%d\n" % n) for n in range(5))))
         finally:
@@ -49,7 +49,7 @@ def test_connections_past_the_window_wait_their_turn_in_the_backlog(tmp_path: Pa
 
     async def scenario() -> tuple[float, list[bytes]]:
         loop = asyncio.get_running_loop()
-        server = await start_paced_unix_server(_echo, bind_unix_socket(path), limit, window)
+        server = PacedServer(_echo, bind_unix_socket(path), limit, window)
         try:
             start = loop.time()
             answers = await asyncio.gather(*(_ask(path, b"x\n") for _ in range(total)))
@@ -68,7 +68,7 @@ def test_a_closed_server_accepts_no_more(tmp_path: Path) -> None:
     path = tmp_path / "paced.sock"
 
     async def scenario() -> None:
-        server = await start_paced_unix_server(_echo, bind_unix_socket(path), 100, 1.0)
+        server = PacedServer(_echo, bind_unix_socket(path), 100, 1.0)
         assert await _ask(path, b"one\n") == b"got one\n"
         server.close()
         await server.wait_closed()
@@ -86,7 +86,7 @@ def test_a_closed_server_accepts_no_more(tmp_path: Path) -> None:
 OUT_OF_DESCRIPTORS = """
 import asyncio, os, sys
 from sandbridge.aio.before_loop import bind_unix_socket
-from sandbridge.aio.paced_server import start_paced_unix_server
+from sandbridge.aio.paced_server import PacedServer
 
 async def main():
     loop = asyncio.get_running_loop()
@@ -94,7 +94,7 @@ async def main():
         writer.write(b"served\\n")
         await writer.drain()
         writer.close()
-    server = await start_paced_unix_server(handler, bind_unix_socket(sys.argv[1]), 100, 1.0)
+    server = PacedServer(handler, bind_unix_socket(sys.argv[1]), 100, 1.0)
     hogs = []
     freed = asyncio.Event()
     def free():

@@ -1,4 +1,4 @@
-"""A Unix socket server that accepts at a bounded rate: :func:`start_paced_unix_server`.
+"""A Unix socket server that accepts at a bounded rate: :class:`PacedServer`.
 
 Why: the host's sockets that a sandbox reaches (``relay.sock``, ``egress.sock``) are
 served on one event loop, a daemon's for every session.
@@ -35,8 +35,9 @@ RESOURCE_PAUSE = 1.0
 
 
 class PacedServer:
-    """Serves ``sock``'s connections with ``handler``, at most ``limit`` accepted in any
-    ``window`` seconds. :meth:`close` stops accepting; connections already accepted go on
+    """Serves ``sock``'s connections (a listening, non-blocking socket: ``bind_unix_socket``'s)
+    with ``handler``, at most ``limit`` accepted in any ``window`` seconds; made with a
+    running event loop. :meth:`close` stops accepting; connections already accepted go on
     (as :meth:`asyncio.Server.close` leaves them)."""
 
     def __init__(
@@ -94,15 +95,3 @@ class PacedServer:
     async def wait_closed(self) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await self._accepting
-
-
-async def start_paced_unix_server(
-    handler: Handler,
-    sock: socket.socket,
-    limit: int,
-    window: float,
-    stream_limit: int = STREAM_LIMIT,
-) -> PacedServer:
-    """Serve the listening, non-blocking ``sock`` (``bind_unix_socket``'s) at a bounded
-    rate of new connections."""
-    return PacedServer(handler, sock, limit, window, stream_limit)

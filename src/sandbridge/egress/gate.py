@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from sandbridge import log
 from sandbridge.aio.before_loop import bind_unix_socket
 from sandbridge.aio.open_connections import OpenConnections
-from sandbridge.aio.paced_server import PacedServer, start_paced_unix_server
+from sandbridge.aio.paced_server import PacedServer
 from sandbridge.aio.unix_sockets import (
     COPY_READ_BYTES,
     close_writer,
@@ -215,7 +215,7 @@ class EgressGate:
         return {**self.requests.owner_ops(), "egress_summary": summary}
 
     async def start(self) -> None:
-        self._server = await start_paced_unix_server(
+        self._server = PacedServer(
             self._serve, bind_unix_socket(self.path), EGRESS_SOCKET_RATE, 1.0
         )
 

@@ -81,9 +81,7 @@ class WindowLimit:
 
     def admit(self, now: float) -> bool:
         """Count an event at ``now`` (monotonic seconds) if the window has room."""
-        while self._times and now - self._times[0] >= self.window:
-            self._times.popleft()
-        if len(self._times) >= self.limit:
+        if self.delay(now) > 0:
             return False
         self._times.append(now)
         return True
@@ -94,6 +92,8 @@ class WindowLimit:
             self._times.popleft()
         if len(self._times) < self.limit:
             return 0.0
+        if not self._times:  # a limit of 0: never
+            return self.window
         return self._times[0] + self.window - now
 
 

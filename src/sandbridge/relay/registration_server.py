@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sandbridge import log
 from sandbridge.aio.before_loop import bind_unix_socket
-from sandbridge.aio.paced_server import PacedServer, start_paced_unix_server
+from sandbridge.aio.paced_server import PacedServer
 from sandbridge.aio.unix_sockets import read_line
 from sandbridge.exceptions import RegistrationError, WireError
 from sandbridge.protocol.auto_registration import UnregisterRequest, encode_unregister_ok
@@ -83,7 +83,7 @@ class RegistrationServer:
 
     async def start(self) -> None:
         sock = bind_unix_socket(self.path)
-        self._server = await start_paced_unix_server(self._serve, sock, RELAY_SOCKET_RATE, 1.0)
+        self._server = PacedServer(self._serve, sock, RELAY_SOCKET_RATE, 1.0)
 
     async def close(self) -> None:
         if self._server is not None:

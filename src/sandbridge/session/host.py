@@ -57,8 +57,13 @@ class HostSession:
     # Host ports of apps registered without "auto" that auto-publish published too (it
     # was given the same app): its unregister drops only that, the app stays.
     _also_auto: set[int] = field(default_factory=set)
-    # New apps auto-publish made lately (made by start(), from the settings).
-    _new_auto: WindowLimit | None = None
+    # New apps auto-publish made lately (from the settings).
+    _new_auto: WindowLimit = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._new_auto = WindowLimit(
+            self.settings.auto_publish_limit, self.settings.auto_publish_window
+        )
 
     @property
     def apps(self) -> list[App]:
@@ -66,9 +71,6 @@ class HostSession:
 
     async def start(self) -> None:
         self._scope = SessionScope(self.settings)
-        self._new_auto = WindowLimit(
-            self.settings.auto_publish_limit, self.settings.auto_publish_window
-        )
         self._connector = UpstreamConnector(self.runtime_dir.upstream_socket, self.protocol)
         self._registration = RegistrationServer(
             self.runtime_dir.relay_socket,
@@ -144,7 +146,7 @@ class HostSession:
                 f"{self.settings.max_apps}"
             )
         limit = self._new_auto
-        if request.auto and limit is not None and not limit.admit(time.monotonic()):
+        if request.auto and not limit.admit(time.monotonic()):
             raise RegistrationError(
                 f"{AUTO_RATE_PREFIX}{limit.limit} new apps in {limit.window:g} s; port "
                 f"{request.port} is offered again on a later scan"
