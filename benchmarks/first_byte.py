@@ -12,7 +12,13 @@ from ``DIR`` (another checkout's ``src``), to compare trees in one run.
 ``--floor`` adds two reference relays (``benchmarks.floor_relay``): the least a Python relay
 on uvloop does per new connection, with and without HTTP.
 
+``--client socket`` times each new connection from this process instead of a ``curl`` run:
+connect, send the request ``curl`` sends, read one byte. No process starts between two
+connections, so the relay's code is not evicted from the caches by one, and the spread is
+smaller; what is left is the relay's own cost per connection (docs/benchmarks.md, ninth round).
+
     python -m benchmarks.first_byte [--blocks 40] [--block 10] [--other base=../main/src] [--floor]
+                                    [--client curl|socket]
 """
 
 from __future__ import annotations
@@ -21,12 +27,15 @@ import argparse
 import contextlib
 import functools
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from benchmarks import paths, workloads
 from benchmarks.relay_bench import make_files
@@ -47,6 +56,30 @@ def first_bytes(url: str, samples: int) -> list[float]:
         * 1000
         for _ in range(samples)
     ]
+
+
+def socket_first_bytes(url: str, samples: int) -> list[float]:
+    """The time to first byte, ms, for ``samples`` new connections in a row from this
+    process: ``connect``, the request ``curl`` sends, one byte read (the connection closed
+    after it, as ``curl`` does once it has read the rest)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None, url
+    request = (
+        f"GET {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        "User-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n"
+    ).encode()
+    times = []
+    for _ in range(samples):
+        with socket.socket() as conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(60)
+            start = time.perf_counter()
+            conn.connect(("127.0.0.1", parts.port))
+            conn.sendall(request)
+            if not conn.recv(1):
+                raise RuntimeError(f"{url}: the connection closed before its first byte")
+            times.append((time.perf_counter() - start) * 1000)
+    return times
 
 
 def sandbridge_from(work: Path, ports: tuple[int, int], src: str | None) -> paths.RelayPath:
@@ -73,7 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add the Python floor relays (benchmarks.floor_relay): bytes only, and with HTTP",
     )
+    parser.add_argument(
+        "--client",
+        choices=("curl", "socket"),
+        default="curl",
+        help="a curl run per connection (as relay_bench), or connections from this process",
+    )
     args = parser.parse_args(argv)
+    measure = first_bytes if args.client == "curl" else socket_first_bytes
     with (
         tempfile.TemporaryDirectory(prefix="sandbridge-first-byte-") as tmp,
         contextlib.ExitStack() as stack,
@@ -106,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(args.blocks):
             by = index % len(names)
             for name in names[by:] + names[:by]:
-                times = first_bytes(urls[name], args.block)
+                times = measure(urls[name], args.block)
                 samples[name] += times
                 blocks[name].append(statistics.median(times))
         for name in names:
