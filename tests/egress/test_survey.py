@@ -599,11 +599,18 @@ def test_comments_and_descriptions_name_no_host(tmp_path: Path) -> None:
             '# url = "https://lock-comment.test/"\n'
             '[package.source]\ntype = "legacy"\nurl = "https://lock-source.test/simple"\n',
             "Gemfile": '# source "https://gem-comment.test"\n'
-            'gem "x", git: "https://gem-git.test/x"  # forked from https://gem-inline.test/\n',
+            'gem "x", git: "https://gem-git.test/x"  # forked from https://gem-inline.test/\n'
+            'gem "digital", doc: "https://gem-option-inline.test/"\n'
+            'gem "y", :source => "https://gem-source-option.test"\n'
+            'git "https://gem-git-block.test/r.git" do\nend\n',
             "gradle/wrapper/gradle-wrapper.properties": "#distributionUrl=https\\://wrap-comment"
             ".test/g.zip\ndistributionUrl=https\\://wrap.test/g.zip\n",
             "build.gradle": "// maven { url 'https://gradle-comment.test/m2' }\n"
-            "repositories { maven { url 'https://gradle-repo.test/m2' } }\n",
+            "repositories { maven { url 'https://gradle-repo.test/m2' } }\n"
+            "/*\nrepositories { maven { url 'https://gradle-block-comment.test/m2' } }\n*/\n"
+            'exclude "**/*.tmp"; repositories { maven { url "https://gradle-glob.test" } }\n',
+            "settings.gradle.kts": '/* maven("https://kts-comment.test") */\n'
+            'maven("https://kts-repo.test/m2")\n',
             ".yarnrc.yml": '# npmRegistryServer: "https://yarn-comment.test"\n'
             'npmRegistryServer: "https://yarn-registry.test"\n',
             "pom.xml": "<project><repositories>\n<!--\n<repository><url>https://pom-comment.test/"
@@ -618,8 +625,12 @@ def test_comments_and_descriptions_name_no_host(tmp_path: Path) -> None:
         "config-index.test",
         "lock-source.test",
         "gem-git.test",
+        "gem-source-option.test",
+        "gem-git-block.test",
         "wrap.test",
         "gradle-repo.test",
+        "gradle-glob.test",
+        "kts-repo.test",
         "yarn-registry.test",
         "pom-repo.test",
     } <= hosts

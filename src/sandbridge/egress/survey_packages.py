@@ -18,6 +18,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from sandbridge.egress.survey_comments import without_c_comments, without_xml_comments
 from sandbridge.egress.survey_findings import URL, Finding, Kind, Reader, host_finding, url_host
 
 PYTHON, NPM, CARGO, GO, RUBY, MAVEN, GRADLE = (
@@ -54,10 +55,16 @@ _GRADLE_REPOS = {
 
 
 # Where a comment begins: ``#`` at a line's start or after a space (pip's own rule, and
-# TOML's, YAML's, Ruby's, a properties file's outside a value); ``//`` in Gradle.
+# TOML's, YAML's, Ruby's, a properties file's outside a value). Gradle's and XML's comments
+# are taken out of the whole text first (:mod:`.survey_comments`): they span lines.
 _HASH_COMMENT = re.compile(r"(?:^|\s)#")
-_SLASH_COMMENT = re.compile(r"(?:^|\s)//")
 _PROPERTIES_COMMENT = re.compile(r"^\s*[#!]|\s#")
+# A Gemfile's source values: ``source "URL"`` and ``git "URL"`` (a line's first word), and a
+# gem's ``git: "URL"``, ``source: "URL"``, ``:git => "URL"``, ``:source => "URL"``.
+_GEM_SOURCE = re.compile(
+    r"""(?:^\s*(?:source|git)\s*\(?\s*|\b(?:git|source)\s*:\s*|:(?:git|source)\s*=>\s*)"""
+    r"""(?P<quote>["'])(?P<url>[^"'\s]+)(?P=quote)"""
+)
 # Keys whose values are sources a lockfile's tool fetches from (not its descriptions).
 _LOCK_URL_KEYS = frozenset({"url", "registry"})
 # Keys of Cargo.toml and .cargo/config.toml whose values are registries or git sources
@@ -164,10 +171,6 @@ def starting(*prefixes: str) -> Callable[[str], bool]:
 def holding(*words: str) -> Callable[[str], bool]:
     """Lines that hold one of ``words``."""
     return lambda line: any(word in line for word in words)
-
-
-def either(*tests: Callable[[str], bool]) -> Callable[[str], bool]:
-    return lambda line: any(test(line) for test in tests)
 
 
 def _url_property(line: str) -> bool:
@@ -419,8 +422,19 @@ def read_go(path: str, text: str) -> list[Finding]:
 
 
 def read_gemfile(path: str, text: str) -> list[Finding]:
-    keep = either(starting("source"), holding("git"))
-    return [ecosystem(path, RUBY, "Gemfile"), *url_findings(path, text, "gem source", RUBY, keep)]
+    """The URLs bundler fetches from: ``source "URL"``, a gem's ``git:``/``source:``
+    value (``:git =>`` too), a ``git "URL" do`` block, and ``git_source`` templates; not
+    any other URL on a line that merely holds "git" (a gem's name, another option)."""
+    found = [ecosystem(path, RUBY, "Gemfile")]
+    for number, raw in numbered(text):
+        line = uncommented(raw)
+        where = f"{path}:{number}"
+        if line.lstrip().startswith("git_source"):
+            found += line_findings(line, where, "gem source", RUBY)
+            continue
+        for match in _GEM_SOURCE.finditer(line):
+            found += line_findings(match.group("url"), where, "gem source", RUBY)
+    return found
 
 
 def read_gemfile_lock(path: str, text: str) -> list[Finding]:
@@ -452,20 +466,6 @@ def read_python_lock(path: str, text: str) -> list[Finding]:
 _POM_REPOSITORY_BLOCKS = ("repositories", "pluginRepositories", "distributionManagement", "mirrors")
 
 
-def without_xml_comments(text: str) -> str:
-    """``text`` with each ``<!-- ... -->`` blanked (its line breaks kept, so lines keep
-    their numbers); an unclosed one runs to the end. Linear: one pass of ``str.find``."""
-    parts = []
-    done = 0
-    while (start := text.find("<!--", done)) >= 0:
-        end = text.find("-->", start + 4)
-        end = len(text) if end < 0 else end + 3
-        parts += [text[done:start], "\n" * text.count("\n", start, end)]
-        done = end
-    parts.append(text[done:])
-    return "".join(parts)
-
-
 def read_pom(path: str, text: str) -> list[Finding]:
     """URLs inside ``<repositories>``, ``<pluginRepositories>``, ``<mirrors>`` and
     ``<distributionManagement>`` (a project's homepage or SCM URL is no repository)."""
@@ -493,15 +493,14 @@ def read_wrapper_properties(path: str, text: str) -> list[Finding]:
 def read_gradle(path: str, text: str) -> list[Finding]:
     found = [ecosystem(path, GRADLE, path.rsplit("/", 1)[-1])]
     plugins = False
-    for number, line in numbered(text):
+    for number, code in numbered(without_c_comments(text)):
         where = f"{path}:{number}"
         for call, (name, what) in _GRADLE_REPOS.items():
-            if call in line:
+            if call in code:
                 found.append(ecosystem(where, name, what))
-        if re.match(r"^\s*plugins\s*\{", line) and not plugins:
+        if re.match(r"^\s*plugins\s*\{", code) and not plugins:
             plugins = True
             found.append(ecosystem(where, GRADLE, "plugins { } block"))
-        code = uncommented(line, _SLASH_COMMENT)
         if "url" in code or "maven(" in code:
             found += line_findings(code, where, "gradle repository", GRADLE)
     return found
