@@ -100,6 +100,42 @@ def test_a_public_destination_needs_no_warning(value: str) -> None:
     assert parse_destination(value, GATE).caution is None
 
 
+def test_an_internationalized_name_is_shown_with_its_foreign_letters_named() -> None:
+    """``xn--pypal-4ve.com`` is "paypal.com" with a Cyrillic a (U+0430): the owner is told what a
+    browser shows and which letters are not ASCII, before approving."""
+    warning = parse_destination("xn--pypal-4ve.com:443", GATE).caution
+    assert warning == (
+        "xn--pypal-4ve.com is an internationalized name that a browser may show as "
+        '"p\u0430ypal.com";'
+        ' its letters outside ASCII: "\u0430" U+0430 CYRILLIC SMALL LETTER A'
+        " (a letter of another script can look like a Latin one)"
+    )
+
+
+def test_a_decoded_name_is_shown_escaped_and_a_wildcard_warns_twice() -> None:
+    # "a\u202eb": a right-to-left override hidden in punycode must not reach a terminal raw.
+    warning = parse_destination("*.xn--ab-g4t.test", GATE).caution
+    assert warning is not None
+    assert "\u202e" not in warning and "a\\u202eb" in warning
+    assert warning.startswith("*.xn--ab-g4t.test is a wildcard")
+    assert 'may show as "*.a\\u202eb.test"' in warning
+
+
+def test_a_label_that_is_not_punycode_is_said() -> None:
+    warning = parse_destination("xn--zzzz999.com", GATE).caution
+    assert (
+        warning
+        == "xn--zzzz999.com: its label xn--zzzz999 is not valid punycode (no name shows as it)"
+    )
+
+
+def test_many_foreign_letters_are_named_within_a_bound() -> None:
+    host = "".join(chr(0x430 + n) for n in range(20)).encode("punycode").decode()
+    warning = parse_destination(f"xn--{host}.test", GATE).caution
+    assert warning is not None and "and 12 more" in warning
+    assert warning.count("CYRILLIC") == 8
+
+
 def test_a_destination_reads_as_its_allow_entry() -> None:
     assert Destination("2001:db8::1", 443).text == "[2001:db8::1]:443"
     assert Destination("other.test", None).text == "other.test"

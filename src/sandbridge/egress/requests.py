@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import ipaddress
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,10 +119,16 @@ class Destination:
         return self.caution_for(lambda _: False)
 
     def caution_for(self, is_local: Callable[[Address], bool]) -> str | None:
-        """What the owner must know before approving an IP literal that is not a public
-        address (``127.0.0.1:22`` is the host's own SSH: an IP entry is taken at its word),
-        or that is one of this host's own (``is_local``: a public address of the host
-        reaches whatever listens on all its addresses, past the host-service gate)."""
+        """What the owner must know before approving: :meth:`_kind_caution`, and what an
+        internationalized name looks like (:func:`idn_caution`)."""
+        found = [self._kind_caution(is_local), idn_caution(self.host)]
+        return "; ".join(text for text in found if text) or None
+
+    def _kind_caution(self, is_local: Callable[[Address], bool]) -> str | None:
+        """A wildcard, an IP literal that is not a public address (``127.0.0.1:22`` is the
+        host's own SSH: an IP entry is taken at its word), or one of this host's own
+        (``is_local``: a public address of the host reaches whatever listens on all its
+        addresses, past the host-service gate)."""
         if self.host.startswith("*."):
             return (
                 f"{self.host} is a wildcard: approving allows every name ending in "
@@ -143,6 +150,43 @@ class Destination:
                 "connect to it"
             )
         return f"{self.host} is a {kind} address: approving lets the proxy connect to it"
+
+
+# Letters outside ASCII named one by one in an internationalized name's warning.
+IDN_LETTERS_NAMED = 8
+
+
+def idn_caution(host: str) -> str | None:
+    """For a name with a punycode label (``xn--``): what a browser may show instead, and
+    each letter outside ASCII by its Unicode name, since a look-alike letter of another
+    script (``xn--pypal-4ve.com`` shows as "paypal.com" with a Cyrillic a, U+0430) can imitate a
+    name the owner trusts. The decoded text is the sandbox's: it is shown escaped."""
+    labels = host.removeprefix("*.").split(".")
+    if not any(label.startswith("xn--") for label in labels):
+        return None
+    decoded = []
+    for label in labels:
+        text = label
+        if label.startswith("xn--"):
+            try:
+                text = label[4:].encode("ascii").decode("punycode")
+            except (UnicodeError, ValueError):
+                text = ""
+            if not text:
+                return f"{host}: its label {label} is not valid punycode (no name shows as it)"
+        decoded.append(text)
+    name = ("*." if host.startswith("*.") else "") + ".".join(decoded)
+    letters = sorted({char for char in name if ord(char) > 0x7F})
+    named = ", ".join(
+        f"{quoted(char)} U+{ord(char):04X} {unicodedata.name(char, 'without a name')}"
+        for char in letters[:IDN_LETTERS_NAMED]
+    )
+    more = len(letters) - IDN_LETTERS_NAMED
+    return (
+        f"{host} is an internationalized name that a browser may show as {quoted(name)}; "
+        f"its letters outside ASCII: {named}{f' and {more} more' if more > 0 else ''} "
+        "(a letter of another script can look like a Latin one)"
+    )
 
 
 def parse_destination(value: object, gate: str) -> Destination:
