@@ -203,6 +203,22 @@ def test_a_policy_too_long_to_read_is_not_written(tmp_path: Path) -> None:
     assert not (tmp_path / ".sandbridge").exists()
 
 
+def test_an_internationalized_name_is_a_suggestion_that_says_what_it_shows(
+    tmp_path: Path,
+) -> None:
+    # "pypi.org" with a Ukrainian i (U+0456) in punycode: the project's files are the
+    # sandbox's to have written, so such a name is the owner's choice, shown decoded.
+    host = "xn--" + "pyp\u0456".encode("punycode").decode() + ".org"
+    (tmp_path / "requirements.txt").write_text(f"--index-url https://{host}/simple\nrequests\n")
+    write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
+    assert host not in [rule.text for rule in load_policy(tmp_path).rules]
+    allow = lines((tmp_path / ".sandbridge" / "allow").read_text())
+    note = allow[allow.index(f"# {host}") - 1]
+    assert note.startswith(f"# {host} is an internationalized name that a browser may show as ")
+    assert "U+0456 CYRILLIC SMALL LETTER BYELORUSSIAN-UKRAINIAN I" in note
+    assert note.endswith("uncomment it only if the sandbox must reach it")
+
+
 def test_an_address_of_this_host_or_a_private_one_never_becomes_an_internet_entry(
     tmp_path: Path,
 ) -> None:

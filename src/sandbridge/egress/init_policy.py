@@ -16,8 +16,9 @@ What becomes an active entry, and what only a commented suggestion:
 - git remotes (fetching is also pushing: a way out), hosts only CI files name, remotes
   over ssh (which does not use the egress proxy) and ports the project serves
   (``publish = PORT``, auto-publish being opt-in): commented;
-- a wildcard or an address that is not public, whatever names it: commented, with a
-  line saying why (the project's files are the sandbox's to have written).
+- a wildcard, an internationalized name or an address that is not public, whatever names
+  it: commented, with a line saying why (the project's files are the sandbox's to have
+  written).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sandbridge.egress.policy import (
     parse_entry,
 )
 from sandbridge.egress.presets import PRESETS, replaces_default
+from sandbridge.egress.requests import idn_caution
 from sandbridge.egress.survey import Survey
 from sandbridge.egress.survey_findings import Finding, Kind, not_public
 from sandbridge.exceptions import PolicyError
@@ -104,8 +106,9 @@ def _block(entry: str, evidence: list[Finding], active: bool) -> list[str]:
 def _caution(host: str) -> str | None:
     """Why a host the project names is not made an active entry: the word ``gate``
     without a port (which the policy reader refuses), a wildcard (a public
-    suffix such as ``.github.io`` looks like a company's domain), or an address that is
-    not public (an address entry is taken at its word)."""
+    suffix such as ``.github.io`` looks like a company's domain), an internationalized
+    name (a letter of another script can pass for a Latin one), or an address that is not
+    public (an address entry is taken at its word)."""
     if host == "gate":  # a port of it is a host service; the word alone is no entry
         return (
             "gate names this host's services, not a host the proxy reaches: write gate:PORT "
@@ -117,6 +120,9 @@ def _caution(host: str) -> str | None:
             "suffix (.co.uk, .github.io) looks like a company's domain; uncomment it only if "
             "the sandbox must reach it"
         )
+    idn = idn_caution(host)
+    if idn is not None:
+        return f"{idn}; uncomment it only if the sandbox must reach it"
     kind = not_public(host)
     if kind is None:
         return None
