@@ -494,6 +494,7 @@ def test_long_hostile_lines_are_read_in_linear_time(tmp_path: Path) -> None:
             "build.gradle": "url " + "a." * half + "\n",
             "requirements.txt": "a+" * half + "\n",
             ".gitmodules": '[submodule "s"]\nurl = a' + " " * 2 * half + "b\n",
+            "Gemfile": "source" + " " * 2 * half + "x\n" + 'gem "x", git:' + " " * 2 * half + "\n",
         },
     )
     script = "import sys; from sandbridge.egress.survey import survey; survey(sys.argv[1])"

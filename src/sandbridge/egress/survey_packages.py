@@ -60,9 +60,11 @@ _GRADLE_REPOS = {
 _HASH_COMMENT = re.compile(r"(?:^|\s)#")
 _PROPERTIES_COMMENT = re.compile(r"^\s*[#!]|\s#")
 # A Gemfile's source values: ``source "URL"`` and ``git "URL"`` (a line's first word), and a
-# gem's ``git: "URL"``, ``source: "URL"``, ``:git => "URL"``, ``:source => "URL"``.
+# gem's ``git: "URL"``, ``source: "URL"``, ``:git => "URL"``, ``:source => "URL"``. No two
+# quantifiers meet over the same characters (``\s*\(?\s*`` would: quadratic in a line of
+# spaces).
 _GEM_SOURCE = re.compile(
-    r"""(?:^\s*(?:source|git)\s*\(?\s*|\b(?:git|source)\s*:\s*|:(?:git|source)\s*=>\s*)"""
+    r"""(?:^\s*(?:source|git)(?:\s*\(\s*|\s+)|\b(?:git|source)\s*:\s*|:(?:git|source)\s*=>\s*)"""
     r"""(?P<quote>["'])(?P<url>[^"'\s]+)(?P=quote)"""
 )
 # Keys whose values are sources a lockfile's tool fetches from (not its descriptions).
