@@ -84,10 +84,27 @@ MAX_SESSION_REQUESTERS = 64
 REQUEST_ID_HEX = 8
 # The attach challenge: fresh random bytes the requester's proof must sign.
 CHALLENGE_BYTES = 32
+# A control client sends its one line right after connecting (the owner's commands, the
+# dashboard, a requester); one that has not in this long is dropped, as ``daemon.sock``
+# drops a silent client: otherwise each silent connection held a descriptor of the
+# session's host (in the daemon, of every session's) for the session's whole life.
+CONTROL_LINE_TIMEOUT = 10.0
+# Control connections at once, per session: the open requests' waiting requesters
+# (MAX_OPEN_REQUESTS), their terminals and the owner's commands fit; past it a connection
+# gets a ``busy`` refusal and is closed, so a flood cannot take the host's descriptors.
+MAX_CONTROL_CONNECTIONS = 2 * MAX_OPEN_REQUESTS
 
 # An op another part of the session serves on the control socket: the request's JSON
 # object in, the answer's fields out; a refusal is a ControlRefusal.
 OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+_BUSY = {
+    "ok": False,
+    "code": "busy",
+    "error": f"this session's control socket has {MAX_CONTROL_CONNECTIONS} connections "
+    "open already: try again when some have ended",
+}
 
 
 class WorkerStarter(Protocol):
@@ -230,6 +247,10 @@ class TerminalBroker:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            if len(self._handlers) >= MAX_CONTROL_CONNECTIONS:
+                write_message(writer, _BUSY)
+                await writer.drain()
+                return
             with self._handlers.current():
                 await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -241,7 +262,12 @@ class TerminalBroker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            message = await read_message(reader)
+            try:
+                async with asyncio.timeout(CONTROL_LINE_TIMEOUT):
+                    message = await read_message(reader)
+            except TimeoutError:
+                log.debug("terminal.control_silent")
+                return
             op = message.get("op")
             if op == "attach":
                 await self._attach(message, reader, writer)
