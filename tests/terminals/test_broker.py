@@ -28,9 +28,9 @@ from sandbridge.aio import untrusted_fds
 from sandbridge.exceptions import ControlError
 from sandbridge.places.registry import SessionEntry
 from sandbridge.terminals import approval, channel, frames, keys
+from sandbridge.terminals import broker as broker_module
 from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, STOP_MARGIN
 from sandbridge.terminals.attach import attach
-from sandbridge.terminals import broker as broker_module
 from sandbridge.terminals.broker import (
     MAX_CONTROL_CONNECTIONS,
     MAX_STORED_REQUESTS,

@@ -18,13 +18,68 @@ function cell(row, text, className) {
   return td;
 }
 
+// A session decides when its rows come and go: one that adds or removes rows above the
+// row the owner is about to click (a far machine, a sandbox asking for egress in a loop)
+// would put its own button under the pointer at the moment of the click. A button that
+// appeared or moved is not clicked by the pointer until it has stayed put this long
+// (aria-disabled meanwhile); the keyboard acts on the focused button, which keeps its
+// request across updates (see fill), so it is never held back.
+const SETTLE_MS = 700;
+// Where each button (by its label, which names its request) was last seen, and since when.
+const placed = new Map();
+let settleTimer = 0;
+
+function position(b) {
+  const box = b.getBoundingClientRect();
+  return `${Math.round(box.left + window.scrollX)},${Math.round(box.top + window.scrollY)}`;
+}
+
+// Whether the button has stayed where it is, as it is, for SETTLE_MS; if it has moved
+// since it was last seen, it starts settling again.
+function settled(b) {
+  const label = b.getAttribute("aria-label");
+  const now = performance.now();
+  const seen = placed.get(label);
+  const where = position(b);
+  if (!seen || seen.where !== where) {
+    placed.set(label, { where, since: now });
+    return false;
+  }
+  return now - seen.since >= SETTLE_MS;
+}
+
+// After each update: buttons new or moved are held back until they have settled.
+function settle() {
+  const labels = new Set();
+  let unsettled = false;
+  for (const b of document.querySelectorAll("main button")) {
+    labels.add(b.getAttribute("aria-label"));
+    const ready = settled(b);
+    b.setAttribute("aria-disabled", String(!ready));
+    unsettled ||= !ready;
+  }
+  for (const label of placed.keys()) if (!labels.has(label)) placed.delete(label);
+  if (unsettled) {
+    clearTimeout(settleTimer);
+    settleTimer = setTimeout(settle, SETTLE_MS + 50);
+  }
+}
+
 function button(td, label, title, onClick, danger) {
   const b = document.createElement("button");
   b.type = "button";
   b.textContent = label;
   b.setAttribute("aria-label", title);
   if (danger) b.className = "danger";
-  b.addEventListener("click", onClick);
+  b.addEventListener("click", (event) => {
+    // detail 0: Enter or Space on the focused button, not the pointer.
+    if (event.detail !== 0 && (b.getAttribute("aria-disabled") === "true" || !settled(b))) {
+      say(`the table just changed under the pointer: "${title}" was not done; click again`, true);
+      settle();
+      return;
+    }
+    onClick(event);
+  });
   td.appendChild(b);
   return b;
 }
@@ -208,6 +263,7 @@ function render(tables) {
   fill("terminals", tables.terminals, renderTerminal, 9);
   fill("egress-pending", tables.egress_pending, renderPending, 6);
   fill("egress", tables.egress, renderEgress, 7);
+  settle();
 }
 
 // True until the first update, and again after the stream broke.
