@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.ui.server import MAX_CONNECTIONS
 from sandbridge.ui.server import Dashboard as ServedDashboard
 from tests.conftest import SANDBRIDGE, Process
 from tests.relay.test_local_peer import AS_NOBODY
@@ -189,6 +190,25 @@ def test_another_users_connection_gets_no_answer(dashboard: Dashboard) -> None:
     )
     assert seen.stdout.strip() == "b''" or "ConnectionResetError" in seen.stderr, seen
     dashboard.login()  # the token was not spent by the refused connection
+
+
+def test_connections_that_send_nothing_cannot_keep_the_owner_out(dashboard: Dashboard) -> None:
+    # A `--network full` sandbox runs as the owner, so its connections pass the peer
+    # check: holding every place (a connection per place, nothing sent, again each time
+    # the head timeout closes one) kept the owner's page from loading or acting.
+    silent = [
+        socket.create_connection(("127.0.0.1", dashboard.port), timeout=10)
+        for _ in range(MAX_CONNECTIONS + 8)
+    ]
+    try:
+        cookie = dashboard.login()
+        status, _, tables = dashboard.request("GET", "/api/state", {"Cookie": cookie})
+        assert status == 200 and "sessions" in json.loads(tables)
+        # The oldest of those still sending their request made room, closed unanswered.
+        assert silent[0].recv(100) == b""
+    finally:
+        for sock in silent:
+            sock.close()
 
 
 async def _stream(host: str, cookie: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

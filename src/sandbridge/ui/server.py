@@ -37,7 +37,11 @@ from sandbridge.ui.access import Access, Login, Refuse, Serve
 MAX_BODY_BYTES = 16 * 1024
 # A client has this long to send its request: a loopback page sends it at once.
 HEAD_TIMEOUT = 10.0
-# Connections at once: a few tabs, each with one event stream and a request or two.
+# Connections at once: a few tabs, each with one event stream and a request or two. Past
+# it, the oldest connection still sending its request is closed to make room: a
+# ``--network full`` sandbox runs as the owner and passes the peer check, and holding
+# every place with connections that send nothing kept the owner's page out (a browser
+# sends its request at once, so its connections are never the oldest still sending).
 MAX_CONNECTIONS = 32
 # Event streams at once: a few tabs.
 MAX_STREAMS = 8
@@ -130,6 +134,8 @@ class Dashboard:
         self._refresh = refresh
         self._server: asyncio.Server | None = None
         self._handlers = TaskSet()
+        # The connections still sending their request, oldest first.
+        self._reading: dict[asyncio.StreamWriter, None] = {}
         self._streams = 0
         self.access = Access(port=0)
         self._page = b""
@@ -177,9 +183,9 @@ class Dashboard:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            if len(self._handlers) >= MAX_CONNECTIONS or not is_owners_connection(
-                writer.transport, self.port
-            ):
+            if not is_owners_connection(writer.transport, self.port):
+                return
+            if len(self._handlers) >= MAX_CONNECTIONS and not self._make_room():
                 return
             with self._handlers.current():
                 await self._serve(reader, writer)
@@ -190,14 +196,28 @@ class Dashboard:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
+    def _make_room(self) -> bool:
+        """Close the oldest connection still sending its request (its handler then
+        reads the end of it and ends); False if none is."""
+        for oldest in self._reading:
+            del self._reading[oldest]
+            oldest.transport.abort()
+            log.debug("ui.connection_evicted")
+            return True
+        return False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reading[writer] = None
         try:
             async with asyncio.timeout(HEAD_TIMEOUT):
                 head, body = await _read_request(reader)
         except HttpError as exc:
-            writer.write(_refusal(exc.status, str(exc)))
-            await writer.drain()
+            if not writer.is_closing():  # not closed to make room
+                writer.write(_refusal(exc.status, str(exc)))
+                await writer.drain()
             return
+        finally:
+            self._reading.pop(writer, None)
         verdict = self.access.decide(head.method, head.target, head.headers)
         if isinstance(verdict, Refuse):
             writer.write(_refusal(verdict.status, verdict.reason))
