@@ -7,6 +7,7 @@ import contextlib
 import http.client
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -416,3 +417,21 @@ def test_a_session_failing_in_the_daemon_ends_only_itself(
         good.stop()
         entry.remove()
         runtime.remove()
+
+
+def test_the_daemon_dumps_no_core_into_its_working_directory(xdg: Path, tmp_path: Path) -> None:
+    # The daemon holds every session's private app tokens, the dashboard's cookie, the
+    # owner key while it signs an approval from the page, and each thin client's whole
+    # environment as it passes its run on: with `ulimit -c unlimited` and core_pattern
+    # `core`, a crash wrote all of it into its working directory, often a project's.
+    def unlimited_cores() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+        resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+
+    daemon = start_daemon(cwd=tmp_path, preexec_fn=unlimited_cores)
+    try:
+        limits = Path(f"/proc/{daemon.popen.pid}/limits").read_text()
+    finally:
+        daemon.stop()
+    [line] = [line for line in limits.splitlines() if line.startswith("Max core file size")]
+    assert line.split()[4] == "0", line
