@@ -435,3 +435,25 @@ def test_the_daemon_dumps_no_core_into_its_working_directory(xdg: Path, tmp_path
         daemon.stop()
     [line] = [line for line in limits.splitlines() if line.startswith("Max core file size")]
     assert line.split()[4] == "0", line
+
+
+def test_connections_that_send_nothing_do_not_count_as_sessions(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # The session limit counted every client connection, served or not: a few hundred
+    # connections that had not sent their request yet (each dropped after 10 s, and
+    # opened again) had every new session refused "the daemon already serves 256 sessions".
+    idle = []
+    try:
+        for _ in range(300):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.connect(str(socket_path(xdg)))
+            idle.append(sock)
+        result = subprocess.run(
+            run_argv(tmp_path, "true"), capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        daemon.wait_line("sandbridge: daemon.session ", "stderr")
+    finally:
+        for sock in idle:
+            sock.close()
