@@ -25,24 +25,23 @@ function cell(row, text, className) {
 // (aria-disabled meanwhile); the keyboard acts on the focused button, which keeps its
 // request across updates (see fill), so it is never held back.
 const SETTLE_MS = 700;
+// A move of a few pixels (a column a little wider when a count grows) puts no other
+// button under the pointer: a flood of such changes must not hold every button back.
+const JITTER_PX = 4;
 // Where each button (by its label, which names its request) was last seen, and since when.
 const placed = new Map();
 let settleTimer = 0;
 
-function position(b) {
-  const box = b.getBoundingClientRect();
-  return `${Math.round(box.left + window.scrollX)},${Math.round(box.top + window.scrollY)}`;
-}
-
-// Whether the button has stayed where it is, as it is, for SETTLE_MS; if it has moved
-// since it was last seen, it starts settling again.
+// Whether the button has stayed where it is for SETTLE_MS; if it has moved since it was
+// last seen, it starts settling again.
 function settled(b) {
   const label = b.getAttribute("aria-label");
   const now = performance.now();
+  const box = b.getBoundingClientRect();
+  const x = box.left + window.scrollX, y = box.top + window.scrollY;
   const seen = placed.get(label);
-  const where = position(b);
-  if (!seen || seen.where !== where) {
-    placed.set(label, { where, since: now });
+  if (!seen || Math.abs(seen.x - x) > JITTER_PX || Math.abs(seen.y - y) > JITTER_PX) {
+    placed.set(label, { x, y, since: now });
     return false;
   }
   return now - seen.since >= SETTLE_MS;
