@@ -59,7 +59,12 @@ from sandbridge.terminals.admission import (
     lease_terms,
 )
 from sandbridge.terminals.control import short_path
-from sandbridge.terminals.control_line import MAX_CONTROL_LINE, read_message, write_message
+from sandbridge.terminals.control_line import (
+    MAX_CONTROL_LINE,
+    read_message,
+    refusal_line,
+    write_message,
+)
 from sandbridge.terminals.fd_io import hung_up
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_CLIENT, Kind
@@ -84,27 +89,16 @@ MAX_SESSION_REQUESTERS = 64
 REQUEST_ID_HEX = 8
 # The attach challenge: fresh random bytes the requester's proof must sign.
 CHALLENGE_BYTES = 32
-# A control client sends its one line right after connecting (the owner's commands, the
-# dashboard, a requester); one that has not in this long is dropped, as ``daemon.sock``
-# drops a silent client: otherwise each silent connection held a descriptor of the
-# session's host (in the daemon, of every session's) for the session's whole life.
+# A control client sends its line at once; a silent one held a descriptor of the host (in
+# the daemon, every session's) for the session's life: dropped after this long.
 CONTROL_LINE_TIMEOUT = 10.0
-# Control connections at once, per session: the open requests' waiting requesters
-# (MAX_OPEN_REQUESTS), their terminals and the owner's commands fit; past it a connection
-# gets a ``busy`` refusal and is closed, so a flood cannot take the host's descriptors.
+# Control connections at once: the open requests' requesters and terminals, the owner's
+# commands; past it ``busy``, so that a flood cannot take the host's descriptors.
 MAX_CONTROL_CONNECTIONS = 2 * MAX_OPEN_REQUESTS
 
 # An op another part of the session serves on the control socket: the request's JSON
 # object in, the answer's fields out; a refusal is a ControlRefusal.
 OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-_BUSY = {
-    "ok": False,
-    "code": "busy",
-    "error": f"this session's control socket has {MAX_CONTROL_CONNECTIONS} connections "
-    "open already: try again when some have ended",
-}
 
 
 class WorkerStarter(Protocol):
@@ -248,7 +242,8 @@ class TerminalBroker:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             if len(self._handlers) >= MAX_CONTROL_CONNECTIONS:
-                write_message(writer, _BUSY)
+                busy = f"{MAX_CONTROL_CONNECTIONS} control connections are open: try again later"
+                writer.write(refusal_line("busy", busy))
                 await writer.drain()
                 return
             with self._handlers.current():
@@ -262,12 +257,8 @@ class TerminalBroker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            try:
-                async with asyncio.timeout(CONTROL_LINE_TIMEOUT):
-                    message = await read_message(reader)
-            except TimeoutError:
-                log.debug("terminal.control_silent")
-                return
+            async with asyncio.timeout(CONTROL_LINE_TIMEOUT):  # _handle closes on timeout
+                message = await read_message(reader)
             op = message.get("op")
             if op == "attach":
                 await self._attach(message, reader, writer)
