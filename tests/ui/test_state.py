@@ -21,7 +21,7 @@ from sandbridge.places.remotes import (
 from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.terminals import control
 from sandbridge.terminals.control import short_path
-from sandbridge.ui.state import MAX_TTL, act, snapshot
+from sandbridge.ui.state import MAX_TTL, POLL_TIMEOUT, act, snapshot
 
 
 @pytest.mark.parametrize(
@@ -346,3 +346,33 @@ def test_a_far_machine_that_never_answers_does_not_hold_the_pages_action(
         for sock in held:
             sock.close()
         entry.remove()
+
+
+def test_a_session_that_never_answers_holds_up_the_tables_once_and_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standalone session whose host is stopped (Ctrl-Z) still accepts on its control
+    socket and never answers: the feed's read of every session's tables waited for it,
+    for good, then four answer timeouts each read. Now it waits one poll timeout."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    stopped = SessionEntry.create("stopped", tmp_path)
+    plain = SessionEntry.create("plain", tmp_path)
+    server = socket.socket(socket.AF_UNIX)
+    with short_path(stopped.control_socket) as path:
+        server.bind(str(path))
+    server.listen(16)  # the kernel takes the connections; nobody ever accepts them
+    read: list[dict[str, list[dict[str, object]]]] = []
+    reading = threading.Thread(target=lambda: read.append(snapshot()), daemon=True)
+    try:
+        reading.start()
+        reading.join(POLL_TIMEOUT + 3)
+        assert not reading.is_alive(), "the tables still wait for the silent session"
+    finally:
+        server.close()
+        reading.join(60)
+        stopped.remove()
+        plain.remove()
+    [tables] = read
+    assert sorted(str(s["id"]) for s in tables["sessions"]) == ["plain", "stopped"]
+    assert [s["controllable"] for s in tables["sessions"]] == [False, False]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbridge.exceptions import ControlError, SandbridgeError
+from sandbridge.exceptions import ControlError, ControlTimeout, SandbridgeError
 from sandbridge.places.registry import session_path, validate_name
 from sandbridge.places.remotes import remote_control_socket
 from sandbridge.protocol.contract import CONTROL_SOCKET
@@ -149,13 +149,18 @@ def parse_answer(line: bytes) -> dict[str, Any]:
     return answer
 
 
-def call(session: str | Place, message: dict[str, Any]) -> dict[str, Any]:
+def call(
+    session: str | Place, message: dict[str, Any], timeout: float | None = None
+) -> dict[str, Any]:
     """Send one control request to ``session`` (a local session's name, or a
     :class:`Place`); return its answer or raise ControlError. An answer that does not
-    come within :data:`ANSWER_TIMEOUT` is a SandbridgeError naming the session (but for
-    :data:`WAITING_OPS`, which wait for the owner)."""
+    come within ``timeout`` (default :data:`ANSWER_TIMEOUT`) is a ControlTimeout naming
+    the session (but for :data:`WAITING_OPS`, which wait for the owner)."""
     op = message.get("op")
-    timeout = None if op in WAITING_OPS else ANSWER_TIMEOUT
+    if op in WAITING_OPS:
+        timeout = None
+    elif timeout is None:
+        timeout = ANSWER_TIMEOUT
     with connect(session, timeout) as sock:
         try:
             # A relay that refuses at once (the link down) may have stopped reading: its
@@ -168,7 +173,7 @@ def call(session: str | Place, message: dict[str, Any]) -> dict[str, Any]:
                 except ConnectionResetError:
                     line = b""
         except TimeoutError:
-            raise SandbridgeError(
+            raise ControlTimeout(
                 f"session {session} did not answer {str(op)[:40]!r} within {timeout:g} s"
             ) from None
         return parse_answer(line)
