@@ -26,9 +26,10 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.exceptions import ControlError, HttpError, SandbridgeError
+from sandbridge.exceptions import ControlError, HttpError, JsonRefused, SandbridgeError
 from sandbridge.protocol.http.fields import field_values
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, RequestHead, RequestReader
+from sandbridge.protocol.jsonline import decode_json
 from sandbridge.relay.local_peer import is_owners_connection, shared_owners
 from sandbridge.ui import state
 from sandbridge.ui.access import Access, Login, Refuse, Serve
@@ -247,9 +248,9 @@ class Dashboard:
 
     async def _act(self, body: bytes) -> bytes:
         try:
-            message = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return _json(400, {"ok": False, "error": "the action is not JSON"})
+            message = decode_json(body, max_bytes=MAX_BODY_BYTES)
+        except JsonRefused as exc:  # nesting, NaN, bad UTF-8 too: refused, never a traceback
+            return _json(400, {"ok": False, "error": f"the action is refused: {exc}"})
         if not isinstance(message, dict):
             return _json(400, {"ok": False, "error": "the action is not a JSON object"})
         try:
