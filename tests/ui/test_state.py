@@ -21,7 +21,7 @@ from sandbridge.places.remotes import (
 from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.terminals import control
 from sandbridge.terminals.control import short_path
-from sandbridge.ui.state import MAX_TTL, POLL_TIMEOUT, act, snapshot
+from sandbridge.ui.state import MAX_TTL, POLL_TIMEOUT, Answers, act, snapshot
 
 
 @pytest.mark.parametrize(
@@ -376,3 +376,23 @@ def test_a_session_that_never_answers_holds_up_the_tables_once_and_briefly(
     [tables] = read
     assert sorted(str(s["id"]) for s in tables["sessions"]) == ["plain", "stopped"]
     assert [s["controllable"] for s in tables["sessions"]] == [False, False]
+
+
+def test_an_egress_reason_reaches_the_page_with_its_hidden_characters_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reason is the sandbox's words: the owner's terminal and `egress pending` show
+    its line breaks, bidi overrides and zero-width characters escaped; the page got them
+    raw (a bidi override turned the rest of the cell around)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = SessionEntry.create("web", tmp_path)
+    reason = "npm\u202e needs\u200b it\nreally \\x41"
+    ask = {"id": "web:0123abcd", "destination": "registry.npmjs.org:443", "reason": reason}
+    try:
+        tables = snapshot({"web": Answers({"command": ["sh"], "network": "allow"}, pending=[ask])})
+    finally:
+        entry.remove()
+    [row] = tables["egress_pending"]
+    assert row["reason"] == "npm\\u202e needs\\u200b it\\x0areally \\\\x41"
+    assert row["reason"].isprintable()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge import log
+from sandbridge.egress.requests import shown
 from sandbridge.exceptions import (
     ControlError,
     ControlTimeout,
@@ -163,7 +164,12 @@ def _add_session(
     ]  # fmt: skip
     tables["terminals"] += terminals
     tables["egress"] += [{**row, "session": record.id} for row in answers.destinations]
-    tables["egress_pending"] += [{**ask, "session": record.id} for ask in answers.pending]
+    # The reason is the sandbox's own text: shown as the owner's terminal shows it, its
+    # line breaks, bidi overrides and zero-width characters escaped (egress/requests.py).
+    tables["egress_pending"] += [
+        {**ask, "session": record.id, "reason": shown(str(ask["reason"]))}
+        for ask in answers.pending
+    ]
 
 
 def _add_machine(
