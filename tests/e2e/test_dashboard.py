@@ -7,10 +7,12 @@ runs the session; the page's buttons do what the owner's commands do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import select
 import shutil
+import socket
 import threading
 import time
 import urllib.parse
@@ -320,3 +322,48 @@ def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: 
     finally:
         context.close()
         served.close()
+
+
+def _impostor(port: int, tables: dict[str, list[dict[str, object]]]) -> socket.socket:
+    """Another local user's listener on a port the dashboard left: every request gets an
+    event stream of ``tables`` (it knows the page's format, not its secrets)."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = server.accept()
+                connection.recv(65536)
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+                    b"data: " + json.dumps(tables).encode() + b"\n\n"
+                )
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_a_tab_whose_dashboard_ended_shows_no_other_listeners_tables(browser: Browser) -> None:
+    # The tab reconnects its event stream to its dashboard's name and port; once the
+    # dashboard has ended (a daemon restart), any local user can listen on that port, and
+    # the tab showed whatever rows that listener sent as the owner's.
+    served = ScriptedDashboard(_asking())
+    context = browser.new_context()
+    impostor = None
+    try:
+        page = context.new_page()
+        page.goto(served.url)
+        expect(page.locator("#status")).to_have_text("live")
+        port = served.server.port
+        served.close()
+        expect(page.locator("#status")).to_contain_text("connection lost")
+        impostor = _impostor(port, _asking(("web", "evil.example:443")))
+        expect(page.locator("#status")).to_contain_text("this dashboard has ended")
+        expect(page.locator("#egress-pending tbody")).not_to_contain_text("evil.example")
+    finally:
+        context.close()
+        if impostor is not None:
+            impostor.close()

@@ -274,6 +274,10 @@ class Dashboard:
             self._feed.spawn(self._read_tables())
         try:
             writer.write(response_head(200, "text/event-stream; charset=utf-8", None))
+            # First, proof that this is the page's own dashboard (its CSRF token, which
+            # only a page of this dashboard holds): a tab that reconnects to a listener
+            # that took the port of a dashboard that ended shows nothing from it.
+            writer.write(b"event: hello\ndata: " + self.access.csrf.encode() + b"\n\n")
             seen = 0
             while not writer.is_closing():
                 published = self._published

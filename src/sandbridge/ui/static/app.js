@@ -267,13 +267,29 @@ function render(tables) {
 
 // True until the first update, and again after the stream broke.
 let waiting = true;
+// The stream proves it is this page's dashboard before its tables are shown: its first
+// event says the page's CSRF token. The tab reconnects to the same name and port after a
+// break; once the dashboard has ended, another local user may listen there, and would
+// otherwise have its rows shown as the owner's.
+let proven = false;
 const events = new EventSource("/events");
+events.addEventListener("open", () => { proven = false; });
+events.addEventListener("hello", (event) => { proven = event.data === csrf; });
 events.addEventListener("message", (event) => {
+  if (!proven) {
+    events.close();
+    say("this dashboard has ended (another listener answered in its place): run `sandbridge ui` again", true);
+    return;
+  }
   render(JSON.parse(event.data));
   if (waiting) { say("live"); waiting = false; }
   document.body.dataset.updated = String(Date.now());
 });
-events.addEventListener("error", () => { waiting = true; say("connection lost; retrying…", true); });
+events.addEventListener("error", () => {
+  if (events.readyState === EventSource.CLOSED) return;
+  waiting = true;
+  say("connection lost; retrying…", true);
+});
 setInterval(() => {
   for (const td of document.querySelectorAll("td.uptime")) {
     td.textContent = uptime(secondsSince(td.dataset.started));
