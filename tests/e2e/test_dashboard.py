@@ -324,9 +324,12 @@ def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: 
         served.close()
 
 
-def _impostor(port: int, tables: dict[str, list[dict[str, object]]]) -> socket.socket:
-    """Another local user's listener on a port the dashboard left: every request gets an
-    event stream of ``tables`` (it knows the page's format, not its secrets)."""
+def _impostor(
+    port: int, tables: dict[str, list[dict[str, object]]], heads: list[bytes]
+) -> socket.socket:
+    """Another local user's listener on a port the dashboard left: every request (its
+    first bytes kept in ``heads``) gets an event stream of ``tables`` (it knows the page's
+    format, not its secrets)."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
@@ -336,7 +339,7 @@ def _impostor(port: int, tables: dict[str, list[dict[str, object]]]) -> socket.s
         with contextlib.suppress(OSError):
             while True:
                 connection, _ = server.accept()
-                connection.recv(65536)
+                heads.append(connection.recv(65536))
                 connection.sendall(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
                     b"data: " + json.dumps(tables).encode() + b"\n\n"
@@ -350,9 +353,10 @@ def test_a_tab_whose_dashboard_ended_shows_no_other_listeners_tables(browser: Br
     # The tab reconnects its event stream to its dashboard's name and port; once the
     # dashboard has ended (a daemon restart), any local user can listen on that port, and
     # the tab showed whatever rows that listener sent as the owner's.
-    served = ScriptedDashboard(_asking())
+    served = ScriptedDashboard(_asking(("b", "good.example:443")))
     context = browser.new_context()
     impostor = None
+    heads: list[bytes] = []
     try:
         page = context.new_page()
         page.goto(served.url)
@@ -360,9 +364,15 @@ def test_a_tab_whose_dashboard_ended_shows_no_other_listeners_tables(browser: Br
         port = served.server.port
         served.close()
         expect(page.locator("#status")).to_contain_text("connection lost")
-        impostor = _impostor(port, _asking(("web", "evil.example:443")))
+        impostor = _impostor(port, _asking(("web", "evil.example:443")), heads)
         expect(page.locator("#status")).to_contain_text("this dashboard has ended")
         expect(page.locator("#egress-pending tbody")).not_to_contain_text("evil.example")
+        # The rows left from the dashboard act no more: nothing is sent to the listener.
+        page.get_by_role("button", name="Deny egress request b:good.exa").click(force=True)
+        expect(page.locator("#status")).to_have_text(
+            "this dashboard has ended: run `sandbridge ui` again"
+        )
+        assert [head for head in heads if head.startswith(b"POST")] == []
     finally:
         context.close()
         if impostor is not None:

@@ -25,6 +25,8 @@ function cell(row, text, className) {
 // (aria-disabled meanwhile); the keyboard acts on the focused button, which keeps its
 // request across updates (see fill), so it is never held back.
 const SETTLE_MS = 700;
+// Set once another listener answered in the dashboard's place: no button acts any more.
+let ended = false;
 // A move of a few pixels (a column a little wider when a count grows) puts no other
 // button under the pointer: a flood of such changes must not hold every button back.
 const JITTER_PX = 4;
@@ -71,6 +73,10 @@ function button(td, label, title, onClick, danger) {
   b.setAttribute("aria-label", title);
   if (danger) b.className = "danger";
   b.addEventListener("click", (event) => {
+    if (ended) {  // its dashboard is gone: nothing goes to whoever listens there now
+      say("this dashboard has ended: run `sandbridge ui` again", true);
+      return;
+    }
     // detail 0: Enter or Space on the focused button, not the pointer.
     if (event.detail !== 0 && (b.getAttribute("aria-disabled") === "true" || !settled(b))) {
       say(`the table just changed under the pointer: "${title}" was not done; click again`, true);
@@ -278,6 +284,8 @@ events.addEventListener("hello", (event) => { proven = event.data === csrf; });
 events.addEventListener("message", (event) => {
   if (!proven) {
     events.close();
+    ended = true;
+    for (const b of document.querySelectorAll("main button")) b.setAttribute("aria-disabled", "true");
     say("this dashboard has ended (another listener answered in its place): run `sandbridge ui` again", true);
     return;
   }
