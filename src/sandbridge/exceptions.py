@@ -188,6 +188,10 @@ class ControlError(Refused):
     """The session refused a control request (as the owner's client reads it)."""
 
 
+class ControlTimeout(SandbridgeError):
+    """A session (or a far machine) took a control request and did not answer in time."""
+
+
 class JournalError(Refused):
     """The journal refused a reservation or cannot be used safely."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import resource
 import select
 import time
 import urllib.parse
@@ -89,3 +90,26 @@ def test_with_a_daemon_it_prints_the_daemons_url_and_returns(tmp_path: Path) -> 
             assert own.stop() == 0
     finally:
         daemon.stop()
+
+
+def test_the_page_served_here_dumps_no_core_into_its_working_directory(tmp_path: Path) -> None:
+    # This process holds the dashboard's cookie and signs the page's approvals with the
+    # owner key: with `ulimit -c unlimited` and core_pattern `core`, a crash wrote them
+    # into its working directory, often a project's.
+    def unlimited_cores() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+        resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+
+    ui = Process(
+        [*SANDBRIDGE, "ui", "--print-url"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        preexec_fn=unlimited_cores,
+    )
+    try:
+        ui.wait_line("http://")
+        limits = Path(f"/proc/{ui.popen.pid}/limits").read_text()
+    finally:
+        assert ui.stop() == 0
+    [line] = [line for line in limits.splitlines() if line.startswith("Max core file size")]
+    assert line.split()[4] == "0", line

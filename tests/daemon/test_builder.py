@@ -94,6 +94,23 @@ def test_what_the_builder_could_not_take_is_refused_naming_it(daemon: Process, x
         "a run request's 'cwd' 'work' is not an absolute path without NUL": dict(cwd="work"),
         "a run request's 'cwd' '/tm\\x00p' is not an absolute path without NUL": dict(cwd="/tm\0p"),
     }
+    # A lone surrogate (JSON's "\\ud800") is no byte string: os.chdir, os.environ and exec
+    # raised UnicodeEncodeError in the builder's child, a traceback on the client's terminal.
+    # (U+DC80 to U+DCFF are the undecodable bytes of a real argv or environment: taken.)
+    refusals |= {
+        "a run request's 'env' value of 'A' is no byte string (a lone surrogate)": dict(
+            env={"A": "x\ud800"}
+        ),
+        "a run request's 'env' name '\\udc00' is no byte string (a lone surrogate)": dict(
+            env={"\udc00": "x"}
+        ),
+        "a run request's 'argv' word '\\udbff' is no byte string (a lone surrogate)": dict(
+            argv=["run", "\udbff"]
+        ),
+        "a run request's 'cwd' '/\\ud800' is no byte string (a lone surrogate)": dict(
+            cwd="/\ud800"
+        ),
+    }
     refusals["a run request's 'cwd_id' is a device and an inode number"] = dict(cwd_id=[1])
     for error, run in refusals.items():
         assert ask(xdg, request(python=ours, **run), [0, 1, 2]) == {"error": error}

@@ -87,10 +87,15 @@ class EventStream:
         assert self.file.readline().startswith(b"HTTP/1.1 200")
 
     def next(self) -> dict[str, Any]:
+        named = False  # a data line of a named event (the proof), not of the tables
         while line := self.file.readline():
-            if line.startswith(b"data: "):
+            if line.startswith(b"event: "):
+                named = True
+            elif line.startswith(b"data: ") and not named:
                 tables: dict[str, Any] = json.loads(line.removeprefix(b"data: "))
                 return tables
+            elif line == b"\n":
+                named = False
         raise AssertionError("the event stream ended")
 
     def until(self, condition: Any) -> dict[str, Any]:

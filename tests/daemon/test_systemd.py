@@ -65,8 +65,26 @@ def test_socket_unit_listens_on_the_daemon_socket_privately(installed: tuple[Pat
 def test_service_runs_this_sandbridge_daemon(installed: tuple[Path, str]) -> None:
     service = unit(installed[0] / "sandbridge.service")
     command = shlex.split(service["Service"]["ExecStart"])
-    assert command == [PYTHON, "-m", "sandbridge.cli", "daemon"]
+    assert command == [PYTHON, "-P", "-m", "sandbridge.cli", "daemon"]
     assert service["Unit"]["Requires"] == "sandbridge.socket"
+
+
+def test_the_service_never_runs_a_module_from_its_working_directory(
+    installed: tuple[Path, str], tmp_path: Path
+) -> None:
+    # systemd --user starts a service in the user's home directory, which a sandbox whose
+    # workdir it is can write; `python -m` put that directory first on the module path,
+    # so a `uvloop.py` left there ran as the daemon, outside every sandbox, at its next start.
+    command = shlex.split(unit(installed[0] / "sandbridge.service")["Service"]["ExecStart"])
+    home = tmp_path / "home"
+    home.mkdir()
+    ran = tmp_path / "ran"
+    (home / "uvloop.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    result = subprocess.run(
+        [*command, "--help"], cwd=home, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert not ran.exists(), "the daemon imported a module from its working directory"
 
 
 def test_systemd_accepts_the_units(installed: tuple[Path, str]) -> None:

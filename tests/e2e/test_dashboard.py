@@ -6,9 +6,14 @@ runs the session; the page's buttons do what the owner's commands do.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import re
 import select
 import shutil
+import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -18,6 +23,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from sandbridge.terminals import keys
+from sandbridge.ui.server import Dashboard as ServedDashboard
 from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, port_is_open
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.terminals.harness import PROMPT, TerminalSession, finish
@@ -234,3 +240,140 @@ def test_stopping_a_session_from_the_page_by_keyboard_ends_its_sandbox(
         assert time.monotonic() < deadline, "the sandbox outlived its session"
         select.select([], [], [], 0.05)
     expect(page.locator("#sessions tbody")).to_contain_text("none")
+
+
+class ScriptedDashboard:
+    """The page's own server (``ui/server.py``) in a thread of its own, over tables the test
+    sets: what a hostile session or far machine could make them, at the moment it picks."""
+
+    def __init__(self, tables: dict[str, list[dict[str, object]]]) -> None:
+        self.tables = tables
+        self.actions: list[dict[str, object]] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+
+        async def snapshot() -> dict[str, object]:
+            copied: dict[str, object] = json.loads(json.dumps(self.tables))
+            return copied
+
+        def action(body: dict[str, object]) -> dict[str, object]:
+            self.actions.append(body)
+            return {}
+
+        self.server = ServedDashboard(snapshot, action, refresh=3600.0)
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(10)
+        self.url = asyncio.run_coroutine_threadsafe(self._login_url(), self._loop).result(10)
+
+    async def _login_url(self) -> str:
+        return self.server.login_url()
+
+    def change(self, tables: dict[str, list[dict[str, object]]]) -> None:
+        self.tables = tables
+        self._loop.call_soon_threadsafe(self.server.notify)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+def _asking(*requests: tuple[str, str]) -> dict[str, list[dict[str, object]]]:
+    """Tables with these egress requests (session, destination) waiting for the owner."""
+    pending: list[dict[str, object]] = [
+        {"session": s, "id": f"{s}:{d[:8]}", "destination": d, "reason": "r", "caution": None}
+        for s, d in requests
+    ]
+    return {"sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": pending}
+
+
+def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: Browser) -> None:
+    # The owner points at session b's request; session a (listed first) asks for egress at
+    # that moment: its row pushes b's down, and the click landed on a's "Allow once".
+    served = ScriptedDashboard(_asking(("b", "good.example:443")))
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        errors = console_errors(page)
+        page.goto(served.url)
+        good = page.get_by_role("button", name="Allow once: egress request b:good.exa")
+        expect(good).not_to_have_attribute("aria-disabled", "true")  # settled
+        box = good.bounding_box()
+        assert box is not None
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        updated = page.evaluate("document.body.dataset.updated")
+        served.change(_asking(("a", "evil.example:443"), ("b", "good.example:443")))
+        expect(page.locator("body")).not_to_have_attribute("data-updated", updated)
+        evil = page.get_by_role("button", name="Allow once: egress request a:evil.exa")
+        evil_box = evil.bounding_box()
+        assert evil_box is not None and evil_box["y"] <= y <= evil_box["y"] + evil_box["height"]
+        page.mouse.click(x, y)  # the owner's click, meant for b's request
+        expect(page.locator("#status")).not_to_have_text("live")  # the click was handled
+        assert served.actions == [], "a row that had just appeared took the owner's click"
+        expect(page.locator("#status")).to_contain_text("was not done; click again")
+        # Once it has stayed put, the button under the pointer is the owner's to click.
+        expect(evil).not_to_have_attribute("aria-disabled", "true")
+        good.click()
+        expect(page.locator("#status")).to_have_text("approved b:good.exa")
+        assert [a["id"] for a in served.actions] == ["b:good.exa"]
+        assert errors == []
+    finally:
+        context.close()
+        served.close()
+
+
+def _impostor(
+    port: int, tables: dict[str, list[dict[str, object]]], heads: list[bytes]
+) -> socket.socket:
+    """Another local user's listener on a port the dashboard left: every request (its
+    first bytes kept in ``heads``) gets an event stream of ``tables`` (it knows the page's
+    format, not its secrets)."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = server.accept()
+                heads.append(connection.recv(65536))
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+                    b"data: " + json.dumps(tables).encode() + b"\n\n"
+                )
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_a_tab_whose_dashboard_ended_shows_no_other_listeners_tables(browser: Browser) -> None:
+    # The tab reconnects its event stream to its dashboard's name and port; once the
+    # dashboard has ended (a daemon restart), any local user can listen on that port, and
+    # the tab showed whatever rows that listener sent as the owner's.
+    served = ScriptedDashboard(_asking(("b", "good.example:443")))
+    context = browser.new_context()
+    impostor = None
+    heads: list[bytes] = []
+    try:
+        page = context.new_page()
+        page.goto(served.url)
+        expect(page.locator("#status")).to_have_text("live")
+        port = served.server.port
+        served.close()
+        expect(page.locator("#status")).to_contain_text("connection lost")
+        impostor = _impostor(port, _asking(("web", "evil.example:443")), heads)
+        expect(page.locator("#status")).to_contain_text("this dashboard has ended")
+        expect(page.locator("#egress-pending tbody")).not_to_contain_text("evil.example")
+        # The rows left from the dashboard act no more: nothing is sent to the listener.
+        page.get_by_role("button", name="Deny egress request b:good.exa").click(force=True)
+        expect(page.locator("#status")).to_have_text(
+            "this dashboard has ended: run `sandbridge ui` again"
+        )
+        assert [head for head in heads if head.startswith(b"POST")] == []
+    finally:
+        context.close()
+        if impostor is not None:
+            impostor.close()

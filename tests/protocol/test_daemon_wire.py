@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sandbridge.exceptions import DaemonError
@@ -12,9 +14,11 @@ from sandbridge.protocol.daemon_wire import (
     dashboard_message,
     decode_event,
     decode_request,
+    decode_run_request,
     encode,
     event,
     request,
+    run_request,
 )
 
 
@@ -79,3 +83,18 @@ def test_a_dashboard_request_is_told_from_a_session_request() -> None:
 def test_a_malformed_dashboard_request_is_refused(message: dict[str, object], error: str) -> None:
     with pytest.raises(DaemonError, match=error):
         asks_for_dashboard(encode(message))
+
+
+def test_a_run_request_with_a_real_clients_undecodable_bytes_is_taken() -> None:
+    # A real argv or environment holds bytes that are not UTF-8: Python reads them as
+    # U+DC80 to U+DCFF, which encode back. Only JSON's other lone surrogates are refused.
+    run = {
+        "argv": ["run", "--", "cat", os.fsdecode(b"caf\xe9")],
+        "cwd": os.fsdecode(b"/tmp/\xff"),
+        "cwd_id": [1, 2],
+        "env": {"LANG_X": os.fsdecode(b"\x80\xfe")},
+        "umask": 0o22,
+        "python": "/usr/bin/python3 in /usr",
+        "package": "sandbridge 1 in /x",
+    }
+    assert decode_run_request(run_request(run)) == run

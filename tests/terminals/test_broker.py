@@ -28,9 +28,14 @@ from sandbridge.aio import untrusted_fds
 from sandbridge.exceptions import ControlError
 from sandbridge.places.registry import SessionEntry
 from sandbridge.terminals import approval, channel, frames, keys
+from sandbridge.terminals import broker as broker_module
 from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, STOP_MARGIN
 from sandbridge.terminals.attach import attach
-from sandbridge.terminals.broker import MAX_STORED_REQUESTS, TerminalBroker
+from sandbridge.terminals.broker import (
+    MAX_CONTROL_CONNECTIONS,
+    MAX_STORED_REQUESTS,
+    TerminalBroker,
+)
 from sandbridge.terminals.config_dir import config_dir
 from sandbridge.terminals.control import call, short_path
 from sandbridge.terminals.frames import Kind
@@ -591,6 +596,71 @@ def test_the_broker_tells_of_each_change_the_dashboard_shows(tmp_path: Path) -> 
             assert told == [1], "told once, after the move"
             assert broker.listing()[0]["state"] == "denied"
         finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_control_client_that_sends_no_line_is_dropped_after_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A silent connection was held for the session's whole life: in the daemon, one
+    # descriptor of the one process that serves every session, per connection, for good.
+    monkeypatch.setattr(broker_module, "CONTROL_LINE_TIMEOUT", 0.5)
+
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        await broker.start()
+        try:
+            with short_path(entry.control_socket) as path:
+                reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(b'{"op": "in')  # half a line, then nothing
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""  # closed by the session, no answer
+            writer.close()
+            [info] = await _exchange(entry, b'{"op": "info"}')  # the session serves on
+            assert info["ok"] is True
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_control_connections_past_the_limit_are_refused_busy_and_closed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        await broker.start()
+        held = []
+        try:
+            with short_path(entry.control_socket) as path:
+                for _ in range(MAX_CONTROL_CONNECTIONS - 1):
+                    held.append(await asyncio.open_unix_connection(str(path)))
+                # One answered after them: the server has taken every one before it.
+                [info] = await _exchange(entry, b'{"op": "info"}')
+                assert info["ok"] is True
+                held.append(await asyncio.open_unix_connection(str(path)))  # the last place
+                reader, writer = await asyncio.open_unix_connection(str(path))
+                async with asyncio.timeout(5):
+                    answer = json.loads(await reader.readline())
+                    assert await reader.read() == b""
+                writer.close()
+            assert answer["ok"] is False and answer["code"] == "busy"
+            assert str(MAX_CONTROL_CONNECTIONS) in answer["error"]
+            for _, held_writer in held:
+                held_writer.close()
+            async with asyncio.timeout(5):
+                while True:  # once they have gone, a new connection is served again
+                    [info] = await _exchange(entry, b'{"op": "info"}')
+                    if info["ok"]:
+                        break
+                    await asyncio.sleep(0.05)
+        finally:
+            for _, held_writer in held:
+                held_writer.close()
             await broker.close()
             entry.remove()
 

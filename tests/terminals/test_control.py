@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from sandbridge.exceptions import SandbridgeError
-from sandbridge.terminals.control import Place, first_line, parse_place, parse_request_id
+from sandbridge.places.registry import SessionEntry
+from sandbridge.terminals import control
+from sandbridge.terminals.control import (
+    Place,
+    call,
+    first_line,
+    parse_place,
+    parse_request_id,
+    short_path,
+)
 
 
 def test_a_session_is_local_unless_a_machine_prefixes_it() -> None:
@@ -40,3 +55,54 @@ def test_a_malformed_request_id_is_refused_naming_it(text: str, refusal: str) ->
 def test_only_a_far_session_sends_a_first_line() -> None:
     assert first_line(Place(None, "web")) == b""
     assert first_line(Place("box", "web")) == b'{"session": "web"}\n'
+
+
+@pytest.fixture
+def silent_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[socket.socket]]:
+    """Session ``web`` whose control socket takes connections and never answers (its
+    host stopped with Ctrl-Z, say); the connections it took."""
+    for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        (tmp_path / name.lower()).mkdir(mode=0o700)
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.setattr(control, "ANSWER_TIMEOUT", 0.3)
+    entry = SessionEntry.create("web", tmp_path)
+    server = socket.socket(socket.AF_UNIX)
+    with short_path(entry.control_socket) as path:
+        server.bind(str(path))
+    server.listen()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield held
+    server.close()
+    for sock in held:
+        sock.close()
+    entry.remove()
+
+
+def test_a_session_that_never_answers_is_said_after_the_answer_timeout(
+    silent_session: list[socket.socket],
+) -> None:
+    with pytest.raises(SandbridgeError, match=r"^session web did not answer 'list' within 0.3 s$"):
+        call("web", {"op": "list"})
+
+
+def test_waiting_for_the_owner_is_not_cut_short(silent_session: list[socket.socket]) -> None:
+    answers: list[object] = []
+    waiting = threading.Thread(
+        target=lambda: answers.append(call("web", {"op": "await", "id": "web:0123abcd"})),
+        daemon=True,
+    )
+    waiting.start()
+    waiting.join(1.0)  # over three answer timeouts: still waiting, as it should
+    assert waiting.is_alive() and answers == []
+    silent_session[0].sendall(b'{"ok": true, "state": "approved"}\n')
+    waiting.join(10)
+    assert answers == [{"ok": True, "state": "approved"}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -18,8 +19,9 @@ from sandbridge.places.remotes import (
     remote_control_socket,
 )
 from sandbridge.protocol.far_sessions import FarRequest, FarSession
+from sandbridge.terminals import control
 from sandbridge.terminals.control import short_path
-from sandbridge.ui.state import MAX_TTL, act, snapshot
+from sandbridge.ui.state import MAX_TTL, POLL_TIMEOUT, Answers, act, snapshot
 
 
 @pytest.mark.parametrize(
@@ -280,3 +282,117 @@ def test_a_far_show_answer_out_of_shape_is_refused_naming_the_request(
 def test_an_approval_from_the_page_must_say_what_it_showed() -> None:
     with pytest.raises(SandbridgeError, match="requester must be a non-empty string, got None"):
         act({"action": "terminal_approve", "id": "web:00000000", "ttl": 60})
+
+
+def _silent_far_control(path: Path) -> tuple[socket.socket, list[socket.socket]]:
+    """A ``connect`` control socket at ``path`` whose far machine takes every control
+    stream and never answers: each connection accepted, read, held."""
+    server = socket.socket(socket.AF_UNIX)
+    with short_path(path) as short:
+        server.bind(str(short))
+    server.listen()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, held
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"action": "terminal_deny", "id": "box:web:0123abcd"},
+        {"action": "terminal_revoke", "id": "box:web:0123abcd"},
+        {"action": "terminal_approve", "id": "box:web:0123abcd", "ttl": None,
+         "requester": "ab" * 32, "duration": None},
+    ],
+    ids=["deny", "revoke", "approve"],
+)  # fmt: skip
+def test_a_far_machine_that_never_answers_does_not_hold_the_pages_action(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: dict[str, object]
+) -> None:
+    """Each of the page's actions runs on one of the host's few worker threads, which the
+    page's reads of the tables share; a far machine that took the control stream and never
+    answered held its thread for good, click after click, until the page froze."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setattr(control, "ANSWER_TIMEOUT", 0.5, raising=False)
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    server, held = _silent_far_control(remote_control_socket("box"))
+    outcome: list[Exception | None] = []
+
+    def click() -> None:
+        try:
+            act(body)
+        except Exception as exc:  # what the page would be told
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    clicked = threading.Thread(target=click, daemon=True)
+    try:
+        clicked.start()
+        clicked.join(10)
+        assert not clicked.is_alive(), "the action still waits for a far machine that is silent"
+        [refusal] = outcome
+        assert isinstance(refusal, SandbridgeError)
+        assert "box:web did not answer" in str(refusal) and "0.5 s" in str(refusal)
+    finally:
+        server.close()
+        for sock in held:
+            sock.close()
+        entry.remove()
+
+
+def test_a_session_that_never_answers_holds_up_the_tables_once_and_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standalone session whose host is stopped (Ctrl-Z) still accepts on its control
+    socket and never answers: the feed's read of every session's tables waited for it,
+    for good, then four answer timeouts each read. Now it waits one poll timeout."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    stopped = SessionEntry.create("stopped", tmp_path)
+    plain = SessionEntry.create("plain", tmp_path)
+    server = socket.socket(socket.AF_UNIX)
+    with short_path(stopped.control_socket) as path:
+        server.bind(str(path))
+    server.listen(16)  # the kernel takes the connections; nobody ever accepts them
+    read: list[dict[str, list[dict[str, object]]]] = []
+    reading = threading.Thread(target=lambda: read.append(snapshot()), daemon=True)
+    try:
+        reading.start()
+        reading.join(POLL_TIMEOUT + 3)
+        assert not reading.is_alive(), "the tables still wait for the silent session"
+    finally:
+        server.close()
+        reading.join(60)
+        stopped.remove()
+        plain.remove()
+    [tables] = read
+    assert sorted(str(s["id"]) for s in tables["sessions"]) == ["plain", "stopped"]
+    assert [s["controllable"] for s in tables["sessions"]] == [False, False]
+
+
+def test_an_egress_reason_reaches_the_page_with_its_hidden_characters_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reason is the sandbox's words: the owner's terminal and `egress pending` show
+    its line breaks, bidi overrides and zero-width characters escaped; the page got them
+    raw (a bidi override turned the rest of the cell around)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = SessionEntry.create("web", tmp_path)
+    reason = "npm\u202e needs\u200b it\nreally \\x41"
+    ask = {"id": "web:0123abcd", "destination": "registry.npmjs.org:443", "reason": reason}
+    try:
+        tables = snapshot({"web": Answers({"command": ["sh"], "network": "allow"}, pending=[ask])})
+    finally:
+        entry.remove()
+    [row] = tables["egress_pending"]
+    assert row["reason"] == "npm\\u202e needs\\u200b it\\x0areally \\\\x41"
+    assert row["reason"].isprintable()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 from typing import Any
 
@@ -28,6 +29,11 @@ def add_command(commands: Any) -> None:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
+    # The daemon holds every session's private app tokens, the dashboard's cookie, the
+    # owner key while it signs a page's approval and each thin client's environment: no
+    # core file of it in its working directory (core_pattern "core"), a project's maybe.
+    # The soft limit only, as `run` does; the run builder inherits it.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     inherited = systemd.inherited_socket()
     # The run builder is the command line's to name: the daemon imports no command.
     # -P: never a module of the daemon's working directory (a project's, which a sandbox

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -49,14 +50,19 @@ def _open_in_browser(url: str, browser: str | None) -> bool:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    # This process holds the dashboard's cookie and signs the page's approvals with the
+    # owner key: no core file of it in its working directory (core_pattern "core"), a
+    # project's maybe. The soft limit only, as `run` does.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     dashboard = build_dashboard()
     await dashboard.start()
     try:
-        _show(dashboard.login_url(), args, f"served on 127.0.0.1:{dashboard.port}; Ctrl-C stops it")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        # Before the URL is shown: whoever reads it may stop this process at once.
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
+        _show(dashboard.login_url(), args, f"served on 127.0.0.1:{dashboard.port}; Ctrl-C stops it")
         await stop.wait()
     finally:
         await dashboard.close()

@@ -127,7 +127,11 @@ class Daemon:
 
     def __init__(self, listener: socket.socket, builder: RunBuilder | None = None) -> None:
         self.listener = listener
+        # Every client's task (a session's for its life; others while they are answered).
         self.sessions = TaskSet()
+        # Sessions served now: what MAX_SESSIONS bounds (connections yet to send their
+        # request are not sessions, and counting them let a few hundred refuse every one).
+        self.serving = 0
         self.dashboard = DaemonDashboard()
         self.builder = builder
 
@@ -234,7 +238,7 @@ class Daemon:
         entry: SessionEntry | None = None
         channel: socket.socket | None = None
         try:
-            if len(self.sessions) > MAX_SESSIONS:
+            if self.serving >= MAX_SESSIONS:
                 raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
             options, runtime_path, session_path = daemon_wire.decode_request(data)
             if len(fds) not in (2, 3):
@@ -268,12 +272,16 @@ class Daemon:
             raise
         _remove_stale_sockets(runtime_dir, entry)
         log.info("daemon.session", session=entry.id, pid=pid, apps=len(entry.record.apps))
-        async with open_session(runtime_dir, served, entry, outbox.text) as session:
-            outbox.put(Event.READY, entry.id)
-            # The owner's ``stop`` reaches the client, which holds the sandbox.
-            async with running(_pass_stop(session.stop_requested, outbox)):
-                with self.dashboard.serving(session):
-                    await _until_closed(conn)
+        self.serving += 1
+        try:
+            async with open_session(runtime_dir, served, entry, outbox.text) as session:
+                outbox.put(Event.READY, entry.id)
+                # The owner's ``stop`` reaches the client, which holds the sandbox.
+                async with running(_pass_stop(session.stop_requested, outbox)):
+                    with self.dashboard.serving(session):
+                        await _until_closed(conn)
+        finally:
+            self.serving -= 1
         log.info("daemon.session_end", session=entry.id)
 
 

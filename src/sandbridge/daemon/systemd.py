@@ -35,7 +35,9 @@ def unit_dir(environ: MutableMapping[str, str] | None = None) -> Path:
 def unit_text(name: str) -> str:
     """The shipped unit ``name``, its command set to this interpreter's sandbridge."""
     text = resources.files("sandbridge.daemon").joinpath("units", name).read_text()
-    command = shlex.join([sys.executable, "-m", "sandbridge.cli"])
+    # -P: systemd --user starts services in the home directory, which a sandbox whose
+    # workdir it is can write; `python -m` would put it first on the module path.
+    command = shlex.join([sys.executable, "-P", "-m", "sandbridge.cli"])
     return text.replace(COMMAND_PLACEHOLDER, command)
 
 

@@ -15,6 +15,7 @@ owner's ``--save`` writes a file, one line appended to the project's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import secrets
@@ -296,12 +297,18 @@ class EgressRequests:
 
 def append_line(path: Path, line: str) -> None:
     """Append ``line`` to the policy file at ``path`` (created 0644 if missing), never
-    through a symbolic link, on a line of its own, within the policy file size limit."""
-    path.parent.mkdir(mode=0o755, exist_ok=True)
-    if path.parent.is_symlink():
-        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))  # as O_NOFOLLOW would say
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o644)
+    through a symbolic link, on a line of its own, within the policy file size limit.
+
+    ``path`` is ``PROJECT/.sandbridge/allow``: the project's own path is the owner's, but
+    the sandbox can swap ``.sandbridge`` for a link at any moment (a rename exchange in a
+    loop), between a check of the path and its open. So the folder is opened by its
+    parent's descriptor with ``O_NOFOLLOW``, and the file by the folder's."""
+    folder = _open_folder(path.parent)
+    try:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(path.name, flags, 0o644, dir_fd=folder)
+    finally:
+        os.close(folder)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -317,3 +324,16 @@ def append_line(path: Path, line: str) -> None:
         os.write(fd, prefix + line.encode())
     finally:
         os.close(fd)
+
+
+def _open_folder(folder: Path) -> int:
+    """A descriptor of ``folder`` (made 0755 if missing), never through a link in its
+    last component: ELOOP or ENOTDIR for a link, as ``O_NOFOLLOW`` says."""
+    parent = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder.name, 0o755, dir_fd=parent)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(folder.name, flags, dir_fd=parent)
+    finally:
+        os.close(parent)

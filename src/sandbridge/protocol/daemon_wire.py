@@ -263,13 +263,26 @@ def _check_takeable(argv: list[str], env: dict[str, str], cwd: str) -> None:
             raise DaemonError(
                 f"a run request's 'env' name {_cut(name)} is empty or holds '=' or NUL"
             )
+        _check_bytes(name, f"'env' name {_cut(name)}")
         if "\0" in value:
             raise DaemonError(f"a run request's 'env' value of {_cut(name)} holds NUL")
+        _check_bytes(value, f"'env' value of {_cut(name)}")
     for word in argv:
         if "\0" in word:
             raise DaemonError(f"a run request's 'argv' word {_cut(word)} holds NUL")
+        _check_bytes(word, f"'argv' word {_cut(word)}")
     if not cwd.startswith("/") or "\0" in cwd:
         raise DaemonError(f"a run request's 'cwd' {_cut(cwd)} is not an absolute path without NUL")
+    _check_bytes(cwd, f"'cwd' {_cut(cwd)}")
+
+
+def _check_bytes(text: str, what: str) -> None:
+    """``text`` must be bytes the system takes: a real client's are (its undecodable bytes
+    arrive as U+DC80 to U+DCFF, which encode back); JSON's other lone surrogates do not."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise DaemonError(f"a run request's {what} is no byte string (a lone surrogate)") from None
 
 
 def _cut(text: str) -> str:

@@ -59,7 +59,12 @@ from sandbridge.terminals.admission import (
     lease_terms,
 )
 from sandbridge.terminals.control import short_path
-from sandbridge.terminals.control_line import MAX_CONTROL_LINE, read_message, write_message
+from sandbridge.terminals.control_line import (
+    MAX_CONTROL_LINE,
+    read_message,
+    refusal_line,
+    write_message,
+)
 from sandbridge.terminals.fd_io import hung_up
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_CLIENT, Kind
@@ -84,6 +89,12 @@ MAX_SESSION_REQUESTERS = 64
 REQUEST_ID_HEX = 8
 # The attach challenge: fresh random bytes the requester's proof must sign.
 CHALLENGE_BYTES = 32
+# A control client sends its line at once; a silent one held a descriptor of the host (in
+# the daemon, every session's) for the session's life: dropped after this long.
+CONTROL_LINE_TIMEOUT = 10.0
+# Control connections at once: the open requests' requesters and terminals, the owner's
+# commands; past it ``busy``, so that a flood cannot take the host's descriptors.
+MAX_CONTROL_CONNECTIONS = 2 * MAX_OPEN_REQUESTS
 
 # An op another part of the session serves on the control socket: the request's JSON
 # object in, the answer's fields out; a refusal is a ControlRefusal.
@@ -230,6 +241,11 @@ class TerminalBroker:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            if len(self._handlers) >= MAX_CONTROL_CONNECTIONS:
+                busy = f"{MAX_CONTROL_CONNECTIONS} control connections are open: try again later"
+                writer.write(refusal_line("busy", busy))
+                await writer.drain()
+                return
             with self._handlers.current():
                 await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -241,7 +257,8 @@ class TerminalBroker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            message = await read_message(reader)
+            async with asyncio.timeout(CONTROL_LINE_TIMEOUT):  # _handle closes on timeout
+                message = await read_message(reader)
             op = message.get("op")
             if op == "attach":
                 await self._attach(message, reader, writer)

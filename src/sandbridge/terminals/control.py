@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbridge.exceptions import ControlError, SandbridgeError
+from sandbridge.exceptions import ControlError, ControlTimeout, SandbridgeError
 from sandbridge.places.registry import session_path, validate_name
 from sandbridge.places.remotes import remote_control_socket
 from sandbridge.protocol.contract import CONTROL_SOCKET
@@ -27,6 +27,13 @@ from sandbridge.protocol.jsonline import decode_json
 
 # Answers are short JSON lines; a listing of 64 requests fits easily.
 MAX_ANSWER = 256 * 1024
+# A session answers at once, a far one over its link within a second or two. One that
+# takes the connection and never answers (a far machine, a session whose host is stopped)
+# must not hold its caller for good: the dashboard's actions and its reads of the tables
+# share the host's few worker threads (six on two cores), and a few held ones froze it.
+ANSWER_TIMEOUT = 10.0
+# Ops whose answer waits for the owner by design: never cut short.
+WAITING_OPS = frozenset({"await"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,21 +111,25 @@ def first_line(place: Place) -> bytes:
     return json.dumps({"session": place.session}).encode() + b"\n"
 
 
-def connect(session: str | Place) -> socket.socket:
+def connect(session: str | Place, timeout: float | None = None) -> socket.socket:
+    """A connection to ``session``'s control socket, its first line sent (``timeout``:
+    for each of the socket's operations, None for none)."""
     place = session if isinstance(session, Place) else Place(None, session)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
     try:
         with short_path(socket_of(place)) as path:
             sock.connect(str(path))
         sock.sendall(first_line(place))
     except OSError as exc:
         sock.close()
+        why = exc.strerror or str(exc)
         if place.machine is not None:
             raise SandbridgeError(
-                f"the sandbridge connect serving {place.machine!r} does not answer ({exc.strerror})"
+                f"the sandbridge connect serving {place.machine!r} does not answer ({why})"
             ) from None
         raise SandbridgeError(
-            f"session {place.session!r} does not serve terminals ({exc.strerror})"
+            f"session {place.session!r} does not serve terminals ({why})"
         ) from None
     return sock
 
@@ -138,17 +149,31 @@ def parse_answer(line: bytes) -> dict[str, Any]:
     return answer
 
 
-def call(session: str | Place, message: dict[str, Any]) -> dict[str, Any]:
+def call(
+    session: str | Place, message: dict[str, Any], timeout: float | None = None
+) -> dict[str, Any]:
     """Send one control request to ``session`` (a local session's name, or a
-    :class:`Place`); return its answer or raise ControlError."""
-    with connect(session) as sock:
-        # A relay that refuses at once (the link down) may have stopped reading: its
-        # answer still waits to be read.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendall(json.dumps(message).encode() + b"\n")
-        with sock.makefile("rb") as file:
-            try:
-                line = file.readline(MAX_ANSWER)
-            except ConnectionResetError:
-                line = b""
+    :class:`Place`); return its answer or raise ControlError. An answer that does not
+    come within ``timeout`` (default :data:`ANSWER_TIMEOUT`) is a ControlTimeout naming
+    the session (but for :data:`WAITING_OPS`, which wait for the owner)."""
+    op = message.get("op")
+    if op in WAITING_OPS:
+        timeout = None
+    elif timeout is None:
+        timeout = ANSWER_TIMEOUT
+    with connect(session, timeout) as sock:
+        try:
+            # A relay that refuses at once (the link down) may have stopped reading: its
+            # answer still waits to be read.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(json.dumps(message).encode() + b"\n")
+            with sock.makefile("rb") as file:
+                try:
+                    line = file.readline(MAX_ANSWER)
+                except ConnectionResetError:
+                    line = b""
+        except TimeoutError:
+            raise ControlTimeout(
+                f"session {session} did not answer {str(op)[:40]!r} within {timeout:g} s"
+            ) from None
         return parse_answer(line)

@@ -26,9 +26,10 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.exceptions import ControlError, HttpError, SandbridgeError
+from sandbridge.exceptions import ControlError, HttpError, JsonRefused, SandbridgeError
 from sandbridge.protocol.http.fields import field_values
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, RequestHead, RequestReader
+from sandbridge.protocol.jsonline import decode_json
 from sandbridge.relay.local_peer import is_owners_connection, shared_owners
 from sandbridge.ui import state
 from sandbridge.ui.access import Access, Login, Refuse, Serve
@@ -37,7 +38,11 @@ from sandbridge.ui.access import Access, Login, Refuse, Serve
 MAX_BODY_BYTES = 16 * 1024
 # A client has this long to send its request: a loopback page sends it at once.
 HEAD_TIMEOUT = 10.0
-# Connections at once: a few tabs, each with one event stream and a request or two.
+# Connections at once: a few tabs, each with one event stream and a request or two. Past
+# it, the oldest connection still sending its request is closed to make room: a
+# ``--network full`` sandbox runs as the owner and passes the peer check, and holding
+# every place with connections that send nothing kept the owner's page out (a browser
+# sends its request at once, so its connections are never the oldest still sending).
 MAX_CONNECTIONS = 32
 # Event streams at once: a few tabs.
 MAX_STREAMS = 8
@@ -130,6 +135,8 @@ class Dashboard:
         self._refresh = refresh
         self._server: asyncio.Server | None = None
         self._handlers = TaskSet()
+        # The connections still sending their request, oldest first.
+        self._reading: dict[asyncio.StreamWriter, None] = {}
         self._streams = 0
         self.access = Access(port=0)
         self._page = b""
@@ -177,9 +184,9 @@ class Dashboard:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            if len(self._handlers) >= MAX_CONNECTIONS or not is_owners_connection(
-                writer.transport, self.port
-            ):
+            if not is_owners_connection(writer.transport, self.port):
+                return
+            if len(self._handlers) >= MAX_CONNECTIONS and not self._make_room():
                 return
             with self._handlers.current():
                 await self._serve(reader, writer)
@@ -190,14 +197,28 @@ class Dashboard:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
+    def _make_room(self) -> bool:
+        """Close the oldest connection still sending its request (its handler then
+        reads the end of it and ends); False if none is."""
+        for oldest in self._reading:
+            del self._reading[oldest]
+            oldest.transport.abort()
+            log.debug("ui.connection_evicted")
+            return True
+        return False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reading[writer] = None
         try:
             async with asyncio.timeout(HEAD_TIMEOUT):
                 head, body = await _read_request(reader)
         except HttpError as exc:
-            writer.write(_refusal(exc.status, str(exc)))
-            await writer.drain()
+            if not writer.is_closing():  # not closed to make room
+                writer.write(_refusal(exc.status, str(exc)))
+                await writer.drain()
             return
+        finally:
+            self._reading.pop(writer, None)
         verdict = self.access.decide(head.method, head.target, head.headers)
         if isinstance(verdict, Refuse):
             writer.write(_refusal(verdict.status, verdict.reason))
@@ -227,9 +248,9 @@ class Dashboard:
 
     async def _act(self, body: bytes) -> bytes:
         try:
-            message = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return _json(400, {"ok": False, "error": "the action is not JSON"})
+            message = decode_json(body, max_bytes=MAX_BODY_BYTES)
+        except JsonRefused as exc:  # nesting, NaN, bad UTF-8 too: refused, never a traceback
+            return _json(400, {"ok": False, "error": f"the action is refused: {exc}"})
         if not isinstance(message, dict):
             return _json(400, {"ok": False, "error": "the action is not a JSON object"})
         try:
@@ -253,6 +274,10 @@ class Dashboard:
             self._feed.spawn(self._read_tables())
         try:
             writer.write(response_head(200, "text/event-stream; charset=utf-8", None))
+            # First, proof that this is the page's own dashboard (its CSRF token, which
+            # only a page of this dashboard holds): a tab that reconnects to a listener
+            # that took the port of a dashboard that ended shows nothing from it.
+            writer.write(b"event: hello\ndata: " + self.access.csrf.encode() + b"\n\n")
             seen = 0
             while not writer.is_closing():
                 published = self._published

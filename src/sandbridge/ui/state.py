@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge import log
-from sandbridge.exceptions import ControlError, KeyFileError, SandbridgeError, SessionError
+from sandbridge.egress.requests import shown
+from sandbridge.exceptions import (
+    ControlError,
+    ControlTimeout,
+    KeyFileError,
+    SandbridgeError,
+    SessionError,
+)
 from sandbridge.places.registry import AppRecord, SessionRecord, list_sessions, validate_name
 from sandbridge.places.remotes import RemoteRecord, list_remotes
 from sandbridge.terminals import keys
@@ -25,6 +32,10 @@ from sandbridge.terminals.owner_approval import Shown, approve_request
 
 # Sessions the page lists: a user runs a handful; a flood of them is cut, not rendered.
 MAX_SESSIONS = 64
+# A session polled for the tables answers on this host in milliseconds. One that takes the
+# connection and stays silent (its host stopped with Ctrl-Z) is given this long, once per
+# read: the tables of every other session wait for it.
+POLL_TIMEOUT = 2.0
 # The longest approval the page may sign (the CLI's --ttl has no cap; a page click gets
 # a day at most), and the shortest.
 MAX_TTL = 24 * 3600.0
@@ -37,9 +48,12 @@ FAR_STOP = "stop it on {machine} (sandbridge stop there): the link carries termi
 
 def _ask(session: str, message: dict[str, Any], key: str | None) -> Any:
     """One control call's field ``key`` (None: its whole answer), or None if the session
-    cannot answer it (a session without terminals has no control socket)."""
+    cannot answer it (a session without terminals has no control socket); a session that
+    does not answer in time raises ControlTimeout."""
     try:
-        answer = call(session, message)
+        answer = call(session, message, POLL_TIMEOUT)
+    except ControlTimeout:
+        raise
     except SandbridgeError:
         return None
     return answer if key is None else answer.get(key)
@@ -75,13 +89,18 @@ class Answers:
 
 def ask_control_socket(session: str) -> Answers:
     """A session's answers over its control socket (four calls): a session the
-    dashboard's host does not serve itself."""
-    return Answers(
-        _ask(session, {"op": "session_info"}, None),
-        list(_ask(session, {"op": "egress_summary"}, "destinations") or []),
-        list(_ask(session, {"op": "list"}, "requests") or []),
-        list(_ask(session, {"op": "egress_pending"}, "requests") or []),
-    )
+    dashboard's host does not serve itself. One that does not answer in time is asked
+    nothing more this read (it is listed, not controllable)."""
+    try:
+        return Answers(
+            _ask(session, {"op": "session_info"}, None),
+            list(_ask(session, {"op": "egress_summary"}, "destinations") or []),
+            list(_ask(session, {"op": "list"}, "requests") or []),
+            list(_ask(session, {"op": "egress_pending"}, "requests") or []),
+        )
+    except ControlTimeout as exc:
+        log.debug("ui.session_silent", session=session, error=str(exc))
+        return Answers(None)
 
 
 def snapshot(served: Mapping[str, Answers] | None = None) -> dict[str, Any]:
@@ -145,7 +164,12 @@ def _add_session(
     ]  # fmt: skip
     tables["terminals"] += terminals
     tables["egress"] += [{**row, "session": record.id} for row in answers.destinations]
-    tables["egress_pending"] += [{**ask, "session": record.id} for ask in answers.pending]
+    # The reason is the sandbox's own text: shown as the owner's terminal shows it, its
+    # line breaks, bidi overrides and zero-width characters escaped (egress/requests.py).
+    tables["egress_pending"] += [
+        {**ask, "session": record.id, "reason": shown(str(ask["reason"]))}
+        for ask in answers.pending
+    ]
 
 
 def _add_machine(

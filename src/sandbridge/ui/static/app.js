@@ -18,13 +18,73 @@ function cell(row, text, className) {
   return td;
 }
 
+// A session decides when its rows come and go: one that adds or removes rows above the
+// row the owner is about to click (a far machine, a sandbox asking for egress in a loop)
+// would put its own button under the pointer at the moment of the click. A button that
+// appeared or moved is not clicked by the pointer until it has stayed put this long
+// (aria-disabled meanwhile); the keyboard acts on the focused button, which keeps its
+// request across updates (see fill), so it is never held back.
+const SETTLE_MS = 700;
+// Set once another listener answered in the dashboard's place: no button acts any more.
+let ended = false;
+// A move of a few pixels (a column a little wider when a count grows) puts no other
+// button under the pointer: a flood of such changes must not hold every button back.
+const JITTER_PX = 4;
+// Where each button (by its label, which names its request) was last seen, and since when.
+const placed = new Map();
+let settleTimer = 0;
+
+// Whether the button has stayed where it is for SETTLE_MS; if it has moved since it was
+// last seen, it starts settling again.
+function settled(b) {
+  const label = b.getAttribute("aria-label");
+  const now = performance.now();
+  const box = b.getBoundingClientRect();
+  const x = box.left + window.scrollX, y = box.top + window.scrollY;
+  const seen = placed.get(label);
+  if (!seen || Math.abs(seen.x - x) > JITTER_PX || Math.abs(seen.y - y) > JITTER_PX) {
+    placed.set(label, { x, y, since: now });
+    return false;
+  }
+  return now - seen.since >= SETTLE_MS;
+}
+
+// After each update: buttons new or moved are held back until they have settled.
+function settle() {
+  const labels = new Set();
+  let unsettled = false;
+  for (const b of document.querySelectorAll("main button")) {
+    labels.add(b.getAttribute("aria-label"));
+    const ready = settled(b);
+    b.setAttribute("aria-disabled", String(!ready));
+    unsettled ||= !ready;
+  }
+  for (const label of placed.keys()) if (!labels.has(label)) placed.delete(label);
+  if (unsettled) {
+    clearTimeout(settleTimer);
+    settleTimer = setTimeout(settle, SETTLE_MS + 50);
+  }
+}
+
 function button(td, label, title, onClick, danger) {
   const b = document.createElement("button");
   b.type = "button";
   b.textContent = label;
   b.setAttribute("aria-label", title);
   if (danger) b.className = "danger";
-  b.addEventListener("click", onClick);
+  b.addEventListener("click", (event) => {
+    if (ended) {  // its dashboard is gone: nothing goes to whoever listens there now
+      say("this dashboard has ended: run `sandbridge ui` again", true);
+      return;
+    }
+    // detail 0: Enter or Space on the focused button, not the pointer.
+    if (event.detail !== 0 && (b.getAttribute("aria-disabled") === "true" || !settled(b))) {
+      say(`the table just changed under the pointer: "${title}" was not done; click again`, true);
+      settle();
+      return;
+    }
+    onClick(event);
+  });
   td.appendChild(b);
   return b;
 }
@@ -208,17 +268,36 @@ function render(tables) {
   fill("terminals", tables.terminals, renderTerminal, 9);
   fill("egress-pending", tables.egress_pending, renderPending, 6);
   fill("egress", tables.egress, renderEgress, 7);
+  settle();
 }
 
 // True until the first update, and again after the stream broke.
 let waiting = true;
+// The stream proves it is this page's dashboard before its tables are shown: its first
+// event says the page's CSRF token. The tab reconnects to the same name and port after a
+// break; once the dashboard has ended, another local user may listen there, and would
+// otherwise have its rows shown as the owner's.
+let proven = false;
 const events = new EventSource("/events");
+events.addEventListener("open", () => { proven = false; });
+events.addEventListener("hello", (event) => { proven = event.data === csrf; });
 events.addEventListener("message", (event) => {
+  if (!proven) {
+    events.close();
+    ended = true;
+    for (const b of document.querySelectorAll("main button")) b.setAttribute("aria-disabled", "true");
+    say("this dashboard has ended (another listener answered in its place): run `sandbridge ui` again", true);
+    return;
+  }
   render(JSON.parse(event.data));
   if (waiting) { say("live"); waiting = false; }
   document.body.dataset.updated = String(Date.now());
 });
-events.addEventListener("error", () => { waiting = true; say("connection lost; retrying…", true); });
+events.addEventListener("error", () => {
+  if (events.readyState === EventSource.CLOSED) return;
+  waiting = true;
+  say("connection lost; retrying…", true);
+});
 setInterval(() => {
   for (const td of document.querySelectorAll("td.uptime")) {
     td.textContent = uptime(secondsSince(td.dataset.started));
