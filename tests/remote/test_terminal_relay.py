@@ -438,3 +438,41 @@ def test_a_far_listing_cannot_drive_the_owners_terminal(tmp_path: Path) -> None:
         )
     finally:
         laptop.stop()
+
+
+FAR_COMMANDS = [
+    ("terminal", "list", "far:evil"),
+    ("terminal", "approve", "far:evil:0123abcd"),
+    ("terminal", "deny", "far:evil:0123abcd"),
+    ("terminal", "revoke", "far:evil:0123abcd"),
+    ("terminal", "attach", "far:evil:0123abcd"),
+    ("terminal", "request", "far:evil", "--no-wait"),
+]
+
+
+@pytest.mark.parametrize("command", FAR_COMMANDS, ids=lambda words: words[1])
+def test_a_far_refusal_cannot_drive_the_owners_terminal(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    laptop = _hostile_laptop(tmp_path, "refuse")
+    try:
+        refused = laptop.cli(*command)
+        assert refused.returncode == 2, refused.stderr
+        assert "\x1b" not in refused.stderr + refused.stdout, refused.stderr
+        assert "\x07" not in refused.stderr + refused.stdout
+        assert "sandbridge: ?]52;c;ZWNobyBwd25lZA==?approved?[1A" in refused.stderr
+    finally:
+        laptop.stop()
+
+
+def test_a_far_answer_to_a_waiting_request_cannot_drive_the_owners_terminal(
+    tmp_path: Path,
+) -> None:
+    laptop = _hostile_laptop(tmp_path, "stateful")
+    try:
+        requested = laptop.cli("terminal", "request", "far:evil")
+        assert requested.returncode == 1, requested.stderr
+        assert "\x1b" not in requested.stderr and "\x07" not in requested.stderr
+        assert "request far:evil:0123abcd was ?]52;c;ZWNobyBwd25lZA==?ok" in requested.stderr
+    finally:
+        laptop.stop()

@@ -18,7 +18,7 @@ from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.attach import Ending, attach, describe
-from sandbridge.terminals.control import Place, call, parse_place, parse_request_id
+from sandbridge.terminals.control import Place, call, parse_place, parse_request_id, said
 from sandbridge.terminals.journal import AuditLog
 from sandbridge.terminals.owner_approval import approve_request
 
@@ -62,7 +62,7 @@ def _duration(seconds: object) -> str:
 
 def _shown(value: object) -> str:
     """``value`` as one printable line (control characters as ``?``)."""
-    return "".join(c if c.isprintable() else "?" for c in str(value))[:200]
+    return said(value, 200)
 
 
 def _answers_checked(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
@@ -122,7 +122,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     _say(f"request {request_id}: waiting for the owner (sandbridge terminal approve {request_id})")
     state = call(place, {"op": "await", "id": parse_request_id(request_id)[1]})["state"]
     if state != "approved":
-        _say(f"request {request_id} was {state}")
+        _say(f"request {request_id} was {_shown(state)}")
         return 1
     return _attach(request_id, args.key)
 

@@ -27,6 +27,7 @@ from sandbridge.terminals.control import (
     first_line,
     parse_answer,
     parse_request_id,
+    said,
     short_path,
     socket_of,
 )
@@ -209,7 +210,9 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
 
 
 def describe(ending: Ending) -> str:
-    """One line for the user about how the terminal ended."""
+    """One line for the user about how the terminal ended. The reason is the worker's
+    (inside the sandbox) or the host's (a far machine's): hostile text, shown as
+    :func:`~sandbridge.terminals.control.said` shows it."""
     if ending.reason == "exit":
         return f"terminal ended: the shell exited with status {ending.status}"
-    return f"terminal ended: {ending.reason}"
+    return f"terminal ended: {said(ending.reason, 64)}"
