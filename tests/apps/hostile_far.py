@@ -6,7 +6,8 @@ before opening the stream; garbage: lists the app, then sends an unknown kind; l
 answers every terminal control line with a listing of another session's request and
 nothing else; escape: with a listing whose fields carry terminal escape sequences;
 refuse: with a refusal whose code and message carry them (an OSC 52 clipboard write);
-stateful: with an answer to every op whose state carries them;
+stateful: with an answer to every op whose state carries them; impostor: with a request
+whose requester is not the key that signed it (another's request shown as the owner's);
 many: lists more apps than the limit; empty: opens the stream, then floods it with
 empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
 list of one app, evil port 9999; crowd: lists 200 apps; describe: describes its
@@ -52,6 +53,15 @@ ANSWERS = {
     },
     "refuse": {"ok": False, "code": "nope\x1b[2J", "error": CLIPBOARD + "approved\x1b[1A"},
     "stateful": {"ok": True, "instance": "i", "id": "evil:0123abcd", "state": CLIPBOARD + "ok"},
+    "impostor": {
+        "ok": True,
+        "instance": "i",
+        "id": "evil:0123abcd",
+        "requester": "ab" * 32,
+        "request": {"requester": "ab" * 32, "reason": "", "created": 1.7e9, "nonce": "n"},
+        "state": "approved",
+        "expires": 2e9,
+    },
 }
 
 

@@ -476,3 +476,24 @@ def test_a_far_answer_to_a_waiting_request_cannot_drive_the_owners_terminal(
         assert "request far:evil:0123abcd was ?]52;c;ZWNobyBwd25lZA==?ok" in requested.stderr
     finally:
         laptop.stop()
+
+
+def test_a_far_shell_signs_nothing_for_a_request_the_owners_key_did_not_make(
+    tmp_path: Path,
+) -> None:
+    # The far side answers `show` with another key's request (a teammate's on another
+    # machine with the same session name, say): the question said "(your owner key)" and
+    # a `y` signed an approval for that key.
+    laptop = _hostile_laptop(tmp_path, "impostor")
+    try:
+        child = pexpect.spawn(
+            SANDBRIDGE[0], [*SANDBRIDGE[1:], "shell", "far:evil"],
+            env=laptop.env, timeout=30, encoding="utf-8", codec_errors="replace",
+        )  # fmt: skip
+        child.expect(r"names requester abababababababab…, not [0-9a-f]{16}… as shown")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 2
+        assert "Approve?" not in (child.before or "")
+    finally:
+        laptop.stop()

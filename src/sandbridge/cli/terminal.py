@@ -20,7 +20,7 @@ from sandbridge.terminals import approval, keys
 from sandbridge.terminals.attach import Ending, attach, describe
 from sandbridge.terminals.control import Place, call, parse_place, parse_request_id, said
 from sandbridge.terminals.journal import AuditLog
-from sandbridge.terminals.owner_approval import approve_request
+from sandbridge.terminals.owner_approval import Shown, approve_request, check_shown
 
 TTL_PATTERN = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -239,11 +239,16 @@ def cmd_shell(args: argparse.Namespace) -> int:
     ttl = parse_ttl(args.ttl)
     request_id = _request(place, None, args.reason)
     far_id = parse_request_id(request_id)[1]
+    # The request is the one just signed with the owner key: a session showing another
+    # requester under its id (a far machine relaying someone else's request) gets
+    # nothing signed, neither when asked nor when approving (it could change between).
+    mine = Shown(keys.public_hex(keys.owner_key()), None)
     shown = call(place, {"op": "show", "id": far_id})
+    check_shown(request_id, mine, shown, as_asked=False)
     question = (
         f"sandbridge: open a terminal into session {str(place)!r}?\n"
         f"  request   {request_id}\n"
-        f"  requester {_shown(shown.get('requester'))} (your owner key)\n"
+        f"  requester {_shown(mine.requester)} (your owner key)\n"
         f"  reason    {_shown(shown.get('reason') or '-')}\n"
         f"  for       {ttl:g}s, once\n"
         "Approve? [y/N] "
@@ -261,7 +266,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
         call(place, {"op": "deny", "id": far_id})
         _say(f"denied {request_id}")
         return 1
-    approve_request(request_id, ttl)
+    approve_request(request_id, ttl, mine)
     return _attach(request_id, None)
 
 
