@@ -2,7 +2,8 @@
 
 The local terminal goes into raw mode for the session and its exact termios settings
 are restored on every way out: the shell exiting, revocation, expiry, idle, a lost
-relay, SIGTERM/SIGHUP/SIGINT of the client, or an error.
+relay, SIGTERM/SIGHUP/SIGINT of the client, or an error. The shell's output is shown
+less its clipboard sequences (:mod:`~sandbridge.terminals.clipboard_filter`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import ChannelError, FrameError
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
+from sandbridge.terminals.clipboard_filter import ClipboardFilter
 from sandbridge.terminals.control import (
     first_line,
     parse_answer,
@@ -123,6 +125,8 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
     saved = termios.tcgetattr(stdin_fd) if os.isatty(stdin_fd) else None
     ending: list[Ending] = []
     done = asyncio.Event()
+    # The shell's output reaches the owner's terminal, never the owner's clipboard.
+    clipboard = ClipboardFilter()
 
     def finish(reason: str, status: int) -> None:
         if not ending:
@@ -162,7 +166,9 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
                 return
             message = receiver.open(frame.body)
             if message.type is MessageType.DATA:
-                await fd_io.write_all(stdout_fd, message.payload)
+                shown = clipboard.feed(message.payload)
+                if shown:
+                    await fd_io.write_all(stdout_fd, shown)
             elif message.type is MessageType.EXIT:
                 status, reason = message.exit
                 finish(reason, status)
