@@ -8,6 +8,7 @@ nothing else; escape: with a listing whose fields carry terminal escape sequence
 refuse: with a refusal whose code and message carry them (an OSC 52 clipboard write);
 stateful: with an answer to every op whose state carries them; impostor: with a request
 whose requester is not the key that signed it (another's request shown as the owner's);
+huge: with numbers that are JSON integers of 400 digits;
 many: lists more apps than the limit; empty: opens the stream, then floods it with
 empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
 list of one app, evil port 9999; crowd: lists 200 apps; describe: describes its
@@ -61,6 +62,14 @@ ANSWERS = {
         "request": {"requester": "ab" * 32, "reason": "", "created": 1.7e9, "nonce": "n"},
         "state": "approved",
         "expires": 2e9,
+    },
+    "huge": {
+        "ok": True,
+        "instance": "i",
+        "requests": [{"id": "evil:0123abcd", "state": "pending", "duration": 10**400}],
+        "request": {"requester": "ab" * 32, "reason": "", "created": 10**400, "nonce": "n"},
+        "duration": 10**400,
+        "expires": 10**400,
     },
 }
 

@@ -497,3 +497,21 @@ def test_a_far_shell_signs_nothing_for_a_request_the_owners_key_did_not_make(
         assert "Approve?" not in (child.before or "")
     finally:
         laptop.stop()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("terminal", "list", "far:evil"), ("terminal", "approve", "far:evil:0123abcd")],
+    ids=lambda words: words[1],
+)
+def test_a_far_number_no_float_holds_is_a_malformed_answer_not_a_traceback(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    laptop = _hostile_laptop(tmp_path, "huge")
+    try:
+        answered = laptop.cli(*command)
+        assert answered.returncode == 2, answered.stderr
+        assert "Traceback" not in answered.stderr
+        assert "malformed" in answered.stderr and "OverflowError" in answered.stderr
+    finally:
+        laptop.stop()

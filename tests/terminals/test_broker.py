@@ -637,3 +637,35 @@ def test_requests_from_keys_not_allowed_cannot_flush_the_audit_log(tmp_path: Pat
             entry.remove()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+@pytest.mark.parametrize("created", [10**400, -(10**400)])
+def test_a_request_whose_time_is_an_integer_beyond_a_float_is_refused_as_malformed(
+    tmp_path: Path, created: int
+) -> None:
+    # Any key may sign a request (the allowed check comes after the signature's): a JSON
+    # integer of 400 digits is no float, and float() of it raised OverflowError in the
+    # handler, so the connection closed with no answer and a traceback in the log.
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        await broker.start()
+        try:
+            stranger = nacl.signing.SigningKey.generate()
+            body = {
+                "version": approval.VERSION, "kind": "request", "session": "web",
+                "instance": broker.instance, "requester": keys.public_hex(stranger),
+                "reason": "", "created": created, "nonce": approval.new_nonce(),
+            }  # fmt: skip
+            document = approval._sign(stranger, approval.REQUEST_CONTEXT, body)
+            line = json.dumps({"op": "request", "request": document}).encode()
+            [answer] = await _exchange(entry, line)
+            assert answer["ok"] is False and answer["code"] == "malformed", answer
+            assert "created" in str(answer["error"])
+            [info] = await _exchange(entry, b'{"op": "info"}')
+            assert info["ok"] is True
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

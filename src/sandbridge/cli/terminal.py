@@ -66,14 +66,15 @@ def _shown(value: object) -> str:
 
 
 def _answers_checked(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
-    """``command`` with a session's answer that lacks a field or has one of the wrong type
-    (a far machine's is hostile) refused as one line naming it, never a traceback."""
+    """``command`` with a session's answer that lacks a field, has one of the wrong type
+    or a number no float holds (a far machine's is hostile: JSON integers have no
+    length limit) refused as one line naming it, never a traceback."""
 
     @functools.wraps(command)
     def checked(args: argparse.Namespace) -> int:
         try:
             return command(args)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise SandbridgeError(
                 f"the session sent a malformed answer ({type(exc).__name__}: {_shown(exc)[:80]})"
             ) from None

@@ -34,6 +34,8 @@ MAX_REASON = 200
 # A signed document travels in one control line.
 MAX_DOCUMENT_BYTES = 4096
 NONCE_HEX = 32
+# Integers from here on do not fit a float (its largest finite value is just below).
+FLOAT_INTEGER_LIMIT = 2**1024
 # Domain separation: a signature made for one purpose can never be taken for another.
 REQUEST_CONTEXT = b"sandbridge-terminal-request-v1\x00"
 APPROVAL_CONTEXT = b"sandbridge-terminal-approval-v1\x00"
@@ -185,9 +187,18 @@ def _open(
 
 
 def _fields(body: dict[str, Any], kind: str, **types: type) -> None:
+    """Refuse (``malformed``, naming it) a field missing or of another type; a float
+    field may be a JSON integer, but only one a float can hold: the parser takes
+    integers of any length, and ``float()`` of a 400-digit one raises OverflowError."""
     for name, kind_type in types.items():
         value = body.get(name)
         if kind_type is float and isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) >= FLOAT_INTEGER_LIMIT:
+                raise ApprovalRefused(
+                    "malformed",
+                    f"the {kind}'s {name}, an integer of {len(str(abs(value)))} digits, "
+                    "is out of range",
+                )
             continue
         if not isinstance(value, kind_type) or isinstance(value, bool):
             raise ApprovalRefused("malformed", f"the {kind}'s {name} is {value!r}")

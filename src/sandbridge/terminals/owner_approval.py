@@ -82,7 +82,7 @@ def approve_request(
             float(body["created"]),
             str(body["nonce"]),
         )
-    except (KeyError, TypeError, ValueError) as exc:  # a far side's answer is its word
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a far side's word
         raise SandbridgeError(
             f"request {request_id}: its session's answer to show is malformed "
             f"({type(exc).__name__}: {exc!s:.80}); nothing was signed"
