@@ -29,6 +29,11 @@ MAX_TTL = 24 * 3600.0
 # The shortest approval that can still start a terminal: the readiness budget (5 s)
 # plus a second of margin; shorter ones are refused when signed rather than at attach.
 MIN_TTL = 6.0
+# How far ahead of this machine's clock a signer's may be: an approval signed on a laptop
+# expires at the laptop's now + ttl. Beyond it, an expiry further away than the ttl is
+# refused, so every approval (and the reservation kept until it expires) ends within
+# MAX_TTL + MAX_CLOCK_SKEW of its use. Five minutes, as Kerberos allows.
+MAX_CLOCK_SKEW = 5 * 60.0
 # A reason is shown to the owner on one line and stored in the audit log.
 MAX_REASON = 200
 # A signed document travels in one control line.
@@ -263,6 +268,12 @@ def verify_approval(  # noqa: PLR0913  (every fact an approval is checked agains
         raise ApprovalRefused("bad_ttl", f"the approval's ttl {body['ttl']!r} exceeds {MAX_TTL:g}s")
     if float(body["expires"]) <= now:
         raise ApprovalRefused("expired", "the approval has expired; ask for a new one")
+    if float(body["expires"]) - now > float(body["ttl"]) + MAX_CLOCK_SKEW:
+        raise ApprovalRefused(
+            "bad_ttl",
+            f"the approval expires in {float(body['expires']) - now:.0f}s, past its ttl of "
+            f"{float(body['ttl']):g}s by more than {MAX_CLOCK_SKEW:g}s: check the signer's clock",
+        )
     return Approval(
         body["session"], body["instance"], body["request"], body["requester"],
         float(body["expires"]), float(body["ttl"]), body["nonce"], signer,
