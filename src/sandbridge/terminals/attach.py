@@ -211,8 +211,20 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
             with contextlib.suppress(OSError):
                 os.set_blocking(fd, was_blocking)
         if saved is not None:
-            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
+            restore_terminal(stdin_fd, saved)
     return ending[0] if ending else Ending("relay_lost", 255)
+
+
+def restore_terminal(fd: int, saved: list[Any]) -> None:
+    """Put the local terminal back as it was, after what was written reached it, and
+    discard its unread input.
+
+    Threat: input still unread when the terminal ends was meant for the sandbox, and the
+    next reader of the terminal is the owner's host shell: keys typed on just as the
+    sandbox ended the terminal (its worker can end it at any moment it chooses, seeing
+    every key), or a terminal's answer to a query the sandbox printed last, ran on the
+    host. Defence: ``TCSAFLUSH`` drops them with the same call that restores the modes."""
+    termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
 
 
 def describe(ending: Ending) -> str:
