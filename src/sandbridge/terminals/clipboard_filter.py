@@ -18,6 +18,11 @@ byte and in order (titles, colours, hyperlinks, other queries: their answers go 
 the sandbox, which asked); a tmux or screen passthrough of OSC 52 holds the same
 ``ESC ] 52`` and is dropped too. Held back at most: a trailing ESC, ``0xC2`` or an
 introducer with its first digits, none of which a terminal acts on before it sees more.
+
+Not covered: a terminal in an 8-bit, non-UTF-8 mode also takes a raw 0x9D byte for OSC;
+in UTF-8 output that byte is part of many characters, so it is left alone. Window
+operations (``CSI 8 ; rows ; cols t`` and the like), which a few terminals still honour,
+pass too.
 """
 
 from __future__ import annotations
