@@ -73,8 +73,10 @@ class FarMachine:
 
     @property
     def serve_stdio(self) -> str:
+        # The far user's dirs, not the laptop's it would inherit: serve-stdio reads the
+        # far owner key and owners file to check a deny or revoke.
         return shlex.join(
-            ["env", f"XDG_RUNTIME_DIR={self.dirs['XDG_RUNTIME_DIR']}", PYTHON, "-m",
+            ["env", *(f"{name}={path}" for name, path in self.dirs.items()), PYTHON, "-m",
              "sandbridge.cli", "serve-stdio"]
         )  # fmt: skip
 
@@ -515,3 +517,31 @@ def test_a_far_number_no_float_holds_is_a_malformed_answer_not_a_traceback(
         assert "malformed" in answered.stderr and "OverflowError" in answered.stderr
     finally:
         laptop.stop()
+
+
+def test_over_the_link_only_an_owner_key_may_deny_or_revoke(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    # A teammate's connect is an SSH login as the far user too: deny and revoke crossed
+    # unsigned, so it could deny anyone's request and revoke the owner's terminal.
+    with (
+        laptop_of(tmp_path, far.serve_stdio) as owner,
+        laptop_of(tmp_path, far.serve_stdio, name="teammate") as teammate,
+    ):
+        far.cli("terminal", "trust-owner", owner.owner_public_key(), "--name", "owner")
+        approved = _approved(owner)
+        pending = owner.cli("terminal", "request", "far:box", "--no-wait").stdout.strip()
+        for op, request_id in (("revoke", approved), ("deny", pending)):
+            refused = teammate.cli("terminal", op, request_id)
+            assert refused.returncode == 2, refused.stderr
+            assert f"the {op}'s signature does not verify" in refused.stderr
+        states = {
+            row["id"]: row["state"]
+            for row in json.loads(owner.cli("terminal", "list", "far:box", "--json").stdout)
+        }
+        assert (states[approved], states[pending]) == ("approved", "pending")
+        for op, request_id in (("revoke", approved), ("deny", pending)):
+            answered = owner.cli("terminal", op, request_id)
+            assert answered.returncode == 0, answered.stderr
+        events = [r["event"] for r in far.audit(approved.removeprefix("far:"))]
+        assert events[-1] == "revocation"

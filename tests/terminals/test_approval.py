@@ -200,3 +200,40 @@ def test_attach_proof_needs_the_requester_key_and_binds_everything() -> None:
                 public_hex(REQUESTER), transcript, key.sign(message).signature
             )
         assert refused.value.code == "bad_proof"
+
+
+def answer(kind: str = "revoke", key: nacl.signing.SigningKey = OWNER) -> dict[str, str]:
+    return approval.sign_answer(key, kind, "web:0123abcd", NOW)
+
+
+def test_a_signed_answer_names_its_signer() -> None:
+    signer = approval.verify_answer(
+        answer(), kind="revoke", request_id="web:0123abcd",
+        signers=[public_hex(STRANGER), public_hex(OWNER)], now=NOW + 1,
+    )  # fmt: skip
+    assert signer == public_hex(OWNER)
+
+
+@pytest.mark.parametrize(
+    ("case", "document", "overrides", "code"),
+    [
+        ("unsigned", lambda: None, {}, "bad_signature"),
+        ("a stranger's", lambda: answer(key=STRANGER), {}, "bad_signature"),
+        ("a deny taken for a revoke", lambda: answer("deny"), {}, "malformed"),
+        ("another request", answer, {"request_id": "web:89abcdef"}, "wrong_request"),
+        ("replayed later", answer, {"now": NOW + approval.MAX_CLOCK_SKEW + 1}, "expired"),
+        ("from the future", answer, {"now": NOW - approval.MAX_CLOCK_SKEW - 1}, "expired"),
+        ("an approval", signed, {}, "malformed"),
+    ],
+)  # fmt: skip
+def test_answer_refusals(
+    case: str, document: Callable[[], object], overrides: dict[str, object], code: str
+) -> None:
+    arguments: dict[str, object] = {
+        "kind": "revoke", "request_id": "web:0123abcd", "signers": [public_hex(OWNER)],
+        "now": NOW,
+    }  # fmt: skip
+    arguments.update(overrides)
+    with pytest.raises(ApprovalRefused) as refused:
+        approval.verify_answer(document(), **arguments)  # type: ignore[arg-type]
+    assert refused.value.code == code, case

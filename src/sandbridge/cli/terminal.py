@@ -20,7 +20,12 @@ from sandbridge.terminals import approval, keys
 from sandbridge.terminals.attach import Ending, attach, describe
 from sandbridge.terminals.control import Place, call, parse_place, parse_request_id, said
 from sandbridge.terminals.journal import AuditLog
-from sandbridge.terminals.owner_approval import Shown, approve_request, check_shown
+from sandbridge.terminals.owner_approval import (
+    Shown,
+    answer_request,
+    approve_request,
+    check_shown,
+)
 
 TTL_PATTERN = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -138,16 +143,14 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 @_answers_checked
 def cmd_deny(args: argparse.Namespace) -> int:
-    place, far_id = parse_request_id(args.id)
-    call(place, {"op": "deny", "id": far_id})
+    answer_request(args.id, "deny")
     _say(f"denied {args.id}")
     return 0
 
 
 @_answers_checked
 def cmd_revoke(args: argparse.Namespace) -> int:
-    place, far_id = parse_request_id(args.id)
-    answer = call(place, {"op": "revoke", "id": far_id})
+    answer = answer_request(args.id, "revoke")
     _say(f"revoked {args.id}" + (" (its terminal is closing)" if answer["was_active"] else ""))
     return 0
 
@@ -264,7 +267,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     except OSError:
         raise SandbridgeError("sandbridge shell needs a terminal to ask on (/dev/tty)") from None
     if answer not in ("y", "yes"):
-        call(place, {"op": "deny", "id": far_id})
+        answer_request(request_id, "deny")
         _say(f"denied {request_id}")
         return 1
     approve_request(request_id, ttl, mine)

@@ -45,6 +45,10 @@ FLOAT_INTEGER_LIMIT = 2**1024
 REQUEST_CONTEXT = b"sandbridge-terminal-request-v1\x00"
 APPROVAL_CONTEXT = b"sandbridge-terminal-approval-v1\x00"
 ATTACH_CONTEXT = b"sandbridge-terminal-attach-v1\x00"
+ANSWER_CONTEXT = b"sandbridge-terminal-answer-v1\x00"
+# The owner's answers that cross the remote link signed: refusing a request, taking an
+# approval back.
+ANSWER_KINDS = frozenset({"deny", "revoke"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +282,42 @@ def verify_approval(  # noqa: PLR0913  (every fact an approval is checked agains
         body["session"], body["instance"], body["request"], body["requester"],
         float(body["expires"]), float(body["ttl"]), body["nonce"], signer,
     )  # fmt: skip
+
+
+def sign_answer(
+    key: nacl.signing.SigningKey, kind: str, request_id: str, now: float
+) -> dict[str, str]:
+    """The owner's ``kind`` (``deny`` or ``revoke``) of request ``request_id``, signed to
+    cross the remote link (the far machine takes it only from an owner key it trusts)."""
+    if kind not in ANSWER_KINDS:
+        raise ValueError(f"an answer is one of {sorted(ANSWER_KINDS)}, not {kind!r}")
+    body = {
+        "version": VERSION, "kind": kind, "request": request_id, "created": now,
+        "nonce": new_nonce(),
+    }  # fmt: skip
+    return _sign(key, ANSWER_CONTEXT, body)
+
+
+def verify_answer(
+    document: object, *, kind: str, request_id: str, signers: Collection[str], now: float
+) -> str:
+    """The key of ``signers`` that signed ``document``, a ``kind`` of ``request_id``
+    signed within :data:`MAX_CLOCK_SKEW` of ``now`` (a copy replayed later is refused);
+    :class:`ApprovalRefused` with a documented code otherwise."""
+    if document is None:
+        raise ApprovalRefused(
+            "bad_signature", f"a {kind} over the remote link must be signed by an owner key"
+        )
+    body, signer = _open(document, ANSWER_CONTEXT, tuple(sorted(signers)), kind)
+    _fields(body, kind, request=str, created=float)
+    if body["request"] != request_id:
+        raise ApprovalRefused("wrong_request", f"the {kind} is for request {body['request']!r}")
+    if abs(float(body["created"]) - now) > MAX_CLOCK_SKEW:
+        raise ApprovalRefused(
+            "expired", f"the {kind} was not signed within {MAX_CLOCK_SKEW:g}s of now: "
+            "check the signer's clock",
+        )  # fmt: skip
+    return signer
 
 
 def attach_transcript(
