@@ -8,7 +8,9 @@ nothing else; escape: with a listing whose fields carry terminal escape sequence
 refuse: with a refusal whose code and message carry them (an OSC 52 clipboard write);
 stateful: with an answer to every op whose state carries them; impostor: with a request
 whose requester is not the key that signed it (another's request shown as the owner's);
-huge: with numbers that are JSON integers of 400 digits;
+huge: with numbers that are JSON integers of 400 digits; elsewhere: with an attach
+challenge for another session than the one asked; hangup: with an attach challenge, then
+nothing (the stream ends);
 many: lists more apps than the limit; empty: opens the stream, then floods it with
 empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
 list of one app, evil port 9999; crowd: lists 200 apps; describe: describes its
@@ -63,6 +65,8 @@ ANSWERS = {
         "state": "approved",
         "expires": 2e9,
     },
+    "elsewhere": {"ok": True, "session": "other", "instance": "i", "challenge": "00" * 32},
+    "hangup": {"ok": True, "session": "evil", "instance": "i", "challenge": "00" * 32},
     "huge": {
         "ok": True,
         "instance": "i",

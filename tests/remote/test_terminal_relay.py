@@ -545,3 +545,26 @@ def test_over_the_link_only_an_owner_key_may_deny_or_revoke(
             assert answered.returncode == 0, answered.stderr
         events = [r["event"] for r in far.audit(approved.removeprefix("far:"))]
         assert events[-1] == "revocation"
+
+
+def test_an_attach_proof_is_signed_only_for_the_session_asked(tmp_path: Path) -> None:
+    # The far side answers the attach with another session's challenge: the requester's
+    # key signed a proof naming that session, usable there by whoever relays it.
+    laptop = _hostile_laptop(tmp_path, "elsewhere")
+    try:
+        attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
+        assert attached.returncode == 2, attached.stderr
+        assert "answered the attach for session 'other', not 'evil'" in attached.stderr
+    finally:
+        laptop.stop()
+
+
+def test_a_far_side_hanging_up_mid_attach_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    laptop = _hostile_laptop(tmp_path, "hangup")
+    try:
+        attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
+        assert attached.returncode == 2, attached.stderr
+        assert "Traceback" not in attached.stderr
+        assert "closed the connection during the attach handshake" in attached.stderr
+    finally:
+        laptop.stop()

@@ -21,7 +21,7 @@ from typing import Any
 import nacl.signing
 
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.exceptions import ChannelError, FrameError
+from sandbridge.exceptions import ChannelError, FrameError, SandbridgeError
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
 from sandbridge.terminals.clipboard_filter import ClipboardFilter
@@ -55,7 +55,16 @@ class Ending:
 
 
 async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
-    return parse_answer(await reader.readuntil(b"\n"))
+    """The session's next handshake line, parsed; one line (SandbridgeError), never a
+    traceback, when it hangs up or sends more than a line."""
+    try:
+        return parse_answer(await reader.readuntil(b"\n"))
+    except asyncio.IncompleteReadError:
+        raise SandbridgeError(
+            "the session closed the connection during the attach handshake"
+        ) from None
+    except asyncio.LimitOverrunError:
+        raise SandbridgeError(f"the session sent a handshake line over {MAX_LINE} bytes") from None
 
 
 def terminal_size(fd: int) -> tuple[int, int]:
@@ -80,6 +89,12 @@ async def attach(
             writer.write(first_line(place))
             writer.write(json.dumps({"op": "attach", "id": far_id}).encode() + b"\n")
             hello = await _read_json(reader)
+            # The proof names the session it is for: only the one asked for is signed.
+            if hello.get("session") != place.session:
+                raise SandbridgeError(
+                    f"{place} answered the attach for session "
+                    f"{said(hello.get('session'), 80)!r}, not {place.session!r}; nothing signed"
+                )
             public, secret = channel.keypair()
             transcript = approval.attach_transcript(
                 str(hello["session"]),
