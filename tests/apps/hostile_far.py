@@ -5,6 +5,12 @@ Usage: hostile_far.py MODE   (open: sends OPEN itself; early: answers an OPEN wi
 before opening the stream; garbage: lists the app, then sends an unknown kind; lies:
 answers every terminal control line with a listing of another session's request and
 nothing else; escape: with a listing whose fields carry terminal escape sequences;
+refuse: with a refusal whose code and message carry them (an OSC 52 clipboard write);
+stateful: with an answer to every op whose state carries them; impostor: with a request
+whose requester is not the key that signed it (another's request shown as the owner's);
+huge: with numbers that are JSON integers of 400 digits; elsewhere: with an attach
+challenge for another session than the one asked; hangup: with an attach challenge, then
+nothing (the stream ends);
 many: lists more apps than the limit; empty: opens the stream, then floods it with
 empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
 list of one app, evil port 9999; crowd: lists 200 apps; describe: describes its
@@ -31,6 +37,9 @@ from sandbridge.protocol.remote_wire import (
     Role,
 )
 
+# An OSC 52 clipboard write: "echo pwned" in the owner's clipboard, ready to paste.
+CLIPBOARD = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+
 # What the lying far side answers to any terminal control line, per mode.
 ANSWERS = {
     "lies": {"ok": True, "instance": "i", "requests": [{"id": "other:0123abcd"}]},
@@ -44,6 +53,27 @@ ANSWERS = {
                 "reason": "look\x1b[31m here",
             }
         ],
+    },
+    "refuse": {"ok": False, "code": "nope\x1b[2J", "error": CLIPBOARD + "approved\x1b[1A"},
+    "stateful": {"ok": True, "instance": "i", "id": "evil:0123abcd", "state": CLIPBOARD + "ok"},
+    "impostor": {
+        "ok": True,
+        "instance": "i",
+        "id": "evil:0123abcd",
+        "requester": "ab" * 32,
+        "request": {"requester": "ab" * 32, "reason": "", "created": 1.7e9, "nonce": "n"},
+        "state": "approved",
+        "expires": 2e9,
+    },
+    "elsewhere": {"ok": True, "session": "other", "instance": "i", "challenge": "00" * 32},
+    "hangup": {"ok": True, "session": "evil", "instance": "i", "challenge": "00" * 32},
+    "huge": {
+        "ok": True,
+        "instance": "i",
+        "requests": [{"id": "evil:0123abcd", "state": "pending", "duration": 10**400}],
+        "request": {"requester": "ab" * 32, "reason": "", "created": 10**400, "nonce": "n"},
+        "duration": 10**400,
+        "expires": 10**400,
     },
 }
 

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
+import nacl.signing
 import pytest
 
-from sandbridge.remote.far_terminals import LINK_OPS, check_first_line, mark_attach
+from sandbridge.remote.far_terminals import (
+    LINK_OPS,
+    answer_refusal,
+    check_first_line,
+    mark_attach,
+)
+from sandbridge.terminals import approval, keys
+from sandbridge.terminals.approval import ANSWER_KINDS
 
 
 @pytest.mark.parametrize("op", sorted(LINK_OPS))
@@ -50,3 +60,39 @@ def test_an_attach_is_marked_over_the_link_whatever_the_laptop_said(line: bytes)
 def test_other_ops_pass_unchanged() -> None:
     line = b'{"op":"list","over_link":true}\n'
     assert mark_attach(line) == line
+
+
+@pytest.fixture
+def far_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nacl.signing.SigningKey:
+    """This (far) machine's config dir, with a laptop's owner key in its owners file."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    laptop = nacl.signing.SigningKey.generate()
+    keys.trust_owner(keys.public_hex(laptop), "laptop")
+    return laptop
+
+
+@pytest.mark.parametrize("op", sorted(ANSWER_KINDS))
+def test_a_deny_or_revoke_crosses_signed_by_a_trusted_owner_key(
+    far_keys: nacl.signing.SigningKey, op: str
+) -> None:
+    now = time.time()
+    for key in (far_keys, keys.owner_key()):
+        signed = approval.sign_answer(key, op, "web:0123abcd", now)
+        line = json.dumps({"op": op, "id": "web:0123abcd", "signed": signed}).encode()
+        assert check_first_line(line) is None and answer_refusal(line, now) is None
+
+
+@pytest.mark.parametrize("op", sorted(ANSWER_KINDS))
+def test_an_unsigned_or_strangers_deny_or_revoke_is_refused(
+    far_keys: nacl.signing.SigningKey, op: str
+) -> None:
+    now = time.time()
+    stranger = approval.sign_answer(nacl.signing.SigningKey.generate(), op, "web:0123abcd", now)
+    for extra in ({}, {"signed": stranger}):
+        line = json.dumps({"op": op, "id": "web:0123abcd", **extra}).encode()
+        refusal = answer_refusal(line, now)
+        assert refusal is not None and refusal[0] == "bad_signature", refusal
+
+
+def test_other_ops_need_no_signature(far_keys: nacl.signing.SigningKey) -> None:
+    assert answer_refusal(b'{"op":"list"}', time.time()) is None

@@ -73,8 +73,10 @@ class FarMachine:
 
     @property
     def serve_stdio(self) -> str:
+        # The far user's dirs, not the laptop's it would inherit: serve-stdio reads the
+        # far owner key and owners file to check a deny or revoke.
         return shlex.join(
-            ["env", f"XDG_RUNTIME_DIR={self.dirs['XDG_RUNTIME_DIR']}", PYTHON, "-m",
+            ["env", *(f"{name}={path}" for name, path in self.dirs.items()), PYTHON, "-m",
              "sandbridge.cli", "serve-stdio"]
         )  # fmt: skip
 
@@ -436,5 +438,133 @@ def test_a_far_listing_cannot_drive_the_owners_terminal(tmp_path: Path) -> None:
         assert "far:evil:0123abcd  pending?[2J  ?]0;pwned?aaaaaa...  -  look?[31m here" in (
             listed.stdout
         )
+    finally:
+        laptop.stop()
+
+
+FAR_COMMANDS = [
+    ("terminal", "list", "far:evil"),
+    ("terminal", "approve", "far:evil:0123abcd"),
+    ("terminal", "deny", "far:evil:0123abcd"),
+    ("terminal", "revoke", "far:evil:0123abcd"),
+    ("terminal", "attach", "far:evil:0123abcd"),
+    ("terminal", "request", "far:evil", "--no-wait"),
+]
+
+
+@pytest.mark.parametrize("command", FAR_COMMANDS, ids=lambda words: words[1])
+def test_a_far_refusal_cannot_drive_the_owners_terminal(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    laptop = _hostile_laptop(tmp_path, "refuse")
+    try:
+        refused = laptop.cli(*command)
+        assert refused.returncode == 2, refused.stderr
+        assert "\x1b" not in refused.stderr + refused.stdout, refused.stderr
+        assert "\x07" not in refused.stderr + refused.stdout
+        assert "sandbridge: ?]52;c;ZWNobyBwd25lZA==?approved?[1A" in refused.stderr
+    finally:
+        laptop.stop()
+
+
+def test_a_far_answer_to_a_waiting_request_cannot_drive_the_owners_terminal(
+    tmp_path: Path,
+) -> None:
+    laptop = _hostile_laptop(tmp_path, "stateful")
+    try:
+        requested = laptop.cli("terminal", "request", "far:evil")
+        assert requested.returncode == 1, requested.stderr
+        assert "\x1b" not in requested.stderr and "\x07" not in requested.stderr
+        assert "request far:evil:0123abcd was ?]52;c;ZWNobyBwd25lZA==?ok" in requested.stderr
+    finally:
+        laptop.stop()
+
+
+def test_a_far_shell_signs_nothing_for_a_request_the_owners_key_did_not_make(
+    tmp_path: Path,
+) -> None:
+    # The far side answers `show` with another key's request (a teammate's on another
+    # machine with the same session name, say): the question said "(your owner key)" and
+    # a `y` signed an approval for that key.
+    laptop = _hostile_laptop(tmp_path, "impostor")
+    try:
+        child = pexpect.spawn(
+            SANDBRIDGE[0], [*SANDBRIDGE[1:], "shell", "far:evil"],
+            env=laptop.env, timeout=30, encoding="utf-8", codec_errors="replace",
+        )  # fmt: skip
+        child.expect(r"names requester abababababababab…, not [0-9a-f]{16}… as shown")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 2
+        assert "Approve?" not in (child.before or "")
+    finally:
+        laptop.stop()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("terminal", "list", "far:evil"), ("terminal", "approve", "far:evil:0123abcd")],
+    ids=lambda words: words[1],
+)
+def test_a_far_number_no_float_holds_is_a_malformed_answer_not_a_traceback(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    laptop = _hostile_laptop(tmp_path, "huge")
+    try:
+        answered = laptop.cli(*command)
+        assert answered.returncode == 2, answered.stderr
+        assert "Traceback" not in answered.stderr
+        assert "malformed" in answered.stderr and "OverflowError" in answered.stderr
+    finally:
+        laptop.stop()
+
+
+def test_over_the_link_only_an_owner_key_may_deny_or_revoke(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    # A teammate's connect is an SSH login as the far user too: deny and revoke crossed
+    # unsigned, so it could deny anyone's request and revoke the owner's terminal.
+    with (
+        laptop_of(tmp_path, far.serve_stdio) as owner,
+        laptop_of(tmp_path, far.serve_stdio, name="teammate") as teammate,
+    ):
+        far.cli("terminal", "trust-owner", owner.owner_public_key(), "--name", "owner")
+        approved = _approved(owner)
+        pending = owner.cli("terminal", "request", "far:box", "--no-wait").stdout.strip()
+        for op, request_id in (("revoke", approved), ("deny", pending)):
+            refused = teammate.cli("terminal", op, request_id)
+            assert refused.returncode == 2, refused.stderr
+            assert f"the {op}'s signature does not verify" in refused.stderr
+        states = {
+            row["id"]: row["state"]
+            for row in json.loads(owner.cli("terminal", "list", "far:box", "--json").stdout)
+        }
+        assert (states[approved], states[pending]) == ("approved", "pending")
+        for op, request_id in (("revoke", approved), ("deny", pending)):
+            answered = owner.cli("terminal", op, request_id)
+            assert answered.returncode == 0, answered.stderr
+        events = [r["event"] for r in far.audit(approved.removeprefix("far:"))]
+        assert events[-1] == "revocation"
+
+
+def test_an_attach_proof_is_signed_only_for_the_session_asked(tmp_path: Path) -> None:
+    # The far side answers the attach with another session's challenge: the requester's
+    # key signed a proof naming that session, usable there by whoever relays it.
+    laptop = _hostile_laptop(tmp_path, "elsewhere")
+    try:
+        attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
+        assert attached.returncode == 2, attached.stderr
+        assert "answered the attach for session 'other', not 'evil'" in attached.stderr
+    finally:
+        laptop.stop()
+
+
+def test_a_far_side_hanging_up_mid_attach_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    laptop = _hostile_laptop(tmp_path, "hangup")
+    try:
+        attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
+        assert attached.returncode == 2, attached.stderr
+        assert "Traceback" not in attached.stderr
+        assert "closed the connection during the attach handshake" in attached.stderr
     finally:
         laptop.stop()

@@ -18,6 +18,7 @@ REQUESTER = nacl.signing.SigningKey.generate()
 STRANGER = nacl.signing.SigningKey.generate()
 NOW = 1_000_000.0
 REQUEST = Request("web", "inst1", public_hex(REQUESTER), "look", NOW, "n" * 32)
+MAX = approval.MAX_TTL
 
 
 def signed(ttl: float = 600.0, key: nacl.signing.SigningKey = OWNER) -> dict[str, str]:
@@ -33,6 +34,11 @@ def resigned(change: Callable[[dict[str, object]], None]) -> dict[str, str]:
         "body": text,
         "signature": OWNER.sign(approval.APPROVAL_CONTEXT + text.encode()).signature.hex(),
     }
+
+
+def changed(**fields: object) -> dict[str, str]:
+    """An approval with ``fields`` changed, signed by the owner."""
+    return resigned(lambda body: body.update(fields))
 
 
 def tampered() -> dict[str, str]:
@@ -88,6 +94,10 @@ def test_a_trusted_owner_does_not_make_a_strangers_approval_valid() -> None:
         ("ttl too long", lambda: resigned(lambda b: b.update(ttl=1e9)), {}, "bad_ttl"),
         ("short nonce", lambda: resigned(lambda b: b.update(nonce="ab")), {}, "malformed"),
         ("bad expires", lambda: resigned(lambda b: b.update(expires="x")), {}, "malformed"),
+        ("expires past its ttl", lambda: changed(expires=NOW + 3e7), {}, "bad_ttl"),
+        ("expires a day late", lambda: changed(ttl=MAX, expires=NOW + 2 * MAX), {}, "bad_ttl"),
+        ("expires not a float", lambda: changed(expires=10**400), {}, "malformed"),
+        ("expires NaN", lambda: changed(expires=float("nan")), {}, "malformed"),
         ("not an object", lambda: ["body"], {}, "malformed"),
         ("extra field", lambda: {**signed(), "x": "y"}, {}, "malformed"),
         ("signature not hex", lambda: {**signed(), "signature": "zz"}, {}, "malformed"),
@@ -102,6 +112,21 @@ def test_approval_refusals(
     with pytest.raises(ApprovalRefused) as refused:
         verify(document(), **overrides)
     assert refused.value.code == code, case
+
+
+@pytest.mark.parametrize("ahead", [0.0, 60.0, approval.MAX_CLOCK_SKEW - 1])
+def test_a_signer_whose_clock_is_a_little_ahead_is_admitted(ahead: float) -> None:
+    # The laptop signs with its clock, the far machine checks with its own.
+    assert verify(signed(), now=NOW - ahead).expires == NOW + 600
+
+
+def test_an_expiry_further_than_its_ttl_and_the_clock_skew_is_refused() -> None:
+    # A reservation is kept until its approval expires: one signed to expire in a year
+    # (by a trusted owner's key, say a compromised laptop) made 256 of them fill the
+    # journal (journal_full) for a year, after the key was taken off the owners file too.
+    with pytest.raises(ApprovalRefused, match="clock") as refused:
+        verify(signed(), now=NOW - approval.MAX_CLOCK_SKEW - 1)
+    assert refused.value.code == "bad_ttl"
 
 
 @pytest.mark.parametrize("ttl", [1.0, 5.9, 24 * 3600 + 1])
@@ -175,3 +200,40 @@ def test_attach_proof_needs_the_requester_key_and_binds_everything() -> None:
                 public_hex(REQUESTER), transcript, key.sign(message).signature
             )
         assert refused.value.code == "bad_proof"
+
+
+def answer(kind: str = "revoke", key: nacl.signing.SigningKey = OWNER) -> dict[str, str]:
+    return approval.sign_answer(key, kind, "web:0123abcd", NOW)
+
+
+def test_a_signed_answer_names_its_signer() -> None:
+    signer = approval.verify_answer(
+        answer(), kind="revoke", request_id="web:0123abcd",
+        signers=[public_hex(STRANGER), public_hex(OWNER)], now=NOW + 1,
+    )  # fmt: skip
+    assert signer == public_hex(OWNER)
+
+
+@pytest.mark.parametrize(
+    ("case", "document", "overrides", "code"),
+    [
+        ("unsigned", lambda: None, {}, "bad_signature"),
+        ("a stranger's", lambda: answer(key=STRANGER), {}, "bad_signature"),
+        ("a deny taken for a revoke", lambda: answer("deny"), {}, "malformed"),
+        ("another request", answer, {"request_id": "web:89abcdef"}, "wrong_request"),
+        ("replayed later", answer, {"now": NOW + approval.MAX_CLOCK_SKEW + 1}, "expired"),
+        ("from the future", answer, {"now": NOW - approval.MAX_CLOCK_SKEW - 1}, "expired"),
+        ("an approval", signed, {}, "malformed"),
+    ],
+)  # fmt: skip
+def test_answer_refusals(
+    case: str, document: Callable[[], object], overrides: dict[str, object], code: str
+) -> None:
+    arguments: dict[str, object] = {
+        "kind": "revoke", "request_id": "web:0123abcd", "signers": [public_hex(OWNER)],
+        "now": NOW,
+    }  # fmt: skip
+    arguments.update(overrides)
+    with pytest.raises(ApprovalRefused) as refused:
+        approval.verify_answer(document(), **arguments)  # type: ignore[arg-type]
+    assert refused.value.code == code, case

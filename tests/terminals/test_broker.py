@@ -33,13 +33,14 @@ from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, STOP_MARGI
 from sandbridge.terminals.attach import attach
 from sandbridge.terminals.broker import (
     MAX_CONTROL_CONNECTIONS,
+    MAX_REFUSED_KEYS_AUDITED,
     MAX_STORED_REQUESTS,
     TerminalBroker,
 )
 from sandbridge.terminals.config_dir import config_dir
 from sandbridge.terminals.control import call, short_path
 from sandbridge.terminals.frames import Kind
-from sandbridge.terminals.journal import AuditLog, ReservationJournal
+from sandbridge.terminals.journal import MAX_RECORDS, AuditLog, ReservationJournal
 from sandbridge.terminals.sandbox_channel import SandboxChannel
 from sandbridge.terminals.settings import TerminalSettings
 
@@ -661,6 +662,76 @@ def test_control_connections_past_the_limit_are_refused_busy_and_closed(tmp_path
         finally:
             for _, held_writer in held:
                 held_writer.close()
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_requests_from_keys_not_allowed_cannot_flush_the_audit_log(tmp_path: Path) -> None:
+    # A teammate whose key was taken off (or any stranger on the link) asks again and
+    # again: each refusal was a record, and 256 of them replaced the whole ring, the
+    # records of that teammate's own terminals with it.
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        await broker.start()
+        try:
+            owner = keys.owner_key()
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+            mine = approval.sign_request(owner, "web", instance, "evidence", time.time())
+            await asyncio.to_thread(call, "web", {"op": "request", "request": mine})
+
+            def flood() -> set[str]:
+                codes = set()
+                stranger = nacl.signing.SigningKey.generate()
+                for i in range(MAX_RECORDS + 44):
+                    key = stranger if i % 2 else nacl.signing.SigningKey.generate()
+                    document = approval.sign_request(key, "web", instance, "", time.time())
+                    with pytest.raises(ControlError) as refused:
+                        call("web", {"op": "request", "request": document})
+                    codes.add(refused.value.code)
+                return codes
+
+            assert await asyncio.to_thread(flood) == {"not_allowed"}
+            records = AuditLog().records()
+            assert [r["reason"] for r in records if r["event"] == "request"] == ["evidence"]
+            refusals = [r for r in records if r.get("reason_code") == "not_allowed"]
+            assert len(refusals) == MAX_REFUSED_KEYS_AUDITED
+            assert len({r["requester"] for r in refusals}) == MAX_REFUSED_KEYS_AUDITED
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+@pytest.mark.parametrize("created", [10**400, -(10**400)])
+def test_a_request_whose_time_is_an_integer_beyond_a_float_is_refused_as_malformed(
+    tmp_path: Path, created: int
+) -> None:
+    # Any key may sign a request (the allowed check comes after the signature's): a JSON
+    # integer of 400 digits is no float, and float() of it raised OverflowError in the
+    # handler, so the connection closed with no answer and a traceback in the log.
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        await broker.start()
+        try:
+            stranger = nacl.signing.SigningKey.generate()
+            body = {
+                "version": approval.VERSION, "kind": "request", "session": "web",
+                "instance": broker.instance, "requester": keys.public_hex(stranger),
+                "reason": "", "created": created, "nonce": approval.new_nonce(),
+            }  # fmt: skip
+            document = approval._sign(stranger, approval.REQUEST_CONTEXT, body)
+            line = json.dumps({"op": "request", "request": document}).encode()
+            [answer] = await _exchange(entry, line)
+            assert answer["ok"] is False and answer["code"] == "malformed", answer
+            assert "created" in str(answer["error"])
+            [info] = await _exchange(entry, b'{"op": "info"}')
+            assert info["ok"] is True
+        finally:
             await broker.close()
             entry.remove()
 

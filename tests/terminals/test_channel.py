@@ -99,3 +99,21 @@ def test_oversized_data_is_never_sealed() -> None:
     sender, _ = pair()
     with pytest.raises(ChannelError):
         sender.seal(Message(MessageType.DATA, b"x" * (channel.MAX_DATA + 1)))
+
+
+# X25519 points of small order: the shared secret is all zeros, and libsodium refuses
+# to derive keys from it (CryptoError, which nothing caught: a traceback in the client).
+LOW_ORDER = [
+    bytes(32),
+    bytes([1]) + bytes(31),
+    bytes.fromhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"),
+]
+
+
+@pytest.mark.parametrize("peer", LOW_ORDER, ids=lambda key: key.hex()[:8])
+def test_a_peer_key_of_small_order_is_refused_as_a_channel_error(peer: bytes) -> None:
+    public, secret = channel.keypair()
+    with pytest.raises(ChannelError, match="small order"):
+        channel.client_keys(public, secret, peer)
+    with pytest.raises(ChannelError, match="small order"):
+        channel.worker_keys(public, secret, peer)

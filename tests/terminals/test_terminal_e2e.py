@@ -560,3 +560,18 @@ def test_a_command_in_the_terminal_cannot_take_the_workers_descriptors(tmp_path:
         assert status == 0
     finally:
         session.stop()
+
+
+def test_the_sandbox_cannot_reach_the_owners_clipboard(session: TerminalSession) -> None:
+    # OSC 52 from the shell: a write ("echo pwned" in the clipboard) and a read (the
+    # terminal would answer with the clipboard's content, typed into the sandbox).
+    child = session.attach(session.approved())
+    child.expect(PROMPT)
+    child.sendline(
+        r"printf '\033]52;c;ZWNobyBwd25lZA==\007\033]52;c;?\033\\\033]0;t\007CLIP-%s\n' $((6*7))"
+    )
+    child.expect("CLIP-42\r\n")
+    assert "\x1b]52" not in child.before
+    assert child.before.endswith("\x1b]0;t\x07")  # a title is the window's own
+    child.sendline("exit")
+    assert finish(child)[0] == 0

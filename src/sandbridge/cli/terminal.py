@@ -18,9 +18,14 @@ from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.attach import Ending, attach, describe
-from sandbridge.terminals.control import Place, call, parse_place, parse_request_id
+from sandbridge.terminals.control import Place, call, parse_place, parse_request_id, said
 from sandbridge.terminals.journal import AuditLog
-from sandbridge.terminals.owner_approval import approve_request
+from sandbridge.terminals.owner_approval import (
+    Shown,
+    answer_request,
+    approve_request,
+    check_shown,
+)
 
 TTL_PATTERN = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -62,18 +67,19 @@ def _duration(seconds: object) -> str:
 
 def _shown(value: object) -> str:
     """``value`` as one printable line (control characters as ``?``)."""
-    return "".join(c if c.isprintable() else "?" for c in str(value))[:200]
+    return said(value, 200)
 
 
 def _answers_checked(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
-    """``command`` with a session's answer that lacks a field or has one of the wrong type
-    (a far machine's is hostile) refused as one line naming it, never a traceback."""
+    """``command`` with a session's answer that lacks a field, has one of the wrong type
+    or a number no float holds (a far machine's is hostile: JSON integers have no
+    length limit) refused as one line naming it, never a traceback."""
 
     @functools.wraps(command)
     def checked(args: argparse.Namespace) -> int:
         try:
             return command(args)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise SandbridgeError(
                 f"the session sent a malformed answer ({type(exc).__name__}: {_shown(exc)[:80]})"
             ) from None
@@ -122,7 +128,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     _say(f"request {request_id}: waiting for the owner (sandbridge terminal approve {request_id})")
     state = call(place, {"op": "await", "id": parse_request_id(request_id)[1]})["state"]
     if state != "approved":
-        _say(f"request {request_id} was {state}")
+        _say(f"request {request_id} was {_shown(state)}")
         return 1
     return _attach(request_id, args.key)
 
@@ -137,16 +143,14 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 @_answers_checked
 def cmd_deny(args: argparse.Namespace) -> int:
-    place, far_id = parse_request_id(args.id)
-    call(place, {"op": "deny", "id": far_id})
+    answer_request(args.id, "deny")
     _say(f"denied {args.id}")
     return 0
 
 
 @_answers_checked
 def cmd_revoke(args: argparse.Namespace) -> int:
-    place, far_id = parse_request_id(args.id)
-    answer = call(place, {"op": "revoke", "id": far_id})
+    answer = answer_request(args.id, "revoke")
     _say(f"revoked {args.id}" + (" (its terminal is closing)" if answer["was_active"] else ""))
     return 0
 
@@ -239,11 +243,16 @@ def cmd_shell(args: argparse.Namespace) -> int:
     ttl = parse_ttl(args.ttl)
     request_id = _request(place, None, args.reason)
     far_id = parse_request_id(request_id)[1]
+    # The request is the one just signed with the owner key: a session showing another
+    # requester under its id (a far machine relaying someone else's request) gets
+    # nothing signed, neither when asked nor when approving (it could change between).
+    mine = Shown(keys.public_hex(keys.owner_key()), None)
     shown = call(place, {"op": "show", "id": far_id})
+    check_shown(request_id, mine, shown, as_asked=False)
     question = (
         f"sandbridge: open a terminal into session {str(place)!r}?\n"
         f"  request   {request_id}\n"
-        f"  requester {_shown(shown.get('requester'))} (your owner key)\n"
+        f"  requester {_shown(mine.requester)} (your owner key)\n"
         f"  reason    {_shown(shown.get('reason') or '-')}\n"
         f"  for       {ttl:g}s, once\n"
         "Approve? [y/N] "
@@ -258,10 +267,10 @@ def cmd_shell(args: argparse.Namespace) -> int:
     except OSError:
         raise SandbridgeError("sandbridge shell needs a terminal to ask on (/dev/tty)") from None
     if answer not in ("y", "yes"):
-        call(place, {"op": "deny", "id": far_id})
+        answer_request(request_id, "deny")
         _say(f"denied {request_id}")
         return 1
-    approve_request(request_id, ttl)
+    approve_request(request_id, ttl, mine)
     return _attach(request_id, None)
 
 

@@ -12,23 +12,29 @@ Hostile peer: only a running session of this user is reached, and the conversati
 first line must be one JSON object whose ``op`` is a terminal op of :data:`LINK_OPS`.
 The owner's other ops on the same socket (``allow``, ``stop``, the egress answers,
 ``app_close``, ...) are refused ``not_over_the_link``: the link grants terminals under
-an owner-signed approval, nothing else. Everything after that line is the broker's to
-check, as for any local client.
+an owner-signed approval, nothing else. A ``deny`` or ``revoke`` must carry the answer
+signed by an owner key this machine trusts (``"signed"``, :func:`answer_refusal`): a
+teammate's ``connect`` is an SSH login as this user too, and unsigned, it denied any
+request and revoked any terminal, the owner's included. Everything after that line is the
+broker's to check, as for any local client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from sandbridge import log
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.exceptions import ApprovalRefused, KeyFileError, SandbridgeError
 from sandbridge.places.registry import list_sessions
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.upstream import UNIX_BUFFER_BYTES
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
+from sandbridge.terminals import keys
+from sandbridge.terminals.approval import ANSWER_KINDS, verify_answer
 from sandbridge.terminals.control import control_socket, short_path
 from sandbridge.terminals.control_line import MAX_CONTROL_LINE, refusal_line
 
@@ -76,6 +82,27 @@ def check_first_line(line: bytes) -> str | None:
             f"op {op!r:.40} is not served over the remote link (only "
             f"{', '.join(sorted(LINK_OPS))}); run it on the far machine"
         )
+    return None
+
+
+def answer_refusal(line: bytes, now: float) -> tuple[str, str] | None:
+    """Why a first line that passed :func:`check_first_line` may still not cross, as
+    (code, message): a ``deny`` or ``revoke`` not signed by this machine's owner key or
+    one of its ``owners`` for the request it names, within the clock skew of ``now``."""
+    message = decode_json(line, max_bytes=MAX_CONTROL_LINE)
+    op = message.get("op")
+    if op not in ANSWER_KINDS:
+        return None
+    try:
+        signers = {keys.public_hex(keys.owner_public_key()), *keys.trusted_owners()}
+        verify_answer(
+            message.get("signed"), kind=op, request_id=str(message.get("id")),
+            signers=signers, now=now,
+        )  # fmt: skip
+    except ApprovalRefused as exc:
+        return exc.code, str(exc)
+    except KeyFileError as exc:
+        return "key_file", str(exc)
     return None
 
 
@@ -127,6 +154,11 @@ async def _gate(stream: MuxStream, session: str) -> bytes | None:
     if why is not None:
         log.info("remote.control_refused", session=session, error=why)
         await _refuse(stream, "malformed" if "JSON" in why else "not_over_the_link", why)
+        return None
+    unsigned = answer_refusal(line, time.time())
+    if unsigned is not None:
+        log.info("remote.control_refused", session=session, error=unsigned[1])
+        await _refuse(stream, *unsigned)
         return None
     return mark_attach(line) + rest
 

@@ -29,15 +29,26 @@ MAX_TTL = 24 * 3600.0
 # The shortest approval that can still start a terminal: the readiness budget (5 s)
 # plus a second of margin; shorter ones are refused when signed rather than at attach.
 MIN_TTL = 6.0
+# How far ahead of this machine's clock a signer's may be: an approval signed on a laptop
+# expires at the laptop's now + ttl. Beyond it, an expiry further away than the ttl is
+# refused, so every approval (and the reservation kept until it expires) ends within
+# MAX_TTL + MAX_CLOCK_SKEW of its use. Five minutes, as Kerberos allows.
+MAX_CLOCK_SKEW = 5 * 60.0
 # A reason is shown to the owner on one line and stored in the audit log.
 MAX_REASON = 200
 # A signed document travels in one control line.
 MAX_DOCUMENT_BYTES = 4096
 NONCE_HEX = 32
+# Integers from here on do not fit a float (its largest finite value is just below).
+FLOAT_INTEGER_LIMIT = 2**1024
 # Domain separation: a signature made for one purpose can never be taken for another.
 REQUEST_CONTEXT = b"sandbridge-terminal-request-v1\x00"
 APPROVAL_CONTEXT = b"sandbridge-terminal-approval-v1\x00"
 ATTACH_CONTEXT = b"sandbridge-terminal-attach-v1\x00"
+ANSWER_CONTEXT = b"sandbridge-terminal-answer-v1\x00"
+# The owner's answers that cross the remote link signed: refusing a request, taking an
+# approval back.
+ANSWER_KINDS = frozenset({"deny", "revoke"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +196,18 @@ def _open(
 
 
 def _fields(body: dict[str, Any], kind: str, **types: type) -> None:
+    """Refuse (``malformed``, naming it) a field missing or of another type; a float
+    field may be a JSON integer, but only one a float can hold: the parser takes
+    integers of any length, and ``float()`` of a 400-digit one raises OverflowError."""
     for name, kind_type in types.items():
         value = body.get(name)
         if kind_type is float and isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) >= FLOAT_INTEGER_LIMIT:
+                raise ApprovalRefused(
+                    "malformed",
+                    f"the {kind}'s {name}, an integer of {len(str(abs(value)))} digits, "
+                    "is out of range",
+                )
             continue
         if not isinstance(value, kind_type) or isinstance(value, bool):
             raise ApprovalRefused("malformed", f"the {kind}'s {name} is {value!r}")
@@ -252,10 +272,52 @@ def verify_approval(  # noqa: PLR0913  (every fact an approval is checked agains
         raise ApprovalRefused("bad_ttl", f"the approval's ttl {body['ttl']!r} exceeds {MAX_TTL:g}s")
     if float(body["expires"]) <= now:
         raise ApprovalRefused("expired", "the approval has expired; ask for a new one")
+    if float(body["expires"]) - now > float(body["ttl"]) + MAX_CLOCK_SKEW:
+        raise ApprovalRefused(
+            "bad_ttl",
+            f"the approval expires in {float(body['expires']) - now:.0f}s, past its ttl of "
+            f"{float(body['ttl']):g}s by more than {MAX_CLOCK_SKEW:g}s: check the signer's clock",
+        )
     return Approval(
         body["session"], body["instance"], body["request"], body["requester"],
         float(body["expires"]), float(body["ttl"]), body["nonce"], signer,
     )  # fmt: skip
+
+
+def sign_answer(
+    key: nacl.signing.SigningKey, kind: str, request_id: str, now: float
+) -> dict[str, str]:
+    """The owner's ``kind`` (``deny`` or ``revoke``) of request ``request_id``, signed to
+    cross the remote link (the far machine takes it only from an owner key it trusts)."""
+    if kind not in ANSWER_KINDS:
+        raise ValueError(f"an answer is one of {sorted(ANSWER_KINDS)}, not {kind!r}")
+    body = {
+        "version": VERSION, "kind": kind, "request": request_id, "created": now,
+        "nonce": new_nonce(),
+    }  # fmt: skip
+    return _sign(key, ANSWER_CONTEXT, body)
+
+
+def verify_answer(
+    document: object, *, kind: str, request_id: str, signers: Collection[str], now: float
+) -> str:
+    """The key of ``signers`` that signed ``document``, a ``kind`` of ``request_id``
+    signed within :data:`MAX_CLOCK_SKEW` of ``now`` (a copy replayed later is refused);
+    :class:`ApprovalRefused` with a documented code otherwise."""
+    if document is None:
+        raise ApprovalRefused(
+            "bad_signature", f"a {kind} over the remote link must be signed by an owner key"
+        )
+    body, signer = _open(document, ANSWER_CONTEXT, tuple(sorted(signers)), kind)
+    _fields(body, kind, request=str, created=float)
+    if body["request"] != request_id:
+        raise ApprovalRefused("wrong_request", f"the {kind} is for request {body['request']!r}")
+    if abs(float(body["created"]) - now) > MAX_CLOCK_SKEW:
+        raise ApprovalRefused(
+            "expired", f"the {kind} was not signed within {MAX_CLOCK_SKEW:g}s of now: "
+            "check the signer's clock",
+        )  # fmt: skip
+    return signer
 
 
 def attach_transcript(

@@ -2,7 +2,8 @@
 
 The local terminal goes into raw mode for the session and its exact termios settings
 are restored on every way out: the shell exiting, revocation, expiry, idle, a lost
-relay, SIGTERM/SIGHUP/SIGINT of the client, or an error.
+relay, SIGTERM/SIGHUP/SIGINT of the client, or an error. The shell's output is shown
+less its clipboard sequences (:mod:`~sandbridge.terminals.clipboard_filter`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from typing import Any
 import nacl.signing
 
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.exceptions import ChannelError, FrameError
+from sandbridge.exceptions import ChannelError, FrameError, SandbridgeError
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
+from sandbridge.terminals.clipboard_filter import ClipboardFilter
 from sandbridge.terminals.control import (
     first_line,
     parse_answer,
     parse_request_id,
+    said,
     short_path,
     socket_of,
 )
@@ -52,7 +55,16 @@ class Ending:
 
 
 async def _read_json(reader: asyncio.StreamReader) -> dict[str, Any]:
-    return parse_answer(await reader.readuntil(b"\n"))
+    """The session's next handshake line, parsed; one line (SandbridgeError), never a
+    traceback, when it hangs up or sends more than a line."""
+    try:
+        return parse_answer(await reader.readuntil(b"\n"))
+    except asyncio.IncompleteReadError:
+        raise SandbridgeError(
+            "the session closed the connection during the attach handshake"
+        ) from None
+    except asyncio.LimitOverrunError:
+        raise SandbridgeError(f"the session sent a handshake line over {MAX_LINE} bytes") from None
 
 
 def terminal_size(fd: int) -> tuple[int, int]:
@@ -77,6 +89,12 @@ async def attach(
             writer.write(first_line(place))
             writer.write(json.dumps({"op": "attach", "id": far_id}).encode() + b"\n")
             hello = await _read_json(reader)
+            # The proof names the session it is for: only the one asked for is signed.
+            if hello.get("session") != place.session:
+                raise SandbridgeError(
+                    f"{place} answered the attach for session "
+                    f"{said(hello.get('session'), 80)!r}, not {place.session!r}; nothing signed"
+                )
             public, secret = channel.keypair()
             transcript = approval.attach_transcript(
                 str(hello["session"]),
@@ -122,6 +140,8 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
     saved = termios.tcgetattr(stdin_fd) if os.isatty(stdin_fd) else None
     ending: list[Ending] = []
     done = asyncio.Event()
+    # The shell's output reaches the owner's terminal, never the owner's clipboard.
+    clipboard = ClipboardFilter()
 
     def finish(reason: str, status: int) -> None:
         if not ending:
@@ -161,7 +181,9 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
                 return
             message = receiver.open(frame.body)
             if message.type is MessageType.DATA:
-                await fd_io.write_all(stdout_fd, message.payload)
+                shown = clipboard.feed(message.payload)
+                if shown:
+                    await fd_io.write_all(stdout_fd, shown)
             elif message.type is MessageType.EXIT:
                 status, reason = message.exit
                 finish(reason, status)
@@ -204,12 +226,26 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
             with contextlib.suppress(OSError):
                 os.set_blocking(fd, was_blocking)
         if saved is not None:
-            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
+            restore_terminal(stdin_fd, saved)
     return ending[0] if ending else Ending("relay_lost", 255)
 
 
+def restore_terminal(fd: int, saved: list[Any]) -> None:
+    """Put the local terminal back as it was, after what was written reached it, and
+    discard its unread input.
+
+    Threat: input still unread when the terminal ends was meant for the sandbox, and the
+    next reader of the terminal is the owner's host shell: keys typed on just as the
+    sandbox ended the terminal (its worker can end it at any moment it chooses, seeing
+    every key), or a terminal's answer to a query the sandbox printed last, ran on the
+    host. Defence: ``TCSAFLUSH`` drops them with the same call that restores the modes."""
+    termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
+
+
 def describe(ending: Ending) -> str:
-    """One line for the user about how the terminal ended."""
+    """One line for the user about how the terminal ended. The reason is the worker's
+    (inside the sandbox) or the host's (a far machine's): hostile text, shown as
+    :func:`~sandbridge.terminals.control.said` shows it."""
     if ending.reason == "exit":
         return f"terminal ended: the shell exited with status {ending.status}"
-    return f"terminal ended: {ending.reason}"
+    return f"terminal ended: {said(ending.reason, 64)}"

@@ -83,6 +83,10 @@ MAX_OPEN_REQUESTS = 64
 # (its history is in the audit log). Four times MAX_OPEN_REQUESTS, so open requests
 # alone never fill it.
 MAX_STORED_REQUESTS = 256
+# Keys whose refused requests (``not_allowed``) one session audits: the first request of
+# each, for at most this many keys; the rest are only logged, so a key taken off (or a
+# stranger on the link) asking in a loop cannot replace the audit ring's history.
+MAX_REFUSED_KEYS_AUDITED = 16
 # Keys one session may add with ``terminal allow``: a team, not a directory.
 MAX_SESSION_REQUESTERS = 64
 # A request id is SESSION:XXXXXXXX, this many hex digits after the colon.
@@ -140,6 +144,8 @@ class TerminalBroker:
         self._audit: AuditLog | None = None
         # Keys the owner allowed for this session only (``sandbridge terminal allow``).
         self._session_requesters: set[str] = set()
+        # Keys whose not_allowed refusal is in the audit (MAX_REFUSED_KEYS_AUDITED).
+        self._refused_requesters: set[str] = set()
         # Called after each change the owner's dashboard shows (a request, a move).
         self.on_change: Callable[[], None] = lambda: None
 
@@ -302,10 +308,16 @@ class TerminalBroker:
     async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         request = approvals.verify_request(message.get("request"), self.session, self.instance)
         if request.requester not in self._allowed():
-            self.audit.record(
-                "refusal", session=self.session, requester=request.requester,
-                reason_code="not_allowed",
-            )  # fmt: skip
+            if (
+                request.requester not in self._refused_requesters
+                and len(self._refused_requesters) < MAX_REFUSED_KEYS_AUDITED
+            ):
+                self._refused_requesters.add(request.requester)
+                self.audit.record(
+                    "refusal", session=self.session, requester=request.requester,
+                    reason_code="not_allowed",
+                )  # fmt: skip
+            log.info("terminal.refused", code="not_allowed", requester=request.requester[:16])
             raise ControlRefusal(
                 "not_allowed", "this key may not request terminals; the owner can add it to "
                 "~/.config/sandbridge/requesters",

@@ -95,15 +95,26 @@ def keypair() -> tuple[bytes, bytes]:
 def client_keys(public: bytes, secret: bytes, worker_public: bytes) -> tuple[bytes, bytes]:
     """(receive, send) keys of the attach client."""
     _check_public(worker_public)
-    rx, tx = sodium.crypto_kx_client_session_keys(public, secret, worker_public)
+    try:
+        rx, tx = sodium.crypto_kx_client_session_keys(public, secret, worker_public)
+    except nacl.exceptions.CryptoError:
+        raise ChannelError(_SMALL_ORDER) from None
     return rx, tx
 
 
 def worker_keys(public: bytes, secret: bytes, client_public: bytes) -> tuple[bytes, bytes]:
     """(receive, send) keys of the worker."""
     _check_public(client_public)
-    rx, tx = sodium.crypto_kx_server_session_keys(public, secret, client_public)
+    try:
+        rx, tx = sodium.crypto_kx_server_session_keys(public, secret, client_public)
+    except nacl.exceptions.CryptoError:
+        raise ChannelError(_SMALL_ORDER) from None
     return rx, tx
+
+
+# The peer's ephemeral key (the worker's is the sandbox's choice) may be a point of small
+# order, whose shared secret is zero: libsodium refuses it; we say so as a channel error.
+_SMALL_ORDER = "the peer's channel key is a point of small order (no shared secret)"
 
 
 def _check_public(key: bytes) -> None:

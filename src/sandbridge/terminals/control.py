@@ -34,6 +34,9 @@ MAX_ANSWER = 256 * 1024
 ANSWER_TIMEOUT = 10.0
 # Ops whose answer waits for the owner by design: never cut short.
 WAITING_OPS = frozenset({"await"})
+# Text a session chose, as the owner's terminal shows it: a refusal's message names a
+# path or a value, far below this.
+MAX_SAID = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +137,21 @@ def connect(session: str | Place, timeout: float | None = None) -> socket.socket
     return sock
 
 
+def said(value: object, limit: int = MAX_SAID) -> str:
+    """Text a session chose (a refusal, a state, an end reason) as one line for the
+    owner's terminal, cut to ``limit``.
+
+    Threat: a far machine's session (or a hostile worker's end reason) is hostile, and
+    what it says is printed where the owner types: an escape sequence in it would write
+    the owner's clipboard (OSC 52), set the title, or draw over the lines above it (a
+    fake ``approved``). Defence: every character that is not printable (control, format
+    and separator characters: ESC, BEL, newlines, bidi overrides) becomes ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in str(value)[:limit])
+
+
 def parse_answer(line: bytes) -> dict[str, Any]:
-    """One answer line; raise ControlError for a refusal."""
+    """One answer line; raise ControlError for a refusal, its code and message as
+    :func:`said` shows them."""
     if not line:
         raise SandbridgeError("the session closed the control connection")
     try:
@@ -145,7 +161,7 @@ def parse_answer(line: bytes) -> dict[str, Any]:
     if not isinstance(answer, dict):
         raise SandbridgeError("the session sent a malformed answer")
     if not answer.get("ok"):
-        raise ControlError(str(answer.get("code")), str(answer.get("error")))
+        raise ControlError(said(answer.get("code"), 64), said(answer.get("error")))
     return answer
 
 

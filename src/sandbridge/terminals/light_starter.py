@@ -114,10 +114,11 @@ class LightStarter:
         host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with host_end, worker_end:
             pid = spawn_worker(worker_end)
+            # Counted before the host hears of it: whoever the answer wakes sees it.
+            pidfd = os.pidfd_open(pid)
+            self._workers[pidfd] = pid
+            self._loop.add_reader(pidfd, lambda: self._ended(pidfd))
             self._answer(json.dumps({"ok": True, "pid": pid}).encode(), host_end.fileno())
-        pidfd = os.pidfd_open(pid)
-        self._workers[pidfd] = pid
-        self._loop.add_reader(pidfd, lambda: self._ended(pidfd))
 
     def _answer(self, answer: bytes, fd: int | None = None) -> None:
         """One answer on the channel; a host that does not take it (gone, or not

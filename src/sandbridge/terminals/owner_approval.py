@@ -17,7 +17,7 @@ from typing import Any
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.approval import Request
-from sandbridge.terminals.control import call, parse_request_id
+from sandbridge.terminals.control import call, parse_request_id, socket_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,18 @@ def check_shown(request_id: str, shown: Shown, answer: dict[str, Any], as_asked:
         )
 
 
+def answer_request(request_id: str, op: str) -> dict[str, Any]:
+    """Deny or revoke (``op``) ``request_id``; return its session's answer or raise
+    ControlError. A far request's answer is signed with the owner key: the far machine
+    takes a deny or revoke over the link only from an owner key it trusts."""
+    place, far_id = parse_request_id(request_id)
+    message: dict[str, Any] = {"op": op, "id": far_id}
+    if place.machine is not None:
+        socket_of(place)  # a machine no connect serves is refused before the key is read
+        message["signed"] = approval.sign_answer(keys.owner_key(), op, far_id, time.time())
+    return call(place, message)
+
+
 def approve_request(
     request_id: str, ttl: float | None = None, shown: Shown | None = None
 ) -> dict[str, Any]:
@@ -82,7 +94,7 @@ def approve_request(
             float(body["created"]),
             str(body["nonce"]),
         )
-    except (KeyError, TypeError, ValueError) as exc:  # a far side's answer is its word
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a far side's word
         raise SandbridgeError(
             f"request {request_id}: its session's answer to show is malformed "
             f"({type(exc).__name__}: {exc!s:.80}); nothing was signed"

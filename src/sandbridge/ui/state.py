@@ -27,8 +27,8 @@ from sandbridge.places.registry import AppRecord, SessionRecord, list_sessions, 
 from sandbridge.places.remotes import RemoteRecord, list_remotes
 from sandbridge.terminals import keys
 from sandbridge.terminals.config_dir import config_dir
-from sandbridge.terminals.control import Place, call, parse_request_id
-from sandbridge.terminals.owner_approval import Shown, approve_request
+from sandbridge.terminals.control import Place, call
+from sandbridge.terminals.owner_approval import Shown, answer_request, approve_request
 
 # Sessions the page lists: a user runs a handful; a flood of them is cut, not rendered.
 MAX_SESSIONS = 64
@@ -252,9 +252,8 @@ def act(body: dict[str, Any]) -> dict[str, Any]:
     if action in ("terminal_deny", "terminal_revoke"):
         # SESSION:XXXXXXXX, or MACHINE:SESSION:XXXXXXXX: sent to that far session
         # through its machine's `connect`, as `sandbridge terminal deny` sends it.
-        place, request_id = parse_request_id(_text(body, "id"))
-        op = "deny" if action == "terminal_deny" else "revoke"
-        return call(place, {"op": op, "id": request_id})
+        # A far one is signed with the owner key (owner_approval.answer_request).
+        return answer_request(_text(body, "id"), "deny" if action == "terminal_deny" else "revoke")
     if action in ("egress_approve", "egress_deny"):
         session = validate_name(_text(body, "session"), "session")
         message: dict[str, Any] = {"op": action, "id": _text(body, "id")}
