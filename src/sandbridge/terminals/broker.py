@@ -65,7 +65,7 @@ from sandbridge.terminals.control_line import (
     refusal_line,
     write_message,
 )
-from sandbridge.terminals.fd_io import hung_up
+from sandbridge.terminals.fd_io import client_end
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_CLIENT, Kind
 from sandbridge.terminals.journal import AuditLog, ReservationJournal, state_dir
@@ -89,8 +89,6 @@ MAX_STORED_REQUESTS = 256
 MAX_REFUSED_KEYS_AUDITED = 16
 # Keys one session may add with ``terminal allow``: a team, not a directory.
 MAX_SESSION_REQUESTERS = 64
-# A request id is SESSION:XXXXXXXX, this many hex digits after the colon.
-REQUEST_ID_HEX = 8
 # The attach challenge: fresh random bytes the requester's proof must sign.
 CHALLENGE_BYTES = 32
 # A control client sends its line at once; a silent one held a descriptor of the host (in
@@ -204,13 +202,7 @@ class TerminalBroker:
         """A request read back from the file, if it is one this broker could have made:
         an id of this session not yet taken, a document signed for this session and
         instance, by a requester still allowed (the file is never trusted further)."""
-        prefix, _, token = request_id.partition(":")
-        if (
-            prefix != self.session
-            or len(token) != REQUEST_ID_HEX
-            or any(c not in "0123456789abcdef" for c in token)
-            or request_id in self._requests
-        ):
+        if not pending.names_request_of(request_id, self.session) or request_id in self._requests:
             return None
         try:
             request = approvals.verify_request(document, self.session, self.instance)
@@ -326,7 +318,7 @@ class TerminalBroker:
         if len(open_requests) >= MAX_OPEN_REQUESTS:
             raise ControlRefusal("too_many", f"{MAX_OPEN_REQUESTS} requests are already open")
         self._forget_finished()
-        request_id = f"{self.session}:{secrets.token_hex(REQUEST_ID_HEX // 2)}"
+        request_id = f"{self.session}:{secrets.token_hex(pending.REQUEST_ID_HEX // 2)}"
         self._requests[request_id] = TerminalRequest(
             request_id, request, document=message.get("request")
         )
@@ -573,7 +565,7 @@ class TerminalBroker:
             log.info("terminal.started", request=request.id, rows=rows, cols=cols)
             end, status = await relay(
                 request.id, terminal, client, counts, self.settings,
-                lambda: self._renew(request), lambda: _client_end(writer, over_link),
+                lambda: self._renew(request), lambda: client_end(writer, over_link),
             )  # fmt: skip
         except (TimeoutError, FrameError, ValueError, KeyError, OSError, ControlRefusal) as exc:
             log.info("terminal.failed", request=request.id, error=type(exc).__name__)
@@ -601,11 +593,3 @@ class TerminalBroker:
         return decide_lease(
             self._facts(request), self._authority(), time.time(), self.settings.lease
         )
-
-
-def _client_end(writer: asyncio.StreamWriter, over_link: bool) -> str:
-    """Why a client's connection ended: ``link`` when serve-stdio's connection for a
-    client on the laptop closed whole (the link or serve-stdio gone: it half-closes when
-    the laptop's client left), else ``client``."""
-    sock = writer.get_extra_info("socket")
-    return "link" if over_link and sock is not None and hung_up(sock.fileno()) else "client"

@@ -46,3 +46,11 @@ def hung_up(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLHUP)
     return any(events & select.POLLHUP for _, events in poller.poll(0))
+
+
+def client_end(writer: asyncio.StreamWriter, over_link: bool) -> str:
+    """Why a control client's connection ended: ``link`` when serve-stdio's connection for
+    a client on the laptop closed whole (the link or serve-stdio gone: it half-closes when
+    the laptop's client left), else ``client``."""
+    sock = writer.get_extra_info("socket")
+    return "link" if over_link and sock is not None and hung_up(sock.fileno()) else "client"

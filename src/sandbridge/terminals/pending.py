@@ -20,6 +20,8 @@ from pathlib import Path
 from sandbridge.protocol.jsonline import decode_json
 
 FILE = "terminals.json"
+# A request id: ``SESSION:`` and this many lower-case hex digits.
+REQUEST_ID_HEX = 8
 # 64 open requests of a few KiB each (their signed documents), with room to spare.
 MAX_FILE_BYTES = 1024 * 1024
 
@@ -73,3 +75,11 @@ def load(path: Path) -> Pending | None:
     if not isinstance(requesters, list):
         return None
     return Pending(data["instance"], kept, tuple(key for key in requesters if isinstance(key, str)))
+
+
+def names_request_of(request_id: str, session: str) -> bool:
+    """Whether ``request_id`` (read back from the file, never trusted) has the shape of an
+    id a broker of ``session`` makes."""
+    prefix, _, token = request_id.partition(":")
+    hex_digits = all(char in "0123456789abcdef" for char in token)
+    return prefix == session and len(token) == REQUEST_ID_HEX and hex_digits
