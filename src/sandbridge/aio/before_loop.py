@@ -49,8 +49,12 @@ def bind_unix_socket(path: str | os.PathLike[str]) -> socket.socket:
     Its connections refuse descriptors (:func:`refuse_descriptors`): none of the host's
     listeners expects one, and one sent anyway could block whoever closes it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    refuse_descriptors(sock)
-    listen_private(sock, path, UNIX_BACKLOG)
+    try:
+        refuse_descriptors(sock)
+        listen_private(sock, path, UNIX_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
     sock.setblocking(False)
     return sock
 
