@@ -79,13 +79,12 @@ def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
     env = {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat")
     try:
-        return subprocess.run(
+        result = subprocess.run(
             ["git", *HARDENING, *args],
             cwd=cwd,
             env=env,
-            input=stdin,
+            input=None if stdin is None else os.fsencode(stdin),
             capture_output=True,
-            text=True,
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,
         )
@@ -99,6 +98,13 @@ def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
         raise GitNotRun(_hanging[key]) from None
     except OSError as exc:
         return subprocess.CompletedProcess(["git", *args], 128, "", str(exc))
+    # Decoded as file names are (os.fsdecode): the names git lists are the sandbox's to
+    # choose, and one that is not UTF-8 (text=True raised UnicodeDecodeError, out of the
+    # session's end before its other warnings were said) or holds a CR (text=True read it
+    # as a LF) must come back as the name it is.
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, os.fsdecode(result.stdout), os.fsdecode(result.stderr)
+    )
 
 
 def toplevel(directory: Path) -> Path | None:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbridge.egress.requests import shown
 from sandbridge.exceptions import GitNotRun, SandboxError
 from sandbridge.sandbox import host_git
 from sandbridge.sandbox.deny_list import HOME_ENTRIES, PROJECT_ENTRIES, Entry
@@ -152,13 +153,19 @@ class Protection:
         if not keep_placeholders:
             for placeholder in reversed(self.placeholders):
                 placeholder.remove_if_unchanged()
+        # The sandbox names what these warnings name (a directory, a file, a submodule's
+        # path, what git says): an ESC, CR or LF in a name would erase the warning on the
+        # owner's terminal or write a line of its own, so every one is shown escaped.
         return [
-            *replaced,
-            *self._new_files(),
-            *self._new_submodules(),
-            *self._new_hidden(),
-            *self._new_repositories(),
-            *self._new_policy_dirs(),
+            shown(warning)
+            for warning in (
+                *replaced,
+                *self._new_files(),
+                *self._new_submodules(),
+                *self._new_hidden(),
+                *self._new_repositories(),
+                *self._new_policy_dirs(),
+            )
         ]
 
     def _policy_dir_replaced(self) -> list[str]:
