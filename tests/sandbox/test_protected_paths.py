@@ -468,6 +468,35 @@ def test_a_name_that_is_not_utf8_silences_no_warning(backend: str, repo: Path) -
     )
 
 
+def test_a_git_the_sandbox_puts_on_the_owners_path_never_runs_on_the_host(
+    backend: str, repo: Path, marker: Path
+) -> None:
+    """The owner runs ``sandbridge run`` with the project's virtualenv active: its bin,
+    in the workdir, is first on PATH. The sandbox puts a ``git`` (and a ``bwrap``,
+    ``unshare``, ``setpriv``) there; sandbridge's own git at the session's end ran it on
+    the host, outside the sandbox (and the next start would have run the backend)."""
+    venv_bin = repo / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    plant = "".join(
+        f"printf '#!/bin/sh\\ntouch {marker}\\nexit 1\\n' > .venv/bin/{name} && "
+        f"chmod +x .venv/bin/{name} && "
+        for name in ("git", "bwrap", "unshare", "setpriv")
+    )
+    for script in (f"{plant}echo planted", "echo second"):
+        result = subprocess.run(
+            run_argv(repo, "sh", "-c", script, options=("--backend", backend, "--net", "none")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists(), "a command the sandbox planted ran on the host"
+    assert result.stdout.split() == ["second"]
+
+
 def test_ignored_deny_listed_file_gets_a_placeholder(backend: str, repo: Path) -> None:
     """A file the owner's git ignores would not show in review: it cannot be created."""
     (repo / ".gitignore").write_text(".envrc\n")

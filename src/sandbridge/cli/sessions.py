@@ -29,7 +29,7 @@ from sandbridge.cli.relay_options import (
 )
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandboxError, SandbridgeError
-from sandbridge.places import known_projects
+from sandbridge.places import host_commands, known_projects
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -149,6 +149,7 @@ def _spec_factory(
     mounts = [parse_mount(v, True) for v in args.bind] + [
         parse_mount(v, False) for v in args.ro_bind
     ]
+    _distrust_writable(args)
     if root is None or policy is None:
         root, in_git = locate(workdir)
         policy = network_cli.policy(args, workdir, (root, in_git))
@@ -218,7 +219,16 @@ def _owner_home() -> Path | None:
     return Path(home).resolve()
 
 
+def _distrust_writable(args: argparse.Namespace) -> None:
+    """Before the first command sandbridge runs on the host (git, to find the project):
+    none is ever taken from the workdir or a ``--bind``, which the sandbox writes
+    (places/host_commands.py)."""
+    workdir = (args.workdir or Path.cwd()).resolve()
+    host_commands.distrust([workdir, *(parse_mount(v, True).source for v in args.bind)])
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _distrust_writable(args)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.print_policy and not args.dry_run:
         return network_cli.inspect(args, None, args.backend)

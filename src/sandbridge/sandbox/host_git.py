@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge.exceptions import GitNotRun
+from sandbridge.places import host_commands
 from sandbridge.sandbox import git_reads
 
 # Command-line settings beat every config file: nothing configured in the project runs.
@@ -58,7 +58,7 @@ class ConfigEntry:
 
 
 def available() -> bool:
-    return shutil.which("git") is not None
+    return host_commands.which("git") is not None
 
 
 # Repositories (git dir, else the directory asked) where git timed out, with that message:
@@ -76,11 +76,16 @@ def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
     key = Path(os.path.abspath(cwd if repository is None else repository.git_dir))
     if key in _hanging:
         raise GitNotRun(_hanging[key])
+    git = host_commands.which("git")  # never one the sandbox could have put on PATH
+    if git is None:
+        return subprocess.CompletedProcess(
+            ["git", *args], 128, "", "git: not found on PATH outside the sandbox's places"
+        )
     env = {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat")
     try:
         result = subprocess.run(
-            ["git", *HARDENING, *args],
+            [git, *HARDENING, *args],
             cwd=cwd,
             env=env,
             input=None if stdin is None else os.fsencode(stdin),
