@@ -497,6 +497,35 @@ def test_a_git_the_sandbox_puts_on_the_owners_path_never_runs_on_the_host(
     assert result.stdout.split() == ["second"]
 
 
+def test_sandbridges_own_installation_in_a_writable_mount_is_read_only(
+    backend: str, repo: Path
+) -> None:
+    """sandbridge installed in the project's virtualenv, or a checkout of it bound
+    writable: the sandbox rewrote the code the host runs (this session's end imports
+    more of it, every later command all of it)."""
+    import sandbridge
+
+    package = Path(sandbridge.__file__).resolve().parent
+    probe = package / "planted_by_the_sandbox.py"
+    try:
+        result = inside(
+            backend,
+            repo,
+            f"(echo 'import os' > {probe}) 2>/dev/null && echo WRITTEN || echo refused",
+            "--bind",
+            str(package.parent),
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["refused"]
+        assert not probe.exists()
+        assert (
+            f"sandbridge: WARNING: sandbridge runs from {package.parent}, which the sandbox "
+            "could write: read-only inside"
+        ) in result.stderr
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def test_ignored_deny_listed_file_gets_a_placeholder(backend: str, repo: Path) -> None:
     """A file the owner's git ignores would not show in review: it cannot be created."""
     (repo / ".gitignore").write_text(".envrc\n")

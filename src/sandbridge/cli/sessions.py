@@ -52,7 +52,7 @@ from sandbridge.sandbox.project import (
     shown_policy_files,
 )
 from sandbridge.sandbox.protected_paths import Protection
-from sandbridge.sandbox.spec import SandboxSpec, parse_env
+from sandbridge.sandbox.spec import SandboxSpec, installation, parse_env
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
 from sandbridge.session.served import connect as connect_daemon
@@ -179,11 +179,20 @@ def _spec_factory(
                 f"{flag} {mount.source}: inside the project's policy directory, of which "
                 f"the sandbox sees the policy files alone; bind {root / POLICY_DIR} instead"
             )
+    writable = [workdir, *(mount.source for mount in mounts if mount.writable)]
+    own = sorted(path for path in installation() if any(path.is_relative_to(w) for w in writable))
+    if own:
+        _warn(
+            f"WARNING: sandbridge runs from {', '.join(map(str, own))}, which the sandbox "
+            "could write: read-only inside (install sandbridge outside the project, with "
+            "pipx, for the sandbox to write it)"
+        )
     protection = protected_paths.decide(
         [Mount(workdir, workdir, writable=True), *mounts],
         root,
         home=_owner_home(),
         protect=[(setting.value, setting.source) for setting in policy.protect],
+        own=own,
     )
     template = dataclasses.replace(
         unprotected,

@@ -65,6 +65,9 @@ MAX_NAMED_FILES = 5
 COMMONDIR_PLACEHOLDER = b".\n"
 
 
+OWN_INSTALLATION = "sandbridge's own installation, which the host runs"
+
+
 @dataclass(frozen=True)
 class GitFacts:
     """What :func:`decide` asks the owner's git (the hardened host git, or a test's stub)."""
@@ -504,19 +507,20 @@ class _Decision:
         )
 
 
-def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, in mount order)
+def decide(  # noqa: PLR0912, PLR0913  (the walk over mounts, repositories and entries; keyword-only inputs)
     mounts: list[Mount],
     project_root: Path,
     *,
     home: Path | None = None,
     protect: Iterable[tuple[Path, str]] = (),
+    own: Iterable[Path] = (),
     git: GitFacts | None = None,
 ) -> Protection:
     """The protected paths for a sandbox whose mounts are ``mounts`` (the workdir first).
 
     ``project_root`` is where the policy lives; ``home`` the owner's real home (its start-up
     files matter when a writable mount is or holds it); ``protect`` the policy's extra
-    paths with their source lines.
+    paths with their source lines; ``own`` where the host's Python and sandbridge live.
     """
     decision = _Decision(mounts, git or GitFacts())
     tops: list[Path] = []
@@ -564,6 +568,10 @@ def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, i
             decision.protect(path, f"protect = in {source}")
         else:
             decision.placeholder(path, None, f"protect = in {source}")
+    for path in own:
+        # The code the host runs (this and every later sandbridge command, its .pth
+        # files, its interpreter): a sandbox that rewrote it would run on the host.
+        decision.protect(path, OWN_INSTALLATION)
     decision.policy_dir(project_root / POLICY_DIR)
     protection = decision.result()
     protection.project_root = project_root
