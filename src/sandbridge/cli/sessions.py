@@ -341,6 +341,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_host(args: argparse.Namespace) -> int:
+    # The project here is the one a container usually mounts writable (its policy is read
+    # with git): no host command is taken from it (places/host_commands.py).
+    host_commands.distrust([Path.cwd()])
+
     async def serve() -> int:
         stopped = event_loop.stop_signals()
         settings = relay_settings_of(args)
