@@ -251,7 +251,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_session(
     args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
 ) -> int:
-    backend = resolve(args.backend)
     # This process holds the sandbox's environment, the secrets file's values among it; a
     # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
     # The soft limit only: the sandbox inherits it and may raise it for its own processes.
@@ -260,6 +259,9 @@ def _run_session(
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
     spec_factory, protection = _spec_factory(args, command, policy, root)
+    # After the layout is checked: with the workdir at /, say, no backend is found where
+    # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
+    backend = resolve(args.backend)
     network_cli.announce(policy)
     unignored = secrets_file_warning(root)
     _warn(unignored)
