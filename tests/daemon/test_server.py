@@ -443,12 +443,15 @@ def test_a_session_failing_in_the_daemon_ends_only_itself(
     runtime = RuntimeDir.create(xdg / "ags-webview-relay-broken")
     entry = SessionEntry.create("broken", tmp_path)
     (runtime.path / "relay.sock").mkdir()  # the registration socket cannot be bound
+    (runtime.path / "relay.sock" / "kept").write_text("")  # nor removed
     try:
         message = daemon_wire.request(
             encode(SessionOptions(workdir=tmp_path)), str(runtime.path), str(entry.path)
         )
         answer = ask(xdg, message, [runtime.fd, entry.fd])
-        assert "the session failed in the daemon" in str(answer["error"])
+        assert str(answer["error"]).startswith(
+            f"{runtime.path / 'relay.sock'}: cannot be removed to be bound anew"
+        )
         assert request(good_port)[0] == 200
         good.stop()
         # The daemon still opens sessions.
