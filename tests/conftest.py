@@ -81,6 +81,34 @@ class Process:
                 if line.startswith(prefix):
                     return line
 
+    def wait_lines(
+        self,
+        prefix: str | tuple[str, ...],
+        count: int,
+        stream: str = "stdout",
+        timeout: float = 30.0,
+    ) -> list[str]:
+        """The output lines starting with ``prefix`` (one of them, for a tuple) once there
+        are ``count`` of them (waits for output, not time)."""
+        deadline = time.monotonic() + timeout
+        while (
+            len(found := [line for line in self.lines[stream] if line.startswith(prefix)]) < count
+        ):
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, (
+                f"{len(found)} of {count} lines starting {prefix!r} on {stream} of "
+                f"{self.argv[:4]} within {timeout}s; last lines: {self.lines[stream][-5:]!r}"
+            )
+            fd = self._pipe(stream)
+            if not select.select([fd], [], [], remaining)[0]:
+                continue
+            data = os.read(fd, 65536)
+            assert data, f"{self.argv[:4]} closed {stream}; lines: {self.lines[stream][-5:]!r}"
+            self._buffers[stream] += data
+            *complete, self._buffers[stream] = self._buffers[stream].split(b"\n")
+            self.lines[stream] += [raw.decode("utf-8", "replace") for raw in complete]
+        return found
+
     def drain(self, stream: str = "stderr") -> str:
         """Whatever is readable now on ``stream`` (for error messages)."""
         fd = self._pipe(stream)

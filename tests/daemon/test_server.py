@@ -363,6 +363,49 @@ def test_restarted_daemon_brings_back_apps_at_their_urls_and_pending_requests(
         daemon.stop()
 
 
+def test_a_sandbox_blocking_its_socket_from_being_bound_again_costs_the_daemon_nothing(
+    tmp_path: Path,
+) -> None:
+    """The sandbox writes its runtime dir: it replaces relay.sock with a directory, which
+    the restarted daemon cannot unlink to bind the socket anew. That failure kept the
+    session's runtime dir and entry descriptors (and the dir's lock) in the daemon, and
+    the client asks again every 0.2 s: a leak of two descriptors per ask, toward the
+    daemon's limit, which every session shares. It is a refusal naming the path, and
+    costs nothing."""
+    (tmp_path / "xdg").mkdir(mode=0o700)
+    env = {
+        **os.environ,
+        "XDG_RUNTIME_DIR": str(tmp_path / "xdg"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    daemon = start_daemon(env=env)
+    relay_sock = "/run/ags-webview-relay/relay.sock"
+    session = TerminalSession(
+        tmp_path, command=f"rm {relay_sock} && mkdir {relay_sock} && echo planted && exec sleep 600"
+    )
+    try:
+        session.process.wait_line("planted")
+        [runtime] = (tmp_path / "xdg").glob("ags-webview-relay-*")
+        daemon.stop(signal.SIGKILL)
+        daemon = start_daemon(env=session.env)
+        failures = ("sandbridge: daemon.refused ", "sandbridge: daemon.session_failed ")
+        daemon.wait_lines(failures, 2, "stderr")
+        before = len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+        daemon.wait_lines(failures, 12, "stderr")
+        assert len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before
+        said = session.process.wait_line("sandbridge: the daemon cannot serve", "stderr")
+        assert said == (
+            "sandbridge: the daemon cannot serve this session yet: the daemon refused the "
+            f"session: {runtime / 'relay.sock'}: cannot be removed to be bound anew (Is a "
+            "directory); the session is not served again (the sandbox can write its runtime "
+            "dir) (--no-daemon serves it without the daemon)"
+        )
+    finally:
+        session.stop()
+        daemon.stop()
+
+
 def test_ended_sessions_leave_no_descriptors_in_the_daemon(daemon: Process, tmp_path: Path) -> None:
     def descriptors() -> int:
         return len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
@@ -407,12 +450,15 @@ def test_a_session_failing_in_the_daemon_ends_only_itself(
     runtime = RuntimeDir.create(xdg / "ags-webview-relay-broken")
     entry = SessionEntry.create("broken", tmp_path)
     (runtime.path / "relay.sock").mkdir()  # the registration socket cannot be bound
+    (runtime.path / "relay.sock" / "kept").write_text("")  # nor removed
     try:
         message = daemon_wire.request(
             encode(SessionOptions(workdir=tmp_path)), str(runtime.path), str(entry.path)
         )
         answer = ask(xdg, message, [runtime.fd, entry.fd])
-        assert "the session failed in the daemon" in str(answer["error"])
+        assert str(answer["error"]).startswith(
+            f"{runtime.path / 'relay.sock'}: cannot be removed to be bound anew"
+        )
         assert request(good_port)[0] == 200
         good.stop()
         # The daemon still opens sessions.

@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from sandbridge.places.registry import (
     SessionEntry,
     list_sessions,
     session_path,
+    sessions_dir,
     validate_name,
 )
 from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, run_argv
@@ -262,3 +264,22 @@ def test_run_starts_beside_squatted_dirs_says_why_and_ls_lists_it(
         assert status.returncode == 0, status.stderr
     finally:
         assert session.stop() == 128 + signal.SIGTERM
+
+
+def test_a_session_dir_being_made_is_not_swept_by_a_session_starting_beside_it(
+    root: Path,
+) -> None:
+    """Between its ``mkdir`` and its lock a new session's dir is unlocked, as an ended
+    one's is: the other session's sweep removed it, and the first start failed with a
+    traceback (``FileNotFoundError`` on its own staging dir). Left alone while fresh."""
+    first = SessionEntry.create("first", Path("/srv/project"), root)
+    first.remove()  # the sessions dir exists now
+    staging = sessions_dir(root) / ".new-0123456789abcdef"  # made, not locked yet
+    staging.mkdir(mode=0o700)
+    entry = SessionEntry.create("beside", Path("/srv/project"), root)  # sweeps
+    entry.remove()
+    assert staging.is_dir()
+    long_ago = time.time() - 3600  # a start that died between mkdir and lock
+    os.utime(staging, (long_ago, long_ago))
+    SessionEntry.create("later", Path("/srv/project"), root).remove()
+    assert not staging.exists()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -172,3 +174,43 @@ def test_a_stale_fallback_dir_is_cleaned_like_any_runtime_dir(tmp_path: Path) ->
     stale = tmp_path / "ags-webview-relay-999999.0123abcd"
     stale.mkdir()
     assert clean_stale(tmp_path) == [stale]
+
+
+def stale_socket(path: Path) -> None:
+    """A socket file nobody listens on: what a host killed with SIGKILL leaves."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+
+
+def test_adopting_a_dir_with_a_killed_hosts_sockets_removes_them(tmp_path: Path) -> None:
+    """The next ``sandbridge host --runtime-dir`` bound its sockets over them: the bind
+    failed with a traceback (``Address already in use``)."""
+    path = tmp_path / "rt"
+    path.mkdir(mode=0o700)
+    stale_socket(path / "relay.sock")
+    os.symlink("/etc/passwd", path / "egress.sock")  # the container's doing
+    stale_socket(path / "upstream.sock")  # the container's own: left alone
+    runtime = RuntimeDir.adopt(path)
+    try:
+        assert sorted(os.listdir(path)) == ["upstream.sock"]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.bind(str(runtime.relay_socket))
+    finally:
+        runtime.remove()
+
+
+def test_adopting_a_dir_whose_socket_name_the_container_took_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rt"
+    path.mkdir(mode=0o700)
+    (path / "relay.sock").mkdir()
+    (path / "relay.sock" / "x").write_text("")
+    with pytest.raises(RuntimeDirError) as caught:
+        RuntimeDir.adopt(path)
+    assert str(caught.value) == (
+        f"{path / 'relay.sock'}: cannot be removed to bind sandbridge's socket there (Is a "
+        "directory); the container can write the runtime dir: remove it"
+    )
+    shutil.rmtree(path / "relay.sock")
+    RuntimeDir.adopt(path).remove()  # the lock was let go

@@ -6,9 +6,11 @@ import asyncio
 import io
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
+from sandbridge.places import host_commands
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.relay.host_opener import HostOpener, OpenSettings, Outcome, decide
 
@@ -99,3 +101,34 @@ def test_ask_is_printed_for_the_daemons_client_though_the_daemon_has_a_terminal(
     os.close(primary)
     assert outcome is Outcome.PRINT
     assert "the sandbox opens http://app.localhost:1234/" in out.getvalue()
+
+
+def test_a_browser_command_the_sandbox_could_have_written_is_never_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner's PATH names a directory of the workdir (an active virtualenv): a
+    browser command the sandbox put there ran on the host when it asked to open a URL."""
+    workdir, marker = tmp_path / "proj", tmp_path / "planted-browser-ran"
+    bin_dir = workdir / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    planted = bin_dir / "the-browser"  # found nowhere else on PATH
+    planted.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    planted.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(host_commands, "_distrusted", set())
+    host_commands.distrust([workdir])
+    out = io.StringIO()
+
+    async def scenario() -> Outcome:
+        opener = HostOpener(OpenSettings(B, ("the-browser",), ExternalOpens.PRINT), out)
+        try:
+            return opener.open("http://app.localhost:1234/", browsable=True)
+        finally:
+            await opener.close()  # waits for the browser command it started
+
+    assert asyncio.run(scenario()) is Outcome.BROWSER
+    assert not marker.exists(), "the sandbox's browser command ran on the host"
+    assert (
+        "cannot run the browser command 'the-browser': not found on PATH outside the places "
+        "the sandbox can write; open http://app.localhost:1234/"
+    ) in out.getvalue()

@@ -109,3 +109,17 @@ def test_includes_are_still_listed_with_their_files(tmp_path: Path) -> None:
     git(repo, "config", "include.path", "../extra")
     entries = host_git.config_entries(repo)
     assert host_git.ConfigEntry(repo / "extra", "alias.x", "status") in entries
+
+
+def test_names_that_are_not_utf8_or_hold_a_cr_are_read_as_they_are(tmp_path: Path) -> None:
+    """The index's names are the sandbox's to choose: one that is not UTF-8 made git's
+    answer undecodable (a ``UnicodeDecodeError`` out of the session's end, before its
+    other warnings were said), and a CR was read as a LF (the name shown was not the
+    file's)."""
+    repo = make_repo(tmp_path / "proj")
+    names = [os.fsdecode(b"bad\xffname"), "cr\rname"]
+    for name in names:
+        (repo / name).write_text("x\n")
+        git(repo, "add", "--", name)
+        git(repo, "update-index", "--assume-unchanged", "--", name)
+    assert host_git.hidden_from_status(repo) == frozenset(names)

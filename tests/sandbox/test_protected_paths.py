@@ -408,6 +408,124 @@ def test_file_hidden_from_git_status_is_named_at_session_end(backend: str, repo:
     ) in result.stderr
 
 
+def test_names_the_sandbox_chose_reach_the_owners_terminal_escaped(
+    backend: str, repo: Path
+) -> None:
+    """The session-end warnings name directories and files the sandbox named: raw, an
+    ESC, CR or LF in a name erased the warning on the owner's terminal (``\\r\\e[2K``)
+    or wrote a line of its own; each is escaped, so the warning stays whole and
+    readable."""
+    (repo / "Makefile").write_text("all:\n\ttrue\n")
+    git(repo, "add", "Makefile")
+    git(repo, "commit", "-q", "-m", "make")
+    evil = "a\x1b[2K\rb\nsandbridge: all clear"
+    script = (
+        f'd="$(printf \'{evil}\')"; mkdir "$d" && git init -q "$d" && '
+        f'mkdir -p scratch && mkdir "scratch/$d" && mkdir "scratch/$d/.sandbridge" && '
+        f'cp Makefile "$d.mk" && git add "$d.mk" && '
+        f'git update-index --assume-unchanged "$d.mk"'
+    )
+    result = subprocess.run(
+        run_argv(repo, "sh", "-c", script, options=("--backend", backend, "--net", "none")),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    stderr = result.stderr.decode()  # as written: no newline translation
+    assert result.returncode == 0, stderr
+    seen = "a\\x1b[2K\\x0db\\x0asandbridge: all clear"
+    assert (
+        f"sandbridge: WARNING: the sandbox created a git repository at {repo / seen}: git "
+        f"run there obeys its config; inspect {repo / seen / '.git'} or remove it\n"
+    ) in stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox created a sandbridge policy directory at "
+        f"{repo / 'scratch' / seen / '.sandbridge'}: a sandbridge run there obeys it"
+    ) in stderr
+    assert f"(assume-unchanged or skip-worktree): {seen}.mk; show them" in stderr
+    assert "\x1b" not in stderr
+    assert "\r" not in stderr
+    assert "\nsandbridge: all clear" not in stderr
+
+
+def test_a_name_that_is_not_utf8_silences_no_warning(backend: str, repo: Path) -> None:
+    """A file the sandbox names with a byte that is not UTF-8, hidden from git status:
+    the end's question to git failed to decode (a traceback), and the warnings after it,
+    a repository the sandbox made among them, were never said."""
+    script = (
+        'f="$(printf \'bad\\377name\')"; echo x > "$f" && git add -- "$f" && '
+        'git update-index --assume-unchanged -- "$f" && git init -q tools'
+    )
+    result = inside(backend, repo, script)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert (
+        f"sandbridge: WARNING: the sandbox hid 1 file(s) of {repo} from git status and git "
+        "diff (assume-unchanged or skip-worktree): bad\\udcffname; show them"
+    ) in result.stderr
+    assert f"sandbridge: WARNING: the sandbox created a git repository at {repo / 'tools'}" in (
+        result.stderr
+    )
+
+
+def test_a_git_the_sandbox_puts_on_the_owners_path_never_runs_on_the_host(
+    backend: str, repo: Path, marker: Path
+) -> None:
+    """The owner runs ``sandbridge run`` with the project's virtualenv active: its bin,
+    in the workdir, is first on PATH. The sandbox puts a ``git`` (and a ``bwrap``,
+    ``unshare``, ``setpriv``) there; sandbridge's own git at the session's end ran it on
+    the host, outside the sandbox (and the next start would have run the backend)."""
+    venv_bin = repo / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    plant = "".join(
+        f"printf '#!/bin/sh\\ntouch {marker}\\nexit 1\\n' > .venv/bin/{name} && "
+        f"chmod +x .venv/bin/{name} && "
+        for name in ("git", "bwrap", "unshare", "setpriv")
+    )
+    for script in (f"{plant}echo planted", "echo second"):
+        result = subprocess.run(
+            run_argv(repo, "sh", "-c", script, options=("--backend", backend, "--net", "none")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists(), "a command the sandbox planted ran on the host"
+    assert result.stdout.split() == ["second"]
+
+
+def test_sandbridges_own_installation_in_a_writable_mount_is_read_only(
+    backend: str, repo: Path
+) -> None:
+    """sandbridge installed in the project's virtualenv, or a checkout of it bound
+    writable: the sandbox rewrote the code the host runs (this session's end imports
+    more of it, every later command all of it)."""
+    import sandbridge
+
+    package = Path(sandbridge.__file__).resolve().parent
+    probe = package / "planted_by_the_sandbox.py"
+    try:
+        result = inside(
+            backend,
+            repo,
+            f"(echo 'import os' > {probe}) 2>/dev/null && echo WRITTEN || echo refused",
+            "--bind",
+            str(package.parent),
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["refused"]
+        assert not probe.exists()
+        assert (
+            f"sandbridge: WARNING: sandbridge runs from {package.parent}, which the sandbox "
+            "could write: read-only inside"
+        ) in result.stderr
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def test_ignored_deny_listed_file_gets_a_placeholder(backend: str, repo: Path) -> None:
     """A file the owner's git ignores would not show in review: it cannot be created."""
     (repo / ".gitignore").write_text(".envrc\n")

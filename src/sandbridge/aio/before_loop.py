@@ -3,8 +3,8 @@ imports one.
 
 The sandbox entry binds the shim's listener with these and starts the user's command
 before it imports asyncio (sandbox/entry.py): a connection that arrives meanwhile waits
-in the listener's queue. Everything here imports only the standard library's ``os`` and
-``socket``, and sandbridge's exceptions (which import only ``enum``).
+in the listener's queue. Everything here imports only the standard library's ``os``,
+``socket`` and ``stat``, and sandbridge's exceptions (which import only ``enum``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import stat
 
 from sandbridge.exceptions import RuntimeDirError
 
@@ -48,8 +49,12 @@ def bind_unix_socket(path: str | os.PathLike[str]) -> socket.socket:
     Its connections refuse descriptors (:func:`refuse_descriptors`): none of the host's
     listeners expects one, and one sent anyway could block whoever closes it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    refuse_descriptors(sock)
-    listen_private(sock, path, UNIX_BACKLOG)
+    try:
+        refuse_descriptors(sock)
+        listen_private(sock, path, UNIX_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
     sock.setblocking(False)
     return sock
 
@@ -73,15 +78,43 @@ def check_socket_path(path: str | os.PathLike[str]) -> None:
 
 def listen_private(sock: socket.socket, path: str | os.PathLike[str], backlog: int) -> None:
     """Bind the Unix socket ``sock`` at ``path`` with mode 0600 (never wider, not even
-    briefly) and listen; a path too long to bind is a :class:`RuntimeDirError`."""
+    briefly) and listen; a path too long to bind is a :class:`RuntimeDirError`.
+
+    The sandbox can write the directory of ``relay.sock`` and ``egress.sock`` (a daemon
+    that restarts binds them anew under a live sandbox): a link it renames over the path
+    right after the bind must not take the mode. A ``chmod`` by path followed it (the
+    owner's home made 0600); the mode is set through a descriptor of the path itself,
+    opened without following a link, and a path that is no longer a socket is refused."""
     check_socket_path(path)
     old_umask = os.umask(0o177)
     try:
         sock.bind(str(path))
     finally:
         os.umask(old_umask)
-    os.chmod(path, 0o600)
+    _make_private(path)
     sock.listen(backlog)
+
+
+def _make_private(path: str | os.PathLike[str]) -> None:
+    """Mode 0600 on the socket at ``path`` (the umask gave it, unless a default ACL of
+    the directory said otherwise), never through a link."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise RuntimeDirError(f"{path}: gone as it was bound ({exc.strerror}); not used") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISSOCK(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "something that is not a socket"
+            raise RuntimeDirError(
+                f"{path}: replaced by {what} as it was bound (the sandbox can write its "
+                "directory); not used"
+            )
+        # A socket (ours, or one the sandbox put there, which 0600 costs nothing): the
+        # descriptor's own inode, never a link's target.
+        os.chmod(f"/proc/self/fd/{fd}", 0o600)
+    finally:
+        os.close(fd)
 
 
 def keep_inherited_descriptors() -> None:

@@ -13,7 +13,7 @@ from sandbridge.cli import network as network_cli
 from sandbridge.egress import init_policy, presets
 from sandbridge.egress.survey import describe, survey
 from sandbridge.exceptions import PolicyError
-from sandbridge.places import known_projects
+from sandbridge.places import host_commands, known_projects
 from sandbridge.sandbox.project import project_root, secrets_file_ignored
 
 
@@ -42,6 +42,7 @@ def _directory(args: argparse.Namespace) -> Path:
     directory = (args.directory or Path.cwd()).resolve()
     if not directory.is_dir():
         raise PolicyError(f"{args.directory}: not a directory")
+    host_commands.distrust([directory])  # a sandbox wrote it: its git is never run
     return directory
 
 

@@ -29,7 +29,7 @@ from sandbridge.cli.relay_options import (
 )
 from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandboxError, SandbridgeError
-from sandbridge.places import known_projects
+from sandbridge.places import host_commands, known_projects
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
@@ -52,7 +52,7 @@ from sandbridge.sandbox.project import (
     shown_policy_files,
 )
 from sandbridge.sandbox.protected_paths import Protection
-from sandbridge.sandbox.spec import SandboxSpec, parse_env
+from sandbridge.sandbox.spec import SandboxSpec, installation, parse_env
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.run import default_home, host_half, run_session, stdin_is_terminal
 from sandbridge.session.served import connect as connect_daemon
@@ -149,6 +149,7 @@ def _spec_factory(
     mounts = [parse_mount(v, True) for v in args.bind] + [
         parse_mount(v, False) for v in args.ro_bind
     ]
+    _distrust_writable(args)
     if root is None or policy is None:
         root, in_git = locate(workdir)
         policy = network_cli.policy(args, workdir, (root, in_git))
@@ -178,11 +179,20 @@ def _spec_factory(
                 f"{flag} {mount.source}: inside the project's policy directory, of which "
                 f"the sandbox sees the policy files alone; bind {root / POLICY_DIR} instead"
             )
+    writable = [workdir, *(mount.source for mount in mounts if mount.writable)]
+    own = sorted(path for path in installation() if any(path.is_relative_to(w) for w in writable))
+    if own:
+        _warn(
+            f"WARNING: sandbridge runs from {', '.join(map(str, own))}, which the sandbox "
+            "could write: read-only inside (install sandbridge outside the project, with "
+            "pipx, for the sandbox to write it)"
+        )
     protection = protected_paths.decide(
         [Mount(workdir, workdir, writable=True), *mounts],
         root,
         home=_owner_home(),
         protect=[(setting.value, setting.source) for setting in policy.protect],
+        own=own,
     )
     template = dataclasses.replace(
         unprotected,
@@ -218,7 +228,16 @@ def _owner_home() -> Path | None:
     return Path(home).resolve()
 
 
+def _distrust_writable(args: argparse.Namespace) -> None:
+    """Before the first command sandbridge runs on the host (git, to find the project):
+    none is ever taken from the workdir or a ``--bind``, which the sandbox writes
+    (places/host_commands.py)."""
+    workdir = (args.workdir or Path.cwd()).resolve()
+    host_commands.distrust([workdir, *(parse_mount(v, True).source for v in args.bind)])
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _distrust_writable(args)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.print_policy and not args.dry_run:
         return network_cli.inspect(args, None, args.backend)
@@ -232,7 +251,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_session(
     args: argparse.Namespace, command: list[str], on_register: Callable[[App], None]
 ) -> int:
-    backend = resolve(args.backend)
     # This process holds the sandbox's environment, the secrets file's values among it; a
     # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
     # The soft limit only: the sandbox inherits it and may raise it for its own processes.
@@ -241,6 +259,9 @@ def _run_session(
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
     spec_factory, protection = _spec_factory(args, command, policy, root)
+    # After the layout is checked: with the workdir at /, say, no backend is found where
+    # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
+    backend = resolve(args.backend)
     network_cli.announce(policy)
     unignored = secrets_file_warning(root)
     _warn(unignored)
@@ -322,6 +343,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_host(args: argparse.Namespace) -> int:
+    # The project here is the one a container usually mounts writable (its policy is read
+    # with git): no host command is taken from it (places/host_commands.py).
+    host_commands.distrust([Path.cwd()])
+
     async def serve() -> int:
         stopped = event_loop.stop_signals()
         settings = relay_settings_of(args)

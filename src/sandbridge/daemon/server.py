@@ -261,6 +261,7 @@ class Daemon:
                 terminal_channel=channel,
                 on_change=self.dashboard.notify,
             )
+            _remove_stale_sockets(runtime_dir, entry)
         except BaseException:
             untrusted_fds.release_all(fds, reset=False)
             if channel is not None:
@@ -270,7 +271,6 @@ class Daemon:
             if runtime_dir is not None:
                 runtime_dir.remove()
             raise
-        _remove_stale_sockets(runtime_dir, entry)
         log.info("daemon.session", session=entry.id, pid=pid, apps=len(entry.record.apps))
         self.serving += 1
         try:
@@ -358,14 +358,23 @@ def _terminal_channel(fd: int) -> socket.socket:
 def _remove_stale_sockets(runtime_dir: RuntimeDir, entry: SessionEntry) -> None:
     """A session served again after a restart: the sockets the last daemon bound are
     still there (a SIGKILL removes nothing); bind them anew. Removed through the dirs'
-    descriptors, never following a link the sandbox may have put there."""
-    for fd, name in (
-        (runtime_dir.fd, RELAY_SOCKET),
-        (runtime_dir.fd, EGRESS_SOCKET),
-        (entry.fd, CONTROL_SOCKET),
+    descriptors, never following a link the sandbox may have put there. A name that
+    cannot be removed (the sandbox made ``relay.sock`` a directory) is a refusal naming
+    it: the session cannot be served, and the caller releases what it holds."""
+    for fd, directory, name in (
+        (runtime_dir.fd, runtime_dir.path, RELAY_SOCKET),
+        (runtime_dir.fd, runtime_dir.path, EGRESS_SOCKET),
+        (entry.fd, entry.path, CONTROL_SOCKET),
     ):
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise DaemonError(
+                f"{directory / name}: cannot be removed to be bound anew ({exc.strerror}); "
+                "the session is not served again (the sandbox can write its runtime dir)"
+            ) from None
 
 
 async def _until_closed(conn: socket.socket) -> None:

@@ -185,16 +185,32 @@ def _is_live(path: Path) -> bool | None:
         os.close(fd)
 
 
+# A session's dir is made under ``.new-<random>`` and locked a moment later: unlocked in
+# between, like an ended session's. One that young is another start's, never swept; one
+# this old was left by a start that died in between.
+STAGING_PREFIX = ".new-"
+STAGING_GRACE_SECONDS = 60.0
+
+
 def _sweep(base: Path) -> list[Path]:
     """Remove the directories of ended sessions under ``base``; return the live ones."""
     live: list[Path] = []
     for entry in sorted(base.iterdir()):
+        if entry.name.startswith(STAGING_PREFIX) and _younger_than(entry, STAGING_GRACE_SECONDS):
+            continue
         state = _is_live(entry)
         if state is False:
             shutil.rmtree(entry, ignore_errors=True)
         elif state and not entry.name.startswith("."):
             live.append(entry)
     return live
+
+
+def _younger_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.lstat().st_mtime < seconds
+    except OSError:
+        return False
 
 
 class SessionEntry:
@@ -245,7 +261,7 @@ class SessionEntry:
                 raise SessionError(
                     f"session {session_id!r} is already running; choose another --name"
                 )
-            staging = base / f".new-{secrets.token_hex(8)}"
+            staging = base / f"{STAGING_PREFIX}{secrets.token_hex(8)}"
             try:
                 os.mkdir(staging, 0o700)
                 break

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sandbridge.exceptions import RuntimeDirError
 from sandbridge.private_dir import require_private_dir
-from sandbridge.protocol.contract import RELAY_SOCKET, UPSTREAM_SOCKET, runtime_base
+from sandbridge.protocol.contract import EGRESS_SOCKET, RELAY_SOCKET, UPSTREAM_SOCKET, runtime_base
 from sandbridge.protocol.contract import RUNTIME_DIR_PREFIX as PREFIX
 
 # The random part of a fallback runtime dir's name: unguessable enough that nobody can
@@ -92,6 +92,23 @@ def clean_stale(base: Path | None = None) -> list[Path]:
         finally:
             os.close(fd)
     return removed
+
+
+def _remove_host_sockets(fd: int, path: Path) -> None:
+    """Remove what holds the names of the host's sockets in the locked dir ``fd``: a
+    host killed with SIGKILL left its sockets there (binding over them failed), and the
+    container writes the dir (a link there is removed, never followed). A name that
+    cannot be removed is refused, naming it."""
+    for name in (RELAY_SOCKET, EGRESS_SOCKET):
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise RuntimeDirError(
+                f"{path / name}: cannot be removed to bind sandbridge's socket there "
+                f"({exc.strerror}); the container can write the runtime dir: remove it"
+            ) from None
 
 
 @dataclass
@@ -175,6 +192,11 @@ class RuntimeDir:
         if not try_lock(fd):
             os.close(fd)
             raise RuntimeDirError(f"runtime dir {path} is in use by another sandbridge host")
+        try:
+            _remove_host_sockets(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
         return cls(path=path, owned=False, _fd=fd)
 
     def remove(self) -> None:

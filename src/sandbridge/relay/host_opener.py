@@ -27,6 +27,7 @@ from typing import TextIO
 
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RegistrationError
+from sandbridge.places import host_commands
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW, WindowLimit
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction, shown
 
@@ -157,6 +158,16 @@ class HostOpener:
 
     async def _run_browser(self, url: str) -> None:
         argv = [*self.settings.browser, url]
+        # Found where the sandbox cannot write (a PATH entry in the workdir, say an
+        # activated virtualenv's bin, would run the sandbox's xdg-open on the host).
+        program = host_commands.which(argv[0])
+        if program is None:
+            self._say(
+                f"cannot run the browser command {argv[0]!r}: not found on PATH outside the "
+                f"places the sandbox can write; open {url}"
+            )
+            return
+        argv[0] = program
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 from sandbridge.egress.policy import NetMode
+from sandbridge.places import host_commands
 from sandbridge.protocol.contract import MOUNT_POINT
 from sandbridge.sandbox.spec import SandboxSpec, sandbox_env
 
 
 def available() -> bool:
-    return shutil.which("bwrap") is not None
+    return host_commands.which("bwrap") is not None
 
 
 def argv(spec: SandboxSpec) -> list[str]:
     """bwrap options, in mount order: later mounts lie on top of earlier ones."""
     args = [
-        "bwrap",
+        host_commands.require("bwrap"),
         "--unshare-user",
         "--unshare-pid",
         "--unshare-ipc",

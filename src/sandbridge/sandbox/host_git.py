@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge.exceptions import GitNotRun
+from sandbridge.places import host_commands
 from sandbridge.sandbox import git_reads
 
 # Command-line settings beat every config file: nothing configured in the project runs.
@@ -58,7 +58,7 @@ class ConfigEntry:
 
 
 def available() -> bool:
-    return shutil.which("git") is not None
+    return host_commands.which("git") is not None
 
 
 # Repositories (git dir, else the directory asked) where git timed out, with that message:
@@ -76,16 +76,20 @@ def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
     key = Path(os.path.abspath(cwd if repository is None else repository.git_dir))
     if key in _hanging:
         raise GitNotRun(_hanging[key])
+    git = host_commands.which("git")  # never one the sandbox could have put on PATH
+    if git is None:
+        return subprocess.CompletedProcess(
+            ["git", *args], 128, "", "git: not found on PATH outside the sandbox's places"
+        )
     env = {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat")
     try:
-        return subprocess.run(
-            ["git", *HARDENING, *args],
+        result = subprocess.run(
+            [git, *HARDENING, *args],
             cwd=cwd,
             env=env,
-            input=stdin,
+            input=None if stdin is None else os.fsencode(stdin),
             capture_output=True,
-            text=True,
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,
         )
@@ -99,6 +103,13 @@ def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
         raise GitNotRun(_hanging[key]) from None
     except OSError as exc:
         return subprocess.CompletedProcess(["git", *args], 128, "", str(exc))
+    # Decoded as file names are (os.fsdecode): the names git lists are the sandbox's to
+    # choose, and one that is not UTF-8 (text=True raised UnicodeDecodeError, out of the
+    # session's end before its other warnings were said) or holds a CR (text=True read it
+    # as a LF) must come back as the name it is.
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, os.fsdecode(result.stdout), os.fsdecode(result.stderr)
+    )
 
 
 def toplevel(directory: Path) -> Path | None:

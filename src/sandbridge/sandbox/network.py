@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from sandbridge.egress.policy import DEFAULT_GATE_ADDR, NetMode
+from sandbridge.places import host_commands
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ class SandboxNetwork:
         if self.mode is not NetMode.ALLOW:
             return argv
         return [
-            "unshare",
+            host_commands.require("unshare"),
             "--user",
             "--map-root-user",
             "--net",

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbridge.egress.requests import shown
 from sandbridge.exceptions import GitNotRun, SandboxError
 from sandbridge.sandbox import host_git
 from sandbridge.sandbox.deny_list import HOME_ENTRIES, PROJECT_ENTRIES, Entry
@@ -62,6 +63,9 @@ GIT_DIR_DIRS = ("hooks", "info")
 MAX_NAMED_FILES = 5
 # A missing commondir would redirect the owner's git; "." names the git dir itself.
 COMMONDIR_PLACEHOLDER = b".\n"
+
+
+OWN_INSTALLATION = "sandbridge's own installation, which the host runs"
 
 
 @dataclass(frozen=True)
@@ -152,13 +156,19 @@ class Protection:
         if not keep_placeholders:
             for placeholder in reversed(self.placeholders):
                 placeholder.remove_if_unchanged()
+        # The sandbox names what these warnings name (a directory, a file, a submodule's
+        # path, what git says): an ESC, CR or LF in a name would erase the warning on the
+        # owner's terminal or write a line of its own, so every one is shown escaped.
         return [
-            *replaced,
-            *self._new_files(),
-            *self._new_submodules(),
-            *self._new_hidden(),
-            *self._new_repositories(),
-            *self._new_policy_dirs(),
+            shown(warning)
+            for warning in (
+                *replaced,
+                *self._new_files(),
+                *self._new_submodules(),
+                *self._new_hidden(),
+                *self._new_repositories(),
+                *self._new_policy_dirs(),
+            )
         ]
 
     def _policy_dir_replaced(self) -> list[str]:
@@ -497,19 +507,20 @@ class _Decision:
         )
 
 
-def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, in mount order)
+def decide(  # noqa: PLR0912, PLR0913  (the walk over mounts, repositories and entries; keyword-only inputs)
     mounts: list[Mount],
     project_root: Path,
     *,
     home: Path | None = None,
     protect: Iterable[tuple[Path, str]] = (),
+    own: Iterable[Path] = (),
     git: GitFacts | None = None,
 ) -> Protection:
     """The protected paths for a sandbox whose mounts are ``mounts`` (the workdir first).
 
     ``project_root`` is where the policy lives; ``home`` the owner's real home (its start-up
     files matter when a writable mount is or holds it); ``protect`` the policy's extra
-    paths with their source lines.
+    paths with their source lines; ``own`` where the host's Python and sandbridge live.
     """
     decision = _Decision(mounts, git or GitFacts())
     tops: list[Path] = []
@@ -557,6 +568,10 @@ def decide(  # noqa: PLR0912  (the walk over mounts, repositories and entries, i
             decision.protect(path, f"protect = in {source}")
         else:
             decision.placeholder(path, None, f"protect = in {source}")
+    for path in own:
+        # The code the host runs (this and every later sandbridge command, its .pth
+        # files, its interpreter): a sandbox that rewrote it would run on the host.
+        decision.protect(path, OWN_INSTALLATION)
     decision.policy_dir(project_root / POLICY_DIR)
     protection = decision.result()
     protection.project_root = project_root

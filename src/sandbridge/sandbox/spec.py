@@ -216,6 +216,11 @@ class SandboxSpec:
         )
 
 
+def installation() -> frozenset[Path]:
+    """Where this process's Python and sandbridge live: code the host runs."""
+    return _installation()
+
+
 @functools.cache
 def _installation() -> frozenset[Path]:
     """Where this process's Python and sandbridge live (asked of the file system once:

@@ -10,14 +10,14 @@ namespace's first process to ``unshare``: a SIGKILL of the host ends the sandbox
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 
+from sandbridge.places import host_commands
 from sandbridge.sandbox.spec import SandboxSpec, sandbox_env
 
 
 def available() -> bool:
-    return shutil.which("unshare") is not None and shutil.which("setpriv") is not None
+    return host_commands.which("unshare") is not None and host_commands.which("setpriv") is not None
 
 
 def init_config(spec: SandboxSpec) -> str:
@@ -61,11 +61,11 @@ def env_payload(spec: SandboxSpec) -> bytes:
 
 def argv(spec: SandboxSpec) -> list[str]:
     return [
-        "setpriv",
+        host_commands.require("setpriv"),
         "--pdeathsig",
         "KILL",
         "--",
-        "unshare",
+        host_commands.require("unshare"),
         "--user",
         "--map-root-user",
         "--mount",

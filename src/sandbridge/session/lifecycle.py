@@ -23,6 +23,7 @@ from sandbridge.egress.log import LOG_NAME, EgressLog
 from sandbridge.egress.policy import NetMode
 from sandbridge.egress.request_server import OwnerOp, refuse_without_gate
 from sandbridge.exceptions import ControlRefusal, RegistrationError
+from sandbridge.places import host_commands
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import EGRESS_SOCKET
@@ -119,6 +120,9 @@ async def open_session(
     where the session's messages for the owner go (default: stderr)."""
     if entry is None:
         entry = create_entry(runtime_dir, options)
+    # The browser command is never one the sandbox could have put on PATH (in a daemon,
+    # whose PATH may name the workdir too): places/host_commands.py.
+    host_commands.distrust([options.workdir])
     changed = options.on_change or (lambda: None)
     opener = HostOpener(
         OpenSettings.for_host(os.environ)
