@@ -293,6 +293,10 @@ class Relay:
         host_args: tuple[str, ...] = (),
     ) -> None:
         self.runtime_dir = runtime_dir
+        # Both start at once: the shim only listens on upstream.sock, which the host
+        # connects to per request, so neither waits for the other to be ready.
+        shim_argv = shim or [*SANDBRIDGE, "shim", "--socket", str(runtime_dir / "upstream.sock")]
+        self.shim = Process(shim_argv)
         self.host = Process(
             [
                 *SANDBRIDGE,
@@ -305,10 +309,13 @@ class Relay:
                 *host_args,
             ]
         )
-        self.host.wait_line("sandbridge: serving registrations", "stderr")
-        shim_argv = shim or [*SANDBRIDGE, "shim", "--socket", str(runtime_dir / "upstream.sock")]
-        self.shim = Process(shim_argv)
-        self.shim.wait_line(shim_ready, "stderr")
+        try:
+            self.host.wait_line("sandbridge: serving registrations", "stderr")
+            self.shim.wait_line(shim_ready, "stderr")
+        except BaseException:
+            self.shim.popen.kill()
+            self.host.popen.kill()
+            raise
 
     @property
     def env(self) -> dict[str, str]:

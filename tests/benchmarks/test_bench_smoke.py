@@ -1,10 +1,13 @@
-"""The benchmark's smoke run: every path and workload still runs (no claim about speed)."""
+"""The benchmark's smoke run: every path and workload still runs (no claim about speed),
+the remote benchmark's among them."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from benchmarks.remote_bench import METRICS as REMOTE_METRICS
+from benchmarks.remote_bench import PATH_NAMES as REMOTE_PATH_NAMES
 from tests.conftest import run_module
 
 PATH_NAMES = ["direct", "sandbridge", "sandbridge-v1", "nginx", "socat", "jupyter-server-proxy"]
@@ -17,6 +20,7 @@ METRICS = [
     "ttfb_ms",
     "sse_p50_ms",
 ]
+REMOTE_RATES = ("c64_rps", "c64_p99_ms", "get_100m_mbps")
 
 
 def test_smoke_run_measures_every_path(tmp_path: Path) -> None:
@@ -40,8 +44,19 @@ def test_smoke_run_measures_every_path(tmp_path: Path) -> None:
                 "standalone_host_rss_kib_median", "standalone_shim_rss_kib_max"):  # fmt: skip
         assert sessions[key] > 0, key
     assert "| served by the daemon |" in result.stdout
+    # The remote benchmark's smoke run, as ./dev.sh bench runs it (benchmarks/remote_bench.py's
+    # measure_remote and table): a far app through connect (SSH and --via), ssh -L and
+    # directly, over one real throwaway sshd.
     remote = report["scaling"]["remote"]
-    assert remote["ratio_to_ssh_L"]["connect"]["get_100m_mbps"] > 0
+    for name in REMOTE_PATH_NAMES:
+        for metric in REMOTE_RATES:
+            assert remote["medians"][name][metric] > 0, (name, metric)
+        for metric in REMOTE_METRICS:  # CPU in clock ticks: a short smoke GET may take none
+            assert remote["medians"][name][metric] >= 0, (name, metric)
+    for name in ("connect", "connect-via"):
+        for metric in REMOTE_RATES:
+            assert remote["ratio_to_ssh_L"][name][metric] > 0, (name, metric)
     assert "| far app through |" in result.stdout
+    assert "| connect | " in result.stdout and "x ssh -L)" in result.stdout
     for key in ("machine", "nginx", "socat", "wrk", "jupyter-server-proxy"):
         assert report["versions"][key] not in ("", "missing"), key

@@ -13,13 +13,10 @@ from typing import Any
 
 from sandbridge.exceptions import RemoteLinkError
 from sandbridge.places.registry import NAME_PATTERN
-from sandbridge.remote.ssh_transport import (
-    DEFAULT_REMOTE_COMMAND,
-    SshSettings,
-    parse_destination,
-    ssh_opener,
-)
-from sandbridge.remote.transport import OpenLink
+from sandbridge.remote.transport import DEFAULT_REMOTE_COMMAND, OpenLink
+
+# ``sandbridge.remote.ssh_transport`` is imported only once a destination is given: it
+# imports asyncssh, which would add a tenth of a second to the start of every command.
 
 
 def add_ssh_options(connect: Any) -> None:
@@ -52,6 +49,8 @@ def ssh_link_opener(args: argparse.Namespace) -> OpenLink | None:
     ``SystemExit`` naming it."""
     if args.destination is None:
         return None
+    from sandbridge.remote.ssh_transport import SshSettings, ssh_opener
+
     if getattr(args, "via", None):
         raise SystemExit(
             f"sandbridge: give either a destination ({args.destination!r}) or --via, not both"
@@ -74,6 +73,8 @@ def ssh_transport(args: argparse.Namespace) -> tuple[OpenLink, str, str] | None:
     opener = ssh_link_opener(args)
     if opener is None:
         return None
+    from sandbridge.remote.ssh_transport import parse_destination
+
     host = parse_destination(args.destination).host.lower()
     default = host if NAME_PATTERN.fullmatch(host) else "remote"
     return opener, f"ssh {args.destination}", args.name or default

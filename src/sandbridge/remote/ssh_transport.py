@@ -41,11 +41,8 @@ import asyncssh
 from sandbridge import log
 from sandbridge.exceptions import AuthorityError, RemoteLinkError, RemoteLinkRefused
 from sandbridge.protocol.authority import split_host_port
-from sandbridge.remote.transport import Link, OpenLink
+from sandbridge.remote.transport import DEFAULT_REMOTE_COMMAND, Link, OpenLink
 
-# The far command a link runs unless told otherwise: found on the far PATH, as `ssh HOST
-# sandbridge serve-stdio` would find it.
-DEFAULT_REMOTE_COMMAND = "sandbridge serve-stdio"
 # Keepalives when the owner's config sets no ServerAliveInterval: a request every 15 s,
 # the link declared dead after 3 unanswered, so a dead link is noticed within 45 s (well
 # inside a terminal's lease, and long enough for a slow mobile link).

@@ -35,6 +35,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+# The far command a link runs unless told otherwise: found on the far PATH, as `ssh HOST
+# sandbridge serve-stdio` would find it. Here, not in ssh_transport.py, so that the
+# command line can name it without importing asyncssh (a tenth of a second at every
+# start of every command).
+DEFAULT_REMOTE_COMMAND = "sandbridge serve-stdio"
+
 # The pipes of a link (sshd's to serve-stdio, connect's to a --via command) hold 64 KiB:
 # a bulk download filled one every 64 KiB, and each time both ends waited on the other.
 # Linux's default limit for an unprivileged process (pipe-max-size) is this.
