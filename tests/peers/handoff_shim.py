@@ -21,9 +21,6 @@ lingering-adopted
             the same, connected to the requested port (adopted); the shim re-arms
             SO_LINGER through its copy for a while, then closes it, so that the host
             holds the last reference of a socket whose close would wait 600 s
-blocking-adopted
-            a TCP socket to the requested port (adopted), whose peer never reads; the
-            shim keeps its copy and clears O_NONBLOCK through it again and again
 """
 
 from __future__ import annotations
@@ -154,15 +151,6 @@ def misbehave(kind: str, conn: socket.socket, port: int, app_port: int) -> None:
         send(conn, HANDOFF_ACK, [stuck.fileno()])
         rearm_then_close(stuck, 0.5)
         return
-    if kind == "blocking-adopted":
-        listener = listen_on(port)
-        app = socket.create_connection(("127.0.0.1", port))
-        KEEP.extend((app, listener.accept()[0]))  # accepted, never read
-        send(conn, HANDOFF_ACK, [app.fileno()])
-        print("handoff shim handed over a socket it keeps", file=sys.stderr, flush=True)
-        while True:  # the host set O_NONBLOCK on the open file both hold: clear it
-            os.set_blocking(app.fileno(), True)
-            time.sleep(0.001)
     listen_on(port)
     good = connected_to(port)
     if kind == "two":

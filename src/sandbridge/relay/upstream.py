@@ -21,7 +21,6 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio import before_loop, untrusted_fds
-from sandbridge.aio.shared_socket_transport import SharedSocketTransport
 from sandbridge.aio.unix_sockets import connect_checked
 from sandbridge.exceptions import (
     HandoffRefused,
@@ -127,7 +126,7 @@ async def open_stream(socket_path: Path, port: int, handoff: bool = True) -> tup
     loop = asyncio.get_running_loop()
     if ack.handoff and handoff:
         untrusted_fds.release_socket(sock)  # the shim's part is over
-        return _adopt(loop, app), b""
+        return await _connect(loop, app), b""
     before_loop.refuse_descriptors(sock)
     if not handoff:
         _, channel = await loop.create_unix_connection(
@@ -145,22 +144,6 @@ async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Chan
         _, channel = await loop.create_connection(
             lambda: Channel(UNIX_BUFFER_BYTES), sock=duplicate
         )
-    except BaseException:
-        duplicate.close()  # not the last reference: ``sock`` holds one
-        untrusted_fds.release_socket(sock)
-        raise
-    untrusted_fds.keep_until(sock, channel.closed)
-    return channel
-
-
-def _adopt(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Channel:
-    """A channel on a duplicate of the app socket the shim handed over, through a
-    transport that never waits in a call (the sandbox may have cleared ``O_NONBLOCK``
-    on the open file it shares: :mod:`sandbridge.aio.shared_socket_transport`)."""
-    duplicate = untrusted_fds.for_transport(sock)
-    channel = Channel(UNIX_BUFFER_BYTES)
-    try:
-        SharedSocketTransport(loop, duplicate, channel)
     except BaseException:
         duplicate.close()  # not the last reference: ``sock`` holds one
         untrusted_fds.release_socket(sock)
