@@ -94,7 +94,11 @@ class WindowLimit:
             return 0.0
         if not self._times:  # a limit of 0: never
             return self.window
-        return self._times[0] + self.window - now
+        # The same float expression as the test above, so a full window never reads as
+        # open: ``first + window - now`` could be 0 while ``now - first < window`` kept the
+        # first event (clocks in millisecond steps meet that edge often), and every event
+        # was admitted until it left.
+        return self.window - (now - self._times[0])
 
 
 # New connections a sandbox may open per second on each host socket it reaches
