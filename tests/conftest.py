@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -475,3 +477,24 @@ def read_to_end(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         data += chunk
     return data
+
+
+def silent_unix_server(path: Path) -> tuple[socket.socket, list[socket.socket]]:
+    """A Unix socket server at ``path`` that takes every connection and never answers (a
+    session whose host is stopped, a far machine that stays silent): the listening socket,
+    and the connections it took, held open until the test closes them."""
+    from sandbridge.terminals.control import short_path  # (a path of any length)
+
+    server = socket.socket(socket.AF_UNIX)
+    with short_path(path) as short:
+        server.bind(str(short))
+    server.listen()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, held

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -19,8 +18,8 @@ from sandbridge.terminals.control import (
     first_line,
     parse_place,
     parse_request_id,
-    short_path,
 )
+from tests.conftest import silent_unix_server
 
 
 def test_a_session_is_local_unless_a_machine_prefixes_it() -> None:
@@ -68,18 +67,7 @@ def silent_session(
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     monkeypatch.setattr(control, "ANSWER_TIMEOUT", 0.3)
     entry = SessionEntry.create("web", tmp_path)
-    server = socket.socket(socket.AF_UNIX)
-    with short_path(entry.control_socket) as path:
-        server.bind(str(path))
-    server.listen()
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                held.append(server.accept()[0])
-
-    threading.Thread(target=serve, daemon=True).start()
+    server, held = silent_unix_server(entry.control_socket)
     yield held
     server.close()
     for sock in held:

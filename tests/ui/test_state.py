@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import threading
@@ -22,6 +21,7 @@ from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.terminals import control
 from sandbridge.terminals.control import short_path
 from sandbridge.ui.state import MAX_TTL, POLL_TIMEOUT, Answers, act, snapshot
+from tests.conftest import silent_unix_server
 
 
 @pytest.mark.parametrize(
@@ -284,24 +284,6 @@ def test_an_approval_from_the_page_must_say_what_it_showed() -> None:
         act({"action": "terminal_approve", "id": "web:00000000", "ttl": 60})
 
 
-def _silent_far_control(path: Path) -> tuple[socket.socket, list[socket.socket]]:
-    """A ``connect`` control socket at ``path`` whose far machine takes every control
-    stream and never answers: each connection accepted, read, held."""
-    server = socket.socket(socket.AF_UNIX)
-    with short_path(path) as short:
-        server.bind(str(short))
-    server.listen()
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                held.append(server.accept()[0])
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server, held
-
-
 @pytest.mark.parametrize(
     "body",
     [
@@ -322,7 +304,7 @@ def test_a_far_machine_that_never_answers_does_not_hold_the_pages_action(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setattr(control, "ANSWER_TIMEOUT", 0.5, raising=False)
     entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
-    server, held = _silent_far_control(remote_control_socket("box"))
+    server, held = silent_unix_server(remote_control_socket("box"))
     outcome: list[Exception | None] = []
 
     def click() -> None:
