@@ -39,7 +39,7 @@ from sandbridge.daemon.dashboard import DaemonDashboard
 from sandbridge.daemon.place import daemon_place
 from sandbridge.exceptions import DaemonError, SandbridgeError
 from sandbridge.places.registry import SessionEntry
-from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.places.runtime_dir import RuntimeDir, unbound_name
 from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
@@ -366,15 +366,11 @@ def _remove_stale_sockets(runtime_dir: RuntimeDir, entry: SessionEntry) -> None:
         (runtime_dir.fd, runtime_dir.path, EGRESS_SOCKET),
         (entry.fd, entry.path, CONTROL_SOCKET),
     ):
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
+        if (why := unbound_name(fd, name)) is not None:
             raise DaemonError(
-                f"{directory / name}: cannot be removed to be bound anew ({exc.strerror}); "
+                f"{directory / name}: cannot be removed to be bound anew ({why}); "
                 "the session is not served again (the sandbox can write its runtime dir)"
-            ) from None
+            )
 
 
 async def _until_closed(conn: socket.socket) -> None:

@@ -94,21 +94,29 @@ def clean_stale(base: Path | None = None) -> list[Path]:
     return removed
 
 
+def unbound_name(fd: int, name: str) -> str | None:
+    """Remove ``name`` from the directory ``fd`` so that a socket can be bound there
+    anew (a link is removed, never followed; a missing name is fine): ``None``, or why it
+    cannot be removed (the sandbox or a container made it a directory, say)."""
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def _remove_host_sockets(fd: int, path: Path) -> None:
     """Remove what holds the names of the host's sockets in the locked dir ``fd``: a
     host killed with SIGKILL left its sockets there (binding over them failed), and the
-    container writes the dir (a link there is removed, never followed). A name that
-    cannot be removed is refused, naming it."""
+    container writes the dir. A name that cannot be removed is refused, naming it."""
     for name in (RELAY_SOCKET, EGRESS_SOCKET):
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
+        if (why := unbound_name(fd, name)) is not None:
             raise RuntimeDirError(
                 f"{path / name}: cannot be removed to bind sandbridge's socket there "
-                f"({exc.strerror}); the container can write the runtime dir: remove it"
-            ) from None
+                f"({why}); the container can write the runtime dir: remove it"
+            )
 
 
 @dataclass
