@@ -42,6 +42,7 @@ from sandbridge import log
 from sandbridge.exceptions import AuthorityError, RemoteLinkError, RemoteLinkRefused
 from sandbridge.protocol.authority import split_host_port
 from sandbridge.remote.transport import DEFAULT_REMOTE_COMMAND, Link, OpenLink
+from sandbridge.terminals.control import said
 
 # Keepalives when the owner's config sets no ServerAliveInterval: a request every 15 s,
 # the link declared dead after 3 unanswered, so a dead link is noticed within 45 s (well
@@ -130,8 +131,8 @@ class SshSettings:
 
 def _said(text: str) -> str:
     """Text the far machine chose (a disconnect reason, its stderr) as one safe line for
-    the owner's terminal: control characters (escape sequences too) become ``?``."""
-    return "".join(c if c.isprintable() else "?" for c in text)[:MAX_SAID_CHARS]
+    the owner's terminal (:func:`~sandbridge.terminals.control.said`)."""
+    return said(text, MAX_SAID_CHARS)
 
 
 class _Client(asyncssh.SSHClient):

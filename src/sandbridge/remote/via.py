@@ -25,6 +25,7 @@ from typing import TextIO
 from sandbridge.aio.tasks import cancel_all
 from sandbridge.exceptions import RemoteLinkError
 from sandbridge.remote.transport import Link, OpenLink, widen_pipe
+from sandbridge.terminals.control import said
 
 # A stderr line from the far side shown to the owner is at most this long.
 MAX_STDERR_LINE = 500
@@ -44,8 +45,7 @@ def printable(line: bytes) -> str:
     """``line`` as one safe line of text: undecodable bytes and control characters
     (escape sequences included) become ``?``, and it is cut to MAX_STDERR_LINE."""
     text = line.decode(errors="replace").rstrip("\r\n")
-    safe = "".join(c if c.isprintable() else "?" for c in text)
-    return safe if len(safe) <= MAX_STDERR_LINE else safe[:MAX_STDERR_LINE] + "..."
+    return said(text, MAX_STDERR_LINE) + ("..." if len(text) > MAX_STDERR_LINE else "")
 
 
 class _LineBudget:
