@@ -498,3 +498,29 @@ def silent_unix_server(path: Path) -> tuple[socket.socket, list[socket.socket]]:
 
     threading.Thread(target=serve, daemon=True).start()
     return server, held
+
+
+# The sandbox's side of a race: two names (a folder and a link to another one) swap
+# places (renameat2 RENAME_EXCHANGE) as fast as the kernel lets them, until stopped.
+SWAPPER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+print("swapping", flush=True)
+while True:
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+"""
+
+
+@contextlib.contextmanager
+def swapping(first: Path, second: Path) -> Iterator[Process]:
+    """:data:`SWAPPER` at work on ``first`` and ``second`` while the block runs; the
+    block's end checks that it was still at work."""
+    swapper = Process([PYTHON, "-c", SWAPPER, str(first), str(second)])
+    try:
+        swapper.wait_line("swapping")
+        yield swapper
+        assert swapper.popen.poll() is None, "the swapper stopped"
+    finally:
+        swapper.stop()

@@ -14,6 +14,7 @@ from sandbridge.egress.secrets_file import parse_secrets
 from sandbridge.egress.survey import survey
 from sandbridge.egress.survey_findings import Finding, Kind
 from sandbridge.exceptions import PolicyError
+from tests.conftest import swapping
 
 SECRET = "planted-secret-init-5b8e"
 DAY = "2026-12-01"
@@ -294,3 +295,29 @@ def test_a_url_with_port_0_names_no_entry(tmp_path: Path) -> None:
     write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
     policy = load_policy(tmp_path)
     assert policy.rules == () and policy.host_services == ()
+
+
+def test_a_policy_folder_swapped_for_a_link_meanwhile_is_never_written_through(
+    tmp_path: Path,
+) -> None:
+    # `policy init` checked `.sandbridge` for a link, then wrote its files by their whole
+    # paths: a live sandbox swapping the folder for a link (to ~/.ssh, say) in a loop had
+    # the owner's policy written there. Each write now lands in the real folder or is
+    # refused with the folder's name.
+    root, elsewhere = tmp_path / "p", tmp_path / "elsewhere"
+    (root / ".sandbridge").mkdir(parents=True)
+    elsewhere.mkdir()
+    (root / "link").symlink_to(elsewhere)
+    files = plan(survey(root), [], DAY)
+    written = 0
+    with swapping(root / ".sandbridge", root / "link"):
+        for _ in range(400):
+            try:
+                write(root, files, force=True, ignored=True)
+            except PolicyError as exc:
+                assert "not a directory; remove it first" in str(exc), exc
+                continue
+            finally:
+                assert list(elsewhere.iterdir()) == [], "a policy file went through the link"
+            written += 1
+    assert written > 0

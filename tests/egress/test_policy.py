@@ -23,6 +23,7 @@ from sandbridge.egress.policy import (
 from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import OpenAction
+from tests.conftest import swapping
 
 
 def project(tmp_path: Path, allow: str = "", config: str = "") -> Path:
@@ -379,3 +380,25 @@ def test_a_private_address_under_a_wildcard_suggests_the_name_alone() -> None:
     _, final = check_addresses(decision, "Evil.corp.example.", 8080, [ip("10.1.2.3")])
     assert not final.allowed
     assert final.suggestion == "evil.corp.example:8080 private"
+
+
+def test_a_policy_folder_swapped_for_another_projects_is_never_read(tmp_path: Path) -> None:
+    # The session checked `.sandbridge` (no link), then read its files by their whole
+    # paths: a sandbox swapping the folder for a link to another project's in a loop had
+    # the host read that project's policy. Each read now finds the real folder or refuses.
+    (tmp_path / "p").mkdir()
+    (tmp_path / "o").mkdir()
+    workdir = project(tmp_path / "p", allow="own.test\n")
+    other = project(tmp_path / "o", allow="other.test\n")
+    (workdir / "link").symlink_to(other / ".sandbridge")
+    read = 0
+    with swapping(workdir / ".sandbridge", workdir / "link"):
+        for _ in range(1500):
+            try:
+                policy = load_policy(workdir)
+            except PolicyError as exc:
+                assert "symbolic link or not a directory" in str(exc), exc
+                continue
+            assert [rule.host for rule in policy.rules] == ["own.test"]
+            read += 1
+    assert read > 0

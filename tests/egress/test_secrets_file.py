@@ -11,6 +11,7 @@ import pytest
 from sandbridge.egress.policy import describe, load_policy
 from sandbridge.egress.secrets_file import MAX_VARIABLES, parse_secrets, read_secrets
 from sandbridge.exceptions import PolicyError
+from tests.conftest import swapping
 
 SECRET = "planted-secret-env-9d1e"
 
@@ -104,3 +105,26 @@ def test_the_policy_shows_names_and_lines_never_values(tmp_path: Path) -> None:
     assert "env API_TOKEN = (value hidden)" in text and "(.sandbridge/env:1)" in text
     assert SECRET not in text
     assert tmp_path / ".sandbridge" / "env" in policy.files_read
+
+
+def test_a_folder_swapped_for_another_projects_never_gives_its_secrets(tmp_path: Path) -> None:
+    # Another project's `.sandbridge/env` holds the owner's secrets for that project's
+    # destinations: a sandbox swapping this project's folder for a link to it in a loop
+    # must never have them read for this session.
+    own, other = tmp_path / "own", tmp_path / "other"
+    for root, value in ((own, "mine"), (other, "theirs")):
+        (root / ".sandbridge").mkdir(parents=True)
+        (root / ".sandbridge" / "env").write_text(f"TOKEN={value}\n")
+        (root / ".sandbridge" / "env").chmod(0o600)
+    (own / "link").symlink_to(other / ".sandbridge")
+    read = 0
+    with swapping(own / ".sandbridge", own / "link"):
+        for _ in range(1500):
+            try:
+                settings = read_secrets(own)
+            except PolicyError as exc:
+                assert "symbolic link or not a directory" in str(exc), exc
+                continue
+            assert [setting.value for setting in settings] == ["mine"]
+            read += 1
+    assert read > 0

@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from sandbridge.egress.requests import idn_caution
 from sandbridge.egress.survey import Survey
 from sandbridge.egress.survey_findings import Finding, Kind, not_public
 from sandbridge.exceptions import PolicyError
+from sandbridge.places.held_folder import HeldFolder
 
 ENV_FILE = ALLOW_FILE.parent / "env"
 ENV_EXAMPLE_FILE = ALLOW_FILE.parent / "env.example"
@@ -289,34 +289,28 @@ def write(root: Path, files: PolicyFiles, force: bool, ignored: bool | None = No
                 "long); nothing was written: write the policy by hand"
             )
     directory = root / ALLOW_FILE.parent
-    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
-        raise PolicyError(f"{directory}: not a directory; remove it first")
-    directory.mkdir(exist_ok=True)
+    try:  # held by its descriptor from here on: a swap for a link now changes nothing
+        folder = HeldFolder.open(directory, create_mode=0o755)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PolicyError(f"{directory}: not a directory; remove it first") from None
+        raise PolicyError(f"{directory}: cannot open: {exc.strerror}") from None
+    assert folder is not None  # made just now if it was missing
     written = []
-    for name, text in (
-        (ALLOW_FILE, files.allow),
-        (CONFIG_FILE, files.config),
-        (ENV_EXAMPLE_FILE, files.env_example),
-    ):
-        _replace(root / name, text)
-        written.append(root / name)
+    with folder:
+        for name, text in (
+            (ALLOW_FILE, files.allow),
+            (CONFIG_FILE, files.config),
+            (ENV_EXAMPLE_FILE, files.env_example),
+        ):
+            try:
+                folder.replace(name.name, text.encode())
+            except OSError as exc:
+                raise PolicyError(f"{root / name}: cannot write: {exc.strerror}") from None
+            written.append(root / name)
     if ignore_secrets_file(root, ignored):
         written.append(root / ".gitignore")
     return written
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``path`` whole (a temporary file renamed over it; a link is replaced, not
-    followed)."""
-    try:
-        # A fresh name (O_EXCL): nothing the project planted is opened or followed.
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot write: {exc.strerror}") from None
 
 
 def ignore_secrets_file(root: Path, ignored: bool | None = None) -> bool:

@@ -26,12 +26,12 @@ import enum
 import ipaddress
 import os
 import re
-import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from sandbridge.egress.project_files import read_project_file
 from sandbridge.exceptions import AuthorityError, PolicyError
 from sandbridge.protocol.authority import split_host_port
 from sandbridge.protocol.http.origin_policy import UrlForm
@@ -261,37 +261,6 @@ def parse_entry(text: str, where: str) -> _RawEntry:
     if wildcard and "." not in name:
         raise PolicyError(f"{where}: {host!r} would allow a whole top-level domain")
     return _RawEntry(f"*.{name}" if wildcard else name, port, private, where)
-
-
-def _check_regular(label: str, info: os.stat_result) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        raise PolicyError(f"{label}: not a regular file; make it a plain file")
-
-
-def read_project_file(
-    path: Path,
-    label: str,
-    limit: int,
-    check: Callable[[str, os.stat_result], None] = _check_regular,
-) -> bytes | None:
-    """The bytes of a project's ``.sandbridge`` file (``None`` if it does not exist), at
-    most ``limit``; ``check`` judges what the open descriptor is. Never through a link,
-    nor from a FIFO or a device: a repository can carry a `.sandbridge/allow` that links
-    to any file the owner can read, and a parse error would print its first line."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if path.is_symlink():
-            raise PolicyError(f"{label}: a symbolic link; make it a plain file") from None
-        raise PolicyError(f"{label}: cannot read: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as file:
-        check(label, os.fstat(fd))
-        raw = file.read(limit + 1)
-    if len(raw) > limit:
-        raise PolicyError(f"{label}: larger than {limit} bytes")
-    return raw
 
 
 def _lines(path: Path, label: str) -> Iterable[tuple[str, str]]:

@@ -15,11 +15,9 @@ owner's ``--save`` writes a file, one line appended to the project's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 import secrets
-import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -50,6 +48,7 @@ from sandbridge.egress.requests import (
     saved_line,
 )
 from sandbridge.exceptions import ControlRefusal, EgressRequestRefused, PolicyError
+from sandbridge.places.held_folder import HeldFolder
 from sandbridge.protocol.egress_opening import EgressAsk, encode_reply
 
 OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -301,19 +300,14 @@ def append_line(path: Path, line: str) -> None:
 
     ``path`` is ``PROJECT/.sandbridge/allow``: the project's own path is the owner's, but
     the sandbox can swap ``.sandbridge`` for a link at any moment (a rename exchange in a
-    loop), between a check of the path and its open. So the folder is opened by its
-    parent's descriptor with ``O_NOFOLLOW``, and the file by the folder's."""
-    folder = _open_folder(path.parent)
+    loop), between a check of the path and its open. So the folder is held by its
+    descriptor (:mod:`sandbridge.places.held_folder`), and the file opened by it."""
+    folder = HeldFolder.open(path.parent, create_mode=0o755)
+    assert folder is not None  # made just now if it was missing
+    with folder:
+        fd = folder.open_file(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(path.name, flags, 0o644, dir_fd=folder)
-    finally:
-        os.close(folder)
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise OSError(errno.EINVAL, f"{path} is not a regular file")
-        size = status.st_size
+        size = os.fstat(fd).st_size
         if size + len(line.encode()) + 1 > MAX_POLICY_FILE_BYTES:
             raise OSError(errno.EFBIG, f"{path} would pass {MAX_POLICY_FILE_BYTES} bytes")
         prefix = b""
@@ -324,16 +318,3 @@ def append_line(path: Path, line: str) -> None:
         os.write(fd, prefix + line.encode())
     finally:
         os.close(fd)
-
-
-def _open_folder(folder: Path) -> int:
-    """A descriptor of ``folder`` (made 0755 if missing), never through a link in its
-    last component: ELOOP or ENOTDIR for a link, as ``O_NOFOLLOW`` says."""
-    parent = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder.name, 0o755, dir_fd=parent)
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        return os.open(folder.name, flags, dir_fd=parent)
-    finally:
-        os.close(parent)

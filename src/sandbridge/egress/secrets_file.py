@@ -16,7 +16,8 @@ import os
 import stat
 from pathlib import Path
 
-from sandbridge.egress.policy import ENV_NAME, SECRETS_FILE, EnvSetting, read_project_file
+from sandbridge.egress.policy import ENV_NAME, SECRETS_FILE, EnvSetting
+from sandbridge.egress.project_files import read_project_file
 from sandbridge.exceptions import PolicyError
 
 # A file of variables written by hand; a larger one is not that.
