@@ -11,7 +11,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import ECHO_APP, PYTHON, REPO, Process, echo, host_port_of, run_argv
+from tests.conftest import (
+    ECHO_APP,
+    PYTHON,
+    REPO,
+    Process,
+    echo,
+    host_port_of,
+    run_argv,
+    start_daemon,
+)
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
 # A Node package pinning ``open`` (its package-lock.json); ``./dev.sh setup`` runs ``npm ci``
@@ -248,3 +257,34 @@ def test_open_setting_of_the_project_config_applies_and_the_flag_overrides_it(
     recorded = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recorded) == 1 and recorded[0][0].endswith("/c")
     assert "sandbridge: the sandbox opens http://" in by_flag.stderr
+
+
+def test_a_daemon_runs_no_browser_command_from_a_place_a_session_binds(
+    tmp_path: Path, xdg: Path
+) -> None:
+    # The daemon passed over its sessions' workdirs on PATH but not their --bind sources:
+    # a `the-browser` the sandbox put in a bound directory that is on the daemon's PATH
+    # (an activated virtualenv's bin, say) ran on the host when the sandbox asked to open.
+    tools, workdir, ran = tmp_path / "tools", tmp_path / "w", tmp_path / "ran"
+    tools.mkdir()
+    workdir.mkdir()
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    daemon = start_daemon(env=env)
+    try:
+        script = (
+            f"printf '#!/bin/sh\\ntouch {ran}\\n' > {tools}/the-browser && "
+            f"chmod +x {tools}/the-browser && sandbridge-open https://example.test/x"
+        )
+        result = _run(
+            "bwrap", workdir, script, "--bind", str(tools), "--open", "browser",
+            "--open-external", "allow", "--browser", "the-browser", env=env,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        said = (
+            "cannot run the browser command 'the-browser': not found on PATH outside the "
+            "places the sandbox can write; open https://example.test/x"
+        )
+        assert said in result.stderr
+        assert not ran.exists(), "the sandbox's browser command ran on the host"
+    finally:
+        daemon.stop()

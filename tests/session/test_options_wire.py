@@ -39,6 +39,7 @@ def options(tmp_path: Path) -> SessionOptions:
         policy=policy,
         open_settings=OpenSettings(OpenAction.PRINT, ("firefox", "--new-tab"), ExternalOpens.ALLOW),
         terminal_socket=True,
+        writable=(tmp_path / "bound", tmp_path / "other"),
     )
 
 
@@ -51,6 +52,7 @@ def test_options_come_back_as_they_were_sent(tmp_path: Path) -> None:
     assert received.open_settings == sent.open_settings
     assert received.command == sent.command
     assert received.terminal_socket is True
+    assert received.writable == sent.writable
     assert sent.policy is not None and received.policy is not None
     for name in ("mode", "gate_addr", "resolver", "rules", "host_services", "publish"):
         assert getattr(received.policy, name) == getattr(sent.policy, name), name
@@ -91,6 +93,12 @@ def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
         ({"command": "rm -rf /"}, "command must be at most 32 strings"),
         ({"command": ["x" * 201]}, "command must be at most 32 strings"),
         ({"terminal_socket": "yes"}, "terminal_socket must be a bool, got 'yes'"),
+        ({"writable": "/tmp"}, "writable must be at most 64 absolute paths"),
+        ({"writable": ["relative/dir"]}, "got ['relative/dir']"),
+        ({"writable": [""]}, "writable must be at most 64 absolute paths"),
+        ({"writable": ["/" + "x" * 4096]}, "of at most 4096 characters"),
+        ({"writable": ["/d"] * 65}, "writable must be at most 64 absolute paths"),
+        ({"writable": [7]}, "writable must be at most 64 absolute paths"),
     ],
 )
 def test_a_malformed_field_is_refused_by_name(
@@ -111,3 +119,9 @@ def test_an_older_clients_request_has_no_terminal_socket(tmp_path: Path) -> None
     data = encode(options(tmp_path))
     del data["terminal_socket"]
     assert decode(data).terminal_socket is False
+
+
+def test_an_older_clients_request_names_no_writable_places(tmp_path: Path) -> None:
+    data = encode(options(tmp_path))
+    del data["writable"]
+    assert decode(data).writable == ()

@@ -228,12 +228,18 @@ def _owner_home() -> Path | None:
     return Path(home).resolve()
 
 
+def _writable_binds(args: argparse.Namespace) -> tuple[Path, ...]:
+    """The ``--bind`` sources the sandbox writes, resolved (the session passes them over
+    on ``PATH``, in a daemon too)."""
+    return tuple(Path(os.path.realpath(parse_mount(v, True).source)) for v in args.bind)
+
+
 def _distrust_writable(args: argparse.Namespace) -> None:
     """Before the first command sandbridge runs on the host (git, to find the project):
     none is ever taken from the workdir or a ``--bind``, which the sandbox writes
     (places/host_commands.py)."""
     workdir = (args.workdir or Path.cwd()).resolve()
-    host_commands.distrust([workdir, *(parse_mount(v, True).source for v in args.bind)])
+    host_commands.distrust([workdir, *_writable_binds(args)])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -275,6 +281,7 @@ def _run_session(
             SessionOptions(
                 workdir=workdir,
                 name=args.name,
+                writable=_writable_binds(args),
                 protocol=ForwardingMode.STREAM,
                 settings=dataclasses.replace(
                     relay_settings_of(args, policy), publish_rules=policy.publish

@@ -121,8 +121,8 @@ async def open_session(
     if entry is None:
         entry = create_entry(runtime_dir, options)
     # The browser command is never one the sandbox could have put on PATH (in a daemon,
-    # whose PATH may name the workdir too): places/host_commands.py.
-    host_commands.distrust([options.workdir])
+    # whose PATH may name the workdir or a bind too): places/host_commands.py.
+    host_commands.distrust([options.workdir, *options.writable])
     changed = options.on_change or (lambda: None)
     opener = HostOpener(
         OpenSettings.for_host(os.environ)

@@ -32,6 +32,10 @@ class SessionOptions:
 
     workdir: Path
     name: str | None = None
+    # The other places the sandbox can write (its ``--bind`` sources): with the workdir,
+    # no host command is ever taken from them (places/host_commands.py), in a daemon for
+    # every session it serves after this one too.
+    writable: tuple[Path, ...] = ()
     protocol: ForwardingMode = ForwardingMode.AUTO
     settings: RelaySettings | None = None
     on_register: Callable[[App], None] | None = None

@@ -40,6 +40,10 @@ _LIMITS = (
 # not make the request too large for the daemon): its first words, each cut short.
 MAX_COMMAND_WORDS = 32
 MAX_WORD_CHARS = 200
+# The places the sandbox writes beside the workdir (its ``--bind`` sources): absolute
+# paths, a few at most; the kernel's own bound on a path's length.
+MAX_WRITABLE = 64
+MAX_PATH_CHARS = 4096
 
 
 def encode(options: SessionOptions) -> dict[str, Any]:
@@ -48,6 +52,7 @@ def encode(options: SessionOptions) -> dict[str, Any]:
     opens = options.open_settings
     return {
         "workdir": str(options.workdir),
+        "writable": [str(path) for path in options.writable],
         "command": [word[:MAX_WORD_CHARS] for word in options.command[:MAX_COMMAND_WORDS]],
         "protocol": options.protocol.value,
         "terminal_socket": options.terminal_socket,
@@ -76,6 +81,8 @@ def decode(data: dict[str, Any]) -> SessionOptions:
     try:
         return SessionOptions(
             workdir=Path(_typed(data, "workdir", str)),
+            # Absent from an older client's request: that run had no binds to pass over.
+            writable=_writable(data.get("writable", [])),
             command=_command(data.get("command")),
             protocol=ForwardingMode(_typed(data, "protocol", str)),
             # Absent from an older client's request: that session has no terminal.sock.
@@ -102,6 +109,24 @@ def _command(value: object) -> tuple[str, ...]:
             f"of at most {MAX_WORD_CHARS} characters"
         )
     return tuple(value)
+
+
+def _writable(value: object) -> tuple[Path, ...]:
+    """The places the sandbox writes beside the workdir: a bounded list of absolute
+    paths."""
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_WRITABLE
+        or not all(
+            isinstance(path, str) and 0 < len(path) <= MAX_PATH_CHARS and path.startswith("/")
+            for path in value
+        )
+    ):
+        raise DaemonError(
+            f"session options: writable must be at most {MAX_WRITABLE} absolute paths "
+            f"of at most {MAX_PATH_CHARS} characters, got {value!r:.80}"
+        )
+    return tuple(Path(path) for path in value)
 
 
 def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
