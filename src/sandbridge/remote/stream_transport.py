@@ -76,7 +76,7 @@ class StreamTransport(asyncio.Transport):
             self._held.append(data)
             return
         self._protocol.data_received(data)
-        self._mux.write_now(self._mux.state.consumed(self._id, len(data)))
+        self._mux.consumed(self._stream, len(data))
 
     def eof(self) -> None:
         self._peer_ended = True
@@ -171,7 +171,7 @@ class StreamTransport(asyncio.Transport):
         while held and not self._reading_paused and not self._lost:
             data = held.popleft()
             self._protocol.data_received(data)
-            self._mux.write_now(self._mux.state.consumed(self._id, len(data)))
+            self._mux.consumed(self._stream, len(data))
         if self._peer_ended and not held:
             self._give_eof()
 
@@ -192,6 +192,7 @@ class StreamTransport(asyncio.Transport):
             return
         self._closing = True
         self._held.clear()
+        self._mux.release(self._stream, self._stream.held)
         self._eof_wanted = True
         self._send()
 
