@@ -4,6 +4,7 @@ process: streams, credit, and what the link's end does to them."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -168,7 +169,9 @@ def test_frames_of_many_streams_in_one_turn_reach_the_link_as_one_write() -> Non
     asyncio.run(check())
 
 
-def test_unread_streams_together_hold_no_more_than_the_links_budget() -> None:
+def test_unread_streams_together_hold_no_more_than_the_links_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A hostile far side fills every stream the laptop opens with its whole window while
     nothing reads them: 1,024 streams would be 2 GiB waiting on the laptop. Past the
     link's budget the stream holding the most is reset; the rest keep their bytes."""
@@ -202,7 +205,12 @@ def test_unread_streams_together_hold_no_more_than_the_links_budget() -> None:
                 assert received == payload
             assert laptop.held == 0
 
+    caplog.set_level(logging.DEBUG, logger="sandbridge")
     asyncio.run(check())
+    # Said once, however many streams the peer filled: no flood on the owner's terminal.
+    said = [r for r in caplog.records if "remote.held_budget" in r.getMessage()]
+    assert len(said) >= 8
+    assert [r.levelno for r in said].count(logging.WARNING) == 1
 
 
 def test_the_far_side_holds_no_more_than_the_links_budget_either() -> None:

@@ -181,6 +181,7 @@ class Mux:
         self.link = link
         self.held_budget = held_budget
         self.held = 0  # bytes its streams received and their readers have not taken
+        self._budget_said = False
         self.state = wire.LinkState(role)
         self._on_apps = on_apps
         self._on_open = on_open
@@ -375,7 +376,11 @@ class Mux:
             victim = max(self._streams.values(), key=lambda s: s.held, default=None)
             if victim is None or victim.held == 0:
                 return
-            log.warning(
+            # Said once per link (then at debug level): each reset is a stream the
+            # peer filled, and a hostile peer must not flood the owner's terminal.
+            said = log.debug if self._budget_said else log.warning
+            self._budget_said = True
+            said(
                 "remote.held_budget",
                 link=self.link.description,
                 stream=victim.id,
