@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import io
 import json
 import os
 import select
@@ -23,7 +24,11 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
+from sandbridge.exceptions import RemoteLinkError
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
+from sandbridge.protocol.remote_wire import FarApp
+from sandbridge.remote.connect import Machine
+from sandbridge.remote.transport import Link
 from tests.conftest import (
     ECHO_APP,
     PYTHON,
@@ -667,3 +672,31 @@ def test_private_far_app_is_listed_private_and_no_token_is_written(
     said = "\n".join(private_laptop.process.lines["stderr"]) + private_laptop.process.drain()
     assert far_token not in said + text + json.dumps(listed)
     assert said.count(laptop_token) == 1  # said once, in the line announcing the app
+
+
+# --- what a far side's app lists leave on the laptop ------------------------------------
+
+
+def test_far_sessions_that_come_and_go_leave_no_state_behind() -> None:
+    """A far side naming fresh sessions in every list (a few thousand a second, applied
+    every 0.5 s): the laptop keeps state for the sessions listed now, not for every
+    session name ever listed (a scope each piled up, without bound, before)."""
+
+    async def no_link() -> Link:
+        raise RemoteLinkError("not used here")
+
+    async def check() -> None:
+        machine = Machine("far", no_link, out=io.StringIO())
+        try:
+            for round_ in range(5):
+                apps = tuple(
+                    FarApp(f"s-{round_}-{i}", 8000 + i, "/", private=i % 2 == 0) for i in range(20)
+                )
+                await machine._apply(apps)
+                assert len(machine.listeners) == 20
+                assert len(machine._scopes) == 20
+        finally:
+            await machine._drop_all()
+        assert machine._scopes == {}
+
+    asyncio.run(check())

@@ -240,7 +240,14 @@ class Machine:
         if unserved:
             # Tried again with the next list; one line, however many failed.
             self._say(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
+        self._forget_unused_scopes()
         self._record(True)
+
+    def _forget_unused_scopes(self) -> None:
+        # Only the sessions served now keep a scope: a far side naming fresh sessions in
+        # every list must not leave one per name ever listed (memory without bound).
+        in_use = {(app.session, app.private) for app in self.listeners}
+        self._scopes = {key: scope for key, scope in self._scopes.items() if key in in_use}
 
     def _record(self, connected: bool) -> None:
         if self._entry is None:
@@ -268,4 +275,5 @@ class Machine:
         listeners, self.listeners = list(self.listeners.values()), {}
         for listener in listeners:
             await listener.close()
+        self._forget_unused_scopes()
         self._record(False)
