@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed
 from sandbridge.exceptions import RemoteLinkError
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from sandbridge.protocol.remote_wire import FarApp
-from sandbridge.remote.connect import Machine
+from sandbridge.remote.connect import APP_LINES_PER_MINUTE, Machine
 from sandbridge.remote.transport import Link
 from tests.conftest import (
     ECHO_APP,
@@ -700,3 +700,30 @@ def test_far_sessions_that_come_and_go_leave_no_state_behind() -> None:
         assert machine._scopes == {}
 
     asyncio.run(check())
+
+
+def test_a_far_side_churning_a_few_apps_prints_a_bounded_number_of_lines() -> None:
+    """Two lists of 8 apps, alternating at the pace the laptop applies them: 16 lines
+    a list (8 gone, 8 added), 32 a second for as long as the far side likes, each a
+    write to the owner's terminal on connect's one event loop. Past the budget they
+    are counted and said in one line."""
+
+    async def no_link() -> Link:
+        raise RemoteLinkError("not used here")
+
+    async def check() -> str:
+        out = io.StringIO()
+        machine = Machine("far", no_link, out=out)
+        lists = [tuple(FarApp("evil", port, "/") for port in range(f, f + 8)) for f in (1, 101)]
+        try:
+            for index in range(20):
+                await machine._apply(lists[index % 2])
+        finally:
+            await machine._drop_all()
+        return out.getvalue()
+
+    said = asyncio.run(check()).splitlines()
+    assert len(said) <= APP_LINES_PER_MINUTE + 1, said[-5:]
+    assert said[APP_LINES_PER_MINUTE].endswith(
+        "are counted, not shown (over 60 a minute; sandbridge ls lists them)"
+    ), said[-5:]
