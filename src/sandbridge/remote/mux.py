@@ -73,6 +73,7 @@ class MuxStream:
         self.answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._sink: StreamSink | None = None
         self.held = 0  # bytes received and not yet taken by the reader (Mux.held's share)
+        self.unsent = 0  # bytes its transport was given and keeps for want of credit
 
     def attach(self, sink: StreamSink) -> None:
         """Give the stream's events to ``sink`` from now on (what was received and not
@@ -149,6 +150,7 @@ class MuxStream:
         if self._lost is None:
             self._lost = reason
         self._mux.release(self, self.held)  # the sink drops what it holds (ended)
+        self._mux.queued(self, -self.unsent)
         self._ended = True
         self._readable.set()
         self._credit.set()
@@ -180,7 +182,9 @@ class Mux:
     ) -> None:
         self.link = link
         self.held_budget = held_budget
-        self.held = 0  # bytes its streams received and their readers have not taken
+        # Bytes held for its streams: received and not taken by their readers, or given
+        # to be sent and kept for want of credit; LINK_HELD_BUDGET bounds their sum.
+        self.held = 0
         self._budget_said = False
         self.state = wire.LinkState(role)
         self._on_apps = on_apps
@@ -365,16 +369,23 @@ class Mux:
         self.write_now(self.state.consumed(stream.id, count))
 
     def release(self, stream: MuxStream, count: int) -> None:
-        """``count`` bytes of ``stream`` are no longer held (taken, or dropped)."""
+        """``count`` received bytes of ``stream`` are no longer held (taken, dropped)."""
         count = min(count, stream.held)
         stream.held -= count
         self.held -= count
 
-    def _over_budget(self) -> None:
+    def queued(self, stream: MuxStream, change: int) -> None:
+        """``stream``'s transport keeps ``change`` bytes more (fewer, if negative) to
+        send once the peer credits them; call :meth:`check_budget` after a rise."""
+        change = max(change, -stream.unsent)
+        stream.unsent += change
+        self.held += change
+
+    def check_budget(self) -> None:
         """Reset the streams holding the most until the link is within its budget."""
         while self.held > self.held_budget:
-            victim = max(self._streams.values(), key=lambda s: s.held, default=None)
-            if victim is None or victim.held == 0:
+            victim = max(self._streams.values(), key=lambda s: s.held + s.unsent, default=None)
+            if victim is None or victim.held + victim.unsent == 0:
                 return
             # Said once per link (then at debug level): each reset is a stream the
             # peer filled, and a hostile peer must not flood the owner's terminal.
@@ -385,11 +396,12 @@ class Mux:
                 link=self.link.description,
                 stream=victim.id,
                 held=victim.held,
+                unsent=victim.unsent,
                 budget=self.held_budget,
             )
             victim.reset(
-                f"over the link's budget of {self.held_budget} unread bytes: this stream "
-                f"held {victim.held} that its reader had not taken"
+                f"over the link's budget of {self.held_budget} bytes held: this stream held "
+                f"{victim.held} its reader had not taken and {victim.unsent} not credited"
             )
 
     def forget(self, stream: MuxStream) -> None:
@@ -423,7 +435,7 @@ class Mux:
                 self.held += len(event.data)
                 stream_or_none._received(event.data)
                 if self.held > self.held_budget:
-                    self._over_budget()
+                    self.check_budget()
             elif isinstance(event, wire.Credited):
                 stream_or_none._wake_writer()
             elif isinstance(event, wire.EndOfStream):

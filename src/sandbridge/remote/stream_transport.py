@@ -105,7 +105,10 @@ class StreamTransport(asyncio.Transport):
                 return
         self._unsent.append(chunk)
         self._unsent_bytes += len(chunk)
+        self._mux.queued(self._stream, len(chunk))
         self._send()
+        if self._mux.held > self._mux.held_budget:
+            self._mux.check_budget()  # what waits for credit counts toward it too
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
@@ -125,6 +128,7 @@ class StreamTransport(asyncio.Transport):
                 chunk, rest = chunk[:credit], chunk[credit:]
                 unsent.appendleft(rest)
             self._unsent_bytes -= len(chunk)
+            mux.queued(self._stream, -len(chunk))
             mux.write_now(mux.state.send_data(self._id, chunk))
         if self._lost:
             return
