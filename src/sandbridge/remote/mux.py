@@ -8,8 +8,9 @@ is read and written by its own task. A stream holds at most one window of receiv
 bytes (the peer may not send more before this side credits them back, which happens
 as :meth:`MuxStream.read` hands them on), and :meth:`MuxStream.write` waits for credit:
 a stalled browser or app stops its own stream and no other, and memory stays bounded:
-all streams' unread bytes together stay within :data:`LINK_HELD_BUDGET` (past it, the
-stream holding the most is reset), however many windows a hostile peer fills.
+what all streams hold together (unread, or kept for want of credit) stays within
+:data:`LINK_HELD_BUDGET` (past it, the stream holding the most is reset), however many
+windows a hostile peer fills or leaves uncredited.
 When the link ends, every stream ends with it: readers see the end, writers a
 ``ConnectionResetError``.
 """
@@ -33,11 +34,12 @@ LINK_READ_BYTES = 256 * 1024
 # the mux waits for the link to drain before a stream transport sends more: what a slow
 # link leaves queued stays this small, whatever the streams' credit would allow.
 LINK_BACKLOG_BYTES = 256 * 1024
-# Bytes received on all of a link's streams and not yet taken by their readers. The
-# protocol lets each stream hold one window (2 MiB), so a peer filling 1,024 streams
-# nobody reads would make this side hold 2 GiB; past this budget the stream holding the
-# most (the slowest reader: a stalled browser, app or peer) is reset instead, so one link
-# costs at most this much whatever the peer does. 32 full windows: more stalled bulk
+# Bytes held for all of a link's streams: received and not yet taken by their readers,
+# or written and kept for want of credit. The protocol lets each stream hold one window
+# (2 MiB), so a peer filling 1,024 streams nobody reads would make this side hold 2 GiB;
+# past this budget the stream holding the most (the slowest reader: a stalled browser,
+# app or peer) is reset instead, so one link costs at most this much whatever the peer
+# does. 32 full windows: more stalled bulk
 # streams at once than one person's browser keeps on one machine.
 LINK_HELD_BUDGET = 64 * 1024 * 1024
 # The peer's HELLO must arrive within this long after the link opened: a command that
