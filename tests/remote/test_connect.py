@@ -38,6 +38,7 @@ from tests.conftest import (
     Relay,
     app_host,
     free_port,
+    host_field,
     host_port_of,
     processes_with,
     request,
@@ -727,3 +728,36 @@ def test_a_far_side_churning_a_few_apps_prints_a_bounded_number_of_lines() -> No
     assert said[APP_LINES_PER_MINUTE].endswith(
         "are counted, not shown (over 60 a minute; sandbridge ls lists them)"
     ), said[-5:]
+
+
+def test_a_far_side_filling_every_stream_costs_the_laptop_at_most_its_budget(
+    laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    """Every connection a browser opens to a far app answered with a response head and
+    a whole window (2 MiB) that the browser never reads: past the link's budget the
+    laptop resets the streams holding the most, says so to the far side, and keeps
+    serving (no reset came before: 48 streams held 96 MiB, 1,024 would hold 2 GiB)."""
+    laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, "fill"]))
+    clients: list[socket.socket] = []
+    try:
+        line = laptop.wait_containing("sandbridge: far: evil port 8080 -> ")
+        port = host_port_of(line.rsplit(" ", 1)[1])
+        for _ in range(48):
+            client = socket.socket()
+            # A browser that reads nothing: once the kernel's queue toward it is full
+            # (a few MiB), the relay stops taking the stream's bytes, and they wait.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect(("127.0.0.1", port))
+            client.sendall(b"GET / HTTP/1.1\r\nHost: " + host_field(port) + b"\r\n\r\n")
+            clients.append(client)
+        said = laptop.process.wait_line("far: reset ", "stderr")
+        assert "over the link's budget of 67108864 bytes held" in said
+        assert laptop.process.popen.poll() is None
+        # And it still serves: a new connection gets its answer.
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as probe:
+            probe.sendall(b"GET / HTTP/1.1\r\nHost: " + host_field(port) + b"\r\n\r\n")
+            assert probe.recv(64).startswith(b"HTTP/1.1 200 ")
+    finally:
+        for client in clients:
+            client.close()
+        assert laptop.stop() == 0
