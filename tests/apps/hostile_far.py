@@ -15,7 +15,10 @@ many: lists more apps than the limit; empty: opens the stream, then floods it wi
 empty DATA frames; churn: sends 1,000 lists of 300 apps at once, alternating, then a
 list of one app, evil port 9999; crowd: lists 200 apps; describe: describes its
 session "evil" with markup in its workdir, command and a pending request's reason;
-foreign: describes a request of another session, which the laptop refuses)
+foreign: describes a request of another session, which the laptop refuses; fill:
+answers every request with a response head and the rest of the stream's whole window,
+fills it again at every credit, and
+says each stream the laptop resets on its stderr)
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ import sys
 from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.protocol.remote_wire import (
     HEADER,
+    STREAM_WINDOW,
+    Credited,
     Data,
     FarApp,
     Kind,
     LinkState,
     OpenControl,
     OpenStream,
+    Reset,
     Role,
 )
 
@@ -78,6 +84,9 @@ ANSWERS = {
 }
 
 
+# What mode fill answers each request with: one stream's whole window.
+FILLER = b"x" * STREAM_WINDOW
+
 # Markup where a far machine writes text: the dashboard must show it as text.
 MARKUP = "<img src=x onerror=\"document.title='pwned'\"><b>bold</b>"
 REQUESTER = "ab" * 32
@@ -118,6 +127,7 @@ def main() -> None:
         apps = [{"port": 1 + i, "base_path": "/"} for i in range(5000)]
         out.write(_frame(Kind.APPS, 0, json.dumps({"sessions": [{"id": "evil", "apps": apps}]})))
     out.flush()
+    answered: set[int] = set()
     while select.select([0], [], [])[0]:
         data = os.read(0, 65536)
         if not data:
@@ -133,6 +143,23 @@ def main() -> None:
                 answer = json.dumps(ANSWERS[mode]).encode() + b"\n"
                 out.write(state.send_data(event.stream, answer) + state.send_eof(event.stream))
                 out.flush()
+            elif isinstance(event, OpenStream) and mode == "fill":
+                out.write(state.send_opened(event.stream))
+                out.flush()
+            elif isinstance(event, Data) and mode == "fill" and event.stream not in answered:
+                answered.add(event.stream)  # the request came: the whole window answers it
+                head = b"HTTP/1.1 200 OK\r\ncontent-length: 1000000000\r\n\r\n"
+                out.write(state.send_data(event.stream, head + FILLER[len(head) :]))
+                out.flush()
+            elif isinstance(event, Credited) and mode == "fill":
+                # Credit back: fill the window again (the browser's kernel took the rest);
+                # an earlier CREDIT of the same read may have been spent already.
+                if credit := state.send_credit_for(event.stream):
+                    out.write(state.send_data(event.stream, FILLER[:credit]))
+                out.flush()
+            elif isinstance(event, Reset) and mode == "fill":
+                sys.stderr.write(f"reset {event.stream}: {event.reason}\n")
+                sys.stderr.flush()
             elif isinstance(event, OpenStream) and mode == "empty":
                 out.write(state.send_opened(event.stream))
                 out.write(HEADER.pack(0, Kind.DATA, event.stream) * 200_000)

@@ -10,6 +10,18 @@ import pytest
 
 from sandbridge.exceptions import SessionError
 from sandbridge.places.remotes import RemoteAppRecord, RemoteEntry, list_remotes
+from sandbridge.protocol.far_sessions import FarSession
+from sandbridge.protocol.remote_wire import (
+    HEADER,
+    MAX_APPS,
+    MAX_CONTROL_BYTES,
+    Apps,
+    FarApp,
+    Kind,
+    LinkState,
+    Role,
+    encode_apps,
+)
 from tests.conftest import PYTHON
 
 
@@ -60,5 +72,61 @@ def test_a_record_written_before_private_far_apps_reads_as_open(xdg: Path) -> No
         (entry.path / "machine.json").write_text(json.dumps(record))
         [listed] = list_remotes()
         assert [app.private for app in listed.apps] == [False]
+    finally:
+        entry.remove()
+
+
+def test_the_largest_record_a_far_machine_can_cause_is_still_listed(xdg: Path) -> None:
+    """1,024 far apps whose base paths fill one APPS frame (1 MiB): each app's record
+    carries its base path twice (as itself and in its URL), so the record is over
+    1 MiB; a record ls would not read made the machine vanish from ls and the
+    dashboard while connect went on serving its apps."""
+    far, laptop = LinkState(Role.FAR), LinkState(Role.LAPTOP)
+    laptop.receive(far.send_hello())
+    far.receive(laptop.send_hello())
+    base = "/" + "a" * 990
+    listed = tuple(FarApp(f"s-{i % 64}", 1 + i, base) for i in range(MAX_APPS))
+    [apps] = laptop.receive(far.send_apps(listed))
+    assert isinstance(apps, Apps)
+    label = "a" * 26
+    records = [
+        RemoteAppRecord(
+            a.session, a.port, a.base_path, f"http://{label}.localhost:40000{a.base_path}", 40000
+        )
+        for a in apps.apps
+    ]
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    try:
+        entry.update(True, records)
+        assert (entry.path / "machine.json").stat().st_size > 1024 * 1024
+        listed_now = list_remotes()
+        assert [record.machine for record in listed_now] == ["box"]
+        assert len(listed_now[0].apps) == MAX_APPS
+    finally:
+        entry.remove()
+
+
+def test_a_record_of_far_sessions_written_in_escapes_is_still_listed(xdg: Path) -> None:
+    """Far sessions described in one APPS frame with workdirs of 4-byte characters sent
+    as raw UTF-8: the record writes each as a 12-byte JSON escape, three times the
+    frame's bytes."""
+    far, laptop = LinkState(Role.FAR), LinkState(Role.LAPTOP)
+    laptop.receive(far.send_hello())
+    far.receive(laptop.send_hello())
+    described = tuple(
+        FarSession(f"s-{i}", "/" + "\U0001f600" * 3999, None, 1.7e9, "none", ()) for i in range(60)
+    )
+    # Raw UTF-8, as a hostile far side may write it (ours escapes, as the record does).
+    payload = json.dumps(encode_apps((), described), ensure_ascii=False).encode()
+    assert len(payload) <= MAX_CONTROL_BYTES
+    [apps] = laptop.receive(HEADER.pack(len(payload), Kind.APPS, 0) + payload)
+    assert isinstance(apps, Apps)
+    entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
+    try:
+        entry.update(True, [], apps.sessions)
+        assert (entry.path / "machine.json").stat().st_size > 2 * 1024 * 1024
+        listed_now = list_remotes()
+        assert [record.machine for record in listed_now] == ["box"]
+        assert listed_now[0].sessions == described
     finally:
         entry.remove()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import io
 import json
 import os
 import select
@@ -23,7 +24,11 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
+from sandbridge.exceptions import RemoteLinkError
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
+from sandbridge.protocol.remote_wire import FarApp
+from sandbridge.remote.connect import APP_LINES_PER_MINUTE, Machine
+from sandbridge.remote.transport import Link
 from tests.conftest import (
     ECHO_APP,
     PYTHON,
@@ -33,6 +38,7 @@ from tests.conftest import (
     Relay,
     app_host,
     free_port,
+    host_field,
     host_port_of,
     processes_with,
     request,
@@ -667,3 +673,91 @@ def test_private_far_app_is_listed_private_and_no_token_is_written(
     said = "\n".join(private_laptop.process.lines["stderr"]) + private_laptop.process.drain()
     assert far_token not in said + text + json.dumps(listed)
     assert said.count(laptop_token) == 1  # said once, in the line announcing the app
+
+
+# --- what a far side's app lists leave on the laptop ------------------------------------
+
+
+def test_far_sessions_that_come_and_go_leave_no_state_behind() -> None:
+    """A far side naming fresh sessions in every list (a few thousand a second, applied
+    every 0.5 s): the laptop keeps state for the sessions listed now, not for every
+    session name ever listed (a scope each piled up, without bound, before)."""
+
+    async def no_link() -> Link:
+        raise RemoteLinkError("not used here")
+
+    async def check() -> None:
+        machine = Machine("far", no_link, out=io.StringIO())
+        try:
+            for round_ in range(5):
+                apps = tuple(
+                    FarApp(f"s-{round_}-{i}", 8000 + i, "/", private=i % 2 == 0) for i in range(20)
+                )
+                await machine._apply(apps)
+                assert len(machine.listeners) == 20
+                assert len(machine._scopes) == 20
+        finally:
+            await machine._drop_all()
+        assert machine._scopes == {}
+
+    asyncio.run(check())
+
+
+def test_a_far_side_churning_a_few_apps_prints_a_bounded_number_of_lines() -> None:
+    """Two lists of 8 apps, alternating at the pace the laptop applies them: 16 lines
+    a list (8 gone, 8 added), 32 a second for as long as the far side likes, each a
+    write to the owner's terminal on connect's one event loop. Past the budget they
+    are counted and said in one line."""
+
+    async def no_link() -> Link:
+        raise RemoteLinkError("not used here")
+
+    async def check() -> str:
+        out = io.StringIO()
+        machine = Machine("far", no_link, out=out)
+        lists = [tuple(FarApp("evil", port, "/") for port in range(f, f + 8)) for f in (1, 101)]
+        try:
+            for index in range(20):
+                await machine._apply(lists[index % 2])
+        finally:
+            await machine._drop_all()
+        return out.getvalue()
+
+    said = asyncio.run(check()).splitlines()
+    assert len(said) <= APP_LINES_PER_MINUTE + 1, said[-5:]
+    assert said[APP_LINES_PER_MINUTE].endswith(
+        "are counted, not shown (over 60 a minute; sandbridge ls lists them)"
+    ), said[-5:]
+
+
+def test_a_far_side_filling_every_stream_costs_the_laptop_at_most_its_budget(
+    laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    """Every connection a browser opens to a far app answered with a response head and
+    a whole window (2 MiB) that the browser never reads: past the link's budget the
+    laptop resets the streams holding the most, says so to the far side, and keeps
+    serving (no reset came before: 48 streams held 96 MiB, 1,024 would hold 2 GiB)."""
+    laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, "fill"]))
+    clients: list[socket.socket] = []
+    try:
+        line = laptop.wait_containing("sandbridge: far: evil port 8080 -> ")
+        port = host_port_of(line.rsplit(" ", 1)[1])
+        for _ in range(48):
+            client = socket.socket()
+            # A browser that reads nothing: once the kernel's queue toward it is full
+            # (a few MiB), the relay stops taking the stream's bytes, and they wait.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect(("127.0.0.1", port))
+            client.sendall(b"GET / HTTP/1.1\r\nHost: " + host_field(port) + b"\r\n\r\n")
+            clients.append(client)
+        said = laptop.process.wait_line("far: reset ", "stderr")
+        assert "over the link's budget of 67108864 bytes held" in said
+        assert laptop.process.popen.poll() is None
+        # And it still serves: a new connection gets its answer.
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as probe:
+            probe.sendall(b"GET / HTTP/1.1\r\nHost: " + host_field(port) + b"\r\n\r\n")
+            assert probe.recv(64).startswith(b"HTTP/1.1 200 ")
+    finally:
+        for client in clients:
+            client.close()
+        assert laptop.stop() == 0

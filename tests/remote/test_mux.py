@@ -4,6 +4,7 @@ process: streams, credit, and what the link's end does to them."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,8 +12,15 @@ from contextlib import asynccontextmanager
 import pytest
 
 from sandbridge.exceptions import RemoteLinkError
-from sandbridge.protocol.remote_wire import STREAM_WINDOW, Apps, FarApp, OpenStream, Role
-from sandbridge.remote.mux import Mux, MuxStream
+from sandbridge.protocol.remote_wire import (
+    STREAM_WINDOW,
+    Apps,
+    FarApp,
+    OpenControl,
+    OpenStream,
+    Role,
+)
+from sandbridge.remote.mux import LINK_HELD_BUDGET, Mux, MuxStream
 from sandbridge.remote.transport import Link, LinkWriter
 
 
@@ -157,5 +165,79 @@ def test_frames_of_many_streams_in_one_turn_reach_the_link_as_one_write() -> Non
                 f"to {s.id}".encode() for s in streams
             ]
             assert len(counting.writes) == 1
+
+    asyncio.run(check())
+
+
+def test_unread_streams_together_hold_no_more_than_the_links_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hostile far side fills every stream the laptop opens with its whole window while
+    nothing reads them: 1,024 streams would be 2 GiB waiting on the laptop. Past the
+    link's budget the stream holding the most is reset; the rest keep their bytes."""
+    streams = LINK_HELD_BUDGET // STREAM_WINDOW + 8
+    payload = bytes(range(256)) * (STREAM_WINDOW // 256)
+    written: list[asyncio.Task[None]] = []
+
+    def on_open(stream: MuxStream, event: OpenStream) -> None:
+        stream._mux.opened(stream)
+        written.append(asyncio.create_task(stream.write(payload)))
+
+    async def check() -> None:
+        async with linked(on_open) as (laptop, far, _):
+            opened = [await laptop.open("web", 80) for _ in range(streams)]
+            await asyncio.gather(*written, return_exceptions=True)
+            # The link keeps its order: once this list is in, every DATA before it is too.
+            arrived = asyncio.Event()
+            laptop._on_apps = lambda apps: arrived.set()
+            far.send_apps(())
+            await arrived.wait()
+            assert laptop.held <= LINK_HELD_BUDGET
+            reset = [s for s in opened if s.lost is not None]
+            assert len(reset) >= streams - LINK_HELD_BUDGET // STREAM_WINDOW
+            assert all("budget" in str(s.lost) for s in reset)
+            kept = [s for s in opened if s.lost is None]
+            assert sum(s.held for s in kept) == laptop.held
+            for stream in kept:  # what was kept is whole, and reads as sent
+                received = bytearray()
+                while len(received) < len(payload):
+                    received += await stream.read()
+                assert received == payload
+            assert laptop.held == 0
+
+    caplog.set_level(logging.DEBUG, logger="sandbridge")
+    asyncio.run(check())
+    # Said once, however many streams the peer filled: no flood on the owner's terminal.
+    said = [r for r in caplog.records if "remote.held_budget" in r.getMessage()]
+    assert len(said) >= 8
+    assert [r.levelno for r in said].count(logging.WARNING) == 1
+
+
+def test_the_far_side_holds_no_more_than_the_links_budget_either() -> None:
+    """The same budget on the far side: a hostile laptop filling its streams' windows."""
+    streams = LINK_HELD_BUDGET // STREAM_WINDOW + 8
+    accepted: list[MuxStream] = []
+
+    def on_open(stream: MuxStream, event: OpenStream | OpenControl) -> None:
+        if isinstance(event, OpenControl):
+            stream._mux.refuse(stream, "no control here")
+            return
+        accepted.append(stream)
+        stream._mux.opened(stream)
+
+    async def check() -> None:
+        async with linked(on_open) as (laptop, far, _):
+            opened = [await laptop.open("web", 80) for _ in range(streams)]
+            results = await asyncio.gather(
+                *(s.write(b"x" * STREAM_WINDOW) for s in opened), return_exceptions=True
+            )
+            assert not [r for r in results if r is not None]
+            # A round trip after the data: the far side has taken every frame before it.
+            with pytest.raises(ConnectionRefusedError):
+                await laptop.open_control("web")
+            assert far.held <= LINK_HELD_BUDGET
+            assert sum(s.lost is not None for s in accepted) >= streams - (
+                LINK_HELD_BUDGET // STREAM_WINDOW
+            )
 
     asyncio.run(check())

@@ -283,6 +283,27 @@ def test_known_hosts_markers_and_patterns_do_not_trust_the_key(
     assert "refusing" in refusal(sshd)
 
 
+def test_a_key_known_only_for_the_address_a_name_resolves_to_is_not_trusted(
+    sshd: Sshd,
+) -> None:
+    """OpenSSH looks the host key up by the name it connects to (HostName, or a
+    HostKeyAlias), never by the address that name resolved to (CheckHostIP is off by
+    default; on, an address only warns). asyncssh took a line for either: whoever made
+    the name resolve to a machine of theirs that known_hosts lists by address (a
+    compromised teammate's box once reached by IP; an mDNS answer on the LAN for
+    `build-box.local`) was taken for the far machine."""
+    sshd.known_hosts_path.write_text(known_hosts_line(sshd.port, sshd.host_key))
+    with sshd.config_path.open("a") as config:
+        config.write(
+            "Host far\n  HostName localhost\n"
+            f"  Port {sshd.port}\n  User {sshd.user}\n  IdentityFile {sshd.user_key_path}\n"
+            "  IdentitiesOnly yes\n  IdentityAgent none\n"
+            f"  UserKnownHostsFile {sshd.known_hosts_path}\n"
+        )
+    message = refusal(sshd)
+    assert f"the host key of [localhost]:{sshd.port} is unknown" in message
+
+
 def test_a_host_key_alias_is_looked_up_without_the_port(sshd: Sshd) -> None:
     """OpenSSH looks a HostKeyAlias up as it is, whatever the port."""
     sshd.known_hosts_path.write_text(f"build-box {_public(sshd.host_key)}\n")

@@ -252,3 +252,48 @@ def test_a_stream_already_ended_when_attached_is_lost_at_once() -> None:
             assert str(late.lost[0]) == "gone"
 
     asyncio.run(check())
+
+
+def test_bytes_kept_for_want_of_credit_count_toward_the_links_budget() -> None:
+    """A peer that credits nothing back: what each stream's protocol writes beyond its
+    credit is kept on this side (up to the pause and the protocol's last write, per
+    stream, on up to 1,024 streams). That counts toward the link's budget too, and past
+    it the stream keeping the most is reset; the link goes on."""
+    budget = 8 * 1024 * 1024
+    streams = 12
+    far_ends: list[Recorder] = []
+
+    def on_open(stream: MuxStream, event: OpenStream | wire.OpenControl) -> None:
+        far_ends.append(Recorder())
+        StreamTransport(stream._mux, stream, far_ends[-1])
+        _transport(far_ends[-1]).pause_reading()  # takes nothing: credits nothing
+        stream._mux.opened(stream)
+
+    async def check() -> None:
+        a, b = socket.socketpair()
+        laptop_link, far_link = await link_over(a), await link_over(b)
+        laptop = Mux(laptop_link, Role.LAPTOP, held_budget=budget)
+        far = Mux(far_link, Role.FAR, on_open=on_open, held_budget=2**40)
+        await asyncio.gather(laptop.handshake(), far.handshake())
+        tasks = [asyncio.create_task(laptop.run()), asyncio.create_task(far.run())]
+        try:
+            near: list[Recorder] = []
+            for _ in range(streams):
+                near.append(Recorder())
+                StreamTransport(laptop, await laptop.open("web", 80), near[-1])
+                _transport(near[-1]).write(b"x" * (STREAM_WINDOW + 1024 * 1024))
+                assert laptop.held <= budget
+            reset = [r for r in near if _transport(r).is_closing()]
+            assert len(reset) >= streams - budget // (1024 * 1024)
+            for lost in reset:
+                await lost.until(lambda lost=lost: lost.lost)
+                assert "budget" in str(lost.lost[0])
+            kept = [_transport(r) for r in near if r not in reset]
+            assert laptop.held == sum(t.get_write_buffer_size() for t in kept)
+            assert laptop.closed is None
+        finally:
+            await laptop_link.close()
+            await far_link.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(check())

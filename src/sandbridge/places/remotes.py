@@ -34,8 +34,13 @@ RECORD = "machine.json"
 # The live connect's terminal control socket, in its own 0700 machine directory: the
 # laptop's ``sandbridge terminal ... HOST:...`` commands reach the far sessions through it.
 CONTROL = "control.sock"
-# A machine record lists at most a few hundred apps: anything bigger was not written by us.
-MAX_RECORD_BYTES = 1024 * 1024
+# A machine record holds what one APPS frame (1 MiB) said, written out: each app's base
+# path twice (as itself and in its URL) and each far text as JSON escapes (a 4-byte
+# character, sent raw, is written as 12 bytes), so up to about three times the frame:
+# anything bigger was not written by us. At 1 MiB, the records a far side could cause
+# were not read back, and its machine vanished from ls and the dashboard while connect
+# went on serving its apps.
+MAX_RECORD_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

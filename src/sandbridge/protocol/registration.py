@@ -31,6 +31,10 @@ from sandbridge.protocol.sandbox_requests import UNREGISTER
 # Everything else (whitespace, controls, "?", "#", non-ASCII, quotes) is refused.
 _PATH_CHARS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# Whitespace (str.isspace's, which re's \s is) and C0 controls and DEL: one search, not a
+# Python step per character: a far side's APPS list carries up to 1,024 base paths of
+# 1 KiB, each list checked on the laptop's event loop as it arrives, at the link's speed.
+_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +58,7 @@ def normalize_base_path(value: object) -> str:
         )
     if not value.startswith("/"):
         raise RegistrationError(f"base_path must start with '/', got {value!r}")
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    if _SPACE_OR_CONTROL.search(value):
         raise RegistrationError(
             f"base_path must not contain whitespace or control characters, got {value!r}"
         )

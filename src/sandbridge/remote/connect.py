@@ -38,6 +38,7 @@ from sandbridge.exceptions import (
     UpstreamError,
 )
 from sandbridge.places.remotes import CONTROL, RemoteAppRecord, RemoteEntry
+from sandbridge.protocol.limits import WindowLimit
 from sandbridge.protocol.remote_wire import Apps, Described, FarApp, Role
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.channel import Channel
@@ -65,6 +66,12 @@ APPLY_INTERVAL_SECONDS = 0.5
 # A change of more apps than this is said in one line, not a line per app: a hostile far
 # side alternating two long lists must not flood the owner's terminal.
 MAX_APP_LINES = 16
+# Lines about a machine's apps (added, gone, a summary) said in any minute: a far side
+# alternating two short lists would otherwise make 16 lines per list, 32 a second for
+# as long as it likes, each a write on connect's one event loop. Beyond this the lines
+# are counted and the count said with the next line that fits. An honest machine says
+# a few lines when it connects (a summary past 16 apps) and one as an app comes or goes.
+APP_LINES_PER_MINUTE = 60
 
 
 class RemoteConnector(UpstreamConnector):
@@ -119,9 +126,29 @@ class Machine:
         # The far sessions as the far side last described them, for the dashboard.
         self._described: Described = ()
         self._changed = asyncio.Event()
+        self._app_lines = WindowLimit(APP_LINES_PER_MINUTE, 60.0)
+        self._unsaid = 0  # app lines over the budget, not said yet
 
     def _say(self, line: str) -> None:
         print(f"sandbridge: {self.name}: {line}", file=self._out, flush=True)
+
+    def _say_app(self, line: str | None) -> None:
+        """Say ``line`` about the apps within :data:`APP_LINES_PER_MINUTE` (else count
+        it); first, the count of those not said, if there is room for it."""
+        now = time.monotonic()
+        if self._unsaid and self._app_lines.admit(now):
+            self._say(f"({self._unsaid} lines about its apps were not shown)")
+            self._unsaid = 0
+        if line is not None:
+            if self._app_lines.admit(now):
+                self._say(line)
+                return
+            if not self._unsaid:  # the budget is spent: said once, beyond it
+                self._say(
+                    f"more lines about its apps this minute are counted, not shown (over "
+                    f"{APP_LINES_PER_MINUTE} a minute; sandbridge ls lists them)"
+                )
+            self._unsaid += 1
 
     async def run(self) -> int:
         """Serve the machine until it is gone for good (1) or the task is cancelled; with
@@ -210,7 +237,7 @@ class Machine:
             await self.listeners[app].close()
             del self.listeners[app]
             if each:
-                self._say(f"{app.session} port {app.port} is gone")
+                self._say_app(f"{app.session} port {app.port} is gone")
         unserved: list[OSError] = []
         private_said = 0
         for app in added:
@@ -230,17 +257,25 @@ class Machine:
             # says a local one's, and never written (the ls record is token-free); so it
             # is said even in a burst, for the first MAX_APP_LINES private apps of it.
             if each or (app.private and private_said < MAX_APP_LINES):
-                self._say(f"{app.session} port {app.port} -> {listener.app.url}")
+                self._say_app(f"{app.session} port {app.port} -> {listener.app.url}")
                 private_said += app.private
         if not each:
-            self._say(
+            self._say_app(
                 f"{len(added) - len(unserved)} apps added, {len(gone)} gone "
                 f"({len(self.listeners)} served; sandbridge ls lists them)"
             )
         if unserved:
             # Tried again with the next list; one line, however many failed.
-            self._say(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
+            self._say_app(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
+        self._say_app(None)  # the count of lines not said, if it fits now
+        self._forget_unused_scopes()
         self._record(True)
+
+    def _forget_unused_scopes(self) -> None:
+        # Only the sessions served now keep a scope: a far side naming fresh sessions in
+        # every list must not leave one per name ever listed (memory without bound).
+        in_use = {(app.session, app.private) for app in self.listeners}
+        self._scopes = {key: scope for key, scope in self._scopes.items() if key in in_use}
 
     def _record(self, connected: bool) -> None:
         if self._entry is None:
@@ -268,4 +303,5 @@ class Machine:
         listeners, self.listeners = list(self.listeners.values()), {}
         for listener in listeners:
             await listener.close()
+        self._forget_unused_scopes()
         self._record(False)

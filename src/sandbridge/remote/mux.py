@@ -7,7 +7,10 @@ One task reads the link (:meth:`Mux.run`) and hands each stream its bytes; every
 is read and written by its own task. A stream holds at most one window of received
 bytes (the peer may not send more before this side credits them back, which happens
 as :meth:`MuxStream.read` hands them on), and :meth:`MuxStream.write` waits for credit:
-a stalled browser or app stops its own stream and no other, and memory stays bounded.
+a stalled browser or app stops its own stream and no other, and memory stays bounded:
+what all streams hold together (unread, or kept for want of credit) stays within
+:data:`LINK_HELD_BUDGET` (past it, the stream holding the most is reset), however many
+windows a hostile peer fills or leaves uncredited.
 When the link ends, every stream ends with it: readers see the end, writers a
 ``ConnectionResetError``.
 """
@@ -31,6 +34,14 @@ LINK_READ_BYTES = 256 * 1024
 # the mux waits for the link to drain before a stream transport sends more: what a slow
 # link leaves queued stays this small, whatever the streams' credit would allow.
 LINK_BACKLOG_BYTES = 256 * 1024
+# Bytes held for all of a link's streams: received and not yet taken by their readers,
+# or written and kept for want of credit. The protocol lets each stream hold one window
+# (2 MiB), so a peer filling 1,024 streams nobody reads would make this side hold 2 GiB;
+# past this budget the stream holding the most (the slowest reader: a stalled browser,
+# app or peer) is reset instead, so one link costs at most this much whatever the peer
+# does. 32 full windows: more stalled bulk
+# streams at once than one person's browser keeps on one machine.
+LINK_HELD_BUDGET = 64 * 1024 * 1024
 # The peer's HELLO must arrive within this long after the link opened: a command that
 # reaches no serve-stdio (a shell's banner, a wrong path) is said so, not waited on.
 HELLO_TIMEOUT = 20.0
@@ -63,6 +74,8 @@ class MuxStream:
         self._credit = asyncio.Event()
         self.answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._sink: StreamSink | None = None
+        self.held = 0  # bytes received and not yet taken by the reader (Mux.held's share)
+        self.unsent = 0  # bytes its transport was given and keeps for want of credit
 
     def attach(self, sink: StreamSink) -> None:
         """Give the stream's events to ``sink`` from now on (what was received and not
@@ -83,7 +96,7 @@ class MuxStream:
             self._readable.clear()
             await self._readable.wait()
         data = self._chunks.popleft()
-        self._mux.write_now(self._mux.state.consumed(self.id, len(data)))
+        self._mux.consumed(self, len(data))
         return data
 
     async def write(self, data: bytes) -> None:
@@ -138,6 +151,8 @@ class MuxStream:
     def _end(self, reason: str) -> None:
         if self._lost is None:
             self._lost = reason
+        self._mux.release(self, self.held)  # the sink drops what it holds (ended)
+        self._mux.queued(self, -self.unsent)
         self._ended = True
         self._readable.set()
         self._credit.set()
@@ -165,8 +180,14 @@ class Mux:
         role: wire.Role,
         on_apps: Callable[[wire.Apps], None] | None = None,
         on_open: Callable[[MuxStream, wire.OpenStream | wire.OpenControl], None] | None = None,
+        held_budget: int = LINK_HELD_BUDGET,
     ) -> None:
         self.link = link
+        self.held_budget = held_budget
+        # Bytes held for its streams: received and not taken by their readers, or given
+        # to be sent and kept for want of credit; LINK_HELD_BUDGET bounds their sum.
+        self.held = 0
+        self._budget_said = False
         self.state = wire.LinkState(role)
         self._on_apps = on_apps
         self._on_open = on_open
@@ -343,6 +364,48 @@ class Mux:
     def send_apps(self, apps: tuple[wire.FarApp, ...], described: wire.Described = ()) -> None:
         self.write_now(self.state.send_apps(apps, described))
 
+    def consumed(self, stream: MuxStream, count: int) -> None:
+        """``stream``'s reader took ``count`` bytes: they are no longer held here, and
+        the peer gets its credit back as the link's state says."""
+        self.release(stream, count)
+        self.write_now(self.state.consumed(stream.id, count))
+
+    def release(self, stream: MuxStream, count: int) -> None:
+        """``count`` received bytes of ``stream`` are no longer held (taken, dropped)."""
+        count = min(count, stream.held)
+        stream.held -= count
+        self.held -= count
+
+    def queued(self, stream: MuxStream, change: int) -> None:
+        """``stream``'s transport keeps ``change`` bytes more (fewer, if negative) to
+        send once the peer credits them; call :meth:`check_budget` after a rise."""
+        change = max(change, -stream.unsent)
+        stream.unsent += change
+        self.held += change
+
+    def check_budget(self) -> None:
+        """Reset the streams holding the most until the link is within its budget."""
+        while self.held > self.held_budget:
+            victim = max(self._streams.values(), key=lambda s: s.held + s.unsent, default=None)
+            if victim is None or victim.held + victim.unsent == 0:
+                return
+            # Said once per link (then at debug level): each reset is a stream the
+            # peer filled, and a hostile peer must not flood the owner's terminal.
+            said = log.debug if self._budget_said else log.warning
+            self._budget_said = True
+            said(
+                "remote.held_budget",
+                link=self.link.description,
+                stream=victim.id,
+                held=victim.held,
+                unsent=victim.unsent,
+                budget=self.held_budget,
+            )
+            victim.reset(
+                f"over the link's budget of {self.held_budget} bytes held: this stream held "
+                f"{victim.held} its reader had not taken and {victim.unsent} not credited"
+            )
+
     def forget(self, stream: MuxStream) -> None:
         if self._streams.get(stream.id) is stream:
             del self._streams[stream.id]
@@ -370,7 +433,11 @@ class Mux:
             elif isinstance(event, wire.Refused | wire.Reset):
                 stream_or_none._end(event.reason)
             elif isinstance(event, wire.Data):
+                stream_or_none.held += len(event.data)
+                self.held += len(event.data)
                 stream_or_none._received(event.data)
+                if self.held > self.held_budget:
+                    self.check_budget()
             elif isinstance(event, wire.Credited):
                 stream_or_none._wake_writer()
             elif isinstance(event, wire.EndOfStream):

@@ -507,7 +507,13 @@ class _PortExactKnownHosts(asyncssh.SSHKnownHosts):
     that form, and so trusted a key for the port a ``@revoked [host]:port`` line revokes
     (the revocation was dropped with the first lookup), and the port a ``![host]:port``
     pattern excludes, whenever a line for the bare host (or ``*``) lists it. A
-    ``HostKeyAlias`` is looked up as it is, without the port, as OpenSSH does."""
+    ``HostKeyAlias`` is looked up as it is, without the port, as OpenSSH does.
+
+    And only the name is looked up, never the address it resolved to, as OpenSSH does
+    (``CheckHostIP`` is off by default, and on it only warns): asyncssh took a line for
+    either, so whoever could make the name resolve to a machine of theirs that known_hosts
+    lists by address (a compromised teammate's box once reached by IP, an mDNS answer on
+    the LAN) was taken for the far machine."""
 
     def __init__(self, alias: str | None) -> None:
         super().__init__()
@@ -516,4 +522,4 @@ class _PortExactKnownHosts(asyncssh.SSHKnownHosts):
     def match(self, host: str, addr: str, port: int | None) -> Any:
         if self._alias is not None and host == self._alias:
             return self._match(host, "", None)
-        return self._match(host, addr, port)
+        return self._match(host, "", port)

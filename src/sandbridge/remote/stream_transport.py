@@ -76,7 +76,7 @@ class StreamTransport(asyncio.Transport):
             self._held.append(data)
             return
         self._protocol.data_received(data)
-        self._mux.write_now(self._mux.state.consumed(self._id, len(data)))
+        self._mux.consumed(self._stream, len(data))
 
     def eof(self) -> None:
         self._peer_ended = True
@@ -105,7 +105,10 @@ class StreamTransport(asyncio.Transport):
                 return
         self._unsent.append(chunk)
         self._unsent_bytes += len(chunk)
+        self._mux.queued(self._stream, len(chunk))
         self._send()
+        if self._mux.held > self._mux.held_budget:
+            self._mux.check_budget()  # what waits for credit counts toward it too
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
@@ -125,6 +128,7 @@ class StreamTransport(asyncio.Transport):
                 chunk, rest = chunk[:credit], chunk[credit:]
                 unsent.appendleft(rest)
             self._unsent_bytes -= len(chunk)
+            mux.queued(self._stream, -len(chunk))
             mux.write_now(mux.state.send_data(self._id, chunk))
         if self._lost:
             return
@@ -171,7 +175,7 @@ class StreamTransport(asyncio.Transport):
         while held and not self._reading_paused and not self._lost:
             data = held.popleft()
             self._protocol.data_received(data)
-            self._mux.write_now(self._mux.state.consumed(self._id, len(data)))
+            self._mux.consumed(self._stream, len(data))
         if self._peer_ended and not held:
             self._give_eof()
 
@@ -192,6 +196,7 @@ class StreamTransport(asyncio.Transport):
             return
         self._closing = True
         self._held.clear()
+        self._mux.release(self._stream, self._stream.held)
         self._eof_wanted = True
         self._send()
 
