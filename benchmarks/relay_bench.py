@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -25,7 +26,14 @@ import time
 from pathlib import Path
 
 from benchmarks import paths, workloads
-from benchmarks.paths import PATHS, SANDBRIDGE, RelayPath, host_apps, wait_until_serving
+from benchmarks.paths import (
+    PATHS,
+    SANDBRIDGE,
+    RelayPath,
+    host_apps,
+    start_at_once,
+    wait_until_serving,
+)
 from benchmarks.remote_bench import measure_remote
 from benchmarks.remote_bench import table as remote_table
 from benchmarks.sessions import measure_sessions
@@ -268,10 +276,11 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         os.chmod(work, 0o755)  # noqa: S103
         files = make_files(work, args.smoke)
         ports = stack.enter_context(host_apps(work))
-        running: dict[str, RelayPath] = {}
-        for name in args.paths:
-            running[name] = PATHS[name](work, ports)
-            stack.callback(running[name].stop)
+        running = start_at_once(
+            {name: functools.partial(PATHS[name], work, ports) for name in args.paths}
+        )
+        for path in running.values():
+            stack.callback(path.stop)
         peaks = {
             name: stack.enter_context(workloads.PeakMemory(path.relay_pids, path.forks))
             for name, path in running.items()
