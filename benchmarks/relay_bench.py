@@ -36,7 +36,7 @@ from benchmarks.paths import (
 )
 from benchmarks.remote_bench import measure_remote
 from benchmarks.remote_bench import table as remote_table
-from benchmarks.sessions import measure_sessions
+from benchmarks.sessions import EGRESS_BYTES, EGRESS_DOWNLOADS, measure_sessions
 from benchmarks.sessions import table as sessions_table
 
 MIB = 1024 * 1024
@@ -375,12 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     args.websockets = [0, 500, 1000, 2000]
     args.apps = [1, 16, 64, 256]
     args.ttfb_samples, args.sse_events = 30, 100
-    args.sessions = (10, 8)  # starts of each kind, idle sessions
+    # starts of each kind, idle sessions, the egress session's downloads and their size
+    args.sessions = (10, 8, (EGRESS_DOWNLOADS, EGRESS_BYTES))
     if args.smoke:
         args.rounds, args.seconds = 1, 1.0
-        args.concurrency, args.websockets, args.apps = [1, 8], [0, 20], [1, 4]
+        # One point of the concurrency and registered-apps series (c=1 and c=64 are in the
+        # round already); the WebSocket one keeps two: the memory per socket is their difference.
+        args.concurrency, args.websockets, args.apps = [8], [0, 20], [4]
         args.ttfb_samples, args.sse_events = 3, 5
-        args.sessions = (2, 2)
+        args.sessions = (2, 2, (1, 8 * MIB))  # one egress download, of the smoke's 8 MiB
     if args.no_sessions:
         args.sessions = ()
     report = run(args)
