@@ -18,6 +18,12 @@ import pytest
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Relay, echo, host_port_of, request
 
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
+
+
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
 # A refusal names the bad value, cut short: never an echo of a whole hostile message.
 MAX_ERROR_LENGTH = 300
