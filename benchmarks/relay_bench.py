@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         # round already); the WebSocket one keeps two: the memory per socket is their difference.
         args.concurrency, args.websockets, args.apps = [8], [0, 20], [4]
         args.ttfb_samples, args.sse_events = 3, 5
-        args.sessions = (2, 2, (1, 8 * MIB))  # one egress download, of the smoke's 8 MiB
+        args.sessions = (1, 1, (1, 8 * MIB))  # one of each: a start, a session, a download
     if args.no_sessions:
         args.sessions = ()
     report = run(args)
