@@ -18,7 +18,7 @@ connections, so the relay's code is not evicted from the caches by one, and the 
 smaller; what is left is the relay's own cost per connection (docs/benchmarks.md, ninth round).
 
     python -m benchmarks.first_byte [--blocks 40] [--block 10] [--other base=../main/src] [--floor]
-                                    [--client curl|socket]
+                                    [--client curl|socket] [--no-warm-up]
 """
 
 from __future__ import annotations
@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         default="curl",
         help="a curl run per connection (as relay_bench), or connections from this process",
     )
+    parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="skip the 1 s of load each path gets first (a short run that claims no speed)",
+    )
     args = parser.parse_args(argv)
     measure = first_bytes if args.client == "curl" else socket_first_bytes
     with (
@@ -139,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             path = start()
             stack.callback(path.stop)
             urls[name] = path.http + "/1k"
-            workloads.wrk(urls[name], 16, 1)  # the warm-up relay_bench gives every path
+            if not args.no_warm_up:
+                workloads.wrk(urls[name], 16, 1)  # the warm-up relay_bench gives every path
         names = list(urls)
         blocks: dict[str, list[float]] = {name: [] for name in names}
         samples: dict[str, list[float]] = {name: [] for name in names}

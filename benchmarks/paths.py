@@ -7,6 +7,7 @@ URLs the client uses for each.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -16,9 +17,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from sandbridge.protocol.limits import MAX_V1_BODY_BYTES
 
@@ -130,6 +132,28 @@ class RelayPath:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(5)
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+Started = TypeVar("Started", bound=Stoppable)
+
+
+def start_at_once(starts: dict[str, Callable[[], Started]]) -> dict[str, Started]:
+    """Run every start at once (a path's start mostly waits: jupyter server takes seconds,
+    an SSH login its round trips), and return what each started, in ``starts``' order. If
+    one fails, every other that started is stopped and its error raised."""
+    with concurrent.futures.ThreadPoolExecutor(len(starts)) as pool:
+        starting = {name: pool.submit(start) for name, start in starts.items()}
+    started = {name: f.result() for name, f in starting.items() if f.exception() is None}
+    for future in starting.values():
+        if (failure := future.exception()) is not None:
+            for path in started.values():
+                path.stop()
+            raise failure
+    return started
 
 
 def _spawn(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -25,10 +26,17 @@ import time
 from pathlib import Path
 
 from benchmarks import paths, workloads
-from benchmarks.paths import PATHS, SANDBRIDGE, RelayPath, host_apps, wait_until_serving
+from benchmarks.paths import (
+    PATHS,
+    SANDBRIDGE,
+    RelayPath,
+    host_apps,
+    start_at_once,
+    wait_until_serving,
+)
 from benchmarks.remote_bench import measure_remote
 from benchmarks.remote_bench import table as remote_table
-from benchmarks.sessions import measure_sessions
+from benchmarks.sessions import EGRESS_BYTES, EGRESS_DOWNLOADS, measure_sessions
 from benchmarks.sessions import table as sessions_table
 
 MIB = 1024 * 1024
@@ -268,10 +276,11 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         os.chmod(work, 0o755)  # noqa: S103
         files = make_files(work, args.smoke)
         ports = stack.enter_context(host_apps(work))
-        running: dict[str, RelayPath] = {}
-        for name in args.paths:
-            running[name] = PATHS[name](work, ports)
-            stack.callback(running[name].stop)
+        running = start_at_once(
+            {name: functools.partial(PATHS[name], work, ports) for name in args.paths}
+        )
+        for path in running.values():
+            stack.callback(path.stop)
         peaks = {
             name: stack.enter_context(workloads.PeakMemory(path.relay_pids, path.forks))
             for name, path in running.items()
@@ -366,12 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     args.websockets = [0, 500, 1000, 2000]
     args.apps = [1, 16, 64, 256]
     args.ttfb_samples, args.sse_events = 30, 100
-    args.sessions = (10, 8)  # starts of each kind, idle sessions
+    # starts of each kind, idle sessions, the egress session's downloads and their size
+    args.sessions = (10, 8, (EGRESS_DOWNLOADS, EGRESS_BYTES))
     if args.smoke:
         args.rounds, args.seconds = 1, 1.0
-        args.concurrency, args.websockets, args.apps = [1, 8], [0, 20], [1, 4]
+        # One point of the concurrency and registered-apps series (c=1 and c=64 are in the
+        # round already); the WebSocket one keeps two: the memory per socket is their difference.
+        args.concurrency, args.websockets, args.apps = [8], [0, 20], [4]
         args.ttfb_samples, args.sse_events = 3, 5
-        args.sessions = (2, 2)
+        args.sessions = (1, 1, (1, 8 * MIB))  # one of each: a start, a session, a download
     if args.no_sessions:
         args.sessions = ()
     report = run(args)

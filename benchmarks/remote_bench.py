@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -38,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,7 @@ from benchmarks.paths import (
     free_port,
     host_apps,
     read_line,
+    start_at_once,
     wait_until_serving,
 )
 from tests.remote.sshd import Sshd, start_sshd
@@ -176,41 +178,53 @@ def _connect(name: str, work: Path, argv: list[str], source: Path | None = None)
         raise
 
 
+def _tunnel(config: str, far_host: str) -> RemotePath:
+    """``ssh -L`` from a free local port to the far app's port, once it serves the app."""
+    local = free_port()
+    tunnel = _spawn(
+        ["ssh", "-F", config, "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
+         "-L", f"127.0.0.1:{local}:127.0.0.1:{far_host.rsplit(':', 1)[1]}", ALIAS],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    path = RemotePath("ssh-L", f"http://127.0.0.1:{local}", far_host, [tunnel])
+    try:
+        wait_until_serving(path.url + "/1k")
+    except BaseException:
+        path.stop()
+        raise
+    return path
+
+
 def start_paths(
     work: Path, sshd: Sshd, far_xdg: Path, far_url: str, before: Path | None = None
 ) -> dict[str, RemotePath]:
+    """Every path, started at once (each SSH login takes its time; none waits for
+    another's)."""
     far_host = _netloc(far_url)
-    far_port = int(far_host.rsplit(":", 1)[1])
     config = str(sshd.config_path)
-    paths: dict[str, RemotePath] = {}
-    try:
-        paths["connect"] = _connect(
-            "connect",
-            work,
+    via = shlex.join(["ssh", "-F", config, "-o", "BatchMode=yes", ALIAS])
+    starts: dict[str, Callable[[], RemotePath]] = {
+        "connect": functools.partial(
+            _connect, "connect", work,
             [ALIAS, "-F", config, "--remote-command", serve_stdio_command(far_xdg)],
+        ),
+        "ssh-L": functools.partial(_tunnel, config, far_host),
+        "connect-via": functools.partial(
+            _connect, "connect-via", work, ["--via", f"{via} {serve_stdio_command(far_xdg)}"]
+        ),
+    }  # fmt: skip
+    if before is not None:
+        command = serve_stdio_command(far_xdg, before)
+        starts[BEFORE] = functools.partial(
+            _connect, BEFORE, work, [ALIAS, "-F", config, "--remote-command", command], before
         )
-        local = free_port()
-        tunnel = _spawn(
-            ["ssh", "-F", config, "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
-             "-L", f"127.0.0.1:{local}:127.0.0.1:{far_port}", ALIAS],
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        paths["ssh-L"] = RemotePath("ssh-L", f"http://127.0.0.1:{local}", far_host, [tunnel])
-        wait_until_serving(paths["ssh-L"].url + "/1k")
-        via = shlex.join(["ssh", "-F", config, "-o", "BatchMode=yes", ALIAS])
-        paths["connect-via"] = _connect(
-            "connect-via", work, ["--via", f"{via} {serve_stdio_command(far_xdg)}"]
-        )
-        paths["far-direct"] = RemotePath("far-direct", f"http://127.0.0.1:{far_port}", far_host)
-        if before is not None:
-            command = serve_stdio_command(far_xdg, before)
-            paths[BEFORE] = _connect(
-                BEFORE, work, [ALIAS, "-F", config, "--remote-command", command], before
-            )
-    except BaseException:
-        for path in paths.values():
-            path.stop()
-        raise
+    started = start_at_once(starts)
+    paths = {name: started[name] for name in ("connect", "ssh-L", "connect-via")}
+    paths["far-direct"] = RemotePath(
+        "far-direct", f"http://127.0.0.1:{far_host.rsplit(':', 1)[1]}", far_host
+    )
+    if before is not None:
+        paths[BEFORE] = started[BEFORE]
     return paths
 
 

@@ -278,12 +278,13 @@ def _measure_publish(work: Path, env: dict[str, str]) -> dict[str, object]:
         _stop([session])
 
 
-def _measure_egress(tmp: Path, env: dict[str, str]) -> dict[str, object]:
-    """One ``--net allow`` session downloading from a host service through the gate:
-    its shim's memory after the downloads, and whether it loaded the event loop."""
+def _measure_egress(tmp: Path, env: dict[str, str], downloads: int, size: int) -> dict[str, object]:
+    """One ``--net allow`` session downloading ``downloads`` times ``size`` bytes from a
+    host service through the gate: its shim's memory after the downloads, and whether it
+    loaded the event loop."""
     files = tmp / "egress-files"
     files.mkdir()
-    (files / "big.bin").write_bytes(os.urandom(EGRESS_BYTES))
+    (files / "big.bin").write_bytes(os.urandom(size))
     handler = functools.partial(_QuietFiles, directory=str(files))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -291,7 +292,7 @@ def _measure_egress(tmp: Path, env: dict[str, str]) -> dict[str, object]:
     url = f"http://{GATE_ADDRESS}:{port}/big.bin"
     download = f"curl -sSf -o /dev/null -w '%{{time_total}}' {url}"
     script = (
-        f'times=""; for i in $(seq {EGRESS_DOWNLOADS}); do t=$({download}) || exit 1; '
+        f'times=""; for i in $(seq {downloads}); do t=$({download}) || exit 1; '
         'times="$times $t"; done; echo "EGRESS DONE$times"; exec sleep 3600'
     )
     work = tmp / "egress-work"
@@ -308,8 +309,8 @@ def _measure_egress(tmp: Path, env: dict[str, str]) -> dict[str, object]:
         times = [float(t) for t in read_line(session, b"EGRESS DONE").split()[2:]]
         maps = Path(f"/proc/{shim}/maps").read_text()
         figures: dict[str, object] = {
-            "egress_bytes": EGRESS_DOWNLOADS * EGRESS_BYTES,
-            "egress_mib_s_median": round(EGRESS_BYTES / 2**20 / statistics.median(times)),
+            "egress_bytes": downloads * size,
+            "egress_mib_s_median": round(size / 2**20 / statistics.median(times)),
             "egress_shim_rss_kib": rss_kib(shim),
             "egress_shim_peak_rss_kib": rss_kib(shim, "VmHWM"),
             "egress_shim_event_loop": any(name in maps for name in EVENT_LOOP_LIBRARIES),
@@ -326,8 +327,11 @@ class _QuietFiles(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def measure_sessions(samples: int, count: int) -> dict[str, object]:
-    """The figures above; ``samples`` starts of each kind, ``count`` idle sessions."""
+def measure_sessions(
+    samples: int, count: int, egress: tuple[int, int] = (EGRESS_DOWNLOADS, EGRESS_BYTES)
+) -> dict[str, object]:
+    """The figures above; ``samples`` starts of each kind, ``count`` idle sessions,
+    ``egress`` the egress session's downloads and their size."""
     with tempfile.TemporaryDirectory(prefix="sandbridge-sessions-") as tmp:
         runtime = Path(tmp) / "xdg"
         runtime.mkdir(mode=0o700)
@@ -361,7 +365,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
             alone_shims = [rss_kib(pid) for pid in shims]
         finally:
             _stop(alone)
-        egress = _measure_egress(Path(tmp), env)
+        egress_figures = _measure_egress(Path(tmp), env, *egress)
         publish = _measure_publish(work, env)
     over = {
         kind: round(
@@ -376,7 +380,7 @@ def measure_sessions(samples: int, count: int) -> dict[str, object]:
         **served,
         "standalone_host_rss_kib_median": round(statistics.median(hosts)),
         "standalone_shim_rss_kib_max": max(alone_shims),
-        **egress,
+        **egress_figures,
         **publish,
     }
 

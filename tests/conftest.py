@@ -358,6 +358,37 @@ def relay(runtime_dir: Path) -> Iterator[Relay]:
     relay.stop()
 
 
+@contextlib.contextmanager
+def module_relay(
+    factory: pytest.TempPathFactory,
+    shim: list[str] | None = None,
+    shim_ready: str = "sandbridge: shim listening",
+    host_args: tuple[str, ...] = (),
+) -> Iterator[Relay]:
+    """A :class:`Relay` on a runtime dir of its own, for a module-scoped fixture: one
+    relay serves every test of a module whose tests each register apps of their own and
+    leave the relay serving (a relay's start is two processes' imports; a test that broke
+    it fails every test after it, loudly). ``shim`` gets the runtime dir's upstream.sock."""
+    runtime = factory.mktemp("relay") / "rt"
+    runtime.mkdir(mode=0o700)
+    shim_argv = None if shim is None else [*shim, str(runtime / "upstream.sock")]
+    relay = Relay(runtime, shim=shim_argv, shim_ready=shim_ready, host_args=host_args)
+    try:
+        yield relay
+    finally:
+        relay.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_app_port() -> Iterator[int]:
+    """The echo app for every test of a module (it keeps nothing between requests)."""
+    port = free_port()
+    app = Process([PYTHON, ECHO_APP, "--listen", str(port)])
+    app.wait_line("READY")
+    yield port
+    app.stop()
+
+
 # --- sandbox backends, and a user without privileges ---------------------------------
 
 BACKENDS = ["bwrap", "unshare"]

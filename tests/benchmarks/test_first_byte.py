@@ -17,7 +17,7 @@ from tests.conftest import run_module
 def test_short_run_reports_every_path_with_the_floor_relays(client: str) -> None:
     result = run_module(
         "benchmarks.first_byte",
-        *("--blocks", "4", "--block", "2", "--floor", "--client", client),
+        *("--blocks", "4", "--block", "2", "--floor", "--client", client, "--no-warm-up"),
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]

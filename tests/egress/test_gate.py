@@ -24,6 +24,12 @@ from sandbridge.egress.policy import PROXY_PORT, load_policy
 from sandbridge.protocol.egress_opening import encode_open
 from tests.conftest import free_port
 
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
+
+
 NAMES = {"app.test": "127.0.0.1", "public.test": "127.0.0.1"}
 
 

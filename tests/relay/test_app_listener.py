@@ -6,7 +6,10 @@ import hashlib
 import http.client
 import json
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from sandbridge.aio import event_loop
 from sandbridge.protocol.http.origin_policy import AppOrigin, new_label
@@ -20,9 +23,22 @@ from tests.conftest import (
     free_port,
     host_field,
     host_port_of,
+    module_relay,
     raw_exchange,
     request,
 )
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: each test registers apps of its own."""
+    with module_relay(tmp_path_factory) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
 
 
 def test_request_reaches_the_app_with_its_path_and_query(relay: Relay, app_port: int) -> None:

@@ -17,10 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Relay, host_port_of
+from tests.conftest import Relay, host_port_of, module_relay
 from tests.relay.test_lane import Browser, Script, ScriptedApp, answer_each, ok, scripted
 
 __all__ = ["scripted"]  # the fixture, used by name
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: each test registers apps of its own."""
+    with module_relay(tmp_path_factory) as relay:
+        yield relay
 
 
 def one_request(host_port: int, target: str = "/", method: str = "GET") -> bytes:

@@ -8,29 +8,26 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import Relay, host_field, host_port_of, request
+from tests.conftest import Relay, host_field, host_port_of, module_relay, request
 
 CAP = 2
 KEEPALIVE = 1.0
 
 
-@pytest.fixture
-def capped(runtime_dir: Path) -> Iterator[Relay]:
-    relay = Relay(
-        runtime_dir,
-        host_args=(
-            "--max-connections-per-app",
-            str(CAP),
-            "--keepalive-timeout",
-            str(KEEPALIVE),
-        ),
-    )
-    yield relay
-    relay.stop()
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: the cap is per app, and each test registers its own."""
+    options = ("--max-connections-per-app", str(CAP), "--keepalive-timeout", str(KEEPALIVE))
+    with module_relay(tmp_path_factory, host_args=options) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
 
 
 def get(port: int, extra: str = "") -> bytes:

@@ -27,7 +27,7 @@ from sandbridge.relay.channel import Channel
 from sandbridge.relay.lane import KeepAliveLane
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnector
-from tests.conftest import Relay, app_host, host_field, host_port_of
+from tests.conftest import Relay, app_host, host_field, host_port_of, module_relay
 from tests.protocol.http.test_exchange import CASES, HOST
 
 Script = Callable[[socket.socket, "ScriptedApp"], None]
@@ -110,15 +110,19 @@ def scripted(request: pytest.FixtureRequest) -> Iterator[Callable[[Script], Scri
         app.close()
 
 
-@pytest.fixture
-def fast_relay(runtime_dir: Path) -> Iterator[Relay]:
+@pytest.fixture(scope="module")
+def fast_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
     """A relay with short header and response timeouts and a long keep-alive."""
-    relay = Relay(
-        runtime_dir,
-        host_args=("--header-timeout", "1", "--response-timeout", "1", "--keepalive-timeout", "60"),
-    )
-    yield relay
-    relay.stop()
+    timeouts = ("--header-timeout", "1", "--response-timeout", "1", "--keepalive-timeout", "60")
+    with module_relay(tmp_path_factory, host_args=timeouts) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: each test registers apps of its own."""
+    with module_relay(tmp_path_factory) as relay:
+        yield relay
 
 
 class Browser:
@@ -500,36 +504,43 @@ def test_private_app_cookie_is_checked_on_every_kept_request(
 
 @pytest.mark.parametrize("kept", [False, True], ids=["first-request", "kept-connection"])
 def test_browser_reset_before_the_response_costs_nothing_else(
-    relay: Relay, scripted: Callable[[Script], ScriptedApp], kept: bool
+    runtime_dir: Path, scripted: Callable[[Script], ScriptedApp], kept: bool
 ) -> None:
-    def script(conn: socket.socket, app: ScriptedApp) -> None:
-        if kept:
-            app.read_request(conn)
-            conn.sendall(ok(b"first"))
-        app.read_request(conn)
-        app.go.wait(10)  # the browser is gone by now
-        conn.sendall(ok(b"late"))
-        app.read_request(conn)  # returns once the relay drops this connection
+    relay = Relay(runtime_dir)  # its own: the test stops its host to read all it said
+    try:
 
-    app = scripted(lambda conn, app: (answer_each if app.connections > 1 else script)(conn, app))
-    port = host_port_of(relay.register(app.port))
-    browser = Browser(port)
-    if kept:
-        assert browser.get()[2] == b"first"
-    browser.send("/late")
-    for _ in range(1 + kept):
-        assert app.arrived.acquire(timeout=10)  # the app has the request
-    browser.sock.setsockopt(
-        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
-    )
-    browser.close()  # a reset, not a close
-    app.go.set()
-    assert app.closed_by_relay.wait(10)
-    other = Browser(port)
-    assert other.get("/other")[2] == b"GET /other HTTP/1.1"
-    other.close()
-    stop_and_stderr = relay.host.stop(), relay.host.drain("stderr")
-    assert "Traceback" not in stop_and_stderr[1], stop_and_stderr[1]
+        def script(conn: socket.socket, app: ScriptedApp) -> None:
+            if kept:
+                app.read_request(conn)
+                conn.sendall(ok(b"first"))
+            app.read_request(conn)
+            app.go.wait(10)  # the browser is gone by now
+            conn.sendall(ok(b"late"))
+            app.read_request(conn)  # returns once the relay drops this connection
+
+        app = scripted(
+            lambda conn, app: (answer_each if app.connections > 1 else script)(conn, app)
+        )
+        port = host_port_of(relay.register(app.port))
+        browser = Browser(port)
+        if kept:
+            assert browser.get()[2] == b"first"
+        browser.send("/late")
+        for _ in range(1 + kept):
+            assert app.arrived.acquire(timeout=10)  # the app has the request
+        browser.sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+        )
+        browser.close()  # a reset, not a close
+        app.go.set()
+        assert app.closed_by_relay.wait(10)
+        other = Browser(port)
+        assert other.get("/other")[2] == b"GET /other HTTP/1.1"
+        other.close()
+        stop_and_stderr = relay.host.stop(), relay.host.drain("stderr")
+        assert "Traceback" not in stop_and_stderr[1], stop_and_stderr[1]
+    finally:
+        relay.stop()
 
 
 def test_pipelined_head_begun_behind_a_request_gets_the_header_timeout(

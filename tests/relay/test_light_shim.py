@@ -37,6 +37,7 @@ from tests.conftest import (
     host_port_of,
     is_sandbox_entry,
     memory_kib,
+    module_relay,
     processes_with,
     read_to_end,
     run_argv,
@@ -84,6 +85,13 @@ def sandbox(tmp_path: Path, xdg: Path) -> Iterator[Sandbox]:
         yield Sandbox(process, entry, host_port_of(str(report["urls"][0])), upstream)
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: its shim answers as the light shim must."""
+    with module_relay(tmp_path_factory) as relay:
+        yield relay
 
 
 def _exchange(sock: socket.socket, data: bytes) -> bytes:

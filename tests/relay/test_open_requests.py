@@ -11,12 +11,28 @@ import signal
 import socket
 import subprocess
 import termios
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW
-from tests.conftest import PYTHON, REPO, SANDBRIDGE, Relay, echo, host_port_of, request
+from tests.conftest import (
+    PYTHON,
+    REPO,
+    SANDBRIDGE,
+    Relay,
+    echo,
+    host_port_of,
+    module_relay,
+    request,
+)
+
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
+
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
 # A refusal names the bad value, cut short: never an echo of a whole hostile message.
@@ -51,6 +67,15 @@ def printing(runtime_dir: Path) -> Relay:
     return Relay(runtime_dir, host_args=("--open", "print"))
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay that prints opens, for the tests of single refusals: a refused open is
+    no open, and the bad snapshots that get as far as counting stay under
+    MAX_OPENS_PER_WINDOW."""
+    with module_relay(tmp_path_factory, host_args=("--open", "print")) as relay:
+        yield relay
+
+
 @pytest.mark.parametrize(
     ("message", "error"),
     [
@@ -73,12 +98,9 @@ def printing(runtime_dir: Path) -> Relay:
     ],
 )
 def test_hostile_open_message_is_refused_naming_the_value(
-    printing: Relay, message: bytes, error: str
+    refusing: Relay, message: bytes, error: str
 ) -> None:
-    try:
-        answer = _ask(printing.runtime_dir / "relay.sock", message)
-    finally:
-        printing.stop()
+    answer = _ask(refusing.runtime_dir / "relay.sock", message)
     assert answer["ok"] is False
     assert error in str(answer["error"])
     assert len(str(answer["error"])) <= MAX_ERROR_LENGTH
@@ -233,16 +255,13 @@ def test_html_snapshot_is_served_on_its_own_origin(printing: Relay) -> None:
         (b'{"type":"open","html_bytes":2}\ntoo long', "more than the 2 bytes of HTML"),
     ],
 )
-def test_bad_html_snapshot_is_refused(printing: Relay, data: bytes, error: str) -> None:
-    try:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.settimeout(15)
-            sock.connect(str(printing.runtime_dir / "relay.sock"))
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            answer = json.loads(sock.makefile("rb").read())
-    finally:
-        printing.stop()
+def test_bad_html_snapshot_is_refused(refusing: Relay, data: bytes, error: str) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(15)
+        sock.connect(str(refusing.runtime_dir / "relay.sock"))
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        answer = json.loads(sock.makefile("rb").read())
     assert answer["ok"] is False
     assert error in answer["error"]
 

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,19 @@ from sandbridge.aio import event_loop
 from sandbridge.protocol.limits import RELAY_SOCKET_RATE
 from sandbridge.protocol.registration import REQUEST_TYPES
 from sandbridge.relay.registration_server import RegistrationServer
-from tests.conftest import HELPER, Relay, echo, host_port_of
+from tests.conftest import HELPER, Relay, echo, host_port_of, module_relay
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: each test registers apps of its own."""
+    with module_relay(tmp_path_factory) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
 
 
 def _ask(path: Path, data: bytes, shutdown: bool = False) -> dict[str, object]:

@@ -5,9 +5,24 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterator
+
+import pytest
 
 from sandbridge.protocol import stream
-from tests.conftest import Relay
+from tests.conftest import Relay, module_relay
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: each test registers apps of its own."""
+    with module_relay(tmp_path_factory) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
 
 
 def _open(relay: Relay, opening: bytes) -> socket.socket:

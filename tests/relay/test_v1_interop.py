@@ -12,20 +12,27 @@ from pathlib import Path
 import pytest
 
 from sandbridge.protocol.limits import MAX_V1_BODY_BYTES
-from tests.conftest import PYTHON, REPO, Relay, echo, host_port_of, request
+from tests.conftest import PYTHON, REPO, Relay, echo, host_port_of, module_relay, request
 
 V1_SHIM = [PYTHON, str(REPO / "tests" / "peers" / "v1_shim.py")]
 
 
-@pytest.fixture
-def v1_relay(runtime_dir: Path) -> Iterator[Relay]:
-    relay = Relay(
-        runtime_dir,
-        shim=[*V1_SHIM, str(runtime_dir / "upstream.sock")],
-        shim_ready="v1 shim listening",
-    )
-    yield relay
-    relay.stop()
+@pytest.fixture(scope="module")
+def v1_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    with module_relay(tmp_path_factory, shim=V1_SHIM, shim_ready="v1 shim listening") as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    """One relay for the module: each test registers apps of its own."""
+    with module_relay(tmp_path_factory) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
+def app_port(shared_app_port: int) -> int:
+    return shared_app_port
 
 
 def test_host_falls_back_to_v1_and_serves_the_app(v1_relay: Relay, app_port: int) -> None:
