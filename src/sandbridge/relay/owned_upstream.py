@@ -164,6 +164,9 @@ class OwnedUpstream:
                     *minter_argv(user_fd, net_fd, minter_end.fileno()),
                     stdin=asyncio.subprocess.DEVNULL,
                     pass_fds=(user_fd, net_fd, minter_end.fileno()),
+                    # Not in the terminal's process group: a Ctrl-C is the session's to
+                    # handle; the minter ends when its channel closes.
+                    start_new_session=True,
                 )
             except BaseException:
                 host_end.close()
