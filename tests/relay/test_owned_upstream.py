@@ -21,7 +21,18 @@ import pytest
 from sandbridge.exceptions import StreamRefused, UpstreamError
 from sandbridge.relay import owned_upstream
 from sandbridge.relay.owned_upstream import OwnedUpstream, PendingOwnedUpstream
-from tests.conftest import PYTHON, REPO, Process, app_host, host_field, host_port_of, run_argv
+from tests.conftest import (
+    ECHO_APP,
+    NOBODY,
+    PYTHON,
+    REPO,
+    Nobody,
+    Process,
+    app_host,
+    host_field,
+    host_port_of,
+    run_argv,
+)
 
 FLAG_THIEF = str(REPO / "tests" / "apps" / "flag_thief.py")
 # ioctl(2) on a socket: a descriptor of the network namespace it was created in.
@@ -329,3 +340,24 @@ def test_a_minter_that_cannot_start_leaves_the_handoff_and_says_so(
         "upstream.owned_unavailable" in line and "nsenter: not found" in line
         for line in caplog.messages
     ), caplog.messages
+
+
+def test_an_unprivileged_owner_gets_its_minter_too(backend: str, nobody: Nobody) -> None:
+    # nsenter into a user namespace the owner's uid made needs no privilege of the host.
+    process = Process(
+        [*nobody.run_argv(backend), "--", "/usr/bin/python3", ECHO_APP, "--register", "4173"],
+        env=nobody.env,
+        cwd=str(nobody.work),
+    )
+    try:
+        report = json.loads(process.wait_line("READY", timeout=60).removeprefix("READY "))
+        port = host_port_of(str(report["urls"][0]))
+        assert get_within(port, ANSWER_BOUND) == 200
+        minter = minter_of(process.popen.pid)
+        status = Path(f"/proc/{minter}/status").read_text()
+        assert f"\nUid:\t{NOBODY}\t" in status
+        assert "\nCapEff:\t0000000000000000\n" in status
+        assert os.readlink(f"/proc/{minter}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    finally:
+        process.stop()
+    assert not [line for line in process.lines["stderr"] if "owned_unavailable" in line]

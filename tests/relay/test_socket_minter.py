@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import array
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -52,3 +54,17 @@ def test_a_request_the_host_never_makes_ends_the_minter(count: int) -> None:
     assert not thread.is_alive()
     assert host.recv(1) == b""  # nothing sent, the minter's end closed with it
     host.close()
+
+
+def test_the_minter_isolates_itself_before_it_serves() -> None:
+    # Non-dumpable (PR_GET_DUMPABLE 0), no new privileges, no capabilities left.
+    probe = (
+        "import ctypes; from sandbridge.relay.socket_minter import _isolate; _isolate(); "
+        "libc = ctypes.CDLL(None); print(libc.prctl(3, 0, 0, 0, 0), libc.prctl(39, 0, 0, 0, 0)); "
+        "print(open('/proc/self/status').read())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    assert out.splitlines()[0] == "0 1"
+    assert "\nCapEff:\t0000000000000000\n" in out and "\nCapPrm:\t0000000000000000\n" in out
