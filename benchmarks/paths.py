@@ -232,6 +232,13 @@ def _is_shim(pid: int) -> bool:
     return started or b"sandbridge.sandbox.entry" in argv[2:3]
 
 
+def _is_minter(pid: int) -> bool:
+    try:
+        return b"sandbridge.relay.socket_minter" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) -> RelayPath:
     """The real thing: host listener -> Unix socket -> shim in a bwrap sandbox -> app.
     ``extra``: more options of ``sandbridge run``."""
@@ -265,7 +272,8 @@ def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) 
     stream = read_line(process, b"http://").decode().strip().rstrip("/")
     drain(process)
     wait_until_serving(http + "/1k")
-    shim = [pid for pid in _descendants(process.pid) if _is_shim(pid)]
+    # The shim, and the socket minter the first connection started: the relay's CPU too.
+    shim = [pid for pid in _descendants(process.pid) if _is_shim(pid) or _is_minter(pid)]
     return RelayPath("sandbridge", http, stream, [process], [process.pid, *shim])
 
 

@@ -41,6 +41,12 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     return work, xdg
 
 
+# In a sandbox `run` starts, the host makes its app connections itself (relay/
+# owned_upstream.py) and never opens upstream.sock for them: what the sandbox puts there
+# changes nothing. For a sandbox another runtime starts, the host still connects to it,
+# checked: tests/relay/test_upstream.py, tests/relay/test_hostile_shim.py.
+
+
 def test_symlinked_upstream_socket_is_never_followed(
     dirs: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -50,16 +56,16 @@ def test_symlinked_upstream_socket_is_never_followed(
     listener.listen()
     with saboteur(*dirs, "symlink", str(host_service)) as report:
         status, _, body = request(host_port_of(str(report["victim_url"])))
-        assert status == 502 and b"symlink" in body
+        assert (status, body) == (200, b"ok")  # the app, reached without upstream.sock
         assert select.select([listener], [], [], 0)[0] == [], "the host connected to the target"
     listener.close()
 
 
 @pytest.mark.parametrize("action", ["file", "fifo"])
-def test_non_socket_upstream_is_refused(dirs: tuple[Path, Path], action: str) -> None:
+def test_non_socket_upstream_costs_the_apps_nothing(dirs: tuple[Path, Path], action: str) -> None:
     with saboteur(*dirs, action) as report:
         status, _, body = request(host_port_of(str(report["victim_url"])))
-        assert status == 502 and b"not a socket" in body
+        assert (status, body) == (200, b"ok")
 
 
 def test_cleanup_never_follows_links_out_of_the_runtime_dir(
@@ -75,11 +81,12 @@ def test_cleanup_never_follows_links_out_of_the_runtime_dir(
     assert list(xdg.iterdir()) == []
 
 
-def test_hostile_shim_in_the_sandbox_only_costs_its_own_requests(dirs: tuple[Path, Path]) -> None:
+def test_hostile_shim_in_the_sandbox_is_never_asked(dirs: tuple[Path, Path]) -> None:
     with saboteur(*dirs, "hostile-shim", HOSTILE_SHIM) as report:
         port = host_port_of(str(report["victim_url"]))
         for behaviour in ("garbage", "crlf-in-header", "bad-status", "unending-headers"):
-            assert request(port, path=f"/hostile/{behaviour}")[0] == 502
+            status, _, body = request(port, path=f"/hostile/{behaviour}")
+            assert (status, body) == (200, b"ok")  # the app's answer: the shim is not asked
         assert request(port, path="/fine")[0] == 200
 
 

@@ -264,3 +264,26 @@ def test_the_start_gate_opens_on_one_byte_and_stays_shut_when_closed() -> None:
 def test_the_start_gate_is_an_option_of_the_entry() -> None:
     options = entry._Options(["--upstream-socket", "/u.sock", "--start-fd=9", "--", "true"])
     assert options.start_fd == 9
+
+
+def test_the_entry_sends_its_network_namespace_and_closes_the_socket() -> None:
+    # The host makes its app connections from sockets of this namespace
+    # (relay/owned_upstream.py); the command never inherits the socket it came on.
+    host_end, entry_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fd = entry_end.detach()
+    entry._send_namespace(fd)
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    data, ancdata, _, _ = host_end.recvmsg(1, socket.CMSG_SPACE(4))
+    assert data == b"n" and len(ancdata) == 1
+    namespace = int.from_bytes(ancdata[0][2], "little")
+    mine = os.stat("/proc/self/ns/net")
+    assert (os.fstat(namespace).st_ino, os.fstat(namespace).st_dev) == (mine.st_ino, mine.st_dev)
+    os.close(namespace)
+    assert host_end.recv(1) == b""  # and nothing more: the entry's end is closed
+    host_end.close()
+
+
+def test_the_namespace_socket_is_an_option_of_the_entry() -> None:
+    options = entry._Options(["--upstream-socket", "/u.sock", "--namespace-fd=11", "--", "true"])
+    assert options.namespace_fd == 11

@@ -18,6 +18,7 @@ import asyncio
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbridge import log
 from sandbridge.aio import before_loop, untrusted_fds
@@ -35,6 +36,9 @@ from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
 from sandbridge.relay import handoff as handoff_
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.settings import ForwardingMode
+
+if TYPE_CHECKING:  # its type alone: the session makes one
+    from sandbridge.relay.owned_upstream import PendingOwnedUpstream
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
 UNIX_BUFFER_BYTES = 256 * 1024
@@ -153,16 +157,29 @@ async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Chan
 
 
 class UpstreamConnector:
-    """Opens upstream connections for a session, remembering which protocol works."""
+    """Opens upstream connections for a session, remembering which protocol works.
 
-    def __init__(self, socket_path: Path, protocol: ForwardingMode = ForwardingMode.AUTO) -> None:
+    With ``owned`` (a sandbox sandbridge runs itself) a stream is a connection the host
+    makes from a socket in the sandbox's network namespace (:mod:`.owned_upstream`), and
+    the shim is not asked; without it, or when that cannot start, the shim hands over
+    the app's socket."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        protocol: ForwardingMode = ForwardingMode.AUTO,
+        owned: PendingOwnedUpstream | None = None,
+    ) -> None:
         self.socket_path = socket_path
         self.protocol = protocol
+        self.owned = owned
 
     async def open(self, port: int) -> tuple[Channel, bytes] | None:
         """Open a stream to ``port``; ``None`` means: use v1 for this session."""
         if self.protocol is ForwardingMode.V1:
             return None
+        if self.owned is not None and (owned := await self.owned.get()) is not None:
+            return await owned.open(port), b""
         try:
             return await open_stream(self.socket_path, port)
         except NotStreamCapable:

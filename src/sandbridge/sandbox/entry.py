@@ -28,6 +28,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 
 from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
@@ -69,6 +70,26 @@ def _undumpable() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+
+
+def _send_namespace(fd: int) -> None:
+    """Send the host this sandbox's network namespace on the socket ``fd``, and close it:
+    before the command starts, so what the host gets is the entry's own. The host makes
+    its app connections from sockets in it (relay/owned_upstream.py); if this fails, the
+    host sees the socket closed and takes the shim's handoff instead."""
+    with socket.socket(fileno=fd) as channel:
+        try:
+            namespace = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            print(f"sandbridge: cannot open the network namespace: {exc}", file=sys.stderr)
+            return
+        try:
+            rights = struct.pack("i", namespace)
+            channel.sendmsg([b"n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+        except OSError as exc:
+            print(f"sandbridge: cannot send the network namespace: {exc}", file=sys.stderr)
+        finally:
+            os.close(namespace)
 
 
 def bind_gate_port(address: str, port: int) -> socket.socket:
@@ -301,8 +322,8 @@ def _allowed_to_start(fd: int) -> bool:
 class _Options:
     """The entry's command line, as the host writes it (``SandboxSpec.entry_argv``):
     ``--upstream-socket PATH [--gate ADDR] [--gate-port N]... [--publish V]...
-    [--publish-rule V]... [--terminal-fd N] [--start-fd N] -- CMD...``. Parsed by hand:
-    argparse costs the command's start more than all the rest of this module."""
+    [--publish-rule V]... [--terminal-fd N] [--start-fd N] [--namespace-fd N] -- CMD...``.
+    Parsed by hand: argparse costs the command's start more than all the rest of this module."""
 
     def __init__(self, argv: list[str]) -> None:
         self.upstream_socket: str | None = None
@@ -312,6 +333,7 @@ class _Options:
         self.publish_rule: list[str] = []
         self.terminal_fd: int | None = None
         self.start_fd: int | None = None
+        self.namespace_fd: int | None = None
         self.command: list[str] = []
         words = iter(argv)
         for word in words:
@@ -341,6 +363,8 @@ class _Options:
             self.terminal_fd = _number(name, value)
         elif name == "--start-fd":
             self.start_fd = _number(name, value)
+        elif name == "--namespace-fd":
+            self.namespace_fd = _number(name, value)
         else:
             raise ValueError(f"unrecognized argument: {name}")
 
@@ -383,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.terminal_fd is not None:  # never inherited by the command
         os.set_inheritable(args.terminal_fd, False)
     keep_inherited_descriptors()
+    if args.namespace_fd is not None:
+        _send_namespace(args.namespace_fd)
     if args.start_fd is not None and not _allowed_to_start(args.start_fd):
         return 1  # the host ended the run before its command could start
     command_process = _Command()

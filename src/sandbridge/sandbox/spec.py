@@ -49,6 +49,10 @@ class SandboxSpec:
     # host starts the sandbox while its host half is still being served (a thin client's
     # run, docs/daemon.md) and lets the command start once it is. ``None``: at once.
     start_fd: int | None = None
+    # An inherited socket on which the entry sends the host its network namespace before
+    # the command starts: the host then makes app connections no sandbox process holds
+    # (relay/owned_upstream.py). ``None``: the shim hands them over.
+    namespace_fd: int | None = None
     # An inherited descriptor (a memfd, :func:`environment_file`) the backend reads the
     # sandbox's environment from, so that no value is on a command line: every local user
     # can read /proc/PID/cmdline. ``None`` (``--dry-run``): the environment is inline.
@@ -186,6 +190,8 @@ class SandboxSpec:
         """The sandbox's first process: shim plus the user's command."""
         terminal = [] if self.terminal_fd is None else ["--terminal-fd", str(self.terminal_fd)]
         start = [] if self.start_fd is None else ["--start-fd", str(self.start_fd)]
+        if self.namespace_fd is not None:
+            start += ["--namespace-fd", str(self.namespace_fd)]
         return [
             sys.executable,
             *entry_interpreter_options(),

@@ -26,6 +26,7 @@ from sandbridge.protocol.sandbox_requests import APPS_LIMIT_PREFIX, AUTO_RATE_PR
 from sandbridge.relay.app import App
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.host_opener import HostOpener
+from sandbridge.relay.owned_upstream import PendingOwnedUpstream
 from sandbridge.relay.registration_server import ReadHtml, RegistrationServer, no_html
 from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
 from sandbridge.relay.snapshot import Snapshot
@@ -50,6 +51,9 @@ class HostSession:
     on_unregister: OnRegister | None = None
     # Serves the sandbox's open requests (docs/open.md); without it they are refused.
     opener: HostOpener | None = None
+    # A sandbox sandbridge runs itself: app connections the host owns alone
+    # (relay/owned_upstream.py) instead of the shim's handoff.
+    owned: PendingOwnedUpstream | None = None
     _registration: RegistrationServer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Each listener's registration (its optional process and auto fields), by host port.
@@ -71,7 +75,9 @@ class HostSession:
 
     async def start(self) -> None:
         self._scope = SessionScope(self.settings)
-        self._connector = UpstreamConnector(self.runtime_dir.upstream_socket, self.protocol)
+        self._connector = UpstreamConnector(
+            self.runtime_dir.upstream_socket, self.protocol, self.owned
+        )
         self._registration = RegistrationServer(
             self.runtime_dir.relay_socket,
             self.register,
@@ -333,6 +339,8 @@ class HostSession:
             await self._registration.close()
         await asyncio.gather(*(listener.close() for listener in self.listeners))
         await asyncio.gather(*(snapshot.close() for snapshot in self.snapshots))
+        if self.owned is not None:
+            await self.owned.close()
         self.listeners.clear()
         self.snapshots.clear()
         self._requests.clear()

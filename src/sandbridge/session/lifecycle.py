@@ -29,6 +29,7 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import EGRESS_SOCKET
 from sandbridge.relay.app import App
 from sandbridge.relay.host_opener import HostOpener, OpenSettings
+from sandbridge.relay.owned_upstream import PendingOwnedUpstream
 from sandbridge.relay.settings import RelaySettings
 from sandbridge.session.host import HostSession
 from sandbridge.session.options import SessionOptions, create_entry
@@ -138,6 +139,9 @@ async def open_session(
         settings=RelaySettings() if options.settings is None else options.settings,
         entry=entry,
         opener=opener,
+        owned=None
+        if options.namespace_channel is None
+        else PendingOwnedUpstream(options.namespace_channel),
     )
     gate: EgressGate | None = None
     policy = options.policy

@@ -45,6 +45,9 @@ class SessionOptions:
     policy: Policy | None = None
     # The host's end of the private channel to the sandbox's entry: terminals need it.
     terminal_channel: socket.socket | None = None
+    # The host's end of the socket pair on which the entry sends its network namespace:
+    # app connections the host owns alone (relay/owned_upstream.py).
+    namespace_channel: socket.socket | None = None
     # Another runtime's sandbox: terminals through terminal.sock in the runtime dir,
     # which ``sandbridge shim --terminals`` serves inside (docs/external-runtimes.md).
     terminal_socket: bool = False

@@ -41,7 +41,9 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
     """Run one sandbox session as ``options`` say (its workdir is the spec's); return the
     exit status. With ``daemon`` (a connection to the user's daemon) the daemon serves
     the host half; the sandbox is this process's either way."""
-    with prepared_sandbox(spec_factory, backend, options, runtime_path=runtime_path) as prepared:
+    with prepared_sandbox(
+        spec_factory, backend, options, runtime_path=runtime_path, own_upstream=daemon is None
+    ) as prepared:
         async with host_half(daemon, prepared.runtime_dir, prepared.options) as (entry, stop):
             if on_session is not None:
                 on_session(entry)
@@ -82,20 +84,37 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
     runtime_path: Path | None = None,
     pid: int | None = None,
     start_gate: bool = False,
+    own_upstream: bool = False,
 ) -> Iterator[PreparedSandbox]:
     """Make the runtime dir (of process ``pid``, default this one), the terminal channel
     and the environment's memfd (and with ``start_gate`` the pipe whose first byte lets
-    the command start: ``SandboxSpec.start_fd``), for the block's length; the runtime dir
-    is removed if the rest cannot be made."""
+    the command start: ``SandboxSpec.start_fd``; with ``own_upstream`` the socket pair on
+    which the entry sends its network namespace: ``SandboxSpec.namespace_fd``), for the
+    block's length; the runtime dir is removed if the rest cannot be made."""
     runtime_dir = RuntimeDir.create(runtime_path, pid)
     # The host's private channel to the sandbox entry, for starting terminal workers: an
     # inherited descriptor, never a path in the runtime dir (docs/terminals.md).
     host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with host_end, sandbox_end, contextlib.ExitStack() as sandbox_fds:
+    namespace_host, namespace_sandbox = (
+        socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if own_upstream else (None, None)
+    )
+    with (
+        host_end,
+        sandbox_end,
+        contextlib.ExitStack() as sandbox_fds,
+        contextlib.ExitStack() as own,
+    ):
         sandbox_fds.callback(sandbox_end.close)
+        inherited = [sandbox_end.fileno()]
+        if namespace_host is not None and namespace_sandbox is not None:
+            own.callback(namespace_host.close)  # the host half's, unless it never took it
+            sandbox_fds.callback(namespace_sandbox.close)
+            inherited.append(namespace_sandbox.fileno())
         try:
             spec = dataclasses.replace(
-                spec_factory(runtime_dir.path), terminal_fd=sandbox_end.fileno()
+                spec_factory(runtime_dir.path),
+                terminal_fd=sandbox_end.fileno(),
+                namespace_fd=None if namespace_sandbox is None else namespace_sandbox.fileno(),
             )
             # The environment's values (secrets among them) on a descriptor, not argv.
             env_fd = environment_file(env_payload(backend, spec))
@@ -119,10 +138,11 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
                 options,
                 workdir=spec.workdir,
                 terminal_channel=host_end,
+                namespace_channel=namespace_host,
                 command=tuple(spec.command),
             ),
             argv,
-            (sandbox_end.fileno(), env_fd, *gate),
+            (*inherited, env_fd, *gate),
             start_writer,
             sandbox_fds,
         )
