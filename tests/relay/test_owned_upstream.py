@@ -361,3 +361,48 @@ def test_an_unprivileged_owner_gets_its_minter_too(backend: str, nobody: Nobody)
     finally:
         process.stop()
     assert not [line for line in process.lines["stderr"] if "owned_unavailable" in line]
+
+
+def test_a_minter_that_fails_to_start_is_refused_never_the_handoff_then_started_again(
+    namespace: tuple[int, int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A minter that could not start (here an nsenter that fails; in an attack the owner's
+    # process limit, which the sandbox fills with processes of its own) left the session
+    # on the shim's handoff: the hole the minter closes, opened again at will.
+    tries = tmp_path / "tries"
+    failing = tmp_path / "bin"
+    failing.mkdir()
+    (failing / "nsenter").write_text(f"#!/bin/sh\necho try >> {tries}\nexit 1\n")
+    (failing / "nsenter").chmod(0o755)
+    real_path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", f"{failing}{os.pathsep}{real_path}")
+    host_end, entry_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    rights = namespace[0].to_bytes(4, "little")
+    entry_end.sendmsg([b"n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+    entry_end.close()
+
+    async def main() -> None:
+        pending = PendingOwnedUpstream(host_end, retry_seconds=3600)
+        try:
+            with pytest.raises(UpstreamError, match="the socket minter could not start: "):
+                await pending.get()
+            # Within the retry interval: refused at once, no minter spawned.
+            with pytest.raises(UpstreamError, match="the socket minter could not start: "):
+                await pending.get()
+            assert tries.read_text().count("try") == 1
+            pending._retry_at = 0.0  # the interval is over
+            with pytest.raises(UpstreamError):
+                await pending.get()
+            assert tries.read_text().count("try") == 2
+            # Once a minter can start, the session has its owned upstream after all.
+            os.environ["PATH"] = real_path
+            pending._retry_at = 0.0
+            owned = await pending.get()
+            assert owned is not None and owned.minter_pid is not None
+            channel = await owned.open(namespace[1])
+            assert await channel.read() == b"inside"
+            channel.abort()
+        finally:
+            await pending.close()
+
+    asyncio.run(main())

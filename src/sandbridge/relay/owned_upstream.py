@@ -54,6 +54,10 @@ NAMESPACE_TIMEOUT = 10.0
 MINT_TIMEOUT = 5.0
 # How long the session's end waits for the minter to exit after its channel closed.
 EXIT_TIMEOUT = 5.0
+# After a minter that could not start, app connections are refused for this long before
+# one starts a minter again: a sandbox keeping the owner's process limit full gets
+# refusals, not a process spawned per connection.
+RETRY_SECONDS = 1.0
 
 
 def namespace_type(fd: int) -> int:
@@ -319,34 +323,77 @@ class OwnedUpstream:
 
 class PendingOwnedUpstream:
     """The owned upstream of a session whose entry sends its namespace on ``channel``:
-    started by the first app connection that needs it (the namespace is there by then)."""
+    started by the first app connection that needs it (the namespace is there by then).
 
-    def __init__(self, channel: socket.socket) -> None:
+    The shim's handoff serves the session instead only where it has no owned upstream to
+    start: the entry sent no namespace (it does so before the command starts, so that is
+    never the sandbox's doing), or the host has no ``nsenter``. A minter that could not
+    start for any other reason (the owner's process limit, which the sandbox can keep
+    full with processes of its own; a minter that never answers) is no reason to take the
+    handoff, which the sandbox could then abuse: that connection gets a 502, and a later
+    one, :data:`RETRY_SECONDS` after at the soonest, starts a minter again."""
+
+    def __init__(self, channel: socket.socket, retry_seconds: float | None = None) -> None:
         channel.setblocking(False)
         self._channel: socket.socket | None = channel
         self._lock = asyncio.Lock()
         self._owned: OwnedUpstream | None = None
-        self._failed: str | None = None
+        self._namespace: int | None = None  # received, and kept until a minter starts
+        self._failed: str | None = None  # no owned upstream for this session: the handoff
+        self._retry_seconds = RETRY_SECONDS if retry_seconds is None else retry_seconds
+        self._not_started: str | None = None
+        self._retry_at = 0.0
 
     async def get(self) -> OwnedUpstream | None:
-        """The owned upstream, or ``None`` if it could not start (logged once): the
-        session then goes on with the shim's handoff."""
+        """The owned upstream, or ``None`` where the session has none (logged once): the
+        shim's handoff then serves it. Raises :class:`UpstreamError` while a minter cannot
+        start (see the class's docstring)."""
         async with self._lock:
-            if self._owned is None and self._failed is None and self._channel is not None:
+            if self._owned is not None or self._failed is not None:
+                return self._owned
+            if self._namespace is None:
+                assert self._channel is not None
                 # A cancelled first connection leaves the message for the next one.
                 try:
-                    self._owned = await OwnedUpstream.start(await receive_namespace(self._channel))
-                except (UpstreamError, SandboxError, OSError) as exc:
-                    self._failed = str(exc)
-                    log.warning("upstream.owned_unavailable", reason=self._failed)
-                self._channel.close()
-                self._channel = None
+                    self._namespace = await receive_namespace(self._channel)
+                except UpstreamError as exc:
+                    self._give_up(str(exc))
+                    return None
+                finally:
+                    if self._namespace is not None or self._failed is not None:
+                        self._channel.close()
+                        self._channel = None
+            loop = asyncio.get_running_loop()
+            if self._not_started is not None and loop.time() < self._retry_at:
+                raise UpstreamError(self._not_started)
+            try:
+                self._owned = await OwnedUpstream.start(os.dup(self._namespace))
+            except SandboxError as exc:  # no nsenter where the sandbox cannot write
+                self._give_up(str(exc))
+                return None
+            except (UpstreamError, OSError) as exc:
+                self._not_started = f"the socket minter could not start: {exc}"
+                self._retry_at = loop.time() + self._retry_seconds
+                log.warning("upstream.minter_not_started", reason=self._not_started)
+                raise UpstreamError(self._not_started) from None
+            os.close(self._namespace)
+            self._namespace = None
             return self._owned
+
+    def _give_up(self, reason: str) -> None:
+        self._failed = reason
+        log.warning("upstream.owned_unavailable", reason=reason)
+        if self._namespace is not None:
+            os.close(self._namespace)
+            self._namespace = None
 
     async def close(self) -> None:
         async with self._lock:
             if self._channel is not None:
                 self._channel.close()
                 self._channel = None
+            if self._namespace is not None:
+                os.close(self._namespace)
+                self._namespace = None
             if self._owned is not None:
                 await self._owned.close()
