@@ -3,7 +3,8 @@
 The local terminal goes into raw mode for the session and its exact termios settings
 are restored on every way out: the shell exiting, revocation, expiry, idle, a lost
 relay, SIGTERM/SIGHUP/SIGINT of the client, or an error. The shell's output is shown
-less its clipboard sequences (:mod:`~sandbridge.terminals.clipboard_filter`).
+less what would make the terminal act beyond its window
+(:mod:`~sandbridge.terminals.escape_filter`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import ChannelError, FrameError, SandbridgeError
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
-from sandbridge.terminals.clipboard_filter import ClipboardFilter
 from sandbridge.terminals.control import (
     first_line,
     parse_answer,
@@ -33,6 +33,7 @@ from sandbridge.terminals.control import (
     short_path,
     socket_of,
 )
+from sandbridge.terminals.escape_filter import EscapeFilter
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_HOST_TO_CLIENT, Kind
 from sandbridge.terminals.settings import HEARTBEAT
@@ -140,8 +141,8 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
     saved = termios.tcgetattr(stdin_fd) if os.isatty(stdin_fd) else None
     ending: list[Ending] = []
     done = asyncio.Event()
-    # The shell's output reaches the owner's terminal, never the owner's clipboard.
-    clipboard = ClipboardFilter()
+    # The shell's output reaches the owner's terminal window, nothing beyond it.
+    escapes = EscapeFilter()
 
     def finish(reason: str, status: int) -> None:
         if not ending:
@@ -181,7 +182,7 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
                 return
             message = receiver.open(frame.body)
             if message.type is MessageType.DATA:
-                shown = clipboard.feed(message.payload)
+                shown = escapes.feed(message.payload)
                 if shown:
                     await fd_io.write_all(stdout_fd, shown)
             elif message.type is MessageType.EXIT:
