@@ -16,7 +16,8 @@ delete) files on the host.
 
 Defence: :class:`EscapeFilter` (sans-I/O: bytes in, bytes out) parses the output as a
 terminal does (the DEC parser's states: an ESC or a C1 control starts a sequence
-anywhere, CAN and SUB cancel one, a string ends at BEL, ST, or the next control) and
+anywhere, CAN and SUB cancel one, a string ends at ST, an OSC also at BEL, or at the
+next control) and
 passes each sequence whole or drops it whole, across reads, by the rule below. A C1
 control counts in both forms: as UTF-8 (U+0080..U+009F, ``C2 80``..``C2 9F``) and as a
 raw byte 0x80..0x9F that cannot be part of a UTF-8 character there (``C3 9D``, "Ý",
@@ -34,6 +35,9 @@ is a character; a 0x9D after ASCII is OSC to a terminal in an 8-bit mode). Passe
 
 Everything else is dropped whole (introducer, parameters, string): any other OSC, DCS
 (tmux and screen passthrough, DECUDK, kitty remote control, iTerm2's), APC, PM, SOS.
+A passed string that something else than its terminator ends (CAN, or a sequence that
+may be dropped) is closed with an ST, so that nothing after it goes into it: what the
+terminal reads, filtered again, passes whole (``tests/terminals/test_escape_filter.py``).
 Held back at most: an unfinished sequence head (at most :data:`MAX_HEAD` bytes, else it
 is dropped), an unfinished status request or graphics head, a trailing incomplete UTF-8
 character; none of which a terminal acts on before it sees more.
