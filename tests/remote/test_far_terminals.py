@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import nacl.signing
 import pytest
 
+from sandbridge.remote import far_terminals
 from sandbridge.remote.far_terminals import (
     LINK_OPS,
     answer_refusal,
@@ -17,6 +19,7 @@ from sandbridge.remote.far_terminals import (
 )
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.approval import ANSWER_KINDS
+from sandbridge.terminals.journal import ANSWERED, ReservationJournal
 
 
 @pytest.mark.parametrize("op", sorted(LINK_OPS))
@@ -64,8 +67,10 @@ def test_other_ops_pass_unchanged() -> None:
 
 @pytest.fixture
 def far_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nacl.signing.SigningKey:
-    """This (far) machine's config dir, with a laptop's owner key in its owners file."""
+    """This (far) machine's config and state dirs (its journal), with a laptop's owner key
+    in its owners file."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     laptop = nacl.signing.SigningKey.generate()
     keys.trust_owner(keys.public_hex(laptop), "laptop")
     return laptop
@@ -96,3 +101,43 @@ def test_an_unsigned_or_strangers_deny_or_revoke_is_refused(
 
 def test_other_ops_need_no_signature(far_keys: nacl.signing.SigningKey) -> None:
     assert answer_refusal(b'{"op":"list"}', time.time()) is None
+
+
+def _answer_line(key: nacl.signing.SigningKey, op: str, request_id: str, now: float) -> bytes:
+    signed = approval.sign_answer(key, op, request_id, now)
+    return json.dumps({"op": op, "id": request_id, "signed": signed}).encode()
+
+
+@pytest.mark.parametrize("op", sorted(ANSWER_KINDS))
+def test_a_signed_deny_or_revoke_crosses_once(far_keys: nacl.signing.SigningKey, op: str) -> None:
+    # A copy of the owner's signed answer, sent again within its 5 minutes (by whoever
+    # saw it cross), is refused by its nonce, as a used approval is; a new one passes.
+    now = time.time()
+    line = _answer_line(far_keys, op, "web:0123abcd", now)
+    assert answer_refusal(line, now) is None
+    refusal = answer_refusal(line, now + 1)
+    assert refusal == ("used", f"this signed {op} was already taken; a copy of it is refused")
+    assert answer_refusal(_answer_line(far_keys, op, "web:0123abcd", now), now + 1) is None
+    taken = [r for r in ReservationJournal().ring.records() if r.get("state") == ANSWERED]
+    assert [(r["kind"], r["request"]) for r in taken] == [(op, "web:0123abcd")] * 2
+    assert all(r["expires"] == now + approval.MAX_CLOCK_SKEW for r in taken)
+
+
+def test_signed_answers_past_the_journals_bound_are_refused_not_forgotten(
+    far_keys: nacl.signing.SigningKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A journal (of 3 slots here, 256 in use) full of documents still valid refuses a new
+    # answer, and every answer it holds still refuses its copy: none was forgotten.
+    monkeypatch.setattr(far_terminals, "ReservationJournal", partial(ReservationJournal, slots=3))
+    now = time.time()
+    lines = [_answer_line(far_keys, "deny", f"web:{n:08x}", now) for n in range(4)]
+    assert [answer_refusal(line, now) for line in lines[:3]] == [None] * 3
+    full = answer_refusal(lines[3], now)
+    assert full is not None and full[0] == "journal_full", full
+    assert "3 approvals and signed answers are still valid" in full[1]
+    assert [answer_refusal(line, now + 1) for line in lines[:3]] == [
+        ("used", "this signed deny was already taken; a copy of it is refused")
+    ] * 3
+    # Once the oldest has expired, its slot is taken again.
+    later = now + approval.MAX_CLOCK_SKEW + 1
+    assert answer_refusal(_answer_line(far_keys, "deny", "web:0000000a", later), later) is None

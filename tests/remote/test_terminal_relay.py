@@ -12,13 +12,17 @@ import re
 import shlex
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pexpect
 import pytest
 
+from sandbridge.exceptions import ControlError
 from sandbridge.remote.terminal_relay import parse_first_line
+from sandbridge.terminals import approval, control, keys
+from sandbridge.terminals.control import Place
 from sandbridge.terminals.keys import create_key, public_hex
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, processes_with
 from tests.remote.test_connect import (
@@ -545,6 +549,45 @@ def test_over_the_link_only_an_owner_key_may_deny_or_revoke(
             assert answered.returncode == 0, answered.stderr
         events = [r["event"] for r in far.audit(approved.removeprefix("far:"))]
         assert events[-1] == "revocation"
+
+
+@contextlib.contextmanager
+def _as(user: LaptopUser) -> Iterator[None]:
+    """This process with ``user``'s XDG dirs (its owner key, its ``connect``)."""
+    saved = dict(os.environ)
+    os.environ.update(user.env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_a_copy_of_the_owners_signed_deny_or_revoke_crosses_no_more(
+    far: FarMachine, tmp_path: Path
+) -> None:
+    # The owner's signed answer is good for 5 minutes of the far clock; a copy of it sent
+    # again (here by a teammate's own connect) is refused by its nonce, as a used approval
+    # is, before it reaches the session.
+    with (
+        laptop_of(tmp_path, far.serve_stdio) as owner,
+        laptop_of(tmp_path, far.serve_stdio, name="teammate") as teammate,
+    ):
+        far.cli("terminal", "trust-owner", owner.owner_public_key(), "--name", "owner")
+        approved = _approved(owner)
+        pending = owner.cli("terminal", "request", "far:box", "--no-wait").stdout.strip()
+        box = Place("far", "box")
+        for op, request_id, state in (("revoke", approved, "revoked"), ("deny", pending, "denied")):
+            far_id = request_id.removeprefix("far:")
+            with _as(owner):
+                signed = approval.sign_answer(keys.owner_key(), op, far_id, time.time())
+                message = {"op": op, "id": far_id, "signed": signed}
+                assert control.call(box, message)["state"] == state
+            for sender in (teammate, owner):
+                with _as(sender), pytest.raises(ControlError) as refused:
+                    control.call(box, message)
+                assert refused.value.code == "used", refused.value
+                assert f"this signed {op} was already taken" in str(refused.value)
 
 
 def test_an_attach_proof_is_signed_only_for_the_session_asked(tmp_path: Path) -> None:

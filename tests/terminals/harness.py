@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import pexpect
 
+from sandbridge.terminals.attach import END_QUERY
 from sandbridge.terminals.pty_worker import descendants
 from tests.conftest import SANDBRIDGE, Process, processes_with, run_argv
 
@@ -126,12 +128,21 @@ def attach_child(env: dict[str, str], request_id: str, key: Path | None = None) 
     return child
 
 
+# What a terminal answers the client's query at the end (DA1: a VT220 with ANSI colour).
+END_ANSWER = "\x1b[?62;22c"
+
+
 def finish(child: pexpect.spawn) -> tuple[int, str]:
-    """Wait for the attach client to end; check its termios (``stty -g``) is exactly what it
-    was before; return its exit status and its last output."""
-    child.expect(r"EXIT:(\d+)")
+    """Wait for the attach client to end, answering its last query as a terminal does;
+    check its termios (``stty -g``) is exactly what it was before; return its exit status
+    and its last output."""
+    output = ""
+    if child.expect([re.escape(END_QUERY.decode()), r"EXIT:(\d+)"]) == 0:
+        output = child.before
+        child.send(END_ANSWER)
+        child.expect(r"EXIT:(\d+)")
     status = int(child.match.group(1))
-    output = child.before
+    output += child.before
     child.expect(STTY_MARK + r"(\S+)")
     assert child.match.group(1) == _STTY_BEFORE.pop(id(child)), "termios not restored"
     child.expect(pexpect.EOF)

@@ -206,12 +206,20 @@ def answer(kind: str = "revoke", key: nacl.signing.SigningKey = OWNER) -> dict[s
     return approval.sign_answer(key, kind, "web:0123abcd", NOW)
 
 
-def test_a_signed_answer_names_its_signer() -> None:
-    signer = approval.verify_answer(
-        answer(), kind="revoke", request_id="web:0123abcd",
+def test_a_signed_answer_names_its_signer_nonce_and_expiry() -> None:
+    document = answer()
+    taken = approval.verify_answer(
+        document, kind="revoke", request_id="web:0123abcd",
         signers=[public_hex(STRANGER), public_hex(OWNER)], now=NOW + 1,
     )  # fmt: skip
-    assert signer == public_hex(OWNER)
+    assert taken.signer == public_hex(OWNER)
+    assert taken.nonce == json.loads(document["body"])["nonce"]
+    assert taken.expires == NOW + approval.MAX_CLOCK_SKEW
+
+
+def _answer_with(**changes: object) -> dict[str, str]:
+    body = {**json.loads(answer()["body"]), **changes}
+    return approval._sign(OWNER, approval.ANSWER_CONTEXT, body)
 
 
 @pytest.mark.parametrize(
@@ -224,6 +232,8 @@ def test_a_signed_answer_names_its_signer() -> None:
         ("replayed later", answer, {"now": NOW + approval.MAX_CLOCK_SKEW + 1}, "expired"),
         ("from the future", answer, {"now": NOW - approval.MAX_CLOCK_SKEW - 1}, "expired"),
         ("an approval", signed, {}, "malformed"),
+        ("no nonce", lambda: _answer_with(nonce=None), {}, "malformed"),
+        ("a short nonce", lambda: _answer_with(nonce="ab"), {}, "malformed"),
     ],
 )  # fmt: skip
 def test_answer_refusals(

@@ -8,11 +8,19 @@ import pty
 import select
 import sys
 import termios
+import threading
+import time
 import tty
 
 import pytest
 
-from sandbridge.terminals.attach import Ending, describe, restore_terminal
+from sandbridge.terminals.attach import (
+    END_ANSWER_WAIT,
+    END_QUERY,
+    Ending,
+    describe,
+    restore_terminal,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,6 +53,49 @@ def test_input_left_for_the_sandbox_never_reaches_the_host_shell() -> None:
         assert _queued(slave) == len(b"rm -rf ~/build\r")
         restore_terminal(slave, saved)
         assert _queued(slave) == 0
+        assert termios.tcgetattr(slave) == saved
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_late_answer_to_the_sandboxs_query_never_reaches_the_host_shell() -> None:
+    # A terminal across a slow hop answers the sandbox's last query (a cursor report)
+    # after the terminal ended: the host shell read it. The client asks the terminal
+    # for its answers' end (DA1) and drops its input until that answer.
+    master, slave = pty.openpty()
+    try:
+        saved = termios.tcgetattr(slave)
+        tty.setraw(slave)
+
+        def slow_terminal() -> None:
+            seen = b""
+            while END_QUERY not in seen:  # the client's query reaches the terminal
+                seen += os.read(master, 64)
+            os.write(master, b"\x1b[12;40R")  # the late answer to the sandbox's query
+            os.write(master, b"\x1b[?62;22c")  # then the answer to the client's
+
+        terminal = threading.Thread(target=slow_terminal)
+        terminal.start()
+        restore_terminal(slave, saved, query_fd=slave)
+        terminal.join(timeout=10)
+        assert not terminal.is_alive()
+        assert _queued(slave) == 0
+        assert termios.tcgetattr(slave) == saved
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_terminal_that_never_answers_costs_the_wait_once() -> None:
+    master, slave = pty.openpty()
+    try:
+        saved = termios.tcgetattr(slave)
+        tty.setraw(slave)
+        started = time.monotonic()
+        restore_terminal(slave, saved, query_fd=slave)
+        assert END_ANSWER_WAIT <= time.monotonic() - started < END_ANSWER_WAIT + 5
+        assert os.read(master, 64) == END_QUERY
         assert termios.tcgetattr(slave) == saved
     finally:
         os.close(master)

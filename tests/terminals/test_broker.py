@@ -580,6 +580,47 @@ def test_a_requested_duration_is_listed_audited_and_kept_across_a_restart(tmp_pa
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
+def test_a_copy_of_a_signed_request_is_refused_also_after_a_restart(tmp_path: Path) -> None:
+    # Whoever saw a request cross (a far serve-stdio, a connect) could send it again:
+    # each copy was a new pending request in the requester's name.
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        path = entry.path / "terminals.json"
+        first = TerminalBroker(entry.id, entry.control_socket, None, pending_path=path)
+        await first.start()
+        owner = keys.owner_key()
+        try:
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+            document = approval.sign_request(owner, "web", instance, "", time.time())
+            message = {"op": "request", "request": document}
+            answer = await asyncio.to_thread(call, "web", message)
+            await asyncio.to_thread(call, "web", {"op": "deny", "id": answer["id"]})
+            with pytest.raises(ControlError) as copy:
+                await asyncio.to_thread(call, "web", message)
+            assert (copy.value.code, str(copy.value)) == (
+                "used", "this request was already taken; a copy is refused"
+            )  # fmt: skip
+            old = approval.sign_request(owner, "web", instance, "", time.time() - 400)
+            with pytest.raises(ControlError) as late:
+                await asyncio.to_thread(call, "web", {"op": "request", "request": old})
+            assert late.value.code == "expired" and "check the requester's clock" in str(late.value)
+        finally:
+            await first.close()
+        entry.control_socket.unlink()  # as the daemon does before serving it again
+        second = TerminalBroker(entry.id, entry.control_socket, None, pending_path=path)
+        await second.start()
+        try:
+            with pytest.raises(ControlError) as copy:
+                await asyncio.to_thread(call, "web", message)
+            assert copy.value.code == "used"
+            assert [r["state"] for r in second.listing()] == []  # the denied one is gone
+        finally:
+            await second.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
 def test_the_broker_tells_of_each_change_the_dashboard_shows(tmp_path: Path) -> None:
     async def scenario() -> None:
         entry = SessionEntry.create("web", tmp_path)

@@ -575,3 +575,22 @@ def test_the_sandbox_cannot_reach_the_owners_clipboard(session: TerminalSession)
     assert child.before.endswith("\x1b]0;t\x07")  # a title is the window's own
     child.sendline("exit")
     assert finish(child)[0] == 0
+
+
+def test_the_sandbox_cannot_make_the_owners_terminal_act_beyond_its_window(
+    session: TerminalSession,
+) -> None:
+    # OSC 52 as a raw C1 byte (0x9D), a title report (typed back as input), iconify and
+    # resize, a tmux passthrough of OSC 52, a font query, a programmed F6 key (DECUDK);
+    # "Ý" (C3 9D) and a title pass.
+    child = session.attach(session.approved())
+    child.expect(PROMPT)
+    child.sendline(
+        r"printf 'A\23552;c;ZWNobw==\007B\033[21tC\033[2t\033[8;5;5tD"
+        r"\033Ptmux;\033\033]52;c;ZWNobw==\007\033\\E\033]50;?\007F\303\235G"
+        r"\033P0|17/70776e\033\\\033]2;t\007H-%s\n' $((6*7))"
+    )
+    child.expect("H-42\r\n")
+    assert child.before.endswith("ABCD\x1b\\EF\u00ddG\x1b]2;t\x07")
+    child.sendline("exit")
+    assert finish(child)[0] == 0

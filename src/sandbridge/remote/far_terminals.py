@@ -15,8 +15,9 @@ The owner's other ops on the same socket (``allow``, ``stop``, the egress answer
 an owner-signed approval, nothing else. A ``deny`` or ``revoke`` must carry the answer
 signed by an owner key this machine trusts (``"signed"``, :func:`answer_refusal`): a
 teammate's ``connect`` is an SSH login as this user too, and unsigned, it denied any
-request and revoked any terminal, the owner's included. Everything after that line is the
-broker's to check, as for any local client.
+request and revoked any terminal, the owner's included; and each signed answer crosses
+once (its nonce taken in the reservation journal, like an approval's). Everything after
+that line is the broker's to check, as for any local client.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import time
 
 from sandbridge import log
-from sandbridge.exceptions import ApprovalRefused, KeyFileError, SandbridgeError
+from sandbridge.exceptions import ApprovalRefused, JournalError, KeyFileError, SandbridgeError
 from sandbridge.places.registry import list_sessions
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.relay.channel import Channel
@@ -37,6 +38,7 @@ from sandbridge.terminals import keys
 from sandbridge.terminals.approval import ANSWER_KINDS, verify_answer
 from sandbridge.terminals.control import control_socket, short_path
 from sandbridge.terminals.control_line import MAX_CONTROL_LINE, refusal_line
+from sandbridge.terminals.journal import ReservationJournal
 
 # The control ops a laptop may send over the link: reading the requests, asking for a
 # terminal (signed by the requester's key), answering one (an approval signed by an
@@ -88,18 +90,25 @@ def check_first_line(line: bytes) -> str | None:
 def answer_refusal(line: bytes, now: float) -> tuple[str, str] | None:
     """Why a first line that passed :func:`check_first_line` may still not cross, as
     (code, message): a ``deny`` or ``revoke`` not signed by this machine's owner key or
-    one of its ``owners`` for the request it names, within the clock skew of ``now``."""
+    one of its ``owners`` for the request it names, within the clock skew of ``now``, or
+    a copy of one that crossed already (``used``: the reservation journal takes each
+    signed answer's nonce once, as it takes each approval's, until it expires; a journal
+    full of documents still valid refuses it, ``journal_full``). Blocking: the journal
+    fsyncs."""
     message = decode_json(line, max_bytes=MAX_CONTROL_LINE)
     op = message.get("op")
     if op not in ANSWER_KINDS:
         return None
+    request_id = str(message.get("id"))
     try:
         signers = {keys.public_hex(keys.owner_public_key()), *keys.trusted_owners()}
-        verify_answer(
-            message.get("signed"), kind=op, request_id=str(message.get("id")),
-            signers=signers, now=now,
-        )  # fmt: skip
-    except ApprovalRefused as exc:
+        answer = verify_answer(
+            message.get("signed"), kind=op, request_id=request_id, signers=signers, now=now
+        )
+        ReservationJournal().take_answer(
+            answer.nonce, answer.expires, {"kind": op, "request": request_id}, now
+        )
+    except (ApprovalRefused, JournalError) as exc:
         return exc.code, str(exc)
     except KeyFileError as exc:
         return "key_file", str(exc)
@@ -155,7 +164,7 @@ async def _gate(stream: MuxStream, session: str) -> bytes | None:
         log.info("remote.control_refused", session=session, error=why)
         await _refuse(stream, "malformed" if "JSON" in why else "not_over_the_link", why)
         return None
-    unsigned = answer_refusal(line, time.time())
+    unsigned = await asyncio.to_thread(answer_refusal, line, time.time())
     if unsigned is not None:
         log.info("remote.control_refused", session=session, error=unsigned[1])
         await _refuse(stream, *unsigned)

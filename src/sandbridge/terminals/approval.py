@@ -298,26 +298,41 @@ def sign_answer(
     return _sign(key, ANSWER_CONTEXT, body)
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An owner's signed deny or revoke, as :func:`verify_answer` admitted it."""
+
+    signer: str  # the owner key that signed it
+    nonce: str  # what the journal takes once (a copy of the answer is refused ``used``)
+    expires: float  # the last moment this machine's clock accepts it
+
+
 def verify_answer(
     document: object, *, kind: str, request_id: str, signers: Collection[str], now: float
-) -> str:
-    """The key of ``signers`` that signed ``document``, a ``kind`` of ``request_id``
-    signed within :data:`MAX_CLOCK_SKEW` of ``now`` (a copy replayed later is refused);
-    :class:`ApprovalRefused` with a documented code otherwise."""
+) -> Answer:
+    """``document``, a ``kind`` of ``request_id`` signed by one of ``signers`` within
+    :data:`MAX_CLOCK_SKEW` of ``now`` (a copy replayed later is refused; one replayed
+    sooner is the journal's to refuse, by its nonce); :class:`ApprovalRefused` with a
+    documented code otherwise."""
     if document is None:
         raise ApprovalRefused(
             "bad_signature", f"a {kind} over the remote link must be signed by an owner key"
         )
     body, signer = _open(document, ANSWER_CONTEXT, tuple(sorted(signers)), kind)
-    _fields(body, kind, request=str, created=float)
+    _fields(body, kind, request=str, created=float, nonce=str)
     if body["request"] != request_id:
         raise ApprovalRefused("wrong_request", f"the {kind} is for request {body['request']!r}")
-    if abs(float(body["created"]) - now) > MAX_CLOCK_SKEW:
+    if len(body["nonce"]) != NONCE_HEX:
+        raise ApprovalRefused(
+            "malformed", f"the {kind}'s nonce {body['nonce']!r:.40} is not {NONCE_HEX} hex digits"
+        )
+    created = float(body["created"])
+    if abs(created - now) > MAX_CLOCK_SKEW:
         raise ApprovalRefused(
             "expired", f"the {kind} was not signed within {MAX_CLOCK_SKEW:g}s of now: "
             "check the signer's clock",
         )  # fmt: skip
-    return signer
+    return Answer(signer, body["nonce"], created + MAX_CLOCK_SKEW)
 
 
 def attach_transcript(

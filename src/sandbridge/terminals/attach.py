@@ -3,7 +3,8 @@
 The local terminal goes into raw mode for the session and its exact termios settings
 are restored on every way out: the shell exiting, revocation, expiry, idle, a lost
 relay, SIGTERM/SIGHUP/SIGINT of the client, or an error. The shell's output is shown
-less its clipboard sequences (:mod:`~sandbridge.terminals.clipboard_filter`).
+less what would make the terminal act beyond its window
+(:mod:`~sandbridge.terminals.escape_filter`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import select
 import signal
 import termios
+import time
 import tty
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +28,6 @@ from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import ChannelError, FrameError, SandbridgeError
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
-from sandbridge.terminals.clipboard_filter import ClipboardFilter
 from sandbridge.terminals.control import (
     first_line,
     parse_answer,
@@ -33,6 +36,7 @@ from sandbridge.terminals.control import (
     short_path,
     socket_of,
 )
+from sandbridge.terminals.escape_filter import EscapeFilter
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_HOST_TO_CLIENT, Kind
 from sandbridge.terminals.settings import HEARTBEAT
@@ -140,8 +144,8 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
     saved = termios.tcgetattr(stdin_fd) if os.isatty(stdin_fd) else None
     ending: list[Ending] = []
     done = asyncio.Event()
-    # The shell's output reaches the owner's terminal, never the owner's clipboard.
-    clipboard = ClipboardFilter()
+    # The shell's output reaches the owner's terminal window, nothing beyond it.
+    escapes = EscapeFilter()
 
     def finish(reason: str, status: int) -> None:
         if not ending:
@@ -181,7 +185,7 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
                 return
             message = receiver.open(frame.body)
             if message.type is MessageType.DATA:
-                shown = clipboard.feed(message.payload)
+                shown = escapes.feed(message.payload)
                 if shown:
                     await fd_io.write_all(stdout_fd, shown)
             elif message.type is MessageType.EXIT:
@@ -226,20 +230,52 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
             with contextlib.suppress(OSError):
                 os.set_blocking(fd, was_blocking)
         if saved is not None:
-            restore_terminal(stdin_fd, saved)
+            restore_terminal(stdin_fd, saved, stdout_fd if os.isatty(stdout_fd) else None)
     return ending[0] if ending else Ending("relay_lost", 255)
 
 
-def restore_terminal(fd: int, saved: list[Any]) -> None:
+# The query whose answer marks the end of the terminal's answers: primary device
+# attributes (DA1), which every VT100-compatible terminal answers, in order with the
+# answers to what was printed before it.
+END_QUERY = b"\x1b[c"
+_END_ANSWER = re.compile(rb"\x1b\[\?[0-9;]*c")
+# How long to wait for that answer: a local terminal answers at once, one across an SSH
+# hop within a round trip; a terminal that never answers costs this once, at the end.
+END_ANSWER_WAIT = 2.0
+
+
+def restore_terminal(fd: int, saved: list[Any], query_fd: int | None = None) -> None:
     """Put the local terminal back as it was, after what was written reached it, and
-    discard its unread input.
+    discard its unread input, also the answers still on their way (``query_fd``: where
+    to ask the terminal for its answers' end, None for a terminal not asked).
 
     Threat: input still unread when the terminal ends was meant for the sandbox, and the
     next reader of the terminal is the owner's host shell: keys typed on just as the
     sandbox ended the terminal (its worker can end it at any moment it chooses, seeing
     every key), or a terminal's answer to a query the sandbox printed last, ran on the
-    host. Defence: ``TCSAFLUSH`` drops them with the same call that restores the modes."""
+    host; a terminal across a slow hop answers after the end. Defence: the terminal is
+    asked :data:`END_QUERY` and its input read and dropped until that answer (which
+    comes after every earlier one) or :data:`END_ANSWER_WAIT`; then ``TCSAFLUSH`` drops
+    the rest with the same call that restores the modes."""
+    if query_fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(query_fd, END_QUERY)
+            _drop_input_until(fd, _END_ANSWER, END_ANSWER_WAIT)
     termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
+
+
+def _drop_input_until(fd: int, answer: re.Pattern[bytes], wait: float) -> None:
+    """Read and drop ``fd``'s input until ``answer`` was in it, or for ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    seen = b""
+    while answer.search(seen) is None:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return
+        data = os.read(fd, 4096)
+        if not data:
+            return
+        seen = seen[-64:] + data  # an answer cut across reads is still found
 
 
 def describe(ending: Ending) -> str:

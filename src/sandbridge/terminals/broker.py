@@ -72,6 +72,7 @@ from sandbridge.terminals.journal import AuditLog, ReservationJournal, state_dir
 from sandbridge.terminals.request_record import TerminalRequest
 from sandbridge.terminals.request_state import FINISHED, OPEN, RequestEvent, RequestState
 from sandbridge.terminals.settings import TerminalSettings
+from sandbridge.terminals.taken_requests import TakenRequests
 
 # The requester has this long to answer the attach challenge.
 PROOF_TIMEOUT = 30.0
@@ -144,6 +145,7 @@ class TerminalBroker:
         self._session_requesters: set[str] = set()
         # Keys whose not_allowed refusal is in the audit (MAX_REFUSED_KEYS_AUDITED).
         self._refused_requesters: set[str] = set()
+        self._taken_requests = TakenRequests()  # a copy of a request taken is refused
         # Called after each change the owner's dashboard shows (a request, a move).
         self.on_change: Callable[[], None] = lambda: None
 
@@ -195,6 +197,7 @@ class TerminalBroker:
                 request = self._kept_request(request_id, document)
                 if request is not None:
                     self._requests[request_id] = request
+            self._taken_requests = TakenRequests(kept.taken)
             log.info("terminal.restored", requests=len(self._requests))
         self._save_pending()
 
@@ -219,7 +222,8 @@ class TerminalBroker:
         requests = tuple(
             (r.id, r.document) for r in self._requests.values() if r.state is RequestState.PENDING
         )
-        kept = pending.Pending(self.instance, requests, tuple(sorted(self._session_requesters)))
+        requesters = tuple(sorted(self._session_requesters))
+        kept = pending.Pending(self.instance, requests, requesters, self._taken_requests.items())
         with contextlib.suppress(OSError):  # the session dir is gone: the session ends
             pending.save(self.pending_path, kept)
 
@@ -317,6 +321,7 @@ class TerminalBroker:
         open_requests = [r for r in self._requests.values() if r.state in OPEN]
         if len(open_requests) >= MAX_OPEN_REQUESTS:
             raise ControlRefusal("too_many", f"{MAX_OPEN_REQUESTS} requests are already open")
+        self._taken_requests.take(request, time.time())
         self._forget_finished()
         request_id = f"{self.session}:{secrets.token_hex(pending.REQUEST_ID_HEX // 2)}"
         self._requests[request_id] = TerminalRequest(

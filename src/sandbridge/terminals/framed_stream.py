@@ -44,6 +44,11 @@ class FramedStream:
         return self._pending.popleft()
 
     def send(self, kind: Kind, body: bytes) -> None:
+        """Queue one frame; dropped if the peer is gone (it would never read it, and
+        uvloop raises on a closed transport: a worker's last output, relayed to a client
+        that had just left, ended the terminal as ``protocol``)."""
+        if self.writer.transport.is_closing():
+            return
         self.writer.write(frames.encode(kind, body))
 
     def send_json(self, kind: Kind, body: dict[str, Any]) -> None:

@@ -8,7 +8,10 @@ crash. The ring never grows: the 257th record replaces the first.
 
 The reservation journal refuses to overwrite a reservation whose approval has not yet
 expired (``journal_full``): forgetting it would let the approval be used again, so the
-journal fails closed instead.
+journal fails closed instead. It is the one memory of every signed one-shot document:
+an owner's approval (reserved before its terminal starts) and an owner's signed ``deny``
+or ``revoke`` over the remote link (taken before it reaches the session), each by its
+nonce until it expires, so a copy of either is refused ``used``.
 
 Where: ``${XDG_STATE_HOME:-~/.local/state}/sandbridge/terminals/`` (0700), per user, so a
 restart of the host (or another session that takes the same name) still sees every
@@ -123,28 +126,52 @@ class RecordRing:
         self._write(seq, record)
 
 
+# The state of a signed deny or revoke the journal took: spent at once, never
+# ``reserved`` (so never marked ``aborted``: no terminal ever hung on it).
+ANSWERED = "answered"
+
+
 class ReservationJournal:
-    """Approval nonces, each reserved once before its terminal starts."""
+    """Nonces of signed one-shot documents (approvals, deny and revoke answers), each
+    taken once and remembered until its document expires."""
 
     def __init__(self, root: Path | None = None, slots: int = MAX_RECORDS) -> None:
         base = _private_dir(state_dir() if root is None else root)
         self.ring = RecordRing(base / RESERVATIONS, slots)
 
     def reserve(self, nonce: str, expires: float, fields: dict[str, Any], now: float) -> int:
-        """Reserve ``nonce`` durably, or refuse: ``used`` if it ever was, ``journal_full``
-        if making room would forget a reservation whose approval is still valid."""
+        """Reserve an approval's ``nonce`` durably before its terminal starts, or refuse:
+        ``used`` if it ever was, ``journal_full`` if making room would forget a document
+        still valid."""
+        return self._take(nonce, expires, {**fields, "state": "reserved"}, now, "approval")
+
+    def take_answer(self, nonce: str, expires: float, fields: dict[str, Any], now: float) -> int:
+        """Take a signed deny or revoke's ``nonce`` once, until ``expires`` (when the far
+        clock stops accepting it); refuse ``used`` or ``journal_full`` as :meth:`reserve`."""
+        kind = str(fields.get("kind", "answer"))
+        return self._take(nonce, expires, {**fields, "state": ANSWERED}, now, f"signed {kind}")
+
+    def _take(
+        self, nonce: str, expires: float, fields: dict[str, Any], now: float, what: str
+    ) -> int:
         with self.ring.locked():
             records = self.ring.records()
             if any(record.get("nonce") == nonce for record in records):
-                raise JournalError("used", "this approval was already used; ask for a new one")
+                raise JournalError(
+                    "used",
+                    "this approval was already used; ask for a new one"
+                    if what == "approval"
+                    else f"this {what} was already taken; a copy of it is refused",
+                )
             if len(records) >= self.ring.slots and float(records[0].get("expires", 0)) > now:
+                # Forgetting the oldest would let its document be used again: refuse the
+                # new one instead, until the oldest expires.
                 raise JournalError(
                     "journal_full",
-                    f"{self.ring.slots} reservations are still within their approval; "
-                    "try again when the oldest expires",
+                    f"{self.ring.slots} approvals and signed answers are still valid; "
+                    f"this {what} is refused: try again when the oldest expires",
                 )
-            record = {**fields, "nonce": nonce, "expires": expires, "state": "reserved"}
-            record["pid"] = os.getpid()
+            record = {**fields, "nonce": nonce, "expires": expires, "pid": os.getpid()}
             return self.ring.append_locked(record, records)
 
     def finish(self, seq: int, state: str) -> None:

@@ -1,7 +1,8 @@
 """A session's open terminal requests, kept across a restart of the daemon serving it.
 
 The broker writes its instance, every pending request (its signed document, as the
-requester sent it) and the keys the owner allowed for this session only to
+requester sent it), the nonces of the requests it took lately (a copy of one stays
+refused) and the keys the owner allowed for this session only to
 ``terminals.json`` in the session's host-only directory after each change; a daemon
 that serves the session again reads it back, verifies each document again for the same
 session and instance (and its requester as still allowed), and the owner finds the
@@ -24,6 +25,8 @@ FILE = "terminals.json"
 REQUEST_ID_HEX = 8
 # 64 open requests of a few KiB each (their signed documents), with room to spare.
 MAX_FILE_BYTES = 1024 * 1024
+# A time read back is a float; a longer integer is no time (and float() would raise).
+FLOAT_LIMIT = 2**1023
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,9 @@ class Pending:
     # Keys the owner allowed for this session only (``sandbridge terminal allow``): a
     # request one of them made is attachable after the restart too.
     requesters: tuple[str, ...] = ()
+    # The nonces of the requests taken lately and until when a copy of each is refused
+    # (a restart must not take a copy of a request the owner just denied).
+    taken: tuple[tuple[str, float], ...] = ()
 
 
 def save(path: Path, pending: Pending) -> None:
@@ -44,6 +50,7 @@ def save(path: Path, pending: Pending) -> None:
             "instance": pending.instance,
             "requests": pending.requests,
             "requesters": pending.requesters,
+            "taken": pending.taken,
         }
     )
     temporary = path.with_name(f".{path.name}.tmp")
@@ -72,9 +79,18 @@ def load(path: Path) -> Pending | None:
         if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
     )
     requesters = data.get("requesters", [])
-    if not isinstance(requesters, list):
+    taken = data.get("taken", [])
+    if not isinstance(requesters, list) or not isinstance(taken, list):
         return None
-    return Pending(data["instance"], kept, tuple(key for key in requesters if isinstance(key, str)))
+    return Pending(
+        data["instance"], kept, tuple(key for key in requesters if isinstance(key, str)),
+        tuple(
+            (item[0], float(item[1])) for item in taken
+            if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+            and isinstance(item[1], int | float) and not isinstance(item[1], bool)
+            and abs(item[1]) < FLOAT_LIMIT
+        ),
+    )  # fmt: skip
 
 
 def names_request_of(request_id: str, session: str) -> bool:
