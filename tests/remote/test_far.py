@@ -21,6 +21,7 @@ from sandbridge.protocol.remote_wire import (
     MAX_APPS,
     VERSION,
     Apps,
+    AppsListed,
     Data,
     Event,
     FarApp,
@@ -29,6 +30,7 @@ from sandbridge.protocol.remote_wire import (
     Opened,
     Refused,
     Role,
+    parse_apps,
 )
 from sandbridge.remote.far import this_users_apps
 from sandbridge.remote.transport import LINK_PIPE_BYTES
@@ -54,7 +56,7 @@ class FarProcess:
         self.popen.stdin.write(data)
         self.popen.stdin.flush()
 
-    def next_event(self, timeout: float = 20.0) -> Event:
+    def next_event(self, timeout: float = 20.0) -> Event | Apps:
         assert self.popen.stdout is not None
         deadline = time.monotonic() + timeout
         while not self.events:
@@ -65,7 +67,9 @@ class FarProcess:
                 data = os.read(self.popen.stdout.fileno(), 65536)
                 assert data, f"serve-stdio ended: {self.stderr()}"
                 self.events += self.state.receive(data)
-        return self.events.pop(0)
+        event = self.events.pop(0)
+        # An APPS list parsed, as the laptop parses the one it applies.
+        return parse_apps(event) if isinstance(event, AppsListed) else event
 
     def stderr(self) -> str:
         assert self.popen.stderr is not None
