@@ -59,10 +59,10 @@ STABLE_LINK_SECONDS = 10.0
 GONE_AFTER_SECONDS = 300.0
 # Far apps served per machine (a local listener each) are bounded by the link itself:
 # an APPS list of more than remote_wire.MAX_APPS ends the link.
-# A new APPS list is applied at most this often (the far side reads its registry every
-# 0.5 s, so an honest one changes no faster): a far side sending list after list at the
-# link's speed does not make the laptop open and close listeners as fast, nor parse the
-# lists: only the latest is kept, parsed when applied.
+# A new APPS list is applied at most this often (the far side reads its registry at
+# most every 0.25 s, in a burst of registrations: places/registry_watch.py): a far side
+# sending list after list at the link's speed does not make the laptop open and close
+# listeners as fast, nor parse the lists: only the latest is kept, parsed when applied.
 APPLY_INTERVAL_SECONDS = 0.5
 # A change of more apps than this is said in one line, not a line per app: a hostile far
 # side alternating two long lists must not flood the owner's terminal.

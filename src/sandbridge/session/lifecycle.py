@@ -123,7 +123,16 @@ async def open_session(
     # The browser command is never one the sandbox could have put on PATH (in a daemon,
     # whose PATH may name the workdir or a bind too): places/host_commands.py.
     host_commands.distrust([options.workdir, *options.writable])
-    changed = options.on_change or (lambda: None)
+    # A change the dashboard shows is told to the daemon's (``on_change``) and, by the
+    # session dir's times, to any reader watching the registry (serve-stdio, a dashboard
+    # of `sandbridge ui --no-daemon`): places/registry_watch.py.
+    told = options.on_change
+
+    def changed() -> None:
+        entry.touch()
+        if told is not None:
+            told()
+
     opener = HostOpener(
         OpenSettings.for_host(os.environ)
         if options.open_settings is None
