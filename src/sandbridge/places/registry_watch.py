@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar
@@ -32,7 +33,8 @@ from asyncinotify import Event, Inotify, Mask
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.places.registry import SESSIONS, state_roots
+from sandbridge.places.registry import RECORD, SESSIONS, state_roots
+from sandbridge.places.remotes import RECORD as REMOTE_RECORD
 from sandbridge.protocol.contract import STATE_PREFIX, runtime_base
 
 # After a read, the next is at most this soon: a burst of registrations (a sandbox
@@ -45,7 +47,7 @@ FALLBACK_POLL_SECONDS = 5.0
 
 # A directory entry made, removed or renamed in or out: what every level shows.
 _ENTRIES = Mask.CREATE | Mask.DELETE | Mask.MOVED_FROM | Mask.MOVED_TO | Mask.ONLYDIR
-# An entry's own dir: also its times (``SessionEntry.touch``).
+# An entry's own dir: also its times (``SessionEntry.touch``: a change beyond its record).
 _ENTRY_DIR = _ENTRIES | Mask.ATTRIB
 # A watch that cannot be added for these reasons is not a failure of inotify: the dir
 # went away (or was never a dir of ours) between the listing and the watch.
@@ -83,7 +85,19 @@ class RegistryWatch:
         self._last = 0.0
         # The kind of each watched dir by its watch descriptor: what an event there means.
         self._kinds: dict[int, str] = {}
-        self._prefix = f"{STATE_PREFIX}{os.getuid()}"
+        prefix = f"{STATE_PREFIX}{os.getuid()}"
+        # Which names in a dir of each kind are a change.
+        self._names: dict[str, Callable[[str], bool]] = {
+            # This user's state root or a fallback of it (not uid 10's, for uid 1).
+            "base": lambda name: name == prefix or name.startswith(f"{prefix}."),
+            "root": lambda name: name in places,
+            # Not ``.new-*``: a session dir being made, renamed in when done.
+            "place": lambda name: not name.startswith("."),
+            # Only the record: the other files (the control socket, logs, terminals.json,
+            # rewritten after every control op) hold nothing the readers read from the
+            # registry, or are told by the dir's times.
+            "entry": lambda name: name in (RECORD, REMOTE_RECORD),
+        }
         # Times changed() returned: the reads it let happen (tests count them).
         self.reads = 0
 
@@ -139,17 +153,11 @@ class RegistryWatch:
             return True
         watch = event.watch
         kind = None if watch is None else self._kinds.get(watch.wd)
-        name = None if event.name is None else event.name.name
         if kind is None or Mask.IGNORED in event.mask:
             return False
-        if name is None:  # the dir itself: only an entry dir's times count
+        if event.name is None:  # the dir itself: only an entry dir's times count
             return kind == "entry" and Mask.ATTRIB in event.mask
-        if kind == "base":  # this user's state root or a fallback of it, not uid 10's
-            return name == self._prefix or name.startswith(f"{self._prefix}.")
-        if kind == "root":
-            return name in self._places
-        # ``.new-*`` dirs being made, ``.session.json.tmp``: renamed in when done.
-        return not name.startswith(".")
+        return self._names[kind](event.name.name)
 
     def _resync(self) -> None:
         """Watch every dir where a change would show, as they are now."""

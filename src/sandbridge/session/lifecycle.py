@@ -106,6 +106,27 @@ def _and_then(
     return both
 
 
+def _when_requests_change(
+    broker: TerminalBroker, entry: SessionEntry, told: Callable[[], None] | None
+) -> Callable[[], None]:
+    """The broker's ``on_change``. It is called after every control op, reads too
+    (``list``, ``session_info``, as serve-stdio and the dashboard ask them): the
+    registry's watchers are told (``entry.touch``) only when the terminal requests
+    changed, else each of their reads would make them read again, for good."""
+    seen = broker.listing()
+
+    def on_change() -> None:
+        nonlocal seen
+        now = broker.listing()
+        if now != seen:
+            seen = now
+            entry.touch()
+        if told is not None:
+            told()
+
+    return on_change
+
+
 @asynccontextmanager
 async def open_session(
     runtime_dir: RuntimeDir,
@@ -177,7 +198,7 @@ async def open_session(
             owner_ops=owner_ops,
             pending_path=entry.path / PENDING_FILE,
         )
-        broker.on_change = changed
+        broker.on_change = _when_requests_change(broker, entry, told)
     try:
         await host.start()
         # A daemon serving this session again after a restart: its apps come back.
@@ -186,6 +207,7 @@ async def open_session(
             await gate.start()
         if broker is not None:
             await broker.start()
+            entry.touch()  # its control socket answers now: the readers may ask it
         yield Session(entry, host, runtime_dir, stop_requested, owner_ops, broker)
     finally:
         if broker is not None:
