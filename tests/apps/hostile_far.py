@@ -122,6 +122,12 @@ def main() -> None:
         out.write(state.send_apps((FarApp("evil", 8080, "/"),), described("other:0123abcd")))
     elif mode == "crowd":
         out.write(state.send_apps(tuple(FarApp("evil", port, "/") for port in range(1, 201))))
+    elif mode == "overtaken":
+        # Malformed lists overtaken by a good one before the laptop applies the next
+        # list (it applies one every 0.5 s): never parsed, so they end nothing.
+        for _ in range(200):
+            out.write(_frame(Kind.APPS, 0, '{"sessions": {}}'))
+        out.write(state.send_apps((FarApp("evil", 9999, "/"),)))
     elif mode == "many":
         # Built by hand: LinkState.send_apps would refuse to send the list.
         apps = [{"port": 1 + i, "base_path": "/"} for i in range(5000)]

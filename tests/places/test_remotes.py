@@ -23,6 +23,7 @@ from sandbridge.protocol.remote_wire import (
     encode_apps,
 )
 from tests.conftest import PYTHON
+from tests.protocol.test_remote_wire import received
 
 
 def test_a_connected_machine_is_listed_with_its_apps(xdg: Path) -> None:
@@ -86,7 +87,7 @@ def test_the_largest_record_a_far_machine_can_cause_is_still_listed(xdg: Path) -
     far.receive(laptop.send_hello())
     base = "/" + "a" * 990
     listed = tuple(FarApp(f"s-{i % 64}", 1 + i, base) for i in range(MAX_APPS))
-    [apps] = laptop.receive(far.send_apps(listed))
+    [apps] = received(laptop, far.send_apps(listed))
     assert isinstance(apps, Apps)
     label = "a" * 26
     records = [
@@ -119,7 +120,7 @@ def test_a_record_of_far_sessions_written_in_escapes_is_still_listed(xdg: Path) 
     # Raw UTF-8, as a hostile far side may write it (ours escapes, as the record does).
     payload = json.dumps(encode_apps((), described), ensure_ascii=False).encode()
     assert len(payload) <= MAX_CONTROL_BYTES
-    [apps] = laptop.receive(HEADER.pack(len(payload), Kind.APPS, 0) + payload)
+    [apps] = received(laptop, HEADER.pack(len(payload), Kind.APPS, 0) + payload)
     assert isinstance(apps, Apps)
     entry = RemoteEntry.create("box", "ssh box sandbridge serve-stdio")
     try:

@@ -22,6 +22,7 @@ from sandbridge.protocol.far_sessions import (
     parse_sessions,
 )
 from sandbridge.protocol.remote_wire import HEADER, Apps, FarApp, Kind, LinkState, Role
+from tests.protocol.test_remote_wire import received
 
 KEY = "ab" * 32
 REQUEST = {
@@ -138,7 +139,7 @@ def test_apps_carry_the_described_sessions_with_or_without_apps() -> None:
     laptop, far = _linked()
     app = FarApp("web", 5173, "/")
     web, idle = parse("web", INFO), parse("idle", _with(requests=[]))
-    assert laptop.receive(far.send_apps((app,), (web, idle))) == [Apps((app,), (web, idle))]
+    assert received(laptop, far.send_apps((app,), (web, idle))) == [Apps((app,), (web, idle))]
 
 
 def test_an_older_laptop_reads_the_same_apps_from_a_describing_far_side() -> None:
@@ -157,16 +158,16 @@ def test_a_far_side_describing_a_session_twice_or_too_many_breaks_the_link() -> 
     laptop, _far = _linked()
     twice = [{"id": "web", "apps": [], "info": INFO}] * 2
     with pytest.raises(RemoteWireError, match="describes 'web' twice or over 64"):
-        laptop.receive(_apps_frame(twice))
+        received(laptop, _apps_frame(twice))
     laptop, _far = _linked()
     idle = _with(requests=[])
     crowd = [{"id": f"s{i}", "apps": [], "info": idle} for i in range(MAX_FAR_SESSIONS + 1)]
     with pytest.raises(RemoteWireError, match="over 64"):
-        laptop.receive(_apps_frame(crowd))
+        received(laptop, _apps_frame(crowd))
 
 
 def test_a_hostile_description_in_apps_breaks_the_link_naming_it() -> None:
     laptop, _far = _linked()
     bad = [{"id": "web", "apps": [], "info": _request(id="other:0123abcd")}]
     with pytest.raises(RemoteWireError, match="a request id must be web:XXXXXXXX"):
-        laptop.receive(_apps_frame(bad))
+        received(laptop, _apps_frame(bad))

@@ -540,6 +540,24 @@ def test_a_far_side_churning_its_app_list_is_applied_calmly(
     assert any(line.endswith("1 served; sandbridge ls lists them)") for line in said), said
 
 
+def test_lists_overtaken_before_they_are_applied_are_never_parsed(
+    laptop_xdg: Path, localhost_names_resolve: None
+) -> None:
+    """200 malformed lists, then a good one, all before the laptop applies its next list:
+    only the latest is parsed (a far side sending lists at the link's speed costs no
+    parsing of the others), so the malformed ones end nothing. A malformed latest list
+    still ends the link naming why (``many`` above)."""
+    laptop = Laptop(laptop_xdg, shlex.join([PYTHON, HOSTILE_FAR, "overtaken"]))
+    try:
+        laptop.wait_containing("sandbridge: far: evil port 9999 -> ")
+        assert laptop.process.popen.poll() is None
+    finally:
+        assert laptop.stop() == 0
+    assert laptop.process.popen.stderr is not None
+    said = laptop.process.lines["stderr"] + laptop.process.popen.stderr.read().decode().splitlines()
+    assert not [line for line in said if "link lost" in line or "protocol" in line], said
+
+
 def test_apps_the_laptop_cannot_listen_for_are_said_in_one_line(
     laptop_xdg: Path, localhost_names_resolve: None
 ) -> None:

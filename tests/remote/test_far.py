@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.places.registry import AppRecord, SessionEntry
+from sandbridge.places.registry_watch import FALLBACK_POLL_SECONDS, MIN_READ_GAP
 from sandbridge.protocol.jsonline import encode_object
 from sandbridge.protocol.limits import MAX_BASE_PATH_LENGTH
 from sandbridge.protocol.remote_wire import (
@@ -21,6 +22,7 @@ from sandbridge.protocol.remote_wire import (
     MAX_APPS,
     VERSION,
     Apps,
+    AppsListed,
     Data,
     Event,
     FarApp,
@@ -29,6 +31,7 @@ from sandbridge.protocol.remote_wire import (
     Opened,
     Refused,
     Role,
+    parse_apps,
 )
 from sandbridge.remote.far import this_users_apps
 from sandbridge.remote.transport import LINK_PIPE_BYTES
@@ -38,9 +41,9 @@ from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, Relay, free_po
 class FarProcess:
     """serve-stdio with pipes, and the laptop's side of the protocol in this test."""
 
-    def __init__(self, xdg: Path) -> None:
+    def __init__(self, xdg: Path, prefix: tuple[str, ...] = ()) -> None:
         self.popen = subprocess.Popen(
-            [*SANDBRIDGE, "serve-stdio"],
+            [*prefix, *SANDBRIDGE, "serve-stdio"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -54,7 +57,7 @@ class FarProcess:
         self.popen.stdin.write(data)
         self.popen.stdin.flush()
 
-    def next_event(self, timeout: float = 20.0) -> Event:
+    def next_event(self, timeout: float = 20.0) -> Event | Apps:
         assert self.popen.stdout is not None
         deadline = time.monotonic() + timeout
         while not self.events:
@@ -65,7 +68,9 @@ class FarProcess:
                 data = os.read(self.popen.stdout.fileno(), 65536)
                 assert data, f"serve-stdio ended: {self.stderr()}"
                 self.events += self.state.receive(data)
-        return self.events.pop(0)
+        event = self.events.pop(0)
+        # An APPS list parsed, as the laptop parses the one it applies.
+        return parse_apps(event) if isinstance(event, AppsListed) else event
 
     def stderr(self) -> str:
         assert self.popen.stderr is not None
@@ -141,6 +146,93 @@ def test_an_app_registered_later_is_listed_again(
         assert FarApp(_session(xdg), other, "/b") in listed.apps
     finally:
         app.stop()
+
+
+def test_an_app_gone_is_listed_without_it(
+    far: FarProcess, far_session: tuple[Path, int, Relay]
+) -> None:
+    """Its session ends (its dir removed from the registry): the next list is empty."""
+    _xdg, _port, relay = far_session
+    far.next_event()
+    assert isinstance(listed := far.next_event(), Apps) and listed.apps
+    relay.stop()
+    listed = far.next_event()
+    assert isinstance(listed, Apps) and listed.apps == ()
+
+
+def _no_inotify(limit: str) -> tuple[str, ...]:
+    """A prefix that runs a command in a user namespace of the same uid whose inotify
+    ``limit`` (``/proc/sys/user/``) is 0: ``max_inotify_instances`` (no instance at all)
+    or ``max_inotify_watches`` (the first watch is refused, ENOSPC)."""
+    script = (
+        "import os, sys; "
+        f"open('/proc/sys/user/{limit}', 'w').write('0'); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return (
+        "unshare", "--user", f"--map-user={os.getuid()}", f"--map-group={os.getgid()}",
+        "--keep-caps", PYTHON, "-c", script,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("limit", ["max_inotify_instances", "max_inotify_watches"])
+def test_without_inotify_the_registry_is_read_on_a_slow_poll_said_once(
+    far_session: tuple[Path, int, Relay], limit: str
+) -> None:
+    xdg, _port, relay = far_session
+    far = FarProcess(xdg, _no_inotify(limit))
+    try:
+        far.send(far.state.send_hello())
+        far.next_event()
+        far.next_event()
+        other = free_port()
+        app = Process([PYTHON, ECHO_APP, "--listen", str(other)])
+        try:
+            app.wait_line("READY")
+            relay.register(other, "/b")
+            listed = far.next_event(timeout=FALLBACK_POLL_SECONDS + 20.0)
+            assert isinstance(listed, Apps)
+            assert FarApp(_session(xdg), other, "/b") in listed.apps
+        finally:
+            app.stop()
+        assert far.popen.stdin is not None
+        far.popen.stdin.close()  # the laptop leaves: serve-stdio ends, its stderr whole
+        assert far.popen.wait(20) == 0
+        said = far.stderr()
+        assert said.count("registry.watch_unavailable") == 1, said
+        assert f"poll_seconds={FALLBACK_POLL_SECONDS}" in said, said
+        assert "sysctl fs.inotify.max_user_" in said, said
+    finally:
+        far.close()
+
+
+def test_a_burst_of_200_registrations_is_a_bounded_number_of_lists(
+    far: FarProcess, far_session: tuple[Path, int, Relay]
+) -> None:
+    """200 sessions with an app each, registered as fast as this process can: the far
+    side reads its registry once per burst, then at most once per MIN_READ_GAP, so the
+    laptop gets a bounded number of lists, the last one with every app."""
+    _xdg, _port, relay = far_session
+    far.next_event()
+    far.next_event()
+    entries = []
+    started = time.monotonic()
+    try:
+        for number in range(200):
+            entry = SessionEntry.create(f"b{number}", Path("/"), runtime_dir=relay.runtime_dir)
+            entries.append(entry)
+            entry.set_apps([AppRecord(8000, 40000 + number, "/", "http://x/", False)])
+        lists = 0
+        listed: Event | Apps | None = None
+        while not (isinstance(listed, Apps) and len(listed.apps) == 201):
+            listed = far.next_event()
+            lists += 1
+        elapsed = time.monotonic() - started
+    finally:
+        for entry in entries:
+            entry.remove()
+    assert lists <= elapsed / MIN_READ_GAP + 2, (lists, elapsed)
+    assert lists < 100, (lists, elapsed)
 
 
 def test_open_of_a_registered_app_streams_its_bytes(

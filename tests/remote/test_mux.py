@@ -15,10 +15,12 @@ from sandbridge.exceptions import RemoteLinkError
 from sandbridge.protocol.remote_wire import (
     STREAM_WINDOW,
     Apps,
+    AppsListed,
     FarApp,
     OpenControl,
     OpenStream,
     Role,
+    parse_apps,
 )
 from sandbridge.remote.mux import LINK_HELD_BUDGET, Mux, MuxStream
 from sandbridge.remote.transport import Link, LinkWriter
@@ -37,11 +39,11 @@ async def link_over(sock: socket.socket) -> Link:
 @asynccontextmanager
 async def linked(
     on_open: object = None,
-) -> AsyncIterator[tuple[Mux, Mux, list[Apps]]]:
+) -> AsyncIterator[tuple[Mux, Mux, list[AppsListed]]]:
     """A laptop and a far mux, handshaken and running."""
     a, b = socket.socketpair()
     laptop_link, far_link = await link_over(a), await link_over(b)
-    listed: list[Apps] = []
+    listed: list[AppsListed] = []
     laptop = Mux(laptop_link, Role.LAPTOP, on_apps=listed.append)
     far = Mux(far_link, Role.FAR, on_open=on_open)  # type: ignore[arg-type]
     await asyncio.gather(laptop.handshake(), far.handshake())
@@ -61,7 +63,7 @@ def test_apps_list_reaches_the_laptop() -> None:
             # The far side opens nothing here: its refusal comes after the list.
             with pytest.raises(ConnectionRefusedError, match="this side opens no streams"):
                 await laptop.open("web", 80)
-            assert listed == [Apps((FarApp("web", 80, "/"),))]
+            assert [parse_apps(each) for each in listed] == [Apps((FarApp("web", 80, "/"),))]
 
     asyncio.run(check())
 

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from asyncinotify import Inotify, Mask
 
 from sandbridge.exceptions import ControlError
-from sandbridge.places.registry import list_sessions
+from sandbridge.places.registry import list_sessions, session_path
+from sandbridge.terminals import approval, keys
 from sandbridge.terminals.control import call
 from tests.conftest import ECHO_APP, PYTHON, Process, port_is_open, processes_with, run_argv
 
@@ -97,3 +99,40 @@ def test_stop_ends_the_session_and_its_sandbox_as_sigterm_does(
         assert time.monotonic() < deadline, "the sandbox outlived its session"
         select.select([], [], [], 0.05)
     assert list_sessions() == []
+
+
+def _times_told_before_a_sentinel(path: Path, inotify: Inotify) -> int:
+    """The changes of its own times ``path`` told (``SessionEntry.touch``) since the last
+    call: a sentinel file made in it now comes after them (inotify keeps the order)."""
+    sentinel = path / f"sentinel-{time.monotonic_ns()}"
+    sentinel.touch()
+    sentinel.unlink()
+    told = 0
+    for event in inotify:
+        if event.name is not None and event.name.name == sentinel.name:
+            return told
+        told += event.name is None and Mask.ATTRIB in event.mask
+    raise AssertionError("the sentinel was not seen")
+
+
+def test_the_registry_is_told_of_terminal_requests_and_not_of_reads(
+    tmp_path: Path, xdg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker tells of a change after every control op, reads too: the session's dir
+    is touched (what serve-stdio and the dashboard watch) only when its requests
+    changed, or each of their reads would make them read again, for good."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    web = _session("bwrap", tmp_path)
+    try:
+        path = session_path("web")
+        with Inotify(sync_timeout=20) as inotify:
+            inotify.add_watch(path, Mask.ATTRIB | Mask.CREATE)
+            for op in ("list", "session_info", "egress_summary", "egress_pending", "info"):
+                call("web", {"op": op})
+            assert _times_told_before_a_sentinel(path, inotify) == 0
+            instance = call("web", {"op": "info"})["instance"]
+            document = approval.sign_request(keys.owner_key(), "web", instance, "look", time.time())
+            call("web", {"op": "request", "request": document})
+            assert _times_told_before_a_sentinel(path, inotify) == 1
+    finally:
+        web.stop()

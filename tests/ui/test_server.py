@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.ui.server import MAX_CONNECTIONS
 from sandbridge.ui.server import Dashboard as ServedDashboard
 from tests.conftest import SANDBRIDGE, Process
@@ -230,6 +231,18 @@ async def _stream(host: str, cookie: str) -> tuple[asyncio.StreamReader, asyncio
     return reader, writer  # the writer kept: dropped, it would close the connection
 
 
+async def _logged_in(dashboard: ServedDashboard) -> str:
+    """Spend ``dashboard``'s login URL; return its cookie."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", dashboard.port)
+    query = urllib.parse.urlsplit(dashboard.login_url()).query
+    writer.write(f"GET /?{query} HTTP/1.1\r\nHost: {dashboard.access.host}\r\n\r\n".encode())
+    head = (await reader.read()).decode()
+    writer.close()
+    cookie = re.search(r"Set-Cookie: ([^;]+);", head)
+    assert cookie is not None, head
+    return cookie.group(1)
+
+
 async def _next_tables(reader: asyncio.StreamReader) -> object:
     named = False  # a data line of a named event (the proof), not of the tables
     while line := await reader.readline():
@@ -242,7 +255,7 @@ async def _next_tables(reader: asyncio.StreamReader) -> object:
     raise AssertionError("the event stream ended")
 
 
-def test_one_feed_reads_the_tables_for_every_tab_and_a_burst_of_changes_once() -> None:
+def test_one_feed_reads_the_tables_for_every_tab_and_a_burst_of_changes_once(xdg: Path) -> None:
     reads: list[int] = []
 
     async def snapshot() -> dict[str, object]:
@@ -274,3 +287,36 @@ def test_one_feed_reads_the_tables_for_every_tab_and_a_burst_of_changes_once() -
             await dashboard.close()
 
     asyncio.run(scenario())
+
+
+def test_a_session_starting_and_ending_shows_at_once_without_a_timed_reread(xdg: Path) -> None:
+    """The feed watches the registry (places/registry_watch.py): a standalone session
+    that starts, changes its apps and ends shows on the open tab though the feed never
+    re-reads on its own (``refresh`` an hour) and nobody calls ``notify``."""
+
+    async def scenario() -> None:
+        dashboard = ServedDashboard(refresh=3600.0)
+        await dashboard.start()
+        entry: SessionEntry | None = None
+        try:
+            tab, tab_writer = await _stream(dashboard.access.host, await _logged_in(dashboard))
+            assert await _next_tables(tab) == {
+                "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
+            }  # fmt: skip
+            entry = SessionEntry.create("web", xdg)
+            tables = await _next_tables(tab)
+            assert isinstance(tables, dict) and [s["id"] for s in tables["sessions"]] == ["web"]
+            entry.set_apps([AppRecord(8000, 43125, "/", "http://127.0.0.1:43125/", False)])
+            tables = await _next_tables(tab)
+            assert isinstance(tables, dict) and [a["port"] for a in tables["apps"]] == [8000]
+            entry.remove()
+            entry = None
+            tables = await _next_tables(tab)
+            assert isinstance(tables, dict) and tables["sessions"] == []
+            tab_writer.close()
+        finally:
+            if entry is not None:
+                entry.remove()
+            await dashboard.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

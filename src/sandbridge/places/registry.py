@@ -322,6 +322,14 @@ class SessionEntry:
         )
         self._write(self.record)
 
+    def touch(self) -> None:
+        """Tell the registry's watchers that this session's state changed beyond its
+        record (a terminal or egress request, an egress decision): the dir's times are
+        set, which inotify reports (``places/registry_watch.py``), and nothing is written."""
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.utime(self._fd)
+
     def _write(self, record: SessionRecord) -> None:
         # Write then rename: a reader sees the old record or the new one, never half.
         temporary = self.path / f".{RECORD}.tmp"

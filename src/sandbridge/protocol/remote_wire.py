@@ -14,8 +14,7 @@ HELLO     both   JSON ``{"version":2,"role":"far"|"laptop"}``; stream 0; first f
                  the laptop adds ``"private_apps":true`` (:data:`PRIVATE_APPS`)
 APPS      far    JSON ``{"sessions":[{"id":..,"apps":[{"port":..,"base_path":..}]}]}``;
                  stream 0; at most :data:`MAX_APPS` apps; the whole list, again
-                 after every change (added and gone apps are the difference:
-                 :func:`diff_apps`); a private app carries ``"private":true``, and is
+                 after every change; a private app carries ``"private":true``, and is
                  listed only to a laptop that said :data:`PRIVATE_APPS`; a session
                  may carry ``"info"`` (``far_sessions.py``), with or without apps
 OPEN      laptop JSON ``{"session":..,"port":..}``: open a byte stream to that app; or
@@ -167,6 +166,14 @@ class Apps:
 
 
 @dataclass(frozen=True, slots=True)
+class AppsListed:
+    """An APPS frame as it arrived (its size and stream checked), parsed only when the
+    laptop applies it (:func:`parse_apps`): lists overtaken before then cost no parsing."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class OpenStream:
     stream: int
     session: str
@@ -218,7 +225,7 @@ class Reset:
 
 Event = (
     Hello
-    | Apps
+    | AppsListed
     | OpenStream
     | OpenControl
     | Opened
@@ -228,14 +235,6 @@ Event = (
     | EndOfStream
     | Reset
 )
-
-
-def diff_apps(
-    old: tuple[FarApp, ...], new: tuple[FarApp, ...]
-) -> tuple[list[FarApp], list[FarApp]]:
-    """The apps added and the apps gone between two APPS lists, each in list order."""
-    before, after = set(old), set(new)
-    return [app for app in new if app not in before], [app for app in old if app not in after]
 
 
 # --- payloads -----------------------------------------------------------------------------
@@ -272,8 +271,9 @@ def _port(value: object, where: str) -> int:
         raise RemoteWireError(f"{where}: {exc}") from None
 
 
-def _parse_apps(payload: bytes) -> Apps:
-    message = _json(Kind.APPS, payload)
+def parse_apps(listed: AppsListed) -> Apps:
+    """The list, or :class:`RemoteWireError` naming what is wrong (a protocol error)."""
+    message = _json(Kind.APPS, listed.payload)
     sessions = message.get("sessions")
     if not isinstance(sessions, list):
         raise RemoteWireError(f"APPS: sessions must be a list, got {sessions!r:.80}")
@@ -498,7 +498,7 @@ class LinkState:
         if kind is Kind.APPS:
             if stream != 0:
                 raise RemoteWireError(f"APPS must be on stream 0, not {stream}")
-            return _parse_apps(payload)
+            return AppsListed(payload)
         if stream == 0:
             raise RemoteWireError(f"{kind.name} must name a stream, not 0")
         if kind is Kind.OPEN:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sandbridge import log
-from sandbridge.aio.tasks import running
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import (
     RemoteLinkError,
     RemoteLinkRefused,
@@ -39,7 +39,7 @@ from sandbridge.exceptions import (
 )
 from sandbridge.places.remotes import CONTROL, RemoteAppRecord, RemoteEntry
 from sandbridge.protocol.limits import WindowLimit
-from sandbridge.protocol.remote_wire import Apps, Described, FarApp, Role
+from sandbridge.protocol.remote_wire import AppsListed, Described, FarApp, Role, parse_apps
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
@@ -59,9 +59,10 @@ STABLE_LINK_SECONDS = 10.0
 GONE_AFTER_SECONDS = 300.0
 # Far apps served per machine (a local listener each) are bounded by the link itself:
 # an APPS list of more than remote_wire.MAX_APPS ends the link.
-# A new APPS list is applied at most this often (the far side reads its registry every
-# 0.5 s, so an honest one changes no faster): a far side sending list after list at the
-# link's speed does not make the laptop open and close listeners as fast.
+# A new APPS list is applied at most this often (the far side reads its registry at
+# most every 0.25 s, in a burst of registrations: places/registry_watch.py): a far side
+# sending list after list at the link's speed does not make the laptop open and close
+# listeners as fast, nor parse the lists: only the latest is kept, parsed when applied.
 APPLY_INTERVAL_SECONDS = 0.5
 # A change of more apps than this is said in one line, not a line per app: a hostile far
 # side alternating two long lists must not flood the owner's terminal.
@@ -122,7 +123,8 @@ class Machine:
         # Per far session, and apart for its private apps: a private listener takes its
         # gate from its scope's settings, as a local private session's listeners do.
         self._scopes: dict[tuple[str, bool], SessionScope] = {}
-        self._latest: tuple[FarApp, ...] | None = None
+        # The latest APPS list not applied yet, as it arrived (parsed when applied).
+        self._listed: AppsListed | None = None
         # The far sessions as the far side last described them, for the dashboard.
         self._described: Described = ()
         self._changed = asyncio.Event()
@@ -210,22 +212,36 @@ class Machine:
         self.mux = mux
         self._say(f"connected ({link.description})")
         self._record(True)
-        async with running(self._follow_apps()):
-            return await mux.run()
+        self._listed = None  # a list of the link before is no list of this one
+        self._changed.clear()
+        async with running(mux.run(), self._follow_apps(mux)) as (reading, following):
+            await first_done(reading, following)
+            if not reading.done():
+                following.result()  # following ends only by ending the link (or a bug)
+        return mux.closed or "the link was closed"
 
-    def _apps_listed(self, listed: Apps) -> None:
-        self._latest = listed.apps
-        self._described = listed.sessions
+    def _apps_listed(self, listed: AppsListed) -> None:
+        self._listed = listed
         self._changed.set()
 
-    async def _follow_apps(self) -> None:
+    async def _follow_apps(self, mux: Mux) -> None:
+        """Apply the latest list, then at most one every APPLY_INTERVAL_SECONDS; return
+        once a list is refused (the link ended, naming why)."""
         while True:
             await self._changed.wait()
             self._changed.clear()
-            if self._latest is not None:
-                await self._apply(self._latest)
-                # Lists that come meanwhile are coalesced: the latest is applied next.
-                await asyncio.sleep(APPLY_INTERVAL_SECONDS)
+            listed, self._listed = self._listed, None
+            if listed is None:
+                continue
+            try:
+                apps = parse_apps(listed)
+            except RemoteWireError as exc:
+                mux.fail(exc)
+                return
+            self._described = apps.sessions
+            await self._apply(apps.apps)
+            # Lists that come meanwhile are kept unparsed: the latest is applied next.
+            await asyncio.sleep(APPLY_INTERVAL_SECONDS)
 
     async def _apply(self, apps: tuple[FarApp, ...]) -> None:
         wanted = set(apps)

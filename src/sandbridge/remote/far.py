@@ -4,7 +4,8 @@ It speaks the remote protocol on its stdin and stdout (whatever carries them: an
 channel, ``kubectl exec -i``, a pipe) and serves the apps of this user's running
 sessions, as the registry lists them (``session.json`` in each session's host-only
 directory, kept by the session's host half, daemon or not). It tells the laptop the
-list, again whenever it changes, and opens a byte stream to an app when asked. The list
+list, again whenever it changes (the registry read again when inotify says it changed:
+``places/registry_watch.py``), and opens a byte stream to an app when asked. The list
 also describes each session for the laptop's dashboard (``remote/far_sessions.py``: its
 facts and terminal requests).
 
@@ -40,6 +41,7 @@ from sandbridge.exceptions import (
     WireError,
 )
 from sandbridge.places.registry import list_sessions
+from sandbridge.places.registry_watch import RegistryWatch
 from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol.contract import UPSTREAM_SOCKET
 from sandbridge.protocol.jsonline import encode_object
@@ -60,10 +62,6 @@ from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.stream_transport import StreamTransport
 from sandbridge.remote.transport import Link, widen_pipe
-
-# How often the registry is read for apps added and gone: an app registered on the far
-# machine appears on the laptop within this long (plus the link's latency).
-APPS_POLL_SECONDS = 0.5
 
 
 def this_users_apps(private: bool = False) -> tuple[tuple[FarApp, ...], dict[str, Path]]:
@@ -116,16 +114,17 @@ class FarServer:
     async def serve(self) -> str:
         """Serve until the link ends; return why it ended."""
         await self.mux.handshake()
-        await self._refresh()
         try:
-            async with running(self._watch_apps()):
-                return await self.mux.run()
+            async with RegistryWatch() as watch:
+                await self._refresh()
+                async with running(self._follow_registry(watch)):
+                    return await self.mux.run()
         finally:
             await self._tasks.close()
 
-    async def _watch_apps(self) -> None:
+    async def _follow_registry(self, watch: RegistryWatch) -> None:
         while True:
-            await asyncio.sleep(APPS_POLL_SECONDS)
+            await watch.changed()
             await self._refresh()
 
     async def _refresh(self) -> None:

@@ -178,7 +178,7 @@ class Mux:
         self,
         link: Link,
         role: wire.Role,
-        on_apps: Callable[[wire.Apps], None] | None = None,
+        on_apps: Callable[[wire.AppsListed], None] | None = None,
         on_open: Callable[[MuxStream, wire.OpenStream | wire.OpenControl], None] | None = None,
         held_budget: int = LINK_HELD_BUDGET,
     ) -> None:
@@ -309,14 +309,20 @@ class Mux:
                     break
                 self._dispatch(self.state.receive(data))
         except RemoteWireError as exc:
-            log.warning("remote.protocol_error", link=self.link.description, error=str(exc))
-            self._lose(f"protocol error: {exc}")
+            self.fail(exc)
         except (ConnectionError, OSError) as exc:
             self._lose(f"reading the link failed: {exc}")
         finally:
             self._lose("the link was closed")
         assert self._closed is not None
         return self._closed
+
+    def fail(self, error: RemoteWireError) -> None:
+        """End the link for a protocol error: one found as it is read, or later (an APPS
+        list parsed when it is applied). :meth:`run` returns the reason once it is
+        cancelled or reads again."""
+        log.warning("remote.protocol_error", link=self.link.description, error=str(error))
+        self._lose(f"protocol error: {error}")
 
     async def open(self, session: str, port: int) -> MuxStream:
         """Open a stream to ``session``'s app on ``port`` (the laptop's side); raise
@@ -412,7 +418,7 @@ class Mux:
 
     def _dispatch(self, events: list[wire.Event]) -> None:  # noqa: PLR0912  (one branch per event)
         for event in events:
-            if isinstance(event, wire.Apps):
+            if isinstance(event, wire.AppsListed):
                 if self._on_apps is not None:
                     self._on_apps(event)
                 continue

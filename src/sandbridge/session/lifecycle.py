@@ -107,6 +107,27 @@ def _and_then(
     return both
 
 
+def _when_requests_change(
+    broker: TerminalBroker, entry: SessionEntry, told: Callable[[], None] | None
+) -> Callable[[], None]:
+    """The broker's ``on_change``. It is called after every control op, reads too
+    (``list``, ``session_info``, as serve-stdio and the dashboard ask them): the
+    registry's watchers are told (``entry.touch``) only when the terminal requests
+    changed, else each of their reads would make them read again, for good."""
+    seen = broker.listing()
+
+    def on_change() -> None:
+        nonlocal seen
+        now = broker.listing()
+        if now != seen:
+            seen = now
+            entry.touch()
+        if told is not None:
+            told()
+
+    return on_change
+
+
 @asynccontextmanager
 async def open_session(
     runtime_dir: RuntimeDir,
@@ -124,7 +145,16 @@ async def open_session(
     # The browser command is never one the sandbox could have put on PATH (in a daemon,
     # whose PATH may name the workdir or a bind too): places/host_commands.py.
     host_commands.distrust([options.workdir, *options.writable])
-    changed = options.on_change or (lambda: None)
+    # A change the dashboard shows is told to the daemon's (``on_change``) and, by the
+    # session dir's times, to any reader watching the registry (serve-stdio, a dashboard
+    # of `sandbridge ui --no-daemon`): places/registry_watch.py.
+    told = options.on_change
+
+    def changed() -> None:
+        entry.touch()
+        if told is not None:
+            told()
+
     opener = HostOpener(
         OpenSettings.for_host(os.environ)
         if options.open_settings is None
@@ -172,7 +202,7 @@ async def open_session(
             owner_ops=owner_ops,
             pending_path=entry.path / PENDING_FILE,
         )
-        broker.on_change = changed
+        broker.on_change = _when_requests_change(broker, entry, told)
     try:
         await host.start()
         # A daemon serving this session again after a restart: its apps come back.
@@ -181,6 +211,7 @@ async def open_session(
             await gate.start()
         if broker is not None:
             await broker.start()
+            entry.touch()  # its control socket answers now: the readers may ask it
         yield Session(entry, host, runtime_dir, stop_requested, owner_ops, broker)
     finally:
         if broker is not None:

@@ -8,8 +8,9 @@ arrive as Server-Sent Events on ``/events``.
 
 One feed per dashboard, whatever the number of tabs: while any event stream is open, it
 reads the tables when told something changed (:meth:`Dashboard.notify`: the daemon calls
-it on its sessions' events) or ``refresh`` seconds after the last read (for the sessions
-it is not told about, and changes that come with time), and each stream sends what
+it on its sessions' events; a watch of the registry and the far machines' records calls it
+on theirs, ``places/registry_watch.py``) or ``refresh`` seconds after the last read
+(changes that come with time, as an egress request expiring), and each stream sends what
 changed. :func:`build_dashboard` makes the server; whoever hosts it (the daemon, or
 ``sandbridge ui`` itself when no daemon runs) starts and closes it in its own event loop.
 """
@@ -25,8 +26,11 @@ from importlib import resources
 from typing import Any
 
 from sandbridge import log
-from sandbridge.aio.tasks import TaskSet
+from sandbridge.aio.tasks import TaskSet, running
 from sandbridge.exceptions import ControlError, HttpError, JsonRefused, SandbridgeError
+from sandbridge.places.registry import SESSIONS
+from sandbridge.places.registry_watch import RegistryWatch
+from sandbridge.places.remotes import REMOTES
 from sandbridge.protocol.http.fields import field_values
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, RequestHead, RequestReader
 from sandbridge.protocol.jsonline import decode_json
@@ -46,9 +50,10 @@ HEAD_TIMEOUT = 10.0
 MAX_CONNECTIONS = 32
 # Event streams at once: a few tabs.
 MAX_STREAMS = 8
-# Without a word of a change, the tables are re-read this often (the sessions the host
-# is told nothing of are polled over their control sockets): changes show within a second.
-REFRESH_INTERVAL = 0.5
+# Without a word of a change, the tables are re-read this often: what changes with time
+# (an egress request expiring). Every other change is told (the daemon's sessions) or
+# seen in the registry (places/registry_watch.py), and shows at once.
+REFRESH_INTERVAL = 5.0
 # However many changes are told (a sandbox flooding its egress gate), the tables are read
 # at most once in this long: ten reads a second, and a change still shows at once.
 MIN_READ_GAP = 0.1
@@ -298,25 +303,36 @@ class Dashboard:
         and publish them when they differ; stops when the last stream has gone."""
         loop = asyncio.get_running_loop()
         try:
-            while self._streams:
-                started = loop.time()
-                self._changed.clear()  # a change told during the read is read next round
-                try:
-                    data = json.dumps(await self._snapshot()).encode()
-                except Exception as exc:  # a failed read: the last tables stay, and it is retried
-                    log.warning("ui.tables_unreadable", error=repr(exc)[:200])
-                    data = self._tables
-                if data != self._tables:
-                    self._tables, self._version = data, self._version + 1
-                    published, self._published = self._published, asyncio.Event()
-                    published.set()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._refresh):
-                        await self._changed.wait()
-                # A rate limit, not a wait for something: see MIN_READ_GAP.
-                await asyncio.sleep(max(0.0, started + MIN_READ_GAP - loop.time()))
+            async with RegistryWatch((SESSIONS, REMOTES)) as watch, running(self._watch(watch)):
+                await self._feed_tables(loop)
         finally:
             self._feeding = False  # in the step that saw no stream: the next one starts anew
+
+    async def _watch(self, watch: RegistryWatch) -> None:
+        while True:
+            await watch.changed()
+            self.notify()
+
+    async def _feed_tables(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read the tables, publish them if they differ, wait for a change; repeat while
+        a stream is open."""
+        while self._streams:
+            started = loop.time()
+            self._changed.clear()  # a change told during the read is read next round
+            try:
+                data = json.dumps(await self._snapshot()).encode()
+            except Exception as exc:  # a failed read: the last tables stay, and it is retried
+                log.warning("ui.tables_unreadable", error=repr(exc)[:200])
+                data = self._tables
+            if data != self._tables:
+                self._tables, self._version = data, self._version + 1
+                published, self._published = self._published, asyncio.Event()
+                published.set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._refresh):
+                    await self._changed.wait()
+            # A rate limit, not a wait for something: see MIN_READ_GAP.
+            await asyncio.sleep(max(0.0, started + MIN_READ_GAP - loop.time()))
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[RequestHead, bytes]:
