@@ -71,13 +71,14 @@ async def _run_served(
     """A run whose host half the daemon serves. The sandbox starts first and its command
     waits at the start gate; the entry sends its network namespace before that, and the
     daemon gets it with the request (again after a restart: relay/owned_upstream.py), then
-    the command starts. The sandbox's start and the serving overlap as in a thin client's
-    run (cli/thin_run.py does the same)."""
+    the command starts. The entry sends it first thing, so what it does next (its sockets,
+    its helpers) overlaps the serving, as in a thin client's run (cli/thin_run.py does the
+    same)."""
     assert prepared.start_writer is not None and prepared.options.namespace_channel is not None
     log.debug("sandbox.start", backend=backend, runtime_dir=str(prepared.runtime_dir.path))
-    start_writer = os.dup(prepared.start_writer)
     namespace: int | None = None
     process = await asyncio.create_subprocess_exec(*prepared.argv, pass_fds=prepared.pass_fds)
+    start_writer = os.dup(prepared.start_writer)
     try:
         prepared.release_sandbox_fds()  # the backend has its own copies
         namespace = await _entry_namespace(prepared.options.namespace_channel)
