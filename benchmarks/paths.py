@@ -239,6 +239,11 @@ def _is_minter(pid: int) -> bool:
         return False
 
 
+def minters_of(pid: int) -> list[int]:
+    """The socket minters among process ``pid``'s descendants (a daemon's: one a session)."""
+    return [child for child in _descendants(pid) if _is_minter(child)]
+
+
 def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) -> RelayPath:
     """The real thing: host listener -> Unix socket -> shim in a bwrap sandbox -> app.
     ``extra``: more options of ``sandbridge run``."""

@@ -95,6 +95,15 @@ def main() -> None:
         )
         assert shim.stdout is not None
         assert shim.stdout.readline().startswith(b"HOSTILE READY")
+    elif action == "hostile-app":  # the hostile shim's answers from an app of its own
+        app = subprocess.Popen(
+            [sys.executable, sys.argv[2], "4175", "tcp"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert app.stdout is not None
+        assert app.stdout.readline().startswith(b"HOSTILE READY")
+        report["victim_url"] = register(4175)["url"]
     elif action == "abuse":
         report["huge"] = raw_register(b'{"type":"register","port":1,"x":"' + b"a" * 1_000_000)
         report["malformed"] = raw_register(b"\x00\xff{]\n")

@@ -297,7 +297,9 @@ def test_hostile_session_does_not_stall_a_good_one(
     bad_dir.mkdir()
     os.mkfifo(bad_dir / "release")
     good, good_port = session(good_dir, PYTHON, ECHO_APP, "--register", "4173")
-    bad = Process(run_argv(bad_dir, PYTHON, SABOTEUR, "hostile-shim", HOSTILE_SHIM))
+    # The daemon connects to the session's apps itself (the shim is never asked): the
+    # hostile answers come from an app.
+    bad = Process(run_argv(bad_dir, PYTHON, SABOTEUR, "hostile-app", HOSTILE_SHIM))
     try:
         report = json.loads(bad.wait_line("READY", timeout=60).removeprefix("READY "))
         bad_port = host_port_of(str(report["victim_url"]))

@@ -1,14 +1,17 @@
 """A hostile shim: what a compromised sandbox could put on ``upstream.sock``.
 
-Usage: hostile_shim.py SOCKET_PATH stream|v1 [--replace]
+Usage: hostile_shim.py SOCKET_PATH stream|v1 [--replace], or hostile_shim.py PORT tcp
 It answers stream openings (or, in v1 mode, refuses them like a v1-only shim and then
 answers v1 requests) with the broken response that the request's path names:
-``/hostile/<behaviour>``. Any other path gets a well-formed 200.
+``/hostile/<behaviour>``. Any other path gets a well-formed 200. In tcp mode it is an app
+on ``127.0.0.1:PORT`` that answers the same way: what the host meets where it connects to
+the app itself (relay/owned_upstream.py) and never asks the shim.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import socket
@@ -86,6 +89,23 @@ def read_until(conn: socket.socket, marker: bytes) -> bytes:
     return data
 
 
+def serve_http(conn: socket.socket) -> None:
+    """Answer each request head on ``conn`` as its path says, until a hostile one."""
+    while True:
+        head = read_until(conn, b"\r\n\r\n")
+        if not head:
+            return
+        path = head.split(b" ")[1].decode()
+        http_answer(path.removeprefix("/hostile/"), conn)
+        if path.startswith("/hostile/"):
+            return
+
+
+def serve_app(conn: socket.socket) -> None:
+    with conn, contextlib.suppress(OSError):
+        serve_http(conn)
+
+
 def serve(conn: socket.socket, mode: str) -> None:
     with conn:
         try:
@@ -95,14 +115,7 @@ def serve(conn: socket.socket, mode: str) -> None:
                     conn.sendall(b'{"ok":false,"error":"unsupported"}\n')
                     return
                 conn.sendall(b'{"ok":true,"stream":1}\n')
-                while True:
-                    head = read_until(conn, b"\r\n\r\n")
-                    if not head:
-                        return
-                    path = head.split(b" ")[1].decode()
-                    http_answer(path.removeprefix("/hostile/"), conn)
-                    if path.startswith("/hostile/"):
-                        return
+                serve_http(conn)
             else:
                 conn.sendall(v1_answer(str(first.get("path", "")).removeprefix("/hostile/")))
         except OSError:
@@ -111,6 +124,12 @@ def serve(conn: socket.socket, mode: str) -> None:
 
 def main() -> None:
     path, mode = sys.argv[1], sys.argv[2]
+    if mode == "tcp":
+        app = socket.create_server(("127.0.0.1", int(path)))
+        print("HOSTILE READY", flush=True)
+        while True:
+            conn, _ = app.accept()
+            threading.Thread(target=serve_app, args=(conn,), daemon=True).start()
     if "--replace" in sys.argv and os.path.lexists(path):
         os.unlink(path)
     server = socket.socket(socket.AF_UNIX)

@@ -11,6 +11,7 @@ from sandbridge.protocol.daemon_wire import (
     MAX_MESSAGE_BYTES,
     Event,
     asks_for_dashboard,
+    carries_namespace,
     dashboard_message,
     decode_event,
     decode_request,
@@ -98,3 +99,17 @@ def test_a_run_request_with_a_real_clients_undecodable_bytes_is_taken() -> None:
         "package": "sandbridge 1 in /x",
     }
     assert decode_run_request(run_request(run)) == run
+
+
+def test_a_request_says_whether_its_last_descriptor_is_the_namespace() -> None:
+    with_namespace = request({"a": 1}, "/run/x", "/run/y", namespace=True)
+    assert carries_namespace(with_namespace)
+    assert decode_request(with_namespace) == ({"a": 1}, "/run/x", "/run/y")
+    assert not carries_namespace(request({"a": 1}, "/run/x", "/run/y"))
+
+
+@pytest.mark.parametrize("value", ["1", '"yes"', "null", "[]"])
+def test_a_namespace_flag_that_is_not_true_is_refused(value: str) -> None:
+    data = b'{"version": 1, "serve": {}, "namespace": ' + value.encode() + b"}"
+    with pytest.raises(DaemonError, match="'namespace' is true or absent"):
+        carries_namespace(data)

@@ -406,3 +406,27 @@ def test_a_minter_that_fails_to_start_is_refused_never_the_handoff_then_started_
             await pending.close()
 
     asyncio.run(main())
+
+
+def test_only_a_network_namespace_passes_the_namespace_check(tmp_path: Path) -> None:
+    (tmp_path / "net:[1]").write_text("")  # a file named like one is still a file
+    opened = {
+        "net": os.open("/proc/self/ns/net", os.O_RDONLY),
+        "mnt": os.open("/proc/self/ns/mnt", os.O_RDONLY),
+        "file": os.open(tmp_path / "net:[1]", os.O_RDONLY),
+    }
+    try:
+        assert owned_upstream.not_a_network_namespace(opened["net"]) is None
+        assert str(owned_upstream.not_a_network_namespace(opened["mnt"])).startswith("'mnt:[")
+        # Named by its path (cut at 80 characters).
+        assert owned_upstream.not_a_network_namespace(opened["file"]) == repr(
+            str(tmp_path / "net:[1]")[:80]
+        )
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+    closed = os.open("/dev/null", os.O_RDONLY)
+    os.close(closed)
+    assert owned_upstream.not_a_network_namespace(closed) == (
+        "an unreadable descriptor (No such file or directory)"
+    )

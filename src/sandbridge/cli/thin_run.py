@@ -34,6 +34,7 @@ import sys
 import time
 
 import sandbridge
+from sandbridge import event_line
 from sandbridge.cli import app_lines
 from sandbridge.exceptions import DaemonError
 from sandbridge.protocol import daemon_wire
@@ -42,6 +43,9 @@ from sandbridge.protocol.daemon_wire import Event
 # The signals that end a run (as session/run.py's), with 128 + their number.
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 READY = daemon_wire.READY_TIMEOUT
+# The sandbox entry sends its network namespace before its command starts, within its
+# own start (relay/owned_upstream.py's NAMESPACE_TIMEOUT).
+NAMESPACE_WAIT = 10.0
 # What the kernel's SO_PEERCRED holds: pid, uid, gid.
 _PEERCRED = struct.Struct("3i")
 
@@ -229,8 +233,11 @@ class _Session:
         self.open_fds = open_fds
         self.argv = [str(word) for word in start["argv"]]  # type: ignore[attr-defined]
         targets = [int(fd) for fd in start["fds"]]  # type: ignore[attr-defined]
-        self.request = daemon_wire.encode(start["serve"])  # type: ignore[arg-type]
-        # The serve request's, the sandbox's, and the start gate's writer, in that order.
+        self.serve = dict(start["serve"])  # type: ignore[call-overload]
+        self.request = daemon_wire.encode(self.serve)
+        # The serve request's, the sandbox's, the start gate's writer and (from a builder
+        # that says so) the namespace channel's host end, in that order.
+        self.namespace_channel = fds.pop() if start.get(daemon_wire.NAMESPACE_KEY) else None
         serving = len(fds) - len(targets) - 1
         self.serve_fds = array.array("i", fds[:serving])
         self.sandbox_fds = list(zip(fds[serving:-1], targets, strict=True))
@@ -250,6 +257,7 @@ class _Session:
         # The sandbox starts while the daemon serves the session; its command waits at
         # the start gate until the session is served (docs/daemon.md).
         pid, pidfd = self._spawn()
+        self._take_namespace()
         try:
             session_id = self._open_first()
         except _LinkError as exc:
@@ -267,6 +275,37 @@ class _Session:
         status = self._until_exit(pid, pidfd)
         self._close_link()
         return self._finish(status)
+
+    def _take_namespace(self) -> None:
+        """Add the network namespace the sandbox entry sends (before its command starts)
+        to the serve request, sent with it to every daemon that serves the session: the
+        daemon makes the app connections in it (relay/owned_upstream.py; it checks the
+        descriptor). Without one, the daemon's session takes the shim's handoff."""
+        fd = self.namespace_channel
+        if fd is None:
+            return
+        self.namespace_channel = None
+        self.open_fds.discard(fd)
+        why = f"the sandbox entry sent no network namespace in {NAMESPACE_WAIT:g} s"
+        with socket.socket(fileno=fd) as channel:
+            try:
+                readable = _poll([fd, self.waker.fd], NAMESPACE_WAIT)
+                if fd in readable:
+                    _, fds = _receive(channel, 4)
+                    if len(fds) == 1:
+                        self.open_fds.add(fds[0])  # closed at the run's end
+                        self.serve_fds.append(fds[0])
+                        self.serve[daemon_wire.NAMESPACE_KEY] = True
+                        self.request = daemon_wire.encode(self.serve)
+                        return
+                    for extra in fds:
+                        os.close(extra)
+                    why = f"the sandbox entry sent {len(fds)} namespace descriptors, not 1"
+                elif self.waker.fd in readable:
+                    why = "a signal came first"
+            except OSError as exc:
+                why = f"the sandbox entry's network namespace is unusable: {exc.strerror}"
+        event_line.warn("upstream.owned_unavailable", reason=why)
 
     # The daemon link -------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.relay.app import App
+from sandbridge.relay.owned_upstream import not_a_network_namespace
 from sandbridge.sandbox.host_paths import exposure
 from sandbridge.session import options_wire
 from sandbridge.session.lifecycle import open_session
@@ -237,12 +238,12 @@ class Daemon:
         runtime_dir: RuntimeDir | None = None
         entry: SessionEntry | None = None
         channel: socket.socket | None = None
+        namespace: int | None = None
         try:
             if self.serving >= MAX_SESSIONS:
                 raise DaemonError(f"the daemon already serves {MAX_SESSIONS} sessions")
             options, runtime_path, session_path = daemon_wire.decode_request(data)
-            if len(fds) not in (2, 3):
-                raise DaemonError(f"a request carries 2 or 3 descriptors, not {len(fds)}")
+            namespace = _network_namespace(data, fds)
             runtime_dir = _runtime_dir(Path(runtime_path), fds[0])
             del fds[0]  # the runtime dir owns it now
             entry = SessionEntry.attach(Path(session_path), fds[0])
@@ -259,11 +260,14 @@ class Daemon:
                 on_register=lambda app: outbox.put(Event.APP, app_event(app)),
                 on_unregister=lambda app: outbox.put(Event.GONE, app_event(app)),
                 terminal_channel=channel,
+                network_namespace=namespace,
                 on_change=self.dashboard.notify,
             )
             _remove_stale_sockets(runtime_dir, entry)
         except BaseException:
             untrusted_fds.release_all(fds, reset=False)
+            if namespace is not None:
+                os.close(namespace)
             if channel is not None:
                 untrusted_fds.release_socket(channel)
             if entry is not None:
@@ -271,7 +275,13 @@ class Daemon:
             if runtime_dir is not None:
                 runtime_dir.remove()
             raise
-        log.info("daemon.session", session=entry.id, pid=pid, apps=len(entry.record.apps))
+        log.info(
+            "daemon.session",
+            session=entry.id,
+            pid=pid,
+            apps=len(entry.record.apps),
+            namespace=namespace is not None,
+        )
         self.serving += 1
         try:
             async with open_session(runtime_dir, served, entry, outbox.text) as session:
@@ -282,6 +292,8 @@ class Daemon:
                         await _until_closed(conn)
         finally:
             self.serving -= 1
+            if namespace is not None:
+                os.close(namespace)  # the session's owned upstream had its own copy
         log.info("daemon.session_end", session=entry.id)
 
 
@@ -353,6 +365,26 @@ def _terminal_channel(fd: int) -> socket.socket:
             "the third descriptor is not a terminal channel (a Unix SOCK_SEQPACKET socket)"
         )
     return sock
+
+
+def _network_namespace(data: bytes, fds: list[int]) -> int | None:
+    """Check how many descriptors the request carries, and take the last one out of
+    ``fds`` if the request says it is the sandbox's network namespace: checked as the
+    host checks the one the sandbox entry sends (refused, it stays in ``fds``)."""
+    if not daemon_wire.carries_namespace(data):
+        if len(fds) not in (2, 3):
+            raise DaemonError(f"a request carries 2 or 3 descriptors, not {len(fds)}")
+        return None
+    if len(fds) not in (3, 4):
+        raise DaemonError(
+            f"a request with a network namespace carries 3 or 4 descriptors, not {len(fds)}"
+        )
+    if (what := not_a_network_namespace(fds[-1])) is not None:
+        raise DaemonError(
+            f"the last descriptor is {what}, not a network namespace (the request says "
+            "'namespace': true)"
+        )
+    return fds.pop()
 
 
 def _remove_stale_sockets(runtime_dir: RuntimeDir, entry: SessionEntry) -> None:

@@ -2,9 +2,13 @@
 
 The socket is ``SOCK_SEQPACKET``: one message is one JSON object, whole or not at all.
 The client sends one request, with the session's descriptors attached (its runtime
-dir, its session dir, and the host's end of the terminal channel when it has one)::
+dir, its session dir, the host's end of the terminal channel when it has one, and last,
+with ``"namespace": true``, the sandbox's network namespace, which a ``run`` client
+received from the sandbox entry before the command started: the daemon makes the
+session's app connections from sockets of that namespace, relay/owned_upstream.py)::
 
-    {"version": 1, "serve": {...options...}, "runtime_dir": PATH, "session_dir": PATH}
+    {"version": 1, "serve": {...options...}, "runtime_dir": PATH, "session_dir": PATH,
+     "namespace": true}
 
 and the daemon answers with events, one per message, until either side leaves:
 ``{"ready": SESSION_ID}`` once the session is served, ``{"app": {...}}`` for each
@@ -31,7 +35,10 @@ already printed) or ``{"start": {"argv": [...], "fds": [...], "serve": REQUEST}}
 the descriptors attached: the serve request's three (sent on a second connection, as
 above), then the sandbox's, whose numbers in ``argv`` the ``fds`` list names, then the
 pipe end whose first byte lets the sandbox's command start (``--start-fd``: the client
-starts the sandbox at once and writes it once the daemon serves the session). The client
+starts the sandbox at once and writes it once the daemon serves the session), then the
+host's end of the socket pair on which the sandbox entry sends its network namespace
+(``--namespace-fd``): the client waits for it, and sends it with the serve request, every
+time it sends that request (a restarted daemon gets it too). The client
 answers ``{"done": STATUS}`` once the sandbox has ended and the daemon closed the
 session; the builder removes the session's dirs, prints what the run prints at its end
 and closes.
@@ -57,8 +64,11 @@ VERSION = 1
 # event carries one app or one line of text. One message must fit the socket's send
 # buffer (about 200 KiB by default) whole.
 MAX_MESSAGE_BYTES = 64 * 1024
-# Descriptors a request may carry: runtime dir, session dir, terminal channel.
-MAX_REQUEST_FDS = 3
+# Descriptors a request may carry: runtime dir, session dir, terminal channel, network
+# namespace.
+MAX_REQUEST_FDS = 4
+# The request's key that says its last descriptor is the sandbox's network namespace.
+NAMESPACE_KEY = "namespace"
 # The client's side (session/served.py, and cli/thin_run.py, the thin ``run`` client).
 # Connecting to a Unix socket is immediate unless its accept queue is full.
 CONNECT_TIMEOUT = 2.0
@@ -98,10 +108,11 @@ DASHBOARD_KEY = "dashboard"
 # The key of a run request; it carries the client's standard input, output and error.
 RUN_KEY = "run"
 RUN_REQUEST_FDS = 3
-# A run's start carries the serve request's descriptors, the sandbox's (the
-# environment's memfd, the terminal channel's sandbox end, the start gate's read end),
-# and the start gate's write end.
-MAX_START_FDS = MAX_REQUEST_FDS + 4
+# A run's start carries the serve request's descriptors (all but the namespace, which
+# the client adds), the sandbox's (the environment's memfd, the terminal channel's
+# sandbox end, the namespace channel's sandbox end, the start gate's read end), the
+# start gate's write end and the namespace channel's host end.
+MAX_START_FDS = (MAX_REQUEST_FDS - 1) + 4 + 2
 
 
 class Event(enum.Enum):
@@ -195,15 +206,26 @@ def decode_request(data: bytes) -> tuple[dict[str, Any], str, str]:
     return options, runtime_dir, session_dir
 
 
-def request(options: dict[str, Any], runtime_dir: str, session_dir: str) -> bytes:
-    return encode(
-        {
-            "version": VERSION,
-            "serve": options,
-            "runtime_dir": runtime_dir,
-            "session_dir": session_dir,
-        }
-    )
+def carries_namespace(data: bytes) -> bool:
+    """Whether a request's last descriptor is the sandbox's network namespace."""
+    value = _versioned(data).get(NAMESPACE_KEY, False)
+    if not isinstance(value, bool):
+        raise DaemonError(f"a daemon request's 'namespace' is true or absent, not {value!r:.40}")
+    return value
+
+
+def request(
+    options: dict[str, Any], runtime_dir: str, session_dir: str, *, namespace: bool = False
+) -> bytes:
+    message = {
+        "version": VERSION,
+        "serve": options,
+        "runtime_dir": runtime_dir,
+        "session_dir": session_dir,
+    }
+    if namespace:
+        message[NAMESPACE_KEY] = True
+    return encode(message)
 
 
 def python_identity(executable: str, prefix: str) -> str:

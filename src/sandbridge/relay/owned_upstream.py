@@ -65,6 +65,27 @@ def namespace_type(fd: int) -> int:
     return fcntl.ioctl(fd, NS_GET_NSTYPE)
 
 
+def not_a_network_namespace(fd: int) -> str | None:
+    """Why ``fd`` is not a network namespace (what it is instead), or None if it is one.
+
+    One rule for both places that take a namespace: the host from the sandbox entry
+    (:func:`receive_namespace`) and the daemon from a ``run`` client. What the descriptor
+    names is read first (``/proc/self/fd/N``: the kernel's own name for it, no file
+    system asked), and only a namespace file gets the ``ioctl``: on a file of a FUSE
+    mount an ``ioctl`` goes to the file system's server, which could keep it waiting."""
+    try:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as exc:
+        return f"an unreadable descriptor ({exc.strerror})"
+    if not name.startswith("net:["):
+        return f"{name[:80]!r}"
+    try:
+        kind = namespace_type(fd)
+    except OSError as exc:
+        return f"{name!r}, whose kind cannot be read ({exc.strerror})"
+    return None if kind == CLONE_NEWNET else f"{name!r} of kind {kind:#x}"
+
+
 def _same_file(fd: int, path: str) -> bool:
     mine, theirs = os.stat(path), os.fstat(fd)
     return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
@@ -91,8 +112,8 @@ async def receive_namespace(channel: socket.socket) -> int:
                 fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
         if len(fds) != 1 or flags & socket.MSG_CTRUNC:
             raise UpstreamError(f"the sandbox entry sent {len(fds)} namespace descriptors, not 1")
-        if namespace_type(fds[0]) != CLONE_NEWNET:
-            raise UpstreamError("the sandbox entry sent a namespace that is not a network one")
+        if (what := not_a_network_namespace(fds[0])) is not None:
+            raise UpstreamError(f"the sandbox entry sent {what}, not a network namespace")
     except TimeoutError:
         raise UpstreamError("the sandbox entry sent no network namespace") from None
     except OSError as exc:
@@ -322,8 +343,9 @@ class OwnedUpstream:
 
 
 class PendingOwnedUpstream:
-    """The owned upstream of a session whose entry sends its namespace on ``channel``:
-    started by the first app connection that needs it (the namespace is there by then).
+    """The owned upstream of a session whose entry sends its namespace on ``channel``
+    (or that has it already: ``namespace``, taken over): started by the first app
+    connection that needs it (the namespace is there by then).
 
     The shim's handoff serves the session instead only where it has no owned upstream to
     start: the entry sent no namespace (it does so before the command starts, so that is
@@ -333,12 +355,21 @@ class PendingOwnedUpstream:
     handoff, which the sandbox could then abuse: that connection gets a 502, and a later
     one, :data:`RETRY_SECONDS` after at the soonest, starts a minter again."""
 
-    def __init__(self, channel: socket.socket, retry_seconds: float | None = None) -> None:
-        channel.setblocking(False)
+    def __init__(
+        self,
+        channel: socket.socket | None,
+        retry_seconds: float | None = None,
+        *,
+        namespace: int | None = None,
+    ) -> None:
+        if channel is not None:
+            channel.setblocking(False)
         self._channel: socket.socket | None = channel
         self._lock = asyncio.Lock()
         self._owned: OwnedUpstream | None = None
-        self._namespace: int | None = None  # received, and kept until a minter starts
+        # Received (or given: the daemon's session, whose run client received it and
+        # sent it with its request), and kept until a minter starts.
+        self._namespace: int | None = namespace
         self._failed: str | None = None  # no owned upstream for this session: the handoff
         self._retry_seconds = RETRY_SECONDS if retry_seconds is None else retry_seconds
         self._not_started: str | None = None
@@ -352,7 +383,7 @@ class PendingOwnedUpstream:
             if self._owned is not None or self._failed is not None:
                 return self._owned
             if self._namespace is None:
-                assert self._channel is not None
+                assert self._channel is not None, "given a channel or a namespace"
                 # A cancelled first connection leaves the message for the next one.
                 try:
                     self._namespace = await receive_namespace(self._channel)

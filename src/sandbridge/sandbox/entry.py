@@ -395,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = args.command
     _undumpable()  # first: before any descriptor worth taking exists
+    if args.namespace_fd is not None:
+        # Early: a run the daemon serves waits for it before it asks the daemon to serve.
+        _send_namespace(args.namespace_fd)
     forbid_terminal_injection(os.uname().machine)
     install_helper(os.environ.get("HOME", "/tmp"))
     install_commands()
@@ -407,8 +410,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.terminal_fd is not None:  # never inherited by the command
         os.set_inheritable(args.terminal_fd, False)
     keep_inherited_descriptors()
-    if args.namespace_fd is not None:
-        _send_namespace(args.namespace_fd)
     if args.start_fd is not None and not _allowed_to_start(args.start_fd):
         return 1  # the host ended the run before its command could start
     command_process = _Command()

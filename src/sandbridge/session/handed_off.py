@@ -4,8 +4,9 @@ The daemon's run builder, in a process forked for one client, prepares the sessi
 ``run_session`` does (runtime dir, terminal channel, environment memfd, registry entry,
 all in the client's name: its pid) and hands the client what it needs to carry on: the
 backend's command line with the sandbox's descriptors, the end of the pipe that lets the
-command start, and the request (with its descriptors) that has the daemon serve the host
-half. It then waits for the client's
+command start, the end of the socket pair on which the sandbox entry sends its network
+namespace (the client sends it on to the daemon with the request), and the request (with
+its descriptors) that has the daemon serve the host half. It then waits for the client's
 ``done``, and removes the session's dirs as ``served_session`` does at its end.
 """
 
@@ -40,7 +41,9 @@ def hand_off(
     return the status the client reports when the sandbox has ended."""
     # The client starts the sandbox while the daemon serves the session, and lets its
     # command start once it is served (the sandbox's start and the serving overlap).
-    with prepared_sandbox(spec_factory, backend, options, pid=pid, start_gate=True) as prepared:
+    with prepared_sandbox(
+        spec_factory, backend, options, pid=pid, start_gate=True, own_upstream=True
+    ) as prepared:
         entry = create_entry(prepared.runtime_dir, prepared.options, pid)
         try:
             request, serve_fds = serve_request(prepared.runtime_dir, entry, prepared.options)
@@ -50,16 +53,27 @@ def hand_off(
                     "argv": prepared.argv,
                     "fds": list(prepared.pass_fds),
                     "serve": daemon_wire.decode(request),
+                    daemon_wire.NAMESPACE_KEY: True,
                 },
             )
-            assert prepared.start_writer is not None
-            fds = array.array("i", [*serve_fds, *prepared.pass_fds, prepared.start_writer])
+            namespace_channel = prepared.options.namespace_channel
+            assert prepared.start_writer is not None and namespace_channel is not None
+            fds = array.array(
+                "i",
+                [
+                    *serve_fds,
+                    *prepared.pass_fds,
+                    prepared.start_writer,
+                    namespace_channel.fileno(),
+                ],
+            )
             try:
                 client.sendmsg([start], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             except OSError as exc:  # it left while the run was built (a Ctrl-C, a kill)
                 log.debug("run.client_gone", session=entry.id, pid=pid, error=exc.strerror)
                 return CLIENT_GONE
             prepared.release_sandbox_fds()
+            namespace_channel.close()  # the client's now
             log.debug("run.handed_off", session=entry.id, pid=pid)
             return _until_done(client)
         finally:

@@ -96,6 +96,16 @@ def session_ops(
     return {**egress_ops, "session_info": info, "stop": request_stop, "app_close": close_app}
 
 
+def _owned_upstream(options: SessionOptions) -> PendingOwnedUpstream | None:
+    """App connections the host owns (relay/owned_upstream.py): from the namespace the
+    entry sends (a run served here), or the one the run client sent (the daemon)."""
+    if options.network_namespace is not None:
+        return PendingOwnedUpstream(None, namespace=os.dup(options.network_namespace))
+    if options.namespace_channel is not None:
+        return PendingOwnedUpstream(options.namespace_channel)
+    return None
+
+
 def _and_then(
     first: Callable[[App], None] | None, then: Callable[[], None]
 ) -> Callable[[App], None]:
@@ -169,9 +179,7 @@ async def open_session(
         settings=RelaySettings() if options.settings is None else options.settings,
         entry=entry,
         opener=opener,
-        owned=None
-        if options.namespace_channel is None
-        else PendingOwnedUpstream(options.namespace_channel),
+        owned=_owned_upstream(options),
     )
     gate: EgressGate | None = None
     policy = options.policy

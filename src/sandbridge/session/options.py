@@ -48,6 +48,9 @@ class SessionOptions:
     # The host's end of the socket pair on which the entry sends its network namespace:
     # app connections the host owns alone (relay/owned_upstream.py).
     namespace_channel: socket.socket | None = None
+    # Or the network namespace itself, received already (the daemon's: the run client
+    # sends it with its request); the session's owned upstream takes a copy.
+    network_namespace: int | None = None
     # Another runtime's sandbox: terminals through terminal.sock in the runtime dir,
     # which ``sandbridge shim --terminals`` serves inside (docs/external-runtimes.md).
     terminal_socket: bool = False

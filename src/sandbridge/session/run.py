@@ -42,9 +42,16 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
     exit status. With ``daemon`` (a connection to the user's daemon) the daemon serves
     the host half; the sandbox is this process's either way."""
     with prepared_sandbox(
-        spec_factory, backend, options, runtime_path=runtime_path, own_upstream=daemon is None
+        spec_factory,
+        backend,
+        options,
+        runtime_path=runtime_path,
+        own_upstream=True,
+        start_gate=daemon is not None,
     ) as prepared:
-        async with host_half(daemon, prepared.runtime_dir, prepared.options) as (entry, stop):
+        if daemon is not None:
+            return await _run_served(daemon, prepared, backend, on_session)
+        async with host_half(None, prepared.runtime_dir, prepared.options) as (entry, stop):
             if on_session is not None:
                 on_session(entry)
             log.debug("sandbox.start", backend=backend, runtime_dir=str(prepared.runtime_dir.path))
@@ -53,6 +60,66 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
             )
             prepared.release_sandbox_fds()  # the backend has its own copies
             return await _until_exit_or_signal(process, stop)
+
+
+async def _run_served(
+    daemon: socket.socket,
+    prepared: PreparedSandbox,
+    backend: str,
+    on_session: Callable[[SessionEntry], None] | None,
+) -> int:
+    """A run whose host half the daemon serves. The sandbox starts first and its command
+    waits at the start gate; the entry sends its network namespace before that, and the
+    daemon gets it with the request (again after a restart: relay/owned_upstream.py), then
+    the command starts. The entry sends it first thing, so what it does next (its sockets,
+    its helpers) overlaps the serving, as in a thin client's run (cli/thin_run.py does the
+    same)."""
+    assert prepared.start_writer is not None and prepared.options.namespace_channel is not None
+    log.debug("sandbox.start", backend=backend, runtime_dir=str(prepared.runtime_dir.path))
+    namespace: int | None = None
+    process = await asyncio.create_subprocess_exec(*prepared.argv, pass_fds=prepared.pass_fds)
+    start_writer = os.dup(prepared.start_writer)
+    try:
+        prepared.release_sandbox_fds()  # the backend has its own copies
+        namespace = await _entry_namespace(prepared.options.namespace_channel)
+        options = dataclasses.replace(
+            prepared.options, namespace_channel=None, network_namespace=namespace
+        )
+        stop = asyncio.Event()
+        async with served_session(daemon, prepared.runtime_dir, options, stop) as entry:
+            if on_session is not None:
+                on_session(entry)
+            with contextlib.suppress(OSError):  # the sandbox ended already: its status says
+                os.write(start_writer, b"s")
+            return await _until_exit_or_signal(process, stop)
+    except BaseException:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        raise
+    finally:
+        os.close(start_writer)
+        if namespace is not None:
+            os.close(namespace)
+
+
+async def _entry_namespace(channel: socket.socket) -> int | None:
+    """The network namespace the sandbox entry sends on ``channel`` before its command
+    starts (checked: one descriptor, a network namespace), or None, said, where it sends
+    none: the daemon's session then takes the shim's handoff."""
+    # Only here: a run served here imports the host half anyway, a served one this alone.
+    from sandbridge.exceptions import UpstreamError
+    from sandbridge.relay.owned_upstream import receive_namespace
+
+    channel.setblocking(False)
+    try:
+        return await receive_namespace(channel)
+    except UpstreamError as exc:
+        log.warning("upstream.owned_unavailable", reason=str(exc))
+        return None
+    finally:
+        channel.close()
 
 
 @dataclasses.dataclass

@@ -2,7 +2,9 @@
 
 The client keeps what makes the session its own: it makes the runtime dir and the
 registry entry (and holds their locks), starts the sandbox and kills it. The daemon gets
-the session's options and descriptors of both dirs and of the terminal channel, serves
+the session's options and descriptors of both dirs, of the terminal channel and of the
+sandbox's network namespace (the entry sends it to the client before the command starts;
+the daemon's app connections are made in it: relay/owned_upstream.py), serves
 registrations, app listeners, the egress gate and the terminal broker, and sends back
 what the owner should see. When the client's connection ends, the daemon closes the
 session. When the daemon's end does (it stopped, or was killed), the client sends its
@@ -94,8 +96,12 @@ def serve_request(
     fds = [runtime_dir.fd, entry.fd]
     if options.terminal_channel is not None:
         fds.append(options.terminal_channel.fileno())
+    if options.network_namespace is not None:
+        fds.append(options.network_namespace)  # last, as the request says
     path = str(runtime_dir.path)
-    return daemon_wire.request(options_wire.encode(options), path, str(entry.path)), fds
+    encoded = options_wire.encode(options)
+    namespace = options.network_namespace is not None
+    return daemon_wire.request(encoded, path, str(entry.path), namespace=namespace), fds
 
 
 class _Link:
