@@ -13,7 +13,9 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -117,9 +119,10 @@ class Session:
 def controlled(
     work: Path, backend: str, options: tuple[str, ...] = (), config: str | None = None
 ) -> Iterator[Session]:
-    """``sandbridge run`` of the controller in ``work``, with a runtime base of its own."""
-    xdg = work.parent / f"{work.name}-xdg"
-    xdg.mkdir(mode=0o700)
+    """``sandbridge run`` of the controller in ``work``, with a runtime base of its own
+    (a short one: the sockets in it must stay within a Unix socket path's 107 bytes,
+    however long pytest's names for ``work`` grow)."""
+    xdg = Path(tempfile.mkdtemp(prefix="sbx-"))  # made 0700
     if config is not None:
         (work / ".sandbridge").mkdir()
         (work / ".sandbridge" / "config").write_text(config)
@@ -142,6 +145,7 @@ def controlled(
             yield Session(process, commands, env, name)
     finally:
         process.stop()
+        shutil.rmtree(xdg, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
