@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.places.held_folder import HeldFolder
-from tests.conftest import swapping
+from tests.conftest import PYTHON, Process, swapping
 
 
 def test_a_link_or_a_file_in_the_folders_place_is_refused(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_a_link_or_a_file_in_the_folders_place_is_refused(tmp_path: Path) -> Non
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
     (tmp_path / "file").write_text("x")
     with pytest.raises(OSError) as caught:
-        HeldFolder.open(tmp_path / "link", create_mode=0o755)
+        HeldFolder.make(tmp_path / "link")
     assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
     with pytest.raises(OSError) as caught:
         HeldFolder.open(tmp_path / "file")
@@ -31,12 +31,43 @@ def test_a_link_or_a_file_in_the_folders_place_is_refused(tmp_path: Path) -> Non
 def test_a_missing_folder_is_none_unless_made(tmp_path: Path) -> None:
     assert HeldFolder.open(tmp_path / "missing") is None
     assert HeldFolder.open(tmp_path / "no" / "parent") is None
-    made = HeldFolder.open(tmp_path / "made", create_mode=0o750)
-    assert made is not None and made.path == tmp_path / "made"
+    made = HeldFolder.make(tmp_path / "made", 0o750)
+    assert made.path == tmp_path / "made"
     made.close()
     assert stat.S_IMODE((tmp_path / "made").stat().st_mode) == 0o750 & ~_umask()
     with pytest.raises(FileNotFoundError):
-        HeldFolder.open(tmp_path / "no" / "parent", create_mode=0o755)
+        HeldFolder.make(tmp_path / "no" / "parent")
+
+
+REMOVER = """
+import os, sys
+print("removing", flush=True)
+while True:
+    try:
+        os.rmdir(sys.argv[1])
+    except OSError:
+        pass
+"""
+
+
+def test_a_folder_removed_as_it_is_made_is_an_error_never_nothing(tmp_path: Path) -> None:
+    # The sandbox removes `.sandbridge` between the host's mkdir and its open: the host
+    # gets ENOENT to refuse with, never a folder of None (an uncaught crash before).
+    folder = tmp_path / ".sandbridge"
+    remover = Process([PYTHON, "-c", REMOVER, str(folder)])
+    made = gone = 0
+    try:
+        remover.wait_line("removing")
+        for _ in range(500):
+            try:
+                HeldFolder.make(folder).close()
+                made += 1
+            except FileNotFoundError:
+                gone += 1
+        assert remover.popen.poll() is None, "the remover stopped"
+    finally:
+        remover.stop()
+    assert made + gone == 500
 
 
 def test_only_a_regular_file_is_opened_never_through_a_link_nor_blocking(tmp_path: Path) -> None:

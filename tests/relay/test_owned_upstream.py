@@ -10,6 +10,7 @@ import fcntl
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -430,3 +431,38 @@ def test_only_a_network_namespace_passes_the_namespace_check(tmp_path: Path) -> 
     assert owned_upstream.not_a_network_namespace(closed) == (
         "an unreadable descriptor (No such file or directory)"
     )
+
+
+def test_a_minter_that_dies_is_started_anew(namespace: tuple[int, int]) -> None:
+    # A minter that exited or stopped answering left every later app connection of the
+    # session a 502 until the session ended.
+    host_end, entry_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    rights = namespace[0].to_bytes(4, "little")
+    entry_end.sendmsg([b"n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+    entry_end.close()
+
+    async def main() -> None:
+        pending = PendingOwnedUpstream(host_end)
+        try:
+            first = await pending.get()
+            assert first is not None and first.minter_pid is not None
+            os.kill(first.minter_pid, signal.SIGKILL)
+            assert first._process is not None
+            await first._process.wait()
+            # The pool's sockets stay good (they are the namespace's): take them all,
+            # and the next ask finds the minter gone.
+            deadline = asyncio.get_running_loop().time() + 10
+            while first.broken is None:
+                assert asyncio.get_running_loop().time() < deadline, "the death went unseen"
+                with contextlib.suppress(UpstreamError):
+                    (await first.open(namespace[1])).abort()
+            again = await pending.get()
+            assert again is not None and again is not first
+            assert again.minter_pid not in (None, first.minter_pid)
+            channel = await again.open(namespace[1])
+            assert await channel.read() == b"inside"
+            channel.abort()
+        finally:
+            await pending.close()
+
+    asyncio.run(main())

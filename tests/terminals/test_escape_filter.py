@@ -39,6 +39,9 @@ DROPPED = [
     (b"a\x9b21tb\xc2\x9b2tc", b"abc"),  # CSI as a raw C1 byte and as UTF-8
     (b"a\x1b[2\x071t", b"a"),  # a BEL among the parameters is executed, not an end
     (b"\x1b[5i\x1b[?4i\x1b[4i", b""),  # media copy: the printer
+    # The other resizes: 80/132 columns (DECCOLM, alone or among other modes), columns
+    # per page (DECSCPP), lines per screen (DECSNLS).
+    (b"a\x1b[?3hb\x1b[?3lc\x1b[?1049;3h\x1b[132$|\x1b[72*|", b"abc"),
     # Passthroughs: tmux (its doubled ESC), screen (any DCS), with OSC 52 inside.
     (b"\x1bPtmux;\x1b\x1b]52;c;ZWNobw==\x07\x1b\\", b"\x1b\\"),
     (b"\x1bP\x1b]52;c;ZWNobw==\x07\x1b\\", b"\x1b\\"),
@@ -64,6 +67,7 @@ PASSED = [
     b"\x1b]0;title\x07\x1b]2;\xc3\x9d\xe2\x9c\x9c\x1b\\\x1b]8;;http://x/\x07link\x1b]8;;\x07",
     b"\x1b]11;?\x07\x1b]4;1;rgb:ff/00/00\x07\x1b]104\x07\x1b]133;A\x07\x1b]633;P;k=v\x07",
     b"\x1b[1;31mred\x1b[0m\x1b[2J\x1b[H\x1b[?1049h\x1b[?2004h\x1b[6n\x1b[c\x1b[>c",
+    b"\x1b[?30h\x1b[?35l\x1b[3h\x1b[?1;1003h\x1b[3|",  # modes 30, 35, 1003, ANSI 3: no resize
     b"\x1b[14t\x1b[16t\x1b[18t\x1b[22;0t\x1b[23;0t\x1b[>0;1t\x1b[1 t",  # sizes, title stack
     b"\x1b7\x1b8\x1b(0\x1b(B\x1b=\x1b>\x1bc\x1b#8\x1b M\x1bD\x1bM",
     b"\x1bPq#0;2;0;0;0#0!10~\x1b\\",  # a sixel image
@@ -153,3 +157,17 @@ def test_what_is_shown_shows_again_unchanged_and_cuts_change_nothing(
     cut %= len(printed) + 1
     stream = EscapeFilter()
     assert stream.feed(printed[:cut]) + stream.feed(printed[cut:]) == shown
+
+
+def test_a_string_left_open_at_the_end_is_closed_and_what_was_held_dropped() -> None:
+    # An OSC title or sixel the output never ended: the attach client's closing query,
+    # then the host shell's output, went into it (as the window's title, say).
+    for printed in (b"\x1b]2;title never ended", b"\x1bPq#0;2;0;0;0"):
+        escapes = EscapeFilter()
+        assert escapes.feed(printed) == printed
+        assert escapes.close() == b"\x1b\\"
+        assert escapes.feed(b"after") == b"after"
+    escapes = EscapeFilter()
+    assert escapes.feed(b"text\x1b[1;3") == b"text"  # an unfinished head, held
+    assert escapes.close() == b""
+    assert escapes.feed(b"1mx") == b"1mx"  # the held head is gone, not completed

@@ -290,12 +290,11 @@ def write(root: Path, files: PolicyFiles, force: bool, ignored: bool | None = No
             )
     directory = root / ALLOW_FILE.parent
     try:  # held by its descriptor from here on: a swap for a link now changes nothing
-        folder = HeldFolder.open(directory, create_mode=0o755)
+        folder = HeldFolder.make(directory)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PolicyError(f"{directory}: not a directory; remove it first") from None
         raise PolicyError(f"{directory}: cannot open: {exc.strerror}") from None
-    assert folder is not None  # made just now if it was missing
     written = []
     with folder:
         for name, text in (

@@ -302,8 +302,7 @@ def append_line(path: Path, line: str) -> None:
     the sandbox can swap ``.sandbridge`` for a link at any moment (a rename exchange in a
     loop), between a check of the path and its open. So the folder is held by its
     descriptor (:mod:`sandbridge.places.held_folder`), and the file opened by it."""
-    folder = HeldFolder.open(path.parent, create_mode=0o755)
-    assert folder is not None  # made just now if it was missing
+    folder = HeldFolder.make(path.parent)
     with folder:
         fd = folder.open_file(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:

@@ -39,24 +39,31 @@ class HeldFolder:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path, *, create_mode: int | None = None) -> HeldFolder | None:
-        """The folder at ``path``, or ``None`` if there is none (nor a parent; made with
-        ``create_mode`` first if given). Raises :class:`OSError` (``ELOOP`` or
-        ``ENOTDIR``) when ``path`` is a link or not a directory."""
+    def open(cls, path: Path) -> HeldFolder | None:
+        """The folder at ``path``, or ``None`` if there is none (nor a parent). Raises
+        :class:`OSError` (``ELOOP`` or ``ENOTDIR``) when ``path`` is a link or not a
+        directory."""
         try:
-            parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            return cls._open(path, None)
         except FileNotFoundError:
-            if create_mode is not None:
-                raise
             return None
+
+    @classmethod
+    def make(cls, path: Path, mode: int = 0o755) -> HeldFolder:
+        """The folder at ``path``, made with ``mode`` first if missing. Raises
+        :class:`OSError`: ``ELOOP`` or ``ENOTDIR`` as :meth:`open`, ``ENOENT`` for a
+        parent that is missing or a folder gone again before its open (the sandbox
+        removed it)."""
+        return cls._open(path, mode)
+
+    @classmethod
+    def _open(cls, path: Path, create_mode: int | None) -> HeldFolder:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             if create_mode is not None:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(path.name, create_mode, dir_fd=parent)
-            try:
-                fd = os.open(path.name, DIRECTORY_FLAGS, dir_fd=parent)
-            except FileNotFoundError:
-                return None
+            fd = os.open(path.name, DIRECTORY_FLAGS, dir_fd=parent)
         finally:
             os.close(parent)
         return cls(fd, path)

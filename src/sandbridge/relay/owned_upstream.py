@@ -311,22 +311,30 @@ class OwnedUpstream:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _break(self, reason: str) -> None:
+    def _break(self, reason: str, quiet: bool = False) -> None:
         if self._broken is None:
-            log.warning("upstream.minter_broken", reason=reason)
+            if not quiet:
+                log.warning("upstream.minter_broken", reason=reason)
             self._broken = reason
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
+    @property
+    def broken(self) -> str | None:
+        """Why this minter makes no more sockets (it exited, stopped answering, or was
+        closed), or ``None`` while it serves."""
+        return self._broken
+
     async def close(self) -> None:
-        """Close the pool and the minter's channel, and wait for the minter to exit."""
+        """Close the pool and the minter's channel, and wait for the minter to exit;
+        a connection waiting for a socket is refused at once."""
+        self._break("closed", quiet=True)
         while self._pool:
             self._pool.pop().close()
         if self._channel is not None:
             self._loop.remove_reader(self._channel.fileno())
             self._channel.close()
-            self._broken = self._broken or "the session ended"
         if self._process is not None:
             try:
                 async with asyncio.timeout(EXIT_TIMEOUT):
@@ -353,7 +361,8 @@ class PendingOwnedUpstream:
     start for any other reason (the owner's process limit, which the sandbox can keep
     full with processes of its own; a minter that never answers) is no reason to take the
     handoff, which the sandbox could then abuse: that connection gets a 502, and a later
-    one, :data:`RETRY_SECONDS` after at the soonest, starts a minter again."""
+    one, :data:`RETRY_SECONDS` after at the soonest, starts a minter again. A minter that
+    exits or stops answering later is started anew the same way."""
 
     def __init__(
         self,
@@ -368,7 +377,8 @@ class PendingOwnedUpstream:
         self._lock = asyncio.Lock()
         self._owned: OwnedUpstream | None = None
         # Received (or given: the daemon's session, whose run client received it and
-        # sent it with its request), and kept until a minter starts.
+        # sent it with its request), and kept for the session: a broken minter is
+        # started anew in it.
         self._namespace: int | None = namespace
         self._failed: str | None = None  # no owned upstream for this session: the handoff
         self._retry_seconds = RETRY_SECONDS if retry_seconds is None else retry_seconds
@@ -380,6 +390,14 @@ class PendingOwnedUpstream:
         shim's handoff then serves it. Raises :class:`UpstreamError` while a minter cannot
         start (see the class's docstring)."""
         async with self._lock:
+            if self._owned is not None and self._owned.broken is not None:
+                # A minter that exited or stopped answering is started anew (the sandbox
+                # can starve it of CPU; it cannot reach it), on the same terms as a first
+                # start: refused, then tried again RETRY_SECONDS later.
+                reason = self._owned.broken
+                await self._owned.close()
+                self._owned = None
+                log.warning("upstream.minter_restarting", reason=reason)
             if self._owned is not None or self._failed is not None:
                 return self._owned
             if self._namespace is None:
@@ -407,9 +425,7 @@ class PendingOwnedUpstream:
                 self._retry_at = loop.time() + self._retry_seconds
                 log.warning("upstream.minter_not_started", reason=self._not_started)
                 raise UpstreamError(self._not_started) from None
-            os.close(self._namespace)
-            self._namespace = None
-            return self._owned
+            return self._owned  # (the namespace is kept: a broken minter starts again)
 
     def _give_up(self, reason: str) -> None:
         self._failed = reason

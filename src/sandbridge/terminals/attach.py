@@ -229,6 +229,9 @@ async def _run(  # noqa: PLR0915  (the attach client's conversation in protocol 
         for fd, was_blocking in blocking:
             with contextlib.suppress(OSError):
                 os.set_blocking(fd, was_blocking)
+        if closing := escapes.close():  # a passed string the output left open
+            with contextlib.suppress(OSError):
+                os.write(stdout_fd, closing)
         if saved is not None:
             restore_terminal(stdin_fd, saved, stdout_fd if os.isatty(stdout_fd) else None)
     return ending[0] if ending else Ending("relay_lost", 255)

@@ -26,8 +26,10 @@ is a character; a 0x9D after ASCII is OSC to a terminal in an 8-bit mode). Passe
 - text, C0 controls, and C1 controls that start nothing;
 - ESC sequences (cursor save, charsets, keypad, ...) but ``ESC %`` (leaving UTF-8);
 - CSI sequences (colours, cursor, modes, mouse and focus reporting, device and cursor
-  reports, whose answers the terminal writes) but media copy (``CSI … i``: printing)
-  and window operations (``CSI Ps … t``) other than :data:`PASSED_WINDOW_OPS`;
+  reports, whose answers the terminal writes) but media copy (``CSI … i``: printing),
+  window operations (``CSI Ps … t``) other than :data:`PASSED_WINDOW_OPS`, and the
+  other resizes: DECCOLM (``CSI ? 3 h``/``l``), DECSCPP (``CSI Ps $ |``), DECSNLS
+  (``CSI Ps * |``);
 - OSC :data:`PASSED_OSC` (titles, colours, hyperlinks, shell-integration marks);
 - DCS sixel images, synchronized-update marks, status requests (DECRQSS) of a setting's
   name and terminfo queries (XTGETTCAP) in hex;
@@ -92,9 +94,10 @@ _CHARACTER = (
     rb"|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}"
     rb"|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}|[\xc3-\xf4]|\xc2(?![\x80-\x9f])"
 )
-# Whole ``ESC [`` sequences whose final byte is neither ``t`` (window operations) nor
-# ``i`` (media copy): the bulk of a program's escapes pass in one regex match.
-_SAFE_CSI = rb"\x1b\[[\x30-\x3f]*+[\x20-\x2f]*+[\x40-\x68\x6a-\x73\x75-\x7e]"
+# Whole ``ESC [`` sequences whose final byte is none of ``t`` (window operations), ``i``
+# (media copy), ``h`` and ``l`` (modes: DECCOLM resizes) and ``|`` (DECSCPP, DECSNLS):
+# the bulk of a program's escapes pass in one regex match; those are looked at one by one.
+_SAFE_CSI = rb"\x1b\[[\x30-\x3f]*+[\x20-\x2f]*+[\x40-\x67\x6a\x6b\x6d-\x73\x75-\x7b\x7d\x7e]"
 
 
 def _run(stops: bytes, raw: bool, more: bytes = b"") -> re.Pattern[bytes]:
@@ -218,6 +221,23 @@ def _window_op_passes(parameters: bytes, intermediates: bytes) -> bool:
     return _first_number(parameters) in PASSED_WINDOW_OPS
 
 
+def _csi_passes(parameters: bytes, intermediates: bytes, final: int) -> bool:
+    """Whether ``CSI parameters intermediates final`` passes: all but window operations
+    (:func:`_window_op_passes`), media copy (``i``: the terminal's printer), and the other
+    ways to resize the window: 80/132 columns (DECCOLM, ``CSI ? 3 h`` or ``l``, alone or
+    among other modes), columns per page (DECSCPP, ``CSI Ps $ |``) and lines per screen
+    (DECSNLS, ``CSI Ps * |``)."""
+    if final == ord("t"):
+        return _window_op_passes(parameters, intermediates)
+    if final == ord("i"):
+        return False
+    if final == ord("|") and intermediates in (b"$", b"*"):
+        return False
+    if final in (ord("h"), ord("l")) and parameters[:1] == b"?" and not intermediates:
+        return b"3" not in parameters[1:].split(b";")
+    return True
+
+
 def _graphics_head_passes(head: bytes) -> bool:
     """A kitty graphics command's keys (``G`` and ``k=v,...``) that pass: the image is in
     the escape code itself, never a file, a temporary file or shared memory of the host."""
@@ -238,6 +258,15 @@ class EscapeFilter:
         self._state = _State.TEXT
         # Whether BEL ends the string being passed: an OSC's, not a DCS's or an APC's.
         self._bel_ends = True
+
+    def close(self) -> bytes:
+        """What to write when the output ends: the ST of a passed string left open (an
+        OSC title or a sixel image the output never ended), so that what the attach
+        client writes next (its closing query, then the host shell's output) is not read
+        into it; what was held back is dropped."""
+        open_string = self._state is _State.PASSING
+        self._held, self._state = b"", _State.TEXT
+        return b"\x1b\\" if open_string else b""
 
     def feed(self, data: bytes) -> bytes:
         """What of ``data`` (and of what was held back) may be shown now."""
@@ -351,11 +380,7 @@ class EscapeFilter:
         if isinstance(found, int):
             return found
         parameters, intermediates, final, end = found
-        if final == ord("t"):
-            passes = _window_op_passes(parameters, intermediates)
-        else:
-            passes = final != ord("i")  # media copy: the terminal's printer
-        if passes:
+        if _csi_passes(parameters, intermediates, final):
             out += buffer[start:end]
         return end
 
