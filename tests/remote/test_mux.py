@@ -215,6 +215,60 @@ def test_unread_streams_together_hold_no_more_than_the_links_budget(
     assert [r.levelno for r in said].count(logging.WARNING) == 1
 
 
+def test_streams_ended_both_ways_with_bytes_unread_still_count_toward_the_budget() -> None:
+    """A peer that sends a whole window and its end on streams whose reader takes nothing
+    (a refused control stream, say): ended both ways, they were forgotten with their
+    bytes still counted, beyond every reset, and the link stayed over its budget for good
+    (each later DATA frame then reset the live stream that got it)."""
+    streams = LINK_HELD_BUDGET // STREAM_WINDOW + 8
+    payload = bytes(range(256)) * (STREAM_WINDOW // 256)
+    written: list[asyncio.Task[None]] = []
+
+    sizes = [STREAM_WINDOW] * streams + [1000]  # then a live stream, read as it comes
+
+    def on_open(stream: MuxStream, event: OpenStream) -> None:
+        stream._mux.opened(stream)
+        size = sizes.pop(0)
+
+        async def fill_and_end() -> None:
+            await stream.write(payload[:size])
+            stream.write_eof()
+
+        written.append(asyncio.create_task(fill_and_end()))
+
+    async def check() -> None:
+        async with linked(on_open) as (laptop, far, _):
+            opened = []
+            for _ in range(streams):
+                stream = await laptop.open("web", 80)
+                stream.write_eof()  # this side is done; nobody takes what comes
+                opened.append(stream)
+            await asyncio.gather(*written, return_exceptions=True)
+            arrived = asyncio.Event()
+            laptop._on_apps = lambda apps: arrived.set()
+            far.send_apps(())
+            await arrived.wait()
+            assert laptop.held <= LINK_HELD_BUDGET
+            # A stream whose reader reads: the ended streams' bytes give way, not its own.
+            live = await laptop.open("web", 80)
+            received = bytearray()
+            while chunk := await live.read():
+                received += chunk
+            assert live.lost is None and received == payload[:1000]
+            dropped = [s for s in opened if s.lost is not None]
+            assert len(dropped) >= streams - LINK_HELD_BUDGET // STREAM_WINDOW
+            assert all("budget" in str(s.lost) for s in dropped)
+            kept = [s for s in opened if s.lost is None]
+            for stream in kept:  # what was kept reads whole, then its end
+                received = bytearray()
+                while chunk := await stream.read():
+                    received += chunk
+                assert received == payload
+            assert laptop.held == 0
+
+    asyncio.run(check())
+
+
 def test_the_far_side_holds_no_more_than_the_links_budget_either() -> None:
     """The same budget on the far side: a hostile laptop filling its streams' windows."""
     streams = LINK_HELD_BUDGET // STREAM_WINDOW + 8

@@ -187,6 +187,8 @@ class Mux:
         # Bytes held for its streams: received and not taken by their readers, or given
         # to be sent and kept for want of credit; LINK_HELD_BUDGET bounds their sum.
         self.held = 0
+        # Streams ended both ways whose reader has bytes left to take (see forget).
+        self._unread_ended: dict[int, MuxStream] = {}
         self._budget_said = False
         self.state = wire.LinkState(role)
         self._on_apps = on_apps
@@ -381,6 +383,8 @@ class Mux:
         count = min(count, stream.held)
         stream.held -= count
         self.held -= count
+        if not stream.held and self._unread_ended.get(stream.id) is stream:
+            del self._unread_ended[stream.id]
 
     def queued(self, stream: MuxStream, change: int) -> None:
         """``stream``'s transport keeps ``change`` bytes more (fewer, if negative) to
@@ -392,7 +396,11 @@ class Mux:
     def check_budget(self) -> None:
         """Reset the streams holding the most until the link is within its budget."""
         while self.held > self.held_budget:
-            victim = max(self._streams.values(), key=lambda s: s.held + s.unsent, default=None)
+            victim = max(
+                (*self._streams.values(), *self._unread_ended.values()),
+                key=lambda s: s.held + s.unsent,
+                default=None,
+            )
             if victim is None or victim.held + victim.unsent == 0:
                 return
             # Said once per link (then at debug level): each reset is a stream the
@@ -407,14 +415,25 @@ class Mux:
                 unsent=victim.unsent,
                 budget=self.held_budget,
             )
-            victim.reset(
+            reason = (
                 f"over the link's budget of {self.held_budget} bytes held: this stream held "
                 f"{victim.held} its reader had not taken and {victim.unsent} not credited"
             )
+            if self._unread_ended.get(victim.id) is victim:
+                victim._end(reason)  # closed both ways already: its unread bytes go
+            else:
+                victim.reset(reason)
 
     def forget(self, stream: MuxStream) -> None:
+        """``stream`` ended both ways: no more events for it. What its reader has not
+        taken yet still counts toward the budget (and may be reset for it) until taken:
+        a peer that sends a window and its end on streams nobody reads holds no more."""
         if self._streams.get(stream.id) is stream:
             del self._streams[stream.id]
+        if stream.held:
+            self._unread_ended[stream.id] = stream
+        elif self._unread_ended.get(stream.id) is stream:
+            del self._unread_ended[stream.id]
 
     def _dispatch(self, events: list[wire.Event]) -> None:  # noqa: PLR0912  (one branch per event)
         for event in events:
@@ -458,6 +477,7 @@ class Mux:
             stream.link_lost = True
             stream._end(self._closed)
         self._streams.clear()
+        self._unread_ended.clear()
         self._waiting_for_room.clear()
         draining, self._draining = self._draining, None
         if draining is not None and draining is not asyncio.current_task():
