@@ -78,7 +78,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with controlled(work, "bwrap", options) as session:
         marker = str(work / "commands")
         (entry,) = [pid for pid in processes_with(marker) if is_sandbox_entry(pid)]
-        xdg = work.parent / f"{work.name}-xdg"
+        xdg = Path(session.env["XDG_RUNTIME_DIR"])
         (upstream,) = xdg.glob("ags-webview-relay-*/upstream.sock")
         running = World(session, entry, upstream)
         with pytest.MonkeyPatch.context() as names:  # localhost_names_resolve, for the module
