@@ -23,6 +23,7 @@ from tests.relay.test_owned_upstream import (
     ANSWER_BOUND,
     FLAG_THIEF,
     SANDBOX_VIEW,
+    assert_minter_isolated,
     get_within,
     minter_of,
     upload_forever,
@@ -116,13 +117,7 @@ def test_the_daemons_minter_is_not_visible_inside_and_ends_with_the_session(
         port = host_port_of(line.rsplit(" ", 1)[1])
         assert get_within(port, ANSWER_BOUND) == 502  # nothing listens inside
         minter = minter_of(daemon.popen.pid)
-        status = Path(f"/proc/{minter}/status").read_text()
-        assert "\nCapEff:\t0000000000000000\n" in status
-        sandbox_seen = json.loads(process.wait_line("SEEN ").removeprefix("SEEN "))
-        assert not [cmd for cmd in sandbox_seen if "socket_minter" in cmd]
-        for kind in ("pid", "mnt"):
-            assert os.readlink(f"/proc/{minter}/ns/{kind}") == os.readlink(f"/proc/self/ns/{kind}")
-        assert os.readlink(f"/proc/{minter}/ns/net") != os.readlink("/proc/self/ns/net")
+        assert_minter_isolated(minter, process)
         (work / "release").write_text("go")
         assert process.popen.wait(30) == 0
         # The client waits for the daemon to close the session, which reaps its minter.

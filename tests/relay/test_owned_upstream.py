@@ -131,6 +131,20 @@ def minter_of(run_pid: int) -> int:
     return minters[0]
 
 
+def assert_minter_isolated(minter: int, sandbox: Process) -> None:
+    """The minter has no capabilities and no way to gain them, lives in the sandbox's
+    network namespace but the host's PID and mount namespaces, and is not among the
+    processes the sandbox sees (its ``SEEN`` line, from :data:`SANDBOX_VIEW`)."""
+    status = Path(f"/proc/{minter}/status").read_text()
+    assert "\nCapEff:\t0000000000000000\n" in status
+    assert "\nNoNewPrivs:\t1\n" in status
+    sandbox_seen = json.loads(sandbox.wait_line("SEEN ").removeprefix("SEEN "))
+    assert not [cmd for cmd in sandbox_seen if "socket_minter" in cmd]
+    for kind in ("pid", "mnt"):
+        assert os.readlink(f"/proc/{minter}/ns/{kind}") == os.readlink(f"/proc/self/ns/{kind}")
+    assert os.readlink(f"/proc/{minter}/ns/net") != os.readlink("/proc/self/ns/net")
+
+
 SANDBOX_VIEW = """
 import json, os, subprocess, sys
 subprocess.run(["ags-webview-url", "4173"], check=True, capture_output=True)
@@ -165,15 +179,7 @@ def test_the_minter_is_a_host_process_the_sandbox_cannot_see_and_ends_with_it(
         assert b"could not reach sandbox port 4173" in response.read()
         conn.close()
         minter = minter_of(process.popen.pid)
-        status = Path(f"/proc/{minter}/status").read_text()
-        assert "\nCapEff:\t0000000000000000\n" in status
-        assert "\nNoNewPrivs:\t1\n" in status
-        # The sandbox's network namespace, the host's PID and mount namespaces.
-        sandbox_seen = json.loads(process.wait_line("SEEN ").removeprefix("SEEN "))
-        assert not [cmd for cmd in sandbox_seen if "socket_minter" in cmd]
-        for kind in ("pid", "mnt"):
-            assert os.readlink(f"/proc/{minter}/ns/{kind}") == os.readlink(f"/proc/self/ns/{kind}")
-        assert os.readlink(f"/proc/{minter}/ns/net") != os.readlink("/proc/self/ns/net")
+        assert_minter_isolated(minter, process)
         (work / "release").write_text("go")
         assert process.popen.wait(30) == 0
         # Reaped by the session before it returned: gone, not a zombie.
