@@ -22,8 +22,8 @@ import pytest
 
 from sandbridge.aio import event_loop
 from sandbridge.protocol.http.parser import MESSAGE_END, ResponseReader
-from sandbridge.relay.app_listener import READ_BYTES, AppListener
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.app_listener import AppListener
+from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.lane import KeepAliveLane
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnector

@@ -40,6 +40,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,7 @@
 #define MAX_BATCH 64
 
 enum { TAG_LISTENER = 1, TAG_BROWSER = 2, TAG_APP = 3, TAG_WAKE = 4 };
-enum { FREE = 0, AWAIT, IDLE };
+enum { FREE = 0, FIRST, AWAIT, IDLE };
 enum { KIND_FRESH = 0, KIND_SENT = 1 };
 enum { METHOD_GET = 1, METHOD_HEAD = 2, METHOD_OPTIONS = 3 };
 
@@ -872,8 +873,19 @@ static void on_listener(Front *f, int lid, double now) {
         c->port = port;
         L->held++;
         ssize_t n = recv(fd, f->buf, READ_MAX, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* the request comes after the connection: it waits here for it, counted, and
+             * is closed after the keep-alive timeout if it never comes (as the Python
+             * relay's doorstep does) */
+            c->state = FIRST;
+            c->deadline = now + L->keepalive;
+            if (poll_fd(f, fd, &c->b_polled, EPOLLIN | EPOLLRDHUP,
+                        tag(TAG_BROWSER, c->gen, (int)(c - f->conns))) != 0)
+                hand_fresh(f, c, NULL, 0, NULL, 0);
+            continue;
+        }
         if (n <= 0) {
-            hand_fresh(f, c, NULL, 0, NULL, 0); /* nothing yet, or the end: Python's */
+            hand_fresh(f, c, NULL, 0, NULL, 0); /* the end, or an error: Python's */
             continue;
         }
         serve_request(f, c, f->buf, (size_t)n, now);
@@ -905,7 +917,7 @@ static void expire(Front *f, double now) {
         if (c->state == AWAIT)
             hand_sent(f, c); /* the app is slow: the Python relay waits on, with its timeout */
         else
-            browser_gone(f, c, now); /* idle for the keep-alive timeout: closed */
+            browser_gone(f, c, now); /* silent for the keep-alive timeout: closed */
     }
     for (int l = 0; l < MAX_LISTENERS; l++) {
         listener_t *L = &f->listeners[l];
@@ -966,7 +978,7 @@ static void *run(void *arg) {
                     continue; /* an event of a connection already gone */
                 if (kind == TAG_APP && c->state == AWAIT)
                     on_app(f, c, now);
-                else if (kind == TAG_BROWSER && c->state == IDLE)
+                else if (kind == TAG_BROWSER && (c->state == IDLE || c->state == FIRST))
                     on_browser(f, c, now);
             }
         }
@@ -1117,7 +1129,13 @@ static int Front_init(Front *f, PyObject *args, PyObject *kwds) {
     ev.events = EPOLLIN;
     ev.data.u64 = tag(TAG_WAKE, 0, 0);
     epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->wakefd, &ev);
-    if (pthread_create(&f->thread, NULL, run, f) != 0) {
+    /* signals are the main thread's: the thread starts with all of them blocked */
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &before);
+    int started = pthread_create(&f->thread, NULL, run, f);
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    if (started != 0) {
         PyErr_SetString(PyExc_OSError, "could not start the front's thread");
         return -1;
     }

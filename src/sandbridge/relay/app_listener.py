@@ -22,6 +22,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import socket
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
@@ -47,7 +48,7 @@ from sandbridge.relay.app import App
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.arrivals import Arrivals
 from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.exchange_io import (
     Exchange,
     admit,
@@ -59,15 +60,26 @@ from sandbridge.relay.exchange_io import (
     read_awaiting_response,
     read_response_body,
 )
+from sandbridge.relay.front import FrontDoor, front_door
 from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.v1_exchange import exchange_v1
 
-# One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
-# while bounding what one connection can hold per direction.
-READ_BYTES = 256 * 1024
+
+def front_listener(port: int) -> socket.socket:
+    """A listening socket on ``127.0.0.1:port`` for the front door."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(512)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class AppListener:
@@ -99,6 +111,11 @@ class AppListener:
         self._pool: AppConnectionPool | None = None
         # How new connections reach their tasks (start() makes it).
         self._arrivals: Arrivals | None = None
+        # The C front door that accepts this listener's connections (relay/front.py),
+        # its id there and the listening socket, where it serves this app.
+        self.front: FrontDoor | None = None
+        self.front_id = -1
+        self._front_socket: socket.socket | None = None
 
     @property
     def app(self) -> App:
@@ -112,25 +129,51 @@ class AppListener:
         local_peer.shared_owners()
         port = 0 if origin is None else origin.host_port
         self._arrivals = Arrivals(self)
+        front = self._wants_front()
         try:
-            self._server = await loop.create_server(
-                lambda: Channel(READ_BYTES, on_made=self._accept), "127.0.0.1", port, backlog=512
-            )
+            if front:
+                self._front_socket = front_listener(port)
+                self.host_port = self._front_socket.getsockname()[1]
+            else:
+                self._server = await loop.create_server(
+                    lambda: Channel(READ_BYTES, on_made=self._accept),
+                    "127.0.0.1",
+                    port,
+                    backlog=512,
+                )
         except OSError:
             if origin is None:
                 raise
             return await self.start()
-        if not self._server.sockets:
-            # asyncio skips an address whose socket() fails (taking it for an unsupported
-            # family), so out of descriptors it gives a server listening nowhere.
-            self._server.close()
-            self._server = None
-            raise OSError(
-                errno.EMFILE, "no socket could be made for 127.0.0.1 (out of descriptors?)"
-            )
-        self.host_port = self._server.sockets[0].getsockname()[1]
+        if self._server is not None:
+            if not self._server.sockets:
+                # asyncio skips an address whose socket() fails (taking it for an
+                # unsupported family), so out of descriptors it gives a server listening
+                # nowhere.
+                self._server.close()
+                self._server = None
+                raise OSError(
+                    errno.EMFILE, "no socket could be made for 127.0.0.1 (out of descriptors?)"
+                )
+            self.host_port = self._server.sockets[0].getsockname()[1]
         self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
+        if self._front_socket is not None:
+            self.front = front_door()
+            try:
+                self.front_id = self.front.add(
+                    self._front_socket,
+                    self._arrivals,
+                    base_path=self.base_path,
+                    pool_size=self.settings.pool_size,
+                    pool_idle=self.settings.pool_idle_seconds,
+                    keepalive=self.settings.keepalive_timeout,
+                    room=self.settings.max_connections_per_app,
+                )
+            except BaseException:
+                self._front_socket.close()
+                self._front_socket = None
+                raise
         self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
         if self.settings.private:
@@ -142,8 +185,33 @@ class AppListener:
         """What follows the base path in the app's URL: the token of a private app."""
         return self.gate.url_suffix() if self.gate is not None else ""
 
+    def _wants_front(self) -> bool:
+        """The front door serves a public app of a session whose app connections the
+        host alone holds (the socket minter), where the extension is built."""
+        return (
+            self.settings.front_door
+            and not self.settings.private
+            and self.connector.owned is not None
+        )
+
+    def front_held(self) -> int:
+        """Browser connections of this app the front door holds (they count too)."""
+        return self.front.held(self.front_id)[0] if self.front is not None else 0
+
+    def room_changed(self) -> None:
+        """The listener's connection count moved: the front holds at most the rest."""
+        if self.front is not None:
+            room = self.settings.max_connections_per_app - len(self._connections)
+            room = min(room, self.settings.max_connections - self.scope.connections)
+            self.front.set_room(self.front_id, max(0, room))
+
     async def close(self) -> None:
         """Stop listening and drop every connection."""
+        if self.front is not None:
+            self.front.remove(self.front_id)
+            self.front = None
+        if self._front_socket is not None:
+            self._front_socket.close()
         if self._server is not None:
             self._server.close()
         if self._arrivals is not None:
@@ -239,10 +307,7 @@ class AppListener:
         finally:
             browser.watchdog.close()
             if upstream is not None:
-                if self._pool is not None:
-                    self._pool.park(upstream)  # only if idle; closed otherwise
-                else:
-                    upstream.channel.abort()
+                self.park(upstream)
             if not tunnelled and self._arrivals is not None:
                 self._arrivals.give_back(browser)
             if not tunnelled:
@@ -254,12 +319,32 @@ class AppListener:
                 finally:
                     self._release(channel)
 
+    def park(self, upstream: UpstreamConnection) -> None:
+        """An app connection a browser connection is done with: to the front door's pool
+        (the host alone holds it, and it is idle), else to this one's, else closed."""
+        front, transport = self.front, upstream.channel.transport
+        if (
+            front is not None
+            and upstream.channel.host_only
+            and upstream.parkable()
+            and transport is not None
+        ):
+            sock = transport.get_extra_info("socket")
+            if sock is not None and front.park(self.front_id, sock.fileno()):
+                upstream.channel.abort()  # the front holds its own descriptor
+                return
+        if self._pool is not None:
+            self._pool.park(upstream)  # only if idle; closed otherwise
+        else:
+            upstream.channel.abort()
+
     def _release(self, channel: Channel) -> None:
         """A browser connection is over: it no longer counts against the limits
         (once: close() releases what its tasks release again as they end)."""
         if channel in self._connections:
             self._connections.remove(channel)
             self.scope.connections -= 1
+            self.room_changed()
 
     async def _exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
         self,

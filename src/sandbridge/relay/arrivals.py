@@ -13,22 +13,28 @@ request readers that finished ones left between two requests.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import socket
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.aio.watchdog import Watchdog
+from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.forwarding import ConnectionHeads
 from sandbridge.protocol.http.origin_policy import AppOrigin
-from sandbridge.protocol.http.parser import RequestReader
+from sandbridge.protocol.http.parser import MESSAGE_END, RequestHead, RequestReader
 from sandbridge.protocol.http.private_access import AccessGate
 from sandbridge.relay import local_peer
 from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.doorstep import Doorstep, refuse
+from sandbridge.relay.front import FRESH, SENT, FrontDoor, Handoff, close_handoff
 from sandbridge.relay.lane import KeepAliveLane, send_first
+from sandbridge.relay.owned_upstream import CHANNEL_BUFFER_BYTES
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection
 
@@ -55,12 +61,58 @@ class Listener(Protocol):
     _pool: AppConnectionPool | None
     _tasks: TaskSet
     _connections: set[Channel]
+    front: FrontDoor | None
+    front_id: int
 
     def _release(self, channel: Channel) -> None: ...
+
+    def room_changed(self) -> None: ...
+
+    def front_held(self) -> int: ...
+
+    def park(self, upstream: UpstreamConnection) -> None: ...
 
     def _serve(
         self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
     ) -> Coroutine[Any, Any, None]: ...
+
+
+async def _channels(handoff: Handoff) -> tuple[Channel, UpstreamConnection | None]:
+    """The browser channel of a handoff (what the front read of it as its first read,
+    for ``FRESH``) and its app connection, if any."""
+    _, kind, browser_fd, app_fd, _, _, data, _, _ = handoff
+    loop = asyncio.get_running_loop()
+    browser_sock: socket.socket | None = socket.socket(fileno=browser_fd)
+    app_sock = socket.socket(fileno=app_fd) if app_fd >= 0 else None
+    upstream: UpstreamConnection | None = None
+    seed = data if kind == FRESH else b""
+    try:
+        if app_sock is not None:
+            _, app = await loop.create_connection(
+                lambda: Channel(CHANNEL_BUFFER_BYTES), sock=app_sock
+            )
+            app.host_only = True
+            upstream = UpstreamConnection(app)
+            app_sock = None
+        assert browser_sock is not None
+        _, channel = await loop.connect_accepted_socket(
+            lambda: Channel(READ_BYTES, on_made=lambda made: _seed(made, seed)), browser_sock
+        )
+        browser_sock = None
+    except BaseException:
+        for sock in (browser_sock, app_sock):
+            if sock is not None:
+                sock.close()
+        if upstream is not None:
+            upstream.channel.abort()
+        raise
+    return channel, upstream
+
+
+def _seed(channel: Channel, data: bytes) -> None:
+    """What the front door read of a connection, as the channel's first read."""
+    if data:
+        channel.data_received(data)
 
 
 class Arrivals:
@@ -124,22 +176,104 @@ class Arrivals:
         if peer is None:
             channel.transport.abort()  # another user's: dropped before it counts anywhere
             return
+        if self._admit(channel):
+            self.doorstep.wait(channel, peer[0])
+
+    def _admit(self, channel: Channel) -> bool:
+        """Count a connection of the owner's, or refuse it (503) past the limits."""
+        listener = self._listener
         scope = listener.scope
         if (
-            len(listener._connections) >= listener.settings.max_connections_per_app
+            len(listener._connections) + listener.front_held()
+            >= listener.settings.max_connections_per_app
             or scope.connections >= listener.settings.max_connections
         ):
             task = listener._tasks.spawn(refuse(channel, listener.host_port))
             # (counted nowhere: if close() cancels the task before it ran, this closes it)
             task.add_done_callback(lambda _: channel.abort())
-            return
+            return False
         listener._connections.add(channel)
         scope.connections += 1
-        self.doorstep.wait(channel, peer[0])
+        listener.room_changed()
+        return True
 
-    def _start(self, channel: Channel, client_host: str) -> None:
-        """A connection's first bytes (or its end) arrived: its task starts, and its
-        first request, if it may go at once, goes to the app first (:func:`send_first`)."""
+    # The front door's handoffs (relay/front.py) ----------------------------------------
+
+    def adopt(self, handoff: Handoff) -> None:
+        """A connection the front door hands over: its task takes it from here."""
+        if self._closed:
+            close_handoff(handoff)
+            return
+        self._listener._tasks.spawn(self._adopt(handoff))
+
+    async def _adopt(self, handoff: Handoff) -> None:
+        """Go on as the relay would have had it read what the front read: a connection
+        not yet sent on (``FRESH``: its unsent bytes, maybe an idle app connection and
+        bytes still to write to the browser), or one whose request went out (``SENT``:
+        its response unread)."""
+        _, kind, _, _, host, _, data, pending, checked = handoff
+        listener = self._listener
+        channel, upstream = await _channels(handoff)
+        channel.drain_timeout = listener.settings.response_timeout
+        assert channel.transport is not None
+        if pending:
+            channel.write(pending)
+        if (
+            not checked
+            and local_peer.owners_peer(channel.transport, listener.host_port, listener._address)
+            is None
+        ):
+            channel.abort()  # another user's: dropped before it counts anywhere
+            if upstream is not None:
+                listener.park(upstream)
+            return
+        if self._closed or not self._admit(channel):
+            if upstream is not None:
+                upstream.channel.abort()
+            if self._closed:
+                channel.abort()
+            return
+        if kind == SENT and upstream is not None:
+            self._sent(channel, host, upstream, data)
+            return
+        if upstream is not None:
+            listener.park(upstream)
+        if channel.has_data() or channel.at_end():
+            self._start(channel, host)
+        else:
+            self.doorstep.wait(channel, host)
+
+    def _sent(
+        self, channel: Channel, client_host: str, upstream: UpstreamConnection, data: bytes
+    ) -> None:
+        """A request the front sent on ``upstream``: the lane takes its response."""
+        browser = BrowserConnection(channel, self._heads_for(client_host), self._reader())
+        try:
+            events = browser.parser.feed(data)
+            head = events[0] if len(events) == 2 and events[1] is MESSAGE_END else None
+            if not isinstance(head, RequestHead):
+                raise HttpError(400, "the front door sent a request it did not read whole")
+            request = browser.heads.request(head, self._listener.scope.origins)
+        except HttpError as exc:
+            # Cannot be (the same bytes were translated the same way before); should it
+            # happen, the app's answer is dropped with both connections.
+            log.warning("front.sent_unreadable", reason=str(exc))
+            upstream.channel.abort()
+            self._listener._release(channel)
+            channel.abort()
+            return
+        lane = KeepAliveLane(browser, self._listener.scope, None)
+        lane.sent(upstream, head, request)
+        lane.response_due = self.in_flight.wait(channel, (browser, lane, upstream))
+        lane.start_task = functools.partial(self._relayed, browser, lane, upstream)
+        app = upstream.channel
+        if app.has_data():  # read before the lane existed
+            lane.received(app, app.take())
+        if app.at_end() and app.lane is lane:
+            lane.interrupted(app)
+
+    def _heads_for(self, client_host: str) -> ConnectionHeads:
+        """The translation of heads shared by the connections from ``client_host``."""
         listener = self._listener
         assert listener.origin is not None
         heads = self._heads.get(client_host)
@@ -151,10 +285,24 @@ class Arrivals:
                 sandbox_port=listener.port,
                 private=listener.gate is not None,
             )
+            front = listener.front
+            if front is not None and listener.gate is None:
+                heads.on_translated = functools.partial(
+                    front.remember, listener.front_id, client_host
+                )
             if len(self._heads) < SHARED_HEADS:
                 self._heads[client_host] = heads
+        return heads
+
+    def _reader(self) -> RequestReader | None:
         readers = self._readers
-        browser = BrowserConnection(channel, heads, readers.pop() if readers else None)
+        return readers.pop() if readers else None
+
+    def _start(self, channel: Channel, client_host: str) -> None:
+        """A connection's first bytes (or its end) arrived: its task starts, and its
+        first request, if it may go at once, goes to the app first (:func:`send_first`)."""
+        listener = self._listener
+        browser = BrowserConnection(channel, self._heads_for(client_host), self._reader())
         first = None
         if listener.gate is None and listener._pool is not None and channel.has_data():
             first = send_first(browser, listener._pool, listener.scope.origins)

@@ -40,6 +40,11 @@ class Lane(Protocol):
         """End of stream or connection lost: the channel has recorded it as usual."""
 
 
+# One read from either socket. 256 KiB keeps syscalls per byte low on bulk transfers
+# while bounding what one connection can hold per direction.
+READ_BYTES = 256 * 1024
+
+
 class Channel(asyncio.Protocol):
     """A connection whose received bytes wait for :meth:`read` (up to ``limit``)."""
 
@@ -63,6 +68,9 @@ class Channel(asyncio.Protocol):
         # takes). A browser's connection has one: one that reads nothing would
         # otherwise hold its place, and its app connection, past every other timeout.
         self.drain_timeout: float | None = None
+        # The host alone holds this socket (the sandbox never had its descriptor): only
+        # such an app connection may be parked in the front door's pool (:mod:`.front`).
+        self.host_only = False
 
     # protocol callbacks -------------------------------------------------------------
 

@@ -239,6 +239,7 @@ class OwnedUpstream:
         except BaseException:
             sock.close()
             raise
+        channel.host_only = True
         return channel
 
     async def _socket(self) -> socket.socket:

@@ -52,6 +52,8 @@ class RelaySettings:
     max_apps: int = MAX_APPS_PER_SESSION
     pool_size: int = POOL_SIZE
     pool_idle_seconds: float = POOL_IDLE_SECONDS
+    # New connections of public apps served first by the C front door (relay/front.py).
+    front_door: bool = True
     private: bool = False
     # NAME: each app its own ``<label>.localhost`` site; IP: the contract's 127.0.0.1 form.
     url_form: UrlForm = UrlForm.NAME

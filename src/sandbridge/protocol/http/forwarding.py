@@ -12,6 +12,7 @@ connection.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -290,6 +291,7 @@ class ConnectionHeads:
         "_response",
         "_response_key",
         "_sandbox_port",
+        "on_translated",
         "private",
     )
 
@@ -311,6 +313,8 @@ class ConnectionHeads:
         self._request_fields: RequestFields | None = None
         self._response_key: tuple[object, ...] | None = None
         self._response: BrowserResponse | None = None
+        # Told of each request head translated anew (the relay's front door keeps it).
+        self.on_translated: Callable[[RequestHead, RequestFields], None] | None = None
 
     def request(self, head: RequestHead, session_origins: frozenset[bytes]) -> UpstreamRequest:
         """:func:`build_upstream_request` for this connection."""
@@ -328,6 +332,8 @@ class ConnectionHeads:
                 session_origins=session_origins,
             )
             self._request_key, self._request_fields = key, fields
+            if self.on_translated is not None:
+                self.on_translated(head, fields)
         return fields.request(head, self._base_path)
 
     def response(

@@ -1,0 +1,186 @@
+"""The relay's front door: a C thread serves new browser connections first.
+
+Why: a new browser connection's first byte came 1.4-1.6x later through the relay than
+through nginx's two hops, however the relay's Python was arranged, because the time is
+the interpreter's and its event loop's, run cold at each new connection
+(docs/benchmarks.md, rounds six to nine). :mod:`sandbridge.relay._front` (C, one thread
+per event loop that serves app listeners) accepts the connections of public apps, checks
+their owner as :mod:`.local_peer` does, and relays what it can state exactly:
+
+- a request whose header block equals, byte for byte, one this relay's Python parsed,
+  checked and translated before for the same listener, client address and method
+  (:func:`request_block`; :meth:`FrontDoor.remember` hands it over with its
+  translation), on an idle app connection of its own pool;
+- the app's whole response when its head is in the strict subset the C reads and
+  translates as :func:`~sandbridge.protocol.http.forwarding.build_browser_response`
+  does, and keeps both connections alive.
+
+Everything else, at any point, is handed to the listener here as if the Python relay
+had read it itself (:meth:`~sandbridge.relay.arrivals.Arrivals.adopt`): the browser's
+bytes not yet sent, or a request sent whose response is unread. Only app connections
+the host alone holds (``Channel.host_only``: made by the socket minter or in the host's
+own namespace) go into the C pool, so no descriptor the sandbox shares reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import socket
+from typing import Protocol
+
+from sandbridge import log
+from sandbridge.protocol.http.forwarding import Framing, RequestFields
+from sandbridge.protocol.http.origin_policy import SAFE_METHODS
+from sandbridge.protocol.http.parser import Headers, RequestHead
+from sandbridge.relay import _front
+
+# How long the front waits for an app's response before the Python relay takes the
+# exchange over with the rest of the response timeout (a slow page, a long poll, SSE).
+GRACE_SECONDS = 0.25
+FRESH, SENT = 0, 1
+# A field in the one form the C compares: a token name, a value without leading or
+# trailing whitespace and without control characters (llhttp reads it back the same).
+_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff\t]*[\x21-\x7e\x80-\xff])?)?")
+MAX_BLOCK = 16384  # _front.READ_MAX: a longer request is never the front's
+
+
+class Adopter(Protocol):
+    """The listener side of a handoff (:class:`~sandbridge.relay.arrivals.Arrivals`)."""
+
+    def adopt(self, handoff: Handoff) -> None: ...
+
+
+Handoff = tuple[int, int, int, int, str, int, bytes, bytes, bool]
+
+
+def request_block(headers: Headers) -> bytes | None:
+    """The header block the C compares a browser's block with, for ``headers`` as
+    llhttp read them; ``None`` if any field is not in the one form it compares."""
+    parts = []
+    for name, value in headers:
+        if _NAME.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
+            return None
+        parts.append(name + b": " + value + b"\r\n")
+    parts.append(b"\r\n")
+    block = b"".join(parts)
+    return block if len(block) < MAX_BLOCK else None
+
+
+class FrontDoor:
+    """The C front of one event loop's app listeners (made by :func:`front_door`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._native = _front.Front(owner=os.geteuid())
+        self._adopters: dict[int, Adopter] = {}
+        loop.add_reader(self._native.fileno(), self._drain)
+
+    def add(  # noqa: PLR0913  (a listener's settings, as the C takes them)
+        self,
+        sock: socket.socket,
+        adopter: Adopter,
+        *,
+        base_path: str,
+        pool_size: int,
+        pool_idle: float,
+        keepalive: float,
+        room: int,
+    ) -> int:
+        """Serve listening socket ``sock`` (the front keeps a duplicate); its id."""
+        lid: int = self._native.add_listener(
+            fd=sock.fileno(),
+            port=sock.getsockname()[1],
+            base_path=base_path.encode("ascii"),
+            pool_size=pool_size,
+            pool_idle=pool_idle,
+            keepalive=keepalive,
+            grace=GRACE_SECONDS,
+            room=room,
+        )
+        self._adopters[lid] = adopter
+        return lid
+
+    def remove(self, lid: int) -> None:
+        """Close what the front holds of listener ``lid``; the last one stops it."""
+        self._native.remove_listener(lid)
+        self._adopters.pop(lid, None)
+        if not self._adopters:
+            self.close()
+
+    def set_room(self, lid: int, room: int) -> None:
+        self._native.set_room(lid, room)
+
+    def held(self, lid: int) -> tuple[int, int]:
+        """(browser connections held, app connections parked) of listener ``lid``."""
+        held: tuple[int, int] = self._native.held(lid)
+        return held
+
+    def park(self, lid: int, fd: int) -> bool:
+        """Give the front a duplicate of an idle app connection; ``False``: no room."""
+        parked: bool = self._native.park(lid, fd)
+        return parked
+
+    def remember(
+        self, lid: int, client_host: str, head: RequestHead, fields: RequestFields
+    ) -> None:
+        """A request the relay checked and translated: the front relays the same block
+        from the same client the same way. Only what needs nothing but the block: a safe
+        method (the Origin rule passes it whatever the session's origins), no body, no
+        upgrade, keep-alive HTTP/1.1."""
+        if (
+            head.method not in SAFE_METHODS
+            or head.method == b"TRACE"
+            or head.upgrade
+            or not head.keep_alive
+            or head.version != "1.1"
+            or fields.framing is not Framing.NONE
+        ):
+            return
+        try:
+            address = socket.inet_aton(client_host)
+        except OSError:
+            return
+        block = request_block(head.headers)
+        if block is not None:
+            self._native.remember(lid, address, head.method, block, fields.block)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, RuntimeError):
+            self._loop.remove_reader(self._native.fileno())
+        self._native.close()
+        _doors.pop(self._loop, None)
+
+    def _drain(self) -> None:
+        for handoff in self._native.take():
+            adopter = self._adopters.get(handoff[0])
+            if adopter is None:
+                close_handoff(handoff)
+                continue
+            try:
+                adopter.adopt(handoff)
+            except Exception as exc:  # nothing may escape into the event loop
+                log.warning("front.adopt_failed", error=str(exc))
+                close_handoff(handoff)
+
+
+def close_handoff(handoff: Handoff) -> None:
+    """Close a handoff's descriptors (its listener is gone)."""
+    for fd in (handoff[2], handoff[3]):
+        if fd >= 0:
+            os.close(fd)
+
+
+_doors: dict[asyncio.AbstractEventLoop, FrontDoor] = {}
+
+
+def front_door() -> FrontDoor:
+    """The running loop's front door, made on first use."""
+    loop = asyncio.get_running_loop()
+    door = _doors.get(loop)
+    if door is None:
+        door = _doors[loop] = FrontDoor(loop)
+    return door
