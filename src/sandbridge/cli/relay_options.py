@@ -66,6 +66,13 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="app URLs carry a one-time token exchanged for a cookie; others get 403",
     )
+    limits.add_argument(
+        "--no-front-door",
+        dest="front_door",
+        action="store_false",
+        help="serve new browser connections from the relay's Python only, not first from its "
+        "C front door (docs/relay.md, 'The front door')",
+    )
     parser.add_argument(
         "--url-form",
         choices=[form.value for form in UrlForm],
@@ -173,6 +180,7 @@ def relay_settings_of(args: argparse.Namespace, policy: Policy | None = None) ->
         max_apps=args.max_apps,
         pool_size=args.app_pool_size,
         pool_idle_seconds=args.app_pool_idle,
+        front_door=args.front_door,
         private=args.private,
         url_form=url_form,
     )

@@ -59,6 +59,7 @@ def encode(options: SessionOptions) -> dict[str, Any]:
         "settings": {
             **{name: getattr(settings, name) for name in _LIMITS},
             "pool_size": settings.pool_size,
+            "front_door": settings.front_door,
             "private": settings.private,
             "url_form": settings.url_form.value,
             "publish": [[rule.text, rule.source] for rule in settings.publish_rules],
@@ -153,9 +154,15 @@ def _settings(data: dict[str, Any]) -> RelaySettings:
     pool_size = data.get("pool_size")
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
         raise DaemonError(f"session options: pool_size must be 0 or more, got {pool_size!r:.80}")
+    front_door = data.get("front_door", True)  # (a client from before the front door)
+    if not isinstance(front_door, bool):
+        raise DaemonError(
+            f"session options: front_door must be true or false, got {front_door!r:.80}"
+        )
     return RelaySettings(
         **limits,
         pool_size=pool_size,
+        front_door=front_door,
         private=_typed(data, "private", bool),
         url_form=UrlForm(_typed(data, "url_form", str)),
         publish_rules=tuple(parse_rule(text, source) for text, source in publish),
