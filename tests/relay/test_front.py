@@ -1,0 +1,615 @@
+"""The relay's C front door (relay/_front.c, relay/front.py) in real ``sandbridge run``
+sessions: it really serves new connections without waking the relay's Python, every
+response it gives is the one the Python relay gives (``--no-front-door``), what it cannot
+state exactly goes to the Python relay whole, and nothing it holds outlives its session.
+
+The app (tests/apps/front_app.py) answers exact bytes chosen by path; each request here
+is raw bytes on a raw socket, and each answer is compared byte for byte, with the one
+session's host names and ports put in neutral form."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, REPO, Process, run_argv
+
+FRONT_APP = str(REPO / "tests" / "apps" / "front_app.py")
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+# New connections a test makes to see which thread served them: enough that a few wake-ups
+# of the event loop for its own timers cannot pass for serving them.
+CONNECTIONS = 40
+# The per-app connection limit of the limited session (--max-connections-per-app).
+LIMIT = 4
+# Connections opened and dropped without a byte: most of the front's 1,024 places.
+FLOOD = 1000
+BIG = bytes(range(256)) * 4096  # front_app.BIG
+
+
+@dataclass
+class Session:
+    """A ``sandbridge run`` of the front app: its process (the host: relay and all)."""
+
+    process: Process
+    urls: dict[str, str]
+
+    @property
+    def pid(self) -> int:
+        return self.process.popen.pid
+
+    def port(self, app: str = "root") -> int:
+        port = urllib.parse.urlsplit(self.urls[app]).port
+        assert port is not None
+        return port
+
+    def host(self, app: str = "root") -> bytes:
+        parts = urllib.parse.urlsplit(self.urls[app])
+        return f"{parts.hostname}:{parts.port}".encode()
+
+    def neutral(self, data: bytes) -> bytes:
+        """``data`` with this session's host names and ports in one form for all."""
+        for app in ("root", "base"):
+            name = urllib.parse.urlsplit(self.urls[app]).hostname
+            assert name is not None
+            data = data.replace(name.encode(), app.upper().encode() + b"-NAME")
+            data = data.replace(b":%d" % self.port(app), b":" + app.upper().encode() + b"-PORT")
+        return data.replace(b":%d" % int(self.urls["port"]), b":APP-PORT")
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def switches(self) -> dict[int, int]:
+        """Context switches of each thread of the host, by thread id."""
+        found = {}
+        for task in os.listdir(f"/proc/{self.pid}/task"):
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{self.pid}/task/{task}/status").read_text()
+                found[int(task)] = sum(
+                    int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
+                )
+        return found
+
+
+@contextlib.contextmanager
+def session(factory: pytest.TempPathFactory, *options: str) -> Iterator[Session]:
+    top = factory.mktemp("front")
+    work, xdg = top / "work", top / "xdg"
+    work.mkdir()
+    xdg.mkdir(mode=0o700)
+    process = Process(
+        run_argv(work, PYTHON, FRONT_APP, options=options),
+        env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)},
+    )
+    try:
+        urls = json.loads(process.wait_line("READY ", timeout=60).removeprefix("READY "))
+        urls["port"] = str(urls["port"])
+        yield Session(process, urls)
+    finally:
+        try:
+            process.stop()
+        except subprocess.TimeoutExpired:
+            process.popen.kill()
+            process.popen.wait()
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    with session(tmp_path_factory) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    with session(tmp_path_factory, "--no-front-door") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    with session(tmp_path_factory, "--max-connections-per-app", str(LIMIT)) as served:
+        yield served
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{condition} still false after {timeout}s"
+        time.sleep(0.05)
+
+
+# --- raw HTTP/1.1 on a socket ----------------------------------------------------------
+
+
+class Wire:
+    """One browser connection: raw requests out, whole raw responses in."""
+
+    def __init__(self, served: Session, app: str = "root") -> None:
+        self.served, self.app = served, app
+        self.sock = socket.create_connection(("127.0.0.1", served.port(app)), timeout=15)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def __enter__(self) -> Wire:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.sock.close()
+
+    def request(
+        self, method: bytes, target: bytes, fields: bytes = b"", body: bytes = b""
+    ) -> bytes:
+        """The bytes of a request as a browser sends it (``fields``: extra lines)."""
+        length = b"Content-Length: %d\r\n" % len(body) if body else b""
+        return (
+            method + b" " + target + b" HTTP/1.1\r\nHost: " + self.served.host(self.app) + b"\r\n"
+            b"User-Agent: front-test\r\nAccept: */*\r\n" + fields + length + b"\r\n" + body
+        )
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _more(self) -> bytes:
+        data = self.sock.recv(1 << 20)
+        self.buffer += data
+        return data
+
+    def _take(self, count: int) -> bytes:
+        while len(self.buffer) < count:
+            assert self._more(), f"the connection ended {count - len(self.buffer)} bytes short"
+        data, self.buffer = self.buffer[:count], self.buffer[count:]
+        return data
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            assert self._more(), f"the connection ended within a line: {self.buffer!r}"
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line + b"\r\n"
+
+    def head(self) -> bytes:
+        while b"\r\n\r\n" not in self.buffer:
+            assert self._more(), f"the connection ended within a head: {self.buffer!r}"
+        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        return head + b"\r\n\r\n"
+
+    def response(self, method: bytes = b"GET") -> tuple[bytes, bytes]:
+        """The next whole response: its head, and its body as framed on the wire."""
+        head = self.head()
+        status = int(head.split(b" ", 2)[1])
+        fields = {
+            name.strip().lower(): value.strip()
+            for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+        }
+        if method == b"HEAD" or status in (101, 204, 304):
+            return head, b""
+        if fields.get(b"transfer-encoding") == b"chunked":
+            body = b""
+            while True:
+                size_line = self._line()
+                size = int(size_line.split(b";")[0], 16)
+                body += size_line + self._take(size + 2)
+                if size == 0:
+                    return head, body
+        if b"content-length" in fields:
+            return head, self._take(int(fields[b"content-length"]))
+        while self._more():
+            pass
+        body, self.buffer = self.buffer, b""
+        return head, body
+
+    def ended(self) -> bool:
+        """Whether the relay ends this connection (an end or a reset) with nothing more."""
+        try:
+            return self.sock.recv(65536) == b""
+        except ConnectionResetError:
+            return True
+
+
+def exchange(
+    served: Session,
+    method: bytes,
+    target: bytes,
+    fields: bytes = b"",
+    body: bytes = b"",
+    app: str = "root",
+) -> tuple[bytes, bytes]:
+    """One request on a new connection: its response, in neutral form."""
+    with Wire(served, app) as wire:
+        wire.send(wire.request(method, target, fields, body))
+        head, answer = wire.response(method)
+    return served.neutral(head), served.neutral(answer)
+
+
+def stats(served: Session) -> dict[str, object]:
+    status_head, body = exchange(served, b"GET", b"/stats")
+    assert status_head.startswith(b"HTTP/1.1 200 "), status_head
+    found: dict[str, object] = json.loads(body)
+    return found
+
+
+def seen(served: Session, mark: str) -> int:
+    counts = stats(served)["seen"]
+    assert isinstance(counts, dict)
+    return int(counts.get(mark, 0))
+
+
+def warm(served: Session, method: bytes, target: bytes, fields: bytes = b"", app: str = "root") -> None:
+    """The Python relay translates this block once: the front knows it from then on."""
+    exchange(served, method, target, fields, app=app)
+
+
+def python_wakeups(served: Session, action: Callable[[], None]) -> tuple[int, int]:
+    """Context switches of the host's main thread (its event loop: the relay's Python)
+    and of its other threads together, while ``action`` runs."""
+    before = served.switches()
+    action()
+    after = served.switches()
+    main = after[served.pid] - before[served.pid]
+    others = sum(after[t] - before.get(t, 0) for t in after if t != served.pid)
+    return main, others
+
+
+# --- 1. the fast path is the C thread's ------------------------------------------------
+
+
+def many_gets(served: Session) -> None:
+    for _ in range(CONNECTIONS):
+        head, body = exchange(served, b"GET", b"/plain")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"hello", (head, body)
+
+
+def test_new_connections_with_a_known_request_are_served_without_the_relays_python(
+    front: Session,
+) -> None:
+    for _ in range(2):
+        warm(front, b"GET", b"/plain")
+    accepts = stats(front)["accepts"]
+    main, others = python_wakeups(front, lambda: many_gets(front))
+    # The event loop slept through (almost) every connection; the front's thread served
+    # them, on app connections it already held (a browser connection keeps its app
+    # connection until its end is read, which may come after the next one's request).
+    assert main < CONNECTIONS // 4, (main, others)
+    assert others >= CONNECTIONS, (main, others)
+    accepted = stats(front)["accepts"]
+    assert isinstance(accepts, int) and isinstance(accepted, int)
+    assert accepted - accepts < CONNECTIONS // 4, (accepts, accepted)
+
+
+def test_without_the_front_door_the_relays_python_serves_each_new_connection(
+    plain: Session,
+) -> None:
+    for _ in range(2):
+        warm(plain, b"GET", b"/plain")
+    main, others = python_wakeups(plain, lambda: many_gets(plain))
+    assert main >= CONNECTIONS, (main, others)
+
+
+def test_a_second_request_on_a_connection_the_front_served_is_served_there_too(
+    front: Session, plain: Session
+) -> None:
+    answers = []
+    for served in (front, front, plain):
+        warm(served, b"GET", b"/plain")
+        with Wire(served) as wire:
+            for target in (b"/plain", b"/cookie", b"/plain"):
+                wire.send(wire.request(b"GET", target))
+                answers.append(tuple(served.neutral(part) for part in wire.response()))
+    assert answers[0:3] == answers[3:6] == answers[6:9]
+    with Wire(front) as wire:
+        wire.send(wire.request(b"GET", b"/plain"))
+        wire.response()
+
+        def next_two() -> None:
+            for _ in range(2):
+                wire.send(wire.request(b"GET", b"/plain"))
+                assert wire.response()[1] == b"hello"
+
+        main, _ = python_wakeups(front, next_two)
+        assert main < 2, main
+
+
+# --- 2. the same bytes as the Python relay's --------------------------------------------
+
+WS_FIELDS = (
+    b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+)
+CASES = {
+    "get": (b"GET", b"/plain", b""),
+    "head": (b"HEAD", b"/plain", b""),
+    "options": (b"OPTIONS", b"/plain", b""),
+    "request_as_received": (b"GET", b"/head?x=1", b""),
+    "no_content_204": (b"GET", b"/nocontent", b""),
+    "not_modified_304": (b"GET", b"/notmod", b'If-None-Match: "v1"\r\n'),
+    "relay_cookie_dropped": (b"GET", b"/cookie", b""),
+    "apps_referrer_policy_kept": (b"GET", b"/referrer", b""),
+    "location_rewritten": (b"GET", b"/redirect", b""),
+    "chunked": (b"GET", b"/chunked", b""),
+    "close_delimited": (b"GET", b"/close", b""),
+    "one_mib": (b"GET", b"/big", b""),
+    "duplicate_content_length": (b"GET", b"/duplen", b""),
+    "bytes_after_the_response": (b"GET", b"/trailing", b""),
+    "slower_than_the_grace": (b"GET", b"/slow", b""),
+    "headers_over_16_kib": (b"GET", b"/head", b"X-Big: " + b"b" * 17000 + b"\r\n"),
+    "post_with_body": (b"POST", b"/echo", b"Content-Type: application/octet-stream\r\n"),
+}
+
+
+@pytest.mark.parametrize("app", ["root", "base"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_response_is_the_python_relays_byte_for_byte(
+    front: Session, plain: Session, case: str, app: str
+) -> None:
+    method, target, fields = CASES[case]
+    body = b"posted \x00\xff bytes" * 100 if method == b"POST" else b""
+    # First the Python relay's translation (which the front learns), then the front's.
+    answers = [exchange(front, method, target, fields, body, app) for _ in range(3)]
+    expected = exchange(plain, method, target, fields, body, app)
+    assert answers == [expected] * 3
+    head, answer = expected
+    if case == "relay_cookie_dropped":
+        assert b"sandbridge_x" not in head and b"Set-Cookie: own=1\r\n" in head
+    if case == "apps_referrer_policy_kept":
+        assert b"Referrer-Policy: no-referrer\r\n" in head and b"same-origin" not in head
+    if case == "one_mib":
+        assert answer == BIG
+    if case == "post_with_body":
+        assert answer == body
+    if case == "headers_over_16_kib":
+        assert b"X-Big: " + b"b" * 17000 in answer
+    if case in ("get", "request_as_received") and app == "base":
+        assert b"X-Path: /app/plain" in head or b"GET /app/head?x=1 " in answer
+
+
+@pytest.mark.parametrize("app", ["root", "base"])
+def test_a_root_absolute_and_a_based_path_reach_the_app_under_its_base(
+    front: Session, app: str
+) -> None:
+    warm(front, b"GET", b"/plain", app=app)
+    base = b"/app" if app == "base" else b""
+    for target in (b"/plain", base + b"/plain"):
+        head, _ = exchange(front, b"GET", target, app=app)
+        assert b"\r\nX-Path: " + base + b"/plain\r\n" in head
+
+
+def test_a_websocket_upgrade_is_relayed_and_its_bytes_copied_untouched(
+    front: Session, plain: Session
+) -> None:
+    heads = []
+    for served in (front, front, plain):
+        with Wire(served) as wire:
+            wire.send(wire.request(b"GET", b"/ws", WS_FIELDS))
+            heads.append(served.neutral(wire.head()))
+            frames = bytes(range(256)) * 64
+            wire.send(frames)
+            assert wire._take(len(frames)) == frames
+    assert heads[0].startswith(b"HTTP/1.1 101 ") and heads[0] == heads[1] == heads[2]
+
+
+def test_an_event_stream_is_flushed_event_by_event(front: Session, plain: Session) -> None:
+    answers = []
+    for served in (front, front, plain):
+        with Wire(served) as wire:
+            wire.send(wire.request(b"GET", b"/sse", b"Accept: text/event-stream\r\n"))
+            head = wire.head()
+            # The first event arrives while the app still holds the second back.
+            while b"data: one" not in wire.buffer:
+                assert wire._more(), head
+            exchange(served, b"GET", b"/release")
+            _, body = head, b""
+            while b"0\r\n\r\n" not in wire.buffer:
+                assert wire._more(), wire.buffer
+            body = wire.buffer
+            answers.append((served.neutral(head), body))
+    assert answers[0] == answers[1] == answers[2]
+    assert b"data: two" in answers[0][1]
+
+
+def test_two_requests_in_one_write_are_both_answered_in_order(
+    front: Session, plain: Session
+) -> None:
+    answers = []
+    for served in (front, front, plain):
+        warm(served, b"GET", b"/plain")
+        with Wire(served) as wire:
+            wire.send(wire.request(b"GET", b"/plain") + wire.request(b"GET", b"/referrer"))
+            answers.append([served.neutral(b"".join(wire.response())) for _ in range(2)])
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][0].endswith(b"hello") and answers[0][1].endswith(b"ref")
+
+
+def test_a_request_split_across_two_writes_is_answered_once_whole(
+    front: Session, plain: Session
+) -> None:
+    answers = []
+    for served in (front, front, plain):
+        warm(served, b"GET", b"/plain")
+        mark = f"split-{len(answers)}-{served.pid}"
+        with Wire(served) as wire:
+            data = wire.request(b"GET", f"/plain?id={mark}".encode())
+            wire.send(data[:20])
+            # Nothing answers half a request.
+            assert not select.select([wire.sock], [], [], 0.2)[0]
+            wire.send(data[20:])
+            answers.append(served.neutral(b"".join(wire.response())).replace(mark.encode(), b""))
+        assert seen(served, mark) == 1
+    assert answers[0] == answers[1] == answers[2]
+
+
+# --- 3. hostile apps and browsers -------------------------------------------------------
+
+
+def test_an_app_slower_than_the_grace_is_answered_once(front: Session) -> None:
+    warm(front, b"GET", b"/slow")
+    for n in range(3):
+        mark = f"slow-{n}"
+        head, body = exchange(front, b"GET", f"/slow?id={mark}".encode())
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"slow", (head, body)
+        assert seen(front, mark) == 1
+
+
+def test_an_app_that_closes_its_idle_connections_still_answers_each_request_once(
+    front: Session,
+) -> None:
+    for n in range(3):
+        for _ in range(4):  # app connections in the pools
+            warm(front, b"GET", b"/plain")
+        with Wire(front) as a, Wire(front) as b:  # two app connections busy at once
+            for wire in (a, b):
+                wire.send(wire.request(b"GET", b"/plain"))
+            for wire in (a, b):
+                wire.response()
+        exchange(front, b"GET", b"/drop-idle")
+        mark = f"dropped-{n}"
+        head, body = exchange(front, b"GET", f"/plain?id={mark}".encode())
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"hello", (head, body)
+        assert seen(front, mark) == 1
+
+
+def test_a_browser_that_leaves_before_the_response_leaks_nothing(front: Session) -> None:
+    warm(front, b"GET", b"/slow")
+    warm(front, b"GET", b"/plain")
+    before = front.fds()
+    for n in range(20):
+        with Wire(front) as wire:
+            target = b"/slow" if n % 2 else b"/plain"
+            wire.send(wire.request(b"GET", target))
+    exchange(front, b"GET", b"/slow")  # the last one left is answered meanwhile
+    wait_until(lambda: front.fds() <= before + 2)
+    head, body = exchange(front, b"GET", b"/plain")
+    assert body == b"hello", head
+
+
+def test_bytes_an_app_sends_after_a_response_never_reach_the_next_request(
+    front: Session, plain: Session
+) -> None:
+    for served in (front, front, plain):
+        warm(served, b"GET", b"/trailing")
+        warm(served, b"GET", b"/plain")
+        with Wire(served) as wire:
+            wire.send(wire.request(b"GET", b"/trailing"))
+            assert wire.response()[1] == b"ok"
+            wire.send(wire.request(b"GET", b"/plain"))
+            head, body = wire.response()
+            assert body == b"hello", (head, body)
+        for _ in range(4):
+            assert exchange(served, b"GET", b"/plain")[1] == b"hello"
+
+
+def test_a_thousand_silent_connections_leave_nothing_behind(front: Session) -> None:
+    warm(front, b"GET", b"/plain")
+    before = front.fds()
+    socks = []
+    try:
+        for _ in range(FLOOD):
+            socks.append(socket.create_connection(("127.0.0.1", front.port()), timeout=15))
+        # The owner is still served while they are held (within the per-app limit).
+        assert exchange(front, b"GET", b"/plain")[1] == b"hello"
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_until(lambda: front.fds() <= before + 2)
+    # and the front serves new connections as before, on its own
+    main, _ = python_wakeups(front, lambda: many_gets(front))
+    assert main < CONNECTIONS // 4, main
+
+
+def test_the_per_app_limit_counts_what_the_front_holds_and_refuses_past_it(
+    limited: Session,
+) -> None:
+    warm(limited, b"GET", b"/plain")
+    held: list[Wire] = []
+    try:
+        for n in range(LIMIT):
+            wire = Wire(limited)
+            held.append(wire)
+            if n % 2:  # idle after a response the front gave; the others silent from the start
+                wire.send(wire.request(b"GET", b"/plain"))
+                assert wire.response()[1] == b"hello"
+        for _ in range(3):
+            head, _ = exchange(limited, b"GET", b"/plain")
+            assert head.startswith(b"HTTP/1.1 503 "), head
+    finally:
+        for wire in held:
+            wire.sock.close()
+
+    def served_again() -> bool:
+        return exchange(limited, b"GET", b"/plain")[0].startswith(b"HTTP/1.1 200 ")
+
+    wait_until(served_again)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="connects as user nobody")
+
+NOBODY_CLIENT = """
+import socket, sys
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=15)
+sock.sendall(sys.argv[2].encode("latin-1"))
+data = b""
+try:
+    while chunk := sock.recv(65536):
+        data += chunk
+except ConnectionResetError:
+    pass
+print("GOT", len(data), data[:12])
+"""
+
+
+@needs_root
+def test_another_users_connection_is_refused_and_the_owners_go_on(front: Session) -> None:
+    warm(front, b"GET", b"/plain")
+    with Wire(front) as owner:
+        owner.send(owner.request(b"GET", b"/plain"))
+        assert owner.response()[1] == b"hello"
+        request = owner.request(b"GET", b"/plain?id=nobody").decode("latin-1")
+        result = subprocess.run(
+            [*AS_NOBODY, "/usr/bin/python3", "-c", NOBODY_CLIENT, str(front.port()), request],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert result.stdout.strip() == "GOT 0 b''", (result.stdout, result.stderr)
+        owner.send(owner.request(b"GET", b"/plain"))
+        assert owner.response()[1] == b"hello"
+    assert seen(front, "nobody") == 0
+    assert exchange(front, b"GET", b"/plain")[1] == b"hello"
+
+
+# --- 4. nothing outlives the session ----------------------------------------------------
+
+
+def test_the_sessions_end_closes_every_connection_the_front_holds(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # The daemon's front door outlives the session: what it held of it must not.
+    work = tmp_path / "work"
+    work.mkdir()
+    before = len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+    run = Process(run_argv(work, PYTHON, FRONT_APP))
+    try:
+        urls = json.loads(run.wait_line("READY ", timeout=60).removeprefix("READY "))
+        served = Session(run, {**urls, "port": str(urls["port"])})
+        warm(served, b"GET", b"/plain")
+        with Wire(served) as silent, Wire(served) as idle:
+            idle.send(idle.request(b"GET", b"/plain"))
+            assert idle.response()[1] == b"hello"
+            run.stop()
+            assert silent.ended()
+            assert idle.ended()
+    finally:
+        if run.popen.poll() is None:
+            run.popen.kill()
+            run.popen.wait()
+    wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)
