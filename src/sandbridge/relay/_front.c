@@ -523,12 +523,18 @@ static void close_fd(int fd) {
         close(fd);
 }
 
+/* 1: nothing came from the app on idle connection fd (no byte, no end) since its last
+ * response; 0: it wrote or closed meanwhile, and answers no next request. */
+static int app_idle(int fd) {
+    char probe;
+    return recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+           (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 static int pool_take(listener_t *L, double now) {
     while (L->pooled > 0) {
         parked_t p = L->pool[--L->pooled];
-        char probe;
-        if (p.deadline > now && recv(p.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
-            (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (p.deadline > now && app_idle(p.fd))
             return p.fd;
         close(p.fd); /* expired, or closed or written to by the app while it waited */
     }
@@ -666,6 +672,12 @@ static void serve_request(Front *f, conn_t *c, const char *data, size_t n, doubl
     if (out == NULL) {
         hand_fresh(f, c, data, n, NULL, 0);
         return;
+    }
+    if (c->afd >= 0 && !app_idle(c->afd)) {
+        /* the app connection of an idle browser connection, which the app wrote to or
+         * closed after its last response: those bytes answer nothing (as in the pool) */
+        close(c->afd);
+        c->afd = -1;
     }
     for (;;) {
         if (c->afd < 0)
