@@ -28,6 +28,7 @@ from pathlib import Path
 RUNTIME = Path("/run/ags-webview-relay")
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B11"
 BIG = bytes(range(256)) * 4096  # 1 MiB of a known pattern
+LATE_SECONDS = 0.1  # /late's extra bytes come after the relay has relayed its response
 SLOW_SECONDS = 0.6  # longer than the front's grace (0.25 s): the Python relay takes over
 
 lock = threading.Lock()
@@ -35,6 +36,7 @@ accepts = 0
 seen: dict[str, int] = {}
 idle: set[socket.socket] = set()
 released = threading.Event()
+late: list[str] = []  # the targets of /late requests whose extra bytes went out
 
 
 def register(port: int, base: str) -> str:
@@ -153,6 +155,12 @@ class Connection:
             send(whole("200 OK", [], b"slow"))
         elif path == "/trailing":
             send(whole("200 OK", [], b"ok") + b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil")
+        elif path == "/late":  # a whole response, then more once the relay took it
+            send(whole("200 OK", [], b"ok"))
+            time.sleep(LATE_SECONDS)
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil")
+            with lock:
+                late.append(target)
         elif path == "/duplen":
             send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok")
         elif path == "/drop-idle":
@@ -164,7 +172,7 @@ class Connection:
             return False  # and this one too: an app whose keep-alive is 0
         elif path == "/stats":
             with lock:
-                stats = {"accepts": accepts, "seen": dict(seen), "idle": len(idle)}
+                stats = {"accepts": accepts, "seen": dict(seen), "idle": len(idle), "late": late}
             send(whole("200 OK", [("Content-Type", "application/json")], json.dumps(stats).encode()))
         else:
             send(whole("404 Not Found", [], b"no such path"))

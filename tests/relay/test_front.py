@@ -234,6 +234,7 @@ def exchange(
 def stats(served: Session) -> dict[str, object]:
     status_head, body = exchange(served, b"GET", b"/stats")
     assert status_head.startswith(b"HTTP/1.1 200 "), status_head
+    assert body.startswith(b"{"), (status_head, body)
     found: dict[str, object] = json.loads(body)
     return found
 
@@ -499,7 +500,7 @@ def test_bytes_an_app_sends_after_a_response_never_reach_the_next_request(
         warm(served, b"GET", b"/plain")
         with Wire(served) as wire:
             wire.send(wire.request(b"GET", b"/trailing"))
-            assert wire.response()[1] == b"ok"
+            assert wire.response()[1] == b"ok", (n, served.urls)
             wire.send(wire.request(b"GET", b"/plain"))
             head, body = wire.response()
             assert body == b"hello", (head, body)
@@ -623,3 +624,23 @@ def test_the_sessions_end_closes_every_connection_the_front_holds(
     before = fds()
     end_a_session_holding_connections(tmp_path)
     wait_until(lambda: fds() <= before)
+
+
+def test_bytes_an_app_sends_on_an_idle_connection_never_answer_the_next_request(
+    front: Session, plain: Session
+) -> None:
+    answers = []
+    for n, served in enumerate((plain, front, front)):
+        for _ in range(2):  # (not /late: its extra bytes would meet the next request)
+            warm(served, b"GET", b"/plain")
+        mark = f"late-{n}"
+        with Wire(served) as wire:
+            wire.send(wire.request(b"GET", f"/late?id={mark}".encode()))
+            assert wire.response()[1] == b"ok", n
+            # the app sent more on that connection after its response, while it was idle
+            wait_until(lambda: f"/late?id={mark}" in str(stats(served)["late"]))
+            wire.send(wire.request(b"GET", b"/plain"))
+            head, body = wire.response()
+            answers.append((served.neutral(head), body))
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][1] == b"hello"
