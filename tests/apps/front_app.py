@@ -19,7 +19,6 @@ import base64
 import hashlib
 import json
 import socket
-import sys
 import threading
 import time
 import urllib.parse
@@ -28,6 +27,7 @@ from pathlib import Path
 RUNTIME = Path("/run/ags-webview-relay")
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B11"
 BIG = bytes(range(256)) * 4096  # 1 MiB of a known pattern
+SIZED = 60000
 LATE_SECONDS = 0.1  # /late's extra bytes come after the relay has relayed its response
 SLOW_SECONDS = 0.6  # longer than the front's grace (0.25 s): the Python relay takes over
 
@@ -104,7 +104,7 @@ class Connection:
         finally:
             self.sock.close()
 
-    def answer(self, head: bytes, body: bytes) -> bool:  # noqa: PLR0911, PLR0912
+    def answer(self, head: bytes, body: bytes) -> bool:
         """Answer one request; False: the connection ends."""
         method, target, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
         parts = urllib.parse.urlsplit(target)
@@ -134,12 +134,14 @@ class Connection:
         elif path == "/close":
             send(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nclose-delimited body")
             return False
+        elif path == "/sized":  # the most the front relays whole (its PEEK_MAX is 64 KiB)
+            send(whole("200 OK", [], BIG[:SIZED]))
         elif path == "/big":
             send(whole("200 OK", [("Content-Type", "application/octet-stream")], BIG))
         elif path == "/sse":
             released.clear()
-            fields = "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            send(f"HTTP/1.1 200 OK\r\n{fields}Transfer-Encoding: chunked\r\n\r\n".encode())
+            stream = "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            send(f"HTTP/1.1 200 OK\r\n{stream}Transfer-Encoding: chunked\r\n\r\n".encode())
             send(chunk(b"data: one\n\n"))
             released.wait(30)
             send(chunk(b"data: two\n\n") + b"0\r\n\r\n")
@@ -173,9 +175,11 @@ class Connection:
         elif path == "/stats":
             with lock:
                 stats = {"accepts": accepts, "seen": dict(seen), "idle": len(idle), "late": late}
-            send(whole("200 OK", [("Content-Type", "application/json")], json.dumps(stats).encode()))
+            send(
+                whole("200 OK", [("Content-Type", "application/json")], json.dumps(stats).encode())
+            )
         else:
-            send(whole("404 Not Found", [], b"no such path"))
+            send(whole("404 Not Found", [], b"no such path: " + target.encode("latin-1")))
         return True
 
     def send_head(self, response: bytes) -> None:
@@ -216,4 +220,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

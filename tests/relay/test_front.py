@@ -10,10 +10,10 @@ session's host names and ports put in neutral form."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
-import signal
 import socket
 import subprocess
 import time
@@ -33,6 +33,8 @@ AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 CONNECTIONS = 40
 # The per-app connection limit of the limited session (--max-connections-per-app).
 LIMIT = 4
+# The limited session's keep-alive timeout (--keepalive-timeout): short, to see it end.
+KEEPALIVE = 2
 # Connections opened and dropped without a byte: most of the front's 1,024 places.
 FLOOD = 1000
 BIG = bytes(range(256)) * 4096  # front_app.BIG
@@ -47,7 +49,8 @@ class Session:
 
     @property
     def pid(self) -> int:
-        return self.process.popen.pid
+        pid: int = self.process.popen.pid
+        return pid
 
     def port(self, app: str = "root") -> int:
         port = urllib.parse.urlsplit(self.urls[app]).port
@@ -118,7 +121,8 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    with session(tmp_path_factory, "--max-connections-per-app", str(LIMIT)) as served:
+    options = ("--max-connections-per-app", str(LIMIT), "--keepalive-timeout", str(KEEPALIVE))
+    with session(tmp_path_factory, *options) as served:
         yield served
 
 
@@ -245,7 +249,9 @@ def seen(served: Session, mark: str) -> int:
     return int(counts.get(mark, 0))
 
 
-def warm(served: Session, method: bytes, target: bytes, fields: bytes = b"", app: str = "root") -> None:
+def warm(
+    served: Session, method: bytes, target: bytes, fields: bytes = b"", app: str = "root"
+) -> None:
     """The Python relay translates this block once: the front knows it from then on."""
     exchange(served, method, target, fields, app=app)
 
@@ -433,7 +439,7 @@ def test_two_requests_in_one_write_are_both_answered_in_order(
 def test_a_request_split_across_two_writes_is_answered_once_whole(
     front: Session, plain: Session
 ) -> None:
-    answers = []
+    answers: list[bytes] = []
     for served in (front, front, plain):
         warm(served, b"GET", b"/plain")
         mark = f"split-{len(answers)}-{served.pid}"
@@ -500,7 +506,7 @@ def test_bytes_an_app_sends_after_a_response_never_reach_the_next_request(
         warm(served, b"GET", b"/plain")
         with Wire(served) as wire:
             wire.send(wire.request(b"GET", b"/trailing"))
-            assert wire.response()[1] == b"ok", (n, served.urls)
+            assert wire.response()[1] == b"ok"
             wire.send(wire.request(b"GET", b"/plain"))
             head, body = wire.response()
             assert body == b"hello", (head, body)
@@ -626,6 +632,13 @@ def test_the_sessions_end_closes_every_connection_the_front_holds(
     wait_until(lambda: fds() <= before)
 
 
+def late_sent(served: Session, target: str) -> bool:
+    """Whether the app sent its extra bytes after its response to ``target``."""
+    late = stats(served)["late"]
+    assert isinstance(late, list)
+    return target in late
+
+
 def test_bytes_an_app_sends_on_an_idle_connection_never_answer_the_next_request(
     front: Session, plain: Session
 ) -> None:
@@ -638,9 +651,85 @@ def test_bytes_an_app_sends_on_an_idle_connection_never_answer_the_next_request(
             wire.send(wire.request(b"GET", f"/late?id={mark}".encode()))
             assert wire.response()[1] == b"ok", n
             # the app sent more on that connection after its response, while it was idle
-            wait_until(lambda: f"/late?id={mark}" in str(stats(served)["late"]))
+            sent = f"/late?id={mark}"
+            wait_until(functools.partial(late_sent, served, sent))
             wire.send(wire.request(b"GET", b"/plain"))
             head, body = wire.response()
             answers.append((served.neutral(head), body))
     assert answers[0] == answers[1] == answers[2]
     assert answers[0][1] == b"hello"
+
+
+ODD_TARGETS = [
+    b"/",
+    b"/app",
+    b"/app?x=1",
+    b"/app/",
+    b"/apple",
+    b"//twice",
+    b"/%2e%2e/plain",
+    b"/app/../plain",
+    b"/a;b=c,d",
+    b"/~user/'quoted'(x)*!$&+=:@",
+    b"/q?" + b"long" * 2000,
+]
+
+
+@pytest.mark.parametrize("app", ["root", "base"])
+def test_every_target_reaches_the_app_as_the_python_relay_sends_it(
+    front: Session, plain: Session, app: str
+) -> None:
+    for served in (front, plain):
+        warm(served, b"GET", b"/plain", app=app)
+    for target in ODD_TARGETS:
+        answers = [exchange(front, b"GET", target, app=app) for _ in range(2)]
+        assert answers == [exchange(plain, b"GET", target, app=app)] * 2, target
+
+
+def test_a_browser_that_reads_slowly_gets_every_response_whole_and_in_order(
+    front: Session, plain: Session
+) -> None:
+    answers = []
+    for served in (front, front, plain):
+        warm(served, b"GET", b"/plain")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before it connects
+        wire = Wire.__new__(Wire)
+        wire.served, wire.app, wire.buffer, wire.sock = served, "root", b"", sock
+        sock.settimeout(15)
+        sock.connect(("127.0.0.1", served.port()))
+        with wire:
+            for n in range(8):
+                wire.send(wire.request(b"GET", b"/sized?n=%d" % n))
+                # (its response has begun: the next request comes while it is unread)
+                assert select.select([sock], [], [], 15)[0]
+            answers.append([served.neutral(b"".join(wire.response())) for _ in range(8)])
+    assert answers[0] == answers[1] == answers[2]
+    assert all(answer.endswith(BIG[:60000]) for answer in answers[0])
+
+
+def test_a_request_followed_by_the_browsers_half_close_is_answered(
+    front: Session, plain: Session
+) -> None:
+    answers = []
+    for served in (front, front, plain):
+        warm(served, b"GET", b"/plain")
+        with Wire(served) as wire:
+            wire.send(wire.request(b"GET", b"/plain"))
+            wire.sock.shutdown(socket.SHUT_WR)
+            answers.append(served.neutral(b"".join(wire.response())))
+            assert wire.ended()
+    assert answers[0] == answers[1] == answers[2]
+
+
+def test_connections_the_front_holds_end_after_the_keepalive_timeout(limited: Session) -> None:
+    warm(limited, b"GET", b"/plain")
+    before = limited.fds()
+    with Wire(limited) as silent, Wire(limited) as idle:
+        idle.send(idle.request(b"GET", b"/plain"))
+        assert idle.response()[1] == b"hello"
+        started = time.monotonic()
+        assert silent.ended()
+        assert idle.ended()
+        assert time.monotonic() - started >= KEEPALIVE / 2  # not at once: at the timeout
+    wait_until(lambda: limited.fds() <= before)
