@@ -733,3 +733,29 @@ def test_connections_the_front_holds_end_after_the_keepalive_timeout(limited: Se
         assert idle.ended()
         assert time.monotonic() - started >= KEEPALIVE / 2  # not at once: at the timeout
     wait_until(lambda: limited.fds() <= before)
+
+
+def test_a_connection_the_front_counted_is_not_refused_when_it_hands_it_over(
+    limited: Session,
+) -> None:
+    # At the limit, the newest connection is the one refused (as without the front
+    # door): not one the front admitted, counted and sent a request for, and then
+    # handed to the Python relay (here: its response is chunked) just after a newer one
+    # took its place.
+    warm(limited, b"GET", b"/plain")
+    warm(limited, b"GET", b"/chunked")
+    before = limited.fds()
+    statuses = []
+    for _ in range(20):
+        wait_until(lambda: limited.fds() <= before)
+        held = [Wire(limited) for _ in range(LIMIT - 1)]
+        try:
+            last = Wire(limited)
+            held.append(last)
+            last.send(last.request(b"GET", b"/chunked"))
+            held.append(Wire(limited))  # one past the limit
+            statuses.append(last.head().split(b"\r\n")[0])
+        finally:
+            for wire in held:
+                wire.sock.close()
+    assert statuses == [b"HTTP/1.1 200 OK"] * 20
