@@ -7,10 +7,12 @@ Content-Length (the front's), 204 and 304, cookies and policies, a Location, chu
 close-delimited bodies, 1 MiB, a stream, a WebSocket upgrade, a slow answer, bytes after
 a response, a duplicate Content-Length. ``/app`` is taken off a path before routing.
 
-``/stats`` answers what the app saw: the connections it accepted, and how many requests
-carried each ``id=`` query value. ``/drop-idle`` closes every other connection that is
-between two requests (an app whose keep-alive ran out). ``/sse`` sends one event, then
-the second once ``/release`` is asked for.
+``/stats`` answers what the app saw: the connections it accepted, how many requests
+carried each ``id=`` query value, and the ``/late`` targets whose extra bytes went out.
+``/drop-idle`` closes every connection that is between two requests, and its own after
+its answer (an app whose keep-alive ran out). ``/late`` answers, then sends a second
+response nobody asked for on the connection. ``/sse`` sends one event, then the second
+once ``/release`` is asked for.
 """
 
 from __future__ import annotations
