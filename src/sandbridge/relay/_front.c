@@ -94,6 +94,8 @@ typedef struct {
     double grace;
     int room;
     int held;
+    uint64_t relayed; /* exchanges relayed here whole */
+    uint64_t handed;  /* connections handed to the Python relay */
     char *base;
     size_t base_len;
     entry_t cache[CACHE_ENTRIES];
@@ -585,6 +587,7 @@ static void enqueue(Front *f, int lid, int kind, int bfd, int afd, int checked, 
     h->data_len = data_len;
     h->pending = pd;
     h->pending_len = pending_len;
+    f->listeners[lid].handed++;
     if (f->queue_tail)
         f->queue_tail->next = h;
     else
@@ -814,6 +817,7 @@ static void on_app(Front *f, conn_t *c, double now) {
     free(out);
     free(c->req);
     c->req = NULL;
+    f->listeners[c->lid].relayed++;
     c->state = IDLE;
     c->deadline = now + f->listeners[c->lid].keepalive;
     if (poll_fd(f, c->bfd, &c->b_polled, EPOLLIN | EPOLLRDHUP,
@@ -1251,8 +1255,9 @@ static PyObject *Front_held(Front *f, PyObject *args) {
     listener_t *L = listener_arg(f, lid);
     int held = L ? L->held : 0;
     int pooled = L ? L->pooled : 0;
+    unsigned long long relayed = L ? L->relayed : 0, handed = L ? L->handed : 0;
     pthread_mutex_unlock(&f->lock);
-    return Py_BuildValue("(ii)", held, pooled);
+    return Py_BuildValue("(iiKK)", held, pooled, relayed, handed);
 }
 
 static PyObject *Front_remember(Front *f, PyObject *args) {
@@ -1405,7 +1410,8 @@ static PyMethodDef Front_methods[] = {
     {"set_room", (PyCFunction)Front_set_room, METH_VARARGS,
      "How many connections of a listener may be held here."},
     {"held", (PyCFunction)Front_held, METH_VARARGS,
-     "(connections held, app connections parked) of a listener."},
+     "(connections held, app connections parked, exchanges relayed whole, connections "
+     "handed over) of a listener."},
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,
      "remember(id, ip4, method, block, translated): a checked request block."},
     {"forget", (PyCFunction)Front_forget, METH_VARARGS, "Forget a listener's blocks."},

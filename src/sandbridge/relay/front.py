@@ -114,9 +114,10 @@ class FrontDoor:
     def set_room(self, lid: int, room: int) -> None:
         self._native.set_room(lid, room)
 
-    def held(self, lid: int) -> tuple[int, int]:
-        """(browser connections held, app connections parked) of listener ``lid``."""
-        held: tuple[int, int] = self._native.held(lid)
+    def held(self, lid: int) -> tuple[int, int, int, int]:
+        """Of listener ``lid``: browser connections held, app connections parked,
+        exchanges relayed whole, connections handed to the Python relay."""
+        held: tuple[int, int, int, int] = self._native.held(lid)
         return held
 
     def park(self, lid: int, fd: int) -> bool:
