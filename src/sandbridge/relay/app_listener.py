@@ -60,26 +60,12 @@ from sandbridge.relay.exchange_io import (
     read_awaiting_response,
     read_response_body,
 )
-from sandbridge.relay.front import FrontDoor, front_door
+from sandbridge.relay.front import FrontDoor, front_door, listening_socket
 from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.v1_exchange import exchange_v1
-
-
-def front_listener(port: int) -> socket.socket:
-    """A listening socket on ``127.0.0.1:port`` for the front door."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(512)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class AppListener:
@@ -132,7 +118,7 @@ class AppListener:
         front = self._wants_front()
         try:
             if front:
-                self._front_socket = front_listener(port)
+                self._front_socket = listening_socket(port)
                 self.host_port = self._front_socket.getsockname()[1]
             else:
                 self._server = await loop.create_server(
@@ -162,13 +148,7 @@ class AppListener:
             self.front = front_door()
             try:
                 self.front_id = self.front.add(
-                    self._front_socket,
-                    self._arrivals,
-                    base_path=self.base_path,
-                    pool_size=self.settings.pool_size,
-                    pool_idle=self.settings.pool_idle_seconds,
-                    keepalive=self.settings.keepalive_timeout,
-                    room=self.settings.max_connections_per_app,
+                    self._front_socket, self._arrivals, self.base_path, self.settings
                 )
             except BaseException:
                 self._front_socket.close()
@@ -324,17 +304,8 @@ class AppListener:
     def park(self, upstream: UpstreamConnection) -> None:
         """An app connection a browser connection is done with: to the front door's pool
         (the host alone holds it, and it is idle), else to this one's, else closed."""
-        front, transport = self.front, upstream.channel.transport
-        if (
-            front is not None
-            and upstream.channel.host_only
-            and upstream.parkable()
-            and transport is not None
-        ):
-            sock = transport.get_extra_info("socket")
-            if sock is not None and front.park(self.front_id, sock.fileno()):
-                upstream.channel.abort()  # the front holds its own descriptor
-                return
+        if self.front is not None and self.front.park_upstream(self.front_id, upstream):
+            return
         if self._pool is not None:
             self._pool.park(upstream)  # only if idle; closed otherwise
         else:

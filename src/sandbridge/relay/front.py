@@ -36,6 +36,8 @@ from sandbridge.protocol.http.forwarding import Framing, RequestFields
 from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
 from sandbridge.relay import _front
+from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.upstream import UpstreamConnection
 
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over with the rest of the response timeout (a slow page, a long poll, SSE).
@@ -79,27 +81,20 @@ class FrontDoor:
         self._adopters: dict[int, Adopter] = {}
         loop.add_reader(self._native.fileno(), self._drain)
 
-    def add(  # noqa: PLR0913  (a listener's settings, as the C takes them)
-        self,
-        sock: socket.socket,
-        adopter: Adopter,
-        *,
-        base_path: str,
-        pool_size: int,
-        pool_idle: float,
-        keepalive: float,
-        room: int,
+    def add(
+        self, sock: socket.socket, adopter: Adopter, base_path: str, settings: RelaySettings
     ) -> int:
-        """Serve listening socket ``sock`` (the front keeps a duplicate); its id."""
+        """Serve listening socket ``sock`` of an app at ``base_path`` (the front keeps a
+        duplicate); its id."""
         lid: int = self._native.add_listener(
             fd=sock.fileno(),
             port=sock.getsockname()[1],
             base_path=base_path.encode("ascii"),
-            pool_size=pool_size,
-            pool_idle=pool_idle,
-            keepalive=keepalive,
+            pool_size=settings.pool_size,
+            pool_idle=settings.pool_idle_seconds,
+            keepalive=settings.keepalive_timeout,
             grace=GRACE_SECONDS,
-            room=room,
+            room=settings.max_connections_per_app,
         )
         self._adopters[lid] = adopter
         return lid
@@ -120,10 +115,19 @@ class FrontDoor:
         held: tuple[int, int, int, int] = self._native.held(lid)
         return held
 
-    def park(self, lid: int, fd: int) -> bool:
-        """Give the front a duplicate of an idle app connection; ``False``: no room."""
-        parked: bool = self._native.park(lid, fd)
-        return parked
+    def park_upstream(self, lid: int, upstream: UpstreamConnection) -> bool:
+        """Park an idle app connection that the host alone holds in the front's pool (it
+        keeps a duplicate; this one is closed); ``False``: not such a connection, or no
+        room."""
+        channel = upstream.channel
+        transport = channel.transport
+        if not channel.host_only or transport is None or not upstream.parkable():
+            return False
+        sock = transport.get_extra_info("socket")
+        if sock is None or not self._native.park(lid, sock.fileno()):
+            return False
+        channel.abort()
+        return True
 
     def remember(
         self, lid: int, client_host: str, head: RequestHead, fields: RequestFields
@@ -173,6 +177,20 @@ def close_handoff(handoff: Handoff) -> None:
     for fd in (handoff[2], handoff[3]):
         if fd >= 0:
             os.close(fd)
+
+
+def listening_socket(port: int) -> socket.socket:
+    """A listening socket on ``127.0.0.1:port`` (0: any free port) for the front door."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(512)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 _doors: dict[asyncio.AbstractEventLoop, FrontDoor] = {}
