@@ -60,7 +60,7 @@ from sandbridge.relay.exchange_io import (
     read_awaiting_response,
     read_response_body,
 )
-from sandbridge.relay.front import FrontDoor, front_door, listening_socket
+from sandbridge.relay.front import FrontDoor, front_door, listening_socket, serves
 from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
@@ -115,7 +115,7 @@ class AppListener:
         local_peer.shared_owners()
         port = 0 if origin is None else origin.host_port
         self._arrivals = Arrivals(self)
-        front = self._wants_front()
+        front = serves(self.settings, self.connector)
         try:
             if front:
                 self._front_socket = listening_socket(port)
@@ -145,15 +145,17 @@ class AppListener:
         self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
         if self._front_socket is not None:
-            self.front = front_door()
             try:
+                self.front = front_door()
                 self.front_id = self.front.add(
                     self._front_socket, self._arrivals, self.base_path, self.settings
                 )
-            except BaseException:
-                self._front_socket.close()
-                self._front_socket = None
-                raise
+            except OSError as exc:  # the front serves no more listeners: the event loop does
+                log.warning("front.unavailable", port=self.host_port, error=str(exc))
+                self.front, sock, self._front_socket = None, self._front_socket, None
+                self._server = await loop.create_server(
+                    lambda: Channel(READ_BYTES, on_made=self._accept), sock=sock, backlog=512
+                )
         self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
         if self.settings.private:
@@ -164,15 +166,6 @@ class AppListener:
     def url_suffix(self) -> str:
         """What follows the base path in the app's URL: the token of a private app."""
         return self.gate.url_suffix() if self.gate is not None else ""
-
-    def _wants_front(self) -> bool:
-        """The front door serves a public app of a session whose app connections the
-        host alone holds (the socket minter), where the extension is built."""
-        return (
-            self.settings.front_door
-            and not self.settings.private
-            and self.connector.owned is not None
-        )
 
     def front_held(self) -> int:
         """Browser connections of this app the front door holds (they count too)."""

@@ -37,7 +37,7 @@ from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
 from sandbridge.relay import _front
 from sandbridge.relay.settings import RelaySettings
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over with the rest of the response timeout (a slow page, a long poll, SSE).
@@ -86,6 +86,16 @@ class FrontDoor:
     ) -> int:
         """Serve listening socket ``sock`` of an app at ``base_path`` (the front keeps a
         duplicate); its id."""
+        try:
+            lid = self._add(sock, base_path, settings)
+        except OSError:
+            if not self._adopters:
+                self.close()
+            raise
+        self._adopters[lid] = adopter
+        return lid
+
+    def _add(self, sock: socket.socket, base_path: str, settings: RelaySettings) -> int:
         lid: int = self._native.add_listener(
             fd=sock.fileno(),
             port=sock.getsockname()[1],
@@ -96,7 +106,6 @@ class FrontDoor:
             grace=GRACE_SECONDS,
             room=settings.max_connections_per_app,
         )
-        self._adopters[lid] = adopter
         return lid
 
     def remove(self, lid: int) -> None:
@@ -177,6 +186,13 @@ def close_handoff(handoff: Handoff) -> None:
     for fd in (handoff[2], handoff[3]):
         if fd >= 0:
             os.close(fd)
+
+
+def serves(settings: RelaySettings, connector: UpstreamConnector) -> bool:
+    """Whether the front door serves an app: a public app (a private app's token and
+    cookie are the Python relay's) of a session whose app connections the host alone
+    holds (the socket minter: no descriptor the sandbox shares reaches the front)."""
+    return settings.front_door and not settings.private and connector.owned is not None
 
 
 def listening_socket(port: int) -> socket.socket:
