@@ -148,7 +148,7 @@ class AppListener:
             try:
                 self.front = front_door()
                 self.front_id = self.front.add(
-                    self._front_socket, self._arrivals, self.base_path, self.settings
+                    self._front_socket, self._arrivals, self.base_path, self.scope
                 )
             except OSError as exc:  # the front serves no more listeners: the event loop does
                 log.warning("front.unavailable", port=self.host_port, error=str(exc))
@@ -167,21 +167,25 @@ class AppListener:
         """What follows the base path in the app's URL: the token of a private app."""
         return self.gate.url_suffix() if self.gate is not None else ""
 
-    def front_held(self) -> int:
-        """Browser connections of this app the front door holds (they count too)."""
-        return self.front.held(self.front_id)[0] if self.front is not None else 0
+    def front_held(self) -> tuple[int, int]:
+        """Browser connections the front door holds (they count too): of this app, and
+        of its session."""
+        if self.front is None:
+            return 0, 0
+        held, _, _, _, session = self.front.held(self.front_id)
+        return held, session
 
     def room_changed(self) -> None:
-        """The listener's connection count moved: the front holds at most the rest."""
+        """The counts of the limits moved: the front holds at most what they leave."""
         if self.front is not None:
             room = self.settings.max_connections_per_app - len(self._connections)
-            room = min(room, self.settings.max_connections - self.scope.connections)
-            self.front.set_room(self.front_id, max(0, room))
+            session = self.settings.max_connections - self.scope.connections
+            self.front.set_room(self.front_id, max(0, room), max(0, session))
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""
         if self.front is not None:
-            _, _, relayed, handed = self.front.held(self.front_id)
+            _, _, relayed, handed, _ = self.front.held(self.front_id)
             log.debug("front.closed", port=self.host_port, relayed=relayed, handed=handed)
             self.front.remove(self.front_id)
             self.front = None
@@ -297,7 +301,8 @@ class AppListener:
     def park(self, upstream: UpstreamConnection) -> None:
         """An app connection a browser connection is done with: to the front door's pool
         (the host alone holds it, and it is idle), else to this one's, else closed."""
-        if self.front is not None and self.front.park_upstream(self.front_id, upstream):
+        pooled = len(self._pool or ())
+        if self.front is not None and self.front.park_upstream(self.front_id, upstream, pooled):
             return
         if self._pool is not None:
             self._pool.park(upstream)  # only if idle; closed otherwise
@@ -330,8 +335,10 @@ class AppListener:
             if upstream is not None:
                 upstream.channel.abort()
                 upstream = None
+            no_parked, browser.no_parked = browser.no_parked, False
             if sent is not None or (
                 self._pool
+                and not no_parked
                 and may_retry(head, request)
                 and browser.events
                 and browser.events[0] is MESSAGE_END

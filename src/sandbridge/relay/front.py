@@ -36,13 +36,13 @@ from sandbridge.protocol.http.forwarding import Framing, RequestFields
 from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
 from sandbridge.relay import _front
-from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over with the rest of the response timeout (a slow page, a long poll, SSE).
 GRACE_SECONDS = 0.25
-FRESH, SENT = 0, 1
+FRESH, SENT, RETRY = _front.FRESH, _front.SENT, _front.RETRY
 # A field in the one form the C compares: a token name, a value without leading or
 # trailing whitespace and without control characters (llhttp reads it back the same).
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -79,23 +79,26 @@ class FrontDoor:
         self._loop = loop
         self._native = _front.Front(owner=os.geteuid())
         self._adopters: dict[int, Adopter] = {}
+        self._pool_sizes: dict[int, int] = {}
         loop.add_reader(self._native.fileno(), self._drain)
 
     def add(
-        self, sock: socket.socket, adopter: Adopter, base_path: str, settings: RelaySettings
+        self, sock: socket.socket, adopter: Adopter, base_path: str, scope: SessionScope
     ) -> int:
-        """Serve listening socket ``sock`` of an app at ``base_path`` (the front keeps a
-        duplicate); its id."""
+        """Serve listening socket ``sock`` of an app at ``base_path`` of session
+        ``scope`` (the front keeps a duplicate); its id."""
         try:
-            lid = self._add(sock, base_path, settings)
+            lid = self._add(sock, base_path, scope)
         except OSError:
             if not self._adopters:
                 self.close()
             raise
         self._adopters[lid] = adopter
+        self._pool_sizes[lid] = scope.settings.pool_size
         return lid
 
-    def _add(self, sock: socket.socket, base_path: str, settings: RelaySettings) -> int:
+    def _add(self, sock: socket.socket, base_path: str, scope: SessionScope) -> int:
+        settings = scope.settings
         lid: int = self._native.add_listener(
             fd=sock.fileno(),
             port=sock.getsockname()[1],
@@ -105,6 +108,8 @@ class FrontDoor:
             keepalive=settings.keepalive_timeout,
             grace=GRACE_SECONDS,
             room=settings.max_connections_per_app,
+            scope=id(scope),
+            scope_room=settings.max_connections - scope.connections,
         )
         return lid
 
@@ -112,31 +117,38 @@ class FrontDoor:
         """Close what the front holds of listener ``lid``; the last one stops it."""
         self._native.remove_listener(lid)
         self._adopters.pop(lid, None)
+        self._pool_sizes.pop(lid, None)
         if not self._adopters:
             self.close()
 
-    def set_room(self, lid: int, room: int) -> None:
-        self._native.set_room(lid, room)
+    def set_room(self, lid: int, room: int, scope_room: int) -> None:
+        """How many more connections the front may hold for listener ``lid``, and for
+        the listeners of its session together."""
+        self._native.set_room(lid, room, scope_room)
 
-    def held(self, lid: int) -> tuple[int, int, int, int]:
+    def held(self, lid: int) -> tuple[int, int, int, int, int]:
         """Of listener ``lid``: browser connections held, app connections parked,
-        exchanges relayed whole, connections handed to the Python relay."""
-        held: tuple[int, int, int, int] = self._native.held(lid)
+        exchanges relayed whole, connections handed to the Python relay; and the browser
+        connections held for its session's listeners together."""
+        held: tuple[int, int, int, int, int] = self._native.held(lid)
         return held
 
-    def park_upstream(self, lid: int, upstream: UpstreamConnection) -> bool:
+    def park_upstream(self, lid: int, upstream: UpstreamConnection, elsewhere: int) -> bool:
         """Park an idle app connection that the host alone holds in the front's pool (it
-        keeps a duplicate; this one is closed); ``False``: not such a connection, or no
-        room."""
+        keeps a duplicate; this one is closed), or close it when the two pools, this and
+        the relay's (``elsewhere`` parked there), hold ``--app-pool-size`` together;
+        ``False``: the relay's pool takes it."""
         channel = upstream.channel
         transport = channel.transport
-        if not channel.host_only or transport is None or not upstream.parkable():
-            return False
-        sock = transport.get_extra_info("socket")
-        if sock is None or not self._native.park(lid, sock.fileno()):
-            return False
-        channel.abort()
-        return True
+        if channel.host_only and transport is not None and upstream.parkable():
+            sock = transport.get_extra_info("socket")
+            if sock is not None and self._native.park(lid, sock.fileno()):
+                channel.abort()
+                return True
+        if elsewhere + self.held(lid)[1] >= self._pool_sizes.get(lid, 0):
+            channel.abort()
+            return True
+        return False
 
     def remember(
         self, lid: int, client_host: str, head: RequestHead, fields: RequestFields
