@@ -16,7 +16,7 @@ cd "$(dirname "$0")"
 # in the network tests), iproute2 (ip: the network tests link their "internet"
 # namespace to the host's with a veth pair), openssh-server (sshd: the real far machine
 # of the SSH transport's tests, started by each test on a free loopback port).
-DEBIAN_PACKAGES=(bubblewrap util-linux chromium firefox-esr nginx-light socat procps wrk curl iproute2
+DEBIAN_PACKAGES=(bubblewrap util-linux gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
   openssh-server)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.

@@ -100,3 +100,23 @@ def test_a_connection_that_is_gone_is_not_the_owners() -> None:
     owners = PeerOwners()
     assert not owners.is_owner(("127.0.0.1", 1), ("127.0.0.1", 2))
     owners.close()
+
+
+def test_a_connection_its_client_closed_is_nobodys() -> None:
+    """A client socket closed by its process (an orphan, then TIME_WAIT) is reported
+    with uid 0 or no inode: taken for root, it let another user's request, sent and
+    closed at once, in as the owner's. It is nobody's."""
+    owners = PeerOwners()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        with accepted:
+            local, remote = accepted.getsockname(), accepted.getpeername()
+            assert owners.client_uid(local, remote) == os.geteuid()  # open: found
+            client.sendall(b"POST /x HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+            client.close()  # an orphan in FIN_WAIT2 now
+            assert accepted.recv(100)  # (the request waits, as at an accept)
+            assert owners.client_uid(local, remote) is None
+            assert _uid_from_proc(local, remote) is None
+            assert not owners.is_owner(local, remote)
+    owners.close()

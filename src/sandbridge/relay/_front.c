@@ -60,10 +60,11 @@
 #define MAX_FIELDS 100         /* parser.MAX_HEADER_COUNT */
 #define MAX_POOL 64
 #define MAX_BATCH 64
+#define MAX_QUEUE 256          /* handoffs waiting for the event loop; past it, accepts wait */
 
 enum { TAG_LISTENER = 1, TAG_BROWSER = 2, TAG_APP = 3, TAG_WAKE = 4 };
 enum { FREE = 0, FIRST, AWAIT, IDLE };
-enum { KIND_FRESH = 0, KIND_SENT = 1 };
+enum { KIND_FRESH = 0, KIND_SENT = 1, KIND_RETRY = 2 };
 enum { METHOD_GET = 1, METHOD_HEAD = 2, METHOD_OPTIONS = 3 };
 
 typedef struct {
@@ -81,11 +82,21 @@ typedef struct {
     uint64_t used;
 } entry_t;
 
+/* The listeners of one session share its connection limit. */
+typedef struct {
+    uint64_t key;
+    int refs;
+    int room; /* what the session's limit leaves beside the Python relay's connections */
+    int held;
+} scope_t;
+
 typedef struct {
     int active;
     uint32_t gen;
     int fd;
+    int sid;
     int paused;
+    int queue_paused;
     double paused_until;
     uint16_t port;
     int pool_size;
@@ -94,6 +105,8 @@ typedef struct {
     double grace;
     int room;
     int held;
+    uint64_t relayed; /* exchanges relayed here whole */
+    uint64_t handed;  /* connections handed to the Python relay */
     char *base;
     size_t base_len;
     entry_t cache[CACHE_ENTRIES];
@@ -141,6 +154,7 @@ typedef struct {
     uint32_t owner;
     uint64_t clock;
     listener_t *listeners;
+    scope_t *scopes;
     conn_t *conns;
     int conn_top; /* conns[0..conn_top) may be in use */
     int held;
@@ -218,6 +232,8 @@ static int owner_check(Front *f, const struct sockaddr_in *peer, uint16_t port) 
             (size_t)n < NLMSG_HDRLEN + sizeof(struct inet_diag_msg))
             return -1;
         struct inet_diag_msg *m = (struct inet_diag_msg *)NLMSG_DATA(h);
+        if (m->idiag_inode == 0)
+            return 0; /* closed by its process already (TIME_WAIT says uid 0): nobody's */
         return (m->idiag_uid == f->owner || m->idiag_uid == 0) ? 1 : 0;
     }
 }
@@ -233,14 +249,11 @@ static int target_char(unsigned char c) {
 /* The app's request head for a browser request whose block Python translated before,
  * or NULL (the Python relay reads it). *method gets the method. */
 static char *translate_request(listener_t *L, uint32_t ip, const char *data, size_t n,
-                               int *method, size_t *out_len) {
+                               int *method, size_t *out_len, uint64_t *clock) {
     size_t m_len;
     if (n >= 4 && memcmp(data, "GET ", 4) == 0) {
         *method = METHOD_GET;
         m_len = 3;
-    } else if (n >= 5 && memcmp(data, "HEAD ", 5) == 0) {
-        *method = METHOD_HEAD;
-        m_len = 4;
     } else if (n >= 8 && memcmp(data, "OPTIONS ", 8) == 0) {
         *method = METHOD_OPTIONS;
         m_len = 7;
@@ -268,6 +281,7 @@ static char *translate_request(listener_t *L, uint32_t ip, const char *data, siz
     }
     if (hit == NULL)
         return NULL;
+    hit->used = ++*clock;
     /* protocol/http/base_path.py's rule */
     const char *target = data + t;
     int prefix = 0;
@@ -391,8 +405,9 @@ static int translate_response(const char *buf, size_t n, int head_request, char 
     const char *length = NULL;
     size_t length_len = 0;
     size_t kept_bytes = 0;
+    int lines = 0;
     while (q < end + 2) {
-        if (count >= MAX_FIELDS)
+        if (++lines > MAX_FIELDS)
             return TR_BAIL;
         const char *name = q;
         while (q < end && tchar((unsigned char)*q))
@@ -430,11 +445,11 @@ static int translate_response(const char *buf, size_t n, int head_request, char 
             length_len = value_len;
             keep = 0;
         } else if (name_is(name, name_len, "transfer-encoding") ||
+                   name_is(name, name_len, "proxy-connection") ||
                    name_is(name, name_len, "location") ||
                    name_is(name, name_len, "content-location")) {
             return TR_BAIL;
         } else if (name_is(name, name_len, "keep-alive") ||
-                   name_is(name, name_len, "proxy-connection") ||
                    name_is(name, name_len, "te") || name_is(name, name_len, "trailer") ||
                    name_is(name, name_len, "upgrade") ||
                    name_is(name, name_len, "proxy-authenticate") ||
@@ -523,9 +538,9 @@ static void close_fd(int fd) {
         close(fd);
 }
 
-/* 1: nothing came from the app on idle connection fd (no byte, no end) since its last
- * response; 0: it wrote or closed meanwhile, and answers no next request. */
-static int app_idle(int fd) {
+/* An idle app connection still is: nothing from the app (bytes answering nothing, or
+ * its end) came on it while it waited. */
+static int still_idle(int fd) {
     char probe;
     return recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
            (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -534,7 +549,7 @@ static int app_idle(int fd) {
 static int pool_take(listener_t *L, double now) {
     while (L->pooled > 0) {
         parked_t p = L->pool[--L->pooled];
-        if (p.deadline > now && app_idle(p.fd))
+        if (p.deadline > now && still_idle(p.fd))
             return p.fd;
         close(p.fd); /* expired, or closed or written to by the app while it waited */
     }
@@ -591,6 +606,7 @@ static void enqueue(Front *f, int lid, int kind, int bfd, int afd, int checked, 
     h->data_len = data_len;
     h->pending = pd;
     h->pending_len = pending_len;
+    f->listeners[lid].handed++;
     if (f->queue_tail)
         f->queue_tail->next = h;
     else
@@ -623,8 +639,10 @@ static void conn_free(Front *f, conn_t *c) {
         unpoll(f, c->afd, &c->a_polled);
     free(c->req);
     c->req = NULL;
-    if (c->lid >= 0 && f->listeners[c->lid].active)
+    if (c->lid >= 0 && f->listeners[c->lid].active) {
         f->listeners[c->lid].held--;
+        f->scopes[f->listeners[c->lid].sid].held--;
+    }
     c->state = FREE;
     f->held--;
     while (f->conn_top > 0 && f->conns[f->conn_top - 1].state == FREE)
@@ -634,13 +652,14 @@ static void conn_free(Front *f, conn_t *c) {
 /* To the Python relay: the browser's bytes not yet sent (data), an idle app connection
  * that goes with it (or -1), bytes of a response still to write to the browser. */
 static void hand_fresh(Front *f, conn_t *c, const char *data, size_t len, const char *pending,
-                       size_t pending_len) {
+                       size_t pending_len, int retried) {
     int bfd = c->bfd, afd = c->afd;
     int lid = c->lid;
     uint32_t ip = c->ip;
     uint16_t port = c->port;
     conn_free(f, c);
-    enqueue(f, lid, KIND_FRESH, bfd, afd, 1, ip, port, data, len, pending, pending_len);
+    enqueue(f, lid, retried ? KIND_RETRY : KIND_FRESH, bfd, afd, 1, ip, port, data, len, pending,
+            pending_len);
 }
 
 /* To the Python relay: the request (data) went out on the app connection; nothing of
@@ -668,37 +687,31 @@ static void serve_request(Front *f, conn_t *c, const char *data, size_t n, doubl
     listener_t *L = &f->listeners[c->lid];
     int method = 0;
     size_t out_len = 0;
-    char *out = n < READ_MAX ? translate_request(L, c->ip, data, n, &method, &out_len) : NULL;
+    char *out = n < READ_MAX ? translate_request(L, c->ip, data, n, &method, &out_len, &f->clock)
+                          : NULL;
     if (out == NULL) {
-        hand_fresh(f, c, data, n, NULL, 0);
+        hand_fresh(f, c, data, n, NULL, 0, 0);
         return;
     }
-    if (c->afd >= 0 && !app_idle(c->afd)) {
-        /* the app connection of an idle browser connection, which the app wrote to or
-         * closed after its last response: those bytes answer nothing (as in the pool) */
-        close(c->afd);
+    if (c->afd >= 0 && !still_idle(c->afd)) {
+        close(c->afd); /* the app wrote to it, or closed it, between two requests */
         c->afd = -1;
     }
-    for (;;) {
-        if (c->afd < 0)
-            c->afd = pool_take(L, now);
-        if (c->afd < 0)
-            break;
-        if (send_whole(c->afd, out, out_len) == 0)
-            break;
-        close(c->afd); /* closed by the app meanwhile; nothing of the request is answered */
+    if (c->afd < 0)
+        c->afd = pool_take(L, now);
+    char *req = c->afd >= 0 ? malloc(n) : NULL;
+    if (req == NULL || send_whole(c->afd, out, out_len) != 0) {
+        /* no idle app connection (or it failed as the request went: nothing of it is
+         * answered, and the relay sends it once more, on a new connection) */
+        free(out);
+        free(req);
+        int failed = c->afd >= 0;
+        close_fd(c->afd);
         c->afd = -1;
+        hand_fresh(f, c, data, n, NULL, 0, failed);
+        return;
     }
     free(out);
-    if (c->afd < 0) {
-        hand_fresh(f, c, data, n, NULL, 0);
-        return;
-    }
-    char *req = malloc(n);
-    if (req == NULL) {
-        hand_sent(f, c);
-        return;
-    }
     memcpy(req, data, n);
     free(c->req);
     c->req = req;
@@ -731,24 +744,15 @@ static void on_app(Front *f, conn_t *c, double now) {
         return;
     if (n <= 0) {
         /* The app closed the idle connection as the request went out (its own
-         * keep-alive ran out): once more on another, as the pool's rule says. */
+         * keep-alive ran out): the relay sends it once more, on a new connection, as the
+         * pool's rule says. */
         unpoll(f, c->afd, &c->a_polled);
         close(c->afd);
         c->afd = -1;
-        if (c->retried) {
-            char *req = c->req;
-            size_t len = c->req_len;
-            c->req = NULL;
-            hand_fresh(f, c, req, len, NULL, 0);
-            free(req);
-            return;
-        }
         char *req = c->req;
         size_t len = c->req_len;
         c->req = NULL;
-        serve_request(f, c, req, len, now);
-        if (c->state != FREE)
-            c->retried = 1;
+        hand_fresh(f, c, req, len, NULL, 0, 1);
         free(req);
         return;
     }
@@ -819,18 +823,19 @@ static void on_app(Front *f, conn_t *c, double now) {
             done = 0;
         }
         free(out);
-        hand_fresh(f, c, NULL, 0, rest, w);
+        hand_fresh(f, c, NULL, 0, rest, w, 0);
         free(rest);
         return;
     }
     free(out);
     free(c->req);
     c->req = NULL;
+    f->listeners[c->lid].relayed++;
     c->state = IDLE;
     c->deadline = now + f->listeners[c->lid].keepalive;
     if (poll_fd(f, c->bfd, &c->b_polled, EPOLLIN | EPOLLRDHUP,
                 tag(TAG_BROWSER, c->gen, (int)(c - f->conns))) != 0)
-        hand_fresh(f, c, NULL, 0, NULL, 0);
+        hand_fresh(f, c, NULL, 0, NULL, 0, 0);
 }
 
 static void on_browser(Front *f, conn_t *c, double now) {
@@ -847,6 +852,15 @@ static void on_browser(Front *f, conn_t *c, double now) {
 static void on_listener(Front *f, int lid, double now) {
     listener_t *L = &f->listeners[lid];
     for (int k = 0; k < MAX_BATCH && L->active; k++) {
+        if (f->queued >= MAX_QUEUE) {
+            /* the event loop is behind: new connections wait in the kernel's queue until
+             * it has taken what waits here (Front_take starts the listener again) */
+            struct epoll_event ev = {0};
+            ev.data.u64 = tag(TAG_LISTENER, L->gen, lid);
+            epoll_ctl(f->epfd, EPOLL_CTL_MOD, L->fd, &ev);
+            L->queue_paused = 1;
+            return;
+        }
         struct sockaddr_in peer;
         socklen_t peer_len = sizeof peer;
         int fd = accept4(L->fd, (struct sockaddr *)&peer, &peer_len,
@@ -874,7 +888,10 @@ static void on_listener(Front *f, int lid, double now) {
             enqueue(f, lid, KIND_FRESH, fd, -1, 0, ip, port, NULL, 0, NULL, 0);
             continue;
         }
-        conn_t *c = (f->held < MAX_CONNS && L->held < L->room) ? conn_new(f) : NULL;
+        scope_t *S = &f->scopes[L->sid];
+        conn_t *c = (f->held < MAX_CONNS && L->held < L->room && S->held < S->room)
+                        ? conn_new(f)
+                        : NULL;
         if (c == NULL) {
             enqueue(f, lid, KIND_FRESH, fd, -1, 1, ip, port, NULL, 0, NULL, 0);
             continue;
@@ -884,6 +901,7 @@ static void on_listener(Front *f, int lid, double now) {
         c->ip = ip;
         c->port = port;
         L->held++;
+        S->held++;
         ssize_t n = recv(fd, f->buf, READ_MAX, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             /* the request comes after the connection: it waits here for it, counted, and
@@ -893,11 +911,11 @@ static void on_listener(Front *f, int lid, double now) {
             c->deadline = now + L->keepalive;
             if (poll_fd(f, fd, &c->b_polled, EPOLLIN | EPOLLRDHUP,
                         tag(TAG_BROWSER, c->gen, (int)(c - f->conns))) != 0)
-                hand_fresh(f, c, NULL, 0, NULL, 0);
+                hand_fresh(f, c, NULL, 0, NULL, 0, 0);
             continue;
         }
         if (n <= 0) {
-            hand_fresh(f, c, NULL, 0, NULL, 0); /* the end, or an error: Python's */
+            hand_fresh(f, c, NULL, 0, NULL, 0, 0); /* the end, or an error: Python's */
             continue;
         }
         serve_request(f, c, f->buf, (size_t)n, now);
@@ -943,7 +961,7 @@ static void expire(Front *f, double now) {
                 L->pool[kept++] = L->pool[p];
         }
         L->pooled = kept;
-        if (L->paused && L->paused_until <= now) {
+        if (L->paused && L->paused_until <= now && !L->queue_paused) {
             struct epoll_event ev = {0};
             ev.events = EPOLLIN;
             ev.data.u64 = tag(TAG_LISTENER, L->gen, l);
@@ -1037,6 +1055,8 @@ static void close_listener(Front *f, int lid) {
     clear_cache(L);
     free(L->base);
     L->base = NULL;
+    if (--f->scopes[L->sid].refs == 0)
+        memset(&f->scopes[L->sid], 0, sizeof(scope_t));
     L->active = 0;
     L->gen++;
     /* handoffs of this listener not yet taken: closed */
@@ -1103,6 +1123,7 @@ static void Front_dealloc(Front *f) {
     if (f->listeners != NULL)
         pthread_mutex_destroy(&f->lock);
     free(f->listeners);
+    free(f->scopes);
     free(f->conns);
     free(f->buf);
     Py_TYPE(f)->tp_free((PyObject *)f);
@@ -1124,8 +1145,9 @@ static int Front_init(Front *f, PyObject *args, PyObject *kwds) {
     for (int l = 0; f->listeners != NULL && l < MAX_LISTENERS; l++)
         f->listeners[l].fd = -1;
     f->conns = calloc(MAX_CONNS, sizeof(conn_t));
+    f->scopes = calloc(MAX_LISTENERS, sizeof(scope_t));
     f->buf = malloc(PEEK_MAX);
-    if (!f->listeners || !f->conns || !f->buf) {
+    if (!f->listeners || !f->conns || !f->buf || !f->scopes) {
         PyErr_NoMemory();
         return -1;
     }
@@ -1155,21 +1177,39 @@ static int Front_init(Front *f, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+static int not_ready(Front *f) {
+    if (f->listeners == NULL || f->epfd < 0) {
+        PyErr_SetString(PyExc_ValueError, "the front is not started, or closed");
+        return 1;
+    }
+    return 0;
+}
+
 static PyObject *Front_fileno(Front *f, PyObject *unused) {
+    if (not_ready(f))
+        return NULL;
     return PyLong_FromLong(f->notifyfd);
 }
 
 static PyObject *Front_add_listener(Front *f, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"fd", "port", "base_path", "pool_size", "pool_idle",
-                             "keepalive", "grace", "room", NULL};
-    int fd, port, pool_size, room;
+    if (not_ready(f))
+        return NULL;
+    static char *kwlist[] = {"fd",    "port", "base_path", "pool_size",  "pool_idle",
+                             "keepalive", "grace", "room", "scope", "scope_room", NULL};
+    int fd, port, pool_size, room, scope_room;
+    unsigned long long scope;
     double pool_idle, keepalive, grace;
     const char *base;
     Py_ssize_t base_len;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiy#idddi", kwlist, &fd, &port, &base,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiy#idddiKi", kwlist, &fd, &port, &base,
                                      &base_len, &pool_size, &pool_idle, &keepalive, &grace,
-                                     &room))
+                                     &room, &scope, &scope_room))
         return NULL;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || !(flags & O_NONBLOCK)) {
+        PyErr_SetString(PyExc_ValueError, "the listening socket must be non-blocking");
+        return NULL;
+    }
     if (base_len < 1 || base[0] != '/' || port <= 0 || port > 65535) {
         PyErr_SetString(PyExc_ValueError, "a base path starting with / and a port");
         return NULL;
@@ -1189,15 +1229,33 @@ static PyObject *Front_add_listener(Front *f, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_OSError, "the front serves no more listeners");
         return NULL;
     }
+    int sid = -1, free_sid = -1;
+    for (int s = 0; s < MAX_LISTENERS; s++) {
+        if (f->scopes[s].refs > 0 && f->scopes[s].key == (uint64_t)scope) {
+            sid = s;
+            break;
+        }
+        if (f->scopes[s].refs == 0 && free_sid < 0)
+            free_sid = s;
+    }
+    if (sid < 0) {
+        sid = free_sid; /* (a free one exists: there are as many as listeners) */
+        f->scopes[sid].key = (uint64_t)scope;
+        f->scopes[sid].held = 0;
+    }
+    f->scopes[sid].room = scope_room;
     listener_t *L = &f->listeners[lid];
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     char *copy = malloc((size_t)base_len);
     if (own < 0 || copy == NULL) {
+        if (f->scopes[sid].refs == 0)
+            memset(&f->scopes[sid], 0, sizeof(scope_t));
         pthread_mutex_unlock(&f->lock);
         close_fd(own);
         free(copy);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    f->scopes[sid].refs++;
     memcpy(copy, base, (size_t)base_len);
     uint32_t gen = L->gen + 1;
     memset(L, 0, sizeof *L);
@@ -1211,6 +1269,7 @@ static PyObject *Front_add_listener(Front *f, PyObject *args, PyObject *kwds) {
     L->keepalive = keepalive;
     L->grace = grace;
     L->room = room;
+    L->sid = sid;
     L->active = 1;
     struct epoll_event ev = {0};
     ev.events = EPOLLIN;
@@ -1233,6 +1292,8 @@ static listener_t *listener_arg(Front *f, int lid) {
 }
 
 static PyObject *Front_remove_listener(Front *f, PyObject *args) {
+    if (not_ready(f))
+        return NULL;
     int lid;
     if (!PyArg_ParseTuple(args, "i", &lid))
         return NULL;
@@ -1244,18 +1305,24 @@ static PyObject *Front_remove_listener(Front *f, PyObject *args) {
 }
 
 static PyObject *Front_set_room(Front *f, PyObject *args) {
-    int lid, room;
-    if (!PyArg_ParseTuple(args, "ii", &lid, &room))
+    if (not_ready(f))
+        return NULL;
+    int lid, room, scope_room;
+    if (!PyArg_ParseTuple(args, "iii", &lid, &room, &scope_room))
         return NULL;
     pthread_mutex_lock(&f->lock);
     listener_t *L = listener_arg(f, lid);
-    if (L)
+    if (L) {
         L->room = room;
+        f->scopes[L->sid].room = scope_room;
+    }
     pthread_mutex_unlock(&f->lock);
     Py_RETURN_NONE;
 }
 
 static PyObject *Front_held(Front *f, PyObject *args) {
+    if (not_ready(f))
+        return NULL;
     int lid;
     if (!PyArg_ParseTuple(args, "i", &lid))
         return NULL;
@@ -1263,11 +1330,15 @@ static PyObject *Front_held(Front *f, PyObject *args) {
     listener_t *L = listener_arg(f, lid);
     int held = L ? L->held : 0;
     int pooled = L ? L->pooled : 0;
+    int scope_held = L ? f->scopes[L->sid].held : 0;
+    unsigned long long relayed = L ? L->relayed : 0, handed = L ? L->handed : 0;
     pthread_mutex_unlock(&f->lock);
-    return Py_BuildValue("(ii)", held, pooled);
+    return Py_BuildValue("(iiKKi)", held, pooled, relayed, handed, scope_held);
 }
 
 static PyObject *Front_remember(Front *f, PyObject *args) {
+    if (not_ready(f))
+        return NULL;
     int lid;
     const char *ip, *method, *block, *out;
     Py_ssize_t ip_len, method_len, block_len, out_len;
@@ -1277,12 +1348,10 @@ static PyObject *Front_remember(Front *f, PyObject *args) {
     int m = 0;
     if (method_len == 3 && memcmp(method, "GET", 3) == 0)
         m = METHOD_GET;
-    else if (method_len == 4 && memcmp(method, "HEAD", 4) == 0)
-        m = METHOD_HEAD;
     else if (method_len == 7 && memcmp(method, "OPTIONS", 7) == 0)
         m = METHOD_OPTIONS;
     if (ip_len != 4 || m == 0 || block_len < 2 || block_len >= READ_MAX) {
-        PyErr_SetString(PyExc_ValueError, "an IPv4 address, GET, HEAD or OPTIONS, a block");
+        PyErr_SetString(PyExc_ValueError, "an IPv4 address, GET or OPTIONS, a block");
         return NULL;
     }
     uint32_t address;
@@ -1335,6 +1404,8 @@ static PyObject *Front_remember(Front *f, PyObject *args) {
 }
 
 static PyObject *Front_forget(Front *f, PyObject *args) {
+    if (not_ready(f))
+        return NULL;
     int lid;
     if (!PyArg_ParseTuple(args, "i", &lid))
         return NULL;
@@ -1347,6 +1418,8 @@ static PyObject *Front_forget(Front *f, PyObject *args) {
 }
 
 static PyObject *Front_park(Front *f, PyObject *args) {
+    if (not_ready(f))
+        return NULL;
     int lid, fd;
     if (!PyArg_ParseTuple(args, "ii", &lid, &fd))
         return NULL;
@@ -1367,35 +1440,45 @@ static PyObject *Front_park(Front *f, PyObject *args) {
 }
 
 static PyObject *Front_take(Front *f, PyObject *unused) {
+    if (not_ready(f))
+        return NULL;
     uint64_t count;
     ssize_t ignored = read(f->notifyfd, &count, sizeof count);
     (void)ignored;
     pthread_mutex_lock(&f->lock);
-    handoff_t *h = f->queue;
+    handoff_t *first = f->queue;
     f->queue = f->queue_tail = NULL;
     f->queued = 0;
+    for (int l = 0; l < MAX_LISTENERS; l++) {
+        listener_t *L = &f->listeners[l];
+        if (L->active && L->queue_paused) {
+            struct epoll_event ev = {0};
+            ev.events = L->paused ? 0 : EPOLLIN;
+            ev.data.u64 = tag(TAG_LISTENER, L->gen, l);
+            epoll_ctl(f->epfd, EPOLL_CTL_MOD, L->fd, &ev);
+            L->queue_paused = 0;
+        }
+    }
     pthread_mutex_unlock(&f->lock);
     PyObject *list = PyList_New(0);
-    while (h) {
+    for (handoff_t *h = first; h && list; h = h->next) {
+        char address[INET_ADDRSTRLEN];
+        struct in_addr in = {h->ip};
+        inet_ntop(AF_INET, &in, address, sizeof address);
+        PyObject *item = Py_BuildValue(
+            "(iiiisiy#y#O)", h->lid, h->kind, h->bfd, h->afd, address, (int)h->port,
+            h->data ? h->data : "", (Py_ssize_t)h->data_len, h->pending ? h->pending : "",
+            (Py_ssize_t)h->pending_len, h->checked ? Py_True : Py_False);
+        if (item == NULL || PyList_Append(list, item) != 0)
+            Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    for (handoff_t *h = first; h;) {
         handoff_t *next = h->next;
-        if (list) {
-            char address[INET_ADDRSTRLEN];
-            struct in_addr in = {h->ip};
-            inet_ntop(AF_INET, &in, address, sizeof address);
-            PyObject *item = Py_BuildValue(
-                "(iiiisiy#y#O)", h->lid, h->kind, h->bfd, h->afd, address, (int)h->port,
-                h->data ? h->data : "", (Py_ssize_t)h->data_len, h->pending ? h->pending : "",
-                (Py_ssize_t)h->pending_len, h->checked ? Py_True : Py_False);
-            if (item == NULL || PyList_Append(list, item) != 0) {
-                Py_XDECREF(item);
-                Py_CLEAR(list);
-            } else {
-                Py_DECREF(item);
-                h->bfd = h->afd = -1; /* Python's now */
-            }
+        if (list == NULL) { /* none reaches Python: none stays open */
+            close_fd(h->bfd);
+            close_fd(h->afd);
         }
-        close_fd(h->bfd);
-        close_fd(h->afd);
         free_handoff(h);
         h = next;
     }
@@ -1417,7 +1500,8 @@ static PyMethodDef Front_methods[] = {
     {"set_room", (PyCFunction)Front_set_room, METH_VARARGS,
      "How many connections of a listener may be held here."},
     {"held", (PyCFunction)Front_held, METH_VARARGS,
-     "(connections held, app connections parked) of a listener."},
+     "(connections held, app connections parked, exchanges relayed whole, connections "
+     "handed over) of a listener."},
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,
      "remember(id, ip4, method, block, translated): a checked request block."},
     {"forget", (PyCFunction)Front_forget, METH_VARARGS, "Forget a listener's blocks."},
@@ -1482,6 +1566,7 @@ PyMODINIT_FUNC PyInit__front(void) {
     }
     PyModule_AddIntConstant(m, "FRESH", KIND_FRESH);
     PyModule_AddIntConstant(m, "SENT", KIND_SENT);
+    PyModule_AddIntConstant(m, "RETRY", KIND_RETRY);
     PyModule_AddIntConstant(m, "READ_MAX", READ_MAX);
     PyModule_AddIntConstant(m, "PEEK_MAX", PEEK_MAX);
     return m;

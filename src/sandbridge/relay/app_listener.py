@@ -60,26 +60,12 @@ from sandbridge.relay.exchange_io import (
     read_awaiting_response,
     read_response_body,
 )
-from sandbridge.relay.front import FrontDoor, front_door
+from sandbridge.relay.front import FrontDoor, front_door, listening_socket, serves
 from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.v1_exchange import exchange_v1
-
-
-def front_listener(port: int) -> socket.socket:
-    """A listening socket on ``127.0.0.1:port`` for the front door."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(512)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class AppListener:
@@ -129,10 +115,10 @@ class AppListener:
         local_peer.shared_owners()
         port = 0 if origin is None else origin.host_port
         self._arrivals = Arrivals(self)
-        front = self._wants_front()
+        front = serves(self.settings, self.connector)
         try:
             if front:
-                self._front_socket = front_listener(port)
+                self._front_socket = listening_socket(port)
                 self.host_port = self._front_socket.getsockname()[1]
             else:
                 self._server = await loop.create_server(
@@ -159,21 +145,17 @@ class AppListener:
         self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
         self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
         if self._front_socket is not None:
-            self.front = front_door()
             try:
+                self.front = front_door()
                 self.front_id = self.front.add(
-                    self._front_socket,
-                    self._arrivals,
-                    base_path=self.base_path,
-                    pool_size=self.settings.pool_size,
-                    pool_idle=self.settings.pool_idle_seconds,
-                    keepalive=self.settings.keepalive_timeout,
-                    room=self.settings.max_connections_per_app,
+                    self._front_socket, self._arrivals, self.base_path, self.scope
                 )
-            except BaseException:
-                self._front_socket.close()
-                self._front_socket = None
-                raise
+            except OSError as exc:  # the front serves no more listeners: the event loop does
+                log.warning("front.unavailable", port=self.host_port, error=str(exc))
+                self.front, sock, self._front_socket = None, self._front_socket, None
+                self._server = await loop.create_server(
+                    lambda: Channel(READ_BYTES, on_made=self._accept), sock=sock, backlog=512
+                )
         self.origin = origin or AppOrigin.new(self.host_port, self.settings.url_form)
         self.scope.add_app(self.origin)
         if self.settings.private:
@@ -185,29 +167,26 @@ class AppListener:
         """What follows the base path in the app's URL: the token of a private app."""
         return self.gate.url_suffix() if self.gate is not None else ""
 
-    def _wants_front(self) -> bool:
-        """The front door serves a public app of a session whose app connections the
-        host alone holds (the socket minter), where the extension is built."""
-        return (
-            self.settings.front_door
-            and not self.settings.private
-            and self.connector.owned is not None
-        )
-
-    def front_held(self) -> int:
-        """Browser connections of this app the front door holds (they count too)."""
-        return self.front.held(self.front_id)[0] if self.front is not None else 0
+    def front_held(self) -> tuple[int, int]:
+        """Browser connections the front door holds (they count too): of this app, and
+        of its session."""
+        if self.front is None:
+            return 0, 0
+        held, _, _, _, session = self.front.held(self.front_id)
+        return held, session
 
     def room_changed(self) -> None:
-        """The listener's connection count moved: the front holds at most the rest."""
+        """The counts of the limits moved: the front holds at most what they leave."""
         if self.front is not None:
             room = self.settings.max_connections_per_app - len(self._connections)
-            room = min(room, self.settings.max_connections - self.scope.connections)
-            self.front.set_room(self.front_id, max(0, room))
+            session = self.settings.max_connections - self.scope.connections
+            self.front.set_room(self.front_id, max(0, room), max(0, session))
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""
         if self.front is not None:
+            _, _, relayed, handed, _ = self.front.held(self.front_id)
+            log.debug("front.closed", port=self.host_port, relayed=relayed, handed=handed)
             self.front.remove(self.front_id)
             self.front = None
         if self._front_socket is not None:
@@ -322,17 +301,9 @@ class AppListener:
     def park(self, upstream: UpstreamConnection) -> None:
         """An app connection a browser connection is done with: to the front door's pool
         (the host alone holds it, and it is idle), else to this one's, else closed."""
-        front, transport = self.front, upstream.channel.transport
-        if (
-            front is not None
-            and upstream.channel.host_only
-            and upstream.parkable()
-            and transport is not None
-        ):
-            sock = transport.get_extra_info("socket")
-            if sock is not None and front.park(self.front_id, sock.fileno()):
-                upstream.channel.abort()  # the front holds its own descriptor
-                return
+        pooled = len(self._pool or ())
+        if self.front is not None and self.front.park_upstream(self.front_id, upstream, pooled):
+            return
         if self._pool is not None:
             self._pool.park(upstream)  # only if idle; closed otherwise
         else:
@@ -364,8 +335,10 @@ class AppListener:
             if upstream is not None:
                 upstream.channel.abort()
                 upstream = None
+            no_parked, browser.no_parked = browser.no_parked, False
             if sent is not None or (
                 self._pool
+                and not no_parked
                 and may_retry(head, request)
                 and browser.events
                 and browser.events[0] is MESSAGE_END

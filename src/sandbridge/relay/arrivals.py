@@ -32,7 +32,7 @@ from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.doorstep import Doorstep, refuse
-from sandbridge.relay.front import FRESH, SENT, FrontDoor, Handoff, close_handoff
+from sandbridge.relay.front import RETRY, SENT, FrontDoor, Handoff
 from sandbridge.relay.lane import KeepAliveLane, send_first
 from sandbridge.relay.owned_upstream import CHANNEL_BUFFER_BYTES
 from sandbridge.relay.settings import RelaySettings, SessionScope
@@ -68,7 +68,7 @@ class Listener(Protocol):
 
     def room_changed(self) -> None: ...
 
-    def front_held(self) -> int: ...
+    def front_held(self) -> tuple[int, int]: ...
 
     def park(self, upstream: UpstreamConnection) -> None: ...
 
@@ -77,36 +77,36 @@ class Listener(Protocol):
     ) -> Coroutine[Any, Any, None]: ...
 
 
-async def _channels(handoff: Handoff) -> tuple[Channel, UpstreamConnection | None]:
-    """The browser channel of a handoff (what the front read of it as its first read,
-    for ``FRESH``) and its app connection, if any."""
-    _, kind, browser_fd, app_fd, _, _, data, _, _ = handoff
+async def _channels(
+    socks: list[socket.socket], seed: bytes
+) -> tuple[Channel, UpstreamConnection | None]:
+    """The browser channel of a handoff's sockets (``seed`` as its first read) and its
+    app connection, if any; each socket leaves ``socks`` as the event loop takes it."""
     loop = asyncio.get_running_loop()
-    browser_sock: socket.socket | None = socket.socket(fileno=browser_fd)
-    app_sock = socket.socket(fileno=app_fd) if app_fd >= 0 else None
     upstream: UpstreamConnection | None = None
-    seed = data if kind == FRESH else b""
     try:
-        if app_sock is not None:
+        if len(socks) == 2:
             _, app = await loop.create_connection(
-                lambda: Channel(CHANNEL_BUFFER_BYTES), sock=app_sock
+                lambda: Channel(CHANNEL_BUFFER_BYTES), sock=socks[1]
             )
+            del socks[1]
             app.host_only = True
             upstream = UpstreamConnection(app)
-            app_sock = None
-        assert browser_sock is not None
         _, channel = await loop.connect_accepted_socket(
-            lambda: Channel(READ_BYTES, on_made=lambda made: _seed(made, seed)), browser_sock
+            lambda: Channel(READ_BYTES, on_made=lambda made: _seed(made, seed)), socks[0]
         )
-        browser_sock = None
+        del socks[0]
     except BaseException:
-        for sock in (browser_sock, app_sock):
-            if sock is not None:
-                sock.close()
         if upstream is not None:
             upstream.channel.abort()
         raise
     return channel, upstream
+
+
+def _close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
+    socks.clear()
 
 
 def _seed(channel: Channel, data: bytes) -> None:
@@ -183,10 +183,10 @@ class Arrivals:
         """Count a connection of the owner's, or refuse it (503) past the limits."""
         listener = self._listener
         scope = listener.scope
+        held, session_held = listener.front_held()
         if (
-            len(listener._connections) + listener.front_held()
-            >= listener.settings.max_connections_per_app
-            or scope.connections >= listener.settings.max_connections
+            len(listener._connections) + held >= listener.settings.max_connections_per_app
+            or scope.connections + session_held >= listener.settings.max_connections
         ):
             task = listener._tasks.spawn(refuse(channel, listener.host_port))
             # (counted nowhere: if close() cancels the task before it ran, this closes it)
@@ -201,19 +201,34 @@ class Arrivals:
 
     def adopt(self, handoff: Handoff) -> None:
         """A connection the front door hands over: its task takes it from here."""
+        _, kind, browser_fd, app_fd, host, _, data, pending, checked = handoff
+        # Objects at once: whatever happens to the task, they are closed (a task the
+        # listener's close cancels before it runs closes them through its callback).
+        socks = [socket.socket(fileno=browser_fd)]
+        if app_fd >= 0:
+            socks.append(socket.socket(fileno=app_fd))
         if self._closed:
-            close_handoff(handoff)
+            _close_all(socks)
             return
-        self._listener._tasks.spawn(self._adopt(handoff))
+        task = self._listener._tasks.spawn(self._adopt(socks, kind, host, data, pending, checked))
+        task.add_done_callback(lambda _: _close_all(socks))
 
-    async def _adopt(self, handoff: Handoff) -> None:
+    async def _adopt(  # noqa: PLR0913  (a handoff's parts)
+        self,
+        socks: list[socket.socket],
+        kind: int,
+        host: str,
+        data: bytes,
+        pending: bytes,
+        checked: bool,
+    ) -> None:
         """Go on as the relay would have had it read what the front read: a connection
         not yet sent on (``FRESH``: its unsent bytes, maybe an idle app connection and
-        bytes still to write to the browser), or one whose request went out (``SENT``:
-        its response unread)."""
-        _, kind, _, _, host, _, data, pending, checked = handoff
+        bytes still to write to the browser; ``RETRY``: the same, its request sent once
+        already on an idle app connection the app closed), or one whose request went out
+        (``SENT``: its response unread)."""
         listener = self._listener
-        channel, upstream = await _channels(handoff)
+        channel, upstream = await _channels(socks, data if kind != SENT else b"")
         channel.drain_timeout = listener.settings.response_timeout
         assert channel.transport is not None
         if pending:
@@ -237,9 +252,11 @@ class Arrivals:
             self._sent(channel, host, upstream, data)
             return
         if upstream is not None:
-            listener.park(upstream)
+            # (the relay's own pool: the request in hand is likely to want it now)
+            pool = listener._pool
+            pool.park(upstream) if pool is not None else upstream.channel.abort()
         if channel.has_data() or channel.at_end():
-            self._start(channel, host)
+            self._start(channel, host, retry=kind == RETRY)
         else:
             self.doorstep.wait(channel, host)
 
@@ -298,13 +315,21 @@ class Arrivals:
         readers = self._readers
         return readers.pop() if readers else None
 
-    def _start(self, channel: Channel, client_host: str) -> None:
+    def _start(self, channel: Channel, client_host: str, *, retry: bool = False) -> None:
         """A connection's first bytes (or its end) arrived: its task starts, and its
-        first request, if it may go at once, goes to the app first (:func:`send_first`)."""
+        first request, if it may go at once, goes to the app first (:func:`send_first`).
+        ``retry``: that request went out once already, on an idle app connection the
+        app closed: it goes on a new one."""
         listener = self._listener
         browser = BrowserConnection(channel, self._heads_for(client_host), self._reader())
+        browser.no_parked = retry
         first = None
-        if listener.gate is None and listener._pool is not None and channel.has_data():
+        if (
+            not retry
+            and listener.gate is None
+            and listener._pool is not None
+            and channel.has_data()
+        ):
             first = send_first(browser, listener._pool, listener.scope.origins)
         lane = KeepAliveLane(browser, listener.scope, listener.gate)
         if first is None:

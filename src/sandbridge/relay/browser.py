@@ -29,6 +29,9 @@ class BrowserConnection:
         self.heads = heads
         # A refusal of what was read before the task ran, for the task to send.
         self.failed: HttpError | None = None
+        # Its next request was sent once already on an idle app connection that the app
+        # closed (the front door's): it takes no idle one again (app_pool.py's rule).
+        self.no_parked = False
 
     async def next_event(self) -> Event | None:
         """The next request event, reading as needed; ``None`` at end of stream."""

@@ -36,11 +36,13 @@ from sandbridge.protocol.http.forwarding import Framing, RequestFields
 from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
 from sandbridge.relay import _front
+from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over with the rest of the response timeout (a slow page, a long poll, SSE).
 GRACE_SECONDS = 0.25
-FRESH, SENT = 0, 1
+FRESH, SENT, RETRY = _front.FRESH, _front.SENT, _front.RETRY
 # A field in the one form the C compares: a token name, a value without leading or
 # trailing whitespace and without control characters (llhttp reads it back the same).
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -77,52 +79,76 @@ class FrontDoor:
         self._loop = loop
         self._native = _front.Front(owner=os.geteuid())
         self._adopters: dict[int, Adopter] = {}
+        self._pool_sizes: dict[int, int] = {}
         loop.add_reader(self._native.fileno(), self._drain)
 
-    def add(  # noqa: PLR0913  (a listener's settings, as the C takes them)
-        self,
-        sock: socket.socket,
-        adopter: Adopter,
-        *,
-        base_path: str,
-        pool_size: int,
-        pool_idle: float,
-        keepalive: float,
-        room: int,
+    def add(
+        self, sock: socket.socket, adopter: Adopter, base_path: str, scope: SessionScope
     ) -> int:
-        """Serve listening socket ``sock`` (the front keeps a duplicate); its id."""
+        """Serve listening socket ``sock`` of an app at ``base_path`` of session
+        ``scope`` (the front keeps a duplicate); its id."""
+        try:
+            lid = self._add(sock, base_path, scope)
+        except OSError:
+            if not self._adopters:
+                self.close()
+            raise
+        self._adopters[lid] = adopter
+        self._pool_sizes[lid] = scope.settings.pool_size
+        return lid
+
+    def _add(self, sock: socket.socket, base_path: str, scope: SessionScope) -> int:
+        settings = scope.settings
         lid: int = self._native.add_listener(
             fd=sock.fileno(),
             port=sock.getsockname()[1],
             base_path=base_path.encode("ascii"),
-            pool_size=pool_size,
-            pool_idle=pool_idle,
-            keepalive=keepalive,
+            pool_size=settings.pool_size,
+            pool_idle=settings.pool_idle_seconds,
+            keepalive=settings.keepalive_timeout,
             grace=GRACE_SECONDS,
-            room=room,
+            room=settings.max_connections_per_app,
+            scope=id(scope),
+            scope_room=settings.max_connections - scope.connections,
         )
-        self._adopters[lid] = adopter
         return lid
 
     def remove(self, lid: int) -> None:
         """Close what the front holds of listener ``lid``; the last one stops it."""
         self._native.remove_listener(lid)
         self._adopters.pop(lid, None)
+        self._pool_sizes.pop(lid, None)
         if not self._adopters:
             self.close()
 
-    def set_room(self, lid: int, room: int) -> None:
-        self._native.set_room(lid, room)
+    def set_room(self, lid: int, room: int, scope_room: int) -> None:
+        """How many more connections the front may hold for listener ``lid``, and for
+        the listeners of its session together."""
+        self._native.set_room(lid, room, scope_room)
 
-    def held(self, lid: int) -> tuple[int, int]:
-        """(browser connections held, app connections parked) of listener ``lid``."""
-        held: tuple[int, int] = self._native.held(lid)
+    def held(self, lid: int) -> tuple[int, int, int, int, int]:
+        """Of listener ``lid``: browser connections held, app connections parked,
+        exchanges relayed whole, connections handed to the Python relay; and the browser
+        connections held for its session's listeners together."""
+        held: tuple[int, int, int, int, int] = self._native.held(lid)
         return held
 
-    def park(self, lid: int, fd: int) -> bool:
-        """Give the front a duplicate of an idle app connection; ``False``: no room."""
-        parked: bool = self._native.park(lid, fd)
-        return parked
+    def park_upstream(self, lid: int, upstream: UpstreamConnection, elsewhere: int) -> bool:
+        """Park an idle app connection that the host alone holds in the front's pool (it
+        keeps a duplicate; this one is closed), or close it when the two pools, this and
+        the relay's (``elsewhere`` parked there), hold ``--app-pool-size`` together;
+        ``False``: the relay's pool takes it."""
+        channel = upstream.channel
+        transport = channel.transport
+        if channel.host_only and transport is not None and upstream.parkable():
+            sock = transport.get_extra_info("socket")
+            if sock is not None and self._native.park(lid, sock.fileno()):
+                channel.abort()
+                return True
+        if elsewhere + self.held(lid)[1] >= self._pool_sizes.get(lid, 0):
+            channel.abort()
+            return True
+        return False
 
     def remember(
         self, lid: int, client_host: str, head: RequestHead, fields: RequestFields
@@ -172,6 +198,27 @@ def close_handoff(handoff: Handoff) -> None:
     for fd in (handoff[2], handoff[3]):
         if fd >= 0:
             os.close(fd)
+
+
+def serves(settings: RelaySettings, connector: UpstreamConnector) -> bool:
+    """Whether the front door serves an app: a public app (a private app's token and
+    cookie are the Python relay's) of a session whose app connections the host alone
+    holds (the socket minter: no descriptor the sandbox shares reaches the front)."""
+    return settings.front_door and not settings.private and connector.owned is not None
+
+
+def listening_socket(port: int) -> socket.socket:
+    """A listening socket on ``127.0.0.1:port`` (0: any free port) for the front door."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(512)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 _doors: dict[asyncio.AbstractEventLoop, FrontDoor] = {}

@@ -39,7 +39,7 @@ from sandbridge.protocol.sock_diag import (
 )
 
 # inet_diag_msg: uid at this offset after the nlmsghdr (family..retrans, sockid (48),
-# expires, rqueue, wqueue).
+# expires, rqueue, wqueue), then the inode.
 UID_OFFSET = NLMSG_HEADER.size + 4 + 48 + 12
 ANSWER_BYTES = 512
 ROOT = 0
@@ -97,10 +97,14 @@ class PeerOwners:
             _, kind, _, sequence, _ = NLMSG_HEADER.unpack_from(answer)
             if sequence != self._sequence:
                 continue  # the answer to an earlier, abandoned question
-            if kind == NLMSG_ERROR or len(answer) < UID_OFFSET + 4:
+            if kind == NLMSG_ERROR or len(answer) < UID_OFFSET + 8:
                 return None  # no such socket (ENOENT): it is gone, or not on this host
-            uid: int = struct.unpack_from("=I", answer, UID_OFFSET)[0]
-            return uid
+            uid, inode = struct.unpack_from("=II", answer, UID_OFFSET)
+            if inode == 0:
+                # Its process closed it already: an orphan, or TIME_WAIT, which the
+                # kernel reports as uid 0 (root, taken for the owner). Nobody's.
+                return None
+            return int(uid)
 
 
 def _request_body(source: tuple[str, int], destination: tuple[str, int]) -> bytes:
@@ -128,7 +132,7 @@ def _uid_from_proc(local: tuple[str, int], remote: tuple[str, int]) -> int | Non
             for row in table:
                 fields = row.split()
                 if (fields[1], fields[2]) == wanted:
-                    return int(fields[7])
+                    return int(fields[7]) if int(fields[9]) != 0 else None  # (closed)
     except (OSError, ValueError, IndexError, StopIteration):
         return None
     return None
