@@ -11,16 +11,19 @@ a response, a duplicate Content-Length. ``/app`` is taken off a path before rout
 carried each ``id=`` query value, and the ``/late`` targets whose extra bytes went out.
 ``/drop-idle`` closes every connection that is between two requests, and its own after
 its answer (an app whose keep-alive ran out). ``/late`` answers, then sends a second
-response nobody asked for on the connection. ``/sse`` sends one event, then the second
-once ``/release`` is asked for.
+response nobody asked for on the connection. With a port as argument, it listens there
+too (auto-publish publishes it) until ``/stop-extra``. ``/sse`` sends one event, then
+the second once ``/release`` is asked for.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -38,6 +41,7 @@ accepts = 0
 seen: dict[str, int] = {}
 idle: set[socket.socket] = set()
 released = threading.Event()
+extra: list[socket.socket] = []  # the listener of the port given as argument
 late: list[str] = []  # the targets of /late requests whose extra bytes went out
 
 
@@ -174,6 +178,10 @@ class Connection:
                 sock.shutdown(socket.SHUT_RDWR)
             send(whole("200 OK", [], str(len(others)).encode()))
             return False  # and this one too: an app whose keep-alive is 0
+        elif path == "/stop-extra":
+            extra[0].shutdown(socket.SHUT_RDWR)
+            extra[0].close()
+            send(whole("200 OK", [], b"stopped"))
         elif path == "/stats":
             with lock:
                 stats = {"accepts": accepts, "seen": dict(seen), "idle": len(idle), "late": late}
@@ -208,17 +216,25 @@ class Connection:
                 return False
 
 
-def main() -> None:
+def serve(server: socket.socket) -> None:
     global accepts
+    with contextlib.suppress(OSError):  # (the extra listener's shutdown ends it)
+        while True:
+            sock, _ = server.accept()
+            with lock:
+                accepts += 1
+            threading.Thread(target=Connection(sock).serve, daemon=True).start()
+
+
+def main() -> None:
     server = socket.create_server(("127.0.0.1", 0), backlog=1024)
     port = server.getsockname()[1]
+    if len(sys.argv) > 1:  # a port auto-publish publishes, until /stop-extra
+        extra.append(socket.create_server(("127.0.0.1", int(sys.argv[1])), backlog=1024))
+        threading.Thread(target=serve, args=(extra[0],), daemon=True).start()
     urls = {"root": register(port, "/"), "base": register(port, "/app"), "port": port}
     print("READY " + json.dumps(urls), flush=True)
-    while True:
-        sock, _ = server.accept()
-        with lock:
-            accepts += 1
-        threading.Thread(target=Connection(sock).serve, daemon=True).start()
+    serve(server)
 
 
 if __name__ == "__main__":

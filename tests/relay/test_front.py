@@ -14,8 +14,10 @@ import functools
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -796,3 +798,39 @@ def test_a_connection_the_front_counted_is_not_refused_when_it_hands_it_over(
             for wire in held:
                 wire.sock.close()
     assert statuses == [b"HTTP/1.1 200 OK"] * 20
+
+
+EXTRA_PORT = 8123  # in the sandbox, published by the session's config
+
+
+def test_an_app_that_stops_listening_takes_what_the_front_holds_of_it_along(
+    tmp_path: Path,
+) -> None:
+    # Auto-publish closes the host port of an app whose socket closed: the front door
+    # closes the browser connections it held for it (the session goes on).
+    work = tmp_path / "work"
+    (work / ".sandbridge").mkdir(parents=True)
+    (work / ".sandbridge" / "config").write_text(f"publish = {EXTRA_PORT}\n")
+    xdg = Path(tempfile.mkdtemp(prefix="sbx-"))
+    run = Process(
+        run_argv(work, PYTHON, FRONT_APP, str(EXTRA_PORT)),
+        env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)},
+    )
+    try:
+        urls = json.loads(run.wait_line("READY ", timeout=60).removeprefix("READY "))
+        line = run.wait_line(f"sandbridge: sandbox port {EXTRA_PORT} ", "stderr")
+        urls["root"], urls["port"] = line.rsplit(" ", 1)[1], str(EXTRA_PORT)
+        served = Session(run, urls)
+        warm(served, b"GET", b"/plain")
+        before = served.fds()
+        with Wire(served) as silent, Wire(served) as idle:
+            idle.send(idle.request(b"GET", b"/plain"))
+            assert idle.response()[1] == b"hello"
+            assert exchange(served, b"GET", b"/stop-extra")[1] == b"stopped"
+            assert silent.ended()
+            assert idle.ended()
+        wait_until(lambda: served.fds() < before)  # (its listener is closed too)
+        assert run.popen.poll() is None
+    finally:
+        run.stop()
+        shutil.rmtree(xdg, ignore_errors=True)
