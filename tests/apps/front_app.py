@@ -12,8 +12,9 @@ carried each ``id=`` query value, and the ``/late`` targets whose extra bytes we
 ``/drop-idle`` closes every connection that is between two requests, and its own after
 its answer (an app whose keep-alive ran out). ``/late`` answers, then sends a second
 response nobody asked for on the connection. With a port as argument, it listens there
-too (auto-publish publishes it) until ``/stop-extra``. ``/sse`` sends one event, then
-the second once ``/release`` is asked for.
+too (auto-publish publishes it) until ``/stop-extra``. ``/vanish`` closes the connection
+of the first request of an ``id=`` unanswered. ``/sse`` sends one event, then the second
+once ``/release`` is asked for.
 """
 
 from __future__ import annotations
@@ -178,6 +179,12 @@ class Connection:
                 sock.shutdown(socket.SHUT_RDWR)
             send(whole("200 OK", [], str(len(others)).encode()))
             return False  # and this one too: an app whose keep-alive is 0
+        elif path == "/vanish":  # the first request of an id: closed, unanswered
+            with lock:
+                first = seen.get(parts.query.removeprefix("id="), 0) == 1
+            if first:
+                return False
+            send(whole("200 OK", [], b"back"))
         elif path == "/stop-extra":
             extra[0].shutdown(socket.SHUT_RDWR)
             extra[0].close()

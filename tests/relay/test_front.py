@@ -503,6 +503,22 @@ def test_an_app_that_closes_its_idle_connections_still_answers_each_request_once
         assert seen(front, mark) == 1
 
 
+def test_an_app_that_closes_a_connection_a_request_went_out_on_gets_it_once_more(
+    front: Session, plain: Session
+) -> None:
+    # The pools' rule: a request sent on a reused app connection that the app closes
+    # without a byte goes once more, on a new one (so does the front's, by the relay).
+    answers = []
+    for n, served in enumerate((front, front, plain)):
+        for _ in range(2):
+            warm(served, b"GET", b"/plain")  # (an app connection in the pools)
+        mark = f"vanish-{n}"
+        answers.append(exchange(served, b"GET", f"/vanish?id={mark}".encode()))
+        assert seen(served, mark) == 2
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][1] == b"back"
+
+
 def test_a_browser_that_leaves_before_the_response_leaks_nothing(front: Session) -> None:
     warm(front, b"GET", b"/slow")
     warm(front, b"GET", b"/plain")
