@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import select
 import shutil
 import socket
@@ -563,6 +564,50 @@ def test_a_thousand_silent_connections_leave_nothing_behind(front: Session) -> N
             sock.close()
     wait_until(lambda: front.fds() <= before + POOLED)
     # and the front serves new connections as before, on its own
+    main, _ = python_wakeups(front, lambda: many_gets(front))
+    assert main < CONNECTIONS // 2, main
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """CPU time (user and system) of each thread of process ``pid``."""
+    found = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()
+            found[int(task)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+# How long the host is watched while it is out of descriptors: many of the front's pauses
+# (a tenth of a second each).
+STARVED_SECONDS = 1.0
+
+
+def test_a_host_out_of_descriptors_waits_without_spinning_and_serves_again(
+    front: Session,
+) -> None:
+    warm(front, b"GET", b"/plain")
+    soft, hard = resource.prlimit(front.pid, resource.RLIMIT_NOFILE)
+    held: list[socket.socket] = []
+    try:
+        resource.prlimit(front.pid, resource.RLIMIT_NOFILE, (front.fds() + 8, hard))
+        for _ in range(40):  # more than the host may accept now
+            held.append(socket.create_connection(("127.0.0.1", front.port()), timeout=15))
+        before = thread_cpu_seconds(front.pid)
+        time.sleep(STARVED_SECONDS)  # (a window to measure, not a wait for anything)
+        after = thread_cpu_seconds(front.pid)
+        spent = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+        assert max(spent.values()) < STARVED_SECONDS / 2, spent
+    finally:
+        for sock in held:
+            sock.close()
+        resource.prlimit(front.pid, resource.RLIMIT_NOFILE, (soft, hard))
+
+    def served_again() -> bool:
+        return exchange(front, b"GET", b"/plain")[1] == b"hello"
+
+    wait_until(served_again)
     main, _ = python_wakeups(front, lambda: many_gets(front))
     assert main < CONNECTIONS // 2, main
 
