@@ -723,16 +723,30 @@ def end_a_session_holding_connections(work: Path) -> None:
 def test_the_sessions_end_closes_every_connection_the_front_holds(
     daemon: Process, xdg: Path, tmp_path: Path
 ) -> None:
-    # The daemon's front door outlives its sessions: what it held of them must not. (The
-    # daemon's first session leaves what it keeps for the next ones: counted from then.)
-    end_a_session_holding_connections(tmp_path)
+    # The daemon's front door outlives its sessions: what it held of them must not, and
+    # what it holds of another session stays. (The daemon's first session leaves what
+    # it keeps for the next ones: counted from then.)
+    other = Process(run_argv(tmp_path, PYTHON, FRONT_APP))
+    try:
+        urls = json.loads(other.wait_line("READY ", timeout=60).removeprefix("READY "))
+        staying = Session(other, {**urls, "port": str(urls["port"])})
+        daemon.wait_line("sandbridge: daemon.session ", "stderr")  # (the daemon serves it)
+        warm(staying, b"GET", b"/plain")
+        with Wire(staying) as idle:
+            idle.send(idle.request(b"GET", b"/plain"))
+            assert idle.response()[1] == b"hello"
+            end_a_session_holding_connections(tmp_path)
 
-    def fds() -> int:
-        return len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
+            def fds() -> int:
+                return len(os.listdir(f"/proc/{daemon.popen.pid}/fd"))
 
-    before = fds()
-    end_a_session_holding_connections(tmp_path)
-    wait_until(lambda: fds() <= before)
+            before = fds()
+            end_a_session_holding_connections(tmp_path)
+            wait_until(lambda: fds() <= before)
+            idle.send(idle.request(b"GET", b"/plain"))
+            assert idle.response()[1] == b"hello"
+    finally:
+        other.stop()
 
 
 def late_sent(served: Session, target: str) -> bool:
