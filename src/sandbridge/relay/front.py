@@ -48,6 +48,9 @@ FRESH, SENT, RETRY = _front.FRESH, _front.SENT, _front.RETRY
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff\t]*[\x21-\x7e\x80-\xff])?)?")
 MAX_BLOCK = 16384  # _front.READ_MAX: a longer request is never the front's
+# The methods the front relays (SAFE_METHODS but HEAD): the Origin rule lets them through.
+FRONT_METHODS = frozenset({b"GET", b"OPTIONS"})
+assert FRONT_METHODS < SAFE_METHODS
 
 
 class Adopter(Protocol):
@@ -155,11 +158,11 @@ class FrontDoor:
     ) -> None:
         """A request the relay checked and translated: the front relays the same block
         from the same client the same way. Only what needs nothing but the block: a safe
-        method (the Origin rule passes it whatever the session's origins), no body, no
-        upgrade, keep-alive HTTP/1.1."""
+        method (the Origin rule passes it whatever the session's origins) but ``HEAD``
+        (after which the relay never reuses the app connection), no body, no upgrade,
+        keep-alive HTTP/1.1."""
         if (
-            head.method not in SAFE_METHODS
-            or head.method == b"TRACE"
+            head.method not in FRONT_METHODS
             or head.upgrade
             or not head.keep_alive
             or head.version != "1.1"
