@@ -11,7 +11,7 @@
  * once, as if it had been there from the accept (docs/relay.md, "The front door").
  *
  * What keeps it exact:
- * - requests: this file parses only the request line (GET, HEAD or OPTIONS, an
+ * - requests: this file parses only the request line (GET or OPTIONS, an
  *   origin-form target of plain URL characters, HTTP/1.1). The header block must equal,
  *   byte for byte, a block the Python relay parsed, checked and translated for the same
  *   client address, listener and method, and handed here with its translation
@@ -23,8 +23,9 @@
  *   protocol/http/forwarding.py's build_browser_response does; any other response (a
  *   Location, chunked or close-delimited bodies, 1xx, HTTP/1.0, Connection other than
  *   keep-alive, a body not yet whole within 64 KiB) is left unread for the Python relay.
- *   tests/relay/test_front.py compares both on generated heads.
- * - every send and recv is MSG_DONTWAIT: no descriptor's flags can block this thread.
+ *   tests/relay/test_front_translation.py compares both on generated heads.
+ * - every send and recv is MSG_DONTWAIT, and a listening socket must be non-blocking:
+ *   no descriptor's flags can block this thread.
  * - one mutex guards all state; this thread never takes the GIL, and Python's calls
  *   into it only take the mutex.
  */

@@ -33,6 +33,7 @@ from typing import Protocol
 
 from sandbridge import log
 from sandbridge.protocol.http.forwarding import Framing, RequestFields
+from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
 from sandbridge.relay import _front
 from sandbridge.relay.settings import RelaySettings, SessionScope
@@ -46,11 +47,10 @@ FRESH, SENT, RETRY = _front.FRESH, _front.SENT, _front.RETRY
 # trailing whitespace and without control characters (llhttp reads it back the same).
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff\t]*[\x21-\x7e\x80-\xff])?)?")
-# The methods the front relays (the C refuses any other): safe ones, which the Origin rule
-# passes whatever the session's origins, but not HEAD (the relay never reuses an app
-# connection after one) nor TRACE.
-FRONT_METHODS = frozenset({b"GET", b"OPTIONS"})
 MAX_BLOCK = 16384  # _front.READ_MAX: a longer request is never the front's
+# The methods the front relays (SAFE_METHODS but HEAD): the Origin rule lets them through.
+FRONT_METHODS = frozenset({b"GET", b"OPTIONS"})
+assert FRONT_METHODS < SAFE_METHODS
 
 
 class Adopter(Protocol):
@@ -157,8 +157,10 @@ class FrontDoor:
         self, lid: int, client_host: str, head: RequestHead, fields: RequestFields
     ) -> None:
         """A request the relay checked and translated: the front relays the same block
-        from the same client the same way. Only what needs nothing but the block: a
-        method of :data:`FRONT_METHODS`, no body, no upgrade, keep-alive HTTP/1.1."""
+        from the same client the same way. Only what needs nothing but the block: a safe
+        method (the Origin rule passes it whatever the session's origins) but ``HEAD``
+        (after which the relay never reuses the app connection), no body, no upgrade,
+        keep-alive HTTP/1.1."""
         if (
             head.method not in FRONT_METHODS
             or head.upgrade
