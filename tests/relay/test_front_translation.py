@@ -661,7 +661,7 @@ def test_head_request_is_left_to_the_python_relay(
         request = b"HEAD /a HTTP/1.1\r\n" + BLOCK
         browser.sendall(request)
         assert select.select([door.fileno()], [], [], 10)[0], "nothing handed over"
-        [(taken_lid, kind, browser_fd, app_fd, _, _, data, pending, checked)] = door.take()
+        [(taken_lid, kind, browser_fd, app_fd, _, _, data, pending, checked, *_)] = door.take()
         os.close(browser_fd)
         # The request as the browser sent it, and no app connection with it: the app's
         # idle one stays parked, untouched (the Python relay never reuses one after a HEAD).

@@ -66,6 +66,9 @@
 enum { TAG_LISTENER = 1, TAG_BROWSER = 2, TAG_APP = 3, TAG_WAKE = 4 };
 enum { FREE = 0, FIRST, AWAIT, IDLE };
 enum { KIND_FRESH = 0, KIND_SENT = 1, KIND_RETRY = 2 };
+/* a handoff's owner check: not asked (or not the owner's), the owner's, the owner's and
+ * still counted in the front's held connections */
+enum { UNCHECKED = 0, CHECKED = 1, COUNTED = 2 };
 enum { METHOD_GET = 1, METHOD_HEAD = 2, METHOD_OPTIONS = 3 };
 
 typedef struct {
@@ -132,6 +135,7 @@ typedef struct {
 
 typedef struct handoff {
     struct handoff *next;
+    uint32_t gen;
     int lid, kind, bfd, afd, checked;
     uint32_t ip;
     uint16_t port;
@@ -597,6 +601,7 @@ static void enqueue(Front *f, int lid, int kind, int bfd, int afd, int checked, 
     if (pending_len)
         memcpy(pd, pending, pending_len);
     h->lid = lid;
+    h->gen = f->listeners[lid].gen;
     h->kind = kind;
     h->bfd = bfd;
     h->afd = afd;
@@ -634,13 +639,15 @@ static conn_t *conn_new(Front *f) {
     return NULL;
 }
 
-static void conn_free(Front *f, conn_t *c) {
+/* counted: a connection handed to the Python relay stays counted here until the relay
+ * has counted it (Front.adopted): its place in the limits is never free in between. */
+static void conn_release(Front *f, conn_t *c, int counted) {
     unpoll(f, c->bfd, &c->b_polled);
     if (c->afd >= 0)
         unpoll(f, c->afd, &c->a_polled);
     free(c->req);
     c->req = NULL;
-    if (c->lid >= 0 && f->listeners[c->lid].active) {
+    if (!counted && c->lid >= 0 && f->listeners[c->lid].active) {
         f->listeners[c->lid].held--;
         f->scopes[f->listeners[c->lid].sid].held--;
     }
@@ -650,6 +657,8 @@ static void conn_free(Front *f, conn_t *c) {
         f->conn_top--;
 }
 
+static void conn_free(Front *f, conn_t *c) { conn_release(f, c, 0); }
+
 /* To the Python relay: the browser's bytes not yet sent (data), an idle app connection
  * that goes with it (or -1), bytes of a response still to write to the browser. */
 static void hand_fresh(Front *f, conn_t *c, const char *data, size_t len, const char *pending,
@@ -658,9 +667,9 @@ static void hand_fresh(Front *f, conn_t *c, const char *data, size_t len, const 
     int lid = c->lid;
     uint32_t ip = c->ip;
     uint16_t port = c->port;
-    conn_free(f, c);
-    enqueue(f, lid, retried ? KIND_RETRY : KIND_FRESH, bfd, afd, 1, ip, port, data, len, pending,
-            pending_len);
+    conn_release(f, c, 1);
+    enqueue(f, lid, retried ? KIND_RETRY : KIND_FRESH, bfd, afd, COUNTED, ip, port, data, len,
+            pending, pending_len);
 }
 
 /* To the Python relay: the request (data) went out on the app connection; nothing of
@@ -673,8 +682,8 @@ static void hand_sent(Front *f, conn_t *c) {
     char *req = c->req;
     size_t req_len = c->req_len;
     c->req = NULL;
-    conn_free(f, c);
-    enqueue(f, lid, KIND_SENT, bfd, afd, 1, ip, port, req, req_len, NULL, 0);
+    conn_release(f, c, 1);
+    enqueue(f, lid, KIND_SENT, bfd, afd, COUNTED, ip, port, req, req_len, NULL, 0);
     free(req);
 }
 
@@ -886,7 +895,7 @@ static void on_listener(Front *f, int lid, double now) {
                         : -1;
         if (owner != 1) {
             /* another user's, or unknown: the Python relay checks again and decides */
-            enqueue(f, lid, KIND_FRESH, fd, -1, 0, ip, port, NULL, 0, NULL, 0);
+            enqueue(f, lid, KIND_FRESH, fd, -1, UNCHECKED, ip, port, NULL, 0, NULL, 0);
             continue;
         }
         scope_t *S = &f->scopes[L->sid];
@@ -894,7 +903,7 @@ static void on_listener(Front *f, int lid, double now) {
                         ? conn_new(f)
                         : NULL;
         if (c == NULL) {
-            enqueue(f, lid, KIND_FRESH, fd, -1, 1, ip, port, NULL, 0, NULL, 0);
+            enqueue(f, lid, KIND_FRESH, fd, -1, CHECKED, ip, port, NULL, 0, NULL, 0);
             continue;
         }
         c->lid = lid;
@@ -1337,6 +1346,23 @@ static PyObject *Front_held(Front *f, PyObject *args) {
     return Py_BuildValue("(iiKKi)", held, pooled, relayed, handed, scope_held);
 }
 
+static PyObject *Front_adopted(Front *f, PyObject *args) {
+    if (not_ready(f))
+        return NULL;
+    int lid;
+    unsigned int gen;
+    if (!PyArg_ParseTuple(args, "iI", &lid, &gen))
+        return NULL;
+    pthread_mutex_lock(&f->lock);
+    listener_t *L = listener_arg(f, lid);
+    if (L && L->gen == gen && L->held > 0) {
+        L->held--;
+        f->scopes[L->sid].held--;
+    }
+    pthread_mutex_unlock(&f->lock);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Front_remember(Front *f, PyObject *args) {
     if (not_ready(f))
         return NULL;
@@ -1467,9 +1493,10 @@ static PyObject *Front_take(Front *f, PyObject *unused) {
         struct in_addr in = {h->ip};
         inet_ntop(AF_INET, &in, address, sizeof address);
         PyObject *item = Py_BuildValue(
-            "(iiiisiy#y#O)", h->lid, h->kind, h->bfd, h->afd, address, (int)h->port,
+            "(iiiisiy#y#OOI)", h->lid, h->kind, h->bfd, h->afd, address, (int)h->port,
             h->data ? h->data : "", (Py_ssize_t)h->data_len, h->pending ? h->pending : "",
-            (Py_ssize_t)h->pending_len, h->checked ? Py_True : Py_False);
+            (Py_ssize_t)h->pending_len, h->checked != UNCHECKED ? Py_True : Py_False,
+            h->checked == COUNTED ? Py_True : Py_False, (unsigned int)h->gen);
         if (item == NULL || PyList_Append(list, item) != 0)
             Py_CLEAR(list);
         Py_XDECREF(item);
@@ -1503,6 +1530,8 @@ static PyMethodDef Front_methods[] = {
     {"held", (PyCFunction)Front_held, METH_VARARGS,
      "(connections held, app connections parked, exchanges relayed whole, connections "
      "handed over) of a listener."},
+    {"adopted", (PyCFunction)Front_adopted, METH_VARARGS,
+     "adopted(id, generation): the relay counts a counted handoff now; the front no more."},
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,
      "remember(id, ip4, method, block, translated): a checked request block."},
     {"forget", (PyCFunction)Front_forget, METH_VARARGS, "Forget a listener's blocks."},
@@ -1510,7 +1539,7 @@ static PyMethodDef Front_methods[] = {
      "Keep a duplicate of an idle app connection; False: no room."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "The handoffs waiting: (id, kind, browser fd, app fd, host, port, data, pending, "
-     "checked)."},
+     "checked, counted, generation)."},
     {"close", (PyCFunction)Front_close, METH_NOARGS, "Stop the thread, close everything."},
     {NULL, NULL, 0, NULL},
 };

@@ -179,12 +179,13 @@ class Arrivals:
         if self._admit(channel):
             self.doorstep.wait(channel, peer[0])
 
-    def _admit(self, channel: Channel) -> bool:
-        """Count a connection of the owner's, or refuse it (503) past the limits."""
+    def _admit(self, channel: Channel, counted: bool = False) -> bool:
+        """Count a connection of the owner's, or refuse it (503) past the limits;
+        ``counted``: the front door counted it already, within them."""
         listener = self._listener
         scope = listener.scope
-        held, session_held = listener.front_held()
-        if (
+        held, session_held = (0, 0) if counted else listener.front_held()
+        if not counted and (
             len(listener._connections) + held >= listener.settings.max_connections_per_app
             or scope.connections + session_held >= listener.settings.max_connections
         ):
@@ -201,17 +202,35 @@ class Arrivals:
 
     def adopt(self, handoff: Handoff) -> None:
         """A connection the front door hands over: its task takes it from here."""
-        _, kind, browser_fd, app_fd, host, _, data, pending, checked = handoff
+        _, kind, browser_fd, app_fd, host, _, data, pending, checked, counted, _ = handoff
         # Objects at once: whatever happens to the task, they are closed (a task the
-        # listener's close cancels before it runs closes them through its callback).
+        # listener's close cancels before it runs closes them through its callback),
+        # and the front's count of it is given back once.
         socks = [socket.socket(fileno=browser_fd)]
         if app_fd >= 0:
             socks.append(socket.socket(fileno=app_fd))
+        front_count = [handoff] if counted else []
         if self._closed:
             _close_all(socks)
+            self._uncount(front_count)
             return
-        task = self._listener._tasks.spawn(self._adopt(socks, kind, host, data, pending, checked))
-        task.add_done_callback(lambda _: _close_all(socks))
+        task = self._listener._tasks.spawn(
+            self._adopt(socks, kind, host, data, pending, checked, front_count)
+        )
+
+        def done(_: object) -> None:
+            _close_all(socks)
+            self._uncount(front_count)
+
+        task.add_done_callback(done)
+
+    def _uncount(self, front_count: list[Handoff]) -> None:
+        """The front door stops counting a connection it handed over counted (once)."""
+        front = self._listener.front
+        while front_count:
+            handoff = front_count.pop()
+            if front is not None:
+                front.adopted(handoff)
 
     async def _adopt(  # noqa: PLR0913  (a handoff's parts)
         self,
@@ -221,6 +240,7 @@ class Arrivals:
         data: bytes,
         pending: bytes,
         checked: bool,
+        front_count: list[Handoff],
     ) -> None:
         """Go on as the relay would have had it read what the front read: a connection
         not yet sent on (``FRESH``: its unsent bytes, maybe an idle app connection and
@@ -242,7 +262,9 @@ class Arrivals:
             if upstream is not None:
                 listener.park(upstream)
             return
-        if self._closed or not self._admit(channel):
+        admitted = not self._closed and self._admit(channel, counted=bool(front_count))
+        self._uncount(front_count)  # (counted here now, if admitted)
+        if not admitted:
             if upstream is not None:
                 upstream.channel.abort()
             if self._closed:

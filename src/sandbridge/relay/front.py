@@ -59,7 +59,9 @@ class Adopter(Protocol):
     def adopt(self, handoff: Handoff) -> None: ...
 
 
-Handoff = tuple[int, int, int, int, str, int, bytes, bytes, bool]
+# (listener id, kind, browser fd, app fd, client host, client port, data, pending,
+#  checked: the owner's, counted: the front counts it until adopted(), generation)
+Handoff = tuple[int, int, int, int, str, int, bytes, bytes, bool, bool, int]
 
 
 def request_block(headers: Headers) -> bytes | None:
@@ -123,6 +125,11 @@ class FrontDoor:
         self._pool_sizes.pop(lid, None)
         if not self._adopters:
             self.close()
+
+    def adopted(self, handoff: Handoff) -> None:
+        """The relay counts a connection the front handed over counted: it no more."""
+        if handoff[9]:
+            self._native.adopted(handoff[0], handoff[10])
 
     def set_room(self, lid: int, room: int, scope_room: int) -> None:
         """How many more connections the front may hold for listener ``lid``, and for
