@@ -16,6 +16,7 @@ import os
 import resource
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -143,6 +144,17 @@ def host_connections(port: int) -> int:
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         local, state = line.split()[1], line.split()[3]
         count += int(local.split(":")[1], 16) == port and state in ("01", "08")
+    return count
+
+
+def closed_clients_of(port: int) -> int:
+    """Client sockets to loopback port ``port`` that their process closed and the kernel
+    keeps in TIME_WAIT: /proc/net/tcp rows whose remote end is the port."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        # (an orphan still shows its uid; TIME_WAIT shows uid 0, no inode)
+        count += int(fields[2].split(":")[1], 16) == port and fields[7:10:2] == ["0", "0"]
     return count
 
 
@@ -675,6 +687,53 @@ def test_another_users_connection_is_refused_and_the_owners_go_on(front: Session
         assert owner.response()[1] == b"hello"
     assert seen(front, "nobody") == 0
     assert exchange(front, b"GET", b"/plain")[1] == b"hello"
+
+
+NOBODY_PYTHON = ("/usr/bin/python3", "-c")
+NOBODY_SEND_AND_CLOSE = """
+import socket, sys
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=15)
+sock.sendall(sys.argv[2].encode("latin-1"))
+sock.close()
+print("SENT", flush=True)
+"""
+
+
+@pytest.mark.parametrize("front_door", [True, False], ids=["front", "python"])
+def test_another_users_request_sent_and_closed_at_once_never_reaches_the_app(
+    tmp_path_factory: pytest.TempPathFactory, front_door: bool
+) -> None:
+    """A client socket its process has closed is reported by the kernel as an orphan,
+    then in TIME_WAIT with uid 0: both checks took that for root's (the owner's, or
+    let in as root), so another user's request, sent and closed at once, was served."""
+    options = () if front_door else ("--no-front-door",)
+    with session(tmp_path_factory, *options) as served:
+        request = (
+            b"POST /plain?id=closed HTTP/1.1\r\nHost: " + served.host() + b"\r\n"
+            b"Content-Length: 0\r\n\r\n"
+        ).decode("latin-1")
+        # The host stopped, the kernel completes the connection and takes the client's
+        # close: the host meets a client socket already in TIME_WAIT at its accept.
+        os.kill(served.pid, signal.SIGSTOP)
+        try:
+            sent = subprocess.run(
+                [*as_nobody(), *NOBODY_PYTHON, NOBODY_SEND_AND_CLOSE, str(served.port()), request],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            assert sent.stdout.strip() == "SENT", (sent.stdout, sent.stderr)
+            # (the kernel's delayed ACK of the client's FIN makes it TIME_WAIT)
+            wait_until(lambda: closed_clients_of(served.port()) == 1)
+        finally:
+            os.kill(served.pid, signal.SIGCONT)
+        # The relay says so at its first refusal on the port (the request was served,
+        # and nothing said, before).
+        served.process.wait_line("sandbridge: connection.other_user_refused", "stderr", 30)
+        print("DEBUG", served.process.lines["stderr"][-1], closed_clients_of(served.port()))
+        assert seen(served, "closed") == 0
+        assert exchange(served, b"GET", b"/plain")[1] == b"hello"
 
 
 FLOOD_SCRIPT = str(REPO / "tests" / "peers" / "idle_flood.py")
