@@ -731,7 +731,6 @@ def test_another_users_request_sent_and_closed_at_once_never_reaches_the_app(
         # The relay says so at its first refusal on the port (the request was served,
         # and nothing said, before).
         served.process.wait_line("sandbridge: connection.other_user_refused", "stderr", 30)
-        print("DEBUG", served.process.lines["stderr"][-1], closed_clients_of(served.port()))
         assert seen(served, "closed") == 0
         assert exchange(served, b"GET", b"/plain")[1] == b"hello"
 
