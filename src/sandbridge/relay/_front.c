@@ -69,7 +69,7 @@ enum { KIND_FRESH = 0, KIND_SENT = 1, KIND_RETRY = 2 };
 /* a handoff's owner check: not asked (or not the owner's), the owner's, the owner's and
  * still counted in the front's held connections */
 enum { UNCHECKED = 0, CHECKED = 1, COUNTED = 2 };
-enum { METHOD_GET = 1, METHOD_HEAD = 2, METHOD_OPTIONS = 3 };
+enum { METHOD_GET = 1, METHOD_OPTIONS = 3 };
 
 typedef struct {
     int fd;
@@ -101,6 +101,7 @@ typedef struct {
     int sid;
     int paused;
     int queue_paused;
+    int refused_said; /* another user's connection was handed over once: the rest close here */
     double paused_until;
     uint16_t port;
     int pool_size;
@@ -129,7 +130,6 @@ typedef struct {
     double deadline;
     char *req;
     size_t req_len;
-    int head;
     int retried;
 } conn_t;
 
@@ -692,6 +692,13 @@ static int send_whole(int fd, const char *data, size_t len) {
     return sent == (ssize_t)len ? 0 : -1;
 }
 
+/* A request line the relay's pool rule may let take an idle app connection
+ * (app_pool.RETRYABLE_METHODS); the rest of that rule is the relay's. */
+static int retryable(const char *data, size_t n) {
+    return (n >= 4 && memcmp(data, "GET ", 4) == 0) || (n >= 5 && memcmp(data, "HEAD ", 5) == 0) ||
+           (n >= 8 && memcmp(data, "OPTIONS ", 8) == 0);
+}
+
 /* A request from the browser of c (data, n bytes): relayed from here, or handed over. */
 static void serve_request(Front *f, conn_t *c, const char *data, size_t n, double now) {
     listener_t *L = &f->listeners[c->lid];
@@ -700,6 +707,9 @@ static void serve_request(Front *f, conn_t *c, const char *data, size_t n, doubl
     char *out = n < READ_MAX ? translate_request(L, c->ip, data, n, &method, &out_len, &f->clock)
                           : NULL;
     if (out == NULL) {
+        /* the relay's: with an idle app connection, for a request that may take one */
+        if (c->afd < 0 && retryable(data, n))
+            c->afd = pool_take(L, now);
         hand_fresh(f, c, data, n, NULL, 0, 0);
         return;
     }
@@ -726,7 +736,6 @@ static void serve_request(Front *f, conn_t *c, const char *data, size_t n, doubl
     free(c->req);
     c->req = req;
     c->req_len = n;
-    c->head = method == METHOD_HEAD;
     c->retried = 0;
     c->state = AWAIT;
     c->deadline = now + L->grace;
@@ -768,7 +777,7 @@ static void on_app(Front *f, conn_t *c, double now) {
     }
     char *out = NULL;
     size_t out_len = 0, whole = 0;
-    int r = translate_response(f->buf, (size_t)n, c->head, &out, &out_len, &whole);
+    int r = translate_response(f->buf, (size_t)n, 0, &out, &out_len, &whole);
     if (r == TR_INCOMPLETE)
         return; /* the rest comes with a next edge, or the grace ends */
     if (r != TR_OK) {
@@ -893,8 +902,14 @@ static void on_listener(Front *f, int lid, double now) {
         int owner = peer_len == sizeof peer && peer.sin_family == AF_INET
                         ? owner_check(f, &peer, L->port)
                         : -1;
+        if (owner == 0 && L->refused_said) {
+            close(fd); /* another user's: closed unanswered, as the Python relay does */
+            continue;
+        }
         if (owner != 1) {
-            /* another user's, or unknown: the Python relay checks again and decides */
+            /* unknown, or another user's first: the Python relay checks again, refuses
+             * and says so (once per listener) */
+            L->refused_said |= owner == 0;
             enqueue(f, lid, KIND_FRESH, fd, -1, UNCHECKED, ip, port, NULL, 0, NULL, 0);
             continue;
         }
@@ -1057,6 +1072,9 @@ static void close_listener(Front *f, int lid) {
             close_fd(afd);
         }
     }
+    /* what is left counted: handoffs not yet adopted (queued, or taken by Python) */
+    f->scopes[L->sid].held -= L->held;
+    L->held = 0;
     epoll_ctl(f->epfd, EPOLL_CTL_DEL, L->fd, NULL);
     close(L->fd);
     for (int p = 0; p < L->pooled; p++)
@@ -1430,20 +1448,6 @@ static PyObject *Front_remember(Front *f, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
-static PyObject *Front_forget(Front *f, PyObject *args) {
-    if (not_ready(f))
-        return NULL;
-    int lid;
-    if (!PyArg_ParseTuple(args, "i", &lid))
-        return NULL;
-    pthread_mutex_lock(&f->lock);
-    listener_t *L = listener_arg(f, lid);
-    if (L)
-        clear_cache(L);
-    pthread_mutex_unlock(&f->lock);
-    Py_RETURN_NONE;
-}
-
 static PyObject *Front_park(Front *f, PyObject *args) {
     if (not_ready(f))
         return NULL;
@@ -1534,7 +1538,6 @@ static PyMethodDef Front_methods[] = {
      "adopted(id, generation): the relay counts a counted handoff now; the front no more."},
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,
      "remember(id, ip4, method, block, translated): a checked request block."},
-    {"forget", (PyCFunction)Front_forget, METH_VARARGS, "Forget a listener's blocks."},
     {"park", (PyCFunction)Front_park, METH_VARARGS,
      "Keep a duplicate of an idle app connection; False: no room."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,

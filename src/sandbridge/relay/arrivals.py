@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import socket
 from collections.abc import Coroutine
 from typing import Any, Protocol
@@ -206,22 +207,31 @@ class Arrivals:
         # Objects at once: whatever happens to the task, they are closed (a task the
         # listener's close cancels before it runs closes them through its callback),
         # and the front's count of it is given back once.
-        socks = [socket.socket(fileno=browser_fd)]
-        if app_fd >= 0:
-            socks.append(socket.socket(fileno=app_fd))
+        socks: list[socket.socket] = []
         front_count = [handoff] if counted else []
-        if self._closed:
-            _close_all(socks)
-            self._uncount(front_count)
-            return
-        task = self._listener._tasks.spawn(
-            self._adopt(socks, kind, host, data, pending, checked, front_count)
-        )
 
-        def done(_: object) -> None:
+        def done(_: object = None) -> None:
             _close_all(socks)
             self._uncount(front_count)
 
+        try:
+            socks.append(socket.socket(fileno=browser_fd))
+            browser_fd = -1
+            if app_fd >= 0:
+                socks.append(socket.socket(fileno=app_fd))
+                app_fd = -1
+            if self._closed:
+                done()
+                return
+            task = self._listener._tasks.spawn(
+                self._adopt(socks, kind, host, data, pending, checked, front_count)
+            )
+        except BaseException:
+            for fd in (browser_fd, app_fd):
+                if fd >= 0:
+                    os.close(fd)
+            done()
+            raise
         task.add_done_callback(done)
 
     def _uncount(self, front_count: list[Handoff]) -> None:
@@ -277,7 +287,9 @@ class Arrivals:
             # (the relay's own pool: the request in hand is likely to want it now)
             pool = listener._pool
             pool.park(upstream) if pool is not None else upstream.channel.abort()
-        if channel.has_data() or channel.at_end():
+        if pending or channel.has_data() or channel.at_end():
+            # (with bytes of a response still to write, the task's close waits for them
+            # at most the drain timeout; the doorstep's would wait for good)
             self._start(channel, host, retry=kind == RETRY)
         else:
             self.doorstep.wait(channel, host)
@@ -303,13 +315,18 @@ class Arrivals:
             return
         lane = KeepAliveLane(browser, self._listener.scope, None)
         lane.sent(upstream, head, request)
-        lane.response_due = self.in_flight.wait(channel, (browser, lane, upstream))
+        in_flight = (browser, lane, upstream)
+        lane.response_due = self.in_flight.wait(channel, in_flight)
         lane.start_task = functools.partial(self._relayed, browser, lane, upstream)
         app = upstream.channel
         if app.has_data():  # read before the lane existed
             lane.received(app, app.take())
         if app.at_end() and app.lane is lane:
             lane.interrupted(app)
+        if lane.start_task is not None and (channel.has_data() or channel.at_end()):
+            # the browser sent more, or ended, before the doorstep watched it
+            self.in_flight.leave(channel)
+            self._early(channel, in_flight)
 
     def _heads_for(self, client_host: str) -> ConnectionHeads:
         """The translation of heads shared by the connections from ``client_host``."""

@@ -197,10 +197,9 @@ class FrontDoor:
                 close_handoff(handoff)
                 continue
             try:
-                adopter.adopt(handoff)
+                adopter.adopt(handoff)  # (it closes what it was given, whatever happens)
             except Exception as exc:  # nothing may escape into the event loop
                 log.warning("front.adopt_failed", error=str(exc))
-                close_handoff(handoff)
 
 
 def close_handoff(handoff: Handoff) -> None:
