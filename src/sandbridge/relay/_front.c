@@ -318,6 +318,14 @@ static char *translate_request(listener_t *L, uint32_t ip, const char *data, siz
 
 /* ---- responses ----------------------------------------------------------------------- */
 
+/* The length of the head at the start of buf (through its empty line), or 0. */
+static size_t head_length(const char *buf, size_t n) {
+    for (size_t i = 0; i + 3 < n; i++)
+        if (buf[i] == '\r' && buf[i + 1] == '\n' && buf[i + 2] == '\r' && buf[i + 3] == '\n')
+            return i + 4;
+    return 0;
+}
+
 enum { TR_OK = 0, TR_INCOMPLETE = 1, TR_BAIL = 2 };
 
 static int tchar(unsigned char c) {
@@ -380,16 +388,10 @@ static int translate_response(const char *buf, size_t n, int head_request, char 
     size_t cmp = n < 9 ? n : 9;
     if (memcmp(buf, version, cmp) != 0)
         return TR_BAIL;
-    const char *end = NULL;
-    for (size_t i = 0; i + 3 < n; i++) {
-        if (buf[i] == '\r' && buf[i + 1] == '\n' && buf[i + 2] == '\r' && buf[i + 3] == '\n') {
-            end = buf + i;
-            break;
-        }
-    }
-    if (end == NULL)
+    size_t head_len = head_length(buf, n);
+    if (head_len == 0)
         return n >= PEEK_MAX ? TR_BAIL : TR_INCOMPLETE;
-    size_t head_len = (size_t)(end - buf) + 4;
+    const char *end = buf + head_len - 4;
     const char *p = buf + 9;
     if (end - p < 4 || p[0] < '2' || p[0] > '5' || p[1] < '0' || p[1] > '9' || p[2] < '0' ||
         p[2] > '9' || p[3] != ' ')
@@ -745,6 +747,18 @@ static void serve_request(Front *f, conn_t *c, const char *data, size_t n, doubl
         hand_sent(f, c);
 }
 
+/* Both connections closed, as the relay drops an exchange it cannot go on with. */
+static void drop_both(Front *f, conn_t *c) {
+    if (c->afd >= 0) {
+        unpoll(f, c->afd, &c->a_polled);
+        close(c->afd);
+        c->afd = -1;
+    }
+    unpoll(f, c->bfd, &c->b_polled);
+    close(c->bfd);
+    conn_free(f, c);
+}
+
 static void browser_gone(Front *f, conn_t *c, double now) {
     listener_t *L = &f->listeners[c->lid];
     int afd = c->afd;
@@ -788,22 +802,11 @@ static void on_app(Front *f, conn_t *c, double now) {
     if (taken != (ssize_t)whole) {
         /* cannot be (it was peeked whole); the connection is in an unknown state */
         free(out);
-        unpoll(f, c->afd, &c->a_polled);
-        close(c->afd);
-        c->afd = -1;
-        close(c->bfd);
-        conn_free(f, c);
+        drop_both(f, c);
         return;
     }
-    /* the body is what follows the app's head: find it again */
-    size_t app_head = 0;
-    for (size_t i = 0; i + 3 < whole; i++) {
-        if (f->buf[i] == '\r' && f->buf[i + 1] == '\n' && f->buf[i + 2] == '\r' &&
-            f->buf[i + 3] == '\n') {
-            app_head = i + 4;
-            break;
-        }
-    }
+    /* the body is what follows the app's head */
+    size_t app_head = head_length(f->buf, whole);
     struct iovec iov[2] = {{out, out_len}, {f->buf + app_head, whole - app_head}};
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
@@ -823,10 +826,7 @@ static void on_app(Front *f, conn_t *c, double now) {
         char *rest = malloc(total - done);
         if (rest == NULL) {
             free(out);
-            close(c->afd);
-            c->afd = -1;
-            close(c->bfd);
-            conn_free(f, c);
+            drop_both(f, c);
             return;
         }
         size_t w = 0;
