@@ -9,6 +9,7 @@ session's host names and ports put in neutral form."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -28,6 +29,9 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.relay._front import FRESH
+from sandbridge.relay.front import Handoff, front_door, held_for, listening_socket, push_room
+from sandbridge.relay.settings import RelaySettings, SessionScope
 from tests.conftest import PYTHON, REPO, Process, run_argv
 
 FRONT_APP = str(REPO / "tests" / "apps" / "front_app.py")
@@ -967,3 +971,63 @@ def test_an_app_that_stops_listening_takes_what_the_front_holds_of_it_along(
     finally:
         run.stop()
         shutil.rmtree(xdg, ignore_errors=True)
+
+
+# --- 5. the session's limit, told by a listener the front does not serve ---------------
+
+
+class _Taken:
+    """An adopter that keeps what the front hands over."""
+
+    def __init__(self) -> None:
+        self.handoffs: list[Handoff] = []
+        self.arrived = asyncio.Event()
+
+    def adopt(self, handoff: Handoff) -> None:
+        self.handoffs.append(handoff)
+        self.arrived.set()
+
+
+def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_room() -> None:
+    """A listener the front could not take (it serves at most 1,024) is served by the event
+    loop; its connections count in the session's limit, which the front must hear of:
+    past it, the front holds no new connection of the session's other apps."""
+
+    async def scenario() -> None:
+        scope = SessionScope(RelaySettings(max_connections=3))
+        taken = _Taken()
+        door = front_door()
+        listener = listening_socket(0)
+        lid = door.add(listener, taken, "/", scope)
+        loop = asyncio.get_running_loop()
+        clients: list[socket.socket] = []
+        try:
+
+            async def connect() -> None:
+                client = socket.socket()
+                client.setblocking(False)
+                clients.append(client)
+                await loop.sock_connect(client, listener.getsockname())
+
+            await connect()  # held by the front, waiting for its request
+            async with asyncio.timeout(10):
+                while door.held(lid)[0] != 1:
+                    await asyncio.sleep(0.01)
+            assert held_for(None, -1, scope) == (0, 1)
+            # Two more, counted by the relay on the other app: the session is full.
+            scope.connections = 2
+            push_room(None, -1, scope, 2)
+            await connect()
+            async with asyncio.timeout(10):
+                await taken.arrived.wait()
+            [(_, kind, browser_fd, app_fd, _, _, data, _, checked, counted, _)] = taken.handoffs
+            os.close(browser_fd)
+            assert (kind, app_fd, data, checked, counted) == (FRESH, -1, b"", True, False)
+            assert door.held(lid)[0] == 1  # the first only: no room for the second
+        finally:
+            for client in clients:
+                client.close()
+            door.remove(lid)
+            listener.close()
+
+    asyncio.run(scenario())

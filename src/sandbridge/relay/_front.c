@@ -1348,6 +1348,29 @@ static PyObject *Front_set_room(Front *f, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* scope(key, room): the connections held for the listeners of session `key`; a room of
+ * 0 or more is what its limit leaves now (from a listener the front does not serve). */
+static PyObject *Front_scope(Front *f, PyObject *args) {
+    if (not_ready(f))
+        return NULL;
+    unsigned long long key;
+    int room;
+    if (!PyArg_ParseTuple(args, "Ki", &key, &room))
+        return NULL;
+    int held = 0;
+    pthread_mutex_lock(&f->lock);
+    for (int s = 0; s < MAX_LISTENERS; s++) {
+        if (f->scopes[s].refs > 0 && f->scopes[s].key == (uint64_t)key) {
+            if (room >= 0)
+                f->scopes[s].room = room;
+            held = f->scopes[s].held;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return PyLong_FromLong(held);
+}
+
 static PyObject *Front_held(Front *f, PyObject *args) {
     if (not_ready(f))
         return NULL;
@@ -1534,6 +1557,8 @@ static PyMethodDef Front_methods[] = {
     {"held", (PyCFunction)Front_held, METH_VARARGS,
      "(connections held, app connections parked, exchanges relayed whole, connections "
      "handed over) of a listener."},
+    {"scope", (PyCFunction)Front_scope, METH_VARARGS,
+     "scope(key, room): a session's held connections; room >= 0 sets what its limit leaves."},
     {"adopted", (PyCFunction)Front_adopted, METH_VARARGS,
      "adopted(id, generation): the relay counts a counted handoff now; the front no more."},
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,

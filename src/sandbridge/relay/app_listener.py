@@ -43,7 +43,7 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import AccessGate
-from sandbridge.relay import local_peer
+from sandbridge.relay import front, local_peer
 from sandbridge.relay.app import App
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.arrivals import Arrivals
@@ -169,18 +169,12 @@ class AppListener:
 
     def front_held(self) -> tuple[int, int]:
         """Browser connections the front door holds (they count too): of this app, and
-        of its session."""
-        if self.front is None:
-            return 0, 0
-        held, _, _, _, session = self.front.held(self.front_id)
-        return held, session
+        of its session (through any of its apps)."""
+        return front.held_for(self.front, self.front_id, self.scope)
 
     def room_changed(self) -> None:
         """The counts of the limits moved: the front holds at most what they leave."""
-        if self.front is not None:
-            room = self.settings.max_connections_per_app - len(self._connections)
-            session = self.settings.max_connections - self.scope.connections
-            self.front.set_room(self.front_id, max(0, room), max(0, session))
+        front.push_room(self.front, self.front_id, self.scope, len(self._connections))
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""

@@ -136,6 +136,16 @@ class FrontDoor:
         the listeners of its session together."""
         self._native.set_room(lid, room, scope_room)
 
+    def scope_held(self, scope: SessionScope) -> int:
+        """The connections held for the listeners of session ``scope`` together."""
+        held: int = self._native.scope(id(scope), -1)
+        return held
+
+    def set_scope_room(self, scope: SessionScope, room: int) -> None:
+        """What session ``scope``'s limit leaves, from a listener the front does not
+        serve (its connection counts moved)."""
+        self._native.scope(id(scope), room)
+
     def held(self, lid: int) -> tuple[int, int, int, int, int]:
         """Of listener ``lid``: browser connections held, app connections parked,
         exchanges relayed whole, connections handed to the Python relay; and the browser
@@ -207,6 +217,35 @@ def close_handoff(handoff: Handoff) -> None:
     for fd in (handoff[2], handoff[3]):
         if fd >= 0:
             os.close(fd)
+
+
+def _door_of(door: FrontDoor | None) -> FrontDoor | None:
+    """``door``, or for a listener the front does not serve, its event loop's front door
+    if it has one (another app of the session may be the front's)."""
+    if door is not None:
+        return door
+    return _doors.get(asyncio.get_running_loop())
+
+
+def held_for(door: FrontDoor | None, lid: int, scope: SessionScope) -> tuple[int, int]:
+    """The connections the front holds of listener ``lid`` (-1 or no door: none), and of
+    its session's listeners together."""
+    if door is not None:
+        held, _, _, _, session = door.held(lid)
+        return held, session
+    door = _door_of(None)
+    return 0, (door.scope_held(scope) if door is not None else 0)
+
+
+def push_room(door: FrontDoor | None, lid: int, scope: SessionScope, connections: int) -> None:
+    """What the limits leave, told to the front: for listener ``lid`` (``connections``
+    of its own counted by the relay) and for its session."""
+    settings = scope.settings
+    session = max(0, settings.max_connections - scope.connections)
+    if door is not None:
+        door.set_room(lid, max(0, settings.max_connections_per_app - connections), session)
+    elif (other := _door_of(None)) is not None:
+        other.set_scope_room(scope, session)
 
 
 def serves(settings: RelaySettings, connector: UpstreamConnector) -> bool:
