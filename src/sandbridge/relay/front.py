@@ -40,7 +40,7 @@ from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 
 # How long the front waits for an app's response before the Python relay takes the
-# exchange over with the rest of the response timeout (a slow page, a long poll, SSE).
+# exchange over, its response timeout counted from then (a slow page, a long poll, SSE).
 GRACE_SECONDS = 0.25
 FRESH, SENT, RETRY = _front.FRESH, _front.SENT, _front.RETRY
 # A field in the one form the C compares: a token name, a value without leading or
