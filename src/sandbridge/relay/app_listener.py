@@ -295,8 +295,10 @@ class AppListener:
     def park(self, upstream: UpstreamConnection) -> None:
         """An app connection a browser connection is done with: to the front door's pool
         (the host alone holds it, and it is idle), else to this one's, else closed."""
-        pooled = len(self._pool or ())
-        if self.front is not None and self.front.park_upstream(self.front_id, upstream, pooled):
+        pooled, size = len(self._pool or ()), self.settings.pool_size
+        if self.front is not None and self.front.park_upstream(
+            self.front_id, upstream, pooled, size
+        ):
             return
         if self._pool is not None:
             self._pool.park(upstream)  # only if idle; closed otherwise

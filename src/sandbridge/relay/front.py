@@ -47,7 +47,6 @@ FRESH, SENT, RETRY = _front.FRESH, _front.SENT, _front.RETRY
 # trailing whitespace and without control characters (llhttp reads it back the same).
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff\t]*[\x21-\x7e\x80-\xff])?)?")
-MAX_BLOCK = 16384  # _front.READ_MAX: a longer request is never the front's
 # The methods the front relays (SAFE_METHODS but HEAD): the Origin rule lets them through.
 FRONT_METHODS = frozenset({b"GET", b"OPTIONS"})
 assert FRONT_METHODS < SAFE_METHODS
@@ -74,7 +73,7 @@ def request_block(headers: Headers) -> bytes | None:
         parts.append(name + b": " + value + b"\r\n")
     parts.append(b"\r\n")
     block = b"".join(parts)
-    return block if len(block) < MAX_BLOCK else None
+    return block if len(block) < _front.READ_MAX else None  # (a longer one is never the front's)
 
 
 class FrontDoor:
@@ -84,7 +83,6 @@ class FrontDoor:
         self._loop = loop
         self._native = _front.Front(owner=os.geteuid())
         self._adopters: dict[int, Adopter] = {}
-        self._pool_sizes: dict[int, int] = {}
         loop.add_reader(self._native.fileno(), self._drain)
 
     def add(
@@ -99,7 +97,6 @@ class FrontDoor:
                 self.close()
             raise
         self._adopters[lid] = adopter
-        self._pool_sizes[lid] = scope.settings.pool_size
         return lid
 
     def _add(self, sock: socket.socket, base_path: str, scope: SessionScope) -> int:
@@ -122,7 +119,6 @@ class FrontDoor:
         """Close what the front holds of listener ``lid``; the last one stops it."""
         self._native.remove_listener(lid)
         self._adopters.pop(lid, None)
-        self._pool_sizes.pop(lid, None)
         if not self._adopters:
             self.close()
 
@@ -153,11 +149,13 @@ class FrontDoor:
         held: tuple[int, int, int, int, int] = self._native.held(lid)
         return held
 
-    def park_upstream(self, lid: int, upstream: UpstreamConnection, elsewhere: int) -> bool:
+    def park_upstream(
+        self, lid: int, upstream: UpstreamConnection, elsewhere: int, size: int
+    ) -> bool:
         """Park an idle app connection that the host alone holds in the front's pool (it
         keeps a duplicate; this one is closed), or close it when the two pools, this and
-        the relay's (``elsewhere`` parked there), hold ``--app-pool-size`` together;
-        ``False``: the relay's pool takes it."""
+        the relay's (``elsewhere`` parked there), hold ``size`` (``--app-pool-size``)
+        together; ``False``: the relay's pool takes it."""
         channel = upstream.channel
         transport = channel.transport
         if channel.host_only and transport is not None and upstream.parkable():
@@ -165,7 +163,7 @@ class FrontDoor:
             if sock is not None and self._native.park(lid, sock.fileno()):
                 channel.abort()
                 return True
-        if elsewhere + self.held(lid)[1] >= self._pool_sizes.get(lid, 0):
+        if elsewhere + self.held(lid)[1] >= size:
             channel.abort()
             return True
         return False
