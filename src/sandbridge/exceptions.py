@@ -15,6 +15,7 @@ that what can be caught, and what each means, is read in one place::
     ├── UpstreamError             the sandbox side of a request failed (a 502)
     │   ├── HandoffRefused        the shim handed over what the host refuses
     │   └── StreamRefused         the shim could not open this stream
+    ├── FileOpenRefused           a file:// URL sandbridge-open will not open (a ValueError)
     ├── RuntimeDirError           the runtime dir is unsafe or cannot be made
     ├── SessionError              a session name or the state dir is unusable
     ├── DaemonError               the daemon cannot start, or refused a session
@@ -100,6 +101,12 @@ class HandoffRefused(UpstreamError):
 
 class StreamRefused(UpstreamError):
     """The shim speaks stream mode but could not open this stream (app not listening)."""
+
+
+class FileOpenRefused(SandbridgeError, ValueError):
+    """``sandbridge-open file:///...`` inside the sandbox will not open this URL or the file
+    it names (a host part, a ``..``, not a regular file, too large, not UTF-8 ...). Also a
+    ValueError, as the helper's other refusals are."""
 
 
 # --- sessions, sandboxes, policy -----------------------------------------------------

@@ -8,9 +8,11 @@ A sandbox-local URL (``http://localhost:5173/a?x=1#f``, ``127.0.0.1``, ``0.0.0.0
 ``[::1]``, ``ws://``) is resolved by the host to the app's host origin, path, query and
 fragment kept; any other http(s) URL is passed to the host as it is, and the owner
 decides (docs/open.md). ``--html FILE`` (``-``: stdin) sends the page's bytes (at most
-2 MiB); the host serves that copy on an origin of its own and opens it. Prints the URL
-the host opens and exits 0; a refusal, or nothing listening on the port inside, is one
-line on stderr and exit status 1 (2: usage).
+2 MiB); the host serves that copy on an origin of its own and opens it. A ``file:///``
+URL of an HTML file inside is read here: a page that only redirects to an app of the
+sandbox (``jupyter lab``'s) opens that app's URL, any other is sent as ``--html`` sends
+it (relay/open_file.py). Prints the URL the host opens and exits 0; a refusal, or
+nothing listening on the port inside, is one line on stderr and exit status 1 (2: usage).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 
 from sandbridge.exceptions import RegistrationError
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
+from sandbridge.protocol.file_url import is_file_url
 from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES
 from sandbridge.protocol.open_request import (
     LocalTarget,
@@ -29,6 +32,7 @@ from sandbridge.protocol.open_request import (
     encode_open_html_request,
     encode_open_request,
 )
+from sandbridge.relay.open_file import file_open
 from sandbridge.relay.url_helper import ask_relay
 
 USAGE = "usage: sandbridge-open URL | sandbridge-open --html FILE (- for stdin)"
@@ -74,6 +78,12 @@ def _request(args: list[str]) -> tuple[bytes, OpenTarget | None]:
     if args[0] == "--html":
         return encode_open_html_request(read_html(args[1])), None
     url = args[0]
+    if is_file_url(url):
+        # Read here, inside: the host gets the page or the app URL it redirects to.
+        opened = file_open(url)
+        if isinstance(opened, bytes):
+            return encode_open_html_request(opened), None
+        url = opened
     try:
         target = classify_url(url)
     except RegistrationError as exc:
