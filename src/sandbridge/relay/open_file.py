@@ -45,19 +45,21 @@ def read_page(path: str, url: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise FileOpenRefused(f"cannot open {shown(path)} ({exc.strerror}): {shown(url)}") from None
-    with os.fdopen(fd, "rb", buffering=0) as file:
+    try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise FileOpenRefused(
                 f"{shown(path)} is {_kind(mode)}, not a file: {shown(url)}; open an HTML file"
             )
-        data = b""
-        # A file may grow while it is read: read up to one byte past the limit, no further.
-        while len(data) <= MAX_HTML_SNAPSHOT_BYTES:
-            chunk = file.read(MAX_HTML_SNAPSHOT_BYTES + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
+        chunks: list[bytes] = []
+        left = MAX_HTML_SNAPSHOT_BYTES + 1
+        # Read one byte past the limit, no further: a file may be sparse, or grow meanwhile.
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
     if len(data) > MAX_HTML_SNAPSHOT_BYTES:
         raise FileOpenRefused(
             f"{shown(path)} is larger than {MAX_HTML_SNAPSHOT_BYTES} bytes, the snapshot limit: "
