@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -232,6 +233,34 @@ def test_html_from_stdin_is_opened_as_a_snapshot_and_a_large_file_is_refused(
         f"sandbridge-open: {big} is larger than 2097152 bytes, the snapshot limit: serve the "
         "page from an app instead and open its URL"
     ) in result.stderr
+
+
+def test_a_file_url_inside_opens_the_app_its_redirect_names_or_a_snapshot_of_the_page(
+    backend: str, tmp_path: Path, xdg: Path
+) -> None:
+    out = tmp_path / "browser.jsonl"
+    # In the sandbox's own /tmp, which the host does not have: read inside or not at all.
+    redirect = f"/tmp/jpserver-{os.getpid()}-open.html"
+    report = f"/tmp/report-{os.getpid()}.html"
+    refresh = '<meta http-equiv="refresh" content="1;url=http://localhost:4173/lab?token=t1">'
+    script = _with_app(
+        4173,
+        f"printf %s {shlex.quote(refresh)} > {redirect}"
+        f" && python3 -m webbrowser -t file://{redirect} >/dev/null"
+        f" && echo '<p>report</p>' > {report} && xdg-open file://{report}",
+    )
+    result = _run(
+        backend, tmp_path, script, "--open", "browser", "--browser", f"{PYTHON} {RECORDER} {out}"
+    )
+    assert result.returncode == 0, result.stderr
+    assert not Path(redirect).exists() and not Path(report).exists()
+    recorded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recorded) == 2 and all(len(argv) == 1 for argv in recorded), recorded
+    app_url, snapshot_url = recorded[0][0], recorded[1][0]
+    assert app_url.endswith(f".localhost:{host_port_of(app_url)}/lab?token=t1"), app_url
+    assert snapshot_url == result.stdout.strip()
+    assert host_port_of(snapshot_url) != host_port_of(app_url)
+    assert "sandbridge: sandbox port 4173 -> " in result.stderr
 
 
 def test_open_setting_of_the_project_config_applies_and_the_flag_overrides_it(
