@@ -3,8 +3,8 @@ names inside the sandbox (sans-I/O).
 
 Tools open a local page through the browser with such a URL (``jupyter lab`` opens
 ``file:///.../jpserver-N-open.html``, a page that redirects to its token URL). The path is
-the sandbox's: only ``sandbridge-open``, inside, reads the file (:mod:`sandbridge.relay.
-open_file`); the host never sees the path, let alone opens it on its own filesystem.
+the sandbox's: only ``sandbridge-open``, inside, reads the file (relay/open_file.py);
+the host never sees the path, let alone opens it on its own filesystem.
 A browser would read a loose spelling its own way, so every one is refused here, naming
 the URL: a host part (``file://server/x.html``), a query or fragment, a malformed or
 slash-making percent-escape (``%2F``, ``%00``), a ``.`` or ``..`` segment (spelt plainly or

@@ -4,10 +4,10 @@ The file is read here, inside, by the helper, with the sandbox's own rights: the
 only ever gets what ``sandbridge-open URL`` or ``--html FILE`` would send, never a path
 (a path names a file of the sandbox; on the host it would name one of the owner's). So a
 symbolic link is followed as ``cat`` would follow it: it leads nowhere the sandbox could
-not read itself. What is refused, naming the URL: a URL :mod:`sandbridge.protocol.
-file_url` refuses, a file that is not a regular file (opened without blocking, so a FIFO
-or a device never holds the helper up), one past the snapshot limit (read no further),
-one that is not UTF-8 (the host serves a snapshot as UTF-8).
+not read itself. What is refused, naming the URL: a URL protocol/file_url.py refuses,
+a file that is not a regular file (opened without blocking, so a FIFO or a device never
+holds the helper up), one past the snapshot limit (read no further), one that is not
+UTF-8 (the host serves a snapshot as UTF-8).
 
 A page that only redirects to an app of the sandbox (``jupyter lab``'s
 ``jpserver-N-open.html``: :mod:`sandbridge.protocol.redirect_page`) gives that app's URL,
