@@ -73,6 +73,9 @@ pip_quiet() {
   "$pip" "$@" --disable-pip-version-check 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
 }
 
+# install_python_packages [CFLAGS]: CFLAGS added to the front door's build (-Werror for
+# the tests and CI, none for the demo: a user's newer compiler's new warning must not
+# cost the demo its accelerator).
 install_python_packages() {
   # requirements.lock pins every package (made by pip-compile from pyproject.toml's
   # ranges; README, "Dependencies"); the project itself goes in without resolving again.
@@ -82,7 +85,7 @@ install_python_packages() {
   fi
   if [ ! -f "$stamp" ]; then
     pip_quiet "$VENV/bin/pip" install -q -r requirements.lock
-    pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
+    CFLAGS="${CFLAGS:-} ${1:-}" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
     rm -f "$VENV"/.installed-*
     touch "$stamp"
   fi
@@ -91,7 +94,8 @@ install_python_packages() {
 # The tests and CI need the front door, built with -Werror: a warning in _front.c fails
 # here, not only on a user's newer compiler. pyproject.toml's build skips the extension
 # when it does not compile (a user's machine without a compiler), so its absence is
-# checked after the build, which is run again with -Werror when it is missing.
+# checked after the build, which is run again with -Werror when it is missing (the demo
+# built it first on a machine without gcc, say).
 require_front_door() {
   local check=(-c "import sandbridge.relay._front")
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
@@ -133,7 +137,7 @@ install_node_packages() {
 
 setup() {
   install_debian_packages "${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
-  install_python_packages
+  install_python_packages -Werror
   require_front_door
   install_node_packages
 }
@@ -182,7 +186,12 @@ case "$command" in
   demo)
     install_debian_packages "${DEMO_PACKAGES[@]}"
     install_python_packages
-    exec "$VENV/bin/sandbridge" demo "$@"
+    # The demo app is in the package: its sandbox's workdir is an empty directory, not
+    # this checkout, which holds .venv and src/ (sandbridge's own code, made read-only
+    # inside with a warning, the demo's first line, when the workdir holds it).
+    work=$(mktemp -d "${TMPDIR:-/tmp}/sandbridge-demo.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+    "$VENV/bin/sandbridge" demo --workdir "$work" "$@"
     ;;
   install) install_for_user ;;
   test)
