@@ -51,6 +51,23 @@ apt() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$APT_LOCK_WAIT" "$@"
 }
 
+# apt-get update takes the package lists' lock, for which apt's lock timeout does not wait
+# (apt 2.6 fails at once): try again while another apt holds it, up to APT_LOCK_WAIT.
+APT_RETRY_SECONDS=5
+apt_update() {
+  local waited=0 said
+  until said=$(apt update -qq 2>&1); do
+    if [[ $said != *"Could not get lock"* ]] || [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
+      printf '%s\n' "$said" >&2
+      return 1
+    fi
+    if [ "$waited" -eq 0 ]; then echo "dev.sh: waiting for another apt to finish" >&2; fi
+    sleep "$APT_RETRY_SECONDS"
+    waited=$((waited + APT_RETRY_SECONDS))
+  done
+  if [ -n "$said" ]; then printf '%s\n' "$said" >&2; fi
+}
+
 # install_debian_packages PACKAGE...: those not installed yet.
 install_debian_packages() {
   local missing=()
@@ -59,7 +76,7 @@ install_debian_packages() {
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "dev.sh: installing Debian packages: ${missing[*]}" >&2
-    apt update -qq
+    apt_update
     apt install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 }
