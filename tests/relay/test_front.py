@@ -1044,3 +1044,15 @@ def test_handoff_kinds_the_relay_reads_are_the_ones_the_c_writes() -> None:
 def test_front_door_is_built_where_the_tests_run() -> None:
     # ./dev.sh builds it with -Werror: a tree whose C does not build fails here too.
     assert front_py.missing() is None
+
+
+def _c_loaded(pid: int) -> bool:
+    """Whether process ``pid`` has the front door's shared object mapped."""
+    return "/_front.cpython" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_no_front_door_never_loads_the_c(front: Session, plain: Session) -> None:
+    # Imported on first use only: a session that turned it off runs as a machine where it
+    # was never built does (tests/test_install.py runs one).
+    assert _c_loaded(front.pid)
+    assert not _c_loaded(plain.pid)
