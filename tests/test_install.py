@@ -62,6 +62,20 @@ def _user_env(home: Path) -> dict[str, str]:
     }
 
 
+def _copy_checkout(dest: Path) -> Path:
+    """The checkout's sources at ``dest``, without what building or testing left in it
+    (virtualenvs, built objects, metadata): what a fresh clone has, and builds here write
+    nothing into the checkout."""
+    shutil.copytree(
+        REPO,
+        dest,
+        ignore=shutil.ignore_patterns(
+            ".venv*", "node_modules", "build", "*.egg-info", "__pycache__", "*.so", ".git"
+        ),
+    )
+    return dest
+
+
 def _venv_with(path: Path, wheel: Path) -> Path:
     """A virtualenv at ``path`` with ``wheel`` installed, its dependencies the dev
     environment's; its ``bin``."""
@@ -89,8 +103,9 @@ def _venv_with(path: Path, wheel: Path) -> Path:
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``python -m build``'s sdist and wheel (the wheel built from the sdist)."""
     out = tmp_path_factory.mktemp("dist")
+    checkout = _copy_checkout(tmp_path_factory.mktemp("build") / "checkout")
     # --no-isolation: the build backend is requirements.lock's (no network here).
-    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)])
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(checkout)])
     return out
 
 
@@ -256,14 +271,7 @@ def test_dev_sh_install_puts_the_commands_on_the_users_path(tmp_path: Path) -> N
     )
     env["PATH"] = f"{Path(sys.base_prefix) / 'bin'}{os.pathsep}{env['PATH']}"
     env["PIP_CACHE_DIR"] = str(tmp_path / "pip-cache")
-    checkout = tmp_path / "checkout"
-    shutil.copytree(
-        REPO,
-        checkout,
-        ignore=shutil.ignore_patterns(
-            ".venv*", "node_modules", "build", "*.egg-info", "__pycache__", "*.so", ".git"
-        ),
-    )
+    checkout = _copy_checkout(tmp_path / "checkout")
     result = _run([str(checkout / "dev.sh"), "install"], env=env)
     assert f"commands linked in {home}/.local/bin" in result.stdout
     assert f"{home}/.local/bin is not on PATH" in result.stdout
