@@ -47,7 +47,7 @@ as_root() {
   fi
 }
 
-apt() {
+apt_get() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$APT_LOCK_WAIT" "$@"
 }
 
@@ -56,7 +56,7 @@ apt() {
 APT_RETRY_SECONDS=5
 apt_update() {
   local waited=0 said
-  until said=$(apt update -qq 2>&1); do
+  until said=$(apt_get update -qq 2>&1); do
     if [[ $said != *"Could not get lock"* ]] || [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
       printf '%s\n' "$said" >&2
       return 1
@@ -77,7 +77,7 @@ install_debian_packages() {
   if [ ${#missing[@]} -gt 0 ]; then
     echo "dev.sh: installing Debian packages: ${missing[*]}" >&2
     apt_update
-    apt install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 }
 
