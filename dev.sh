@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set-up and entry points of sandbridge's development tree.
-#   ./dev.sh demo [--open]   install what is missing, then run the sandboxed demo app
+#   ./dev.sh demo [--open]   install what the demo needs, then run the sandboxed demo app
+#   ./dev.sh install         install sandbridge for this user (sandbridge, ags-webview-url
+#                            and sandbridge-open on PATH; README, "Install")
 #   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test
 #   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
 #   ./dev.sh setup           install only (what the tests need too)
@@ -9,18 +11,25 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# Debian packages: bubblewrap (the default sandbox backend), util-linux (unshare,
-# setpriv: the fallback backend), chromium and firefox-esr (browser tests), nginx-light and socat
+# Debian packages the demo needs: bubblewrap (the default sandbox backend) and util-linux
+# (unshare, setpriv: the fallback backend). Nothing else: the relay's C front door is built
+# where a compiler is and skipped where none is (README, "Install").
+DEMO_PACKAGES=(bubblewrap util-linux)
+# What the tests and the benchmark add: gcc and libc6-dev (the front door, which they
+# build with -Werror), chromium and firefox-esr (browser tests), nginx-light and socat
 # (reference relays in the benchmark), procps (ps, for process checks in tests), wrk and
 # curl (the benchmark's load generators; curl is also the HTTP client inside the sandbox
 # in the network tests), iproute2 (ip: the network tests link their "internet"
 # namespace to the host's with a veth pair), openssh-server (sshd: the real far machine
 # of the SSH transport's tests, started by each test on a free loopback port).
-DEBIAN_PACKAGES=(bubblewrap util-linux gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
+TEST_PACKAGES=(gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
   openssh-server)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
-if ! command -v node >/dev/null; then DEBIAN_PACKAGES+=(nodejs npm); fi
+if ! command -v node >/dev/null; then TEST_PACKAGES+=(nodejs npm); fi
+# Another apt (an unattended upgrade, a second checkout's set-up) holds the lock for a
+# while: wait for it up to this many seconds instead of failing at once.
+APT_LOCK_WAIT=600
 VENV=.venv
 # The real apps of the end-to-end tests (pyproject.toml's `apps` extra, pinned in
 # requirements-apps.lock: Flask, Streamlit, Gradio, JupyterLab) live in a virtualenv of
@@ -38,19 +47,52 @@ as_root() {
   fi
 }
 
+apt_get() {
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$APT_LOCK_WAIT" "$@"
+}
+
+# apt-get update takes the package lists' lock, for which apt's lock timeout does not wait
+# (apt 2.6 fails at once): try again while another apt holds it, up to APT_LOCK_WAIT.
+APT_RETRY_SECONDS=5
+apt_update() {
+  local waited=0 said
+  until said=$(apt_get update -qq 2>&1); do
+    if [[ $said != *"Could not get lock"* ]] || [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
+      printf '%s\n' "$said" >&2
+      return 1
+    fi
+    if [ "$waited" -eq 0 ]; then echo "dev.sh: waiting for another apt to finish" >&2; fi
+    sleep "$APT_RETRY_SECONDS"
+    waited=$((waited + APT_RETRY_SECONDS))
+  done
+  if [ -n "$said" ]; then printf '%s\n' "$said" >&2; fi
+}
+
+# install_debian_packages PACKAGE...: those not installed yet.
 install_debian_packages() {
   local missing=()
-  for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  for pkg in "$@"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "dev.sh: installing Debian packages: ${missing[*]}" >&2
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${missing[@]}" >/dev/null
+    apt_update
+    apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 }
 
+# pip, its own lines filtered: a machine-wide pip configuration whose find-links or index
+# directories lack a package makes pip warn once per package ("Location ... is ignored"),
+# which says nothing about this tree; every other line, and pip's status, pass through.
+pip_quiet() {
+  local pip=$1
+  shift
+  "$pip" "$@" --disable-pip-version-check 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
+}
+
+# install_python_packages [CFLAGS]: CFLAGS added to the front door's build (-Werror for
+# the tests and CI, none for the demo: a user's newer compiler's new warning must not
+# cost the demo its accelerator).
 install_python_packages() {
   # requirements.lock pins every package (made by pip-compile from pyproject.toml's
   # ranges; README, "Dependencies"); the project itself goes in without resolving again.
@@ -59,10 +101,27 @@ install_python_packages() {
     python3 -m venv "$VENV"
   fi
   if [ ! -f "$stamp" ]; then
-    "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.lock
-    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e .
+    pip_quiet "$VENV/bin/pip" install -q -r requirements.lock
+    CFLAGS="${CFLAGS:-} ${1:-}" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
     rm -f "$VENV"/.installed-*
     touch "$stamp"
+  fi
+}
+
+# The tests and CI need the front door, built with -Werror: a warning in _front.c fails
+# here, not only on a user's newer compiler. pyproject.toml's build skips the extension
+# when it does not compile (a user's machine without a compiler), so its absence is
+# checked after the build, which is run again with -Werror when it is missing (the demo
+# built it first on a machine without gcc, say).
+require_front_door() {
+  local check=(-c "import sandbridge.relay._front")
+  if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
+    CFLAGS="${CFLAGS:-} -Werror" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
+  fi
+  if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
+    echo "dev.sh: the front door (src/sandbridge/relay/_front.c) did not build with -Werror;" \
+      "see why: CFLAGS=-Werror $VENV/bin/pip install -v --no-deps -e ." >&2
+    return 1
   fi
 }
 
@@ -72,7 +131,7 @@ install_app_packages() {
     python3 -m venv "$APPS_VENV"
   fi
   if [ ! -f "$stamp" ]; then
-    "$APPS_VENV/bin/pip" install -q --disable-pip-version-check -r requirements-apps.lock
+    pip_quiet "$APPS_VENV/bin/pip" install -q -r requirements-apps.lock
     rm -f "$APPS_VENV"/.installed-*
     touch "$stamp"
   fi
@@ -94,8 +153,9 @@ install_node_packages() {
 }
 
 setup() {
-  install_debian_packages
-  install_python_packages
+  install_debian_packages "${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+  install_python_packages -Werror
+  require_front_door
   install_node_packages
 }
 
@@ -106,11 +166,51 @@ setup_tests() {
   install_app_packages
 }
 
+# Where ./dev.sh install puts sandbridge without pipx: a virtualenv of its own in the
+# user's data directory, its three commands linked into ~/.local/bin.
+USER_VENV="${XDG_DATA_HOME:-$HOME/.local/share}/sandbridge/venv"
+USER_BIN="$HOME/.local/bin"
+COMMANDS=(sandbridge ags-webview-url sandbridge-open)
+
+# Install this checkout for the user, outside any project: with pipx when there is one
+# (it puts the commands in ~/.local/bin itself), else in USER_VENV. Dependencies come from
+# the user's own pip configuration; a machine without a C compiler gets the Python relay.
+install_for_user() {
+  if command -v pipx >/dev/null; then
+    pipx install --force .
+  else
+    if [ ! -x "$USER_VENV/bin/python" ]; then
+      python3 -m venv "$USER_VENV"
+    fi
+    pip_quiet "$USER_VENV/bin/pip" install -q --upgrade .
+    mkdir -p "$USER_BIN"
+    for name in "${COMMANDS[@]}"; do
+      ln -sfn "$USER_VENV/bin/$name" "$USER_BIN/$name"
+    done
+    echo "dev.sh: installed sandbridge in $USER_VENV; commands linked in $USER_BIN"
+  fi
+  case ":$PATH:" in
+    *":$USER_BIN:"*) ;;
+    *) echo "dev.sh: $USER_BIN is not on PATH: add it (export PATH=\"$USER_BIN:\$PATH\")" ;;
+  esac
+  echo "dev.sh: next, see what works on this machine: sandbridge doctor"
+}
+
 command=${1:-demo}
 shift || true
 case "$command" in
   setup) setup_tests ;;
-  demo) setup; exec "$VENV/bin/sandbridge" demo "$@" ;;
+  demo)
+    install_debian_packages "${DEMO_PACKAGES[@]}"
+    install_python_packages
+    # The demo app is in the package: its sandbox's workdir is an empty directory, not
+    # this checkout, which holds .venv and src/ (sandbridge's own code, made read-only
+    # inside with a warning, the demo's first line, when the workdir holds it).
+    work=$(mktemp -d "${TMPDIR:-/tmp}/sandbridge-demo.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+    "$VENV/bin/sandbridge" demo --workdir "$work" "$@"
+    ;;
+  install) install_for_user ;;
   test)
     setup_tests
     "$VENV/bin/ruff" check src tests benchmarks
@@ -121,11 +221,16 @@ case "$command" in
   bench) setup; exec "$VENV/bin/python" -m benchmarks.relay_bench "$@" ;;
   lock)
     setup
-    "$VENV/bin/pip" install -q --disable-pip-version-check pip-tools
-    "$VENV/bin/pip-compile" -q --extra dev --extra bench --strip-extras --no-emit-index-url \
-      --no-emit-find-links -o requirements.lock pyproject.toml "$@"
+    pip_quiet "$VENV/bin/pip" install -q pip-tools
+    # --allow-unsafe: setuptools is pinned too, for the packaging tests build without
+    # network (--no-isolation) with the one this file names.
+    "$VENV/bin/pip-compile" -q --allow-unsafe --extra dev --extra bench --strip-extras \
+      --no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml "$@"
     exec "$VENV/bin/pip-compile" -q --extra apps --strip-extras --no-emit-index-url \
       --no-emit-find-links -o requirements-apps.lock pyproject.toml "$@"
     ;;
-  *) echo "usage: ./dev.sh [setup|demo [--open]|test [pytest args]|bench [--smoke]]" >&2; exit 2 ;;
+  *)
+    echo "usage: ./dev.sh [setup|demo [--open]|install|test [pytest args]|bench [--smoke]|lock]" >&2
+    exit 2
+    ;;
 esac

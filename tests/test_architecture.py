@@ -15,6 +15,9 @@ FLOORS = {
     "cli": 9,
     # the daemon hosts the dashboard: it imports ui/, never the reverse
     "daemon": 8,
+    # `sandbridge doctor`'s checks: they ask every part below; the daemon's unit check
+    # asks places/ (systemd_user.py), as `daemon install` does
+    "doctor": 8,
     # the dashboard: reads the sessions (their control sockets, or what its host gives it)
     "ui": 7,
     "session": 6,

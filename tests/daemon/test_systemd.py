@@ -33,9 +33,10 @@ def unit(path: Path) -> configparser.ConfigParser:
 
 @pytest.fixture
 def installed(tmp_path: Path) -> tuple[Path, str]:
+    # The test machines have no systemd user session (the test below runs that path).
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
     result = subprocess.run(
-        [*SANDBRIDGE, "daemon", "install"],
+        [*SANDBRIDGE, "daemon", "install", "--no-session-check"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -52,6 +53,36 @@ def test_install_writes_both_units_and_says_how_to_enable_them(
     names = sorted(p.name for p in directory.iterdir())
     assert names == ["sandbridge.service", "sandbridge.socket"]
     assert "systemctl --user enable --now sandbridge.socket" in output
+
+
+def test_install_without_a_systemd_user_session_says_what_to_run_instead(
+    tmp_path: Path,
+) -> None:
+    # No user manager answers for this environment: no runtime dir, no session bus (the
+    # test machines have none at all; a laptop's would be another XDG_RUNTIME_DIR).
+    empty = tmp_path / "xdg"
+    empty.mkdir(mode=0o700)
+    config = tmp_path / "config"
+    env = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(config),
+        "XDG_RUNTIME_DIR": str(empty),
+        "DBUS_SESSION_BUS_ADDRESS": f"unix:path={empty / 'bus'}",
+    }
+    result = subprocess.run(
+        [*SANDBRIDGE, "daemon", "install"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("sandbridge: no systemd user session (systemctl --user")
+    assert "`sandbridge daemon &`" in line and "~/.profile" in line
+    assert not config.exists(), "units written where no systemd runs them"
 
 
 def test_socket_unit_listens_on_the_daemon_socket_privately(installed: tuple[Path, str]) -> None:

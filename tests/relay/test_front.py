@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.relay import _front
+from sandbridge.relay import front as front_py
 from sandbridge.relay._front import FRESH
 from sandbridge.relay.front import Handoff, front_door, held_for, listening_socket, push_room
 from sandbridge.relay.settings import RelaySettings, SessionScope
@@ -1031,3 +1033,26 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
             listener.close()
 
     asyncio.run(scenario())
+
+
+def test_handoff_kinds_the_relay_reads_are_the_ones_the_c_writes() -> None:
+    # front.py keeps them so that the relay reads handoffs without importing the C.
+    kinds = (front_py.FRESH, front_py.SENT, front_py.RETRY)
+    assert kinds == (_front.FRESH, _front.SENT, _front.RETRY)
+
+
+def test_front_door_is_built_where_the_tests_run() -> None:
+    # ./dev.sh builds it with -Werror: a tree whose C does not build fails here too.
+    assert front_py.missing() is None
+
+
+def _c_loaded(pid: int) -> bool:
+    """Whether process ``pid`` has the front door's shared object mapped."""
+    return "/_front.cpython" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_no_front_door_never_loads_the_c(front: Session, plain: Session) -> None:
+    # Imported on first use only: a session that turned it off runs as a machine where it
+    # was never built does (tests/test_install.py runs one).
+    assert _c_loaded(front.pid)
+    assert not _c_loaded(plain.pid)

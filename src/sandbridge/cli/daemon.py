@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from sandbridge.aio import event_loop
 from sandbridge.daemon import systemd
 from sandbridge.daemon.server import run_daemon
+from sandbridge.places.systemd_user import WITHOUT_SYSTEMD, user_manager_missing
 
 
 def add_command(commands: Any) -> None:
@@ -24,6 +26,12 @@ def add_command(commands: Any) -> None:
     actions = daemon.add_subparsers(dest="daemon_action")
     install = actions.add_parser(
         "install", help="write the systemd --user units and say how to enable them"
+    )
+    install.add_argument(
+        "--no-session-check",
+        action="store_true",
+        help="write the units even without a systemd user session now (one that starts "
+        "later: another login, `loginctl enable-linger`)",
     )
     install.set_defaults(func=cmd_install)
 
@@ -43,6 +51,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
+    # Units no systemd runs would only look installed: say what to run instead.
+    why = None if args.no_session_check else user_manager_missing(os.environ)
+    if why is not None:
+        print(f"sandbridge: no systemd user session ({why}); {WITHOUT_SYSTEMD}", file=sys.stderr)
+        return 1
     for path in systemd.install(systemd.unit_dir()):
         print(f"wrote {path}")
     print("enable the daemon (started by the first `sandbridge run`) with:")

@@ -521,12 +521,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from sandbridge.cli import remote as remote_cli
     from sandbridge.cli import ui as ui_cli
     from sandbridge.cli.daemon import add_command as add_daemon_command
+    from sandbridge.cli.doctor import add_command as add_doctor_command
     from sandbridge.cli.terminal import add_commands
 
     policy_cli.add_commands(commands)
     add_commands(commands)
     egress_cli.add_commands(commands)
     add_daemon_command(commands)
+    add_doctor_command(commands)
     ui_cli.add_commands(commands)
     remote_cli.add_commands(commands)
     return parser

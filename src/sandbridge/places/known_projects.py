@@ -91,6 +91,12 @@ def policy_dirs() -> list[Path]:
     return found
 
 
+def known() -> list[Path]:
+    """The remembered project roots, oldest first (``OSError``: the list is there but is
+    not a regular file of this user, or cannot be read)."""
+    return _read(state_dir() / FILE)
+
+
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """Held while the list is read and rewritten: sessions start side by side."""

@@ -20,12 +20,19 @@ had read it itself (:meth:`~sandbridge.relay.arrivals.Arrivals.adopt`): the brow
 bytes not yet sent, or a request sent whose response is unread. Only app connections
 the host alone holds (``Channel.host_only``: made by the socket minter or in the host's
 own namespace) go into the C pool, so no descriptor the sandbox shares reaches it.
+
+The C is an accelerator that a machine without a compiler or Python's headers does not
+build (pyproject.toml: an optional extension). It is imported on first use, never at this
+module's import, and never with ``--no-front-door`` (:func:`serves` asks that first):
+where it is missing every app is served by the Python relay and :func:`missing` says so
+once, at ``-v`` (``front.off``), as ``sandbridge doctor`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import socket
@@ -35,14 +42,20 @@ from sandbridge import log
 from sandbridge.protocol.http.forwarding import Framing, RequestFields
 from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
-from sandbridge.relay import _front
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over, its response timeout counted from then (a slow page, a long poll, SSE).
 GRACE_SECONDS = 0.25
-FRESH, SENT, RETRY = _front.FRESH, _front.SENT, _front.RETRY
+# A handoff's kind: the C's KIND_* (_front.c), here so that the relay can read handoffs
+# without importing the C (tests/relay/test_front.py checks the two agree).
+FRESH, SENT, RETRY = 0, 1, 2
+# What `sandbridge doctor` and the `front.off` event say to do where the C is missing.
+BUILD_FIX = (
+    "install a C compiler and Python's headers (Debian: apt-get install gcc python3-dev), "
+    "then install sandbridge again"
+)
 # A field in the one form the C compares: a token name, a value without leading or
 # trailing whitespace and without control characters (llhttp reads it back the same).
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -63,9 +76,23 @@ class Adopter(Protocol):
 Handoff = tuple[int, int, int, int, str, int, bytes, bytes, bool, bool, int]
 
 
-def request_block(headers: Headers) -> bytes | None:
+@functools.cache
+def missing() -> str | None:
+    """Why the C front door is not on this machine (the import's error), or ``None``
+    where it was built: imported on the first ask, which, where it is missing, says so
+    once (at ``-v``)."""
+    try:
+        from sandbridge.relay import _front  # noqa: F401  (the import is the check)
+    except ImportError as exc:
+        log.debug("front.off", reason=str(exc), relay="python", fix=BUILD_FIX)
+        return str(exc)
+    return None
+
+
+def request_block(headers: Headers, read_max: int) -> bytes | None:
     """The header block the C compares a browser's block with, for ``headers`` as
-    llhttp read them; ``None`` if any field is not in the one form it compares."""
+    llhttp read them; ``None`` if any field is not in the one form it compares or it is
+    not shorter than ``read_max`` (the C's read)."""
     parts = []
     for name, value in headers:
         if _NAME.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
@@ -73,15 +100,18 @@ def request_block(headers: Headers) -> bytes | None:
         parts.append(name + b": " + value + b"\r\n")
     parts.append(b"\r\n")
     block = b"".join(parts)
-    return block if len(block) < _front.READ_MAX else None  # (a longer one is never the front's)
+    return block if len(block) < read_max else None  # (a longer one is never the front's)
 
 
 class FrontDoor:
     """The C front of one event loop's app listeners (made by :func:`front_door`)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        from sandbridge.relay import _front  # (missing() said it is here)
+
         self._loop = loop
         self._native = _front.Front(owner=os.geteuid())
+        self._read_max = _front.READ_MAX
         self._adopters: dict[int, Adopter] = {}
         loop.add_reader(self._native.fileno(), self._drain)
 
@@ -188,7 +218,7 @@ class FrontDoor:
             address = socket.inet_aton(client_host)
         except OSError:
             return
-        block = request_block(head.headers)
+        block = request_block(head.headers, self._read_max)
         if block is not None:
             self._native.remember(lid, address, head.method, block, fields.block)
 
@@ -249,8 +279,14 @@ def push_room(door: FrontDoor | None, lid: int, scope: SessionScope, connections
 def serves(settings: RelaySettings, connector: UpstreamConnector) -> bool:
     """Whether the front door serves an app: a public app (a private app's token and
     cookie are the Python relay's) of a session whose app connections the host alone
-    holds (the socket minter: no descriptor the sandbox shares reaches the front)."""
-    return settings.front_door and not settings.private and connector.owned is not None
+    holds (the socket minter: no descriptor the sandbox shares reaches the front), where
+    the C was built (asked last: ``--no-front-door`` never imports it)."""
+    return (
+        settings.front_door
+        and not settings.private
+        and connector.owned is not None
+        and missing() is None
+    )
 
 
 def listening_socket(port: int) -> socket.socket:
