@@ -82,9 +82,14 @@ def refresh_url(page: str) -> str | None:
     return match["url"] if match else None
 
 
-def local_redirect(page: str) -> str | None:
-    """The ``http://`` URL of the sandbox's own loopback that ``page`` only redirects to,
-    or ``None`` when the page is to be shown as it is. A target the host would refuse
+def redirect_target(page: str) -> str | None:
+    """The URL that ``page`` only redirects to, to be opened instead of showing the page,
+    or ``None`` when the page is to be shown as it is.
+
+    An ``http://`` URL of the sandbox's own loopback is opened as its app; an external
+    ``http(s)://`` URL is asked for as any external URL is (printed for the owner by
+    default, ``--open-external``), so a redirect page cannot carry the owner's browser
+    elsewhere where a direct request would not. A target the host would refuse
     (``http://127.1:8888/``, which a browser reads as the owner's loopback) is refused."""
     url = refresh_url(page)
     # A relative, file: or javascript: target is the page's own business, shown with it.
@@ -94,4 +99,6 @@ def local_redirect(page: str) -> str | None:
         target = classify_url(url)
     except RegistrationError as exc:
         raise FileOpenRefused(f"the page redirects to a URL that is refused: {exc}") from None
-    return url if isinstance(target, LocalTarget) and target.scheme == "http" else None
+    if isinstance(target, LocalTarget):
+        return url if target.scheme == "http" else None
+    return url if url.partition("://")[0].lower() in ("http", "https") else None

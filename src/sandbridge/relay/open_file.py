@@ -23,7 +23,7 @@ from sandbridge.exceptions import FileOpenRefused
 from sandbridge.protocol.file_url import file_url_path
 from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES
 from sandbridge.protocol.open_request import shown
-from sandbridge.protocol.redirect_page import local_redirect
+from sandbridge.protocol.redirect_page import redirect_target
 
 
 def _kind(mode: int) -> str:
@@ -79,9 +79,10 @@ def _text(page: bytes, path: str) -> str:
 
 
 def file_open(url: str) -> str | bytes:
-    """What ``sandbridge-open`` sends for the ``file:`` URL ``url``: the sandbox-local URL
-    its page only redirects to (a ``str``), else the page's bytes for a snapshot."""
+    """What ``sandbridge-open`` sends for the ``file:`` URL ``url``: the URL its page only
+    redirects to (a ``str``: an app of the sandbox, or an external URL asked for as such),
+    else the page's bytes for a snapshot."""
     path = file_url_path(url)
     page = read_page(path, url)
-    target = local_redirect(_text(page, path))
+    target = redirect_target(_text(page, path))
     return page if target is None else target
