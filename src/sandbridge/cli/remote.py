@@ -15,12 +15,13 @@ from sandbridge.cli.ssh_options import add_ssh_options, ssh_transport
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.remotes import RemoteEntry
 from sandbridge.remote.connect import GONE_AFTER_SECONDS, Machine
-from sandbridge.remote.far import serve_stdio
+from sandbridge.remote.far import check_stdio, serve_stdio
 from sandbridge.remote.transport import OpenLink
 from sandbridge.remote.via import via_transport
 
 
 def cmd_serve_stdio(args: argparse.Namespace) -> int:
+    check_stdio()
     keep_freed_heap()
     return int(event_loop.run(serve_stdio()))
 
