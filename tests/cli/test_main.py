@@ -153,3 +153,13 @@ def test_a_closed_standard_error_is_a_reader_gone_too(tmp_path: Path) -> None:
         _own_places(tmp_path), "policy", "survey", missing, stream="stderr"
     )
     assert (result.returncode, result.stdout) == (READER_GONE, "")
+
+
+def test_the_terminal_gets_the_human_line_and_the_event_only_with_verbose(
+    tmp_path: Path, xdg: Path
+) -> None:
+    for options, event in (((), False), (("-v",), True)):
+        result = _registered_url(tmp_path, "net = none\n", *options)
+        assert result.returncode == 0, result.stderr
+        assert "sandbridge: sandbox port 4173 -> http://" in result.stderr
+        assert ("sandbridge: app.registered sandbox_port=4173 " in result.stderr) is event

@@ -55,7 +55,8 @@ class TerminalSession:
                 "sh",
                 "-c",
                 command,
-                options=("--backend", backend, "--name", "web", "--env", "SANDBOX_ONLY=1"),
+                # -v: the session's events (terminal.ended) on its stderr
+                options=("--backend", backend, "--name", "web", "--env", "SANDBOX_ONLY=1", "-v"),
             ),
             env=self.env,
         )

@@ -135,7 +135,12 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
         ),
     ):
         limits.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the session's events as key=value lines, debug events included",
+    )
 
 
 def url_form_of(args: argparse.Namespace, policy: Policy | None) -> UrlForm:

@@ -549,7 +549,7 @@ def run_parsed(args: argparse.Namespace, session_runner: SessionRunner | None = 
     ``session_runner`` if given (the daemon's run builder)."""
     args.session_runner = session_runner
     _raise_descriptor_limit()
-    log.setup(verbose=getattr(args, "verbose", False))
+    log.setup(verbose=getattr(args, "verbose", False), is_log=getattr(args, "stderr_is_log", False))
     try:
         return int(args.func(args))
     except SandbridgeError as exc:
