@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import json
 import os
@@ -222,17 +223,42 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return _attach(args.id, args.key)
 
 
+# The audit fields that are times (seconds since the epoch): ISO-8601 in the listing.
+AUDIT_TIMES = frozenset({"time", "expires"})
+
+
+def audit_time(seconds: object) -> str:
+    """A time of the audit as ISO-8601, local, to the second, with its UTC offset
+    (``2026-12-06T09:14:03+01:00``); ``-`` for anything that is not one."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds).astimezone()
+    except (OverflowError, OSError, ValueError):
+        return "-"
+    return moment.isoformat(timespec="seconds")
+
+
+def audit_line(record: dict[str, Any]) -> str:
+    """One audit record as the listing shows it: its time, its event, then its fields by
+    name, times as :func:`audit_time` shows them. A requester wrote some of them (a
+    reason): control characters are shown as ``?``."""
+    fields = {k: v for k, v in record.items() if k not in ("time", "event", "seq")}
+    shown = " ".join(
+        f"{k}={audit_time(v) if k in AUDIT_TIMES else _shown(v)}"
+        for k, v in sorted(fields.items())
+        if v is not None
+    )
+    return f"{audit_time(record.get('time'))}  {_shown(record.get('event', '?'))}  {shown}"
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     records = AuditLog().records()
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
     for record in records:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.pop("time", 0))))
-        event = record.pop("event", "?")
-        record.pop("seq", None)
-        fields = " ".join(f"{k}={v}" for k, v in sorted(record.items()) if v is not None)
-        print(f"{when}  {event}  {fields}")
+        print(audit_line(record))
     return 0
 
 
