@@ -98,7 +98,7 @@ class TerminalSession:
 
     def approved(self, ttl: str = "60", key: Path | None = None) -> str:
         request_id = self.request(key)
-        self.cli("terminal", "approve", request_id, "--ttl", ttl)
+        self.cli("terminal", "approve", request_id, "--duration", ttl)
         return request_id
 
     def attach(self, request_id: str, key: Path | None = None) -> pexpect.spawn:

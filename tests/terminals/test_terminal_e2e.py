@@ -358,7 +358,7 @@ def test_request_waits_for_approval_then_attaches(session: TerminalSession) -> N
 def test_shell_asks_the_owner_on_the_terminal(
     session: TerminalSession, answer: str, status: int
 ) -> None:
-    script = f"{' '.join(SANDBRIDGE)} shell web --ttl 5m; echo EXIT:$?"
+    script = f"{' '.join(SANDBRIDGE)} shell web --duration 5m; echo EXIT:$?"
     child = pexpect.spawn("sh", ["-c", script], env=session.env, timeout=30, encoding="utf-8")
     child.expect(r"requester [0-9a-f]{64}")
     child.expect(r"Approve\? \[y/N\] ")

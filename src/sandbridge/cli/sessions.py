@@ -21,6 +21,7 @@ from sandbridge.aio.tasks import first_done, running
 from sandbridge.cli import app_lines
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
+from sandbridge.cli.command_parser import CommandParser
 from sandbridge.cli.relay_options import (
     add_open_options,
     add_relay_options,
@@ -456,7 +457,7 @@ OWN_COMMANDS = frozenset({"run", "demo", "host", "ls"})
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``command`` (the word after ``sandbridge``) one of
     :data:`OWN_COMMANDS`, without the other command groups."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="sandbridge", description="Narrow, audited bridges across a Linux sandbox boundary."
     )
     parser.add_argument("--version", action="version", version=f"sandbridge {__version__}")

@@ -1,0 +1,81 @@
+"""The command line's parser (``sessions.build_parser``): every command and argument the
+owner can reach through ``--help`` says what it is."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+
+from sandbridge.cli.sessions import build_parser
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every parser of the tree, by the words that reach it (``("terminal", "approve")``)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_command_has_a_description_and_every_positional_a_help() -> None:
+    missing = []
+    for path, parser in _commands(build_parser()):
+        if parser.description is None:
+            missing.append(f"sandbridge {' '.join(path)}: no description")
+        for action in parser._actions:
+            if (
+                not action.option_strings
+                and not isinstance(action, argparse._SubParsersAction)
+                and not action.help
+            ):
+                missing.append(f"sandbridge {' '.join(path)} {action.dest}: no help")
+    assert missing == []
+
+
+def _group_of(words: list[str], flag: str) -> str | None:
+    parser = build_parser()
+    for path, sub in _commands(parser):
+        if list(path) == words:
+            for group in sub._action_groups:
+                if any(flag in action.option_strings for action in group._group_actions):
+                    return group.title
+    raise AssertionError(f"no {flag} in sandbridge {' '.join(words)}")
+
+
+def test_private_is_a_way_apps_are_served_not_a_relay_limit() -> None:
+    for command in ("run", "host", "demo"):
+        assert _group_of([command], "--private") == "how apps are served"
+        assert _group_of([command], "--max-connections") == "relay limits"
+
+
+def test_one_name_for_how_long_a_terminal_approval_lasts() -> None:
+    for words in (
+        ["terminal", "request", "web"],
+        ["terminal", "approve", "web:1a"],
+        ["shell", "web"],
+    ):
+        args = build_parser().parse_args([*words, "--duration", "5m"])
+        assert args.duration == "5m"
+
+
+def test_ttl_is_a_hidden_deprecated_alias_of_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    for words in (["terminal", "approve", "web:1a"], ["shell", "web"]):
+        args = build_parser().parse_args([*words, "--ttl", "5m"])
+        assert args.duration == "5m"
+        assert capsys.readouterr().err == (
+            "sandbridge: --ttl is deprecated: use --duration (same value)\n"
+        )
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*words, "--help"])
+        shown = capsys.readouterr().out
+        assert "--duration" in shown and "--ttl" not in shown
+
+
+def test_without_duration_approve_signs_for_the_duration_asked() -> None:
+    assert build_parser().parse_args(["terminal", "approve", "web:1a"]).duration is None
+    assert build_parser().parse_args(["shell", "web"]).duration == "10m"
