@@ -4,11 +4,15 @@ owner can reach through ``--help`` says what it is."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sandbridge.cli.sessions import build_parser
+from tests.conftest import SANDBRIDGE
 
 
 def _commands(
@@ -79,3 +83,29 @@ def test_ttl_is_a_hidden_deprecated_alias_of_duration(capsys: pytest.CaptureFixt
 def test_without_duration_approve_signs_for_the_duration_asked() -> None:
     assert build_parser().parse_args(["terminal", "approve", "web:1a"]).duration is None
     assert build_parser().parse_args(["shell", "web"]).duration == "10m"
+
+
+def test_host_on_a_system_directory_says_to_choose_another_runtime_dir(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    result = subprocess.run(
+        [*SANDBRIDGE, "host", "--runtime-dir", "/etc", "--no-daemon"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "chmod 700" not in result.stderr
+    if os.stat("/etc").st_uid == os.getuid():  # root: its mode is what is refused
+        assert result.stderr == (
+            "sandbridge: runtime dir /etc has mode 755 and is a system directory, which others "
+            "must keep using (never chmod it); give --runtime-dir a new directory of your own\n"
+        )
