@@ -35,6 +35,7 @@ class TerminalSession:
         backend: str = "bwrap",
         knobs: dict[str, str] | None = None,
         command: str = "exec sleep 600",
+        options: tuple[str, ...] = (),
     ) -> None:
         self.tmp_path = tmp_path
         self.work = tmp_path / "work"
@@ -55,8 +56,15 @@ class TerminalSession:
                 "sh",
                 "-c",
                 command,
-                # -v: the session's events (terminal.ended) on its stderr
-                options=("--backend", backend, "--name", "web", "--env", "SANDBOX_ONLY=1", "-v"),
+                options=(
+                    "--backend",
+                    backend,
+                    "--name",
+                    "web",
+                    "--env",
+                    "SANDBOX_ONLY=1",
+                    *options,
+                ),
             ),
             env=self.env,
         )

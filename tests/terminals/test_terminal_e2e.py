@@ -32,7 +32,8 @@ from tests.terminals.harness import (
 
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[TerminalSession]:
-    running = TerminalSession(tmp_path)
+    # -v: the session's events (terminal.ended) on its stderr
+    running = TerminalSession(tmp_path, options=("-v",))
     yield running
     running.stop()
 

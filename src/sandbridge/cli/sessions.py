@@ -38,6 +38,7 @@ from sandbridge.protocol.contract import (
     EGRESS_SOCKET,
     MOUNT_POINT,
 )
+from sandbridge.protocol.daemon_wire import owner_stopped
 from sandbridge.relay.app import App
 from sandbridge.relay.settings import ForwardingMode
 from sandbridge.sandbox import protected_paths
@@ -397,7 +398,10 @@ def cmd_host(args: argparse.Namespace) -> int:
             # does; the container is its runtime's to end.
             async with running(stop.wait()) as (stop_waiter,):
                 await first_done(stopped, stop_waiter)  # type: ignore[arg-type]
-            return stopped.result() if stopped.done() else 128 + signal.SIGTERM
+            if stopped.done():
+                return stopped.result()
+            _warn(owner_stopped(entry.id))
+            return 128 + signal.SIGTERM
 
     return event_loop.run(serve())
 
