@@ -89,8 +89,19 @@ def add_commands(commands: Any) -> None:
         f"(default {GONE_AFTER_SECONDS:g})",
     )
     add_ssh_options(connect)
+    _verbose_option(connect)
     connect.set_defaults(func=cmd_connect)
     serve = commands.add_parser(
         "serve-stdio", help="the far machine's end of sandbridge connect, on stdin and stdout"
     )
+    _verbose_option(serve)
     serve.set_defaults(func=cmd_serve_stdio)
+
+
+def _verbose_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the link's events as key=value lines, debug events included",
+    )
