@@ -1,5 +1,7 @@
-"""``sandbridge run``'s own options against the project's ``.sandbridge/config``: real
-sessions (the backend the machine picks), the URL read from the sandbox's registration."""
+"""The ``sandbridge`` command's entry point (``main.py``) as a real process: ``run``'s own
+options against the project's ``.sandbridge/config`` (real sessions, the backend the
+machine picks, the URL read from the sandbox's registration), its standard descriptors,
+what reaches the owner's terminal, and a reader of its output that went away."""
 
 from __future__ import annotations
 
