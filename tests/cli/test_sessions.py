@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from sandbridge.cli.sessions import build_parser
-from tests.conftest import SANDBRIDGE
+from sandbridge.terminals.control import call
+from tests.conftest import SANDBRIDGE, Process
 
 
 def _commands(
@@ -109,3 +111,28 @@ def test_host_on_a_system_directory_says_to_choose_another_runtime_dir(tmp_path:
             "sandbridge: runtime dir /etc has mode 755 and is a system directory, which others "
             "must keep using (never chmod it); give --runtime-dir a new directory of your own\n"
         )
+
+
+def test_host_stopped_by_its_owner_says_so_on_its_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, container = tmp_path / "run", tmp_path / "container"
+    runtime.mkdir(mode=0o700)
+    for name, value in (
+        ("HOME", tmp_path),
+        ("XDG_RUNTIME_DIR", runtime),
+        ("XDG_STATE_HOME", tmp_path / "state"),
+        ("XDG_CONFIG_HOME", tmp_path / "config"),
+    ):
+        monkeypatch.setenv(name, str(value))
+    host = Process(
+        [*SANDBRIDGE, "host", "--runtime-dir", str(container), "--name", "web", "--no-daemon"]
+    )
+    try:
+        host.wait_line("sandbridge: serving registrations", "stderr")
+        assert call("web", {"op": "stop"}) == {"ok": True, "stopping": True}
+        assert host.popen.wait(30) == 128 + signal.SIGTERM
+        host.wait_line("sandbridge: session web was stopped by its owner", "stderr")
+    finally:
+        if host.popen.poll() is None:
+            host.stop()
