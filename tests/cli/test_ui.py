@@ -55,6 +55,8 @@ def test_without_a_desktop_the_url_is_printed(tmp_path: Path) -> None:
     try:
         url = ui.wait_line("http://")
         ui.wait_line("sandbridge: dashboard: open the URL above", "stderr")
+        # the human line only: its key=value event (ui.listening port=...) is -v's
+        assert [line for line in ui.lines["stderr"] if "ui.listening" in line] == []
         assert _status(url) == 303
     finally:
         assert ui.stop() == 0
