@@ -1,12 +1,18 @@
-"""``sandbridge run``'s own options against the project's ``.sandbridge/config``: real
-sessions (the backend the machine picks), the URL read from the sandbox's registration."""
+"""The ``sandbridge`` command's entry point (``main.py``) as a real process: ``run``'s own
+options against the project's ``.sandbridge/config`` (real sessions, the backend the
+machine picks, the URL read from the sandbox's registration), its standard descriptors,
+what reaches the owner's terminal, and a reader of its output that went away."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
-from tests.conftest import run_argv
+import pytest
+
+from sandbridge.cli.main import READER_GONE
+from tests.conftest import PYTHON, SANDBRIDGE, run_argv
 
 
 def _registered_url(workdir: Path, config: str, *options: str) -> subprocess.CompletedProcess[str]:
@@ -85,3 +91,77 @@ def test_a_closed_standard_descriptor_is_dev_null_for_the_command(
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert (result.returncode, result.stdout) == (0, "/dev/null\n"), result.stderr
+
+
+def _own_places(tmp_path: Path) -> dict[str, str]:
+    """An environment whose HOME and XDG dirs are the test's own."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    return {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+
+
+def _into_a_closed_pipe(
+    env: dict[str, str], *words: str, stream: str = "stdout"
+) -> subprocess.CompletedProcess[str]:
+    """``sandbridge WORDS`` with ``stream`` a pipe whose reader has already gone (as after
+    ``| head -c1``); the other stream captured."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    out, err = (writer, subprocess.PIPE) if stream == "stdout" else (subprocess.PIPE, writer)
+    try:
+        return subprocess.run(
+            [*SANDBRIDGE, *words],
+            stdout=out,
+            stderr=err,
+            env=env,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+
+
+@pytest.mark.parametrize(
+    "words",
+    [("ls", "--json"), ("ls",), ("policy", "survey"), ("terminal", "audit")],
+    ids=" ".join,
+)
+def test_a_reader_that_went_away_ends_the_command_quietly_with_141(
+    tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    env = _own_places(tmp_path)
+    (tmp_path / "package.json").write_text('{"name": "x"}')
+    # One audit record, for `terminal audit` to print it.
+    record = (
+        "from sandbridge.terminals.journal import AuditLog; AuditLog().record('end', session='web')"
+    )
+    subprocess.run([PYTHON, "-c", record], env=env, check=True, timeout=60)
+    words = (*words, str(tmp_path)) if words[0] == "policy" else words
+    result = _into_a_closed_pipe(env, *words)
+    assert (result.returncode, result.stderr) == (READER_GONE, "")
+
+
+def test_a_closed_standard_error_is_a_reader_gone_too(tmp_path: Path) -> None:
+    # (`sandbridge ... 2>&1 | head -1`): the refusal is written to standard error
+    missing = str(tmp_path / "missing")
+    result = _into_a_closed_pipe(
+        _own_places(tmp_path), "policy", "survey", missing, stream="stderr"
+    )
+    assert (result.returncode, result.stdout) == (READER_GONE, "")
+
+
+def test_the_terminal_gets_the_human_line_and_the_event_only_with_verbose(
+    tmp_path: Path, xdg: Path
+) -> None:
+    for options, event in (((), False), (("-v",), True)):
+        result = _registered_url(tmp_path, "net = none\n", *options)
+        assert result.returncode == 0, result.stderr
+        assert "sandbridge: sandbox port 4173 -> http://" in result.stderr
+        assert ("sandbridge: app.registered sandbox_port=4173 " in result.stderr) is event

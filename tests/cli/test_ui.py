@@ -6,6 +6,7 @@ import http.client
 import re
 import resource
 import select
+import subprocess
 import time
 import urllib.parse
 from pathlib import Path
@@ -54,6 +55,8 @@ def test_without_a_desktop_the_url_is_printed(tmp_path: Path) -> None:
     try:
         url = ui.wait_line("http://")
         ui.wait_line("sandbridge: dashboard: open the URL above", "stderr")
+        # the human line only: its key=value event (ui.listening port=...) is -v's
+        assert [line for line in ui.lines["stderr"] if "ui.listening" in line] == []
         assert _status(url) == 303
     finally:
         assert ui.stop() == 0
@@ -113,3 +116,23 @@ def test_the_page_served_here_dumps_no_core_into_its_working_directory(tmp_path:
         assert ui.stop() == 0
     [line] = [line for line in limits.splitlines() if line.startswith("Max core file size")]
     assert line.split()[4] == "0", line
+
+
+def test_a_browser_command_that_does_not_exist_is_refused_naming_it(tmp_path: Path) -> None:
+    for browser, why in (
+        (str(tmp_path / "nonexistent"), "no such executable"),
+        ("no-such-browser --new-window", "not found on PATH"),
+    ):
+        result = subprocess.run(
+            [*SANDBRIDGE, "ui", "--browser", browser],
+            env=_env(tmp_path, DISPLAY=":99"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (result.returncode, result.stdout) == (2, "")
+        assert result.stderr == (
+            f"sandbridge: --browser {browser!r}: {why}; give a browser command that is "
+            "installed (e.g. firefox), or --print-url\n"
+        )

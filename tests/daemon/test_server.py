@@ -355,7 +355,7 @@ def test_restarted_daemon_brings_back_apps_at_their_urls_and_pending_requests(
         assert request(port)[0] == 200, "the app answers at its old URL"
         listed = json.loads(session.cli("terminal", "list", "--json").stdout)
         assert [(r["id"], r["state"]) for r in listed] == [(request_id, "pending")]
-        session.cli("terminal", "approve", request_id, "--ttl", "60")
+        session.cli("terminal", "approve", request_id, "--duration", "60")
         child = session.attach(request_id)
         child.expect(PROMPT)
         child.sendline("exit 3")

@@ -120,12 +120,18 @@ def test_a_refusal_appears_live(page: Page, session: TerminalSession) -> None:
     expect(page.locator("#sessions tbody tr", has_text="web")).to_contain_text("1 refused")
 
 
-def test_stopping_the_session_from_the_page_ends_its_sandbox(
+def test_stopping_the_session_from_the_page_asks_then_ends_its_sandbox(
     page: Page, session: TerminalSession
 ) -> None:
     sandboxed = session.wait_for("while [ ! -e go ]")
     page.get_by_role("button", name="Stop session web").click()
+    confirm = page.get_by_role("button", name="Confirm stop session web")
+    expect(confirm).not_to_have_attribute("aria-disabled", "true")
+    assert session.process.popen.poll() is None, "stopped before the owner confirmed"
+    confirm.click()
     assert session.process.popen.wait(30) == 128 + 15
+    # The thin client's terminal says why its session ended.
+    session.process.wait_line("sandbridge: session web was stopped by its owner", "stderr")
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in sandboxed):
         assert time.monotonic() < deadline, "the sandbox outlived its session"

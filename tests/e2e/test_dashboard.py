@@ -222,7 +222,7 @@ def test_a_pending_request_shows_the_warning_the_owner_must_read(
         session.stop()
 
 
-def test_stopping_a_session_from_the_page_by_keyboard_ends_its_sandbox(
+def test_stopping_a_session_from_the_page_by_keyboard_asks_then_ends_its_sandbox(
     page: Page, session: TerminalSession
 ) -> None:
     sandboxed = session.wait_for("while [ ! -e go ]")
@@ -234,7 +234,17 @@ def test_stopping_a_session_from_the_page_by_keyboard_ends_its_sandbox(
     else:
         raise AssertionError("Tab never reached the Stop button")
     page.keyboard.press("Enter")
+    # Nothing is sent yet: the row asks, and the focus is on its answer.
+    row = page.locator("#sessions tbody tr", has_text="web")
+    expect(row).to_contain_text("End this session and its sandbox?")
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == (
+        "Confirm stop session web"
+    )
+    assert session.process.popen.poll() is None, "stopped before the owner confirmed"
+    page.keyboard.press("Enter")
     assert session.process.popen.wait(30) == 128 + 15
+    # The terminal the session ran on says why it ended.
+    session.process.wait_line("sandbridge: session web was stopped by its owner", "stderr")
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in sandboxed):
         assert time.monotonic() < deadline, "the sandbox outlived its session"
@@ -277,6 +287,158 @@ class ScriptedDashboard:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+def _tables(**rows: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]:
+    """Empty tables but for ``rows``."""
+    names = ("sessions", "apps", "terminals", "egress", "egress_pending")
+    return {name: rows.get(name, []) for name in names}
+
+
+SESSION: dict[str, object] = {
+    "id": "web", "machine": None, "workdir": "/home/owner/project", "command": "sleep 600",
+    "started": time.time(), "network": "allow", "egress": None, "controllable": True,
+}  # fmt: skip
+
+
+def test_stop_sends_nothing_until_confirmed_and_cancel_keeps_the_session(
+    browser: Browser,
+) -> None:
+    served = ScriptedDashboard(_tables(sessions=[SESSION]))
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        errors = console_errors(page)
+        page.goto(served.url)
+        stop = page.get_by_role("button", name="Stop session web")
+        confirm = page.get_by_role("button", name="Confirm stop session web")
+        cancel = page.get_by_role("button", name="Cancel stop session web")
+        stop.click()
+        expect(confirm).to_be_visible()
+        # The answer just appeared under the pointer: a double click does not confirm.
+        expect(confirm).not_to_have_attribute("aria-disabled", "true")
+        cancel.click()
+        expect(page.locator("#status")).to_have_text("web keeps running")
+        expect(confirm).to_have_count(0)
+        assert served.actions == []
+        expect(stop).not_to_have_attribute("aria-disabled", "true")
+        stop.click()
+        expect(confirm).not_to_have_attribute("aria-disabled", "true")
+        confirm.click()
+        expect(page.locator("#status")).to_have_text("stopping web")
+        assert served.actions == [{"action": "stop", "session": "web"}]
+        assert errors == []
+    finally:
+        context.close()
+        served.close()
+
+
+def _request(state: str, **fields: object) -> dict[str, object]:
+    return {
+        "id": f"web:{state}", "session": "web", "machine": None, "state": state,
+        "requester": "ab" * 32, "name": None, "reason": "look", "created": 1.7e9,
+        "duration": None, "expires": None, "ended": None, **fields,
+    }  # fmt: skip
+
+
+def test_a_finished_terminal_request_shows_its_end_not_its_approval(browser: Browser) -> None:
+    # 10:00:00 and 10:10:00 local time of the page (timezone_id below)
+    at, until = 1796637600.0, 1796638200.0
+    rows = [
+        _request("approved", expires=until),
+        _request("ended", expires=until, ended=at),
+        _request("revoked", expires=until, ended=at),
+        _request("denied", ended=at),
+        _request("pending"),
+        {**_request("ended", expires=until), "id": "box:web:far", "machine": "box"},
+    ]
+    served = ScriptedDashboard(_tables(terminals=rows))
+    context = browser.new_context(timezone_id="UTC", locale="en-GB")
+    try:
+        page = context.new_page()
+        page.goto(served.url)
+        expect(page.locator("#status")).to_have_text("live")
+        shown = page.locator("#terminals tbody tr td:nth-child(8)").all_inner_texts()
+        assert shown == [
+            "until 10:10:00", "ended 10:00:00", "revoked 10:00:00", "denied 10:00:00", "—",
+            "ended",
+        ]  # fmt: skip
+        header = page.locator("#terminals thead th:nth-child(8)")
+        expect(header).to_have_text("Approved until / ended")
+    finally:
+        context.close()
+        served.close()
+
+
+def test_access_says_what_shared_and_private_mean(browser: Browser) -> None:
+    app = {"session": "web", "port": 5173, "process": "node", "machine": None, "host_port": 41000}
+    apps = [
+        {**app, "url": "http://a.localhost:41000/", "private": False},
+        {**app, "url": "http://b.localhost:41001/", "private": True, "host_port": 41001},
+    ]
+    served = ScriptedDashboard(_tables(apps=apps))
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(served.url)
+        shared, private = page.locator("#apps tbody tr td:nth-child(5)").all()
+        expect(shared).to_have_text(
+            "shared (no token: any browser or program of yours with the URL opens it; "
+            "other users are refused)"
+        )
+        expect(shared).to_have_attribute("title", re.compile("^no token: any browser"))
+        expect(private).to_have_text(
+            "private (a one-time token in the URL, then only the browser that used it)"
+        )
+    finally:
+        context.close()
+        served.close()
+
+
+# Every piece of text in the tables whose rendering spans more than one line box: a
+# token (a run without white space) broken inside. Ranges over each token of each text
+# node; a token on one line has all its boxes on one line.
+BROKEN_TOKENS = """() => {
+  const broken = [];
+  const walker = document.createTreeWalker(document.querySelector("main"), NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const match of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (tops.size > 1) broken.push(match[0]);
+    }
+  }
+  return broken;
+}"""
+
+
+def test_at_700_px_tables_scroll_sideways_and_no_token_is_broken(browser: Browser) -> None:
+    long_dir = "/home/owner/src/" + "a-rather-long-project-directory-name/" * 3
+    url = "http://k7x2m3pdz6eq4aabbccddeeff0011223344.localhost:43125/some/long/path"
+    served = ScriptedDashboard(
+        _tables(
+            sessions=[{**SESSION, "workdir": long_dir, "command": f"npm run dev -- {long_dir}"}],
+            apps=[{"session": "web", "port": 5173, "process": "node", "machine": None,
+                   "host_port": 43125, "url": url, "private": False}],
+            terminals=[_request("pending", requester="0123456789abcdef" * 4, reason="a b c")],
+        )
+    )  # fmt: skip
+    context = browser.new_context(viewport={"width": 700, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(served.url)
+        expect(page.locator("#status")).to_have_text("live")
+        assert page.evaluate(BROKEN_TOKENS) == []
+        # The tables are wider than the window: each one's wrapper scrolls, not the page.
+        wrapper = page.locator("div.scroll:has(#apps)")
+        assert wrapper.evaluate("w => w.scrollWidth > w.clientWidth")
+        assert wrapper.evaluate("w => getComputedStyle(w).overflowX") == "auto"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 700
+    finally:
+        context.close()
+        served.close()
 
 
 def _asking(*requests: tuple[str, str]) -> dict[str, list[dict[str, object]]]:

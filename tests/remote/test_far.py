@@ -35,7 +35,7 @@ from sandbridge.protocol.remote_wire import (
 )
 from sandbridge.remote.far import this_users_apps
 from sandbridge.remote.transport import LINK_PIPE_BYTES
-from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, Relay, free_port
+from tests.conftest import ECHO_APP, PYTHON, REPO, SANDBRIDGE, Process, Relay, free_port
 
 
 class FarProcess:
@@ -403,3 +403,25 @@ def test_the_app_list_always_fits_its_frame(
     finally:
         for entry in entries:
             entry.remove()
+
+
+@pytest.mark.parametrize("stdin", ["/dev/null", "README.md"])
+def test_stdin_the_loop_cannot_wait_on_is_refused_naming_it(xdg: Path, stdin: str) -> None:
+    # /dev/null (EOF at once) or a file: libuv aborted the process ("Fatal Python error")
+    path = Path(REPO, stdin).resolve()
+    with path.open("rb") as given:
+        result = subprocess.run(
+            [*SANDBRIDGE, "serve-stdio"],
+            stdin=given,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)},
+            timeout=60,
+            check=False,
+        )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"sandbridge: serve-stdio: standard input is {path}, not a pipe, socket or terminal; "
+        "it is the far end of sandbridge connect (run it as ssh HOST sandbridge serve-stdio, "
+        "or connect --via CMD: docs/remote.md)\n"
+    )

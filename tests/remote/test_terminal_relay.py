@@ -156,7 +156,7 @@ def _approved(laptop: LaptopUser) -> str:
     assert requested.returncode == 0, requested.stderr
     request_id = requested.stdout.strip()
     assert request_id.startswith("far:box:")
-    approved = laptop.cli("terminal", "approve", request_id, "--ttl", "60")
+    approved = laptop.cli("terminal", "approve", request_id, "--duration", "60")
     assert approved.returncode == 0, approved.stderr
     return request_id
 
@@ -205,7 +205,7 @@ def test_an_approval_by_a_key_the_far_machine_does_not_trust_opens_nothing(
         requested = laptop.cli("terminal", "request", "far:box", "--no-wait")
         assert requested.returncode == 0, requested.stderr
         request_id = requested.stdout.strip()
-        approved = laptop.cli("terminal", "approve", request_id, "--ttl", "60")
+        approved = laptop.cli("terminal", "approve", request_id, "--duration", "60")
         assert approved.returncode == 2
         assert "the approval's signature does not verify" in approved.stderr
         attached = laptop.cli("terminal", "attach", request_id)
@@ -342,7 +342,7 @@ def test_a_teammate_requests_through_its_own_connection_and_the_owner_approves_f
         listing = json.loads(owner.cli("terminal", "list", "far:box", "--json").stdout)
         [row] = [row for row in listing if row["id"] == request_id]
         assert row["requester"] == public and row["state"] == "pending"
-        approved = owner.cli("terminal", "approve", request_id, "--ttl", "60")
+        approved = owner.cli("terminal", "approve", request_id, "--duration", "60")
         assert approved.returncode == 0, approved.stderr
         # The owner's own key cannot use the teammate's approval: proof of possession.
         stolen = owner.cli("terminal", "attach", request_id)

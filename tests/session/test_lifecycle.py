@@ -94,6 +94,8 @@ def test_stop_ends_the_session_and_its_sandbox_as_sigterm_does(
     assert sandboxed
     assert call("web", {"op": "stop"}) == {"ok": True, "stopping": True}
     assert process.popen.wait(30) == 128 + signal.SIGTERM
+    # Its terminal says why it ended (served by the daemon: the thin client says it).
+    process.wait_line("sandbridge: session web was stopped by its owner", "stderr")
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in sandboxed):
         assert time.monotonic() < deadline, "the sandbox outlived its session"

@@ -35,6 +35,7 @@ class TerminalSession:
         backend: str = "bwrap",
         knobs: dict[str, str] | None = None,
         command: str = "exec sleep 600",
+        options: tuple[str, ...] = (),
     ) -> None:
         self.tmp_path = tmp_path
         self.work = tmp_path / "work"
@@ -55,7 +56,15 @@ class TerminalSession:
                 "sh",
                 "-c",
                 command,
-                options=("--backend", backend, "--name", "web", "--env", "SANDBOX_ONLY=1"),
+                options=(
+                    "--backend",
+                    backend,
+                    "--name",
+                    "web",
+                    "--env",
+                    "SANDBOX_ONLY=1",
+                    *options,
+                ),
             ),
             env=self.env,
         )
@@ -97,7 +106,7 @@ class TerminalSession:
 
     def approved(self, ttl: str = "60", key: Path | None = None) -> str:
         request_id = self.request(key)
-        self.cli("terminal", "approve", request_id, "--ttl", ttl)
+        self.cli("terminal", "approve", request_id, "--duration", ttl)
         return request_id
 
     def attach(self, request_id: str, key: Path | None = None) -> pexpect.spawn:

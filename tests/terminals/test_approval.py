@@ -131,7 +131,7 @@ def test_an_expiry_further_than_its_ttl_and_the_clock_skew_is_refused() -> None:
 
 @pytest.mark.parametrize("ttl", [1.0, 5.9, 24 * 3600 + 1])
 def test_owner_cannot_sign_a_ttl_out_of_range(ttl: float) -> None:
-    with pytest.raises(ApprovalRefused, match="--ttl"):
+    with pytest.raises(ApprovalRefused, match="--duration"):
         signed(ttl)
 
 

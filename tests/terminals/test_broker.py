@@ -777,3 +777,26 @@ def test_a_request_whose_time_is_an_integer_beyond_a_float_is_refused_as_malform
             entry.remove()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_finished_request_is_listed_with_when_it_ended(tmp_path: Path) -> None:
+    # The dashboard shows it in place of "Approved until": an ended approval holds no more.
+    async def scenario() -> None:
+        entry = SessionEntry.create("web", tmp_path)
+        broker = TerminalBroker(entry.id, entry.control_socket, None)
+        await broker.start()
+        try:
+            owner = keys.owner_key()
+            instance = (await asyncio.to_thread(call, "web", {"op": "info"}))["instance"]
+            document = approval.sign_request(owner, "web", instance, "", time.time())
+            answer = await asyncio.to_thread(call, "web", {"op": "request", "request": document})
+            assert broker.listing()[0]["ended"] is None  # pending
+            before = time.time()
+            await asyncio.to_thread(call, "web", {"op": "deny", "id": answer["id"]})
+            (row,) = broker.listing()
+            assert (row["state"], before <= row["ended"] <= time.time()) == ("denied", True)
+        finally:
+            await broker.close()
+            entry.remove()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

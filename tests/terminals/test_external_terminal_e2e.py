@@ -57,7 +57,7 @@ class ExternalSession:
     def approved(self) -> str:
         _, out, _ = self.cli("terminal", "request", "box", "--no-wait", "--reason", "t")
         request_id = out.strip()
-        self.cli("terminal", "approve", request_id, "--ttl", "60")
+        self.cli("terminal", "approve", request_id, "--duration", "60")
         return request_id
 
     def in_container(self, marker: str) -> list[int]:
@@ -159,7 +159,7 @@ def test_a_pending_request_survives_a_daemon_restart_then_attaches(
         session.host.wait_line("sandbridge: the daemon serves this session again", "stderr")
         _, listing, _ = session.cli("terminal", "list", "--json")
         assert [(r["id"], r["state"]) for r in json.loads(listing)] == [(request_id, "pending")]
-        session.cli("terminal", "approve", request_id, "--ttl", "60")
+        session.cli("terminal", "approve", request_id, "--duration", "60")
         child = attach_child(session.env, request_id)
         child.expect(PROMPT)
         child.sendline("exit 5")

@@ -31,6 +31,26 @@ def test_a_key_file_readable_by_others_is_refused(config: Path) -> None:
         keys.owner_key()
 
 
+def test_a_key_file_readable_by_others_is_advised_chmod_600(config: Path) -> None:
+    keys.owner_key()
+    os.chmod(config / "owner.key", 0o644)
+    with pytest.raises(KeyFileError) as refused:
+        keys.owner_key()
+    assert str(refused.value).endswith("has mode 644; run chmod 600 on it")
+
+
+def test_a_file_of_a_system_directory_is_never_advised_a_chmod() -> None:
+    # (--key /etc/passwd, as root: its owner)
+    with pytest.raises(KeyFileError) as refused:
+        keys.load_key(Path("/etc/passwd"))
+    assert "chmod 600" not in str(refused.value)
+    if os.stat("/etc/passwd").st_uid == os.getuid():
+        assert str(refused.value) == (
+            "key file /etc/passwd has mode 644 and lies in a system directory, never chmod "
+            "it: give the path of a sandbridge key file of your own"
+        )
+
+
 def test_a_symlinked_key_file_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real.key"
     keys.create_key(real)

@@ -70,7 +70,7 @@ def test_the_owner_may_approve_for_another_duration_than_asked(session: Terminal
     request_id = session.cli(
         "terminal", "request", "web", "--no-wait", "--duration", "1h"
     ).stdout.strip()
-    session.cli("terminal", "approve", request_id, "--ttl", "2m")
+    session.cli("terminal", "approve", request_id, "--duration", "2m")
     (record,) = [r for r in session.audit() if r["event"] == "approval"]
     assert record["ttl"] == 120
     (asked,) = [r for r in session.audit() if r["event"] == "request"]

@@ -32,7 +32,8 @@ from tests.terminals.harness import (
 
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[TerminalSession]:
-    running = TerminalSession(tmp_path)
+    # -v: the session's events (terminal.ended) on its stderr
+    running = TerminalSession(tmp_path, options=("-v",))
     yield running
     running.stop()
 
@@ -358,7 +359,7 @@ def test_request_waits_for_approval_then_attaches(session: TerminalSession) -> N
 def test_shell_asks_the_owner_on_the_terminal(
     session: TerminalSession, answer: str, status: int
 ) -> None:
-    script = f"{' '.join(SANDBRIDGE)} shell web --ttl 5m; echo EXIT:$?"
+    script = f"{' '.join(SANDBRIDGE)} shell web --duration 5m; echo EXIT:$?"
     child = pexpect.spawn("sh", ["-c", script], env=session.env, timeout=30, encoding="utf-8")
     child.expect(r"requester [0-9a-f]{64}")
     child.expect(r"Approve\? \[y/N\] ")

@@ -22,7 +22,8 @@ def add_command(commands: Any) -> None:
         "runs (unless --no-daemon).",
     )
     daemon.add_argument("-v", "--verbose", action="store_true", help="log debug events")
-    daemon.set_defaults(func=cmd_daemon)
+    # Its standard error is its log (the journal under systemd), not a person's terminal.
+    daemon.set_defaults(func=cmd_daemon, stderr_is_log=True)
     actions = daemon.add_subparsers(dest="daemon_action")
     install = actions.add_parser(
         "install", help="write the systemd --user units and say how to enable them"

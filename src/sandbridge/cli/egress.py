@@ -139,5 +139,5 @@ def add_commands(commands: Any) -> None:
     approve.set_defaults(func=cmd_approve, scope=None)
 
     deny = sub.add_parser("deny", help="refuse a request; the waiting sandbridge-allow fails")
-    deny.add_argument("id")
+    deny.add_argument("id", help="the request id (SESSION:XXXXXXXX)")
     deny.set_defaults(func=cmd_deny)

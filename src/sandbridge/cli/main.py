@@ -9,6 +9,7 @@ goes to the full command line (``sessions.py``), exactly as without it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -29,9 +30,30 @@ def entry_point() -> NoReturn:
     :func:`main`; then out with the status without the interpreter's teardown of every
     module it imported, which costs a ``run`` more than its own work after the sandbox
     ended (docs/benchmarks.md). What it printed is flushed first; an exception
-    (argparse's exit among them) leaves the usual way."""
+    (argparse's exit among them) leaves the usual way, its output flushed here too.
+
+    A reader that went away (``sandbridge ls --json | head -c1``) ends the command
+    quietly with :data:`READER_GONE`, whichever command was writing, and never with a
+    traceback."""
     _open_standard_fds()
-    words = sys.argv[1:]
+    try:
+        status = _status(sys.argv[1:])
+    except BrokenPipeError:
+        os._exit(_reader_gone())
+    except SystemExit:
+        _flush()
+        raise
+    if not _flush():
+        sys.exit(status)  # a write that failed otherwise (a full disk): reported on the way
+    os._exit(status)
+
+
+# The status of a command whose reader closed its pipe: 128 + SIGPIPE, what a shell reports
+# for a command SIGPIPE ended (`set -o pipefail` sees it as coreutils' `ls | head` would be).
+READER_GONE = 141
+
+
+def _status(words: list[str]) -> int:
     status = None
     if words[:1] == ["run"]:
         from sandbridge.cli import thin_run
@@ -42,12 +64,31 @@ def entry_point() -> NoReturn:
         import logging
 
         logging.shutdown()
+    return status
+
+
+def _flush() -> bool:
+    """Write out what is still buffered; a reader gone meanwhile ends the command as
+    :func:`_reader_gone` says. False if another write failed (a full disk): the
+    interpreter reports that on its way out, as it always did."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except OSError:  # a closed pipe: let the interpreter report it as it always did
-        sys.exit(status)
-    os._exit(status)
+    except BrokenPipeError:
+        os._exit(_reader_gone())
+    except OSError:
+        return False
+    return True
+
+
+def _reader_gone() -> int:
+    """What is left to write goes where it still can (one of standard output and error may
+    be a file or a terminal), never again to the closed pipe: the caller leaves with
+    ``os._exit``, which flushes nothing. :data:`READER_GONE`."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):
+            stream.flush()
+    return READER_GONE
 
 
 def _open_standard_fds() -> None:

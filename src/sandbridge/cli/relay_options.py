@@ -60,20 +60,20 @@ def open_settings(args: argparse.Namespace, policy: Policy | None = None) -> Ope
 
 
 def add_relay_options(parser: argparse.ArgumentParser) -> None:
-    limits = parser.add_argument_group("relay limits")
-    limits.add_argument(
+    served = parser.add_argument_group("how apps are served")
+    served.add_argument(
         "--private",
         action="store_true",
         help="app URLs carry a one-time token exchanged for a cookie; others get 403",
     )
-    limits.add_argument(
+    served.add_argument(
         "--no-front-door",
         dest="front_door",
         action="store_false",
         help="serve new browser connections from the relay's Python only, not first from its "
         "C front door (docs/relay.md, 'The front door')",
     )
-    parser.add_argument(
+    served.add_argument(
         "--url-form",
         choices=[form.value for form in UrlForm],
         default=None,
@@ -83,6 +83,7 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
         "http://127.0.0.1:<port>/, where cookies ignore ports: every app, every other "
         "localhost service and any local user's 127.0.0.1 listener share one cookie jar",
     )
+    limits = parser.add_argument_group("relay limits")
     for flag, default, kind, text in (
         (
             "--keepalive-timeout",
@@ -134,8 +135,19 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
             "registrations per session (refused past it)",
         ),
     ):
-        limits.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug events")
+        limits.add_argument(
+            flag,
+            type=kind,
+            default=default,
+            metavar="SECONDS" if kind is float else "N",
+            help=f"{text} (default {default:g})",
+        )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the session's events as key=value lines, debug events included",
+    )
 
 
 def url_form_of(args: argparse.Namespace, policy: Policy | None) -> UrlForm:

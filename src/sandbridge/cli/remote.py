@@ -15,12 +15,13 @@ from sandbridge.cli.ssh_options import add_ssh_options, ssh_transport
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.remotes import RemoteEntry
 from sandbridge.remote.connect import GONE_AFTER_SECONDS, Machine
-from sandbridge.remote.far import serve_stdio
+from sandbridge.remote.far import check_stdio, serve_stdio
 from sandbridge.remote.transport import OpenLink
 from sandbridge.remote.via import via_transport
 
 
 def cmd_serve_stdio(args: argparse.Namespace) -> int:
+    check_stdio()
     keep_freed_heap()
     return int(event_loop.run(serve_stdio()))
 
@@ -88,8 +89,19 @@ def add_commands(commands: Any) -> None:
         f"(default {GONE_AFTER_SECONDS:g})",
     )
     add_ssh_options(connect)
+    _verbose_option(connect)
     connect.set_defaults(func=cmd_connect)
     serve = commands.add_parser(
         "serve-stdio", help="the far machine's end of sandbridge connect, on stdin and stdout"
     )
+    _verbose_option(serve)
     serve.set_defaults(func=cmd_serve_stdio)
+
+
+def _verbose_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the link's events as key=value lines, debug events included",
+    )

@@ -21,6 +21,7 @@ from sandbridge.aio.tasks import first_done, running
 from sandbridge.cli import app_lines
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
+from sandbridge.cli.command_parser import CommandParser
 from sandbridge.cli.relay_options import (
     add_open_options,
     add_relay_options,
@@ -37,6 +38,7 @@ from sandbridge.protocol.contract import (
     EGRESS_SOCKET,
     MOUNT_POINT,
 )
+from sandbridge.protocol.daemon_wire import owner_stopped
 from sandbridge.relay.app import App
 from sandbridge.relay.settings import ForwardingMode
 from sandbridge.sandbox import protected_paths
@@ -396,7 +398,10 @@ def cmd_host(args: argparse.Namespace) -> int:
             # does; the container is its runtime's to end.
             async with running(stop.wait()) as (stop_waiter,):
                 await first_done(stopped, stop_waiter)  # type: ignore[arg-type]
-            return stopped.result() if stopped.done() else 128 + signal.SIGTERM
+            if stopped.done():
+                return stopped.result()
+            _warn(owner_stopped(entry.id))
+            return 128 + signal.SIGTERM
 
     return event_loop.run(serve())
 
@@ -456,7 +461,7 @@ OWN_COMMANDS = frozenset({"run", "demo", "host", "ls"})
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``command`` (the word after ``sandbridge``) one of
     :data:`OWN_COMMANDS`, without the other command groups."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="sandbridge", description="Narrow, audited bridges across a Linux sandbox boundary."
     )
     parser.add_argument("--version", action="version", version=f"sandbridge {__version__}")
@@ -551,7 +556,7 @@ def run_parsed(args: argparse.Namespace, session_runner: SessionRunner | None = 
     ``session_runner`` if given (the daemon's run builder)."""
     args.session_runner = session_runner
     _raise_descriptor_limit()
-    log.setup(verbose=getattr(args, "verbose", False))
+    log.setup(verbose=getattr(args, "verbose", False), is_log=getattr(args, "stderr_is_log", False))
     try:
         return int(args.func(args))
     except SandbridgeError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import json
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.aio import event_loop
+from sandbridge.cli.command_parser import add_deprecated_alias
 from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
 from sandbridge.terminals import approval, keys
@@ -33,7 +35,7 @@ TTL_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_ANSWER = 256
 
 
-def parse_ttl(text: str, flag: str = "--ttl") -> float:
+def parse_ttl(text: str, flag: str = "--duration") -> float:
     """``90``, ``90s``, ``10m`` or ``1h`` in seconds; refuse anything else."""
     match = TTL_PATTERN.fullmatch(text)
     if match is None:
@@ -135,7 +137,7 @@ def cmd_request(args: argparse.Namespace) -> int:
 
 @_answers_checked
 def cmd_approve(args: argparse.Namespace) -> int:
-    answer = approve_request(args.id, None if args.ttl is None else parse_ttl(args.ttl))
+    answer = approve_request(args.id, None if args.duration is None else parse_ttl(args.duration))
     expires = time.strftime("%H:%M:%S", time.localtime(float(answer["expires"])))
     _say(f"approved {args.id} for {_duration(answer['ttl'])}, until {expires}")
     return 0
@@ -222,17 +224,42 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return _attach(args.id, args.key)
 
 
+# The audit fields that are times (seconds since the epoch): ISO-8601 in the listing.
+AUDIT_TIMES = frozenset({"time", "expires"})
+
+
+def audit_time(seconds: object) -> str:
+    """A time of the audit as ISO-8601, local, to the second, with its UTC offset
+    (``2026-12-06T09:14:03+01:00``); ``-`` for anything that is not one."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds).astimezone()
+    except (OverflowError, OSError, ValueError):
+        return "-"
+    return moment.isoformat(timespec="seconds")
+
+
+def audit_line(record: dict[str, Any]) -> str:
+    """One audit record as the listing shows it: its time, its event, then its fields by
+    name, times as :func:`audit_time` shows them. A requester wrote some of them (a
+    reason): control characters are shown as ``?``."""
+    fields = {k: v for k, v in record.items() if k not in ("time", "event", "seq")}
+    shown = " ".join(
+        f"{k}={audit_time(v) if k in AUDIT_TIMES else _shown(v)}"
+        for k, v in sorted(fields.items())
+        if v is not None
+    )
+    return f"{audit_time(record.get('time'))}  {_shown(record.get('event', '?'))}  {shown}"
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     records = AuditLog().records()
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
     for record in records:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.pop("time", 0))))
-        event = record.pop("event", "?")
-        record.pop("seq", None)
-        fields = " ".join(f"{k}={v}" for k, v in sorted(record.items()) if v is not None)
-        print(f"{when}  {event}  {fields}")
+        print(audit_line(record))
     return 0
 
 
@@ -240,7 +267,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_shell(args: argparse.Namespace) -> int:
     """Request, show, ask y/N on the owner's terminal, approve, attach."""
     place = parse_place(args.session)
-    ttl = parse_ttl(args.ttl)
+    ttl = parse_ttl(args.duration)
     request_id = _request(place, None, args.reason)
     far_id = parse_request_id(request_id)[1]
     # The request is the one just signed with the owner key: a session showing another
@@ -274,6 +301,12 @@ def cmd_shell(args: argparse.Namespace) -> int:
     return _attach(request_id, None)
 
 
+SESSION_HELP = "the session (sandbridge ls): SESSION, or HOST:SESSION on a connected machine"
+REQUEST_HELP = (
+    "the request id (sandbridge terminal list): SESSION:XXXXXXXX or HOST:SESSION:XXXXXXXX"
+)
+
+
 def _key_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key", type=Path, default=None, help="requester key file (default: the owner key)"
@@ -286,7 +319,7 @@ def add_commands(commands: Any) -> None:
     sub = terminal.add_subparsers(dest="terminal_command", required=True)
 
     request = sub.add_parser("request", help="ask for a terminal; wait for approval and attach")
-    request.add_argument("session")
+    request.add_argument("session", help=SESSION_HELP)
     request.add_argument("--reason", default="", help="shown to the owner and audited")
     request.add_argument(
         "--duration", default=None, help="how long to ask the approval to last (e.g. 10m, 1h)"
@@ -296,12 +329,13 @@ def add_commands(commands: Any) -> None:
     request.set_defaults(func=cmd_request)
 
     approve = sub.add_parser("approve", help="sign an approval for one terminal")
-    approve.add_argument("id")
+    approve.add_argument("id", help=REQUEST_HELP)
     approve.add_argument(
-        "--ttl",
+        "--duration",
         default=None,
-        help="how long it may be used (default: the duration asked, else 10m)",
+        help="how long it may be used, e.g. 10m, 1h (default: the duration asked, else 10m)",
     )
+    add_deprecated_alias(approve, "--ttl", "--duration", "duration")
     approve.set_defaults(func=cmd_approve)
 
     for name, func, text in (
@@ -309,11 +343,11 @@ def add_commands(commands: Any) -> None:
         ("revoke", cmd_revoke, "take an approval back; closes its terminal"),
     ):
         command = sub.add_parser(name, help=text)
-        command.add_argument("id")
+        command.add_argument("id", help=REQUEST_HELP)
         command.set_defaults(func=func)
 
     allow = sub.add_parser("allow", help="let another key request terminals in a session")
-    allow.add_argument("session")
+    allow.add_argument("session", help="the session (sandbridge ls)")
     allow.add_argument("public_key", help="64 hex digits (sandbridge terminal key --key PATH)")
     allow.set_defaults(func=cmd_allow)
 
@@ -333,22 +367,27 @@ def add_commands(commands: Any) -> None:
     listing.add_argument(
         "session", nargs="?", default=None, help="only this one: SESSION or HOST:SESSION"
     )
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print JSON for scripts")
     listing.set_defaults(func=cmd_list)
 
     attach_command = sub.add_parser("attach", help="attach to an approved request")
-    attach_command.add_argument("id")
+    attach_command.add_argument("id", help=REQUEST_HELP)
     _key_option(attach_command)
     attach_command.set_defaults(func=cmd_attach)
 
     audit = sub.add_parser("audit", help="the terminal audit log (metadata only)")
-    audit.add_argument("--json", action="store_true")
+    audit.add_argument(
+        "--json", action="store_true", help="print the records as stored (times in seconds)"
+    )
     audit.set_defaults(func=cmd_audit)
 
     shell = commands.add_parser("shell", help="owner: approve and open a terminal in one step")
-    shell.add_argument("session")
+    shell.add_argument("session", help=SESSION_HELP)
     shell.add_argument("--reason", default="", help="recorded in the audit log")
-    shell.add_argument("--ttl", default="10m", help="how long the approval lasts (default 10m)")
+    shell.add_argument(
+        "--duration", default="10m", help="how long the approval lasts, e.g. 1h (default 10m)"
+    )
+    add_deprecated_alias(shell, "--ttl", "--duration", "duration")
     shell.set_defaults(func=cmd_shell)
 
 

@@ -273,6 +273,8 @@ class _Session:
             with contextlib.suppress(OSError):  # the sandbox ended already: its status says
                 os.write(self.start_writer, b"s")
         status = self._until_exit(pid, pidfd)
+        if self.stopped and not self.received:
+            _say(daemon_wire.owner_stopped(session_id))
         self._close_link()
         return self._finish(status)
 

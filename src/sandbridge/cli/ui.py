@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,7 +79,25 @@ def _show(url: str, args: argparse.Namespace, where: str) -> None:
         _say(f"dashboard opened in the browser; {where}")
 
 
+def _check_browser(browser: str | None) -> None:
+    """``--browser CMD``: its program must be one (on ``PATH``, or at the path given)
+    before anything starts; a typo would otherwise only print the URL in its place."""
+    if browser is None:
+        return
+    try:
+        program = OpenSettings.for_host(os.environ, browser=browser).browser[0]
+    except ValueError as exc:
+        raise SandbridgeError(str(exc)) from None
+    if shutil.which(program) is None:
+        where = "no such executable" if "/" in program else "not found on PATH"
+        raise SandbridgeError(
+            f"--browser {browser!r}: {where}; give a browser command that is installed "
+            "(e.g. firefox), or --print-url"
+        )
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
+    _check_browser(args.browser)
     daemon = None if args.no_daemon else connect()
     if daemon is None:
         if not args.no_daemon:

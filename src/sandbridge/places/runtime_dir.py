@@ -195,7 +195,9 @@ class RuntimeDir:
         """Use an existing dir (``sandbridge host --runtime-dir``), creating it if missing."""
         if not path.exists():
             return cls.create(path)
-        require_private_dir(path, "runtime dir", RuntimeDirError)
+        require_private_dir(
+            path, "runtime dir", RuntimeDirError, "give --runtime-dir a new directory of your own"
+        )
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         if not try_lock(fd):
             os.close(fd)

@@ -99,6 +99,15 @@ def stopped_serving(why: object) -> str:
     )
 
 
+def owner_stopped(session: str) -> str:
+    """What the session's terminal says when the owner stopped it (``stop`` on its control
+    socket: the dashboard's Stop): it ends as on SIGTERM, and the person at the terminal
+    would otherwise see only the sandbox gone."""
+    return (
+        f"session {session} was stopped by its owner (Stop on the dashboard); the sandbox was ended"
+    )
+
+
 def cannot_serve_yet(why: object) -> str:
     return f"the daemon cannot serve this session yet: {why}"
 

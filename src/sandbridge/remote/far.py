@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from pathlib import Path
 
 from sandbridge import log
@@ -185,6 +186,28 @@ async def pump(channel: Channel, rest: bytes, mux: Mux, stream: MuxStream) -> No
         app_side.abort()
         link_side.abort()
         raise
+
+
+def check_stdio() -> None:
+    """Refuse standard input or output that the event loop cannot wait on (``/dev/null``,
+    a regular file, a device that is not a terminal): libuv aborts the process on one.
+    A pipe, a socket or a terminal will do; the link is whatever carries them."""
+    for fd, name in ((0, "standard input"), (1, "standard output")):
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd):
+            continue
+        try:
+            what = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            what = "closed"
+        raise RemoteLinkError(
+            f"serve-stdio: {name} is {what}, not a pipe, socket or terminal; it is the far "
+            "end of sandbridge connect (run it as ssh HOST sandbridge serve-stdio, or "
+            "connect --via CMD: docs/remote.md)"
+        )
 
 
 async def stdio_link() -> Link:

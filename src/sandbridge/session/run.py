@@ -23,6 +23,7 @@ from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.protocol.daemon_wire import owner_stopped
 from sandbridge.sandbox.backend import env_payload, sandbox_argv
 from sandbridge.sandbox.spec import SandboxSpec, environment_file
 from sandbridge.session.options import SessionOptions
@@ -59,7 +60,7 @@ async def run_session(  # noqa: PLR0913  (keyword-only: where and how it is serv
                 *prepared.argv, pass_fds=prepared.pass_fds
             )
             prepared.release_sandbox_fds()  # the backend has its own copies
-            return await _until_exit_or_signal(process, stop)
+            return await _until_exit_or_signal(process, stop, entry.id)
 
 
 async def _run_served(
@@ -91,7 +92,7 @@ async def _run_served(
                 on_session(entry)
             with contextlib.suppress(OSError):  # the sandbox ended already: its status says
                 os.write(start_writer, b"s")
-            return await _until_exit_or_signal(process, stop)
+            return await _until_exit_or_signal(process, stop, entry.id)
     except BaseException:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -233,9 +234,11 @@ async def host_half(
             yield entry, stop
 
 
-async def _until_exit_or_signal(process: asyncio.subprocess.Process, stop: asyncio.Event) -> int:
+async def _until_exit_or_signal(
+    process: asyncio.subprocess.Process, stop: asyncio.Event, session: str
+) -> int:
     """The sandbox's exit status, or 128 + the signal that stopped the session first (a
-    ``stop`` from the owner's control socket counts as SIGTERM)."""
+    ``stop`` from the owner's control socket counts as SIGTERM, and is said on stderr)."""
     received: list[int] = []
     loop = asyncio.get_running_loop()
 
@@ -260,6 +263,7 @@ async def _until_exit_or_signal(process: asyncio.subprocess.Process, stop: async
     if received:
         return 128 + received[0]
     if stop.is_set():
+        print(f"sandbridge: {owner_stopped(session)}", file=sys.stderr, flush=True)
         return 128 + signal.SIGTERM
     return 128 - status if status < 0 else status
 

@@ -145,7 +145,7 @@ def sign_approval(
     """The owner's approval of ``request`` (known by ``request_id``) for ``ttl`` seconds."""
     if not MIN_TTL <= ttl <= MAX_TTL:
         raise ApprovalRefused(
-            "bad_ttl", f"--ttl {ttl:g}s: choose between {MIN_TTL:g}s and {MAX_TTL:g}s"
+            "bad_ttl", f"--duration {ttl:g}s: choose between {MIN_TTL:g}s and {MAX_TTL:g}s"
         )
     body = {
         "version": VERSION,

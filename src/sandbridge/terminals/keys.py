@@ -17,7 +17,7 @@ import nacl.exceptions
 import nacl.signing
 
 from sandbridge.exceptions import KeyFileError
-from sandbridge.private_dir import make_private_dir
+from sandbridge.private_dir import is_system_dir, make_private_dir
 from sandbridge.terminals.config_dir import config_dir
 
 OWNER_KEY = "owner.key"
@@ -43,10 +43,23 @@ def _check_private(path: Path, info: os.stat_result, kind: str, mode_mask: int) 
     if info.st_uid != os.getuid():
         raise KeyFileError(f"{kind} {path} is owned by uid {info.st_uid}, not you; refusing it")
     if stat.S_IMODE(info.st_mode) & mode_mask:
+        if _in_system_dir(path):
+            # (--key /etc/passwd, as root): a chmod there would break the machine
+            raise KeyFileError(
+                f"{kind} {path} has mode {stat.S_IMODE(info.st_mode):o} and lies in a system "
+                "directory, never chmod it: give the path of a sandbridge key file of your own"
+            )
         raise KeyFileError(
             f"{kind} {path} has mode {stat.S_IMODE(info.st_mode):o}; run chmod "
             f"{'600' if kind == 'key file' else '700'} on it"
         )
+
+
+def _in_system_dir(path: Path) -> bool:
+    try:
+        return is_system_dir(path.parent, os.stat(path.parent).st_mode)
+    except OSError:
+        return False
 
 
 def _private_dir(path: Path) -> None:

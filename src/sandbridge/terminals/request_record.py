@@ -4,12 +4,18 @@ approval once given, where the request is in its state table, and its running te
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge.terminals.active_terminal import ActiveTerminal
 from sandbridge.terminals.approval import Approval, Request
-from sandbridge.terminals.request_state import RequestEvent, RequestState, RequestStateMachine
+from sandbridge.terminals.request_state import (
+    FINISHED,
+    RequestEvent,
+    RequestState,
+    RequestStateMachine,
+)
 
 
 @dataclass
@@ -26,6 +32,9 @@ class TerminalRequest:
     refusals: set[str] = field(default_factory=set)
     # The signed request as the requester sent it: kept for a restart (pending.py).
     document: object = None
+    # When it was denied, revoked or ended (this host's clock): what the listing shows of
+    # a finished request in place of its approval's expiry, which no longer holds.
+    ended: float | None = None
 
     @property
     def state(self) -> RequestState:
@@ -40,12 +49,15 @@ class TerminalRequest:
             "created": self.request.created,
             "duration": self.request.duration,
             "expires": None if self.approval is None else self.approval.expires,
+            "ended": self.ended,
         }
 
     def process(self, event: RequestEvent) -> None:
         """Move along the state table (:class:`IllegalMove` if it has no such move) and
         wake whoever awaits a change."""
         before = self.state
-        if self.machine.process(event) is not before:
+        if self.machine.process(event) in FINISHED and self.ended is None:
+            self.ended = time.time()
+        if self.state is not before:
             self.changed.set()
             self.changed = asyncio.Event()

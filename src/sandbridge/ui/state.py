@@ -36,7 +36,7 @@ MAX_SESSIONS = 64
 # connection and stays silent (its host stopped with Ctrl-Z) is given this long, once per
 # read: the tables of every other session wait for it.
 POLL_TIMEOUT = 2.0
-# The longest approval the page may sign (the CLI's --ttl has no cap; a page click gets
+# The longest approval the page may sign (the CLI's --duration has no cap; a page click gets
 # a day at most), and the shortest.
 MAX_TTL = 24 * 3600.0
 MIN_TTL = 1.0

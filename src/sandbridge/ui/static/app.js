@@ -10,9 +10,27 @@ function say(text, isError) {
   statusLine.classList.toggle("error", Boolean(isError));
 }
 
+// ``text`` into ``el`` as text only, each run without white space in a span of its own
+// that never breaks: a line breaks between tokens, never inside a path, a URL or a key
+// (a browser breaks those after "/" or "-"); a table too wide for the window scrolls in
+// its wrapper instead (style.css).
+function setText(el, text) {
+  for (const part of String(text).split(/(\s+)/)) {
+    if (!part) continue;
+    if (/^\s/.test(part)) {
+      el.appendChild(document.createTextNode(part));
+    } else {
+      const token = document.createElement("span");
+      token.className = "token";
+      token.textContent = part;
+      el.appendChild(token);
+    }
+  }
+}
+
 function cell(row, text, className) {
   const td = document.createElement("td");
-  td.textContent = text === null || text === undefined ? "—" : String(text);
+  setText(td, text === null || text === undefined ? "—" : text);
   if (className) td.className = className;
   row.appendChild(td);
   return td;
@@ -40,7 +58,11 @@ function settled(b) {
   const label = b.getAttribute("aria-label");
   const now = performance.now();
   const box = b.getBoundingClientRect();
-  const x = box.left + window.scrollX, y = box.top + window.scrollY;
+  // Where it is in the page, not in the window: scrolling the page or a table's wrapper
+  // (the owner's own doing, or the browser's to bring the button into view) moves nothing.
+  const scroller = b.closest(".scroll");
+  const x = box.left + window.scrollX + (scroller ? scroller.scrollLeft : 0);
+  const y = box.top + window.scrollY;
   const seen = placed.get(label);
   if (!seen || Math.abs(seen.x - x) > JITTER_PX || Math.abs(seen.y - y) > JITTER_PX) {
     placed.set(label, { x, y, since: now });
@@ -151,6 +173,23 @@ function machineCell(row, item) {
   cell(row, item.machine ? item.machine : "here", item.machine ? "far" : "local");
 }
 
+// Sessions whose Stop was pressed once: their row asks before anything is sent, since a
+// Stop ends the sandbox and everything running in it. Kept across updates until answered
+// or the session is gone.
+const confirmingStop = new Set();
+// The tables last shown: the page re-renders them itself when the owner opens or answers
+// a question (no event comes from the dashboard for that).
+let shown = null;
+
+// Show the tables again, with the focus on the button labelled ``focusLabel`` if given.
+function rerender(focusLabel) {
+  if (shown) render(shown);
+  if (!focusLabel) return;
+  for (const b of document.querySelectorAll("main button")) {
+    if (b.getAttribute("aria-label") === focusLabel) { b.focus(); break; }
+  }
+}
+
 function renderSession(row, s) {
   cell(row, s.id);
   machineCell(row, s);
@@ -161,13 +200,33 @@ function renderSession(row, s) {
   cell(row, s.network);
   cell(row, s.egress ? `${s.egress.allowed} allowed, ${s.egress.refused} refused` : null);
   const td = cell(row, "");
-  if (s.controllable) {
-    button(td, "Stop", `Stop session ${s.id}`, () => act({ action: "stop", session: s.id }, `stopping ${s.id}`), true);
+  if (s.controllable && confirmingStop.has(s.id)) {
+    const ask = document.createElement("span");
+    ask.textContent = "End this session and its sandbox? ";
+    td.appendChild(ask);
+    button(td, "Yes, stop", `Confirm stop session ${s.id}`, () => {
+      confirmingStop.delete(s.id);
+      act({ action: "stop", session: s.id }, `stopping ${s.id}`);
+    }, true);
+    button(td, "Cancel", `Cancel stop session ${s.id}`, () => {
+      confirmingStop.delete(s.id);
+      say(`${s.id} keeps running`);
+      rerender(`Stop session ${s.id}`);
+    });
+  } else if (s.controllable) {
+    button(td, "Stop", `Stop session ${s.id}`, () => {
+      confirmingStop.add(s.id);
+      rerender(`Confirm stop session ${s.id}`);
+    }, true);
   } else if (s.machine) {
     td.textContent = "not from here";
     td.title = String(s.stop_note);
   }
 }
+
+// What an app's access means (docs/dashboard.md), beside the word and on hover.
+const SHARED_NOTE = "no token: any browser or program of yours with the URL opens it; other users are refused";
+const PRIVATE_NOTE = "a one-time token in the URL, then only the browser that used it";
 
 function renderApp(row, a) {
   cell(row, a.session);
@@ -175,9 +234,14 @@ function renderApp(row, a) {
   cell(row, a.process);
   const urlCell = cell(row, "");
   const code = document.createElement("code");
-  code.textContent = a.url;
+  setText(code, a.url);
   urlCell.appendChild(code);
-  cell(row, a.private ? "private" : "shared");
+  const access = cell(row, a.private ? "private" : "shared");
+  access.title = a.private ? PRIVATE_NOTE : SHARED_NOTE;
+  const note = document.createElement("span");
+  note.className = "note";
+  note.textContent = a.private ? ` (${PRIVATE_NOTE})` : ` (${SHARED_NOTE})`;
+  access.appendChild(note);
   const td = cell(row, "");
   const link = document.createElement("a");
   link.href = a.url;
@@ -197,6 +261,19 @@ function renderApp(row, a) {
   }
 }
 
+const FINISHED = new Set(["denied", "revoked", "ended"]);
+
+function clock(seconds) {
+  return new Date(seconds * 1000).toLocaleTimeString();
+}
+
+// A finished request shows how and when it ended, never the expiry of an approval that no
+// longer holds (a far machine's rows carry no end time: the state alone).
+function approvedOrEnded(t) {
+  if (FINISHED.has(t.state)) return t.ended ? `${t.state} ${clock(t.ended)}` : t.state;
+  return t.expires ? `until ${clock(t.expires)}` : null;
+}
+
 function renderTerminal(row, t) {
   cell(row, t.id);
   machineCell(row, t);
@@ -209,7 +286,7 @@ function renderTerminal(row, t) {
   cell(row, t.name);
   cell(row, t.reason);
   cell(row, t.duration ? duration(t.duration) : null);
-  cell(row, t.expires ? new Date(t.expires * 1000).toLocaleTimeString() : null);
+  cell(row, approvedOrEnded(t));
   const td = cell(row, "");
   if (t.state === "pending") {
     // "as asked": the session's own default (the duration asked, else 10 minutes)
@@ -255,7 +332,7 @@ function renderEgress(row, e) {
   const line = cell(row, "");
   if (e.line) {
     const code = document.createElement("code");
-    code.textContent = e.line;
+    setText(code, e.line);
     line.appendChild(code);
   } else {
     line.textContent = "—";
@@ -263,6 +340,9 @@ function renderEgress(row, e) {
 }
 
 function render(tables) {
+  shown = tables;
+  const ids = new Set(tables.sessions.map((s) => s.id));
+  for (const id of confirmingStop) if (!ids.has(id)) confirmingStop.delete(id);
   fill("sessions", tables.sessions, renderSession, 8);
   fill("apps", tables.apps, renderApp, 6);
   fill("terminals", tables.terminals, renderTerminal, 9);
