@@ -28,12 +28,13 @@ from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.egress_opening import encode_open, encode_request
 from tests.conftest import PYTHON, REPO, swapping
 
-ALLOW_TEXT = "# reviewed\npublic.test\nnarrow.test:443\n"
+ALLOW_TEXT = "# reviewed\npublic.test\nnarrow.test:443\nloop.test\n"
 
 
 class TableResolver:
     async def resolve(self, name: str) -> list[Address]:
-        return [ipaddress.ip_address("127.0.0.1")] if name == "app.test" else []
+        local = name in ("app.test", "loop.test")
+        return [ipaddress.ip_address("127.0.0.1")] if local else []
 
 
 class Host:
@@ -318,12 +319,53 @@ def test_a_once_grant_makes_exactly_one_connection(host: Host, app_port: int) ->
 
 
 def test_a_once_grant_that_connects_nowhere_is_kept(host: Host, app_port: int) -> None:
-    """app.test resolves to loopback, which a granted name may not reach: the grant stays."""
-    host.owner("egress_approve", id=ask_once(host, f"app.test:{app_port}")["id"], scope="once")
+    """nowhere.test resolves to nothing: no connection is made, so the grant stays."""
+    target = f"nowhere.test:{app_port}"
+    host.owner("egress_approve", id=ask_once(host, target)["id"], scope="once")
     for _ in range(2):
-        status = connect_through_proxy(host, f"app.test:{app_port}")
-        assert status.startswith(b"HTTP/1.1 403") and b"(loopback)" in status
-    assert ask_once(host, f"app.test:{app_port}")["state"] == "allowed"
+        status = connect_through_proxy(host, target)
+        assert status.startswith(b"HTTP/1.1 403") and b"does not resolve" in status
+    assert ask_once(host, target)["state"] == "allowed"
+
+
+def test_a_name_of_non_global_addresses_only_is_asked_for_and_granted_with_private(
+    host: Host, app_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # app.test resolves to 127.0.0.1 only (as a company mirror's name resolves to its
+    # private address): a grant without `private` would be refused at every connection.
+    target = f"app.test:{app_port}"
+    answer = ask_once(host, target)
+    [row] = host.owner("egress_pending")["requests"]
+    assert row["destination"] == f"{target} private"
+    assert row["caution"].startswith(
+        "app.test resolves to 127.0.0.1 (loopback) and no global address: approving grants "
+        "it with 'private'"
+    )
+    assert f"the sandbox asks for {target} private (WARNING: app.test resolves" in (
+        capsys.readouterr().err
+    )
+    approved = host.owner("egress_approve", id=answer["id"], scope="session", save=True)
+    assert approved["destination"] == f"{target} private"
+    assert connect_through_proxy(host, target).startswith(b"HTTP/1.1 200")
+    saved = (host.project / ALLOW_FILE).read_text()[len(ALLOW_TEXT) :]
+    assert saved.startswith(f"{target} private  # ")
+
+
+@pytest.mark.parametrize("destination", ["loop.test:443", "loop.test"])
+def test_a_name_its_entry_cannot_reach_is_refused_up_front_naming_the_line_to_edit(
+    host: Host, destination: str
+) -> None:
+    # `loop.test` (line 4) decides first for it: a grant after it would never be reached,
+    # so "already allowed" or an approval would both be untrue.
+    answer = ask_once(host, destination)
+    assert answer["ok"] is False and answer["code"] == "needs_private"
+    assert "loop.test resolves to 127.0.0.1 (loopback)" in answer["error"]
+    assert answer["error"].endswith(
+        "no approval can change that while 'loop.test' (.sandbridge/allow:4) decides first: "
+        "ask the owner to edit .sandbridge/allow:4 to read 'loop.test private' (the next "
+        "session reads it)"
+    )
+    assert host.owner("egress_pending")["requests"] == []
 
 
 @pytest.mark.parametrize(

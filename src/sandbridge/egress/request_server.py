@@ -15,6 +15,7 @@ owner's ``--save`` writes a file, one line appended to the project's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import os
 import secrets
@@ -26,13 +27,12 @@ from typing import Any, TextIO
 
 from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.egress.decision import match_destination
 from sandbridge.egress.policy import (
     ALLOW_FILE,
-    DEFAULT_PORTS,
     MAX_POLICY_FILE_BYTES,
     Policy,
     parse_entry,
+    parse_ip,
 )
 from sandbridge.egress.requests import (
     Address,
@@ -46,6 +46,7 @@ from sandbridge.egress.requests import (
     parse_destination,
     quoted,
     saved_line,
+    standing,
 )
 from sandbridge.exceptions import ControlRefusal, EgressRequestRefused, PolicyError
 from sandbridge.places.held_folder import HeldFolder
@@ -81,6 +82,7 @@ class EgressRequests:
         out: TextIO | None = None,
         clock: Callable[[], float] = time.time,
         is_local: Callable[[Address], bool] | None = None,
+        resolve: Callable[[str], Awaitable[list[Address]]] | None = None,
     ) -> None:
         self.session = session
         self.policy = policy
@@ -90,6 +92,9 @@ class EgressRequests:
         self._clock = clock
         # Whether an address is one of this host's (the gate's bind probe).
         self._is_local = is_local or (lambda _: False)
+        # The gate's own resolution (its resolver, its time bound; an empty list when it
+        # finds nothing): a request is decided on the addresses the proxy will get.
+        self._resolve = resolve
         self._decided: dict[str, asyncio.Event] = {}
         self._waiting = 0
         self._dropping = False
@@ -106,7 +111,7 @@ class EgressRequests:
     ) -> None:
         """Answer one request line; with ``wait``, also the owner's decision."""
         try:
-            request = self._submit(ask)
+            request = await self._submit(ask)
         except EgressRequestRefused as exc:
             log.debug("egress_request.refused", code=exc.code)
             if exc.code in ("too_many", "rate_limited") and not self._dropping:
@@ -137,17 +142,24 @@ class EgressRequests:
             self._waiting -= 1
         writer.write(encode_reply(self._outcome(request)))
 
-    def _submit(self, ask: EgressAsk) -> EgressRequest | str:
+    async def _submit(self, ask: EgressAsk) -> EgressRequest | str:
         """The request entered (or folded into), or what already allows its destination."""
         destination = parse_destination(ask.destination, self.policy.gate)
         reason = check_reason(ask.reason)
-        allowed = self._allowed_now(destination)
-        if allowed is not None:
-            return f"already {allowed}"
+        addresses = await self._addresses(destination)
+        local = [address for address in addresses if self._is_local(address)]
+        found = standing(self.grants.policy(self.policy), destination, addresses, local)
+        if found.allowed is not None:
+            return f"already {found.allowed}"
+        if found.blocked is not None:
+            raise EgressRequestRefused("needs_private", found.blocked)
+        if found.private:
+            destination = dataclasses.replace(destination, private=True)
         now = self._clock()
         self._forget_events(now)
         new_id = f"{self.session}:{secrets.token_hex(4)}"
-        warning = destination.caution_for(self._is_local)
+        cautions = [found.caution, destination.caution_for(self._is_local)]
+        warning = "; ".join(text for text in cautions if text) or None
         request, new = self.table.submit(destination, reason, now, new_id, warning)
         if new:
             self._dropping = False
@@ -161,16 +173,14 @@ class EgressRequests:
             )
         return request
 
-    def _allowed_now(self, destination: Destination) -> str | None:
-        """The entry that allows ``destination`` already, on every port it names, if any
-        (wildcards: never)."""
-        if destination.host.startswith("*."):
-            return None
-        # Without a port the request means every default port: each must be allowed.
-        ports = sorted(DEFAULT_PORTS) if destination.port is None else [destination.port]
-        policy = self.grants.policy(self.policy)
-        decisions = [match_destination(policy, destination.host, port) for port in ports]
-        return decisions[0].reason if all(d.allowed for d in decisions) else None
+    async def _addresses(self, destination: Destination) -> list[Address]:
+        """What a requested name resolves to now (nothing for an address or a wildcard,
+        or when the resolver does not answer in time)."""
+        if self._resolve is None or destination.host.startswith("*."):
+            return []
+        if parse_ip(destination.host) is not None:
+            return []
+        return await self._resolve(destination.host)
 
     def _forget_events(self, now: float) -> None:
         """Drop the wake-up events of requests no longer pending (bounded memory)."""
@@ -284,7 +294,7 @@ class EgressRequests:
         except PolicyError as exc:
             raise ControlRefusal("save_failed", str(exc)) from None
         asked = request.destination
-        if (entry.host, entry.port, entry.private) != (asked.host, asked.port, False):
+        if (entry.host, entry.port, entry.private) != (asked.host, asked.port, asked.private):
             raise ControlRefusal("save_failed", f"the line {line!r} does not read back")
         path = project / ALLOW_FILE
         try:
