@@ -24,11 +24,12 @@ What becomes an active entry, and what only a commented suggestion:
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sandbridge.egress.policy import (
     ALLOW_FILE,
@@ -195,20 +196,21 @@ def _ecosystem_section(
     preset = PRESETS.get(ecosystem)
     files = ecosystems.get(ecosystem, [])
     lines = [f"# {ecosystem}" + (f" ({', '.join(files[:MAX_EVIDENCE])})" if files else "")]
+    own = [f for f in active if f.ecosystem == ecosystem]
+    from_host: list[Finding] = []
     if preset is not None:
         lines.append(f"# {preset.needs}")
-    own = [f for f in active if f.ecosystem == ecosystem]
+        if not (own and replaces_default(preset, own)):
+            from_host = [f for f in host_registries if f.ecosystem == ecosystem]
+            if not replaces_default(preset, from_host):
+                # Above the section's entries: the comment is about what is still missing.
+                lines.append(f"# {preset.placeholder}")
     for entry, evidence in _grouped(own).items():
         lines += _block(entry, evidence, True)
-    if preset is None or (own and replaces_default(preset, own)):
-        return lines
-    from_host = [f for f in host_registries if f.ecosystem == ecosystem]
     taken = {_entry(f) for f in own}
     for entry, evidence in _grouped(from_host).items():
         if entry not in taken:
             lines += _block(entry, [_host_evidence(f) for f in evidence], True)
-    if not from_host or not replaces_default(preset, from_host):
-        lines.append(f"# {preset.placeholder}")
     return lines
 
 
@@ -241,6 +243,23 @@ def _config(survey: Survey, written_on: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Directories and file names of tests and their fixtures, across ecosystems (pytest,
+# go test, Jest, RSpec, Mocha): a variable only they name is the tests' own, not one the
+# project needs a value for in the sandbox.
+_TEST_DIRS = frozenset(
+    {"test", "tests", "testdata", "fixtures", "__fixtures__", "__tests__", "__mocks__", "spec"}
+)
+_TEST_FILES = ("test_*", "*_test.*", "*.test.*", "*.spec.*", "*_spec.*", "conftest.py")
+
+
+def is_test_fixture(where: str) -> bool:
+    """Whether a finding's ``file[:line]`` lies in a project's tests or their fixtures."""
+    path = PurePosixPath(where.rsplit(":", 1)[0] if where[-1:].isdigit() else where)
+    if any(part in _TEST_DIRS for part in path.parts[:-1]):
+        return True
+    return any(fnmatch.fnmatchcase(path.name, pattern) for pattern in _TEST_FILES)
+
+
 def _env_example(survey: Survey, written_on: str) -> str:
     lines = [
         f"# Written by `sandbridge policy init` on {written_on}: the variables this project",
@@ -252,6 +271,11 @@ def _env_example(survey: Survey, written_on: str) -> str:
     for finding in survey.of(Kind.VARIABLE):
         if not finding.what.startswith(_SERVICE_ENVIRONMENT):
             names.setdefault(finding.name, []).append(finding)
+    names = {
+        name: evidence
+        for name, evidence in names.items()
+        if not all(is_test_fixture(f.where) for f in evidence)
+    }
     for name, evidence in names.items():
         lines += ["", *_block(f"{name}=", evidence, True)]
     return "\n".join(lines) + "\n"
