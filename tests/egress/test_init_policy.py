@@ -159,6 +159,29 @@ def test_which_paths_are_test_fixtures(where: str, fixture: bool) -> None:
     assert init_policy.is_test_fixture(where) is fixture
 
 
+def test_an_index_of_non_global_addresses_only_is_written_with_private_saying_why(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "requirements.txt").write_text("requests\n")
+    asked = Finding(
+        Kind.HOST, "mirror.corp.test", "pip", "pip index-url, asked of pip (its configuration)",
+        "python",
+    )  # fmt: skip
+    files = plan(
+        survey(tmp_path), [asked], DAY, {"mirror.corp.test": "192.0.2.3 (private)"}, "10.0.0.53"
+    )
+    allow = lines(files.allow)
+    at = allow.index("mirror.corp.test private")
+    assert allow[at - 2 : at] == [
+        "# pip: pip index-url, asked of pip (its configuration)",
+        "# mirror.corp.test resolved to 192.0.2.3 (private) and no global address when init "
+        "ran: 'private' lets the proxy connect to it",
+    ]
+    assert "resolver = 10.0.0.53" in lines(files.config)
+    policy = load_policy_text(tmp_path, files.allow)
+    assert [(rule.host, rule.private) for rule in policy.rules] == [("mirror.corp.test", True)]
+
+
 def test_served_ports_are_suggested_publish_rules(tmp_path: Path) -> None:
     config = lines(plan(survey(project(tmp_path)), [], DAY).config)
     assert "net = allow" in config

@@ -27,7 +27,7 @@ import errno
 import fnmatch
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -43,6 +43,7 @@ from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.requests import idn_caution
 from sandbridge.egress.survey import Survey
 from sandbridge.egress.survey_findings import Finding, Kind, not_public
+from sandbridge.egress.toolchain_index import ASKED
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.held_folder import HeldFolder
 
@@ -141,8 +142,18 @@ def _grouped(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     return groups
 
 
-def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> PolicyFiles:
-    """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`."""
+def plan(
+    survey: Survey,
+    host_registries: list[Finding],
+    written_on: str,
+    non_global: Mapping[str, str] | None = None,
+    resolver: str | None = None,
+) -> PolicyFiles:
+    """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`
+    and :func:`toolchain_index.toolchain_indexes`; ``non_global``: the index names that
+    resolved to non-global addresses only (name -> ``"10.0.0.8 (private)"``), written with
+    ``private``; ``resolver``: the DNS server asked, written as ``resolver =``."""
+    non_global = non_global or {}
     hosts = survey.of(Kind.HOST) + survey.of(Kind.SERVICE)
     active = [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
     chosen = set(active)  # a set: a lockfile may name thousands of hosts
@@ -156,7 +167,8 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
     ecosystems = survey.ecosystems()
     known = {f.ecosystem for f in active} | set(ecosystems)
     for ecosystem in sorted(known - {""}):
-        lines += ["", *_ecosystem_section(ecosystem, ecosystems, active, host_registries)]
+        section = _ecosystem_section(ecosystem, ecosystems, active, host_registries, non_global)
+        lines += ["", *section]
     services = [f for f in active if f.kind is Kind.SERVICE]
     if services:
         lines += [
@@ -182,7 +194,7 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
             lines += _block(entry, evidence, False)
     return PolicyFiles(
         allow="\n".join(lines) + "\n",
-        config=_config(survey, written_on),
+        config=_config(survey, written_on, resolver),
         env_example=_env_example(survey, written_on),
     )
 
@@ -192,6 +204,7 @@ def _ecosystem_section(
     ecosystems: dict[str, list[str]],
     active: list[Finding],
     host_registries: list[Finding],
+    non_global: Mapping[str, str],
 ) -> list[str]:
     preset = PRESETS.get(ecosystem)
     files = ecosystems.get(ecosystem, [])
@@ -206,15 +219,34 @@ def _ecosystem_section(
                 # Above the section's entries: the comment is about what is still missing.
                 lines.append(f"# {preset.placeholder}")
     for entry, evidence in _grouped(own).items():
-        lines += _block(entry, evidence, True)
+        lines += _registry_block(entry, evidence, non_global)
     taken = {_entry(f) for f in own}
     for entry, evidence in _grouped(from_host).items():
         if entry not in taken:
-            lines += _block(entry, [_host_evidence(f) for f in evidence], True)
+            lines += _registry_block(entry, [_host_evidence(f) for f in evidence], non_global)
     return lines
 
 
+def _registry_block(
+    entry: str, evidence: list[Finding], non_global: Mapping[str, str]
+) -> list[str]:
+    """An ecosystem's entry; ``private`` when its name resolved to non-global addresses
+    only (a company mirror, a split-DNS name), which the proxy reaches only so."""
+    first = evidence[0]
+    seen = non_global.get(first.name) if first.kind is Kind.HOST else None
+    if seen is None:
+        return _block(entry, evidence, True)
+    lines = _block(f"{entry} private", evidence, True)
+    why = (
+        f"# {first.name} resolved to {seen} and no global address when init ran: "
+        "'private' lets the proxy connect to it"
+    )
+    return [*lines[:-1], why, lines[-1]]
+
+
 def _host_evidence(finding: Finding) -> Finding:
+    if ASKED in finding.what:  # says itself where it came from
+        return finding
     return Finding(
         finding.kind,
         finding.name,
@@ -225,12 +257,17 @@ def _host_evidence(finding: Finding) -> Finding:
     )
 
 
-def _config(survey: Survey, written_on: str) -> str:
+def _config(survey: Survey, written_on: str, resolver: str | None) -> str:
     lines = [
         f"# Written by `sandbridge policy init` on {written_on}; `key = value` lines,",
         "# docs/network.md gives every key.",
         "net = allow",
     ]
+    if resolver is not None:
+        lines += [
+            "# the DNS server init asked for the index hosts' addresses",
+            f"resolver = {resolver}",
+        ]
     ports = survey.of(Kind.PORT)
     if ports:
         lines += [
