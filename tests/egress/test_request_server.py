@@ -32,7 +32,13 @@ ALLOW_TEXT = "# reviewed\npublic.test\nnarrow.test:443\nloop.test\n"
 
 
 class TableResolver:
+    """Answers the test's names, and keeps every name it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
     async def resolve(self, name: str) -> list[Address]:
+        self.asked.append(name)
         local = name in ("app.test", "loop.test")
         return [ipaddress.ip_address("127.0.0.1")] if local else []
 
@@ -46,11 +52,12 @@ class Host:
         (self.project / ALLOW_FILE).write_text(ALLOW_TEXT)
         self.path = tmp_path / "egress.sock"
         policy = load_policy(self.project)
+        self.resolver = TableResolver()
         self.gate = EgressGate(
             self.path,
             policy,
             EgressLog(tmp_path / "egress.jsonl"),
-            resolver=TableResolver(),
+            resolver=self.resolver,
             session="s-test",
         )
         self.errors: list[dict[str, object]] = []
@@ -328,27 +335,62 @@ def test_a_once_grant_that_connects_nowhere_is_kept(host: Host, app_port: int) -
     assert ask_once(host, target)["state"] == "allowed"
 
 
-def test_a_name_of_non_global_addresses_only_is_asked_for_and_granted_with_private(
-    host: Host, app_port: int, capsys: pytest.CaptureFixture[str]
+def test_a_name_the_sandbox_makes_up_reaches_no_dns_before_the_owner_approves(
+    host: Host,
+) -> None:
+    # Resolving it at the request would be a way out for data spelled into the name.
+    answer = ask_once(host, "c2VjcmV0.exfil.test:443")
+    assert answer["state"] == "pending"
+    assert host.resolver.asked == []
+    host.owner("egress_deny", id=answer["id"])
+    assert host.resolver.asked == []
+
+
+def test_a_name_of_non_global_addresses_only_is_granted_only_as_private(
+    host: Host, app_port: int
 ) -> None:
     # app.test resolves to 127.0.0.1 only (as a company mirror's name resolves to its
-    # private address): a grant without `private` would be refused at every connection.
+    # private address): a grant without `private` would be refused at every connection,
+    # so it is not reported as granted; with --private it is, and it takes effect.
     target = f"app.test:{app_port}"
     answer = ask_once(host, target)
-    [row] = host.owner("egress_pending")["requests"]
-    assert row["destination"] == f"{target} private"
-    assert row["caution"].startswith(
-        "app.test resolves to 127.0.0.1 (loopback) and no global address: approving grants "
-        "it with 'private'"
+    with pytest.raises(ControlRefusal) as refused:
+        host.owner("egress_approve", id=answer["id"], scope="session")
+    assert refused.value.code == "needs_private"
+    assert str(refused.value) == (
+        "app.test resolves to 127.0.0.1 (loopback) and no global address; a grant of "
+        f"{target} would be refused at every connection: approve it with --private "
+        f"(sandbridge egress approve {answer['id']} --private), which lets the proxy connect "
+        "the name to whatever address its DNS gives, this host's loopback included, or deny it"
     )
-    assert f"the sandbox asks for {target} private (WARNING: app.test resolves" in (
-        capsys.readouterr().err
+    assert [r["id"] for r in host.owner("egress_pending")["requests"]] == [answer["id"]]
+    assert connect_through_proxy(host, target).startswith(b"HTTP/1.1 403")
+    approved = host.owner(
+        "egress_approve", id=answer["id"], scope="session", save=True, private=True
     )
-    approved = host.owner("egress_approve", id=answer["id"], scope="session", save=True)
     assert approved["destination"] == f"{target} private"
     assert connect_through_proxy(host, target).startswith(b"HTTP/1.1 200")
     saved = (host.project / ALLOW_FILE).read_text()[len(ALLOW_TEXT) :]
     assert saved.startswith(f"{target} private  # ")
+
+
+def test_a_listed_name_on_another_port_is_asked_for_as_private_saying_why(
+    host: Host, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # loop.test is an entry (ports 80, 443, 8443): the proxy resolves it anyway, so the
+    # request can be decided on its addresses, and it says private from the start.
+    answer = ask_once(host, "loop.test:5000")
+    [row] = host.owner("egress_pending")["requests"]
+    assert row["destination"] == "loop.test:5000 private"
+    assert row["caution"].startswith(
+        "loop.test resolves to 127.0.0.1 (loopback) and no global address: approving grants "
+        "it with 'private'"
+    )
+    assert "the sandbox asks for loop.test:5000 private (WARNING: loop.test resolves" in (
+        capsys.readouterr().err
+    )
+    approved = host.owner("egress_approve", id=answer["id"], scope="once")
+    assert approved["destination"] == "loop.test:5000 private"
 
 
 @pytest.mark.parametrize("destination", ["loop.test:443", "loop.test"])

@@ -337,7 +337,7 @@ def test_save_writes_one_commented_line_that_the_next_session_allows(
 # --- a name on a network that is not the internet (mirror.test: 192.0.2.3) ---------------
 
 
-def test_a_mirror_name_is_asked_for_with_private_and_the_approval_takes_effect(
+def test_a_mirror_name_is_granted_only_as_private_and_then_takes_effect(
     backend: str, tmp_path: Path
 ) -> None:
     world = start(
@@ -350,21 +350,21 @@ def test_a_mirror_name_is_asked_for_with_private_and_the_approval_takes_effect(
         ],
     )
     try:
-        line = world.process.wait_line(
-            "sandbridge: the sandbox asks for mirror.test:80 private (WARNING: mirror.test "
-            "resolves to 192.0.2.3 (private) and no global address: approving grants it with "
-            "'private'",
-            "stderr",
-            timeout=60,
-        )
-        match = re.search(r"egress request (\S+),", line)
-        assert match, line
-        answer = world.egress("approve", match.group(1), "--session")
+        request_id = world.asked("mirror.test:80")
+        plain = world.egress("approve", request_id, "--session")
+        private = world.egress("approve", request_id, "--session", "--private")
         stderr = world.finish()
     finally:
         if world.process.popen.poll() is None:
             world.process.stop()
-    assert answer.returncode == 0, answer.stderr
+    # Not reported as granted: the proxy would refuse every connection without private.
+    assert plain.returncode != 0 and "approved" not in plain.stdout
+    assert "mirror.test resolves to 192.0.2.3 (private) and no global address" in plain.stderr
+    assert f"approve it with --private (sandbridge egress approve {request_id} --private)" in (
+        plain.stderr
+    )
+    assert private.returncode == 0, private.stderr
+    assert private.stdout.startswith(f"approved {request_id}: mirror.test:80 private,")
     steps = {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
     assert json.loads(steps["ask"].split(" ", 2)[2])["rc"] == 0
     assert "status=200" in steps["after1"] and "status=200" in steps["after2"]

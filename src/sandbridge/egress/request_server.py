@@ -31,6 +31,7 @@ from sandbridge.egress.policy import (
     ALLOW_FILE,
     MAX_POLICY_FILE_BYTES,
     Policy,
+    host_matches,
     parse_entry,
     parse_ip,
 )
@@ -43,6 +44,7 @@ from sandbridge.egress.requests import (
     RequestTable,
     Scope,
     check_reason,
+    non_global_only,
     parse_destination,
     quoted,
     saved_line,
@@ -146,9 +148,14 @@ class EgressRequests:
         """The request entered (or folded into), or what already allows its destination."""
         destination = parse_destination(ask.destination, self.policy.gate)
         reason = check_reason(ask.reason)
-        addresses = await self._addresses(destination)
+        policy = self.grants.policy(self.policy)
+        # Only a name an entry already matches is resolved now (the proxy resolves it for
+        # any connection anyway): a name the sandbox made up must not reach a DNS server
+        # before the owner says so (no DNS way out, docs/network.md).
+        listed = any(host_matches(rule.host, destination.host) for rule in policy.rules)
+        addresses = await self._addresses(destination) if listed else []
         local = [address for address in addresses if self._is_local(address)]
-        found = standing(self.grants.policy(self.policy), destination, addresses, local)
+        found = standing(policy, destination, addresses, local)
         if found.allowed is not None:
             return f"already {found.allowed}"
         if found.blocked is not None:
@@ -247,6 +254,7 @@ class EgressRequests:
             raise ControlRefusal(
                 "malformed", f"scope must be once or session, got {message.get('scope')!r}"
             ) from None
+        await self._settle_private(request, message.get("private") is True)
         saved = None
         if message.get("save") is True:
             saved = str(self._save(request))
@@ -266,6 +274,30 @@ class EgressRequests:
             "destination": request.destination.text,
             "saved": saved,
         }
+
+    async def _settle_private(self, request: EgressRequest, private: bool) -> None:
+        """Before a grant: with ``private`` (the owner's ``--private``) the grant says so;
+        without it, a name that now resolves to non-global addresses only is refused
+        (the request stays pending), since such a grant would be refused at every
+        connection. Resolving here is the owner's doing: the proxy will resolve the
+        name anyway once it is granted."""
+        asked = request.destination
+        if asked.private or parse_ip(asked.host) is not None:
+            return
+        if private:
+            request.destination = dataclasses.replace(asked, private=True)
+            return
+        addresses = await self._addresses(asked)
+        local = [address for address in addresses if self._is_local(address)]
+        seen = non_global_only(asked.host, addresses, local)
+        if seen is not None:
+            raise ControlRefusal(
+                "needs_private",
+                f"{seen}; a grant of {asked.text} would be refused at every connection: "
+                f"approve it with --private (sandbridge egress approve {request.id} --private), "
+                "which lets the proxy connect the name to whatever address its DNS gives, "
+                "this host's loopback included, or deny it",
+            )
 
     async def _deny(self, message: dict[str, Any]) -> dict[str, Any]:
         request = self._pending_request(message)

@@ -254,16 +254,27 @@ def standing(
         allowed.append(decision)
     if len(allowed) == len(ports):
         return Standing(allowed=allowed[0].reason)
-    kinds = [(address, address_kind(address, local)) for address in addresses]
-    if not is_name or not kinds or any(kind is None for _, kind in kinds):
+    seen = non_global_only(destination.host, addresses, local) if is_name else None
+    if seen is None:
         return Standing()
-    address, kind = kinds[0]
     return Standing(
         private=True,
-        caution=f"{destination.host} resolves to {address} ({kind}) and no global address: "
-        "approving grants it with 'private', so the proxy connects the name to whatever "
-        "address its DNS gives, this host's loopback included",
+        caution=f"{seen}: approving grants it with 'private', so the proxy connects the "
+        "name to whatever address its DNS gives, this host's loopback included",
     )
+
+
+def non_global_only(
+    host: str, addresses: list[Address], local: Collection[Address] = ()
+) -> str | None:
+    """``"NAME resolves to ADDRESS (KIND) and no global address"`` when ``addresses`` are
+    all addresses a name reaches only with ``private``; ``None`` otherwise (none at all
+    included: the name does not resolve now)."""
+    kinds = [(address, address_kind(address, local)) for address in addresses]
+    if not kinds or any(kind is None for _, kind in kinds):
+        return None
+    address, kind = kinds[0]
+    return f"{host} resolves to {address} ({kind}) and no global address"
 
 
 def parse_destination(value: object, gate: str) -> Destination:
