@@ -12,11 +12,15 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import dnslib
+import dnslib.server
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process
 from tests.egress.test_in_sandbox import NET_WORLD
@@ -429,3 +433,54 @@ def test_pip_installs_from_a_mirror_on_a_non_global_address_with_inits_policy(
     assert status == 0, stderr
     assert "installed from the test index" in stdout
     assert "HIT mirror80 mirror.test /simple/sb-tiny/" in stderr
+
+
+class RecordingNames(dnslib.server.BaseResolver):  # type: ignore[misc]
+    """Answers every name with 192.0.2.3 and keeps each name it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def resolve(self, request: dnslib.DNSRecord, handler: object) -> dnslib.DNSRecord:
+        name = str(request.q.qname).lower()
+        self.asked.append(name)
+        reply = request.reply()
+        if request.q.qtype == dnslib.QTYPE.A:
+            reply.add_answer(dnslib.RR(name, dnslib.QTYPE.A, rdata=dnslib.A("192.0.2.3"), ttl=5))
+        return reply
+
+
+def test_init_resolves_the_owners_registries_never_a_name_the_project_chose(
+    tmp_path: Path,
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    names = RecordingNames()
+    quiet = dnslib.server.DNSLogger(log="-request,-reply,-truncated,-error", prefix=False)
+    server = dnslib.server.DNSServer(names, port=port, address="127.0.0.1", logger=quiet)
+    server.start_thread()
+    try:
+        project = tmp_path / "p"
+        project.mkdir()
+        (project / "requirements.txt").write_text(
+            "--extra-index-url https://c2VjcmV0.chosen.test/simple/\nx\n"
+        )
+        conf = tmp_path / "pip.conf"
+        conf.write_text("[global]\nindex-url = https://owner-mirror.test/simple/\n")
+        result = command(
+            tmp_path,
+            "policy",
+            "init",
+            "--resolver",
+            f"127.0.0.1:{port}",
+            str(project),
+            PIP_CONFIG_FILE=str(conf),
+        )
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stderr
+    assert "owner-mirror.test." in names.asked
+    assert not any("chosen.test" in name for name in names.asked)
+    allow = (project / ".sandbridge" / "allow").read_text().splitlines()
+    assert "owner-mirror.test private" in allow and "c2vjcmv0.chosen.test" in allow

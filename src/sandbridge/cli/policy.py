@@ -90,7 +90,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     registries = presets.host_registries(presets.HostConfig.of_this_host())
     registries += toolchain_indexes(os.environ)
-    indexes = [f.name for f in [*found.of(Kind.HOST), *registries] if _is_index(f)]
+    # The owner's own registries only: a name the project's files chose (the sandbox may
+    # have written them) is not sent to a DNS server, so no data spelled into it leaves.
+    indexes = [f.name for f in registries if _is_index(f)]
     asked = SystemResolver() if resolver is None else DnsResolver(*resolver)
     non_global = asyncio.run(non_global_names(indexes, asked))
     shown = None if resolver is None else format_entry(*resolver)
