@@ -94,9 +94,8 @@ def read_compose(path: str, text: str) -> list[Finding]:
     ]
     tree = _tree(text)
     budget = _Budget()
-    services = next(
-        (value for key, value in budget.pairs(tree) if _scalar(key) == "services"), None
-    ) if tree is not None else None  # fmt: skip
+    top = budget.pairs(tree) if tree is not None else []
+    services = next((value for key, value in top if _scalar(key) == "services"), None)
     if services is None:
         return found
     for key, service in budget.pairs(services):

@@ -50,11 +50,12 @@ Run = Callable[[list[str], Mapping[str, str]], str | None]
 
 def run_tool(argv: list[str], environ: Mapping[str, str]) -> str | None:
     """``argv``'s stdout, run from ``/`` with ``environ``; ``None`` if it failed."""
-    if shutil.which(argv[0], path=environ.get("PATH")) is None:
+    program = shutil.which(argv[0], path=environ.get("PATH"))
+    if program is None:
         return None
     try:
         done = subprocess.run(
-            argv,
+            [program, *argv[1:]],
             cwd="/",
             env=dict(environ),
             stdin=subprocess.DEVNULL,
