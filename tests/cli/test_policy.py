@@ -426,8 +426,8 @@ def test_pip_installs_from_a_mirror_on_a_non_global_address_with_inits_policy(
     allow = (project / ".sandbridge" / "allow").read_text().splitlines()
     at = allow.index("mirror.test private")
     assert allow[at - 1] == (
-        "# mirror.test resolved to 192.0.2.3 (private) and no global address when init ran: "
-        "'private' lets the proxy connect to it"
+        "# mirror.test resolves to 192.0.2.3 (private) and no global address (when init "
+        "ran): 'private' lets the proxy connect to it"
     )
     assert "resolver = 127.0.0.1:5353" in (project / ".sandbridge" / "config").read_text()
     assert status == 0, stderr

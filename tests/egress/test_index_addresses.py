@@ -50,13 +50,13 @@ def dns_port() -> Iterator[int]:
     server.stop()
 
 
-def test_names_of_non_global_addresses_only_are_named_with_the_first_address(
+def test_names_of_non_global_addresses_only_are_named_with_what_they_resolve_to(
     dns_port: int,
 ) -> None:
     names = ["mirror.test", "split.test", "public.test", "mixed.test", "loop.test", "gone.test"]
     found = asyncio.run(non_global_names(names, DnsResolver("127.0.0.1", dns_port)))
     assert found == {
-        "mirror.test": "192.0.2.3 (private)",
-        "split.test": "10.0.0.8 (private)",
-        "loop.test": "127.0.0.1 (loopback)",
+        "mirror.test": "mirror.test resolves to 192.0.2.3 (private) and no global address",
+        "split.test": "split.test resolves to 10.0.0.8 (private) and no global address",
+        "loop.test": "loop.test resolves to 127.0.0.1 (loopback) and no global address",
     }

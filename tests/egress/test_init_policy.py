@@ -168,14 +168,22 @@ def test_an_index_of_non_global_addresses_only_is_written_with_private_saying_wh
         "python",
     )  # fmt: skip
     files = plan(
-        survey(tmp_path), [asked], DAY, {"mirror.corp.test": "192.0.2.3 (private)"}, "10.0.0.53"
+        survey(tmp_path),
+        [asked],
+        DAY,
+        {
+            "mirror.corp.test": (
+                "mirror.corp.test resolves to 192.0.2.3 (private) and no global address"
+            )
+        },
+        "10.0.0.53",
     )
     allow = lines(files.allow)
     at = allow.index("mirror.corp.test private")
     assert allow[at - 2 : at] == [
         "# pip: pip index-url, asked of pip (its configuration)",
-        "# mirror.corp.test resolved to 192.0.2.3 (private) and no global address when init "
-        "ran: 'private' lets the proxy connect to it",
+        "# mirror.corp.test resolves to 192.0.2.3 (private) and no global address (when init "
+        "ran): 'private' lets the proxy connect to it",
     ]
     assert "resolver = 10.0.0.53" in lines(files.config)
     policy = load_policy_text(tmp_path, files.allow)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from sandbridge.egress.decision import address_kind
+from sandbridge.aio.tasks import running
 from sandbridge.egress.gate import Address, Resolver, is_local_address
+from sandbridge.egress.requests import non_global_only
 
 # Names resolved at most: a policy's indexes and registries, not a lockfile's every host.
 MAX_NAMES = 32
@@ -23,9 +24,9 @@ RESOLVE_BUDGET = 10.0
 
 async def non_global_names(names: Iterable[str], resolver: Resolver) -> dict[str, str]:
     """Each of ``names`` that resolves, and only to non-global addresses (this host's
-    own included, as the proxy judges them), with the first such address and its kind:
-    ``{"mirror.corp.test": "10.0.0.8 (private)"}``. Names that do not resolve in time
-    are left out."""
+    own included, as the proxy judges them), with what it resolves to:
+    ``{"mirror.corp.test": "mirror.corp.test resolves to 10.0.0.8 (private) and no
+    global address"}``. Names that do not resolve in time are left out."""
     chosen = list(dict.fromkeys(names))[:MAX_NAMES]
 
     async def resolve(name: str) -> list[Address]:
@@ -34,19 +35,17 @@ async def non_global_names(names: Iterable[str], resolver: Resolver) -> dict[str
         except OSError:
             return []
 
-    tasks = [asyncio.ensure_future(resolve(name)) for name in chosen]
-    done, pending = await asyncio.wait(tasks, timeout=RESOLVE_BUDGET) if tasks else (set(), set())
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
+    async with running(*(resolve(name) for name in chosen)) as tasks:
+        if tasks:
+            await asyncio.wait(tasks, timeout=RESOLVE_BUDGET)
+        done = {task for task in tasks if task.done() and not task.cancelled()}
     found: dict[str, str] = {}
     for name, task in zip(chosen, tasks, strict=True):
         if task not in done or task.exception() is not None:
             continue
         addresses = task.result()
         local = [address for address in addresses if is_local_address(address)]
-        kinds = [(address, address_kind(address, local)) for address in addresses]
-        if kinds and all(kind is not None for _, kind in kinds):
-            address, kind = kinds[0]
-            found[name] = f"{address} ({kind})"
+        seen = non_global_only(name, addresses, local)
+        if seen is not None:
+            found[name] = seen
     return found

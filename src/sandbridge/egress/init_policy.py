@@ -151,8 +151,8 @@ def plan(
 ) -> PolicyFiles:
     """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`
     and :func:`toolchain_index.toolchain_indexes`; ``non_global``: the index names that
-    resolved to non-global addresses only (name -> ``"10.0.0.8 (private)"``), written with
-    ``private``; ``resolver``: the DNS server asked, written as ``resolver =``."""
+    resolved to non-global addresses only (:func:`index_addresses.non_global_names`),
+    written with ``private``; ``resolver``: the DNS server asked, written as ``resolver =``."""
     non_global = non_global or {}
     hosts = survey.of(Kind.HOST) + survey.of(Kind.SERVICE)
     active = [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
@@ -237,10 +237,7 @@ def _registry_block(
     if seen is None:
         return _block(entry, evidence, True)
     lines = _block(f"{entry} private", evidence, True)
-    why = (
-        f"# {first.name} resolved to {seen} and no global address when init ran: "
-        "'private' lets the proxy connect to it"
-    )
+    why = f"# {seen} (when init ran): 'private' lets the proxy connect to it"
     return [*lines[:-1], why, lines[-1]]
 
 
