@@ -13,6 +13,10 @@ world's. Every request any server receives is printed as ``HIT <server> <host he
 
 With ``NET_WORLD_FILES=DIR`` in the environment, ``pkgs.test`` (8.8.0.3, port 80) serves
 the files under DIR: a test's own package index and registry, for real installs.
+``mirror.test`` is such a host on a network that is not the internet (a company mirror, a
+split-DNS name): it resolves to 192.0.2.3, a documentation-range address, which the
+proxy reaches only for an entry that says ``private``; it serves the same files (as
+``HIT mirror80`` lines), or answers ``hello from mirror80`` without them.
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ PUBLIC = "8.8.0.1"  # public.test, sub.wild.test (in the internet namespace)
 OTHER = "8.8.0.2"  # other.test: never allowed (in the internet namespace)
 SELF = "8.8.1.1"  # selfpub.test: a global address of the host itself
 PKGS = "8.8.0.3"  # pkgs.test: the files of NET_WORLD_FILES (in the internet namespace)
+MIRROR = "192.0.2.3"  # mirror.test: a non-global address (TEST-NET-1), reached by a route
 NAMES = {
     "pkgs.test.": PKGS,
+    "mirror.test.": MIRROR,
     "public.test.": PUBLIC,
     "sub.wild.test.": PUBLIC,
     "other.test.": OTHER,
@@ -108,19 +114,27 @@ class Server(ThreadingHTTPServer):
 
 
 class FilesHandler(SimpleHTTPRequestHandler):
-    """Static files, each request printed as a ``HIT pkgs80`` line."""
+    """Static files, each request printed as a ``HIT <server>`` line."""
+
+    server_label = "pkgs80"
 
     def do_GET(self) -> None:
-        print(f"HIT pkgs80 {self.headers.get('Host')} {self.path}", file=sys.stderr, flush=True)
+        name, host = self.server_label, self.headers.get("Host")
+        print(f"HIT {name} {host} {self.path}", file=sys.stderr, flush=True)
         super().do_GET()
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
+class MirrorFilesHandler(FilesHandler):
+    server_label = "mirror80"
+
+
 def serve_files(directory: str) -> None:
-    server = Server((PKGS, 80), functools.partial(FilesHandler, directory=directory))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for address, handler in ((PKGS, FilesHandler), (MIRROR, MirrorFilesHandler)):
+        server = Server((address, 80), functools.partial(handler, directory=directory))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 def serve(servers: list[tuple[str, str, int]]) -> None:
@@ -136,11 +150,13 @@ def internet() -> int:
     loopback_up()
     ip("addr", "add", f"{INTERNET_LINK}/30", "dev", "vnet")
     ip("link", "set", "vnet", "up")  # the host's side of the link is on-link: no route needed
-    for address in (PUBLIC, OTHER, PKGS):
+    for address in (PUBLIC, OTHER, PKGS, MIRROR):
         add_address("lo", ipaddress.IPv4Address(address))
-    serve(INTERNET_SERVERS)
     if os.environ.get("NET_WORLD_FILES"):
         serve_files(os.environ["NET_WORLD_FILES"])
+    else:
+        serve([("mirror80", MIRROR, 80)])
+    serve(INTERNET_SERVERS)
     print("INTERNET READY", flush=True)
     sys.stdin.read()
     return 0
@@ -170,6 +186,7 @@ def main() -> int:
         ip("addr", "add", f"{HOST_LINK}/30", "dev", "vhost")
         ip("link", "set", "vhost", "up")
         ip("route", "add", "8.8.0.0/24", "via", INTERNET_LINK)
+        ip("route", "add", f"{MIRROR}/32", "via", INTERNET_LINK)
         net.stdin.write(b"go\n")
         net.stdin.flush()
         wait_for(net, b"INTERNET READY")

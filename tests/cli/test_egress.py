@@ -65,10 +65,12 @@ def _asked_id(session: TerminalSession) -> str:
     return asked.read_text().strip()
 
 
-def _approve_at_a_terminal(session: TerminalSession, request_id: str) -> pexpect.spawn:
+def _approve_at_a_terminal(
+    session: TerminalSession, request_id: str, *options: str
+) -> pexpect.spawn:
     return pexpect.spawn(
         SANDBRIDGE[0],
-        [*SANDBRIDGE[1:], "egress", "approve", request_id],
+        [*SANDBRIDGE[1:], "egress", "approve", request_id, *options],
         env=session.env,
         timeout=30,
         encoding="utf-8",
@@ -91,6 +93,14 @@ def test_at_a_terminal_approve_shows_what_is_granted_and_asks(tmp_path: Path) ->
         child.close()
         assert child.exitstatus == 1
         assert request_id in session.cli("egress", "pending").stdout
+        # What --private grants is what the owner is shown.
+        child = _approve_at_a_terminal(session, request_id, "--private")
+        child.expect_exact(f"egress request {request_id} asks for evil.test:443 private (one")
+        child.expect_exact("approve it? [y/N] ")
+        child.sendline("n")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 1
         child = _approve_at_a_terminal(session, request_id)
         child.expect_exact("approve it? [y/N] ")
         child.sendline("y")

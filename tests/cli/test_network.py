@@ -117,3 +117,17 @@ def test_only_ignore_rules_start_no_auto_publish(tmp_path: Path) -> None:
     args = build_parser().parse_args(["run", "--", "x"])
     network = network_cli.sandbox_network(args, network_cli.policy(args, tmp_path))
     assert network.publish_rules == ()
+
+
+def test_the_session_start_warns_of_an_entry_never_reached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sandbridge.cli.network import announce
+    from sandbridge.egress.policy import load_policy
+
+    (tmp_path / ".sandbridge").mkdir()
+    (tmp_path / ".sandbridge" / "allow").write_text("pkgs.test\npkgs.test private\n")
+    announce(load_policy(tmp_path))
+    assert (
+        "sandbridge: warning: .sandbridge/allow:2: 'pkgs.test private' is never reached"
+    ) in capsys.readouterr().err

@@ -9,10 +9,18 @@ import hashlib
 import io
 import json
 import os
+import re
+import shlex
+import shutil
+import socket
 import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import dnslib
+import dnslib.server
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process
 from tests.egress.test_in_sandbox import NET_WORLD
@@ -52,17 +60,36 @@ def hostile_project(root: Path) -> Path:
     return root
 
 
-def command(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``sandbridge ARGS`` with a home of its own: this machine's tool config stays out."""
+def stock_env(home: Path, **extra: str) -> dict[str, str]:
+    """A home of its own and empty pip and npm configurations (pip reads no file, npm's
+    user and global files are empty): what a user with no configuration has, whatever
+    this machine's own configuration says."""
+    (home / ".npmrc-user").write_text("")
+    (home / ".npmrc-global").write_text("")
     env = {
         name: value
         for name, value in os.environ.items()
         if not name.upper().startswith(("PIP_", "NPM_", "UV_", "GO", "CARGO", "YARN_"))
     }
-    env["HOME"] = str(home)
     env.pop("XDG_CONFIG_HOME", None)
+    return env | {
+        "HOME": str(home),
+        "PIP_CONFIG_FILE": os.devnull,
+        "NPM_CONFIG_USERCONFIG": str(home / ".npmrc-user"),
+        "NPM_CONFIG_GLOBALCONFIG": str(home / ".npmrc-global"),
+        **extra,
+    }
+
+
+def command(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    """``sandbridge ARGS`` in :func:`stock_env` (``extra`` variables on top)."""
     return subprocess.run(
-        [*SANDBRIDGE, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        [*SANDBRIDGE, *args],
+        env=stock_env(home, **extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -167,13 +194,45 @@ def test_init_refuses_to_replace_a_policy_without_force(tmp_path: Path) -> None:
     assert command(tmp_path, "policy", "init", "--force", str(project)).returncode == 0
 
 
-def test_init_without_any_registry_writes_the_placeholder(tmp_path: Path) -> None:
+def test_init_without_a_toolchain_to_ask_writes_the_placeholder(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
     (project / "package.json").write_text("{}")
-    assert command(tmp_path, "policy", "init", str(project)).returncode == 0
+    tools = tmp_path / "bin"  # git only: no npm, no python3 to ask
+    tools.mkdir()
+    (tools / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    assert command(tmp_path, "policy", "init", str(project), PATH=str(tools)).returncode == 0
     allow = (project / ".sandbridge" / "allow").read_text().splitlines()
     assert "# npm: add your registry host, e.g. from `npm config get registry`" in allow
+
+
+def test_init_on_a_machine_without_configuration_writes_each_toolchains_default(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "package.json").write_text('{"dependencies": {"a": "1"}}')
+    (project / "requirements.txt").write_text("requests\n")
+    assert command(tmp_path, "policy", "init", str(project)).returncode == 0
+    allow = (project / ".sandbridge" / "allow").read_text().splitlines()
+    env = stock_env(tmp_path)
+    npm_says = subprocess.run(
+        ["npm", "config", "get", "registry"], env=env, cwd="/", capture_output=True, text=True
+    ).stdout.strip()
+    help_text = subprocess.run(
+        ["python3", "-m", "pip", "install", "--help"], env=env, capture_output=True, text=True
+    ).stdout
+    pip_says = re.search(r"Package Index \(default\s+(\S+?)\)", help_text)
+    assert pip_says, help_text
+    for url, comment in (
+        (npm_says, "# npm: npm registry, asked of npm (`npm config get registry`)"),
+        (pip_says.group(1), "# pip: pip index-url, asked of pip (its built-in default)"),
+    ):
+        host = str(urlsplit(url).hostname)
+        # This machine's DNS may give the name a non-global address: then it says private.
+        [at] = [n for n, line in enumerate(allow) if line in (host, f"{host} private")]
+        assert comment in allow[at - 2 : at], allow
+    assert not any(line.startswith(("# npm: add", "# python: add")) for line in allow)
 
 
 # --- the project's real install command, in a sandbox, with init's policy -------------------
@@ -324,3 +383,104 @@ def test_npm_installs_from_the_registry_init_found(tmp_path: Path) -> None:
     assert "installed from the test registry" in stdout
     assert f"HIT pkgs80 {INDEX} /npm/sb-tiny" in stderr
     assert f"HIT pkgs80 {INDEX} /tarballs/sb-tiny-1.0.0.tgz" in stderr
+
+
+def test_pip_installs_from_a_mirror_on_a_non_global_address_with_inits_policy(
+    tmp_path: Path,
+) -> None:
+    # The owner's pip names a company mirror, mirror.test, whose name resolves to
+    # 192.0.2.3 (not a global address): init asks pip for it, resolves it with the
+    # resolver it is given (and writes that into config), and writes `private`.
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "requirements.txt").write_text("sb-tiny==1.0\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(
+        "[global]\nindex-url = http://mirror.test/simple/\ntrusted-host = mirror.test\n"
+    )
+    served = tmp_path / "served"
+    served.mkdir()
+    package_index(served)
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    env = stock_env(tmp_path, PIP_CONFIG_FILE=str(conf), XDG_RUNTIME_DIR=str(xdg))
+    env["NET_WORLD_FILES"] = str(served)
+    script = (
+        f"{PYTHON} -m pip install --no-cache-dir --no-deps --target deps "
+        "--index-url http://mirror.test/simple/ --trusted-host mirror.test -r requirements.txt "
+        "&& cat deps/sb_tiny/__init__.py"
+    )
+    init = [*SANDBRIDGE, "policy", "init", "--resolver", "127.0.0.1:5353", str(project)]
+    run = [*SANDBRIDGE, "run", "--workdir", str(project), "--ro-bind", str(REPO), "--"]
+    world = ["unshare", "--net", "--", PYTHON, NET_WORLD, "--", "sh", "-c"]
+    both = f"{shlex.join(init)} && {shlex.join([*run, 'sh', '-c', script])}"
+    assert os.getuid() == 0, "the test-made internet needs network namespaces: run as root"
+    process = Process([*world, both], env=env)
+    try:
+        status = process.popen.wait(240)
+    finally:
+        if process.popen.poll() is None:
+            process.stop()
+    assert process.popen.stdout is not None and process.popen.stderr is not None
+    stdout, stderr = process.popen.stdout.read().decode(), process.popen.stderr.read().decode()
+    allow = (project / ".sandbridge" / "allow").read_text().splitlines()
+    at = allow.index("mirror.test private")
+    assert allow[at - 1] == (
+        "# mirror.test resolves to 192.0.2.3 (private) and no global address (when init "
+        "ran): 'private' lets the proxy connect to it"
+    )
+    assert "resolver = 127.0.0.1:5353" in (project / ".sandbridge" / "config").read_text()
+    assert status == 0, stderr
+    assert "installed from the test index" in stdout
+    assert "HIT mirror80 mirror.test /simple/sb-tiny/" in stderr
+
+
+class RecordingNames(dnslib.server.BaseResolver):  # type: ignore[misc]
+    """Answers every name with 192.0.2.3 and keeps each name it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def resolve(self, request: dnslib.DNSRecord, handler: object) -> dnslib.DNSRecord:
+        name = str(request.q.qname).lower()
+        self.asked.append(name)
+        reply = request.reply()
+        if request.q.qtype == dnslib.QTYPE.A:
+            reply.add_answer(dnslib.RR(name, dnslib.QTYPE.A, rdata=dnslib.A("192.0.2.3"), ttl=5))
+        return reply
+
+
+def test_init_resolves_the_owners_registries_never_a_name_the_project_chose(
+    tmp_path: Path,
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    names = RecordingNames()
+    quiet = dnslib.server.DNSLogger(log="-request,-reply,-truncated,-error", prefix=False)
+    server = dnslib.server.DNSServer(names, port=port, address="127.0.0.1", logger=quiet)
+    server.start_thread()
+    try:
+        project = tmp_path / "p"
+        project.mkdir()
+        (project / "requirements.txt").write_text(
+            "--extra-index-url https://c2VjcmV0.chosen.test/simple/\nx\n"
+        )
+        conf = tmp_path / "pip.conf"
+        conf.write_text("[global]\nindex-url = https://owner-mirror.test/simple/\n")
+        result = command(
+            tmp_path,
+            "policy",
+            "init",
+            "--resolver",
+            f"127.0.0.1:{port}",
+            str(project),
+            PIP_CONFIG_FILE=str(conf),
+        )
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stderr
+    assert "owner-mirror.test." in names.asked
+    assert not any("chosen.test" in name for name in names.asked)
+    allow = (project / ".sandbridge" / "allow").read_text().splitlines()
+    assert "owner-mirror.test private" in allow and "c2vjcmv0.chosen.test" in allow

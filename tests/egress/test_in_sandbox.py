@@ -194,7 +194,8 @@ def test_connect_to_a_name_resolving_to_host_loopback_is_refused(allow: Outcome)
     result = allow.probes["connect_loopback_name"]
     assert "HTTP/1.1 403 egress to " in result
     assert "loopy.test resolves to 127.0.0.1 (loopback)" in result
-    assert "add the line 'loopy.test private'" in result
+    # The entry that decided is named: a line added below it would never be reached.
+    assert "edit .sandbridge/allow:4 to read 'loopy.test private'" in result
     assert not allow.hit("loopback80")
 
 
@@ -380,6 +381,18 @@ def test_print_policy_and_dry_run_show_no_secret(tmp_path: Path, backend_name: s
     assert "https://***@public.test/" in out
     assert "HOST_TOKEN" in out and "OTHER" in out  # names are shown, values are not
     assert "sandbridge.sandbox.net_init 100.64.0.1" in out
+
+
+def test_print_policy_warns_of_an_entry_that_is_never_reached(tmp_path: Path) -> None:
+    write_policy(tmp_path)
+    with (tmp_path / ".sandbridge" / "allow").open("a") as allow_file:
+        allow_file.write("loopy.test private\n")
+    result = inspect(tmp_path, "--print-policy")
+    assert result.returncode == 0, result.stderr
+    assert (
+        "warning: .sandbridge/allow:6: 'loopy.test private' is never reached: its 'private' "
+        "takes no effect: 'loopy.test' (.sandbridge/allow:4) comes first"
+    ) in result.stdout
 
 
 def test_dry_run_in_none_mode_unshares_the_network(tmp_path: Path) -> None:

@@ -105,6 +105,91 @@ def test_the_hosts_own_configuration_fills_the_default(tmp_path: Path) -> None:
     assert not any(line.startswith("# npm: add your registry") for line in allow)
 
 
+def test_the_placeholder_comes_before_the_sections_entries_never_after(tmp_path: Path) -> None:
+    # A scoped registry does not replace the default: the placeholder is still needed,
+    # and read after the scoped entry it looked like a comment about the next section.
+    (tmp_path / "package.json").write_text("{}")
+    (tmp_path / ".npmrc").write_text("@acme:registry=https://npm.corp.test/\n")
+    (tmp_path / "requirements.txt").write_text("requests\n")
+    allow = lines(plan(survey(tmp_path), [], DAY).allow)
+    start = allow.index("# npm (.npmrc, package.json)")
+    placeholder = allow.index("# npm: add your registry host, e.g. from `npm config get registry`")
+    assert start < placeholder < allow.index("npm.corp.test")
+    assert allow[placeholder - 1].startswith("# npm, yarn and pnpm download from one registry")
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "tests/.env",
+        "test/fixtures/app/.env",
+        "spec/.env.test",
+        "src/__tests__/.env",
+        "pkg/testdata/.env",
+        "e2e/fixtures/.env",
+    ],
+)
+def test_a_variable_only_test_fixtures_name_is_left_out_of_env_example(
+    tmp_path: Path, fixture: str
+) -> None:
+    (tmp_path / fixture).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / fixture).write_text("FIXTURE_ONLY=x\nSHARED=y\n")
+    (tmp_path / ".env").write_text("SHARED=z\n")
+    example = lines(plan(survey(tmp_path), [], DAY).env_example)
+    assert "SHARED=" in example
+    assert not any("FIXTURE_ONLY" in line for line in example)
+
+
+@pytest.mark.parametrize(
+    ("where", "fixture"),
+    [
+        ("tests/.env:1", True),
+        ("conftest.py", True),
+        ("app/db_test.env:3", True),
+        ("web/app.spec.env:1", True),
+        ("test_settings.env:1", True),
+        ("__tests__/x/.env", True),
+        (".env:1", False),
+        ("contest/.env:1", False),
+        ("latest/.env:2", False),
+        ("src/testing.env:1", False),
+    ],
+)
+def test_which_paths_are_test_fixtures(where: str, fixture: bool) -> None:
+    assert init_policy.is_test_fixture(where) is fixture
+
+
+def test_an_index_of_non_global_addresses_only_is_written_with_private_saying_why(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "requirements.txt").write_text("requests\n")
+    asked = Finding(
+        Kind.HOST, "mirror.corp.test", "pip", "pip index-url, asked of pip (its configuration)",
+        "python",
+    )  # fmt: skip
+    files = plan(
+        survey(tmp_path),
+        [asked],
+        DAY,
+        {
+            "mirror.corp.test": (
+                "mirror.corp.test resolves to 192.0.2.3 (private) and no global address"
+            )
+        },
+        "10.0.0.53",
+    )
+    allow = lines(files.allow)
+    at = allow.index("mirror.corp.test private")
+    assert allow[at - 2 : at] == [
+        "# pip: pip index-url, asked of pip (its configuration)",
+        "# mirror.corp.test resolves to 192.0.2.3 (private) and no global address (when init "
+        "ran): 'private' lets the proxy connect to it",
+    ]
+    assert "resolver = 10.0.0.53" in lines(files.config)
+    policy = load_policy_text(tmp_path, files.allow)
+    assert [(rule.host, rule.private) for rule in policy.rules] == [("mirror.corp.test", True)]
+
+
 def test_served_ports_are_suggested_publish_rules(tmp_path: Path) -> None:
     config = lines(plan(survey(project(tmp_path)), [], DAY).config)
     assert "net = allow" in config

@@ -279,10 +279,38 @@ def test_a_6to4_address_of_the_hosts_own_address_is_refused_unless_private() -> 
     assert check_addresses(private, "git.internal", 443, [tunnelled], local=[own])[0] == [tunnelled]
 
 
-def test_private_refusal_suggests_the_private_entry() -> None:
+def test_private_refusal_names_the_entry_to_change_to_private() -> None:
     decision = match_destination(POLICY, "example.com", 443)
     _, final = check_addresses(decision, "example.com", 443, [ip("127.0.0.1")])
-    assert "add the line 'example.com private'" in final.refusal_text("example.com:443")
+    assert final.suggestion == "example.com private"
+    assert "change the entry 'example.com' (--allow) to 'example.com private'" in (
+        final.refusal_text("example.com:443")
+    )
+
+
+def test_private_refusal_names_the_file_line_to_edit_never_a_line_to_add(
+    tmp_path: Path,
+) -> None:
+    # A line added after `pkgs.test` would never be reached: the first matching entry
+    # decides. The refusal names the line that decided.
+    policy = load_policy(project(tmp_path, allow="# index\n\npkgs.test\n"))
+    decision = match_destination(policy, "pkgs.test", 443)
+    _, final = check_addresses(decision, "pkgs.test", 443, [ip("192.0.2.7")])
+    text = final.refusal_text("pkgs.test:443")
+    assert "edit .sandbridge/allow:3 to read 'pkgs.test private'" in text
+    assert "add the line" not in text
+
+
+def test_private_refusal_under_a_wildcard_says_to_add_the_name_above_it(
+    tmp_path: Path,
+) -> None:
+    policy = load_policy(project(tmp_path, allow="*.corp.test\n"))
+    decision = match_destination(policy, "pkgs.corp.test", 443)
+    _, final = check_addresses(decision, "pkgs.corp.test", 443, [ip("10.0.0.8")])
+    assert (
+        "add the line 'pkgs.corp.test private' above '*.corp.test' (.sandbridge/allow:1), "
+        "which decides first" in final.refusal_text("pkgs.corp.test:443")
+    )
 
 
 @pytest.mark.parametrize(

@@ -28,12 +28,19 @@ from sandbridge.exceptions import ControlRefusal
 from sandbridge.protocol.egress_opening import encode_open, encode_request
 from tests.conftest import PYTHON, REPO, swapping
 
-ALLOW_TEXT = "# reviewed\npublic.test\nnarrow.test:443\n"
+ALLOW_TEXT = "# reviewed\npublic.test\nnarrow.test:443\nloop.test\n"
 
 
 class TableResolver:
+    """Answers the test's names, and keeps every name it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
     async def resolve(self, name: str) -> list[Address]:
-        return [ipaddress.ip_address("127.0.0.1")] if name == "app.test" else []
+        self.asked.append(name)
+        local = name in ("app.test", "loop.test")
+        return [ipaddress.ip_address("127.0.0.1")] if local else []
 
 
 class Host:
@@ -45,11 +52,12 @@ class Host:
         (self.project / ALLOW_FILE).write_text(ALLOW_TEXT)
         self.path = tmp_path / "egress.sock"
         policy = load_policy(self.project)
+        self.resolver = TableResolver()
         self.gate = EgressGate(
             self.path,
             policy,
             EgressLog(tmp_path / "egress.jsonl"),
-            resolver=TableResolver(),
+            resolver=self.resolver,
             session="s-test",
         )
         self.errors: list[dict[str, object]] = []
@@ -318,12 +326,88 @@ def test_a_once_grant_makes_exactly_one_connection(host: Host, app_port: int) ->
 
 
 def test_a_once_grant_that_connects_nowhere_is_kept(host: Host, app_port: int) -> None:
-    """app.test resolves to loopback, which a granted name may not reach: the grant stays."""
-    host.owner("egress_approve", id=ask_once(host, f"app.test:{app_port}")["id"], scope="once")
+    """nowhere.test resolves to nothing: no connection is made, so the grant stays."""
+    target = f"nowhere.test:{app_port}"
+    host.owner("egress_approve", id=ask_once(host, target)["id"], scope="once")
     for _ in range(2):
-        status = connect_through_proxy(host, f"app.test:{app_port}")
-        assert status.startswith(b"HTTP/1.1 403") and b"(loopback)" in status
-    assert ask_once(host, f"app.test:{app_port}")["state"] == "allowed"
+        status = connect_through_proxy(host, target)
+        assert status.startswith(b"HTTP/1.1 403") and b"does not resolve" in status
+    assert ask_once(host, target)["state"] == "allowed"
+
+
+def test_a_name_the_sandbox_makes_up_reaches_no_dns_before_the_owner_approves(
+    host: Host,
+) -> None:
+    # Resolving it at the request would be a way out for data spelled into the name.
+    answer = ask_once(host, "c2VjcmV0.exfil.test:443")
+    assert answer["state"] == "pending"
+    assert host.resolver.asked == []
+    host.owner("egress_deny", id=answer["id"])
+    assert host.resolver.asked == []
+
+
+def test_a_name_of_non_global_addresses_only_is_granted_only_as_private(
+    host: Host, app_port: int
+) -> None:
+    # app.test resolves to 127.0.0.1 only (as a company mirror's name resolves to its
+    # private address): a grant without `private` would be refused at every connection,
+    # so it is not reported as granted; with --private it is, and it takes effect.
+    target = f"app.test:{app_port}"
+    answer = ask_once(host, target)
+    with pytest.raises(ControlRefusal) as refused:
+        host.owner("egress_approve", id=answer["id"], scope="session")
+    assert refused.value.code == "needs_private"
+    assert str(refused.value) == (
+        "app.test resolves to 127.0.0.1 (loopback) and no global address; a grant of "
+        f"{target} would be refused at every connection: approve it with --private "
+        f"(sandbridge egress approve {answer['id']} --private), which lets the proxy connect "
+        "the name to whatever address its DNS gives, this host's loopback included, or deny it"
+    )
+    assert [r["id"] for r in host.owner("egress_pending")["requests"]] == [answer["id"]]
+    assert connect_through_proxy(host, target).startswith(b"HTTP/1.1 403")
+    approved = host.owner(
+        "egress_approve", id=answer["id"], scope="session", save=True, private=True
+    )
+    assert approved["destination"] == f"{target} private"
+    assert connect_through_proxy(host, target).startswith(b"HTTP/1.1 200")
+    saved = (host.project / ALLOW_FILE).read_text()[len(ALLOW_TEXT) :]
+    assert saved.startswith(f"{target} private  # ")
+
+
+def test_a_listed_name_on_another_port_is_asked_for_as_private_saying_why(
+    host: Host, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # loop.test is an entry (ports 80, 443, 8443): the proxy resolves it anyway, so the
+    # request can be decided on its addresses, and it says private from the start.
+    answer = ask_once(host, "loop.test:5000")
+    [row] = host.owner("egress_pending")["requests"]
+    assert row["destination"] == "loop.test:5000 private"
+    assert row["caution"].startswith(
+        "loop.test resolves to 127.0.0.1 (loopback) and no global address: approving grants "
+        "it with 'private'"
+    )
+    assert "the sandbox asks for loop.test:5000 private (WARNING: loop.test resolves" in (
+        capsys.readouterr().err
+    )
+    approved = host.owner("egress_approve", id=answer["id"], scope="once")
+    assert approved["destination"] == "loop.test:5000 private"
+
+
+@pytest.mark.parametrize("destination", ["loop.test:443", "loop.test"])
+def test_a_name_its_entry_cannot_reach_is_refused_up_front_naming_the_line_to_edit(
+    host: Host, destination: str
+) -> None:
+    # `loop.test` (line 4) decides first for it: a grant after it would never be reached,
+    # so "already allowed" or an approval would both be untrue.
+    answer = ask_once(host, destination)
+    assert answer["ok"] is False and answer["code"] == "needs_private"
+    assert "loop.test resolves to 127.0.0.1 (loopback)" in answer["error"]
+    assert answer["error"].endswith(
+        "no approval can change that while 'loop.test' (.sandbridge/allow:4) decides first: "
+        "ask the owner to edit .sandbridge/allow:4 to read 'loop.test private' (the next "
+        "session reads it)"
+    )
+    assert host.owner("egress_pending")["requests"] == []
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from sandbridge.egress.requests import (
     quoted,
     saved_line,
     shown,
+    standing,
 )
 from sandbridge.exceptions import EgressRequestRefused
 
@@ -401,3 +403,46 @@ def test_a_destination_is_refused_or_reads_back_as_one_entry(value: str) -> None
         return
     assert parse_destination(destination.text, GATE) == destination
     assert destination.host != "gate" and destination.host != GATE
+
+
+@pytest.mark.parametrize(
+    ("entries", "asked", "resolved", "outcome"),
+    [
+        # nothing allows it: asked for; with `private` when only non-global addresses come
+        ((), "m.test:443", ["192.0.2.3"], "ask private"),
+        ((), "m.test:443", ["192.0.2.3", "8.8.0.1"], "ask"),  # the global one is reached
+        ((), "m.test:443", [], "ask"),  # does not resolve now: asked as it is
+        ((), "m.test:443", ["8.8.0.1"], "ask"),
+        ((), "192.0.2.3:443", [], "ask"),  # an address: the entry names it as it is
+        # an entry allows it and can reach it: nothing to ask
+        (("m.test",), "m.test:443", ["8.8.0.1"], "allowed"),
+        (("m.test private",), "m.test:443", ["192.0.2.3"], "allowed"),
+        (("m.test",), "m.test:443", [], "allowed"),
+        # an entry matches first but cannot reach it: no grant after it would be reached
+        (("m.test",), "m.test:443", ["192.0.2.3"], "blocked"),
+        (("m.test",), "m.test", ["127.0.0.1"], "blocked"),
+        (("*.corp.test",), "m.corp.test:443", ["10.0.0.8"], "blocked"),
+        # on a port no entry matches, a grant decides first: asked for, with `private`
+        (("m.test:443",), "m.test:8080", ["192.0.2.3"], "ask private"),
+    ],
+)
+def test_standing_decides_a_request_as_the_proxy_decides_its_connections(
+    entries: tuple[str, ...], asked: str, resolved: list[str], outcome: str
+) -> None:
+    builder = PolicyBuilder()
+    for entry in entries:
+        builder.set("allow", entry, "--allow")
+    destination = parse_destination(asked, "100.64.0.1")
+    found = standing(builder.build(), destination, [ipaddress.ip_address(a) for a in resolved])
+    got = (
+        "allowed"
+        if found.allowed
+        else "blocked"
+        if found.blocked
+        else "ask private"
+        if found.private
+        else "ask"
+    )
+    assert got == outcome
+    if found.blocked:
+        assert "ask the owner to " in found.blocked

@@ -74,12 +74,16 @@ class World:
 
 
 def start(
-    backend: str, tmp_path: Path, steps: list[list[Any]], options: tuple[str, ...] = ()
+    backend: str,
+    tmp_path: Path,
+    steps: list[list[Any]],
+    options: tuple[str, ...] = (),
+    allow: str = ALLOW_TEXT,
 ) -> World:
     work = tmp_path / "work"
     work.mkdir()
     (work / ".sandbridge").mkdir()
-    (work / ".sandbridge" / "allow").write_text(ALLOW_TEXT)
+    (work / ".sandbridge" / "allow").write_text(allow)
     (work / ".sandbridge" / "config").write_text("resolver = 127.0.0.1:5353\n")
     fifo = work / "go"
     os.mkfifo(fifo)
@@ -328,6 +332,71 @@ def test_save_writes_one_commented_line_that_the_next_session_allows(
     finally:
         if again.process.popen.poll() is None:
             again.process.stop()
+
+
+# --- a name on a network that is not the internet (mirror.test: 192.0.2.3) ---------------
+
+
+def test_a_mirror_name_is_granted_only_as_private_and_then_takes_effect(
+    backend: str, tmp_path: Path
+) -> None:
+    world = start(
+        backend,
+        tmp_path,
+        [
+            ["ask", "ask", "mirror.test:80", "--reason", "the company's package mirror"],
+            ["fetch", "after1", "http://mirror.test/m1"],
+            ["fetch", "after2", "http://mirror.test/m2"],
+        ],
+    )
+    try:
+        request_id = world.asked("mirror.test:80")
+        plain = world.egress("approve", request_id, "--session")
+        private = world.egress("approve", request_id, "--session", "--private")
+        stderr = world.finish()
+    finally:
+        if world.process.popen.poll() is None:
+            world.process.stop()
+    # Not reported as granted: the proxy would refuse every connection without private.
+    assert plain.returncode != 0 and "approved" not in plain.stdout
+    assert "mirror.test resolves to 192.0.2.3 (private) and no global address" in plain.stderr
+    assert f"approve it with --private (sandbridge egress approve {request_id} --private)" in (
+        plain.stderr
+    )
+    assert private.returncode == 0, private.stderr
+    assert private.stdout.startswith(f"approved {request_id}: mirror.test:80 private,")
+    steps = {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
+    assert json.loads(steps["ask"].split(" ", 2)[2])["rc"] == 0
+    assert "status=200" in steps["after1"] and "status=200" in steps["after2"]
+    assert sum(line.startswith("HIT mirror80 ") for line in stderr) == 2
+
+
+def test_a_mirror_name_its_entry_cannot_reach_is_refused_up_front_naming_the_line(
+    backend: str, tmp_path: Path
+) -> None:
+    world = start(
+        backend,
+        tmp_path,
+        [
+            ["fetch", "refused", "http://mirror.test/r"],
+            ["ask", "ask", "mirror.test:80", "--reason", "the company's package mirror"],
+        ],
+        allow=ALLOW_TEXT + "mirror.test\n",
+    )
+    try:
+        stderr = world.finish()
+    finally:
+        if world.process.popen.poll() is None:
+            world.process.stop()
+    steps = {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
+    fix = "edit .sandbridge/allow:3 to read 'mirror.test private'"
+    assert "status=403" in steps["refused"] and fix in steps["refused"]
+    asked = json.loads(steps["ask"].split(" ", 2)[2])
+    assert asked["rc"] == 1 and asked["out"] == ""
+    assert asked["err"].startswith("sandbridge-allow: refused: mirror.test resolves to 192.0.2.3")
+    assert f"ask the owner to {fix} (the next session reads it)" in asked["err"]
+    assert not any("the sandbox asks for" in line for line in stderr)
+    assert not any(line.startswith("HIT mirror80 ") for line in stderr)
 
 
 def test_without_the_egress_proxy_both_sides_say_so(backend: str, tmp_path: Path) -> None:

@@ -269,6 +269,69 @@ def test_compose_services_ports_images_and_variable_names(tmp_path: Path) -> Non
     assert SECRET not in outputs(result)
 
 
+def test_compose_ports_in_flow_style_are_read_as_block_style_is(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "compose.yaml": (
+                "services:\n"
+                '  db: {image: "postgres:16", ports: ["5432:5432"]}\n'
+                "  cache:\n"
+                "    image: redis\n"
+                '    ports: ["127.0.0.1:6379:6379", 9000, {target: 80, published: "8080"}]\n'
+                f"    environment: ['API_URL=${{API_URL}}', 'CACHE_KEY={SECRET}']\n"
+                "  web:\n"
+                "    ports:\n"
+                "      - 3000:3000\n"  # YAML 1.1 reads this unquoted as a number: its text counts
+            ),
+        },
+    )
+    result = survey(tmp_path)
+    assert names(result, Kind.SERVICE) == {"5432", "6379", "8080", "3000"}
+    assert where(result, Kind.SERVICE, "5432") == {"compose.yaml:2"}
+    assert where(result, Kind.SERVICE, "6379") == {"compose.yaml:5"}
+    assert {"API_URL", "CACHE_KEY"} <= names(result, Kind.VARIABLE)
+    assert names(result, Kind.IMAGE) == {"postgres:16", "redis"}
+    assert SECRET not in outputs(result)
+
+
+def test_compose_aliases_repeated_without_end_cost_a_bounded_walk(tmp_path: Path) -> None:
+    # A "billion laughs" file: each level names the one below nine times.
+    levels = ['a0: &a0 ["1:1", "2:2", "3:3", "4:4", "5:5", "6:6", "7:7", "8:8", "9:9"]']
+    for level in range(1, 9):
+        below = ", ".join([f"*a{level - 1}"] * 9)
+        levels.append(f"a{level}: &a{level} [{below}]")
+    text = "x:\n" + "".join(f"  {line}\n" for line in levels)
+    text += "services:\n" + "".join(f"  s{n}:\n    ports: *a8\n" for n in range(50))
+    write(tmp_path, {"compose.yaml": text})
+    result = survey(tmp_path)  # returns: the walk stops at its budget
+    assert len(result.of(Kind.SERVICE)) <= 10_000
+
+
+def test_a_compose_file_that_is_no_yaml_document_gives_no_finding(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "compose.yaml": "[" * 100_000,
+            "docker-compose.yml": "services:\n  a: [\n",
+            "compose.dev.yaml": "---\nservices: {}\n---\nservices: {}\n",
+        },
+    )
+    assert survey(tmp_path).of(Kind.SERVICE) == []
+
+
+def test_a_host_named_on_many_lines_is_printed_once_with_its_count(tmp_path: Path) -> None:
+    lock = "".join(
+        f'[[package]]\nname = "p{n}"\n[package.source]\n'
+        f'url = "https://files.corp.test/p{n}.tar.gz"\n'
+        for n in range(330)
+    )
+    write(tmp_path, {"poetry.lock": lock})
+    lines = [line for line in describe(survey(tmp_path)) if "files.corp.test" in line]
+    [line] = lines
+    assert "poetry.lock:4" in line and line.endswith("(and 329 more)")
+
+
 def test_devcontainer_and_procfile_ports(tmp_path: Path) -> None:
     write(
         tmp_path,

@@ -53,7 +53,7 @@ def _age(seconds: float) -> str:
     return f"{seconds / 60:.0f}m ago"
 
 
-def _confirmed(session: str, request_id: str, what: str, save: bool) -> bool:
+def _confirmed(session: str, request_id: str, what: str, save: bool, private: bool) -> bool:
     """At a terminal, what the request asks for, from the session's own table, and the
     owner's yes: the line the owner copied the id from was printed on the terminal the
     sandbox writes to, so the sandbox may have rewritten it (an id beside another host)."""
@@ -61,7 +61,10 @@ def _confirmed(session: str, request_id: str, what: str, save: bool) -> bool:
     if not rows:
         return True  # nothing to show: the session's own refusal names why
     row = rows[0]
-    print(f"egress request {request_id} asks for {row['destination']} ({what}"
+    granted = str(row["destination"])
+    if private and not granted.endswith(" private"):
+        granted += " private"  # what --private grants, spelled out
+    print(f"egress request {request_id} asks for {granted} ({what}"
           f"{', saved to .sandbridge/allow' if save else ''}), "
           f"reason: {quoted(str(row['reason']))}")  # fmt: skip
     if row.get("caution"):
@@ -80,12 +83,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
     session = split_request_id(args.id)
     what = "one connection" if scope == "once" else "until the session ends"
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    if interactive and not args.yes and not _confirmed(session, args.id, what, args.save):
+    if (
+        interactive
+        and not args.yes
+        and not _confirmed(session, args.id, what, args.save, args.private)
+    ):
         print(f"not approved: egress request {args.id} stays pending")
         return 1
-    answer = call(
-        session, {"op": "egress_approve", "id": args.id, "scope": scope, "save": args.save}
-    )
+    message = {"op": "egress_approve", "id": args.id, "scope": scope, "save": args.save}
+    answer = call(session, message | {"private": args.private})
     print(f"approved {args.id}: {answer['destination']}, {what}")
     if answer.get("saved"):
         print(f"saved to {answer['saved']} (read by the next session)")
@@ -130,6 +136,12 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="also append the entry, with the reason and date as a comment, to the "
         "project's .sandbridge/allow (read by the next session)",
+    )
+    approve.add_argument(
+        "--private",
+        action="store_true",
+        help="grant the name with 'private': the proxy may connect it to loopback, private "
+        "and link-local addresses (a company mirror; without it such a name is refused)",
     )
     approve.add_argument(
         "--yes",

@@ -17,6 +17,7 @@ from typing import Any
 
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
 from sandbridge.egress.secrets_file import read_secrets
+from sandbridge.egress.shadowing import policy_warnings
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.registry import list_sessions, session_path
 from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
@@ -107,6 +108,8 @@ def print_policy(effective: Policy) -> None:
     print(files_line(effective), file=sys.stderr, flush=True)
     for line in describe(effective):
         print(line)
+    for warning in policy_warnings(effective):
+        print(f"warning: {warning}")
 
 
 def files_line(effective: Policy) -> str:
@@ -155,6 +158,9 @@ def announce(effective: Policy) -> None:
         )
     print(files_line(effective), file=sys.stderr, flush=True)
     print(f"sandbridge: {text}", file=sys.stderr, flush=True)
+    if mode is NetMode.ALLOW:
+        for warning in policy_warnings(effective):
+            print(f"sandbridge: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def mask_argv(argv: list[str]) -> list[str]:

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from sandbridge.cli import network as network_cli
 from sandbridge.egress import init_policy, presets
+from sandbridge.egress.gate import DnsResolver, SystemResolver
+from sandbridge.egress.index_addresses import non_global_names
+from sandbridge.egress.policy import PolicyBuilder, format_entry
 from sandbridge.egress.survey import describe, survey
+from sandbridge.egress.survey_findings import Finding, Kind
+from sandbridge.egress.toolchain_index import ASKED, toolchain_indexes
 from sandbridge.exceptions import PolicyError
 from sandbridge.places import host_commands, known_projects
 from sandbridge.sandbox.project import project_root, secrets_file_ignored
@@ -35,6 +42,13 @@ def add_commands(commands: Any) -> None:
         "directory", nargs="?", type=Path, default=None, help="default: cwd's project root"
     )
     init.add_argument("--force", action="store_true", help="replace an existing policy")
+    init.add_argument(
+        "--resolver",
+        default=None,
+        metavar="IP[:PORT]",
+        help="DNS server to ask for the index hosts' addresses (also written to config, "
+        "for the proxy to ask); default: this host's resolver",
+    )
     init.set_defaults(func=cmd_init)
 
 
@@ -56,14 +70,33 @@ def cmd_survey(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_index(finding: Finding) -> bool:
+    """A registry or index host (what replaces a toolchain's default, or its file host)."""
+    preset = presets.PRESETS.get(finding.ecosystem)
+    if finding.kind is not Kind.HOST or preset is None:
+        return False
+    return presets.replaces_default(preset, [finding]) or ASKED in finding.what
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     """Survey the project root, write its policy, then print it as ``--print-policy``."""
     root = project_root(_directory(args))
+    resolver = None
+    if args.resolver is not None:
+        builder = PolicyBuilder()
+        builder.set("resolver", args.resolver, "--resolver")
+        resolver = builder.resolver.value
     found = survey(root)
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
-    files = init_policy.plan(
-        found, presets.host_registries(presets.HostConfig.of_this_host()), today
-    )
+    registries = presets.host_registries(presets.HostConfig.of_this_host())
+    registries += toolchain_indexes(os.environ)
+    # The owner's own registries only: a name the project's files chose (the sandbox may
+    # have written them) is not sent to a DNS server, so no data spelled into it leaves.
+    indexes = [f.name for f in registries if _is_index(f)]
+    asked = SystemResolver() if resolver is None else DnsResolver(*resolver)
+    non_global = asyncio.run(non_global_names(indexes, asked))
+    shown = None if resolver is None else format_entry(*resolver)
+    files = init_policy.plan(found, registries, today, non_global, shown)
     ignored = secrets_file_ignored(root)
     for path in init_policy.write(root, files, args.force, ignored):
         print(f"sandbridge: wrote {path}", file=sys.stderr)

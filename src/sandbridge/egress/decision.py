@@ -34,13 +34,36 @@ class Decision:
     rule: Rule | None = None
     # The allow-file line that would allow the destination (refusals only).
     suggestion: str | None = None
+    # The entry that decided and must change for ``suggestion`` to take effect: a line
+    # added after it would never be reached (the first matching entry decides).
+    decided_by: Rule | None = None
 
     def refusal_text(self, destination: str) -> str:
         """What a refused client reads: the destination, why, and the line that allows it."""
         text = f"egress to {destination} refused: {self.reason}"
         if self.suggestion:
-            text += f"; to allow it, add the line '{self.suggestion}' to {ALLOW_FILE}"
+            text += f"; to allow it, {self.fix()}"
         return text
+
+    def fix(self) -> str:
+        """What to write where for ``suggestion`` to take effect, in words."""
+        rule = self.decided_by
+        if rule is None:
+            return f"add the line '{self.suggestion}' to {ALLOW_FILE}"
+        if rule.host.startswith("*."):  # the wildcard stays for the domain's other names
+            return (
+                f"add the line '{self.suggestion}' above '{rule.text}' ({rule.source}), "
+                "which decides first"
+            )
+        if is_file_line(rule.source):
+            return f"edit {rule.source} to read '{self.suggestion}'"
+        return f"change the entry '{rule.text}' ({rule.source}) to '{self.suggestion}'"
+
+
+def is_file_line(source: str) -> bool:
+    """Whether an entry's source is a line of a policy file (``.sandbridge/allow:3``)."""
+    path, _, line = source.rpartition(":")
+    return path.startswith(str(ALLOW_FILE.parent)) and line.isdigit()
 
 
 def normalise_host(host: str) -> str | None:
@@ -168,6 +191,7 @@ def check_addresses(
         f"{host} resolves to {first} ({address_kind(first, local)}), which names may only "
         "reach when their entry says 'private'",
         suggestion=format_entry(named, rule.port if rule.port else None, private=True),
+        decided_by=rule,
     )
 
 

@@ -184,7 +184,9 @@ class EgressGate:
         self.resolver = resolver_for(policy) if resolver is None else resolver
         # The owner's approvals of egress requests (in memory, this session only).
         self.grants = Grants()
-        self.requests = EgressRequests(session, policy, self.grants, is_local=is_local_address)
+        self.requests = EgressRequests(
+            session, policy, self.grants, is_local=is_local_address, resolve=self.resolve
+        )
         self._server: PacedServer | None = None
         self._active = 0
         self._open = OpenConnections()
@@ -400,16 +402,20 @@ class EgressGate:
             self.grants.give_back(once)
         return connection
 
+    async def resolve(self, name: str) -> list[Address]:
+        """The addresses of ``name`` as the proxy connects to them (none past the bound)."""
+        try:
+            async with asyncio.timeout(RESOLVE_TIMEOUT):
+                return await self.resolver.resolve(name)
+        except TimeoutError:
+            return []
+
     async def _resolve_and_connect(
         self, host: str, port: int, decision: Decision
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | EgressRefusal:
         destination = f"{host}:{port}"
         literal = parse_ip(host)
-        try:
-            async with asyncio.timeout(RESOLVE_TIMEOUT):
-                found = [literal] if literal is not None else await self.resolver.resolve(host)
-        except TimeoutError:
-            found = []
+        found = [literal] if literal is not None else await self.resolve(host)
         # A 6to4 or Teredo address can end at one of the host's IPv4 addresses: probe those too.
         carried = [embedded[0] for address in found if (embedded := embedded_ipv4(address))]
         local = [address for address in (*found, *carried) if is_local_address(address)]

@@ -24,11 +24,12 @@ What becomes an active entry, and what only a commented suggestion:
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sandbridge.egress.policy import (
     ALLOW_FILE,
@@ -42,6 +43,7 @@ from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.requests import idn_caution
 from sandbridge.egress.survey import Survey
 from sandbridge.egress.survey_findings import Finding, Kind, not_public
+from sandbridge.egress.toolchain_index import ASKED
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.held_folder import HeldFolder
 
@@ -140,8 +142,18 @@ def _grouped(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     return groups
 
 
-def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> PolicyFiles:
-    """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`."""
+def plan(
+    survey: Survey,
+    host_registries: list[Finding],
+    written_on: str,
+    non_global: Mapping[str, str] | None = None,
+    resolver: str | None = None,
+) -> PolicyFiles:
+    """The policy for ``survey``; ``host_registries`` from :func:`presets.host_registries`
+    and :func:`toolchain_index.toolchain_indexes`; ``non_global``: the index names that
+    resolved to non-global addresses only (:func:`index_addresses.non_global_names`),
+    written with ``private``; ``resolver``: the DNS server asked, written as ``resolver =``."""
+    non_global = non_global or {}
     hosts = survey.of(Kind.HOST) + survey.of(Kind.SERVICE)
     active = [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
     chosen = set(active)  # a set: a lockfile may name thousands of hosts
@@ -155,7 +167,8 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
     ecosystems = survey.ecosystems()
     known = {f.ecosystem for f in active} | set(ecosystems)
     for ecosystem in sorted(known - {""}):
-        lines += ["", *_ecosystem_section(ecosystem, ecosystems, active, host_registries)]
+        section = _ecosystem_section(ecosystem, ecosystems, active, host_registries, non_global)
+        lines += ["", *section]
     services = [f for f in active if f.kind is Kind.SERVICE]
     if services:
         lines += [
@@ -181,7 +194,7 @@ def plan(survey: Survey, host_registries: list[Finding], written_on: str) -> Pol
             lines += _block(entry, evidence, False)
     return PolicyFiles(
         allow="\n".join(lines) + "\n",
-        config=_config(survey, written_on),
+        config=_config(survey, written_on, resolver),
         env_example=_env_example(survey, written_on),
     )
 
@@ -191,28 +204,46 @@ def _ecosystem_section(
     ecosystems: dict[str, list[str]],
     active: list[Finding],
     host_registries: list[Finding],
+    non_global: Mapping[str, str],
 ) -> list[str]:
     preset = PRESETS.get(ecosystem)
     files = ecosystems.get(ecosystem, [])
     lines = [f"# {ecosystem}" + (f" ({', '.join(files[:MAX_EVIDENCE])})" if files else "")]
+    own = [f for f in active if f.ecosystem == ecosystem]
+    from_host: list[Finding] = []
     if preset is not None:
         lines.append(f"# {preset.needs}")
-    own = [f for f in active if f.ecosystem == ecosystem]
+        if not (own and replaces_default(preset, own)):
+            from_host = [f for f in host_registries if f.ecosystem == ecosystem]
+            if not replaces_default(preset, from_host):
+                # Above the section's entries: the comment is about what is still missing.
+                lines.append(f"# {preset.placeholder}")
     for entry, evidence in _grouped(own).items():
-        lines += _block(entry, evidence, True)
-    if preset is None or (own and replaces_default(preset, own)):
-        return lines
-    from_host = [f for f in host_registries if f.ecosystem == ecosystem]
+        lines += _registry_block(entry, evidence, non_global)
     taken = {_entry(f) for f in own}
     for entry, evidence in _grouped(from_host).items():
         if entry not in taken:
-            lines += _block(entry, [_host_evidence(f) for f in evidence], True)
-    if not from_host or not replaces_default(preset, from_host):
-        lines.append(f"# {preset.placeholder}")
+            lines += _registry_block(entry, [_host_evidence(f) for f in evidence], non_global)
     return lines
 
 
+def _registry_block(
+    entry: str, evidence: list[Finding], non_global: Mapping[str, str]
+) -> list[str]:
+    """An ecosystem's entry; ``private`` when its name resolved to non-global addresses
+    only (a company mirror, a split-DNS name), which the proxy reaches only so."""
+    first = evidence[0]
+    seen = non_global.get(first.name) if first.kind is Kind.HOST else None
+    if seen is None:
+        return _block(entry, evidence, True)
+    lines = _block(f"{entry} private", evidence, True)
+    why = f"# {seen} (when init ran): 'private' lets the proxy connect to it"
+    return [*lines[:-1], why, lines[-1]]
+
+
 def _host_evidence(finding: Finding) -> Finding:
+    if ASKED in finding.what:  # says itself where it came from
+        return finding
     return Finding(
         finding.kind,
         finding.name,
@@ -223,12 +254,17 @@ def _host_evidence(finding: Finding) -> Finding:
     )
 
 
-def _config(survey: Survey, written_on: str) -> str:
+def _config(survey: Survey, written_on: str, resolver: str | None) -> str:
     lines = [
         f"# Written by `sandbridge policy init` on {written_on}; `key = value` lines,",
         "# docs/network.md gives every key.",
         "net = allow",
     ]
+    if resolver is not None:
+        lines += [
+            "# the DNS server init asked for the index hosts' addresses",
+            f"resolver = {resolver}",
+        ]
     ports = survey.of(Kind.PORT)
     if ports:
         lines += [
@@ -239,6 +275,23 @@ def _config(survey: Survey, written_on: str) -> str:
         for evidence in _grouped(ports).values():
             lines += _block(f"publish = {evidence[0].name}", evidence, False)
     return "\n".join(lines) + "\n"
+
+
+# Directories and file names of tests and their fixtures, across ecosystems (pytest,
+# go test, Jest, RSpec, Mocha): a variable only they name is the tests' own, not one the
+# project needs a value for in the sandbox.
+_TEST_DIRS = frozenset(
+    {"test", "tests", "testdata", "fixtures", "__fixtures__", "__tests__", "__mocks__", "spec"}
+)
+_TEST_FILES = ("test_*", "*_test.*", "*.test.*", "*.spec.*", "*_spec.*", "conftest.py")
+
+
+def is_test_fixture(where: str) -> bool:
+    """Whether a finding's ``file[:line]`` lies in a project's tests or their fixtures."""
+    path = PurePosixPath(where.rsplit(":", 1)[0] if where[-1:].isdigit() else where)
+    if any(part in _TEST_DIRS for part in path.parts[:-1]):
+        return True
+    return any(fnmatch.fnmatchcase(path.name, pattern) for pattern in _TEST_FILES)
 
 
 def _env_example(survey: Survey, written_on: str) -> str:
@@ -252,6 +305,11 @@ def _env_example(survey: Survey, written_on: str) -> str:
     for finding in survey.of(Kind.VARIABLE):
         if not finding.what.startswith(_SERVICE_ENVIRONMENT):
             names.setdefault(finding.name, []).append(finding)
+    names = {
+        name: evidence
+        for name, evidence in names.items()
+        if not all(is_test_fixture(f.where) for f in evidence)
+    }
     for name, evidence in names.items():
         lines += ["", *_block(f"{name}=", evidence, True)]
     return "\n".join(lines) + "\n"

@@ -3,12 +3,13 @@
 ``sandbridge policy init`` turns a survey into a policy. A project's files name the hosts
 they chose (an ``--index-url``, a ``registry=``, a lockfile's URLs); a toolchain's
 *default* registry is named nowhere in the project, and sandbridge does not write one
-down either: the hosts come from this host's own configuration of the tool (the owner's
+down either: pip's and npm's are asked of pip and npm themselves
+(:mod:`sandbridge.egress.toolchain_index`: their configuration, else their built-in
+default); the others come from this host's own configuration of the tool (the owner's
 ``pip.conf``, ``~/.npmrc``, ``~/.cargo/config.toml``, the go env file, ``~/.gemrc``,
-``~/.m2/settings.xml`` and the tools' registry variables), read as files and never by
-running a tool. Where that configuration names no registry either, the policy gets a
-comment saying which hosts the ecosystem needs and how to find them, for the owner to
-fill in.
+``~/.m2/settings.xml`` and the tools' registry variables), read here as files. Where
+nothing names a registry, the policy gets a comment saying which hosts the ecosystem
+needs and how to find them, for the owner to fill in.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ owner's ``--save`` writes a file, one line appended to the project's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import os
 import secrets
@@ -26,13 +27,13 @@ from typing import Any, TextIO
 
 from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.egress.decision import match_destination
 from sandbridge.egress.policy import (
     ALLOW_FILE,
-    DEFAULT_PORTS,
     MAX_POLICY_FILE_BYTES,
     Policy,
+    host_matches,
     parse_entry,
+    parse_ip,
 )
 from sandbridge.egress.requests import (
     Address,
@@ -43,9 +44,11 @@ from sandbridge.egress.requests import (
     RequestTable,
     Scope,
     check_reason,
+    non_global_only,
     parse_destination,
     quoted,
     saved_line,
+    standing,
 )
 from sandbridge.exceptions import ControlRefusal, EgressRequestRefused, PolicyError
 from sandbridge.places.held_folder import HeldFolder
@@ -81,6 +84,7 @@ class EgressRequests:
         out: TextIO | None = None,
         clock: Callable[[], float] = time.time,
         is_local: Callable[[Address], bool] | None = None,
+        resolve: Callable[[str], Awaitable[list[Address]]] | None = None,
     ) -> None:
         self.session = session
         self.policy = policy
@@ -90,6 +94,9 @@ class EgressRequests:
         self._clock = clock
         # Whether an address is one of this host's (the gate's bind probe).
         self._is_local = is_local or (lambda _: False)
+        # The gate's own resolution (its resolver, its time bound; an empty list when it
+        # finds nothing): a request is decided on the addresses the proxy will get.
+        self._resolve = resolve
         self._decided: dict[str, asyncio.Event] = {}
         self._waiting = 0
         self._dropping = False
@@ -106,7 +113,7 @@ class EgressRequests:
     ) -> None:
         """Answer one request line; with ``wait``, also the owner's decision."""
         try:
-            request = self._submit(ask)
+            request = await self._submit(ask)
         except EgressRequestRefused as exc:
             log.debug("egress_request.refused", code=exc.code)
             if exc.code in ("too_many", "rate_limited") and not self._dropping:
@@ -137,17 +144,29 @@ class EgressRequests:
             self._waiting -= 1
         writer.write(encode_reply(self._outcome(request)))
 
-    def _submit(self, ask: EgressAsk) -> EgressRequest | str:
+    async def _submit(self, ask: EgressAsk) -> EgressRequest | str:
         """The request entered (or folded into), or what already allows its destination."""
         destination = parse_destination(ask.destination, self.policy.gate)
         reason = check_reason(ask.reason)
-        allowed = self._allowed_now(destination)
-        if allowed is not None:
-            return f"already {allowed}"
+        policy = self.grants.policy(self.policy)
+        # Only a name an entry already matches is resolved now (the proxy resolves it for
+        # any connection anyway): a name the sandbox made up must not reach a DNS server
+        # before the owner says so (no DNS way out, docs/network.md).
+        listed = any(host_matches(rule.host, destination.host) for rule in policy.rules)
+        addresses = await self._addresses(destination) if listed else []
+        local = [address for address in addresses if self._is_local(address)]
+        found = standing(policy, destination, addresses, local)
+        if found.allowed is not None:
+            return f"already {found.allowed}"
+        if found.blocked is not None:
+            raise EgressRequestRefused("needs_private", found.blocked)
+        if found.private:
+            destination = dataclasses.replace(destination, private=True)
         now = self._clock()
         self._forget_events(now)
         new_id = f"{self.session}:{secrets.token_hex(4)}"
-        warning = destination.caution_for(self._is_local)
+        cautions = [found.caution, destination.caution_for(self._is_local)]
+        warning = "; ".join(text for text in cautions if text) or None
         request, new = self.table.submit(destination, reason, now, new_id, warning)
         if new:
             self._dropping = False
@@ -161,16 +180,14 @@ class EgressRequests:
             )
         return request
 
-    def _allowed_now(self, destination: Destination) -> str | None:
-        """The entry that allows ``destination`` already, on every port it names, if any
-        (wildcards: never)."""
-        if destination.host.startswith("*."):
-            return None
-        # Without a port the request means every default port: each must be allowed.
-        ports = sorted(DEFAULT_PORTS) if destination.port is None else [destination.port]
-        policy = self.grants.policy(self.policy)
-        decisions = [match_destination(policy, destination.host, port) for port in ports]
-        return decisions[0].reason if all(d.allowed for d in decisions) else None
+    async def _addresses(self, destination: Destination) -> list[Address]:
+        """What a requested name resolves to now (nothing for an address or a wildcard,
+        or when the resolver does not answer in time)."""
+        if self._resolve is None or destination.host.startswith("*."):
+            return []
+        if parse_ip(destination.host) is not None:
+            return []
+        return await self._resolve(destination.host)
 
     def _forget_events(self, now: float) -> None:
         """Drop the wake-up events of requests no longer pending (bounded memory)."""
@@ -237,6 +254,7 @@ class EgressRequests:
             raise ControlRefusal(
                 "malformed", f"scope must be once or session, got {message.get('scope')!r}"
             ) from None
+        await self._settle_private(request, message.get("private") is True)
         saved = None
         if message.get("save") is True:
             saved = str(self._save(request))
@@ -256,6 +274,30 @@ class EgressRequests:
             "destination": request.destination.text,
             "saved": saved,
         }
+
+    async def _settle_private(self, request: EgressRequest, private: bool) -> None:
+        """Before a grant: with ``private`` (the owner's ``--private``) the grant says so;
+        without it, a name that now resolves to non-global addresses only is refused
+        (the request stays pending), since such a grant would be refused at every
+        connection. Resolving here is the owner's doing: the proxy will resolve the
+        name anyway once it is granted."""
+        asked = request.destination
+        if asked.private or parse_ip(asked.host) is not None:
+            return
+        if private:
+            request.destination = dataclasses.replace(asked, private=True)
+            return
+        addresses = await self._addresses(asked)
+        local = [address for address in addresses if self._is_local(address)]
+        seen = non_global_only(asked.host, addresses, local)
+        if seen is not None:
+            raise ControlRefusal(
+                "needs_private",
+                f"{seen}; a grant of {asked.text} would be refused at every connection: "
+                f"approve it with --private (sandbridge egress approve {request.id} --private), "
+                "which lets the proxy connect the name to whatever address its DNS gives, "
+                "this host's loopback included, or deny it",
+            )
 
     async def _deny(self, message: dict[str, Any]) -> dict[str, Any]:
         request = self._pending_request(message)
@@ -284,7 +326,7 @@ class EgressRequests:
         except PolicyError as exc:
             raise ControlRefusal("save_failed", str(exc)) from None
         asked = request.destination
-        if (entry.host, entry.port, entry.private) != (asked.host, asked.port, False):
+        if (entry.host, entry.port, entry.private) != (asked.host, asked.port, asked.private):
             raise ControlRefusal("save_failed", f"the line {line!r} does not read back")
         path = project / ALLOW_FILE
         try:

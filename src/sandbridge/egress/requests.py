@@ -20,12 +20,24 @@ import dataclasses
 import enum
 import ipaddress
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbridge.egress.decision import address_kind, embedded_ipv4
-from sandbridge.egress.policy import Policy, Rule, format_entry, parse_entry, parse_ip
+from sandbridge.egress.decision import (
+    address_kind,
+    check_addresses,
+    embedded_ipv4,
+    match_destination,
+)
+from sandbridge.egress.policy import (
+    DEFAULT_PORTS,
+    Policy,
+    Rule,
+    format_entry,
+    parse_entry,
+    parse_ip,
+)
 from sandbridge.exceptions import EgressRequestRefused, PolicyError
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -105,14 +117,18 @@ class Destination:
 
     host: str  # lower-case name, "*.suffix", or a compressed IP literal
     port: int | None  # None: the default ports (80, 443, 8443)
+    # The name resolves to non-global addresses only (a company mirror, a split-DNS
+    # name): a grant without ``private`` would be refused at every connection.
+    private: bool = False
 
     @property
     def text(self) -> str:
-        """The allow-file entry: ``other.test:80``, ``*.example.com``, ``[2001:db8::1]:443``."""
-        return format_entry(self.host, self.port)
+        """The allow-file entry: ``other.test:80``, ``*.example.com``, ``[2001:db8::1]:443``,
+        ``mirror.corp.test:443 private``."""
+        return format_entry(self.host, self.port, self.private)
 
     def rule(self, source: str) -> Rule:
-        return Rule(self.host, self.port, False, source)
+        return Rule(self.host, self.port, self.private, source)
 
     @property
     def caution(self) -> str | None:
@@ -187,6 +203,78 @@ def idn_caution(host: str) -> str | None:
         f"its letters outside ASCII: {named}{f' and {more} more' if more > 0 else ''} "
         "(a letter of another script can look like a Latin one)"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """What the policy says of a requested destination, given the addresses its name
+    resolves to now: allowed already, beyond any grant's reach, or to be asked for."""
+
+    allowed: str | None = None  # the decision that allows it on every port it names
+    blocked: str | None = None  # why a grant could not take effect, and what to edit
+    # Only non-global addresses came back: the grant must say ``private`` to work.
+    private: bool = False
+    caution: str | None = None  # what the owner must know of those addresses
+
+
+def standing(
+    policy: Policy,
+    destination: Destination,
+    addresses: list[Address],
+    local: Collection[Address] = (),
+) -> Standing:
+    """Decide a request as the proxy will decide its connections (the same
+    :func:`match_destination` and :func:`check_addresses`), so that nothing is offered or
+    reported as granted that the proxy would still refuse.
+
+    A grant is a rule after the policy's own, and the first matching rule decides: when
+    an existing entry matches but cannot reach the addresses (they are not global and it
+    does not say ``private``), no grant would be reached, and the request is refused
+    naming the entry to edit. A name that resolves to non-global addresses only is asked
+    for with ``private``, said in the request."""
+    if destination.host.startswith("*."):
+        return Standing()  # a wildcard is never "already allowed"
+    ports = sorted(DEFAULT_PORTS) if destination.port is None else [destination.port]
+    is_name = parse_ip(destination.host) is None
+    allowed = []
+    for port in ports:
+        decision = match_destination(policy, destination.host, port)
+        if not decision.allowed:
+            continue
+        if is_name and addresses:
+            _, final = check_addresses(decision, destination.host, port, addresses, local)
+            if not final.allowed:
+                rule = decision.rule
+                assert rule is not None
+                return Standing(
+                    blocked=f"{final.reason}; no approval can change that while "
+                    f"'{rule.text}' ({rule.source}) decides first: ask the owner to "
+                    f"{final.fix()} (the next session reads it)"
+                )
+        allowed.append(decision)
+    if len(allowed) == len(ports):
+        return Standing(allowed=allowed[0].reason)
+    seen = non_global_only(destination.host, addresses, local) if is_name else None
+    if seen is None:
+        return Standing()
+    return Standing(
+        private=True,
+        caution=f"{seen}: approving grants it with 'private', so the proxy connects the "
+        "name to whatever address its DNS gives, this host's loopback included",
+    )
+
+
+def non_global_only(
+    host: str, addresses: list[Address], local: Collection[Address] = ()
+) -> str | None:
+    """``"NAME resolves to ADDRESS (KIND) and no global address"`` when ``addresses`` are
+    all addresses a name reaches only with ``private``; ``None`` otherwise (none at all
+    included: the name does not resolve now)."""
+    kinds = [(address, address_kind(address, local)) for address in addresses]
+    if not kinds or any(kind is None for _, kind in kinds):
+        return None
+    address, kind = kinds[0]
+    return f"{host} resolves to {address} ({kind}) and no global address"
 
 
 def parse_destination(value: object, gate: str) -> Destination:

@@ -304,9 +304,16 @@ def describe(result: Survey) -> Iterator[str]:
     for kind, title in sections:
         yield title
         found = result.of(kind)
+        # One line a name: a lockfile names its file host once per package (hundreds of
+        # lines of one host); the first place stands for the rest, which are counted.
+        grouped: dict[str, list[Finding]] = {}
         for finding in found:
             name = host_display(finding.name, finding.port) if kind is Kind.HOST else finding.name
-            yield f"  {name:<28} {finding.where:<36} {finding.what}"
+            grouped.setdefault(name, []).append(finding)
+        for name, same in grouped.items():
+            first = same[0]
+            more = f" (and {len(same) - 1} more)" if len(same) > 1 else ""
+            yield f"  {name:<28} {first.where:<36} {first.what}{more}"
         if not found:
             yield "  (none)"
     if result.notes:

@@ -1,10 +1,10 @@
 """Readers of what a project runs and reaches besides packages (pure: text in, findings out).
 
 Git remotes and submodules (``.git/config`` and ``.gitmodules`` read as text: git itself
-is never run, so no hook or config of the project runs either), compose files (services,
-the host ports they publish, images, the *names* of their environment variables),
-devcontainer and Procfile ports, ``.env``-style files (names only; a registry variable
-such as ``GOPROXY`` gives its hosts) and CI files (the hosts their URLs name).
+is never run, so no hook or config of the project runs either), devcontainer and Procfile
+ports, ``.env``-style files (names only; a registry variable such as ``GOPROXY`` gives its
+hosts) and CI files (the hosts their URLs name). Compose files have a module of their own,
+:mod:`sandbridge.egress.survey_compose`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import re
 
 from sandbridge.egress.policy import ENV_NAME
+from sandbridge.egress.survey_compose import MAX_PORT, read_compose
 from sandbridge.egress.survey_findings import (
     Finding,
     Kind,
@@ -36,7 +37,6 @@ _SECTION = re.compile(r'^\s*\[\s*(?P<kind>[A-Za-z]+)(?:\s+"(?P<name>[^"]*)")?\s*
 # No lazy value before trailing spaces (quadratic in a long run of spaces): strip instead.
 _GIT_URL = re.compile(r"^\s*(?P<key>url|pushurl)\s*=(?P<value>.*)$", re.IGNORECASE)
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=")
-_INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)")
 _PROCFILE_PORT = re.compile(
     r"(?:--port|-p|--bind|-b|--listen|PORT=)[ =]?(?:[A-Za-z0-9_.\[\]:-]{0,64}:)?"
     r"(?P<port>[0-9]{2,5})\b"
@@ -57,7 +57,6 @@ REGISTRY_VARIABLES = {
     "NPM_CONFIG_REGISTRY": NPM,
     "YARN_NPM_REGISTRY_SERVER": NPM,
 }
-MAX_PORT = 65535
 # ``NAME: value`` or ``- NAME=value`` in a CI file; ``\s*(?:-\s*)?`` and not ``\s*-?\s*``,
 # which is quadratic in a line of spaces.
 _CI_VARIABLE = re.compile(r"^\s*(?:-\s*)?(?P<name>[A-Z][A-Z0-9_]*)\s*[:=](?P<value>.*)$")
@@ -96,114 +95,6 @@ def _is_ssh(url: str) -> bool:
     return url.startswith(("ssh://", "git+ssh://", "ssh+git://")) or (
         "://" not in url and url_host(url) is not None
     )
-
-
-# --- compose -------------------------------------------------------------------------------
-
-
-def _strip_comment(line: str) -> str:
-    if line.lstrip().startswith("#"):
-        return ""
-    index = line.find(" #")
-    return line if index < 0 else line[:index]
-
-
-def _published_port(spec: str) -> int | None:
-    """The host port of a compose ``ports:`` entry (``[IP:]HOST:CONTAINER[/proto]``)."""
-    spec = spec.strip().strip("\"'").split("/", 1)[0]
-    if ":" not in spec:
-        return None  # a container port alone is published on a random host port
-    host_part = spec.rsplit(":", 1)[0]
-    host_port = host_part.rsplit(":", 1)[-1].strip("[]")
-    if not host_port.isdigit():
-        return None  # a range or an address without a port
-    port = int(host_port)
-    return port if 0 < port <= MAX_PORT else None
-
-
-class _ComposeState:
-    """Where a line-by-line walk of a compose file is: service, key, indentations."""
-
-    def __init__(self) -> None:
-        self.in_services = False
-        self.service = ""
-        self.service_indent = -1
-        self.key = ""
-        self.key_indent = -1
-        # The indentation of the key's items: a deeper line continues an item's value
-        # (a block scalar ``TOKEN: |``, a plain scalar on the next line), never a name.
-        self.item_indent = -1
-        self.image = ""
-
-
-def read_compose(path: str, text: str) -> list[Finding]:
-    """Services, their published host ports (host services), images and environment
-    variable names, from an indentation walk (no YAML library; anchors are not expanded)."""
-    found: list[Finding] = []
-    state = _ComposeState()
-    ports: list[tuple[int, str, str]] = []  # (port, where, service)
-    images: dict[str, str] = {}
-    for number, raw in numbered(text):
-        where = f"{path}:{number}"
-        for name in _INTERPOLATION.findall(raw):
-            found.append(Finding(Kind.VARIABLE, name, where, "compose interpolation"))
-        line = _strip_comment(raw).rstrip()
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        content = line.strip()
-        if indent == 0:
-            state.in_services = content.startswith("services:")
-            state.service = ""
-            state.service_indent = -1
-            continue
-        if not state.in_services:
-            continue
-        if state.service_indent < 0 or indent <= state.service_indent:
-            state.service_indent = indent
-            state.service = content.rstrip(":").strip("\"'")
-            state.key = ""
-            state.key_indent = -1
-            continue
-        if state.key_indent < 0 or indent <= state.key_indent:
-            state.key_indent = indent
-            state.item_indent = -1
-            key, _, value = content.partition(":")
-            state.key = key.strip()
-            if state.key == "image" and value.strip():
-                image = value.strip().strip("\"'")
-                images[state.service] = image
-                found.append(Finding(Kind.IMAGE, image, where, f"compose service {state.service}"))
-            continue
-        if state.item_indent < 0:
-            state.item_indent = indent
-        found += _compose_item(state, content, indent, where, ports)
-    for port, where, service in ports:
-        named = images.get(service)
-        what = f"compose service {service} publishes it" + (f" ({named})" if named else "")
-        found.append(Finding(Kind.SERVICE, str(port), where, what, port=port))
-    return found
-
-
-def _compose_item(
-    state: _ComposeState, content: str, indent: int, where: str, ports: list[tuple[int, str, str]]
-) -> list[Finding]:
-    """One line below a service's key: a published port (added to ``ports``), or an
-    environment variable's name (only at the items' own indentation)."""
-    item = content[1:].strip() if content.startswith("-") else content
-    if state.key == "ports":
-        port: int | None = None
-        if content.startswith("-") and ":" in item:
-            port = _published_port(item)
-        if item.startswith("published:"):
-            port = _published_port(f"{item.split(':', 1)[1].strip()}:0")
-        if port is not None:
-            ports.append((port, where, state.service))
-    elif state.key == "environment" and indent == state.item_indent:
-        name = re.split(r"[=:]", item, maxsplit=1)[0].strip().strip("\"'")
-        if ENV_NAME.fullmatch(name):
-            return [Finding(Kind.VARIABLE, name, where, f"compose service {state.service}")]
-    return []
 
 
 # --- devcontainer, Procfile ----------------------------------------------------------------
