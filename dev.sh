@@ -3,7 +3,8 @@
 #   ./dev.sh demo [--open]   install what the demo needs, then run the sandboxed demo app
 #   ./dev.sh install         install sandbridge for this user (sandbridge, ags-webview-url
 #                            and sandbridge-open on PATH; README, "Install")
-#   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test
+#   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test,
+#                            in parallel workers; --fast: the inner loop's tier (no sandboxes)
 #   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
 #   ./dev.sh setup           install only (what the tests need too)
 #   ./dev.sh lock            re-pin requirements.lock and requirements-apps.lock from
@@ -196,6 +197,20 @@ install_for_user() {
   echo "dev.sh: next, see what works on this machine: sandbridge doctor"
 }
 
+# The whole suite on pytest-xdist, lint and types included (tests/test_lint.py): the tests
+# wait on sandboxes, sockets and browsers more than they compute, so twice as many workers
+# as cores keeps the cores busy; each test file runs whole on one worker, so its module
+# fixtures (a browser, a session) start once. --fast leaves out what tests/conftest.py
+# marks slow (real sandboxes, browsers, daemons, far machines, builds): the inner loop.
+run_tests() {
+  local arg args=() tier=()
+  for arg in "$@"; do
+    if [ "$arg" = --fast ]; then tier=(-m "not slow"); else args+=("$arg"); fi
+  done
+  local workers=${SANDBRIDGE_TEST_WORKERS:-$(($(nproc) * 2))}
+  exec "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "${tier[@]}" "${args[@]}"
+}
+
 command=${1:-demo}
 shift || true
 case "$command" in
@@ -211,13 +226,7 @@ case "$command" in
     "$VENV/bin/sandbridge" demo --workdir "$work" "$@"
     ;;
   install) install_for_user ;;
-  test)
-    setup_tests
-    "$VENV/bin/ruff" check src tests benchmarks
-    "$VENV/bin/ruff" format --check src tests benchmarks
-    "$VENV/bin/mypy"
-    exec "$VENV/bin/python" -m pytest "$@"
-    ;;
+  test) setup_tests; run_tests "$@" ;;
   bench) setup; exec "$VENV/bin/python" -m benchmarks.relay_bench "$@" ;;
   lock)
     setup
@@ -230,7 +239,7 @@ case "$command" in
       --no-emit-find-links -o requirements-apps.lock pyproject.toml "$@"
     ;;
   *)
-    echo "usage: ./dev.sh [setup|demo [--open]|install|test [pytest args]|bench [--smoke]|lock]" >&2
+    echo "usage: ./dev.sh [setup|demo [--open]|install|test [--fast] [pytest args]|bench [--smoke]|lock]" >&2
     exit 2
     ;;
 esac

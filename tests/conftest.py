@@ -21,12 +21,75 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SANDBRIDGE = [PYTHON, "-m", "sandbridge.cli"]
 ECHO_APP = str(REPO / "tests" / "apps" / "echo_app.py")
 HELPER = [PYTHON, "-m", "sandbridge.relay.url_helper"]
+
+
+# The temporary root this run made (see pytest_configure), removed when the run passed.
+_MADE_ROOT = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the run a short temporary root of its own.
+
+    Tests put runtime directories, and so Unix sockets, under ``tmp_path``; a socket's path
+    may have at most 107 bytes. pytest's default root (``/tmp/pytest-of-USER/pytest-N``)
+    plus pytest-xdist's ``popen-gwN`` and a test's name leave too little for
+    ``xdg/ags-webview-relay-PID/relay.sock``. A fresh ``/tmp/sbt-XXXXXXXX`` per run keeps
+    the paths short and never touches another run's root (another session of the same
+    user may be testing beside this one). xdist's workers get their root from this one.
+    """
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="sbt-")
+        config.stash[_MADE_ROOT] = Path(config.option.basetemp)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the run's root when every test passed; a failed run keeps it to look at."""
+    root = session.config.stash.get(_MADE_ROOT, None)
+    if root is not None and exitstatus == 0:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# Hypothesis: the "ci" profile (the default) is sized for the suite's time on two cores;
+# HYPOTHESIS_PROFILE=deep runs ten times the examples, for a change to a parser or a
+# decision. A test that names its own max_examples keeps it in both.
+settings.register_profile("ci", max_examples=100, deadline=None)
+settings.register_profile("deep", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# What `./dev.sh test --fast` leaves out (`-m "not slow"`): tests that start real
+# sandboxes, browsers, daemons, far machines or builds, seconds each. What stays (the
+# sans-I/O cores, the relay's and the gate's pieces on real sockets, the CLI, lint and
+# types) runs in under two minutes on two cores.
+SLOW_DIRECTORIES = frozenset({"e2e", "session", "sandbox", "remote", "daemon", "benchmarks"})
+SLOW_FILES = frozenset(
+    {
+        "test_front.py",  # 64 real sessions through the C front door
+        "test_terminal_e2e.py",
+        "test_external_terminal_e2e.py",
+        "test_install.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`SLOW_DIRECTORIES` and :data:`SLOW_FILES` (and every
+    ``*_in_sandbox.py``) ``slow``."""
+    for item in items:
+        path = item.path.relative_to(REPO / "tests")
+        if (
+            path.parts[0] in SLOW_DIRECTORIES
+            or path.name in SLOW_FILES
+            or path.name.endswith("_in_sandbox.py")
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 class Process:

@@ -7,7 +7,7 @@ import ipaddress
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sandbridge.egress.decision import match_destination
@@ -226,7 +226,6 @@ def test_the_saved_line_names_the_entry_date_and_reason(tmp_path: Path) -> None:
     assert (rule.host, rule.port, rule.private) == ("other.test", 80, False)
 
 
-@settings(max_examples=200, deadline=None)
 @given(reason=st.text(min_size=1, max_size=MAX_REASON_CHARS))
 def test_no_reason_makes_the_saved_line_more_than_one_entry(
     tmp_path_factory: pytest.TempPathFactory, reason: str
@@ -392,7 +391,6 @@ def test_without_grants_the_policy_is_used_as_it_is() -> None:
     assert Grants().policy(policy) is policy
 
 
-@settings(max_examples=500, deadline=None)
 @given(st.text(max_size=80) | st.from_regex(r"\*?\.?[a-z0-9.\[\]:-]{1,40}", fullmatch=True))
 def test_a_destination_is_refused_or_reads_back_as_one_entry(value: str) -> None:
     try:

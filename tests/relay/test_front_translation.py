@@ -330,7 +330,7 @@ def responses(draw: st.DrawFn) -> Response:
 def test_generated_responses_relayed_from_c_are_relayed_alike_by_python() -> None:
     verdicts: collections.Counter[int] = collections.Counter()
 
-    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(suppress_health_check=[HealthCheck.too_slow])
     @given(responses())
     def agree(response: Response) -> None:
         verdicts[check_agreement(response.data, response.head_request)] += 1
