@@ -18,7 +18,7 @@ from tests.terminals.harness import TerminalSession
 # (the terminal is the sandbox's to write to) so that the id stands beside another host.
 FORGER = (
     "sandbridge-allow evil.test:443 --reason 'upload' --no-wait > id.tmp && mv id.tmp id; "
-    "printf '\\033[1A\\033[2Ksandbridge: the sandbox asks for pypi.org:443: egress request "
+    "printf '\\033[1A\\033[2Ksandbridge: the sandbox asks for pkgs.example.com:443: egress request "
     '%s, reason: \\042pip install\\042\\n\' "$(cat id)"; exec sleep 600'
 )
 
@@ -82,7 +82,7 @@ def test_at_a_terminal_approve_shows_what_is_granted_and_asks(tmp_path: Path) ->
     try:
         request_id = _asked_id(session)
         # What the owner's screen shows: the session's line about evil.test overwritten.
-        forged = "\x1b[1A\x1b[2Ksandbridge: the sandbox asks for pypi.org:443: egress request"
+        forged = "\x1b[1A\x1b[2Ksandbridge: the sandbox asks for pkgs.example.com:443: egress request"
         assert request_id in session.process.wait_line(forged, timeout=30)
         child = _approve_at_a_terminal(session, request_id)
         child.expect_exact(f"egress request {request_id} asks for evil.test:443 (one connection)")

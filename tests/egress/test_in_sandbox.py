@@ -408,7 +408,7 @@ def test_dry_run_in_none_mode_unshares_the_network(tmp_path: Path) -> None:
 
 def test_malformed_policy_line_stops_the_run(tmp_path: Path) -> None:
     (tmp_path / ".sandbridge").mkdir()
-    (tmp_path / ".sandbridge" / "allow").write_text("pypi.org\nexample.com:http\n")
+    (tmp_path / ".sandbridge" / "allow").write_text("pkgs.example.com\nexample.com:http\n")
     result = inspect(tmp_path, "--", "true")
     assert result.returncode == 2
     assert result.stderr.strip() == (

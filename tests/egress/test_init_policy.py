@@ -292,9 +292,9 @@ def test_a_policy_too_long_to_read_is_not_written(tmp_path: Path) -> None:
 def test_an_internationalized_name_is_a_suggestion_that_says_what_it_shows(
     tmp_path: Path,
 ) -> None:
-    # "pypi.org" with a Ukrainian i (U+0456) in punycode: the project's files are the
+    # "pkgs.example" with a Ukrainian i (U+0456) in punycode: the project's files are the
     # sandbox's to have written, so such a name is the owner's choice, shown decoded.
-    host = "xn--" + "pyp\u0456".encode("punycode").decode() + ".org"
+    host = "xn--" + "pkg\u0456".encode("punycode").decode() + ".example"
     (tmp_path / "requirements.txt").write_text(f"--index-url https://{host}/simple\nrequests\n")
     write(tmp_path, plan(survey(tmp_path), [], DAY), force=False)
     assert host not in [rule.text for rule in load_policy(tmp_path).rules]

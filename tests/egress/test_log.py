@@ -23,11 +23,11 @@ from sandbridge.egress.log import (
 
 def test_each_decision_is_one_json_line(tmp_path: Path) -> None:
     log = EgressLog(tmp_path / LOG_NAME)
-    log.record("allowed", "proxy", "pypi.org:443", "allowed by 'pypi.org'", "151.101.0.223")
+    log.record("allowed", "proxy", "pkgs.example.com:443", "allowed by 'pkgs.example.com'", "151.101.0.223")
     log.record("refused", "host-service", "100.64.0.1:22", "not a host service")
     lines = (tmp_path / LOG_NAME).read_text().splitlines()
     assert [json.loads(line)["destination"] for line in lines] == [
-        "pypi.org:443",
+        "pkgs.example.com:443",
         "100.64.0.1:22",
     ]
     assert set(json.loads(lines[0])) == {
@@ -63,14 +63,14 @@ def test_hostile_names_are_cut_to_a_bounded_field(tmp_path: Path) -> None:
 def test_summary_counts_by_destination_refusals_first(tmp_path: Path) -> None:
     log = EgressLog(tmp_path / LOG_NAME)
     for _ in range(3):
-        log.record("allowed", "proxy", "pypi.org:443", "allowed by 'pypi.org'")
+        log.record("allowed", "proxy", "pkgs.example.com:443", "allowed by 'pkgs.example.com'")
     log.record("refused", "proxy", "evil.example:443", "evil.example is not in the allowlist")
     (tmp_path / TALLY_NAME).open("a").write('not json\n{"count": "x"}\n')
     lines = summarise(read_tally(tmp_path))
     assert lines[0] == "egress: 3 allowed, 1 refused"
     assert lines[1].split()[:4] == ["refused", "proxy", "evil.example:443", "x1"]
     assert lines[1].endswith("(evil.example is not in the allowlist)")
-    assert lines[2].split()[:4] == ["allowed", "proxy", "pypi.org:443", "x3"]
+    assert lines[2].split()[:4] == ["allowed", "proxy", "pkgs.example.com:443", "x3"]
 
 
 def test_a_refusal_flood_past_rotation_leaves_earlier_allowed_egress_in_the_summary(
@@ -79,14 +79,14 @@ def test_a_refusal_flood_past_rotation_leaves_earlier_allowed_egress_in_the_summ
     monkeypatch.setattr(egress_log, "MAX_LOG_BYTES", 2000)
     log = EgressLog(tmp_path / LOG_NAME)
     for _ in range(3):
-        log.record("allowed", "proxy", "pypi.org:443", "allowed by 'pypi.org'")
+        log.record("allowed", "proxy", "pkgs.example.com:443", "allowed by 'pkgs.example.com'")
     for n in range(1000):
         log.record("refused", "proxy", f"flood{n}.example:443", "not in the allowlist")
     # The detail log rotated the allowed decisions away; the tally kept them.
     assert all(entry["decision"] == "refused" for entry in read_entries(tmp_path))
     lines = summarise(read_tally(tmp_path))
     assert lines[0] == "egress: 3 allowed, 1000 refused"
-    assert any(line.split()[:4] == ["allowed", "proxy", "pypi.org:443", "x3"] for line in lines)
+    assert any(line.split()[:4] == ["allowed", "proxy", "pkgs.example.com:443", "x3"] for line in lines)
     assert not (tmp_path / (TALLY_NAME + ".tmp")).exists()
 
 
@@ -95,7 +95,7 @@ def test_refused_destinations_past_their_budget_are_counted_together(tmp_path: P
     flood = MAX_REFUSED_DESTINATIONS + 100
     for n in range(flood):
         log.record("refused", "proxy", f"flood{n}.example:443", "not in the allowlist")
-    log.record("allowed", "proxy", "pypi.org:443", "allowed by 'pypi.org'")
+    log.record("allowed", "proxy", "pkgs.example.com:443", "allowed by 'pkgs.example.com'")
     tallies = read_tally(tmp_path)
     refused = [t for t in tallies if t.decision == "refused"]
     assert len(refused) == MAX_REFUSED_DESTINATIONS + 1
@@ -103,7 +103,7 @@ def test_refused_destinations_past_their_budget_are_counted_together(tmp_path: P
     assert sum(t.count for t in refused) == flood
     # Refusals have their own budget: they cannot crowd an allowed destination out.
     assert [(t.destination, t.count) for t in tallies if t.decision == "allowed"] == [
-        ("pypi.org:443", 1)
+        ("pkgs.example.com:443", 1)
     ]
 
 
@@ -117,7 +117,7 @@ def test_a_tally_remembers_first_and_last_time(tmp_path: Path) -> None:
 
 
 def test_a_session_without_a_tally_is_summarised_from_its_log(tmp_path: Path) -> None:
-    EgressLog(tmp_path / LOG_NAME).record("allowed", "proxy", "pypi.org:443", "allowed")
+    EgressLog(tmp_path / LOG_NAME).record("allowed", "proxy", "pkgs.example.com:443", "allowed")
     (tmp_path / TALLY_NAME).unlink()
     assert summarise(read_tally(tmp_path))[0] == "egress: 1 allowed, 0 refused"
 

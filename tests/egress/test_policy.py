@@ -48,13 +48,13 @@ def test_no_files_and_no_flags_is_allow_mode_with_nothing_allowed() -> None:
 def test_files_and_flags_merge_with_provenance(tmp_path: Path) -> None:
     workdir = project(
         tmp_path,
-        allow="# the project's registry\npypi.org\n\n100.64.0.1:5432  # dev db\n",
-        config="net = allow\nallow = *.npmjs.org\nenv = TOKEN=abc\n",
+        allow="# the project's registry\npkgs.example.com\n\n100.64.0.1:5432  # dev db\n",
+        config="net = allow\nallow = *.registry.example.com\nenv = TOKEN=abc\n",
     )
     policy = load_policy(workdir, allow=["gate:6379"], gate_addr="100.64.9.9")
     assert [(r.text, r.source) for r in policy.rules] == [
-        ("*.npmjs.org", ".sandbridge/config:2"),
-        ("pypi.org", ".sandbridge/allow:2"),
+        ("*.registry.example.com", ".sandbridge/config:2"),
+        ("pkgs.example.com", ".sandbridge/allow:2"),
         ("100.64.0.1:5432", ".sandbridge/allow:4"),
     ]
     # The gate moved: 100.64.0.1:5432 is now an ordinary IP-literal proxy entry.
@@ -333,7 +333,7 @@ def test_proxy_environment_covers_loopback_and_the_gate() -> None:
 
 
 def test_describe_shows_sources_and_hides_env_values_and_credentials(tmp_path: Path) -> None:
-    workdir = project(tmp_path, "pypi.org\n", "env = TOKEN=hunter2\nresolver = 127.0.0.1:5353\n")
+    workdir = project(tmp_path, "pkgs.example.com\n", "env = TOKEN=hunter2\nresolver = 127.0.0.1:5353\n")
     text = "\n".join(describe(load_policy(workdir, allow=["gate:5432"])))
     assert "hunter2" not in text
     assert "env TOKEN = (value hidden)" in text

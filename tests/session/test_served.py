@@ -106,7 +106,7 @@ def test_host_egress_gate_serves_the_policy_of_a_container_session(
 
 def test_allow_without_egress_is_refused(runtime_dir: Path) -> None:
     result = subprocess.run(
-        [*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), "--allow", "pypi.org"],
+        [*SANDBRIDGE, "host", "--runtime-dir", str(runtime_dir), "--allow", "pkgs.example.com"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -370,7 +370,7 @@ def test_an_egress_reason_reaches_the_page_with_its_hidden_characters_shown(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     entry = SessionEntry.create("web", tmp_path)
     reason = "npm\u202e needs\u200b it\nreally \\x41"
-    ask = {"id": "web:0123abcd", "destination": "registry.npmjs.org:443", "reason": reason}
+    ask = {"id": "web:0123abcd", "destination": "registry.example.com:443", "reason": reason}
     try:
         tables = snapshot({"web": Answers({"command": ["sh"], "network": "allow"}, pending=[ask])})
     finally:
