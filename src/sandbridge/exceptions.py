@@ -102,6 +102,11 @@ class StreamRefused(UpstreamError):
     """The shim speaks stream mode but could not open this stream (app not listening)."""
 
 
+class AppUnreachable(UpstreamError):
+    """No loopback address of the app's port took the connection (its message names
+    each address tried: :class:`sandbridge.protocol.app_address.AppAttempts`)."""
+
+
 # --- sessions, sandboxes, policy -----------------------------------------------------
 
 

@@ -243,7 +243,7 @@ def test_minted_sockets_are_tcp_sockets_of_the_sandbox_namespace(
             assert owned.minter_pid is not None
             sockets = [await owned._socket() for _ in range(owned_upstream.POOL_SIZE + 2)]
             for sock in sockets:
-                assert sock.family == socket.AF_INET and sock.type == socket.SOCK_STREAM
+                assert sock.family == socket.AF_INET6 and sock.type == socket.SOCK_STREAM
                 assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL) == socket.IPPROTO_TCP
                 ns = fcntl.ioctl(sock.fileno(), SIOCGSKNS)
                 seen = os.fstat(ns)

@@ -234,16 +234,6 @@ class AutoPublisher:
     def _publish(self, listener: Listener, process: str) -> bool:
         port = listener.port
         tracker = self._tracker
-        if not listener.reachable:
-            tracker.refused(port)
-            warn(
-                "auto_publish.unreachable",
-                port=port,
-                process=process,
-                reason="it listens on ::1 only and the relay connects to 127.0.0.1; listen on "
-                "127.0.0.1 or 0.0.0.0",
-            )
-            return False
         if tracker.full:
             tracker.session_full(port)
             return False
