@@ -295,6 +295,41 @@ def test_the_hosts_own_namespace_needs_no_minter() -> None:
         asyncio.run(main())
 
 
+def test_an_app_on_ipv6_loopback_only_is_reached_once_127_0_0_1_refuses() -> None:
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
+
+        async def main() -> None:
+            owned = await OwnedUpstream.start(os.open("/proc/self/ns/net", os.O_RDONLY))
+            try:
+                channel = await owned.open(server.getsockname()[1])
+                channel.abort()
+            finally:
+                await owned.close()
+
+        asyncio.run(main())
+
+
+def test_a_port_nothing_listens_on_is_refused_naming_each_address_tried() -> None:
+    with socket.socket() as reserved:  # bound, not listening: connections are refused
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+
+        async def main() -> None:
+            owned = await OwnedUpstream.start(os.open("/proc/self/ns/net", os.O_RDONLY))
+            try:
+                with pytest.raises(StreamRefused) as refused:
+                    await owned.open(port)
+            finally:
+                await owned.close()
+            assert str(refused.value) == (
+                f"could not reach sandbox port {port}: "
+                f"connect to 127.0.0.1:{port} failed: [Errno 111] Connection refused; "
+                f"connect to [::1]:{port} failed: [Errno 111] Connection refused"
+            )
+
+        asyncio.run(main())
+
+
 def test_a_namespace_that_is_not_a_network_one_is_refused() -> None:
     host_end, entry_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     user = os.open("/proc/self/ns/user", os.O_RDONLY)
