@@ -32,7 +32,6 @@ from sandbridge import log
 from sandbridge.aio import event_loop
 from sandbridge.exceptions import AppUnreachable, SandboxError, StreamRefused, UpstreamError
 from sandbridge.places import host_commands
-from sandbridge.protocol.app_address import AppAddress
 from sandbridge.relay.app_connector import connect_app
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.socket_minter import ANSWER, MAX_BATCH, app_socket
@@ -215,7 +214,8 @@ class OwnedUpstream:
         address (as the shim's answer would), :class:`UpstreamError` when the minter is
         gone."""
         try:
-            sock = await connect_app(port, self._socket)
+            # One socket per address tried: each minted socket reaches both.
+            sock = await connect_app(port, lambda _address: self._socket())
         except AppUnreachable as exc:
             raise StreamRefused(f"could not reach sandbox port {port}: {exc}") from None
         try:
@@ -228,11 +228,9 @@ class OwnedUpstream:
         channel.host_only = True
         return channel
 
-    async def _socket(self, address: AppAddress | None = None) -> socket.socket:
+    async def _socket(self) -> socket.socket:
         """A new unconnected, non-blocking TCP socket in the sandbox's namespace: a
-        dual-stack one that reaches every app address (:func:`.socket_minter.app_socket`;
-        ``address`` is for :func:`connect_app`'s signature, the socket reaches it or
-        says it cannot)."""
+        dual-stack one that reaches every app address (:func:`.socket_minter.app_socket`)."""
         if self._channel is None:
             sock = app_socket()
             sock.setblocking(False)
