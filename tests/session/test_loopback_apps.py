@@ -1,7 +1,8 @@
 """Apps on every loopback address, in real ``sandbridge run`` sessions: whichever of
 ``127.0.0.1``, ``::1``, ``0.0.0.0`` or ``::`` (dual stack or IPv6 only) an app chose, it
 is reachable through its origin by registration (``ags-webview-url``), ``--publish PORT``,
-``--publish auto`` and ``sandbridge-open``, with the C front door and without it.
+``--publish auto`` and ``sandbridge-open``, with the C front door and without it, and in
+the unshare backend too.
 
 Each session starts one echo app per address (tests/apps/echo_app.py ``--bind``), makes
 them reachable the way the test names, and waits on a pipe while the test requests each
@@ -50,18 +51,26 @@ def _published(process: Process, port: int) -> str:
     return line.rsplit(" ", 1)[1]
 
 
-@pytest.mark.parametrize("front_door", [True, False], ids=["front door", "no front door"])
+# The relay's two paths for a new connection (the C front door first, or the Python relay
+# alone), and the other sandbox backend (bwrap is the default where it runs).
+SETUPS: dict[str, tuple[str, ...]] = {
+    "front door": (),
+    "no front door": ("--no-front-door",),
+    "unshare backend": ("--backend", "unshare"),
+}
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
 @pytest.mark.parametrize("way", list(WAYS))
 def test_an_app_on_any_loopback_address_is_served_through_its_origin(
-    way: str, front_door: bool, tmp_path: Path, xdg: Path
+    way: str, setup: str, tmp_path: Path, xdg: Path
 ) -> None:
     command, options = WAYS[way]
     go = tmp_path / "go"
     os.mkfifo(go)
     each = "\n".join(command.format(port=port) for port in PORTS.values()) if command else ""
     script = "\n".join(part for part in (_apps_script(), each, f"read x < {go}") if part)
-    door = () if front_door else ("--no-front-door",)
-    process = Process(run_argv(tmp_path, "sh", "-c", script, options=(*options, *door)))
+    process = Process(run_argv(tmp_path, "sh", "-c", script, options=(*options, *SETUPS[setup])))
     try:
         for name, port in PORTS.items():
             url = _published(process, port)
