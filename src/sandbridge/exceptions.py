@@ -14,6 +14,7 @@ that what can be caught, and what each means, is read in one place::
     ├── AuthorityError            not ``host[:port]``
     ├── UpstreamError             the sandbox side of a request failed (a 502)
     │   ├── HandoffRefused        the shim handed over what the host refuses
+    │   ├── AppUnreachable        no loopback address of the app's port answered
     │   └── StreamRefused         the shim could not open this stream
     ├── RuntimeDirError           the runtime dir is unsafe or cannot be made
     ├── SessionError              a session name or the state dir is unusable
@@ -98,13 +99,13 @@ class HandoffRefused(UpstreamError):
     """The shim's answer carried descriptors that the host does not accept."""
 
 
-class StreamRefused(UpstreamError):
-    """The shim speaks stream mode but could not open this stream (app not listening)."""
-
-
 class AppUnreachable(UpstreamError):
     """No loopback address of the app's port took the connection (its message names
     each address tried: :class:`sandbridge.protocol.app_address.AppAttempts`)."""
+
+
+class StreamRefused(UpstreamError):
+    """The shim speaks stream mode but could not open this stream (app not listening)."""
 
 
 # --- sessions, sandboxes, policy -----------------------------------------------------
