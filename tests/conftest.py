@@ -452,6 +452,28 @@ def shared_app_port() -> Iterator[int]:
     app.stop()
 
 
+# Every loopback address an app may choose, as echo_app.py's --bind options: its
+# toolchain's default decides (Node's ``localhost`` is ``::1`` where /etc/hosts lists it
+# first), and the relay reaches each (protocol/app_address.py).
+LOOPBACK_BINDS = {
+    "127.0.0.1": ("--bind", "127.0.0.1"),
+    "::1 only": ("--bind", "::1", "--v6only"),
+    "0.0.0.0": ("--bind", "0.0.0.0"),
+    ":: dual stack": ("--bind", "::"),
+    ":: IPv6 only": ("--bind", "::", "--v6only"),
+}
+
+
+@pytest.fixture(scope="module", params=list(LOOPBACK_BINDS))
+def loopback_app(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    """The echo app on each loopback address in turn: the address's name and the port."""
+    port = free_port()
+    app = Process([PYTHON, ECHO_APP, "--listen", str(port), *LOOPBACK_BINDS[request.param]])
+    app.wait_line("READY")
+    yield request.param, port
+    app.stop()
+
+
 # --- sandbox backends, and a user without privileges ---------------------------------
 
 BACKENDS = ["bwrap", "unshare"]

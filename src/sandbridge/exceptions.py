@@ -14,6 +14,7 @@ that what can be caught, and what each means, is read in one place::
     ├── AuthorityError            not ``host[:port]``
     ├── UpstreamError             the sandbox side of a request failed (a 502)
     │   ├── HandoffRefused        the shim handed over what the host refuses
+    │   ├── AppUnreachable        no loopback address of the app's port answered
     │   └── StreamRefused         the shim could not open this stream
     ├── FileOpenRefused           a file:// URL sandbridge-open will not open (a ValueError)
     ├── RuntimeDirError           the runtime dir is unsafe or cannot be made
@@ -97,6 +98,11 @@ class UpstreamError(SandbridgeError):
 
 class HandoffRefused(UpstreamError):
     """The shim's answer carried descriptors that the host does not accept."""
+
+
+class AppUnreachable(UpstreamError):
+    """No loopback address of the app's port took the connection (its message names
+    each address tried: :class:`sandbridge.protocol.app_address.AppAttempts`)."""
 
 
 class StreamRefused(UpstreamError):

@@ -1,7 +1,9 @@
 """Test app: an HTTP server that reports what it received, run inside or outside a sandbox.
 
-Usage: echo_app.py [--register PORT[:BASE]]... [--daemon]
-Prints ``READY <json>`` once every port listens (and is registered with
+Usage: echo_app.py [--register PORT[:BASE]]... [--listen PORT]... [--bind ADDRESS]
+[--v6only] [--daemon]
+Listens on ADDRESS (127.0.0.1 unless told: ::1, 0.0.0.0, ::; ``--v6only`` makes ``::``
+IPv6 only). Prints ``READY <json>`` once every port listens (and is registered with
 ``ags-webview-url`` when asked), then serves until killed.
 """
 
@@ -109,6 +111,21 @@ class Handler(BaseHTTPRequestHandler):
         return
 
 
+def server(address: str, port: int, v6only: bool) -> ThreadingHTTPServer:
+    """A server on ``address:port``; an IPv6 one dual stack unless ``v6only``."""
+    ipv6 = ":" in address
+
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
+
+        def server_bind(self) -> None:
+            if ipv6:
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6only))
+            super().server_bind()
+
+    return Server((address, port), Handler)
+
+
 def register(port: int, base: str) -> str:
     result = subprocess.run(
         ["ags-webview-url", str(port), base], capture_output=True, text=True, check=False
@@ -122,6 +139,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--register", action="append", default=[], metavar="PORT[:BASE]")
     parser.add_argument("--listen", action="append", type=int, default=[])
+    parser.add_argument("--bind", default="127.0.0.1", metavar="ADDRESS")
+    parser.add_argument("--v6only", action="store_true", help="an IPv6 --bind takes no IPv4")
     parser.add_argument("--daemon", metavar="MARKER", help="also start a setsid daemon")
     parser.add_argument("--exit", type=int, default=None, help="exit at once with this status")
     args = parser.parse_args()
@@ -130,9 +149,9 @@ def main() -> int:
     report: dict[str, object] = {"urls": [], "pid": os.getpid()}
     ports = {int(spec.split(":")[0]) for spec in args.register} | set(args.listen)
     for port in sorted(ports):
-        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serving = server(args.bind, port, args.v6only)
+        serving.daemon_threads = True
+        threading.Thread(target=serving.serve_forever, daemon=True).start()
     for spec in args.register:
         port, _, base = spec.partition(":")
         report["urls"].append(register(int(port), base or "/"))  # type: ignore[attr-defined]

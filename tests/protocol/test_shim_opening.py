@@ -8,6 +8,7 @@ import json
 import pytest
 
 from sandbridge.protocol import stream
+from sandbridge.protocol.app_address import AppAttempts
 from sandbridge.protocol.shim_opening import (
     Exchange,
     HandOff,
@@ -78,15 +79,21 @@ def test_a_refusal_is_the_contracts_failure_answer() -> None:
     assert refusal("timed out") == Refuse(b'{"ok":false,"error":"timed out"}\n')
 
 
-def test_a_failed_connect_names_the_port_and_why() -> None:
-    answer = json.loads(connect_failed(4173, ConnectionRefusedError(111, "Connection refused")))
+def test_a_failed_connect_names_each_address_tried_and_why() -> None:
+    attempts = AppAttempts(4173)
+    while attempts.failed(ConnectionRefusedError(111, "Connection refused")):
+        pass
+    answer = json.loads(connect_failed(attempts.error))
     assert answer == {
         "ok": False,
         "stream": 1,
-        "error": "connect to 127.0.0.1:4173 failed: [Errno 111] Connection refused",
+        "error": "connect to 127.0.0.1:4173 failed: [Errno 111] Connection refused; "
+        "connect to [::1]:4173 failed: [Errno 111] Connection refused",
     }
 
 
 def test_a_connect_that_timed_out_says_so() -> None:
-    answer = json.loads(connect_failed(4173, TimeoutError()))
+    attempts = AppAttempts(4173)
+    assert not attempts.failed(TimeoutError())
+    answer = json.loads(connect_failed(attempts.error))
     assert answer["error"] == "connect to 127.0.0.1:4173 failed: timed out"

@@ -118,7 +118,8 @@ def test_a_hostile_relay_is_said_on_stderr_and_the_scans_go_on(
     publisher.close()
     assert len(errors) == 1
     assert errors[0].startswith(
-        f"auto_publish.failed port={port(apps[0])} process={THIS_PROCESS!r} reason={reason}"
+        f"auto_publish.failed port={port(apps[0])} process={THIS_PROCESS!r} "
+        f"address='127.0.0.1' reason={reason}"
     )
     assert relay.requests[1] == encode_auto_register_request(port(apps[1]), THIS_PROCESS)
 

@@ -45,7 +45,7 @@ def test_connected_tcp_socket_to_the_registered_port_is_adopted(listener: socket
 
 def test_socket_to_another_port_is_refused_and_closed(listener: socket.socket) -> None:
     fd = socket.create_connection(("127.0.0.1", port_of(listener))).detach()
-    with pytest.raises(HandoffRefused, match=r"not 127\.0\.0\.1 port"):
+    with pytest.raises(HandoffRefused, match=r"not 127\.0\.0\.1 or ::1 port"):
         adopt_app_socket([fd], False, port_of(listener) + 1)
     assert not is_open(fd)
 
@@ -64,14 +64,25 @@ def test_listening_socket_is_refused(listener: socket.socket) -> None:
     assert not is_open(fd)
 
 
-def test_ipv6_loopback_is_not_the_registered_address() -> None:
-    try:
-        server = socket.create_server(("::1", 0), family=socket.AF_INET6)
-    except OSError:
-        pytest.skip("no IPv6 loopback here")
-    with server:
-        fd = socket.create_connection(("::1", port_of(server))).detach()
-        with pytest.raises(HandoffRefused, match=r"not 127\.0\.0\.1 port"):
+def test_ipv6_loopback_on_the_registered_port_is_adopted() -> None:
+    """Where an app listens on ``::1`` only (Node's ``localhost``), the shim connects there."""
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
+        client = socket.create_connection(("::1", port_of(server)))
+        with adopt_app_socket([client.detach()], False, port_of(server)) as adopted:
+            assert adopted.getpeername()[:2] == ("::1", port_of(server))
+
+
+def test_ipv4_mapped_loopback_on_the_registered_port_is_adopted(listener: socket.socket) -> None:
+    client = socket.socket(socket.AF_INET6)
+    client.connect(("::ffff:127.0.0.1", port_of(listener)))
+    with adopt_app_socket([client.detach()], False, port_of(listener)) as adopted:
+        assert adopted.getpeername()[0] == "::ffff:127.0.0.1"
+
+
+def test_another_loopback_address_on_the_registered_port_is_refused_and_closed() -> None:
+    with socket.create_server(("127.0.0.2", 0)) as server:
+        fd = socket.create_connection(("127.0.0.2", port_of(server))).detach()
+        with pytest.raises(HandoffRefused, match=r"connected to 127\.0\.0\.2 port"):
             adopt_app_socket([fd], False, port_of(server))
         assert not is_open(fd)
 

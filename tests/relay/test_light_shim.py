@@ -158,6 +158,34 @@ def test_hostile_first_lines_get_the_event_loop_shims_refusals(
     assert sandbox.loaded() == []
 
 
+def test_an_app_on_ipv6_loopback_only_is_handed_off_without_the_event_loop(
+    tmp_path: Path, xdg: Path
+) -> None:
+    """Node's ``localhost`` is ``::1`` where /etc/hosts lists it first: the light shim
+    connects there once 127.0.0.1 refuses (and the host's own sockets do too)."""
+    marker = f"light-shim-v6-{os.getpid()}-{tmp_path.name}"
+    script = f"exec {PYTHON} {ECHO_APP} --register {APP_PORT} --bind ::1 --v6only"
+    process = Process(
+        run_argv(tmp_path, "sh", "-c", script, marker, options=("--net", "none", "--no-daemon"))
+    )
+    try:
+        report = json.loads(process.wait_line("READY").removeprefix("READY "))
+        (entry,) = [pid for pid in processes_with(marker) if is_sandbox_entry(pid)]
+        assert echo(host_port_of(str(report["urls"][0])), "/v6")["path"] == "/v6"
+        upstream = xdg / f"ags-webview-relay-{process.popen.pid}" / "upstream.sock"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30)
+            sock.connect(str(upstream))
+            sock.sendall(stream.encode_open(APP_PORT, handoff=True))
+            line, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+        assert json.loads(line) == {"ok": True, "stream": 1, "handoff": 1}
+        with socket.socket(fileno=fds[0]) as app:
+            assert app.getpeername()[:2] == ("::1", APP_PORT)
+        assert event_loop_libraries(entry) == []
+    finally:
+        process.stop()
+
+
 def test_a_handoff_to_a_closed_port_is_refused_as_the_event_loop_shim_refuses_it(
     sandbox: Sandbox, relay: Relay
 ) -> None:

@@ -49,8 +49,8 @@ def test_listeners_on_loopback_and_any_address_count() -> None:
         line(1, hex_v4(ANY), 8000, "0A", 102),
     ]
     assert list(parse_table(table)) == [
-        Listener(5173, 101, reachable=True),
-        Listener(8000, 102, reachable=True),
+        Listener(5173, 101, "127.0.0.1"),
+        Listener(8000, 102, "0.0.0.0"),
     ]
 
 
@@ -75,7 +75,7 @@ def test_the_scan_stops_at_the_first_socket_that_does_not_listen() -> None:
     assert [listener.port for listener in parse_table(table)] == [5173]
 
 
-def test_ipv6_any_and_mapped_loopback_count_and_loopback_only_is_marked() -> None:
+def test_ipv6_any_mapped_loopback_and_loopback_count_each_named() -> None:
     table = [
         "header",
         line(0, hex_v6(bytes(16)), 3000, "0A", 1),
@@ -83,10 +83,19 @@ def test_ipv6_any_and_mapped_loopback_count_and_loopback_only_is_marked() -> Non
         line(2, hex_v6(bytes(15) + b"\x01"), 3002, "0A", 3),
     ]
     assert list(parse_table(table)) == [
-        Listener(3000, 1, reachable=True),
-        Listener(3001, 2, reachable=True),
-        Listener(3002, 3, reachable=False),
+        Listener(3000, 1, "::"),
+        Listener(3001, 2, "::ffff:127.0.0.1"),
+        Listener(3002, 3, "::1"),
     ]
+
+
+def test_other_ipv6_addresses_do_not_count() -> None:
+    table = [
+        "header",
+        line(0, hex_v6(bytes(15) + b"\x02"), 3000, "0A", 1),  # ::2
+        line(1, hex_v6(bytes([0xFE, 0x80]) + bytes(13) + b"\x01"), 3001, "0A", 2),  # fe80::1
+    ]
+    assert list(parse_table(table)) == []
 
 
 @pytest.mark.parametrize(
@@ -104,7 +113,7 @@ def test_ipv6_any_and_mapped_loopback_count_and_loopback_only_is_marked() -> Non
 )
 def test_malformed_lines_are_skipped(bad: str) -> None:
     good = line(1, hex_v4(LOOPBACK), 5173, "0A", 9)
-    assert list(parse_table([V4_HEADER, bad, good])) == [Listener(5173, 9, reachable=True)]
+    assert list(parse_table([V4_HEADER, bad, good])) == [Listener(5173, 9, "127.0.0.1")]
 
 
 def test_a_table_is_read_up_to_the_listener_limit() -> None:
@@ -125,7 +134,7 @@ def test_a_real_listener_is_found_with_this_process_as_its_owner(
 ) -> None:
     port = listening.getsockname()[1]
     found = listening_ports()
-    assert found[port].reachable
+    assert found[port].address == "127.0.0.1"
     own_name = Path("/proc/self/comm").read_text().strip()
     assert owners({found[port].inode}) == {found[port].inode: own_name}
 
@@ -155,17 +164,27 @@ def test_without_proc_nothing_listens(tmp_path: Path) -> None:
 
 def test_netlink_and_proc_see_the_same_listeners(listening: socket.socket) -> None:
     with socket.socket(socket.AF_INET6) as v6_only:
-        try:
-            v6_only.bind(("::1", 0))
-        except OSError:
-            pytest.skip("no IPv6 loopback here")
+        v6_only.bind(("::1", 0))  # the test machines have IPv6 loopback: none is a failure
         v6_only.listen()
         ours = {listening.getsockname()[1], v6_only.getsockname()[1]}
         netlink = from_netlink()
         assert netlink is not None, "sock_diag is available on the test machines"
         # Only this test's sockets: other processes may come and go meanwhile.
-        by_netlink = {(x.port, x.reachable): x.inode for x in netlink if x.port in ours}
-        by_proc = {(x.port, x.reachable): x.inode for x in from_proc() if x.port in ours}
+        by_netlink = {(x.port, x.address): x.inode for x in netlink if x.port in ours}
+        by_proc = {(x.port, x.address): x.inode for x in from_proc() if x.port in ours}
         assert by_netlink == by_proc
-        assert (listening.getsockname()[1], True) in by_netlink
-        assert (v6_only.getsockname()[1], False) in by_netlink
+        assert (listening.getsockname()[1], "127.0.0.1") in by_netlink
+        assert (v6_only.getsockname()[1], "::1") in by_netlink
+
+
+def test_a_port_on_both_loopbacks_is_reported_where_the_relay_connects_first() -> None:
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as v6:
+        port = v6.getsockname()[1]
+        with socket.create_server(("127.0.0.1", port)):
+            assert listening_ports()[port].address == "127.0.0.1"
+
+
+def test_a_listener_on_ipv6_loopback_only_is_found_and_named() -> None:
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as v6:
+        port = v6.getsockname()[1]
+        assert listening_ports()[port].address == "::1"

@@ -243,7 +243,7 @@ def test_minted_sockets_are_tcp_sockets_of_the_sandbox_namespace(
             assert owned.minter_pid is not None
             sockets = [await owned._socket() for _ in range(owned_upstream.POOL_SIZE + 2)]
             for sock in sockets:
-                assert sock.family == socket.AF_INET and sock.type == socket.SOCK_STREAM
+                assert sock.family == socket.AF_INET6 and sock.type == socket.SOCK_STREAM
                 assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL) == socket.IPPROTO_TCP
                 ns = fcntl.ioctl(sock.fileno(), SIOCGSKNS)
                 seen = os.fstat(ns)
@@ -291,6 +291,41 @@ def test_the_hosts_own_namespace_needs_no_minter() -> None:
                 channel.abort()
             finally:
                 await owned.close()
+
+        asyncio.run(main())
+
+
+def test_an_app_on_ipv6_loopback_only_is_reached_once_127_0_0_1_refuses() -> None:
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
+
+        async def main() -> None:
+            owned = await OwnedUpstream.start(os.open("/proc/self/ns/net", os.O_RDONLY))
+            try:
+                channel = await owned.open(server.getsockname()[1])
+                channel.abort()
+            finally:
+                await owned.close()
+
+        asyncio.run(main())
+
+
+def test_a_port_nothing_listens_on_is_refused_naming_each_address_tried() -> None:
+    with socket.socket() as reserved:  # bound, not listening: connections are refused
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+
+        async def main() -> None:
+            owned = await OwnedUpstream.start(os.open("/proc/self/ns/net", os.O_RDONLY))
+            try:
+                with pytest.raises(StreamRefused) as refused:
+                    await owned.open(port)
+            finally:
+                await owned.close()
+            assert str(refused.value) == (
+                f"could not reach sandbox port {port}: "
+                f"connect to 127.0.0.1:{port} failed: [Errno 111] Connection refused; "
+                f"connect to [::1]:{port} failed: [Errno 111] Connection refused"
+            )
 
         asyncio.run(main())
 

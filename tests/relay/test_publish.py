@@ -58,6 +58,21 @@ def test_the_port_is_registered_once_its_app_listens(
     assert relay.requests == [encode_register_request(app.getsockname()[1], "/app")]
 
 
+def test_an_app_on_ipv6_loopback_only_is_registered_once_it_listens(
+    relay_with: Callable[[Behaviour], PlayedRelay],
+) -> None:
+    """Node's ``localhost`` is ``::1`` where /etc/hosts lists it first."""
+    relay = relay_with(answering(b'{"ok":true,"host_port":43125}\n'))
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as app:
+        app.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        app.bind(("::1", 0))
+        loop, publisher = _publishing(relay, app)
+        loop.call_later(5 * publish.POLL_INTERVAL, lambda: app.listen(1))
+        run_until(loop, relay.received.is_set)
+        publisher.close()
+        assert relay.requests == [encode_register_request(app.getsockname()[1], "/")]
+
+
 @pytest.mark.parametrize(
     ("behaviour", "expected"),
     [

@@ -31,13 +31,15 @@ def ask(host: socket.socket, count: int) -> list[socket.socket]:
     return [socket.socket(fileno=fd) for fd in fds]
 
 
-def test_each_request_gets_that_many_unconnected_tcp_sockets() -> None:
+def test_each_request_gets_that_many_unconnected_dual_stack_tcp_sockets() -> None:
+    """Dual stack: one socket reaches an app on 127.0.0.1 (as ::ffff:127.0.0.1) or ::1."""
     host, thread = started()
     for count in (1, 3, socket_minter.MAX_BATCH):
         made = ask(host, count)
         assert len(made) == count
         for sock in made:
-            assert (sock.family, sock.type) == (socket.AF_INET, socket.SOCK_STREAM)
+            assert (sock.family, sock.type) == (socket.AF_INET6, socket.SOCK_STREAM)
+            assert sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0
             with pytest.raises(OSError):
                 sock.getpeername()
             sock.close()

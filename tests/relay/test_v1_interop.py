@@ -140,7 +140,29 @@ def test_sandbridge_shim_reports_an_unreachable_app(relay: Relay) -> None:
         },
     )
     assert answer["ok"] is False
-    assert "127.0.0.1" in str(answer["error"])
+    assert answer["error"] == (
+        "connect to 127.0.0.1:1 failed: [Errno 111] Connection refused; "
+        "connect to [::1]:1 failed: [Errno 111] Connection refused"
+    )
+
+
+def test_sandbridge_shim_answers_v1_for_an_app_on_any_loopback_address(
+    relay: Relay, loopback_app: tuple[str, int]
+) -> None:
+    answer = _v1_host_exchange(
+        relay.runtime_dir / "upstream.sock",
+        {
+            "type": "http_request",
+            "port": loopback_app[1],
+            "base_path": "/",
+            "method": "GET",
+            "path": "/styles.css",
+            "headers": [],
+            "body_base64": None,
+        },
+    )
+    assert answer["ok"] is True, answer
+    assert base64.b64decode(str(answer["body_base64"])) == b"body { color: rgb(1, 2, 3); }"
 
 
 def test_sandbridge_shim_drops_what_connection_names_from_a_v1_request(

@@ -183,7 +183,9 @@ def test_nothing_listening_inside_is_a_clear_error(backend: str, tmp_path: Path,
     assert result.returncode == 1
     assert (
         "sandbridge-open: nothing is listening on port 4999 inside the sandbox "
-        "(127.0.0.1:4999): start the app, then open http://localhost:4999/x"
+        "(connect to 127.0.0.1:4999 failed: [Errno 111] Connection refused; "
+        "connect to [::1]:4999 failed: [Errno 111] Connection refused): "
+        "start the app, then open http://localhost:4999/x"
     ) in result.stderr
     assert "sandbox port" not in result.stderr
 

@@ -30,8 +30,6 @@ MAX_FIRST_LINE_BYTES = MAX_V1_LINE_BYTES
 # serves (a stream opening is a few dozen bytes): it goes to the event loop's shim,
 # which takes up to MAX_FIRST_LINE_BYTES.
 MAX_LIGHT_LINE_BYTES = MAX_STREAM_OPEN_BYTES
-# The only address the shim ever connects to.
-APP_HOST = "127.0.0.1"
 
 
 class Refuse(NamedTuple):
@@ -93,6 +91,7 @@ def refusal(reason: str) -> Refuse:
     return Refuse(encode_failure(reason))
 
 
-def connect_failed(port: int, exc: OSError) -> bytes:
-    """The stream answer when the app's port does not take the connection."""
-    return stream.encode_ack(f"connect to {APP_HOST}:{port} failed: {str(exc) or 'timed out'}")
+def connect_failed(error: str) -> bytes:
+    """The stream answer when the app's port took no connection on any of its loopback
+    addresses: ``error`` is :attr:`.app_address.AppAttempts.error`, naming each one tried."""
+    return stream.encode_ack(error)

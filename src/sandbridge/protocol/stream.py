@@ -4,7 +4,8 @@ The host opens one Unix connection per browser connection and sends one line::
 
     {"type":"http_stream","version":1,"port":4173}
 
-The shim connects to ``127.0.0.1:4173`` and answers ``{"ok":true,"stream":1}`` (or
+The shim connects to the app on port 4173 (``127.0.0.1``, else ``::1``:
+:mod:`sandbridge.protocol.app_address`) and answers ``{"ok":true,"stream":1}`` (or
 ``{"ok":false,"stream":1,"error":"..."}``). From then on the connection carries the
 HTTP/1.1 bytes between host and app unchanged in both directions, so bodies, SSE and
 WebSocket frames stream with no framing of ours on top. A peer that answers without

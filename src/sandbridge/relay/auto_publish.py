@@ -234,16 +234,6 @@ class AutoPublisher:
     def _publish(self, listener: Listener, process: str) -> bool:
         port = listener.port
         tracker = self._tracker
-        if not listener.reachable:
-            tracker.refused(port)
-            warn(
-                "auto_publish.unreachable",
-                port=port,
-                process=process,
-                reason="it listens on ::1 only and the relay connects to 127.0.0.1; listen on "
-                "127.0.0.1 or 0.0.0.0",
-            )
-            return False
         if tracker.full:
             tracker.session_full(port)
             return False
@@ -252,14 +242,21 @@ class AutoPublisher:
             return False
         return self._ask(
             encode_auto_register_request(port, process),
-            lambda outcome: self._published(port, process, outcome),
+            lambda outcome: self._published(listener, process, outcome),
         )
 
-    def _published(self, port: int, process: str, outcome: Outcome) -> None:
+    def _published(self, listener: Listener, process: str, outcome: Outcome) -> None:
         tracker = self._tracker
+        port, address = listener.port, listener.address
         if isinstance(outcome, Exception):
             tracker.refused(port)
-            warn("auto_publish.failed", port=port, process=process, reason=str(outcome))
+            warn(
+                "auto_publish.failed",
+                port=port,
+                process=process,
+                address=address,
+                reason=str(outcome),
+            )
             return
         host_port = outcome.get("host_port")
         if outcome.get("ok") is True and isinstance(host_port, int):
@@ -282,7 +279,7 @@ class AutoPublisher:
             )
         else:
             tracker.refused(port)
-            warn("auto_publish.refused", port=port, process=process, reason=error)
+            warn("auto_publish.refused", port=port, process=process, address=address, reason=error)
 
     def _withdrawn(self, port: int, outcome: Outcome) -> None:
         if isinstance(outcome, Exception):

@@ -7,11 +7,12 @@ Python process instead of two.
 
 The descriptor comes from the sandbox, which is hostile, so the host adopts it only
 after checking that it is exactly what the shim would have relayed to: one descriptor,
-a connected TCP stream socket whose peer is ``127.0.0.1`` on the registered sandbox
-port. Anything else (no descriptor, several, a truncated control message, a pipe, a
-Unix socket, a listening socket, another port) is refused and every descriptor that
-came with the answer is released; the caller turns the refusal into a 502 for that
-request only.
+a connected TCP stream socket whose peer is a loopback address of the registered sandbox
+port (``127.0.0.1``, also IPv4-mapped, or ``::1``: :mod:`sandbridge.protocol.app_address`,
+the addresses the shim connects to). Anything else (no descriptor, several, a truncated
+control message, a pipe, a Unix socket, a listening socket, another port or address) is
+refused and every descriptor that came with the answer is released; the caller turns
+the refusal into a 502 for that request only.
 
 Every descriptor is received, released and handed to a transport through
 :mod:`sandbridge.aio.untrusted_fds`, so that none of them can block the event loop when
@@ -25,6 +26,7 @@ import socket
 
 from sandbridge.aio import event_loop, untrusted_fds
 from sandbridge.exceptions import HandoffRefused
+from sandbridge.protocol.app_address import peers
 from sandbridge.protocol.jsonline import LineReader
 from sandbridge.protocol.limits import MAX_STREAM_OPEN_BYTES
 
@@ -32,11 +34,9 @@ from sandbridge.protocol.limits import MAX_STREAM_OPEN_BYTES
 # so that extra descriptors are received (and closed) rather than left to truncation;
 # a control message with more sets MSG_CTRUNC, which is refused too.
 FD_ROOM = 4
-# The only peer an app socket may have: what the shim connects to, as IPv4 or as an
-# IPv4-mapped IPv6 address.
-LOOPBACK_PEERS: dict[int, str] = {
-    socket.AF_INET: "127.0.0.1",
-    socket.AF_INET6: "::ffff:127.0.0.1",
+# The only peers an app socket may have, by its family: what the shim connects to.
+LOOPBACK_PEERS: dict[int, frozenset[str]] = {
+    family: peers(family) for family in (socket.AF_INET, socket.AF_INET6)
 }
 
 
@@ -105,7 +105,7 @@ def adopt_app_socket(fds: list[int], truncated: bool, port: int) -> socket.socke
 
 
 def _check_app_socket(sock: socket.socket, port: int) -> None:
-    """The socket must be a connected TCP stream to ``127.0.0.1:<port>``."""
+    """The socket must be a connected TCP stream to ``<port>`` on an app address."""
     domain = sock.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN)
     if domain not in LOOPBACK_PEERS:
         raise HandoffRefused(f"shim handed over a socket of address family {domain}")
@@ -121,8 +121,8 @@ def _check_app_socket(sock: socket.socket, port: int) -> None:
         peer = sock.getpeername()
     except OSError:
         raise HandoffRefused("shim handed over a socket that is not connected") from None
-    if peer[0] != LOOPBACK_PEERS[domain] or peer[1] != port:
+    if peer[0] not in LOOPBACK_PEERS[domain] or peer[1] != port:
         raise HandoffRefused(
             f"shim handed over a socket connected to {peer[0]!s:.60} port {peer[1]}, "
-            f"not 127.0.0.1 port {port}"
+            f"not 127.0.0.1 or ::1 port {port}"
         )

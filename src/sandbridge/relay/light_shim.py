@@ -2,7 +2,7 @@
 something needs asyncio.
 
 Nearly every connection sandbridge's own host makes is a stream opening with a handoff
-offer (:mod:`sandbridge.protocol.stream`): connect to ``127.0.0.1:PORT``, pass the
+offer (:mod:`sandbridge.protocol.stream`): connect to the app on ``PORT``, pass the
 connected socket back (``SCM_RIGHTS``), step out. That, and the refusal of a first line
 that is not a request, is all this module serves, on the entry's
 :class:`~sandbridge.aio.poll_loop.PollLoop` with the standard library's ``socket`` and
@@ -15,7 +15,8 @@ for the first one.
 The rules are :mod:`sandbridge.protocol.shim_opening`'s, the event loop's shim's too:
 the same limits, timeouts and answers. Each connection is a small state machine
 (:class:`_State`) driven by readiness callbacks, so a silent or slow one never holds up
-the others or the command's end. Only ``127.0.0.1`` is ever connected to.
+the others or the command's end. Only loopback is ever connected to: ``127.0.0.1``, else
+``::1`` where that refused (:mod:`sandbridge.protocol.app_address`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from collections.abc import Callable
 from sandbridge.aio.poll_loop import Acceptor, PollLoop, Timer
 from sandbridge.exceptions import WireError
 from sandbridge.protocol import stream
+from sandbridge.protocol.app_address import AppAttempts
 from sandbridge.protocol.jsonline import LineReader
 from sandbridge.protocol.shim_opening import (
     APP_CONNECT_TIMEOUT,
-    APP_HOST,
     FIRST_LINE_TIMEOUT,
     MAX_FIRST_LINE_BYTES,
     MAX_LIGHT_LINE_BYTES,
@@ -136,7 +137,7 @@ class _Connection:
         self._deadline = time.monotonic() + FIRST_LINE_TIMEOUT
         self._timer: Timer | None = self._loop.call_later(FIRST_LINE_TIMEOUT, self._timed_out)
         self._app: socket.socket | None = None
-        self._port = 0
+        self._attempts = AppAttempts(0)
         self._loop.add_reader(sock.fileno(), self._readable)
 
     def _readable(self) -> None:
@@ -177,12 +178,17 @@ class _Connection:
         unless the app's accept queue is full."""
         self._stop_reading()
         self._state = _State.CONNECTING
-        self._port = port
+        self._attempts = AppAttempts(port)
+        self._try()
+
+    def _try(self) -> None:
+        """Connect to the attempts' current address; a refusal moves on to the next."""
+        address = self._attempts.address
         try:
             self._app = socket.socket(
-                socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+                address.family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
             )
-            error = self._app.connect_ex((APP_HOST, port))
+            error = self._app.connect_ex((address.host, self._attempts.port))
         except OSError as exc:
             self._connect_failed(exc)
             return
@@ -197,6 +203,9 @@ class _Connection:
     def _connect_done(self) -> None:
         assert self._app is not None
         self._loop.remove_writer(self._app.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         error = self._app.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if error:
             self._connect_failed(OSError(error, os.strerror(error)))
@@ -212,7 +221,14 @@ class _Connection:
         self.close()  # the host holds its own copy of the app's socket now (or nobody does)
 
     def _connect_failed(self, exc: OSError) -> None:
-        self._answer(connect_failed(self._port, exc))
+        if self._app is not None:
+            self._loop.remove_writer(self._app.fileno())
+            self._app.close()
+            self._app = None
+        if self._attempts.failed(exc):
+            self._try()
+        else:
+            self._answer(connect_failed(self._attempts.error))
 
     def _answer(self, answer: bytes) -> None:
         """Write a refusal and close. Answers are a few hundred bytes at most, written

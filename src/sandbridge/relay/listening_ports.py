@@ -11,11 +11,13 @@ established one, which since Linux 4.4 also holds half-open requests), so a read
 at the first line in another state, but the kernel fills its page by walking its
 connection table, every namespace's (docs/network.md says what that costs).
 
-A port counts when the shim can reach it, that is on ``127.0.0.1``: a listener on
-``0.0.0.0``, ``127.0.0.1``, ``::`` or ``::ffff:127.0.0.1``. One on ``::1`` only is
-reported apart (:attr:`Listener.reachable` false) so auto-publish can say why it is not
-published. Who listens is found, only when asked, by matching the socket's inode
-against ``/proc/*/fd`` (readable for the sandbox's own processes); else ``unknown``.
+A port counts when the relay can reach it, that is on a loopback address it connects to
+(:mod:`sandbridge.protocol.app_address`): a listener on ``0.0.0.0``, ``127.0.0.1``,
+``::``, ``::ffff:127.0.0.1`` or ``::1`` (where Node puts ``localhost`` when
+``/etc/hosts`` lists ``::1 localhost`` first). :attr:`Listener.address` says which, so
+that messages name the address actually found. Who listens is found, only when asked,
+by matching the socket's inode against ``/proc/*/fd`` (readable for the sandbox's own
+processes); else ``unknown``.
 """
 
 from __future__ import annotations
@@ -47,18 +49,18 @@ MAX_LISTENERS = 4096
 # Descriptors inspected per owner search: every process of a busy sandbox, bounded.
 MAX_FDS_SCANNED = 65536
 
-# Local addresses as /proc writes them (each 32-bit word in host byte order), for the
-# addresses from which 127.0.0.1 reaches the socket.
-_V4_REACHABLE = {
-    bytes(4),  # 0.0.0.0
-    bytes([127, 0, 0, 1]),
+# The local addresses (network order) at which the relay reaches a listener, with how
+# each is written, in the order one is preferred when a port has several (one app, both
+# families): the 127.0.0.1 ones first, where the relay connects first.
+_REACHABLE: dict[bytes, str] = {
+    bytes([127, 0, 0, 1]): "127.0.0.1",
+    bytes(4): "0.0.0.0",
+    bytes(10) + b"\xff\xff" + bytes([127, 0, 0, 1]): "::ffff:127.0.0.1",
+    bytes(10) + b"\xff\xff" + bytes(4): "::ffff:0.0.0.0",
+    bytes(16): "::",
+    bytes(15) + b"\x01": "::1",
 }
-_V6_REACHABLE = {
-    bytes(16),  # ::
-    bytes(10) + b"\xff\xff" + bytes([127, 0, 0, 1]),  # ::ffff:127.0.0.1
-    bytes(10) + b"\xff\xff" + bytes(4),  # ::ffff:0.0.0.0
-}
-_V6_LOOPBACK = bytes(15) + b"\x01"
+_PREFERENCE = {name: rank for rank, name in enumerate(_REACHABLE.values())}
 
 NLM_F_DUMP = 0x300
 NLMSG_DONE = 3
@@ -77,7 +79,7 @@ class Listener(NamedTuple):
 
     port: int
     inode: int
-    reachable: bool  # False: bound to ::1 only, which the shim (127.0.0.1) cannot reach
+    address: str  # where it listens: 127.0.0.1, 0.0.0.0, ::, ::1 (or IPv4-mapped)
 
 
 def _address(hex_text: str) -> bytes | None:
@@ -122,13 +124,10 @@ def parse_table(lines: Iterable[str]) -> Iterator[Listener]:
 
 
 def _listener(port: int, address: bytes, inode: int) -> Listener | None:
-    """A listener the shim reaches, one on ``::1`` only (marked), or ``None`` (another
-    address: the gate address in allow mode, 127.0.0.2, a private address)."""
-    if address in _V4_REACHABLE or address in _V6_REACHABLE:
-        return Listener(port, inode, reachable=True)
-    if address == _V6_LOOPBACK:
-        return Listener(port, inode, reachable=False)
-    return None
+    """A listener the relay reaches, or ``None`` (another address: the gate address in
+    allow mode, 127.0.0.2, a private address)."""
+    name = _REACHABLE.get(address)
+    return None if name is None else Listener(port, inode, name)
 
 
 def from_proc(proc: Path = PROC) -> list[Listener]:
@@ -200,15 +199,16 @@ def _read_dump(sock: socket.socket, family: int, found: list[Listener]) -> bool:
 
 
 def listening_ports(proc: Path = PROC) -> dict[int, Listener]:
-    """The sandbox's listening ports by number (sock_diag, else ``proc``'s tables); a
-    reachable socket wins over a ``::1`` one on the same port (one app, both address
-    families)."""
+    """The sandbox's listening ports by number (sock_diag, else ``proc``'s tables); of
+    several sockets on one port (one app, both address families) the one the relay
+    connects to first is reported."""
     listeners = from_netlink()
     if listeners is None:
         listeners = from_proc(proc)
     found: dict[int, Listener] = {}
     for listener in listeners:
-        if listener.port not in found or listener.reachable:
+        held = found.get(listener.port)
+        if held is None or _PREFERENCE[listener.address] < _PREFERENCE[held.address]:
             found[listener.port] = listener
     return found
 

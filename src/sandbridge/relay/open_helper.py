@@ -22,6 +22,7 @@ import socket
 import sys
 
 from sandbridge.exceptions import RegistrationError
+from sandbridge.protocol.app_address import AppAttempts
 from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
 from sandbridge.protocol.file_url import is_file_url
 from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES
@@ -46,14 +47,21 @@ def _error(text: str) -> int:
     return 1
 
 
-def listening(port: int) -> bool:
-    """Whether something accepts connections on ``127.0.0.1:port`` (where the shim
-    connects for every browser connection)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=CONNECT_TIMEOUT):
-            return True
-    except OSError:
-        return False
+def listening(port: int) -> str | None:
+    """``None`` when something accepts connections on ``port`` at one of the loopback
+    addresses the relay connects to (:mod:`sandbridge.protocol.app_address`), else what
+    each attempt met."""
+    attempts = AppAttempts(port)
+    while True:
+        address = attempts.address
+        try:
+            with socket.socket(address.family, socket.SOCK_STREAM) as probe:
+                probe.settimeout(CONNECT_TIMEOUT)
+                probe.connect((address.host, port))
+                return None
+        except OSError as exc:
+            if not attempts.failed(exc):
+                return attempts.error
 
 
 def read_html(name: str) -> bytes:
@@ -88,10 +96,10 @@ def _request(args: list[str]) -> tuple[bytes, OpenTarget | None]:
         target = classify_url(url)
     except RegistrationError as exc:
         raise ValueError(str(exc)) from None
-    if isinstance(target, LocalTarget) and not listening(target.port):
+    if isinstance(target, LocalTarget) and (tried := listening(target.port)) is not None:
         raise ValueError(
             f"nothing is listening on port {target.port} inside the sandbox "
-            f"(127.0.0.1:{target.port}): start the app, then open {url}"
+            f"({tried}): start the app, then open {url}"
         )
     return encode_open_request(url), target
 

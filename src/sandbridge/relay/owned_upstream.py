@@ -22,7 +22,6 @@ import array
 import asyncio
 import collections
 import contextlib
-import errno
 import fcntl
 import os
 import socket
@@ -31,11 +30,11 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio import event_loop
-from sandbridge.exceptions import SandboxError, StreamRefused, UpstreamError
+from sandbridge.exceptions import AppUnreachable, SandboxError, StreamRefused, UpstreamError
 from sandbridge.places import host_commands
-from sandbridge.protocol.shim_opening import APP_CONNECT_TIMEOUT, APP_HOST
+from sandbridge.relay.app_connector import connect_app
 from sandbridge.relay.channel import Channel
-from sandbridge.relay.socket_minter import ANSWER, MAX_BATCH
+from sandbridge.relay.socket_minter import ANSWER, MAX_BATCH, app_socket
 
 # ioctl(2) requests on a namespace file (linux/nsfs.h): the user namespace that owns it,
 # and its kind.
@@ -209,29 +208,16 @@ class OwnedUpstream:
         return owned
 
     async def open(self, port: int) -> Channel:
-        """A connection to ``127.0.0.1:port`` in the sandbox, that only the host holds.
+        """A connection to the app on ``port`` in the sandbox, that only the host holds.
 
-        Raises :class:`StreamRefused` when the port takes no connection (as the shim's
-        answer would), :class:`UpstreamError` when the minter is gone."""
-        sock = await self._socket()
+        Raises :class:`StreamRefused` when the port takes no connection on any loopback
+        address (as the shim's answer would), :class:`UpstreamError` when the minter is
+        gone."""
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            error = sock.connect_ex((APP_HOST, port))
-            if error == errno.EINPROGRESS:
-                async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-                    await event_loop.ready(sock, writable=True)
-                error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if error:
-                raise OSError(error, os.strerror(error))
-        except (OSError, TimeoutError) as exc:
-            sock.close()
-            raise StreamRefused(
-                f"could not reach sandbox port {port}: connect to {APP_HOST}:{port} failed: "
-                f"{str(exc) or 'timed out'}"
-            ) from None
-        except BaseException:
-            sock.close()
-            raise
+            # One socket per address tried: each minted socket reaches both.
+            sock = await connect_app(port, lambda _address: self._socket())
+        except AppUnreachable as exc:
+            raise StreamRefused(f"could not reach sandbox port {port}: {exc}") from None
         try:
             _, channel = await self._loop.create_connection(
                 lambda: Channel(CHANNEL_BUFFER_BYTES), sock=sock
@@ -243,11 +229,12 @@ class OwnedUpstream:
         return channel
 
     async def _socket(self) -> socket.socket:
-        """A new unconnected, non-blocking TCP socket in the sandbox's namespace."""
+        """A new unconnected, non-blocking TCP socket in the sandbox's namespace: a
+        dual-stack one that reaches every app address (:func:`.socket_minter.app_socket`)."""
         if self._channel is None:
-            return socket.socket(
-                socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
-            )
+            sock = app_socket()
+            sock.setblocking(False)
+            return sock
         while not self._pool:
             if self._broken is not None:
                 raise UpstreamError(self._broken)

@@ -2,19 +2,22 @@
 
 Runs in the sandbox entry beside the command, on the entry's
 :class:`~sandbridge.aio.poll_loop.PollLoop` (no event loop: the entry stays small; on
-the event loop, by the same code, after a switch). It tries to connect to
-``127.0.0.1:PORT`` every :data:`POLL_INTERVAL` until something accepts (the app is
-listening), then registers the port exactly like ``ags-webview-url PORT /base`` does
+the event loop, by the same code, after a switch). It tries to connect to ``PORT`` on
+loopback (``127.0.0.1``, then ``::1``: :mod:`sandbridge.protocol.app_address`, the
+addresses the relay connects to) every :data:`POLL_INTERVAL` until something accepts
+(the app is listening), then registers the port exactly like ``ags-webview-url PORT /base`` does
 (:class:`~sandbridge.relay.relay_call.RelayCall`); the host prints the URL.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import socket
 
 from sandbridge.aio.poll_loop import PollLoop, Timer
 from sandbridge.event_line import warn
+from sandbridge.protocol.app_address import AppAttempts
 from sandbridge.protocol.sandbox_requests import encode_register_request
 from sandbridge.relay.relay_call import Outcome, RelayCall
 
@@ -45,6 +48,7 @@ class PortPublisher:
         self._base_path = base_path
         self._socket_path = socket_path
         self._probe: socket.socket | None = None
+        self._attempts = AppAttempts(port)
         self._next: Timer | None = None
         self._deadline: Timer | None = None
         self._call: RelayCall | None = None
@@ -70,13 +74,24 @@ class PortPublisher:
         warn("publish.gave_up", port=self._port, after_seconds=PUBLISH_DEADLINE)
 
     def _look(self) -> None:
-        """Connect to the app's port without blocking; :meth:`_probed` says how it went."""
+        """Look for the app on each of its loopback addresses in turn."""
         self._next = None
-        probe = socket.socket(
-            socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
-        )
+        self._attempts = AppAttempts(self._port)
+        self._try()
+
+    def _try(self) -> None:
+        """Connect to the current address without blocking; :meth:`_probed` says how
+        it went."""
+        address = self._attempts.address
+        try:
+            probe = socket.socket(
+                address.family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
+            )
+        except OSError as exc:  # no IPv6 in this kernel: the app is not on ::1
+            self._result(exc.errno or errno.EAFNOSUPPORT)
+            return
         self._probe = probe
-        failed = probe.connect_ex(("127.0.0.1", self._port))
+        failed = probe.connect_ex((address.host, self._port))
         if failed == errno.EINPROGRESS:
             self._loop.add_writer(probe.fileno(), self._probed)
         else:
@@ -88,6 +103,9 @@ class PortPublisher:
 
     def _result(self, failed: int) -> None:
         self._end_probe()
+        if failed and self._attempts.failed(OSError(failed, os.strerror(failed))):
+            self._try()  # refused here: the app may listen on the next address
+            return
         if failed:  # nothing listens yet
             self._next = self._loop.call_later(POLL_INTERVAL, self._look)
             return

@@ -2,13 +2,15 @@
 
 It answers two kinds of connection, told apart by the first line:
 
-* ``http_stream`` (sandbridge's stream mode): connect to ``127.0.0.1:<port>``, answer
+* ``http_stream`` (sandbridge's stream mode): connect to the app's port, answer
   ``{"ok":true,"stream":1}``, then copy bytes both ways untouched; or, when the host
   offers a handoff, pass the connected socket to the host and step out;
 * ``http_request`` (forwarding v1 of the accepted design): perform one buffered HTTP
   exchange with the app and answer with one JSON line, as the contract says.
 
-It only ever connects to 127.0.0.1, on the port the request names.
+It only ever connects to loopback, on the port the request names: ``127.0.0.1``, else
+``::1`` where that refused (:mod:`sandbridge.protocol.app_address`: an app may listen on
+either).
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge import log
-from sandbridge.aio import event_loop
 from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.aio.unix_sockets import Pump, close_writer
-from sandbridge.exceptions import HttpError, WireError
+from sandbridge.exceptions import AppUnreachable, HttpError, WireError
 from sandbridge.protocol import stream, v1
 from sandbridge.protocol.http.base_path import apply_base_path
 from sandbridge.protocol.http.forwarding import FRAMING, end_to_end_fields
@@ -34,8 +35,6 @@ from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, ResponseHead
 from sandbridge.protocol.jsonline import LineReader
 from sandbridge.protocol.limits import MAX_V1_BODY_BYTES, V1_EXCHANGE_TIMEOUT
 from sandbridge.protocol.shim_opening import (
-    APP_CONNECT_TIMEOUT,
-    APP_HOST,
     FIRST_LINE_TIMEOUT,
     MAX_FIRST_LINE_BYTES,
     Exchange,
@@ -45,33 +44,16 @@ from sandbridge.protocol.shim_opening import (
     decide,
     refusal,
 )
+from sandbridge.relay.app_connector import connect_app
 
 
 async def _connect_app(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-        reader, writer = await asyncio.open_connection(APP_HOST, port, limit=256 * 1024)
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return reader, writer
-
-
-async def _connect_loopback(sock: socket.socket, port: int) -> None:
-    """Connect the non-blocking ``sock`` to ``127.0.0.1:port``.
-
-    Not ``loop.sock_connect``: uvloop's passes even a numeric address through
-    ``getaddrinfo`` on its thread pool, a thread wake-up and back per connection (seen
-    with ``strace`` on the shim: a futex wake and an eventfd read before each connect).
-    """
+    sock = await connect_app(port)
     try:
-        sock.connect((APP_HOST, port))
-        return
-    except (BlockingIOError, InterruptedError):
-        pass  # in progress: wait until the socket is writable, then ask how it went
-    await event_loop.ready(sock, writable=True)
-    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if error:
-        raise OSError(error, os.strerror(error))
+        return await asyncio.open_connection(sock=sock, limit=256 * 1024)
+    except BaseException:
+        sock.close()
+        raise
 
 
 class _AppSide(Pump):
@@ -179,12 +161,16 @@ class _HostSide(Pump):
         assert self.transport is not None
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-                _, app = await loop.create_connection(_AppSide, APP_HOST, port)
-        except (OSError, TimeoutError) as exc:
-            self.transport.write(connect_failed(port, exc))
+            sock = await connect_app(port)
+        except AppUnreachable as exc:
+            self.transport.write(connect_failed(str(exc)))
             self.transport.close()
             return
+        try:
+            _, app = await loop.create_connection(_AppSide, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
         if self.transport.is_closing():
             app.abort()
             return
@@ -208,15 +194,13 @@ class _HostSide(Pump):
         the relay spent per request beyond nginx. The host checks what it receives.
         """
         assert self.transport is not None
-        app = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            app.setblocking(False)
-            try:
-                async with asyncio.timeout(APP_CONNECT_TIMEOUT):
-                    await _connect_loopback(app, port)
-            except (OSError, TimeoutError) as exc:
-                self.transport.write(connect_failed(port, exc))
-                return
+            app = await connect_app(port)
+        except AppUnreachable as exc:
+            self.transport.write(connect_failed(str(exc)))
+            self.transport.close()
+            return
+        try:
             if self.transport.is_closing():
                 return
             host_fd = self.transport.get_extra_info("socket").fileno()
@@ -239,8 +223,10 @@ class _HostSide(Pump):
             answer = v1.encode_response(response)
         except (WireError, HttpError) as exc:
             answer = v1.encode_error(str(exc))
+        except AppUnreachable as exc:
+            answer = v1.encode_error(str(exc))
         except (OSError, TimeoutError) as exc:
-            answer = v1.encode_error(f"app at 127.0.0.1 failed: {exc or 'timed out'}")
+            answer = v1.encode_error(f"app on port {request.port} failed: {exc or 'timed out'}")
         if not self.transport.is_closing():
             self.transport.write(answer)
             self.transport.close()

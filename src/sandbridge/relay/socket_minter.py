@@ -15,7 +15,8 @@ namespace, and stays in the host's PID and mount namespaces, where no sandbox pr
 can see, signal or trace it (it is also made non-dumpable and drops every capability
 that the user namespace gave it). On its one descriptor, a ``SOCK_SEQPACKET`` socket
 whose other end the host holds, each message of one byte ``N`` (1 to :data:`MAX_BATCH`)
-asks for ``N`` new, unconnected TCP sockets; they come back in one message
+asks for ``N`` new, unconnected TCP sockets (:func:`app_socket`: dual-stack IPv6, which
+reach an app on ``127.0.0.1`` and on ``::1`` alike); they come back in one message
 (``SCM_RIGHTS``). It never receives descriptors, and it exits when the host's end
 closes (or the host dies: ``PR_SET_PDEATHSIG``).
 
@@ -62,6 +63,24 @@ def _isolate() -> None:
         raise OSError(ctypes.get_errno(), "capset")
 
 
+def app_socket() -> socket.socket:
+    """A TCP socket that reaches every loopback address an app may listen on
+    (:mod:`sandbridge.protocol.app_address`): IPv6 with ``IPV6_V6ONLY`` off, so that it
+    connects to ``::1`` and, as ``::ffff:127.0.0.1``, to ``127.0.0.1``; an IPv4 one where
+    the kernel has no IPv6 (the host then tries ``127.0.0.1`` alone)."""
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    except OSError:  # EAFNOSUPPORT: booted with ipv6.disable=1
+        return socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        # Off by default on Linux, but a sysctl (net.ipv6.bindv6only) can turn it on.
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def serve(channel: socket.socket) -> None:
     """Answer the host's requests on ``channel`` until it closes; then close ``channel``."""
     with channel:
@@ -72,7 +91,7 @@ def serve(channel: socket.socket) -> None:
             count = request[0]
             if not 1 <= count <= MAX_BATCH:
                 return  # not the host's request: the host's code never sends one
-            made = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+            made = [app_socket() for _ in range(count)]
             rights = array.array("i", (sock.fileno() for sock in made))
             try:
                 channel.sendmsg([ANSWER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
