@@ -22,6 +22,28 @@ from pathlib import Path
 
 import pytest
 
+from tests.private_home import UserState, make_private_environment
+
+# Never the user's home, state or config (tests/private_home.py): what those hold is noted
+# first, then this process and every child it starts get a private HOME and XDG_* tree,
+# before anything imports sandbridge; the run fails if the user's changed meanwhile.
+USER_ENVIRONMENT = dict(os.environ)
+USER_STATE = UserState.take(USER_ENVIRONMENT)
+PRIVATE_TREE = make_private_environment(os.environ)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def users_state_left_as_it_was() -> Iterator[None]:
+    """After the last test (of this xdist worker): the user's sandbridge directories hold
+    what they held before the first, checked by their metadata alone."""
+    yield
+    changes = USER_STATE.changes(UserState.take(USER_ENVIRONMENT))
+    shutil.rmtree(PRIVATE_TREE, ignore_errors=True)
+    assert not changes, "the test run changed the user's own sandbridge state:\n" + "\n".join(
+        changes
+    )
+
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SANDBRIDGE = [PYTHON, "-m", "sandbridge.cli"]
