@@ -39,7 +39,9 @@ def users_state_left_as_it_was() -> Iterator[None]:
     yield
     changes = USER_STATE.changes(UserState.take(USER_ENVIRONMENT))
     shutil.rmtree(PRIVATE_TREE, ignore_errors=True)
-    assert not changes, "the test run changed the user's own sandbridge state:\n" + "\n".join(
+    # A session of the user's own (or a suite without this isolation) running meanwhile
+    # shows here too: each line names the path, for the reader to tell.
+    assert not changes, "the user's own sandbridge state changed during the run:\n" + "\n".join(
         changes
     )
 

@@ -38,9 +38,10 @@ PRIVATE_VARIABLES = (
     "XDG_CACHE_HOME",
     "XDG_RUNTIME_DIR",
 )
-# The names sandbridge gives its entries in a runtime base (places/runtime_dir.py: the
-# runtime dirs; places/registry.py: the state root and its fallbacks).
-RUNTIME_ENTRY_PREFIXES = ("ags-webview-relay-", "sandbridge-")
+# The names sandbridge gives its entries in a runtime base: the runtime dirs
+# (places/runtime_dir.py), this user's state root and its fallbacks (places/registry.py).
+RUNTIME_DIR_PREFIX = "ags-webview-relay-"
+STATE_ROOT = f"sandbridge-{os.getuid()}"
 
 
 def make_private_environment(environ: MutableMapping[str, str]) -> Path:
@@ -106,7 +107,7 @@ class UserState:
         except OSError:
             names = []
         for name in names:
-            if name.startswith(RUNTIME_ENTRY_PREFIXES):
+            if name.startswith((RUNTIME_DIR_PREFIX, f"{STATE_ROOT}.")) or name == STATE_ROOT:
                 _note(base / name, entries)
         return cls(entries)
 

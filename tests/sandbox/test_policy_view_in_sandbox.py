@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Process, run_argv
+from tests.conftest import Process, run_argv, start_daemon
 
 SECRET = "late-secret-7f31c2"
 SHOWN_AT_START = "allow config env.example"
@@ -350,3 +350,68 @@ def test_a_sandbox_cannot_move_a_known_project_out_from_under_its_view(
     assert "DONE" in first.stdout
     assert "MOVED" not in first.stdout
     assert (other / ".sandbridge" / "env").read_text() == "API_TOKEN=start-value\n"
+
+
+def command_lines_of(top: int) -> dict[int, bytes]:
+    """``/proc/PID/cmdline`` of ``top`` and of every process under it, by pid."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    session, grown = {top}, True
+    while grown:
+        found = {pid for pid, parent in parents.items() if parent in session} - session
+        grown = bool(found)
+        session |= found
+    lines = {}
+    for pid in session:
+        try:
+            lines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+    return lines
+
+
+@pytest.mark.parametrize("served", ["standalone", "daemon"])
+def test_the_remembered_projects_are_on_no_command_line_of_the_session(
+    backend: str, served: str, outside_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every local user reads /proc/PID/cmdline. The list of the owner's projects (one
+    view each, places/known_projects.py) reaches the backend on its set-up descriptor:
+    no process of the session, the backend and the sandbox's first process included,
+    names any of them."""
+    from sandbridge.places import known_projects
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    projects = [make_project(outside_tmp / name, git=False) for name in ("b", "c", "d")]
+    for root in projects:
+        known_projects.remember(root)
+    workdir = make_project(tmp_path / "a", git=False)
+    go = workdir / "go"
+    os.mkfifo(go)
+    options = ("--backend", backend, "--net", "none")
+    if served == "standalone":
+        options += ("--no-daemon",)
+    daemon = start_daemon() if served == "daemon" else None
+    process = Process(run_argv(workdir, "sh", "-c", "echo READY; read done < go", options=options))
+    try:
+        process.wait_line("READY", timeout=60)
+        lines = command_lines_of(process.popen.pid)
+        go.write_text("done\n")
+        assert process.popen.wait(30) == 0
+    finally:
+        if process.popen.poll() is None:
+            process.stop()
+        if daemon is not None:
+            daemon.stop()
+    # The backend (bwrap's own first process, or the unshare init) and the entry were there.
+    first = b"bwrap" if backend == "bwrap" else b"sandbridge.sandbox.unshare_init"
+    assert any(first in line for line in lines.values()), lines
+    assert any(b"sandbridge.sandbox.entry" in line for line in lines.values()), lines
+    for pid, line in lines.items():
+        for root in projects:
+            assert os.fsencode(root) not in line, f"{root} on the command line of {pid}: {line!r}"

@@ -53,10 +53,12 @@ class SandboxSpec:
     # the command starts: the host then makes app connections no sandbox process holds
     # (relay/owned_upstream.py). ``None``: the shim hands them over.
     namespace_fd: int | None = None
-    # An inherited descriptor (a memfd, :func:`environment_file`) the backend reads the
-    # sandbox's environment from, so that no value is on a command line: every local user
-    # can read /proc/PID/cmdline. ``None`` (``--dry-run``): the environment is inline.
-    env_fd: int | None = None
+    # An inherited descriptor (a memfd, :func:`setup_file`) the backend reads the whole
+    # set-up from, its mounts and the environment: every local user can read
+    # /proc/PID/cmdline, of the backend and of the sandbox's first process, and neither the
+    # environment's values nor the paths (the workdir, the binds, every other project the
+    # owner runs) are theirs to read. ``None`` (``--dry-run``): all of it is inline.
+    setup_fd: int | None = None
     # What keeps sandbridge's own host paths out of sight (sandbox/host_paths.py); computed
     # from the fields above when not given, refusing a layout no mask can make safe.
     guard: Guard = None  # type: ignore[assignment]
@@ -259,10 +261,10 @@ def entry_interpreter_options() -> list[str]:
     return ["-I", "-S", "-c", boot]
 
 
-def environment_file(payload: bytes) -> int:
-    """A memfd holding ``payload``, read from its start, for :attr:`SandboxSpec.env_fd`
+def setup_file(payload: bytes) -> int:
+    """A memfd holding ``payload``, read from its start, for :attr:`SandboxSpec.setup_fd`
     (close-on-exec here; ``pass_fds`` hands it to the backend alone)."""
-    fd = os.memfd_create("sandbridge-env", os.MFD_CLOEXEC)
+    fd = os.memfd_create("sandbridge-setup", os.MFD_CLOEXEC)
     try:
         os.write(fd, payload)
         os.lseek(fd, 0, os.SEEK_SET)

@@ -258,20 +258,23 @@ def drop_capabilities() -> None:
         _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
 
 
-def read_environment(fd: int) -> dict[str, str]:
-    """The environment the host wrote on ``fd`` (a memfd), then ``fd`` closed."""
+def read_config(argv: list[str]) -> dict[str, Any]:
+    """The configuration: on the descriptor ``--fd N`` names (a memfd the host wrote,
+    closed once read), or inline (``--dry-run`` shows it so)."""
+    if argv[:1] != ["--fd"]:
+        inline: dict[str, Any] = json.loads(argv[0])
+        return inline
+    fd = int(argv[1])
     chunks = []
     while chunk := os.read(fd, 65536):
         chunks.append(chunk)
     os.close(fd)
-    env: dict[str, str] = json.loads(b"".join(chunks))
-    return env
+    config: dict[str, Any] = json.loads(b"".join(chunks))
+    return config
 
 
 def main() -> None:
-    config = json.loads(sys.argv[1])
-    if config.get("env_fd") is not None:
-        config["env"] = read_environment(config["env_fd"])
+    config = read_config(sys.argv[1:])
     try:
         root = build_root(config)
         enter(root)

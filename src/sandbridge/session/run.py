@@ -23,8 +23,8 @@ from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.sandbox.backend import env_payload, sandbox_argv
-from sandbridge.sandbox.spec import SandboxSpec, environment_file
+from sandbridge.sandbox.backend import sandbox_argv, setup_payload
+from sandbridge.sandbox.spec import SandboxSpec, setup_file
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.served import served_session
 
@@ -125,7 +125,7 @@ async def _entry_namespace(channel: socket.socket) -> int | None:
 @dataclasses.dataclass
 class PreparedSandbox:
     """A session's runtime dir, its options for the host half, and the backend's
-    command line with the descriptors it names (the environment's memfd, the terminal
+    command line with the descriptors it names (the set-up's memfd, the terminal
     channel's sandbox end, and with a start gate the pipe the entry waits on), ready to
     start; :attr:`start_writer`: the gate's end that lets the command start."""
 
@@ -154,7 +154,7 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
     own_upstream: bool = False,
 ) -> Iterator[PreparedSandbox]:
     """Make the runtime dir (of process ``pid``, default this one), the terminal channel
-    and the environment's memfd (and with ``start_gate`` the pipe whose first byte lets
+    and the set-up's memfd (and with ``start_gate`` the pipe whose first byte lets
     the command start: ``SandboxSpec.start_fd``; with ``own_upstream`` the socket pair on
     which the entry sends its network namespace: ``SandboxSpec.namespace_fd``), for the
     block's length; the runtime dir is removed if the rest cannot be made."""
@@ -183,10 +183,6 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
                 terminal_fd=sandbox_end.fileno(),
                 namespace_fd=None if namespace_sandbox is None else namespace_sandbox.fileno(),
             )
-            # The environment's values (secrets among them) on a descriptor, not argv.
-            env_fd = environment_file(env_payload(backend, spec))
-            sandbox_fds.callback(os.close, env_fd)
-            spec = dataclasses.replace(spec, env_fd=env_fd)
             gate: tuple[int, ...] = ()
             start_writer = None
             if start_gate:
@@ -195,6 +191,12 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
                 sandbox_fds.callback(os.close, start_writer)
                 spec = dataclasses.replace(spec, start_fd=start_reader)
                 gate = (start_reader,)
+            # The set-up (the environment's values, secrets among them, and every path the
+            # sandbox mounts) on a descriptor, never on a command line; made last, from
+            # the spec as it starts.
+            setup_fd = setup_file(setup_payload(backend, spec))
+            sandbox_fds.callback(os.close, setup_fd)
+            spec = dataclasses.replace(spec, setup_fd=setup_fd)
             argv = sandbox_argv(backend, spec)
         except BaseException:
             runtime_dir.remove()
@@ -209,7 +211,7 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
                 command=tuple(spec.command),
             ),
             argv,
-            (*inherited, env_fd, *gate),
+            (*inherited, setup_fd, *gate),
             start_writer,
             sandbox_fds,
         )
