@@ -393,9 +393,13 @@ def test_the_remembered_projects_are_on_no_command_line_of_the_session(
     workdir = make_project(tmp_path / "a", git=False)
     go = workdir / "go"
     os.mkfifo(go)
-    options = ("--backend", backend, "--net", "none")
-    if served == "standalone":
-        options += ("--no-daemon",)
+    options = (
+        "--backend",
+        backend,
+        "--net",
+        "none",
+        *(["--no-daemon"] if served == "standalone" else []),
+    )
     daemon = start_daemon() if served == "daemon" else None
     process = Process(run_argv(workdir, "sh", "-c", "echo READY; read done < go", options=options))
     try:
