@@ -419,3 +419,105 @@ def test_the_remembered_projects_are_on_no_command_line_of_the_session(
     for pid, line in lines.items():
         for root in projects:
             assert os.fsencode(root) not in line, f"{root} on the command line of {pid}: {line!r}"
+
+
+def started_with(
+    backend: str, workdir: Path, command: str, remove: list[Path], when: str
+) -> subprocess.CompletedProcess[str]:
+    """A sandbox of ``workdir`` running ``command``, started as ``sandbridge run`` starts
+    one (session/run.py), with the remembered projects ``remove`` removed ``when``:
+    ``"before-setup"`` (after the list was read, before the backend's set-up is written)
+    or ``"before-mount"`` (after it is written, before the backend mounts)."""
+    from sandbridge.places import known_projects
+    from sandbridge.sandbox.spec import SandboxSpec
+    from sandbridge.session.options import SessionOptions
+    from sandbridge.session.run import prepared_sandbox
+
+    template = SandboxSpec(
+        command=["sh", "-c", command],
+        workdir=workdir,
+        runtime_dir=Path("/nonexistent"),
+        home=Path(os.environ["HOME"]),
+        other_projects=tuple(known_projects.policy_dirs()),
+    )
+
+    def factory(runtime_dir: Path) -> SandboxSpec:
+        if when == "before-setup":
+            for path in remove:
+                shutil.rmtree(path)
+        return SandboxSpec(**{**template.__dict__, "runtime_dir": runtime_dir})
+
+    with prepared_sandbox(factory, backend, SessionOptions(workdir)) as prepared:
+        if when == "before-mount":
+            for path in remove:
+                shutil.rmtree(path)
+        return subprocess.run(
+            prepared.argv,
+            pass_fds=prepared.pass_fds,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+
+def test_a_project_removed_after_the_list_was_read_is_skipped_and_the_session_starts(
+    backend: str,
+    outside_tmp: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A remembered project removed while another session starts (``rm -rf`` in a
+    create/remove loop) failed that start with a mount error of the backend, 1 start in
+    10. It is asked for again just before the backend's set-up is written, and one gone
+    by then is left out, in one line; the others are still hidden."""
+    from sandbridge.places import known_projects
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    kept, gone = (make_project(outside_tmp / name, git=False) for name in ("kept", "gone"))
+    workdir = make_project(tmp_path / "code", git=False)
+    nested = make_project(workdir / "deep" / "nested", git=False)
+    for root in (kept, gone, nested):
+        known_projects.remember(root)
+    with caplog.at_level("INFO", logger="sandbridge"):
+        result = started_with(
+            backend,
+            workdir,
+            f"echo STARTED $(ls -A {kept}/.sandbridge | wc -l)",
+            [gone, nested],
+            "before-setup",
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["STARTED", "0"]
+    skipped = [r.getMessage() for r in caplog.records if "known_projects.skipped" in r.getMessage()]
+    assert len(skipped) == 2
+    assert str(gone) in skipped[0] or str(gone) in skipped[1]
+
+
+def test_the_unshare_init_skips_a_project_removed_before_its_mount(
+    outside_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unshare backend's init makes the mounts itself: a remembered project gone
+    after the set-up was written (through the read-only root, or inside the writable
+    workdir, where its view's pins go too) is skipped by its mount, in one line."""
+    from sandbridge.places import known_projects
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    kept, gone = (make_project(outside_tmp / name, git=False) for name in ("kept", "gone"))
+    workdir = make_project(tmp_path / "code", git=False)
+    nested = make_project(workdir / "deep" / "nested", git=False)
+    for root in (kept, gone, nested):
+        known_projects.remember(root)
+    result = started_with(
+        "unshare",
+        workdir,
+        f"echo STARTED $(ls -A {kept}/.sandbridge | wc -l)",
+        [gone, workdir / "deep"],
+        "before-mount",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["STARTED", "0"]
+    lines = [line for line in result.stderr.splitlines() if "known_projects.skipped" in line]
+    assert len(lines) == 2, result.stderr  # one per project: its view (its pins say nothing)
+    assert not (workdir / "deep").exists()  # nothing was made again on the host

@@ -22,6 +22,7 @@ def available() -> bool:
 
 def init_config(spec: SandboxSpec) -> str:
     """The JSON that tells the in-namespace init what to mount."""
+    optional = spec.optional_pins()
     return json.dumps(
         {
             "workdir": str(spec.workdir),  # bound as the first of "mounts"
@@ -31,7 +32,12 @@ def init_config(spec: SandboxSpec) -> str:
             "tooling": [str(path) for path in spec.tooling_paths()],
             "private": [str(path) for path in spec.guard.private],
             "mounts": [
-                {"source": str(m.source), "dest": str(m.dest), "writable": m.writable}
+                {
+                    "source": str(m.source),
+                    "dest": str(m.dest),
+                    "writable": m.writable,
+                    "optional": m in optional,
+                }
                 for m in spec.bind_sequence()
             ],
             "read_only_paths": [

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
+from sandbridge.places import known_projects
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.sandbox.backend import sandbox_argv, setup_payload
@@ -178,10 +179,14 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
             sandbox_fds.callback(namespace_sandbox.close)
             inherited.append(namespace_sandbox.fileno())
         try:
+            spec = spec_factory(runtime_dir.path)
             spec = dataclasses.replace(
-                spec_factory(runtime_dir.path),
+                spec,
                 terminal_fd=sandbox_end.fileno(),
                 namespace_fd=None if namespace_sandbox is None else namespace_sandbox.fileno(),
+                # Asked again as late as can be: a project removed since the list was
+                # read would fail the backend's mount (docs/runner.md).
+                other_projects=known_projects.present(spec.other_projects),
             )
             gate: tuple[int, ...] = ()
             start_writer = None
