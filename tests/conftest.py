@@ -32,18 +32,26 @@ USER_STATE = UserState.take(USER_ENVIRONMENT)
 PRIVATE_TREE = make_private_environment(os.environ)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def users_state_left_as_it_was() -> Iterator[None]:
-    """After the last test (of this xdist worker): the user's sandbridge directories hold
-    what they held before the first, checked by their metadata alone."""
-    yield
-    changes = USER_STATE.changes(UserState.take(USER_ENVIRONMENT))
+@pytest.hookimpl(trylast=True)  # after the last fixtures' teardown
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Once every test is done (under pytest-xdist, in the controller, once every worker
+    is: a worker ends while others still run sessions): the run fails if the user's
+    sandbridge directories changed, each change named, their metadata alone read."""
     shutil.rmtree(PRIVATE_TREE, ignore_errors=True)
-    # A session of the user's own (or a suite without this isolation) running meanwhile
-    # shows here too: each line names the path, for the reader to tell.
-    assert not changes, "the user's own sandbridge state changed during the run:\n" + "\n".join(
-        changes
-    )
+    if hasattr(session.config, "workerinput"):
+        return
+    changes = USER_STATE.changes(UserState.take(USER_ENVIRONMENT))
+    if changes:
+        reporter = session.config.pluginmanager.getplugin("terminalreporter")
+        assert isinstance(reporter, pytest.TerminalReporter)
+        # A session of the user's own (or a suite without this isolation) running
+        # meanwhile shows here too: each line names the path, for the reader to tell.
+        reporter.line("")
+        reporter.write_sep("=", "the user's own sandbridge state changed during the run", red=True)
+        for line in changes:
+            reporter.write_line(line, red=True)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 REPO = Path(__file__).resolve().parent.parent
