@@ -4,11 +4,19 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import PRIVATE_TREE, SANDBRIDGE, USER_ENVIRONMENT, USER_STATE
+from tests.conftest import (
+    PRIVATE_TREE,
+    SANDBRIDGE,
+    USER_ENVIRONMENT,
+    USER_STATE,
+    Process,
+    run_argv,
+)
 from tests.private_home import PRIVATE_VARIABLES, UserState
 
 
@@ -81,3 +89,24 @@ def test_the_check_opens_no_file_and_follows_no_link(tmp_path: Path) -> None:
     assert entries[str(config / "fifo")].kind == "p"
     assert entries[str(config / "link")].kind == "l"
     assert not any("elsewhere" in path for path in entries)
+
+
+def test_a_session_of_a_test_lives_in_the_private_runtime_dir(tmp_path: Path) -> None:
+    """The user's ``sandbridge ls`` and dashboard look in the user's runtime base: a
+    test's session, started with the environment every test inherits, is never there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    name = f"t-{secrets.token_hex(4)}"
+    process = Process(
+        run_argv(work, "sh", "-c", "echo READY; exec sleep 60", options=("--name", name))
+    )
+    try:
+        process.wait_line("READY", timeout=60)
+        private = Path(os.environ["XDG_RUNTIME_DIR"])
+        runtime = f"ags-webview-relay-{process.popen.pid}"
+        assert (private / runtime).is_dir()
+        assert (private / f"sandbridge-{os.getuid()}" / "sessions" / name).is_dir()
+        users = UserState.runtime_base(USER_ENVIRONMENT)
+        assert not (users / runtime).exists()
+    finally:
+        process.stop()
