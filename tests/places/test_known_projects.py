@@ -154,3 +154,18 @@ def test_a_project_gone_since_the_list_was_read_is_left_out_naming_it(
     [line] = [r.getMessage() for r in caplog.records if "known_projects" in r.getMessage()]
     assert line.startswith("known_projects.skipped")
     assert str(gone / ".sandbridge") in line
+
+
+def test_a_project_moved_behind_a_link_since_the_list_was_read_is_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backend lays a view wherever the links on its path lead: one put there after the
+    list was read (``mv b b-real; ln -s b-real b``) is never followed."""
+    root = project(tmp_path / "code" / "b")
+    known_projects.remember(root)
+    dirs = tuple(known_projects.policy_dirs())
+    root.rename(tmp_path / "code" / "b-real")
+    root.symlink_to("b-real")
+    with caplog.at_level(logging.INFO, logger="sandbridge"):
+        assert known_projects.present(dirs) == ()
+    assert str(root / ".sandbridge") in caplog.text

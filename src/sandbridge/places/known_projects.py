@@ -102,16 +102,22 @@ def policy_dirs() -> list[Path]:
 
 def present(policy_dirs: tuple[Path, ...]) -> tuple[Path, ...]:
     """Those of ``policy_dirs`` (:func:`policy_dirs`, read a moment ago) that are still
-    directories; each one gone meanwhile is named in one line and left out: a backend
-    refuses to lay a view where nothing is, and nothing is left there to hide."""
+    directories at those very paths; each one gone meanwhile is named in one line and
+    left out: a backend refuses to lay a view where nothing is, and nothing is left there
+    to hide. One reached through a link now (a parent moved and linked back meanwhile) is
+    left out too, named the same way: a backend would lay the view wherever the link
+    leads."""
     kept = []
     for path in policy_dirs:
-        if _is_gone(path):
-            log.info(
-                "known_projects.skipped", policy_dir=str(path), why="gone since the list was read"
-            )
-        else:
+        try:
+            there = stat.S_ISDIR(path.lstat().st_mode) and os.path.realpath(path) == str(path)
+        except OSError:
+            there = False
+        if there:
             kept.append(path)
+        else:
+            why = "gone since the list was read"
+            log.info("known_projects.skipped", policy_dir=str(path), why=why)
     return tuple(kept)
 
 
