@@ -23,15 +23,50 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.private_home import UserState, make_private_environment
+
+# Never the user's home, state or config (tests/private_home.py): what those hold is noted
+# first, then this process and every child it starts get a private HOME and XDG_* tree,
+# before anything imports sandbridge; the run fails if the user's changed meanwhile.
+USER_ENVIRONMENT = dict(os.environ)
+USER_STATE = UserState.take(USER_ENVIRONMENT)
+PRIVATE_TREE = make_private_environment(os.environ)
+# The temporary root this run made (see pytest_configure), removed when the run passed.
+_MADE_ROOT = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(trylast=True)  # after the last fixtures' teardown
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Once every test is done (under pytest-xdist, in the controller, once every worker
+    is: a worker ends while others still run sessions): the run fails if the user's
+    sandbridge directories changed, each change named, their metadata alone read."""
+    shutil.rmtree(PRIVATE_TREE, ignore_errors=True)
+    if hasattr(session.config, "workerinput"):
+        return
+    changes = USER_STATE.changes(UserState.take(USER_ENVIRONMENT))
+    if changes:
+        reporter = session.config.pluginmanager.getplugin("terminalreporter")
+        assert isinstance(reporter, pytest.TerminalReporter)
+        # A session of the user's own (or a suite without this isolation) running
+        # meanwhile shows here too: each line names the path, for the reader to tell.
+        reporter.line("")
+        reporter.write_sep("=", "the user's own sandbridge state changed during the run", red=True)
+        for line in changes:
+            reporter.write_line(line, red=True)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    # The run's temporary root (pytest_configure) goes when every test passed; a failed
+    # run keeps it to look at.
+    root = session.config.stash.get(_MADE_ROOT, None)
+    if root is not None and session.exitstatus == pytest.ExitCode.OK:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SANDBRIDGE = [PYTHON, "-m", "sandbridge.cli"]
 ECHO_APP = str(REPO / "tests" / "apps" / "echo_app.py")
 HELPER = [PYTHON, "-m", "sandbridge.relay.url_helper"]
-
-
-# The temporary root this run made (see pytest_configure), removed when the run passed.
-_MADE_ROOT = pytest.StashKey[Path]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -48,13 +83,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="sbt-")
         config.stash[_MADE_ROOT] = Path(config.option.basetemp)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remove the run's root when every test passed; a failed run keeps it to look at."""
-    root = session.config.stash.get(_MADE_ROOT, None)
-    if root is not None and exitstatus == 0:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # Hypothesis: the "ci" profile (the default) is sized for the suite's time on two cores;

@@ -23,7 +23,9 @@ from sandbridge.egress.log import (
 
 def test_each_decision_is_one_json_line(tmp_path: Path) -> None:
     log = EgressLog(tmp_path / LOG_NAME)
-    log.record("allowed", "proxy", "pkgs.example.com:443", "allowed by 'pkgs.example.com'", "151.101.0.223")
+    log.record(
+        "allowed", "proxy", "pkgs.example.com:443", "allowed by 'pkgs.example.com'", "151.101.0.223"
+    )
     log.record("refused", "host-service", "100.64.0.1:22", "not a host service")
     lines = (tmp_path / LOG_NAME).read_text().splitlines()
     assert [json.loads(line)["destination"] for line in lines] == [
@@ -86,7 +88,9 @@ def test_a_refusal_flood_past_rotation_leaves_earlier_allowed_egress_in_the_summ
     assert all(entry["decision"] == "refused" for entry in read_entries(tmp_path))
     lines = summarise(read_tally(tmp_path))
     assert lines[0] == "egress: 3 allowed, 1000 refused"
-    assert any(line.split()[:4] == ["allowed", "proxy", "pkgs.example.com:443", "x3"] for line in lines)
+    assert any(
+        line.split()[:4] == ["allowed", "proxy", "pkgs.example.com:443", "x3"] for line in lines
+    )
     assert not (tmp_path / (TALLY_NAME + ".tmp")).exists()
 
 

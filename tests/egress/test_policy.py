@@ -333,7 +333,9 @@ def test_proxy_environment_covers_loopback_and_the_gate() -> None:
 
 
 def test_describe_shows_sources_and_hides_env_values_and_credentials(tmp_path: Path) -> None:
-    workdir = project(tmp_path, "pkgs.example.com\n", "env = TOKEN=hunter2\nresolver = 127.0.0.1:5353\n")
+    workdir = project(
+        tmp_path, "pkgs.example.com\n", "env = TOKEN=hunter2\nresolver = 127.0.0.1:5353\n"
+    )
     text = "\n".join(describe(load_policy(workdir, allow=["gate:5432"])))
     assert "hunter2" not in text
     assert "env TOKEN = (value hidden)" in text

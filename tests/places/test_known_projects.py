@@ -112,3 +112,60 @@ def test_a_project_moved_behind_a_link_is_hidden_where_it_now_is(tmp_path: Path)
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "code" / "b").symlink_to(tmp_path / "elsewhere")
     assert known_projects.policy_dirs() == []
+
+
+def test_a_gone_project_is_dropped_from_the_list_when_it_is_read(
+    tmp_path: Path, state: Path
+) -> None:
+    """Reading prunes as writing does: the list no longer grows with every temporary
+    project that is gone (a test run added 325 of them), and each start reads less."""
+    kept, gone = project(tmp_path / "kept"), project(tmp_path / "gone")
+    for root in (kept, gone):
+        known_projects.remember(root)
+    (gone / ".sandbridge").rmdir()
+    gone.rmdir()
+    before = (state / "projects").stat().st_ino
+    assert known_projects.policy_dirs() == [kept / ".sandbridge"]
+    assert (state / "projects").read_text().splitlines() == [str(kept)]
+    assert (state / "projects").stat().st_ino != before  # written whole, renamed into place
+    assert not (state / ".projects.new").exists()
+
+
+def test_a_project_whose_policy_dir_alone_is_gone_stays_remembered(
+    tmp_path: Path, state: Path
+) -> None:
+    root = project(tmp_path / "p")
+    known_projects.remember(root)
+    (root / ".sandbridge").rmdir()
+    assert known_projects.policy_dirs() == []
+    assert (state / "projects").read_text().splitlines() == [str(root)]
+
+
+def test_a_project_gone_since_the_list_was_read_is_left_out_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept, gone = project(tmp_path / "kept"), project(tmp_path / "gone")
+    for root in (kept, gone):
+        known_projects.remember(root)
+    dirs = tuple(known_projects.policy_dirs())
+    (gone / ".sandbridge").rmdir()
+    with caplog.at_level(logging.INFO, logger="sandbridge"):
+        assert known_projects.present(dirs) == (kept / ".sandbridge",)
+    [line] = [r.getMessage() for r in caplog.records if "known_projects" in r.getMessage()]
+    assert line.startswith("known_projects.skipped")
+    assert str(gone / ".sandbridge") in line
+
+
+def test_a_project_moved_behind_a_link_since_the_list_was_read_is_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backend lays a view wherever the links on its path lead: one put there after the
+    list was read (``mv b b-real; ln -s b-real b``) is never followed."""
+    root = project(tmp_path / "code" / "b")
+    known_projects.remember(root)
+    dirs = tuple(known_projects.policy_dirs())
+    root.rename(tmp_path / "code" / "b-real")
+    root.symlink_to("b-real")
+    with caplog.at_level(logging.INFO, logger="sandbridge"):
+        assert known_projects.present(dirs) == ()
+    assert str(root / ".sandbridge") in caplog.text

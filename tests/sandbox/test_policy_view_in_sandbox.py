@@ -6,6 +6,7 @@ not a file or directory the owner creates there during the session (sandbox/spec
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Process, run_argv
+from tests.conftest import Process, run_argv, start_daemon
 
 SECRET = "late-secret-7f31c2"
 SHOWN_AT_START = "allow config env.example"
@@ -350,3 +351,177 @@ def test_a_sandbox_cannot_move_a_known_project_out_from_under_its_view(
     assert "DONE" in first.stdout
     assert "MOVED" not in first.stdout
     assert (other / ".sandbridge" / "env").read_text() == "API_TOKEN=start-value\n"
+
+
+def command_lines_of(top: int) -> dict[int, bytes]:
+    """``/proc/PID/cmdline`` of ``top`` and of every process under it, by pid."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    session, grown = {top}, True
+    while grown:
+        found = {pid for pid, parent in parents.items() if parent in session} - session
+        grown = bool(found)
+        session |= found
+    lines = {}
+    for pid in session:
+        try:
+            lines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+    return lines
+
+
+@pytest.mark.parametrize("served", ["standalone", "daemon"])
+def test_the_remembered_projects_are_on_no_command_line_of_the_session(
+    backend: str, served: str, outside_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every local user reads /proc/PID/cmdline. The list of the owner's projects (one
+    view each, places/known_projects.py) reaches the backend on its set-up descriptor:
+    no process of the session, the backend and the sandbox's first process included,
+    names any of them."""
+    from sandbridge.places import known_projects
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    projects = [make_project(outside_tmp / name, git=False) for name in ("b", "c", "d")]
+    for root in projects:
+        known_projects.remember(root)
+    workdir = make_project(tmp_path / "a", git=False)
+    go = workdir / "go"
+    os.mkfifo(go)
+    options = (
+        "--backend",
+        backend,
+        "--net",
+        "none",
+        *(["--no-daemon"] if served == "standalone" else []),
+    )
+    daemon = start_daemon() if served == "daemon" else None
+    process = Process(run_argv(workdir, "sh", "-c", "echo READY; read done < go", options=options))
+    try:
+        process.wait_line("READY", timeout=60)
+        lines = command_lines_of(process.popen.pid)
+        go.write_text("done\n")
+        assert process.popen.wait(30) == 0
+    finally:
+        if process.popen.poll() is None:
+            process.stop()
+        if daemon is not None:
+            daemon.stop()
+    # The backend (bwrap's own first process, or the unshare init) and the entry were there.
+    first = b"bwrap" if backend == "bwrap" else b"sandbridge.sandbox.unshare_init"
+    assert any(first in line for line in lines.values()), lines
+    assert any(b"sandbridge.sandbox.entry" in line for line in lines.values()), lines
+    for pid, line in lines.items():
+        for root in projects:
+            assert os.fsencode(root) not in line, f"{root} on the command line of {pid}: {line!r}"
+
+
+def started_with(
+    backend: str, workdir: Path, command: str, remove: list[Path], when: str
+) -> subprocess.CompletedProcess[str]:
+    """A sandbox of ``workdir`` running ``command``, started as ``sandbridge run`` starts
+    one (session/run.py), with the remembered projects ``remove`` removed ``when``:
+    ``"before-setup"`` (after the list was read, before the backend's set-up is written)
+    or ``"before-mount"`` (after it is written, before the backend mounts)."""
+    from sandbridge.places import known_projects
+    from sandbridge.sandbox.spec import SandboxSpec
+    from sandbridge.session.options import SessionOptions
+    from sandbridge.session.run import prepared_sandbox
+
+    template = SandboxSpec(
+        command=["sh", "-c", command],
+        workdir=workdir,
+        runtime_dir=Path("/nonexistent"),
+        home=Path(os.environ["HOME"]),
+        other_projects=tuple(known_projects.policy_dirs()),
+    )
+
+    def factory(runtime_dir: Path) -> SandboxSpec:
+        if when == "before-setup":
+            for path in remove:
+                shutil.rmtree(path)
+        return dataclasses.replace(template, runtime_dir=runtime_dir)
+
+    with prepared_sandbox(factory, backend, SessionOptions(workdir)) as prepared:
+        if when == "before-mount":
+            for path in remove:
+                shutil.rmtree(path)
+        return subprocess.run(
+            prepared.argv,
+            pass_fds=prepared.pass_fds,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+
+def test_a_project_removed_after_the_list_was_read_is_skipped_and_the_session_starts(
+    backend: str,
+    outside_tmp: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A remembered project removed while another session starts (``rm -rf`` in a
+    create/remove loop) failed that start with a mount error of the backend, 1 start in
+    10. It is asked for again just before the backend's set-up is written, and one gone
+    by then is left out, in one line; the others are still hidden."""
+    from sandbridge.places import known_projects
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    kept, gone = (make_project(outside_tmp / name, git=False) for name in ("kept", "gone"))
+    workdir = make_project(tmp_path / "code", git=False)
+    nested = make_project(workdir / "deep" / "nested", git=False)
+    for root in (kept, gone, nested):
+        known_projects.remember(root)
+    with caplog.at_level("INFO", logger="sandbridge"):
+        result = started_with(
+            backend,
+            workdir,
+            f"echo STARTED $(ls -A {kept}/.sandbridge | wc -l)",
+            [gone, nested],
+            "before-setup",
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["STARTED", "0"]
+    skipped = [r.getMessage() for r in caplog.records if "known_projects.skipped" in r.getMessage()]
+    assert sorted(skipped) == sorted(
+        f"known_projects.skipped policy_dir={str(root / '.sandbridge')!r} "
+        "why='gone since the list was read'"
+        for root in (gone, nested)
+    )
+
+
+def test_the_unshare_init_skips_a_project_removed_before_its_mount(
+    outside_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unshare backend's init makes the mounts itself: a remembered project gone
+    after the set-up was written (through the read-only root, or inside the writable
+    workdir, where its view's pins go too) is skipped by its mount, in one line."""
+    from sandbridge.places import known_projects
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    kept, gone = (make_project(outside_tmp / name, git=False) for name in ("kept", "gone"))
+    workdir = make_project(tmp_path / "code", git=False)
+    nested = make_project(workdir / "deep" / "nested", git=False)
+    for root in (kept, gone, nested):
+        known_projects.remember(root)
+    result = started_with(
+        "unshare",
+        workdir,
+        f"echo STARTED $(ls -A {kept}/.sandbridge | wc -l)",
+        [gone, workdir / "deep"],
+        "before-mount",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["STARTED", "0"]
+    lines = [line for line in result.stderr.splitlines() if "known_projects.skipped" in line]
+    assert len(lines) == 2, result.stderr  # one per project: its view (its pins say nothing)
+    assert not (workdir / "deep").exists()  # nothing was made again on the host

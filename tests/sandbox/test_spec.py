@@ -52,7 +52,7 @@ def test_the_backends_mount_the_policy_view_after_the_protected_paths() -> None:
     from sandbridge.sandbox import bwrap, unshare
 
     view = spec("/tmp/p", "/tmp/p/.sandbridge")
-    argv = bwrap.argv(view)
+    argv = bwrap.options(view)
     at = argv.index("--tmpfs", argv.index("/tmp/p"))  # after the workdir's bind
     assert argv[at : at + 11] == [
         "--tmpfs",
@@ -82,34 +82,46 @@ def test_without_a_policy_directory_no_view_is_mounted() -> None:
 
     none = dataclasses.replace(spec("/tmp/p", "/tmp/p/.sandbridge"), policy_dir=None)
     assert none.policy_views() == []
-    assert "--remount-ro" not in bwrap.argv(none)
+    assert "--remount-ro" not in bwrap.options(none)
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "unshare"])
-def test_with_an_env_fd_no_value_is_on_the_command_line(backend: str) -> None:
+def test_with_a_setup_fd_no_value_and_no_mounted_path_is_on_the_command_line(
+    backend: str,
+) -> None:
+    """Every local user reads /proc/PID/cmdline: the environment's values and the paths
+    the backend mounts (the workdir, the other projects the owner runs) travel on the
+    descriptor, whole, and the command line names the descriptor alone."""
     import dataclasses
 
     from sandbridge.sandbox import bwrap, unshare
-    from sandbridge.sandbox.spec import environment_file
+    from sandbridge.sandbox.spec import setup_file
 
     value = "value-only-on-the-descriptor"
-    plain = dataclasses.replace(spec("/tmp/p", "/tmp/p/.sandbridge"), env={"TOKEN": value})
+    plain = dataclasses.replace(
+        spec("/tmp/p", "/tmp/p/.sandbridge"),
+        env={"TOKEN": value},
+        other_projects=(Path("/srv/other-project/.sandbridge"),),
+    )
     module = bwrap if backend == "bwrap" else unshare
-    payload = module.env_payload(plain)
-    fd = environment_file(payload)
+    payload = module.setup_payload(plain)
+    fd = setup_file(payload)
     try:
-        with_fd = dataclasses.replace(plain, env_fd=fd)
+        with_fd = dataclasses.replace(plain, setup_fd=fd)
         argv = module.argv(with_fd)
-        assert value not in " ".join(argv)
         assert os.read(fd, len(payload) + 1) == payload  # read from its start
     finally:
         os.close(fd)
+    for secret in (value, "/srv/other-project", "/tmp/p"):
+        assert secret not in " ".join(argv)
+        assert secret.encode() in payload
     if backend == "bwrap":
-        assert argv[argv.index("--args") + 1] == str(fd)
-        assert b"--setenv\0TOKEN\0" + value.encode() + b"\0" in payload
+        assert argv[1:4] == ["--args", str(fd), "--"]
+        assert payload.split(b"\0")[:-1] == [w.encode() for w in bwrap.options(plain)]
     else:
-        assert json.loads(payload)["TOKEN"] == value
-        assert json.loads(argv[-1])["env_fd"] == fd
+        assert argv[-2:] == ["--fd", str(fd)]
+        assert json.loads(payload) == json.loads(unshare.init_config(plain))
+        assert json.loads(payload)["env"]["TOKEN"] == value
 
 
 def test_the_directories_above_a_view_in_a_writable_bind_are_pinned_right_after_it() -> None:

@@ -16,8 +16,17 @@ its first ``run`` or ``policy init`` on; one never run with sandbridge is not kn
 
 Where: ``${XDG_STATE_HOME:-~/.local/state}/sandbridge/projects`` (a 0700 directory; the
 sandbox never sees the owner's home), one absolute path per line, the most recent last,
-at most :data:`MAX_PROJECTS`; a project whose directory is gone is dropped when the list
-is next written. The list only ever hides things: a wrong entry costs an empty view.
+at most :data:`MAX_PROJECTS`; a project whose directory is gone is dropped from the list
+when it is next read or written (under the lock, the list written whole and renamed into
+place: sessions read and write it side by side). The list only ever hides things: a wrong
+entry costs an empty view.
+
+A project can go between the list's reading and the backend's mounts (``rm -rf`` of a
+project while another session starts): :func:`present`, asked again just before the
+backend's set-up is written, leaves it out with one line, and the unshare backend's init
+skips one gone by its mount; the start goes on. bwrap cannot make a mount depend on its
+destination: one removed in the milliseconds after that last check still fails a bwrap
+start (docs/runner.md).
 """
 
 from __future__ import annotations
@@ -58,7 +67,7 @@ def remember(root: Path) -> None:
         directory = make_private_dir(state_dir(), "state dir", SandbridgeError)
         with _locked(directory):
             known = [path for path in _read(directory / FILE) if path != root]
-            known = [path for path in known if path.is_dir()][-(MAX_PROJECTS - 1) :]
+            known = [path for path in known if not _is_gone(path)][-(MAX_PROJECTS - 1) :]
             _write(directory / FILE, [*known, root])
     except (OSError, SandbridgeError) as exc:
         log.warning("known_projects.not_written", root=str(root), error=str(exc))
@@ -73,7 +82,7 @@ def policy_dirs() -> list[Path]:
     parent): the directory is given at the path the links lead to, never through them,
     since a backend laying a view at a path follows every link in it."""
     try:
-        known = _read(state_dir() / FILE)
+        known = _read_pruned(state_dir())
     except OSError as exc:
         log.warning("known_projects.unreadable", error=exc.strerror or str(exc))
         return []
@@ -95,6 +104,58 @@ def known() -> list[Path]:
     """The remembered project roots, oldest first (``OSError``: the list is there but is
     not a regular file of this user, or cannot be read)."""
     return _read(state_dir() / FILE)
+
+
+def present(policy_dirs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Those of ``policy_dirs`` (:func:`policy_dirs`, read a moment ago) that are still
+    directories at those very paths; each one gone meanwhile is named in one line and
+    left out: a backend refuses to lay a view where nothing is, and nothing is left there
+    to hide. One reached through a link now (a parent moved and linked back meanwhile) is
+    left out too, named the same way: a backend would lay the view wherever the link
+    leads."""
+    kept = []
+    for path in policy_dirs:
+        try:
+            there = stat.S_ISDIR(path.lstat().st_mode) and os.path.realpath(path) == str(path)
+        except OSError:
+            there = False
+        if there:
+            kept.append(path)
+        else:
+            why = "gone since the list was read"
+            log.info("known_projects.skipped", policy_dir=str(path), why=why)
+    return tuple(kept)
+
+
+def _is_gone(path: Path) -> bool:
+    """Whether nothing (or no directory) is at ``path`` now. Another error (a parent the
+    user cannot search for a while) says nothing of the project: not gone."""
+    try:
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+
+
+def _read_pruned(directory: Path) -> list[Path]:
+    """The list's roots, without those whose directory is gone, which are dropped from
+    the file too (under the lock, read again there: another session may have written it
+    meanwhile). A list that cannot be rewritten is said, and read all the same."""
+    known = _read(directory / FILE)
+    if not any(_is_gone(root) for root in known):
+        return known
+    try:
+        with _locked(directory):
+            known = _read(directory / FILE)
+            kept = [root for root in known if not _is_gone(root)]
+            if len(kept) != len(known):
+                _write(directory / FILE, kept)
+                log.debug("known_projects.pruned", count=len(known) - len(kept))
+            return kept
+    except OSError as exc:
+        log.warning("known_projects.not_written", error=exc.strerror or str(exc))
+        return [root for root in known if not _is_gone(root)]
 
 
 @contextlib.contextmanager

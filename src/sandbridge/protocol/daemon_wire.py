@@ -118,7 +118,7 @@ DASHBOARD_KEY = "dashboard"
 RUN_KEY = "run"
 RUN_REQUEST_FDS = 3
 # A run's start carries the serve request's descriptors (all but the namespace, which
-# the client adds), the sandbox's (the environment's memfd, the terminal channel's
+# the client adds), the sandbox's (the set-up's memfd, the terminal channel's
 # sandbox end, the namespace channel's sandbox end, the start gate's read end), the
 # start gate's write end and the namespace channel's host end.
 MAX_START_FDS = (MAX_REQUEST_FDS - 1) + 4 + 2

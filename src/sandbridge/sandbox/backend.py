@@ -32,6 +32,8 @@ def sandbox_argv(backend: str, spec: SandboxSpec) -> list[str]:
     return spec.network.wrap(argv)
 
 
-def env_payload(backend: str, spec: SandboxSpec) -> bytes:
-    """What the backend reads from :attr:`SandboxSpec.env_fd`."""
-    return bwrap.env_payload(spec) if resolve(backend) == "bwrap" else unshare.env_payload(spec)
+def setup_payload(backend: str, spec: SandboxSpec) -> bytes:
+    """What the backend reads from :attr:`SandboxSpec.setup_fd`: the whole set-up."""
+    if resolve(backend) == "bwrap":
+        return bwrap.setup_payload(spec)
+    return unshare.setup_payload(spec)

@@ -15,9 +15,26 @@ def available() -> bool:
 
 
 def argv(spec: SandboxSpec) -> list[str]:
+    """The command line that runs bwrap: its options on :attr:`SandboxSpec.setup_fd`
+    (:func:`setup_payload`), read with ``--args FD``, or inline without one (``--dry-run``).
+
+    bwrap's command line is the sandbox's first process's too, and every local user reads
+    it in /proc: the paths of the owner's other projects, the binds and the environment's
+    values stay off it."""
+    bwrap = host_commands.require("bwrap")
+    if spec.setup_fd is None:
+        return [bwrap, *options(spec), "--", *spec.entry_argv]
+    return [bwrap, "--args", str(spec.setup_fd), "--", *spec.entry_argv]
+
+
+def setup_payload(spec: SandboxSpec) -> bytes:
+    """:func:`options`, NUL-separated, for ``--args FD``."""
+    return b"".join(os.fsencode(word) + b"\0" for word in options(spec))
+
+
+def options(spec: SandboxSpec) -> list[str]:
     """bwrap options, in mount order: later mounts lie on top of earlier ones."""
     args = [
-        host_commands.require("bwrap"),
         "--unshare-user",
         "--unshare-pid",
         "--unshare-ipc",
@@ -65,11 +82,9 @@ def argv(spec: SandboxSpec) -> list[str]:
         args += ["--tmpfs", str(path)]
     args += ["--bind", str(spec.runtime_dir), MOUNT_POINT]
     args += ["--chdir", str(spec.workdir), "--clearenv"]
-    if spec.env_fd is not None:
-        args += ["--args", str(spec.env_fd)]  # env_payload(spec), never on the command line
-    else:
-        args += _setenv(spec)
-    return [*args, "--", *spec.entry_argv]
+    for name, value in sandbox_env(spec.home, spec.env).items():
+        args += ["--setenv", name, value]
+    return args
 
 
 def _policy_views(spec: SandboxSpec) -> list[str]:
@@ -87,15 +102,3 @@ def _policy_views(spec: SandboxSpec) -> list[str]:
             words += ["--ro-bind", str(spec.policy_dir / name), str(view / name)]
         words += ["--remount-ro", str(view)]
     return words
-
-
-def _setenv(spec: SandboxSpec) -> list[str]:
-    words = []
-    for name, value in sandbox_env(spec.home, spec.env).items():
-        words += ["--setenv", name, value]
-    return words
-
-
-def env_payload(spec: SandboxSpec) -> bytes:
-    """``--setenv NAME VALUE`` for every variable, NUL-separated, for ``--args FD``."""
-    return b"".join(word.encode() + b"\0" for word in _setenv(spec))

@@ -53,10 +53,12 @@ class SandboxSpec:
     # the command starts: the host then makes app connections no sandbox process holds
     # (relay/owned_upstream.py). ``None``: the shim hands them over.
     namespace_fd: int | None = None
-    # An inherited descriptor (a memfd, :func:`environment_file`) the backend reads the
-    # sandbox's environment from, so that no value is on a command line: every local user
-    # can read /proc/PID/cmdline. ``None`` (``--dry-run``): the environment is inline.
-    env_fd: int | None = None
+    # An inherited descriptor (a memfd, :func:`setup_file`) the backend reads the whole
+    # set-up from, its mounts and the environment: every local user can read
+    # /proc/PID/cmdline, of the backend and of the sandbox's first process, and neither the
+    # environment's values nor the paths (the workdir, the binds, every other project the
+    # owner runs) are theirs to read. ``None`` (``--dry-run``): all of it is inline.
+    setup_fd: int | None = None
     # What keeps sandbridge's own host paths out of sight (sandbox/host_paths.py); computed
     # from the fields above when not given, refusing a layout no mask can make safe.
     guard: Guard = None  # type: ignore[assignment]
@@ -110,10 +112,11 @@ class SandboxSpec:
             for mount in (bind, *after, *(pin for pin in views[index] if pin not in after))
         ]
 
-    def view_pins(self, binds: list[Mount]) -> list[list[Mount]]:
+    def view_pins(self, binds: list[Mount], views: set[Path] | None = None) -> list[list[Mount]]:
         """For each of ``binds``, the directories inside it, between its top and a policy
-        view (:meth:`policy_views`, :meth:`other_policy_views`) whose files it holds,
-        bound onto themselves: shallowest first, each one a mount point.
+        view (``views``, default: :meth:`policy_views` and :meth:`other_policy_views`)
+        whose files it holds, bound onto themselves: shallowest first, each one a mount
+        point.
 
         Threat: a view is a mount point the sandbox cannot rename, but in a writable
         bind its parents were the sandbox's to rename (``mv deep deep-moved``). Moved,
@@ -122,7 +125,9 @@ class SandboxSpec:
         that is a mount point in the sandbox's mount namespace cannot be renamed
         (EBUSY), so every one between the bind's top and the view is made one."""
         pins: list[list[Mount]] = [[] for _ in binds]
-        for view in {*self.policy_views(), *self.other_policy_views()}:
+        if views is None:
+            views = {*self.policy_views(), *self.other_policy_views()}
+        for view in views:
             # The bind that holds the view's files: the last (in bind order) that holds it.
             holding = [i for i, bind in enumerate(binds) if view.is_relative_to(bind.dest)]
             if not holding or not binds[holding[-1]].writable:
@@ -136,6 +141,18 @@ class SandboxSpec:
         for each in pins:
             each.sort(key=lambda mount: len(mount.dest.parts))
         return pins
+
+    def optional_pins(self) -> set[Mount]:
+        """The pins of :meth:`bind_sequence` that only the other projects' views need: a
+        project removed by the time the unshare backend's init mounts takes them with
+        it, and the init skips them then, as it skips the view (bwrap cannot: a bind
+        whose source is gone would make its destination's directories again on the
+        host, in the writable bind)."""
+        binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts]
+        needed = {pin for pins in self.guard.pins for pin in pins}
+        needed |= {pin for pins in self.view_pins(binds, set(self.policy_views())) for pin in pins}
+        other = self.view_pins(binds, set(self.other_policy_views()))
+        return {pin for pins in other for pin in pins} - needed
 
     def views(self, path: Path) -> list[Path]:
         """Where the host's ``path`` is visible inside: at its own path through the
@@ -259,10 +276,10 @@ def entry_interpreter_options() -> list[str]:
     return ["-I", "-S", "-c", boot]
 
 
-def environment_file(payload: bytes) -> int:
-    """A memfd holding ``payload``, read from its start, for :attr:`SandboxSpec.env_fd`
+def setup_file(payload: bytes) -> int:
+    """A memfd holding ``payload``, read from its start, for :attr:`SandboxSpec.setup_fd`
     (close-on-exec here; ``pass_fds`` hands it to the backend alone)."""
-    fd = os.memfd_create("sandbridge-env", os.MFD_CLOEXEC)
+    fd = os.memfd_create("sandbridge-setup", os.MFD_CLOEXEC)
     try:
         os.write(fd, payload)
         os.lseek(fd, 0, os.SEEK_SET)

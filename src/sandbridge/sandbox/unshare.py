@@ -22,6 +22,7 @@ def available() -> bool:
 
 def init_config(spec: SandboxSpec) -> str:
     """The JSON that tells the in-namespace init what to mount."""
+    optional = spec.optional_pins()
     return json.dumps(
         {
             "workdir": str(spec.workdir),  # bound as the first of "mounts"
@@ -31,7 +32,12 @@ def init_config(spec: SandboxSpec) -> str:
             "tooling": [str(path) for path in spec.tooling_paths()],
             "private": [str(path) for path in spec.guard.private],
             "mounts": [
-                {"source": str(m.source), "dest": str(m.dest), "writable": m.writable}
+                {
+                    "source": str(m.source),
+                    "dest": str(m.dest),
+                    "writable": m.writable,
+                    "optional": m in optional,
+                }
                 for m in spec.bind_sequence()
             ],
             "read_only_paths": [
@@ -44,9 +50,7 @@ def init_config(spec: SandboxSpec) -> str:
                 "other_views": [str(path) for path in spec.other_policy_views()],
             },
             "masked": [str(path) for path in spec.guard.masked],
-            # The values travel on env_fd (env_payload) when there is one: never on argv.
-            "env": sandbox_env(spec.home, spec.env) if spec.env_fd is None else None,
-            "env_fd": spec.env_fd,
+            "env": sandbox_env(spec.home, spec.env),
             "new_session": spec.new_session,
             "loopback": spec.network.own_namespace,
             "argv": spec.entry_argv,
@@ -54,12 +58,19 @@ def init_config(spec: SandboxSpec) -> str:
     )
 
 
-def env_payload(spec: SandboxSpec) -> bytes:
-    """The environment as JSON, for the init to read from ``env_fd``."""
-    return json.dumps(sandbox_env(spec.home, spec.env)).encode()
+def setup_payload(spec: SandboxSpec) -> bytes:
+    """:func:`init_config`, for the init to read from :attr:`SandboxSpec.setup_fd`."""
+    return init_config(spec).encode()
 
 
 def argv(spec: SandboxSpec) -> list[str]:
+    """``setpriv`` and ``unshare`` around the init, which reads its configuration from
+    :attr:`SandboxSpec.setup_fd` (``--fd N``), or inline without one (``--dry-run``).
+
+    The init is the PID namespace's first process, its command line readable by every
+    local user in /proc: the paths it mounts (every other project the owner runs among
+    them) and the environment's values stay off it."""
+    config = [init_config(spec)] if spec.setup_fd is None else ["--fd", str(spec.setup_fd)]
     return [
         host_commands.require("setpriv"),
         "--pdeathsig",
@@ -80,5 +91,5 @@ def argv(spec: SandboxSpec) -> list[str]:
         "-P",  # not the working directory's modules: the workdir, which the sandbox writes
         "-m",
         "sandbridge.sandbox.unshare_init",
-        init_config(spec),
+        *config,
     ]

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sandbridge.event_line import event_line
 from sandbridge.protocol.contract import MOUNT_POINT
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -163,6 +164,24 @@ def _policy_view(target: str, shown: dict[str, int]) -> None:
     make_readonly_recursive(target)
 
 
+def _optional_pin(mount: dict[str, Any], fd: int | None, root: str) -> None:
+    """A pin only another project's view needs: bound if its directory is still there,
+    else skipped without a word (the project was removed while the session started, and
+    its view's own line says so). Never made: a directory made here would be made in the
+    host's writable bind."""
+    target = root + mount["dest"]
+    if fd is None or not os.path.isdir(target):
+        return
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        bind(f"/proc/self/fd/{fd}", target, mount["writable"])
+
+
+def _skipped(path: str) -> None:
+    """One line for a place of a remembered project that is gone by its mount."""
+    line = event_line("known_projects.skipped", {"path": path, "why": "gone before its mount"})
+    print(f"sandbridge: {line}", file=sys.stderr, flush=True)
+
+
 def loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14x", b"lo", 0)
@@ -173,12 +192,7 @@ def loopback_up() -> None:
 def build_root(config: dict[str, Any]) -> str:
     """Assemble the sandbox's root under a private tmpfs; return its path."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # Reach the host paths through descriptors opened before anything is covered.
-    keep = {
-        path: os.open(path, os.O_PATH)
-        for path in [config["runtime_dir"], *config["tooling"]]
-        + [m["source"] for m in config["mounts"]]
-    }
+    keep = _open_sources(config)
 
     def source(path: str) -> str:
         return f"/proc/self/fd/{keep[path]}"
@@ -195,7 +209,58 @@ def build_root(config: dict[str, Any]) -> str:
 
     for path, mode in (("/tmp", "mode=1777"), ("/run", "mode=0755")):
         mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, mode)
-    dev = root + "/dev"
+    _make_dev(root + "/dev")
+
+    def cover(path: str) -> None:
+        mount("tmpfs", _mkdirs(root, path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+
+    for path in config["private"]:
+        cover(path)
+    if config["private_home"]:
+        mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+    for path in config["tooling"]:
+        bind(source(path), _mkdirs(root, path), writable=False)
+    for extra in config["mounts"]:
+        if extra.get("optional"):
+            _optional_pin(extra, keep.get(extra["source"]), root)
+            continue
+        bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
+    for protected in config["read_only_paths"]:
+        # Onto itself as the sandbox sees it now: no symlink is followed to the host.
+        target = root + protected["dest"]
+        _bind_self(target, writable=protected["writable"])
+    for view in policy["other_views"]:  # another project's: nothing shown
+        try:
+            _policy_view(root + view, {})
+        except (FileNotFoundError, NotADirectoryError):
+            _skipped(view)  # removed while the session started: nothing left to hide
+    for view in policy["views"]:
+        _policy_view(root + view, shown)
+    # Last, over every bind: sandbridge's own host paths that a bind brought into view.
+    for path in config["masked"]:
+        cover(path)
+    bind(source(config["runtime_dir"]), _mkdirs(root, MOUNT_POINT))
+    for fd in [*keep.values(), *shown.values()]:
+        os.close(fd)
+    return root
+
+
+def _open_sources(config: dict[str, Any]) -> dict[str, int]:
+    """``O_PATH`` descriptors of the host paths to bind, opened before anything is
+    covered; an optional pin's that is gone is left out (:func:`_optional_pin`)."""
+    keep = {
+        path: os.open(path, os.O_PATH)
+        for path in [config["runtime_dir"], *config["tooling"]]
+        + [m["source"] for m in config["mounts"] if not m.get("optional")]
+    }
+    for optional in (m["source"] for m in config["mounts"] if m.get("optional")):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            keep[optional] = os.open(optional, os.O_PATH)
+    return keep
+
+
+def _make_dev(dev: str) -> None:
+    """A minimal ``/dev`` at ``dev``: the usual devices, a private ``pts`` and ``shm``."""
     mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755")
     for name in DEVICES:
         _bind_file(f"/dev/{name}", f"{dev}/{name}")
@@ -211,33 +276,6 @@ def build_root(config: dict[str, Any]) -> str:
         ("stderr", "/proc/self/fd/2"),
     ):
         os.symlink(target, f"{dev}/{name}")
-
-    def cover(path: str) -> None:
-        mount("tmpfs", _mkdirs(root, path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-
-    for path in config["private"]:
-        cover(path)
-    if config["private_home"]:
-        mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
-    for path in config["tooling"]:
-        bind(source(path), _mkdirs(root, path), writable=False)
-    for extra in config["mounts"]:
-        bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
-    for protected in config["read_only_paths"]:
-        # Onto itself as the sandbox sees it now: no symlink is followed to the host.
-        target = root + protected["dest"]
-        _bind_self(target, writable=protected["writable"])
-    for view in policy["other_views"]:  # another project's: nothing shown
-        _policy_view(root + view, {})
-    for view in policy["views"]:
-        _policy_view(root + view, shown)
-    # Last, over every bind: sandbridge's own host paths that a bind brought into view.
-    for path in config["masked"]:
-        cover(path)
-    bind(source(config["runtime_dir"]), _mkdirs(root, MOUNT_POINT))
-    for fd in [*keep.values(), *shown.values()]:
-        os.close(fd)
-    return root
 
 
 def enter(root: str) -> None:
@@ -258,20 +296,23 @@ def drop_capabilities() -> None:
         _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
 
 
-def read_environment(fd: int) -> dict[str, str]:
-    """The environment the host wrote on ``fd`` (a memfd), then ``fd`` closed."""
+def read_config(argv: list[str]) -> dict[str, Any]:
+    """The configuration: on the descriptor ``--fd N`` names (a memfd the host wrote,
+    closed once read), or inline (``--dry-run`` shows it so)."""
+    if argv[:1] != ["--fd"]:
+        inline: dict[str, Any] = json.loads(argv[0])
+        return inline
+    fd = int(argv[1])
     chunks = []
     while chunk := os.read(fd, 65536):
         chunks.append(chunk)
     os.close(fd)
-    env: dict[str, str] = json.loads(b"".join(chunks))
-    return env
+    config: dict[str, Any] = json.loads(b"".join(chunks))
+    return config
 
 
 def main() -> None:
-    config = json.loads(sys.argv[1])
-    if config.get("env_fd") is not None:
-        config["env"] = read_environment(config["env_fd"])
+    config = read_config(sys.argv[1:])
     try:
         root = build_root(config)
         enter(root)

@@ -1,7 +1,7 @@
 """A ``run`` whose sandbox a thin client starts (``cli/thin_run.py``, docs/daemon.md).
 
 The daemon's run builder, in a process forked for one client, prepares the session as
-``run_session`` does (runtime dir, terminal channel, environment memfd, registry entry,
+``run_session`` does (runtime dir, terminal channel, set-up memfd, registry entry,
 all in the client's name: its pid) and hands the client what it needs to carry on: the
 backend's command line with the sandbox's descriptors, the end of the pipe that lets the
 command start, the end of the socket pair on which the sandbox entry sends its network

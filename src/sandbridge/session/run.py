@@ -21,11 +21,12 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
+from sandbridge.places import known_projects
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.daemon_wire import owner_stopped
-from sandbridge.sandbox.backend import env_payload, sandbox_argv
-from sandbridge.sandbox.spec import SandboxSpec, environment_file
+from sandbridge.sandbox.backend import sandbox_argv, setup_payload
+from sandbridge.sandbox.spec import SandboxSpec, setup_file
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.served import served_session
 
@@ -126,7 +127,7 @@ async def _entry_namespace(channel: socket.socket) -> int | None:
 @dataclasses.dataclass
 class PreparedSandbox:
     """A session's runtime dir, its options for the host half, and the backend's
-    command line with the descriptors it names (the environment's memfd, the terminal
+    command line with the descriptors it names (the set-up's memfd, the terminal
     channel's sandbox end, and with a start gate the pipe the entry waits on), ready to
     start; :attr:`start_writer`: the gate's end that lets the command start."""
 
@@ -155,7 +156,7 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
     own_upstream: bool = False,
 ) -> Iterator[PreparedSandbox]:
     """Make the runtime dir (of process ``pid``, default this one), the terminal channel
-    and the environment's memfd (and with ``start_gate`` the pipe whose first byte lets
+    and the set-up's memfd (and with ``start_gate`` the pipe whose first byte lets
     the command start: ``SandboxSpec.start_fd``; with ``own_upstream`` the socket pair on
     which the entry sends its network namespace: ``SandboxSpec.namespace_fd``), for the
     block's length; the runtime dir is removed if the rest cannot be made."""
@@ -179,15 +180,15 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
             sandbox_fds.callback(namespace_sandbox.close)
             inherited.append(namespace_sandbox.fileno())
         try:
+            spec = spec_factory(runtime_dir.path)
             spec = dataclasses.replace(
-                spec_factory(runtime_dir.path),
+                spec,
                 terminal_fd=sandbox_end.fileno(),
                 namespace_fd=None if namespace_sandbox is None else namespace_sandbox.fileno(),
+                # Asked again as late as can be: a project removed since the list was
+                # read would fail the backend's mount (docs/runner.md).
+                other_projects=known_projects.present(spec.other_projects),
             )
-            # The environment's values (secrets among them) on a descriptor, not argv.
-            env_fd = environment_file(env_payload(backend, spec))
-            sandbox_fds.callback(os.close, env_fd)
-            spec = dataclasses.replace(spec, env_fd=env_fd)
             gate: tuple[int, ...] = ()
             start_writer = None
             if start_gate:
@@ -196,6 +197,12 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
                 sandbox_fds.callback(os.close, start_writer)
                 spec = dataclasses.replace(spec, start_fd=start_reader)
                 gate = (start_reader,)
+            # The set-up (the environment's values, secrets among them, and every path the
+            # sandbox mounts) on a descriptor, never on a command line; made last, from
+            # the spec as it starts.
+            setup_fd = setup_file(setup_payload(backend, spec))
+            sandbox_fds.callback(os.close, setup_fd)
+            spec = dataclasses.replace(spec, setup_fd=setup_fd)
             argv = sandbox_argv(backend, spec)
         except BaseException:
             runtime_dir.remove()
@@ -210,7 +217,7 @@ def prepared_sandbox(  # noqa: PLR0913  (keyword-only: where, whose, and how it 
                 command=tuple(spec.command),
             ),
             argv,
-            (*inherited, env_fd, *gate),
+            (*inherited, setup_fd, *gate),
             start_writer,
             sandbox_fds,
         )
