@@ -129,5 +129,7 @@ def test_a_redirect_to_a_port_where_nothing_listens_is_said_like_its_url(
     assert result.returncode == 1
     assert result.stderr == (
         f"sandbridge-open: nothing is listening on port {port} inside the sandbox "
-        f"(127.0.0.1:{port}): start the app, then open http://localhost:{port}/lab\n"
+        f"(connect to 127.0.0.1:{port} failed: [Errno 111] Connection refused; "
+        f"connect to [::1]:{port} failed: [Errno 111] Connection refused): "
+        f"start the app, then open http://localhost:{port}/lab\n"
     )
