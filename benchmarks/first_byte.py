@@ -15,7 +15,7 @@ on uvloop does per new connection, with and without HTTP.
 ``--client socket`` times each new connection from this process instead of a ``curl`` run:
 connect, send the request ``curl`` sends, read one byte. No process starts between two
 connections, so the relay's code is not evicted from the caches by one, and the spread is
-smaller; what is left is the relay's own cost per connection (docs/benchmarks.md, ninth round).
+smaller; what is left is the relay's own cost per connection (docs/benchmarks.md).
 
     python -m benchmarks.first_byte [--blocks 40] [--block 10] [--other base=../main/src] [--floor]
                                     [--client curl|socket] [--no-warm-up]

@@ -6,7 +6,7 @@ top is given back to the kernel as soon as a little is free there (``brk``), and
 next allocation takes it back, page fault by page fault: a profile of ``serve-stdio``
 during a 100 MiB GET had a tenth of its time in page faults and a sixth in the kernel's
 page and cgroup accounting around them, and ``connect`` made 800 ``brk`` calls for two
-GETs (docs/benchmarks.md, "Remote link"). Kept, the same pages serve the next chunk.
+GETs (docs/history/benchmark-rounds.md, "Remote link"). Kept, the same pages serve the next chunk.
 
 What is kept is bounded: at most :data:`KEEP_FREE_BYTES` of free heap is held beyond
 what the process uses at its busiest. Elsewhere than glibc (musl) nothing changes.

@@ -3,7 +3,7 @@
 ``asyncio.timeout()`` builds a ``Timeout`` object and schedules and cancels a timer
 (a heap push and a removal in the event loop) for every wait it guards. The relay waits
 with a timeout two or three times per request, and at high request rates that
-bookkeeping is a visible share of the host's CPU (docs/benchmarks.md). A watchdog
+bookkeeping was 14% of the host's samples at c=64 (docs/history/benchmark-rounds.md). A watchdog
 keeps one timer per connection: arming it only stores a deadline; its timer fires at
 most once per period, and when the deadline has moved on in the meantime it re-arms
 itself for the new one instead of expiring.

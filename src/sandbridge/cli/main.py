@@ -29,8 +29,9 @@ def entry_point() -> NoReturn:
     """The ``sandbridge`` command: the thin ``run`` client if it can serve, else
     :func:`main`; then out with the status without the interpreter's teardown of every
     module it imported, which costs a ``run`` more than its own work after the sandbox
-    ended (docs/benchmarks.md). What it printed is flushed first; an exception
-    (argparse's exit among them) leaves the usual way, its output flushed here too.
+    ended (20 to 30 ms: docs/history/benchmark-rounds.md). What it printed is flushed
+    first; an exception (argparse's exit among them) leaves the usual way, its output
+    flushed here too.
 
     A reader that went away (``sandbridge ls --json | head -c1``) ends the command
     quietly with :data:`READER_GONE`, whichever command was writing, and never with a

@@ -70,9 +70,9 @@ MAX_DATA_BYTES = 64 * 1024
 # Bytes one side may have in flight per stream; at most this much waits per stream per
 # side. OpenSSH's window for each forwarded connection (CHAN_TCP_WINDOW_DEFAULT), so a
 # stream holds no more than the same connection through `ssh -L` would. A quarter of it
-# (the window before issue 17's benchmark) left a bulk stream waiting on credit most of
-# the time across the extra hops (sshd, serve-stdio) and cost a CREDIT frame, so an SSH
-# packet each way, every 128 KiB (docs/benchmarks.md, "Remote link").
+# (the earlier window) left a bulk stream waiting on credit most of the time across the
+# extra hops (sshd, serve-stdio) and cost a CREDIT frame, so an SSH packet each way,
+# every 128 KiB (docs/history/benchmark-rounds.md, "Remote link").
 STREAM_WINDOW = 2 * 1024 * 1024
 # The APPS list: 256 sessions of 64 apps, each a few dozen bytes, fit in well under this.
 MAX_CONTROL_BYTES = 1024 * 1024

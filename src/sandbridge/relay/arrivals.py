@@ -6,9 +6,9 @@ request that may take a parked app connection, it is sent from that very callbac
 (:func:`~sandbridge.relay.lane.send_first`) and the connection waits on a second doorstep
 until the lane has relayed the response; its task starts only then, so that nothing but
 the request stands between the browser's bytes and the app, and nothing but the
-response between the app's bytes and the browser (docs/benchmarks.md, seventh round).
-Any other connection's task starts with its first bytes. New connections reuse the
-request readers that finished ones left between two requests.
+response between the app's bytes and the browser (docs/architecture.md, "Why these
+parts exist"). Any other connection's task starts with its first bytes. New connections
+reuse the request readers that finished ones left between two requests.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why: a new browser connection's first byte came 1.4-1.6x later through the relay than
 through nginx's two hops, however the relay's Python was arranged, because the time is
 the interpreter's and its event loop's, run cold at each new connection
-(docs/benchmarks.md, rounds six to nine). :mod:`sandbridge.relay._front` (C, one thread
+(docs/architecture.md, "Why these parts exist"). :mod:`sandbridge.relay._front` (C, one thread
 per event loop that serves app listeners) accepts the connections of public apps, checks
 their owner as :mod:`.local_peer` does, and relays what it can state exactly:
 

@@ -3,8 +3,8 @@
 
 Why: a small request through the connection's task costs two task wake-ups, two
 futures and a handful of coroutine frames on top of the parsing and the checks, which
-was most of the host's CPU per small request and added latency (docs/benchmarks.md,
-fifth round).
+was most of the host's CPU per small request and added latency (docs/architecture.md,
+"Why these parts exist").
 
 How: while a connection's task waits for its next request and holds a reusable
 upstream, both channels are attached to the lane (:attr:`Channel.lane`). A read that

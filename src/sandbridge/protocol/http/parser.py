@@ -451,10 +451,11 @@ class ResponseReader(_Reader):
     # An app answers one resource with the same head, byte for byte, again and again
     # (nginx changes only its Date, once a second). llhttp calls back into Python for
     # the status and for every field of a head, a large part of the host's CPU per small
-    # request (docs/benchmarks.md). A read that starts with the very bytes
-    # of the last plain head (a final status, one Content-Length, keep-alive, llhttp
-    # accepted it in the same state: at the start of a message) gives the same events
-    # without llhttp, and its Content-Length body is counted as _length_body does.
+    # request (docs/history/benchmark-rounds.md, fifth round). A read that starts with
+    # the very bytes of the last plain head (a final status, one Content-Length,
+    # keep-alive, llhttp accepted it in the same state: at the start of a message) gives
+    # the same events without llhttp, and its Content-Length body is counted as
+    # _length_body does.
     # llhttp is not fed any of such a response, so it stays at the start of a message.
 
     def _remember(self, data: bytes, events: list[Event]) -> None:
