@@ -50,7 +50,7 @@ class Limit(Generic[Number]):
     unit: str
     # One line for --help and the docs table.
     doc: str
-    # The command-line flag of ``sandbridge run`` and ``sandbridge host``.
+    # The flag of ``sandbridge run``, ``host`` and ``demo``.
     flag: str
     # The key in the session options the run client sends the daemon.
     wire: str
