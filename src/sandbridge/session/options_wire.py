@@ -1,13 +1,13 @@
 """A session's options as the ``run`` client sends them to the daemon, and back.
 
 Only data crosses: the relay limits (each under the wire key protocol/relay_settings.py
-declares, checked against its bounds there), the forwarding mode, the policy lines the host half
-needs (``egress.policy.served_lines``) and how open requests are carried out. The daemon
-rebuilds each value with the same parsers the command line uses, so a malformed field is
-refused with its name (:class:`DaemonError`) and never half-applied. Callbacks and the
-terminal channel are the daemon's own (it sends events; the channel comes as a
-descriptor); ``terminal_socket`` (another runtime's sandbox serves ``terminal.sock``) is
-a flag.
+declares, checked against its bounds there), the forwarding mode, the policy lines the
+host half needs (``egress.policy.served_lines``) and how open requests are carried out.
+The daemon rebuilds each value with the same parsers the command line uses, so a
+malformed field is refused with its name (:class:`DaemonError`) and never half-applied.
+Callbacks and the terminal channel are the daemon's own (it sends events; the channel
+comes as a descriptor); ``terminal_socket`` (another runtime's sandbox serves
+``terminal.sock``) is a flag.
 """
 
 from __future__ import annotations
