@@ -142,3 +142,16 @@ def test_the_docs_settings_table_lists_exactly_the_declared_limits() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| `--")]
     expected = [_docs_row(limit) for limit in LIMITS]
     assert rows == expected, "\n" + "\n".join(expected)
+
+
+@BY_NAME
+def test_the_docs_limits_table_says_each_flags_declared_default(limit: AnyLimit) -> None:
+    """docs/relay.md, "Limits": a row that names a flag says its default too (the why
+    of each number lives there), so the two tables cannot drift apart."""
+    text = (REPO / "docs" / "relay.md").read_text()
+    section = text.split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if f"`{limit.flag}`" in line]
+    assert rows, f"no row of the Limits table names {limit.flag}"
+    default = re.compile(rf"(?<![\d.]){re.escape(limit.text(limit.default))}(?![\d.])")
+    for row in rows:
+        assert default.search(row.split("|")[2]), row
