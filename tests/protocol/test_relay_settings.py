@@ -155,3 +155,17 @@ def test_the_docs_limits_table_says_each_flags_declared_default(limit: AnyLimit)
     default = re.compile(rf"(?<![\d.]){re.escape(limit.text(limit.default))}(?![\d.])")
     for row in rows:
         assert default.search(row.split("|")[2]), row
+
+
+def test_a_default_said_beside_its_flag_anywhere_in_the_docs_is_the_declared_one() -> None:
+    """ "`--header-timeout` (15 s)" in docs/security.md and the like: each such number is
+    the declared default."""
+    said = re.compile(r"`(--[a-z-]+)` \((\d[\d.]*)(?: s)?\)")
+    defaults = {limit.flag: limit.text(limit.default) for limit in LIMITS}
+    wrong = [
+        f"{path.name}: {flag} ({number})"
+        for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        for flag, number in said.findall(path.read_text())
+        if flag in defaults and number != defaults[flag]
+    ]
+    assert wrong == []
