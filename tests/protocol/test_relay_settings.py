@@ -158,8 +158,8 @@ def test_the_docs_limits_table_says_each_flags_declared_default(limit: AnyLimit)
 
 
 def test_a_default_said_beside_its_flag_anywhere_in_the_docs_is_the_declared_one() -> None:
-    """ "`--header-timeout` (15 s)" in docs/security.md and the like: each such number is
-    the declared default."""
+    """A number in parentheses after a flag (docs/security.md's "`--header-timeout`
+    (15 s)" and the like) is the declared default."""
     said = re.compile(r"`(--[a-z-]+)` \((\d[\d.]*)(?: s)?\)")
     defaults = {limit.flag: limit.text(limit.default) for limit in LIMITS}
     wrong = [
