@@ -32,8 +32,10 @@ import pytest
 from sandbridge.relay import _front
 from sandbridge.relay import front as front_py
 from sandbridge.relay._front import FRESH
+from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.front import Handoff, front_door, held_for, listening_socket, push_room
 from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.upstream import UpstreamConnection
 from tests.conftest import PYTHON, REPO, Process, run_argv
 
 FRONT_APP = str(REPO / "tests" / "apps" / "front_app.py")
@@ -1056,3 +1058,50 @@ def test_no_front_door_never_loads_the_c(front: Session, plain: Session) -> None
     # was never built does (tests/test_install.py runs one).
     assert _c_loaded(front.pid)
     assert not _c_loaded(plain.pid)
+
+
+# --- 6. one pool size for the front's pool and the relay's together ---------------------
+
+
+def test_the_pool_size_bounds_the_front_doors_pool_and_the_relays_together() -> None:
+    """``--app-pool-size`` is one number for an app's two pools: an idle connection the
+    host alone holds is closed, not parked in the front's pool, once the relay's pool
+    and the front's hold that many between them (the front took it while its own held
+    fewer, so the two held up to twice the size)."""
+
+    async def scenario() -> None:
+        scope = SessionScope(RelaySettings(pool_size=2))
+        door = front_door()
+        listener = listening_socket(0)
+        lid = door.add(listener, _Taken(), "/", scope)
+        loop = asyncio.get_running_loop()
+        apps: list[socket.socket] = []
+
+        async def idle_app_connection() -> UpstreamConnection:
+            ours, app = socket.socketpair()
+            apps.append(app)
+            _, channel = await loop.connect_accepted_socket(lambda: Channel(READ_BYTES), ours)
+            channel.host_only = True
+            return UpstreamConnection(channel)
+
+        try:
+            first = await idle_app_connection()
+            # The relay's pool holds one: room for one more, in the front's.
+            assert door.park_upstream(lid, first, 1, scope.settings.pool_size)
+            assert door.held(lid)[1] == 1
+            second = await idle_app_connection()
+            assert door.park_upstream(lid, second, 1, scope.settings.pool_size)
+            assert door.held(lid)[1] == 1  # closed: 1 in the relay's, 1 in the front's
+            transport = second.channel.transport
+            assert transport is not None and transport.is_closing()
+            # With the relay's pool empty, the front's takes it up to the size.
+            third = await idle_app_connection()
+            assert door.park_upstream(lid, third, 0, scope.settings.pool_size)
+            assert door.held(lid)[1] == 2
+        finally:
+            for app in apps:
+                app.close()
+            door.remove(lid)
+            listener.close()
+
+    asyncio.run(scenario())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from sandbridge.exceptions import DaemonError
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
+from sandbridge.protocol.relay_settings import LIMITS, Limit
 from sandbridge.relay.host_opener import OpenSettings
 from sandbridge.relay.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
@@ -80,16 +82,19 @@ def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
     [
         ({"workdir": 3}, "workdir must be a str, got 3"),
         ({"protocol": "carrier-pigeon"}, "'carrier-pigeon' is not a valid ForwardingMode"),
-        ({"settings": {"max_apps": 0}}, "max_apps must be positive, got 0"),
-        ({"settings": {"max_apps": True}}, "max_apps must be positive, got True"),
+        ({"settings": {"max_apps": 0}}, "max_apps must be an integer from 1 to 1024, got 0"),
+        ({"settings": {"max_apps": True}}, "max_apps must be an integer from 1 to 1024, got True"),
         ({"settings": {"url_form": "fax"}}, "'fax' is not a valid UrlForm"),
         ({"settings": {"publish": [["99999", "x"]]}}, "x: publish = 99999: give auto"),
         ({"policy": [["protect", "/etc", "x"]]}, "x: 'protect' is not a setting the daemon"),
         ({"policy": [["allow", "exa mple.org", "y"]]}, "policy: y:"),
         ({"policy": "net = full"}, "policy must be a list of [key, value, source]"),
         ({"open": {"browser": []}}, "browser must be an argv, got []"),
-        ({"settings": {"pool_size": -1}}, "pool_size must be 0 or more, got -1"),
-        ({"settings": {"pool_idle_seconds": 0}}, "pool_idle_seconds must be positive, got 0"),
+        ({"settings": {"pool_size": -1}}, "pool_size must be an integer from 0 to 64, got -1"),
+        (
+            {"settings": {"pool_idle_seconds": 0}},
+            "pool_idle_seconds must be more than 0 and at most 300 seconds, got 0",
+        ),
         ({"command": "rm -rf /"}, "command must be at most 32 strings"),
         ({"command": ["x" * 201]}, "command must be at most 32 strings"),
         ({"terminal_socket": "yes"}, "terminal_socket must be a bool, got 'yes'"),
@@ -125,3 +130,44 @@ def test_an_older_clients_request_names_no_writable_places(tmp_path: Path) -> No
     data = encode(options(tmp_path))
     del data["writable"]
     assert decode(data).writable == ()
+
+
+def _with_limit(data: dict[str, Any], key: str, value: object) -> dict[str, Any]:
+    return {**data, "settings": {**data["settings"], key: value}}
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: limit.name)
+def test_a_limit_past_either_bound_is_refused_naming_its_key_and_bounds(
+    tmp_path: Path, limit: Limit[float] | Limit[int]
+) -> None:
+    below = limit.minimum if limit.exclusive_minimum else limit.minimum - 1
+    sent = encode(options(tmp_path))
+    for value in (below, limit.maximum + 1, None, "8"):
+        with pytest.raises(DaemonError) as caught:
+            decode(_with_limit(sent, limit.wire, value))
+        assert str(caught.value) == (
+            f"session options: {limit.wire} must be {limit.bounds}, got {value!r}"
+        )
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: limit.name)
+def test_a_limit_at_its_bounds_comes_back_as_it_was_sent_through_json(
+    tmp_path: Path, limit: Limit[float] | Limit[int]
+) -> None:
+    low = limit.minimum + 0.25 if limit.exclusive_minimum else limit.minimum
+    base = options(tmp_path)
+    for value in (low, limit.default, limit.maximum):
+        changes: dict[str, Any] = {limit.name: limit.kind(value)}
+        sent = dataclasses.replace(base, settings=RelaySettings(**changes))
+        received = decode(json.loads(json.dumps(encode(sent))))
+        assert received.settings == sent.settings
+        assert getattr(received.settings, limit.name) == value
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_timeout_that_json_makes_no_finite_number_is_refused(tmp_path: Path, number: str) -> None:
+    """Python's JSON reads NaN and Infinity (and 1e999 as infinity): none is a timeout."""
+    text = json.dumps(_with_limit(encode(options(tmp_path)), "response_timeout", 1.0))
+    data = json.loads(text.replace('"response_timeout": 1.0', f'"response_timeout": {number}'))
+    with pytest.raises(DaemonError, match=r"^session options: response_timeout must be more "):
+        decode(data)

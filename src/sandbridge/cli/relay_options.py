@@ -10,9 +10,8 @@ import sys
 from sandbridge.egress.policy import Policy
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
-from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
-from sandbridge.relay import settings as relay_settings
+from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
 from sandbridge.relay.host_opener import OpenSettings
 from sandbridge.relay.settings import RelaySettings
 
@@ -84,63 +83,13 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
         "localhost service and any local user's 127.0.0.1 listener share one cookie jar",
     )
     limits = parser.add_argument_group("relay limits")
-    for flag, default, kind, text in (
-        (
-            "--keepalive-timeout",
-            relay_settings.KEEPALIVE_TIMEOUT,
-            float,
-            "close an idle browser connection after SECONDS",
-        ),
-        (
-            "--header-timeout",
-            relay_settings.HEADER_TIMEOUT,
-            float,
-            "a begun request head must be complete within SECONDS (408)",
-        ),
-        (
-            "--response-timeout",
-            relay_settings.RESPONSE_TIMEOUT,
-            float,
-            "the app must start its response within SECONDS (502); a browser that takes "
-            "nothing of a response for SECONDS is dropped",
-        ),
-        (
-            "--max-connections-per-app",
-            relay_settings.MAX_CONNECTIONS_PER_APP,
-            int,
-            "open browser connections per app (503 past it)",
-        ),
-        (
-            "--max-connections",
-            relay_settings.MAX_CONNECTIONS_PER_SESSION,
-            int,
-            "open browser connections per session (503 past it)",
-        ),
-        (
-            "--app-pool-size",
-            relay_settings.POOL_SIZE,
-            int,
-            "idle app connections kept per app for the next browser connection; 0: none",
-        ),
-        (
-            "--app-pool-idle",
-            relay_settings.POOL_IDLE_SECONDS,
-            float,
-            "close a kept idle app connection after SECONDS",
-        ),
-        (
-            "--max-apps",
-            MAX_APPS_PER_SESSION,
-            int,
-            "registrations per session (refused past it)",
-        ),
-    ):
+    for limit in LIMITS:
         limits.add_argument(
-            flag,
-            type=kind,
-            default=default,
-            metavar="SECONDS" if kind is float else "N",
-            help=f"{text} (default {default:g})",
+            limit.flag,
+            type=limit.kind,
+            default=limit.default,
+            metavar="SECONDS" if limit.kind is float else "N",
+            help=f"{limit.doc} (default {limit.text(limit.default)}; {limit.bounds})",
         )
     parser.add_argument(
         "-v",
@@ -168,31 +117,20 @@ def url_form_of(args: argparse.Namespace, policy: Policy | None) -> UrlForm:
 
 
 def relay_settings_of(args: argparse.Namespace, policy: Policy | None = None) -> RelaySettings:
-    for name in (
-        "keepalive_timeout",
-        "header_timeout",
-        "response_timeout",
-        "max_connections_per_app",
-        "max_connections",
-        "max_apps",
-        "app_pool_idle",
-    ):
-        if getattr(args, name) <= 0:
-            flag = "--" + name.replace("_", "-")
-            raise SandbridgeError(f"{flag} must be positive, got {getattr(args, name)}")
-    if args.app_pool_size < 0:
-        raise SandbridgeError(f"--app-pool-size must be 0 or more, got {args.app_pool_size}")
+    """The relay's settings from the flags (each checked against its declaration, the
+    error naming the flag) and the policy's ``url_form``."""
+    try:
+        limits = checked({limit.flag: getattr(args, limit.dest) for limit in LIMITS}, _flag)
+    except ValueError as exc:
+        raise SandbridgeError(str(exc)) from None
     url_form = url_form_of(args, policy)
     return RelaySettings(
-        keepalive_timeout=args.keepalive_timeout,
-        header_timeout=args.header_timeout,
-        response_timeout=args.response_timeout,
-        max_connections_per_app=args.max_connections_per_app,
-        max_connections=args.max_connections,
-        max_apps=args.max_apps,
-        pool_size=args.app_pool_size,
-        pool_idle_seconds=args.app_pool_idle,
+        **limits,
         front_door=args.front_door,
         private=args.private,
         url_form=url_form,
     )
+
+
+def _flag(limit: Limit[float] | Limit[int]) -> str:
+    return limit.flag

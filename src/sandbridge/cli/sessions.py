@@ -266,6 +266,8 @@ def _run_session(
     workdir = (args.workdir or Path.cwd()).resolve()
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
+    # Checked before anything is prepared: a limit out of bounds changes nothing.
+    settings = dataclasses.replace(relay_settings_of(args, policy), publish_rules=policy.publish)
     spec_factory, protection = _spec_factory(args, command, policy, root)
     # After the layout is checked: with the workdir at /, say, no backend is found where
     # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
@@ -285,9 +287,7 @@ def _run_session(
                 name=args.name,
                 writable=_writable_binds(args),
                 protocol=ForwardingMode.STREAM,
-                settings=dataclasses.replace(
-                    relay_settings_of(args, policy), publish_rules=policy.publish
-                ),
+                settings=settings,
                 on_register=on_register,
                 on_unregister=_print_gone,
                 policy=policy,

@@ -16,9 +16,8 @@ REGISTRATION_READ_TIMEOUT = 5.0
 # bars being comfortably shorter than the 8 KiB request-target limit.
 MAX_BASE_PATH_LENGTH = 1024
 
-# Apps one session may register; far above any real dev setup, low enough that a
-# sandbox cannot exhaust the host's ports or file descriptors by registering.
-MAX_APPS_PER_SESSION = 64
+# Apps one session may register: ``--max-apps``, declared with the relay's other
+# tunable limits in protocol/relay_settings.py.
 
 # Registration connections served at once. A helper is done in milliseconds; a sandbox
 # that opens thousands of silent connections gets refusals instead of host descriptors.

@@ -182,20 +182,21 @@ class FrontDoor:
     def park_upstream(
         self, lid: int, upstream: UpstreamConnection, elsewhere: int, size: int
     ) -> bool:
-        """Park an idle app connection that the host alone holds in the front's pool (it
-        keeps a duplicate; this one is closed), or close it when the two pools, this and
-        the relay's (``elsewhere`` parked there), hold ``size`` (``--app-pool-size``)
-        together; ``False``: the relay's pool takes it."""
+        """Close an idle app connection when the two pools, the front's and the relay's
+        (``elsewhere`` parked there), hold ``size`` (``--app-pool-size``) together; else
+        park it in the front's pool if the host alone holds it (the front keeps a
+        duplicate; this one is closed); ``False``: the relay's pool takes it. So the one
+        size bounds both pools together, never each."""
         channel = upstream.channel
+        if elsewhere + self.held(lid)[1] >= size:
+            channel.abort()
+            return True
         transport = channel.transport
         if channel.host_only and transport is not None and upstream.parkable():
             sock = transport.get_extra_info("socket")
             if sock is not None and self._native.park(lid, sock.fileno()):
                 channel.abort()
                 return True
-        if elsewhere + self.held(lid)[1] >= size:
-            channel.abort()
-            return True
         return False
 
     def remember(

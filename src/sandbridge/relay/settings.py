@@ -5,12 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from sandbridge.protocol import relay_settings as declared
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
-from sandbridge.protocol.limits import (
-    AUTO_PUBLISH_WINDOW,
-    MAX_APPS_PER_SESSION,
-    MAX_AUTO_APPS_PER_WINDOW,
-)
+from sandbridge.protocol.limits import AUTO_PUBLISH_WINDOW, MAX_AUTO_APPS_PER_WINDOW
 from sandbridge.protocol.publish_rules import PublishRule
 
 
@@ -22,36 +19,21 @@ class ForwardingMode(enum.Enum):
     V1 = "v1"
 
 
-# An idle keep-alive connection is closed after this long; browsers reconnect silently.
-KEEPALIVE_TIMEOUT = 75.0
-# Once a request has begun, its head must be complete within this long (slowloris).
-HEADER_TIMEOUT = 15.0
-# After the request is sent, the app has this long (without upload progress) to start
-# its response; long-polls of a few minutes still fit. Streams that started are never cut.
-RESPONSE_TIMEOUT = 300.0
-# Open browser connections per app: hundreds of WebSockets fit with room to spare.
-MAX_CONNECTIONS_PER_APP = 1024
-# Open browser connections per session: each costs two descriptors in this process.
-MAX_CONNECTIONS_PER_SESSION = 4096
-# App connections left idle by finished browser connections, kept per app for the next
-# (relay/app_pool.py): how many, and how long. Shorter than the keep-alive timeouts of
-# common app servers (Node and uvicorn: 5 s), so the app rarely closes one first.
-POOL_SIZE = 8
-POOL_IDLE_SECONDS = 2.0
-
-
 @dataclass(frozen=True)
 class RelaySettings:
-    """Limits of a session's app listeners (command-line flags set them)."""
+    """Limits of a session's app listeners (command-line flags set them). The limits
+    are declared, with their bounds, in protocol/relay_settings.py; a value outside them
+    is refused here too (:class:`ValueError`), however the settings were made."""
 
-    keepalive_timeout: float = KEEPALIVE_TIMEOUT
-    header_timeout: float = HEADER_TIMEOUT
-    response_timeout: float = RESPONSE_TIMEOUT
-    max_connections_per_app: int = MAX_CONNECTIONS_PER_APP
-    max_connections: int = MAX_CONNECTIONS_PER_SESSION
-    max_apps: int = MAX_APPS_PER_SESSION
-    pool_size: int = POOL_SIZE
-    pool_idle_seconds: float = POOL_IDLE_SECONDS
+    keepalive_timeout: float = declared.KEEPALIVE_TIMEOUT.default
+    header_timeout: float = declared.HEADER_TIMEOUT.default
+    response_timeout: float = declared.RESPONSE_TIMEOUT.default
+    max_connections_per_app: int = declared.MAX_CONNECTIONS_PER_APP.default
+    max_connections: int = declared.MAX_CONNECTIONS_PER_SESSION.default
+    max_apps: int = declared.MAX_APPS.default
+    # The front door's pool and the relay's hold this many together (relay/front.py).
+    pool_size: int = declared.APP_POOL_SIZE.default
+    pool_idle_seconds: float = declared.APP_POOL_IDLE.default
     # New connections of public apps served first by the C front door (relay/front.py).
     front_door: bool = True
     private: bool = False
@@ -63,6 +45,10 @@ class RelaySettings:
     # New apps auto-publish may make per window of seconds (protocol/limits.py).
     auto_publish_limit: int = MAX_AUTO_APPS_PER_WINDOW
     auto_publish_window: float = AUTO_PUBLISH_WINDOW
+
+    def __post_init__(self) -> None:
+        for limit in declared.LIMITS:
+            limit.check(getattr(self, limit.name), limit.name)
 
 
 @dataclass

@@ -1,12 +1,13 @@
 """A session's options as the ``run`` client sends them to the daemon, and back.
 
-Only data crosses: the relay limits, the forwarding mode, the policy lines the host half
-needs (``egress.policy.served_lines``) and how open requests are carried out. The daemon
-rebuilds each value with the same parsers the command line uses, so a malformed field is
-refused with its name (:class:`DaemonError`) and never half-applied. Callbacks and the
-terminal channel are the daemon's own (it sends events; the channel comes as a
-descriptor); ``terminal_socket`` (another runtime's sandbox serves ``terminal.sock``) is
-a flag.
+Only data crosses: the relay limits (each under the wire key protocol/relay_settings.py
+declares, checked against its bounds there), the forwarding mode, the policy lines the
+host half needs (``egress.policy.served_lines``) and how open requests are carried out.
+The daemon rebuilds each value with the same parsers the command line uses, so a
+malformed field is refused with its name (:class:`DaemonError`) and never half-applied.
+Callbacks and the terminal channel are the daemon's own (it sends events; the channel
+comes as a descriptor); ``terminal_socket`` (another runtime's sandbox serves
+``terminal.sock``) is a flag.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sandbridge.exceptions import DaemonError, PolicyError
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
+from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
 from sandbridge.relay.host_opener import OpenSettings
 from sandbridge.relay.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
@@ -27,15 +29,6 @@ from sandbridge.session.options import SessionOptions
 MAX_POLICY_LINES = 1024
 # The browser command is an argv of a few words.
 MAX_BROWSER_ARGS = 64
-_LIMITS = (
-    "keepalive_timeout",
-    "header_timeout",
-    "response_timeout",
-    "max_connections_per_app",
-    "max_connections",
-    "max_apps",
-    "pool_idle_seconds",
-)
 # The command as the dashboard shows it (for display only: a long ``sh -c`` script must
 # not make the request too large for the daemon): its first words, each cut short.
 MAX_COMMAND_WORDS = 32
@@ -57,8 +50,7 @@ def encode(options: SessionOptions) -> dict[str, Any]:
         "protocol": options.protocol.value,
         "terminal_socket": options.terminal_socket,
         "settings": {
-            **{name: getattr(settings, name) for name in _LIMITS},
-            "pool_size": settings.pool_size,
+            **{limit.wire: getattr(settings, limit.name) for limit in LIMITS},
             "front_door": settings.front_door,
             "private": settings.private,
             "url_form": settings.url_form.value,
@@ -139,21 +131,17 @@ def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
 
 
 def _settings(data: dict[str, Any]) -> RelaySettings:
-    limits: dict[str, Any] = {}
-    for name in _LIMITS:
-        value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise DaemonError(f"session options: {name} must be positive, got {value!r:.80}")
-        limits[name] = int(value) if name.startswith("max_") else float(value)
+    # Each limit checked against its declaration, refused naming its key and bounds.
+    try:
+        limits = checked(data, _wire_key)
+    except ValueError as exc:
+        raise DaemonError(f"session options: {exc}") from None
     publish = _typed(data, "publish", list)
     if len(publish) > MAX_POLICY_LINES or not all(
         isinstance(item, list) and len(item) == 2 and all(isinstance(v, str) for v in item)
         for item in publish
     ):
         raise DaemonError("session options: publish must be a list of [rule, source]")
-    pool_size = data.get("pool_size")
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
-        raise DaemonError(f"session options: pool_size must be 0 or more, got {pool_size!r:.80}")
     front_door = data.get("front_door", True)  # (a client from before the front door)
     if not isinstance(front_door, bool):
         raise DaemonError(
@@ -161,12 +149,15 @@ def _settings(data: dict[str, Any]) -> RelaySettings:
         )
     return RelaySettings(
         **limits,
-        pool_size=pool_size,
         front_door=front_door,
         private=_typed(data, "private", bool),
         url_form=UrlForm(_typed(data, "url_form", str)),
         publish_rules=tuple(parse_rule(text, source) for text, source in publish),
     )
+
+
+def _wire_key(limit: Limit[float] | Limit[int]) -> str:
+    return limit.wire
 
 
 def _policy(data: object) -> Policy | None:
