@@ -46,6 +46,8 @@ SIGN_WINDOW = 60.0
 # How long the owner's agent may take to answer (one that asks its owner to confirm,
 # ssh-add -c, waits for a click): past it the request fails, the session goes on.
 OWNER_AGENT_TIMEOUT = 60.0
+# How long a closing connection may take to flush its last answers.
+CLOSE_TIMEOUT = 5.0
 # Bytes read from the socket at a time.
 READ_BYTES = 64 * 1024
 
@@ -126,8 +128,17 @@ class AgentBridge:
             except (ConnectionError, AgentWireError) as exc:
                 log.debug("ssh_agent.closed", reason=str(exc))
             finally:
+                # The answers written are flushed first; a client that never reads them
+                # holds its slot for CLOSE_TIMEOUT at most.
+                writer.close()
+                try:
+                    async with asyncio.timeout(CLOSE_TIMEOUT):
+                        await writer.wait_closed()
+                except TimeoutError:
+                    writer.transport.abort()
+                except OSError:
+                    pass
                 self._active -= 1
-                writer.transport.abort()
 
     async def _serve_messages(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
