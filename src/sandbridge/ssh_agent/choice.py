@@ -52,6 +52,15 @@ class KeyChoice:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """What a session's ssh-agent bridge serves: the chosen keys, from the owner's agent
+    at ``owner_agent`` (the host's ``SSH_AUTH_SOCK``)."""
+
+    choice: KeyChoice
+    owner_agent: str
+
+
 def parse_choice(values: Iterable[str], source: str = "--ssh-agent") -> KeyChoice:
     """The keys ``values`` name (each a comma-separated list); ``source`` names where
     they came from in a refusal (the flag, or the config file's line)."""

@@ -104,7 +104,8 @@ class AgentBridge:
         return [(blob, comment) for blob, comment in pairs if self.choice.offers(blob, comment)]
 
     async def start(self) -> None:
-        """Listen on :attr:`path` (0600)."""
+        """Check the owner's agent (:meth:`check`), then listen on :attr:`path` (0600)."""
+        await self.check()
         self._server = PacedServer(
             self._serve, bind_unix_socket(self.path), AGENT_CONNECTION_RATE, 1.0
         )
