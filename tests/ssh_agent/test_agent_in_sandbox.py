@@ -14,6 +14,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def checks(process: Process) -> dict[str, str]:
     }
 
 
-def status(session: str) -> list[dict[str, object]]:
+def status(session: str) -> list[dict[str, Any]]:
     shown = subprocess.run(
         [*SANDBRIDGE, "status", "--json", session],
         capture_output=True,
@@ -99,7 +100,7 @@ def status(session: str) -> list[dict[str, object]]:
         check=True,
         timeout=60,
     )
-    report: list[dict[str, object]] = json.loads(shown.stdout)
+    report: list[dict[str, Any]] = json.loads(shown.stdout)
     return report
 
 
@@ -139,7 +140,7 @@ def test_the_sandbox_lists_logs_in_and_signs_commits_with_the_chosen_key_alone(
     assert found["LOGIN_OTHER"] == "255"
     assert (found["COMMIT"], found["VERIFY"]) == ("0", "0")
     assert found["OWNER_VISIBLE"] == "1"
-    [count] = report["ssh_agent"]  # type: ignore[misc]
+    [count] = report["ssh_agent"]
     assert count["key"] == owner.chosen.fingerprint
     assert count["signed"] == 2  # the login and the commit
     assert count["last_for"] == "signature in namespace 'git' (sha512)"
