@@ -28,7 +28,13 @@ def test_selectors_no_key_answers_to_are_named() -> None:
     assert choice.unmatched([(b"chosen", b"x"), (b"k", b"deploy")]) == ["gone"]
 
 
+def test_always_is_the_mode_a_key_may_name() -> None:
+    assert parse_choice([f"{FPR}:always,deploy:always"]) == parse_choice([f"{FPR},deploy"])
+
+
 REFUSED = [
+    (f"{FPR}:each", "asking before signatures \\(each\\) is not served yet"),
+    ("deploy:session", "asking before signatures \\(session\\) is not served yet"),
     ("all", "every key is never offered"),
     ("ALL", "every key is never offered"),
     ("*", "every key is never offered"),

@@ -5,6 +5,11 @@ The value is a comma-separated list of keys, each named by its SHA256 fingerprin
 may be given more than once; the owner's config key ``ssh_agent = ...`` takes the same
 value (:func:`parse_choice` is the one parser of both). There is no ``all``: a key the
 owner added to the agent for something else is never offered by default.
+
+A key may carry its confirmation mode, ``KEY:always`` (the one served now: every
+signature is made without asking, and logged). ``KEY:session`` and ``KEY:each`` (ask
+the owner once per session, or before each signature) are refused by name until the
+owner's question machinery asks about signatures (docs/ssh-agent.md).
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from sandbridge.protocol.ssh_agent import fingerprint
 _FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
 # The words that would look like "every key" and are refused as such.
 _EVERY_KEY = frozenset({"all", "*", "any"})
+# The confirmation modes a key may name, and the ones not served yet.
+ALWAYS = "always"
+NOT_SERVED_MODES = frozenset({"session", "each"})
 # A comment longer than this is not one a person typed to choose a key.
 MAX_SELECTOR_CHARS = 200
 
@@ -84,6 +92,15 @@ def parse_choice(values: Iterable[str], source: str = "--ssh-agent") -> KeyChoic
                     f"{source} {selector[:MAX_SELECTOR_CHARS]!r}: not a key name; name "
                     "each key by its SHA256 fingerprint or comment as ssh-add -l prints them"
                 )
+            name, _, mode = selector.rpartition(":")
+            if mode in NOT_SERVED_MODES and name:
+                raise PolicyError(
+                    f"{source} {selector!r}: asking before signatures ({mode}) is not "
+                    f"served yet; every chosen key signs without asking and each signature "
+                    f"is logged: name the key alone, or as {name}:{ALWAYS}"
+                )
+            if mode == ALWAYS and name:
+                selector = name
             if selector.startswith("SHA256:"):
                 if not _FINGERPRINT.fullmatch(selector):
                     raise PolicyError(
