@@ -27,11 +27,21 @@ from tests.ssh_agent.owner_agent import OwnerAgent, start_owner_agent
 
 
 class Bridge:
-    def __init__(self, path: Path, owner: OwnerAgent, selectors: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        owner: OwnerAgent,
+        selectors: str,
+        max_signatures: int = server.MAX_SIGNATURES,
+    ) -> None:
         self.path = path
         self.log_dir = path.parent
         self.bridge = AgentBridge(
-            path, parse_choice([selectors]), str(owner.socket), SignatureLog(self.log_dir)
+            path,
+            parse_choice([selectors]),
+            str(owner.socket),
+            SignatureLog(self.log_dir),
+            max_signatures=max_signatures,
         )
         self.errors: list[dict[str, object]] = []
         self._ready = threading.Event()
@@ -148,18 +158,26 @@ def test_lock_unlock_and_extensions_get_failure(bridge: Bridge, body: bytes) -> 
     assert exchange(bridge.path, framed(body)) == wire.failure()
 
 
-def test_a_signature_with_the_chosen_key_verifies_and_is_logged_with_its_namespace(
-    bridge: Bridge, owner: OwnerAgent, tmp_path: Path
-) -> None:
-    message = tmp_path / "message"
-    message.write_text("signed text\n")
-    signed = subprocess.run(
-        ["ssh-keygen", "-Y", "sign", "-n", "git", "-f", f"{owner.chosen.path}.pub", str(message)],
+def sign(bridge: Bridge, owner: OwnerAgent, message: Path) -> subprocess.CompletedProcess[str]:
+    """``ssh-keygen -Y sign`` of ``message`` with the chosen key through the bridge (its
+    public half alone: ssh-keygen would sign with a private key file beside it)."""
+    public = message.with_name("chosen-public-only.pub")
+    public.write_text(owner.chosen.public + "\n")
+    return subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(public), str(message)],
         env=bridge.env(),
         capture_output=True,
         text=True,
         timeout=30,
     )
+
+
+def test_a_signature_with_the_chosen_key_verifies_and_is_logged_with_its_namespace(
+    bridge: Bridge, owner: OwnerAgent, tmp_path: Path
+) -> None:
+    message = tmp_path / "message"
+    message.write_text("signed text\n")
+    signed = sign(bridge, owner, message)
     assert signed.returncode == 0, signed.stderr
     allowed = tmp_path / "allowed"
     allowed.write_text(f"me {owner.chosen.public}\n")
@@ -257,3 +275,33 @@ def test_an_owner_agent_that_does_not_answer_is_refused_at_start(tmp_path: Path)
     )
     with pytest.raises(PolicyError, match=r"none\.sock does not answer"):
         asyncio.run(bridge.check())
+
+
+def test_signatures_past_the_rate_limit_get_failure_and_are_logged(
+    tmp_path: Path, owner: OwnerAgent
+) -> None:
+    running = Bridge(tmp_path / "limited.sock", owner, "chosen", max_signatures=2)
+    try:
+        codes = []
+        for attempt in range(3):
+            message = tmp_path / f"message{attempt}"
+            message.write_text("x")
+            codes.append(sign(running, owner, message).returncode)
+    finally:
+        running.stop()
+    assert codes[:2] == [0, 0] and codes[2] != 0
+    assert [line["decision"] for line in running.log_lines()] == ["signed", "signed", "refused"]
+    assert running.log_lines()[2]["reason"] == "over 2 signatures in 60 s"
+
+
+def test_a_key_the_owner_removes_is_no_longer_listed_nor_signed_with(
+    bridge: Bridge, owner: OwnerAgent
+) -> None:
+    subprocess.run(
+        ["ssh-add", "-d", f"{owner.chosen.path}.pub"], env=owner.env(), check=True,
+        capture_output=True,
+    )  # fmt: skip
+    assert ssh_add(bridge, "-l").stdout.split()[1:2] != [owner.chosen.fingerprint]
+    blob = base64.b64decode(owner.chosen.public.split()[1])
+    request = bytes([13]) + wire_string(blob) + wire_string(b"data") + struct.pack(">I", 0)
+    assert exchange(bridge.path, framed(request)) == wire.failure()

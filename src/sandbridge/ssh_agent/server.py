@@ -57,7 +57,12 @@ class AgentBridge:
     agent at ``owner_agent``."""
 
     def __init__(
-        self, path: Path, choice: KeyChoice, owner_agent: str, signatures: SignatureLog
+        self,
+        path: Path,
+        choice: KeyChoice,
+        owner_agent: str,
+        signatures: SignatureLog,
+        max_signatures: int = MAX_SIGNATURES,
     ) -> None:
         self.path = path
         self.choice = choice
@@ -66,7 +71,7 @@ class AgentBridge:
         self._server: PacedServer | None = None
         self._open = OpenConnections()
         self._active = 0
-        self._signatures = WindowLimit(MAX_SIGNATURES, SIGN_WINDOW)
+        self._signatures = WindowLimit(max_signatures, SIGN_WINDOW)
 
     async def _owner_keys(self) -> list[tuple[bytes, bytes]]:
         """Every key the owner's agent holds now, as ``(blob, comment)``."""
@@ -189,7 +194,7 @@ class AgentBridge:
         if not self._signatures.admit(loop.time()):
             self.log.record(
                 signed=False, key=key, comment=shown, offered=True, signed_for=signed_for,
-                reason=f"over {MAX_SIGNATURES} signatures in {SIGN_WINDOW:.0f} s",
+                reason=f"over {self._signatures.limit} signatures in {SIGN_WINDOW:.0f} s",
             )  # fmt: skip
             return wire.failure()
         try:
