@@ -17,6 +17,7 @@ from sandbridge.relay.host_opener import OpenSettings
 from sandbridge.relay.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import decode, encode
+from sandbridge.ssh_agent.choice import AgentSettings, parse_choice
 
 
 def options(tmp_path: Path) -> SessionOptions:
@@ -125,3 +126,11 @@ def test_an_older_clients_request_names_no_writable_places(tmp_path: Path) -> No
     data = encode(options(tmp_path))
     del data["writable"]
     assert decode(data).writable == ()
+
+
+def test_a_session_with_the_ssh_agent_bridge_is_never_sent_to_the_daemon(tmp_path: Path) -> None:
+    with_agent = dataclasses.replace(
+        options(tmp_path), ssh_agent=AgentSettings(parse_choice(["deploy"]), "/owner.sock")
+    )
+    with pytest.raises(DaemonError, match="served by its own process, not the daemon"):
+        encode(with_agent)

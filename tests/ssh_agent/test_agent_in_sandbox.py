@@ -173,3 +173,19 @@ def test_host_serves_the_agent_socket_in_the_runtime_dir(tmp_path: Path, owner: 
     finally:
         host.stop()
     assert listed.stdout.strip() == owner.chosen.public
+
+
+def test_with_the_daemon_running_the_run_serves_its_agent_itself(
+    xdg: Path, daemon: Process, owner: OwnerAgent, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    listed = subprocess.run(
+        run_argv(work, "ssh-add", "-l", options=("--ssh-agent", "chosen", "--net", "none")),
+        env=owner.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[1] == owner.chosen.fingerprint
