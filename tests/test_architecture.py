@@ -27,6 +27,8 @@ FLOORS = {
     "relay": 4,
     "terminals": 4,
     "egress": 4,
+    # the ssh-agent bridge: the sandbox's SSH_AUTH_SOCK, served from the owner's agent
+    "ssh_agent": 4,
     "places": 3,
     "aio": 2,
     "protocol": 1,

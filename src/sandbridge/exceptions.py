@@ -9,7 +9,8 @@ that what can be caught, and what each means, is read in one place::
     │   ├── JsonRefused           untrusted JSON refused (also a ValueError)
     │   ├── RegistrationError     a registration refused (the message goes back)
     │   ├── NotStreamCapable      the peer speaks v1 only
-    │   └── RemoteWireError       a message on a far machine's link broke the protocol
+    │   ├── RemoteWireError       a message on a far machine's link broke the protocol
+    │   └── AgentWireError        an ssh-agent message broke the agent protocol's framing
     ├── HttpError                 an HTTP message broke the rules (``status``)
     ├── AuthorityError            not ``host[:port]``
     ├── UpstreamError             the sandbox side of a request failed (a 502)
@@ -70,6 +71,11 @@ class NotStreamCapable(WireError):
 class RemoteWireError(WireError):
     """A message on the link to a far machine broke the protocol (docs/remote.md): the
     whole link is dropped, since its framing can no longer be trusted."""
+
+
+class AgentWireError(WireError):
+    """A message on the sandbox's ssh-agent socket broke the framing (docs/ssh-agent.md):
+    its length is over the limit, so the connection is closed rather than read on."""
 
 
 class HttpError(SandbridgeError):

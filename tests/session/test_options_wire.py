@@ -19,6 +19,7 @@ from sandbridge.relay.host_opener import OpenSettings
 from sandbridge.relay.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import decode, encode
+from sandbridge.ssh_agent.choice import AgentSettings, parse_choice
 
 
 def options(tmp_path: Path) -> SessionOptions:
@@ -171,3 +172,11 @@ def test_a_timeout_that_json_makes_no_finite_number_is_refused(tmp_path: Path, n
     data = json.loads(text.replace('"response_timeout": 1.0', f'"response_timeout": {number}'))
     with pytest.raises(DaemonError, match=r"^session options: response_timeout must be more "):
         decode(data)
+
+
+def test_a_session_with_the_ssh_agent_bridge_is_never_sent_to_the_daemon(tmp_path: Path) -> None:
+    with_agent = dataclasses.replace(
+        options(tmp_path), ssh_agent=AgentSettings(parse_choice(["deploy"]), "/owner.sock")
+    )
+    with pytest.raises(DaemonError, match="served by its own process, not the daemon"):
+        encode(with_agent)

@@ -18,6 +18,7 @@ from sandbridge.places.remotes import (
     remote_control_socket,
 )
 from sandbridge.protocol.far_sessions import FarRequest, FarSession
+from sandbridge.ssh_agent.signature_log import SignatureLog
 from sandbridge.terminals import control
 from sandbridge.terminals.control import short_path
 from sandbridge.ui.state import MAX_TTL, POLL_TIMEOUT, Answers, act, snapshot
@@ -378,3 +379,23 @@ def test_an_egress_reason_reaches_the_page_with_its_hidden_characters_shown(
     [row] = tables["egress_pending"]
     assert row["reason"] == "npm\\u202e needs\\u200b it\\x0areally \\\\x41"
     assert row["reason"].isprintable()
+
+
+def test_a_session_s_ssh_agent_signatures_are_counted_in_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    signing = SessionEntry.create("signing", tmp_path)
+    plain = SessionEntry.create("plain", tmp_path)
+    signatures = SignatureLog(signing.path)
+    for signed in (True, True, False):
+        signatures.record(
+            signed=signed, key="SHA256:k", comment="c", offered=True, signed_for="x", reason=""
+        )
+    try:
+        rows = {s["id"]: s["ssh_agent"] for s in snapshot()["sessions"]}
+    finally:
+        signing.remove()
+        plain.remove()
+    assert rows == {"signing": {"signed": 2, "refused": 1}, "plain": None}

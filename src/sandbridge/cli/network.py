@@ -230,6 +230,7 @@ def add_status_command(commands: Any) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     """``sandbridge status [SESSION]``: the egress log of one or every running session."""
     from sandbridge.egress.log import read_tally, summarise
+    from sandbridge.ssh_agent import signature_log
 
     if args.session:
         ids = [args.session]
@@ -241,6 +242,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             {
                 "session": session_id,
                 "egress": [asdict(t) for t in read_tally(session_path(session_id))],
+                "ssh_agent": [
+                    asdict(c) for c in signature_log.read_counts(session_path(session_id))
+                ],
             }
             for session_id in ids
         ]
@@ -251,6 +255,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     for session_id in ids:
         print(f"session {session_id}")
-        for line in summarise(read_tally(session_path(session_id))):
+        path = session_path(session_id)
+        for line in summarise(read_tally(path)) + signature_log.summarise(
+            signature_log.read_counts(path)
+        ):
             print(f"  {line}")
     return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.cli import app_lines
+from sandbridge.cli import app_lines, ssh_agent_options
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
 from sandbridge.cli.command_parser import CommandParser
@@ -37,6 +37,8 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import (
     EGRESS_SOCKET,
     MOUNT_POINT,
+    SANDBOX_SSH_AGENT_SOCKET,
+    SSH_AGENT_SOCKET,
 )
 from sandbridge.protocol.daemon_wire import owner_stopped
 from sandbridge.relay.app import App
@@ -112,6 +114,7 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     )
     network_cli.add_options(parser)
     add_relay_options(parser)
+    ssh_agent_options.add_options(parser)
     _add_no_daemon_option(parser)
 
 
@@ -155,7 +158,7 @@ def _spec_factory(
     if root is None or policy is None:
         root, in_git = locate(workdir)
         policy = network_cli.policy(args, workdir, (root, in_git))
-    env = {**policy.sandbox_env(), **parse_env(args.env)}
+    env = {**policy.sandbox_env(), **ssh_agent_options.sandbox_env(args), **parse_env(args.env)}
     if policy.mode.value is not NetMode.FULL:
         env[JUPYTER_PATH_ENV] = jupyter_config_path(env.get(JUPYTER_PATH_ENV))
     network = network_cli.sandbox_network(args, policy)
@@ -248,7 +251,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     _distrust_writable(args)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.print_policy and not args.dry_run:
-        return network_cli.inspect(args, None, args.backend)
+        status = network_cli.inspect(args, None, args.backend)
+        for line in ssh_agent_options.policy_lines(args):
+            print(line)
+        return status
     if not command:
         raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
     if args.dry_run:
@@ -263,6 +269,7 @@ def _run_session(
     # core file goes to the working directory (core_pattern "core"), the sandbox's to read.
     # The soft limit only: the sandbox inherits it and may raise it for its own processes.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    ssh_agent = ssh_agent_options.settings_of(args)  # refused before any session dir exists
     workdir = (args.workdir or Path.cwd()).resolve()
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
@@ -292,6 +299,7 @@ def _run_session(
                 on_unregister=_print_gone,
                 policy=policy,
                 open_settings=open_settings(args, policy),
+                ssh_agent=ssh_agent,
             ),
         )
     finally:
@@ -318,7 +326,8 @@ def _serve_here(args: argparse.Namespace) -> SessionRunner:
                 backend,
                 options,
                 on_session=_print_session,
-                daemon=None if args.no_daemon else connect_daemon(),
+                # The daemon never holds the owner's agent: such a run is served here.
+                daemon=None if args.no_daemon or args.ssh_agent else connect_daemon(),
             )
         )
 
@@ -376,8 +385,9 @@ def cmd_host(args: argparse.Namespace) -> int:
             open_settings=open_settings(args),
             policy=policy,
             terminal_socket=True,
+            ssh_agent=ssh_agent_options.settings_of(args),
         )
-        daemon = None if args.no_daemon else connect_daemon()
+        daemon = None if args.no_daemon or args.ssh_agent else connect_daemon()
         async with host_half(daemon, runtime_dir, options) as (entry, stop):
             _print_session(entry)
             print(
@@ -386,6 +396,13 @@ def cmd_host(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+            if args.ssh_agent:
+                print(
+                    f"sandbridge: ssh-agent on {runtime_dir.path / SSH_AGENT_SOCKET}; inside, "
+                    f"set SSH_AUTH_SOCK={SANDBOX_SSH_AGENT_SOCKET}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if policy is not None:
                 ports = " ".join(f"--gate-port {port}" for port in policy.gate_ports())
                 print(
@@ -508,6 +525,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     _add_no_daemon_option(host)
     add_relay_options(host)
+    ssh_agent_options.add_options(host)
     add_open_options(host)
     host.set_defaults(func=cmd_host)
 

@@ -29,6 +29,9 @@ EGRESS_SOCKET = "egress.sock"
 # terminal worker for each connection the host makes to it (a sandbox another runtime
 # starts, where the host has no private channel to hand over: docs/external-runtimes.md).
 TERMINAL_SOCKET = "terminal.sock"
+# sandbridge's own: the sandbox's SSH_AUTH_SOCK when the owner turns the ssh-agent bridge
+# on (docs/ssh-agent.md); served by the host from the owner's agent, chosen keys only.
+SSH_AGENT_SOCKET = "ssh-agent.sock"
 
 # The type of forwarding v1's request line on upstream.sock (protocol/v1.py).
 V1_REQUEST_TYPE = "http_request"
@@ -40,6 +43,7 @@ IN_SANDBOX_ENV = "SANDBRIDGE_SANDBOX"
 
 DEFAULT_RELAY_SOCKET = f"{MOUNT_POINT}/{RELAY_SOCKET}"
 DEFAULT_UPSTREAM_SOCKET = f"{MOUNT_POINT}/{UPSTREAM_SOCKET}"
+SANDBOX_SSH_AGENT_SOCKET = f"{MOUNT_POINT}/{SSH_AGENT_SOCKET}"
 
 # sandbridge's own state beside the runtime dirs: ``<base>/sandbridge-<uid>``, with each
 # session's control socket for the owner's commands.

@@ -5,7 +5,8 @@ this: :func:`open_session` owns the runtime dir it is given and the session's re
 entry, and starts what the session serves (the registration server and app listeners;
 the egress gate when the policy allows named destinations; the terminal broker when the
 host holds a channel to the sandbox's entry, or the sandbox serves ``terminal.sock``;
-the opener of the sandbox's open requests). Leaving the ``async with`` closes all of it
+the opener of the sandbox's open requests; the ssh-agent bridge when the owner chose
+keys). Leaving the ``async with`` closes all of it
 in the reverse order and removes the entry and the runtime dir, whatever ended it.
 """
 
@@ -16,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from sandbridge.egress.gate import EgressGate
 from sandbridge.egress.log import LOG_NAME, EgressLog
@@ -26,7 +27,7 @@ from sandbridge.exceptions import ControlRefusal, RegistrationError
 from sandbridge.places import host_commands
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.protocol.contract import EGRESS_SOCKET
+from sandbridge.protocol.contract import EGRESS_SOCKET, SSH_AGENT_SOCKET
 from sandbridge.relay.app import App
 from sandbridge.relay.host_opener import HostOpener, OpenSettings
 from sandbridge.relay.owned_upstream import PendingOwnedUpstream
@@ -38,6 +39,9 @@ from sandbridge.terminals.pending import FILE as PENDING_FILE
 from sandbridge.terminals.sandbox_channel import SandboxChannel
 from sandbridge.terminals.settings import TerminalSettings
 from sandbridge.terminals.worker_socket import WorkerSocket
+
+if TYPE_CHECKING:
+    from sandbridge.ssh_agent.server import AgentBridge
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class Session:
     ops: Mapping[str, OwnerOp]
     # The terminal broker (None: the session serves no terminals, nor a control socket).
     broker: TerminalBroker | None
+    # The ssh-agent bridge (None: the owner chose no keys for this session).
+    ssh_agent: AgentBridge | None = None
 
 
 def session_ops(
@@ -138,6 +144,38 @@ def _when_requests_change(
     return on_change
 
 
+def _worker_starter(options: SessionOptions, runtime_dir: RuntimeDir) -> WorkerStarter | None:
+    """How the session's terminal workers start, if it serves terminals."""
+    if options.terminal_channel is not None:
+        return SandboxChannel(options.terminal_channel)
+    if options.terminal_socket:
+        return WorkerSocket(runtime_dir.path)
+    return None
+
+
+def _ssh_agent(
+    options: SessionOptions,
+    runtime_dir: RuntimeDir,
+    entry: SessionEntry,
+    changed: Callable[[], None],
+) -> AgentBridge | None:
+    """The session's ssh-agent bridge, if the owner chose keys (its modules, asyncssh
+    among them, are imported only then)."""
+    if options.ssh_agent is None:
+        return None
+    from sandbridge.ssh_agent.server import AgentBridge
+    from sandbridge.ssh_agent.signature_log import SignatureLog
+
+    signatures = SignatureLog(entry.path)
+    signatures.on_record = changed
+    return AgentBridge(
+        runtime_dir.path / SSH_AGENT_SOCKET,
+        options.ssh_agent.choice,
+        options.ssh_agent.owner_agent,
+        signatures,
+    )
+
+
 @asynccontextmanager
 async def open_session(
     runtime_dir: RuntimeDir,
@@ -194,11 +232,7 @@ async def open_session(
         gate.requests.on_change = changed
     stop_requested = asyncio.Event()
     broker: TerminalBroker | None = None
-    starter: WorkerStarter | None = None
-    if options.terminal_channel is not None:
-        starter = SandboxChannel(options.terminal_channel)
-    elif options.terminal_socket:
-        starter = WorkerSocket(runtime_dir.path)
+    starter = _worker_starter(options, runtime_dir)
     owner_ops = session_ops(options, gate, host, stop_requested, entry.id)
     if starter is not None:
         # The owner's egress answers and session ops travel on the same control socket.
@@ -211,7 +245,12 @@ async def open_session(
             pending_path=entry.path / PENDING_FILE,
         )
         broker.on_change = _when_requests_change(broker, entry, told)
+    ssh_agent = _ssh_agent(options, runtime_dir, entry, changed)
     try:
+        if ssh_agent is not None:
+            # Before anything else is served: a chosen key the owner's agent lacks ends
+            # the session before its sandbox starts.
+            await ssh_agent.start()
         await host.start()
         # A daemon serving this session again after a restart: its apps come back.
         await host.restore(entry.record.apps)
@@ -220,8 +259,10 @@ async def open_session(
         if broker is not None:
             await broker.start()
             entry.touch()  # its control socket answers now: the readers may ask it
-        yield Session(entry, host, runtime_dir, stop_requested, owner_ops, broker)
+        yield Session(entry, host, runtime_dir, stop_requested, owner_ops, broker, ssh_agent)
     finally:
+        if ssh_agent is not None:
+            await ssh_agent.close()
         if broker is not None:
             await broker.close()
         if gate is not None:

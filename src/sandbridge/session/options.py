@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the host halves' modules (and the settings of some): not im
     from sandbridge.relay.app import App
     from sandbridge.relay.host_opener import OpenSettings
     from sandbridge.relay.settings import RelaySettings
+    from sandbridge.ssh_agent.choice import AgentSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,9 @@ class SessionOptions:
     # Called when anything the owner's dashboard shows of the session changes: an app
     # registered or gone, a terminal request or its move, an egress decision or request.
     on_change: Callable[[], None] | None = None
+    # The ssh-agent bridge (docs/ssh-agent.md): off unless the owner names keys. Served
+    # by the session's own process alone: the daemon never holds the owner's agent.
+    ssh_agent: AgentSettings | None = None
 
 
 def create_entry(

@@ -41,6 +41,11 @@ MAX_PATH_CHARS = 4096
 
 def encode(options: SessionOptions) -> dict[str, Any]:
     """``options`` as JSON-ready data (everything but callbacks and the channel)."""
+    if options.ssh_agent is not None:
+        # The daemon never holds the owner's agent: dropping the bridge here would start
+        # the sandbox without the agent the owner asked for (the CLI serves such a run
+        # itself; this is the guard behind it).
+        raise DaemonError("a session with --ssh-agent is served by its own process, not the daemon")
     settings = RelaySettings() if options.settings is None else options.settings
     opens = options.open_settings
     return {

@@ -23,8 +23,15 @@ from sandbridge.exceptions import (
     SandbridgeError,
     SessionError,
 )
-from sandbridge.places.registry import AppRecord, SessionRecord, list_sessions, validate_name
+from sandbridge.places.registry import (
+    AppRecord,
+    SessionRecord,
+    list_sessions,
+    session_path,
+    validate_name,
+)
 from sandbridge.places.remotes import RemoteRecord, list_remotes
+from sandbridge.ssh_agent.signature_log import read_counts
 from sandbridge.terminals import keys
 from sandbridge.terminals.config_dir import config_dir
 from sandbridge.terminals.control import Place, call
@@ -146,7 +153,8 @@ def _add_session(
         "command": None if info is None else " ".join(str(p) for p in info["command"]),
         "started": record.started,
         "network": None if info is None else str(info["network"]),
-        "egress": counts, "controllable": info is not None and answers.controllable,
+        "egress": counts, "ssh_agent": _signatures(record.id),
+        "controllable": info is not None and answers.controllable,
         "machine": None,
     }  # fmt: skip
     terminals = []
@@ -170,6 +178,21 @@ def _add_session(
         {**ask, "session": record.id, "reason": shown(str(ask["reason"]))}
         for ask in answers.pending
     ]
+
+
+def _signatures(session: str) -> dict[str, int] | None:
+    """The session's ssh-agent signatures, made and refused (None: no bridge, or none
+    asked for yet), from its session dir (ssh_agent/signature_log.py)."""
+    try:
+        counts = read_counts(session_path(session))
+    except SessionError:  # it ended since it was listed
+        return None
+    if not counts:
+        return None
+    return {
+        "signed": sum(c.signed for c in counts),
+        "refused": sum(c.refused for c in counts),
+    }
 
 
 def _add_machine(
@@ -198,7 +221,7 @@ def _add_machine(
             {
                 "id": str(place), "machine": machine, "workdir": far.workdir,
                 "command": far.command, "started": far.started, "network": far.network,
-                "egress": None, "controllable": False,
+                "egress": None, "ssh_agent": None, "controllable": False,
                 "stop_note": FAR_STOP.format(machine=machine),
             }
         )  # fmt: skip

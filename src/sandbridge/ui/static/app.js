@@ -199,6 +199,7 @@ function renderSession(row, s) {
   cell(row, uptime(secondsSince(s.started)), "uptime").dataset.started = String(s.started);
   cell(row, s.network);
   cell(row, s.egress ? `${s.egress.allowed} allowed, ${s.egress.refused} refused` : null);
+  cell(row, s.ssh_agent ? `${s.ssh_agent.signed} signed, ${s.ssh_agent.refused} refused` : null);
   const td = cell(row, "");
   if (s.controllable && confirmingStop.has(s.id)) {
     const ask = document.createElement("span");
@@ -343,7 +344,7 @@ function render(tables) {
   shown = tables;
   const ids = new Set(tables.sessions.map((s) => s.id));
   for (const id of confirmingStop) if (!ids.has(id)) confirmingStop.delete(id);
-  fill("sessions", tables.sessions, renderSession, 8);
+  fill("sessions", tables.sessions, renderSession, 9);
   fill("apps", tables.apps, renderApp, 6);
   fill("terminals", tables.terminals, renderTerminal, 9);
   fill("egress-pending", tables.egress_pending, renderPending, 6);

@@ -1,0 +1,62 @@
+"""``--ssh-agent KEY[,KEY...]`` on ``run`` and ``host`` (docs/ssh-agent.md).
+
+The value's parse is :func:`sandbridge.ssh_agent.choice.parse_choice`, the one the owner's
+config key ``ssh_agent = ...`` uses too. The project's ``.sandbridge/`` never turns it on.
+A session with the bridge is served by its own process: the daemon does not hold the
+owner's agent socket (the run builder and ``_serve_here`` leave such a run to it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.protocol.contract import SANDBOX_SSH_AGENT_SOCKET
+from sandbridge.ssh_agent.choice import AgentSettings, parse_choice
+
+SSH_AUTH_SOCK = "SSH_AUTH_SOCK"
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The flag, on ``run`` and ``host``."""
+    parser.add_argument(
+        "--ssh-agent",
+        action="append",
+        default=[],
+        metavar="KEY[,KEY...]",
+        help="give the sandbox an SSH_AUTH_SOCK that lists and signs with these keys of "
+        "your agent alone (SHA256 fingerprint or comment, as ssh-add -l prints them)",
+    )
+
+
+def settings_of(args: argparse.Namespace) -> AgentSettings | None:
+    """The session's ssh-agent settings (None: the flag was not given); refuses a
+    malformed choice, or a host without an agent."""
+    if not args.ssh_agent:
+        return None
+    choice = parse_choice(args.ssh_agent)
+    owner_agent = os.environ.get(SSH_AUTH_SOCK, "")
+    if not owner_agent:
+        raise SandbridgeError(
+            "--ssh-agent: SSH_AUTH_SOCK is not set here; start your ssh-agent "
+            '(eval "$(ssh-agent)") and ssh-add the keys, then run again'
+        )
+    return AgentSettings(choice, owner_agent)
+
+
+def sandbox_env(args: argparse.Namespace) -> dict[str, str]:
+    """The sandbox's ``SSH_AUTH_SOCK`` when the bridge is on (its own socket, never the
+    owner's)."""
+    return {SSH_AUTH_SOCK: SANDBOX_SSH_AGENT_SOCKET} if args.ssh_agent else {}
+
+
+def policy_lines(args: argparse.Namespace) -> list[str]:
+    """What ``--print-policy`` says of the bridge."""
+    if not args.ssh_agent:
+        return ["ssh-agent: off (--ssh-agent KEY turns it on)"]
+    keys = ", ".join(parse_choice(args.ssh_agent).selectors())
+    return [
+        f"ssh-agent: on at {SANDBOX_SSH_AGENT_SOCKET} (--ssh-agent): lists and signs with "
+        f"{keys}; every other agent request refused; each signature logged"
+    ]

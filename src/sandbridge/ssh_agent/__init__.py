@@ -1,0 +1,1 @@
+"""The ssh-agent bridge: the sandbox signs with the keys the owner chose, never holds them."""

@@ -1,0 +1,137 @@
+"""The session's ssh-agent decisions: a bounded detail log and per-key counts.
+
+Each line of ``ssh-agent.jsonl``: ``{"time": ..., "decision": "signed"|"refused",
+"key": "SHA256:...", "comment": "...", "for": "...", "reason": "..."}``: which key, and
+what the signature was for as far as the signed data says (protocol/ssh_agent.py). The
+data signed and the signature are never written. Past :data:`MAX_LOG_BYTES` the file is
+renamed to ``ssh-agent.jsonl.1`` and a new one begins, as the egress log does.
+
+``ssh-agent-counts.json`` holds what ``sandbridge status`` and the dashboard show: per
+key, how many signatures were made and refused. It is written whole (write, then
+rename) after each decision; it names the chosen keys and one line for every other key
+the sandbox asked for, so the sandbox cannot grow it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sandbridge import log
+from sandbridge.protocol.jsonline import decode_json
+
+LOG_NAME = "ssh-agent.jsonl"
+COUNTS_NAME = "ssh-agent-counts.json"
+# 1 MiB holds ~4000 decisions: far more than a day of pushes and signed commits.
+MAX_LOG_BYTES = 1024 * 1024
+# Where the requests for keys the owner did not choose are counted, whatever key.
+OTHER_KEYS = "(keys not offered)"
+# A counts file larger than this is not one sandbridge wrote.
+MAX_COUNTS_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCount:
+    """One key's signatures in this session."""
+
+    key: str
+    comment: str
+    signed: int = 0
+    refused: int = 0
+    last: float = 0.0
+    last_for: str = ""
+
+
+class SignatureLog:
+    """Writes the session's ssh-agent decisions into its session dir ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOG_NAME
+        self.counts_path = directory / COUNTS_NAME
+        self._counts: dict[str, KeyCount] = {}
+        # Called after each decision (the registry's watchers, the dashboard).
+        self.on_record: Callable[[], None] | None = None
+
+    def record(  # noqa: PLR0913  (keyword-only: one line's fields)
+        self, *, signed: bool, key: str, comment: str, offered: bool, signed_for: str, reason: str
+    ) -> None:
+        """Log one sign request's decision and count it under its key."""
+        now = time.time()
+        decision = "signed" if signed else "refused"
+        line = json.dumps(
+            {
+                "time": now, "decision": decision, "key": key, "comment": comment,
+                "for": signed_for, "reason": reason,
+            }
+        )  # fmt: skip
+        log.info("ssh_agent.sign", decision=decision, key=key, signed_for=signed_for, reason=reason)
+        self._append(line)
+        name = key if offered else OTHER_KEYS
+        before = self._counts.get(name, KeyCount(name, comment if offered else ""))
+        self._counts[name] = KeyCount(
+            name,
+            before.comment,
+            before.signed + signed,
+            before.refused + (not signed),
+            now,
+            signed_for,
+        )
+        self._write_counts()
+        if self.on_record is not None:
+            self.on_record()
+
+    def counts(self) -> list[KeyCount]:
+        """This session's counts, by key."""
+        return sorted(self._counts.values(), key=lambda c: c.key)
+
+    def _append(self, line: str) -> None:
+        try:
+            if self.path.exists() and self.path.stat().st_size > MAX_LOG_BYTES:
+                os.replace(self.path, self.path.with_name(LOG_NAME + ".1"))
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "a") as out:
+                out.write(line + "\n")
+        except OSError as exc:  # the session dir gone at teardown: the count still holds
+            log.debug("ssh_agent.log_failed", error=str(exc))
+
+    def _write_counts(self) -> None:
+        temporary = self.counts_path.with_name(COUNTS_NAME + ".new")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump([asdict(c) for c in self.counts()], out)
+            os.replace(temporary, self.counts_path)
+        except OSError as exc:
+            log.debug("ssh_agent.counts_failed", error=str(exc))
+
+
+def read_counts(session_dir: Path) -> list[KeyCount]:
+    """The counts a session's dir holds (none: the session offers no ssh-agent, or has
+    signed nothing yet)."""
+    try:
+        data = (session_dir / COUNTS_NAME).read_bytes()[:MAX_COUNTS_BYTES]
+        rows = decode_json(data)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(rows, list):
+        return []
+    counts = []
+    for row in rows:
+        try:
+            counts.append(KeyCount(**row))
+        except TypeError:
+            continue
+    return counts
+
+
+def summarise(counts: list[KeyCount]) -> list[str]:
+    """``sandbridge status``'s lines for the counts."""
+    return [
+        f"ssh-agent {c.key} {c.comment}: {c.signed} signed, {c.refused} refused"
+        + (f"; last: {c.last_for}" if c.last_for else "")
+        for c in counts
+    ]

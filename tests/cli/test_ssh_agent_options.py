@@ -1,0 +1,90 @@
+"""``--ssh-agent`` on the command line, as a real process: listed by ``--print-policy``,
+refused (one line, status 2, no session made) where it cannot be served, and never
+turned on by the project's own ``.sandbridge/``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbridge.places.registry import list_sessions
+from tests.conftest import SANDBRIDGE
+from tests.ssh_agent.owner_agent import OwnerAgent, start_owner_agent
+
+
+@pytest.fixture
+def owner(tmp_path: Path) -> Iterator[OwnerAgent]:
+    (tmp_path / "owner").mkdir()
+    agent = start_owner_agent(tmp_path / "owner")
+    yield agent
+    agent.stop()
+
+
+def sandbridge(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SANDBRIDGE, *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_print_policy_says_the_bridge_is_off_by_default(tmp_path: Path, xdg: Path) -> None:
+    shown = sandbridge(tmp_path, dict(os.environ), "run", "--print-policy", "--", "true")
+    assert "ssh-agent: off (--ssh-agent KEY turns it on)" in shown.stdout
+
+
+def test_print_policy_lists_the_chosen_keys(tmp_path: Path, xdg: Path, owner: OwnerAgent) -> None:
+    shown = sandbridge(
+        tmp_path, owner.env(), "run", "--print-policy",
+        "--ssh-agent", f"{owner.chosen.fingerprint},deploy", "--", "true",
+    )  # fmt: skip
+    assert (
+        "ssh-agent: on at /run/ags-webview-relay/ssh-agent.sock (--ssh-agent): lists and "
+        f"signs with {owner.chosen.fingerprint}, deploy;"
+    ) in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("all", "sandbridge: --ssh-agent 'all': every key is never offered"),
+        ("gone", "sandbridge: --ssh-agent gone: no key in the owner's agent"),
+    ],
+)
+def test_a_choice_that_cannot_be_served_ends_the_run_before_its_sandbox(
+    tmp_path: Path, xdg: Path, owner: OwnerAgent, value: str, says: str
+) -> None:
+    marker = tmp_path / "ran"
+    result = sandbridge(
+        tmp_path, owner.env(), "run", "--no-daemon", "--ssh-agent", value,
+        "--", "touch", str(marker),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert says in result.stderr
+    assert not marker.exists()
+    assert list_sessions() == []
+
+
+def test_without_an_agent_on_the_host_the_flag_is_refused(tmp_path: Path, xdg: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    result = sandbridge(tmp_path, env, "run", "--ssh-agent", "deploy", "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.startswith("sandbridge: --ssh-agent: SSH_AUTH_SOCK is not set here")
+
+
+def test_the_projects_config_cannot_turn_it_on(
+    tmp_path: Path, xdg: Path, owner: OwnerAgent
+) -> None:
+    (tmp_path / ".sandbridge").mkdir()
+    (tmp_path / ".sandbridge" / "config").write_text(f"ssh_agent = {owner.chosen.fingerprint}\n")
+    result = sandbridge(tmp_path, owner.env(), "run", "--print-policy", "--", "true")
+    assert result.returncode == 2
+    assert "sandbridge: .sandbridge/config:1: unknown key 'ssh_agent'" in result.stderr
