@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import select
 import shutil
@@ -16,16 +17,19 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
+from sandbridge.exceptions import ControlError
 from sandbridge.terminals import keys
 from sandbridge.ui.server import Dashboard as ServedDashboard
-from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, port_is_open
+from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, port_is_open, run_argv
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.egress.test_in_sandbox import in_world
+from tests.egress.test_requests_in_sandbox import ALLOW_TEXT, ASKER, World
 from tests.terminals.harness import PROMPT, TerminalSession, finish
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
@@ -222,6 +226,100 @@ def test_a_pending_request_shows_the_warning_the_owner_must_read(
         session.stop()
 
 
+# What Chromium logs as an error for a refused action (the dashboard answers 409).
+CONFLICT = "Failed to load resource: the server responded with a status of 409 (Conflict)"
+
+
+def _mirror_asker(tmp_path: Path) -> World:
+    """A session (bwrap) in the test-made internet whose sandbox asks for mirror.test:80
+    (192.0.2.3: not a global address, as a company mirror's), then fetches from it."""
+    work = tmp_path / "work"
+    (work / ".sandbridge").mkdir(parents=True)
+    (work / ".sandbridge" / "allow").write_text(ALLOW_TEXT)
+    (work / ".sandbridge" / "config").write_text("resolver = 127.0.0.1:5353\n")
+    fifo = work / "go"
+    os.mkfifo(fifo)
+    # Short names: the runtime dir holds sockets (107 bytes to a path at most).
+    places = {"XDG_RUNTIME_DIR": "xdg", "XDG_CONFIG_HOME": "config", "XDG_STATE_HOME": "state"}
+    env = {**os.environ, **{name: str(tmp_path / short) for name, short in places.items()}}
+    for short in places.values():
+        (tmp_path / short).mkdir(mode=0o700)
+    steps = [
+        ["ask", "ask", "mirror.test:80", "--reason", "the company's package mirror"],
+        ["fetch", "after", "http://mirror.test/m1"],
+    ]
+    argv = run_argv(
+        work, PYTHON, ASKER, str(fifo), json.dumps(steps), options=("--backend", "bwrap")
+    )
+    return World(in_world(argv, env), env, fifo, work)
+
+
+def test_a_mirror_name_refused_as_plain_is_granted_from_the_page_as_private(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # The proxy refuses every connection to a name of non-global addresses only unless its
+    # grant says private: the session refuses the plain grant (needs_private), and the page
+    # offered nothing else than that refusal's text, which named a CLI command.
+    world = _mirror_asker(tmp_path)
+    ui = Process([*SANDBRIDGE, "ui", "--print-url"], env=world.env)
+    context = browser.new_context()
+    try:
+        request_id = world.asked("mirror.test:80")
+        page = context.new_page()
+        errors = console_errors(page)
+        page.goto(ui.wait_line("http://"))
+        row = page.locator("#egress-pending tbody tr", has_text=request_id)
+        expect(row.locator("td").nth(4)).to_have_text("—")
+        expect(row.get_by_role("button", name=re.compile("as private"))).to_have_count(0)
+        plain = row.get_by_role(
+            "button", name=f"Allow for the session: egress request {request_id}"
+        )
+        expect(plain).not_to_have_attribute("aria-disabled", "true")
+        plain.click()
+        expect(page.locator("#status")).to_have_text(
+            f"not approved: {request_id} can only be granted as private (its row says why)"
+        )
+        caution = row.locator("td.caution")
+        expect(caution).to_contain_text(
+            "WARNING: mirror.test resolves to 192.0.2.3 (private) and no global address"
+        )
+        expect(caution).to_contain_text(
+            "lets the proxy connect the name to whatever address its DNS gives, this host's "
+            "loopback included"
+        )
+        expect(row.get_by_role("button")).to_have_text(
+            ["Allow once as private", "Allow for the session as private",
+             "Allow and save as private", "Deny"]
+        )  # fmt: skip
+        [pending] = json.loads(world.egress("pending", "--json").stdout)
+        assert pending["id"] == request_id, "the refused grant left the request pending"
+        private = row.get_by_role(
+            "button", name=f"Allow for the session as private: egress request {request_id}"
+        )
+        expect(private).not_to_have_attribute("aria-disabled", "true")
+        private.click()
+        expect(page.locator("#status")).to_have_text(
+            f"approved {request_id}: mirror.test:80 private, until the session ends"
+        )
+        expect(page.locator("#egress-pending tbody")).to_contain_text("none")
+        stderr = world.finish()
+        assert errors == [CONFLICT]  # the plain grant's refusal: Chromium logs a 409
+    finally:
+        context.close()
+        ui.stop()
+        if world.process.popen.poll() is None:
+            world.process.stop()
+    assert (
+        f"sandbridge: egress request {request_id} approved (session): mirror.test:80 private"
+        in (stderr)
+    )
+    steps = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in world.process.lines["stdout"]
+             if line.startswith("STEP ")}  # fmt: skip
+    assert json.loads(steps["ask"])["rc"] == 0, steps["ask"]
+    assert steps["after"].startswith("status=200"), steps["after"]
+    assert sum(line.startswith("HIT mirror80 ") for line in stderr) == 1
+
+
 def test_stopping_a_session_from_the_page_by_keyboard_asks_then_ends_its_sandbox(
     page: Page, session: TerminalSession
 ) -> None:
@@ -256,7 +354,11 @@ class ScriptedDashboard:
     """The page's own server (``ui/server.py``) in a thread of its own, over tables the test
     sets: what a hostile session or far machine could make them, at the moment it picks."""
 
-    def __init__(self, tables: dict[str, list[dict[str, object]]]) -> None:
+    def __init__(
+        self,
+        tables: dict[str, list[dict[str, object]]],
+        answer: Callable[[dict[str, object]], dict[str, object]] = lambda body: {},
+    ) -> None:
         self.tables = tables
         self.actions: list[dict[str, object]] = []
         self._loop = asyncio.new_event_loop()
@@ -269,7 +371,7 @@ class ScriptedDashboard:
 
         def action(body: dict[str, object]) -> dict[str, object]:
             self.actions.append(body)
-            return {}
+            return answer(body)
 
         self.server = ServedDashboard(snapshot, action, refresh=3600.0)
         asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(10)
@@ -481,6 +583,67 @@ def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: 
         expect(page.locator("#status")).to_have_text("approved b:good.exa")
         assert [a["id"] for a in served.actions] == ["b:good.exa"]
         assert errors == []
+    finally:
+        context.close()
+        served.close()
+
+
+def test_only_a_row_its_session_refused_as_plain_offers_the_grant_as_private(
+    browser: Browser,
+) -> None:
+    # The page sends private only for a request its session said needs it; the refusal's
+    # words are the session's, so they are shown as text.
+    refusal = f"a.test resolves to 10.0.0.8 (private) and no global address {HOSTILE}"
+
+    def answer(body: dict[str, object]) -> dict[str, object]:
+        if body["id"] == "a:a.test:4" and body.get("private") is not True:
+            raise ControlError("needs_private", refusal)
+        if body["id"] == "b:b.test:4":
+            raise ControlError("not_pending", "egress request b:b.test:4 is expired")
+        return {"id": body["id"], "state": "approved", "scope": body["scope"],
+                "destination": "a.test:443 private", "saved": "/p/.sandbridge/allow"}  # fmt: skip
+
+    served = ScriptedDashboard(_asking(("a", "a.test:443"), ("b", "b.test:443")), answer)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        errors = console_errors(page)
+        page.goto(served.url)
+        a_row = page.locator("#egress-pending tbody tr", has_text="a:a.test:4")
+        b_row = page.locator("#egress-pending tbody tr", has_text="b:b.test:4")
+        b_once = b_row.get_by_role("button", name="Allow once: egress request b:b.test:4")
+        expect(b_once).not_to_have_attribute("aria-disabled", "true")
+        b_once.click()
+        expect(page.locator("#status")).to_have_text(
+            "refused: egress request b:b.test:4 is expired"
+        )
+        a_once = a_row.get_by_role("button", name="Allow once: egress request a:a.test:4")
+        expect(a_once).not_to_have_attribute("aria-disabled", "true")
+        a_once.click()
+        expect(a_row.locator("td.caution")).to_have_text(f"WARNING: {refusal}")
+        assert page.locator("#egress-pending img, #egress-pending script").count() == 0
+        expect(page.get_by_role("button", name=re.compile("as private"))).to_have_count(3)
+        expect(b_row.get_by_role("button", name=re.compile("as private"))).to_have_count(0)
+        # The new buttons sit where the plain ones were: a second click is not a grant.
+        assert page.evaluate("document.activeElement.getAttribute('aria-label')") == (
+            "Deny egress request a:a.test:4"
+        )
+        save = a_row.get_by_role(
+            "button", name="Allow and save as private: egress request a:a.test:4"
+        )
+        expect(save).not_to_have_attribute("aria-disabled", "true")
+        save.click()
+        expect(page.locator("#status")).to_have_text(
+            "approved a:a.test:4: a.test:443 private, until the session ends; "
+            "saved to /p/.sandbridge/allow"
+        )
+        sent = [(a["id"], a["scope"], a["save"], a["private"]) for a in served.actions]
+        assert sent == [
+            ("b:b.test:4", "once", False, False),
+            ("a:a.test:4", "once", False, False),
+            ("a:a.test:4", "session", True, True),
+        ]
+        assert errors == [CONFLICT] * 2  # the two refusals: Chromium logs each 409
     finally:
         context.close()
         served.close()

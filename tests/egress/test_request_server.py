@@ -359,8 +359,9 @@ def test_a_name_of_non_global_addresses_only_is_granted_only_as_private(
     assert refused.value.code == "needs_private"
     assert str(refused.value) == (
         "app.test resolves to 127.0.0.1 (loopback) and no global address; a grant of "
-        f"{target} would be refused at every connection: approve it with --private "
-        f"(sandbridge egress approve {answer['id']} --private), which lets the proxy connect "
+        f"{target} would be refused at every connection: approve it as private "
+        f"(sandbridge egress approve {answer['id']} --private, or the dashboard's \"as "
+        'private" buttons), which lets the proxy connect '
         "the name to whatever address its DNS gives, this host's loopback included, or deny it"
     )
     assert [r["id"] for r in host.owner("egress_pending")["requests"]] == [answer["id"]]

@@ -360,7 +360,7 @@ def test_a_mirror_name_is_granted_only_as_private_and_then_takes_effect(
     # Not reported as granted: the proxy would refuse every connection without private.
     assert plain.returncode != 0 and "approved" not in plain.stdout
     assert "mirror.test resolves to 192.0.2.3 (private) and no global address" in plain.stderr
-    assert f"approve it with --private (sandbridge egress approve {request_id} --private)" in (
+    assert f"approve it as private (sandbridge egress approve {request_id} --private," in (
         plain.stderr
     )
     assert private.returncode == 0, private.stderr

@@ -40,12 +40,63 @@ from tests.conftest import silent_unix_server
         ({"action": "terminal_deny", "id": "web"}, "expected SESSION:XXXXXXXX"),
         ({"action": "egress_approve", "session": "web", "id": "x", "scope": "forever"},
          "scope must be once or session, got 'forever'"),
+        ({"action": "egress_approve", "session": "web", "id": "x", "scope": "once",
+          "private": "true"}, "private must be true or false, got 'true'"),
+        ({"action": "egress_approve", "session": "web", "id": "x", "scope": "once",
+          "private": 1}, "private must be true or false, got 1"),
+        ({"action": "egress_approve", "session": "web", "id": "x", "scope": "session",
+          "private": None}, "private must be true or false, got None"),
     ],
 )  # fmt: skip
 def test_a_bad_action_is_refused_naming_the_value(body: dict[str, object], says: str) -> None:
     with pytest.raises(SandbridgeError) as refused:
         act(body)
     assert says in str(refused.value)
+
+
+def answering_control_socket(path: Path, answer: dict[str, object]) -> list[dict[str, object]]:
+    """A session's control socket at ``path`` that answers one request with ``answer``:
+    the requests it was sent, once it has answered."""
+    server = socket.socket(socket.AF_UNIX)
+    with short_path(path) as short:
+        server.bind(str(short))
+    server.listen(1)
+    received: list[dict[str, object]] = []
+
+    def serve() -> None:
+        with server, server.accept()[0] as connection, connection.makefile("rwb") as file:
+            received.append(json.loads(file.readline()))
+            file.write(json.dumps(answer).encode() + b"\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return received
+
+
+@pytest.mark.parametrize(
+    ("sent", "private"),
+    [({"private": True}, True), ({"private": False}, False), ({}, False)],
+    ids=["private", "not-private", "not-said"],
+)
+def test_an_egress_approval_sends_the_session_private_only_as_the_page_said_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sent: dict[str, object], private: bool
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = SessionEntry.create("web", tmp_path)
+    granted = "mirror.test:80 private" if private else "mirror.test:80"
+    answer = {"ok": True, "id": "web:0123abcd", "state": "approved", "scope": "session",
+              "destination": granted, "saved": None}  # fmt: skip
+    received = answering_control_socket(entry.control_socket, answer)
+    try:
+        body = {"action": "egress_approve", "session": "web", "id": "web:0123abcd"}
+        result = act({**body, "scope": "session", "save": False, **sent})
+    finally:
+        entry.remove()
+    assert received == [
+        {"op": "egress_approve", "id": "web:0123abcd", "scope": "session", "save": False,
+         "private": private}
+    ]  # fmt: skip
+    assert result["destination"] == granted
 
 
 def test_without_sessions_the_tables_are_empty_and_no_key_is_made(

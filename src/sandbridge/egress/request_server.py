@@ -276,11 +276,11 @@ class EgressRequests:
         }
 
     async def _settle_private(self, request: EgressRequest, private: bool) -> None:
-        """Before a grant: with ``private`` (the owner's ``--private``) the grant says so;
-        without it, a name that now resolves to non-global addresses only is refused
-        (the request stays pending), since such a grant would be refused at every
-        connection. Resolving here is the owner's doing: the proxy will resolve the
-        name anyway once it is granted."""
+        """Before a grant: with ``private`` (the owner's ``--private``, or a dashboard
+        button "as private") the grant says so; without it, a name that now resolves to
+        non-global addresses only is refused (the request stays pending), since such a
+        grant would be refused at every connection. Resolving here is the owner's doing:
+        the proxy will resolve the name anyway once it is granted."""
         asked = request.destination
         if asked.private or parse_ip(asked.host) is not None:
             return
@@ -294,9 +294,10 @@ class EgressRequests:
             raise ControlRefusal(
                 "needs_private",
                 f"{seen}; a grant of {asked.text} would be refused at every connection: "
-                f"approve it with --private (sandbridge egress approve {request.id} --private), "
-                "which lets the proxy connect the name to whatever address its DNS gives, "
-                "this host's loopback included, or deny it",
+                f"approve it as private (sandbridge egress approve {request.id} --private, or "
+                'the dashboard\'s "as private" buttons), which lets the proxy connect the '
+                "name to whatever address its DNS gives, this host's loopback included, or "
+                "deny it",
             )
 
     async def _deny(self, message: dict[str, Any]) -> dict[str, Any]:

@@ -284,7 +284,13 @@ def act(body: dict[str, Any]) -> dict[str, Any]:
             scope = body.get("scope")
             if scope not in EGRESS_SCOPES:
                 raise SandbridgeError(f"scope must be once or session, got {scope!r}")
-            message |= {"scope": scope, "save": body.get("save") is True}
+            # private: grant the name with 'private' (the proxy may connect it to
+            # non-global addresses), sent only once the session refused it without
+            # (needs_private): a strict bool, as the CLI's --private is a flag.
+            private = body.get("private", False)
+            if type(private) is not bool:
+                raise SandbridgeError(f"private must be true or false, got {private!r}")
+            message |= {"scope": scope, "save": body.get("save") is True, "private": private}
         return call(session, message)
     raise SandbridgeError(f"unknown action {str(action)[:40]!r}")
 

@@ -111,7 +111,10 @@ function button(td, label, title, onClick, danger) {
   return b;
 }
 
-async function act(body, done) {
+// ``done``: the status line once it is done (a text, or a function of the answer);
+// ``refusedWith``: a function of a refusal's answer that handles it (true) or leaves it to
+// the status line (false).
+async function act(body, done, refusedWith) {
   try {
     const answer = await fetch("/api/action", {
       method: "POST",
@@ -121,7 +124,7 @@ async function act(body, done) {
     });
     const result = await answer.json();
     if (result.ok) say(typeof done === "function" ? done(result) : done);
-    else say(`refused: ${result.error}`, true);
+    else if (!(refusedWith && refusedWith(result))) say(`refused: ${result.error}`, true);
   } catch (error) {
     say(`the dashboard did not answer: ${error}`, true);
   }
@@ -304,18 +307,43 @@ function renderTerminal(row, t) {
   }
 }
 
+// Egress requests whose session refused a grant without 'private' (code needs_private:
+// the name resolves to non-global addresses only, so the proxy would refuse every
+// connection), by "SESSION ID", with the session's words. Only such a row offers the
+// grant "as private": a page never sends private before its session asked for it.
+const needsPrivate = new Map();
+
 function renderPending(row, p) {
   cell(row, p.session);
   cell(row, p.id);
   cell(row, p.destination);
   cell(row, p.reason);
+  const key = `${p.session} ${p.id}`;
+  const refusal = needsPrivate.get(key);
   // What approving would let the proxy reach that the destination does not say (an
-  // address of this host, a loopback address in another spelling, a wildcard).
-  if (p.caution) cell(row, `WARNING: ${p.caution}`, "caution");
+  // address of this host, a loopback address in another spelling, a wildcard), and
+  // what granting it as private lets the proxy do (the session's refusal says both).
+  const warnings = [p.caution, refusal].filter(Boolean);
+  if (warnings.length) cell(row, `WARNING: ${warnings.join("; ")}`, "caution");
   else cell(row, null);
   const td = cell(row, "");
-  const approve = (scope, save, label) => button(td, label, `${label}: egress request ${p.id}`,
-    () => act({ action: "egress_approve", session: p.session, id: p.id, scope, save }, `approved ${p.id}`));
+  const as = refusal ? " as private" : "";
+  // What the session granted, in its own answer's words (a private grant says private).
+  const granted = (result) => `approved ${p.id}` +
+    (result.destination ? `: ${result.destination}, ${result.scope === "once" ? "one connection" : "until the session ends"}` : "") +
+    (result.saved ? `; saved to ${result.saved}` : "");
+  // The row is drawn again with the session's refusal and the "as private" buttons. The
+  // focus goes to Deny, not to the grant: a second Enter must not grant private unread.
+  const needed = (result) => {
+    if (result.code !== "needs_private") return false;
+    needsPrivate.set(key, String(result.error));
+    say(`not approved: ${p.id} can only be granted as private (its row says why)`, true);
+    rerender(`Deny egress request ${p.id}`);
+    return true;
+  };
+  const approve = (scope, save, label) => button(td, `${label}${as}`, `${label}${as}: egress request ${p.id}`,
+    () => act({ action: "egress_approve", session: p.session, id: p.id, scope, save, private: Boolean(refusal) },
+      granted, needed));
   approve("once", false, "Allow once");
   approve("session", false, "Allow for the session");
   approve("session", true, "Allow and save");
@@ -344,6 +372,8 @@ function render(tables) {
   shown = tables;
   const ids = new Set(tables.sessions.map((s) => s.id));
   for (const id of confirmingStop) if (!ids.has(id)) confirmingStop.delete(id);
+  const asking = new Set(tables.egress_pending.map((p) => `${p.session} ${p.id}`));
+  for (const key of needsPrivate.keys()) if (!asking.has(key)) needsPrivate.delete(key);
   fill("sessions", tables.sessions, renderSession, 9);
   fill("apps", tables.apps, renderApp, 6);
   fill("terminals", tables.terminals, renderTerminal, 9);
