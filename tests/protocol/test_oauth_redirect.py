@@ -32,7 +32,10 @@ AUTH = "https://auth.example.com/authorize?client_id=x&response_type=code"
         ),
         # no path at all is the root, as a browser requests it
         (f"{AUTH}&redirect_uri=http://127.0.0.1:4000", LoopbackRedirect("127.0.0.1", 4000, "/")),
-        (f"{AUTH}&redirect_uri=http://localhost:65535/x", LoopbackRedirect("localhost", 65535, "/x")),
+        (
+            f"{AUTH}&redirect_uri=http://localhost:65535/x",
+            LoopbackRedirect("localhost", 65535, "/x"),
+        ),
         (f"{AUTH}&redirect_uri=http://localhost:1024/x", LoopbackRedirect("localhost", 1024, "/x")),
     ],
 )
