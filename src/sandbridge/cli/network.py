@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sandbridge.cli.relay_options import describe_bridges
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
 from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.egress.shadowing import policy_warnings
@@ -210,6 +211,8 @@ def inspect(
     effective = policy(args, workdir)
     if args.print_policy:
         print_policy(effective)
+        for line in describe_bridges(args):
+            print(line)
     else:
         print(files_line(effective), file=sys.stderr, flush=True)
     if spec_factory is not None:

@@ -32,7 +32,10 @@ from pathlib import Path
 
 from sandbridge.egress.owner_config import refuse_in_project
 from sandbridge.egress.project_files import read_project_file
-from sandbridge.egress.setting import DEFAULT, Setting
+
+# Re-exported: their home before the owner's config needed them too.
+from sandbridge.egress.setting import DEFAULT as DEFAULT  # noqa: PLC0414
+from sandbridge.egress.setting import Setting as Setting  # noqa: PLC0414
 from sandbridge.exceptions import AuthorityError, PolicyError
 from sandbridge.protocol.authority import split_host_port
 from sandbridge.protocol.http.origin_policy import UrlForm

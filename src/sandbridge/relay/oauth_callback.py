@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import errno
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -163,6 +165,8 @@ class OAuthCallback:
         self._open_sandbox = open_sandbox
         self._on_end = on_end
         self._server: asyncio.Server | None = None
+        self._more_servers: list[asyncio.Server] = []  # localhost's ::1
+        self._sockets: list[socket.socket] = []
         self._tasks = TaskSet()
         self._connections: set[asyncio.StreamWriter] = set()
         self._refused = 0
@@ -175,19 +179,50 @@ class OAuthCallback:
         r = self.redirect
         return CallbackStatus(r.host, r.port, r.path, self.authorize_host, state)
 
-    async def start(self) -> None:
-        """Listen on the redirect's addresses and port; :class:`OSError` (``EADDRINUSE``:
-        the port is taken on the host) if any of them cannot be had. ``localhost`` is
-        both loopback addresses; a host without IPv6 has only 127.0.0.1 for it."""
+    def bind(self) -> None:
+        """Take the redirect's addresses and port now (before the browser is sent to
+        the authorize page); :class:`OSError` (``EADDRINUSE``: the port is taken on the
+        host) if any of them cannot be had. ``localhost`` is both loopback addresses; a
+        host without IPv6 has only 127.0.0.1 for it."""
         local_peer.shared_owners()  # its netlink socket, before any connection
-        addresses = list(self.redirect.addresses)
+        sockets: list[socket.socket] = []
         try:
-            self._server = await asyncio.start_server(self._serve, addresses, self.redirect.port)
-        except OSError:
-            if len(addresses) == 1:
-                raise
-            # No ::1 on this host (IPv6 off): a browser finds localhost on 127.0.0.1.
-            self._server = await asyncio.start_server(self._serve, addresses[0], self.redirect.port)
+            for address in self.redirect.addresses:
+                family = socket.AF_INET6 if ":" in address else socket.AF_INET
+                try:
+                    sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                except OSError as exc:
+                    if family == socket.AF_INET6 and exc.errno == errno.EAFNOSUPPORT:
+                        continue  # no IPv6 here: a browser finds localhost on 127.0.0.1
+                    raise
+                sockets.append(sock)
+                # Linux's SO_REUSEADDR takes over TIME_WAIT only (a retried login's port
+                # is free at once), never a port another socket listens on.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind((address, self.redirect.port))
+                except OSError as exc:
+                    if family == socket.AF_INET6 and exc.errno == errno.EADDRNOTAVAIL:
+                        sockets.pop().close()  # ::1 switched off: 127.0.0.1 only
+                        continue
+                    raise
+                sock.listen(MAX_CONNECTIONS)
+                sock.setblocking(False)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        self._sockets = sockets
+
+    async def start(self) -> None:
+        """Bind (unless :meth:`bind` did) and serve on the bound sockets."""
+        if not self._sockets:
+            self.bind()
+        self._server = await asyncio.start_server(self._serve, sock=self._sockets[0])
+        for sock in self._sockets[1:]:
+            self._more_servers.append(await asyncio.start_server(self._serve, sock=sock))
         log.info(
             "oauth_callback.listening",
             host=self.redirect.host,
@@ -198,8 +233,11 @@ class OAuthCallback:
         )
 
     async def run(self) -> None:
-        """Wait for the callback, or the deadline; then close everything."""
+        """Serve (see :meth:`start`), wait for the callback or the deadline; then close
+        everything."""
         try:
+            if self._server is None:
+                await self.start()
             async with asyncio.timeout(self.deadline):
                 await self.done.wait()
         except TimeoutError:
@@ -213,20 +251,28 @@ class OAuthCallback:
         if self.ending is not None:
             return
         self.ending = ending
-        if self._server is not None:
-            self._server.close()  # a second or late callback finds nothing listening
+        self._stop_listening()  # a second or late callback finds nothing listening
         log.info("oauth_callback.closed", port=self.redirect.port, how=ending.value)
         self.done.set()
         if self._on_end is not None:
             self._on_end(self)
+
+    def _stop_listening(self) -> None:
+        for server in self._servers():
+            server.close()
+        for sock in self._sockets:
+            sock.close()  # bound but never served (the session ended first)
+
+    def _servers(self) -> list[asyncio.Server]:
+        return ([] if self._server is None else [self._server]) + self._more_servers
 
     async def _close(self) -> None:
         for writer in list(self._connections):
             writer.transport.abort()
         # The callback's own answer may still be on its way to the browser.
         await self._tasks.close(grace=HEAD_TIMEOUT)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers():
+            await server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         local = writer.get_extra_info("sockname")
@@ -269,8 +315,7 @@ class OAuthCallback:
     def _end_listening(self, callback: asyncio.StreamWriter) -> None:
         """The callback is here: nothing else is accepted from now on, and the other
         connections (still without a head) are dropped."""
-        if self._server is not None:
-            self._server.close()
+        self._stop_listening()
         self._connections.discard(callback)
         for writer in list(self._connections):
             writer.transport.abort()
