@@ -232,9 +232,10 @@ class HostOpener:
 
     async def close(self) -> None:
         """Wait a little for browser commands still starting, then stop waiting (the
-        browser keeps running); a question still open is withdrawn."""
-        await self._callbacks.close()
+        browser keeps running); a question still open is withdrawn; a login's callback
+        still awaited is not any more."""
         await self._tasks.close(grace=BROWSER_EXIT_GRACE)
+        await self._callbacks.close()  # (after the browsers: one may be bringing one)
 
 
 async def _ask_terminal(question: str) -> str:
