@@ -70,8 +70,9 @@ def _opened(out: Path, session: Process) -> str:
 
 @pytest.mark.timeout(300)
 def test_a_login_inside_gets_its_code_through_the_owners_chromium(
-    tmp_path: Path, xdg: Path, provider: int
+    tmp_path: Path, served: Process | None, provider: int
 ) -> None:
+    """Served by the run's own host half, and by the daemon (``served``)."""
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
     config = tmp_path / "config"
     (config / "sandbridge").mkdir(parents=True)
