@@ -291,7 +291,7 @@ class ScriptedDashboard:
 
 def _tables(**rows: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]:
     """Empty tables but for ``rows``."""
-    names = ("sessions", "apps", "terminals", "egress", "egress_pending")
+    names = ("sessions", "apps", "terminals", "egress", "egress_pending", "logins")
     return {name: rows.get(name, []) for name in names}
 
 

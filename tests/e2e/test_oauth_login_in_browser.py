@@ -9,6 +9,7 @@ import http.server
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -19,7 +20,7 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
-from tests.conftest import PYTHON, REPO, Process, free_port, run_argv
+from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, free_port, run_argv
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
@@ -86,10 +87,11 @@ def test_a_login_inside_gets_its_code_through_the_owners_chromium(
     port = free_port()
     authorize = f"http://{AUTHORIZE_HOST}:{provider}/authorize"
     options = ("--open", "browser", "--browser", f"{PYTHON} {RECORDER} {out}")
-    session = Process(
-        run_argv(work, PYTHON, LOGIN, str(port), authorize, options=options),
-        env={**os.environ, "XDG_CONFIG_HOME": str(config), "HOME": str(tmp_path)},
-    )
+    go = work / "go"  # (the workdir: the sandbox's /tmp is its own)
+    os.mkfifo(go)
+    script = f"{PYTHON} {LOGIN} {port} {authorize} && read done < {go}"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(config), "HOME": str(tmp_path)}
+    session = Process(run_argv(work, "sh", "-c", script, options=options), env=env)
     try:
         url = _opened(out, session)
         assert url.startswith(f"{authorize}?"), url
@@ -109,6 +111,16 @@ def test_a_login_inside_gets_its_code_through_the_owners_chromium(
                     page.goto(f"http://127.0.0.1:{port}/callback?code=again&state=x")
             finally:
                 browser.close()
+        # `sandbridge status` lists the bridge and the callback, never its code.
+        status = subprocess.run(
+            [*SANDBRIDGE, "status"], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert "  logins (OAuth callbacks): on\n" in status.stdout, status
+        assert (
+            f"    http://127.0.0.1:{port}/callback  from {AUTHORIZE_HOST}: relayed\n"
+        ) in status.stdout
+        assert CODE not in status.stdout
+        go.write_text("done\n")
         assert session.popen.wait(60) == 0
     finally:
         if session.popen.poll() is None:

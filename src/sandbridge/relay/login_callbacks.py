@@ -11,7 +11,9 @@ sent: the provider would hand the code to whatever listens there.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
@@ -39,6 +41,12 @@ class LoginCallbacks:
         self._awaited: list[OAuthCallback] = []
         self._ended: collections.deque[CallbackStatus] = collections.deque(maxlen=KEPT_ENDED)
         self._tasks = TaskSet()
+        # Told when a callback starts or ends (the dashboard's tables changed).
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def redirect_of(self, url: str) -> LoopbackRedirect | None:
         """The loopback callback an approved external ``url`` names, when the bridge is
@@ -77,6 +85,7 @@ class LoginCallbacks:
         self._say(
             f"the login's callback to {where} is awaited on the host, once, for {self.deadline:g} s"
         )
+        self._changed()
         return True
 
     def _on_end(self, callback: OAuthCallback) -> None:
@@ -84,10 +93,19 @@ class LoginCallbacks:
             self._awaited.remove(callback)
         self._ended.append(callback.status)
         self._say(f"the login's callback on port {callback.redirect.port}: {callback.status.state}")
+        self._changed()
 
     def statuses(self) -> list[CallbackStatus]:
         """The awaited callbacks, then the last ended ones."""
         return [callback.status for callback in self._awaited] + list(self._ended)
+
+    def listing(self) -> dict[str, Any]:
+        """What ``session_info`` says of them (``status``, the dashboard): the bridge on
+        or off, and each callback's address, authorize host and state (never a query)."""
+        return {
+            "oauth_callbacks": self.enabled,
+            "callbacks": [dataclasses.asdict(status) for status in self.statuses()],
+        }
 
     async def close(self) -> None:
         """End every awaited callback (the session ends)."""
