@@ -395,6 +395,24 @@ def test_access_says_what_shared_and_private_mean(browser: Browser) -> None:
         served.close()
 
 
+def test_a_logins_callback_is_listed_with_its_state(browser: Browser) -> None:
+    login = {
+        "session": "web", "callback": "http://127.0.0.1:38119/callback",
+        "authorize_host": "auth.example.com", "state": "waiting",
+    }  # fmt: skip
+    served = ScriptedDashboard(_tables(logins=[login]))
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(served.url)
+        expect(page.locator("#status")).to_have_text("live")
+        cells = page.locator("#logins tbody tr td").all_inner_texts()
+        assert cells == ["web", "http://127.0.0.1:38119/callback", "auth.example.com", "waiting"]
+    finally:
+        context.close()
+        served.close()
+
+
 # Every piece of text in the tables whose rendering spans more than one line box: a
 # token (a run without white space) broken inside. Ranges over each token of each text
 # node; a token on one line has all its boxes on one line.
