@@ -396,7 +396,7 @@ def test_access_says_what_shared_and_private_mean(browser: Browser) -> None:
 
 
 def test_a_logins_callback_is_listed_with_its_state(browser: Browser) -> None:
-    login = {
+    login: dict[str, object] = {
         "session": "web", "callback": "http://127.0.0.1:38119/callback",
         "authorize_host": "auth.example.com", "state": "waiting",
     }  # fmt: skip
