@@ -128,3 +128,40 @@ def test_a_login_inside_gets_its_code_through_the_owners_chromium(
     said = session.drain("stderr")
     assert f"(open_external_allow = {AUTHORIZE_HOST})" in said, said
     assert CODE not in said  # the code is never on the owner's terminal or in the log
+
+
+@pytest.mark.timeout(300)
+def test_a_late_callback_finds_nothing_listening_and_the_login_gets_no_code(
+    tmp_path: Path, xdg: Path, provider: int
+) -> None:
+    """``--oauth-callback-deadline``: the owner who finishes the login after it finds
+    the host's port closed; the code never reaches the sandbox."""
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
+    work = tmp_path / "work"
+    work.mkdir()
+    out = tmp_path / "browser.jsonl"
+    port = free_port()
+    authorize = f"http://{AUTHORIZE_HOST}:{provider}/authorize"
+    options = (
+        "--open", "browser", "--browser", f"{PYTHON} {RECORDER} {out}",
+        "--open-external", "allow", "--oauth-callbacks", "--oauth-callback-deadline", "1",
+    )  # fmt: skip
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "HOME": str(tmp_path)}
+    session = Process(run_argv(work, PYTHON, LOGIN, str(port), authorize, options=options), env=env)
+    try:
+        url = _opened(out, session)
+        session.wait_line(f"sandbridge: the login's callback on port {port}: expired", "stderr")
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
+            )
+            try:
+                with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
+                    browser.new_page().goto(url)
+            finally:
+                browser.close()
+    finally:
+        status = session.stop()
+    assert status != 0  # the login never got its code: ended by the test
+    assert not any(line.startswith("code=") for line in session.lines["stdout"])

@@ -270,3 +270,23 @@ def test_another_users_callback_is_closed_unanswered_and_never_reaches_the_sandb
             await waiting
 
     asyncio.run(main())
+
+
+def test_a_callback_to_a_port_the_sandbox_did_not_name_finds_nothing_listening(
+    tmp_path: Path,
+) -> None:
+    port, other = free_port(), free_port()
+    redirect = LoopbackRedirect("127.0.0.1", port, "/cb")
+
+    async def main() -> None:
+        async with SandboxLogin(tmp_path / "login.sock") as login:
+            callback = OAuthCallback(redirect, login.opener(), "auth.example.com")
+            await callback.start()
+            waiting = asyncio.create_task(callback.run())
+            with pytest.raises(ConnectionRefusedError):
+                await fetch(other, get("/cb?code=1", f"127.0.0.1:{other}"))
+            assert callback.ending is None and login.requests == []
+            await callback.close()
+            await waiting
+
+    asyncio.run(main())
