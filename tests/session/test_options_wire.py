@@ -37,7 +37,14 @@ def options(tmp_path: Path) -> SessionOptions:
         ),
         command=("npm", "run", "dev"),
         policy=policy,
-        open_settings=OpenSettings(OpenAction.PRINT, ("firefox", "--new-tab"), ExternalOpens.ALLOW),
+        open_settings=OpenSettings(
+            OpenAction.PRINT,
+            ("firefox", "--new-tab"),
+            ExternalOpens.ALLOW,
+            oauth_callbacks=True,
+            allowed_hosts=("auth.example.com", "*.corp.example"),
+            callback_deadline=30.0,
+        ),
         terminal_socket=True,
         writable=(tmp_path / "bound", tmp_path / "other"),
     )
@@ -88,6 +95,11 @@ def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
         ({"policy": [["allow", "exa mple.org", "y"]]}, "policy: y:"),
         ({"policy": "net = full"}, "policy must be a list of [key, value, source]"),
         ({"open": {"browser": []}}, "browser must be an argv, got []"),
+        ({"open": {"oauth_callbacks": "on"}}, "oauth_callbacks must be a bool, got 'on'"),
+        ({"open": {"allowed_hosts": "a.example"}}, "allowed_hosts must be a list"),
+        ({"open": {"allowed_hosts": [7]}}, "allowed_hosts must be names, got [7]"),
+        ({"open": {"callback_deadline": 0}}, "callback_deadline must be seconds, got 0"),
+        ({"open": {"callback_deadline": True}}, "callback_deadline must be seconds, got True"),
         ({"settings": {"pool_size": -1}}, "pool_size must be 0 or more, got -1"),
         ({"settings": {"pool_idle_seconds": 0}}, "pool_idle_seconds must be positive, got 0"),
         ({"command": "rm -rf /"}, "command must be at most 32 strings"),
@@ -125,3 +137,11 @@ def test_an_older_clients_request_names_no_writable_places(tmp_path: Path) -> No
     data = encode(options(tmp_path))
     del data["writable"]
     assert decode(data).writable == ()
+
+
+def test_an_older_clients_request_has_no_oauth_callbacks(tmp_path: Path) -> None:
+    data = encode(options(tmp_path))
+    for key in ("oauth_callbacks", "allowed_hosts", "callback_deadline"):
+        del data["open"][key]
+    opens = decode(data).open_settings
+    assert opens is not None and not opens.oauth_callbacks and opens.allowed_hosts == ()
