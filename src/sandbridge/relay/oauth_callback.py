@@ -58,7 +58,8 @@ CALLBACK_DEADLINE = 600.0
 # A browser sends its request head at once; a connection silent this long is closed.
 HEAD_TIMEOUT = 15.0
 # The sandbox's login answers its callback with a short page at once; a login that has
-# said nothing for this long (between any two reads) is cut off with a 504.
+# said nothing for this long (between any two reads) is cut off with a 504, and a
+# browser that has taken nothing of the answer for this long is dropped.
 RESPONSE_TIMEOUT = 30.0
 # Requests that are not the callback (a favicon, a probe) refused before the listener
 # gives up: a browser makes one or two; a page hammering the port makes many.
@@ -362,10 +363,10 @@ class OAuthCallback:
                     elif isinstance(event, BodyChunk):
                         writer.write(event.data)
                     if event is MESSAGE_END:
-                        await writer.drain()
+                        await _drain(writer)
                         log.info("oauth_callback.relayed", port=port)
                         return True
-                await writer.drain()
+                await _drain(writer)
                 if not data:
                     raise HttpError(502, "the sandbox's listener closed before answering")
                 data = b""
@@ -389,6 +390,13 @@ class OAuthCallback:
         """End it now (the session ends)."""
         self._end(Ending.CLOSED)
         await self._close()
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Wait until the browser takes what was written, for :data:`RESPONSE_TIMEOUT` at
+    most: a browser that reads nothing does not hold the callback open."""
+    async with asyncio.timeout(RESPONSE_TIMEOUT):
+        await writer.drain()
 
 
 async def _read_head(reader: asyncio.StreamReader) -> RequestHead:
