@@ -4,6 +4,7 @@ the flags, and the settings they make with the project's policy."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -109,17 +110,17 @@ def open_settings(args: argparse.Namespace, policy: Policy | None = None) -> Ope
     if not deadline > 0:
         raise SandbridgeError(f"--oauth-callback-deadline must be positive, got {deadline:g}")
     try:
-        return OpenSettings.for_host(
-            os.environ,
-            action,
-            getattr(args, "browser", None),
-            external,
-            oauth_callbacks=oauth_callbacks_setting(args, owner).value,
-            allowed_hosts=owner.allowed_hosts(),
-            callback_deadline=deadline,
+        settings = OpenSettings.for_host(
+            os.environ, action, getattr(args, "browser", None), external
         )
     except ValueError as exc:
         raise SandbridgeError(str(exc)) from None
+    return dataclasses.replace(
+        settings,
+        oauth_callbacks=oauth_callbacks_setting(args, owner).value,
+        allowed_hosts=owner.allowed_hosts(),
+        callback_deadline=deadline,
+    )
 
 
 def add_relay_options(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TextIO
 
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RegistrationError
@@ -76,12 +76,10 @@ class OpenSettings:
         action: OpenAction | None = None,
         browser: str | None = None,
         external: ExternalOpens = ExternalOpens.PRINT,
-        **bridges: Any,
     ) -> OpenSettings:
         """The owner's choices, else: ``browser`` with a desktop session (DISPLAY or
         WAYLAND_DISPLAY set), ``print`` without; ``--browser``, else the first command
-        of ``$BROWSER``, else ``xdg-open``; ``bridges``: the fields of the OAuth
-        callback bridge, as given."""
+        of ``$BROWSER``, else ``xdg-open``."""
         if action is None:
             desktop = environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY")
             action = OpenAction.BROWSER if desktop else OpenAction.PRINT
@@ -97,7 +95,7 @@ class OpenSettings:
             raise ValueError(f"the browser command ({source}) {browser!r}: {exc}") from None
         if not argv:
             raise ValueError(f"the browser command ({source}) {browser!r} is empty")
-        return cls(action, argv, external, **bridges)
+        return cls(action, argv, external)
 
 
 def decide(settings: OpenSettings, *, external: bool, browsable: bool, terminal: bool) -> Outcome:
