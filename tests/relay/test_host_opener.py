@@ -266,3 +266,32 @@ def test_a_loose_redirect_uri_is_refused_to_the_sandbox_with_the_bridge_on() -> 
             await opener.close()
 
     asyncio.run(scenario())
+
+
+def test_past_the_callbacks_awaited_at_once_a_login_is_printed_not_opened() -> None:
+    from sandbridge.relay.login_callbacks import MAX_CALLBACKS
+    from tests.relay.test_oauth_callback import free_port
+
+    out = io.StringIO()
+    settings = OpenSettings(P, ("true",), ExternalOpens.ALLOW, oauth_callbacks=True)
+    urls = [
+        f"https://auth.example.com/a?redirect_uri=http://127.0.0.1:{free_port()}/cb"
+        for _ in range(MAX_CALLBACKS + 1)
+    ]
+
+    async def scenario() -> list[Outcome]:
+        opener = HostOpener(settings, out)
+        opener.callbacks.open_sandbox = _never_opened
+        try:
+            return [opener.open(url, external=True) for url in urls]
+        finally:
+            await opener.close()
+
+    assert asyncio.run(scenario()) == [Outcome.PRINT] * (MAX_CALLBACKS + 1)
+    said = out.getvalue()
+    assert said.count("is awaited on the host, once") == MAX_CALLBACKS
+    assert (
+        f"WARNING: {MAX_CALLBACKS} logins' callbacks are awaited already; the one to "
+        f"{urls[-1].split('=', 1)[1]} is not, and its login page is not opened: {urls[-1]}"
+    ) in said
+    assert f"the sandbox opens {urls[-1]}" not in said
