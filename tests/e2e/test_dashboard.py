@@ -393,7 +393,7 @@ class ScriptedDashboard:
 
 def _tables(**rows: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]:
     """Empty tables but for ``rows``."""
-    names = ("sessions", "apps", "terminals", "egress", "egress_pending")
+    names = ("sessions", "apps", "terminals", "egress", "egress_pending", "logins")
     return {name: rows.get(name, []) for name in names}
 
 
@@ -492,6 +492,24 @@ def test_access_says_what_shared_and_private_mean(browser: Browser) -> None:
         expect(private).to_have_text(
             "private (a one-time token in the URL, then only the browser that used it)"
         )
+    finally:
+        context.close()
+        served.close()
+
+
+def test_a_logins_callback_is_listed_with_its_state(browser: Browser) -> None:
+    login: dict[str, object] = {
+        "session": "web", "callback": "http://127.0.0.1:38119/callback",
+        "authorize_host": "auth.example.com", "state": "waiting",
+    }  # fmt: skip
+    served = ScriptedDashboard(_tables(logins=[login]))
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(served.url)
+        expect(page.locator("#status")).to_have_text("live")
+        cells = page.locator("#logins tbody tr td").all_inner_texts()
+        assert cells == ["web", "http://127.0.0.1:38119/callback", "auth.example.com", "waiting"]
     finally:
         context.close()
         served.close()

@@ -132,3 +132,166 @@ def test_a_browser_command_the_sandbox_could_have_written_is_never_run(
         "cannot run the browser command 'the-browser': not found on PATH outside the places "
         "the sandbox can write; open http://app.localhost:1234/"
     ) in out.getvalue()
+
+
+def test_an_allowed_authorize_host_is_opened_without_a_question_others_printed() -> None:
+    out = io.StringIO()
+    settings = OpenSettings(B, ("true",), ExternalOpens.PRINT, allowed_hosts=("*.example.com",))
+
+    async def scenario() -> tuple[Outcome, Outcome]:
+        opener = HostOpener(settings, out)
+        try:
+            allowed = opener.open("https://auth.example.com/authorize?x=1", external=True)
+            other = opener.open("https://evil.example/authorize", external=True)
+            return allowed, other
+        finally:
+            await opener.close()
+
+    assert asyncio.run(scenario()) == (Outcome.BROWSER, Outcome.PRINT)
+    said = out.getvalue()
+    assert (
+        "the sandbox opens https://auth.example.com/authorize?x=1 (with true) "
+        "(open_external_allow = *.example.com)"
+    ) in said
+    assert "WARNING: the sandbox asks to open an external URL; not opened" in said
+
+
+# The owner's browser, reduced to what matters here: it follows the authorize page's
+# redirect to the redirect_uri (with a code), and writes what it got to a file.
+FOLLOWING_BROWSER = """
+import sys, urllib.parse, urllib.request
+query = urllib.parse.parse_qs(urllib.parse.urlsplit(sys.argv[-1]).query)
+with urllib.request.urlopen(query["redirect_uri"][0] + "?code=c0de", timeout=20) as answer:
+    open(sys.argv[1], "wb").write(answer.read())
+"""
+
+
+def test_an_approved_login_awaits_its_callback_before_the_browser_runs(tmp_path: Path) -> None:
+    from tests.relay.test_oauth_callback import LOGIN_PAGE, SandboxLogin, free_port
+
+    port, got = free_port(), tmp_path / "browser-got"
+    browser = (sys.executable, "-c", FOLLOWING_BROWSER, str(got))
+    settings = OpenSettings(B, browser, ExternalOpens.ALLOW, oauth_callbacks=True)
+    url = f"https://auth.example.com/authorize?redirect_uri=http://127.0.0.1:{port}/cb"
+    out = io.StringIO()
+
+    async def scenario() -> list[bytes]:
+        async with SandboxLogin(tmp_path / "login.sock") as login:
+            opener = HostOpener(settings, out)
+            opener.callbacks.open_sandbox = login.opener()
+            try:
+                assert opener.open(url, external=True) is Outcome.BROWSER
+            finally:
+                await opener.close()  # waits for the browser command
+            return login.requests
+
+    (request,) = asyncio.run(scenario())
+    assert request.startswith(b"GET /cb?code=c0de HTTP/1.1\r\n")
+    assert got.read_bytes() == LOGIN_PAGE
+    said = out.getvalue()
+    assert f"the login's callback to http://127.0.0.1:{port}/cb is awaited on the host" in said
+    assert f"the login's callback on port {port}: relayed" in said
+
+
+def test_a_login_whose_port_is_taken_on_the_host_is_printed_not_opened(tmp_path: Path) -> None:
+    import socket
+
+    marker = tmp_path / "browser-ran"
+    out = io.StringIO()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        settings = OpenSettings(
+            B, ("touch", str(marker)), ExternalOpens.ALLOW, oauth_callbacks=True
+        )
+        url = f"https://auth.example.com/a?redirect_uri=http%3A%2F%2F127.0.0.1%3A{port}%2Fcb"
+
+        async def scenario() -> Outcome:
+            opener = HostOpener(settings, out)
+            opener.callbacks.open_sandbox = _never_opened
+            try:
+                return opener.open(url, external=True)
+            finally:
+                await opener.close()
+
+        assert asyncio.run(scenario()) is Outcome.PRINT
+    assert not marker.exists()
+    assert (
+        f"WARNING: port {port} is taken on the host (Address already in use), so the login's "
+        f"callback to http://127.0.0.1:{port}/cb cannot be carried, and the login page is not "
+        f"opened (the code would go to whatever listens there); free the port, or open it "
+        f"yourself: {url}"
+    ) in out.getvalue()
+
+
+async def _never_opened(port: int) -> None:
+    raise AssertionError(f"port {port} was opened")
+
+
+def test_without_the_bridge_a_login_open_takes_no_host_port() -> None:
+    import socket
+
+    from tests.relay.test_oauth_callback import free_port
+
+    port = free_port()
+    url = f"https://auth.example.com/a?redirect_uri=http://127.0.0.1:{port}/cb"
+    settings = OpenSettings(P, ("true",), ExternalOpens.ALLOW)  # oauth_callbacks off
+
+    async def scenario() -> Outcome:
+        opener = HostOpener(settings, io.StringIO())
+        opener.callbacks.open_sandbox = _never_opened
+        try:
+            outcome = opener.open(url, external=True)
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port)).close()
+            return outcome
+        finally:
+            await opener.close()
+
+    assert asyncio.run(scenario()) is Outcome.PRINT
+
+
+def test_a_loose_redirect_uri_is_refused_to_the_sandbox_with_the_bridge_on() -> None:
+    from sandbridge.exceptions import RegistrationError
+
+    settings = OpenSettings(P, ("true",), ExternalOpens.ALLOW, oauth_callbacks=True)
+    url = "https://auth.example.com/a?redirect_uri=http://127.0.0.1:80/cb"
+
+    async def scenario() -> None:
+        opener = HostOpener(settings, io.StringIO())
+        opener.callbacks.open_sandbox = _never_opened
+        try:
+            with pytest.raises(RegistrationError, match=r"port must be 1024\.\.65535"):
+                opener.open(url, external=True)
+        finally:
+            await opener.close()
+
+    asyncio.run(scenario())
+
+
+def test_past_the_callbacks_awaited_at_once_a_login_is_printed_not_opened() -> None:
+    from sandbridge.relay.login_callbacks import MAX_CALLBACKS
+    from tests.relay.test_oauth_callback import free_port
+
+    out = io.StringIO()
+    settings = OpenSettings(P, ("true",), ExternalOpens.ALLOW, oauth_callbacks=True)
+    urls = [
+        f"https://auth.example.com/a?redirect_uri=http://127.0.0.1:{free_port()}/cb"
+        for _ in range(MAX_CALLBACKS + 1)
+    ]
+
+    async def scenario() -> list[Outcome]:
+        opener = HostOpener(settings, out)
+        opener.callbacks.open_sandbox = _never_opened
+        try:
+            return [opener.open(url, external=True) for url in urls]
+        finally:
+            await opener.close()
+
+    assert asyncio.run(scenario()) == [Outcome.PRINT] * (MAX_CALLBACKS + 1)
+    said = out.getvalue()
+    assert said.count("is awaited on the host, once") == MAX_CALLBACKS
+    assert (
+        f"WARNING: {MAX_CALLBACKS} logins' callbacks are awaited already; the one to "
+        f"{urls[-1].split('=', 1)[1]} is not, and its login page is not opened: {urls[-1]}"
+    ) in said
+    assert f"the sandbox opens {urls[-1]}" not in said

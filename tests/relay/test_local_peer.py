@@ -120,3 +120,19 @@ def test_a_connection_its_client_closed_is_nobodys() -> None:
             assert _uid_from_proc(local, remote) is None
             assert not owners.is_owner(local, remote)
     owners.close()
+
+
+def test_the_owner_of_an_ipv6_loopback_connection_is_found() -> None:
+    """An OAuth callback's listener on ``::1`` (a redirect_uri of ``[::1]`` or
+    ``localhost``) asks about IPv6 connections: netlink and /proc/net/tcp6 both know them."""
+    owners = PeerOwners()
+    with (
+        socket.create_server(("::1", 0), family=socket.AF_INET6) as server,
+        socket.create_connection(server.getsockname()[:2]),
+    ):
+        accepted, _ = server.accept()
+        with accepted:
+            local, remote = accepted.getsockname()[:2], accepted.getpeername()[:2]
+            assert owners.client_uid(local, remote) == os.geteuid()
+            assert _uid_from_proc(local, remote) == os.geteuid()
+    owners.close()

@@ -23,6 +23,7 @@ from tests.conftest import (
     SANDBRIDGE,
     Relay,
     echo,
+    free_port,
     host_port_of,
     module_relay,
     request,
@@ -383,3 +384,40 @@ def test_a_second_question_is_refused_while_the_first_is_open(runtime_dir: Path)
         stderr = host.stop()  # waits for the browser command the answer started
     assert _recorded(out) == [[first]]
     assert second.encode() not in host.shown and second not in stderr
+
+
+@pytest.mark.parametrize(("reply", "listens"), [(b"y\r", True), (b"\r", False)])
+def test_a_logins_callback_port_is_taken_only_once_the_owner_says_yes(
+    runtime_dir: Path, reply: bytes, listens: bool
+) -> None:
+    """``--oauth-callbacks`` with ``--open ask``: the owner's "y" is the approval; no port
+    of the host listens for the sandbox before it, nor after a "no"."""
+    out = runtime_dir.parent / "browser.jsonl"
+    port = free_port()
+    url = f"https://auth.example.com/authorize?redirect_uri=http://127.0.0.1:{port}/cb"
+    host = OnTerminal(
+        runtime_dir,
+        *("--open", "ask", "--open-external", "allow", "--oauth-callbacks"),
+        *("--browser", f"{PYTHON} {RECORDER} {out}"),
+    )
+    try:
+        line = json.dumps({"type": "open", "url": url}).encode() + b"\n"
+        assert _ask(runtime_dir / "relay.sock", line)["action"] == "ask"
+        host.wait_for(b"open it in the browser? [y/N] ")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port)).close()
+        os.write(host.master, reply)
+        if listens:
+            said = host.wait_line("sandbridge: the login's callback to")
+            assert said == (
+                f"sandbridge: the login's callback to http://127.0.0.1:{port}/cb is awaited "
+                "on the host, once, for 600 s"
+            )
+            socket.create_connection(("127.0.0.1", port)).close()
+        else:
+            host.wait_line("sandbridge: not opened")
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port)).close()
+    finally:
+        host.stop()
+    assert _recorded(out) == ([[url]] if listens else [])

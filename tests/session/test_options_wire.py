@@ -40,7 +40,14 @@ def options(tmp_path: Path) -> SessionOptions:
         ),
         command=("npm", "run", "dev"),
         policy=policy,
-        open_settings=OpenSettings(OpenAction.PRINT, ("firefox", "--new-tab"), ExternalOpens.ALLOW),
+        open_settings=OpenSettings(
+            OpenAction.PRINT,
+            ("firefox", "--new-tab"),
+            ExternalOpens.ALLOW,
+            oauth_callbacks=True,
+            allowed_hosts=("auth.example.com", "*.corp.example"),
+            callback_deadline=30.0,
+        ),
         terminal_socket=True,
         writable=(tmp_path / "bound", tmp_path / "other"),
     )
@@ -91,6 +98,11 @@ def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
         ({"policy": [["allow", "exa mple.org", "y"]]}, "policy: y:"),
         ({"policy": "net = full"}, "policy must be a list of [key, value, source]"),
         ({"open": {"browser": []}}, "browser must be an argv, got []"),
+        ({"open": {"oauth_callbacks": "on"}}, "oauth_callbacks must be a bool, got 'on'"),
+        ({"open": {"allowed_hosts": "a.example"}}, "allowed_hosts must be a list"),
+        ({"open": {"allowed_hosts": [7]}}, "allowed_hosts must be names, got [7]"),
+        ({"open": {"callback_deadline": 0}}, "callback_deadline must be seconds, got 0"),
+        ({"open": {"callback_deadline": True}}, "callback_deadline must be seconds, got True"),
         ({"settings": {"pool_size": -1}}, "pool_size must be an integer from 0 to 64, got -1"),
         (
             {"settings": {"pool_idle_seconds": 0}},
@@ -180,3 +192,11 @@ def test_a_session_with_the_ssh_agent_bridge_is_never_sent_to_the_daemon(tmp_pat
     )
     with pytest.raises(DaemonError, match="served by its own process, not the daemon"):
         encode(with_agent)
+
+
+def test_an_older_clients_request_has_no_oauth_callbacks(tmp_path: Path) -> None:
+    data = encode(options(tmp_path))
+    for key in ("oauth_callbacks", "allowed_hosts", "callback_deadline"):
+        del data["open"][key]
+    opens = decode(data).open_settings
+    assert opens is not None and not opens.oauth_callbacks and opens.allowed_hosts == ()

@@ -106,6 +106,7 @@ def test_without_sessions_the_tables_are_empty_and_no_key_is_made(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     assert snapshot() == {
         "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
+        "logins": [],
     }  # fmt: skip
     assert not (tmp_path / "config").exists(), "reading the page made an owner key"
 
@@ -450,3 +451,28 @@ def test_a_session_s_ssh_agent_signatures_are_counted_in_its_row(
         signing.remove()
         plain.remove()
     assert rows == {"signing": {"signed": 2, "refused": 1}, "plain": None}
+
+
+def test_a_sessions_login_callbacks_are_listed_without_their_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = SessionEntry.create("web", tmp_path)
+    callback = {
+        "host": "127.0.0.1", "port": 38119, "path": "/callback",
+        "authorize_host": "auth.example.com", "state": "waiting",
+    }  # fmt: skip
+    info = {"command": ["claude"], "network": "allow", "oauth_callbacks": True}
+    try:
+        tables = snapshot({"web": Answers({**info, "callbacks": [callback]})})
+    finally:
+        entry.remove()
+    assert tables["logins"] == [
+        {
+            "session": "web",
+            "callback": "http://127.0.0.1:38119/callback",
+            "authorize_host": "auth.example.com",
+            "state": "waiting",
+        }
+    ]

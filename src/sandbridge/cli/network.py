@@ -15,10 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sandbridge.cli.relay_options import describe_bridges
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
 from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.egress.shadowing import policy_warnings
-from sandbridge.exceptions import PolicyError
+from sandbridge.exceptions import PolicyError, SandbridgeError
 from sandbridge.places.registry import list_sessions, session_path
 from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
 from sandbridge.sandbox import project as policy_location
@@ -210,6 +211,8 @@ def inspect(
     effective = policy(args, workdir)
     if args.print_policy:
         print_policy(effective)
+        for line in describe_bridges(args):
+            print(line)
     else:
         print(files_line(effective), file=sys.stderr, flush=True)
     if spec_factory is not None:
@@ -218,6 +221,11 @@ def inspect(
         spec = spec_factory(default_path())
         print(shlex.join(mask_argv(sandbox_argv(backend, spec))))
     return 0
+
+
+# A session answers its owner's question in milliseconds; one that is stopped (Ctrl-Z) is
+# given this long, then left out of status's lines.
+STATUS_ASK_TIMEOUT = 2.0
 
 
 def add_status_command(commands: Any) -> None:
@@ -260,4 +268,26 @@ def cmd_status(args: argparse.Namespace) -> int:
             signature_log.read_counts(path)
         ):
             print(f"  {line}")
+        for line in login_lines(session_id):
+            print(f"  {line}")
     return 0
+
+
+def login_lines(session_id: str) -> list[str]:
+    """``status``'s lines for a session's OAuth callback bridge (docs/open.md), asked of
+    the session itself; none when it cannot be asked (no control socket, silent)."""
+    from sandbridge.terminals.control import call
+
+    try:
+        info = call(session_id, {"op": "session_info"}, STATUS_ASK_TIMEOUT)
+    except SandbridgeError:
+        return []
+    if not isinstance(info, dict) or "oauth_callbacks" not in info:
+        return []
+    lines = [f"logins (OAuth callbacks): {'on' if info['oauth_callbacks'] else 'off'}"]
+    for callback in info.get("callbacks", []):
+        lines.append(
+            f"  http://{callback['host']}:{callback['port']}{callback['path']}"
+            f"  from {callback['authorize_host']}: {callback['state']}"
+        )
+    return lines

@@ -4,15 +4,19 @@ the flags, and the settings they make with the project's policy."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
+from sandbridge.egress.owner_config import OwnerConfig, read_owner_config
 from sandbridge.egress.policy import Policy
-from sandbridge.exceptions import SandbridgeError
+from sandbridge.egress.setting import DEFAULT, Setting
+from sandbridge.exceptions import PolicyError, SandbridgeError
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
 from sandbridge.relay.host_opener import OpenSettings
+from sandbridge.relay.oauth_callback import CALLBACK_DEADLINE
 from sandbridge.relay.settings import RelaySettings
 
 
@@ -42,20 +46,80 @@ def add_open_options(parser: argparse.ArgumentParser) -> None:
         help="URLs that are not the sandbox's own (https://...): print (default: printed "
         "with a warning, never run) or allow (opened like the sandbox's own)",
     )
+    group.add_argument(
+        "--oauth-callbacks",
+        action="store_true",
+        default=None,
+        help="carry a login's callback: when an approved external open names a loopback "
+        "redirect_uri (http://127.0.0.1:PORT/...), await that one request on the host's "
+        "PORT and pass it to the sandbox's (default: oauth_callbacks = on|off in the "
+        "owner's ~/.config/sandbridge/config, else off)",
+    )
+    group.add_argument(
+        "--oauth-callback-deadline",
+        type=float,
+        default=CALLBACK_DEADLINE,
+        metavar="SECONDS",
+        help=f"how long a login's callback is awaited (default {CALLBACK_DEADLINE:g})",
+    )
+
+
+def _owner_config() -> OwnerConfig:
+    try:
+        return read_owner_config(os.environ)
+    except PolicyError as exc:
+        raise SandbridgeError(str(exc)) from None
+
+
+def oauth_callbacks_setting(args: argparse.Namespace, owner: OwnerConfig) -> Setting[bool]:
+    """``--oauth-callbacks``, else the owner's ``oauth_callbacks``, else off: never the
+    project's (a repository cannot turn a bridge on)."""
+    if getattr(args, "oauth_callbacks", None):
+        return Setting(True, "--oauth-callbacks")
+    return owner.oauth_callbacks or Setting(False, DEFAULT)
+
+
+def describe_bridges(args: argparse.Namespace) -> list[str]:
+    """``--print-policy``'s lines for the owner's bridges, each with its source."""
+    owner = _owner_config()
+    switch = oauth_callbacks_setting(args, owner)
+    lines = [
+        f"{'oauth_callbacks = ' + ('on' if switch.value else 'off'):<52} ({switch.source})",
+        f"{'open-external = ' + getattr(args, 'open_external', 'print'):<52} (--open-external)",
+    ]
+    if switch.value:
+        deadline = getattr(args, "oauth_callback_deadline", CALLBACK_DEADLINE)
+        lines.append(f"  a login's callback is awaited once, for {deadline:g} s")
+    for allowed in owner.open_external_allow:
+        lines.append(f"{'open_external_allow = ' + allowed.value:<52} ({allowed.source})")
+    return lines
 
 
 def open_settings(args: argparse.Namespace, policy: Policy | None = None) -> OpenSettings:
     """``--open`` (else the policy's ``open``, else the default), ``--browser``,
-    ``--open-external``; ``sandbridge demo`` has none of them."""
+    ``--open-external``, and the OAuth callback bridge (its flags, else the owner's
+    config); ``sandbridge demo`` has none of them."""
     chosen = getattr(args, "open_action", None)
     action = None if chosen is None else OpenAction(chosen)
     if action is None and policy is not None and policy.open_action is not None:
         action = policy.open_action.value
     external = ExternalOpens(getattr(args, "open_external", ExternalOpens.PRINT.value))
+    owner = _owner_config()
+    deadline = getattr(args, "oauth_callback_deadline", CALLBACK_DEADLINE)
+    if not deadline > 0:
+        raise SandbridgeError(f"--oauth-callback-deadline must be positive, got {deadline:g}")
     try:
-        return OpenSettings.for_host(os.environ, action, getattr(args, "browser", None), external)
+        settings = OpenSettings.for_host(
+            os.environ, action, getattr(args, "browser", None), external
+        )
     except ValueError as exc:
         raise SandbridgeError(str(exc)) from None
+    return dataclasses.replace(
+        settings,
+        oauth_callbacks=oauth_callbacks_setting(args, owner).value,
+        allowed_hosts=owner.allowed_hosts(),
+        callback_deadline=deadline,
+    )
 
 
 def add_relay_options(parser: argparse.ArgumentParser) -> None:

@@ -29,9 +29,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
 
+from sandbridge.egress.owner_config import refuse_in_project
 from sandbridge.egress.project_files import read_project_file
+
+# Re-exported: their home before the owner's config needed them too.
+from sandbridge.egress.setting import DEFAULT as DEFAULT  # noqa: PLC0414
+from sandbridge.egress.setting import Setting as Setting  # noqa: PLC0414
 from sandbridge.exceptions import AuthorityError, PolicyError
 from sandbridge.protocol.authority import split_host_port
 from sandbridge.protocol.http.origin_policy import UrlForm
@@ -56,8 +60,6 @@ MAX_POLICY_FILE_BYTES = 256 * 1024
 MAX_LABEL_LENGTH = 63
 MAX_NAME_LENGTH = 253
 
-DEFAULT = "default"
-T = TypeVar("T")
 _LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?")
 # A variable name (policy env = lines, the secrets file, what the survey reads).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -70,14 +72,6 @@ class NetMode(enum.Enum):
     NONE = "none"
     ALLOW = "allow"
     FULL = "full"
-
-
-@dataclass(frozen=True, slots=True)
-class Setting(Generic[T]):
-    """A value and where it came from (``.sandbridge/config:3``, ``--net``, ``default``)."""
-
-    value: T
-    source: str
 
 
 DEFAULT_MODE: Setting[NetMode] = Setting(NetMode.ALLOW, DEFAULT)
@@ -398,6 +392,7 @@ class PolicyBuilder:
         elif key == "url_form":
             self.url_form = Setting(_parse_url_form(value, where), where)
         else:
+            refuse_in_project(key, where)
             raise PolicyError(
                 f"{where}: unknown key {key!r} "
                 "(known: net, gate_addr, allow, env, resolver, protect, publish, open, url_form)"

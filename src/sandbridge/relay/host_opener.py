@@ -29,7 +29,10 @@ from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RegistrationError
 from sandbridge.places import host_commands
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW, WindowLimit
+from sandbridge.protocol.oauth_redirect import LoopbackRedirect, host_allowed, host_of
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction, shown
+from sandbridge.relay.login_callbacks import LoginCallbacks
+from sandbridge.relay.oauth_callback import CALLBACK_DEADLINE
 
 # A launcher (xdg-open, a browser's remote call) hands the URL on and exits in a moment;
 # a session ending right after the request waits this long for it, so the request is not
@@ -58,6 +61,13 @@ class OpenSettings:
     action: OpenAction = OpenAction.PRINT
     browser: tuple[str, ...] = (DEFAULT_BROWSER,)
     external: ExternalOpens = ExternalOpens.PRINT
+    # The OAuth callback bridge (--oauth-callbacks, oauth_callbacks = on in the owner's
+    # config): an approved external open's loopback redirect_uri is awaited on the host.
+    oauth_callbacks: bool = False
+    # The owner's open_external_allow names: external URLs to them are approved, unasked.
+    allowed_hosts: tuple[str, ...] = ()
+    # How long a callback is awaited (--oauth-callback-deadline).
+    callback_deadline: float = CALLBACK_DEADLINE
 
     @classmethod
     def for_host(
@@ -113,6 +123,15 @@ class HostOpener:
         # belongs to the URL on the screen (two questions both read the one terminal).
         self._asking = False
         self._tasks = TaskSet()
+        self._callbacks = LoginCallbacks(
+            settings.oauth_callbacks, settings.callback_deadline, self._say
+        )
+
+    @property
+    def callbacks(self) -> LoginCallbacks:
+        """The session's OAuth callbacks (awaited and ended): give it the way to the
+        sandbox's ports (:attr:`LoginCallbacks.open_sandbox`) to carry any."""
+        return self._callbacks
 
     def _say(self, text: str) -> None:
         print(f"sandbridge: {text}", file=self._out, flush=True)
@@ -134,26 +153,39 @@ class HostOpener:
     def open(self, url: str, *, external: bool = False, browsable: bool = True) -> Outcome:
         """Carry out one admitted request for ``url`` (already resolved, or external)."""
         terminal = self._may_ask and sys.stdin is not None and sys.stdin.isatty()
-        outcome = decide(self.settings, external=external, browsable=browsable, terminal=terminal)
+        allowed_by = host_allowed(self.settings.allowed_hosts, host_of(url)) if external else None
+        held_back = (
+            external and self.settings.external is ExternalOpens.PRINT and allowed_by is None
+        )
+        outcome = decide(self.settings, external=held_back, browsable=browsable, terminal=terminal)
+        if outcome is Outcome.ASK and allowed_by is not None:
+            outcome = Outcome.BROWSER  # the owner allowed this authorize host: no question
+        redirect = self._callbacks.redirect_of(url) if external and not held_back else None
         if outcome is Outcome.ASK and self._asking:
             raise RegistrationError(
                 "the owner has not answered the question about an earlier open request "
                 f"yet; ask again once it is answered (within {ASK_TIMEOUT:g} s): {shown(url)}"
             )
-        held_back = external and self.settings.external is ExternalOpens.PRINT
+        if (
+            redirect is not None
+            and outcome is not Outcome.ASK  # (awaited once the owner says yes)
+            and not self._callbacks.await_callback(redirect, url)
+        ):
+            return Outcome.PRINT  # the port is taken: said, and the URL printed
+        why = "" if allowed_by is None else f" (open_external_allow = {allowed_by})"
         if outcome is Outcome.PRINT and held_back and browsable:
             self._say(
                 "WARNING: the sandbox asks to open an external URL; not opened "
                 f"(--open-external allow would): {url}"
             )
         elif outcome is Outcome.PRINT:
-            self._say(f"the sandbox opens {url}")
+            self._say(f"the sandbox opens {url}{why}")
         elif outcome is Outcome.BROWSER:
-            self._say(f"the sandbox opens {url} (with {self.settings.browser[0]})")
+            self._say(f"the sandbox opens {url} (with {self.settings.browser[0]}){why}")
             self._tasks.spawn(self._run_browser(url))
         else:
             self._asking = True
-            self._tasks.spawn(self._ask(url))
+            self._tasks.spawn(self._ask(url, redirect))
         return outcome
 
     async def _run_browser(self, url: str) -> None:
@@ -182,7 +214,7 @@ class HostOpener:
         if status != 0:
             self._say(f"the browser command {argv[0]!r} failed (exit {status}); open {url}")
 
-    async def _ask(self, url: str) -> None:
+    async def _ask(self, url: str, redirect: LoopbackRedirect | None = None) -> None:
         question = f"sandbridge: the sandbox asks to open {url}\r\n  open it in the browser? [y/N] "
         try:
             answer = await asyncio.wait_for(_ask_terminal(question), ASK_TIMEOUT)
@@ -191,14 +223,17 @@ class HostOpener:
         finally:
             self._asking = False
         if answer.strip().lower() in ("y", "yes"):
-            await self._run_browser(url)
+            if redirect is None or self._callbacks.await_callback(redirect, url):
+                await self._run_browser(url)
         else:
             self._say(f"not opened: {url}")
 
     async def close(self) -> None:
         """Wait a little for browser commands still starting, then stop waiting (the
-        browser keeps running); a question still open is withdrawn."""
+        browser keeps running); a question still open is withdrawn; a login's callback
+        still awaited is not any more."""
         await self._tasks.close(grace=BROWSER_EXIT_GRACE)
+        await self._callbacks.close()  # (after the browsers: one may be bringing one)
 
 
 async def _ask_terminal(question: str) -> str:

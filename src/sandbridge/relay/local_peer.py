@@ -65,7 +65,8 @@ class PeerOwners:
             self._netlink = None
 
     def is_owner(self, local: tuple[str, int], remote: tuple[str, int]) -> bool:
-        """``local``/``remote``: the accepted socket's own and peer IPv4 addresses."""
+        """``local``/``remote``: the accepted socket's own and peer addresses (IPv4, or
+        IPv6 for a listener on ``::1``)."""
         return self.client_uid(local, remote) in (self.uid, ROOT)
 
     def client_uid(self, local: tuple[str, int], remote: tuple[str, int]) -> int | None:
@@ -107,27 +108,37 @@ class PeerOwners:
             return int(uid)
 
 
+def _family(address: tuple[str, int]) -> int:
+    """IPv6 for an address with a ``:`` (a listener on ``::1``: an OAuth callback's)."""
+    return socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+
+
 def _request_body(source: tuple[str, int], destination: tuple[str, int]) -> bytes:
+    family = _family(source)
     packed = DIAG_REQUEST.pack(
-        socket.AF_INET, socket.IPPROTO_TCP, 0, 0, ALL_STATES,
+        family, socket.IPPROTO_TCP, 0, 0, ALL_STATES,
         socket.htons(source[1]), socket.htons(destination[1]),
-        socket.inet_aton(source[0]).ljust(16, b"\0"),
-        socket.inet_aton(destination[0]).ljust(16, b"\0"),
+        socket.inet_pton(family, source[0]).ljust(16, b"\0"),
+        socket.inet_pton(family, destination[0]).ljust(16, b"\0"),
         0, NO_COOKIE, NO_COOKIE,
     )  # fmt: skip
     return packed
 
 
 def _proc_address(address: tuple[str, int]) -> str:
-    """``/proc/net/tcp``'s form: the IPv4 address as a little-endian hex word, the port."""
-    word = struct.unpack("<I", socket.inet_aton(address[0]))[0]
-    return f"{word:08X}:{address[1]:04X}"
+    """``/proc/net/tcp``'s form: the address as little-endian hex words (one for IPv4,
+    four for IPv6, as ``/proc/net/tcp6`` writes it), the port."""
+    family = _family(address)
+    packed = socket.inet_pton(family, address[0])
+    words = struct.unpack(f"<{len(packed) // 4}I", packed)
+    return "".join(f"{word:08X}" for word in words) + f":{address[1]:04X}"
 
 
 def _uid_from_proc(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
     wanted = (_proc_address(remote), _proc_address(local))
+    table_path = "/proc/net/tcp6" if _family(local) == socket.AF_INET6 else "/proc/net/tcp"
     try:
-        with open("/proc/net/tcp", encoding="ascii") as table:
+        with open(table_path, encoding="ascii") as table:
             next(table)
             for row in table:
                 fields = row.split()

@@ -85,6 +85,9 @@ class HostSession:
             None if self.opener is None else self.open_url,
         )
         await self._registration.start()
+        if self.opener is not None:
+            # A login's callback reaches the sandbox's port as an app's request does.
+            self.opener.callbacks.open_sandbox = self._connector.open
 
     async def register(self, request: RegisterRequest) -> App:
         """Give sandbox port ``request.port`` a new host origin, or, where auto-publish

@@ -75,7 +75,8 @@ def session_ops(
     mode = NetMode.NONE if policy is None else policy.mode.value
 
     async def info(message: dict[str, Any]) -> dict[str, Any]:
-        return {"command": list(options.command), "network": mode.value}
+        logins = {} if host.opener is None else host.opener.callbacks.listing()
+        return {"command": list(options.command), "network": mode.value, **logins}
 
     async def request_stop(message: dict[str, Any]) -> dict[str, Any]:
         stop.set()
@@ -209,6 +210,7 @@ async def open_session(
         else options.open_settings,
         out,
     )
+    opener.callbacks.on_change = changed  # a login's callback shows on the dashboard
     host = HostSession(
         runtime_dir,
         protocol=options.protocol,

@@ -22,6 +22,7 @@ from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
 from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
 from sandbridge.relay.host_opener import OpenSettings
+from sandbridge.relay.oauth_callback import CALLBACK_DEADLINE
 from sandbridge.relay.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
 
@@ -37,6 +38,9 @@ MAX_WORD_CHARS = 200
 # paths, a few at most; the kernel's own bound on a path's length.
 MAX_WRITABLE = 64
 MAX_PATH_CHARS = 4096
+# The owner's open_external_allow names: a handful; a DNS name's length at most.
+MAX_ALLOWED_HOSTS = 256
+MAX_NAME_CHARS = 255
 
 
 def encode(options: SessionOptions) -> dict[str, Any]:
@@ -70,6 +74,9 @@ def encode(options: SessionOptions) -> dict[str, Any]:
             "action": opens.action.value,
             "browser": list(opens.browser),
             "external": opens.external.value,
+            "oauth_callbacks": opens.oauth_callbacks,
+            "allowed_hosts": list(opens.allowed_hosts),
+            "callback_deadline": opens.callback_deadline,
         },
     }
 
@@ -188,8 +195,20 @@ def _open_settings(data: object) -> OpenSettings | None:
     browser = _typed(data, "browser", list)
     if not 0 < len(browser) <= MAX_BROWSER_ARGS or not all(isinstance(a, str) for a in browser):
         raise DaemonError(f"session options: browser must be an argv, got {browser!r:.80}")
+    # Absent from an older client's request: that session has no OAuth callbacks.
+    hosts = data.get("allowed_hosts", [])
+    if not isinstance(hosts, list) or len(hosts) > MAX_ALLOWED_HOSTS:
+        raise DaemonError(f"session options: allowed_hosts must be a list, got {hosts!r:.80}")
+    if not all(isinstance(h, str) and 0 < len(h) <= MAX_NAME_CHARS for h in hosts):
+        raise DaemonError(f"session options: allowed_hosts must be names, got {hosts!r:.80}")
+    deadline = data.get("callback_deadline", CALLBACK_DEADLINE)
+    if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not deadline > 0:
+        raise DaemonError(f"session options: callback_deadline must be seconds, got {deadline!r}")
     return OpenSettings(
         OpenAction(_typed(data, "action", str)),
         tuple(browser),
         ExternalOpens(_typed(data, "external", str)),
+        oauth_callbacks="oauth_callbacks" in data and _typed(data, "oauth_callbacks", bool),
+        allowed_hosts=tuple(hosts),
+        callback_deadline=float(deadline),
     )

@@ -39,6 +39,8 @@ from sandbridge.terminals.owner_approval import Shown, answer_request, approve_r
 
 # Sessions the page lists: a user runs a handful; a flood of them is cut, not rendered.
 MAX_SESSIONS = 64
+# A login's callbacks one session lists (awaited ones, then the last ended: 4 + 8).
+MAX_CALLBACK_ROWS = 16
 # A session polled for the tables answers on this host in milliseconds. One that takes the
 # connection and stays silent (its host stopped with Ctrl-Z) is given this long, once per
 # read: the tables of every other session wait for it.
@@ -119,6 +121,7 @@ def snapshot(served: Mapping[str, Answers] | None = None) -> dict[str, Any]:
     owner, names = _names()
     tables: dict[str, list[dict[str, Any]]] = {
         "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
+        "logins": [],
     }  # fmt: skip
     for record in list_sessions()[:MAX_SESSIONS]:
         try:
@@ -171,6 +174,14 @@ def _add_session(
         for app in (record.apps if answers.apps is None else answers.apps)
     ]  # fmt: skip
     tables["terminals"] += terminals
+    # A login's callbacks (docs/open.md): awaited, then the last few ended; never a query.
+    tables["logins"] += [
+        {
+            "session": record.id, "callback": f"http://{c['host']}:{int(c['port'])}{c['path']}",
+            "authorize_host": str(c["authorize_host"]), "state": str(c["state"]),
+        }
+        for c in ([] if info is None else info.get("callbacks", []))[:MAX_CALLBACK_ROWS]
+    ]  # fmt: skip
     tables["egress"] += [{**row, "session": record.id} for row in answers.destinations]
     # The reason is the sandbox's own text: shown as the owner's terminal shows it, its
     # line breaks, bidi overrides and zero-width characters escaped (egress/requests.py).

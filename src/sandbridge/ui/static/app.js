@@ -351,6 +351,14 @@ function renderPending(row, p) {
     () => act({ action: "egress_deny", session: p.session, id: p.id }, `denied ${p.id}`), true);
 }
 
+// A login's callback the host awaits (or awaited) on its loopback: docs/open.md.
+function renderLogin(row, l) {
+  cell(row, l.session);
+  cell(row, l.callback);
+  cell(row, l.authorize_host);
+  cell(row, l.state);
+}
+
 function renderEgress(row, e) {
   cell(row, e.session);
   cell(row, e.decision, e.decision);
@@ -377,6 +385,7 @@ function render(tables) {
   fill("sessions", tables.sessions, renderSession, 9);
   fill("apps", tables.apps, renderApp, 6);
   fill("terminals", tables.terminals, renderTerminal, 9);
+  fill("logins", tables.logins || [], renderLogin, 4);
   fill("egress-pending", tables.egress_pending, renderPending, 6);
   fill("egress", tables.egress, renderEgress, 7);
   settle();
