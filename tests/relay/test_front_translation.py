@@ -330,7 +330,9 @@ def responses(draw: st.DrawFn) -> Response:
 def test_generated_responses_relayed_from_c_are_relayed_alike_by_python() -> None:
     verdicts: collections.Counter[int] = collections.Counter()
 
-    @settings(suppress_health_check=[HealthCheck.too_slow])
+    # 400 examples in every profile: the coverage check below (each verdict met often
+    # enough) needs that many to hold; at 100 it misses about one run in seven.
+    @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
     @given(responses())
     def agree(response: Response) -> None:
         verdicts[check_agreement(response.data, response.head_request)] += 1
