@@ -109,7 +109,7 @@ install_python_packages() {
   fi
 }
 
-# The tests and CI need the front door, built with -Werror: a warning in _front.c fails
+# The tests and CI need the front door, built with -Werror: a warning in _front_*.c fails
 # here, not only on a user's newer compiler. pyproject.toml's build skips the extension
 # when it does not compile (a user's machine without a compiler), so its absence is
 # checked after the build, which is run again with -Werror when it is missing (the demo
@@ -120,7 +120,7 @@ require_front_door() {
     CFLAGS="${CFLAGS:-} -Werror" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
   fi
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
-    echo "dev.sh: the front door (src/sandbridge/relay/_front.c) did not build with -Werror;" \
+    echo "dev.sh: the front door (src/sandbridge/relay/_front_*.c) did not build with -Werror;" \
       "see why: CFLAGS=-Werror $VENV/bin/pip install -v --no-deps -e ." >&2
     return 1
   fi

@@ -87,6 +87,21 @@ def test_no_module_is_over_the_size_limit(module: str, path: Path) -> None:
     assert lines <= MAX_MODULE_LINES, f"{module}: {lines} lines"
 
 
+def _c_sources() -> list[Path]:
+    return sorted([*SRC.rglob("*.c"), *SRC.rglob("*.h")])
+
+
+def test_the_c_sources_are_found() -> None:
+    """The size rule below runs on the front door's sources (an empty list passes)."""
+    assert any(path.name.startswith("_front_") for path in _c_sources())
+
+
+@pytest.mark.parametrize("path", _c_sources(), ids=lambda p: p.name)
+def test_no_c_file_is_over_the_size_limit(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(SRC)}: {lines} lines"
+
+
 def test_no_import_circle_between_modules() -> None:
     graph = {module: set(_imports(path)) for module, path in _modules()}
     known = set(graph)

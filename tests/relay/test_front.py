@@ -1,4 +1,4 @@
-"""The relay's C front door (relay/_front.c, relay/front.py) in real ``sandbridge run``
+"""The relay's C front door (relay/_front_*.c, relay/front.py) in real ``sandbridge run``
 sessions: it really serves new connections without waking the relay's Python, every
 response it gives is the one the Python relay gives (``--no-front-door``), what it cannot
 state exactly goes to the Python relay whole, and nothing it holds outlives its session.

@@ -1,4 +1,4 @@
-"""The front door's response translation (``_front.c``) against the Python relay's.
+"""The front door's response translation (``_front_translate.c``) against the Python relay's.
 
 ``translate_response`` relays a whole response from C only when the Python relay would
 relay it the same way: llhttp (``ResponseReader``) reads exactly those bytes as one whole

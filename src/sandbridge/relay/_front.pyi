@@ -1,4 +1,4 @@
-# The C front door's interface (src/sandbridge/relay/_front.c); read by mypy.
+# The C front door's interface (src/sandbridge/relay/_front_*.c); read by mypy.
 FRESH: int
 SENT: int
 RETRY: int
