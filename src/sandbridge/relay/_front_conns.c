@@ -38,9 +38,16 @@ int poll_fd(front_t *f, int fd, int *polled, uint32_t events, uint64_t data) {
     return 0;
 }
 
-void close_fd(int fd) {
-    if (fd >= 0)
-        close(fd);
+/* The one way the thread closes a descriptor: out of its epoll set first, while the number
+ * still names it (closed first, the number may already be another descriptor's, of this
+ * thread's next accept or of Python's, and the removal would miss, or remove that one).
+ * polled: the descriptor's flag of the set, NULL for one never put in it. */
+void close_fd(front_t *f, int *fd, int *polled) {
+    if (polled != NULL)
+        unpoll(f, *fd, polled);
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
 }
 
 /* An idle app connection still is: nothing from the app (bytes answering nothing, or
@@ -51,23 +58,23 @@ int still_idle(int fd) {
            (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-int pool_take(listener_t *L, double now) {
+int pool_take(front_t *f, listener_t *L, double now) {
     while (L->pooled > 0) {
         parked_t p = L->pool[--L->pooled];
         if (p.deadline > now && still_idle(p.fd))
             return p.fd;
-        close(p.fd); /* expired, or closed or written to by the app while it waited */
+        close_fd(f, &p.fd, NULL); /* expired, or closed or written to while it waited */
     }
     return -1;
 }
 
-void pool_put(listener_t *L, int fd, double now) {
+void pool_put(front_t *f, listener_t *L, int fd, double now) {
     if (!L->active || L->pool_size <= 0) {
-        close(fd);
+        close_fd(f, &fd, NULL);
         return;
     }
     if (L->pooled >= L->pool_size) {
-        close(L->pool[0].fd);
+        close_fd(f, &L->pool[0].fd, NULL);
         memmove(&L->pool[0], &L->pool[1], sizeof(parked_t) * (size_t)(L->pooled - 1));
         L->pooled--;
     }
@@ -92,8 +99,8 @@ void enqueue(front_t *f, int lid, int kind, int bfd, int afd, int checked, uint3
         free(h);
         free(d);
         free(pd);
-        close_fd(bfd); /* out of memory: dropped, as an accept that failed */
-        close_fd(afd);
+        close_fd(f, &bfd, NULL); /* out of memory: dropped, as an accept that failed */
+        close_fd(f, &afd, NULL);
         return;
     }
     if (data_len)
@@ -189,13 +196,8 @@ void hand_sent(front_t *f, conn_t *c) {
 
 /* Both connections closed, as the relay drops an exchange it cannot go on with. */
 void drop_both(front_t *f, conn_t *c) {
-    if (c->afd >= 0) {
-        unpoll(f, c->afd, &c->a_polled);
-        close(c->afd);
-        c->afd = -1;
-    }
-    unpoll(f, c->bfd, &c->b_polled);
-    close(c->bfd);
+    close_fd(f, &c->afd, &c->a_polled);
+    close_fd(f, &c->bfd, &c->b_polled);
     conn_free(f, c);
 }
 
@@ -205,9 +207,9 @@ void browser_gone(front_t *f, conn_t *c, double now) {
     c->afd = -1;
     if (afd >= 0) {
         unpoll(f, afd, &c->a_polled);
-        pool_put(L, afd, now);
+        pool_put(f, L, afd, now);
     }
-    close(c->bfd);
+    close_fd(f, &c->bfd, &c->b_polled);
     conn_free(f, c);
 }
 
@@ -231,20 +233,15 @@ void close_listener(front_t *f, int lid) {
         return;
     for (int i = 0; i < f->conn_top; i++) {
         conn_t *c = &f->conns[i];
-        if (c->state != FREE && c->lid == lid) {
-            int bfd = c->bfd, afd = c->afd;
-            conn_free(f, c);
-            close_fd(bfd);
-            close_fd(afd);
-        }
+        if (c->state != FREE && c->lid == lid)
+            drop_both(f, c);
     }
     /* what is left counted: handoffs not yet adopted (queued, or taken by Python) */
     f->scopes[L->sid].held -= L->held;
     L->held = 0;
-    epoll_ctl(f->epfd, EPOLL_CTL_DEL, L->fd, NULL);
-    close(L->fd);
+    close_fd(f, &L->fd, &L->polled);
     for (int p = 0; p < L->pooled; p++)
-        close(L->pool[p].fd);
+        close_fd(f, &L->pool[p].fd, NULL);
     L->pooled = 0;
     clear_cache(L);
     free(L->base);
@@ -260,8 +257,8 @@ void close_listener(front_t *f, int lid) {
         handoff_t *h = *link;
         if (h->lid == lid) {
             *link = h->next;
-            close_fd(h->bfd);
-            close_fd(h->afd);
+            close_fd(f, &h->bfd, NULL);
+            close_fd(f, &h->afd, NULL);
             free_handoff(h);
             f->queued--;
         } else {

@@ -68,12 +68,13 @@ static void Front_stop(front_t *f) {
     while (f->queue) {
         handoff_t *h = f->queue;
         f->queue = h->next;
-        close_fd(h->bfd);
-        close_fd(h->afd);
+        close_fd(f, &h->bfd, NULL);
+        close_fd(f, &h->afd, NULL);
         free_handoff(h);
     }
     f->queue_tail = NULL;
     f->queued = 0;
+    /* the epoll set first: the descriptors still in it (the wake-up's) leave with it */
     if (f->epfd >= 0)
         close(f->epfd);
     if (f->wakefd >= 0)
@@ -222,7 +223,7 @@ static PyObject *Front_add_listener(Front *self, PyObject *args, PyObject *kwds)
         if (f->scopes[sid].refs == 0)
             memset(&f->scopes[sid], 0, sizeof(scope_t));
         pthread_mutex_unlock(&f->lock);
-        close_fd(own);
+        close_fd(f, &own, NULL);
         free(copy);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
@@ -252,6 +253,7 @@ static PyObject *Front_add_listener(Front *self, PyObject *args, PyObject *kwds)
         errno = error;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    L->polled = 1;
     pthread_mutex_unlock(&f->lock);
     return PyLong_FromLong(lid);
 }
@@ -438,7 +440,7 @@ static PyObject *Front_park(Front *self, PyObject *args) {
         pthread_mutex_unlock(&f->lock);
         Py_RETURN_FALSE;
     }
-    pool_put(L, own, now_seconds());
+    pool_put(f, L, own, now_seconds());
     pthread_mutex_unlock(&f->lock);
     Py_RETURN_TRUE;
 }
@@ -482,8 +484,8 @@ static PyObject *Front_take(Front *self, PyObject *unused) {
     for (handoff_t *h = first; h;) {
         handoff_t *next = h->next;
         if (list == NULL) { /* none reaches Python: none stays open */
-            close_fd(h->bfd);
-            close_fd(h->afd);
+            close_fd(f, &h->bfd, NULL);
+            close_fd(f, &h->afd, NULL);
         }
         free_handoff(h);
         h = next;

@@ -33,16 +33,14 @@ static void serve_request(front_t *f, conn_t *c, const char *data, size_t n, dou
     if (out == NULL) {
         /* the relay's: with an idle app connection, for a request that may take one */
         if (c->afd < 0 && retryable(data, n))
-            c->afd = pool_take(L, now);
+            c->afd = pool_take(f, L, now);
         hand_fresh(f, c, data, n, NULL, 0, 0);
         return;
     }
-    if (c->afd >= 0 && !still_idle(c->afd)) {
-        close(c->afd); /* the app wrote to it, or closed it, between two requests */
-        c->afd = -1;
-    }
+    if (c->afd >= 0 && !still_idle(c->afd)) /* the app wrote to it, or closed it, between */
+        close_fd(f, &c->afd, &c->a_polled);  /* two requests */
     if (c->afd < 0)
-        c->afd = pool_take(L, now);
+        c->afd = pool_take(f, L, now);
     char *req = c->afd >= 0 ? malloc(n) : NULL;
     if (req == NULL || send_whole(c->afd, out, out_len) != 0) {
         /* no idle app connection (or it failed as the request went: nothing of it is
@@ -50,8 +48,7 @@ static void serve_request(front_t *f, conn_t *c, const char *data, size_t n, dou
         free(out);
         free(req);
         int failed = c->afd >= 0;
-        close_fd(c->afd);
-        c->afd = -1;
+        close_fd(f, &c->afd, &c->a_polled);
         hand_fresh(f, c, data, n, NULL, 0, failed);
         return;
     }
@@ -77,9 +74,7 @@ static void on_app(front_t *f, conn_t *c, double now) {
         /* The app closed the idle connection as the request went out (its own
          * keep-alive ran out): the relay sends it once more, on a new connection, as the
          * pool's rule says. */
-        unpoll(f, c->afd, &c->a_polled);
-        close(c->afd);
-        c->afd = -1;
+        close_fd(f, &c->afd, &c->a_polled);
         char *req = c->req;
         size_t len = c->req_len;
         c->req = NULL;
@@ -201,7 +196,8 @@ static void on_listener(front_t *f, int lid, double now) {
                         ? owner_check(f->netlink, &f->sequence, f->owner, &peer, L->port)
                         : -1;
         if (owner == 0 && L->refused_said) {
-            close(fd); /* another user's: closed unanswered, as the Python relay does */
+            /* another user's: closed unanswered, as the Python relay does */
+            close_fd(f, &fd, NULL);
             continue;
         }
         if (owner != 1) {
@@ -279,7 +275,7 @@ static void expire(front_t *f, double now) {
         int kept = 0;
         for (int p = 0; p < L->pooled; p++) {
             if (L->pool[p].deadline <= now)
-                close(L->pool[p].fd);
+                close_fd(f, &L->pool[p].fd, NULL);
             else
                 L->pool[kept++] = L->pool[p];
         }

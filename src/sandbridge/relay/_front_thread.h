@@ -47,6 +47,7 @@ typedef struct {
     int active;
     uint32_t gen;
     int fd;
+    int polled; /* fd is in the epoll set */
     int sid;
     int paused;
     int queue_paused;
@@ -120,11 +121,11 @@ double now_seconds(void);
 uint64_t tag(int kind, uint32_t gen, int index);
 void unpoll(front_t *f, int fd, int *polled);
 int poll_fd(front_t *f, int fd, int *polled, uint32_t events, uint64_t data);
-void close_fd(int fd);
+void close_fd(front_t *f, int *fd, int *polled);
 
 int still_idle(int fd);
-int pool_take(listener_t *L, double now);
-void pool_put(listener_t *L, int fd, double now);
+int pool_take(front_t *f, listener_t *L, double now);
+void pool_put(front_t *f, listener_t *L, int fd, double now);
 void enqueue(front_t *f, int lid, int kind, int bfd, int afd, int checked, uint32_t ip,
              uint16_t port, const char *data, size_t data_len, const char *pending,
              size_t pending_len);

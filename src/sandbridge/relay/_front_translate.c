@@ -127,6 +127,19 @@ static int is_relay_set_cookie(const char *v, size_t len) {
     return 1;
 }
 
+/* The decimal number of digits[0..len) (digits only, checked before), or limit + 1 if it
+ * is past limit: read within its bytes, never past them (a wire buffer has no NUL), and
+ * never overflowing however many digits come. */
+static size_t decimal_at_most(const char *digits, size_t len, size_t limit) {
+    size_t value = 0;
+    for (size_t i = 0; i < len; i++) {
+        value = value * 10 + (size_t)(digits[i] - '0');
+        if (value > limit)
+            return limit + 1;
+    }
+    return value;
+}
+
 typedef struct {
     const char *name;
     size_t name_len;
@@ -238,10 +251,10 @@ int translate_response(const char *buf, size_t n, int head_request, char **out,
     if (!no_body) {
         if (length == NULL)
             return TR_BAIL; /* close-delimited: the Python relay re-frames it */
-        unsigned long long body = strtoull(length, NULL, 10);
+        size_t body = decimal_at_most(length, length_len, PEEK_MAX);
         if (body > PEEK_MAX)
             return TR_BAIL;
-        total = head_len + (size_t)body;
+        total = head_len + body;
     }
     if (total > PEEK_MAX)
         return TR_BAIL;
