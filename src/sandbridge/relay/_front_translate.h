@@ -22,6 +22,8 @@
 #define PEEK_MAX 65536   /* an app's response, relayed here whole or not at all */
 #define MAX_TARGET 8192  /* parser.MAX_TARGET_BYTES */
 #define MAX_FIELDS 100   /* parser.MAX_HEADER_COUNT */
+/* parser.MAX_HEAD_BYTES, counted as the Python reader does: name + value + 4 a field */
+#define MAX_HEAD_BYTES 65536
 
 enum { METHOD_GET = 1, METHOD_OPTIONS = 3 };
 /* translate_response's verdicts */
