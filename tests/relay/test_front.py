@@ -31,8 +31,8 @@ import pytest
 
 from sandbridge.relay import _front
 from sandbridge.relay import front as front_py
-from sandbridge.relay._front import FRESH
-from sandbridge.relay.front import Handoff, front_door, held_for, listening_socket, push_room
+from sandbridge.relay._front import FRESH, Handoff
+from sandbridge.relay.front import front_door, held_for, listening_socket, push_room
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from tests.conftest import PYTHON, REPO, Process, run_argv
 
@@ -1013,7 +1013,7 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
 
             await connect()  # held by the front, waiting for its request
             async with asyncio.timeout(10):
-                while door.held(lid)[0] != 1:
+                while door.held(lid).held != 1:
                     await asyncio.sleep(0.01)
             assert held_for(None, -1, scope) == (0, 1)
             # Two more, counted by the relay on the other app: the session is full.
@@ -1022,10 +1022,11 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
             await connect()
             async with asyncio.timeout(10):
                 await taken.arrived.wait()
-            [(_, kind, browser_fd, app_fd, _, _, data, _, checked, counted, _)] = taken.handoffs
-            os.close(browser_fd)
-            assert (kind, app_fd, data, checked, counted) == (FRESH, -1, b"", True, False)
-            assert door.held(lid)[0] == 1  # the first only: no room for the second
+            [handoff] = taken.handoffs
+            os.close(handoff.browser_fd)
+            assert handoff.kind == FRESH and handoff.app_fd == -1 and handoff.data == b""
+            assert handoff.checked and not handoff.counted
+            assert door.held(lid).held == 1  # the first only: no room for the second
         finally:
             for client in clients:
                 client.close()

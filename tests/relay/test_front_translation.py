@@ -33,7 +33,7 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
     ResponseReader,
 )
-from sandbridge.relay._front import FRESH, PEEK_MAX, Front, translate_response
+from sandbridge.relay._front import FRESH, PEEK_MAX, Front, Handoff, Held, translate_response
 
 RELAYED, INCOMPLETE, LEFT = 0, 1, 2  # translate_response's first element
 SANDBOX_PORT = 5000
@@ -656,7 +656,8 @@ def test_get_exchange_keeps_both_connections(front: tuple[Front, int, socket.soc
         assert app.recv(65536) == b"GET /b HTTP/1.1\r\n" + TRANSLATED
         # All from C so far: one exchange relayed, nothing handed to the Python relay
         # (closing the app's end now hands the second request over to be sent again).
-        assert door.held(lid)[2:4] == (1, 0)
+        held = door.held(lid)
+        assert (held.relayed, held.handed) == (1, 0)
         assert door.take() == []
 
 
@@ -670,12 +671,31 @@ def test_head_request_is_left_to_the_python_relay(
         request = b"HEAD /a HTTP/1.1\r\n" + BLOCK
         browser.sendall(request)
         assert select.select([door.fileno()], [], [], 10)[0], "nothing handed over"
-        [(taken_lid, kind, browser_fd, app_fd, _, _, data, pending, checked, *_)] = door.take()
-        os.close(browser_fd)
+        [handoff] = door.take()
+        os.close(handoff.browser_fd)
         # The request as the browser sent it, with the idle app connection for it (the
         # pool's rule lets a HEAD take one; the relay then never reuses it): untouched.
-        assert (taken_lid, kind, data, pending, checked) == (lid, FRESH, request, b"", True)
-        assert app_fd >= 0
-        assert door.held(lid)[1] == 0
-        os.close(app_fd)  # (the one end of it left): the app reads its end, and nothing
+        assert (handoff.listener, handoff.kind) == (lid, FRESH)
+        assert (handoff.data, handoff.pending, handoff.checked) == (request, b"", True)
+        assert handoff.app_fd >= 0
+        assert door.held(lid).pooled == 0
+        os.close(handoff.app_fd)  # (the one end of it left): the app reads its end, and nothing
         assert app.recv(1) == b""
+
+
+def test_handoffs_and_held_counts_cross_the_boundary_by_name() -> None:
+    # (front.py and arrivals.py read them by these names: the stub declares no tuple)
+    assert Handoff.__match_args__ == (
+        "listener",
+        "kind",
+        "browser_fd",
+        "app_fd",
+        "host",
+        "port",
+        "data",
+        "pending",
+        "checked",
+        "counted",
+        "generation",
+    )
+    assert Held.__match_args__ == ("held", "pooled", "relayed", "handed", "scope_held")

@@ -219,55 +219,6 @@ void free_handoff(handoff_t *h) {
     free(h);
 }
 
-void clear_cache(listener_t *L) {
-    for (int e = 0; e < CACHE_ENTRIES; e++) {
-        free(L->cache[e].block);
-        free(L->cache[e].out);
-        memset(&L->cache[e], 0, sizeof L->cache[e]);
-    }
-}
-
-void close_listener(front_t *f, int lid) {
-    listener_t *L = &f->listeners[lid];
-    if (!L->active)
-        return;
-    for (int i = 0; i < f->conn_top; i++) {
-        conn_t *c = &f->conns[i];
-        if (c->state != FREE && c->lid == lid)
-            drop_both(f, c);
-    }
-    /* what is left counted: handoffs not yet adopted (queued, or taken by Python) */
-    f->scopes[L->sid].held -= L->held;
-    L->held = 0;
-    close_fd(f, &L->fd, &L->polled);
-    for (int p = 0; p < L->pooled; p++)
-        close_fd(f, &L->pool[p].fd, NULL);
-    L->pooled = 0;
-    clear_cache(L);
-    free(L->base);
-    L->base = NULL;
-    if (--f->scopes[L->sid].refs == 0)
-        memset(&f->scopes[L->sid], 0, sizeof(scope_t));
-    L->active = 0;
-    L->gen++;
-    /* handoffs of this listener not yet taken: closed */
-    handoff_t **link = &f->queue;
-    f->queue_tail = NULL;
-    while (*link) {
-        handoff_t *h = *link;
-        if (h->lid == lid) {
-            *link = h->next;
-            close_fd(f, &h->bfd, NULL);
-            close_fd(f, &h->afd, NULL);
-            free_handoff(h);
-            f->queued--;
-        } else {
-            f->queue_tail = h;
-            link = &h->next;
-        }
-    }
-}
-
 void wake(front_t *f) {
     uint64_t one = 1;
     ssize_t ignored = write(f->wakefd, &one, sizeof one);

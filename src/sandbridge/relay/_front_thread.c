@@ -6,11 +6,15 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -335,4 +339,73 @@ void *front_run(void *arg) {
             expire(f, now);
         pthread_mutex_unlock(&f->lock);
     }
+}
+
+int front_start(front_t *f, uint32_t owner) {
+    f->owner = owner;
+    f->epfd = f->wakefd = f->notifyfd = f->netlink = -1;
+    pthread_mutex_init(&f->lock, NULL);
+    f->lock_ready = 1;
+    f->listeners = calloc(MAX_LISTENERS, sizeof(listener_t));
+    for (int l = 0; f->listeners != NULL && l < MAX_LISTENERS; l++)
+        f->listeners[l].fd = -1;
+    f->conns = calloc(MAX_CONNS, sizeof(conn_t));
+    f->scopes = calloc(MAX_LISTENERS, sizeof(scope_t));
+    f->buf = malloc(PEEK_MAX);
+    if (!f->listeners || !f->conns || !f->buf || !f->scopes)
+        return ENOMEM;
+    f->epfd = epoll_create1(EPOLL_CLOEXEC);
+    f->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    f->notifyfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (f->epfd < 0 || f->wakefd < 0 || f->notifyfd < 0)
+        return errno;
+    /* -1 where netlink is refused: every owner is then the Python relay's to check */
+    f->netlink = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    int wake_polled = 0;
+    if (poll_fd(f, f->wakefd, &wake_polled, EPOLLIN, tag(TAG_WAKE, 0, 0)) != 0)
+        return errno;
+    /* signals are the main thread's: the thread starts with all of them blocked */
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &before);
+    int started = pthread_create(&f->thread, NULL, front_run, f);
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    if (started != 0)
+        return started;
+    f->started = 1;
+    return 0;
+}
+
+void front_stop(front_t *f) {
+    if (f->listeners == NULL)
+        return; /* never initialised */
+    if (f->started) {
+        pthread_mutex_lock(&f->lock);
+        f->stop = 1;
+        wake(f);
+        pthread_mutex_unlock(&f->lock);
+        pthread_join(f->thread, NULL);
+        f->started = 0;
+    }
+    for (int l = 0; l < MAX_LISTENERS; l++)
+        close_listener(f, l);
+    while (f->queue) {
+        handoff_t *h = f->queue;
+        f->queue = h->next;
+        close_fd(f, &h->bfd, NULL);
+        close_fd(f, &h->afd, NULL);
+        free_handoff(h);
+    }
+    f->queue_tail = NULL;
+    f->queued = 0;
+    /* the epoll set first: the descriptors still in it (the wake-up's) leave with it */
+    if (f->epfd >= 0)
+        close(f->epfd);
+    if (f->wakefd >= 0)
+        close(f->wakefd);
+    if (f->notifyfd >= 0)
+        close(f->notifyfd);
+    if (f->netlink >= 0)
+        close(f->netlink);
+    f->epfd = f->wakefd = f->notifyfd = f->netlink = -1;
 }

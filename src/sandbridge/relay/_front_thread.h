@@ -97,6 +97,7 @@ typedef struct handoff {
 
 typedef struct {
     pthread_mutex_t lock;
+    int lock_ready; /* lock initialised (front_start ran) */
     pthread_t thread;
     int started;
     int stop;
@@ -138,9 +139,36 @@ void hand_sent(front_t *f, conn_t *c);
 void drop_both(front_t *f, conn_t *c);
 void browser_gone(front_t *f, conn_t *c, double now);
 void free_handoff(handoff_t *h);
-void clear_cache(listener_t *L);
-void close_listener(front_t *f, int lid);
 void wake(front_t *f);
+
+/* What Python declares of a listener it adds (front.py: FrontDoor.add). */
+typedef struct {
+    int fd; /* the listening socket, non-blocking (a duplicate is kept) */
+    uint16_t port;
+    const char *base; /* the app's base path, starting with / */
+    size_t base_len;
+    int pool_size; /* 0..MAX_POOL */
+    double pool_idle, keepalive, grace;
+    int room;
+    uint64_t scope;
+    int scope_room;
+} listener_spec_t;
+
+/* _front_listeners.c, with the mutex held: 0 or an errno. */
+listener_t *listener_at(front_t *f, int lid); /* NULL: no listener of that id now */
+int listener_add(front_t *f, const listener_spec_t *spec, int *lid_out);
+void close_listener(front_t *f, int lid);
+void clear_cache(listener_t *L);
+int listener_remember(front_t *f, listener_t *L, uint32_t address, int method,
+                      const char *block, size_t block_len, const char *out, size_t out_len);
+int listener_park(front_t *f, listener_t *L, int fd); /* 1: parked, 0: no room */
+scope_t *scope_of(front_t *f, uint64_t key);          /* NULL: none */
+handoff_t *take_handoffs(front_t *f); /* the queue, emptied; paused listeners resumed */
+
+/* _front_thread.c: open the state and start the thread (0, or an errno: front_stop
+ * closes what was opened); stop the thread and close everything (without the mutex). */
+int front_start(front_t *f, uint32_t owner);
+void front_stop(front_t *f);
 
 /* The thread's body (pthread_create's start routine; arg: the front_t). */
 void *front_run(void *arg);
