@@ -33,7 +33,16 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
     ResponseReader,
 )
-from sandbridge.relay._front import FRESH, PEEK_MAX, Front, Handoff, Held, translate_response
+from sandbridge.relay._front import (
+    FRESH,
+    MAX_POOL,
+    PEEK_MAX,
+    Front,
+    Handoff,
+    Held,
+    translate_response,
+)
+from sandbridge.relay.settings import MAX_POOL_SIZE
 
 RELAYED, INCOMPLETE, LEFT = 0, 1, 2  # translate_response's first element
 SANDBOX_PORT = 5000
@@ -699,3 +708,32 @@ def test_handoffs_and_held_counts_cross_the_boundary_by_name() -> None:
         "generation",
     )
     assert Held.__match_args__ == ("held", "pooled", "relayed", "handed", "scope_held")
+
+
+def test_the_fronts_pool_limit_is_the_one_a_session_may_ask_for() -> None:
+    assert MAX_POOL == MAX_POOL_SIZE
+
+
+@pytest.mark.parametrize("pool_size", [-1, MAX_POOL + 1])
+def test_a_pool_size_past_the_fronts_limit_is_refused_not_cut(pool_size: int) -> None:
+    door = Front(owner=os.getuid())
+    try:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            listener.setblocking(False)
+            with pytest.raises(ValueError, match=f"pool_size must be 0 to 64, got {pool_size}"):
+                door.add_listener(
+                    fd=listener.fileno(),
+                    port=listener.getsockname()[1],
+                    base_path=b"/",
+                    pool_size=pool_size,
+                    pool_idle=1.0,
+                    keepalive=1.0,
+                    grace=1.0,
+                    room=8,
+                    scope=1,
+                    scope_room=8,
+                )
+    finally:
+        door.close()

@@ -180,8 +180,10 @@ def relay_settings_of(args: argparse.Namespace, policy: Policy | None = None) ->
         if getattr(args, name) <= 0:
             flag = "--" + name.replace("_", "-")
             raise SandbridgeError(f"{flag} must be positive, got {getattr(args, name)}")
-    if args.app_pool_size < 0:
-        raise SandbridgeError(f"--app-pool-size must be 0 or more, got {args.app_pool_size}")
+    if not 0 <= args.app_pool_size <= relay_settings.MAX_POOL_SIZE:
+        raise SandbridgeError(
+            f"--app-pool-size must be 0 to {relay_settings.MAX_POOL_SIZE}, got {args.app_pool_size}"
+        )
     url_form = url_form_of(args, policy)
     return RelaySettings(
         keepalive_timeout=args.keepalive_timeout,

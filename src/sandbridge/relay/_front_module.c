@@ -210,8 +210,12 @@ static PyObject *Front_add_listener(Front *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "a base path starting with / and a port");
         return NULL;
     }
-    if (spec.pool_size > MAX_POOL)
-        spec.pool_size = MAX_POOL;
+    if (spec.pool_size < 0 || spec.pool_size > MAX_POOL) {
+        /* never cut silently: settings.MAX_POOL_SIZE bounds what a session may ask */
+        PyErr_Format(PyExc_ValueError, "pool_size must be 0 to %d, got %d", MAX_POOL,
+                     spec.pool_size);
+        return NULL;
+    }
     spec.port = (uint16_t)port;
     spec.base_len = (size_t)base_len;
     spec.scope = (uint64_t)scope;

@@ -38,6 +38,10 @@ MAX_CONNECTIONS_PER_SESSION = 4096
 # common app servers (Node and uvicorn: 5 s), so the app rarely closes one first.
 POOL_SIZE = 8
 POOL_IDLE_SECONDS = 2.0
+# The most a session may ask for: the C front door's pool holds up to as many (its MAX_POOL,
+# fixed in C; tests/relay/test_front_translation.py checks the two agree), and a larger
+# --app-pool-size is refused rather than cut to it behind the user's back.
+MAX_POOL_SIZE = 64
 
 
 @dataclass(frozen=True)

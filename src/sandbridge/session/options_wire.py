@@ -20,7 +20,7 @@ from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
 from sandbridge.relay.host_opener import OpenSettings
-from sandbridge.relay.settings import ForwardingMode, RelaySettings
+from sandbridge.relay.settings import MAX_POOL_SIZE, ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
 
 # A policy is a reviewed list of a few hundred lines at most; the message bounds it too.
@@ -152,8 +152,14 @@ def _settings(data: dict[str, Any]) -> RelaySettings:
     ):
         raise DaemonError("session options: publish must be a list of [rule, source]")
     pool_size = data.get("pool_size")
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
-        raise DaemonError(f"session options: pool_size must be 0 or more, got {pool_size!r:.80}")
+    if (
+        isinstance(pool_size, bool)
+        or not isinstance(pool_size, int)
+        or not 0 <= pool_size <= MAX_POOL_SIZE
+    ):
+        raise DaemonError(
+            f"session options: pool_size must be 0 to {MAX_POOL_SIZE}, got {pool_size!r:.80}"
+        )
     front_door = data.get("front_door", True)  # (a client from before the front door)
     if not isinstance(front_door, bool):
         raise DaemonError(
