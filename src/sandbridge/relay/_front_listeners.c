@@ -37,7 +37,18 @@ void close_listener(front_t *f, int lid) {
     /* what is left counted: handoffs not yet adopted (queued, or taken by Python) */
     f->scopes[L->sid].held -= L->held;
     L->held = 0;
-    close_fd(f, &L->fd, &L->polled);
+    if (f->accepting == lid) {
+        /* the thread is in accept4 on it, without the mutex: out of epoll now, closed by
+         * the thread when it has the mutex again (its number stays taken until then) */
+        unpoll(f, L->fd, &L->polled);
+        f->deferred_close = L->fd;
+        L->fd = -1;
+    } else {
+        close_fd(f, &L->fd, &L->polled);
+    }
+    int at = L->live_index;
+    f->live[at] = f->live[--f->live_count];
+    f->listeners[f->live[at]].live_index = at;
     for (int p = 0; p < L->pooled; p++)
         close_fd(f, &L->pool[p].fd, NULL);
     L->pooled = 0;
@@ -119,6 +130,8 @@ int listener_add(front_t *f, const listener_spec_t *spec, int *lid_out) {
     L->room = spec->room;
     L->sid = sid;
     L->active = 1;
+    L->live_index = f->live_count;
+    f->live[f->live_count++] = lid;
     if (poll_fd(f, own, &L->polled, EPOLLIN, tag(TAG_LISTENER, L->gen, lid)) != 0) {
         int error = errno;
         close_listener(f, lid);
@@ -190,9 +203,10 @@ handoff_t *take_handoffs(front_t *f) {
     handoff_t *first = f->queue;
     f->queue = f->queue_tail = NULL;
     f->queued = 0;
-    for (int l = 0; l < MAX_LISTENERS; l++) {
+    for (int i = 0; i < f->live_count; i++) {
+        int l = f->live[i];
         listener_t *L = &f->listeners[l];
-        if (L->active && L->queue_paused) {
+        if (L->queue_paused) {
             struct epoll_event ev = {0};
             ev.events = L->paused ? 0 : EPOLLIN;
             ev.data.u64 = tag(TAG_LISTENER, L->gen, l);

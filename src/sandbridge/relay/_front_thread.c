@@ -165,9 +165,45 @@ static void on_browser(front_t *f, conn_t *c, double now) {
     serve_request(f, c, f->buf, (size_t)n, now);
 }
 
+/* A connection accepted and its owner asked (owner_check's answer). */
+typedef struct {
+    int fd; /* -1: none (error: accept4's errno) */
+    int error;
+    int owner;
+    struct sockaddr_in peer;
+} arrival_t;
+
+/* One accept on listener lid, and the netlink question about its owner, without the mutex
+ * (called with it, returns with it): they are the thread's slowest calls, and Python's
+ * calls wait for that mutex holding the GIL, the event loop with them. Only this thread
+ * uses the netlink socket; a listening socket Python removes meanwhile is closed here. */
+static arrival_t accept_unlocked(front_t *f, int lid) {
+    listener_t *L = &f->listeners[lid];
+    int listening = L->fd;
+    uint16_t listening_port = L->port;
+    f->accepting = lid;
+    pthread_mutex_unlock(&f->lock);
+    arrival_t a = {.fd = -1, .error = 0, .owner = -1};
+    socklen_t peer_len = sizeof a.peer;
+    a.fd = accept4(listening, (struct sockaddr *)&a.peer, &peer_len,
+                   SOCK_NONBLOCK | SOCK_CLOEXEC);
+    a.error = errno;
+    if (a.fd >= 0) {
+        int one = 1;
+        setsockopt(a.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (peer_len == sizeof a.peer && a.peer.sin_family == AF_INET)
+            a.owner = owner_check(f->netlink, &f->sequence, f->owner, &a.peer, listening_port);
+    }
+    pthread_mutex_lock(&f->lock);
+    f->accepting = -1;
+    close_fd(f, &f->deferred_close, NULL);
+    return a;
+}
+
 static void on_listener(front_t *f, int lid, double now) {
     listener_t *L = &f->listeners[lid];
-    for (int k = 0; k < MAX_BATCH && L->active; k++) {
+    uint32_t gen = L->gen;
+    for (int k = 0; k < MAX_BATCH && L->active && L->gen == gen && !f->stop; k++) {
         if (f->queued >= MAX_QUEUE) {
             /* the event loop is behind: new connections wait in the kernel's queue until
              * it has taken what waits here (Front_take starts the listener again) */
@@ -177,12 +213,15 @@ static void on_listener(front_t *f, int lid, double now) {
             L->queue_paused = 1;
             return;
         }
-        struct sockaddr_in peer;
-        socklen_t peer_len = sizeof peer;
-        int fd = accept4(L->fd, (struct sockaddr *)&peer, &peer_len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        arrival_t a = accept_unlocked(f, lid);
+        int fd = a.fd;
+        if (!L->active || L->gen != gen || f->stop) {
+            close_fd(f, &fd, NULL); /* the listener went meanwhile */
+            return;
+        }
         if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            int error = a.error;
+            if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
                 /* out of descriptors: the queue waits a tenth of a second, not a spin */
                 struct epoll_event ev = {0};
                 ev.data.u64 = tag(TAG_LISTENER, L->gen, lid);
@@ -192,13 +231,9 @@ static void on_listener(front_t *f, int lid, double now) {
             }
             return;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        uint32_t ip = peer.sin_addr.s_addr;
-        uint16_t port = ntohs(peer.sin_port);
-        int owner = peer_len == sizeof peer && peer.sin_family == AF_INET
-                        ? owner_check(f->netlink, &f->sequence, f->owner, &peer, L->port)
-                        : -1;
+        uint32_t ip = a.peer.sin_addr.s_addr;
+        uint16_t port = ntohs(a.peer.sin_port);
+        int owner = a.owner;
         if (owner == 0 && L->refused_said) {
             /* another user's: closed unanswered, as the Python relay does */
             close_fd(f, &fd, NULL);
@@ -250,10 +285,8 @@ static double next_deadline(front_t *f, double now) {
     for (int i = 0; i < f->conn_top; i++)
         if (f->conns[i].state != FREE && f->conns[i].deadline < next)
             next = f->conns[i].deadline;
-    for (int l = 0; l < MAX_LISTENERS; l++) {
-        listener_t *L = &f->listeners[l];
-        if (!L->active)
-            continue;
+    for (int i = 0; i < f->live_count; i++) {
+        listener_t *L = &f->listeners[f->live[i]];
         if (L->pooled > 0 && L->pool[0].deadline < next)
             next = L->pool[0].deadline;
         if (L->paused && L->paused_until < next)
@@ -272,10 +305,9 @@ static void expire(front_t *f, double now) {
         else
             browser_gone(f, c, now); /* silent for the keep-alive timeout: closed */
     }
-    for (int l = 0; l < MAX_LISTENERS; l++) {
+    for (int i = 0; i < f->live_count; i++) {
+        int l = f->live[i];
         listener_t *L = &f->listeners[l];
-        if (!L->active)
-            continue;
         int kept = 0;
         for (int p = 0; p < L->pooled; p++) {
             if (L->pool[p].deadline <= now)
@@ -343,6 +375,7 @@ void *front_run(void *arg) {
 
 int front_start(front_t *f, uint32_t owner) {
     f->owner = owner;
+    f->accepting = f->deferred_close = -1;
     f->epfd = f->wakefd = f->notifyfd = f->netlink = -1;
     pthread_mutex_init(&f->lock, NULL);
     f->lock_ready = 1;

@@ -47,7 +47,8 @@ typedef struct {
     int active;
     uint32_t gen;
     int fd;
-    int polled; /* fd is in the epoll set */
+    int polled;     /* fd is in the epoll set */
+    int live_index; /* its place in front_t.live */
     int sid;
     int paused;
     int queue_paused;
@@ -112,6 +113,15 @@ typedef struct {
     scope_t *scopes;
     conn_t *conns;
     int conn_top; /* conns[0..conn_top) may be in use */
+    /* the ids of the active listeners, in no order: what the thread's rounds go through
+     * (not the 1,024 slots at every wake-up) */
+    int live[MAX_LISTENERS];
+    int live_count;
+    /* the listener whose socket the thread accepts on, and asks netlink about, without
+     * the mutex (-1: none); a socket Python's remove_listener took from it meanwhile is
+     * left for the thread to close (deferred_close) when it takes the mutex again */
+    int accepting;
+    int deferred_close;
     int held;
     handoff_t *queue, *queue_tail;
     int queued;
