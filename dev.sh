@@ -6,6 +6,8 @@
 #   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test,
 #                            in parallel workers; --fast: the inner loop's tier (no sandboxes)
 #   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
+#   ./dev.sh tsan            the front door's C built with ThreadSanitizer, its tests run on
+#                            that build (docs/relay.md, "The front door's safety net")
 #   ./dev.sh setup           install only (what the tests need too)
 #   ./dev.sh lock            re-pin requirements.lock and requirements-apps.lock from
 #                            pyproject.toml's ranges
@@ -22,9 +24,11 @@ DEMO_PACKAGES=(bubblewrap util-linux)
 # curl (the benchmark's load generators; curl is also the HTTP client inside the sandbox
 # in the network tests), iproute2 (ip: the network tests link their "internet"
 # namespace to the host's with a veth pair), openssh-server (sshd: the real far machine
-# of the SSH transport's tests, started by each test on a free loopback port).
+# of the SSH transport's tests, started by each test on a free loopback port), clang and
+# libclang-rt-14-dev (the front door's fuzz target: libFuzzer and the sanitizers' runtimes
+# for clang are in the latter, only recommended by clang).
 TEST_PACKAGES=(gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
-  openssh-server)
+  openssh-server clang libclang-rt-14-dev)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
 if ! command -v node >/dev/null; then TEST_PACKAGES+=(nodejs npm); fi
@@ -109,7 +113,7 @@ install_python_packages() {
   fi
 }
 
-# The tests and CI need the front door, built with -Werror: a warning in _front.c fails
+# The tests and CI need the front door, built with -Werror: a warning in _front_*.c fails
 # here, not only on a user's newer compiler. pyproject.toml's build skips the extension
 # when it does not compile (a user's machine without a compiler), so its absence is
 # checked after the build, which is run again with -Werror when it is missing (the demo
@@ -120,7 +124,7 @@ require_front_door() {
     CFLAGS="${CFLAGS:-} -Werror" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
   fi
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
-    echo "dev.sh: the front door (src/sandbridge/relay/_front.c) did not build with -Werror;" \
+    echo "dev.sh: the front door (src/sandbridge/relay/_front_*.c) did not build with -Werror;" \
       "see why: CFLAGS=-Werror $VENV/bin/pip install -v --no-deps -e ." >&2
     return 1
   fi
@@ -228,6 +232,7 @@ case "$command" in
   install) install_for_user ;;
   test) setup_tests; run_tests "$@" ;;
   bench) setup; exec "$VENV/bin/python" -m benchmarks.relay_bench "$@" ;;
+  tsan) setup_tests; exec "$VENV/bin/python" -m tests.relay.front_sanitizers thread ;;
   lock)
     setup
     pip_quiet "$VENV/bin/pip" install -q pip-tools
@@ -239,7 +244,7 @@ case "$command" in
       --no-emit-find-links -o requirements-apps.lock pyproject.toml "$@"
     ;;
   *)
-    echo "usage: ./dev.sh [setup|demo [--open]|install|test [--fast] [pytest args]|bench [--smoke]|lock]" >&2
+    echo "usage: ./dev.sh [setup|demo [--open]|install|test [--fast] [pytest args]|bench [--smoke]|tsan|lock]" >&2
     exit 2
     ;;
 esac

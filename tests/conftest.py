@@ -103,6 +103,8 @@ SLOW_FILES = frozenset(
         "test_terminal_e2e.py",
         "test_external_terminal_e2e.py",
         "test_install.py",
+        "test_fuzz_front_c.py",  # builds with clang, fuzzes for a bounded time
+        "test_front_sanitized.py",  # builds the front door with ASan and UBSan
     }
 )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,51 @@ def test_imports_run_down_the_floors(module: str, path: Path) -> None:
 def test_no_module_is_over_the_size_limit(module: str, path: Path) -> None:
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{module}: {lines} lines"
+
+
+def _c_sources() -> list[Path]:
+    return sorted([*SRC.rglob("*.c"), *SRC.rglob("*.h")])
+
+
+def test_the_c_sources_are_found() -> None:
+    """The size rule below runs on the front door's sources (an empty list passes)."""
+    assert any(path.name.startswith("_front_") for path in _c_sources())
+
+
+@pytest.mark.parametrize("path", _c_sources(), ids=lambda p: p.name)
+def test_no_c_file_is_over_the_size_limit(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(SRC)}: {lines} lines"
+
+
+# The front door's C never runs a libc parser on wire bytes (they carry no NUL), and its
+# thread closes a descriptor only through close_fd, which takes it out of epoll first; the
+# front's own descriptors (the epoll set, its wake-ups, netlink) close at its stop, the
+# epoll set first.
+C_LIBC_PARSER = re.compile(r"\b(?:strto\w+|atoi|atol|atoll|sscanf)\s*\(")
+C_CLOSE = re.compile(r"(?<![\w.>])close\(([^)]*)\)")
+C_CLOSES_ALLOWED = {"*fd", "f->epfd", "f->wakefd", "f->notifyfd", "f->netlink"}
+
+
+def test_no_libc_parser_reads_the_front_doors_bytes() -> None:
+    found = [
+        f"{path.name}: {line.strip()}"
+        for path in _c_sources()
+        for line in path.read_text().splitlines()
+        if C_LIBC_PARSER.search(line)
+    ]
+    assert not found, found
+
+
+def test_the_front_door_closes_descriptors_only_through_its_helper() -> None:
+    found = [
+        f"{path.name}: {line.strip()}"
+        for path in _c_sources()
+        for line in path.read_text().splitlines()
+        for argument in C_CLOSE.findall(line)
+        if argument not in C_CLOSES_ALLOWED
+    ]
+    assert not found, found
 
 
 def test_no_import_circle_between_modules() -> None:

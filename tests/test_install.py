@@ -27,7 +27,7 @@ from tests.conftest import ECHO_APP, REPO, Process, echo, host_port_of
 pytestmark = pytest.mark.slow
 
 COMMANDS = ("sandbridge", "ags-webview-url", "sandbridge-open")
-# Building compiles _front.c; installing copies a few hundred files.
+# Building compiles _front_*.c; installing copies a few hundred files.
 BUILD_TIMEOUT = 300
 
 

@@ -1,4 +1,4 @@
-"""The relay's C front door (relay/_front.c, relay/front.py) in real ``sandbridge run``
+"""The relay's C front door (relay/_front_*.c, relay/front.py) in real ``sandbridge run``
 sessions: it really serves new connections without waking the relay's Python, every
 response it gives is the one the Python relay gives (``--no-front-door``), what it cannot
 state exactly goes to the Python relay whole, and nothing it holds outlives its session.
@@ -31,9 +31,9 @@ import pytest
 
 from sandbridge.relay import _front
 from sandbridge.relay import front as front_py
-from sandbridge.relay._front import FRESH
+from sandbridge.relay._front import FRESH, Handoff
 from sandbridge.relay.channel import READ_BYTES, Channel
-from sandbridge.relay.front import Handoff, front_door, held_for, listening_socket, push_room
+from sandbridge.relay.front import front_door, held_for, listening_socket, push_room
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection
 from tests.conftest import PYTHON, REPO, Process, run_argv
@@ -1015,7 +1015,7 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
 
             await connect()  # held by the front, waiting for its request
             async with asyncio.timeout(10):
-                while door.held(lid)[0] != 1:
+                while door.held(lid).held != 1:
                     await asyncio.sleep(0.01)
             assert held_for(None, -1, scope) == (0, 1)
             # Two more, counted by the relay on the other app: the session is full.
@@ -1024,10 +1024,11 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
             await connect()
             async with asyncio.timeout(10):
                 await taken.arrived.wait()
-            [(_, kind, browser_fd, app_fd, _, _, data, _, checked, counted, _)] = taken.handoffs
-            os.close(browser_fd)
-            assert (kind, app_fd, data, checked, counted) == (FRESH, -1, b"", True, False)
-            assert door.held(lid)[0] == 1  # the first only: no room for the second
+            [handoff] = taken.handoffs
+            os.close(handoff.browser_fd)
+            assert handoff.kind == FRESH and handoff.app_fd == -1 and handoff.data == b""
+            assert handoff.checked and not handoff.counted
+            assert door.held(lid).held == 1  # the first only: no room for the second
         finally:
             for client in clients:
                 client.close()
@@ -1088,16 +1089,16 @@ def test_the_pool_size_bounds_the_front_doors_pool_and_the_relays_together() -> 
             first = await idle_app_connection()
             # The relay's pool holds one: room for one more, in the front's.
             assert door.park_upstream(lid, first, 1, scope.settings.pool_size)
-            assert door.held(lid)[1] == 1
+            assert door.held(lid).pooled == 1
             second = await idle_app_connection()
             assert door.park_upstream(lid, second, 1, scope.settings.pool_size)
-            assert door.held(lid)[1] == 1  # closed: 1 in the relay's, 1 in the front's
+            assert door.held(lid).pooled == 1  # closed: 1 in the relay's, 1 in the front's
             transport = second.channel.transport
             assert transport is not None and transport.is_closing()
             # With the relay's pool empty, the front's takes it up to the size.
             third = await idle_app_connection()
             assert door.park_upstream(lid, third, 0, scope.settings.pool_size)
-            assert door.held(lid)[1] == 2
+            assert door.held(lid).pooled == 2
         finally:
             for app in apps:
                 app.close()

@@ -1,4 +1,4 @@
-"""The front door's response translation (``_front.c``) against the Python relay's.
+"""The front door's response translation (``_front_translate.c``) against the Python relay's.
 
 ``translate_response`` relays a whole response from C only when the Python relay would
 relay it the same way: llhttp (``ResponseReader``) reads exactly those bytes as one whole
@@ -33,7 +33,16 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
     ResponseReader,
 )
-from sandbridge.relay._front import FRESH, PEEK_MAX, Front, translate_response
+from sandbridge.protocol.relay_settings import MAX_POOL_SIZE
+from sandbridge.relay._front import (
+    FRESH,
+    MAX_POOL,
+    PEEK_MAX,
+    Front,
+    Handoff,
+    Held,
+    translate_response,
+)
 
 RELAYED, INCOMPLETE, LEFT = 0, 1, 2  # translate_response's first element
 SANDBOX_PORT = 5000
@@ -515,6 +524,15 @@ CASES = {
         b"HTTP/1.1 200 OK\r\n" + TAIL + b"Content-Length: %d\r\n" % (PEEK_MAX - 42) + KEEP,
     ),
     "one_byte_over_64_kib_in_all": Case(_sized(PEEK_MAX + 1), False, LEFT),
+    # Under 64 KiB in all, but over the Python reader's header section limit as it counts
+    # (name + value + 4 a field, one more than "A:v" takes): found by the C fuzz target.
+    "fields_past_the_python_head_limit_in_a_shorter_head": Case(
+        b"HTTP/1.1 200 OK\r\n"
+        + b"".join(b"A:" + b"v" * 657 + b"\r\n" for _ in range(99))
+        + b"Content-Length:0\r\n\r\n",
+        False,
+        LEFT,
+    ),
     "64_kib_body": Case(
         b"HTTP/1.1 200 OK\r\nContent-Length: 65536\r\n\r\n" + b"x" * 65536, False, LEFT
     ),
@@ -649,7 +667,8 @@ def test_get_exchange_keeps_both_connections(front: tuple[Front, int, socket.soc
         assert app.recv(65536) == b"GET /b HTTP/1.1\r\n" + TRANSLATED
         # All from C so far: one exchange relayed, nothing handed to the Python relay
         # (closing the app's end now hands the second request over to be sent again).
-        assert door.held(lid)[2:4] == (1, 0)
+        held = door.held(lid)
+        assert (held.relayed, held.handed) == (1, 0)
         assert door.take() == []
 
 
@@ -663,12 +682,60 @@ def test_head_request_is_left_to_the_python_relay(
         request = b"HEAD /a HTTP/1.1\r\n" + BLOCK
         browser.sendall(request)
         assert select.select([door.fileno()], [], [], 10)[0], "nothing handed over"
-        [(taken_lid, kind, browser_fd, app_fd, _, _, data, pending, checked, *_)] = door.take()
-        os.close(browser_fd)
+        [handoff] = door.take()
+        os.close(handoff.browser_fd)
         # The request as the browser sent it, with the idle app connection for it (the
         # pool's rule lets a HEAD take one; the relay then never reuses it): untouched.
-        assert (taken_lid, kind, data, pending, checked) == (lid, FRESH, request, b"", True)
-        assert app_fd >= 0
-        assert door.held(lid)[1] == 0
-        os.close(app_fd)  # (the one end of it left): the app reads its end, and nothing
+        assert (handoff.listener, handoff.kind) == (lid, FRESH)
+        assert (handoff.data, handoff.pending, handoff.checked) == (request, b"", True)
+        assert handoff.app_fd >= 0
+        assert door.held(lid).pooled == 0
+        os.close(handoff.app_fd)  # (the one end of it left): the app reads its end, and nothing
         assert app.recv(1) == b""
+
+
+def test_handoffs_and_held_counts_cross_the_boundary_by_name() -> None:
+    # (front.py and arrivals.py read them by these names: the stub declares no tuple)
+    assert Handoff.__match_args__ == (
+        "listener",
+        "kind",
+        "browser_fd",
+        "app_fd",
+        "host",
+        "port",
+        "data",
+        "pending",
+        "checked",
+        "counted",
+        "generation",
+    )
+    assert Held.__match_args__ == ("held", "pooled", "relayed", "handed", "scope_held")
+
+
+def test_the_fronts_pool_limit_is_the_one_a_session_may_ask_for() -> None:
+    assert MAX_POOL == MAX_POOL_SIZE
+
+
+@pytest.mark.parametrize("pool_size", [-1, MAX_POOL + 1])
+def test_a_pool_size_past_the_fronts_limit_is_refused_not_cut(pool_size: int) -> None:
+    door = Front(owner=os.getuid())
+    try:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            listener.setblocking(False)
+            with pytest.raises(ValueError, match=f"pool_size must be 0 to 64, got {pool_size}"):
+                door.add_listener(
+                    fd=listener.fileno(),
+                    port=listener.getsockname()[1],
+                    base_path=b"/",
+                    pool_size=pool_size,
+                    pool_idle=1.0,
+                    keepalive=1.0,
+                    grace=1.0,
+                    room=8,
+                    scope=1,
+                    scope_room=8,
+                )
+    finally:
+        door.close()

@@ -108,6 +108,7 @@ def test_a_policy_line_keeps_its_source(tmp_path: Path) -> None:
             {"settings": {"pool_idle_seconds": 0}},
             "pool_idle_seconds must be more than 0 and at most 300 seconds, got 0",
         ),
+        ({"settings": {"pool_size": 65}}, "pool_size must be an integer from 0 to 64, got 65"),
         ({"command": "rm -rf /"}, "command must be at most 32 strings"),
         ({"command": ["x" * 201]}, "command must be at most 32 strings"),
         ({"terminal_socket": "yes"}, "terminal_socket must be a bool, got 'yes'"),

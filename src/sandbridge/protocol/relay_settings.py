@@ -29,7 +29,7 @@ MAX_TIMEOUT_SECONDS = 86400.0
 # on a process's descriptors (fs.nr_open) is 1,048,576, so more could never be open.
 MAX_CONNECTIONS = 1 << 20
 # The C front door keeps at most MAX_POOL (64) idle app connections per app
-# (relay/_front.c: ``#define MAX_POOL 64``) and used to cut a larger size down to it
+# (relay/_front_thread.h: ``#define MAX_POOL 64``) and used to cut a larger size down to it
 # without a word; the size is refused above it here instead.
 MAX_POOL_SIZE = 64
 

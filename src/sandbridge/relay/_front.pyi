@@ -1,9 +1,54 @@
-# The C front door's interface (src/sandbridge/relay/_front.c); read by mypy.
+# The C front door's interface (src/sandbridge/relay/_front_*.c); read by mypy.
+from typing import final
+
 FRESH: int
 SENT: int
 RETRY: int
 READ_MAX: int
 PEEK_MAX: int
+MAX_POOL: int
+
+@final
+class Handoff:
+    """A connection the front door hands to the Python relay (a structseq)."""
+
+    __match_args__ = (
+        "listener",
+        "kind",
+        "browser_fd",
+        "app_fd",
+        "host",
+        "port",
+        "data",
+        "pending",
+        "checked",
+        "counted",
+        "generation",
+    )
+
+    listener: int
+    kind: int
+    browser_fd: int
+    app_fd: int
+    host: str
+    port: int
+    data: bytes
+    pending: bytes
+    checked: bool
+    counted: bool
+    generation: int
+
+@final
+class Held:
+    """What the front door holds of a listener (a structseq)."""
+
+    __match_args__ = ("held", "pooled", "relayed", "handed", "scope_held")
+
+    held: int
+    pooled: int
+    relayed: int
+    handed: int
+    scope_held: int
 
 def translate_response(data: bytes, head_request: bool, /) -> tuple[int, bytes | None, int]: ...
 
@@ -25,14 +70,12 @@ class Front:
     ) -> int: ...
     def remove_listener(self, lid: int, /) -> None: ...
     def set_room(self, lid: int, room: int, scope_room: int, /) -> None: ...
-    def held(self, lid: int, /) -> tuple[int, int, int, int, int]: ...
+    def held(self, lid: int, /) -> Held: ...
     def remember(
         self, lid: int, ip: bytes, method: bytes, block: bytes, translated: bytes, /
     ) -> bool: ...
     def park(self, lid: int, fd: int, /) -> bool: ...
-    def take(
-        self,
-    ) -> list[tuple[int, int, int, int, str, int, bytes, bytes, bool, bool, int]]: ...
+    def take(self) -> list[Handoff]: ...
     def adopted(self, lid: int, generation: int, /) -> None: ...
     def scope(self, key: int, room: int, /) -> int: ...
     def close(self) -> None: ...

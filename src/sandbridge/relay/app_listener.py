@@ -179,8 +179,8 @@ class AppListener:
     async def close(self) -> None:
         """Stop listening and drop every connection."""
         if self.front is not None:
-            _, _, relayed, handed, _ = self.front.held(self.front_id)
-            log.debug("front.closed", port=self.host_port, relayed=relayed, handed=handed)
+            held = self.front.held(self.front_id)
+            log.debug("front.closed", port=self.host_port, relayed=held.relayed, handed=held.handed)
             self.front.remove(self.front_id)
             self.front = None
         if self._front_socket is not None:

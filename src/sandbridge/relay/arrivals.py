@@ -18,7 +18,7 @@ import functools
 import os
 import socket
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
@@ -33,11 +33,14 @@ from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.doorstep import Doorstep, refuse
-from sandbridge.relay.front import RETRY, SENT, FrontDoor, Handoff
+from sandbridge.relay.front import RETRY, SENT, FrontDoor
 from sandbridge.relay.lane import KeepAliveLane, send_first
 from sandbridge.relay.owned_upstream import CHANNEL_BUFFER_BYTES
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection
+
+if TYPE_CHECKING:
+    from sandbridge.relay._front import Handoff
 
 # Client addresses whose translation of heads is shared (all loopback: one, usually).
 SHARED_HEADS = 16
@@ -203,12 +206,12 @@ class Arrivals:
 
     def adopt(self, handoff: Handoff) -> None:
         """A connection the front door hands over: its task takes it from here."""
-        _, kind, browser_fd, app_fd, host, _, data, pending, checked, counted, _ = handoff
+        browser_fd, app_fd = handoff.browser_fd, handoff.app_fd
         # Objects at once: whatever happens to the task, they are closed (a task the
         # listener's close cancels before it runs closes them through its callback),
         # and the front's count of it is given back once.
         socks: list[socket.socket] = []
-        front_count = [handoff] if counted else []
+        front_count = [handoff] if handoff.counted else []
 
         def done(_: object = None) -> None:
             _close_all(socks)
@@ -223,9 +226,7 @@ class Arrivals:
             if self._closed:
                 done()
                 return
-            task = self._listener._tasks.spawn(
-                self._adopt(socks, kind, host, data, pending, checked, front_count)
-            )
+            task = self._listener._tasks.spawn(self._adopt(socks, handoff, front_count))
         except BaseException:
             for fd in (browser_fd, app_fd):
                 if fd >= 0:
@@ -242,15 +243,8 @@ class Arrivals:
             if front is not None:
                 front.adopted(handoff)
 
-    async def _adopt(  # noqa: PLR0913  (a handoff's parts)
-        self,
-        socks: list[socket.socket],
-        kind: int,
-        host: str,
-        data: bytes,
-        pending: bytes,
-        checked: bool,
-        front_count: list[Handoff],
+    async def _adopt(
+        self, socks: list[socket.socket], handoff: Handoff, front_count: list[Handoff]
     ) -> None:
         """Go on as the relay would have had it read what the front read: a connection
         not yet sent on (``FRESH``: its unsent bytes, maybe an idle app connection and
@@ -258,13 +252,14 @@ class Arrivals:
         already on an idle app connection the app closed), or one whose request went out
         (``SENT``: its response unread)."""
         listener = self._listener
+        kind, host, data, pending = handoff.kind, handoff.host, handoff.data, handoff.pending
         channel, upstream = await _channels(socks, data if kind != SENT else b"")
         channel.drain_timeout = listener.settings.response_timeout
         assert channel.transport is not None
         if pending:
             channel.write(pending)
         if (
-            not checked
+            not handoff.checked
             and local_peer.owners_peer(channel.transport, listener.host_port, listener._address)
             is None
         ):

@@ -36,7 +36,7 @@ import functools
 import os
 import re
 import socket
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sandbridge import log
 from sandbridge.protocol.http.forwarding import Framing, RequestFields
@@ -45,10 +45,13 @@ from sandbridge.protocol.http.parser import Headers, RequestHead
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 
+if TYPE_CHECKING:  # (the C is imported on first use only)
+    from sandbridge.relay._front import Handoff, Held
+
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over, its response timeout counted from then (a slow page, a long poll, SSE).
 GRACE_SECONDS = 0.25
-# A handoff's kind: the C's KIND_* (_front.c), here so that the relay can read handoffs
+# A handoff's kind: the C's KIND_* (_front_thread.h), here so that the relay can read handoffs
 # without importing the C (tests/relay/test_front.py checks the two agree).
 FRESH, SENT, RETRY = 0, 1, 2
 # What `sandbridge doctor` and the `front.off` event say to do where the C is missing.
@@ -69,11 +72,6 @@ class Adopter(Protocol):
     """The listener side of a handoff (:class:`~sandbridge.relay.arrivals.Arrivals`)."""
 
     def adopt(self, handoff: Handoff) -> None: ...
-
-
-# (listener id, kind, browser fd, app fd, client host, client port, data, pending,
-#  checked: the owner's, counted: the front counts it until adopted(), generation)
-Handoff = tuple[int, int, int, int, str, int, bytes, bytes, bool, bool, int]
 
 
 @functools.cache
@@ -154,8 +152,8 @@ class FrontDoor:
 
     def adopted(self, handoff: Handoff) -> None:
         """The relay counts a connection the front handed over counted: it no more."""
-        if handoff[9]:
-            self._native.adopted(handoff[0], handoff[10])
+        if handoff.counted:
+            self._native.adopted(handoff.listener, handoff.generation)
 
     def set_room(self, lid: int, room: int, scope_room: int) -> None:
         """How many more connections the front may hold for listener ``lid``, and for
@@ -172,12 +170,11 @@ class FrontDoor:
         serve (its connection counts moved)."""
         self._native.scope(id(scope), room)
 
-    def held(self, lid: int) -> tuple[int, int, int, int, int]:
-        """Of listener ``lid``: browser connections held, app connections parked,
-        exchanges relayed whole, connections handed to the Python relay; and the browser
-        connections held for its session's listeners together."""
-        held: tuple[int, int, int, int, int] = self._native.held(lid)
-        return held
+    def held(self, lid: int) -> Held:
+        """What the front holds of listener ``lid`` (browser connections, parked app
+        connections, exchanges relayed, connections handed over, and the browser
+        connections of its session's listeners together)."""
+        return self._native.held(lid)
 
     def park_upstream(
         self, lid: int, upstream: UpstreamConnection, elsewhere: int, size: int
@@ -188,7 +185,7 @@ class FrontDoor:
         duplicate; this one is closed); ``False``: the relay's pool takes it. So the one
         size bounds both pools together, never each."""
         channel = upstream.channel
-        if elsewhere + self.held(lid)[1] >= size:
+        if elsewhere + self.held(lid).pooled >= size:
             channel.abort()
             return True
         transport = channel.transport
@@ -231,7 +228,7 @@ class FrontDoor:
 
     def _drain(self) -> None:
         for handoff in self._native.take():
-            adopter = self._adopters.get(handoff[0])
+            adopter = self._adopters.get(handoff.listener)
             if adopter is None:
                 close_handoff(handoff)
                 continue
@@ -243,7 +240,7 @@ class FrontDoor:
 
 def close_handoff(handoff: Handoff) -> None:
     """Close a handoff's descriptors (its listener is gone)."""
-    for fd in (handoff[2], handoff[3]):
+    for fd in (handoff.browser_fd, handoff.app_fd):
         if fd >= 0:
             os.close(fd)
 
@@ -260,8 +257,8 @@ def held_for(door: FrontDoor | None, lid: int, scope: SessionScope) -> tuple[int
     """The connections the front holds of listener ``lid`` (-1 or no door: none), and of
     its session's listeners together."""
     if door is not None:
-        held, _, _, _, session = door.held(lid)
-        return held, session
+        held = door.held(lid)
+        return held.held, held.scope_held
     door = _door_of(None)
     return 0, (door.scope_held(scope) if door is not None else 0)
 
