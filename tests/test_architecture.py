@@ -28,6 +28,9 @@ FLOORS = {
     "terminals": 4,
     "egress": 4,
     "places": 3,
+    # the project's reviewed configuration in `.sandbridge/`: what sandbox/, session/,
+    # egress/ and cli/ read of a project, on the protocol's wire formats only
+    "project": 3,
     "aio": 2,
     "protocol": 1,
     "demo": 1,

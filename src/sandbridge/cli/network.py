@@ -15,11 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
-from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.egress.shadowing import policy_warnings
 from sandbridge.exceptions import PolicyError
 from sandbridge.places.registry import list_sessions, session_path
+from sandbridge.project.policy import NetMode, Policy, describe, load_policy, mask_credentials
+from sandbridge.project.secrets_file import read_secrets
 from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
 from sandbridge.sandbox import project as policy_location
 from sandbridge.sandbox.backend import sandbox_argv

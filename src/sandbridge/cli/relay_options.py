@@ -7,8 +7,8 @@ import argparse
 import os
 import sys
 
-from sandbridge.egress.policy import Policy
 from sandbridge.exceptions import SandbridgeError
+from sandbridge.project.policy import Policy
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.limits import MAX_APPS_PER_SESSION
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction

@@ -16,7 +16,7 @@ from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import running
-from sandbridge.egress.policy import PROXY_PORT
+from sandbridge.project.policy import PROXY_PORT
 from sandbridge.protocol.contract import (
     DEFAULT_UPSTREAM_SOCKET,
     EGRESS_SOCKET,

@@ -2,11 +2,11 @@
 
 :func:`plan` (pure) turns a :class:`~sandbridge.egress.survey.Survey` and the registries
 this host's toolchains name (:mod:`sandbridge.egress.presets`) into the text of
-``.sandbridge/allow`` (entries as :mod:`sandbridge.egress.policy` reads them),
+``.sandbridge/allow`` (entries as :mod:`sandbridge.project.policy` reads them),
 ``.sandbridge/config`` and ``.sandbridge/env.example``; every entry has a comment above
 it naming the evidence that produced it. :func:`write` puts them in place: never over an
 existing file without ``force``, never through a symbolic link, and ``.sandbridge/env``
-(the secrets file, :mod:`sandbridge.egress.secrets_file`) is added to ``.gitignore``.
+(the secrets file, :mod:`sandbridge.project.secrets_file`) is added to ``.gitignore``.
 
 What becomes an active entry, and what only a commented suggestion:
 
@@ -31,7 +31,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sandbridge.egress.policy import (
+from sandbridge.egress.presets import PRESETS, replaces_default
+from sandbridge.egress.requests import idn_caution
+from sandbridge.egress.survey import Survey
+from sandbridge.egress.survey_findings import Finding, Kind, not_public
+from sandbridge.egress.toolchain_index import ASKED
+from sandbridge.exceptions import PolicyError
+from sandbridge.project.held_folder import HeldFolder
+from sandbridge.project.policy import (
     ALLOW_FILE,
     CONFIG_FILE,
     DEFAULT_PORTS,
@@ -39,13 +46,6 @@ from sandbridge.egress.policy import (
     format_entry,
     parse_entry,
 )
-from sandbridge.egress.presets import PRESETS, replaces_default
-from sandbridge.egress.requests import idn_caution
-from sandbridge.egress.survey import Survey
-from sandbridge.egress.survey_findings import Finding, Kind, not_public
-from sandbridge.egress.toolchain_index import ASKED
-from sandbridge.exceptions import PolicyError
-from sandbridge.places.held_folder import HeldFolder
 
 ENV_FILE = ALLOW_FILE.parent / "env"
 ENV_EXAMPLE_FILE = ALLOW_FILE.parent / "env.example"

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sandbridge.egress.decision import address_kind
-from sandbridge.egress.policy import DEFAULT_GATE_ADDR, normalise_name, parse_ip
 from sandbridge.egress.requests import shown
+from sandbridge.project.policy import DEFAULT_GATE_ADDR, normalise_name, parse_ip
 
 # Loopback names: a registry or service there is a host service, not an internet host.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})

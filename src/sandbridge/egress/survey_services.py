@@ -13,7 +13,6 @@ import fnmatch
 import json
 import re
 
-from sandbridge.egress.policy import ENV_NAME
 from sandbridge.egress.survey_compose import MAX_PORT, read_compose
 from sandbridge.egress.survey_findings import (
     Finding,
@@ -32,6 +31,7 @@ from sandbridge.egress.survey_packages import (
     line_findings,
     numbered,
 )
+from sandbridge.project.policy import ENV_NAME
 
 _SECTION = re.compile(r'^\s*\[\s*(?P<kind>[A-Za-z]+)(?:\s+"(?P<name>[^"]*)")?\s*\]')
 # No lazy value before trailing spaces (quadratic in a long run of spaces): strip instead.

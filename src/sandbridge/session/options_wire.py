@@ -1,7 +1,7 @@
 """A session's options as the ``run`` client sends them to the daemon, and back.
 
 Only data crosses: the relay limits, the forwarding mode, the policy lines the host half
-needs (``egress.policy.served_lines``) and how open requests are carried out. The daemon
+needs (``project.policy.served_lines``) and how open requests are carried out. The daemon
 rebuilds each value with the same parsers the command line uses, so a malformed field is
 refused with its name (:class:`DaemonError`) and never half-applied. Callbacks and the
 terminal channel are the daemon's own (it sends events; the channel comes as a
@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sandbridge.egress.policy import Policy, from_lines, served_lines
 from sandbridge.exceptions import DaemonError, PolicyError
+from sandbridge.project.policy import Policy, from_lines, served_lines
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule

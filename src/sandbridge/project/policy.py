@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from sandbridge.egress.project_files import read_project_file
 from sandbridge.exceptions import AuthorityError, PolicyError
+from sandbridge.project.files import read_project_file
 from sandbridge.protocol.authority import split_host_port
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import OpenAction
@@ -40,7 +40,7 @@ from sandbridge.protocol.publish_rules import PublishRule, parse_rule, publishes
 
 ALLOW_FILE = Path(".sandbridge") / "allow"
 CONFIG_FILE = Path(".sandbridge") / "config"
-# The secrets file (egress/secrets_file.py): values set inside, never shown.
+# The secrets file (project/secrets_file.py): values set inside, never shown.
 SECRETS_FILE = Path(".sandbridge") / "env"
 
 # 100.64.0.0/10 is carrier-grade NAT space: never a real destination of a dev machine's
@@ -461,7 +461,7 @@ def load_policy(  # noqa: PLR0913  (keyword-only flags, each adding to the files
     secrets: Iterable[EnvSetting] = (),
 ) -> Policy:
     """The effective policy: the project's files, the secrets file's variables
-    (``secrets``, read by egress/secrets_file.py; they win over ``env`` lines of the
+    (``secrets``, read by project/secrets_file.py; they win over ``env`` lines of the
     config), then the flags on top."""
     builder = PolicyBuilder().read_project(project)
     secrets = tuple(secrets)

@@ -16,9 +16,9 @@ import os
 import stat
 from pathlib import Path
 
-from sandbridge.egress.policy import ENV_NAME, SECRETS_FILE, EnvSetting
-from sandbridge.egress.project_files import read_project_file
 from sandbridge.exceptions import PolicyError
+from sandbridge.project.files import read_project_file
+from sandbridge.project.policy import ENV_NAME, SECRETS_FILE, EnvSetting
 
 # A file of variables written by hand; a larger one is not that.
 MAX_SECRETS_BYTES = 64 * 1024

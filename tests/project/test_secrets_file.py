@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.egress.policy import describe, load_policy
-from sandbridge.egress.secrets_file import MAX_VARIABLES, parse_secrets, read_secrets
 from sandbridge.exceptions import PolicyError
+from sandbridge.project.policy import describe, load_policy
+from sandbridge.project.secrets_file import MAX_VARIABLES, parse_secrets, read_secrets
 from tests.conftest import swapping
 
 SECRET = "planted-secret-env-9d1e"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.places.held_folder import HeldFolder
+from sandbridge.project.held_folder import HeldFolder
 from tests.conftest import PYTHON, Process, swapping
 
 

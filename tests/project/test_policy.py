@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from sandbridge.egress.decision import check_addresses, host_service_decision, match_destination
-from sandbridge.egress.policy import (
+from sandbridge.exceptions import PolicyError
+from sandbridge.project.policy import (
     PROXY_PORT,
     NetMode,
     Policy,
@@ -20,7 +21,6 @@ from sandbridge.egress.policy import (
     load_policy,
     mask_credentials,
 )
-from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import OpenAction
 from tests.conftest import swapping
@@ -333,7 +333,9 @@ def test_proxy_environment_covers_loopback_and_the_gate() -> None:
 
 
 def test_describe_shows_sources_and_hides_env_values_and_credentials(tmp_path: Path) -> None:
-    workdir = project(tmp_path, "pkgs.example.com\n", "env = TOKEN=hunter2\nresolver = 127.0.0.1:5353\n")
+    workdir = project(
+        tmp_path, "pkgs.example.com\n", "env = TOKEN=hunter2\nresolver = 127.0.0.1:5353\n"
+    )
     text = "\n".join(describe(load_policy(workdir, allow=["gate:5432"])))
     assert "hunter2" not in text
     assert "env TOKEN = (value hidden)" in text

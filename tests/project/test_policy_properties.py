@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandbridge.egress.decision import check_addresses, embedded_ipv4, match_destination
-from sandbridge.egress.policy import load_policy
+from sandbridge.project.policy import load_policy
 
 LABEL = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=10)
 NAME = (

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandbridge.exceptions import PolicyError
-from sandbridge.places.held_folder import FILE_FLAGS, HeldFolder
+from sandbridge.project.held_folder import FILE_FLAGS, HeldFolder
 
 # The errors of a folder's open that say it is a link or no folder at all.
 _NOT_A_FOLDER = (errno.ELOOP, errno.ENOTDIR)
@@ -33,7 +33,7 @@ def read_project_file(
     nor from a FIFO or a device: a repository can carry a `.sandbridge/allow` that links
     to any file the owner can read, and a parse error would print its first line.
 
-    The folder is held by its descriptor (:mod:`sandbridge.places.held_folder`): a
+    The folder is held by its descriptor (:mod:`sandbridge.project.held_folder`): a
     sandbox that swaps ``.sandbridge`` for a link to another project's, after the
     session's check of it, has it refused here, never read through."""
     try:
