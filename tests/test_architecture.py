@@ -24,6 +24,9 @@ FLOORS = {
     "sandbox": 5,
     # sandboxes on other machines: above the relay whose listeners it reuses
     "remote": 5,
+    # `policy survey` and `policy init`: a project's first policy, decided as the egress
+    # gate will decide it (its resolver, its address kinds)
+    "survey": 5,
     "relay": 4,
     "terminals": 4,
     "egress": 4,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from sandbridge.egress.survey_comments import without_c_comments, without_xml_comments
+from sandbridge.survey.comments import without_c_comments, without_xml_comments
 
 GRADLE = """repositories {
   /* maven { url "https://block.test/m2" }

@@ -15,9 +15,9 @@ import re
 
 import yaml
 
-from sandbridge.egress.survey_findings import Finding, Kind
-from sandbridge.egress.survey_packages import numbered
 from sandbridge.project.policy import ENV_NAME
+from sandbridge.survey.findings import Finding, Kind
+from sandbridge.survey.packages import numbered
 
 MAX_PORT = 65535
 # Nodes under ``services`` looked at in one file: a large stack's services, ports and

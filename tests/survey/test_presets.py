@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandbridge.egress.presets import PRESETS, HostConfig, host_registries, replaces_default
-from sandbridge.egress.survey_findings import Finding, Kind
+from sandbridge.survey.findings import Finding, Kind
+from sandbridge.survey.presets import PRESETS, HostConfig, host_registries, replaces_default
 
 SECRET = "planted-secret-host-41c2"
 

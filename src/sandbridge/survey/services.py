@@ -4,7 +4,7 @@ Git remotes and submodules (``.git/config`` and ``.gitmodules`` read as text: gi
 is never run, so no hook or config of the project runs either), devcontainer and Procfile
 ports, ``.env``-style files (names only; a registry variable such as ``GOPROXY`` gives its
 hosts) and CI files (the hosts their URLs name). Compose files have a module of their own,
-:mod:`sandbridge.egress.survey_compose`.
+:mod:`sandbridge.survey.compose`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import fnmatch
 import json
 import re
 
-from sandbridge.egress.survey_compose import MAX_PORT, read_compose
-from sandbridge.egress.survey_findings import (
+from sandbridge.project.policy import ENV_NAME
+from sandbridge.survey.compose import MAX_PORT, read_compose
+from sandbridge.survey.findings import (
     Finding,
     Kind,
     Reader,
@@ -22,7 +23,7 @@ from sandbridge.egress.survey_findings import (
     url_host,
     valid_host,
 )
-from sandbridge.egress.survey_packages import (
+from sandbridge.survey.packages import (
     GO,
     NPM,
     PYTHON,
@@ -31,7 +32,6 @@ from sandbridge.egress.survey_packages import (
     line_findings,
     numbered,
 )
-from sandbridge.project.policy import ENV_NAME
 
 _SECTION = re.compile(r'^\s*\[\s*(?P<kind>[A-Za-z]+)(?:\s+"(?P<name>[^"]*)")?\s*\]')
 # No lazy value before trailing spaces (quadratic in a long run of spaces): strip instead.

@@ -24,8 +24,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sandbridge.egress.survey_findings import Finding, host_finding
-from sandbridge.egress.survey_packages import NPM, PYTHON
+from sandbridge.survey.findings import Finding, host_finding
+from sandbridge.survey.packages import NPM, PYTHON
 
 # A tool that answers a configuration question in more than this is stuck, not slow.
 ASK_TIMEOUT = 20.0

@@ -2,8 +2,8 @@
 
 The survey walks a project directory and hands each file it knows (manifests, lockfiles,
 registry configuration, git config, compose, devcontainer, Procfile, ``.env``-style and
-CI files) to a reader (:mod:`sandbridge.egress.survey_packages`,
-:mod:`sandbridge.egress.survey_services`), which returns names: ecosystems, hosts, ports,
+CI files) to a reader (:mod:`sandbridge.survey.packages`,
+:mod:`sandbridge.survey.services`), which returns names: ecosystems, hosts, ports,
 variables. It changes nothing and starts nothing.
 
 The project is hostile input: the walk never follows a symbolic link (directories are
@@ -24,10 +24,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.egress import survey_packages, survey_services
 from sandbridge.egress.requests import shown
-from sandbridge.egress.survey_findings import Finding, Kind, Reader, host_display
 from sandbridge.exceptions import PolicyError
+from sandbridge.survey import packages as survey_packages
+from sandbridge.survey import services as survey_services
+from sandbridge.survey.findings import Finding, Kind, Reader, host_display
 
 # A project tree deeper than this is generated (node_modules-like), not declared.
 MAX_DEPTH = 12

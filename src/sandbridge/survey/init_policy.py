@@ -1,7 +1,7 @@
 """``sandbridge policy init``: a first policy from a survey, in the formats already read.
 
-:func:`plan` (pure) turns a :class:`~sandbridge.egress.survey.Survey` and the registries
-this host's toolchains name (:mod:`sandbridge.egress.presets`) into the text of
+:func:`plan` (pure) turns a :class:`~sandbridge.survey.walk.Survey` and the registries
+this host's toolchains name (:mod:`sandbridge.survey.presets`) into the text of
 ``.sandbridge/allow`` (entries as :mod:`sandbridge.project.policy` reads them),
 ``.sandbridge/config`` and ``.sandbridge/env.example``; every entry has a comment above
 it naming the evidence that produced it. :func:`write` puts them in place: never over an
@@ -31,11 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sandbridge.egress.presets import PRESETS, replaces_default
 from sandbridge.egress.requests import idn_caution
-from sandbridge.egress.survey import Survey
-from sandbridge.egress.survey_findings import Finding, Kind, not_public
-from sandbridge.egress.toolchain_index import ASKED
 from sandbridge.exceptions import PolicyError
 from sandbridge.project.held_folder import HeldFolder
 from sandbridge.project.policy import (
@@ -46,6 +42,10 @@ from sandbridge.project.policy import (
     format_entry,
     parse_entry,
 )
+from sandbridge.survey.findings import Finding, Kind, not_public
+from sandbridge.survey.presets import PRESETS, replaces_default
+from sandbridge.survey.toolchain_index import ASKED
+from sandbridge.survey.walk import Survey
 
 ENV_FILE = ALLOW_FILE.parent / "env"
 ENV_EXAMPLE_FILE = ALLOW_FILE.parent / "env.example"

@@ -5,8 +5,8 @@ was seen, never a value. Whatever a finding holds came from the project, which a
 sandbox may have written (a file named ``x\nevil.test\n``, a compose service named with a
 terminal escape): every text field is stored :func:`~sandbridge.egress.requests.shown`,
 one printable line, so no output or policy comment built from it can start a second line
-or move the owner's cursor. The readers in :mod:`sandbridge.egress.survey_packages` and
-:mod:`sandbridge.egress.survey_services` build findings only through the functions here,
+or move the owner's cursor. The readers in :mod:`sandbridge.survey.packages` and
+:mod:`sandbridge.survey.services` build findings only through the functions here,
 which keep the host of a URL and drop its user, password, path and query, so a token
 written into a URL (``https://user:token@host/x``) cannot reach any output.
 """

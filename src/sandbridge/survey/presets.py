@@ -4,7 +4,7 @@
 they chose (an ``--index-url``, a ``registry=``, a lockfile's URLs); a toolchain's
 *default* registry is named nowhere in the project, and sandbridge does not write one
 down either: pip's and npm's are asked of pip and npm themselves
-(:mod:`sandbridge.egress.toolchain_index`: their configuration, else their built-in
+(:mod:`sandbridge.survey.toolchain_index`: their configuration, else their built-in
 default); the others come from this host's own configuration of the tool (the owner's
 ``pip.conf``, ``~/.npmrc``, ``~/.cargo/config.toml``, the go env file, ``~/.gemrc``,
 ``~/.m2/settings.xml`` and the tools' registry variables), read here as files. Where
@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbridge.egress import survey_packages, survey_services
-from sandbridge.egress.survey_findings import Finding, Kind, Reader
+from sandbridge.survey import packages as survey_packages
+from sandbridge.survey import services as survey_services
+from sandbridge.survey.findings import Finding, Kind, Reader
 
 # The owner's configuration files are small; a larger one is not read.
 MAX_CONFIG_BYTES = 256 * 1024

@@ -12,7 +12,7 @@ import dnslib.server
 import pytest
 
 from sandbridge.egress.gate import DnsResolver
-from sandbridge.egress.index_addresses import non_global_names
+from sandbridge.survey.index_addresses import non_global_names
 
 NAMES = {
     "mirror.test.": ["192.0.2.3"],  # documentation range: a company mirror's address

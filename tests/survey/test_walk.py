@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.egress.survey import MAX_DEPTH, MAX_FILE_BYTES, Survey, describe, survey
-from sandbridge.egress.survey_findings import Kind
+from sandbridge.survey.findings import Kind
+from sandbridge.survey.walk import MAX_DEPTH, MAX_FILE_BYTES, Survey, describe, survey
 
 SECRET = "planted-secret-7f3a9c"
 
@@ -560,7 +560,7 @@ def test_long_hostile_lines_are_read_in_linear_time(tmp_path: Path) -> None:
             "Gemfile": "source" + " " * 2 * half + "x\n" + 'gem "x", git:' + " " * 2 * half + "\n",
         },
     )
-    script = "import sys; from sandbridge.egress.survey import survey; survey(sys.argv[1])"
+    script = "import sys; from sandbridge.survey.walk import survey; survey(sys.argv[1])"
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], timeout=60, check=False)
     assert done.returncode == 0
 
@@ -570,7 +570,7 @@ def test_a_manifest_of_thousands_of_urls_is_read_in_linear_time(tmp_path: Path) 
     deps = {f"p{n}": f"https://h{n}.c.test/x.tgz" for n in range(22_000)}
     (tmp_path / "package.json").write_text(json.dumps({"dependencies": deps}, indent=1))
     script = (
-        "import sys; from sandbridge.egress.survey import survey; "
+        "import sys; from sandbridge.survey.walk import survey; "
         "print(len(survey(sys.argv[1]).findings))"
     )
     done = subprocess.run(
@@ -587,7 +587,7 @@ def test_a_manifest_of_thousands_of_urls_is_read_in_linear_time(tmp_path: Path) 
 def test_a_huge_directory_is_cut_at_the_entry_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sandbridge.egress import survey as survey_module
+    from sandbridge.survey import walk as survey_module
 
     monkeypatch.setattr(survey_module, "MAX_ENTRIES", 50)
     for n in range(120):
@@ -600,7 +600,7 @@ def test_a_huge_directory_is_cut_at_the_entry_budget(
 def test_findings_are_kept_up_to_their_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sandbridge.egress import survey as survey_module
+    from sandbridge.survey import walk as survey_module
 
     monkeypatch.setattr(survey_module, "MAX_FINDINGS", 100)
     lines = "".join(f"    resolved https://h{n}.corp.test/x.tgz\n" for n in range(150))

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sandbridge.egress.toolchain_index import npm_registry, pip_index
+from sandbridge.survey.toolchain_index import npm_registry, pip_index
 
 
 def stock_env(home: Path, **extra: str) -> dict[str, str]:

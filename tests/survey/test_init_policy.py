@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.egress import init_policy
-from sandbridge.egress.init_policy import GITIGNORE_LINE, plan, write
-from sandbridge.egress.survey import survey
-from sandbridge.egress.survey_findings import Finding, Kind
 from sandbridge.exceptions import PolicyError
 from sandbridge.project.policy import Policy, load_policy
 from sandbridge.project.secrets_file import parse_secrets
+from sandbridge.survey import init_policy
+from sandbridge.survey.findings import Finding, Kind
+from sandbridge.survey.init_policy import GITIGNORE_LINE, plan, write
+from sandbridge.survey.walk import survey
 from tests.conftest import swapping
 
 SECRET = "planted-secret-init-5b8e"

@@ -2,7 +2,7 @@
 findings out).
 
 Each reader takes a file's path (relative, for ``file:line``) and its text and returns
-:class:`~sandbridge.egress.survey_findings.Finding` s: the ecosystem the file belongs to
+:class:`~sandbridge.survey.findings.Finding` s: the ecosystem the file belongs to
 and the hosts its tools reach (registries, their file hosts, git dependencies), never a
 value. ``.npmrc`` lines that carry a token give their host and nothing else. Nothing is
 executed: ``setup.py`` and ``build.gradle`` are read as text, and only lines that name a
@@ -18,8 +18,8 @@ import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from sandbridge.egress.survey_comments import without_c_comments, without_xml_comments
-from sandbridge.egress.survey_findings import URL, Finding, Kind, Reader, host_finding, url_host
+from sandbridge.survey.comments import without_c_comments, without_xml_comments
+from sandbridge.survey.findings import URL, Finding, Kind, Reader, host_finding, url_host
 
 PYTHON, NPM, CARGO, GO, RUBY, MAVEN, GRADLE = (
     "python",
