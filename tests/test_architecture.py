@@ -93,6 +93,29 @@ def test_no_module_is_over_the_size_limit(module: str, path: Path) -> None:
     assert lines <= MAX_MODULE_LINES, f"{module}: {lines} lines"
 
 
+# What the relay's sandbox half (relay/inside/) may take from its host half: the one rule
+# of connecting to an app, which the host's own sockets follow too. Nothing else of the
+# host's data path runs inside, and the host never runs a program of the sandbox's.
+RELAY_HALVES_SHARE = frozenset({"sandbridge.relay.app_connector"})
+
+
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [(module, path) for module, path in _modules() if module.startswith("sandbridge.relay.")],
+    ids=lambda v: str(v),
+)
+def test_the_relays_two_halves_import_only_what_they_share(module: str, path: Path) -> None:
+    inside = module.startswith("sandbridge.relay.inside.")
+    for target in _imports(path):
+        if not target.startswith("sandbridge.relay."):
+            continue
+        if inside:
+            allowed = target.startswith("sandbridge.relay.inside") or target in RELAY_HALVES_SHARE
+        else:
+            allowed = not target.startswith("sandbridge.relay.inside")
+        assert allowed, f"{module} imports {target}: across the relay's host/sandbox line"
+
+
 def test_no_import_circle_between_modules() -> None:
     graph = {module: set(_imports(path)) for module, path in _modules()}
     known = set(graph)

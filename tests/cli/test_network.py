@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sandbridge.cli.network import HIDDEN, mask_argv
 from sandbridge.project.policy import NetMode
-from sandbridge.relay.publish import parse_publish
+from sandbridge.relay.inside.publish import parse_publish
 from sandbridge.sandbox.backend import sandbox_argv
 from sandbridge.sandbox.network import SandboxNetwork
 from sandbridge.sandbox.spec import SandboxSpec

@@ -122,7 +122,7 @@ def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwo
     """What the backend and the sandbox entry need of the policy."""
     fixed = [value for value in args.publish if not is_rule_value(value)]
     if fixed:  # only then: the publish helper's module is the sandbox's
-        from sandbridge.relay.publish import parse_publish
+        from sandbridge.relay.inside.publish import parse_publish
     for value in fixed:
         try:
             parse_publish(value)

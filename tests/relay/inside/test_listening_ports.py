@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.relay.listening_ports import (
+from sandbridge.relay.inside.listening_ports import (
     MAX_LISTENERS,
     Listener,
     from_netlink,

@@ -1,4 +1,4 @@
-"""One request on relay.sock without blocking (``relay/relay_call.py``), on a poll loop
+"""One request on relay.sock without blocking (``relay/inside/relay_call.py``), on a poll loop
 in this process against a relay played by the test on a real Unix socket: the answer,
 and every failure ``ags-webview-url``'s blocking ``ask_relay`` meets, with its words
 (a relay that never answers, answers garbage, closes, or is not there); a full queue is
@@ -17,9 +17,9 @@ import pytest
 
 from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.protocol.sandbox_requests import encode_register_request
-from sandbridge.relay import relay_call
-from sandbridge.relay.relay_call import Outcome, RelayCall
-from sandbridge.relay.url_helper import ask_relay
+from sandbridge.relay.inside import relay_call
+from sandbridge.relay.inside.relay_call import Outcome, RelayCall
+from sandbridge.relay.inside.url_helper import ask_relay
 
 # What the played relay does with each request line: answer (or not) on the connection.
 Behaviour = Callable[[socket.socket, bytes], None]

@@ -11,7 +11,7 @@ decides (docs/open.md). ``--html FILE`` (``-``: stdin) sends the page's bytes (a
 2 MiB); the host serves that copy on an origin of its own and opens it. A ``file:///``
 URL of an HTML file inside is read here: a page that only redirects to an app of the
 sandbox (``jupyter lab``'s) opens that app's URL, any other is sent as ``--html`` sends
-it (relay/open_file.py). Prints the URL the host opens and exits 0; a refusal, or
+it (relay/inside/open_file.py). Prints the URL the host opens and exits 0; a refusal, or
 nothing listening on the port inside, is one line on stderr and exit status 1 (2: usage).
 """
 
@@ -33,8 +33,8 @@ from sandbridge.protocol.open_request import (
     encode_open_html_request,
     encode_open_request,
 )
-from sandbridge.relay.open_file import file_open
-from sandbridge.relay.url_helper import ask_relay
+from sandbridge.relay.inside.open_file import file_open
+from sandbridge.relay.inside.url_helper import ask_relay
 
 USAGE = "usage: sandbridge-open URL | sandbridge-open --html FILE (- for stdin)"
 PROG = "sandbridge-open"

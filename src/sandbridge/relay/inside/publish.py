@@ -6,7 +6,7 @@ the event loop, by the same code, after a switch). It tries to connect to ``PORT
 loopback (``127.0.0.1``, then ``::1``: :mod:`sandbridge.protocol.app_address`, the
 addresses the relay connects to) every :data:`POLL_INTERVAL` until something accepts
 (the app is listening), then registers the port exactly like ``ags-webview-url PORT /base`` does
-(:class:`~sandbridge.relay.relay_call.RelayCall`); the host prints the URL.
+(:class:`~sandbridge.relay.inside.relay_call.RelayCall`); the host prints the URL.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sandbridge.aio.poll_loop import PollLoop, Timer
 from sandbridge.event_line import warn
 from sandbridge.protocol.app_address import AppAttempts
 from sandbridge.protocol.sandbox_requests import encode_register_request
-from sandbridge.relay.relay_call import Outcome, RelayCall
+from sandbridge.relay.inside.relay_call import Outcome, RelayCall
 
 # How often to look for the app: fast enough to feel immediate, cheap while it builds.
 POLL_INTERVAL = 0.1

@@ -5,12 +5,12 @@ Runs in the sandbox entry beside the command, only when the owner's rules
 (``protocol/publish_rules.py``) publish something, on the entry's
 :class:`~sandbridge.aio.poll_loop.PollLoop` (no event loop: the entry stays small; on
 the event loop, by the same code, after a switch). Every :data:`POLL_INTERVAL` it reads
-the sandbox's listening sockets (``relay/listening_ports.py``, a few lines of
+the sandbox's listening sockets (``relay/inside/listening_ports.py``, a few lines of
 ``/proc`` or one netlink dump: cheap enough to read in the loop); :class:`PortTracker`
 (sans-I/O) turns the scans into what changed; :class:`AutoPublisher` registers each new
 port with the name of the process that listens and ``"auto": true``, and unregisters
 each gone one (``protocol/auto_registration.py``), one request at a time
-(:class:`~sandbridge.relay.relay_call.RelayCall`), and scans again once they are
+(:class:`~sandbridge.relay.inside.relay_call.RelayCall`), and scans again once they are
 answered. The host decides again from the same rules, so a port they do not publish is
 never registered, whatever asks.
 """
@@ -32,8 +32,8 @@ from sandbridge.protocol.sandbox_requests import (
     encode_auto_register_request,
     encode_unregister_request,
 )
-from sandbridge.relay.listening_ports import PROC, Listener, listening_ports, owners
-from sandbridge.relay.relay_call import Outcome, RelayCall
+from sandbridge.relay.inside.listening_ports import PROC, Listener, listening_ports, owners
+from sandbridge.relay.inside.relay_call import Outcome, RelayCall
 
 # Two scans a second: a new server is published, and a gone one closed, well within
 # the 3 s a person notices; a scan reads a few lines of /proc (listeners only).

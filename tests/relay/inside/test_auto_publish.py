@@ -1,4 +1,4 @@
-"""Auto-publish on a poll loop (``relay/auto_publish.py``), in this process against a
+"""Auto-publish on a poll loop (``relay/inside/auto_publish.py``), in this process against a
 relay.sock played by the test, with real listening sockets (rules naming only the
 test's own ports): a port that starts listening is registered with ``auto`` and its
 process's name, and unregistered once it is gone; a relay that never answers, answers
@@ -22,9 +22,9 @@ from sandbridge.protocol.sandbox_requests import (
     encode_unregister_request,
     process_name,
 )
-from sandbridge.relay import relay_call
-from sandbridge.relay.auto_publish import AutoPublisher
-from tests.relay.test_relay_call import (
+from sandbridge.relay.inside import relay_call
+from sandbridge.relay.inside.auto_publish import AutoPublisher
+from tests.relay.inside.test_relay_call import (
     Behaviour,
     PlayedRelay,
     Said,

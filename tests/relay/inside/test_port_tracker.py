@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule
-from sandbridge.relay.auto_publish import GONE_AFTER_SCANS, PortState, PortTracker
+from sandbridge.relay.inside.auto_publish import GONE_AFTER_SCANS, PortState, PortTracker
 
 
 def tracker(*values: str, exclude: tuple[int, ...] = ()) -> PortTracker:

@@ -1,4 +1,4 @@
-"""``--publish PORT[:/base]`` on a poll loop (``relay/publish.py``), in this process
+"""``--publish PORT[:/base]`` on a poll loop (``relay/inside/publish.py``), in this process
 against a relay.sock played by the test: the port is registered once its app listens,
 with the contract's request; a refusal, a hostile or silent relay and the deadline are
 said on stderr as before; a closed publisher leaves nothing behind."""
@@ -12,9 +12,9 @@ import pytest
 
 from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.protocol.sandbox_requests import encode_register_request
-from sandbridge.relay import publish, relay_call
-from sandbridge.relay.publish import PortPublisher
-from tests.relay.test_relay_call import (
+from sandbridge.relay.inside import publish, relay_call
+from sandbridge.relay.inside.publish import PortPublisher
+from tests.relay.inside.test_relay_call import (
     Behaviour,
     PlayedRelay,
     Said,

@@ -25,7 +25,7 @@ from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.protocol import stream
 from sandbridge.protocol.limits import MAX_V1_LINE_BYTES
 from sandbridge.protocol.shim_opening import FIRST_LINE_TIMEOUT
-from sandbridge.relay.light_shim import LightShim
+from sandbridge.relay.inside.light_shim import LightShim
 from tests.conftest import (
     ECHO_APP,
     EVENT_LOOP_LIBRARIES,

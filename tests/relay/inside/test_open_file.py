@@ -12,7 +12,7 @@ import pytest
 
 from sandbridge.exceptions import FileOpenRefused
 from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES
-from sandbridge.relay.open_file import file_open
+from sandbridge.relay.inside.open_file import file_open
 
 REDIRECT = b'<meta http-equiv="refresh" content="1;url=http://localhost:8888/lab?token=t1">'
 

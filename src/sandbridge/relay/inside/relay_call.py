@@ -2,7 +2,7 @@
 send from the sandbox entry, on its :class:`~sandbridge.aio.poll_loop.PollLoop` (and on
 the event loop, by the same code, once the loop has moved there).
 
-It does what :func:`sandbridge.relay.url_helper.ask_relay` does in a blocking socket
+It does what :func:`sandbridge.relay.inside.url_helper.ask_relay` does in a blocking socket
 (connect, send the line, read the answer up to its newline, its end or
 :data:`~sandbridge.protocol.sandbox_requests.MAX_ANSWER_BYTES`, decode it, all within
 :data:`~sandbridge.protocol.sandbox_requests.ANSWER_TIMEOUT`) as a state machine

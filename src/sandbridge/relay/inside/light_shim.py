@@ -9,7 +9,7 @@ that is not a request, is all this module serves, on the entry's
 ``json``: ``import asyncio`` would cost the shim more memory than everything else in
 it. A connection that asks for more (a v1 exchange, a stream the shim relays, a first
 line too long to be an opening) is passed, with the bytes read from it, to the event
-loop's shim (:meth:`sandbridge.relay.shim.Shim.adopt`); the entry loads the event loop
+loop's shim (:meth:`sandbridge.relay.inside.shim.Shim.adopt`); the entry loads the event loop
 for the first one.
 
 The rules are :mod:`sandbridge.protocol.shim_opening`'s, the event loop's shim's too:

@@ -11,7 +11,7 @@ from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES, MAX_OPENS_PER_WI
 from tests.conftest import PYTHON, Relay, echo, host_port_of, request
 from tests.relay.test_open_requests import _open
 
-OPEN_HELPER = [PYTHON, "-m", "sandbridge.relay.open_helper"]
+OPEN_HELPER = [PYTHON, "-m", "sandbridge.relay.inside.open_helper"]
 
 
 def test_a_page_refused_before_it_was_all_sent_gets_the_refusal_not_a_broken_pipe(
