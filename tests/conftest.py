@@ -66,7 +66,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SANDBRIDGE = [PYTHON, "-m", "sandbridge.cli"]
 ECHO_APP = str(REPO / "tests" / "apps" / "echo_app.py")
-HELPER = [PYTHON, "-m", "sandbridge.relay.url_helper"]
+HELPER = [PYTHON, "-m", "sandbridge.relay.inside.url_helper"]
 
 
 @pytest.hookimpl(tryfirst=True)

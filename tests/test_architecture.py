@@ -25,12 +25,18 @@ FLOORS = {
     "sandbox": 5,
     # sandboxes on other machines: above the relay whose listeners it reuses
     "remote": 5,
+    # `policy survey` and `policy init`: a project's first policy, decided as the egress
+    # gate will decide it (its resolver, its address kinds)
+    "survey": 5,
     "relay": 4,
     "terminals": 4,
     "egress": 4,
     # the ssh-agent bridge: the sandbox's SSH_AUTH_SOCK, served from the owner's agent
     "ssh_agent": 4,
     "places": 3,
+    # the project's reviewed configuration in `.sandbridge/`: what sandbox/, session/,
+    # egress/ and cli/ read of a project, on the protocol's wire formats only
+    "project": 3,
     "aio": 2,
     "protocol": 1,
     "demo": 1,
@@ -133,6 +139,29 @@ def test_the_front_door_closes_descriptors_only_through_its_helper() -> None:
         if argument not in C_CLOSES_ALLOWED
     ]
     assert not found, found
+
+
+# What the relay's sandbox half (relay/inside/) may take from its host half: the one rule
+# of connecting to an app, which the host's own sockets follow too. Nothing else of the
+# host's data path runs inside, and the host never runs a program of the sandbox's.
+RELAY_HALVES_SHARE = frozenset({"sandbridge.relay.app_connector"})
+
+
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [(module, path) for module, path in _modules() if module.startswith("sandbridge.relay.")],
+    ids=lambda v: str(v),
+)
+def test_the_relays_two_halves_import_only_what_they_share(module: str, path: Path) -> None:
+    inside = module.startswith("sandbridge.relay.inside.")
+    for target in _imports(path):
+        if not target.startswith("sandbridge.relay."):
+            continue
+        if inside:
+            allowed = target.startswith("sandbridge.relay.inside") or target in RELAY_HALVES_SHARE
+        else:
+            allowed = not target.startswith("sandbridge.relay.inside")
+        assert allowed, f"{module} imports {target}: across the relay's host/sandbox line"
 
 
 def test_no_import_circle_between_modules() -> None:

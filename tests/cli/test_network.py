@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbridge.cli.network import HIDDEN, mask_argv
-from sandbridge.egress.policy import NetMode
-from sandbridge.relay.publish import parse_publish
+from sandbridge.project.policy import NetMode
+from sandbridge.relay.inside.publish import parse_publish
 from sandbridge.sandbox.backend import sandbox_argv
 from sandbridge.sandbox.network import SandboxNetwork
 from sandbridge.sandbox.spec import SandboxSpec
@@ -123,7 +123,7 @@ def test_the_session_start_warns_of_an_entry_never_reached(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from sandbridge.cli.network import announce
-    from sandbridge.egress.policy import load_policy
+    from sandbridge.project.policy import load_policy
 
     (tmp_path / ".sandbridge").mkdir()
     (tmp_path / ".sandbridge" / "allow").write_text("pkgs.test\npkgs.test private\n")

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from sandbridge.relay.listening_ports import from_proc
+from sandbridge.relay.inside.listening_ports import from_proc
 from tests.conftest import REPO, Process, is_sandbox_entry, processes_with, run_argv
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 

@@ -20,7 +20,7 @@ import pytest
 
 from sandbridge.egress.gate import Address, EgressGate
 from sandbridge.egress.log import EgressLog, read_entries
-from sandbridge.egress.policy import PROXY_PORT, load_policy
+from sandbridge.project.policy import PROXY_PORT, load_policy
 from sandbridge.protocol.egress_opening import encode_open
 from tests.conftest import free_port
 

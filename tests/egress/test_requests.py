@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandbridge.egress.decision import match_destination
-from sandbridge.egress.policy import ALLOW_FILE, Policy, PolicyBuilder
 from sandbridge.egress.requests import (
     MAX_DECIDED,
     MAX_REASON_CHARS,
@@ -30,6 +29,7 @@ from sandbridge.egress.requests import (
     standing,
 )
 from sandbridge.exceptions import EgressRequestRefused
+from sandbridge.project.policy import ALLOW_FILE, Policy, PolicyBuilder
 
 GATE = "100.64.0.1"
 OTHER = Destination("other.test", 80)

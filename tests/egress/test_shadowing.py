@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.egress.policy import Rule, load_policy
 from sandbridge.egress.shadowing import covers, policy_warnings, unreached_entries
+from sandbridge.project.policy import Rule, load_policy
 
 
 def rule(text: str, source: str = "--allow") -> Rule:

@@ -12,8 +12,8 @@ import random
 from pathlib import Path
 
 from sandbridge.egress.decision import match_destination, normalise_host
-from sandbridge.egress.policy import DEFAULT_PORTS, format_entry, load_policy, parse_entry
 from sandbridge.exceptions import HttpError, PolicyError, WireError
+from sandbridge.project.policy import DEFAULT_PORTS, format_entry, load_policy, parse_entry
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol.http.parser import RequestHead, RequestReader
 from sandbridge.protocol.http.proxy_target import split_absolute_url, split_authority

@@ -65,7 +65,8 @@ def test_the_entrys_publishing_imports_neither_asyncio_nor_dataclasses_nor_loggi
     """What the sandbox entry imports to publish (issue 15's memory bound)."""
     code = (
         "import sys\n"
-        "import sandbridge.sandbox.entry, sandbridge.relay.publish, sandbridge.relay.auto_publish\n"
+        "import sandbridge.sandbox.entry, sandbridge.relay.inside.publish\n"
+        "import sandbridge.relay.inside.auto_publish\n"
         "print(sorted({'asyncio', 'dataclasses', 'logging', 'ssl'} & set(sys.modules)))\n"
     )
     result = subprocess.run(

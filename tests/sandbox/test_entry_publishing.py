@@ -3,7 +3,7 @@ with ``--publish auto`` and ``--publish PORT`` registers an app started late wit
 3 s and closes an auto-published one within 3 s after it exits, while the entry never
 maps the event loop's libraries and stays under 16 MiB; after a switch to the event
 loop (a v1 request) publishing goes on, by the same code. The hostile relay.sock cases
-are in tests/relay/test_relay_call.py, test_publish.py and test_auto_publish.py."""
+are in tests/relay/inside/test_relay_call.py, test_publish.py and test_auto_publish.py."""
 
 from __future__ import annotations
 

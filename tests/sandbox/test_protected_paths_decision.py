@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.egress.policy import PolicyBuilder
 from sandbridge.exceptions import PolicyError, SandboxError
+from sandbridge.project.policy import PolicyBuilder
 from sandbridge.sandbox.host_git import ConfigEntry
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.placeholder import Placeholder

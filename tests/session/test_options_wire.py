@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sandbridge.egress.policy import load_policy
 from sandbridge.exceptions import DaemonError
+from sandbridge.project.policy import load_policy
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule

@@ -2,7 +2,7 @@
 process that has no event loop yet, with asyncio's method names so that what it runs
 moves onto the event loop unchanged.
 
-The sandbox entry serves the shim's common case on it (:mod:`sandbridge.relay.light_shim`):
+The sandbox entry serves the shim's common case on it (:mod:`sandbridge.relay.inside.light_shim`):
 ``import asyncio`` alone costs the shim more memory than all the rest of it (``ssl``
 loads OpenSSL), and a session whose shim only ever hands connections over never needs
 it. When something does need the event loop, :meth:`PollLoop.move_to` registers every

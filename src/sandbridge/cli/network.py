@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.cli.relay_options import describe_bridges
-from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
-from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.egress.shadowing import policy_warnings
 from sandbridge.exceptions import PolicyError, SandbridgeError
 from sandbridge.places.registry import list_sessions, session_path
+from sandbridge.project.policy import NetMode, Policy, describe, load_policy, mask_credentials
+from sandbridge.project.secrets_file import read_secrets
 from sandbridge.protocol.publish_rules import is_rule_value, publishes_any
 from sandbridge.sandbox import project as policy_location
 from sandbridge.sandbox.backend import sandbox_argv
@@ -123,7 +123,7 @@ def sandbox_network(args: argparse.Namespace, effective: Policy) -> SandboxNetwo
     """What the backend and the sandbox entry need of the policy."""
     fixed = [value for value in args.publish if not is_rule_value(value)]
     if fixed:  # only then: the publish helper's module is the sandbox's
-        from sandbridge.relay.publish import parse_publish
+        from sandbridge.relay.inside.publish import parse_publish
     for value in fixed:
         try:
             parse_publish(value)

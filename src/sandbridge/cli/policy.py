@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge.cli import network as network_cli
-from sandbridge.egress import init_policy, presets
 from sandbridge.egress.gate import DnsResolver, SystemResolver
-from sandbridge.egress.index_addresses import non_global_names
-from sandbridge.egress.policy import PolicyBuilder, format_entry
-from sandbridge.egress.survey import describe, survey
-from sandbridge.egress.survey_findings import Finding, Kind
-from sandbridge.egress.toolchain_index import ASKED, toolchain_indexes
 from sandbridge.exceptions import PolicyError
 from sandbridge.places import host_commands, known_projects
+from sandbridge.project.policy import PolicyBuilder, format_entry
 from sandbridge.sandbox.project import project_root, secrets_file_ignored
+from sandbridge.survey import init_policy, presets
+from sandbridge.survey.findings import Finding, Kind
+from sandbridge.survey.index_addresses import non_global_names
+from sandbridge.survey.toolchain_index import ASKED, toolchain_indexes
+from sandbridge.survey.walk import describe, survey
 
 
 def add_commands(commands: Any) -> None:

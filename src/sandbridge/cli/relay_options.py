@@ -8,10 +8,10 @@ import dataclasses
 import os
 import sys
 
-from sandbridge.egress.owner_config import OwnerConfig, read_owner_config
-from sandbridge.egress.policy import Policy
-from sandbridge.egress.setting import DEFAULT, Setting
 from sandbridge.exceptions import PolicyError, SandbridgeError
+from sandbridge.project.owner_config import OwnerConfig, read_owner_config
+from sandbridge.project.policy import Policy
+from sandbridge.project.setting import DEFAULT, Setting
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.relay_settings import LIMITS, Limit, checked

@@ -28,12 +28,12 @@ from sandbridge.cli.relay_options import (
     open_settings,
     relay_settings_of,
 )
-from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.exceptions import SandboxError, SandbridgeError
 from sandbridge.places import host_commands, known_projects
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.protocol.contract import (
     EGRESS_SOCKET,
     MOUNT_POINT,

@@ -16,7 +16,7 @@ from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import running
-from sandbridge.egress.policy import PROXY_PORT
+from sandbridge.project.policy import PROXY_PORT
 from sandbridge.protocol.contract import (
     DEFAULT_UPSTREAM_SOCKET,
     EGRESS_SOCKET,
@@ -60,7 +60,7 @@ def _say(text: str) -> None:
 
 def cmd_shim(args: argparse.Namespace) -> int:
     from sandbridge.egress.gate_listener import GateListener
-    from sandbridge.relay.shim import Shim
+    from sandbridge.relay.inside.shim import Shim
     from sandbridge.terminals.starter import bind_terminal_socket, serve_terminal_socket
 
     socket_path = Path(args.socket)

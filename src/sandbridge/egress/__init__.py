@@ -1,1 +1,2 @@
-"""Allowlisted egress: the policy and its decision, the host's gate and log, the listener inside."""
+"""Allowlisted egress: the decision on the project's policy, the host's gate and log, the listener
+inside."""

@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from sandbridge.egress.policy import (
+from sandbridge.project.policy import (
     ALLOW_FILE,
     DEFAULT_PORTS,
     PROXY_PORT,

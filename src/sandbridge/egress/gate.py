@@ -6,7 +6,7 @@ agent's to replace): a host-service port is connected to the host's ``127.0.0.1:
 the proxy port gets the HTTP/``CONNECT`` proxy; anything else is refused.
 
 The proxy reads one request head strictly, decides its destination with
-:mod:`sandbridge.egress.policy`, resolves names here on the host, drops
+:mod:`sandbridge.project.policy`, resolves names here on the host, drops
 addresses the policy does not allow, and connects. ``CONNECT`` then becomes a byte
 tunnel; a plain HTTP request is re-sent in origin form with ``Connection: close``, its
 body forwarded by its own framing, and nothing after it is read, so one proxy
@@ -48,10 +48,10 @@ from sandbridge.egress.decision import (
     normalise_host,
 )
 from sandbridge.egress.log import MAX_FIELD_CHARS, MAX_REFUSED_DESTINATIONS, EgressLog
-from sandbridge.egress.policy import PROXY_PORT, NetMode, Policy, format_entry, parse_ip
 from sandbridge.egress.request_server import EgressRequests, OwnerOp
 from sandbridge.egress.requests import Grants
 from sandbridge.exceptions import HttpError, WireError
+from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, format_entry, parse_ip
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol.http.fields import field_values
 from sandbridge.protocol.http.forwarding import (

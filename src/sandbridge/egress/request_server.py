@@ -27,14 +27,6 @@ from typing import Any, TextIO
 
 from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.egress.policy import (
-    ALLOW_FILE,
-    MAX_POLICY_FILE_BYTES,
-    Policy,
-    host_matches,
-    parse_entry,
-    parse_ip,
-)
 from sandbridge.egress.requests import (
     Address,
     Destination,
@@ -51,7 +43,15 @@ from sandbridge.egress.requests import (
     standing,
 )
 from sandbridge.exceptions import ControlRefusal, EgressRequestRefused, PolicyError
-from sandbridge.places.held_folder import HeldFolder
+from sandbridge.project.held_folder import HeldFolder
+from sandbridge.project.policy import (
+    ALLOW_FILE,
+    MAX_POLICY_FILE_BYTES,
+    Policy,
+    host_matches,
+    parse_entry,
+    parse_ip,
+)
 from sandbridge.protocol.egress_opening import EgressAsk, encode_reply
 
 OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -344,7 +344,7 @@ def append_line(path: Path, line: str) -> None:
     ``path`` is ``PROJECT/.sandbridge/allow``: the project's own path is the owner's, but
     the sandbox can swap ``.sandbridge`` for a link at any moment (a rename exchange in a
     loop), between a check of the path and its open. So the folder is held by its
-    descriptor (:mod:`sandbridge.places.held_folder`), and the file opened by it."""
+    descriptor (:mod:`sandbridge.project.held_folder`), and the file opened by it."""
     folder = HeldFolder.make(path.parent)
     with folder:
         fd = folder.open_file(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT)

@@ -30,7 +30,8 @@ from sandbridge.egress.decision import (
     embedded_ipv4,
     match_destination,
 )
-from sandbridge.egress.policy import (
+from sandbridge.exceptions import EgressRequestRefused, PolicyError
+from sandbridge.project.policy import (
     DEFAULT_PORTS,
     Policy,
     Rule,
@@ -38,7 +39,6 @@ from sandbridge.egress.policy import (
     parse_entry,
     parse_ip,
 )
-from sandbridge.exceptions import EgressRequestRefused, PolicyError
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # A reason is a sentence or two for the owner, not a document.

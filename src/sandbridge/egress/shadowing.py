@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sandbridge.egress.policy import DEFAULT_PORTS, Policy, Rule, host_matches
+from sandbridge.project.policy import DEFAULT_PORTS, Policy, Rule, host_matches
 
 
 @dataclass(frozen=True, slots=True)

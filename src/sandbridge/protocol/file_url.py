@@ -3,7 +3,7 @@ names inside the sandbox (sans-I/O).
 
 Tools open a local page through the browser with such a URL (``jupyter lab`` opens
 ``file:///.../jpserver-N-open.html``, a page that redirects to its token URL). The path is
-the sandbox's: only ``sandbridge-open``, inside, reads the file (relay/open_file.py);
+the sandbox's: only ``sandbridge-open``, inside, reads the file (relay/inside/open_file.py);
 the host never sees the path, let alone opens it on its own filesystem.
 A browser would read a loose spelling its own way, so every one is refused here, naming
 the URL: a host part (``file://server/x.html``), a query or fragment, a malformed or

@@ -2,7 +2,7 @@
 and egress openings, the remote link).
 
 Apart from :mod:`.registration` so that the sandbox entry's light shim
-(:mod:`sandbridge.relay.light_shim`), which checks every stream opening's port, imports
+(:mod:`sandbridge.relay.inside.light_shim`), which checks every stream opening's port, imports
 it without the registration module's imports (``dataclasses`` alone is over a MiB of
 the shim's memory).
 """

@@ -2,7 +2,7 @@
 
 ``publish = auto`` or ``publish = 3000-9999`` (a line of ``.sandbridge/config``, or
 ``--publish auto``/``--publish 3000-9999``) turns auto-publish on: the sandbox's entry
-watches its own listening TCP sockets (``relay/auto_publish.py``) and registers each new
+watches its own listening TCP sockets (``relay/inside/auto_publish.py``) and registers each new
 one that a rule covers. Like VS Code's ``portsAttributes``, a rule may name an action:
 
 =========  ===============================================================
@@ -79,7 +79,7 @@ class PublishRule(NamedTuple):
 
 def is_rule_value(value: str) -> bool:
     """True if a ``--publish`` value asks for auto-publish (``auto`` or a range) rather
-    than one port (``PORT[:/base]``, registered once it listens: ``relay/publish.py``)."""
+    than one port (``PORT[:/base]``, registered once it listens: ``relay/inside/publish.py``)."""
     return value == AUTO or "-" in value.partition(":")[0]
 
 

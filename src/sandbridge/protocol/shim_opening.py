@@ -1,8 +1,8 @@
 """What the shim does with a connection from the host, decided from its first line.
 
-The shim has two servers: the sandbox entry's light shim (:mod:`sandbridge.relay.light_shim`,
+The shim has two servers: the sandbox entry's light shim (:mod:`sandbridge.relay.inside.light_shim`,
 no event loop), which serves handoffs and refusals, and the event loop's
-(:mod:`sandbridge.relay.shim`), which serves everything. Both read the first line with
+(:mod:`sandbridge.relay.inside.shim`), which serves everything. Both read the first line with
 the same limit and timeout, decide with :func:`decide` and answer with this module's
 lines, so a first line gets the same answer whichever of them reads it.
 

@@ -1,6 +1,6 @@
 """The layouts of Linux's ``NETLINK_SOCK_DIAG`` (inet_diag) messages: what the relay
 asks the kernel about a TCP socket's owner (``relay/local_peer.py``) and the sandbox
-about its listening sockets (``relay/listening_ports.py``).
+about its listening sockets (``relay/inside/listening_ports.py``).
 
 Kept apart from both so that the sandbox entry, which scans its listeners without an
 event loop, imports these few structures and nothing of the relay's asyncio side.

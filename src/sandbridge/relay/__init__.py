@@ -1,1 +1,1 @@
-"""App origins: the host's listeners and data path, and the shim and helpers in the sandbox."""
+"""App origins: the host's listeners and data path here, the shim and helpers in ``inside/``."""

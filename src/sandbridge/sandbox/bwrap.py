@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from sandbridge.egress.policy import NetMode
 from sandbridge.places import host_commands
+from sandbridge.project.policy import NetMode
 from sandbridge.protocol.contract import MOUNT_POINT
 from sandbridge.sandbox.spec import SandboxSpec, sandbox_env
 

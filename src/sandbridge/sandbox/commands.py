@@ -23,8 +23,8 @@ COMMANDS_DIR = "/run/sandbridge/bin"
 # What ``$BROWSER`` names inside: Python's webbrowser and most CLIs look here first.
 OPEN_COMMAND = "sandbridge-open"
 HELPER_NAME = "ags-webview-url"
-URL_HELPER_MODULE = "sandbridge.relay.url_helper"
-OPEN_HELPER_MODULE = "sandbridge.relay.open_helper"
+URL_HELPER_MODULE = "sandbridge.relay.inside.url_helper"
+OPEN_HELPER_MODULE = "sandbridge.relay.inside.open_helper"
 ALLOW_COMMAND = "sandbridge-allow"
 ALLOW_HELPER_MODULE = "sandbridge.egress.allow_helper"
 # The commands through which tools open a browser on Debian and most distributions;

@@ -6,15 +6,15 @@ The shim's listener (and in allow mode every gate port) is bound and listening b
 the command starts, so a connection the command causes at once waits in the listener's
 queue; the helpers are on disk before it starts. Then, while the command runs, this
 process serves the shim's common case, the gate ports and terminal starts without an
-event loop (:mod:`sandbridge.relay.light_shim`: the host's handoffs, refusals of bad
+event loop (:mod:`sandbridge.relay.inside.light_shim`: the host's handoffs, refusals of bad
 first lines; :mod:`sandbridge.egress.light_gate`: every gate connection bridged to the
 host's egress gate; :mod:`sandbridge.terminals.light_starter`: a PTY worker per start
-the host asks for; :mod:`sandbridge.relay.publish` and :mod:`sandbridge.relay.auto_publish`:
-``--publish``), and imports what needs one (:mod:`sandbridge.sandbox.services`:
-asyncio, the shim's other cases) only when something does. Until the command
-runs it imports the standard library's ``os``, ``socket``, ``signal`` and ``select``
-(not even pathlib or re; ``ctypes``, ``struct`` and ``termios`` for its own hardening:
-non-dumpable, no TIOCSTI) and nothing that needs an event loop.
+the host asks for; :mod:`sandbridge.relay.inside.publish` and
+:mod:`sandbridge.relay.inside.auto_publish`: ``--publish``), and imports what needs one
+(:mod:`sandbridge.sandbox.services`: asyncio, the shim's other cases) only when something
+does. Until the command runs it imports the standard library's ``os``, ``socket``,
+``signal`` and ``select`` (not even pathlib or re; ``ctypes``, ``struct`` and ``termios``
+for its own hardening: non-dumpable, no TIOCSTI) and nothing that needs an event loop.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.egress.light_gate import LightGate
     from sandbridge.protocol.publish_rules import PublishRule
-    from sandbridge.relay.auto_publish import AutoPublisher
-    from sandbridge.relay.light_shim import LightShim
-    from sandbridge.relay.publish import PortPublisher
+    from sandbridge.relay.inside.auto_publish import AutoPublisher
+    from sandbridge.relay.inside.light_shim import LightShim
+    from sandbridge.relay.inside.publish import PortPublisher
     from sandbridge.terminals.light_starter import LightStarter
 
 # Connections waiting on a gate port before the gate listener accepts them (asyncio's
@@ -160,7 +160,7 @@ def _parse_publishing(publish: list[str], publish_rules: list[str]) -> _Publishi
         return _Publishing([], [])
     from sandbridge.exceptions import PolicyError
     from sandbridge.protocol.publish_rules import parse_rule_option
-    from sandbridge.relay.publish import parse_publish
+    from sandbridge.relay.inside.publish import parse_publish
 
     try:
         rules = [parse_rule_option(value) for value in publish_rules]
@@ -176,14 +176,14 @@ def _start_publishing(
     auto-publish if the rules publish anything."""
     from sandbridge.protocol.contract import DEFAULT_RELAY_SOCKET, RELAY_SOCKET_ENV
     from sandbridge.protocol.publish_rules import publishes_any
-    from sandbridge.relay.publish import PortPublisher
+    from sandbridge.relay.inside.publish import PortPublisher
 
     socket_path = os.environ.get(RELAY_SOCKET_ENV, DEFAULT_RELAY_SOCKET)
     publishers: list[PortPublisher | AutoPublisher] = [
         PortPublisher(loop, port, base, socket_path) for port, base in publishing.ports
     ]
     if publishes_any(publishing.rules):
-        from sandbridge.relay.auto_publish import AutoPublisher
+        from sandbridge.relay.inside.auto_publish import AutoPublisher
 
         # A port published by --publish PORT is not published a second time.
         exclude = {port for port, _ in publishing.ports}
@@ -241,7 +241,7 @@ def _until_needed(command: _Command, serving: _Serving) -> int | _Light:
     Until the first connection this process only sleeps: a session nobody connects to
     costs one small process (publishing starts at once: it looks for the app's port
     from the command's start). A connection on ``upstream``, a gate port or the terminal
-    channel starts the light shim (:mod:`sandbridge.relay.light_shim`, handoffs and
+    channel starts the light shim (:mod:`sandbridge.relay.inside.light_shim`, handoffs and
     refusals), the light gate (:mod:`sandbridge.egress.light_gate`) and the terminal
     starter (:mod:`sandbridge.terminals.light_starter`); a connection the light shim
     passes on is the event loop's, and waits while that loads."""
@@ -270,7 +270,7 @@ def _serve_light(pidfd: int, serving: _Serving) -> _Light | None:
     ends (return None) or something needs the event loop (return them)."""
     # Only now: an idle session never pays for these.
     from sandbridge.aio.poll_loop import PollLoop
-    from sandbridge.relay.light_shim import LightShim
+    from sandbridge.relay.inside.light_shim import LightShim
 
     loop = PollLoop()
     exited: list[bool] = []

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from sandbridge.egress.policy import DEFAULT_GATE_ADDR, NetMode
 from sandbridge.places import host_commands
+from sandbridge.project.policy import DEFAULT_GATE_ADDR, NetMode
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ import os
 import stat
 from pathlib import Path
 
-from sandbridge.egress.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
 from sandbridge.egress.requests import shown
 from sandbridge.exceptions import GitNotRun, PolicyError
+from sandbridge.project.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
 from sandbridge.sandbox import host_git
 
 POLICY_DIR = ALLOW_FILE.parent

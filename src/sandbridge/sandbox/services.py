@@ -4,9 +4,10 @@ host's private channel, and publishing (``--publish``, auto-publish rules).
 
 The entry (:mod:`sandbridge.sandbox.entry`) binds the listeners and starts the command
 first, and serves the shim's handoffs, the gate ports, terminal starts and publishing
-without an event loop (:mod:`sandbridge.relay.light_shim`,
+without an event loop (:mod:`sandbridge.relay.inside.light_shim`,
 :mod:`sandbridge.egress.light_gate`, :mod:`sandbridge.terminals.light_starter`,
-:mod:`sandbridge.relay.publish`, :mod:`sandbridge.relay.auto_publish`); this module, and
+:mod:`sandbridge.relay.inside.publish`,
+:mod:`sandbridge.relay.inside.auto_publish`); this module, and
 the event loop with it, is imported only once something needs more. Their open
 connections go on being served here, by the same handlers, on the event loop; the light
 gate, the terminal starter and the publishers go on as they were (the entry never runs
@@ -27,10 +28,10 @@ from sandbridge.aio import event_loop
 from sandbridge.aio.before_loop import reap
 from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.egress.light_gate import LightGate
-from sandbridge.relay.auto_publish import AutoPublisher
-from sandbridge.relay.light_shim import LightShim
-from sandbridge.relay.publish import PortPublisher
-from sandbridge.relay.shim import Shim
+from sandbridge.relay.inside.auto_publish import AutoPublisher
+from sandbridge.relay.inside.light_shim import LightShim
+from sandbridge.relay.inside.publish import PortPublisher
+from sandbridge.relay.inside.shim import Shim
 from sandbridge.terminals.light_starter import LightStarter
 
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sandbridge.egress.gate import EgressGate
 from sandbridge.egress.log import LOG_NAME, EgressLog
-from sandbridge.egress.policy import NetMode
 from sandbridge.egress.request_server import OwnerOp, refuse_without_gate
 from sandbridge.exceptions import ControlRefusal, RegistrationError
 from sandbridge.places import host_commands
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
+from sandbridge.project.policy import NetMode
 from sandbridge.protocol.contract import EGRESS_SOCKET, SSH_AGENT_SOCKET
 from sandbridge.relay.app import App
 from sandbridge.relay.host_opener import HostOpener, OpenSettings

@@ -20,7 +20,7 @@ from sandbridge.relay.settings import ForwardingMode
 if TYPE_CHECKING:  # the host halves' modules (and the settings of some): not imported
     import socket
 
-    from sandbridge.egress.policy import Policy
+    from sandbridge.project.policy import Policy
     from sandbridge.relay.app import App
     from sandbridge.relay.host_opener import OpenSettings
     from sandbridge.relay.settings import RelaySettings

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sandbridge.egress.policy import Policy, from_lines, served_lines
 from sandbridge.exceptions import DaemonError, PolicyError
+from sandbridge.project.policy import Policy, from_lines, served_lines
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule

@@ -1,0 +1,1 @@
+"""The project's reviewed configuration in ``.sandbridge/``: its files, read safely."""

@@ -1,0 +1,1 @@
+"""App origins' sandbox half: what runs inside (the shim, the helpers, publishing)."""

@@ -1,0 +1,142 @@
+"""The index each toolchain uses, asked of the real pip and npm of this machine, each
+given an empty configuration (what a user with none gets) or a test's own."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from sandbridge.survey.toolchain_index import npm_registry, pip_index
+
+
+def stock_env(home: Path, **extra: str) -> dict[str, str]:
+    """An environment with no pip or npm configuration: a fresh HOME, pip told to read no
+    file, npm's user and global files empty, and none of their variables."""
+    home.mkdir(exist_ok=True)
+    (home / "npmrc-user").write_text("")
+    (home / "npmrc-global").write_text("")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.upper().startswith(("PIP_", "NPM_CONFIG_", "XDG_CONFIG"))
+    }
+    env |= {
+        "HOME": str(home),
+        "PIP_CONFIG_FILE": os.devnull,
+        "NPM_CONFIG_USERCONFIG": str(home / "npmrc-user"),
+        "NPM_CONFIG_GLOBALCONFIG": str(home / "npmrc-global"),
+        **extra,
+    }
+    return env
+
+
+def pip_says(env: dict[str, str]) -> str:
+    """The index ``pip install --help`` names as its default under ``env``."""
+    text = subprocess.run(
+        ["python3", "-m", "pip", "install", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    match = re.search(
+        r"--index-url <url>\s+Base URL of the Python Package Index\s+\(default\s+(\S+?)\)", text
+    )
+    assert match, text
+    return match.group(1)
+
+
+def test_pip_without_configuration_gives_its_built_in_index_and_file_host(
+    tmp_path: Path,
+) -> None:
+    env = stock_env(tmp_path / "home")
+    file_host = subprocess.run(  # what pip itself names the file host of its index
+        [
+            "python3",
+            "-c",
+            "from pip._internal.models.index import PyPI as p; print(p.file_storage_domain)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    found = pip_index(env)
+    index = urlsplit(pip_says(env)).hostname
+    assert [(f.name, f.where, f.what, f.ecosystem) for f in found] == [
+        (index, "pip", "pip index-url, asked of pip (its built-in default)", "python"),
+        (
+            file_host,
+            "pip",
+            "pip's file host for its built-in index, asked of pip",
+            "python",
+        ),
+    ]
+
+
+def test_pip_with_a_configured_index_gives_that_index_alone(tmp_path: Path) -> None:
+    conf = tmp_path / "pip.conf"
+    conf.write_text(
+        "[global]\nindex-url = https://u:planted@mirror.corp.test/simple\n"
+        "extra-index-url = https://extra.corp.test/simple\n"
+    )
+    env = stock_env(tmp_path / "home", PIP_CONFIG_FILE=str(conf))
+    found = pip_index(env)
+    assert urlsplit(pip_says(env)).hostname == "mirror.corp.test"
+    assert [(f.name, f.what) for f in found] == [
+        ("mirror.corp.test", "pip index-url, asked of pip (its configuration)"),
+        ("extra.corp.test", "pip extra-index-url, asked of pip (its configuration)"),
+    ]
+    assert "planted" not in repr(found)
+
+
+def npm_says(env: dict[str, str]) -> str:
+    return subprocess.run(
+        ["npm", "config", "get", "registry"],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize("configured", [None, "https://npm.mirror.test/"])
+def test_npm_gives_what_npm_config_get_registry_prints(
+    tmp_path: Path, configured: str | None
+) -> None:
+    assert shutil.which("npm"), "npm is needed (./dev.sh setup installs it)"
+    env = stock_env(tmp_path / "home")
+    if configured is not None:
+        Path(env["NPM_CONFIG_USERCONFIG"]).write_text(f"registry={configured}\n")
+    [found] = npm_registry(env)
+    assert found.name == urlsplit(npm_says(env)).hostname
+    assert (found.where, found.ecosystem) == ("npm", "npm")
+    assert found.what == "npm registry, asked of npm (`npm config get registry`)"
+    if configured is not None:
+        assert found.name == "npm.mirror.test"
+
+
+def test_the_projects_own_npmrc_plays_no_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "package.json").write_text("{}")
+    (project / ".npmrc").write_text("registry=https://chosen-by-the-sandbox.test/\n")
+    monkeypatch.chdir(project)
+    [found] = npm_registry(stock_env(tmp_path / "home"))
+    assert found.name != "chosen-by-the-sandbox.test"
+
+
+def test_a_missing_toolchain_gives_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = stock_env(tmp_path / "home", PATH=str(empty))
+    assert pip_index(env) == [] and npm_registry(env) == []
