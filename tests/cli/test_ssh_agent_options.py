@@ -38,7 +38,29 @@ def sandbridge(workdir: Path, env: dict[str, str], *args: str) -> subprocess.Com
 
 def test_print_policy_says_the_bridge_is_off_by_default(tmp_path: Path, xdg: Path) -> None:
     shown = sandbridge(tmp_path, dict(os.environ), "run", "--print-policy", "--", "true")
-    assert "ssh-agent: off (--ssh-agent KEY turns it on)" in shown.stdout
+    assert (
+        "ssh-agent: off (--ssh-agent KEY, or ssh_agent = KEY in your config, turns it on)"
+        in shown.stdout
+    )
+
+
+def test_the_owners_config_turns_it_on_naming_its_line(
+    tmp_path: Path, xdg: Path, owner: OwnerAgent
+) -> None:
+    config = tmp_path / "config" / "sandbridge" / "config"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"# mine\nssh_agent = {owner.chosen.fingerprint}\n")
+    env = {**owner.env(), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    shown = sandbridge(tmp_path, env, "run", "--print-policy", "--", "true")
+    assert (
+        f"ssh-agent: on at /run/ags-webview-relay/ssh-agent.sock ({config}:2): lists and "
+        f"signs with {owner.chosen.fingerprint};"
+    ) in shown.stdout
+    # The flag wins over the config.
+    shown = sandbridge(
+        tmp_path, env, "run", "--print-policy", "--ssh-agent", "deploy", "--", "true"
+    )
+    assert "(--ssh-agent): lists and signs with deploy;" in shown.stdout
 
 
 def test_print_policy_lists_the_chosen_keys(tmp_path: Path, xdg: Path, owner: OwnerAgent) -> None:
@@ -87,4 +109,7 @@ def test_the_projects_config_cannot_turn_it_on(
     (tmp_path / ".sandbridge" / "config").write_text(f"ssh_agent = {owner.chosen.fingerprint}\n")
     result = sandbridge(tmp_path, owner.env(), "run", "--print-policy", "--", "true")
     assert result.returncode == 2
-    assert "sandbridge: .sandbridge/config:1: unknown key 'ssh_agent'" in result.stderr
+    assert (
+        "sandbridge: .sandbridge/config:1: ssh_agent (the ssh-agent bridge's keys "
+        "(docs/ssh-agent.md)) belongs in the owner's own config" in result.stderr
+    )

@@ -327,7 +327,9 @@ def _serve_here(args: argparse.Namespace) -> SessionRunner:
                 options,
                 on_session=_print_session,
                 # The daemon never holds the owner's agent: such a run is served here.
-                daemon=None if args.no_daemon or args.ssh_agent else connect_daemon(),
+                daemon=(
+                    None if args.no_daemon or ssh_agent_options.is_on(args) else connect_daemon()
+                ),
             )
         )
 
@@ -387,7 +389,7 @@ def cmd_host(args: argparse.Namespace) -> int:
             terminal_socket=True,
             ssh_agent=ssh_agent_options.settings_of(args),
         )
-        daemon = None if args.no_daemon or args.ssh_agent else connect_daemon()
+        daemon = None if args.no_daemon or ssh_agent_options.is_on(args) else connect_daemon()
         async with host_half(daemon, runtime_dir, options) as (entry, stop):
             _print_session(entry)
             print(
@@ -396,7 +398,7 @@ def cmd_host(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            if args.ssh_agent:
+            if ssh_agent_options.is_on(args):
                 print(
                     f"sandbridge: ssh-agent on {runtime_dir.path / SSH_AGENT_SOCKET}; inside, "
                     f"set SSH_AUTH_SOCK={SANDBOX_SSH_AGENT_SOCKET}",

@@ -1,7 +1,7 @@
 """The owner's own configuration: ``${XDG_CONFIG_HOME:-~/.config}/sandbridge/config``.
 
 A project's ``.sandbridge/config`` travels with a repository that anyone may have
-written; the bridges beyond the first three (OAuth callbacks now; the ssh agent and the
+written; the bridges beyond the first three (OAuth callbacks, the ssh agent; the
 clipboard later) widen what the sandbox reaches on the owner's machine, so they are
 turned on by the owner only: by a flag, or by this file, which lives outside every
 project. Same ``key = value`` lines as the project's config (``#`` comments, blank
@@ -15,6 +15,7 @@ row; :data:`OWNER_KEYS` is what a project's config is refused for naming.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -72,6 +73,14 @@ def _parse_hosts(value: str, key: str, where: str) -> tuple[str, ...]:
     return tuple(hosts)
 
 
+def _parse_text(value: str, key: str, where: str) -> tuple[str, ...]:
+    """The value as written, for its bridge to read (``ssh_agent``: the keys, read by
+    ``ssh_agent/choice.py``, the same parser as ``--ssh-agent``'s)."""
+    if not value:
+        raise PolicyError(f"{where}: {key} needs a value")
+    return (value,)
+
+
 @dataclass(frozen=True, slots=True)
 class Key:
     """One key of the owner's config: how its value is read, and whether it repeats
@@ -88,6 +97,7 @@ KEYS: dict[str, Key] = {
     "open_external_allow": Key(
         _parse_hosts, True, "authorize hosts opened without a question (docs/open.md)"
     ),
+    "ssh_agent": Key(_parse_text, True, "the ssh-agent bridge's keys (docs/ssh-agent.md)"),
 }
 OWNER_KEYS = frozenset(KEYS)
 
@@ -98,6 +108,8 @@ class OwnerConfig:
 
     oauth_callbacks: Setting[bool] | None = None
     open_external_allow: tuple[Setting[str], ...] = ()
+    # The ssh-agent bridge's key choices, each line's value as written (ssh_agent/choice.py).
+    ssh_agent: tuple[Setting[str], ...] = ()
     path: Path | None = None  # the file, when one was read
 
     def allowed_hosts(self) -> tuple[str, ...]:
@@ -109,7 +121,7 @@ def parse_owner_config(text: str, label: str = LABEL) -> OwnerConfig:
     """The settings of the file's ``text``; a bad line raises :class:`PolicyError`
     naming ``label:line`` and the value."""
     single: dict[str, Setting[object]] = {}
-    hosts: list[Setting[str]] = []
+    repeated: dict[str, list[Setting[str]]] = {key: [] for key, row in KEYS.items() if row.repeats}
     for number, line in enumerate(text.splitlines(), start=1):
         where = f"{label}:{number}"
         content = line.split("#", 1)[0].strip()
@@ -122,9 +134,9 @@ def parse_owner_config(text: str, label: str = LABEL) -> OwnerConfig:
         if row is None:
             raise PolicyError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(KEYS))})")
         parsed = row.parse(value, key, where)
-        if key == "open_external_allow":
+        if row.repeats:
             assert isinstance(parsed, tuple)
-            hosts += [Setting(host, where) for host in parsed]
+            repeated[key] += [Setting(str(item), where) for item in parsed]
         elif key in single:
             raise PolicyError(f"{where}: {key} is set again (first at {single[key].source})")
         else:
@@ -132,7 +144,8 @@ def parse_owner_config(text: str, label: str = LABEL) -> OwnerConfig:
     switch = single.get("oauth_callbacks")
     return OwnerConfig(
         oauth_callbacks=None if switch is None else Setting(bool(switch.value), switch.source),
-        open_external_allow=tuple(hosts),
+        open_external_allow=tuple(repeated["open_external_allow"]),
+        ssh_agent=tuple(repeated["ssh_agent"]),
     )
 
 
@@ -160,7 +173,7 @@ def read_owner_config(environ: Mapping[str, str]) -> OwnerConfig:
     except UnicodeDecodeError as exc:
         raise PolicyError(f"{label}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     config = parse_owner_config(text, label)
-    return OwnerConfig(config.oauth_callbacks, config.open_external_allow, path)
+    return dataclasses.replace(config, path=path)
 
 
 def refuse_in_project(key: str, where: str) -> None:
