@@ -300,7 +300,7 @@ def sandbridge_v1(work: Path, ports: tuple[int, int]) -> RelayPath:
     env = {**os.environ, "AGS_WEBVIEW_RELAY_SOCKET": str(runtime / "relay.sock")}
     urls = [
         subprocess.run(
-            [PYTHON, "-m", "sandbridge.relay.url_helper", str(port)],
+            [PYTHON, "-m", "sandbridge.relay.inside.url_helper", str(port)],
             env=env,
             capture_output=True,
             text=True,

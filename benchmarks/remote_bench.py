@@ -124,7 +124,7 @@ def far_session(work: Path, app_port: int) -> Iterator[tuple[Path, str]]:
         read_line(shim, b"shim listening", "stderr", contains=True)
         drain(shim)
         url = subprocess.run(
-            [PYTHON, "-m", "sandbridge.relay.url_helper", str(app_port)],
+            [PYTHON, "-m", "sandbridge.relay.inside.url_helper", str(app_port)],
             env={**env, "AGS_WEBVIEW_RELAY_SOCKET": str(runtime / "relay.sock")},
             capture_output=True,
             text=True,
