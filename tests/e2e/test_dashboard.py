@@ -581,6 +581,8 @@ def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: 
         page.goto(served.url)
         good = page.get_by_role("button", name="Allow once: egress request b:good.exa")
         expect(good).not_to_have_attribute("aria-disabled", "true")  # settled
+        # In the window, as the owner sees it (the tables above may push it below).
+        good.scroll_into_view_if_needed()
         box = good.bounding_box()
         assert box is not None
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
