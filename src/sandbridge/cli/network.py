@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sandbridge.cli import agent_options
 from sandbridge.egress.policy import NetMode, Policy, describe, load_policy, mask_credentials
 from sandbridge.egress.secrets_file import read_secrets
 from sandbridge.egress.shadowing import policy_warnings
@@ -93,6 +94,7 @@ def policy(
         allow=args.allow,
         publish=[value for value in args.publish if is_rule_value(value)],
         secrets=read_secrets(root),
+        profile_allow=agent_options.profile_allow(args),
     )
 
 

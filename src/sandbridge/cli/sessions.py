@@ -16,9 +16,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sandbridge import __version__, log
+from sandbridge.agents.state import AgentState
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.cli import app_lines
+from sandbridge.cli import agent_options, app_lines
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
 from sandbridge.cli.command_parser import CommandParser
@@ -141,10 +142,12 @@ def _spec_factory(
     command: list[str],
     policy: Policy | None = None,
     root: Path | None = None,
+    agent: tuple[AgentState, dict[str, str]] | None = None,
 ) -> tuple[Callable[[Path], SandboxSpec], Protection]:
     """The spec for each runtime dir, and the session's protected paths (placeholders not
     yet created: :meth:`Protection.create_placeholders` does that, for a real run).
-    ``root``: the project root, when the caller has already asked git for it."""
+    ``root``: the project root, when the caller has already asked git for it.
+    ``agent``: an agent's state binds and credentials (cli/agent_options.py)."""
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
@@ -155,7 +158,8 @@ def _spec_factory(
     if root is None or policy is None:
         root, in_git = locate(workdir)
         policy = network_cli.policy(args, workdir, (root, in_git))
-    env = {**policy.sandbox_env(), **parse_env(args.env)}
+    state, credentials = (None, {}) if agent is None else agent
+    env = {**policy.sandbox_env(), **credentials, **parse_env(args.env)}
     if policy.mode.value is not NetMode.FULL:
         env[JUPYTER_PATH_ENV] = jupyter_config_path(env.get(JUPYTER_PATH_ENV))
     network = network_cli.sandbox_network(args, policy)
@@ -168,6 +172,7 @@ def _spec_factory(
         runtime_dir=Path(MOUNT_POINT),
         home=default_home(),
         mounts=mounts,
+        agent_state=() if state is None else state.mounts,
         env=env,
         new_session=not stdin_is_terminal(),
         network=network,
@@ -246,14 +251,32 @@ def _distrust_writable(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     _distrust_writable(args)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    words = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = agent_options.command(args, words)
     if args.print_policy and not args.dry_run:
         return network_cli.inspect(args, None, args.backend)
     if not command:
-        raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
+        raise SandbridgeError(
+            "nothing to run: use sandbridge run [options] -- CMD... or --agent NAME"
+        )
     if args.dry_run:
-        return network_cli.inspect(args, _spec_factory(args, command)[0], args.backend)
+        return _dry_run(args, command)
     return _run_session(args, command, _print_app)
+
+
+def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
+    """``--dry-run``: the sandbox's command line (an agent's state prepared as a run would,
+    a lockdown's removed again)."""
+    workdir = (args.workdir or Path.cwd()).resolve()
+    root, in_git = locate(workdir)
+    policy = network_cli.policy(args, workdir, (root, in_git))
+    agent = agent_options.setup(args, root, workdir, policy, default_home())
+    try:
+        factory = _spec_factory(args, command, policy, root, agent)[0]
+        return network_cli.inspect(args, factory, args.backend)
+    finally:
+        if agent is not None:
+            agent[0].finish()
 
 
 def _run_session(
@@ -266,7 +289,23 @@ def _run_session(
     workdir = (args.workdir or Path.cwd()).resolve()
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
-    spec_factory, protection = _spec_factory(args, command, policy, root)
+    agent = agent_options.setup(args, root, workdir, policy, default_home())
+    try:
+        return _run_prepared(args, command, on_register, (root, policy, agent))
+    finally:
+        if agent is not None:
+            agent[0].finish()
+
+
+def _run_prepared(
+    args: argparse.Namespace,
+    command: list[str],
+    on_register: Callable[[App], None],
+    prepared: tuple[Path, Policy, tuple[AgentState, dict[str, str]] | None],
+) -> int:
+    root, policy, agent = prepared
+    workdir = (args.workdir or Path.cwd()).resolve()
+    spec_factory, protection = _spec_factory(args, command, policy, root, agent)
     # After the layout is checked: with the workdir at /, say, no backend is found where
     # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
     backend = resolve(args.backend)
@@ -469,6 +508,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
     _add_sandbox_options(run)
+    agent_options.add_options(run)
     add_open_options(run)
     network_cli.add_inspect_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")

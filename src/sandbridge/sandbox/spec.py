@@ -20,7 +20,7 @@ from sandbridge.protocol.contract import (
 )
 from sandbridge.sandbox import host_paths
 from sandbridge.sandbox.commands import COMMANDS_DIR, OPEN_COMMAND
-from sandbridge.sandbox.host_paths import Guard, Layer
+from sandbridge.sandbox.host_paths import AGENT_STATE_LAYER, Guard, Layer
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.network import SandboxNetwork
 from sandbridge.sandbox.project import POLICY_DIR
@@ -40,6 +40,9 @@ class SandboxSpec:
     runtime_dir: Path
     home: Path
     mounts: list[Mount] = field(default_factory=list)
+    # An agent's state paths (agents/state.py), bound writable after the mounts, each at
+    # its place in the home.
+    agent_state: tuple[Mount, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     new_session: bool = False
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
@@ -95,13 +98,14 @@ class SandboxSpec:
             ),
             Layer(Mount(self.workdir, self.workdir, writable=True), "workdir"),
             *(Layer(mount, "--bind" if mount.writable else "--ro-bind") for mount in self.mounts),
+            *(Layer(mount, AGENT_STATE_LAYER) for mount in self.agent_state),
         ]
 
     def bind_sequence(self) -> list[Mount]:
         """The workdir and the extra mounts in bind order, each followed by its pins:
         those of sandbridge's own host paths (:class:`~sandbridge.sandbox.host_paths.Guard`)
         and those of the policy views (:meth:`view_pins`)."""
-        binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts]
+        binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts, *self.agent_state]
         pins = self.guard.pins[-len(binds) :] if self.guard.pins else [()] * len(binds)
         views = self.view_pins(binds)
         return [

@@ -111,6 +111,13 @@ def _mkdirs(root: str, path: str) -> str:
     return target
 
 
+def _mkfile(root: str, path: str) -> str:
+    target = root + path
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    Path(target).touch()
+    return target
+
+
 def _bind_self(target: str, writable: bool) -> None:
     """Bind ``target`` onto itself (a mount point), read-only unless ``writable``.
 
@@ -222,7 +229,9 @@ def build_root(config: dict[str, Any]) -> str:
     for path in config["tooling"]:
         bind(source(path), _mkdirs(root, path), writable=False)
     for extra in config["mounts"]:
-        bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
+        # A single file (an agent's ~/.claude.json) is bound onto a file made for it.
+        made = _mkdirs if os.path.isdir(source(extra["source"])) else _mkfile
+        bind(source(extra["source"]), made(root, extra["dest"]), writable=extra["writable"])
     for protected in config["read_only_paths"]:
         # Onto itself as the sandbox sees it now: no symlink is followed to the host.
         target = root + protected["dest"]
