@@ -82,7 +82,9 @@ def test_at_a_terminal_approve_shows_what_is_granted_and_asks(tmp_path: Path) ->
     try:
         request_id = _asked_id(session)
         # What the owner's screen shows: the session's line about evil.test overwritten.
-        forged = "\x1b[1A\x1b[2Ksandbridge: the sandbox asks for pkgs.example.com:443: egress request"
+        forged = (
+            "\x1b[1A\x1b[2Ksandbridge: the sandbox asks for pkgs.example.com:443: egress request"
+        )
         assert request_id in session.process.wait_line(forged, timeout=30)
         child = _approve_at_a_terminal(session, request_id)
         child.expect_exact(f"egress request {request_id} asks for evil.test:443 (one connection)")

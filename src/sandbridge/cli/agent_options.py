@@ -5,9 +5,11 @@ hints). The profiles and the state are :mod:`sandbridge.agents`'s; docs/agents.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge.agents import catalogue
@@ -16,6 +18,16 @@ from sandbridge.agents.profile import AgentProfile
 from sandbridge.agents.state import AgentHome, AgentState, prepare, write_hints
 from sandbridge.egress.policy import ENV_NAME, NetMode, Policy
 from sandbridge.exceptions import AgentError
+from sandbridge.sandbox.mounts import Mount
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSetup:
+    """What an agent adds to one session's sandbox: its state binds and the credentials
+    passed (values: they go into the sandbox's environment, never on a command line)."""
+
+    mounts: tuple[Mount, ...]
+    credentials: dict[str, str]
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -146,6 +158,23 @@ def setup(
         state.finish()
         raise
     return state, passed
+
+
+@contextlib.contextmanager
+def session(
+    args: argparse.Namespace, root: Path, workdir: Path, policy: Policy, inside_home: Path
+) -> Iterator[AgentSetup | None]:
+    """:func:`setup` for the time of a session (None without ``--agent``); a lockdown's
+    state is removed when it ends."""
+    found = setup(args, root, workdir, policy, inside_home)
+    if found is None:
+        yield None
+        return
+    state, passed = found
+    try:
+        yield AgentSetup(state.mounts, passed)
+    finally:
+        state.finish()
 
 
 def _say_state(agent: AgentProfile, state: AgentState) -> None:

@@ -14,14 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from sandbridge import __version__, log
-from sandbridge.agents.state import AgentState
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.cli import agent_options, app_lines
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
+from sandbridge.cli.agent_options import AgentSetup
 from sandbridge.cli.command_parser import CommandParser
 from sandbridge.cli.relay_options import (
     add_open_options,
@@ -142,7 +143,7 @@ def _spec_factory(
     command: list[str],
     policy: Policy | None = None,
     root: Path | None = None,
-    agent: tuple[AgentState, dict[str, str]] | None = None,
+    agent: AgentSetup | None = None,
 ) -> tuple[Callable[[Path], SandboxSpec], Protection]:
     """The spec for each runtime dir, and the session's protected paths (placeholders not
     yet created: :meth:`Protection.create_placeholders` does that, for a real run).
@@ -158,7 +159,7 @@ def _spec_factory(
     if root is None or policy is None:
         root, in_git = locate(workdir)
         policy = network_cli.policy(args, workdir, (root, in_git))
-    state, credentials = (None, {}) if agent is None else agent
+    credentials = {} if agent is None else agent.credentials
     env = {**policy.sandbox_env(), **credentials, **parse_env(args.env)}
     if policy.mode.value is not NetMode.FULL:
         env[JUPYTER_PATH_ENV] = jupyter_config_path(env.get(JUPYTER_PATH_ENV))
@@ -172,7 +173,7 @@ def _spec_factory(
         runtime_dir=Path(MOUNT_POINT),
         home=default_home(),
         mounts=mounts,
-        agent_state=() if state is None else state.mounts,
+        agent_state=() if agent is None else agent.mounts,
         env=env,
         new_session=not stdin_is_terminal(),
         network=network,
@@ -270,13 +271,9 @@ def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
     workdir = (args.workdir or Path.cwd()).resolve()
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
-    agent = agent_options.setup(args, root, workdir, policy, default_home())
-    try:
+    with agent_options.session(args, root, workdir, policy, default_home()) as agent:
         factory = _spec_factory(args, command, policy, root, agent)[0]
         return network_cli.inspect(args, factory, args.backend)
-    finally:
-        if agent is not None:
-            agent[0].finish()
 
 
 def _run_session(
@@ -289,57 +286,43 @@ def _run_session(
     workdir = (args.workdir or Path.cwd()).resolve()
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
-    agent = agent_options.setup(args, root, workdir, policy, default_home())
-    try:
-        return _run_prepared(args, command, on_register, (root, policy, agent))
-    finally:
-        if agent is not None:
-            agent[0].finish()
-
-
-def _run_prepared(
-    args: argparse.Namespace,
-    command: list[str],
-    on_register: Callable[[App], None],
-    prepared: tuple[Path, Policy, tuple[AgentState, dict[str, str]] | None],
-) -> int:
-    root, policy, agent = prepared
-    workdir = (args.workdir or Path.cwd()).resolve()
-    spec_factory, protection = _spec_factory(args, command, policy, root, agent)
-    # After the layout is checked: with the workdir at /, say, no backend is found where
-    # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
-    backend = resolve(args.backend)
-    network_cli.announce(policy)
-    unignored = secrets_file_warning(root)
-    _warn(unignored)
-    known_projects.remember(root)  # every later sandbox hides its .sandbridge/
-    protection.create_placeholders()
-    try:
-        runner: SessionRunner = getattr(args, "session_runner", None) or _serve_here(args)
-        return runner(
-            spec_factory,
-            backend,
-            SessionOptions(
-                workdir=workdir,
-                name=args.name,
-                writable=_writable_binds(args),
-                protocol=ForwardingMode.STREAM,
-                settings=dataclasses.replace(
-                    relay_settings_of(args, policy), publish_rules=policy.publish
+    # The agent's state binds (a lockdown's removed once the session has ended).
+    with agent_options.session(args, root, workdir, policy, default_home()) as agent:
+        spec_factory, protection = _spec_factory(args, command, policy, root, agent)
+        # After the layout is checked: with the workdir at /, say, no backend is found where
+        # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
+        backend = resolve(args.backend)
+        network_cli.announce(policy)
+        unignored = secrets_file_warning(root)
+        _warn(unignored)
+        known_projects.remember(root)  # every later sandbox hides its .sandbridge/
+        protection.create_placeholders()
+        try:
+            runner: SessionRunner = getattr(args, "session_runner", None) or _serve_here(args)
+            return runner(
+                spec_factory,
+                backend,
+                SessionOptions(
+                    workdir=workdir,
+                    name=args.name,
+                    writable=_writable_binds(args),
+                    protocol=ForwardingMode.STREAM,
+                    settings=dataclasses.replace(
+                        relay_settings_of(args, policy), publish_rules=policy.publish
+                    ),
+                    on_register=on_register,
+                    on_unregister=_print_gone,
+                    policy=policy,
+                    open_settings=open_settings(args, policy),
                 ),
-                on_register=on_register,
-                on_unregister=_print_gone,
-                policy=policy,
-                open_settings=open_settings(args, policy),
-            ),
-        )
-    finally:
-        # Read without creating: the state dirs may have gone with the last session.
-        others = [Path(r.workdir) for r in list_sessions()]
-        for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
-            _warn(warning)
-        if unignored is None:  # ignored at the start: the sandbox may have undone that
-            _warn(secrets_file_warning(root))
+            )
+        finally:
+            # Read without creating: the state dirs may have gone with the last session.
+            others = [Path(r.workdir) for r in list_sessions()]
+            for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
+                _warn(warning)
+            if unignored is None:  # ignored at the start: the sandbox may have undone that
+                _warn(secrets_file_warning(root))
 
 
 # What serves a prepared session and returns its exit status: here (and the daemon's
@@ -556,11 +539,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_ls)
     if command in OWN_COMMANDS:
         return parser
+    _add_group_commands(commands, parser)
+    return parser
 
+
+def _add_group_commands(commands: Any, parser: argparse.ArgumentParser) -> None:
+    """The other command groups' commands, each group from its own module."""
     network_cli.add_status_command(commands)
 
     shim_cli.add_command(commands)
 
+    from sandbridge.cli import agents as agents_cli
+    from sandbridge.cli import completions as completions_cli
     from sandbridge.cli import egress as egress_cli
     from sandbridge.cli import policy as policy_cli
     from sandbridge.cli import remote as remote_cli
@@ -576,7 +566,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_doctor_command(commands)
     ui_cli.add_commands(commands)
     remote_cli.add_commands(commands)
-    return parser
+    agents_cli.add_command(commands)
+    completions_cli.add_command(commands, parser)
 
 
 def _raise_descriptor_limit() -> None:
