@@ -97,6 +97,12 @@ def test_print_policy_lists_the_profile_hosts_with_the_profile_as_source(
     assert any("api.stand-in.test  ports 80,443,8443" in ln and source in ln for ln in lines)
     assert any("*.cdn.stand-in.test:8443  ports 8443" in ln and source in ln for ln in lines)
     assert SECRET not in result.stdout + result.stderr
+    agent = lines[
+        lines.index(f"agent stand-in ({tmp_path}/config/sandbridge/agents/stand-in.toml)") :
+    ]
+    assert agent[1] == "  command      stand-in-agent --fast"
+    assert agent[2].startswith(f"  state        ~/.stand-in: kept in {tmp_path}/state/")
+    assert agent[3] == "  credentials  STAND_IN_KEY=<set>, STAND_IN_UNSET=<unset>"
 
 
 def test_dry_run_runs_the_profile_command_with_the_args_and_hides_credentials(

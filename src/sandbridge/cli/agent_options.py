@@ -15,7 +15,7 @@ from pathlib import Path
 from sandbridge.agents import catalogue
 from sandbridge.agents.hints import hints
 from sandbridge.agents.profile import AgentProfile
-from sandbridge.agents.state import AgentHome, AgentState, prepare, write_hints
+from sandbridge.agents.state import AgentHome, AgentState, kept_dir, prepare, write_hints
 from sandbridge.egress.policy import ENV_NAME, NetMode, Policy
 from sandbridge.exceptions import AgentError
 from sandbridge.sandbox.mounts import Mount
@@ -175,6 +175,33 @@ def session(
         yield AgentSetup(state.mounts, passed)
     finally:
         state.finish()
+
+
+def describe(args: argparse.Namespace, policy: Policy, root: Path) -> list[str]:
+    """``--print-policy``'s lines for the agent (none without ``--agent``): its profile,
+    command, state and credentials, each credential as ``NAME=<set>`` or ``<unset>``."""
+    agent = profile(args)
+    if agent is None:
+        return []
+    home = home_of(args)
+    where = {
+        AgentHome.KEPT: f"kept in {kept_dir(agent, root)}",
+        AgentHome.LOCKDOWN: "fresh, removed at the end (--lockdown)",
+        AgentHome.HOST: "your real ones (--agent-home host)",
+    }[home]
+    passed = credentials(args, agent, policy, os.environ)
+    project = {setting.name for setting in policy.env}
+    names = dict.fromkeys([*agent.credentials, *args.credential])
+    shown = [
+        f"{name}=<set>" if name in passed or name in project else f"{name}=<unset>"
+        for name in names
+    ]
+    return [
+        f"agent {agent.name} ({agent.source})",
+        f"  command      {' '.join(agent.command)}",
+        f"  state        {', '.join(f'~/{p}' for p in agent.state_paths) or '(none)'}: {where}",
+        f"  credentials  {', '.join(shown) or '(none)'}",
+    ]
 
 
 def _say_state(agent: AgentProfile, state: AgentState) -> None:

@@ -212,6 +212,9 @@ def inspect(
     effective = policy(args, workdir)
     if args.print_policy:
         print_policy(effective)
+        root = policy_location.locate(workdir)[0]
+        for line in agent_options.describe(args, effective, root):
+            print(line)
     else:
         print(files_line(effective), file=sys.stderr, flush=True)
     if spec_factory is not None:
