@@ -4,7 +4,6 @@ They look and never create."""
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 from pathlib import Path
@@ -24,7 +23,18 @@ def profile_checks() -> list[Check]:
     except AgentError as exc:
         failed = Finding("agent profiles", Status.WARN, str(exc), "fix or remove that profile file")
         return [lambda: failed]
-    return [functools.partial(agent_profile, profile) for profile in profiles.values()]
+    return [_check_of(profile) for profile in profiles.values()]
+
+
+def _check_of(profile: AgentProfile) -> Check:
+    """The check of one profile, named after it (a check that raises is reported by its
+    name: doctor/finding.py)."""
+
+    def check() -> Finding:
+        return agent_profile(profile)
+
+    check.__name__ = f"agent_{profile.name}"
+    return check
 
 
 def agent_profile(profile: AgentProfile) -> Finding:
