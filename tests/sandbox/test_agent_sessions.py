@@ -38,7 +38,10 @@ else
   echo "KEY unset"
 fi
 echo "session-$1" >> "$state/history"
-echo '{"written": true}' > "$HOME/.stand-in.json"
+# As most tools save a file: a new one renamed over the old (rename(2) onto a file bound
+# on its own is EBUSY).
+echo '{"written": true}' > "$HOME/.stand-in.json.new"
+mv "$HOME/.stand-in.json.new" "$HOME/.stand-in.json" || echo "RENAME failed"
 echo READY
 if [ -n "$2" ]; then read done < "$2"; fi
 echo DONE
@@ -144,10 +147,12 @@ def test_the_agents_state_is_kept_for_the_next_session(backend: str, user: User)
     second, said = user.run(backend, "--", "two")
     assert second["SEEN"].strip() == "session-one"
     assert second["JSON"] == '{"written": true}'
+    assert "RENAME" not in first and "RENAME" not in second
     assert "~/.stand-in, ~/.stand-in.json kept in " in said
     (kept,) = user.agent_state.iterdir()
     assert kept.name.startswith("work-")
     assert (kept / ".stand-in" / "history").read_text() == "session-one\nsession-two\n"
+    assert (kept / ".stand-in.json").read_text() == '{"written": true}\n'
 
 
 def test_the_owners_real_state_is_not_seen_by_default(backend: str, user: User) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.exceptions import SandboxError
-from sandbridge.sandbox.host_paths import AGENT_STATE_LAYER, AGENTS_DIR, Guard, Layer, plan
+from sandbridge.sandbox.host_paths import Guard, Layer, plan
 from sandbridge.sandbox.mounts import Mount
 
 
@@ -45,16 +45,6 @@ def workdir(path: Path) -> Layer:
 
 def ro_bind(source: Path, dest: Path | None = None) -> Layer:
     return Layer(Mount(source, dest or source, writable=False), "--ro-bind")
-
-
-# Where agents/state.py keeps an agent's state, under the home (no XDG_STATE_HOME).
-AGENT_STATE = Path(".local") / "state" / "sandbridge" / AGENTS_DIR
-
-
-def agent_state(source: Path) -> Layer:
-    return Layer(
-        Mount(source, Path("/home/inside") / source.name, writable=True), AGENT_STATE_LAYER
-    )
 
 
 def guard(home: Path, *layers: Layer) -> Guard:
@@ -118,10 +108,6 @@ def test_sandbridge_dirs_the_host_root_shows_are_hidden_before_any_bind(
         (lambda h: ro_bind(Path("/tmp/sandbridge-0")), "sandbridge's own session state"),
         (lambda h: ro_bind(Path("/tmp/ags-webview-relay-1.abc/x")), "own session state"),
         (lambda h: ro_bind(h.parent / "xdg" / "sandbridge-0.x1"), "own session state"),
-        # An agent's state is shown by its own kind of layer alone, never by a bind.
-        (lambda h: ro_bind(h / AGENT_STATE / "claude" / "p-1" / ".claude"), "private dir"),
-        (lambda h: agent_state(h / AGENT_STATE / "claude"), "private dir"),
-        (lambda h: agent_state(h / AGENT_STATE.parent / "terminals" / "x" / "y"), "private dir"),
     ],
 )
 def test_a_layer_no_mask_can_make_safe_is_refused_naming_it(
@@ -131,11 +117,6 @@ def test_a_layer_no_mask_can_make_safe_is_refused_naming_it(
     with pytest.raises(SandboxError, match=message) as refused:
         guard(home, chosen)
     assert str(chosen.mount.source) in str(refused.value)
-
-
-def test_an_agents_state_path_is_the_one_bind_of_the_state_dir_allowed(home: Path) -> None:
-    path = home / AGENT_STATE / "claude" / "work-0123" / ".claude"
-    assert guard(home, agent_state(path)).masked == ()
 
 
 def test_a_subdirectory_of_a_runtime_base_is_fine(home: Path) -> None:

@@ -3,17 +3,20 @@
 Three homes (docs/agents.md):
 
 * ``kept`` (the default): a sandbridge-owned directory per agent and project,
-  ``${XDG_STATE_HOME:-~/.local/state}/sandbridge/agents/<agent>/<project-id>/``, holding
-  the profile's state paths (``.claude``, ``.claude.json``); each is bound at its place in
-  the sandbox's home, so a login and history survive sessions, and the owner's real
-  ``~/.claude`` is never seen.
-* ``lockdown``: the same layout in a fresh directory, removed when the session ends.
-* ``host``: the owner's real state paths, bound as they are (the owner's explicit choice).
+  ``${XDG_STATE_HOME:-~/.local/state}/sandbridge/agents/<agent>/<project-id>/``, bound
+  read-write as the sandbox's home in place of its private tmpfs: a login and history
+  (``~/.claude``, ``~/.claude.json``) survive sessions, and the owner's real home is
+  never seen. The whole home, not each state path on its own: a file bound on its own is
+  a mount point, and the agents that save a file by writing a new one and renaming it
+  over the old (bash's history, many a JSON config) get EBUSY from rename(2).
+* ``lockdown``: a fresh directory, the same way, removed when the session ends.
+* ``host``: the owner's real state paths, each bound at its place in the private home
+  (the owner's explicit choice; a file among them is replaced in place only).
 
-Threat: the sandbox writes the kept state, and the host writes the hints into it at the
+Threat: the sandbox writes the kept home, and the host writes the hints into it at the
 next start: a link planted there (``.claude/CLAUDE.md -> ~/.bashrc``) would have the host
 write the owner's file. Defence: every path the host opens there is walked from the
-state dir's descriptor with ``O_NOFOLLOW``, and a link is refused by name.
+home's descriptor with ``O_NOFOLLOW``, and a link is refused by name.
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from sandbridge.agents.hints import with_hints
 from sandbridge.agents.profile import AgentProfile
 from sandbridge.exceptions import AgentError
 from sandbridge.places.known_projects import state_dir
-from sandbridge.sandbox.host_paths import AGENTS_DIR
 from sandbridge.sandbox.mounts import Mount
 
 # The hints file is a page of text; one far larger is not the agent's instructions.
 MAX_INSTRUCTIONS_BYTES = 1024 * 1024
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# The agents' homes, under sandbridge's state dir.
+AGENTS_DIR = "agents"
 # Enough of the root's digest that two projects of the same name never share a state.
 DIGEST_CHARS = 12
 
@@ -54,10 +58,11 @@ class AgentHome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class AgentState:
-    """One session's state binds, and what to remove at its end."""
+    """One session's state: its home or its binds, and what to remove at its end."""
 
+    # The owner's real state paths, bound at their places (``host`` only).
     mounts: tuple[Mount, ...]
-    # The host directory that holds the session's copy (None with the owner's real home).
+    # The kept or lockdown home, bound as the sandbox's home (None with ``host``).
     directory: Path | None
     home: AgentHome
 
@@ -92,8 +97,9 @@ def prepare(
     inside_home: Path,
     owner_home: Path | None,
 ) -> AgentState:
-    """Create (0700 dirs, 0600 files) and bind the state paths of ``profile`` for a
-    session of the project at ``root`` whose home inside is ``inside_home``."""
+    """The state of ``profile`` for a session of the project at ``root`` whose home inside
+    is ``inside_home``: its state paths made if missing (0700 dirs, 0600 files), in the
+    kept or lockdown home, or in the owner's real one and bound."""
     if home is AgentHome.HOST:
         if owner_home is None:
             raise AgentError("--agent-home host: HOME is not set to a directory; set it")
@@ -103,16 +109,22 @@ def prepare(
         base = Path(tempfile.mkdtemp(prefix=".lockdown-", dir=parent))
     else:
         base = _private(kept_dir(profile, root))
-    made = _ensure_owned if home is AgentHome.HOST else _ensure
-    try:
-        mounts = tuple(
-            Mount(made(base, path, path in profile.state_files), inside_home / path, True)
-            for path in profile.state_paths
+    if home is AgentHome.HOST:
+        return AgentState(
+            tuple(
+                Mount(_ensure_owned(base, p, p in profile.state_files), inside_home / p, True)
+                for p in profile.state_paths
+            ),
+            None,
+            home,
         )
+    try:
+        for path in profile.state_paths:
+            _ensure(base, path, path in profile.state_files)
     except BaseException:
         AgentState((), base, home).finish()
         raise
-    return AgentState(mounts, None if home is AgentHome.HOST else base, home)
+    return AgentState((), base, home)
 
 
 def _private(path: Path) -> Path:
@@ -135,7 +147,7 @@ def _private(path: Path) -> Path:
 
 def _ensure(base: Path, path: PurePosixPath, is_file: bool) -> Path:
     """``base/path`` made if missing (a file 0600 or a directory 0700), its parents
-    0700, never through a link; its real path, for the bind."""
+    0700, never through a link."""
     fd = _open_dir(base, path.parent, create=True)
     try:
         try:

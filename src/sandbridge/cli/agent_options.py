@@ -23,9 +23,11 @@ from sandbridge.sandbox.mounts import Mount
 
 @dataclass(frozen=True, slots=True)
 class AgentSetup:
-    """What an agent adds to one session's sandbox: its state binds and the credentials
-    passed (values: they go into the sandbox's environment, never on a command line)."""
+    """What an agent adds to one session's sandbox: its home (kept or lockdown) or the
+    owner's real state paths bound, and the credentials passed (values: they go into the
+    sandbox's environment, never on a command line)."""
 
+    home: Path | None
     mounts: tuple[Mount, ...]
     credentials: dict[str, str]
 
@@ -172,7 +174,7 @@ def session(
         return
     state, passed = found
     try:
-        yield AgentSetup(state.mounts, passed)
+        yield AgentSetup(state.directory, state.mounts, passed)
     finally:
         state.finish()
 

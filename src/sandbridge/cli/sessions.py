@@ -174,6 +174,7 @@ def _spec_factory(
         home=default_home(),
         mounts=mounts,
         agent_state=() if agent is None else agent.mounts,
+        home_source=None if agent is None else agent.home,
         env=env,
         new_session=not stdin_is_terminal(),
         network=network,

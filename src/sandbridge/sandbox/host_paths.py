@@ -48,13 +48,6 @@ OWNED_NAME = re.compile(
     rf"\.?{re.escape(RUNTIME_DIR_PREFIX)}|{re.escape(STATE_PREFIX)}[0-9]+(\.|$)"
 )
 HOST_PROC = Path("/proc")
-# An agent's state (agents/state.py) lies in sandbridge's state dir, under this name, one
-# directory per agent and project. A layer of that flag (and no ``--bind``) may show one
-# state path of one of them: they hold the agent's files only, none of sandbridge's.
-AGENTS_DIR = "agents"
-AGENT_STATE_LAYER = "agent state"
-# agents/<agent>/<project-id>/<state path...>: the depth a state path lies at, at least.
-_AGENT_STATE_DEPTH = 4
 # Covered by a private tmpfs or a fresh mount in every sandbox's base view.
 PRIVATE_TOPS = (Path("/tmp"), Path("/run"), Path("/dev"), HOST_PROC)
 
@@ -187,14 +180,6 @@ def _refuse(layer: Layer, why: str, advice: str) -> SandboxError:
     return SandboxError(f"{layer.flag} {layer.mount.source}: {why}; {advice}")
 
 
-def _is_agent_state(layer: Layer, owned: Path) -> bool:
-    """Whether ``layer`` is an agent's state path inside the state dir ``owned``."""
-    if layer.flag != AGENT_STATE_LAYER or not _strictly_inside(layer.mount.source, owned):
-        return False
-    parts = layer.mount.source.relative_to(owned).parts
-    return parts[0] == AGENTS_DIR and len(parts) >= _AGENT_STATE_DEPTH
-
-
 def plan(layers: list[Layer], home: Path, *, create: bool = True) -> Guard:  # noqa: PLR0912  (one decision per layer and protected path, the module docstring's three cases)
     """The :class:`Guard` for a sandbox made of ``layers`` (bound in that order) over the
     read-only host root, whose ``home`` the sandbox never sees (a private tmpfs or a layer).
@@ -242,8 +227,6 @@ def plan(layers: list[Layer], home: Path, *, create: bool = True) -> Guard:  # n
             elif _inside(source, base) and OWNED_NAME.match(source.relative_to(base).parts[0]):
                 raise _refuse(layer, "it is sandbridge's own session state", "bind something else")
         for path in owned:
-            if _is_agent_state(layer, path):
-                continue
             if _inside(source, path):
                 raise _refuse(
                     layer,

@@ -20,7 +20,7 @@ from sandbridge.protocol.contract import (
 )
 from sandbridge.sandbox import host_paths
 from sandbridge.sandbox.commands import COMMANDS_DIR, OPEN_COMMAND
-from sandbridge.sandbox.host_paths import AGENT_STATE_LAYER, Guard, Layer
+from sandbridge.sandbox.host_paths import Guard, Layer
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.network import SandboxNetwork
 from sandbridge.sandbox.project import POLICY_DIR
@@ -40,9 +40,15 @@ class SandboxSpec:
     runtime_dir: Path
     home: Path
     mounts: list[Mount] = field(default_factory=list)
-    # An agent's state paths (agents/state.py), bound writable after the mounts, each at
-    # its place in the home.
+    # The owner's real state paths of an agent (``--agent-home host``, agents/state.py),
+    # bound writable after the mounts, each at its place in the home.
     agent_state: tuple[Mount, ...] = ()
+    # An agent's kept or lockdown home (agents/state.py): bound read-write at ``home`` in
+    # place of the private tmpfs, so that everything the agent keeps there (a file it
+    # replaces by rename, ``~/.claude.json``, included: a file bound on its own is a mount
+    # point, which rename(2) refuses with EBUSY) is there at its next session. ``None``:
+    # the private, empty tmpfs.
+    home_source: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     new_session: bool = False
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
@@ -98,7 +104,7 @@ class SandboxSpec:
             ),
             Layer(Mount(self.workdir, self.workdir, writable=True), "workdir"),
             *(Layer(mount, "--bind" if mount.writable else "--ro-bind") for mount in self.mounts),
-            *(Layer(mount, AGENT_STATE_LAYER) for mount in self.agent_state),
+            *(Layer(mount, "--agent-home host") for mount in self.agent_state),
         ]
 
     def bind_sequence(self) -> list[Mount]:

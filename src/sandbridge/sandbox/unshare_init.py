@@ -177,6 +177,15 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
+def _mount_home(target: str, kept: str | None) -> None:
+    """The private home: an agent's kept home bound there (``kept``, its descriptor's
+    path), else an empty tmpfs."""
+    if kept is not None:
+        bind(kept, target)
+    else:
+        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+
+
 def build_root(config: dict[str, Any]) -> str:
     """Assemble the sandbox's root under a private tmpfs; return its path."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -185,6 +194,7 @@ def build_root(config: dict[str, Any]) -> str:
         path: os.open(path, os.O_PATH)
         for path in [config["runtime_dir"], *config["tooling"]]
         + [m["source"] for m in config["mounts"]]
+        + ([config["home_source"]] if config.get("home_source") else [])
     }
 
     def source(path: str) -> str:
@@ -225,7 +235,8 @@ def build_root(config: dict[str, Any]) -> str:
     for path in config["private"]:
         cover(path)
     if config["private_home"]:
-        mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+        home = config.get("home_source")
+        _mount_home(_mkdirs(root, config["home"]), None if home is None else source(home))
     for path in config["tooling"]:
         bind(source(path), _mkdirs(root, path), writable=False)
     for extra in config["mounts"]:
