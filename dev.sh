@@ -28,7 +28,7 @@ DEMO_PACKAGES=(bubblewrap util-linux)
 # libclang-rt-14-dev (the front door's fuzz target: libFuzzer and the sanitizers' runtimes
 # for clang are in the latter, only recommended by clang).
 TEST_PACKAGES=(gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
-  openssh-server clang libclang-rt-14-dev)
+  openssh-server clang libclang-rt-14-dev zsh fish)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
 if ! command -v node >/dev/null; then TEST_PACKAGES+=(nodejs npm); fi
@@ -198,7 +198,25 @@ install_for_user() {
     *":$USER_BIN:"*) ;;
     *) echo "dev.sh: $USER_BIN is not on PATH: add it (export PATH=\"$USER_BIN:\$PATH\")" ;;
   esac
+  install_completions
   echo "dev.sh: next, see what works on this machine: sandbridge doctor"
+}
+
+# Shell completions (`sandbridge completions SHELL`, generated from the command line's
+# parser) where each shell looks for a user's own: bash-completion and fish load them from
+# there; zsh needs the directory on its fpath, which is the user's ~/.zshrc to say.
+install_completions() {
+  local sandbridge="$USER_BIN/sandbridge"
+  [ -x "$sandbridge" ] || sandbridge=$(command -v sandbridge) || return 0
+  local data="${XDG_DATA_HOME:-$HOME/.local/share}"
+  local bash_dir="$data/bash-completion/completions" zsh_dir="$data/zsh/site-functions"
+  local fish_dir="${XDG_CONFIG_HOME:-$HOME/.config}/fish/completions"
+  mkdir -p "$bash_dir" "$zsh_dir" "$fish_dir"
+  "$sandbridge" completions bash >"$bash_dir/sandbridge"
+  "$sandbridge" completions zsh >"$zsh_dir/_sandbridge"
+  "$sandbridge" completions fish >"$fish_dir/sandbridge.fish"
+  echo "dev.sh: completions installed for bash and fish; for zsh, add this line to ~/.zshrc" \
+    "before compinit: fpath=(\"$zsh_dir\" \$fpath)"
 }
 
 # The whole suite on pytest-xdist, lint and types included (tests/test_lint.py): the tests

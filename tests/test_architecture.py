@@ -22,6 +22,9 @@ FLOORS = {
     # the dashboard: reads the sessions (their control sockets, or what its host gives it)
     "ui": 7,
     "session": 6,
+    # agents run by name: their profiles, state binds and hints, above the sandbox whose
+    # mounts they make and beside the session
+    "agents": 6,
     "sandbox": 5,
     # sandboxes on other machines: above the relay whose listeners it reuses
     "remote": 5,

@@ -281,6 +281,15 @@ def test_dev_sh_install_puts_the_commands_on_the_users_path(tmp_path: Path) -> N
         assert Path(os.readlink(link)).is_relative_to(home / ".local" / "share" / "sandbridge")
     version = _run([str(home / ".local" / "bin" / "sandbridge"), "--version"], env=env)
     assert version.stdout.startswith("sandbridge 0.")
+    # The shells' completions, where each looks for a user's own; zsh's fpath line said.
+    share = home / ".local" / "share"
+    for script in (
+        share / "bash-completion" / "completions" / "sandbridge",
+        share / "zsh" / "site-functions" / "_sandbridge",
+        home / ".config" / "fish" / "completions" / "sandbridge.fish",
+    ):
+        assert "agents" in script.read_text(), script
+    assert f'fpath=("{share}/zsh/site-functions" $fpath)' in result.stdout
     # Outside the checkout: the install does not lean on it.
     shutil.rmtree(checkout)
     _run([str(home / ".local" / "bin" / "sandbridge"), "doctor"], env=env, cwd=home)

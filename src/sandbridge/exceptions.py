@@ -26,6 +26,7 @@ that what can be caught, and what each means, is read in one place::
     ├── RemoteLinkError           the link to a far machine cannot be opened or broke
     │   └── RemoteLinkRefused     refused for a reason retrying will not change
     ├── PolicyError               a policy line or flag is malformed
+    ├── AgentError                an agent profile is malformed, unknown or unusable
     ├── KeyFileError              a terminal key file is missing, malformed or unsafe
     ├── FrameError                a terminal frame broke the framing
     ├── ChannelError              a terminal channel message failed its checks
@@ -160,6 +161,11 @@ class RemoteLinkRefused(RemoteLinkError):
 
 class PolicyError(SandbridgeError):
     """A policy file line or a flag is malformed; the message names where and what."""
+
+
+class AgentError(SandbridgeError):
+    """An agent profile is malformed (the message names ``file:key`` and the value), no
+    profile has the name asked for, or the agent's state cannot be set up."""
 
 
 # --- terminals -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from sandbridge.agents import catalogue
 from sandbridge.doctor.checks import CHECKS
 from tests.conftest import SANDBRIDGE
 
@@ -35,7 +36,8 @@ def test_doctor_prints_every_check_and_a_fix_under_each_warning(tmp_path: Path) 
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     checks = [line for line in lines if not line.startswith(" ")]
-    assert len(checks) == len(CHECKS)
+    # one line per declared check, then one per agent profile (shipped: none of the owner's)
+    assert len(checks) == len(CHECKS) + len(list(catalogue.SHIPPED_DIR.glob("*.toml")))
     assert checks[0].startswith("ok    sandbox backend: ")
     browser = lines.index(next(line for line in lines if "desktop browser" in line))
     assert lines[browser].startswith("warn  desktop browser: ")

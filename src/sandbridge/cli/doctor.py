@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from sandbridge.doctor.checks import CHECKS
+from sandbridge.doctor.checks import all_checks
 from sandbridge.doctor.finding import Finding, Status, core_missing, run_checks
 
 # The status column's width: the longest status word.
@@ -19,8 +19,9 @@ def add_command(commands: Any) -> None:
         "doctor",
         help="say what works on this machine and what does not, with fixes (docs/doctor.md)",
         description="Check the sandbox backend and user namespaces, the front door, a "
-        "desktop browser, a systemd user session, *.localhost names and sandbridge's "
-        "directories. Exit status 1 only when something a session needs is missing.",
+        "desktop browser, a systemd user session, *.localhost names, sandbridge's "
+        "directories and each agent profile's command and state. Exit status 1 only when "
+        "something a session needs is missing.",
     )
     doctor.add_argument("--json", action="store_true", help="print JSON for scripts")
     doctor.add_argument("-v", "--verbose", action="store_true", help="log debug events")
@@ -28,7 +29,7 @@ def add_command(commands: Any) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    findings = run_checks(CHECKS)
+    findings = run_checks(all_checks())
     if args.json:
         missing = core_missing(findings)
         print(json.dumps({"ok": not missing, "checks": [f.to_json() for f in findings]}))

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sandbridge.cli import agent_options
 from sandbridge.cli.relay_options import describe_bridges
 from sandbridge.egress.shadowing import policy_warnings
 from sandbridge.exceptions import PolicyError, SandbridgeError
@@ -94,6 +95,7 @@ def policy(
         allow=args.allow,
         publish=[value for value in args.publish if is_rule_value(value)],
         secrets=read_secrets(root),
+        profile_allow=agent_options.profile_allow(args),
     )
 
 
@@ -212,6 +214,9 @@ def inspect(
     if args.print_policy:
         print_policy(effective)
         for line in describe_bridges(args):
+            print(line)
+        root = policy_location.locate(workdir)[0]
+        for line in agent_options.describe(args, effective, root):
             print(line)
     else:
         print(files_line(effective), file=sys.stderr, flush=True)

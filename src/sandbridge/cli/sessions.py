@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import resource
 import signal
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.cli import app_lines, ssh_agent_options
+from sandbridge.cli import agent_options, app_lines, ssh_agent_options
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
+from sandbridge.cli.agent_options import AgentSetup
 from sandbridge.cli.command_parser import CommandParser
+from sandbridge.cli.ls import cmd_ls
 from sandbridge.cli.relay_options import (
     add_open_options,
     add_relay_options,
@@ -31,7 +32,6 @@ from sandbridge.cli.relay_options import (
 from sandbridge.exceptions import SandboxError, SandbridgeError
 from sandbridge.places import host_commands, known_projects
 from sandbridge.places.registry import SessionEntry, list_sessions
-from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.protocol.contract import (
@@ -144,10 +144,12 @@ def _spec_factory(
     command: list[str],
     policy: Policy | None = None,
     root: Path | None = None,
+    agent: AgentSetup | None = None,
 ) -> tuple[Callable[[Path], SandboxSpec], Protection]:
     """The spec for each runtime dir, and the session's protected paths (placeholders not
     yet created: :meth:`Protection.create_placeholders` does that, for a real run).
-    ``root``: the project root, when the caller has already asked git for it."""
+    ``root``: the project root, when the caller has already asked git for it.
+    ``agent``: an agent's state binds and credentials (cli/agent_options.py)."""
     workdir = (args.workdir or Path.cwd()).resolve()
     if not workdir.is_dir():
         raise SandbridgeError(f"--workdir {args.workdir}: not a directory")
@@ -158,7 +160,13 @@ def _spec_factory(
     if root is None or policy is None:
         root, in_git = locate(workdir)
         policy = network_cli.policy(args, workdir, (root, in_git))
-    env = {**policy.sandbox_env(), **ssh_agent_options.sandbox_env(args), **parse_env(args.env)}
+    credentials = {} if agent is None else agent.credentials
+    env = {
+        **policy.sandbox_env(),
+        **ssh_agent_options.sandbox_env(args),
+        **credentials,
+        **parse_env(args.env),
+    }
     if policy.mode.value is not NetMode.FULL:
         env[JUPYTER_PATH_ENV] = jupyter_config_path(env.get(JUPYTER_PATH_ENV))
     network = network_cli.sandbox_network(args, policy)
@@ -171,6 +179,8 @@ def _spec_factory(
         runtime_dir=Path(MOUNT_POINT),
         home=default_home(),
         mounts=mounts,
+        agent_state=() if agent is None else agent.mounts,
+        home_source=None if agent is None else agent.home,
         env=env,
         new_session=not stdin_is_terminal(),
         network=network,
@@ -249,17 +259,31 @@ def _distrust_writable(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     _distrust_writable(args)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    words = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = agent_options.command(args, words)
     if args.print_policy and not args.dry_run:
         status = network_cli.inspect(args, None, args.backend)
         for line in ssh_agent_options.policy_lines(args):
             print(line)
         return status
     if not command:
-        raise SandbridgeError("nothing to run: use sandbridge run [options] -- CMD...")
+        raise SandbridgeError(
+            "nothing to run: use sandbridge run [options] -- CMD... or --agent NAME"
+        )
     if args.dry_run:
-        return network_cli.inspect(args, _spec_factory(args, command)[0], args.backend)
+        return _dry_run(args, command)
     return _run_session(args, command, _print_app)
+
+
+def _dry_run(args: argparse.Namespace, command: list[str]) -> int:
+    """``--dry-run``: the sandbox's command line (an agent's state prepared as a run would,
+    a lockdown's removed again)."""
+    workdir = (args.workdir or Path.cwd()).resolve()
+    root, in_git = locate(workdir)
+    policy = network_cli.policy(args, workdir, (root, in_git))
+    with agent_options.session(args, root, workdir, policy, default_home()) as agent:
+        factory = _spec_factory(args, command, policy, root, agent)[0]
+        return network_cli.inspect(args, factory, args.backend)
 
 
 def _run_session(
@@ -275,40 +299,42 @@ def _run_session(
     policy = network_cli.policy(args, workdir, (root, in_git))
     # Checked before anything is prepared: a limit out of bounds changes nothing.
     settings = dataclasses.replace(relay_settings_of(args, policy), publish_rules=policy.publish)
-    spec_factory, protection = _spec_factory(args, command, policy, root)
-    # After the layout is checked: with the workdir at /, say, no backend is found where
-    # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
-    backend = resolve(args.backend)
-    network_cli.announce(policy)
-    unignored = secrets_file_warning(root)
-    _warn(unignored)
-    known_projects.remember(root)  # every later sandbox hides its .sandbridge/
-    protection.create_placeholders()
-    try:
-        runner: SessionRunner = getattr(args, "session_runner", None) or _serve_here(args)
-        return runner(
-            spec_factory,
-            backend,
-            SessionOptions(
-                workdir=workdir,
-                name=args.name,
-                writable=_writable_binds(args),
-                protocol=ForwardingMode.STREAM,
-                settings=settings,
-                on_register=on_register,
-                on_unregister=_print_gone,
-                policy=policy,
-                open_settings=open_settings(args, policy),
-                ssh_agent=ssh_agent,
-            ),
-        )
-    finally:
-        # Read without creating: the state dirs may have gone with the last session.
-        others = [Path(r.workdir) for r in list_sessions()]
-        for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
-            _warn(warning)
-        if unignored is None:  # ignored at the start: the sandbox may have undone that
-            _warn(secrets_file_warning(root))
+    # The agent's state binds (a lockdown's removed once the session has ended).
+    with agent_options.session(args, root, workdir, policy, default_home()) as agent:
+        spec_factory, protection = _spec_factory(args, command, policy, root, agent)
+        # After the layout is checked: with the workdir at /, say, no backend is found where
+        # the sandbox cannot write, and the layout is what to change (places/host_commands.py).
+        backend = resolve(args.backend)
+        network_cli.announce(policy)
+        unignored = secrets_file_warning(root)
+        _warn(unignored)
+        known_projects.remember(root)  # every later sandbox hides its .sandbridge/
+        protection.create_placeholders()
+        try:
+            runner: SessionRunner = getattr(args, "session_runner", None) or _serve_here(args)
+            return runner(
+                spec_factory,
+                backend,
+                SessionOptions(
+                    workdir=workdir,
+                    name=args.name,
+                    writable=_writable_binds(args),
+                    protocol=ForwardingMode.STREAM,
+                    settings=settings,
+                    on_register=on_register,
+                    on_unregister=_print_gone,
+                    policy=policy,
+                    open_settings=open_settings(args, policy),
+                    ssh_agent=ssh_agent,
+                ),
+            )
+        finally:
+            # Read without creating: the state dirs may have gone with the last session.
+            others = [Path(r.workdir) for r in list_sessions()]
+            for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
+                _warn(warning)
+            if unignored is None:  # ignored at the start: the sandbox may have undone that
+                _warn(secrets_file_warning(root))
 
 
 # What serves a prepared session and returns its exit status: here (and the daemon's
@@ -435,43 +461,6 @@ def _host_policy(args: argparse.Namespace) -> Policy | None:
     return load_policy(project_root(Path.cwd()), net=NetMode.ALLOW.value, allow=args.allow)
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
-    sessions = list_sessions()
-    remotes = list_remotes()
-    if args.json:
-        local = [{**record.to_json(), "machine": None} for record in sessions]
-        far = [
-            {
-                "machine": remote.machine,
-                "id": session,
-                "connected": remote.connected,
-                "via": remote.via,
-                "apps": [asdict(app) for app in remote.apps if app.session == session],
-            }
-            for remote in remotes
-            for session in dict.fromkeys(app.session for app in remote.apps)
-        ]
-        print(json.dumps(local + far, indent=2))
-        return 0
-    if not sessions and not remotes:
-        print("no running sessions")
-        return 0
-    for remote in remotes:
-        state = "connected" if remote.connected else "reconnecting"
-        print(f"{remote.machine}  ({state}, {remote.via})")
-        for shown in remote.apps:
-            private = "  (private)" if shown.private else ""
-            print(f"  {remote.machine}:{shown.session} port {shown.port} -> {shown.url}{private}")
-    for record in sessions:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started))
-        print(f"{record.id}  pid {record.pid}  since {started}  {record.workdir}")
-        for app in record.apps:
-            private = "  (private)" if app.private else ""
-            who = "" if app.process is None else f" ({app.process})"
-            print(f"  port {app.port}{who} -> {app.url}{private}")
-    return 0
-
-
 # The commands this module defines itself; the other groups' modules are imported only
 # for their own commands (or for --help), not for a ``run``.
 OWN_COMMANDS = frozenset({"run", "demo", "host", "ls"})
@@ -488,6 +477,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
     _add_sandbox_options(run)
+    agent_options.add_options(run)
     add_open_options(run)
     network_cli.add_inspect_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
@@ -536,11 +526,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_ls)
     if command in OWN_COMMANDS:
         return parser
+    _add_group_commands(commands, parser)
+    return parser
 
+
+def _add_group_commands(commands: Any, parser: argparse.ArgumentParser) -> None:
+    """The other command groups' commands, each group from its own module."""
     network_cli.add_status_command(commands)
 
     shim_cli.add_command(commands)
 
+    from sandbridge.cli import agents as agents_cli
+    from sandbridge.cli import completions as completions_cli
     from sandbridge.cli import egress as egress_cli
     from sandbridge.cli import policy as policy_cli
     from sandbridge.cli import remote as remote_cli
@@ -556,7 +553,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_doctor_command(commands)
     ui_cli.add_commands(commands)
     remote_cli.add_commands(commands)
-    return parser
+    agents_cli.add_command(commands)
+    completions_cli.add_command(commands, parser)
 
 
 def _raise_descriptor_limit() -> None:

@@ -7,7 +7,7 @@ machine and returns a :class:`~sandbridge.doctor.finding.Finding` with its fix.
 
 from __future__ import annotations
 
-from sandbridge.doctor import host_checks, place_checks
+from sandbridge.doctor import agent_checks, host_checks, place_checks
 from sandbridge.doctor.finding import Check
 
 CHECKS: tuple[Check, ...] = (
@@ -22,3 +22,8 @@ CHECKS: tuple[Check, ...] = (
     place_checks.state_dir,
     place_checks.known_projects_list,
 )
+
+
+def all_checks() -> list[Check]:
+    """:data:`CHECKS`, then one check per agent profile (the owner's profiles vary)."""
+    return [*CHECKS, *agent_checks.profile_checks()]

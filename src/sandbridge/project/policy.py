@@ -454,11 +454,15 @@ def load_policy(  # noqa: PLR0913  (keyword-only flags, each adding to the files
     allow: Iterable[str] = (),
     publish: Iterable[str] = (),
     secrets: Iterable[EnvSetting] = (),
+    profile_allow: Iterable[tuple[str, str]] = (),
 ) -> Policy:
     """The effective policy: the project's files, the secrets file's variables
     (``secrets``, read by project/secrets_file.py; they win over ``env`` lines of the
-    config), then the flags on top."""
+    config), an agent profile's hosts (``profile_allow``: entry and source, as
+    ``agent profile claude (FILE)``), then the flags on top."""
     builder = PolicyBuilder().read_project(project)
+    for value, source in profile_allow:
+        builder.set("allow", value, source)
     secrets = tuple(secrets)
     for setting in secrets:
         builder.env[setting.name] = setting

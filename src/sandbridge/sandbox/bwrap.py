@@ -68,7 +68,9 @@ def options(spec: SandboxSpec) -> list[str]:
         args.append("--new-session")
     for path in spec.guard.private:
         args += ["--tmpfs", str(path)]
-    if spec.home != spec.workdir:
+    if spec.home != spec.workdir and spec.home_source is not None:
+        args += ["--bind", str(spec.home_source), str(spec.home)]
+    elif spec.home != spec.workdir:
         args += ["--tmpfs", str(spec.home)]
     for path in spec.tooling_paths():
         args += ["--ro-bind", str(path), str(path)]

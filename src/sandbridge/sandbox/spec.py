@@ -40,6 +40,15 @@ class SandboxSpec:
     runtime_dir: Path
     home: Path
     mounts: list[Mount] = field(default_factory=list)
+    # The owner's real state paths of an agent (``--agent-home host``, agents/state.py),
+    # bound writable after the mounts, each at its place in the home.
+    agent_state: tuple[Mount, ...] = ()
+    # An agent's kept or lockdown home (agents/state.py): bound read-write at ``home`` in
+    # place of the private tmpfs, so that everything the agent keeps there (a file it
+    # replaces by rename, ``~/.claude.json``, included: a file bound on its own is a mount
+    # point, which rename(2) refuses with EBUSY) is there at its next session. ``None``:
+    # the private, empty tmpfs.
+    home_source: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     new_session: bool = False
     network: SandboxNetwork = field(default_factory=SandboxNetwork)
@@ -97,13 +106,14 @@ class SandboxSpec:
             ),
             Layer(Mount(self.workdir, self.workdir, writable=True), "workdir"),
             *(Layer(mount, "--bind" if mount.writable else "--ro-bind") for mount in self.mounts),
+            *(Layer(mount, "--agent-home host") for mount in self.agent_state),
         ]
 
     def bind_sequence(self) -> list[Mount]:
         """The workdir and the extra mounts in bind order, each followed by its pins:
         those of sandbridge's own host paths (:class:`~sandbridge.sandbox.host_paths.Guard`)
         and those of the policy views (:meth:`view_pins`)."""
-        binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts]
+        binds = [Mount(self.workdir, self.workdir, writable=True), *self.mounts, *self.agent_state]
         pins = self.guard.pins[-len(binds) :] if self.guard.pins else [()] * len(binds)
         views = self.view_pins(binds)
         return [

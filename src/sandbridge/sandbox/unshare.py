@@ -29,6 +29,8 @@ def init_config(spec: SandboxSpec) -> str:
             "runtime_dir": str(spec.runtime_dir),
             "home": str(spec.home),
             "private_home": spec.home != spec.workdir,
+            # An agent's kept home, bound there in place of the tmpfs (spec.home_source).
+            "home_source": None if spec.home_source is None else str(spec.home_source),
             "tooling": [str(path) for path in spec.tooling_paths()],
             "private": [str(path) for path in spec.guard.private],
             "mounts": [

@@ -112,6 +112,13 @@ def _mkdirs(root: str, path: str) -> str:
     return target
 
 
+def _mkfile(root: str, path: str) -> str:
+    target = root + path
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    Path(target).touch()
+    return target
+
+
 def _bind_self(target: str, writable: bool) -> None:
     """Bind ``target`` onto itself (a mount point), read-only unless ``writable``.
 
@@ -189,6 +196,15 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
+def _mount_home(target: str, kept: str | None) -> None:
+    """The private home: an agent's kept home bound there (``kept``, its descriptor's
+    path), else an empty tmpfs."""
+    if kept is not None:
+        bind(kept, target)
+    else:
+        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+
+
 def build_root(config: dict[str, Any]) -> str:
     """Assemble the sandbox's root under a private tmpfs; return its path."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -217,14 +233,17 @@ def build_root(config: dict[str, Any]) -> str:
     for path in config["private"]:
         cover(path)
     if config["private_home"]:
-        mount("tmpfs", _mkdirs(root, config["home"]), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+        home = config.get("home_source")
+        _mount_home(_mkdirs(root, config["home"]), None if home is None else source(home))
     for path in config["tooling"]:
         bind(source(path), _mkdirs(root, path), writable=False)
     for extra in config["mounts"]:
         if extra.get("optional"):
             _optional_pin(extra, keep.get(extra["source"]), root)
             continue
-        bind(source(extra["source"]), _mkdirs(root, extra["dest"]), writable=extra["writable"])
+        # A single file (an agent's ~/.claude.json) is bound onto a file made for it.
+        made = _mkdirs if os.path.isdir(source(extra["source"])) else _mkfile
+        bind(source(extra["source"]), made(root, extra["dest"]), writable=extra["writable"])
     for protected in config["read_only_paths"]:
         # Onto itself as the sandbox sees it now: no symlink is followed to the host.
         target = root + protected["dest"]
@@ -252,6 +271,7 @@ def _open_sources(config: dict[str, Any]) -> dict[str, int]:
         path: os.open(path, os.O_PATH)
         for path in [config["runtime_dir"], *config["tooling"]]
         + [m["source"] for m in config["mounts"] if not m.get("optional")]
+        + ([config["home_source"]] if config.get("home_source") else [])
     }
     for optional in (m["source"] for m in config["mounts"] if m.get("optional")):
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
