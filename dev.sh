@@ -22,9 +22,10 @@ DEMO_PACKAGES=(bubblewrap util-linux)
 # curl (the benchmark's load generators; curl is also the HTTP client inside the sandbox
 # in the network tests), iproute2 (ip: the network tests link their "internet"
 # namespace to the host's with a veth pair), openssh-server (sshd: the real far machine
-# of the SSH transport's tests, started by each test on a free loopback port).
+# of the SSH transport's tests, started by each test on a free loopback port), xvfb and
+# xclip (a real X clipboard for the clipboard bridge's tests: each starts its own Xvfb).
 TEST_PACKAGES=(gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
-  openssh-server)
+  openssh-server xvfb xclip)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
 if ! command -v node >/dev/null; then TEST_PACKAGES+=(nodejs npm); fi
