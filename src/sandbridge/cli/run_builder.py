@@ -121,9 +121,13 @@ def _build(
         args = parser.parse_args(argv)
     except SystemExit as exc:  # an option error or --help, printed as the full command does
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    # A run with the ssh-agent bridge is served by its own process: the daemon never
-    # holds the owner's agent socket (cli/ssh_agent_options.py).
-    if args.no_daemon or args.dry_run or args.print_policy or args.verbose or args.ssh_agent:
+    # A run with the ssh-agent or clipboard bridge is served by its own process: the
+    # daemon never holds the owner's agent socket (cli/ssh_agent_options.py) nor asks on
+    # a terminal before a clipboard read (cli/clipboard_options.py).
+    if (
+        args.no_daemon or args.dry_run or args.print_policy or args.verbose
+        or args.ssh_agent or args.clipboard
+    ):  # fmt: skip
         return None
 
     def runner(*prepared: object) -> int:

@@ -151,7 +151,7 @@ def content_refusal(kind: str, data: bytes) -> str | None:
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return f"the text is not UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
+            return f"the text is not UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
     return None
 
 

@@ -1,0 +1,75 @@
+"""``--clipboard read|readwrite`` on ``run`` and ``host`` (docs/clipboard.md).
+
+The value's parse is :func:`sandbridge.clipboard.mode.parse_mode`, a pure function the
+owner's config key ``clipboard = ...`` is to use too. The project's ``.sandbridge/``
+never turns it on (its config refuses the key). A session with the bridge is served by
+its own process: the question before a read is asked on its terminal, which the daemon
+does not have (the run builder and ``_serve_here`` leave such a run to it).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sandbridge.clipboard.mode import (
+    DEFAULT_WINDOW,
+    ClipboardSettings,
+    parse_mode,
+    parse_window,
+)
+from sandbridge.exceptions import SandbridgeError
+from sandbridge.protocol.contract import SANDBOX_CLIPBOARD_SOCKET
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The flags, on ``run`` and ``host``."""
+    parser.add_argument(
+        "--clipboard",
+        metavar="read|readwrite",
+        help="let the sandbox read your clipboard once you said yes (and write it, with "
+        "readwrite) through wl-paste/wl-copy/xclip/xsel stand-ins; off by default",
+    )
+    parser.add_argument(
+        "--clipboard-window",
+        metavar="SECONDS",
+        help=f"how long one yes allows clipboard reads (default {DEFAULT_WINDOW:g})",
+    )
+    parser.add_argument(
+        "--clipboard-preapprove",
+        action="store_true",
+        help="allow every clipboard read without asking (each is still logged and shown)",
+    )
+
+
+def settings_of(args: argparse.Namespace) -> ClipboardSettings | None:
+    """The session's clipboard settings (None: ``--clipboard`` was not given); refuses a
+    malformed value, or a window or preapproval without the bridge."""
+    if args.clipboard is None:
+        if args.clipboard_window is not None or args.clipboard_preapprove:
+            raise SandbridgeError(
+                "--clipboard-window and --clipboard-preapprove need --clipboard read or "
+                "--clipboard readwrite"
+            )
+        return None
+    mode = parse_mode(args.clipboard)
+    window = DEFAULT_WINDOW
+    if args.clipboard_window is not None:
+        window = parse_window(args.clipboard_window)
+    return ClipboardSettings(mode, window, args.clipboard_preapprove)
+
+
+def policy_lines(args: argparse.Namespace) -> list[str]:
+    """What ``--print-policy`` says of the bridge."""
+    settings = settings_of(args)
+    if settings is None:
+        return ["clipboard: off (--clipboard read|readwrite turns it on)"]
+    reads = (
+        "every read allowed without asking (--clipboard-preapprove)"
+        if settings.preapproved
+        else f"reads after the owner's yes, for {settings.window:g} s each"
+    )
+    writes = "writes allowed" if settings.writes else "writes refused"
+    return [
+        f"clipboard: {settings.mode.value} at {SANDBOX_CLIPBOARD_SOCKET} (--clipboard): "
+        f"{reads}; {writes}; text and PNG only; each transfer logged"
+    ]
