@@ -27,6 +27,9 @@ TOOL_TIMEOUT = 10.0
 # Bytes read from a tool at a time.
 READ_BYTES = 64 * 1024
 
+# What the tools need of the environment they were found in to reach the display.
+DISPLAY_VARIABLES = ("WAYLAND_DISPLAY", "DISPLAY", "XAUTHORITY", "XDG_RUNTIME_DIR")
+
 WAYLAND = "wayland"
 XCLIP = "xclip"
 XSEL = "xsel"
@@ -39,11 +42,16 @@ class ToolFailed(Exception):
 @dataclass(frozen=True, slots=True)
 class OwnerTools:
     """The owner's clipboard tools: ``kind`` and their absolute paths (``paste`` and
-    ``copy`` are one program for xclip and xsel)."""
+    ``copy`` are one program for xclip and xsel), and the display's variables."""
 
     kind: str
     paste: str
     copy: str
+    display: tuple[tuple[str, str], ...] = ()
+
+    def env(self) -> dict[str, str]:
+        """The environment the tools run in: this process's, with the display's."""
+        return {**os.environ, **dict(self.display)}
 
     def types(self) -> tuple[str, ...]:
         """The types these tools carry."""
@@ -83,15 +91,16 @@ def find_owner_tools(environ: Mapping[str, str] | None = None) -> OwnerTools:
     """The owner's clipboard tools for the display in ``environ`` (default: this
     process's); refuses (:class:`PolicyError`) a host without a display or tools."""
     environ = os.environ if environ is None else environ
+    display = tuple((name, environ[name]) for name in DISPLAY_VARIABLES if environ.get(name))
     if environ.get("WAYLAND_DISPLAY"):
         paste, copy = host_commands.which("wl-paste"), host_commands.which("wl-copy")
         if paste and copy:
-            return OwnerTools(WAYLAND, paste, copy)
+            return OwnerTools(WAYLAND, paste, copy, display)
     if environ.get("DISPLAY"):
         for name in (XCLIP, XSEL):
             found = host_commands.which(name)
             if found:
-                return OwnerTools(name, found, found)
+                return OwnerTools(name, found, found, display)
     if not environ.get("WAYLAND_DISPLAY") and not environ.get("DISPLAY"):
         raise PolicyError(
             "--clipboard: neither WAYLAND_DISPLAY nor DISPLAY is set here; run from "
@@ -103,10 +112,11 @@ def find_owner_tools(environ: Mapping[str, str] | None = None) -> OwnerTools:
     )
 
 
-async def paste(argv: list[str], cap: int) -> bytes:
+async def paste(argv: list[str], cap: int, env: dict[str, str]) -> bytes:
     """What the owner's tool ``argv`` prints, at most ``cap`` bytes (refused past it)."""
     process = await asyncio.create_subprocess_exec(
         *argv,
+        env=env,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -135,10 +145,11 @@ async def paste(argv: list[str], cap: int) -> bytes:
     return bytes(data)
 
 
-async def copy(argv: list[str], data: bytes) -> None:
+async def copy(argv: list[str], data: bytes, env: dict[str, str]) -> None:
     """Give ``data`` to the owner's tool ``argv`` on its stdin; refuse its failure."""
     process = await asyncio.create_subprocess_exec(
         *argv,
+        env=env,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,

@@ -56,6 +56,9 @@ ASK_TIMEOUT = 60.0
 # How long a closing connection may take to flush its answer.
 CLOSE_TIMEOUT = 5.0
 READ_BYTES = 64 * 1024
+# A clipboard's type list: a browser's copy offers a dozen types, an office suite's a
+# few dozen; 16 KiB holds them all.
+TYPES_BYTES = 16 * 1024
 
 # Asks the owner one question; True for yes.
 Asker = Callable[[str], Awaitable[bool]]
@@ -85,12 +88,14 @@ class ClipboardBridge:
         asker: Asker | None,
         out: TextIO | None = None,
         tools: OwnerTools | None = None,
+        header_timeout: float = HEADER_TIMEOUT,
     ) -> None:
         self.path = path
         self.settings = settings
         self.log = transfers
         self.tools = tools
         self._asker = asker
+        self._header_timeout = header_timeout
         self._out = out
         self._approval = ReadApproval(settings.window, settings.preapproved)
         self._asking = asyncio.Lock()
@@ -143,7 +148,7 @@ class ClipboardBridge:
 
     async def _answer(self, reader: asyncio.StreamReader) -> bytes:
         """The whole answer (header and bytes) to the connection's one request."""
-        read = await _read_request(reader)
+        read = await _read_request(reader, self._header_timeout)
         if isinstance(read, str):
             return _refusal(read)
         request, rest = read
@@ -193,7 +198,9 @@ class ClipboardBridge:
             return _refusal(why)
         data = b""
         try:
-            data = await owner_tools.paste(self.tools.paste_argv(kind), wire.MAX_BYTES[kind])
+            data = await owner_tools.paste(
+                self.tools.paste_argv(kind), wire.MAX_BYTES[kind], self.tools.env()
+            )
             why = wire.content_refusal(kind, data)
         except (OSError, ToolFailed) as exc:
             why = str(exc)
@@ -208,8 +215,8 @@ class ClipboardBridge:
         assert self.tools is not None
         argv = self.tools.types_argv()
         try:
-            listed = await owner_tools.paste(argv, wire.MAX_HEADER_BYTES * 64) if argv else b""
-        except (OSError, ToolFailed):
+            listed = await owner_tools.paste(argv, TYPES_BYTES, self.tools.env()) if argv else b""
+        except (OSError, ToolFailed) as exc:
             listed = b""
         types = owner_tools.parse_types(listed, self.tools.types()) if argv else self.tools.types()
         self.log.record(op=wire.LIST_TYPES, allowed=True, kind="", size=len(types), reason="")
@@ -239,7 +246,7 @@ class ClipboardBridge:
         if why is not None:
             return refused(why)
         try:
-            await owner_tools.copy(self.tools.copy_argv(kind), data)
+            await owner_tools.copy(self.tools.copy_argv(kind), data, self.tools.env())
         except (OSError, ToolFailed) as exc:
             return refused(str(exc))
         self.log.record(op=wire.WRITE, allowed=True, kind=kind, size=len(data), reason="")
@@ -248,19 +255,19 @@ class ClipboardBridge:
 
 
 async def _read_request(
-    reader: asyncio.StreamReader,
+    reader: asyncio.StreamReader, timeout: float
 ) -> tuple[wire.ClipboardRequest, bytes] | str:
     """The connection's request and the bytes read past it, or why it is refused."""
     lines = LineReader(wire.MAX_HEADER_BYTES)
     try:
-        async with asyncio.timeout(HEADER_TIMEOUT):
+        async with asyncio.timeout(timeout):
             line = None
             while line is None:
                 data = await reader.read(READ_BYTES)
                 line = lines.feed(data) if data else lines.feed_eof()
         return wire.parse_request(line), lines.rest
     except TimeoutError:
-        return f"no request within {HEADER_TIMEOUT:g} s"
+        return f"no request within {timeout:g} s"
     except WireError as exc:
         return str(exc)
 
