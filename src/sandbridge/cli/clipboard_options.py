@@ -10,6 +10,7 @@ does not have (the run builder and ``_serve_here`` leave such a run to it).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sandbridge.clipboard.mode import (
     DEFAULT_WINDOW,
@@ -18,7 +19,7 @@ from sandbridge.clipboard.mode import (
     parse_window,
 )
 from sandbridge.exceptions import SandbridgeError
-from sandbridge.protocol.contract import SANDBOX_CLIPBOARD_SOCKET
+from sandbridge.protocol.contract import CLIPBOARD_SOCKET, SANDBOX_CLIPBOARD_SOCKET
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -72,4 +73,15 @@ def policy_lines(args: argparse.Namespace) -> list[str]:
     return [
         f"clipboard: {settings.mode.value} at {SANDBOX_CLIPBOARD_SOCKET} (--clipboard): "
         f"{reads}; {writes}; text and PNG only; each transfer logged"
+    ]
+
+
+def host_lines(args: argparse.Namespace, runtime_dir: Path) -> list[str]:
+    """What ``sandbridge host`` says of the bridge: another runtime's sandbox has no
+    stand-ins of sandbridge's entry, so it is told how to run them."""
+    if not args.clipboard:
+        return []
+    return [
+        f"sandbridge: clipboard on {runtime_dir / CLIPBOARD_SOCKET}; inside, run "
+        "python3 -m sandbridge.clipboard.inside xclip|xsel|wl-paste|wl-copy ARGS..."
     ]

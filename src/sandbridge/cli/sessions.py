@@ -35,7 +35,6 @@ from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.remotes import list_remotes
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.protocol.contract import (
-    CLIPBOARD_SOCKET,
     EGRESS_SOCKET,
     MOUNT_POINT,
     SANDBOX_SSH_AGENT_SOCKET,
@@ -414,13 +413,8 @@ def cmd_host(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-            if args.clipboard:
-                print(
-                    f"sandbridge: clipboard on {runtime_dir.path / CLIPBOARD_SOCKET}; inside, "
-                    "run python3 -m sandbridge.clipboard.inside xclip|xsel|wl-paste|wl-copy ...",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            for line in clipboard_options.host_lines(args, runtime_dir.path):
+                print(line, file=sys.stderr, flush=True)
             if policy is not None:
                 ports = " ".join(f"--gate-port {port}" for port in policy.gate_ports())
                 print(

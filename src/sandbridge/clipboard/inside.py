@@ -13,7 +13,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from sandbridge.exceptions import WireError
+from sandbridge.exceptions import ClipboardRefused, WireError
 from sandbridge.protocol import clipboard as wire
 from sandbridge.protocol.contract import CLIPBOARD_SOCKET, MOUNT_POINT
 
@@ -25,10 +25,6 @@ READ_BYTES = 64 * 1024
 _TEXT_NAMES = frozenset(
     {"text/plain", "text/plain;charset=utf-8", "UTF8_STRING", "STRING", "TEXT", "text"}
 )
-
-
-class UsageError(Exception):
-    """A flag or type the stand-in does not serve."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +42,7 @@ def _type(value: str) -> str:
         return wire.TEXT
     if value == wire.PNG:
         return wire.PNG
-    raise UsageError(f"type {value!r} is not carried; only text/plain and image/png")
+    raise ClipboardRefused(f"type {value!r} is not carried; only text/plain and image/png")
 
 
 def _wl(name: str, args: list[str]) -> Invocation:
@@ -64,7 +60,7 @@ def _wl(name: str, args: list[str]) -> Invocation:
         elif arg in ("-o", "--trim-newline") and name == "wl-copy":
             continue
         else:
-            raise UsageError(f"flag {arg!r} is not served")
+            raise ClipboardRefused(f"flag {arg!r} is not served")
     if listing:
         return Invocation(wire.LIST_TYPES)
     if name == "wl-copy":
@@ -79,7 +75,7 @@ def _xclip(args: list[str]) -> Invocation:
         if arg in ("-selection", "-sel", "-se"):
             selection = next(rest, "")
             if selection not in ("clipboard", "c", "clip"):
-                raise UsageError(f"selection {selection!r} is not served; only clipboard")
+                raise ClipboardRefused(f"selection {selection!r} is not served; only clipboard")
         elif arg in ("-o", "-out"):
             op = wire.READ
         elif arg in ("-i", "-in"):
@@ -93,7 +89,7 @@ def _xclip(args: list[str]) -> Invocation:
         elif arg in ("-rmlastnl", "-r", "-quiet", "-q", "-silent"):
             continue
         else:
-            raise UsageError(f"flag {arg!r} is not served")
+            raise ClipboardRefused(f"flag {arg!r} is not served")
     return Invocation(op, kind)
 
 
@@ -107,19 +103,19 @@ def _xsel(args: list[str]) -> Invocation:
         elif arg in ("-i", "--input"):
             op = wire.WRITE
         else:
-            raise UsageError(f"flag {arg!r} is not served")
+            raise ClipboardRefused(f"flag {arg!r} is not served")
     return Invocation(op)
 
 
 def parse_invocation(name: str, args: list[str]) -> Invocation:
-    """What ``name args`` asks; refuses (:class:`UsageError`) what is not served."""
+    """What ``name args`` asks; refuses (:class:`ClipboardRefused`) what is not served."""
     if name in ("wl-paste", "wl-copy"):
         return _wl(name, args)
     if name == "xclip":
         return _xclip(args)
     if name == "xsel":
         return _xsel(args)
-    raise UsageError(f"command {name!r} is not a clipboard stand-in")
+    raise ClipboardRefused(f"command {name!r} is not a clipboard stand-in")
 
 
 def _receive(sock: socket.socket) -> tuple[wire.ClipboardAnswer, bytes]:
@@ -161,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     name = argv[0] if argv else ""
     try:
         invocation = parse_invocation(name, argv[1:])
-    except UsageError as exc:
+    except ClipboardRefused as exc:
         print(f"{name}: {exc} (sandbridge's clipboard stand-in)", file=sys.stderr)
         return 2
     data = b""

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sandbridge.exceptions import PolicyError
+from sandbridge.exceptions import ClipboardRefused, PolicyError
 from sandbridge.places import host_commands
 from sandbridge.protocol.clipboard import PNG, TEXT, TYPES
 
@@ -33,10 +33,6 @@ DISPLAY_VARIABLES = ("WAYLAND_DISPLAY", "DISPLAY", "XAUTHORITY", "XDG_RUNTIME_DI
 WAYLAND = "wayland"
 XCLIP = "xclip"
 XSEL = "xsel"
-
-
-class ToolFailed(Exception):
-    """The owner's tool failed or gave more than the cap; the message says which."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +124,10 @@ async def paste(argv: list[str], cap: int, env: dict[str, str]) -> bytes:
             while chunk := await process.stdout.read(READ_BYTES):
                 data += chunk
                 if len(data) > cap:
-                    raise ToolFailed(f"the clipboard holds more than {cap} bytes")
+                    raise ClipboardRefused(f"the clipboard holds more than {cap} bytes")
             status = await process.wait()
     except TimeoutError:
-        raise ToolFailed(
+        raise ClipboardRefused(
             f"{os.path.basename(argv[0])} did not answer in {TOOL_TIMEOUT:g} s"
         ) from None
     finally:
@@ -141,7 +137,7 @@ async def paste(argv: list[str], cap: int, env: dict[str, str]) -> bytes:
             await process.wait()
     if status != 0:
         # xclip and wl-paste fail when the clipboard is empty or lacks the type.
-        raise ToolFailed("the clipboard holds nothing of this type")
+        raise ClipboardRefused("the clipboard holds nothing of this type")
     return bytes(data)
 
 
@@ -162,9 +158,11 @@ async def copy(argv: list[str], data: bytes, env: dict[str, str]) -> None:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         await process.wait()
-        raise ToolFailed(f"{os.path.basename(argv[0])} did not take the data in time") from None
+        raise ClipboardRefused(
+            f"{os.path.basename(argv[0])} did not take the data in time"
+        ) from None
     if process.returncode != 0:
-        raise ToolFailed(f"{os.path.basename(argv[0])} failed (exit {process.returncode})")
+        raise ClipboardRefused(f"{os.path.basename(argv[0])} failed (exit {process.returncode})")
 
 
 def parse_types(output: bytes, offered: tuple[str, ...]) -> tuple[str, ...]:

@@ -31,9 +31,9 @@ from sandbridge.aio.terminal_question import ask_terminal, is_yes, terminal_pres
 from sandbridge.clipboard import owner_tools
 from sandbridge.clipboard.approval import ReadApproval, ReadDecision
 from sandbridge.clipboard.mode import ClipboardSettings
-from sandbridge.clipboard.owner_tools import OwnerTools, ToolFailed
+from sandbridge.clipboard.owner_tools import OwnerTools
 from sandbridge.clipboard.read_log import TransferLog
-from sandbridge.exceptions import WireError
+from sandbridge.exceptions import ClipboardRefused, WireError
 from sandbridge.protocol import clipboard as wire
 from sandbridge.protocol.jsonline import LineReader
 from sandbridge.protocol.limits import WindowLimit
@@ -202,7 +202,7 @@ class ClipboardBridge:
                 self.tools.paste_argv(kind), wire.MAX_BYTES[kind], self.tools.env()
             )
             why = wire.content_refusal(kind, data)
-        except (OSError, ToolFailed) as exc:
+        except (OSError, ClipboardRefused) as exc:
             why = str(exc)
         if why is not None:
             self.log.record(op=wire.READ, allowed=False, kind=kind, size=0, reason=why)
@@ -216,7 +216,7 @@ class ClipboardBridge:
         argv = self.tools.types_argv()
         try:
             listed = await owner_tools.paste(argv, TYPES_BYTES, self.tools.env()) if argv else b""
-        except (OSError, ToolFailed) as exc:
+        except (OSError, ClipboardRefused):
             listed = b""
         types = owner_tools.parse_types(listed, self.tools.types()) if argv else self.tools.types()
         self.log.record(op=wire.LIST_TYPES, allowed=True, kind="", size=len(types), reason="")
@@ -247,7 +247,7 @@ class ClipboardBridge:
             return refused(why)
         try:
             await owner_tools.copy(self.tools.copy_argv(kind), data, self.tools.env())
-        except (OSError, ToolFailed) as exc:
+        except (OSError, ClipboardRefused) as exc:
             return refused(str(exc))
         self.log.record(op=wire.WRITE, allowed=True, kind=kind, size=len(data), reason="")
         self._say(f"the sandbox wrote your clipboard: {kind}, {len(data)} bytes")
