@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sandbridge.clipboard.mode import ClipboardMode, ClipboardSettings
 from sandbridge.egress.policy import load_policy
 from sandbridge.exceptions import DaemonError
 from sandbridge.protocol.http.origin_policy import UrlForm
@@ -180,3 +181,11 @@ def test_a_session_with_the_ssh_agent_bridge_is_never_sent_to_the_daemon(tmp_pat
     )
     with pytest.raises(DaemonError, match="served by its own process, not the daemon"):
         encode(with_agent)
+
+
+def test_a_session_with_the_clipboard_bridge_is_never_sent_to_the_daemon(tmp_path: Path) -> None:
+    with_clipboard = dataclasses.replace(
+        options(tmp_path), clipboard=ClipboardSettings(ClipboardMode.READ)
+    )
+    with pytest.raises(DaemonError, match="--clipboard is served by its own process"):
+        encode(with_clipboard)
