@@ -95,6 +95,9 @@ def test_the_sandbox_reads_text_and_png_and_cannot_write_in_read_mode(
     try:
         found = checks(process)
         [report] = status(session)
+        shown = subprocess.run(
+            [*SANDBRIDGE, "status", session], capture_output=True, text=True, timeout=60
+        ).stdout
         said = process.wait_line(
             "sandbridge: the sandbox read your clipboard: text/plain", stream="stderr", timeout=30
         )
@@ -113,6 +116,7 @@ def test_the_sandbox_reads_text_and_png_and_cannot_write_in_read_mode(
     assert (clipboard["writes"], clipboard["writes_refused"]) == (0, 1)
     assert clipboard["reads"] >= 3
     assert said == "sandbridge: the sandbox read your clipboard: text/plain, 16 bytes"
+    assert f"clipboard: {clipboard['reads']} read, 0 refused; 0 written, 1 refused" in shown
 
 
 def test_the_sandbox_reads_a_png(tmp_path: Path, x: XDisplay) -> None:

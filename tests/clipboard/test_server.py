@@ -14,6 +14,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +40,7 @@ class Bridge:
         settings: ClipboardSettings,
         answers: list[bool] | None,
         header_timeout: float = server.HEADER_TIMEOUT,
+        max_transfers: int = server.MAX_TRANSFERS,
     ) -> None:
         self.path = path
         self.log_dir = path.parent
@@ -53,6 +55,7 @@ class Bridge:
             self.out,
             find_owner_tools(x.env),
             header_timeout=header_timeout,
+            max_transfers=max_transfers,
         )
         self.errors: list[dict[str, object]] = []
         self._ready = threading.Event()
@@ -116,7 +119,7 @@ def start(tmp_path: Path, x: XDisplay) -> Iterator[Start]:
         mode: ClipboardMode = ClipboardMode.READ,
         answers: list[bool] | None = None,
         preapproved: bool = False,
-        **kwargs: float,
+        **kwargs: Any,
     ) -> Bridge:
         bridge = Bridge(
             tmp_path / "clipboard.sock",
@@ -287,6 +290,17 @@ def test_a_flood_of_held_connections_is_refused_past_the_limit(start: Start, x: 
         for sock in held:
             sock.close()
     assert bridge.call(wire.READ)[1] == b"text"  # the slots came back
+
+
+def test_transfers_past_the_rate_limit_are_refused_and_logged(start: Start, x: XDisplay) -> None:
+    x.set(b"polled")
+    bridge = start(preapproved=True, max_transfers=2)
+    assert bridge.call(wire.READ)[1] == b"polled"
+    assert bridge.call(wire.READ)[1] == b"polled"
+    answer, data = bridge.call(wire.READ)
+    assert (answer.ok, data) == (False, b"")
+    assert answer.error == "over 2 clipboard transfers in 60 s; try again later"
+    assert bridge.log_lines()[-1]["decision"] == "refused"
 
 
 def test_a_host_without_a_display_is_refused_at_start() -> None:

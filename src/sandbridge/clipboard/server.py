@@ -89,6 +89,7 @@ class ClipboardBridge:
         out: TextIO | None = None,
         tools: OwnerTools | None = None,
         header_timeout: float = HEADER_TIMEOUT,
+        max_transfers: int = MAX_TRANSFERS,
     ) -> None:
         self.path = path
         self.settings = settings
@@ -99,7 +100,7 @@ class ClipboardBridge:
         self._out = out
         self._approval = ReadApproval(settings.window, settings.preapproved)
         self._asking = asyncio.Lock()
-        self._transfers = WindowLimit(MAX_TRANSFERS, TRANSFER_WINDOW)
+        self._transfers = WindowLimit(max_transfers, TRANSFER_WINDOW)
         self._server: PacedServer | None = None
         self._open = OpenConnections()
         self._active = 0
@@ -153,7 +154,7 @@ class ClipboardBridge:
             return _refusal(read)
         request, rest = read
         if not self._transfers.admit(asyncio.get_running_loop().time()):
-            why = f"over {MAX_TRANSFERS} clipboard transfers in {TRANSFER_WINDOW:g} s"
+            why = f"over {self._transfers.limit} clipboard transfers in {TRANSFER_WINDOW:g} s"
             self.log.record(op=request.op, allowed=False, kind=request.type, size=0, reason=why)
             return _refusal(f"{why}; try again later")
         if request.op == wire.WRITE:
