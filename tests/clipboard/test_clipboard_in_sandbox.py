@@ -221,3 +221,20 @@ def test_host_serves_the_clipboard_socket_in_the_runtime_dir(tmp_path: Path, x: 
     finally:
         host.stop()
     assert (answer.ok, data) == (True, b"for the container")
+
+
+def test_with_the_daemon_running_the_run_serves_its_clipboard_itself(
+    xdg: Path, daemon: Process, x: XDisplay, tmp_path: Path
+) -> None:
+    x.set(b"not through the daemon")
+    work = prepare_workdir(tmp_path, "")
+    argv = run_argv(
+        work, "xclip", "-selection", "clipboard", "-o",
+        options=("--net", "none", "--clipboard", "read", "--clipboard-preapprove"),
+    )  # fmt: skip
+    result = subprocess.run(
+        argv, env={**os.environ, **x.env}, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "not through the daemon"
+    assert "the daemon serves it" not in result.stderr
