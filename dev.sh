@@ -26,9 +26,12 @@ DEMO_PACKAGES=(bubblewrap util-linux)
 # namespace to the host's with a veth pair), openssh-server (sshd: the real far machine
 # of the SSH transport's tests, started by each test on a free loopback port), clang and
 # libclang-rt-14-dev (the front door's fuzz target: libFuzzer and the sanitizers' runtimes
-# for clang are in the latter, only recommended by clang).
+# for clang are in the latter, only recommended by clang), zsh and fish (the completion
+# scripts' syntax checks), xvfb and xclip (a real X clipboard for the clipboard bridge's
+# tests: each starts its own Xvfb).
 TEST_PACKAGES=(gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
-  openssh-server clang libclang-rt-14-dev zsh fish)
+  openssh-server clang libclang-rt-14-dev zsh fish
+  xvfb xclip)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
 if ! command -v node >/dev/null; then TEST_PACKAGES+=(nodejs npm); fi

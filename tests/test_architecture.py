@@ -36,6 +36,8 @@ FLOORS = {
     "egress": 4,
     # the ssh-agent bridge: the sandbox's SSH_AUTH_SOCK, served from the owner's agent
     "ssh_agent": 4,
+    # the clipboard bridge: the owner's clipboard, read after asking, written by mode
+    "clipboard": 4,
     "places": 3,
     # the project's reviewed configuration in `.sandbridge/`: what sandbox/, session/,
     # egress/ and cli/ read of a project, on the protocol's wire formats only

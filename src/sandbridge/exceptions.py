@@ -79,6 +79,11 @@ class AgentWireError(WireError):
     its length is over the limit, so the connection is closed rather than read on."""
 
 
+class ClipboardRefused(SandbridgeError):
+    """A clipboard transfer cannot go ahead (docs/clipboard.md): the owner's tool failed
+    or gave more than the cap, or a stand-in was given a flag it does not serve."""
+
+
 class HttpError(SandbridgeError):
     """An HTTP message broke the rules; ``status`` is the answer for the browser."""
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sandbridge.clipboard.mode import ClipboardMode, ClipboardSettings
 from sandbridge.exceptions import DaemonError
 from sandbridge.project.policy import load_policy
 from sandbridge.protocol.http.origin_policy import UrlForm
@@ -201,3 +202,11 @@ def test_an_older_clients_request_has_no_oauth_callbacks(tmp_path: Path) -> None
         del data["open"][key]
     opens = decode(data).open_settings
     assert opens is not None and not opens.oauth_callbacks and opens.allowed_hosts == ()
+
+
+def test_a_session_with_the_clipboard_bridge_is_never_sent_to_the_daemon(tmp_path: Path) -> None:
+    with_clipboard = dataclasses.replace(
+        options(tmp_path), clipboard=ClipboardSettings(ClipboardMode.READ)
+    )
+    with pytest.raises(DaemonError, match="--clipboard is served by its own process"):
+        encode(with_clipboard)

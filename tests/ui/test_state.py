@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.clipboard.read_log import TransferLog
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.remotes import (
@@ -476,3 +477,21 @@ def test_a_sessions_login_callbacks_are_listed_without_their_query(
             "state": "waiting",
         }
     ]
+
+
+def test_a_session_s_clipboard_transfers_are_counted_in_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    pasting = SessionEntry.create("pasting", tmp_path)
+    plain = SessionEntry.create("plain", tmp_path)
+    transfers = TransferLog(pasting.path)
+    for op, allowed in (("read", True), ("read", True), ("read", False), ("write", False)):
+        transfers.record(op=op, allowed=allowed, kind="text/plain", size=4, reason="")
+    try:
+        rows = {s["id"]: s["clipboard"] for s in snapshot()["sessions"]}
+    finally:
+        pasting.remove()
+        plain.remove()
+    assert rows == {"pasting": {"reads": 2, "writes": 0, "refused": 2}, "plain": None}

@@ -240,8 +240,14 @@ def add_status_command(commands: Any) -> None:
     status.set_defaults(func=cmd_status)
 
 
+def _as_dict(value: object) -> object:
+    """A dataclass as a dict for JSON (None stays None)."""
+    return None if value is None else asdict(value)  # type: ignore[call-overload]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """``sandbridge status [SESSION]``: the egress log of one or every running session."""
+    from sandbridge.clipboard import read_log
     from sandbridge.egress.log import read_tally, summarise
     from sandbridge.ssh_agent import signature_log
 
@@ -258,6 +264,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "ssh_agent": [
                     asdict(c) for c in signature_log.read_counts(session_path(session_id))
                 ],
+                "clipboard": _as_dict(read_log.read_counts(session_path(session_id))),
             }
             for session_id in ids
         ]
@@ -269,9 +276,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     for session_id in ids:
         print(f"session {session_id}")
         path = session_path(session_id)
-        for line in summarise(read_tally(path)) + signature_log.summarise(
+        lines = summarise(read_tally(path)) + signature_log.summarise(
             signature_log.read_counts(path)
-        ):
+        )
+        for line in lines + read_log.summarise(read_log.read_counts(path)):
             print(f"  {line}")
         for line in login_lines(session_id):
             print(f"  {line}")

@@ -17,7 +17,7 @@ from typing import Any
 from sandbridge import __version__, log
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.cli import agent_options, app_lines, ssh_agent_options
+from sandbridge.cli import agent_options, app_lines, clipboard_options, ssh_agent_options
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
 from sandbridge.cli.agent_options import AgentSetup
@@ -115,6 +115,7 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     network_cli.add_options(parser)
     add_relay_options(parser)
     ssh_agent_options.add_options(parser)
+    clipboard_options.add_options(parser)
     _add_no_daemon_option(parser)
 
 
@@ -263,7 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = agent_options.command(args, words)
     if args.print_policy and not args.dry_run:
         status = network_cli.inspect(args, None, args.backend)
-        for line in ssh_agent_options.policy_lines(args):
+        for line in ssh_agent_options.policy_lines(args) + clipboard_options.policy_lines(args):
             print(line)
         return status
     if not command:
@@ -294,6 +295,7 @@ def _run_session(
     # The soft limit only: the sandbox inherits it and may raise it for its own processes.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     ssh_agent = ssh_agent_options.settings_of(args)  # refused before any session dir exists
+    clipboard = clipboard_options.settings_of(args)
     workdir = (args.workdir or Path.cwd()).resolve()
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
@@ -326,6 +328,7 @@ def _run_session(
                     policy=policy,
                     open_settings=open_settings(args, policy),
                     ssh_agent=ssh_agent,
+                    clipboard=clipboard,
                 ),
             )
         finally:
@@ -342,6 +345,11 @@ def _run_session(
 SessionRunner = Callable[[Callable[[Path], SandboxSpec], str, SessionOptions], int]
 
 
+def _served_here(args: argparse.Namespace) -> bool:
+    """Whether a session must be served by this process, never the daemon."""
+    return bool(args.no_daemon or ssh_agent_options.is_on(args) or clipboard_options.is_on(args))
+
+
 def _serve_here(args: argparse.Namespace) -> SessionRunner:
     def serve(
         spec_factory: Callable[[Path], SandboxSpec], backend: str, options: SessionOptions
@@ -352,10 +360,9 @@ def _serve_here(args: argparse.Namespace) -> SessionRunner:
                 backend,
                 options,
                 on_session=_print_session,
-                # The daemon never holds the owner's agent: such a run is served here.
-                daemon=(
-                    None if args.no_daemon or ssh_agent_options.is_on(args) else connect_daemon()
-                ),
+                # The daemon never holds the owner's agent, nor asks on a terminal
+                # before a clipboard read: such a run is served here.
+                daemon=None if _served_here(args) else connect_daemon(),
             )
         )
 
@@ -414,8 +421,9 @@ def cmd_host(args: argparse.Namespace) -> int:
             policy=policy,
             terminal_socket=True,
             ssh_agent=ssh_agent_options.settings_of(args),
+            clipboard=clipboard_options.settings_of(args),
         )
-        daemon = None if args.no_daemon or ssh_agent_options.is_on(args) else connect_daemon()
+        daemon = None if _served_here(args) else connect_daemon()
         async with host_half(daemon, runtime_dir, options) as (entry, stop):
             _print_session(entry)
             print(
@@ -431,6 +439,8 @@ def cmd_host(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+            for line in clipboard_options.host_lines(args, runtime_dir.path):
+                print(line, file=sys.stderr, flush=True)
             if policy is not None:
                 ports = " ".join(f"--gate-port {port}" for port in policy.gate_ports())
                 print(
@@ -518,6 +528,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_no_daemon_option(host)
     add_relay_options(host)
     ssh_agent_options.add_options(host)
+    clipboard_options.add_options(host)
     add_open_options(host)
     host.set_defaults(func=cmd_host)
 

@@ -1,8 +1,8 @@
 """The owner's own configuration: ``${XDG_CONFIG_HOME:-~/.config}/sandbridge/config``.
 
 A project's ``.sandbridge/config`` travels with a repository that anyone may have
-written; the bridges beyond the first three (OAuth callbacks, the ssh agent; the
-clipboard later) widen what the sandbox reaches on the owner's machine, so they are
+written; the bridges beyond the first three (OAuth callbacks, the ssh agent, the
+clipboard) widen what the sandbox reaches on the owner's machine, so they are
 turned on by the owner only: by a flag, or by this file, which lives outside every
 project. Same ``key = value`` lines as the project's config (``#`` comments, blank
 lines), read strictly: an unknown key, a malformed value or a key given twice where it
@@ -81,6 +81,14 @@ def _parse_text(value: str, key: str, where: str) -> tuple[str, ...]:
     return (value,)
 
 
+def _parse_word(value: str, key: str, where: str) -> str:
+    """One word as written, for its bridge to read (``clipboard``: ``clipboard/mode.py``,
+    the same parser as ``--clipboard``'s)."""
+    if not value or len(value.split()) != 1:
+        raise PolicyError(f"{where}: {key} takes one word, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Key:
     """One key of the owner's config: how its value is read, and whether it repeats
@@ -98,6 +106,7 @@ KEYS: dict[str, Key] = {
         _parse_hosts, True, "authorize hosts opened without a question (docs/open.md)"
     ),
     "ssh_agent": Key(_parse_text, True, "the ssh-agent bridge's keys (docs/ssh-agent.md)"),
+    "clipboard": Key(_parse_word, False, "the clipboard bridge's mode (docs/clipboard.md)"),
 }
 OWNER_KEYS = frozenset(KEYS)
 
@@ -110,6 +119,8 @@ class OwnerConfig:
     open_external_allow: tuple[Setting[str], ...] = ()
     # The ssh-agent bridge's key choices, each line's value as written (ssh_agent/choice.py).
     ssh_agent: tuple[Setting[str], ...] = ()
+    # The clipboard bridge's mode as written (read or readwrite: clipboard/mode.py reads it).
+    clipboard: Setting[str] | None = None
     path: Path | None = None  # the file, when one was read
 
     def allowed_hosts(self) -> tuple[str, ...]:
@@ -142,7 +153,9 @@ def parse_owner_config(text: str, label: str = LABEL) -> OwnerConfig:
         else:
             single[key] = Setting(parsed, where)
     switch = single.get("oauth_callbacks")
+    clipboard = single.get("clipboard")
     return OwnerConfig(
+        clipboard=None if clipboard is None else Setting(str(clipboard.value), clipboard.source),
         oauth_callbacks=None if switch is None else Setting(bool(switch.value), switch.source),
         open_external_allow=tuple(repeated["open_external_allow"]),
         ssh_agent=tuple(repeated["ssh_agent"]),

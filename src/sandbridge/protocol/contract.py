@@ -32,6 +32,9 @@ TERMINAL_SOCKET = "terminal.sock"
 # sandbridge's own: the sandbox's SSH_AUTH_SOCK when the owner turns the ssh-agent bridge
 # on (docs/ssh-agent.md); served by the host from the owner's agent, chosen keys only.
 SSH_AGENT_SOCKET = "ssh-agent.sock"
+# sandbridge's own: the owner's clipboard when the owner turns the clipboard bridge on
+# (docs/clipboard.md); the stand-ins inside (wl-paste, xclip, ...) talk to it.
+CLIPBOARD_SOCKET = "clipboard.sock"
 
 # The type of forwarding v1's request line on upstream.sock (protocol/v1.py).
 V1_REQUEST_TYPE = "http_request"
@@ -44,6 +47,7 @@ IN_SANDBOX_ENV = "SANDBRIDGE_SANDBOX"
 DEFAULT_RELAY_SOCKET = f"{MOUNT_POINT}/{RELAY_SOCKET}"
 DEFAULT_UPSTREAM_SOCKET = f"{MOUNT_POINT}/{UPSTREAM_SOCKET}"
 SANDBOX_SSH_AGENT_SOCKET = f"{MOUNT_POINT}/{SSH_AGENT_SOCKET}"
+SANDBOX_CLIPBOARD_SOCKET = f"{MOUNT_POINT}/{CLIPBOARD_SOCKET}"
 
 # sandbridge's own state beside the runtime dirs: ``<base>/sandbridge-<uid>``, with each
 # session's control socket for the owner's commands.

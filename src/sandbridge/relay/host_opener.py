@@ -15,7 +15,6 @@ while at teardown, then no longer).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import os
 import shlex
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from sandbridge.aio.tasks import TaskSet
+from sandbridge.aio.terminal_question import ask_terminal
 from sandbridge.exceptions import RegistrationError
 from sandbridge.places import host_commands
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW, WindowLimit
@@ -40,8 +40,6 @@ from sandbridge.relay.oauth_callback import CALLBACK_DEADLINE
 BROWSER_EXIT_GRACE = 5.0
 # An unanswered question on the terminal is a "no" after this long.
 ASK_TIMEOUT = 120.0
-# The answer to the question is a word; anything longer is not one.
-MAX_ANSWER_BYTES = 64
 # What runs a URL when neither --browser nor $BROWSER names a command.
 DEFAULT_BROWSER = "xdg-open"
 
@@ -217,7 +215,7 @@ class HostOpener:
     async def _ask(self, url: str, redirect: LoopbackRedirect | None = None) -> None:
         question = f"sandbridge: the sandbox asks to open {url}\r\n  open it in the browser? [y/N] "
         try:
-            answer = await asyncio.wait_for(_ask_terminal(question), ASK_TIMEOUT)
+            answer = await asyncio.wait_for(ask_terminal(question), ASK_TIMEOUT)
         except (OSError, TimeoutError):
             answer = ""
         finally:
@@ -233,29 +231,3 @@ class HostOpener:
         browser keeps running); a question still open is withdrawn; a login's callback
         still awaited is not any more."""
         await self._tasks.close(grace=BROWSER_EXIT_GRACE)
-        await self._callbacks.close()  # (after the browsers: one may be bringing one)
-
-
-async def _ask_terminal(question: str) -> str:
-    """Write ``question`` to the controlling terminal and read one line from it."""
-    fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
-    loop = asyncio.get_running_loop()
-    try:
-        os.write(fd, question.encode())
-        readable = asyncio.Event()
-        loop.add_reader(fd, readable.set)
-        answer = b""
-        try:
-            while b"\n" not in answer and len(answer) < MAX_ANSWER_BYTES:
-                await readable.wait()
-                readable.clear()
-                with contextlib.suppress(BlockingIOError):
-                    data = os.read(fd, MAX_ANSWER_BYTES)
-                    if not data:
-                        break
-                    answer += data
-        finally:
-            loop.remove_reader(fd)
-        return answer.decode("utf-8", "replace")
-    finally:
-        os.close(fd)

@@ -27,6 +27,11 @@ URL_HELPER_MODULE = "sandbridge.relay.inside.url_helper"
 OPEN_HELPER_MODULE = "sandbridge.relay.inside.open_helper"
 ALLOW_COMMAND = "sandbridge-allow"
 ALLOW_HELPER_MODULE = "sandbridge.egress.allow_helper"
+# The clipboard stand-ins, written only when the session serves the clipboard bridge
+# (its socket is in the runtime dir before the entry starts): without the owner's flag
+# no wl-paste or xclip of sandbridge's exists inside.
+CLIPBOARD_MODULE = "sandbridge.clipboard.inside"
+CLIPBOARD_COMMANDS = ("wl-paste", "wl-copy", "xclip", "xsel")
 # The commands through which tools open a browser on Debian and most distributions;
 # each leads to sandbridge-open, as $BROWSER does.
 BROWSER_SHIMS = ("xdg-open", "sensible-browser", "x-www-browser", "www-browser")
@@ -46,11 +51,12 @@ JUPYTER_PATH_ENV = "JUPYTER_CONFIG_PATH"
 _EXECUTABLE = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 
 
-def _write_command(path: str, module: str) -> str:
+def _write_command(path: str, module: str, first: str = "") -> str:
     """A shell script running ``module`` with this Python (named explicitly, so that no
-    ``python3`` on PATH is asked)."""
+    ``python3`` on PATH is asked), ``first`` before the arguments when given."""
+    words = f"{module} {_quoted(first)}" if first else module
     with open(path, "w") as script:
-        script.write(f'#!/bin/sh\nexec {_quoted(sys.executable)} -m {module} "$@"\n')
+        script.write(f'#!/bin/sh\nexec {_quoted(sys.executable)} -m {words} "$@"\n')
     os.chmod(path, _EXECUTABLE)
     return path
 
@@ -79,6 +85,15 @@ def install_commands(bin_dir: str = COMMANDS_DIR) -> list[str]:
             for name in (OPEN_COMMAND, *BROWSER_SHIMS)
         ),
         _write_command(os.path.join(bin_dir, ALLOW_COMMAND), ALLOW_HELPER_MODULE),
+    ]
+
+
+def install_clipboard_commands(bin_dir: str = COMMANDS_DIR) -> list[str]:
+    """Write the clipboard stand-ins (:data:`CLIPBOARD_COMMANDS`) into ``bin_dir``."""
+    os.makedirs(bin_dir, exist_ok=True)
+    return [
+        _write_command(os.path.join(bin_dir, name), CLIPBOARD_MODULE, name)
+        for name in CLIPBOARD_COMMANDS
     ]
 
 

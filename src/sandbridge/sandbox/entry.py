@@ -32,8 +32,13 @@ import struct
 import sys
 
 from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
-from sandbridge.protocol.contract import EGRESS_SOCKET
-from sandbridge.sandbox.commands import install_app_settings, install_commands, install_helper
+from sandbridge.protocol.contract import CLIPBOARD_SOCKET, EGRESS_SOCKET
+from sandbridge.sandbox.commands import (
+    install_app_settings,
+    install_clipboard_commands,
+    install_commands,
+    install_helper,
+)
 from sandbridge.sandbox.terminal_injection import forbid_terminal_injection
 
 # The type checker's alone: importing typing costs the command's start more than the
@@ -401,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     forbid_terminal_injection(os.uname().machine)
     install_helper(os.environ.get("HOME", "/tmp"))
     install_commands()
+    if os.path.exists(os.path.join(os.path.dirname(upstream_path), CLIPBOARD_SOCKET)):
+        install_clipboard_commands()  # the owner turned the bridge on (docs/clipboard.md)
     install_app_settings()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(upstream_path)

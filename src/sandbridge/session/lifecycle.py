@@ -27,7 +27,7 @@ from sandbridge.places import host_commands
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.project.policy import NetMode
-from sandbridge.protocol.contract import EGRESS_SOCKET, SSH_AGENT_SOCKET
+from sandbridge.protocol.contract import CLIPBOARD_SOCKET, EGRESS_SOCKET, SSH_AGENT_SOCKET
 from sandbridge.relay.app import App
 from sandbridge.relay.host_opener import HostOpener, OpenSettings
 from sandbridge.relay.owned_upstream import PendingOwnedUpstream
@@ -41,6 +41,7 @@ from sandbridge.terminals.settings import TerminalSettings
 from sandbridge.terminals.worker_socket import WorkerSocket
 
 if TYPE_CHECKING:
+    from sandbridge.clipboard.server import ClipboardBridge
     from sandbridge.ssh_agent.server import AgentBridge
 
 
@@ -60,6 +61,8 @@ class Session:
     broker: TerminalBroker | None
     # The ssh-agent bridge (None: the owner chose no keys for this session).
     ssh_agent: AgentBridge | None = None
+    # The clipboard bridge (None: the owner did not turn it on).
+    clipboard: ClipboardBridge | None = None
 
 
 def session_ops(
@@ -177,6 +180,38 @@ def _ssh_agent(
     )
 
 
+def _clipboard(
+    options: SessionOptions,
+    runtime_dir: RuntimeDir,
+    entry: SessionEntry,
+    changed: Callable[[], None],
+    out: TextIO | None,
+) -> ClipboardBridge | None:
+    """The session's clipboard bridge, if the owner turned it on. It asks on this
+    process's terminal, never when the session's messages go elsewhere (``out``)."""
+    if options.clipboard is None:
+        return None
+    from sandbridge.clipboard.read_log import TransferLog
+    from sandbridge.clipboard.server import ClipboardBridge, terminal_asker
+
+    transfers = TransferLog(entry.path)
+    transfers.on_record = changed
+    return ClipboardBridge(
+        runtime_dir.path / CLIPBOARD_SOCKET,
+        options.clipboard,
+        transfers,
+        terminal_asker() if out is None else None,
+        out,
+    )
+
+
+def _present(
+    ssh_agent: AgentBridge | None, clipboard: ClipboardBridge | None
+) -> list[AgentBridge | ClipboardBridge]:
+    """The bridges the session serves beside the relay, in their starting order."""
+    return [bridge for bridge in (ssh_agent, clipboard) if bridge is not None]
+
+
 @asynccontextmanager
 async def open_session(
     runtime_dir: RuntimeDir,
@@ -248,11 +283,14 @@ async def open_session(
         )
         broker.on_change = _when_requests_change(broker, entry, told)
     ssh_agent = _ssh_agent(options, runtime_dir, entry, changed)
+    clipboard = _clipboard(options, runtime_dir, entry, changed, out)
     try:
-        if ssh_agent is not None:
-            # Before anything else is served: a chosen key the owner's agent lacks ends
-            # the session before its sandbox starts.
-            await ssh_agent.start()
+        for bridge in _present(ssh_agent, clipboard):
+            # Before anything else is served: a chosen key the owner's agent lacks, or a
+            # host without clipboard tools, ends the session before its sandbox starts;
+            # and the clipboard's socket exists before the sandbox's entry looks for it
+            # (it writes the stand-ins only then).
+            await bridge.start()
         await host.start()
         # A daemon serving this session again after a restart: its apps come back.
         await host.restore(entry.record.apps)
@@ -261,10 +299,12 @@ async def open_session(
         if broker is not None:
             await broker.start()
             entry.touch()  # its control socket answers now: the readers may ask it
-        yield Session(entry, host, runtime_dir, stop_requested, owner_ops, broker, ssh_agent)
+        yield Session(
+            entry, host, runtime_dir, stop_requested, owner_ops, broker, ssh_agent, clipboard
+        )
     finally:
-        if ssh_agent is not None:
-            await ssh_agent.close()
+        for bridge in _present(ssh_agent, clipboard):
+            await bridge.close()
         if broker is not None:
             await broker.close()
         if gate is not None:

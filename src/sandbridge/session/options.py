@@ -20,6 +20,7 @@ from sandbridge.relay.settings import ForwardingMode
 if TYPE_CHECKING:  # the host halves' modules (and the settings of some): not imported
     import socket
 
+    from sandbridge.clipboard.mode import ClipboardSettings
     from sandbridge.project.policy import Policy
     from sandbridge.relay.app import App
     from sandbridge.relay.host_opener import OpenSettings
@@ -66,6 +67,9 @@ class SessionOptions:
     # The ssh-agent bridge (docs/ssh-agent.md): off unless the owner names keys. Served
     # by the session's own process alone: the daemon never holds the owner's agent.
     ssh_agent: AgentSettings | None = None
+    # The clipboard bridge (docs/clipboard.md): off unless the owner turns it on. Served
+    # by the session's own process alone: it asks the owner on that process's terminal.
+    clipboard: ClipboardSettings | None = None
 
 
 def create_entry(

@@ -50,6 +50,9 @@ def encode(options: SessionOptions) -> dict[str, Any]:
         # the sandbox without the agent the owner asked for (the CLI serves such a run
         # itself; this is the guard behind it).
         raise DaemonError("a session with --ssh-agent is served by its own process, not the daemon")
+    if options.clipboard is not None:
+        # The daemon has no terminal to ask before a read (cli/clipboard_options.py).
+        raise DaemonError("a session with --clipboard is served by its own process, not the daemon")
     settings = RelaySettings() if options.settings is None else options.settings
     opens = options.open_settings
     return {

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbridge import log
+from sandbridge.clipboard import read_log
 from sandbridge.egress.requests import shown
 from sandbridge.exceptions import (
     ControlError,
@@ -157,6 +158,7 @@ def _add_session(
         "started": record.started,
         "network": None if info is None else str(info["network"]),
         "egress": counts, "ssh_agent": _signatures(record.id),
+        "clipboard": _clipboard(record.id),
         "controllable": info is not None and answers.controllable,
         "machine": None,
     }  # fmt: skip
@@ -206,6 +208,19 @@ def _signatures(session: str) -> dict[str, int] | None:
     }
 
 
+def _clipboard(session: str) -> dict[str, int] | None:
+    """The session's clipboard transfers, made and refused (None: no bridge, or none
+    asked for yet), from its session dir (clipboard/read_log.py)."""
+    try:
+        counts = read_log.read_counts(session_path(session))
+    except SessionError:  # it ended since it was listed
+        return None
+    if counts is None:
+        return None
+    refused = counts.reads_refused + counts.writes_refused
+    return {"reads": counts.reads, "writes": counts.writes, "refused": refused}
+
+
 def _add_machine(
     tables: dict[str, list[dict[str, Any]]],
     remote: RemoteRecord,
@@ -232,7 +247,7 @@ def _add_machine(
             {
                 "id": str(place), "machine": machine, "workdir": far.workdir,
                 "command": far.command, "started": far.started, "network": far.network,
-                "egress": None, "ssh_agent": None, "controllable": False,
+                "egress": None, "ssh_agent": None, "clipboard": None, "controllable": False,
                 "stop_note": FAR_STOP.format(machine=machine),
             }
         )  # fmt: skip

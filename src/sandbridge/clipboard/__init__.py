@@ -1,0 +1,1 @@
+"""The clipboard bridge: the owner's clipboard, read after asking and written by mode."""
