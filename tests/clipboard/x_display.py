@@ -51,10 +51,10 @@ class XDisplay:
             check=True,
             timeout=START_TIMEOUT,
         )
-        deadline = time.monotonic() + START_TIMEOUT
-        while target.encode() not in self.targets():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"xclip did not take the clipboard as {target}")
+        # The bytes themselves, not the target alone: the clipboard offered the same target
+        # before (the last test's xclip) until this one takes it.
+        if not self.holds(data, target):
+            raise AssertionError(f"xclip did not take the clipboard as {target}")
 
     def targets(self) -> list[bytes]:
         """The targets the clipboard offers now (none while nobody owns it)."""

@@ -23,10 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
 
-from sandbridge import log
-from sandbridge.aio.before_loop import bind_unix_socket
-from sandbridge.aio.open_connections import OpenConnections
-from sandbridge.aio.paced_server import PacedServer
+from sandbridge.aio.bridge_service import BridgeLimits, BridgeService
 from sandbridge.aio.terminal_question import ask_terminal, is_yes, terminal_present
 from sandbridge.clipboard import owner_tools
 from sandbridge.clipboard.approval import ReadApproval, ReadDecision
@@ -53,8 +50,6 @@ HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 30.0
 # An unanswered question is a no after this long.
 ASK_TIMEOUT = 60.0
-# How long a closing connection may take to flush its answer.
-CLOSE_TIMEOUT = 5.0
 READ_BYTES = 64 * 1024
 # A clipboard's type list: a browser's copy offers a dozen types, an office suite's a
 # few dozen; 16 KiB holds them all.
@@ -101,9 +96,13 @@ class ClipboardBridge:
         self._approval = ReadApproval(settings.window, settings.preapproved)
         self._asking = asyncio.Lock()
         self._transfers = WindowLimit(max_transfers, TRANSFER_WINDOW)
-        self._server: PacedServer | None = None
-        self._open = OpenConnections()
-        self._active = 0
+        self._service = BridgeService(
+            path,
+            self._serve,
+            BridgeLimits(CLIPBOARD_CONNECTION_RATE, MAX_CLIPBOARD_CONNECTIONS),
+            lambda writer: writer.write(_refusal("too many clipboard requests at once; try again")),
+            "clipboard",
+        )
 
     def _say(self, text: str) -> None:
         print(f"sandbridge: {text}", file=self._out or sys.stderr, flush=True)
@@ -113,39 +112,15 @@ class ClipboardBridge:
         listen on :attr:`path` (0600)."""
         if self.tools is None:
             self.tools = owner_tools.find_owner_tools()
-        self._server = PacedServer(
-            self._serve, bind_unix_socket(self.path), CLIPBOARD_CONNECTION_RATE, 1.0
-        )
+        self._service.start()
 
     async def close(self) -> None:
         """Stop accepting and end every open connection."""
-        if self._server is not None:
-            self._server.close()
-        await self._open.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        await self._service.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with self._open.handler(writer):
-            self._active += 1
-            try:
-                if self._active > MAX_CLIPBOARD_CONNECTIONS:
-                    writer.write(_refusal("too many clipboard requests at once; try again"))
-                    return
-                writer.write(await self._answer(reader))
-                await writer.drain()
-            except (ConnectionError, WireError) as exc:
-                log.debug("clipboard.closed", reason=str(exc))
-            finally:
-                writer.close()
-                try:
-                    async with asyncio.timeout(CLOSE_TIMEOUT):
-                        await writer.wait_closed()
-                except TimeoutError:
-                    writer.transport.abort()
-                except OSError:
-                    pass
-                self._active -= 1
+        writer.write(await self._answer(reader))
+        await writer.drain()
 
     async def _answer(self, reader: asyncio.StreamReader) -> bytes:
         """The whole answer (header and bytes) to the connection's one request."""

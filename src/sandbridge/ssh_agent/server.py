@@ -22,10 +22,8 @@ from pathlib import Path
 import asyncssh
 
 from sandbridge import log
-from sandbridge.aio.before_loop import bind_unix_socket
-from sandbridge.aio.open_connections import OpenConnections
-from sandbridge.aio.paced_server import PacedServer
-from sandbridge.exceptions import AgentWireError, PolicyError
+from sandbridge.aio.bridge_service import BridgeLimits, BridgeService
+from sandbridge.exceptions import PolicyError
 from sandbridge.protocol import ssh_agent as wire
 from sandbridge.protocol.limits import WindowLimit
 from sandbridge.ssh_agent.choice import KeyChoice
@@ -46,8 +44,6 @@ SIGN_WINDOW = 60.0
 # How long the owner's agent may take to answer (one that asks its owner to confirm,
 # ssh-add -c, waits for a click): past it the request fails, the session goes on.
 OWNER_AGENT_TIMEOUT = 60.0
-# How long a closing connection may take to flush its last answers.
-CLOSE_TIMEOUT = 5.0
 # Bytes read from the socket at a time.
 READ_BYTES = 64 * 1024
 
@@ -68,9 +64,13 @@ class AgentBridge:
         self.choice = choice
         self.owner_agent = owner_agent
         self.log = signatures
-        self._server: PacedServer | None = None
-        self._open = OpenConnections()
-        self._active = 0
+        self._service = BridgeService(
+            path,
+            self._serve_messages,
+            BridgeLimits(AGENT_CONNECTION_RATE, MAX_AGENT_CONNECTIONS),
+            lambda _writer: log.debug("ssh_agent.refused", reason="too many open connections"),
+            "ssh_agent",
+        )
         self._signatures = WindowLimit(max_signatures, SIGN_WINDOW)
 
     async def _owner_keys(self) -> list[tuple[bytes, bytes]]:
@@ -111,40 +111,11 @@ class AgentBridge:
     async def start(self) -> None:
         """Check the owner's agent (:meth:`check`), then listen on :attr:`path` (0600)."""
         await self.check()
-        self._server = PacedServer(
-            self._serve, bind_unix_socket(self.path), AGENT_CONNECTION_RATE, 1.0
-        )
+        self._service.start()
 
     async def close(self) -> None:
         """Stop accepting and end every open connection."""
-        if self._server is not None:
-            self._server.close()
-        await self._open.close()
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with self._open.handler(writer):
-            self._active += 1
-            try:
-                if self._active > MAX_AGENT_CONNECTIONS:
-                    log.debug("ssh_agent.refused", reason="too many open connections")
-                    return
-                await self._serve_messages(reader, writer)
-            except (ConnectionError, AgentWireError) as exc:
-                log.debug("ssh_agent.closed", reason=str(exc))
-            finally:
-                # The answers written are flushed first; a client that never reads them
-                # holds its slot for CLOSE_TIMEOUT at most.
-                writer.close()
-                try:
-                    async with asyncio.timeout(CLOSE_TIMEOUT):
-                        await writer.wait_closed()
-                except TimeoutError:
-                    writer.transport.abort()
-                except OSError:
-                    pass
-                self._active -= 1
+        await self._service.close()
 
     async def _serve_messages(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
