@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from sandbridge.places import host_commands
 from sandbridge.survey.toolchain_index import npm_registry, pip_index
 
 
@@ -140,3 +141,25 @@ def test_a_missing_toolchain_gives_nothing(tmp_path: Path) -> None:
     empty.mkdir()
     env = stock_env(tmp_path / "home", PATH=str(empty))
     assert pip_index(env) == [] and npm_registry(env) == []
+
+
+def test_a_tool_the_sandbox_wrote_on_an_activated_path_is_never_run(tmp_path: Path) -> None:
+    # The owner's shell has the project's virtualenv and node_modules/.bin first on PATH;
+    # the sandbox wrote a python3 and an npm there. init asks the host's own tools, and
+    # runs nothing of the project's.
+    project = tmp_path / "project"
+    ran = tmp_path / "ran"
+    for bin_dir, name in ((".venv/bin", "python3"), ("node_modules/.bin", "npm")):
+        (project / bin_dir).mkdir(parents=True)
+        tool = project / bin_dir / name
+        tool.write_text(f"#!/bin/sh\necho {name} >> {ran}\necho '\"http://evil.test/\"'\n")
+        tool.chmod(0o755)
+    trusted = stock_env(tmp_path / "home")
+    activated = dict(
+        trusted,
+        PATH=f"{project}/.venv/bin:{project}/node_modules/.bin:{trusted['PATH']}",
+    )
+    host_commands.distrust([project])
+    assert pip_index(activated) == pip_index(trusted)
+    assert npm_registry(activated) == npm_registry(trusted)
+    assert not ran.exists(), ran.read_text()

@@ -50,11 +50,12 @@ def search_path(path: str | None = None) -> list[str]:
     ]
 
 
-def which(name: str) -> str | None:
-    """The absolute path of the command ``name`` on :func:`search_path`, or ``None``."""
+def which(name: str, path: str | None = None) -> str | None:
+    """The absolute path of the command ``name`` on :func:`search_path` (of ``path``,
+    default this process's ``PATH``), or ``None``."""
     if os.sep in name:
         return None if _writable_inside(name) else name
-    for directory in search_path():
+    for directory in search_path(path):
         candidate = os.path.join(directory, name)
         if (
             os.path.isfile(candidate)

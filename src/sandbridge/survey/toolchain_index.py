@@ -19,11 +19,12 @@ fails or takes too long gives nothing, and the policy keeps its placeholder comm
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sandbridge.places import host_commands
 from sandbridge.survey.findings import Finding, host_finding
 from sandbridge.survey.packages import NPM, PYTHON
 
@@ -49,15 +50,23 @@ Run = Callable[[list[str], Mapping[str, str]], str | None]
 
 
 def run_tool(argv: list[str], environ: Mapping[str, str]) -> str | None:
-    """``argv``'s stdout, run from ``/`` with ``environ``; ``None`` if it failed."""
-    program = shutil.which(argv[0], path=environ.get("PATH"))
+    """``argv``'s stdout, run from ``/`` with ``environ``; ``None`` if it failed.
+
+    The tool is the host's own (:mod:`sandbridge.places.host_commands`): never one found in
+    a place the sandbox writes (the project's ``.venv/bin`` or ``node_modules/.bin`` on an
+    activated ``PATH``), and run with only the trusted part of ``PATH`` (``npm``'s
+    ``#!/usr/bin/env node``). A virtualenv's ``python3`` is a link to an interpreter that
+    would read the virtualenv's site-packages and ``pip.conf``, which the sandbox may
+    have written: the interpreter it links to is run instead."""
+    path = os.pathsep.join(host_commands.search_path(environ.get("PATH")))
+    program = host_commands.which(argv[0], path)
     if program is None:
         return None
     try:
         done = subprocess.run(
-            [program, *argv[1:]],
+            [os.path.realpath(program), *argv[1:]],
             cwd="/",
-            env=dict(environ),
+            env={**environ, "PATH": path},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
