@@ -232,3 +232,27 @@ def test_a_credential_passes_when_set_and_never_on_a_command_line(backend: str, 
     output = "\n".join(process.lines["stdout"] + process.lines["stderr"]) + process.drain()
     assert SECRET not in output
     assert "credentials passed: STAND_IN_KEY" in output
+
+
+def test_a_link_the_sandbox_left_in_its_kept_home_never_carries_a_bind_elsewhere(
+    backend: str, user: User
+) -> None:
+    # The sandbox writes its kept home; a bind of the next session under the home (here a
+    # --bind at ~/tools/shared; sandbridge's own Python when it lives under ~) would land
+    # wherever a link it left at ~/tools leads (bwrap resolves a destination's links).
+    user.run(backend, "--", "one")
+    (kept,) = user.agent_state.iterdir()
+    elsewhere = user.top / "elsewhere"
+    elsewhere.mkdir()
+    (kept / "tools").symlink_to(elsewhere)
+    (user.top / "shared").mkdir()
+    argv = user.argv(backend, "--bind", f"{user.top / 'shared'}:{user.home / 'tools' / 'shared'}")
+    result = subprocess.run(
+        [*argv, "--", "two"], env=user.env, capture_output=True, text=True, timeout=90, check=False
+    )
+    assert result.returncode != 0, result.stdout
+    assert f"{kept / 'tools' / 'shared'}: tools is a link or not a directory; remove it" in (
+        result.stderr
+    )
+    assert list(elsewhere.iterdir()) == []
+    assert "READY" not in result.stdout

@@ -15,8 +15,10 @@ Three homes (docs/agents.md):
 
 Threat: the sandbox writes the kept home, and the host writes the hints into it at the
 next start: a link planted there (``.claude/CLAUDE.md -> ~/.bashrc``) would have the host
-write the owner's file. Defence: every path the host opens there is walked from the
-home's descriptor with ``O_NOFOLLOW``, and a link is refused by name.
+write the owner's file; and it binds sandbridge's own tooling under it (a Python under
+``~``), where a link planted at ``.local`` would carry the bind elsewhere. Defence: every
+path the host opens or binds there is walked from the home's descriptor with
+``O_NOFOLLOW``, and a link is refused by name (:func:`clear_bind_paths`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -210,6 +213,23 @@ def _open_dir(base: Path, relative: PurePosixPath, *, create: bool) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def clear_bind_paths(directory: Path, inside_home: Path, binds: Iterable[Mount]) -> None:
+    """Make each bind destination under the sandbox's home a path of real directories in
+    the kept or lockdown home ``directory`` (0700 where missing), walked without following
+    a link; a link or a file on the way is refused by name.
+
+    The sandbox writes that home, and bwrap (and the unshare init's ``makedirs``) resolve
+    a destination's links: a link it left at ``.local`` would make a later session's bind
+    of sandbridge's own tooling (a pipx or pyenv Python under ``~``) land elsewhere, and
+    the sandbox's first process be a file the sandbox chose, before any of its filters."""
+    for bind in binds:
+        if not bind.dest.is_relative_to(inside_home) or bind.dest == inside_home:
+            continue
+        relative = PurePosixPath(bind.dest.relative_to(inside_home))
+        walked = relative if bind.source.is_dir() else relative.parent
+        os.close(_open_dir(directory, walked, create=True))
 
 
 def write_hints(directory: Path, instructions: PurePosixPath, block: str) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbridge import __version__, log
+from sandbridge.agents.state import clear_bind_paths
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.cli import agent_options, app_lines, clipboard_options, ssh_agent_options
@@ -186,6 +187,12 @@ def _spec_factory(
         new_session=not stdin_is_terminal(),
         network=network,
     )
+    if agent is not None and agent.home is not None:
+        # Every bind under the home lands where it says, never through a link the
+        # sandbox left in the agent's kept home (agents/state.py).
+        clear_bind_paths(
+            agent.home, unprotected.home, (layer.mount for layer in unprotected.layers())
+        )
     for mount in mounts:
         if mount.source.is_relative_to(root / POLICY_DIR) and mount.source != root / POLICY_DIR:
             # Its view would be the live host path: the secrets file, and what the owner
