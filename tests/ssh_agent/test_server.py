@@ -305,3 +305,49 @@ def test_a_key_the_owner_removes_is_no_longer_listed_nor_signed_with(
     blob = base64.b64decode(owner.chosen.public.split()[1])
     request = bytes([13]) + wire_string(blob) + wire_string(b"data") + struct.pack(">I", 0)
     assert exchange(bridge.path, framed(request)) == wire.failure()
+
+
+def _add_key_with_comment(owner: OwnerAgent, directory: Path, comment: str) -> str:
+    """A new key in the owner's agent under ``comment``; its fingerprint."""
+    directory.mkdir()
+    path = directory / "key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+    )
+    subprocess.run(["ssh-add", "-q", str(path)], env=owner.env(), check=True)
+    return subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(path)],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()[1]  # fmt: skip
+
+
+def test_a_comment_two_keys_carry_is_refused_at_start_naming_both(
+    tmp_path: Path, owner: OwnerAgent
+) -> None:
+    # ssh-keygen gives every key made on a machine the same user@host comment: such a
+    # choice would offer the deploy key beside the one meant.
+    second = _add_key_with_comment(owner, tmp_path / "second", "other")
+    bridge = AgentBridge(
+        tmp_path / "x.sock", parse_choice(["other"]), str(owner.socket), SignatureLog(tmp_path)
+    )
+    with pytest.raises(PolicyError) as refused:
+        asyncio.run(bridge.check())
+    assert str(refused.value) == (
+        f"--ssh-agent other: 2 keys in the owner's agent have this comment "
+        f"({', '.join(sorted([owner.other.fingerprint, second]))}); name the one by its "
+        "fingerprint"
+    )
+
+
+def test_a_key_added_later_under_a_chosen_comment_is_not_offered(
+    tmp_path: Path, owner: OwnerAgent
+) -> None:
+    running = Bridge(tmp_path / "by-comment.sock", owner, "other")
+    try:
+        later = _add_key_with_comment(owner, tmp_path / "later", "other")
+        listed = ssh_add(running, "-l").stdout
+    finally:
+        running.stop()
+    assert owner.other.fingerprint in listed
+    assert later not in listed

@@ -50,6 +50,17 @@ class KeyChoice:
         """Every selector, fingerprints first, each once (for ``--print-policy``)."""
         return sorted(self.fingerprints) + sorted(self.comments)
 
+    def ambiguous(self, keys: Iterable[tuple[bytes, bytes]]) -> dict[str, list[str]]:
+        """The chosen comments that more than one of ``keys`` carries, each with the
+        fingerprints that carry it: ``ssh-keygen`` gives every key made on a machine the
+        same ``user@host`` comment, so such a comment does not say which key."""
+        carried: dict[str, list[str]] = {}
+        for blob, comment in keys:
+            text = comment.decode("utf-8", "replace")
+            if text in self.comments:
+                carried.setdefault(text, []).append(fingerprint(blob))
+        return {text: sorted(fps) for text, fps in carried.items() if len(fps) > 1}
+
     def unmatched(self, keys: Iterable[tuple[bytes, bytes]]) -> list[str]:
         """The selectors no ``(blob, comment)`` of ``keys`` answers to."""
         keys = list(keys)

@@ -62,6 +62,8 @@ class AgentBridge:
     ) -> None:
         self.path = path
         self.choice = choice
+        # The fingerprints of the keys chosen, as :meth:`check` found them at the start.
+        self._pinned: frozenset[str] = frozenset()
         self.owner_agent = owner_agent
         self.log = signatures
         self._service = BridgeService(
@@ -86,9 +88,13 @@ class AgentBridge:
         return [(key.public_data, key.get_comment_bytes() or b"") for key in keys]
 
     async def offered(self) -> list[tuple[bytes, bytes]]:
-        """The chosen keys the owner's agent holds now, as ``(blob, comment)``."""
+        """The chosen keys the owner's agent holds now, as ``(blob, comment)``: those
+        :meth:`check` found, by fingerprint (a key added later under a chosen comment is
+        not one the owner chose)."""
         pairs = await self._owner_keys()
-        return [(blob, comment) for blob, comment in pairs if self.choice.offers(blob, comment)]
+        return [
+            (blob, comment) for blob, comment in pairs if wire.fingerprint(blob) in self._pinned
+        ]
 
     async def check(self) -> list[tuple[bytes, bytes]]:
         """Refuse (:class:`PolicyError`) an unreachable owner's agent, or a chosen key it
@@ -106,7 +112,14 @@ class AgentBridge:
                 f"--ssh-agent {','.join(missing)}: no key in the owner's agent has this "
                 "fingerprint or comment; ssh-add -l lists the keys it holds"
             )
-        return [(blob, comment) for blob, comment in pairs if self.choice.offers(blob, comment)]
+        for comment, fingerprints in self.choice.ambiguous(pairs).items():
+            raise PolicyError(
+                f"--ssh-agent {comment}: {len(fingerprints)} keys in the owner's agent have "
+                f"this comment ({', '.join(fingerprints)}); name the one by its fingerprint"
+            )
+        chosen = [(blob, comment) for blob, comment in pairs if self.choice.offers(blob, comment)]
+        self._pinned = frozenset(wire.fingerprint(blob) for blob, _ in chosen)
+        return chosen
 
     async def start(self) -> None:
         """Check the owner's agent (:meth:`check`), then listen on :attr:`path` (0600)."""
