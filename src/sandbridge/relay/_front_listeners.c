@@ -37,9 +37,10 @@ void close_listener(front_t *f, int lid) {
     /* what is left counted: handoffs not yet adopted (queued, or taken by Python) */
     f->scopes[L->sid].held -= L->held;
     L->held = 0;
-    if (f->accepting == lid) {
-        /* the thread is in accept4 on it, without the mutex: out of epoll now, closed by
-         * the thread when it has the mutex again (its number stays taken until then) */
+    if (f->accepting == lid && L->fd == f->accepting_fd) {
+        /* the thread is in accept4 on this very socket, without the mutex: out of epoll
+         * now, closed by the thread when it has the mutex again (its number stays taken
+         * until then). A socket added to the slot since is not the thread's: closed now. */
         unpoll(f, L->fd, &L->polled);
         f->deferred_close = L->fd;
         L->fd = -1;

@@ -182,6 +182,7 @@ static arrival_t accept_unlocked(front_t *f, int lid) {
     int listening = L->fd;
     uint16_t listening_port = L->port;
     f->accepting = lid;
+    f->accepting_fd = listening;
     pthread_mutex_unlock(&f->lock);
     arrival_t a = {.fd = -1, .error = 0, .owner = -1};
     socklen_t peer_len = sizeof a.peer;
@@ -195,7 +196,7 @@ static arrival_t accept_unlocked(front_t *f, int lid) {
             a.owner = owner_check(f->netlink, &f->sequence, f->owner, &a.peer, listening_port);
     }
     pthread_mutex_lock(&f->lock);
-    f->accepting = -1;
+    f->accepting = f->accepting_fd = -1;
     close_fd(f, &f->deferred_close, NULL);
     return a;
 }
@@ -375,7 +376,7 @@ void *front_run(void *arg) {
 
 int front_start(front_t *f, uint32_t owner) {
     f->owner = owner;
-    f->accepting = f->deferred_close = -1;
+    f->accepting = f->accepting_fd = f->deferred_close = -1;
     f->epfd = f->wakefd = f->notifyfd = f->netlink = -1;
     pthread_mutex_init(&f->lock, NULL);
     f->lock_ready = 1;

@@ -121,6 +121,7 @@ typedef struct {
      * the mutex (-1: none); a socket Python's remove_listener took from it meanwhile is
      * left for the thread to close (deferred_close) when it takes the mutex again */
     int accepting;
+    int accepting_fd; /* the socket itself: the slot may get another while it accepts */
     int deferred_close;
     int held;
     handoff_t *queue, *queue_tail;
