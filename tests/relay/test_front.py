@@ -155,6 +155,11 @@ def host_connections(port: int) -> int:
     return count
 
 
+def holds_none(port: int) -> Callable[[], bool]:
+    """Whether the host's side of every connection to ``port`` is closed (a condition)."""
+    return lambda: host_connections(port) == 0
+
+
 def closed_clients_of(port: int) -> int:
     """Client sockets to loopback port ``port`` that their process closed and the kernel
     keeps in TIME_WAIT: /proc/net/tcp rows whose remote end is the port."""
@@ -533,6 +538,9 @@ def test_an_app_that_closes_a_connection_a_request_went_out_on_gets_it_once_more
     for n, served in enumerate((front, front, plain)):
         for _ in range(2):
             warm(served, b"GET", b"/plain")  # (an app connection in the pools)
+        # The warm connections' app connection is in a pool once the host is done with
+        # their browser side; a request sooner may find none idle and open a new one.
+        wait_until(holds_none(served.port()))
         mark = f"vanish-{n}"
         answers.append(exchange(served, b"GET", f"/vanish?id={mark}".encode()))
         assert seen(served, mark) == 2
