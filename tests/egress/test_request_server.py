@@ -36,11 +36,11 @@ class TableResolver:
 
     def __init__(self) -> None:
         self.asked: list[str] = []
+        self.loopback = {"app.test", "loop.test"}  # the names that resolve to 127.0.0.1
 
     async def resolve(self, name: str) -> list[Address]:
         self.asked.append(name)
-        local = name in ("app.test", "loop.test")
-        return [ipaddress.ip_address("127.0.0.1")] if local else []
+        return [ipaddress.ip_address("127.0.0.1")] if name in self.loopback else []
 
 
 class Host:
@@ -629,3 +629,20 @@ def test_the_dashboard_is_told_of_a_new_request_and_of_its_decision_not_of_a_dup
     assert told == ["change"]
     host.owner("egress_deny", id=request_id)
     assert told == ["change", "change"]
+
+
+def test_a_grant_an_earlier_entry_would_decide_against_is_refused_naming_it(host: Host) -> None:
+    # narrow.test:443 (line 3) is an entry; narrow.test resolved to nothing when the sandbox
+    # asked for all its ports, so the request went pending for 80 and 8443. It now
+    # resolves to loopback: a grant after line 3 would be reported as granted while the
+    # proxy still refused port 443, so the approval is refused, naming the line.
+    request_id = ask_once(host, "narrow.test")["id"]
+    host.resolver.loopback.add("narrow.test")
+    with pytest.raises(ControlRefusal) as refused:
+        host.owner("egress_approve", id=request_id, scope="session")
+    assert refused.value.code == "needs_private"  # approve it as private, it says
+    with pytest.raises(ControlRefusal) as refused:
+        host.owner("egress_approve", id=request_id, scope="session", private=True)
+    assert refused.value.code == "shadowed"  # and that would not be reached either
+    assert "'narrow.test:443' (.sandbridge/allow:3) decides first" in str(refused.value)
+    assert [r["id"] for r in host.owner("egress_pending")["requests"]] == [request_id]

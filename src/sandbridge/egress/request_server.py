@@ -255,6 +255,7 @@ class EgressRequests:
                 "malformed", f"scope must be once or session, got {message.get('scope')!r}"
             ) from None
         await self._settle_private(request, message.get("private") is True)
+        await self._check_reached(request)
         saved = None
         if message.get("save") is True:
             saved = str(self._save(request))
@@ -274,6 +275,19 @@ class EgressRequests:
             "destination": request.destination.text,
             "saved": saved,
         }
+
+    async def _check_reached(self, request: EgressRequest) -> None:
+        """Refuse a grant that an entry before it would decide against (the request went
+        pending while its name resolved to nothing, and now resolves where that entry,
+        without ``private``, cannot connect): decided as the proxy will decide it, on the
+        name's addresses now, so that nothing is reported as granted that the proxy would
+        still refuse. The request stays pending."""
+        destination = request.destination
+        addresses = await self._addresses(destination)
+        local = [address for address in addresses if self._is_local(address)]
+        found = standing(self.grants.policy(self.policy), destination, addresses, local)
+        if found.blocked is not None:
+            raise ControlRefusal("shadowed", found.blocked)
 
     async def _settle_private(self, request: EgressRequest, private: bool) -> None:
         """Before a grant: with ``private`` (the owner's ``--private``, or a dashboard
