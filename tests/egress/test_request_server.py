@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,12 @@ class TableResolver:
     def __init__(self) -> None:
         self.asked: list[str] = []
         self.loopback = {"app.test", "loop.test"}  # the names that resolve to 127.0.0.1
+        self.held: dict[str, threading.Event] = {}
 
     async def resolve(self, name: str) -> list[Address]:
         self.asked.append(name)
+        if name in self.held:  # answers once the test lets it
+            await asyncio.to_thread(self.held[name].wait, 10)
         return [ipaddress.ip_address("127.0.0.1")] if name in self.loopback else []
 
 
@@ -646,3 +650,27 @@ def test_a_grant_an_earlier_entry_would_decide_against_is_refused_naming_it(host
     assert refused.value.code == "shadowed"  # and that would not be reached either
     assert "'narrow.test:443' (.sandbridge/allow:3) decides first" in str(refused.value)
     assert [r["id"] for r in host.owner("egress_pending")["requests"]] == [request_id]
+
+
+def test_a_request_denied_while_its_approval_resolves_is_neither_granted_nor_saved(
+    host: Host,
+) -> None:
+    request_id = ask_once(host, "slow.test:443")["id"]
+    host.resolver.held["slow.test"] = threading.Event()
+    handler = host.gate.requests.owner_ops()["egress_approve"]
+    message = {"op": "egress_approve", "id": request_id, "scope": "session", "save": True}
+
+    async def approve() -> dict[str, Any]:
+        return await handler(message)
+
+    approving = asyncio.run_coroutine_threadsafe(approve(), host.loop)
+    deadline = time.monotonic() + 10
+    while "slow.test" not in host.resolver.asked:  # the approval is resolving the name
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    host.owner("egress_deny", id=request_id)
+    host.resolver.held["slow.test"].set()
+    with pytest.raises(ControlRefusal) as refused:
+        approving.result(10)
+    assert refused.value.code == "not_pending"
+    assert "slow.test" not in (host.project / ALLOW_FILE).read_text()

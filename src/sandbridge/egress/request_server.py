@@ -256,6 +256,9 @@ class EgressRequests:
             ) from None
         await self._settle_private(request, message.get("private") is True)
         await self._check_reached(request)
+        # Those were awaited: a deny, an expiry or another approval may have decided it
+        # meanwhile, and nothing is saved for a request no longer pending.
+        self._pending_request(message)
         saved = None
         if message.get("save") is True:
             saved = str(self._save(request))
