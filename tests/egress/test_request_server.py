@@ -649,6 +649,9 @@ def test_a_grant_an_earlier_entry_would_decide_against_is_refused_naming_it(host
         host.owner("egress_approve", id=request_id, scope="session", private=True)
     assert refused.value.code == "shadowed"  # and that would not be reached either
     assert "'narrow.test:443' (.sandbridge/allow:3) decides first" in str(refused.value)
+    # The refused "as private" left the request as it was asked: never private unasked.
+    [row] = host.owner("egress_pending")["requests"]
+    assert row["destination"] == "narrow.test"
     assert [r["id"] for r in host.owner("egress_pending")["requests"]] == [request_id]
 
 

@@ -254,11 +254,16 @@ class EgressRequests:
             raise ControlRefusal(
                 "malformed", f"scope must be once or session, got {message.get('scope')!r}"
             ) from None
+        asked = request.destination
         await self._settle_private(request, message.get("private") is True)
-        await self._check_reached(request)
-        # Those were awaited: a deny, an expiry or another approval may have decided it
-        # meanwhile, and nothing is saved for a request no longer pending.
-        self._pending_request(message)
+        try:
+            await self._check_reached(request)
+            # Those were awaited: a deny, an expiry or another approval may have decided
+            # it meanwhile, and nothing is saved for a request no longer pending.
+            self._pending_request(message)
+        except ControlRefusal:
+            request.destination = asked  # a refused "as private" leaves it as it was asked
+            raise
         saved = None
         if message.get("save") is True:
             saved = str(self._save(request))
