@@ -2,7 +2,7 @@
 
 Each line of ``clipboard.jsonl``: ``{"time": ..., "op": "read"|"write"|"types",
 "decision": "allowed"|"refused", "type": "...", "size": N, "reason": "..."}``. The
-content is never written. Past :data:`MAX_LOG_BYTES` the file is renamed to
+content is never written. Past 1 MiB (``places/bridge_log.py``) the file is renamed to
 ``clipboard.jsonl.1`` and a new one begins, as the egress log does.
 
 ``clipboard-counts.json`` holds what ``sandbridge status`` and the dashboard show: reads
@@ -13,19 +13,17 @@ rename) after each decision; its size does not grow with the sandbox's requests.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from sandbridge import log
+from sandbridge.places.bridge_log import append_line, write_json
 from sandbridge.protocol.jsonline import decode_json
 
 LOG_NAME = "clipboard.jsonl"
 COUNTS_NAME = "clipboard-counts.json"
-# 1 MiB holds ~6000 transfers: far more than a day of pastes.
-MAX_LOG_BYTES = 1024 * 1024
 # A counts file larger than this is not one sandbridge wrote.
 MAX_COUNTS_BYTES = 4096
 
@@ -77,24 +75,10 @@ class TransferLog:
             self.on_record()
 
     def _append(self, line: str) -> None:
-        try:
-            if self.path.exists() and self.path.stat().st_size > MAX_LOG_BYTES:
-                os.replace(self.path, self.path.with_name(LOG_NAME + ".1"))
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "a") as out:
-                out.write(line + "\n")
-        except OSError as exc:  # the session dir gone at teardown: the count still holds
-            log.debug("clipboard.log_failed", error=str(exc))
+        append_line(self.path, line, "clipboard.log_failed")
 
     def _write_counts(self) -> None:
-        temporary = self.counts_path.with_name(COUNTS_NAME + ".new")
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                json.dump(asdict(self.counts), out)
-            os.replace(temporary, self.counts_path)
-        except OSError as exc:
-            log.debug("clipboard.counts_failed", error=str(exc))
+        write_json(self.counts_path, asdict(self.counts), "clipboard.counts_failed")
 
 
 def read_counts(session_dir: Path) -> ClipboardCounts | None:

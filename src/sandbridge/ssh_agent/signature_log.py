@@ -3,8 +3,8 @@
 Each line of ``ssh-agent.jsonl``: ``{"time": ..., "decision": "signed"|"refused",
 "key": "SHA256:...", "comment": "...", "for": "...", "reason": "..."}``: which key, and
 what the signature was for as far as the signed data says (protocol/ssh_agent.py). The
-data signed and the signature are never written. Past :data:`MAX_LOG_BYTES` the file is
-renamed to ``ssh-agent.jsonl.1`` and a new one begins, as the egress log does.
+data signed and the signature are never written. Past 1 MiB (``places/bridge_log.py``) the
+file is renamed to ``ssh-agent.jsonl.1`` and a new one begins, as the egress log does.
 
 ``ssh-agent-counts.json`` holds what ``sandbridge status`` and the dashboard show: per
 key, how many signatures were made and refused. It is written whole (write, then
@@ -15,19 +15,17 @@ the sandbox asked for, so the sandbox cannot grow it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sandbridge import log
+from sandbridge.places.bridge_log import append_line, write_json
 from sandbridge.protocol.jsonline import decode_json
 
 LOG_NAME = "ssh-agent.jsonl"
 COUNTS_NAME = "ssh-agent-counts.json"
-# 1 MiB holds ~4000 decisions: far more than a day of pushes and signed commits.
-MAX_LOG_BYTES = 1024 * 1024
 # Where the requests for keys the owner did not choose are counted, whatever key.
 OTHER_KEYS = "(keys not offered)"
 # A counts file larger than this is not one sandbridge wrote.
@@ -89,24 +87,10 @@ class SignatureLog:
         return sorted(self._counts.values(), key=lambda c: c.key)
 
     def _append(self, line: str) -> None:
-        try:
-            if self.path.exists() and self.path.stat().st_size > MAX_LOG_BYTES:
-                os.replace(self.path, self.path.with_name(LOG_NAME + ".1"))
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "a") as out:
-                out.write(line + "\n")
-        except OSError as exc:  # the session dir gone at teardown: the count still holds
-            log.debug("ssh_agent.log_failed", error=str(exc))
+        append_line(self.path, line, "ssh_agent.log_failed")
 
     def _write_counts(self) -> None:
-        temporary = self.counts_path.with_name(COUNTS_NAME + ".new")
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                json.dump([asdict(c) for c in self.counts()], out)
-            os.replace(temporary, self.counts_path)
-        except OSError as exc:
-            log.debug("ssh_agent.counts_failed", error=str(exc))
+        write_json(self.counts_path, [asdict(c) for c in self.counts()], "ssh_agent.counts_failed")
 
 
 def read_counts(session_dir: Path) -> list[KeyCount]:
