@@ -300,22 +300,35 @@ def test_a_daemon_runs_no_browser_command_from_a_place_a_session_binds(
     tools.mkdir()
     workdir.mkdir()
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    done = tools / "done"
+    os.mkfifo(done)
     daemon = start_daemon(env=env)
     try:
+        # The command waits until the host has said what it did with the open (the line
+        # comes from the daemon, after the open's answer): a command that ended at once
+        # could end the session before the line reached its terminal.
         script = (
             f"printf '#!/bin/sh\\ntouch {ran}\\n' > {tools}/the-browser && "
-            f"chmod +x {tools}/the-browser && sandbridge-open https://example.test/x"
+            f"chmod +x {tools}/the-browser && sandbridge-open https://example.test/x && "
+            f"read go < {done}"
         )
-        result = _run(
-            "bwrap", workdir, script, "--bind", str(tools), "--open", "browser",
-            "--open-external", "allow", "--browser", "the-browser", env=env,
+        options = (
+            "--backend", "bwrap", "--bind", str(tools), "--open", "browser",
+            "--open-external", "allow", "--browser", "the-browser",
         )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        said = (
-            "cannot run the browser command 'the-browser': not found on PATH outside the "
-            "places the sandbox can write; open https://example.test/x"
-        )
-        assert said in result.stderr
+        session = Process(run_argv(workdir, "sh", "-c", script, options=options), env=env)
+        try:
+            said = session.wait_line(
+                "sandbridge: cannot run the browser command 'the-browser': not found on PATH "
+                "outside the places the sandbox can write; open https://example.test/x",
+                "stderr",
+                timeout=60,
+            )
+            assert said
+            done.write_text("go\n")
+            assert session.popen.wait(60) == 0, session.drain()
+        finally:
+            session.stop()
         assert not ran.exists(), "the sandbox's browser command ran on the host"
     finally:
         daemon.stop()
