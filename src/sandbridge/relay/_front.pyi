@@ -7,6 +7,12 @@ RETRY: int
 READ_MAX: int
 PEEK_MAX: int
 MAX_POOL: int
+# 1 in a build with -DSANDBRIDGE_FAULTS (tests/relay/front_sanitizers.py), which alone has
+# _fail_next(site, count): the next `count` asks of a fault site ("handoff", "take",
+# "request", "rest") fail, as an allocation that found no memory.
+FAULTS: int
+
+def _fail_next(site: str, count: int = 1, /) -> None: ...
 
 @final
 class Handoff:

@@ -306,11 +306,7 @@ static PyObject *Front_adopted(Front *self, PyObject *args) {
     front_t *f = enter(self, args, "iI", &lid, &gen);
     if (f == NULL)
         return NULL;
-    listener_t *L = listener_at(f, lid);
-    if (L && L->gen == gen && L->held > 0) {
-        L->held--;
-        f->scopes[L->sid].held--;
-    }
+    uncount(f, lid, gen);
     leave(f);
     Py_RETURN_NONE;
 }
@@ -367,19 +363,25 @@ static PyObject *Front_take(Front *self, PyObject *unused) {
     handoff_t *first = take_handoffs(f);
     leave(f);
     PyTypeObject *type = state_of((PyObject *)self)->handoff;
-    PyObject *list = PyList_New(0);
+    PyObject *list = fault(FAULT_TAKE) ? PyErr_NoMemory() : PyList_New(0);
     for (handoff_t *h = first; h && list; h = h->next) {
         PyObject *item = handoff_value(type, h);
         if (item == NULL || PyList_Append(list, item) != 0)
             Py_CLEAR(list);
         Py_XDECREF(item);
     }
-    for (handoff_t *h = first; h;) {
-        handoff_t *next = h->next;
-        if (list == NULL) { /* none reaches Python: none stays open */
+    if (list == NULL) { /* none reaches Python: none stays open, none stays counted */
+        pthread_mutex_lock(&f->lock);
+        for (handoff_t *h = first; h; h = h->next) {
             close_fd(f, &h->bfd, NULL);
             close_fd(f, &h->afd, NULL);
+            if (h->checked == COUNTED)
+                uncount(f, h->lid, h->gen);
         }
+        pthread_mutex_unlock(&f->lock);
+    }
+    for (handoff_t *h = first; h;) {
+        handoff_t *next = h->next;
         free_handoff(h);
         h = next;
     }
@@ -445,7 +447,30 @@ static PyObject *py_translate_response(PyObject *self, PyObject *args) {
     return result;
 }
 
+#ifdef SANDBRIDGE_FAULTS
+/* _fail_next(site, count=1): the next `count` asks of a fault site fail (_front_thread.h). */
+static PyObject *py_fail_next(PyObject *self, PyObject *args) {
+    static const char *const sites[FAULT_SITES] = {"handoff", "take", "request", "rest"};
+    const char *name;
+    int count = 1;
+    if (!PyArg_ParseTuple(args, "s|i", &name, &count))
+        return NULL;
+    for (int site = 0; site < FAULT_SITES; site++) {
+        if (strcmp(name, sites[site]) == 0) {
+            fault_arm(site, count);
+            Py_RETURN_NONE;
+        }
+    }
+    return PyErr_Format(PyExc_ValueError, "no fault site %R: handoff, take, request or rest",
+                        PyTuple_GET_ITEM(args, 0));
+}
+#endif
+
 static PyMethodDef module_methods[] = {
+#ifdef SANDBRIDGE_FAULTS
+    {"_fail_next", py_fail_next, METH_VARARGS,
+     "_fail_next(site, count=1): the next asks of a fault site fail (test builds only)."},
+#endif
     {"translate_response", py_translate_response, METH_VARARGS,
      "translate_response(data, head_request) -> (0 ok | 1 incomplete | 2 not here, head, "
      "whole)"},
@@ -470,6 +495,11 @@ static int module_exec(PyObject *m) {
     } constants[] = {
         {"FRESH", KIND_FRESH}, {"SENT", KIND_SENT},         {"RETRY", KIND_RETRY},
         {"READ_MAX", READ_MAX}, {"PEEK_MAX", PEEK_MAX}, {"MAX_POOL", MAX_POOL},
+#ifdef SANDBRIDGE_FAULTS
+        {"FAULTS", 1},
+#else
+        {"FAULTS", 0},
+#endif
     };
     for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++)
         if (PyModule_AddIntConstant(m, constants[k].name, constants[k].value) < 0)

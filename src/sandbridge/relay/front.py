@@ -227,7 +227,12 @@ class FrontDoor:
         _doors.pop(self._loop, None)
 
     def _drain(self) -> None:
-        for handoff in self._native.take():
+        try:
+            handoffs = self._native.take()
+        except MemoryError:  # (the C closed them and freed their places in the limits)
+            log.warning("front.take_failed")
+            return
+        for handoff in handoffs:
             adopter = self._adopters.get(handoff.listener)
             if adopter is None:
                 close_handoff(handoff)
