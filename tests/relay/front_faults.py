@@ -19,9 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbridge.relay import _front
 from sandbridge.relay._front import FRESH, Front
+from tests.relay.test_budget import FAULT_STEPS, STEPS, run_steps
 
 HOST = b"x.localhost:1"
 BLOCK = b"Host: " + HOST + b"\r\n\r\n"
@@ -148,7 +151,7 @@ def test_a_request_with_no_memory_to_keep_is_handed_over_unsent(served: Served) 
         assert app.recv(1) == b""
         os.close(handoff.browser_fd)
         assert served.counts() == (1, 1)
-        served.door.adopted(handoff.listener, handoff.generation)
+        assert served.door.adopted(handoff.listener, handoff.generation, False)
         assert served.counts() == (0, 0)
 
 
@@ -176,3 +179,9 @@ def test_a_response_rest_with_no_memory_drops_both_and_gives_the_place_back(
         assert app.recv(1) == b""  # the app connection went with it
         assert closed_by_the_front(browser)
     assert served.door.take() == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(sorted({*STEPS, *FAULT_STEPS})), max_size=24))
+def test_the_budget_is_whole_after_every_step_and_every_failure(names: list[str]) -> None:
+    run_steps(names)

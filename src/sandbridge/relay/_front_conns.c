@@ -222,14 +222,15 @@ void free_handoff(handoff_t *h) {
 }
 
 /* A connection counted here (handed over COUNTED) that the relay will never count: its
- * place is free again. Nothing if listener lid is gone or was re-added since (gen): its
+ * place is its lease's again (1). Nothing if listener lid is gone or was re-added since (gen): its
  * counts went with it. */
-void uncount(front_t *f, int lid, uint32_t gen) {
+int uncount(front_t *f, int lid, uint32_t gen) {
     listener_t *L = listener_at(f, lid);
-    if (L && L->gen == gen && L->held > 0) {
-        L->held--;
-        f->scopes[L->sid].held--;
-    }
+    if (!L || L->gen != gen || L->held <= 0)
+        return 0;
+    L->held--;
+    f->scopes[L->sid].held--;
+    return 1;
 }
 
 #ifdef SANDBRIDGE_FAULTS

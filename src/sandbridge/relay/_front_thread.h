@@ -39,7 +39,7 @@ typedef struct {
 typedef struct {
     uint64_t key;
     int refs;
-    int room; /* what the session's limit leaves beside the Python relay's connections */
+    int room; /* the session's lease from its budget (relay/budget.py) */
     int held;
 } scope_t;
 
@@ -59,7 +59,7 @@ typedef struct {
     double pool_idle;
     double keepalive;
     double grace;
-    int room;
+    int room; /* the listener's lease from its session's budget: held <= room */
     int held;
     uint64_t relayed; /* exchanges relayed here whole */
     uint64_t handed;  /* connections handed to the Python relay */
@@ -150,7 +150,7 @@ void hand_sent(front_t *f, conn_t *c);
 void drop_both(front_t *f, conn_t *c);
 void browser_gone(front_t *f, conn_t *c, double now);
 void free_handoff(handoff_t *h);
-void uncount(front_t *f, int lid, uint32_t gen);
+int uncount(front_t *f, int lid, uint32_t gen);
 void wake(front_t *f);
 
 /* Fault injection, compiled only with -DSANDBRIDGE_FAULTS (the sanitizer builds of

@@ -31,6 +31,7 @@ from sandbridge.protocol.http.private_access import AccessGate
 from sandbridge.relay import local_peer
 from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
+from sandbridge.relay.budget import AppAccount
 from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.doorstep import Doorstep, refuse
 from sandbridge.relay.front import RETRY, SENT, FrontDoor
@@ -65,14 +66,11 @@ class Listener(Protocol):
     _pool: AppConnectionPool | None
     _tasks: TaskSet
     _connections: set[Channel]
+    account: AppAccount
     front: FrontDoor | None
     front_id: int
 
     def _release(self, channel: Channel) -> None: ...
-
-    def room_changed(self) -> None: ...
-
-    def front_held(self) -> tuple[int, int]: ...
 
     def park(self, upstream: UpstreamConnection) -> None: ...
 
@@ -183,23 +181,17 @@ class Arrivals:
         if self._admit(channel):
             self.doorstep.wait(channel, peer[0])
 
-    def _admit(self, channel: Channel, counted: bool = False) -> bool:
-        """Count a connection of the owner's, or refuse it (503) past the limits;
-        ``counted``: the front door counted it already, within them."""
+    def _admit(self, channel: Channel, counted: Handoff | None = None) -> bool:
+        """Count a connection of the owner's in the budget, or refuse it (503) past the
+        limits; ``counted``: the front door's handoff that counted it already."""
         listener = self._listener
-        scope = listener.scope
-        held, session_held = (0, 0) if counted else listener.front_held()
-        if not counted and (
-            len(listener._connections) + held >= listener.settings.max_connections_per_app
-            or scope.connections + session_held >= listener.settings.max_connections
-        ):
+        account = listener.account
+        if not (account.admit() if counted is None else account.adopt(counted)):
             task = listener._tasks.spawn(refuse(channel, listener.host_port))
             # (counted nowhere: if close() cancels the task before it ran, this closes it)
             task.add_done_callback(lambda _: channel.abort())
             return False
         listener._connections.add(channel)
-        scope.connections += 1
-        listener.room_changed()
         return True
 
     # The front door's handoffs (relay/front.py) ----------------------------------------
@@ -236,12 +228,10 @@ class Arrivals:
         task.add_done_callback(done)
 
     def _uncount(self, front_count: list[Handoff]) -> None:
-        """The front door stops counting a connection it handed over counted (once)."""
-        front = self._listener.front
+        """A connection the front door handed over counted is closed uncounted: its
+        place is the front's lease's again (once)."""
         while front_count:
-            handoff = front_count.pop()
-            if front is not None:
-                front.adopted(handoff)
+            self._listener.account.drop(front_count.pop())
 
     async def _adopt(
         self, socks: list[socket.socket], handoff: Handoff, front_count: list[Handoff]
@@ -267,8 +257,11 @@ class Arrivals:
             if upstream is not None:
                 listener.park(upstream)
             return
-        admitted = not self._closed and self._admit(channel, counted=bool(front_count))
-        self._uncount(front_count)  # (counted here now, if admitted)
+        if self._closed:
+            admitted = False
+            self._uncount(front_count)
+        else:  # (its place moves from the front's lease, or is the lease's again)
+            admitted = self._admit(channel, front_count.pop() if front_count else None)
         if not admitted:
             if upstream is not None:
                 upstream.channel.abort()
