@@ -116,6 +116,7 @@ def test_the_listener_closing_drops_the_connections_on_both_doorsteps(
             writer.close()
         assert await asyncio.to_thread(app.closed_by_relay.wait, 10)
         assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         for _ in range(1000):
             if fds() <= before:
                 break
@@ -152,6 +153,7 @@ def test_connections_that_send_nothing_or_reset_leave_no_descriptor_behind(
                 break
             await asyncio.sleep(0.01)
         assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert fds() <= allowed()
         answer = await exchange(port, b"GET /ok HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n")
         assert b"GET /ok HTTP/1.1" in answer
@@ -399,6 +401,7 @@ def test_a_connection_accepted_as_the_listener_closes_is_dropped(
         await closing
         assert answer == b"", answer
         assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
 
     run(app, body)
     assert b"GET /after-close HTTP/1.1" not in b"".join(app.requests)
@@ -469,6 +472,7 @@ def test_a_task_cancelled_before_it_ran_gives_its_connections_place_back(
         await closing[0]
         writer.close()
         assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert not listener._connections
 
     run(app, body)
@@ -660,6 +664,7 @@ def test_a_browser_that_reads_nothing_of_its_response_is_dropped_after_the_respo
             await asyncio.sleep(0.01)
         sock.close()
         assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert not listener._tasks
 
     run(app, body, response_timeout=1, keepalive_timeout=60)
@@ -703,6 +708,7 @@ def test_a_browser_that_reads_nothing_leaves_nothing_behind_once_its_connection_
         for sock, _ in browsers:
             sock.close()
         assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert not listener._tasks, "a task waits for its browser to read"
 
     run(app, body, response_timeout=1, keepalive_timeout=60)

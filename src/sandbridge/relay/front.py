@@ -103,7 +103,10 @@ def request_block(headers: Headers, read_max: int) -> bytes | None:
 
 
 class FrontDoor:
-    """The C front of one event loop's app listeners (made by :func:`front_door`)."""
+    """The C front of one event loop's app listeners (made by :func:`front_door`). It
+    holds connections within the places their session's budget lends it
+    (:mod:`.budget`: :meth:`lease`, :meth:`give_back`, :meth:`adopted`) and counts
+    nothing else."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         from sandbridge.relay import _front  # (missing() said it is here)
