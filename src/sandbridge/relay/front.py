@@ -246,8 +246,9 @@ class FrontDoor:
             return
         for handoff in handoffs:
             adopter = self._adopters.get(handoff.listener)
-            if adopter is None:
+            if adopter is None:  # (its listener is gone, and its count with it)
                 close_handoff(handoff)
+                self.adopted(handoff, kept=False)
                 continue
             try:
                 adopter.adopt(handoff)  # (it closes what it was given, whatever happens)
