@@ -104,7 +104,10 @@ pip_quiet() {
 install_python_packages() {
   # requirements.lock pins every package (made by pip-compile from pyproject.toml's
   # ranges; README, "Dependencies"); the project itself goes in without resolving again.
-  local stamp="$VENV/.installed-$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)"
+  # The front door's C sources are in the stamp too: an editable install keeps the
+  # extension it built, which still imports after a change to them but lacks what changed.
+  local stamp="$VENV/.installed-$(cat pyproject.toml requirements.lock \
+    src/sandbridge/relay/_front_*.[ch] | sha256sum | cut -c1-16)"
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
   fi
