@@ -1,0 +1,146 @@
+"""The test container engine is a real Docker-compatible API on a store of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from tests.support import container_engine as container_engine_module
+from tests.support.container_engine import (
+    IMAGE,
+    ContainerEngine,
+    api_request,
+    started_engine,
+)
+
+# What root podman writes by default: an engine that is isolated leaves each as it was.
+MACHINE_PODMAN_STATE = (
+    "/var/lib/containers",
+    "/run/containers",
+    "/run/libpod",
+    "/var/lib/cni",
+    "/dev/shm/libpod_lock",
+)
+
+
+def _snapshot(path: str) -> object:
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    listing = sorted(os.listdir(path)) if os.path.isdir(path) else None
+    return (status.st_mtime_ns, status.st_size, listing)
+
+
+def _log_lines(stream: bytes) -> list[tuple[int, bytes]]:
+    """The Docker API's multiplexed log stream: an 8-byte head (stream, 0, 0, 0, size)
+    before each frame."""
+    frames = []
+    while stream:
+        kind, size = struct.unpack(">BxxxI", stream[:8])
+        frames.append((kind, stream[8 : 8 + size]))
+        stream = stream[8 + size :]
+    return frames
+
+
+def _run_echo(engine: ContainerEngine, name: str, labels: dict[str, str]) -> str:
+    body = {"Image": engine.image, "Cmd": ["echo", "hi"], "Labels": labels}
+    created = api_request(engine.socket, "POST", f"/v1.41/containers/create?name={name}", body)
+    assert created.status == 201, created.body
+    identifier = created.json()["Id"]
+    assert isinstance(identifier, str)
+    return identifier
+
+
+def test_the_socket_answers_ping(container_engine: ContainerEngine) -> None:
+    answer = api_request(container_engine.socket, "GET", "/_ping")
+    assert (answer.status, answer.body) == (200, b"OK")
+
+
+def test_the_socket_answers_version_as_a_docker_engine(container_engine: ContainerEngine) -> None:
+    answer = api_request(container_engine.socket, "GET", "/version")
+    assert answer.status == 200
+    version = answer.json()
+    assert isinstance(version, dict)
+    assert version["ApiVersion"] and version["Os"] == "linux"
+
+
+def test_the_image_is_loaded_and_nothing_else(container_engine: ContainerEngine) -> None:
+    answer = api_request(container_engine.socket, "GET", "/v1.41/images/json")
+    assert answer.status == 200
+    images = answer.json()
+    assert isinstance(images, list)
+    assert [image["RepoTags"] for image in images] == [[IMAGE]]
+
+
+def test_a_container_runs_and_its_logs_are_read(container_engine: ContainerEngine) -> None:
+    engine = container_engine
+    identifier = _run_echo(engine, "echo-logs", {"sbtest": "logs"})
+    started = api_request(engine.socket, "POST", f"/v1.41/containers/{identifier}/start")
+    assert started.status == 204, started.body
+    waited = api_request(engine.socket, "POST", f"/v1.41/containers/{identifier}/wait")
+    assert waited.json() == {"StatusCode": 0, "Error": None}
+    target = f"/v1.41/containers/{identifier}/logs?stdout=1&stderr=1"
+    logs = api_request(engine.socket, "GET", target)
+    assert _log_lines(logs.body) == [(1, b"hi\n")]
+    removed = api_request(engine.socket, "DELETE", f"/v1.41/containers/{identifier}")
+    assert removed.status == 204, removed.body
+    assert engine.run("container", "exists", identifier).returncode == 1
+
+
+def test_the_cli_sees_what_the_api_made(container_engine: ContainerEngine) -> None:
+    identifier = _run_echo(container_engine, "echo-cli", {"sbtest": "cli"})
+    listed = container_engine.run("ps", "-a", "--filter", "label=sbtest=cli", "--format", "{{.ID}}")
+    assert listed.returncode == 0, listed.stderr
+    assert identifier.startswith(listed.stdout.strip())
+    assert container_engine.run("rm", identifier).returncode == 0
+
+
+def test_a_label_filter_lists_only_the_labelled(container_engine: ContainerEngine) -> None:
+    engine = container_engine
+    mine = _run_echo(engine, "labelled", {"sbtest.session": "one"})
+    other = _run_echo(engine, "other", {"sbtest.session": "two"})
+    query = urllib.parse.quote(json.dumps({"label": ["sbtest.session=one"]}))
+    listed = api_request(engine.socket, "GET", f"/v1.41/containers/json?all=1&filters={query}")
+    assert [container["Id"] for container in listed.json()] == [mine]
+    assert engine.run("rm", mine, other).returncode == 0
+
+
+def test_a_second_engine_has_its_own_store_and_the_machines_is_untouched(
+    container_engine: ContainerEngine, tmp_path: Path
+) -> None:
+    before = {path: _snapshot(path) for path in MACHINE_PODMAN_STATE}
+    first = _run_echo(container_engine, "first-engine", {"sbtest": "first"})
+    with started_engine(tmp_path / "second") as second:
+        info = second.run("info", "--format", "{{.Store.GraphRoot}} {{.Store.RunRoot}}")
+        assert info.stdout.split() == [
+            str(tmp_path / "second" / "storage"),
+            str(tmp_path / "second" / "run"),
+        ]
+        listed = second.run("ps", "-a", "--format", "{{.ID}}")
+        assert (listed.returncode, listed.stdout) == (0, "")
+        ran = _run_echo(second, "second-engine", {"sbtest": "second"})
+        started = api_request(second.socket, "POST", f"/v1.41/containers/{ran}/start")
+        assert started.status == 204, started.body
+        assert container_engine.run("container", "exists", ran).returncode == 1
+    assert container_engine.run("container", "exists", first).returncode == 0
+    assert {path: _snapshot(path) for path in MACHINE_PODMAN_STATE} == before
+    assert container_engine.run("rm", first).returncode == 0
+    assert not (tmp_path / "second" / "storage").exists()
+
+
+def test_an_engine_that_cannot_start_fails_with_podmans_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = container_engine_module._STORAGE_CONF
+    broken = good.replace('driver = "vfs"', 'driver = "no-such-driver"')
+    assert broken != good
+    monkeypatch.setattr(container_engine_module, "_STORAGE_CONF", broken)
+    refused = pytest.raises(pytest.fail.Exception, match=r"(?s)did not start.*no-such-driver")
+    with refused, started_engine(tmp_path / "broken"):
+        pass
