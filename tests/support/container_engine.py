@@ -24,8 +24,6 @@ words: never a skip.
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import resource
 import select
@@ -40,7 +38,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -123,46 +120,6 @@ runroot = "{work}/run"
 _REGISTRIES_CONF = "unqualified-search-registries = []\n"
 # Only ``podman import`` reads it, for a local tarball.
 _POLICY_JSON = '{"default": [{"type": "insecureAcceptAnything"}]}\n'
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """:class:`http.client.HTTPConnection` over a Unix socket (the engine's API)."""
-
-    def __init__(self, path: Path, timeout: float = RUN_TIMEOUT) -> None:
-        super().__init__("engine", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(str(self.path))
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One API response, read whole (the tests' exchanges are small)."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """The body as JSON (``Any``: the tests index it as they assert on it)."""
-        return json.loads(self.body)
-
-
-def api_request(path: Path, method: str, target: str, body: object = None) -> Answer:
-    """One request on a new connection to the API at ``path``; ``body``, if not None, is
-    sent as JSON."""
-    connection = UnixHTTPConnection(path)
-    try:
-        headers = {} if body is None else {"Content-Type": "application/json"}
-        data = None if body is None else json.dumps(body).encode()
-        connection.request(method, target, body=data, headers=headers)
-        response = connection.getresponse()
-        return Answer(response.status, dict(response.getheaders()), response.read())
-    finally:
-        connection.close()
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import container_engine as container_engine_module
-from tests.support.container_engine import (
-    IMAGE,
-    ContainerEngine,
-    api_request,
-    started_engine,
-)
+from tests.support.container_engine import IMAGE, ContainerEngine, started_engine
+from tests.support.unix_http import api_request
 
 # What root podman writes by default: an engine that is isolated leaves each as it was.
 MACHINE_PODMAN_STATE = (
