@@ -45,7 +45,7 @@ import pytest
 IMAGE = "localhost/sbtest/busybox:1"
 # The Debian packages the engine needs (dev.sh's TEST_PACKAGES), named when one is missing.
 PACKAGES = "podman crun catatonit busybox-static"
-TOOLS = ("podman", "crun", "conmon", "catatonit", "unshare", "nsenter", "findmnt")
+TOOLS = ("podman", "crun", "conmon", "catatonit", "setpriv", "unshare", "nsenter", "findmnt")
 # A first start (the image imported, the service up) takes about half a second on an idle
 # machine; a machine running the whole suite on both cores may take many times that.
 START_TIMEOUT = 60.0
@@ -292,7 +292,10 @@ def started_engine(work: Path) -> Iterator[ContainerEngine]:
     listener.bind(str(path))
     listener.listen(socket.SOMAXCONN)
     log = work / "engine.log"
-    argv = ["unshare", "--mount", "--pid", "--net", "--fork", "--kill-child", "--mount-proc"]
+    # setpriv ties unshare to this process, --kill-child the namespace to unshare: a test
+    # run that is killed leaves no engine behind.
+    argv = ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--pid", "--net"]
+    argv += ["--fork", "--kill-child", "--mount-proc"]
     with log.open("wb") as output:
         engine = subprocess.Popen(
             [*argv, "catatonit", "--", "sh", "-c", _NAMESPACE_SCRIPT, "sh", str(work), IMAGE],

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import struct
+import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tests.support import container_engine as container_engine_module
-from tests.support.container_engine import IMAGE, ContainerEngine, started_engine
+from tests.support.container_engine import IMAGE, RUN_TIMEOUT, ContainerEngine, started_engine
 from tests.support.unix_http import api_request
 
 # What root podman writes by default: an engine that is isolated leaves each as it was.
@@ -140,3 +144,33 @@ def test_an_engine_that_cannot_start_fails_with_podmans_words(
     refused = pytest.raises(pytest.fail.Exception, match=r"(?s)did not start.*no-such-driver")
     with refused, started_engine(tmp_path / "broken"):
         pass
+
+
+# The engine of a process that is killed: its first process's pid, then it waits.
+_KILLED_OWNER = """
+import sys
+from pathlib import Path
+from tests.support.container_engine import started_engine
+with started_engine(Path(sys.argv[1])) as engine:
+    print(engine.init_pid, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_an_engine_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_OWNER, str(tmp_path / "orphan")],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert owner.stdout is not None
+    init_pid = int(owner.stdout.readline())
+    gone = os.pidfd_open(init_pid)
+    try:
+        owner.kill()
+        owner.wait()
+        ready, _, _ = select.select([gone], [], [], RUN_TIMEOUT)
+        assert ready, f"the engine's first process {init_pid} outlived its owner"
+    finally:
+        os.close(gone)
