@@ -12,7 +12,8 @@ mount namespace the machine's root file system is read-only, so a write that a d
 path would send outside the engine's directory (the blob cache under
 ``/var/lib/containers``, ``/var/tmp``, the CNI state) fails loudly instead of touching the
 machine; ``/run``, ``/var/lib`` and ``/dev/shm`` (libpod's lock segment) are private and
-empty, ``/etc/containers`` is the engine's own configuration, and ``/sys/fs/cgroup`` is
+empty, the engine's directory is at :data:`INSIDE`, ``/etc/containers`` is the engine's
+own configuration, and ``/sys/fs/cgroup`` is
 read-only (containers run with cgroups disabled). Killing the namespace's first process
 ends every process of the engine, containers included. Containers use CNI's bridge inside
 the engine's own network namespace: they reach each other and nothing outside, and a port
@@ -52,6 +53,12 @@ START_TIMEOUT = 60.0
 # One CLI call (create, start, rm of a busybox container) takes well under a second.
 RUN_TIMEOUT = 60.0
 
+# Where the engine's directory is seen in its mount namespace, and so the paths podman
+# works with: a test's directory is long, and under it podman's own paths pass the 108
+# bytes a socket's path may have (each attached ``podman run`` then waits 20 s for a
+# conmon timeout). /run is the namespace's own, empty tmpfs.
+INSIDE = "/run/engine"
+
 # Run inside the engine's namespaces under catatonit, their first process, which reaps the
 # conmon processes containers leave orphaned (podman's service reaps none).
 # It makes the machine's state unreachable, imports the image, then becomes the API service
@@ -59,10 +66,10 @@ RUN_TIMEOUT = 60.0
 # socket accepts from the start, so the first request is the readiness check, no polling).
 _NAMESPACE_SCRIPT = r"""
 set -eu
-work=$1
-mount --bind "$work" "$work"
-mount --bind "$work/etc" /etc/containers
 mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir /run/engine
+mount --bind "$1" /run/engine
+mount --bind /run/engine/etc /etc/containers
 mount -t tmpfs -o mode=0755 tmpfs /var/lib
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 # A hybrid cgroup tree (v1 controllers beside a v2 one holding controllers) is refused by
@@ -74,7 +81,7 @@ for place in $(findmnt -rn -o TARGET -R /sys/fs/cgroup); do
   mount -o remount,bind,ro "$place"
 done
 mount -o remount,bind,ro /
-podman import -q --change 'CMD ["sh"]' "$work/image.tar" "$2" >/dev/null
+podman import -q --change 'CMD ["sh"]' /run/engine/image.tar "$2" >/dev/null
 # Socket activation's first descriptor is 3: the listener, given as standard input, moves.
 exec 3<&0 0</dev/null
 export LISTEN_PID=$$ LISTEN_FDS=1
@@ -93,27 +100,24 @@ netns = "none"
 
 [network]
 network_backend = "cni"
-network_config_dir = "{work}/networks"
+network_config_dir = "/run/engine/networks"
 
 [engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"
-events_logfile_path = "{work}/events.log"
-image_copy_tmp_dir = "{work}/tmp"
+events_logfile_path = "/run/engine/events.log"
+image_copy_tmp_dir = "/run/engine/tmp"
 runtime = "crun"
-static_dir = "{work}/storage/libpod"
-# conmon's attach sockets live here: under a test's directory their paths would pass the
-# 108 bytes a socket's path may have (and every ``podman run`` wait 20 s for nothing).
-# /run is the namespace's own, empty tmpfs.
+static_dir = "/run/engine/storage/libpod"
 tmp_dir = "/run/libpod"
-volume_path = "{work}/volumes"
+volume_path = "/run/engine/volumes"
 """
 
 _STORAGE_CONF = """\
 [storage]
 driver = "vfs"
-graphroot = "{work}/storage"
-runroot = "{work}/run"
+graphroot = "/run/engine/storage"
+runroot = "/run/engine/run"
 """
 
 # Nothing is pulled: an image that is not in the store is an error, not a download.
@@ -134,9 +138,7 @@ class ContainerEngine:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``podman ARGS`` on this engine's store, in its namespaces (never checked:
-        the caller asserts on the return code and the output). For the store's state: an
-        attached ``podman run`` here waits 20 s after its container ends (docs/containers.md,
-        "Testing"), so start containers through the API."""
+        the caller asserts on the return code and the output)."""
         argv = ["nsenter", f"--target={self.init_pid}", "--mount", "--net", "--pid", "--"]
         return subprocess.run(
             [*argv, "podman", *args],
@@ -205,21 +207,21 @@ def _prepare(work: Path) -> dict[str, str]:
     for name in ("etc", "tmp", "home", "networks", "volumes", "storage", "run"):
         (work / name).mkdir(mode=0o700)
     etc = work / "etc"
-    (etc / "containers.conf").write_text(_CONTAINERS_CONF.format(work=work, ulimits=_ulimits()))
-    (etc / "storage.conf").write_text(_STORAGE_CONF.format(work=work))
+    (etc / "containers.conf").write_text(_CONTAINERS_CONF.format(ulimits=_ulimits()))
+    (etc / "storage.conf").write_text(_STORAGE_CONF)
     (etc / "registries.conf").write_text(_REGISTRIES_CONF)
     (etc / "policy.json").write_text(_POLICY_JSON)
     return {
         "PATH": os.environ.get("PATH", os.defpath),
         "LANG": "C.UTF-8",
-        "HOME": str(work / "home"),
-        "XDG_CONFIG_HOME": str(work / "home" / ".config"),
-        "XDG_DATA_HOME": str(work / "home" / ".local" / "share"),
-        "XDG_RUNTIME_DIR": str(work / "run"),
-        "TMPDIR": str(work / "tmp"),
-        "CONTAINERS_CONF": str(etc / "containers.conf"),
-        "CONTAINERS_STORAGE_CONF": str(etc / "storage.conf"),
-        "CONTAINERS_REGISTRIES_CONF": str(etc / "registries.conf"),
+        "HOME": f"{INSIDE}/home",
+        "XDG_CONFIG_HOME": f"{INSIDE}/home/.config",
+        "XDG_DATA_HOME": f"{INSIDE}/home/.local/share",
+        "XDG_RUNTIME_DIR": f"{INSIDE}/run",
+        "TMPDIR": f"{INSIDE}/tmp",
+        "CONTAINERS_CONF": f"{INSIDE}/etc/containers.conf",
+        "CONTAINERS_STORAGE_CONF": f"{INSIDE}/etc/storage.conf",
+        "CONTAINERS_REGISTRIES_CONF": f"{INSIDE}/etc/registries.conf",
     }
 
 

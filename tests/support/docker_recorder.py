@@ -26,12 +26,13 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from tests.support.container_engine import IMAGE, ContainerEngine, started_engine
+from tests.support.container_engine import IMAGE, INSIDE, ContainerEngine, started_engine
 from tests.support.unix_http import UnixHTTPConnection, api_request, serving
 
 NAME_HEADER = "X-Sbtest-Recording"
-# What the engine's own directory is written as in a recording.
-ENGINE_PLACEHOLDER = "/engine"
+# What the engine's directory is written as in a recording: where the engine itself sees
+# it (so its own paths, under it already, and the bind of its socket read alike).
+ENGINE_PLACEHOLDER = INSIDE
 # The label a session's containers carry (the bridge's own name for it may differ: the
 # replay matches requests by method and path, never by label).
 SESSION_LABEL = "sandbridge.session"

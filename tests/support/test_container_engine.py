@@ -15,7 +15,13 @@ import pytest
 
 from tests.conftest import REPO
 from tests.support import container_engine as container_engine_module
-from tests.support.container_engine import IMAGE, RUN_TIMEOUT, ContainerEngine, started_engine
+from tests.support.container_engine import (
+    IMAGE,
+    INSIDE,
+    RUN_TIMEOUT,
+    ContainerEngine,
+    started_engine,
+)
 from tests.support.unix_http import api_request
 
 # What root podman writes by default: an engine that is isolated leaves each as it was.
@@ -101,6 +107,11 @@ def test_the_cli_sees_what_the_api_made(container_engine: ContainerEngine) -> No
     assert container_engine.run("rm", identifier).returncode == 0
 
 
+def test_the_cli_runs_a_container_to_its_end(container_engine: ContainerEngine) -> None:
+    ran = container_engine.run("run", "--rm", IMAGE, "echo", "hi")
+    assert (ran.returncode, ran.stdout) == (0, "hi\n"), ran.stderr
+
+
 def test_a_label_filter_lists_only_the_labelled(container_engine: ContainerEngine) -> None:
     engine = container_engine
     mine = _run_echo(engine, "labelled", {"sbtest.session": "one"})
@@ -118,10 +129,8 @@ def test_a_second_engine_has_its_own_store_and_the_machines_is_untouched(
     first = _run_echo(container_engine, "first-engine", {"sbtest": "first"})
     with started_engine(tmp_path / "second") as second:
         info = second.run("info", "--format", "{{.Store.GraphRoot}} {{.Store.RunRoot}}")
-        assert info.stdout.split() == [
-            str(tmp_path / "second" / "storage"),
-            str(tmp_path / "second" / "run"),
-        ]
+        assert info.stdout.split() == [f"{INSIDE}/storage", f"{INSIDE}/run"]
+        assert (tmp_path / "second" / "storage" / "vfs-images").is_dir()
         listed = second.run("ps", "-a", "--format", "{{.ID}}")
         assert (listed.returncode, listed.stdout) == (0, "")
         ran = _run_echo(second, "second-engine", {"sbtest": "second"})
