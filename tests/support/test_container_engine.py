@@ -35,12 +35,11 @@ MACHINE_PODMAN_STATE = (
 
 
 def _snapshot(path: str) -> object:
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
+    """Whether ``path`` exists and what it holds: not its times, which a podman of the
+    machine's own, if one runs meanwhile, changes without adding anything."""
+    if not os.path.exists(path):
         return None
-    listing = sorted(os.listdir(path)) if os.path.isdir(path) else None
-    return (status.st_mtime_ns, status.st_size, listing)
+    return sorted(os.listdir(path)) if os.path.isdir(path) else os.path.getsize(path)
 
 
 def _log_lines(stream: bytes) -> list[tuple[int, bytes]]:
@@ -141,6 +140,20 @@ def test_a_second_engine_has_its_own_store_and_the_machines_is_untouched(
     assert {path: _snapshot(path) for path in MACHINE_PODMAN_STATE} == before
     assert container_engine.run("rm", first).returncode == 0
     assert not (tmp_path / "second" / "storage").exists()
+
+
+@pytest.mark.parametrize("place", ["/var/tmp", "/etc", "/sys/fs/cgroup"])
+def test_the_machines_files_are_read_only_to_the_engine(
+    container_engine: ContainerEngine, place: str
+) -> None:
+    probe = f"{place}/sbtest-engine-probe"
+    enter = ["nsenter", f"--target={container_engine.init_pid}", "--mount", "--"]
+    written = subprocess.run(
+        [*enter, "mkdir", probe], capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
+    )
+    if written.returncode == 0:
+        os.rmdir(probe)
+    assert written.returncode != 0 and "Read-only file system" in written.stderr
 
 
 def test_an_engine_that_cannot_start_fails_with_podmans_words(
