@@ -35,7 +35,7 @@ import struct
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +80,15 @@ fi
 for place in $(findmnt -rn -o TARGET -R /sys/fs/cgroup); do
   mount -o remount,bind,ro "$place"
 done
+work=$1 image=$2
+shift 2
+# The directories the tests' containers may write to (binds of a test's own directory):
+# each its own mount, so it stays writable when the root becomes read-only.
+for place in "$@"; do
+  mount --bind "$place" "$place"
+done
 mount -o remount,bind,ro /
-podman import -q --change 'CMD ["sh"]' /run/engine/image.tar "$2" >/dev/null
+podman import -q --change 'CMD ["sh"]' /run/engine/image.tar "$image" >/dev/null
 # Socket activation's first descriptor is 3: the listener, given as standard input, moves.
 exec 3<&0 0</dev/null
 export LISTEN_PID=$$ LISTEN_FDS=1
@@ -273,9 +280,11 @@ def _first_child(pid: int) -> int:
 
 
 @contextmanager
-def started_engine(work: Path) -> Iterator[ContainerEngine]:
+def started_engine(work: Path, writable: Sequence[Path] = ()) -> Iterator[ContainerEngine]:
     """Start an engine whose every file lives under ``work`` (made if missing, else
-    empty); stop it, every container with it, when the block ends."""
+    empty); stop it, every container with it, when the block ends. ``writable``
+    directories of the machine stay writable to it (and so to a container binding them);
+    everything else but ``work`` is read-only."""
     missing = _missing_tools()
     if missing:
         pytest.fail(
@@ -300,7 +309,8 @@ def started_engine(work: Path) -> Iterator[ContainerEngine]:
     argv += ["--fork", "--kill-child", "--mount-proc"]
     with log.open("wb") as output:
         engine = subprocess.Popen(
-            [*argv, "catatonit", "--", "sh", "-c", _NAMESPACE_SCRIPT, "sh", str(work), IMAGE],
+            [*argv, "catatonit", "--", "sh", "-c", _NAMESPACE_SCRIPT, "sh", str(work), IMAGE]
+            + [str(place) for place in writable],
             stdin=listener.fileno(),
             stdout=output,
             stderr=output,
@@ -324,6 +334,9 @@ def started_engine(work: Path) -> Iterator[ContainerEngine]:
 
 @pytest.fixture(scope="session")
 def container_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerEngine]:
-    """One engine per test process (each pytest-xdist worker starts its own)."""
-    with started_engine(tmp_path_factory.mktemp("engine")) as engine:
+    """One engine per test process (each pytest-xdist worker starts its own). The run's
+    temporary root stays writable to it: a container may bind a test's ``tmp_path``.
+    Containers a test makes stay until it removes them: filter by a label of its own."""
+    writable = [tmp_path_factory.getbasetemp()]
+    with started_engine(tmp_path_factory.mktemp("engine"), writable) as engine:
         yield engine

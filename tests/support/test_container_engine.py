@@ -106,6 +106,24 @@ def test_the_cli_sees_what_the_api_made(container_engine: ContainerEngine) -> No
     assert container_engine.run("rm", identifier).returncode == 0
 
 
+def test_a_container_writes_into_a_bind_of_the_tests_directory(
+    container_engine: ContainerEngine, tmp_path: Path
+) -> None:
+    engine = container_engine
+    body = {
+        "Image": engine.image,
+        "Cmd": ["sh", "-c", "echo written > /work/out"],
+        "HostConfig": {"Binds": [f"{tmp_path}:/work"]},
+    }
+    created = api_request(engine.socket, "POST", "/v1.41/containers/create", body)
+    identifier = created.json()["Id"]
+    api_request(engine.socket, "POST", f"/v1.41/containers/{identifier}/start")
+    waited = api_request(engine.socket, "POST", f"/v1.41/containers/{identifier}/wait")
+    assert waited.json()["StatusCode"] == 0
+    assert (tmp_path / "out").read_text() == "written\n"
+    assert engine.run("rm", identifier).returncode == 0
+
+
 def test_the_cli_runs_a_container_to_its_end(container_engine: ContainerEngine) -> None:
     ran = container_engine.run("run", "--rm", IMAGE, "echo", "hi")
     assert (ran.returncode, ran.stdout) == (0, "hi\n"), ran.stderr
