@@ -238,6 +238,24 @@ def scenario(engine_socket: str) -> list[Step]:
             "the session's containers, by label",
         ),
         Step("container_delete", "DELETE", f"{v}/containers/{{id}}", None, False, "removed"),
+        Step(
+            "network_create",
+            "POST",
+            f"{v}/networks/create",
+            {"Name": "sbtest-recorded", "Labels": {SESSION_LABEL: "recorded"}},
+            False,
+            "a network of the session",
+        ),
+        Step("network_delete", "DELETE", f"{v}/networks/sbtest-recorded", None, False, "removed"),
+        Step(
+            "volume_create",
+            "POST",
+            f"{v}/volumes/create",
+            {"Name": "sbtest-recorded", "Labels": {SESSION_LABEL: "recorded"}},
+            False,
+            "a volume of the session",
+        ),
+        Step("volume_delete", "DELETE", f"{v}/volumes/sbtest-recorded", None, False, "removed"),
         *(
             Step(
                 name,

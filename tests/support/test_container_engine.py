@@ -124,6 +124,34 @@ def test_a_container_writes_into_a_bind_of_the_tests_directory(
     assert engine.run("rm", identifier).returncode == 0
 
 
+def test_a_container_uses_a_network_and_a_volume_made_through_the_api(
+    container_engine: ContainerEngine,
+) -> None:
+    engine = container_engine
+    made = {
+        "/v1.41/networks/create": {"Name": "sbtest-net"},
+        "/v1.41/volumes/create": {"Name": "sbtest-volume"},
+    }
+    for target, named in made.items():
+        assert api_request(engine.socket, "POST", target, named).status == 201, target
+    body = {
+        "Image": engine.image,
+        "Cmd": ["sh", "-c", "echo kept > /data/file && cat /data/file"],
+        "HostConfig": {"Binds": ["sbtest-volume:/data"], "NetworkMode": "sbtest-net"},
+    }
+    identifier = api_request(engine.socket, "POST", "/v1.41/containers/create", body).json()["Id"]
+    api_request(engine.socket, "POST", f"/v1.41/containers/{identifier}/start")
+    api_request(engine.socket, "POST", f"/v1.41/containers/{identifier}/wait")
+    logs = api_request(engine.socket, "GET", f"/v1.41/containers/{identifier}/logs?stdout=1")
+    assert _log_lines(logs.body) == [(1, b"kept\n")]
+    for target in (
+        f"/v1.41/containers/{identifier}",
+        "/v1.41/volumes/sbtest-volume",
+        "/v1.41/networks/sbtest-net",
+    ):
+        assert api_request(engine.socket, "DELETE", target).status == 204, target
+
+
 def test_the_cli_runs_a_container_to_its_end(container_engine: ContainerEngine) -> None:
     ran = container_engine.run("run", "--rm", IMAGE, "echo", "hi")
     assert (ran.returncode, ran.stdout) == (0, "hi\n"), ran.stderr

@@ -77,9 +77,9 @@ def test_a_hostile_body_is_answered_as_the_engine_answered_it(
 
 
 def test_an_unrecorded_route_is_a_404_naming_it(replay_engine: ReplayEngine) -> None:
-    answer = api_request(replay_engine.socket, "POST", "/v1.41/volumes/create", {"Name": "v"})
+    answer = api_request(replay_engine.socket, "POST", "/v1.41/secrets/create", {"Name": "s"})
     assert answer.status == 404
-    assert answer.json()["message"] == "no recording answers POST /volumes/create"
+    assert answer.json()["message"] == "no recording answers POST /secrets/create"
 
 
 def test_every_request_that_reached_it_is_listed_in_order(replay_engine: ReplayEngine) -> None:
