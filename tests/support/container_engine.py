@@ -13,9 +13,9 @@ path would send outside the engine's directory (the blob cache under
 ``/var/lib/containers``, ``/var/tmp``, the CNI state) fails loudly instead of touching the
 machine; ``/run``, ``/var/lib`` and ``/dev/shm`` (libpod's lock segment) are private and
 empty, the engine's directory is at :data:`INSIDE`, ``/etc/containers`` is the engine's
-own configuration, and ``/sys/fs/cgroup`` is
-read-only (containers run with cgroups disabled). Killing the namespace's first process
-ends every process of the engine, containers included. Containers use CNI's bridge inside
+own configuration, and ``/sys/fs/cgroup`` is read-only (containers run with cgroups
+disabled). Killing the namespace's first process ends every process of the engine,
+containers included. Containers use CNI's bridge inside
 the engine's own network namespace: they reach each other and nothing outside, and a port
 they publish is not reachable from the test.
 
@@ -66,9 +66,11 @@ INSIDE = "/run/engine"
 # socket accepts from the start, so the first request is the readiness check, no polling).
 _NAMESPACE_SCRIPT = r"""
 set -eu
+work=$1 image=$2
+shift 2
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir /run/engine
-mount --bind "$1" /run/engine
+mount --bind "$work" /run/engine
 mount --bind /run/engine/etc /etc/containers
 mount -t tmpfs -o mode=0755 tmpfs /var/lib
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
@@ -80,8 +82,6 @@ fi
 for place in $(findmnt -rn -o TARGET -R /sys/fs/cgroup); do
   mount -o remount,bind,ro "$place"
 done
-work=$1 image=$2
-shift 2
 # The directories the tests' containers may write to (binds of a test's own directory):
 # each its own mount, so it stays writable when the root becomes read-only.
 for place in "$@"; do
@@ -103,6 +103,7 @@ log_driver = "k8s-file"
 # The engine runs without CAP_SYS_RESOURCE on some machines: podman's default limits
 # (above the caller's hard limits) would fail every start, so the caller's are used.
 default_ulimits = [{ulimits}]
+# The CLI's containers have no network unless asked; the API's default to CNI's bridge.
 netns = "none"
 
 [network]
