@@ -15,7 +15,7 @@ machine; ``/run``, ``/var/lib`` and ``/dev/shm`` (libpod's lock segment) are pri
 empty, the engine's directory is at :data:`INSIDE`, ``/etc/containers`` is the engine's
 own configuration, and ``/sys/fs/cgroup`` is read-only (containers run with cgroups
 disabled). Killing the namespace's first process ends every process of the engine,
-containers included. Containers use CNI's bridge inside
+containers included. Containers use podman's bridge network (CNI on Debian 12) inside
 the engine's own network namespace: they reach each other and nothing outside, and a port
 they publish is not reachable from the test.
 
@@ -103,11 +103,10 @@ log_driver = "k8s-file"
 # The engine runs without CAP_SYS_RESOURCE on some machines: podman's default limits
 # (above the caller's hard limits) would fail every start, so the caller's are used.
 default_ulimits = [{ulimits}]
-# The CLI's containers have no network unless asked; the API's default to CNI's bridge.
+# The CLI's containers have no network unless asked; the API's default to the bridge.
 netns = "none"
 
 [network]
-network_backend = "cni"
 network_config_dir = "/run/engine/networks"
 
 [engine]
