@@ -8,7 +8,8 @@ as the real engine answered when it was recorded.
 
 A request is matched to a recording by method and path, the API version prefix dropped
 and a container's Id or name read as ``{id}`` (so ``POST /v1.43/containers/abc/start``
-is answered by the recording of ``POST /v1.41/containers/<recorded id>/start``); among
+is answered by the recording of ``POST /v1.41/containers/<recorded id>/start``), a HEAD
+as its GET; among
 several, the one with the same body, else the first that is not hostile, else the first.
 A request no recording matches gets 404 with a JSON message naming it, as an engine
 answers an unknown route.
@@ -112,7 +113,9 @@ class ReplayedRequest:
 
 def choose(recordings: list[Recording], method: str, target: str, body: bytes) -> Recording | None:
     """The recording that answers this request, if any (see the module's docstring)."""
-    matching = [recording for recording in recordings if recording.route == route(method, target)]
+    # A HEAD is answered as the GET it stands for (the docker CLI pings with HEAD first).
+    wanted = route("GET" if method == "HEAD" else method, target)
+    matching = [recording for recording in recordings if recording.route == wanted]
     if not matching:
         return None
     try:

@@ -11,7 +11,7 @@ from tests.support.docker_replay import (
     load_recordings,
     route,
 )
-from tests.support.unix_http import api_request
+from tests.support.unix_http import UnixHTTPConnection, api_request
 
 
 @pytest.mark.parametrize(
@@ -54,6 +54,12 @@ def test_ping_is_answered_as_recorded(replay_engine: ReplayEngine) -> None:
     assert (answer.status, answer.body) == (200, b"OK")
 
 
+def test_a_head_is_answered_as_its_get_without_the_body(replay_engine: ReplayEngine) -> None:
+    answer = api_request(replay_engine.socket, "HEAD", "/_ping")
+    assert (answer.status, answer.body) == (200, b"")
+    assert answer.headers["Content-Length"] == "2"
+
+
 def test_a_container_made_through_it_is_started_by_the_recorded_id(
     replay_engine: ReplayEngine,
 ) -> None:
@@ -91,3 +97,17 @@ def test_every_request_that_reached_it_is_listed_in_order(replay_engine: ReplayE
         "POST /containers/create",
     ]
     assert replay_engine.requests[1].json() == {"Image": "x"}
+
+
+def test_a_kept_alive_connection_is_answered_request_after_request(
+    replay_engine: ReplayEngine,
+) -> None:
+    connection = UnixHTTPConnection(replay_engine.socket)
+    try:
+        for _ in range(2):
+            connection.request("GET", "/_ping")
+            response = connection.getresponse()
+            assert (response.status, response.read()) == (200, b"OK")
+    finally:
+        connection.close()
+    assert len(replay_engine.requests) == 2
