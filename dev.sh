@@ -28,10 +28,12 @@ DEMO_PACKAGES=(bubblewrap util-linux)
 # libclang-rt-14-dev (the front door's fuzz target: libFuzzer and the sanitizers' runtimes
 # for clang are in the latter, only recommended by clang), zsh and fish (the completion
 # scripts' syntax checks), xvfb and xclip (a real X clipboard for the clipboard bridge's
-# tests: each starts its own Xvfb).
+# tests: each starts its own Xvfb), podman, crun and catatonit (the real container engine
+# of the container bridge's tests: podman's API in namespaces of its own, each test run's
+# engine with its own store) and busybox-static (that engine's one image, made offline).
 TEST_PACKAGES=(gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
   openssh-server clang libclang-rt-14-dev zsh fish
-  xvfb xclip)
+  xvfb xclip podman crun catatonit busybox-static)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
 if ! command -v node >/dev/null; then TEST_PACKAGES+=(nodejs npm); fi

@@ -25,6 +25,10 @@ from hypothesis import settings
 
 from tests.private_home import UserState, make_private_environment
 
+# Fixtures shared across test folders: the real container engine (``container_engine``)
+# and the recorded stand-in for the hostile cases (``replay_engine``).
+pytest_plugins = ["tests.support.container_engine", "tests.support.docker_replay"]
+
 # Never the user's home, state or config (tests/private_home.py): what those hold is noted
 # first, then this process and every child it starts get a private HOME and XDG_* tree,
 # before anything imports sandbridge; the run fails if the user's changed meanwhile.
@@ -105,6 +109,8 @@ SLOW_FILES = frozenset(
         "test_install.py",
         "test_fuzz_front_c.py",  # builds with clang, fuzzes for a bounded time
         "test_front_sanitized.py",  # builds the front door with ASan and UBSan
+        "test_container_engine.py",  # starts real container engines (podman)
+        "test_docker_recorder.py",  # records a scenario against a real engine
     }
 )
 
