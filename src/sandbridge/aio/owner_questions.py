@@ -96,7 +96,9 @@ class OwnerQuestions:
     """One session's questions to its owner.
 
     ``terminal``: how to ask on the owner's terminal (None: there is none); ``listed``:
-    whether a dashboard can reach the session (it serves a control socket)."""
+    whether a dashboard can reach the session (it serves a control socket); ``announce``:
+    where a question with no terminal to ask it on is said (the session's messages), so
+    that the owner knows to look at the dashboard."""
 
     def __init__(
         self,
@@ -104,8 +106,10 @@ class OwnerQuestions:
         listed: bool,
         timeout: float = ANSWER_TIMEOUT,
         max_waiting: int = MAX_WAITING,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         self._terminal = terminal
+        self._announce = announce
         self.listed = listed
         self.timeout = timeout
         self.max_waiting = max_waiting
@@ -143,6 +147,11 @@ class OwnerQuestions:
         self._waiting[question_id] = (question, answer)
         self._changed()
         log.info("owner_question.asked", id=question_id, kind=kind)
+        if self._terminal is None and self._announce is not None:
+            self._announce(
+                f"{text}: answer it on the dashboard (sandbridge ui) within "
+                f"{self.timeout:g} s, or it is a no"
+            )
         try:
             async with asyncio.timeout(self.timeout):
                 if self._terminal is None:

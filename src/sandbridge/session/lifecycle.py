@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -278,7 +279,11 @@ async def open_session(
     # The bridges ask on this process's terminal, never when the session's messages go
     # elsewhere (``out``: a daemon's session), and list their questions for a dashboard
     # when the session serves a control socket (the broker's).
-    questions = OwnerQuestions(terminal_asker() if out is None else None, starter is not None)
+    questions = OwnerQuestions(
+        terminal_asker() if out is None else None,
+        starter is not None,
+        announce=lambda text: print(f"sandbridge: {text}", file=out or sys.stderr, flush=True),
+    )
     questions.on_change = changed
     owner_ops = {
         **session_ops(options, gate, host, stop_requested, entry.id),
