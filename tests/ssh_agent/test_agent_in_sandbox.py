@@ -192,7 +192,7 @@ def test_with_the_daemon_running_the_run_serves_its_agent_itself(
     assert listed.stdout.split()[1] == owner.chosen.fingerprint
 
 
-def test_each_asks_on_the_session_s_terminal_before_a_commit_is_signed(
+def test_each_asks_on_the_session_s_terminal_before_each_git_signature(
     tmp_path: Path, owner: OwnerAgent
 ) -> None:
     work = tmp_path / "work"
