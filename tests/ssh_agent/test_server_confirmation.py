@@ -16,7 +16,7 @@ import pytest
 
 from sandbridge.aio.owner_questions import OwnerQuestions
 from sandbridge.exceptions import ControlRefusal
-from sandbridge.ssh_agent.signature_log import read_counts
+from sandbridge.ssh_agent.signature_log import read_counts, summarise
 from tests.ssh_agent.owner_agent import OwnerAgent
 from tests.ssh_agent.test_server import Bridge, owner, sign
 
@@ -77,6 +77,8 @@ def test_each_asks_before_every_signature_and_a_no_is_failure_logged(
     assert decisions == [("signed", ""), ("refused", "the owner said no")]
     [count] = read_counts(bridge.log_dir)
     assert (count.mode, count.signed, count.refused) == ("each", 1, 1)
+    [line] = summarise([count])
+    assert line.startswith(f"ssh-agent {owner.chosen.fingerprint} chosen (mode each): 1 signed")
 
 
 def test_session_asks_once_and_its_yes_holds_for_the_session(
