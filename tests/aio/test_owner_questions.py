@@ -188,7 +188,7 @@ def test_another_session_s_question_id_is_unknown_here() -> None:
     assert refusal.code == "unknown_question"
 
 
-def test_closing_withdraws_every_waiting_question_as_a_no() -> None:
+def test_closing_withdraws_every_waiting_question_as_a_no_saying_so() -> None:
     async def scenario() -> Verdict:
         questions = OwnerQuestions(None, listed=True)
         ask = asyncio.create_task(questions.ask("clipboard", "read?", "allow?"))
@@ -196,7 +196,7 @@ def test_closing_withdraws_every_waiting_question_as_a_no() -> None:
         await questions.close()
         return await ask
 
-    assert asyncio.run(scenario()) is Verdict.NO
+    assert asyncio.run(scenario()) is Verdict.WITHDRAWN
 
 
 # Asks one question on the process's terminal (the session's), as a session does.

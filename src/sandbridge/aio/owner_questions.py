@@ -57,6 +57,7 @@ class Verdict(enum.Enum):
     TIMED_OUT = f"no answer within {ANSWER_TIMEOUT:g} s"
     NOBODY = "nobody to ask (no terminal, and no dashboard can reach this session)"
     FULL = f"{MAX_WAITING} questions are already waiting for the owner"
+    WITHDRAWN = "the session ended before the owner answered"
 
     @property
     def reason(self) -> str:
@@ -113,7 +114,8 @@ class OwnerQuestions:
         self.listed = listed
         self.timeout = timeout
         self.max_waiting = max_waiting
-        self._waiting: dict[str, tuple[Question, asyncio.Future[bool]]] = {}
+        # Each question's answer: True or False, the owner's; None, withdrawn (closing).
+        self._waiting: dict[str, tuple[Question, asyncio.Future[bool | None]]] = {}
         self._answered: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._terminal_turn = asyncio.Lock()
         # Called when the questions waiting change (the registry's watchers, the dashboard).
@@ -143,7 +145,7 @@ class OwnerQuestions:
         now = time.time()
         shown = f"{text} {prompt}"[:MAX_TEXT_CHARS]
         question = Question(question_id, kind, shown, now, now + self.timeout)
-        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         self._waiting[question_id] = (question, answer)
         self._changed()
         log.info("owner_question.asked", id=question_id, kind=kind)
@@ -163,7 +165,7 @@ class OwnerQuestions:
         except TimeoutError:
             verdict = Verdict.TIMED_OUT
         else:
-            verdict = Verdict.YES if yes else Verdict.NO
+            verdict = Verdict.WITHDRAWN if yes is None else Verdict.YES if yes else Verdict.NO
         finally:
             del self._waiting[question_id]
             self._remember(question_id)
@@ -214,9 +216,9 @@ class OwnerQuestions:
         """Withdraw every question still waiting (each is then a no for its bridge)."""
         for _, future in list(self._waiting.values()):
             if not future.done():
-                future.set_result(False)
+                future.set_result(None)
 
-    async def _on_terminal(self, line: str, answer: asyncio.Future[bool]) -> None:
+    async def _on_terminal(self, line: str, answer: asyncio.Future[bool | None]) -> None:
         """Ask on the terminal when its turn comes; a question answered meanwhile (on the
         dashboard) is never asked there, and one answered while asked is withdrawn."""
         assert self._terminal is not None
