@@ -173,6 +173,15 @@ def test_a_bad_answer_is_refused_by_code_and_the_question_still_waits(
     assert verdict is Verdict.YES
 
 
+def test_a_huge_malformed_answer_is_refused_in_one_short_line() -> None:
+    questions = OwnerQuestions(None, listed=True)
+    for message in ({"id": ["x"] * 5000, "yes": True}, {"id": "x" * 5000, "yes": True},
+                    {"id": "abc", "yes": "y" * 5000}):  # fmt: skip
+        with pytest.raises(ControlRefusal) as refused:
+            questions.answer(message["id"], message["yes"])
+        assert len(str(refused.value)) < 120
+
+
 def test_another_session_s_question_id_is_unknown_here() -> None:
     async def scenario() -> ControlRefusal:
         mine, theirs = OwnerQuestions(None, listed=True), OwnerQuestions(None, listed=True)

@@ -177,9 +177,11 @@ class OwnerQuestions:
         """The dashboard's answer to one question (:class:`ControlRefusal` names why it is
         refused: a malformed one, an id unknown to this session, one already answered)."""
         if not isinstance(question_id, str) or not question_id:
-            raise ControlRefusal("malformed", f"id must be a question's id, got {question_id!r}")
+            raise ControlRefusal(
+                "malformed", f"id must be a question's id, got {repr(question_id)[:60]}"
+            )
         if type(yes) is not bool:
-            raise ControlRefusal("malformed", f"yes must be true or false, got {yes!r}")
+            raise ControlRefusal("malformed", f"yes must be true or false, got {repr(yes)[:60]}")
         if question_id in self._answered:
             raise ControlRefusal("already_answered", f"question {question_id} was answered already")
         waiting = self._waiting.get(question_id)
