@@ -160,3 +160,36 @@ def test_the_dashboard_s_answer_through_the_control_ops_lets_the_signature_throu
     with pytest.raises(ControlRefusal) as again:
         call("question_answer", id=row["id"], yes=False)
     assert again.value.code == "already_answered"
+
+
+def test_a_flood_of_signatures_past_the_question_bound_is_refused_at_once(
+    start: Any, owner: OwnerAgent, tmp_path: Path
+) -> None:
+    questions = OwnerQuestions(None, listed=True, max_waiting=8)
+    eight_waiting, recorded = threading.Event(), threading.Event()
+    questions.on_change = lambda: eight_waiting.set() if len(questions.pending()) == 8 else None
+    bridge = start("each", questions)
+    bridge.bridge.log.on_record = recorded.set
+    for n in range(8):  # each its own dir: sign() writes the public key file beside
+        (tmp_path / f"d{n}").mkdir()
+    signers = [
+        threading.Thread(target=signs, args=(bridge, owner, tmp_path / f"d{n}", "m"))
+        for n in range(8)
+    ]
+    for signer in signers:
+        signer.start()
+    assert eight_waiting.wait(30)
+    assert not signs(bridge, owner, tmp_path, "ninth")  # refused without waiting
+    assert recorded.is_set()
+    [flooded] = bridge.log_lines()
+    assert flooded["reason"] == "8 questions are already waiting for the owner"
+
+    async def refuse_all() -> None:
+        for question in questions.pending():
+            questions.answer(question.id, False)
+
+    asyncio.run_coroutine_threadsafe(refuse_all(), bridge._loop).result(10)
+    for signer in signers:
+        signer.join(30)
+    reasons = sorted(str(line["reason"]) for line in bridge.log_lines())
+    assert reasons == ["8 questions are already waiting for the owner"] + ["the owner said no"] * 8
