@@ -22,6 +22,15 @@ from tests.conftest import SANDBRIDGE
         (["--via", "  "], "sandbridge: --via '  ': give a command that runs serve-stdio"),
         (["--via", "x", "--name", "a:b"], "sandbridge: --name 'a:b': use 1-40 characters"),
         (["--via", "x", "--gone-after", "0"], "sandbridge: --gone-after must be positive, got 0"),
+        (
+            ["--via", "x", "--ssh-agent", "SHA256:abc"],
+            "sandbridge: --ssh-agent is not served over connect: your agent is on this machine",
+        ),
+        (
+            ["box", "--clipboard", "read"],
+            "sandbridge: --clipboard is not served over connect: the link carries neither the "
+            "owner's question nor the clipboard's bytes",
+        ),
     ],
 )
 def test_connect_refuses_a_bad_option_naming_it(options: list[str], says: str, xdg: Path) -> None:

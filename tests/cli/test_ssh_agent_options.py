@@ -49,28 +49,30 @@ def test_the_owners_config_turns_it_on_naming_its_line(
 ) -> None:
     config = tmp_path / "config" / "sandbridge" / "config"
     config.parent.mkdir(parents=True)
-    config.write_text(f"# mine\nssh_agent = {owner.chosen.fingerprint}\n")
+    config.write_text(f"# mine\nssh_agent = {owner.chosen.fingerprint}:session\n")
     env = {**owner.env(), "XDG_CONFIG_HOME": str(tmp_path / "config")}
     shown = sandbridge(tmp_path, env, "run", "--print-policy", "--", "true")
     assert (
         f"ssh-agent: on at /run/ags-webview-relay/ssh-agent.sock ({config}:2): lists and "
-        f"signs with {owner.chosen.fingerprint};"
+        f"signs with {owner.chosen.fingerprint} (session);"
     ) in shown.stdout
     # The flag wins over the config.
     shown = sandbridge(
         tmp_path, env, "run", "--print-policy", "--ssh-agent", "deploy", "--", "true"
     )
-    assert "(--ssh-agent): lists and signs with deploy;" in shown.stdout
+    assert "(--ssh-agent): lists and signs with deploy (always);" in shown.stdout
 
 
-def test_print_policy_lists_the_chosen_keys(tmp_path: Path, xdg: Path, owner: OwnerAgent) -> None:
+def test_print_policy_lists_the_chosen_keys_with_their_modes(
+    tmp_path: Path, xdg: Path, owner: OwnerAgent
+) -> None:
     shown = sandbridge(
         tmp_path, owner.env(), "run", "--print-policy",
-        "--ssh-agent", f"{owner.chosen.fingerprint},deploy", "--", "true",
+        "--ssh-agent", f"{owner.chosen.fingerprint}:each,deploy", "--", "true",
     )  # fmt: skip
     assert (
         "ssh-agent: on at /run/ags-webview-relay/ssh-agent.sock (--ssh-agent): lists and "
-        f"signs with {owner.chosen.fingerprint}, deploy;"
+        f"signs with {owner.chosen.fingerprint} (each), deploy (always);"
     ) in shown.stdout
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sandbridge.aio.owner_questions import OwnerQuestions
 from sandbridge.clipboard import server
 from sandbridge.clipboard.inside import Invocation, exchange
 from sandbridge.clipboard.mode import ClipboardMode, ClipboardSettings
@@ -51,7 +52,7 @@ class Bridge:
             path,
             settings,
             TransferLog(self.log_dir),
-            None if answers is None else self._ask,
+            OwnerQuestions(None if answers is None else self._ask, listed=False),
             self.out,
             find_owner_tools(x.env),
             header_timeout=header_timeout,
@@ -186,7 +187,7 @@ def test_without_anyone_to_ask_a_read_is_refused_naming_the_preapproval(
     x.set(b"secret")
     answer, _ = start(answers=None).call(wire.READ)
     assert not answer.ok
-    assert "no one can be asked here (no terminal)" in answer.error
+    assert "no one can be asked here (no terminal, no dashboard)" in answer.error
     assert "--clipboard-preapprove" in answer.error
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pexpect
 import pytest
 
 from sandbridge.protocol.contract import SSH_AGENT_SOCKET
@@ -189,3 +190,34 @@ def test_with_the_daemon_running_the_run_serves_its_agent_itself(
     )
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split()[1] == owner.chosen.fingerprint
+
+
+def test_each_asks_on_the_session_s_terminal_before_each_git_signature(
+    tmp_path: Path, owner: OwnerAgent
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "chosen.pub").write_text(owner.chosen.public + "\n")
+    (work / "message").write_text("signed text\n")
+    script = (
+        'ssh-keygen -Y sign -n git -f chosen.pub message >/dev/null 2>&1; echo "ONE $?"; '
+        "rm -f message.sig; "
+        'ssh-keygen -Y sign -n git -f chosen.pub message >/dev/null 2>&1; echo "TWO $?"'
+    )
+    argv = run_argv(
+        work, "sh", "-c", f"cd {work} && {script}",
+        options=("--no-daemon", "--net", "none", "--ssh-agent", f"{owner.chosen.fingerprint}:each"),
+    )  # fmt: skip
+    child = pexpect.spawn(argv[0], argv[1:], env=owner.env(), timeout=120, encoding="utf-8")
+    try:
+        child.expect_exact(f"the sandbox asks to sign with your key {owner.chosen.fingerprint}")
+        child.expect_exact("signature in namespace 'git'")
+        child.expect_exact("allow this signature? [y/N] ")
+        child.sendline("y")
+        child.expect_exact("ONE 0")
+        child.expect_exact("allow this signature? [y/N] ")
+        child.sendline("n")
+        child.expect_exact("TWO 255")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

@@ -6,7 +6,7 @@ import pytest
 
 from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.ssh_agent import fingerprint
-from sandbridge.ssh_agent.choice import KeyChoice, parse_choice
+from sandbridge.ssh_agent.choice import Confirm, KeyChoice, parse_choice
 
 FPR = fingerprint(b"chosen")
 
@@ -32,9 +32,28 @@ def test_always_is_the_mode_a_key_may_name() -> None:
     assert parse_choice([f"{FPR}:always,deploy:always"]) == parse_choice([f"{FPR},deploy"])
 
 
+def test_each_key_carries_its_confirmation_mode_always_by_default() -> None:
+    choice = parse_choice([f"{FPR}:each,deploy:session,plain"])
+    assert choice == parse_choice([f"{FPR},deploy,plain"])
+    assert choice.mode_of(b"chosen", b"x") is Confirm.EACH
+    assert choice.mode_of(b"other", b"deploy") is Confirm.SESSION
+    assert choice.mode_of(b"third", b"plain") is Confirm.ALWAYS
+    assert choice.shown() == [f"{FPR} (each)", "deploy (session)", "plain (always)"]
+
+
+def test_a_key_named_twice_gets_the_mode_that_asks_more() -> None:
+    choice = parse_choice([f"{FPR}:session,deploy:each", f"{FPR}:always"])
+    assert choice.mode_of(b"chosen", b"x") is Confirm.SESSION
+    assert choice.mode_of(b"chosen", b"deploy") is Confirm.EACH
+
+
+def test_a_colon_word_that_is_no_mode_stays_part_of_the_comment() -> None:
+    choice = parse_choice(["work:laptop"])
+    assert choice.comments == frozenset({"work:laptop"})
+
+
 REFUSED = [
-    (f"{FPR}:each", "asking before signatures \\(each\\) is not served yet"),
-    ("deploy:session", "asking before signatures \\(session\\) is not served yet"),
+    ("SHA256:short:each", "not a SHA256 fingerprint"),
     ("all", "every key is never offered"),
     ("ALL", "every key is never offered"),
     ("*", "every key is never offered"),

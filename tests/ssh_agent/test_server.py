@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.aio.owner_questions import OwnerQuestions
 from sandbridge.exceptions import PolicyError
 from sandbridge.protocol import ssh_agent as wire
 from sandbridge.ssh_agent import server
@@ -33,6 +34,7 @@ class Bridge:
         owner: OwnerAgent,
         selectors: str,
         max_signatures: int = server.MAX_SIGNATURES,
+        questions: OwnerQuestions | None = None,
     ) -> None:
         self.path = path
         self.log_dir = path.parent
@@ -41,6 +43,7 @@ class Bridge:
             parse_choice([selectors]),
             str(owner.socket),
             SignatureLog(self.log_dir),
+            questions,
             max_signatures=max_signatures,
         )
         self.errors: list[dict[str, object]] = []
@@ -206,7 +209,8 @@ def test_a_sign_request_for_another_key_gets_failure_and_is_counted(
     assert exchange(bridge.path, framed(request)) == wire.failure()
     [line] = bridge.log_lines()
     assert (line["decision"], line["reason"]) == ("refused", "not a key the owner chose")
-    assert [(c.key, c.refused) for c in read_counts(bridge.log_dir)] == [("(keys not offered)", 1)]
+    counts = {c.key: c.refused for c in read_counts(bridge.log_dir)}
+    assert counts == {"(keys not offered)": 1, owner.chosen.fingerprint: 0}
 
 
 def test_an_oversize_length_closes_only_that_connection(bridge: Bridge) -> None:

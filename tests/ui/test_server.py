@@ -187,7 +187,15 @@ def test_the_event_stream_proves_its_dashboard_then_sends_the_tables(dashboard: 
     # dashboard's port after it ended does not know it).
     assert hello == f"event: hello\ndata: {csrf}".encode()
     tables = json.loads(first.removeprefix(b"data: "))
-    assert set(tables) == {"sessions", "apps", "terminals", "egress", "egress_pending", "logins"}
+    assert set(tables) == {
+        "sessions",
+        "apps",
+        "terminals",
+        "egress",
+        "egress_pending",
+        "logins",
+        "questions",
+    }
 
 
 def test_another_users_connection_gets_no_answer(dashboard: Dashboard) -> None:
@@ -302,7 +310,7 @@ def test_a_session_starting_and_ending_shows_at_once_without_a_timed_reread(xdg:
             tab, tab_writer = await _stream(dashboard.access.host, await _logged_in(dashboard))
             assert await _next_tables(tab) == {
                 "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
-                "logins": [],
+                "logins": [], "questions": [],
             }  # fmt: skip
             entry = SessionEntry.create("web", xdg)
             tables = await _next_tables(tab)

@@ -107,7 +107,7 @@ def test_without_sessions_the_tables_are_empty_and_no_key_is_made(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     assert snapshot() == {
         "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
-        "logins": [],
+        "logins": [], "questions": [],
     }  # fmt: skip
     assert not (tmp_path / "config").exists(), "reading the page made an owner key"
 

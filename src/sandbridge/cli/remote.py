@@ -57,7 +57,31 @@ async def _connect(args: argparse.Namespace) -> int:
         entry.remove()
 
 
+# The bridges a session's own host half serves, which ``connect`` does not carry: each
+# refused by name (docs/remote.md#bridges-over-connect) rather than left to argparse's
+# "unrecognized arguments".
+NOT_OVER_CONNECT = {
+    "ssh_agent": (
+        "--ssh-agent",
+        "your agent is on this machine, the far session's host half on the far one, and the "
+        "link carries apps and terminal requests only; run the far session with the far "
+        "machine's own keys (sandbridge run --ssh-agent KEY there)",
+    ),
+    "clipboard": (
+        "--clipboard",
+        "the link carries neither the owner's question nor the clipboard's bytes; the far "
+        "session's clipboard would be the far machine's, not yours",
+    ),
+}
+
+
 def cmd_connect(args: argparse.Namespace) -> int:
+    for name, (flag, why) in NOT_OVER_CONNECT.items():
+        if getattr(args, name) is not None:
+            raise SystemExit(
+                f"sandbridge: {flag} is not served over connect: {why} "
+                "(docs/remote.md, Bridges over connect)"
+            )
     if args.gone_after <= 0:
         raise SystemExit(f"sandbridge: --gone-after must be positive, got {args.gone_after:g}")
     keep_freed_heap()
@@ -88,6 +112,9 @@ def add_commands(commands: Any) -> None:
         help="give a far machine up after this long without a link "
         f"(default {GONE_AFTER_SECONDS:g})",
     )
+    for name, (flag, _) in NOT_OVER_CONNECT.items():
+        # Taken only to be refused by name (cmd_connect); not in --help.
+        connect.add_argument(flag, dest=name, default=None, help=argparse.SUPPRESS)
     add_ssh_options(connect)
     _verbose_option(connect)
     connect.set_defaults(func=cmd_connect)

@@ -26,9 +26,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--ssh-agent",
         action="append",
         default=[],
-        metavar="KEY[,KEY...]",
+        metavar="KEY[:MODE][,KEY...]",
         help="give the sandbox an SSH_AUTH_SOCK that lists and signs with these keys of "
-        "your agent alone (SHA256 fingerprint or comment, as ssh-add -l prints them)",
+        "your agent alone (SHA256 fingerprint or comment, as ssh-add -l prints them); "
+        "MODE: always (default), session (ask once), each (ask before every signature)",
     )
 
 
@@ -76,7 +77,7 @@ def policy_lines(args: argparse.Namespace) -> list[str]:
     chosen = _chosen(args)
     if chosen is None:
         return ["ssh-agent: off (--ssh-agent KEY, or ssh_agent = KEY in your config, turns it on)"]
-    keys = ", ".join(parse_choice(*chosen).selectors())
+    keys = ", ".join(parse_choice(*chosen).shown())
     return [
         f"ssh-agent: on at {SANDBOX_SSH_AGENT_SOCKET} ({chosen[1]}): lists and signs with "
         f"{keys}; every other agent request refused; each signature logged"

@@ -1,10 +1,11 @@
 """The sandbox's clipboard socket, ``clipboard.sock`` in the runtime dir, served here.
 
 One request per connection (protocol/clipboard.py). A read (or a list of types) goes
-ahead within a window the owner opened by answering yes on the terminal that started the
-session (approval.py); without a terminal, and not preapproved, it is refused with the
-flag that would allow it. A write goes ahead in ``readwrite`` mode only. The owner's
-own tools do the reading and writing (owner_tools.py). Every transfer is logged (type,
+ahead within a window the owner opened by answering yes (approval.py), on the terminal
+that started the session or on the dashboard (aio/owner_questions.py); with no one to ask,
+and not preapproved, it is refused with the flag that would allow it. A write goes ahead
+in ``readwrite`` mode only. The owner's own tools do the reading and writing
+(owner_tools.py). Every transfer is logged (type,
 size, time, never the content: read_log.py) and each read is said on the owner's
 terminal.
 
@@ -19,12 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
 
 from sandbridge.aio.bridge_service import BridgeLimits, BridgeService
-from sandbridge.aio.terminal_question import ask_terminal, is_yes, terminal_present
+from sandbridge.aio.owner_questions import OwnerQuestions, Verdict
 from sandbridge.clipboard import owner_tools
 from sandbridge.clipboard.approval import ReadApproval, ReadDecision
 from sandbridge.clipboard.mode import ClipboardSettings
@@ -48,28 +48,10 @@ TRANSFER_WINDOW = 60.0
 # its slot no longer.
 HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 30.0
-# An unanswered question is a no after this long.
-ASK_TIMEOUT = 60.0
 READ_BYTES = 64 * 1024
 # A clipboard's type list: a browser's copy offers a dozen types, an office suite's a
 # few dozen; 16 KiB holds them all.
 TYPES_BYTES = 16 * 1024
-
-# Asks the owner one question; True for yes.
-Asker = Callable[[str], Awaitable[bool]]
-
-
-async def ask_on_terminal(question: str) -> bool:
-    """Ask on the controlling terminal; no answer within :data:`ASK_TIMEOUT` is no."""
-    try:
-        return is_yes(await asyncio.wait_for(ask_terminal(question), ASK_TIMEOUT))
-    except (OSError, TimeoutError):
-        return False
-
-
-def terminal_asker() -> Asker | None:
-    """:func:`ask_on_terminal` when this process has a terminal, else None."""
-    return ask_on_terminal if terminal_present() else None
 
 
 class ClipboardBridge:
@@ -80,7 +62,7 @@ class ClipboardBridge:
         path: Path,
         settings: ClipboardSettings,
         transfers: TransferLog,
-        asker: Asker | None,
+        questions: OwnerQuestions,
         out: TextIO | None = None,
         tools: OwnerTools | None = None,
         header_timeout: float = HEADER_TIMEOUT,
@@ -90,7 +72,7 @@ class ClipboardBridge:
         self.settings = settings
         self.log = transfers
         self.tools = tools
-        self._asker = asker
+        self.questions = questions
         self._header_timeout = header_timeout
         self._out = out
         self._approval = ReadApproval(settings.window, settings.preapproved)
@@ -148,20 +130,24 @@ class ClipboardBridge:
         async with self._asking:  # one question at a time; those waiting share its yes
             if self._approval.decide(loop.time()) is ReadDecision.ALLOW:
                 return None
-            if self._asker is None:
+            what = request.type or "its types"
+            verdict = await self.questions.ask(
+                "clipboard",
+                f"the sandbox asks to read your clipboard ({what})",
+                f"allow clipboard reads for {self.settings.window:g} s?",
+            )
+            if verdict is Verdict.NOBODY:
                 return (
                     "reading the owner's clipboard needs the owner's yes and no one can be "
-                    "asked here (no terminal); the owner may start the session with "
-                    "--clipboard-preapprove"
+                    "asked here (no terminal, no dashboard); the owner may start the session "
+                    "with --clipboard-preapprove"
                 )
-            what = request.type or "its types"
-            question = (
-                f"sandbridge: the sandbox asks to read your clipboard ({what})\r\n"
-                f"  allow clipboard reads for {self.settings.window:g} s? [y/N] "
-            )
-            if not await self._asker(question):
+            if verdict is Verdict.NO:
                 self._say("clipboard read refused")
                 return "the owner did not allow reading the clipboard"
+            if verdict is not Verdict.YES:
+                self._say(f"clipboard read refused: {verdict.reason}")
+                return f"the owner's yes to read the clipboard did not come: {verdict.reason}"
             self._approval.approve(loop.time())
             return None
 

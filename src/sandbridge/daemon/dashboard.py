@@ -94,6 +94,7 @@ async def answers(session: Session) -> state.Answers:
         pending = (await ops["egress_pending"]({}))["requests"]
     except ControlRefusal:  # a session without an egress gate
         pending = []
+    questions = (await ops["questions"]({}))["questions"] if "questions" in ops else []
     return state.Answers(
         await ops["session_info"]({}),
         list((await ops["egress_summary"]({}))["destinations"]),
@@ -102,6 +103,7 @@ async def answers(session: Session) -> state.Answers:
         # Its page actions travel on the control socket, which only a broker serves.
         controllable=session.broker is not None,
         apps=list(session.entry.record.apps),
+        questions=list(questions),
     )
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from sandbridge.aio.owner_questions import OwnerQuestions, terminal_asker
 from sandbridge.egress.gate import EgressGate
 from sandbridge.egress.log import LOG_NAME, EgressLog
 from sandbridge.egress.request_server import OwnerOp, refuse_without_gate
@@ -63,6 +65,8 @@ class Session:
     ssh_agent: AgentBridge | None = None
     # The clipboard bridge (None: the owner did not turn it on).
     clipboard: ClipboardBridge | None = None
+    # The bridges' questions to the owner (aio/owner_questions.py).
+    questions: OwnerQuestions | None = None
 
 
 def session_ops(
@@ -162,6 +166,7 @@ def _ssh_agent(
     runtime_dir: RuntimeDir,
     entry: SessionEntry,
     changed: Callable[[], None],
+    questions: OwnerQuestions,
 ) -> AgentBridge | None:
     """The session's ssh-agent bridge, if the owner chose keys (its modules, asyncssh
     among them, are imported only then)."""
@@ -177,22 +182,23 @@ def _ssh_agent(
         options.ssh_agent.choice,
         options.ssh_agent.owner_agent,
         signatures,
+        questions,
     )
 
 
-def _clipboard(
+def _clipboard(  # noqa: PLR0913  (one session's parts)
     options: SessionOptions,
     runtime_dir: RuntimeDir,
     entry: SessionEntry,
     changed: Callable[[], None],
     out: TextIO | None,
+    questions: OwnerQuestions,
 ) -> ClipboardBridge | None:
-    """The session's clipboard bridge, if the owner turned it on. It asks on this
-    process's terminal, never when the session's messages go elsewhere (``out``)."""
+    """The session's clipboard bridge, if the owner turned it on."""
     if options.clipboard is None:
         return None
     from sandbridge.clipboard.read_log import TransferLog
-    from sandbridge.clipboard.server import ClipboardBridge, terminal_asker
+    from sandbridge.clipboard.server import ClipboardBridge
 
     transfers = TransferLog(entry.path)
     transfers.on_record = changed
@@ -200,7 +206,7 @@ def _clipboard(
         runtime_dir.path / CLIPBOARD_SOCKET,
         options.clipboard,
         transfers,
-        terminal_asker() if out is None else None,
+        questions,
         out,
     )
 
@@ -270,7 +276,19 @@ async def open_session(
     stop_requested = asyncio.Event()
     broker: TerminalBroker | None = None
     starter = _worker_starter(options, runtime_dir)
-    owner_ops = session_ops(options, gate, host, stop_requested, entry.id)
+    # The bridges ask on this process's terminal, never when the session's messages go
+    # elsewhere (``out``: a daemon's session), and list their questions for a dashboard
+    # when the session serves a control socket (the broker's).
+    questions = OwnerQuestions(
+        terminal_asker() if out is None else None,
+        starter is not None,
+        announce=lambda text: print(f"sandbridge: {text}", file=out or sys.stderr, flush=True),
+    )
+    questions.on_change = changed
+    owner_ops = {
+        **session_ops(options, gate, host, stop_requested, entry.id),
+        **questions.owner_ops(),
+    }
     if starter is not None:
         # The owner's egress answers and session ops travel on the same control socket.
         broker = TerminalBroker(
@@ -282,8 +300,8 @@ async def open_session(
             pending_path=entry.path / PENDING_FILE,
         )
         broker.on_change = _when_requests_change(broker, entry, told)
-    ssh_agent = _ssh_agent(options, runtime_dir, entry, changed)
-    clipboard = _clipboard(options, runtime_dir, entry, changed, out)
+    ssh_agent = _ssh_agent(options, runtime_dir, entry, changed, questions)
+    clipboard = _clipboard(options, runtime_dir, entry, changed, out, questions)
     try:
         for bridge in _present(ssh_agent, clipboard):
             # Before anything else is served: a chosen key the owner's agent lacks, or a
@@ -300,9 +318,11 @@ async def open_session(
             await broker.start()
             entry.touch()  # its control socket answers now: the readers may ask it
         yield Session(
-            entry, host, runtime_dir, stop_requested, owner_ops, broker, ssh_agent, clipboard
-        )
+            entry, host, runtime_dir, stop_requested, owner_ops, broker, ssh_agent, clipboard,
+            questions,
+        )  # fmt: skip
     finally:
+        await questions.close()
         for bridge in _present(ssh_agent, clipboard):
             await bridge.close()
         if broker is not None:

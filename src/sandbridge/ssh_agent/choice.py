@@ -6,17 +6,19 @@ may be given more than once; the owner's config key ``ssh_agent = ...`` takes th
 value (:func:`parse_choice` is the one parser of both). There is no ``all``: a key the
 owner added to the agent for something else is never offered by default.
 
-A key may carry its confirmation mode, ``KEY:always`` (the one served now: every
-signature is made without asking, and logged). ``KEY:session`` and ``KEY:each`` (ask
-the owner once per session, or before each signature) are refused by name until the
-owner's question machinery asks about signatures (docs/ssh-agent.md).
+A key may carry its confirmation mode: ``KEY:always`` (the default: every signature is
+made without asking, and logged), ``KEY:session`` (the owner is asked before the key's
+first signature; a yes holds for the rest of the session, a no refuses that signature and
+the next one asks again) or ``KEY:each`` (asked before every signature). A key named twice
+(by fingerprint and by comment) with two modes gets the one that asks more.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sandbridge.exceptions import PolicyError
 from sandbridge.protocol.ssh_agent import fingerprint
@@ -25,19 +27,39 @@ from sandbridge.protocol.ssh_agent import fingerprint
 _FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
 # The words that would look like "every key" and are refused as such.
 _EVERY_KEY = frozenset({"all", "*", "any"})
-# The confirmation modes a key may name, and the ones not served yet.
-ALWAYS = "always"
-NOT_SERVED_MODES = frozenset({"session", "each"})
 # A comment longer than this is not one a person typed to choose a key.
 MAX_SELECTOR_CHARS = 200
 
 
+class Confirm(enum.Enum):
+    """When the owner is asked before a key signs, least asking first."""
+
+    ALWAYS = "always"
+    SESSION = "session"
+    EACH = "each"
+
+    def stricter(self, other: Confirm) -> Confirm:
+        """The one of the two that asks more."""
+        order = list(Confirm)
+        return max(self, other, key=order.index)
+
+
 @dataclass(frozen=True, slots=True)
 class KeyChoice:
-    """The owner's chosen keys: by fingerprint and by comment (either matches)."""
+    """The owner's chosen keys: by fingerprint and by comment (either matches), each
+    selector with its confirmation mode (absent: :attr:`Confirm.ALWAYS`)."""
 
     fingerprints: frozenset[str]
     comments: frozenset[str]
+    modes: dict[str, Confirm] = field(default_factory=dict, compare=False, hash=False)
+
+    def mode_of(self, key_blob: bytes, comment: bytes) -> Confirm:
+        """The mode of a key this choice offers: the stricter of its selectors' modes."""
+        mode = Confirm.ALWAYS
+        for selector in (fingerprint(key_blob), comment.decode("utf-8", "replace")):
+            if selector in self.fingerprints or selector in self.comments:
+                mode = mode.stricter(self.modes.get(selector, Confirm.ALWAYS))
+        return mode
 
     def offers(self, key_blob: bytes, comment: bytes) -> bool:
         """Whether the key with this public blob and comment is one the owner chose."""
@@ -47,8 +69,12 @@ class KeyChoice:
         )
 
     def selectors(self) -> list[str]:
-        """Every selector, fingerprints first, each once (for ``--print-policy``)."""
+        """Every selector, fingerprints first, each once."""
         return sorted(self.fingerprints) + sorted(self.comments)
+
+    def shown(self) -> list[str]:
+        """Every selector with its mode, as ``--print-policy`` says them."""
+        return [f"{s} ({self.modes.get(s, Confirm.ALWAYS).value})" for s in self.selectors()]
 
     def ambiguous(self, keys: Iterable[tuple[bytes, bytes]]) -> dict[str, list[str]]:
         """The chosen comments that more than one of ``keys`` carries, each with the
@@ -85,6 +111,7 @@ def parse_choice(values: Iterable[str], source: str = "--ssh-agent") -> KeyChoic
     they came from in a refusal (the flag, or the config file's line)."""
     fingerprints: set[str] = set()
     comments: set[str] = set()
+    modes: dict[str, Confirm] = {}
     for value in values:
         for raw in value.split(","):
             selector = raw.strip()
@@ -103,15 +130,11 @@ def parse_choice(values: Iterable[str], source: str = "--ssh-agent") -> KeyChoic
                     f"{source} {selector[:MAX_SELECTOR_CHARS]!r}: not a key name; name "
                     "each key by its SHA256 fingerprint or comment as ssh-add -l prints them"
                 )
-            name, _, mode = selector.rpartition(":")
-            if mode in NOT_SERVED_MODES and name:
-                raise PolicyError(
-                    f"{source} {selector!r}: asking before signatures ({mode}) is not "
-                    f"served yet; every chosen key signs without asking and each signature "
-                    f"is logged: name the key alone, or as {name}:{ALWAYS}"
-                )
-            if mode == ALWAYS and name:
-                selector = name
+            mode = Confirm.ALWAYS
+            name, _, word = selector.rpartition(":")
+            if name and word in {m.value for m in Confirm}:
+                selector, mode = name, Confirm(word)
+            modes[selector] = modes.get(selector, Confirm.ALWAYS).stricter(mode)
             if selector.startswith("SHA256:"):
                 if not _FINGERPRINT.fullmatch(selector):
                     raise PolicyError(
@@ -128,4 +151,4 @@ def parse_choice(values: Iterable[str], source: str = "--ssh-agent") -> KeyChoic
                 comments.add(selector)
     if not fingerprints and not comments:
         raise PolicyError(f"{source}: no key named; name the keys to offer (ssh-add -l)")
-    return KeyChoice(frozenset(fingerprints), frozenset(comments))
+    return KeyChoice(frozenset(fingerprints), frozenset(comments), modes)

@@ -5,7 +5,9 @@ owner's own agent (the host's ``SSH_AUTH_SOCK``), reached per request through as
 agent client, which forwards a sign request's flags as given. Only the keys the owner
 chose (choice.py) are listed, and only they are signed with; the owner's agent socket
 itself is never in the sandbox's view. Every sign request is logged and counted
-(signature_log.py).
+(signature_log.py). A key in ``session`` or ``each`` mode (choice.py) asks the owner
+first (aio/owner_questions.py: the session's terminal and the dashboard); a no, no answer
+in time, or no one to ask is the protocol's failure, logged with that reason.
 
 A hostile client costs nothing else: a message is at most
 :data:`~sandbridge.protocol.ssh_agent.MAX_MESSAGE_BYTES`, a connection answers at most
@@ -23,11 +25,12 @@ import asyncssh
 
 from sandbridge import log
 from sandbridge.aio.bridge_service import BridgeLimits, BridgeService
+from sandbridge.aio.owner_questions import OwnerQuestions, Verdict
 from sandbridge.exceptions import PolicyError
 from sandbridge.protocol import ssh_agent as wire
 from sandbridge.protocol.limits import WindowLimit
-from sandbridge.ssh_agent.choice import KeyChoice
-from sandbridge.ssh_agent.signature_log import SignatureLog
+from sandbridge.ssh_agent.choice import Confirm, KeyChoice
+from sandbridge.ssh_agent.signature_log import KeyCount, SignatureLog
 
 # ssh holds one connection for its session, git one per signature, an agent's tools a
 # few at once: 16 is more than any of them needs and bounds what a flood holds open.
@@ -52,18 +55,25 @@ class AgentBridge:
     """Serves ``path`` for one session, with the keys of ``choice`` from the owner's
     agent at ``owner_agent``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (one session's parts)
         self,
         path: Path,
         choice: KeyChoice,
         owner_agent: str,
         signatures: SignatureLog,
+        questions: OwnerQuestions | None = None,
         max_signatures: int = MAX_SIGNATURES,
     ) -> None:
         self.path = path
         self.choice = choice
-        # The fingerprints of the keys chosen, as :meth:`check` found them at the start.
-        self._pinned: frozenset[str] = frozenset()
+        # The fingerprints of the keys chosen, as :meth:`check` found them at the start,
+        # each with its confirmation mode.
+        self._pinned: dict[str, Confirm] = {}
+        # The ``session`` keys the owner said yes to, and one lock per such key so that
+        # the signatures waiting share one question.
+        self._allowed: set[str] = set()
+        self._asking: dict[str, asyncio.Lock] = {}
+        self.questions = OwnerQuestions(None, listed=False) if questions is None else questions
         self.owner_agent = owner_agent
         self.log = signatures
         self._service = BridgeService(
@@ -118,12 +128,20 @@ class AgentBridge:
                 f"this comment ({', '.join(fingerprints)}); name the one by its fingerprint"
             )
         chosen = [(blob, comment) for blob, comment in pairs if self.choice.offers(blob, comment)]
-        self._pinned = frozenset(wire.fingerprint(blob) for blob, _ in chosen)
+        self._pinned = {
+            wire.fingerprint(blob): self.choice.mode_of(blob, comment) for blob, comment in chosen
+        }
         return chosen
 
     async def start(self) -> None:
         """Check the owner's agent (:meth:`check`), then listen on :attr:`path` (0600)."""
-        await self.check()
+        chosen = await self.check()
+        self.log.chosen(
+            [
+                KeyCount(key, comment.decode("utf-8", "replace"), mode=self._pinned[key].value)
+                for key, comment in ((wire.fingerprint(b), c) for b, c in chosen)
+            ]
+        )
         self._service.start()
 
     async def close(self) -> None:
@@ -181,6 +199,13 @@ class AgentBridge:
                 reason=f"over {self._signatures.limit} signatures in {SIGN_WINDOW:.0f} s",
             )  # fmt: skip
             return wire.failure()
+        verdict = await self._confirm(key, shown, signed_for)
+        if verdict is not Verdict.YES:
+            self.log.record(
+                signed=False, key=key, comment=shown, offered=True, signed_for=signed_for,
+                reason=verdict.reason,
+            )  # fmt: skip
+            return wire.failure()
         try:
             signature = await self._owner_sign(request)
         except (OSError, ValueError, TimeoutError) as exc:
@@ -193,6 +218,26 @@ class AgentBridge:
             signed=True, key=key, comment=shown, offered=True, signed_for=signed_for, reason=""
         )
         return wire.sign_response(signature)
+
+    async def _confirm(self, key: str, comment: str, signed_for: str) -> Verdict:
+        """Whether the owner allows this signature, as the key's mode says (asked if
+        need be). A ``session`` key's yes holds for the rest of the session; its no
+        refuses this signature only."""
+        mode = self._pinned.get(key, Confirm.EACH)
+        if mode is Confirm.ALWAYS:
+            return Verdict.YES
+        text = f"the sandbox asks to sign with your key {key} ({comment!r}): {signed_for}"
+        if mode is Confirm.EACH:  # every signature its own question (at most MAX_WAITING)
+            return await self.questions.ask("ssh-agent", text, "allow this signature?")
+        async with self._asking.setdefault(key, asyncio.Lock()):  # those waiting share a yes
+            if key in self._allowed:
+                return Verdict.YES
+            verdict = await self.questions.ask(
+                "ssh-agent", text, "allow this key's signatures for the rest of the session?"
+            )
+            if verdict is Verdict.YES:
+                self._allowed.add(key)
+            return verdict
 
     async def _owner_sign(self, request: wire.SignRequest) -> bytes:
         async with asyncio.timeout(OWNER_AGENT_TIMEOUT):

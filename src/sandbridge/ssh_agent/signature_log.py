@@ -7,9 +7,10 @@ data signed and the signature are never written. Past 1 MiB (``places/bridge_log
 file is renamed to ``ssh-agent.jsonl.1`` and a new one begins, as the egress log does.
 
 ``ssh-agent-counts.json`` holds what ``sandbridge status`` and the dashboard show: per
-key, how many signatures were made and refused. It is written whole (write, then
-rename) after each decision; it names the chosen keys and one line for every other key
-the sandbox asked for, so the sandbox cannot grow it.
+key, its confirmation mode (choice.py) and how many signatures were made and refused. It
+is written whole (write, then rename) when the bridge starts and after each decision; it
+names the chosen keys and one line for every other key the sandbox asked for, so the
+sandbox cannot grow it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class KeyCount:
     refused: int = 0
     last: float = 0.0
     last_for: str = ""
+    # When the owner is asked (choice.Confirm's value; "" for the keys not offered).
+    mode: str = ""
 
 
 class SignatureLog:
@@ -53,6 +56,13 @@ class SignatureLog:
         self._counts: dict[str, KeyCount] = {}
         # Called after each decision (the registry's watchers, the dashboard).
         self.on_record: Callable[[], None] | None = None
+
+    def chosen(self, keys: list[KeyCount]) -> None:
+        """The keys the session offers, each with its mode and nothing counted yet: what
+        ``status`` shows before the first signature."""
+        for key in keys:
+            self._counts.setdefault(key.key, key)
+        self._write_counts()
 
     def record(  # noqa: PLR0913  (keyword-only: one line's fields)
         self, *, signed: bool, key: str, comment: str, offered: bool, signed_for: str, reason: str
@@ -77,6 +87,7 @@ class SignatureLog:
             before.refused + (not signed),
             now,
             signed_for,
+            before.mode,
         )
         self._write_counts()
         if self.on_record is not None:
@@ -115,7 +126,9 @@ def read_counts(session_dir: Path) -> list[KeyCount]:
 def summarise(counts: list[KeyCount]) -> list[str]:
     """``sandbridge status``'s lines for the counts."""
     return [
-        f"ssh-agent {c.key} {c.comment}: {c.signed} signed, {c.refused} refused"
+        f"ssh-agent {c.key} {c.comment}"
+        + (f" (mode {c.mode})" if c.mode else "")
+        + f": {c.signed} signed, {c.refused} refused"
         + (f"; last: {c.last_for}" if c.last_for else "")
         for c in counts
     ]

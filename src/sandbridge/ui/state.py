@@ -40,6 +40,9 @@ from sandbridge.terminals.owner_approval import Shown, answer_request, approve_r
 
 # Sessions the page lists: a user runs a handful; a flood of them is cut, not rendered.
 MAX_SESSIONS = 64
+# The owner's questions one session lists (its bridges keep at most 8 waiting:
+# aio/owner_questions.py); more from a session of another version is cut.
+MAX_QUESTION_ROWS = 8
 # A login's callbacks one session lists (awaited ones, then the last ended: 4 + 8).
 MAX_CALLBACK_ROWS = 16
 # A session polled for the tables answers on this host in milliseconds. One that takes the
@@ -95,10 +98,12 @@ class Answers:
     controllable: bool = True
     # Its apps as its host holds them (None: as its registry entry lists them).
     apps: list[AppRecord] | None = None
+    # Its bridges' questions waiting for the owner (aio/owner_questions.py).
+    questions: list[dict[str, Any]] = field(default_factory=list)
 
 
 def ask_control_socket(session: str) -> Answers:
-    """A session's answers over its control socket (four calls): a session the
+    """A session's answers over its control socket (five calls): a session the
     dashboard's host does not serve itself. One that does not answer in time is asked
     nothing more this read (it is listed, not controllable)."""
     try:
@@ -107,6 +112,7 @@ def ask_control_socket(session: str) -> Answers:
             list(_ask(session, {"op": "egress_summary"}, "destinations") or []),
             list(_ask(session, {"op": "list"}, "requests") or []),
             list(_ask(session, {"op": "egress_pending"}, "requests") or []),
+            questions=list(_ask(session, {"op": "questions"}, "questions") or []),
         )
     except ControlTimeout as exc:
         log.debug("ui.session_silent", session=session, error=str(exc))
@@ -114,7 +120,8 @@ def ask_control_socket(session: str) -> Answers:
 
 
 def snapshot(served: Mapping[str, Answers] | None = None) -> dict[str, Any]:
-    """The four tables: sessions, apps, terminal requests, egress (and pending asks).
+    """The tables: sessions, apps, terminal requests, logins, egress (and pending asks),
+    and the bridges' questions waiting for the owner.
 
     ``served``: the answers of the sessions the dashboard's host serves itself (the
     daemon reads them in-process); every other running session is asked over its control
@@ -122,7 +129,7 @@ def snapshot(served: Mapping[str, Answers] | None = None) -> dict[str, Any]:
     owner, names = _names()
     tables: dict[str, list[dict[str, Any]]] = {
         "sessions": [], "apps": [], "terminals": [], "egress": [], "egress_pending": [],
-        "logins": [],
+        "logins": [], "questions": [],
     }  # fmt: skip
     for record in list_sessions()[:MAX_SESSIONS]:
         try:
@@ -185,6 +192,16 @@ def _add_session(
         for c in ([] if info is None else info.get("callbacks", []))[:MAX_CALLBACK_ROWS]
     ]  # fmt: skip
     tables["egress"] += [{**row, "session": record.id} for row in answers.destinations]
+    # A question's text is the session's (a signature's purpose comes from the sandbox):
+    # shown escaped as the egress reasons are, each field read as what it must be.
+    tables["questions"] += [
+        {
+            "session": record.id, "id": str(q["id"])[:40], "kind": str(q["kind"])[:40],
+            "text": shown(str(q["text"])), "asked": float(q["asked"]),
+            "expires": float(q["expires"]),
+        }
+        for q in answers.questions[:MAX_QUESTION_ROWS]
+    ]  # fmt: skip
     # The reason is the sandbox's own text: shown as the owner's terminal shows it, its
     # line breaks, bidi overrides and zero-width characters escaped (egress/requests.py).
     tables["egress_pending"] += [
@@ -271,6 +288,16 @@ def _text(body: dict[str, Any], name: str) -> str:
     return value
 
 
+def _answer_question(body: dict[str, Any]) -> dict[str, Any]:
+    """The owner's yes or no to a bridge's question, sent to the session named: an id of
+    another session's is unknown there (aio/owner_questions.py refuses it by code)."""
+    session = validate_name(_text(body, "session"), "session")
+    yes = body.get("yes")
+    if type(yes) is not bool:
+        raise SandbridgeError(f"yes must be true or false, got {yes!r}")
+    return call(session, {"op": "question_answer", "id": _text(body, "id"), "yes": yes})
+
+
 def act(body: dict[str, Any]) -> dict[str, Any]:
     """Carry out one action of the page; raise SandbridgeError (ControlError) if refused."""
     action = body.get("action")
@@ -303,6 +330,8 @@ def act(body: dict[str, Any]) -> dict[str, Any]:
         # through its machine's `connect`, as `sandbridge terminal deny` sends it.
         # A far one is signed with the owner key (owner_approval.answer_request).
         return answer_request(_text(body, "id"), "deny" if action == "terminal_deny" else "revoke")
+    if action == "question_answer":
+        return _answer_question(body)
     if action in ("egress_approve", "egress_deny"):
         session = validate_name(_text(body, "session"), "session")
         message: dict[str, Any] = {"op": action, "id": _text(body, "id")}

@@ -352,6 +352,20 @@ function renderPending(row, p) {
     () => act({ action: "egress_deny", session: p.session, id: p.id }, `denied ${p.id}`), true);
 }
 
+// A bridge's question (an ssh-agent signature, a clipboard read): the first answer, here or
+// on the session's terminal, wins; no answer by its time is a no (docs/dashboard.md).
+function renderQuestion(row, q) {
+  cell(row, q.session);
+  cell(row, q.kind);
+  cell(row, q.text);
+  cell(row, clock(q.expires));
+  const td = cell(row, "");
+  const answered = (yes) => () => act({ action: "question_answer", session: q.session, id: q.id, yes },
+    `${yes ? "allowed" : "refused"}: ${q.kind} question ${q.id}`);
+  button(td, "Yes", `Yes to question ${q.id} of ${q.session}`, answered(true));
+  button(td, "No", `No to question ${q.id} of ${q.session}`, answered(false), true);
+}
+
 // A login's callback the host awaits (or awaited) on its loopback: docs/open.md.
 function renderLogin(row, l) {
   cell(row, l.session);
@@ -383,6 +397,7 @@ function render(tables) {
   for (const id of confirmingStop) if (!ids.has(id)) confirmingStop.delete(id);
   const asking = new Set(tables.egress_pending.map((p) => `${p.session} ${p.id}`));
   for (const key of needsPrivate.keys()) if (!asking.has(key)) needsPrivate.delete(key);
+  fill("questions", tables.questions || [], renderQuestion, 5);
   fill("sessions", tables.sessions, renderSession, 9);
   fill("apps", tables.apps, renderApp, 6);
   fill("terminals", tables.terminals, renderTerminal, 9);
