@@ -15,6 +15,7 @@ import asyncio
 import json
 import re
 import secrets
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,3 +158,32 @@ class StandInEngine:
             b"Content-Length: %d\r\n\r\n" % (status, len(body)) + body
         )
         await writer.drain()
+
+
+class EngineThread:
+    """A stand-in engine at ``socket`` on an event loop in a thread of its own, for a
+    session a test starts as a separate process (``sandbridge run``, ``host``)."""
+
+    def __init__(self, socket: Path) -> None:
+        self.engine = StandInEngine(socket)
+        self.socket = socket
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    @property
+    def requests(self) -> list[Seen]:
+        return self.engine.requests
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        await self.engine.start()
+        self._ready.set()
+        await self._stop.wait()
+        await self.engine.close()
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)

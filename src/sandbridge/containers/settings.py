@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbridge.containers.binds import Protected
 from sandbridge.exceptions import PolicyError
 
 # The Docker API's own default tag.
@@ -63,6 +64,10 @@ class ContainerSettings:
     network: NetworkMode = NetworkMode.NONE
     keep: bool = False
     source: str = "--containers"
+    # What the sandbox's view keeps read-only and hides (binds.py): each container's binds
+    # keep it too. Set by the session's builder, which decides them.
+    protected: tuple[Protected, ...] = ()
+    hidden: tuple[Path, ...] = ()
 
 
 def normalise_image(reference: str) -> str:
