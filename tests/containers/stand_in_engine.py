@@ -59,6 +59,9 @@ class StandInEngine:
         self.socket = socket
         self.requests: list[Seen] = []
         self._server: asyncio.Server | None = None
+        # Set when the bridge let go of a followed log (its connection to here closed).
+        self.follow_closed = threading.Event()
+        self._reader_of: dict[asyncio.StreamWriter, asyncio.StreamReader] = {}
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, str(self.socket))
@@ -72,6 +75,7 @@ class StandInEngine:
         return [f"{seen.method} {seen.path}" for seen in self.requests]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader_of[writer] = reader
         requests = RequestReader()
         head: RequestHead | None = None
         body = bytearray()
@@ -89,6 +93,7 @@ class StandInEngine:
                     elif event is MESSAGE_END and head is not None and not head.upgrade:
                         await self._answer(self._seen(head, bytes(body)), writer)
         finally:
+            self._reader_of.pop(writer, None)
             writer.close()
 
     def _seen(self, head: RequestHead, body: bytes) -> Seen:
@@ -144,6 +149,12 @@ class StandInEngine:
             status, answer = 200, []
         elif re.fullmatch(r"/containers/[0-9a-f]{64}/(json|wait)", path):
             status, answer = 200, {"StatusCode": 0}
+        elif re.fullmatch(r"/containers/[0-9a-f]{64}/logs", path) and "follow=1" in seen.target:
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ntick\n\r\n")
+            await writer.drain()
+            await self._reader_of[writer].read()  # a log that never ends, until let go
+            self.follow_closed.set()
+            return
         elif re.fullmatch(r"/containers/[0-9a-f]{64}/logs", path):
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip

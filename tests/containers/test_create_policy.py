@@ -59,7 +59,7 @@ DOCKER_CLI_RUN: dict[str, Any] = {
         "MemorySwap": 0, "MemorySwappiness": None, "OomKillDisable": None, "PidsLimit": None,
         "Ulimits": [], "MaskedPaths": None, "ReadonlyPaths": None, "Mounts": None,
     },
-    "NetworkingConfig": {"EndpointsConfig": {}},
+    "NetworkingConfig": {"EndpointsConfig": {"default": {}}},
 }  # fmt: skip
 
 
@@ -68,6 +68,7 @@ def test_the_docker_clis_plain_run_passes_labelled_and_without_a_network(tmp_pat
     assert checked["Labels"] == {SESSION_LABEL: "s-one"}
     assert checked["HostConfig"]["NetworkMode"] == "none"
     assert checked["Cmd"] == ["echo", "hi"]
+    assert checked["NetworkingConfig"] == {}
 
 
 def test_engine_network_mode_keeps_the_default_network(tmp_path: Path) -> None:

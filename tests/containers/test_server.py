@@ -69,7 +69,7 @@ def test_a_listed_image_runs_create_start_wait_logs(bridge: BridgeThread) -> Non
     assert bridge.call("POST", f"/v1.41/containers/{cid}/wait?condition=next-exit").json() == {
         "StatusCode": 0
     }
-    logs = bridge.call("GET", f"/v1.41/containers/{cid}/logs?stdout=1&follow=1")
+    logs = bridge.call("GET", f"/v1.41/containers/{cid}/logs?stdout=1&tail=all")
     assert logs.body == b"first line\nsecond line\n"
     assert logs.headers["Transfer-Encoding"] == "chunked"
 
@@ -157,12 +157,43 @@ def test_a_deleted_container_is_no_longer_the_sessions(bridge: BridgeThread) -> 
     _refused(bridge, reply.status, reply.message, "path.container", "own-objects-only")
 
 
-def test_the_sessions_containers_are_removed_when_it_ends(tmp_path: Path) -> None:
+def test_the_sessions_containers_are_killed_and_removed_when_it_ends(tmp_path: Path) -> None:
     served = BridgeThread(tmp_path)
     cid = served.create()
     served.stop()
-    assert served.engine.paths()[-1] == f"DELETE /containers/{cid}"
+    assert served.engine.paths()[-2:] == [
+        f"POST /containers/{cid}/kill",
+        f"DELETE /containers/{cid}",
+    ]
     assert "force=1" in served.engine.requests[-1].target
+    assert not served.path.exists()  # the socket goes with the session
+
+
+def test_a_client_that_leaves_a_followed_log_is_let_go(bridge: BridgeThread) -> None:
+    cid = bridge.create()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(bridge.path))
+        sock.sendall(
+            f"GET /containers/{cid}/logs?follow=1&stdout=1 HTTP/1.1\r\nHost: d\r\n\r\n".encode()
+        )
+        first = b""
+        while b"tick" not in first:
+            first += sock.recv(100)
+    # The client is gone: the bridge ends its engine connection, not at the log's end.
+    assert bridge.engine.follow_closed.wait(10)
+    assert bridge.call("GET", "/_ping").status == 200
+
+
+def test_the_bridge_ends_open_streams_when_it_closes(tmp_path: Path) -> None:
+    served = BridgeThread(tmp_path)
+    cid = served.create()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(served.path))
+        sock.sendall(f"GET /containers/{cid}/logs?follow=1 HTTP/1.1\r\nHost: d\r\n\r\n".encode())
+        assert b"tick" in sock.recv(1000) or b"tick" in sock.recv(1000)
+        served.stop()
+        assert served.engine.follow_closed.is_set()
 
 
 def test_with_keep_the_sessions_containers_stay(tmp_path: Path) -> None:

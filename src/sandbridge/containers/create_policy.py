@@ -396,20 +396,22 @@ def _check_networking(value: object, rules: CreateRules) -> dict[str, Any]:
     networking = _object(value, "NetworkingConfig")
     _unreviewed(networking, frozenset({"EndpointsConfig"}), "NetworkingConfig.")
     endpoints = _object(networking.get("EndpointsConfig"), "NetworkingConfig.EndpointsConfig")
+    kept: dict[str, Any] = {}
     for name, raw in endpoints.items():
         field = f"NetworkingConfig.EndpointsConfig.{name[:100]}"
-        if rules.network is NetworkMode.NONE and name != "none":
-            raise _refuse(field, "network-none", "the session's containers have no network")
-        if rules.network is NetworkMode.ENGINE and name not in {
-            "bridge",
-            "default",
-            *rules.own_networks(),
-        }:
-            raise _refuse(field, "own-networks-only", "not a network this session created")
         endpoint = _object(raw, field)
         if not _empty(endpoint.get("Links")):
             raise _refuse(f"{field}.Links", "own-objects-only", "links to containers are refused")
-    return {"EndpointsConfig": endpoints} if endpoints else {}
+        if rules.network is NetworkMode.NONE:
+            # The Docker CLI names the default network's endpoint for a plain run: with
+            # no network, it is dropped; any network named is refused.
+            if name not in ("default", "none"):
+                raise _refuse(field, "network-none", "the session's containers have no network")
+            continue
+        if name not in {"bridge", "default", *rules.own_networks()}:
+            raise _refuse(field, "own-networks-only", "not a network this session created")
+        kept[name] = endpoint
+    return {"EndpointsConfig": kept} if kept else {}
 
 
 def check_exec(body: object) -> dict[str, Any]:

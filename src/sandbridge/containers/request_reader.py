@@ -25,6 +25,9 @@ from sandbridge.protocol.http.parser import (
 )
 
 READ_BYTES = 64 * 1024
+# What a client may send while an answer streams to it (a next request, pipelined) before
+# the bridge stops reading and ends the connection after the answer.
+MAX_AHEAD_BYTES = 64 * 1024
 # The one request field passed on besides the body: an image pull's registry login.
 REGISTRY_AUTH = b"x-registry-auth"
 
@@ -70,6 +73,25 @@ class RequestStream:
             except HttpError as exc:
                 raise ContainerRefused("request", "malformed-request", str(exc), 400) from None
         return self._events.popleft()
+
+    async def closed(self) -> None:
+        """Return when the client closes its side while an answer streams to it (a
+        ``docker logs -f`` left with Ctrl-C), or sends more than :data:`MAX_AHEAD_BYTES`
+        or malformed bytes meanwhile; what it sends is kept for :meth:`next`. Cancelled,
+        it loses nothing."""
+        ahead = 0
+        while not self._ended:
+            data = await self._reader.read(READ_BYTES)
+            if not data:
+                self._ended = True
+                return
+            ahead += len(data)
+            try:
+                self._events.extend(self._requests.feed(data))
+            except HttpError:
+                return
+            if ahead > MAX_AHEAD_BYTES:
+                return
 
     async def next(self) -> ClientRequest | None:
         """The next request, or None when the client closed between requests."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.aio.bridge_service import BridgeLimits, BridgeService
+from sandbridge.aio.tasks import first_done, running
 from sandbridge.containers import create_policy, engine_link, narrowing
 from sandbridge.containers.binds import BindRules
 from sandbridge.containers.decision_log import DecisionLog
@@ -54,7 +55,8 @@ HEAD_TIMEOUT = 30.0
 BODY_TIMEOUT = 30.0
 # A created object's answer ({"Id": ..., "Warnings": [...]}) and the engine's info.
 MAX_ANSWER_BYTES = 1024 * 1024
-# How long the engine has to remove one object when the session ends.
+# How long the engine has to remove the session's objects when it ends (and to answer
+# one request of the bridge's own): a few containers killed and removed take a second.
 CLEANUP_TIMEOUT = 30.0
 # Fields of a created object's answer that hold its id, by kind.
 _ID_FIELD = {Owned.VOLUME: "Name"}
@@ -64,6 +66,15 @@ _CREATES = {
     Body.CREATE_NETWORK: Owned.NETWORK,
     Body.CREATE_VOLUME: Owned.VOLUME,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """The sandbox's connection: its two streams, and its requests read from them."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    requests: RequestStream
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,21 +162,37 @@ class ContainerBridge:
             await self.remove_own()
 
     async def remove_own(self) -> None:
-        """Remove the session's containers (with their anonymous volumes), then its
-        networks and volumes; a failure is logged, the rest go on."""
-        deletes = [(Owned.CONTAINER, "/containers/{}?force=1&v=1"), (Owned.NETWORK, "/networks/{}"),
-                   (Owned.VOLUME, "/volumes/{}?force=1")]  # fmt: skip
-        for kind, template in deletes:
-            for object_id in self.owned.ids(kind):
-                try:
-                    status, _ = await self.call("DELETE", template.format(object_id))
-                except (OSError, HttpError, TimeoutError) as exc:
-                    status, why = 0, str(exc) or "timed out"
-                else:
-                    why = ""
-                log.info("containers.removed", kind=kind.value, id=object_id[:12], status=status,
-                         error=why)  # fmt: skip
-                self.owned.forget(kind, object_id)
+        """Remove the session's containers (killed first: an engine's forced removal may
+        wait out a stop timeout; with their anonymous volumes), then its networks and
+        volumes, all within :data:`CLEANUP_TIMEOUT`; a failure is logged, the rest go on."""
+        steps = [
+            (Owned.CONTAINER, "POST", "/containers/{}/kill?signal=KILL"),
+            (Owned.CONTAINER, "DELETE", "/containers/{}?force=1&v=1"),
+            (Owned.NETWORK, "DELETE", "/networks/{}"),
+            (Owned.VOLUME, "DELETE", "/volumes/{}?force=1"),
+        ]
+        try:
+            async with asyncio.timeout(CLEANUP_TIMEOUT):
+                for kind, method, template in steps:
+                    for object_id in self.owned.ids(kind):
+                        await self._remove(kind, method, template.format(object_id), object_id)
+        except TimeoutError:
+            left = [
+                i[:12] for kind in Owned if kind is not Owned.IMAGE for i in self.owned.ids(kind)
+            ]
+            log.info("containers.not_removed", ids=" ".join(left), error="timed out")
+
+    async def _remove(self, kind: Owned, method: str, target: str, object_id: str) -> None:
+        try:
+            status, _ = await self.call(method, target)
+        except (OSError, HttpError) as exc:
+            status, why = 0, str(exc)
+        else:
+            why = ""
+        if method == "DELETE":
+            log.info("containers.removed", kind=kind.value, id=object_id[:12], status=status,
+                     error=why)  # fmt: skip
+            self.owned.forget(kind, object_id)
 
     async def call(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
         """One request of the bridge's own to the engine; its status and body."""
@@ -182,6 +209,7 @@ class ContainerBridge:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         requests = RequestStream(reader, HEAD_TIMEOUT, BODY_TIMEOUT, MAX_BODY_BYTES)
+        client = Client(reader, writer, requests)
         while True:
             try:
                 request = await requests.next()
@@ -192,14 +220,12 @@ class ContainerBridge:
                 return
             if request is None:
                 return
-            if not await self._answer(request, reader, writer) or request.upgrade:
+            if not await self._answer(request, client) or request.upgrade:
                 return
 
-    async def _answer(
-        self, request: ClientRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
+    async def _answer(self, request: ClientRequest, client: Client) -> bool:
         """Answer one request; whether the connection may carry another."""
-        method = request.method
+        method, writer = request.method, client.writer
         try:
             forward = self._check(request)
         except ContainerRefused as exc:
@@ -215,7 +241,7 @@ class ContainerBridge:
             writer.write(refusal(429, f"{why} (field connection, rule request-rate)"))
             return False
         try:
-            return await self._forward(forward, request, reader, writer)
+            return await self._forward(forward, request, client)
         except (OSError, HttpError, TimeoutError) as exc:
             log.debug("containers.engine_failed", error=str(exc) or "timed out")
             if not writer.is_closing():
@@ -268,53 +294,63 @@ class ContainerBridge:
         name = checked.get("Name") if kind in (Body.CREATE_NETWORK, Body.CREATE_VOLUME) else ""
         return json.dumps(checked).encode(), name if isinstance(name, str) else ""
 
-    async def _forward(
-        self,
-        forward: Forward,
-        request: ClientRequest,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> bool:
+    async def _forward(self, forward: Forward, request: ClientRequest, client: Client) -> bool:
+        """Send a checked request to the engine and carry its answer back; whether the
+        connection may carry another."""
         endpoint = forward.route.endpoint
         hijack = endpoint.answer is Answer.HIJACK
         extra = tuple(request.registry_auth) if endpoint.rule == "image-pull" else ()
         engine_reader, engine_writer = await engine_link.open_request(
             self.settings.engine, forward.method, forward.target, forward.body,
-            hijack=hijack, extra=extra,
+            hijack=hijack and request.upgrade, extra=extra,
         )  # fmt: skip
         try:
-            answer = engine_link.AnswerStream(engine_reader, forward.method)
-            head, rest, handed_over = await answer.head(hijack)
-            created = False
-            if handed_over:
-                self._logged(forward, head.status)
-                upgrade = b"Connection: Upgrade\r\nUpgrade: tcp" if head.status == 101 else b""
-                writer.write(engine_link.answer_head(head.status, head.headers, upgrade))
-                await writer.drain()
-                await engine_link.splice(
-                    (reader, writer), (engine_reader, engine_writer), request.rest, rest
-                )
-                return False
-            if endpoint.answer in (Answer.RECORD, Answer.INFO):
-                body = await answer.whole(head, MAX_ANSWER_BYTES)
-                if endpoint.answer is Answer.INFO and head.status == 200:
-                    body = narrowing.engine_info(body)
-                elif 200 <= head.status < 300:
-                    created = self._record(endpoint.body, body, forward.name)
-                framing = b"Content-Length: %d" % len(body)
-                writer.write(engine_link.answer_head(head.status, head.headers, framing) + body)
-                await writer.drain()
-            else:
-                self._logged(forward, head.status)
-                await answer.relay(head, writer)
-                if endpoint.answer is Answer.FORGET and 200 <= head.status < 300:
-                    assert endpoint.owned is not None
-                    self.owned.forget(endpoint.owned, forward.ref)
-                return request.keep_alive
-            self._logged(forward, head.status, created)
-            return request.keep_alive
+            with self._service.track(engine_writer):
+                return await self._carry(forward, request, client, (engine_reader, engine_writer))
         finally:
             await engine_link.close(engine_writer)
+
+    async def _carry(
+        self,
+        forward: Forward,
+        request: ClientRequest,
+        client: Client,
+        engine: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> bool:
+        """Carry the engine's answer back; whether the connection may carry another."""
+        endpoint = forward.route.endpoint
+        writer = client.writer
+        answer = engine_link.AnswerStream(engine[0], forward.method)
+        head, rest, handed_over = await answer.head(endpoint.answer is Answer.HIJACK)
+        if handed_over:
+            self._logged(forward, head.status)
+            upgrade = b"Connection: Upgrade\r\nUpgrade: tcp" if head.status == 101 else b""
+            writer.write(engine_link.answer_head(head.status, head.headers, upgrade))
+            await writer.drain()
+            await engine_link.splice((client.reader, writer), engine, request.rest, rest)
+            return False
+        if endpoint.answer in (Answer.RECORD, Answer.INFO):
+            body = await answer.whole(head, MAX_ANSWER_BYTES)
+            created = False
+            if endpoint.answer is Answer.INFO and head.status == 200:
+                body = narrowing.engine_info(body)
+            elif 200 <= head.status < 300:
+                created = self._record(endpoint.body, body, forward.name)
+            self._logged(forward, head.status, created)
+            framing = b"Content-Length: %d" % len(body)
+            writer.write(engine_link.answer_head(head.status, head.headers, framing) + body)
+            await writer.drain()
+            return request.keep_alive
+        self._logged(forward, head.status)
+        async with running(answer.relay(head, writer), client.requests.closed()) as tasks:
+            relayed = tasks[0]
+            if relayed not in await first_done(*tasks):
+                return False  # the client left (a followed log, a wait): let it go
+            relayed.result()
+        if endpoint.answer is Answer.FORGET and 200 <= head.status < 300:
+            assert endpoint.owned is not None
+            self.owned.forget(endpoint.owned, forward.ref)
+        return request.keep_alive
 
     def _record(self, kind: Body, body: bytes, name: str) -> bool:
         """Keep a created object's id as the session's own; whether it was a container."""
