@@ -22,6 +22,11 @@ from tests.conftest import SANDBRIDGE
         (["--via", "  "], "sandbridge: --via '  ': give a command that runs serve-stdio"),
         (["--via", "x", "--name", "a:b"], "sandbridge: --name 'a:b': use 1-40 characters"),
         (["--via", "x", "--gone-after", "0"], "sandbridge: --gone-after must be positive, got 0"),
+        (
+            ["--via", "x", "--containers"],
+            "sandbridge: --containers is not served over sandbridge connect: a far session's "
+            "containers run on the far machine's engine",
+        ),
     ],
 )
 def test_connect_refuses_a_bad_option_naming_it(options: list[str], says: str, xdg: Path) -> None:

@@ -130,3 +130,19 @@ def test_host_serves_the_engine_socket_in_the_runtime_dir(
         host.stop()
     assert answer.status == 403
     assert "(field Image, rule image-not-listed)" in refused["message"]
+
+
+def test_with_the_daemon_running_the_run_serves_its_bridge_itself(
+    xdg: Path, daemon: Process, engine: EngineThread, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = run_argv(
+        work, "sh", "-c", 'curl -s --unix-socket "${DOCKER_HOST#unix://}" http://docker/_ping',
+        options=("--net", "none", "--containers", "--containers-engine",
+                 f"unix://{engine.socket}", "--containers-image", IMAGE),
+    )  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "OK"
+    assert "the daemon serves it" not in result.stderr

@@ -15,9 +15,9 @@ import pytest
 
 from sandbridge.containers.create_policy import SESSION_LABEL
 from sandbridge.containers.decision_log import LOG_NAME, read_counts
-from sandbridge.containers.server import MAX_BODY_BYTES
+from sandbridge.containers.server import MAX_BODY_BYTES, MAX_CONTAINER_CONNECTIONS
 from sandbridge.containers.settings import NetworkMode
-from tests.containers.bridge_thread import IMAGE, BridgeThread
+from tests.containers.bridge_thread import IMAGE, BridgeThread, UnixHTTPConnection
 
 
 @pytest.fixture
@@ -420,3 +420,85 @@ def test_past_the_request_rate_requests_are_refused_with_429(tmp_path: Path) -> 
 
 def test_the_socket_is_the_owners_alone(bridge: BridgeThread) -> None:
     assert os.stat(bridge.path).st_mode & 0o777 == 0o600
+
+
+# --- more of what a client does, and the engine failing ------------------------------------
+
+
+def test_requests_follow_one_another_on_a_kept_alive_connection(bridge: BridgeThread) -> None:
+    connection = UnixHTTPConnection(bridge.path)
+    try:
+        for _ in range(3):
+            connection.request("GET", "/v1.41/version")
+            answer = connection.getresponse()
+            assert answer.status == 200
+            answer.read()
+    finally:
+        connection.close()
+    assert bridge.engine.paths() == ["GET /version"] * 3
+
+
+def test_the_sessions_volumes_and_networks(tmp_path: Path) -> None:
+    served = BridgeThread(tmp_path, network=NetworkMode.ENGINE)
+    try:
+        assert served.call("POST", "/volumes/create", {"Name": "data"}).status == 201
+        assert served.call("POST", "/networks/create", {"Name": "net"}).json()["Id"]
+        cid = served.create({"HostConfig": {"Binds": ["data:/data"], "NetworkMode": "net"}})
+        assert served.call("DELETE", f"/containers/{cid}").status == 204
+        assert served.call("DELETE", "/volumes/data").status == 204
+        reply = served.call("DELETE", "/volumes/other")
+        _refused(served, reply.status, reply.message, "path.volume", "own-objects-only")
+        reply = served.call("GET", "/networks/bridge")
+        _refused(served, reply.status, reply.message, "path.network", "own-objects-only")
+    finally:
+        served.stop()
+    assert served.engine.paths()[-1].startswith("DELETE /networks/")  # the rest, at the end
+
+
+def test_a_listed_image_may_be_inspected_and_pulled_and_no_other(bridge: BridgeThread) -> None:
+    assert bridge.call("GET", f"/images/{IMAGE}/json").status == 404  # the stand-in's answer
+    reply = bridge.call("GET", "/images/alpine:3/json")
+    _refused(bridge, reply.status, reply.message, "path.image", "image-not-listed")
+    name, _, tag = IMAGE.rpartition(":")
+    bridge.call("POST", f"/images/create?fromImage={name}&tag={tag}")
+    assert bridge.engine.paths() == [f"GET /images/{IMAGE}/json", "POST /images/create"]
+
+
+def test_connections_past_the_limit_are_refused_and_the_others_still_served(
+    bridge: BridgeThread,
+) -> None:
+    held = []
+    try:
+        for _ in range(MAX_CONTAINER_CONNECTIONS):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(10)
+            sock.connect(str(bridge.path))
+            sock.sendall(b"GET /_ping HTTP/1.1\r\nHost: d\r\n\r\n")  # kept alive after
+            assert sock.recv(100).startswith(b"HTTP/1.1 200 ")
+            held.append(sock)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as extra:
+            extra.settimeout(10)
+            extra.connect(str(bridge.path))  # told before it sends anything
+            refused = b""
+            while chunk := extra.recv(1000):
+                refused += chunk
+        assert refused.startswith(b"HTTP/1.1 429 ")
+        assert b"too many engine connections at once" in refused
+        held.pop().close()
+        for _ in range(100):  # the freed slot is taken again once the bridge saw it close
+            if bridge.call("GET", "/_ping").status == 200:
+                break
+        else:
+            raise AssertionError("the freed slot was not served again")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_an_engine_that_fails_is_a_502_for_that_request_alone(bridge: BridgeThread) -> None:
+    bridge.engine.socket.rename(bridge.engine.socket.with_name("moved.sock"))
+    reply = bridge.call("GET", "/_ping")
+    assert reply.status == 502
+    assert reply.message.startswith("sandbridge: the engine failed: ")
+    bridge.engine.socket.with_name("moved.sock").rename(bridge.engine.socket)
+    assert bridge.call("GET", "/_ping").status == 200

@@ -57,7 +57,18 @@ async def _connect(args: argparse.Namespace) -> int:
         entry.remove()
 
 
+# What connect says of the container engine bridge, which it does not carry
+# (docs/containers.md: a far session's containers belong on the far machine's engine).
+CONTAINERS_NOT_CARRIED = (
+    "sandbridge: --containers is not served over sandbridge connect: a far session's "
+    "containers run on the far machine's engine; start that session there with "
+    "sandbridge run --containers (docs/containers.md)"
+)
+
+
 def cmd_connect(args: argparse.Namespace) -> int:
+    if args.containers:
+        raise SystemExit(CONTAINERS_NOT_CARRIED)
     if args.gone_after <= 0:
         raise SystemExit(f"sandbridge: --gone-after must be positive, got {args.gone_after:g}")
     keep_freed_heap()
@@ -88,6 +99,7 @@ def add_commands(commands: Any) -> None:
         help="give a far machine up after this long without a link "
         f"(default {GONE_AFTER_SECONDS:g})",
     )
+    connect.add_argument("--containers", action="store_true", help=argparse.SUPPRESS)
     add_ssh_options(connect)
     _verbose_option(connect)
     connect.set_defaults(func=cmd_connect)
