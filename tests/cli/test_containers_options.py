@@ -5,6 +5,7 @@ config and never by the project's own ``.sandbridge/``."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -92,8 +93,10 @@ def test_a_malformed_flag_is_refused_in_one_line_before_any_session(
 def test_an_engine_that_does_not_answer_is_refused_at_session_start(
     tmp_path: Path, xdg: Path
 ) -> None:
+    work = tmp_path / "work"  # the engine's socket path lies outside it
+    work.mkdir()
     result = sandbridge(
-        tmp_path, dict(os.environ), "run", "--no-daemon", "--net", "none", "--containers",
+        work, dict(os.environ), "run", "--no-daemon", "--net", "none", "--containers",
         "--containers-image", "busybox", "--containers-engine", f"unix://{tmp_path}/gone.sock",
         "--", "true",
     )  # fmt: skip
@@ -112,3 +115,26 @@ def test_the_projects_config_cannot_turn_it_on(tmp_path: Path, xdg: Path) -> Non
         assert result.returncode == 2
         assert "belongs in the owner's own config" in result.stderr
         assert "(docs/containers.md)" in result.stderr
+
+
+def test_an_engine_socket_the_sandbox_sees_is_refused_at_session_start(
+    tmp_path: Path, xdg: Path
+) -> None:
+    engine = tmp_path / "engine.sock"
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(str(engine))
+    listening.listen()
+    try:
+        result = sandbridge(
+            tmp_path, dict(os.environ), "run", "--no-daemon", "--net", "none", "--containers",
+            "--containers-image", "busybox", "--containers-engine", f"unix://{engine}",
+            "--", "true",
+        )  # fmt: skip
+    finally:
+        listening.close()
+    assert result.returncode != 0
+    assert (
+        f"sandbridge: --containers: the engine's socket {engine} lies in {tmp_path}, which the "
+        "sandbox sees: it would reach the engine around the bridge"
+    ) in result.stderr
+    assert list_sessions() == []

@@ -110,10 +110,12 @@ def test_host_serves_the_engine_socket_in_the_runtime_dir(
 ) -> None:
     runtime = tmp_path / "rt"
     runtime.mkdir(mode=0o700)
+    project = tmp_path / "project"  # what the container mounts; the engine lies outside
+    project.mkdir()
     host = Process(
         [*SANDBRIDGE, "host", "--runtime-dir", str(runtime), "--no-daemon", "--containers",
          "--containers-engine", f"unix://{engine.socket}", "--containers-image", IMAGE],
-        cwd=tmp_path,
+        cwd=project,
     )  # fmt: skip
     try:
         line = host.wait_line("sandbridge: container engine on", stream="stderr", timeout=60)

@@ -112,6 +112,7 @@ def _host(**fields: object) -> dict[str, Any]:
         (_host(ReadonlyPaths=[]), "HostConfig.ReadonlyPaths", "no-unconfined"),
         (_host(PortBindings={"80/tcp": [{}]}), "HostConfig.PortBindings", "no-published-ports"),
         (_host(PublishAllPorts=True), "HostConfig.PublishAllPorts", "no-published-ports"),
+        (_host(OomScoreAdj=-1000), "HostConfig.OomScoreAdj", "no-host-priority"),
         (_host(LogConfig={"Type": "syslog"}), "HostConfig.LogConfig.Type", "local-logs-only"),
         (_host(RestartPolicy={"Name": "always"}), "HostConfig.RestartPolicy.Name", "no-restart"),
         (_host(VolumesFrom=["other"]), "HostConfig.VolumesFrom", "field-not-reviewed"),

@@ -47,6 +47,9 @@ class BindRules:
     forbidden: tuple[Path, ...] = ()
     protected: tuple[Protected, ...] = ()
     hidden: tuple[Path, ...] = ()
+    # Where the sandbox itself sees the host's files (the workdir, its binds): the
+    # engine's socket there would be the engine, reached around the bridge.
+    visible: tuple[Path, ...] = ()
 
 
 def check_source(source: str, field: str, rules: BindRules) -> Path:

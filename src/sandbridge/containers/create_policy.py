@@ -80,7 +80,6 @@ FREE_HOST_CONFIG = frozenset(
         "ExtraHosts",
         "GroupAdd",
         "CapDrop",
-        "OomScoreAdj",
         "Ulimits",
         "Tmpfs",
         "ContainerIDFile",
@@ -249,7 +248,12 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
         "RestartPolicy",
         "MaskedPaths",
         "ReadonlyPaths",
+        "OomScoreAdj",
     }
+    score = host.get("OomScoreAdj")
+    if score is not None and (type(score) is not int or score < 0):
+        # Below 0 the host's kernel kills the owner's own processes before the container's.
+        raise _refuse("HostConfig.OomScoreAdj", "no-host-priority", f"{score!r}: 0 or above")
     for key in ("PortBindings", "PublishAllPorts"):  # the engine listens on every address
         if not _empty(host.get(key)):
             raise _refuse(f"HostConfig.{key}", "no-published-ports", "host ports are refused")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,7 @@ class ContainerBridge:
         self.settings = settings
         self.session = session
         self.log = decisions
+        self.binds = binds
         self.owned = OwnedObjects()
         self.rules = create_policy.CreateRules(
             session,
@@ -143,6 +145,13 @@ class ContainerBridge:
         """Check that the owner's engine answers (:class:`PolicyError` if not), then
         listen on :attr:`path` (0600)."""
         engine = self.settings.engine
+        for place in self.binds.visible:
+            if Path(os.path.realpath(engine)).is_relative_to(os.path.realpath(place)):
+                raise PolicyError(
+                    f"{self.settings.source}: the engine's socket {engine} lies in {place}, "
+                    "which the sandbox sees: it would reach the engine around the bridge; "
+                    "run the engine's socket elsewhere, or the sandbox in another workdir"
+                )
         try:
             status, _ = await self.call("GET", "/_ping")
         except (OSError, HttpError, TimeoutError) as exc:

@@ -235,6 +235,7 @@ def _containers(
         (settings.engine, runtime_dir.path),
         settings.protected,
         settings.hidden,
+        (options.workdir, *options.writable),
     )
     return ContainerBridge(
         runtime_dir.path / CONTAINERS_SOCKET, settings, entry.id, binds, decisions
