@@ -44,6 +44,14 @@ class ContainerCounts:
     last_refused: str = ""
 
 
+def shown(text: str) -> str:
+    """``text`` as one printable line, at most :data:`MAX_SHOWN_CHARS`: every control,
+    format or separator character (ESC, newlines, bidi overrides) becomes ``?``. The
+    sandbox chooses names, labels and parameters that refusals quote, and ``sandbridge
+    status`` prints them on the owner's terminal."""
+    return "".join(c if c.isprintable() else "?" for c in text[:MAX_SHOWN_CHARS])
+
+
 class DecisionLog:
     """Writes the session's container engine decisions into its session dir ``directory``."""
 
@@ -69,7 +77,7 @@ class DecisionLog:
         """Log one request's decision (never its body) and count it."""
         now = time.time()
         decision = "allowed" if allowed else "refused"
-        name, reason = name[:MAX_SHOWN_CHARS], reason[:MAX_SHOWN_CHARS]
+        name, field, reason = shown(name), shown(field), shown(reason)
         line = json.dumps(
             {
                 "time": now,
@@ -77,7 +85,7 @@ class DecisionLog:
                 "endpoint": endpoint,
                 "method": method,
                 "object": name,
-                "field": field[:MAX_SHOWN_CHARS],
+                "field": field,
                 "rule": rule,
                 "reason": reason,
             }
@@ -116,5 +124,5 @@ def summarise(counts: ContainerCounts | None) -> list[str]:
         f"{counts.created} containers created"
     )
     if counts.last_refused:
-        line += f"; last refused: {counts.last_refused}"
+        line += f"; last refused: {shown(counts.last_refused)}"
     return [line]
