@@ -74,7 +74,9 @@ class BridgeThread:
         engine_dir.mkdir(exist_ok=True)
         self.engine = StandInEngine(engine_dir / "engine.sock")
         self.settings = ContainerSettings(self.engine.socket, frozenset({IMAGE}), network, keep)
-        binds = BindRules(self.workdir, (self.engine.socket, run), protected, hidden)
+        cover = tmp / "cover"
+        cover.mkdir(exist_ok=True)
+        binds = BindRules(self.workdir, cover, (self.engine.socket, run), protected, hidden)
         self.log_dir = tmp / "state"
         self.log_dir.mkdir(exist_ok=True)
         self.bridge = ContainerBridge(

@@ -25,7 +25,7 @@ def _rules(workdir: Path, network: NetworkMode = NetworkMode.NONE, **binds: Any)
         "s-one",
         frozenset({IMAGE, "busybox:latest"}),
         network,
-        BindRules(workdir.resolve(), **binds),
+        BindRules(workdir.resolve(), Path("/run/cover"), **binds),
         lambda: {"mynet"},
         lambda: {"myvol"},
     )
@@ -177,8 +177,13 @@ def test_a_bind_of_the_workdir_shields_what_the_sandbox_sees_read_only(tmp_path:
     workdir = tmp_path.resolve()
     rules = _rules(
         tmp_path,
-        protected=(Protected(workdir / ".git", writable=True), Protected(workdir / ".git/hooks")),
-        hidden=(workdir / ".sandbridge",),
+        protected=(
+            Protected(workdir / ".git", writable=True),
+            Protected(workdir / ".git/hooks", writable=True),
+            Protected(workdir / ".git/hooks"),
+            Protected(workdir / ".sandbridge"),  # under the cover: not bound twice
+        ),
+        hidden=(workdir / ".sandbridge", workdir / ".sandbridge"),  # own and remembered
     )
     checked = create_policy.check_container(_host(Binds=[f"{tmp_path}:/src"]), rules)
     assert checked["HostConfig"]["Binds"] == [f"{workdir}:/src"]
@@ -186,7 +191,7 @@ def test_a_bind_of_the_workdir_shields_what_the_sandbox_sees_read_only(tmp_path:
         {"Type": "bind", "Source": f"{workdir}/.git", "Target": "/src/.git", "ReadOnly": False},
         {"Type": "bind", "Source": f"{workdir}/.git/hooks", "Target": "/src/.git/hooks",
          "ReadOnly": True},
-        {"Type": "tmpfs", "Target": "/src/.sandbridge", "TmpfsOptions": {"SizeBytes": 4096}},
+        {"Type": "bind", "Source": "/run/cover", "Target": "/src/.sandbridge", "ReadOnly": True},
     ]  # fmt: skip
     body = _host(Binds=[f"{tmp_path}/.sandbridge:/p:ro"])
     assert _refused(body, rules) == ("HostConfig.Binds[0]", "protected-paths")

@@ -10,7 +10,8 @@ the engine is sent. And what the sandbox's own view keeps from it stays kept
 (:func:`shields`): each path the sandbox sees read-only (git's hooks and config,
 sandbridge's policy files: sandbox/protected_paths.py) is bound read-only over the
 container's view of it, and each policy directory (``.sandbridge``, the secrets file in
-it) is covered with an empty tmpfs.
+it) is covered with an empty directory, read-only (not a tmpfs: podman copies what lies
+under a tmpfs into it).
 
 What this cannot close: a directory of the workdir swapped for a link by the sandbox
 between the check and the engine's mount (docs/security.md, "residual risks").
@@ -39,11 +40,14 @@ class Protected:
 
 @dataclass(frozen=True, slots=True)
 class BindRules:
-    """What the session's binds are checked against: the workdir (resolved), the paths
-    no bind may reach (the engine socket, the runtime dir), the sandbox's protected paths
-    and the policy directories hidden from it."""
+    """What the session's binds are checked against: the workdir (resolved), the empty
+    directory that covers what is hidden (``cover``: in the session's own dir, which
+    neither the sandbox nor a container writes), the paths no bind may reach (the engine
+    socket, the runtime dir), the sandbox's protected paths and the policy directories
+    hidden from it."""
 
     workdir: Path
+    cover: Path
     forbidden: tuple[Path, ...] = ()
     protected: tuple[Protected, ...] = ()
     hidden: tuple[Path, ...] = ()
@@ -107,25 +111,30 @@ def check_writable(resolved: Path, read_only: bool, field: str, rules: BindRules
 
 def shields(resolved: Path, target: str, rules: BindRules) -> list[dict[str, object]]:
     """The engine's ``Mounts`` entries that keep, in a container binding ``resolved`` at
-    ``target``, what the sandbox's view keeps: its protected paths, in their order, and a
-    tmpfs over each policy directory."""
-    found: list[dict[str, object]] = []
+    ``target``, what the sandbox's view keeps: its protected paths, in their order (one
+    entry a path, read-only if any of its entries is), and the empty ``cover`` over each
+    policy directory, read-only (which covers what is protected inside it: an engine
+    refuses two mounts on one place)."""
     base = PurePosixPath(target)
+    hidden = [
+        h for h in dict.fromkeys(rules.hidden) if h.is_relative_to(resolved) and os.path.isdir(h)
+    ]
+    writable: dict[Path, bool] = {}
     for protected in rules.protected:
-        if protected.path != resolved and protected.path.is_relative_to(resolved):
-            if not os.path.lexists(protected.path):
-                continue
-            inside = str(base / protected.path.relative_to(resolved))
-            found.append(
-                {
-                    "Type": "bind",
-                    "Source": str(protected.path),
-                    "Target": inside,
-                    "ReadOnly": not protected.writable,
-                }
-            )
-    for hidden in rules.hidden:
-        if hidden.is_relative_to(resolved) and os.path.isdir(hidden):
-            inside = str(base / hidden.relative_to(resolved))
-            found.append({"Type": "tmpfs", "Target": inside, "TmpfsOptions": {"SizeBytes": 4096}})
+        path = protected.path
+        if path == resolved or not path.is_relative_to(resolved) or not os.path.lexists(path):
+            continue
+        if any(path.is_relative_to(h) for h in hidden):
+            continue
+        writable[path] = writable.get(path, True) and protected.writable
+    found: list[dict[str, object]] = [
+        {"Type": "bind", "Source": str(path), "Target": str(base / path.relative_to(resolved)),
+         "ReadOnly": not can_write}
+        for path, can_write in writable.items()
+    ]  # fmt: skip
+    found += [
+        {"Type": "bind", "Source": str(rules.cover), "Target": str(base / h.relative_to(resolved)),
+         "ReadOnly": True}
+        for h in hidden
+    ]  # fmt: skip
     return found

@@ -230,8 +230,11 @@ def _containers(
 
     decisions = DecisionLog(entry.path)
     decisions.on_record = changed
+    cover = entry.path / "containers-cover"  # empty: laid over what containers may not see
+    cover.mkdir(mode=0o500, exist_ok=True)
     binds = BindRules(
         options.workdir.resolve(),
+        cover,
         (settings.engine, runtime_dir.path),
         settings.protected,
         settings.hidden,
