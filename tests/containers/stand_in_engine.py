@@ -62,6 +62,7 @@ class StandInEngine:
         # Set when the bridge let go of a followed log (its connection to here closed).
         self.follow_closed = threading.Event()
         self._reader_of: dict[asyncio.StreamWriter, asyncio.StreamReader] = {}
+        self.volumes: dict[str, dict[str, str]] = {}
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, str(self.socket))
@@ -137,8 +138,11 @@ class StandInEngine:
         elif method == "POST" and path in ("/containers/create", "/networks/create"):
             status, answer = 201, {"Id": secrets.token_hex(32), "Warnings": []}
         elif method == "POST" and path == "/volumes/create":
-            name = json.loads(seen.body).get("Name") or secrets.token_hex(32)
-            status, answer = 201, {"Name": name, "Driver": "local"}
+            asked = json.loads(seen.body)
+            name = asked.get("Name") or secrets.token_hex(32)
+            # As Docker's: a name that exists answers with that volume, its labels kept.
+            labels = self.volumes.setdefault(name, asked.get("Labels") or {})
+            status, answer = 201, {"Name": name, "Driver": "local", "Labels": labels}
         elif method == "POST" and re.fullmatch(r"/containers/[0-9a-f]{64}/exec", path):
             status, answer = 201, {"Id": secrets.token_hex(32)}
         elif re.fullmatch(r"/containers/[0-9a-f]{64}/(start|stop|kill)", path) or (

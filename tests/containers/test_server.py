@@ -455,6 +455,24 @@ def test_the_sessions_volumes_and_networks(tmp_path: Path) -> None:
     assert served.engine.paths()[-1].startswith("DELETE /networks/")  # the rest, at the end
 
 
+def test_a_volume_that_exists_already_is_not_made_the_sessions(tmp_path: Path) -> None:
+    served = BridgeThread(tmp_path)
+    try:
+        served.direct("POST", "/volumes/create", {"Name": "owners-db"})  # the owner's own
+        reply = served.call("POST", "/volumes/create", {"Name": "owners-db"})
+        _refused(served, reply.status, reply.message, "Name", "own-volumes-only")
+        reply = served.call(
+            "POST", "/containers/create",
+            {"Image": IMAGE, "HostConfig": {"Binds": ["owners-db:/data"]}},
+        )  # fmt: skip
+        _refused(served, reply.status, reply.message, "HostConfig.Binds[0]", "own-volumes-only")
+        assert served.call("POST", "/volumes/create", {"Name": "mine"}).status == 201
+        assert served.call("POST", "/volumes/create", {"Name": "mine"}).status == 201  # again
+    finally:
+        served.stop()
+    assert "DELETE /volumes/owners-db" not in served.engine.paths()
+
+
 def test_a_listed_image_may_be_inspected_and_pulled_and_no_other(bridge: BridgeThread) -> None:
     assert bridge.call("GET", f"/images/{IMAGE}/json").status == 404  # the stand-in's answer
     reply = bridge.call("GET", "/images/alpine:3/json")

@@ -29,6 +29,7 @@ from sandbridge.aio.bridge_service import BridgeLimits, BridgeService
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.containers import create_policy, engine_link, narrowing
 from sandbridge.containers.binds import BindRules
+from sandbridge.containers.create_policy import SESSION_LABEL
 from sandbridge.containers.decision_log import DecisionLog
 from sandbridge.containers.endpoints import Answer, Body, Owned, Route, route
 from sandbridge.containers.owned import OwnedObjects
@@ -344,7 +345,13 @@ class ContainerBridge:
             if endpoint.answer is Answer.INFO and head.status == 200:
                 body = narrowing.engine_info(body)
             elif 200 <= head.status < 300:
-                created = self._record(endpoint.body, body, forward.name)
+                try:
+                    created = self._record(endpoint.body, body, forward.name)
+                except ContainerRefused as exc:
+                    self.log.record(allowed=False, endpoint=endpoint.rule, method=forward.method,
+                                    field=exc.field, rule=exc.rule, reason=exc.detail)  # fmt: skip
+                    writer.write(refusal(exc.status, str(exc)))
+                    return False
             self._logged(forward, head.status, created)
             framing = b"Content-Length: %d" % len(body)
             writer.write(engine_link.answer_head(head.status, head.headers, framing) + body)
@@ -371,6 +378,16 @@ class ContainerBridge:
         object_id = answer.get(_ID_FIELD.get(owned, "Id")) if isinstance(answer, dict) else None
         if not isinstance(object_id, str) or not object_id:
             return False
+        if owned is Owned.VOLUME and object_id not in self.owned.names(Owned.VOLUME):
+            # A volume create of a name that exists answers with that volume (Docker's is
+            # idempotent): another session's, the owner's own. Only the session's label
+            # says the engine made it now, for this session.
+            labels = answer.get("Labels") if isinstance(answer, dict) else None
+            if not isinstance(labels, dict) or labels.get(SESSION_LABEL) != self.session:
+                raise ContainerRefused(
+                    "Name", "own-volumes-only",
+                    f"a volume named {object_id[:100]!r} exists already and is not this session's",
+                )  # fmt: skip
         self.owned.add(owned, object_id, name)
         return owned is Owned.CONTAINER
 
