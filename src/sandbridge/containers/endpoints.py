@@ -108,6 +108,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _row("container-stop", "POST", "/containers/{name}/stop", "t signal", owned=_C),
     _row("container-kill", "POST", "/containers/{name}/kill", "signal", owned=_C),
     _row("container-resize", "POST", "/containers/{name}/resize", "h w", owned=_C),
+    _row("container-restart", "POST", "/containers/{name}/restart", "t signal", owned=_C),
+    _row("container-top", "GET", "/containers/{name}/top", "ps_args", owned=_C),
+    _row("container-stats", "GET", "/containers/{name}/stats", "stream one-shot", owned=_C),
     _row(
         "container-logs",
         "GET",
