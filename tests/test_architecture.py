@@ -38,6 +38,8 @@ FLOORS = {
     "ssh_agent": 4,
     # the clipboard bridge: the owner's clipboard, read after asking, written by mode
     "clipboard": 4,
+    # the container engine bridge: the sandbox's DOCKER_HOST, policy-gated
+    "containers": 4,
     "places": 3,
     # the project's reviewed configuration in `.sandbridge/`: what sandbox/, session/,
     # egress/ and cli/ read of a project, on the protocol's wire formats only

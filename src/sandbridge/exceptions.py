@@ -17,6 +17,7 @@ that what can be caught, and what each means, is read in one place::
     │   ├── HandoffRefused        the shim handed over what the host refuses
     │   ├── AppUnreachable        no loopback address of the app's port answered
     │   └── StreamRefused         the shim could not open this stream
+    ├── ContainerRefused          a container engine request the policy refuses (field, rule)
     ├── FileOpenRefused           a file:// URL sandbridge-open will not open (a ValueError)
     ├── RuntimeDirError           the runtime dir is unsafe or cannot be made
     ├── SessionError              a session name or the state dir is unusable
@@ -89,6 +90,20 @@ class HttpError(SandbridgeError):
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
+        self.status = status
+
+
+class ContainerRefused(SandbridgeError):
+    """A request on the sandbox's container engine socket is refused (docs/containers.md):
+    ``field`` is the part of the request that was refused (``HostConfig.Privileged``, the
+    path), ``rule`` the policy rule that refused it, ``status`` the HTTP answer (403 for
+    the policy, 400 for a malformed request, 413 past a size, 429 past a rate)."""
+
+    def __init__(self, field: str, rule: str, detail: str, status: int = 403) -> None:
+        super().__init__(f"{detail} (field {field}, rule {rule})")
+        self.field = field
+        self.rule = rule
+        self.detail = detail
         self.status = status
 
 

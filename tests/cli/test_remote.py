@@ -31,6 +31,11 @@ from tests.conftest import SANDBRIDGE
             "sandbridge: --clipboard is not served over connect: the link carries neither the "
             "owner's question nor the clipboard's bytes",
         ),
+        (
+            ["--via", "x", "--containers"],
+            "sandbridge: --containers is not served over connect: a far session's "
+            "containers run on the far machine's engine",
+        ),
     ],
 )
 def test_connect_refuses_a_bad_option_naming_it(options: list[str], says: str, xdg: Path) -> None:

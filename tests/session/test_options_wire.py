@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sandbridge.clipboard.mode import ClipboardMode, ClipboardSettings
+from sandbridge.containers.settings import ContainerSettings
 from sandbridge.exceptions import DaemonError
 from sandbridge.project.policy import load_policy
 from sandbridge.protocol.http.origin_policy import UrlForm
@@ -210,3 +211,11 @@ def test_a_session_with_the_clipboard_bridge_is_never_sent_to_the_daemon(tmp_pat
     )
     with pytest.raises(DaemonError, match="--clipboard is served by its own process"):
         encode(with_clipboard)
+
+
+def test_a_session_with_the_container_bridge_is_never_sent_to_the_daemon(tmp_path: Path) -> None:
+    with_containers = dataclasses.replace(
+        options(tmp_path), containers=ContainerSettings(tmp_path / "e.sock", frozenset({"a"}))
+    )
+    with pytest.raises(DaemonError, match="--containers is served by its own process"):
+        encode(with_containers)

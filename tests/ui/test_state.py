@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.clipboard.read_log import TransferLog
+from sandbridge.containers.decision_log import DecisionLog
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.remotes import (
@@ -495,3 +496,23 @@ def test_a_session_s_clipboard_transfers_are_counted_in_its_row(
         pasting.remove()
         plain.remove()
     assert rows == {"pasting": {"reads": 2, "writes": 0, "refused": 2}, "plain": None}
+
+
+def test_a_session_s_container_requests_are_counted_in_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    running = SessionEntry.create("running", tmp_path)
+    plain = SessionEntry.create("plain", tmp_path)
+    decisions = DecisionLog(running.path)
+    decisions.record(allowed=True, endpoint="container-create", method="POST", created=True)
+    decisions.record(allowed=True, endpoint="container-start", method="POST")
+    decisions.record(allowed=False, endpoint="container-create", method="POST",
+                     field="HostConfig.Privileged", rule="no-privileged")  # fmt: skip
+    try:
+        rows = {s["id"]: s["containers"] for s in snapshot()["sessions"]}
+    finally:
+        running.remove()
+        plain.remove()
+    assert rows == {"running": {"allowed": 2, "refused": 1, "created": 1}, "plain": None}

@@ -12,6 +12,7 @@ most. The bridge writes only what it answers (``serve``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,12 +63,21 @@ class BridgeService:
         self._server = PacedServer(self._serve, bind_unix_socket(self.path), self._limits.rate, 1.0)
 
     async def close(self) -> None:
-        """Stop accepting and end every open connection."""
+        """Stop accepting, end every open connection, and remove the socket (a runtime
+        dir another runtime mounts outlives the session: ``sandbridge host``'s next
+        session binds the same path)."""
         if self._server is not None:
             self._server.close()
         await self._open.close()
         if self._server is not None:
             await self._server.wait_closed()
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+    def track(self, writer: asyncio.StreamWriter) -> contextlib.AbstractContextManager[object]:
+        """Track another end of a connection (an upstream the bridge opened) while the
+        block runs, so :meth:`close` ends it too."""
+        return self._open.track(writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with self._open.handler(writer):

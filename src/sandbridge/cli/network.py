@@ -248,6 +248,7 @@ def _as_dict(value: object) -> object:
 def cmd_status(args: argparse.Namespace) -> int:
     """``sandbridge status [SESSION]``: the egress log of one or every running session."""
     from sandbridge.clipboard import read_log
+    from sandbridge.containers import decision_log
     from sandbridge.egress.log import read_tally, summarise
     from sandbridge.ssh_agent import signature_log
 
@@ -265,6 +266,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     asdict(c) for c in signature_log.read_counts(session_path(session_id))
                 ],
                 "clipboard": _as_dict(read_log.read_counts(session_path(session_id))),
+                "containers": _as_dict(decision_log.read_counts(session_path(session_id))),
             }
             for session_id in ids
         ]
@@ -279,7 +281,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines = summarise(read_tally(path)) + signature_log.summarise(
             signature_log.read_counts(path)
         )
-        for line in lines + read_log.summarise(read_log.read_counts(path)):
+        lines += read_log.summarise(read_log.read_counts(path))
+        for line in lines + decision_log.summarise(decision_log.read_counts(path)):
             print(f"  {line}")
         for line in login_lines(session_id):
             print(f"  {line}")

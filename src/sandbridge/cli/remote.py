@@ -72,6 +72,11 @@ NOT_OVER_CONNECT = {
         "the link carries neither the owner's question nor the clipboard's bytes; the far "
         "session's clipboard would be the far machine's, not yours",
     ),
+    "containers": (
+        "--containers",
+        "a far session's containers run on the far machine's engine; start that session "
+        "there with sandbridge run --containers (docs/containers.md)",
+    ),
 }
 
 
@@ -113,8 +118,11 @@ def add_commands(commands: Any) -> None:
         f"(default {GONE_AFTER_SECONDS:g})",
     )
     for name, (flag, _) in NOT_OVER_CONNECT.items():
-        # Taken only to be refused by name (cmd_connect); not in --help.
-        connect.add_argument(flag, dest=name, default=None, help=argparse.SUPPRESS)
+        # Taken only to be refused by name (cmd_connect); not in --help. A flag that takes
+        # no value elsewhere (--containers) is taken with or without one.
+        connect.add_argument(
+            flag, dest=name, default=None, nargs="?", const="", help=argparse.SUPPRESS
+        )
     add_ssh_options(connect)
     _verbose_option(connect)
     connect.set_defaults(func=cmd_connect)

@@ -23,7 +23,7 @@ import socket
 import sys
 import traceback
 
-from sandbridge.cli import clipboard_options, sessions, ssh_agent_options
+from sandbridge.cli import bridge_options, sessions
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.session.handed_off import hand_off
@@ -121,11 +121,11 @@ def _build(
         args = parser.parse_args(argv)
     except SystemExit as exc:  # an option error or --help, printed as the full command does
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    # A run with the ssh-agent or clipboard bridge is served by its own process: the
-    # daemon never holds the owner's agent socket (cli/ssh_agent_options.py) nor asks on
-    # a terminal before a clipboard read (cli/clipboard_options.py).
+    # A run with an agents' bridge is served by its own process: the daemon never holds
+    # the owner's agent or engine socket, nor asks on a terminal before a clipboard read
+    # (cli/bridge_options.py).
     served_here = args.no_daemon or args.dry_run or args.print_policy or args.verbose
-    if served_here or ssh_agent_options.is_on(args) or clipboard_options.is_on(args):
+    if served_here or bridge_options.is_on(args):
         return None
 
     def runner(*prepared: object) -> int:

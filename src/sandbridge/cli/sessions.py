@@ -18,7 +18,14 @@ from sandbridge import __version__, log
 from sandbridge.agents.state import clear_bind_paths
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.cli import agent_options, app_lines, clipboard_options, ssh_agent_options
+from sandbridge.cli import (
+    agent_options,
+    app_lines,
+    bridge_options,
+    clipboard_options,
+    containers_options,
+    ssh_agent_options,
+)
 from sandbridge.cli import network as network_cli
 from sandbridge.cli import shim as shim_cli
 from sandbridge.cli.agent_options import AgentSetup
@@ -35,12 +42,7 @@ from sandbridge.places import host_commands, known_projects
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, load_policy
-from sandbridge.protocol.contract import (
-    EGRESS_SOCKET,
-    MOUNT_POINT,
-    SANDBOX_SSH_AGENT_SOCKET,
-    SSH_AGENT_SOCKET,
-)
+from sandbridge.protocol.contract import EGRESS_SOCKET, MOUNT_POINT
 from sandbridge.protocol.daemon_wire import owner_stopped
 from sandbridge.relay.app import App
 from sandbridge.relay.settings import ForwardingMode
@@ -115,8 +117,7 @@ def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     )
     network_cli.add_options(parser)
     add_relay_options(parser)
-    ssh_agent_options.add_options(parser)
-    clipboard_options.add_options(parser)
+    bridge_options.add_options(parser)
     _add_no_daemon_option(parser)
 
 
@@ -165,7 +166,7 @@ def _spec_factory(
     credentials = {} if agent is None else agent.credentials
     env = {
         **policy.sandbox_env(),
-        **ssh_agent_options.sandbox_env(args),
+        **bridge_options.sandbox_env(args),
         **credentials,
         **parse_env(args.env),
     }
@@ -271,8 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = agent_options.command(args, words)
     if args.print_policy and not args.dry_run:
         status = network_cli.inspect(args, None, args.backend)
-        for line in ssh_agent_options.policy_lines(args) + clipboard_options.policy_lines(args):
-            print(line)
+        print("\n".join(bridge_options.policy_lines(args)))
         return status
     if not command:
         raise SandbridgeError(
@@ -303,6 +303,7 @@ def _run_session(
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     ssh_agent = ssh_agent_options.settings_of(args)  # refused before any session dir exists
     clipboard = clipboard_options.settings_of(args)
+    containers = containers_options.settings_of(args)
     workdir = (args.workdir or Path.cwd()).resolve()
     root, in_git = locate(workdir)
     policy = network_cli.policy(args, workdir, (root, in_git))
@@ -336,6 +337,9 @@ def _run_session(
                     open_settings=open_settings(args, policy),
                     ssh_agent=ssh_agent,
                     clipboard=clipboard,
+                    containers=containers_options.with_shields(
+                        containers, protection.mounts, _policy_dir(root, protection)
+                    ),
                 ),
             )
         finally:
@@ -354,7 +358,7 @@ SessionRunner = Callable[[Callable[[Path], SandboxSpec], str, SessionOptions], i
 
 def _served_here(args: argparse.Namespace) -> bool:
     """Whether a session must be served by this process, never the daemon."""
-    return bool(args.no_daemon or ssh_agent_options.is_on(args) or clipboard_options.is_on(args))
+    return bool(args.no_daemon or bridge_options.is_on(args))
 
 
 def _serve_here(args: argparse.Namespace) -> SessionRunner:
@@ -367,8 +371,8 @@ def _serve_here(args: argparse.Namespace) -> SessionRunner:
                 backend,
                 options,
                 on_session=_print_session,
-                # The daemon never holds the owner's agent, nor asks on a terminal
-                # before a clipboard read: such a run is served here.
+                # The daemon never holds the owner's agent or engine socket, nor asks on
+                # a terminal before a clipboard read: such a run is served here.
                 daemon=None if _served_here(args) else connect_daemon(),
             )
         )
@@ -429,6 +433,9 @@ def cmd_host(args: argparse.Namespace) -> int:
             terminal_socket=True,
             ssh_agent=ssh_agent_options.settings_of(args),
             clipboard=clipboard_options.settings_of(args),
+            containers=containers_options.with_shields(
+                containers_options.settings_of(args), (), project_root(Path.cwd()) / POLICY_DIR
+            ),
         )
         daemon = None if _served_here(args) else connect_daemon()
         async with host_half(daemon, runtime_dir, options) as (entry, stop):
@@ -439,14 +446,7 @@ def cmd_host(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            if ssh_agent_options.is_on(args):
-                print(
-                    f"sandbridge: ssh-agent on {runtime_dir.path / SSH_AGENT_SOCKET}; inside, "
-                    f"set SSH_AUTH_SOCK={SANDBOX_SSH_AGENT_SOCKET}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            for line in clipboard_options.host_lines(args, runtime_dir.path):
+            for line in bridge_options.host_lines(args, runtime_dir.path):
                 print(line, file=sys.stderr, flush=True)
             if policy is not None:
                 ports = " ".join(f"--gate-port {port}" for port in policy.gate_ports())
@@ -534,8 +534,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     _add_no_daemon_option(host)
     add_relay_options(host)
-    ssh_agent_options.add_options(host)
-    clipboard_options.add_options(host)
+    bridge_options.add_options(host)
     add_open_options(host)
     host.set_defaults(func=cmd_host)
 

@@ -2,7 +2,7 @@
 
 A project's ``.sandbridge/config`` travels with a repository that anyone may have
 written; the bridges beyond the first three (OAuth callbacks, the ssh agent, the
-clipboard) widen what the sandbox reaches on the owner's machine, so they are
+clipboard, the container engine) widen what the sandbox reaches on the owner's machine, so they are
 turned on by the owner only: by a flag, or by this file, which lives outside every
 project. Same ``key = value`` lines as the project's config (``#`` comments, blank
 lines), read strictly: an unknown key, a malformed value or a key given twice where it
@@ -107,6 +107,16 @@ KEYS: dict[str, Key] = {
     ),
     "ssh_agent": Key(_parse_text, True, "the ssh-agent bridge's keys (docs/ssh-agent.md)"),
     "clipboard": Key(_parse_word, False, "the clipboard bridge's mode (docs/clipboard.md)"),
+    "containers": Key(_parse_switch, False, "the container engine bridge (docs/containers.md)"),
+    "containers_image": Key(
+        _parse_text, True, "an image the container engine bridge runs (docs/containers.md)"
+    ),
+    "containers_engine": Key(
+        _parse_word, False, "the container engine bridge's engine (docs/containers.md)"
+    ),
+    "containers_network": Key(
+        _parse_word, False, "the container engine bridge's network (docs/containers.md)"
+    ),
 }
 OWNER_KEYS = frozenset(KEYS)
 
@@ -121,6 +131,12 @@ class OwnerConfig:
     ssh_agent: tuple[Setting[str], ...] = ()
     # The clipboard bridge's mode as written (read or readwrite: clipboard/mode.py reads it).
     clipboard: Setting[str] | None = None
+    # The container engine bridge: on or off, its images (each line's value as written,
+    # containers/settings.py reads them), its engine and its network as written.
+    containers: Setting[bool] | None = None
+    containers_image: tuple[Setting[str], ...] = ()
+    containers_engine: Setting[str] | None = None
+    containers_network: Setting[str] | None = None
     path: Path | None = None  # the file, when one was read
 
     def allowed_hosts(self) -> tuple[str, ...]:
@@ -154,8 +170,19 @@ def parse_owner_config(text: str, label: str = LABEL) -> OwnerConfig:
             single[key] = Setting(parsed, where)
     switch = single.get("oauth_callbacks")
     clipboard = single.get("clipboard")
+    containers = single.get("containers")
+    words = {
+        key: None if (found := single.get(key)) is None else Setting(str(found.value), found.source)
+        for key in ("containers_engine", "containers_network")
+    }
     return OwnerConfig(
         clipboard=None if clipboard is None else Setting(str(clipboard.value), clipboard.source),
+        containers=None
+        if containers is None
+        else Setting(bool(containers.value), containers.source),
+        containers_image=tuple(repeated["containers_image"]),
+        containers_engine=words["containers_engine"],
+        containers_network=words["containers_network"],
         oauth_callbacks=None if switch is None else Setting(bool(switch.value), switch.source),
         open_external_allow=tuple(repeated["open_external_allow"]),
         ssh_agent=tuple(repeated["ssh_agent"]),

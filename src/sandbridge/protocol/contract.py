@@ -35,6 +35,9 @@ SSH_AGENT_SOCKET = "ssh-agent.sock"
 # sandbridge's own: the owner's clipboard when the owner turns the clipboard bridge on
 # (docs/clipboard.md); the stand-ins inside (wl-paste, xclip, ...) talk to it.
 CLIPBOARD_SOCKET = "clipboard.sock"
+# sandbridge's own: the sandbox's DOCKER_HOST when the owner turns the container engine
+# bridge on (docs/containers.md); the host forwards what its policy allows to the engine.
+CONTAINERS_SOCKET = "containers.sock"
 
 # The type of forwarding v1's request line on upstream.sock (protocol/v1.py).
 V1_REQUEST_TYPE = "http_request"
@@ -48,6 +51,7 @@ DEFAULT_RELAY_SOCKET = f"{MOUNT_POINT}/{RELAY_SOCKET}"
 DEFAULT_UPSTREAM_SOCKET = f"{MOUNT_POINT}/{UPSTREAM_SOCKET}"
 SANDBOX_SSH_AGENT_SOCKET = f"{MOUNT_POINT}/{SSH_AGENT_SOCKET}"
 SANDBOX_CLIPBOARD_SOCKET = f"{MOUNT_POINT}/{CLIPBOARD_SOCKET}"
+SANDBOX_CONTAINERS_SOCKET = f"{MOUNT_POINT}/{CONTAINERS_SOCKET}"
 
 # sandbridge's own state beside the runtime dirs: ``<base>/sandbridge-<uid>``, with each
 # session's control socket for the owner's commands.

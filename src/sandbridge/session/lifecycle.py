@@ -5,8 +5,8 @@ this: :func:`open_session` owns the runtime dir it is given and the session's re
 entry, and starts what the session serves (the registration server and app listeners;
 the egress gate when the policy allows named destinations; the terminal broker when the
 host holds a channel to the sandbox's entry, or the sandbox serves ``terminal.sock``;
-the opener of the sandbox's open requests; the ssh-agent bridge when the owner chose
-keys). Leaving the ``async with`` closes all of it
+the opener of the sandbox's open requests; the ssh-agent, clipboard and container
+engine bridges the owner turned on). Leaving the ``async with`` closes all of it
 in the reverse order and removes the entry and the runtime dir, whatever ended it.
 """
 
@@ -29,7 +29,12 @@ from sandbridge.places import host_commands
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.project.policy import NetMode
-from sandbridge.protocol.contract import CLIPBOARD_SOCKET, EGRESS_SOCKET, SSH_AGENT_SOCKET
+from sandbridge.protocol.contract import (
+    CLIPBOARD_SOCKET,
+    CONTAINERS_SOCKET,
+    EGRESS_SOCKET,
+    SSH_AGENT_SOCKET,
+)
 from sandbridge.relay.app import App
 from sandbridge.relay.host_opener import HostOpener, OpenSettings
 from sandbridge.relay.owned_upstream import PendingOwnedUpstream
@@ -44,6 +49,7 @@ from sandbridge.terminals.worker_socket import WorkerSocket
 
 if TYPE_CHECKING:
     from sandbridge.clipboard.server import ClipboardBridge
+    from sandbridge.containers.server import ContainerBridge
     from sandbridge.ssh_agent.server import AgentBridge
 
 
@@ -67,6 +73,8 @@ class Session:
     clipboard: ClipboardBridge | None = None
     # The bridges' questions to the owner (aio/owner_questions.py).
     questions: OwnerQuestions | None = None
+    # The container engine bridge (None: the owner did not turn it on).
+    containers: ContainerBridge | None = None
 
 
 def session_ops(
@@ -211,11 +219,64 @@ def _clipboard(  # noqa: PLR0913  (one session's parts)
     )
 
 
+def _containers(
+    options: SessionOptions,
+    runtime_dir: RuntimeDir,
+    entry: SessionEntry,
+    changed: Callable[[], None],
+) -> ContainerBridge | None:
+    """The session's container engine bridge, if the owner turned it on: its containers
+    carry the session's id, and binds are checked against its workdir."""
+    settings = options.containers
+    if settings is None:
+        return None
+    from sandbridge.containers.binds import BindRules
+    from sandbridge.containers.decision_log import DecisionLog
+    from sandbridge.containers.server import ContainerBridge
+
+    decisions = DecisionLog(entry.path)
+    decisions.on_record = changed
+    cover = entry.path / "containers-cover"  # empty: laid over what containers may not see
+    cover.mkdir(mode=0o500, exist_ok=True)
+    binds = BindRules(
+        options.workdir.resolve(),
+        cover,
+        (settings.engine, runtime_dir.path),
+        settings.protected,
+        settings.hidden,
+        (options.workdir, *options.writable),
+    )
+    return ContainerBridge(
+        runtime_dir.path / CONTAINERS_SOCKET, settings, entry.id, binds, decisions
+    )
+
+
 def _present(
-    ssh_agent: AgentBridge | None, clipboard: ClipboardBridge | None
-) -> list[AgentBridge | ClipboardBridge]:
+    *bridges: AgentBridge | ClipboardBridge | ContainerBridge | None,
+) -> list[AgentBridge | ClipboardBridge | ContainerBridge]:
     """The bridges the session serves beside the relay, in their starting order."""
-    return [bridge for bridge in (ssh_agent, clipboard) if bridge is not None]
+    return [bridge for bridge in bridges if bridge is not None]
+
+
+def _egress_gate(
+    options: SessionOptions,
+    runtime_dir: RuntimeDir,
+    entry: SessionEntry,
+    changed: Callable[[], None],
+) -> EgressGate | None:
+    """The session's egress gate where its policy allows destinations (else ``None``)."""
+    policy = options.policy
+    if policy is None or policy.mode.value is not NetMode.ALLOW:
+        return None
+    gate = EgressGate(
+        runtime_dir.path / EGRESS_SOCKET,
+        policy,
+        EgressLog(entry.path / LOG_NAME),
+        session=entry.id,
+    )
+    gate.log.on_record = changed
+    gate.requests.on_change = changed
+    return gate
 
 
 @asynccontextmanager
@@ -262,17 +323,7 @@ async def open_session(
         opener=opener,
         owned=_owned_upstream(options),
     )
-    gate: EgressGate | None = None
-    policy = options.policy
-    if policy is not None and policy.mode.value is NetMode.ALLOW:
-        gate = EgressGate(
-            runtime_dir.path / EGRESS_SOCKET,
-            policy,
-            EgressLog(entry.path / LOG_NAME),
-            session=entry.id,
-        )
-        gate.log.on_record = changed
-        gate.requests.on_change = changed
+    gate = _egress_gate(options, runtime_dir, entry, changed)
     stop_requested = asyncio.Event()
     broker: TerminalBroker | None = None
     starter = _worker_starter(options, runtime_dir)
@@ -302,10 +353,12 @@ async def open_session(
         broker.on_change = _when_requests_change(broker, entry, told)
     ssh_agent = _ssh_agent(options, runtime_dir, entry, changed, questions)
     clipboard = _clipboard(options, runtime_dir, entry, changed, out, questions)
+    containers = _containers(options, runtime_dir, entry, changed)
     try:
-        for bridge in _present(ssh_agent, clipboard):
+        for bridge in _present(ssh_agent, clipboard, containers):
             # Before anything else is served: a chosen key the owner's agent lacks, or a
-            # host without clipboard tools, ends the session before its sandbox starts;
+            # host without clipboard tools, an engine that does not answer, ends the
+            # session before its sandbox starts;
             # and the clipboard's socket exists before the sandbox's entry looks for it
             # (it writes the stand-ins only then).
             await bridge.start()
@@ -319,11 +372,11 @@ async def open_session(
             entry.touch()  # its control socket answers now: the readers may ask it
         yield Session(
             entry, host, runtime_dir, stop_requested, owner_ops, broker, ssh_agent, clipboard,
-            questions,
+            questions, containers,
         )  # fmt: skip
     finally:
         await questions.close()
-        for bridge in _present(ssh_agent, clipboard):
+        for bridge in _present(ssh_agent, clipboard, containers):
             await bridge.close()
         if broker is not None:
             await broker.close()

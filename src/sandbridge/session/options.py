@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the host halves' modules (and the settings of some): not im
     import socket
 
     from sandbridge.clipboard.mode import ClipboardSettings
+    from sandbridge.containers.settings import ContainerSettings
     from sandbridge.project.policy import Policy
     from sandbridge.relay.app import App
     from sandbridge.relay.host_opener import OpenSettings
@@ -70,6 +71,9 @@ class SessionOptions:
     # The clipboard bridge (docs/clipboard.md): off unless the owner turns it on. Served
     # by the session's own process alone: it asks the owner on that process's terminal.
     clipboard: ClipboardSettings | None = None
+    # The container engine bridge (docs/containers.md): off unless the owner turns it on.
+    # Served by the session's own process alone, which removes its containers at the end.
+    containers: ContainerSettings | None = None
 
 
 def create_entry(

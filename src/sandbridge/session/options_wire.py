@@ -53,6 +53,11 @@ def encode(options: SessionOptions) -> dict[str, Any]:
     if options.clipboard is not None:
         # The daemon has no terminal to ask before a read (cli/clipboard_options.py).
         raise DaemonError("a session with --clipboard is served by its own process, not the daemon")
+    if options.containers is not None:
+        # The daemon holds no engine socket of the owner's shell (cli/containers_options.py).
+        raise DaemonError(
+            "a session with --containers is served by its own process, not the daemon"
+        )
     settings = RelaySettings() if options.settings is None else options.settings
     opens = options.open_settings
     return {

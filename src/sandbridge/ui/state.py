@@ -16,6 +16,7 @@ from typing import Any
 
 from sandbridge import log
 from sandbridge.clipboard import read_log
+from sandbridge.containers import decision_log
 from sandbridge.egress.requests import shown
 from sandbridge.exceptions import (
     ControlError,
@@ -165,7 +166,7 @@ def _add_session(
         "started": record.started,
         "network": None if info is None else str(info["network"]),
         "egress": counts, "ssh_agent": _signatures(record.id),
-        "clipboard": _clipboard(record.id),
+        "clipboard": _clipboard(record.id), "containers": _containers(record.id),
         "controllable": info is not None and answers.controllable,
         "machine": None,
     }  # fmt: skip
@@ -238,6 +239,18 @@ def _clipboard(session: str) -> dict[str, int] | None:
     return {"reads": counts.reads, "writes": counts.writes, "refused": refused}
 
 
+def _containers(session: str) -> dict[str, int] | None:
+    """The session's container engine requests (None: no bridge, or none asked yet), from
+    its session dir (containers/decision_log.py)."""
+    try:
+        counts = decision_log.read_counts(session_path(session))
+    except SessionError:  # it ended since it was listed
+        return None
+    if counts is None:
+        return None
+    return {"allowed": counts.allowed, "refused": counts.refused, "created": counts.created}
+
+
 def _add_machine(
     tables: dict[str, list[dict[str, Any]]],
     remote: RemoteRecord,
@@ -264,7 +277,8 @@ def _add_machine(
             {
                 "id": str(place), "machine": machine, "workdir": far.workdir,
                 "command": far.command, "started": far.started, "network": far.network,
-                "egress": None, "ssh_agent": None, "clipboard": None, "controllable": False,
+                "egress": None, "ssh_agent": None, "clipboard": None, "containers": None,
+                "controllable": False,
                 "stop_note": FAR_STOP.format(machine=machine),
             }
         )  # fmt: skip

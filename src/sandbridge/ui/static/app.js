@@ -204,6 +204,7 @@ function renderSession(row, s) {
   cell(row, s.egress ? `${s.egress.allowed} allowed, ${s.egress.refused} refused` : null);
   cell(row, s.ssh_agent ? `${s.ssh_agent.signed} signed, ${s.ssh_agent.refused} refused` : null);
   cell(row, s.clipboard ? `${s.clipboard.reads} read, ${s.clipboard.writes} written, ${s.clipboard.refused} refused` : null);
+  cell(row, s.containers ? `${s.containers.created} created, ${s.containers.allowed} allowed, ${s.containers.refused} refused` : null);
   const td = cell(row, "");
   if (s.controllable && confirmingStop.has(s.id)) {
     const ask = document.createElement("span");

@@ -1,0 +1,154 @@
+"""The container bridge on a real Unix socket in front of the stand-in engine, both on one
+event loop in a thread of their own (as a session serves the bridge), and a real HTTP
+client (the standard library's, over the Unix socket) to call it as ``docker`` does."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbridge.containers.binds import BindRules, Protected
+from sandbridge.containers.decision_log import DecisionLog
+from sandbridge.containers.server import MAX_REQUESTS, ContainerBridge
+from sandbridge.containers.settings import ContainerSettings, NetworkMode
+from tests.containers.stand_in_engine import StandInEngine
+
+IMAGE = "localhost/sbtest/busybox:1"
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """``http.client`` over a Unix socket (``DOCKER_HOST=unix://...``)."""
+
+    def __init__(self, path: Path, timeout: float = 10.0) -> None:
+        super().__init__("docker", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(str(self._path))
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def message(self) -> str:
+        return str(self.json()["message"])
+
+
+class BridgeThread:
+    """A bridge for session ``session`` at ``tmp/run/containers.sock`` (``tmp/run``: its
+    runtime dir) before a stand-in engine at ``engine_dir/engine.sock`` (default
+    ``tmp/engine``); the workdir is ``tmp/work``."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        session: str = "s-test",
+        network: NetworkMode = NetworkMode.NONE,
+        keep: bool = False,
+        protected: tuple[Protected, ...] = (),
+        hidden: tuple[Path, ...] = (),
+        max_requests: int = MAX_REQUESTS,
+        engine_dir: Path | None = None,
+    ) -> None:
+        run = tmp / "run"
+        run.mkdir(exist_ok=True)
+        self.path = run / "containers.sock"
+        self.workdir = (tmp / "work").resolve()
+        self.workdir.mkdir(exist_ok=True)
+        engine_dir = engine_dir or tmp / "engine"
+        engine_dir.mkdir(exist_ok=True)
+        self.engine = StandInEngine(engine_dir / "engine.sock")
+        self.settings = ContainerSettings(self.engine.socket, frozenset({IMAGE}), network, keep)
+        cover = tmp / "cover"
+        cover.mkdir(exist_ok=True)
+        binds = BindRules(self.workdir, cover, (self.engine.socket, run), protected, hidden)
+        self.log_dir = tmp / "state"
+        self.log_dir.mkdir(exist_ok=True)
+        self.bridge = ContainerBridge(
+            self.path, self.settings, session, binds, DecisionLog(self.log_dir), max_requests
+        )
+        self.errors: list[dict[str, object]] = []
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(lambda _, context: self.errors.append(context))
+        self._stop = asyncio.Event()
+        await self.engine.start()
+        await self.bridge.start()
+        self.started_with = self.engine.paths()
+        self.engine.requests.clear()  # the start's own ping: each test sees its requests alone
+        self._ready.set()
+        await self._stop.wait()
+        await self.bridge.close()
+        await self.engine.close()
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+
+    def call(
+        self, method: str, target: str, body: object = None, raw: bytes | None = None
+    ) -> Reply:
+        """One request as a Docker client sends it."""
+        connection = UnixHTTPConnection(self.path)
+        try:
+            data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            connection.request(method, target, body=data, headers=headers)
+            answer = connection.getresponse()
+            return Reply(answer.status, dict(answer.getheaders()), answer.read())
+        finally:
+            connection.close()
+
+    def create(self, body: dict[str, Any] | None = None, name: str = "") -> str:
+        """A container of the listed image (with ``body``'s fields); its id."""
+        query = f"?name={name}" if name else ""
+        reply = self.call(
+            "POST", f"/v1.41/containers/create{query}", {"Image": IMAGE, **(body or {})}
+        )
+        assert reply.status == 201, reply.body
+        return str(reply.json()["Id"])
+
+    def direct(self, method: str, target: str, body: object = None) -> Reply:
+        """A request straight to the engine (the owner's own, or another session's)."""
+        connection = UnixHTTPConnection(self.engine.socket)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            connection.request(method, target, body=data)
+            answer = connection.getresponse()
+            return Reply(answer.status, dict(answer.getheaders()), answer.read())
+        finally:
+            connection.close()
+
+    def raw(self, data: bytes) -> bytes:
+        """Send ``data`` as is and end the sending side; what comes back until the
+        bridge closes."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(str(self.path))
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+            return b"".join(chunks)
