@@ -38,7 +38,12 @@ def test_a_signature_waits_for_the_dashboard_s_yes_and_bad_answers_are_refused(
     work.mkdir()
     (work / "chosen.pub").write_text(owner.chosen.public + "\n")
     (work / "message").write_text("signed text\n")
-    script = f'cd {work} && ssh-keygen -Y sign -n git -f chosen.pub message; echo "SIGNED $?"'
+    # The sandbox stays up after the signature (until run.stop()): the last answer below is
+    # refused by the session, which must still be running to say already_answered.
+    script = (
+        f'cd {work} && ssh-keygen -Y sign -n git -f chosen.pub message; echo "SIGNED $?"; '
+        "exec sleep 600"
+    )
     run = Process(
         run_argv(
             work, "sh", "-c", script,
