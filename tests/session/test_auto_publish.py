@@ -377,8 +377,12 @@ def test_past_the_rate_of_new_apps_ports_wait_and_are_published_within_the_windo
     (tmp_path / "work").mkdir()
     burst = range(8001, 8001 + MAX_AUTO_APPS_PER_WINDOW + 1)
     with controlled(tmp_path / "work", "auto", ("--publish", "auto")) as churning:
+        # Every listen is sent before the first answer is awaited: the burst is one, inside
+        # one window, however slow the machine makes each round trip.
         for port in burst:
-            churning.listen(port, "burst")
+            churning.send(f"listen {port} burst")
+        for port in burst:
+            assert churning.process.wait_line(f"LISTEN {port} ") == f"LISTEN {port} ok"
         line = churning.process.wait_line("auto_publish.throttled port=", "stderr", WITHIN)
         assert f"too many new ports to publish at once: {MAX_AUTO_APPS_PER_WINDOW} new apps" in line
         # An app the agent registers itself is not held back.
