@@ -6,6 +6,7 @@ import asyncio
 import io
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,66 @@ def test_past_the_callbacks_awaited_at_once_a_login_is_printed_not_opened() -> N
         f"{urls[-1].split('=', 1)[1]} is not, and its login page is not opened: {urls[-1]}"
     ) in said
     assert f"the sandbox opens {urls[-1]}" not in said
+
+
+def test_an_open_question_waits_its_turn_behind_a_bridge_s_on_the_one_terminal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The session's bridges and ``--open ask`` share its questions: the owner's line
+    answers the question on the screen, never one asked beside it (each read the terminal
+    on its own, and a "y" meant for one could answer the other). The opener's question
+    is asked only once the first is answered, and listed for the dashboard meanwhile."""
+    from sandbridge.aio.owner_questions import OwnerQuestions, Verdict
+
+    main, replica = os.openpty()  # stdin a real terminal: --open ask asks
+    monkeypatch.setattr(sys, "stdin", open(replica, closefd=True))  # noqa: SIM115
+    settings = OpenSettings(A, (str(tmp_path / "no-such-browser"),), ExternalOpens.PRINT)
+
+    async def scenario() -> tuple[list[str], Verdict]:
+        asked: list[str] = []
+        first_read = asyncio.Event()
+        owner_reads_the_first = asyncio.Event()
+
+        async def terminal(prompt: str) -> bool:
+            asked.append(prompt)
+            if len(asked) == 1:
+                first_read.set()
+                await owner_reads_the_first.wait()
+                return False
+            return False
+
+        questions = OwnerQuestions(terminal, listed=True)
+        changed = asyncio.Event()
+        questions.on_change = changed.set
+
+        async def until(condition: Callable[[], bool]) -> None:
+            while not condition():
+                changed.clear()
+                await changed.wait()
+
+        opener = HostOpener(settings, None, questions)
+        try:
+            bridge = asyncio.create_task(
+                questions.ask("clipboard", "the sandbox asks to read", "allow?")
+            )
+            await first_read.wait()
+            assert opener.open("http://localhost:8000/") is Outcome.ASK
+            await until(lambda: len(questions.pending()) == 2)
+            assert [q.kind for q in questions.pending()] == ["clipboard", "open"]
+            assert len(asked) == 1  # the open question waits: one on the screen at a time
+            owner_reads_the_first.set()
+            verdict = await bridge
+            await until(lambda: not questions.pending())
+            return asked, verdict
+        finally:
+            await opener.close()
+
+    try:
+        asked, verdict = asyncio.run(scenario())
+    finally:
+        os.close(main)
+    assert verdict is Verdict.NO
+    assert len(asked) == 2
+    assert "the sandbox asks to read" in asked[0]
+    assert "the sandbox asks to open http://localhost:8000/" in asked[1]
+    assert asked[1].endswith("open it in the browser? [y/N] ")

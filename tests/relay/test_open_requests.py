@@ -355,7 +355,13 @@ def test_ask_asks_on_the_terminal_and_opens_only_on_yes(
         host.wait_for(f"the sandbox asks to open {url}".encode())
         host.wait_for(b"open it in the browser? [y/N] ")
         os.write(host.master, reply)
-        if not opened:
+        # The answer is read before the stop (a question still open when the session ends
+        # is withdrawn): the host says what it did with it.
+        if opened:
+            assert host.wait_line("sandbridge: the sandbox opens") == (
+                f"sandbridge: the sandbox opens {url} (with {PYTHON}: your yes)"
+            )
+        else:
             assert host.wait_line("sandbridge: not opened") == f"sandbridge: not opened: {url}"
     finally:
         stderr = host.stop()  # waits for the browser command the answer started
@@ -380,6 +386,7 @@ def test_a_second_question_is_refused_while_the_first_is_open(runtime_dir: Path)
             "the owner has not answered the question about an earlier open request"
         )
         os.write(host.master, b"y\r")
+        host.wait_line(f"sandbridge: the sandbox opens {first}")
     finally:
         stderr = host.stop()  # waits for the browser command the answer started
     assert _recorded(out) == [[first]]

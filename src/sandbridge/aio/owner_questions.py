@@ -130,9 +130,11 @@ class OwnerQuestions:
         """The questions waiting, oldest first."""
         return [question for question, _ in self._waiting.values()]
 
-    async def ask(self, kind: str, text: str, prompt: str) -> Verdict:
+    async def ask(self, kind: str, text: str, prompt: str, timeout: float | None = None) -> Verdict:
         """Ask the owner ``text`` (what is asked: said on the terminal and listed) with
-        ``prompt`` (the yes-or-no line after it); ``kind`` names the bridge asking."""
+        ``prompt`` (the yes-or-no line after it); ``kind`` names the bridge asking;
+        ``timeout``, this question's own (default: the session's)."""
+        timeout = self.timeout if timeout is None else timeout
         if not self.can_ask:
             log.info("owner_question.refused", kind=kind, reason=Verdict.NOBODY.value)
             return Verdict.NOBODY
@@ -144,7 +146,7 @@ class OwnerQuestions:
             question_id = secrets.token_hex(4)
         now = time.time()
         shown = f"{text} {prompt}"[:MAX_TEXT_CHARS]
-        question = Question(question_id, kind, shown, now, now + self.timeout)
+        question = Question(question_id, kind, shown, now, now + timeout)
         answer: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         self._waiting[question_id] = (question, answer)
         self._changed()
@@ -152,10 +154,10 @@ class OwnerQuestions:
         if self._terminal is None and self._announce is not None:
             self._announce(
                 f"{text}: answer it on the dashboard (sandbridge ui) within "
-                f"{self.timeout:g} s, or it is a no"
+                f"{timeout:g} s, or it is a no"
             )
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout):
                 if self._terminal is None:
                     yes = await answer
                 else:

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
+from sandbridge.aio.owner_questions import OwnerQuestions, Verdict, terminal_asker
 from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.terminal_question import ask_terminal
 from sandbridge.exceptions import RegistrationError
 from sandbridge.places import host_commands
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW, WindowLimit
@@ -109,12 +109,25 @@ def decide(settings: OpenSettings, *, external: bool, browsable: bool, terminal:
 class HostOpener:
     """Carries out the open requests of one session as its :class:`OpenSettings` say."""
 
-    def __init__(self, settings: OpenSettings, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        settings: OpenSettings,
+        out: TextIO | None = None,
+        questions: OwnerQuestions | None = None,
+    ) -> None:
         self.settings = settings
         self._out = sys.stderr if out is None else out
         # Messages that go elsewhere (to the daemon's client): the owner is not at this
         # process's terminal, so ``ask`` never asks on it (a foreground daemon has one).
         self._may_ask = out is None
+        # The session's questions to its owner (aio/owner_questions.py), which the bridges
+        # ask too: one reader of the terminal, so the owner's "y" answers the question on
+        # the screen and no other (default: a queue of this opener's own).
+        self._questions = (
+            OwnerQuestions(terminal_asker() if self._may_ask else None, listed=False)
+            if questions is None
+            else questions
+        )
         self._limit = WindowLimit(MAX_OPENS_PER_WINDOW, OPEN_WINDOW)
         self._dropping = False
         # A question is open on the terminal: one at a time, for the owner's answer
@@ -213,14 +226,14 @@ class HostOpener:
             self._say(f"the browser command {argv[0]!r} failed (exit {status}); open {url}")
 
     async def _ask(self, url: str, redirect: LoopbackRedirect | None = None) -> None:
-        question = f"sandbridge: the sandbox asks to open {url}\r\n  open it in the browser? [y/N] "
         try:
-            answer = await asyncio.wait_for(ask_terminal(question), ASK_TIMEOUT)
-        except (OSError, TimeoutError):
-            answer = ""
+            verdict = await self._questions.ask(
+                "open", f"the sandbox asks to open {url}", "open it in the browser?", ASK_TIMEOUT
+            )
         finally:
             self._asking = False
-        if answer.strip().lower() in ("y", "yes"):
+        if verdict is Verdict.YES:
+            self._say(f"the sandbox opens {url} (with {self.settings.browser[0]}: your yes)")
             if redirect is None or self._callbacks.await_callback(redirect, url):
                 await self._run_browser(url)
         else:

@@ -306,11 +306,22 @@ async def open_session(
         if told is not None:
             told()
 
+    starter = _worker_starter(options, runtime_dir)
+    # The bridges ask on this process's terminal, never when the session's messages go
+    # elsewhere (``out``: a daemon's session), and list their questions for a dashboard
+    # when the session serves a control socket (the broker's).
+    questions = OwnerQuestions(
+        terminal_asker() if out is None else None,
+        starter is not None,
+        announce=lambda text: print(f"sandbridge: {text}", file=out or sys.stderr, flush=True),
+    )
+    questions.on_change = changed
     opener = HostOpener(
         OpenSettings.for_host(os.environ)
         if options.open_settings is None
         else options.open_settings,
         out,
+        questions,
     )
     opener.callbacks.on_change = changed  # a login's callback shows on the dashboard
     host = HostSession(
@@ -326,16 +337,6 @@ async def open_session(
     gate = _egress_gate(options, runtime_dir, entry, changed)
     stop_requested = asyncio.Event()
     broker: TerminalBroker | None = None
-    starter = _worker_starter(options, runtime_dir)
-    # The bridges ask on this process's terminal, never when the session's messages go
-    # elsewhere (``out``: a daemon's session), and list their questions for a dashboard
-    # when the session serves a control socket (the broker's).
-    questions = OwnerQuestions(
-        terminal_asker() if out is None else None,
-        starter is not None,
-        announce=lambda text: print(f"sandbridge: {text}", file=out or sys.stderr, flush=True),
-    )
-    questions.on_change = changed
     owner_ops = {
         **session_ops(options, gate, host, stop_requested, entry.id),
         **questions.owner_ops(),
