@@ -84,6 +84,7 @@ HOSTILE: dict[str, tuple[Refusal, tuple[str, ...]]] = {
     "create_image_not_listed": (Refusal("Image", "image-not-listed"), ()),
     "other_session_create": (Refusal(f"Labels.{SESSION_LABEL}", "session-label"), ()),
     "other_session_inspect": (Refusal("path.container", "own-objects-only"), _OWN_CONTAINER),
+    "other_session_start": (Refusal("path.container", "own-objects-only"), _OWN_CONTAINER),
     "other_session_delete": (Refusal("path.container", "own-objects-only"), _OWN_CONTAINER),
 }
 # Each ordinary recording, and the recordings sent before it (what makes the object it
