@@ -23,12 +23,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from sandbridge.containers.binds import BindRules
 from sandbridge.containers.create_policy import SESSION_LABEL
-from sandbridge.containers.decision_log import DecisionLog
+from sandbridge.containers.decision_log import LOG_NAME, DecisionLog
 from sandbridge.containers.server import ContainerBridge
 from sandbridge.containers.settings import ContainerSettings, NetworkMode, normalise_image
 from tests.containers.bridge_thread import IMAGE, Reply, UnixHTTPConnection
@@ -121,13 +122,14 @@ class ReplayBridge:
         self.workdir = (tmp / "work").resolve()
         self.workdir.mkdir()
         (tmp / "cover").mkdir()
-        (tmp / "state").mkdir()
+        self.log_dir = tmp / "state"
+        self.log_dir.mkdir()
         settings = ContainerSettings(engine.socket, frozenset({normalise_image(IMAGE)}), network)
         binds = BindRules(
             self.workdir, tmp / "cover", (engine.socket, run), visible=(self.workdir,)
         )
         self.bridge = ContainerBridge(
-            self.path, settings, SESSION, binds, DecisionLog(tmp / "state")
+            self.path, settings, SESSION, binds, DecisionLog(self.log_dir)
         )
         self.errors: list[dict[str, object]] = []
         self._ready = threading.Event()
@@ -255,6 +257,12 @@ def test_a_hostile_recording_is_refused_naming_its_field_and_rule_and_never_reac
     assert message.startswith("sandbridge: "), message
     assert f"(field {refusal.field}, rule {refusal.rule_for(network)})" in message, message
     assert bridge_in.engine.requests[before:] == []
+    logged = json.loads((bridge_in.log_dir / LOG_NAME).read_text().splitlines()[-1])
+    assert (logged["decision"], logged["field"], logged["rule"]) == (
+        "refused",
+        refusal.field,
+        refusal.rule_for(network),
+    )
 
 
 def test_a_body_with_sandbridges_own_label_is_refused_even_naming_the_session(
@@ -319,3 +327,21 @@ def test_a_create_reaches_the_engine_with_the_session_label_the_bridge_adds(
     for key, value in recording.request_json().items():
         if key != "HostConfig":
             assert sent[key] == value, key
+
+
+@pytest.mark.parametrize(
+    ("name", "added"),
+    [
+        ("container_list_label", {"label": [f"{SESSION_LABEL}={SESSION}"]}),
+        ("images_list", {"reference": [normalise_image(IMAGE)]}),
+    ],
+)
+def test_a_recorded_list_reaches_the_engine_narrowed_to_the_sessions_own(
+    bridge: ReplayBridge, name: str, added: dict[str, list[str]]
+) -> None:
+    recording = load_recording(name)
+    assert bridge.send(recording).status == 200
+    query = parse_qs(urlsplit(_reached(bridge, 0, recording).target).query)
+    filters = json.loads(query["filters"][0])
+    for key, values in added.items():
+        assert set(values) <= set(filters[key]), filters
