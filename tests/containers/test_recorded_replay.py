@@ -19,7 +19,7 @@ import asyncio
 import base64
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,3 +345,36 @@ def test_a_recorded_list_reaches_the_engine_narrowed_to_the_sessions_own(
     filters = json.loads(query["filters"][0])
     for key, values in added.items():
         assert set(values) <= set(filters[key]), filters
+
+
+def _respelled(value: Any, spell: Callable[[str], str]) -> Any:
+    """``value`` with every object key respelled by ``spell``, at every depth."""
+    if isinstance(value, dict):
+        return {spell(key): _respelled(item, spell) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_respelled(item, spell) for item in value]
+    return value
+
+
+# An engine's Go decoder matches a body's keys to its fields without regard to case, and
+# with Unicode's simple folds (U+017F, the long s, is "s"; U+212A, the Kelvin sign, is
+# "k"): the same hostile body in those spellings.
+RESPELLINGS: dict[str, Callable[[str], str]] = {
+    "lower-case": str.lower,
+    "unicode-folds": lambda key: key.replace("s", "\u017f").replace("k", "\u212a"),
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(RESPELLINGS))
+@pytest.mark.parametrize("name", sorted(n for n in HOSTILE if load_recording(n).request_json()))
+def test_a_hostile_body_respelled_as_the_engine_would_still_read_it_is_refused(
+    bridge: ReplayBridge, name: str, spelling: str
+) -> None:
+    recording = load_recording(name)
+    body = json.loads(_client_body(recording, bridge.engine) or b"")
+    respelled = _respelled(body, RESPELLINGS[spelling])
+    assert respelled != body
+    reply = bridge.request(recording, json.dumps(respelled).encode())
+    assert reply.status == 403, reply.body
+    assert "(field " in reply.message
+    assert bridge.engine.requests == []
