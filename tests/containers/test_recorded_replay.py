@@ -292,6 +292,11 @@ def _reached(bridge: ReplayBridge, before: int, recording: Recording) -> Replaye
     return arrived[0]
 
 
+def _response_bytes(response: dict[str, Any]) -> bytes:
+    """A recorded answer's body that is not JSON (the logs' stream, the ping's ``OK``)."""
+    return base64.b64decode(response["base64"]) if "base64" in response else b""
+
+
 @pytest.mark.parametrize("name", sorted(ORDINARY))
 def test_an_ordinary_recording_is_forwarded_and_answered_as_recorded(
     bridge: ReplayBridge, name: str
@@ -307,10 +312,6 @@ def test_an_ordinary_recording_is_forwarded_and_answered_as_recorded(
         assert reply.body == _response_bytes(response)
     sent = _reached(bridge, before, recording)
     assert sent.method == recording.request["method"]
-
-
-def _response_bytes(response: dict[str, Any]) -> bytes:
-    return base64.b64decode(response["base64"]) if "base64" in response else b""
 
 
 @pytest.mark.parametrize("name", ["container_create", "network_create", "volume_create"])
