@@ -292,6 +292,14 @@ def scenario(engine_socket: str) -> list[Step]:
             "another session's container, looked at",
         ),
         Step(
+            "other_session_start",
+            "POST",
+            f"{v}/containers/{{id}}/start",
+            None,
+            True,
+            "another session's container, started",
+        ),
+        Step(
             "other_session_delete",
             "DELETE",
             f"{v}/containers/{{id}}?force=1",

@@ -7,9 +7,10 @@ not hold it: a refused request never reached an engine. What does reach it is an
 as the real engine answered when it was recorded.
 
 A request is matched to a recording by method and path, the API version prefix dropped
-and a container's Id or name read as ``{id}`` (so ``POST /v1.43/containers/abc/start``
-is answered by the recording of ``POST /v1.41/containers/<recorded id>/start``), a HEAD
-as its GET; among
+and a container's or network's Id or name read as ``{id}`` (so ``POST
+/v1.43/containers/abc/start`` is answered by the recording of ``POST
+/v1.41/containers/<recorded id>/start``; the container bridge sends a network named by
+its name on by its Id), a HEAD as its GET; among
 several, the one with the same body, else the first that is not hostile, else the first.
 A request no recording matches gets 404 with a JSON message naming it, as an engine
 answers an unknown route.
@@ -35,15 +36,18 @@ from tests.support.unix_http import serving
 RECORDED = Path(__file__).resolve().parent.parent / "containers" / "recorded"
 
 _VERSION_PREFIX = re.compile(r"^/v\d+\.\d+(?=/)")
-# The path segment after /containers/ that is a container's Id or name, not a route.
-_CONTAINER_ROUTES = frozenset({"create", "json", "prune"})
+# The collections whose path segment after their name is an object's Id or name, unless
+# it is one of the routes.
+_BY_ID = frozenset({"containers", "networks"})
+_ROUTES = frozenset({"create", "json", "prune"})
 
 
 def route(method: str, target: str) -> str:
-    """What a request is matched on: ``"POST /containers/{id}/start"``."""
+    """What a request is matched on: ``"POST /containers/{id}/start"``,
+    ``"DELETE /networks/{id}"``."""
     path = _VERSION_PREFIX.sub("", urllib.parse.urlsplit(target).path)
     parts = path.split("/")
-    if len(parts) > 2 and parts[1] == "containers" and parts[2] not in _CONTAINER_ROUTES:
+    if len(parts) > 2 and parts[1] in _BY_ID and parts[2] not in _ROUTES:
         parts[2] = "{id}"
     return f"{method} {'/'.join(parts)}"
 

@@ -24,9 +24,13 @@ from tests.support.unix_http import UnixHTTPConnection, api_request
         ("DELETE", "/v1.41/containers/my-name?force=1", "DELETE /containers/{id}"),
         ("GET", "/v1.41/containers/json?all=1", "GET /containers/json"),
         ("POST", "/v1.41/containers/prune", "POST /containers/prune"),
+        ("DELETE", "/v1.41/networks/sbtest-recorded", "DELETE /networks/{id}"),
+        ("DELETE", "/networks/b4f808b8d610", "DELETE /networks/{id}"),
+        ("POST", "/v1.41/networks/create", "POST /networks/create"),
+        ("GET", "/v1.41/networks", "GET /networks"),
     ],
 )
-def test_route_drops_the_version_and_reads_a_container_as_id(
+def test_route_drops_the_version_and_reads_a_container_or_network_as_id(
     method: str, target: str, expected: str
 ) -> None:
     assert route(method, target) == expected
