@@ -150,6 +150,49 @@ def test_a_widening_field_is_refused_naming_field_and_rule(
     assert _refused(body, _rules(tmp_path)) == (field, rule)
 
 
+# Go's JSON decoder (Docker's, podman's) matches a key to a field ignoring case, folding
+# U+017F (long s) to "s" and U+212A (Kelvin) to "k", and a later key overwrites an earlier
+# one: a case variant with an "empty" value is the checked field set again, unchecked.
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (_host(maskedPaths=[]), "HostConfig.maskedPaths"),
+        (_host(**{"Ma\u017fkedPaths": []}), "HostConfig.Ma\u017fkedPaths"),
+        (_host(readonlypaths=[]), "HostConfig.readonlypaths"),
+        (_host(Mounts=None, mounts=None), "HostConfig.mounts"),
+        (_host(NetworkMode="", networkmode=""), "HostConfig.networkmode"),
+        ({"Image": IMAGE, "Labels": {}, "labels": None}, "labels"),
+        ({"Image": IMAGE, "HostConfig": {}, "hostConfig": None}, "hostConfig"),
+        ({"Image": IMAGE, "NetworkingConfig": None, "networkingconfig": None},
+         "networkingconfig"),
+        (_host(LogConfig={"Type": "json-file", "type": "syslog"}), "HostConfig.LogConfig.type"),
+        (_host(RestartPolicy={"Name": "no", "name": "always"}), "HostConfig.RestartPolicy.name"),
+        (_host(Mounts=[{"Type": "tmpfs", "Target": "/t", "type": "bind"}]),
+         "HostConfig.Mounts[0].type"),
+        (_host(**{"NetworkMode": "", "Networ\u212aMode": ""}), "HostConfig.Networ\u212aMode"),
+    ],
+)  # fmt: skip
+def test_a_case_variant_of_a_reviewed_field_is_refused(
+    tmp_path: Path, body: dict[str, Any], field: str
+) -> None:
+    assert _refused(body, _rules(tmp_path)) == (field, "field-case")
+
+
+def test_a_case_variant_is_refused_in_exec_network_and_volume_bodies(tmp_path: Path) -> None:
+    engine = _rules(tmp_path, NetworkMode.ENGINE)
+    with pytest.raises(ContainerRefused) as refused:
+        create_policy.check_exec({"Cmd": ["sh"], "privileged": False})
+    assert (refused.value.field, refused.value.rule) == ("privileged", "field-case")
+    for check, body, field in [
+        (create_policy.check_network, {"Name": "n", "labels": None}, "labels"),
+        (create_policy.check_network, {"Name": "n", "IPAM": {"driver": ""}}, "IPAM.driver"),
+        (create_policy.check_volume, {"Name": "v", "driverOpts": None}, "driverOpts"),
+    ]:  # fmt: skip
+        with pytest.raises(ContainerRefused) as refused:
+            check(body, engine)
+        assert (refused.value.field, refused.value.rule) == (field, "field-case")
+
+
 def test_the_docker_hub_names_of_a_listed_image_pass(tmp_path: Path) -> None:
     for name in ("busybox", "busybox:latest", "docker.io/library/busybox", "library/busybox"):
         create_policy.check_container({"Image": name}, _rules(tmp_path))

@@ -245,6 +245,15 @@ def test_each_decision_is_logged_and_counted(bridge: BridgeThread) -> None:
         ({"HostConfig": {"PortBindings": {"80/tcp": [{"HostPort": "80"}]}}},
          "HostConfig.PortBindings", "no-published-ports"),
         ({"HostConfig": {"CgroupParent": "/"}}, "HostConfig.CgroupParent", "field-not-reviewed"),
+        # Go decodes keys ignoring case, the last one winning: each of these, passed on,
+        # set the checked field again to what the check refuses.
+        ({"HostConfig": {"maskedPaths": []}}, "HostConfig.maskedPaths", "field-case"),
+        ({"HostConfig": {"Mounts": None, "mounts": None}}, "HostConfig.mounts", "field-case"),
+        ({"HostConfig": {"NetworkMode": "", "networkMode": ""}}, "HostConfig.networkMode",
+         "field-case"),
+        ({"Labels": {}, "labels": None}, "labels", "field-case"),
+        ({"HostConfig": {"LogConfig": {"Type": "", "type": "syslog"}}},
+         "HostConfig.LogConfig.type", "field-case"),
         ({"Labels": {SESSION_LABEL: "s-other"}}, f"Labels.{SESSION_LABEL}", "session-label"),
     ],
 )  # fmt: skip

@@ -175,7 +175,36 @@ def _text(value: object, field: str) -> str:
     return value
 
 
+def _folds(key: str) -> set[str]:
+    """The forms under which Go's JSON decoder (the engine's) takes ``key`` for a field: it
+    ignores case, each character lowered then raised (so U+017F, the long s, is "S" and
+    U+212A, the Kelvin sign, "K"); Python's casefold besides, which folds more, never less."""
+    return {"".join(c.lower().upper() for c in key), key.casefold()}
+
+
+def _one_spelling(body: dict[str, Any], known: Set[str], prefix: str) -> None:
+    """Each field of a struct ``body`` spelled once, as the API spells it. Go matches a key
+    to a field ignoring case and the last one wins: ``"maskedPaths": []`` after the checked
+    ``MaskedPaths``, or ``"mounts": null`` after the shields the bridge set, would be the
+    field set again, unchecked, where the engine reads it."""
+    canonical = {fold: name for name in known for fold in _folds(name)}
+    seen: dict[str, str] = {}
+    for key in body:
+        folds = _folds(key)
+        names = [canonical[f] for f in folds if f in canonical and canonical[f] != key]
+        twice = [seen[f] for f in folds if f in seen]
+        if names or twice:
+            raise _refuse(
+                f"{prefix}{key[:100]}",
+                "field-case",
+                f"the engine reads it as {(names or twice)[0][:100]}; "
+                "each field is sent once, spelled as the API spells it",
+            )
+        seen.update(dict.fromkeys(folds, key))
+
+
 def _unreviewed(body: dict[str, Any], allowed: Set[str], prefix: str) -> None:
+    _one_spelling(body, allowed, prefix)
     for key, value in body.items():
         if key not in allowed and not _empty(value):
             raise _refuse(
@@ -282,6 +311,7 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
         if host.get(key) is not None:
             raise _refuse(f"HostConfig.{key}", "no-unconfined", "the engine's masked paths stay")
     log = _object(host.get("LogConfig"), "HostConfig.LogConfig")
+    _unreviewed(log, frozenset({"Type", "Config"}), "HostConfig.LogConfig.")
     if _text(log.get("Type"), "HostConfig.LogConfig.Type") not in LOCAL_LOG_DRIVERS:
         raise _refuse(
             "HostConfig.LogConfig.Type",
@@ -289,6 +319,7 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
             f"{str(log.get('Type'))[:100]!r} sends the logs off the machine",
         )
     restart = _object(host.get("RestartPolicy"), "HostConfig.RestartPolicy")
+    _unreviewed(restart, frozenset({"Name", "MaximumRetryCount"}), "HostConfig.RestartPolicy.")
     if _text(restart.get("Name"), "HostConfig.RestartPolicy.Name") not in RESTART_POLICIES:
         raise _refuse(
             "HostConfig.RestartPolicy.Name",
@@ -450,6 +481,7 @@ def check_network(body: object, rules: CreateRules) -> dict[str, Any]:
         frozenset(
             {
                 "Name",
+                "Options",
                 "CheckDuplicate",
                 "Driver",
                 "Internal",
@@ -481,7 +513,7 @@ def check_volume(body: object, rules: CreateRules) -> dict[str, Any]:
     config = dict(_object(body, "body"))
     if not _empty(config.get("DriverOpts")):  # type=none,o=bind,device=/ is a bind of /
         raise _refuse("DriverOpts", "volume-driver", "driver options could bind a host path")
-    _unreviewed(config, frozenset({"Name", "Driver", "Labels"}), "")
+    _unreviewed(config, frozenset({"Name", "Driver", "DriverOpts", "Labels"}), "")
     name = config.get("Name")
     if name not in (None, "") and not (isinstance(name, str) and _VOLUME_NAME.fullmatch(name)):
         raise ContainerRefused("Name", "malformed-request", "not a volume name", 400)
