@@ -115,6 +115,14 @@ def _host(**fields: object) -> dict[str, Any]:
         (_host(OomScoreAdj=-1000), "HostConfig.OomScoreAdj", "no-host-priority"),
         (_host(LogConfig={"Type": "syslog"}), "HostConfig.LogConfig.Type", "local-logs-only"),
         (_host(RestartPolicy={"Name": "always"}), "HostConfig.RestartPolicy.Name", "no-restart"),
+        (_host(LogConfig={"Type": "k8s-file", "Config": {"path": "/home/o/.profile"}}),
+         "HostConfig.LogConfig.Config.path", "log-options"),
+        (_host(LogConfig={"Type": "json-file", "Config": {"max-size": 1}}),
+         "HostConfig.LogConfig.Config.max-size", "malformed-request"),
+        (_host(RestartPolicy={"Name": "no", "Other": 1}), "HostConfig.RestartPolicy.Other",
+         "field-not-reviewed"),
+        (_host(Mounts=[{"Type": "tmpfs", "Target": "/t", "TmpfsOptions": {"X": 1}}]),
+         "HostConfig.Mounts[0].TmpfsOptions.X", "field-not-reviewed"),
         (_host(VolumesFrom=["other"]), "HostConfig.VolumesFrom", "field-not-reviewed"),
         (_host(Links=["other:db"]), "HostConfig.Links", "field-not-reviewed"),
         (_host(Runtime="runc-debug"), "HostConfig.Runtime", "field-not-reviewed"),
@@ -140,6 +148,8 @@ def _host(**fields: object) -> dict[str, Any]:
          "session-label"),
         ({"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"bridge": {}}}},
          "NetworkingConfig.EndpointsConfig.bridge", "network-none"),
+        ({"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"default": {"X": 1}}}},
+         "NetworkingConfig.EndpointsConfig.default.X", "field-not-reviewed"),
         ({"Image": IMAGE, "SomethingNew": {"x": 1}}, "SomethingNew", "field-not-reviewed"),
         (_host(SomethingNew=True), "HostConfig.SomethingNew", "field-not-reviewed"),
     ],
@@ -191,6 +201,21 @@ def test_a_case_variant_is_refused_in_exec_network_and_volume_bodies(tmp_path: P
         with pytest.raises(ContainerRefused) as refused:
             check(body, engine)
         assert (refused.value.field, refused.value.rule) == (field, "field-case")
+
+
+def test_an_endpoint_on_an_own_network_is_reviewed_field_by_field(tmp_path: Path) -> None:
+    rules = _rules(tmp_path, NetworkMode.ENGINE)
+    body = {"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"mynet": {"Aliases": ["db"]}}}}
+    assert create_policy.check_container(body, rules)["NetworkingConfig"] == {
+        "EndpointsConfig": {"mynet": {"Aliases": ["db"]}}
+    }
+    for endpoint, field, rule in [
+        ({"links": ["owners-db:db"]}, "links", "field-case"),
+        ({"DriverOpts": {"com.docker.network.endpoint.sysctls": "x"}}, "DriverOpts",
+         "field-not-reviewed"),
+    ]:  # fmt: skip
+        body = {"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"mynet": endpoint}}}
+        assert _refused(body, rules) == (f"NetworkingConfig.EndpointsConfig.mynet.{field}", rule)
 
 
 def test_the_docker_hub_names_of_a_listed_image_pass(tmp_path: Path) -> None:

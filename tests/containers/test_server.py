@@ -252,6 +252,10 @@ def test_each_decision_is_logged_and_counted(bridge: BridgeThread) -> None:
         ({"HostConfig": {"NetworkMode": "", "networkMode": ""}}, "HostConfig.networkMode",
          "field-case"),
         ({"Labels": {}, "labels": None}, "labels", "field-case"),
+        # podman's k8s-file log driver writes the container's output where "path" says, on
+        # the host (a run against the real podman wrote it outside the workdir).
+        ({"HostConfig": {"LogConfig": {"Type": "k8s-file", "Config": {"path": "/tmp/x.log"}}}},
+         "HostConfig.LogConfig.Config.path", "log-options"),
         ({"HostConfig": {"LogConfig": {"Type": "", "type": "syslog"}}},
          "HostConfig.LogConfig.type", "field-case"),
         ({"Labels": {SESSION_LABEL: "s-other"}}, f"Labels.{SESSION_LABEL}", "session-label"),

@@ -41,6 +41,19 @@ PRIVATE_MODES = {
 # Log drivers that write on the engine's machine; others (syslog, fluentd, gelf...) send
 # the container's output over the engine's own network.
 LOCAL_LOG_DRIVERS = frozenset({"", "json-file", "local", "k8s-file", "journald", "none"})
+# A local log driver's options that size, name and rotate its file; never "path" (podman's
+# k8s-file writes the output where it says, on the host) nor anything unreviewed.
+LOG_OPTIONS = frozenset(
+    {"max-size", "max-file", "compress", "tag", "labels", "labels-regex", "env", "env-regex"}
+    | {"mode", "max-buffer-size"}
+)
+# An endpoint's settings on a network the container may join: its names and addresses
+# there (Links, checked, and DriverOpts, unreviewed, aside).
+ENDPOINT_FIELDS = frozenset(
+    {"IPAMConfig", "Aliases", "DNSNames", "MacAddress", "NetworkID", "EndpointID", "Gateway"}
+    | {"IPAddress", "IPPrefixLen", "IPv6Gateway", "GlobalIPv6Address", "GlobalIPv6PrefixLen"}
+    | {"GwPriority", "Links"}
+)
 RESTART_POLICIES = frozenset({"", "no", "on-failure"})
 BIND_OPTIONS = frozenset(
     {"ro", "rw", "z", "Z", "private", "rprivate", "nocopy", "consistent", "cached", "delegated"}
@@ -312,6 +325,14 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
             raise _refuse(f"HostConfig.{key}", "no-unconfined", "the engine's masked paths stay")
     log = _object(host.get("LogConfig"), "HostConfig.LogConfig")
     _unreviewed(log, frozenset({"Type", "Config"}), "HostConfig.LogConfig.")
+    for key, value in _object(log.get("Config"), "HostConfig.LogConfig.Config").items():
+        field = f"HostConfig.LogConfig.Config.{key[:100]}"
+        if not isinstance(value, str):
+            raise ContainerRefused(field, "malformed-request", "not a string", 400)
+        if key not in LOG_OPTIONS:
+            raise _refuse(
+                field, "log-options", f"{key[:100]!r}: only {', '.join(sorted(LOG_OPTIONS))}"
+            )
     if _text(log.get("Type"), "HostConfig.LogConfig.Type") not in LOCAL_LOG_DRIVERS:
         raise _refuse(
             "HostConfig.LogConfig.Type",
@@ -392,6 +413,8 @@ def _check_mounts(value: object, rules: CreateRules) -> list[dict[str, object]]:
             checked.append(mount)
         elif kind == "tmpfs":
             _unreviewed(mount, free | {"TmpfsOptions"}, f"{field}.")
+            tmpfs = _object(mount.get("TmpfsOptions"), f"{field}.TmpfsOptions")
+            _unreviewed(tmpfs, frozenset({"SizeBytes", "Mode"}), f"{field}.TmpfsOptions.")
             checked.append(mount)
         else:
             raise _refuse(
@@ -435,6 +458,7 @@ def _check_networking(value: object, rules: CreateRules) -> dict[str, Any]:
     for name, raw in endpoints.items():
         field = f"NetworkingConfig.EndpointsConfig.{name[:100]}"
         endpoint = _object(raw, field)
+        _unreviewed(endpoint, ENDPOINT_FIELDS, f"{field}.")
         if not _empty(endpoint.get("Links")):
             raise _refuse(f"{field}.Links", "own-objects-only", "links to containers are refused")
         if rules.network is NetworkMode.NONE:
