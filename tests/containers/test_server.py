@@ -292,6 +292,39 @@ def test_a_bind_inside_the_workdir_is_sent_by_its_resolved_path(bridge: BridgeTh
     assert sent["HostConfig"]["Binds"] == [f"{bridge.workdir}/src:/src:ro"]
 
 
+@pytest.mark.parametrize(
+    ("host", "field"),
+    [
+        # podman joins a mount's fields with commas (type=bind,source=S,destination=T) and
+        # the last source wins: against the real podman 4.3, this bound /etc read-write.
+        ({"Mounts": [{"Type": "bind", "Source": "{w}/src", "Target": "/x,source=/etc"}]},
+         "HostConfig.Mounts[0].Target"),
+        ({"Mounts": [{"Type": "bind", "Source": "{w}/src", "Target": "/x,bind-propagation=1"}]},
+         "HostConfig.Mounts[0].Target"),
+        ({"Mounts": [{"Type": "tmpfs", "Target": "/x,type=bind,source=/etc"}]},
+         "HostConfig.Mounts[0].Target"),
+        # the shields' targets are the bind's target and a fixed tail
+        ({"Binds": ["{w}/src:/x,source=/home/owner:ro"]}, "HostConfig.Binds[0]"),
+        # a directory of the workdir whose name carries the option
+        ({"Binds": ["{w}/a,source=:/x"]}, "HostConfig.Binds[0]"),
+        ({"Mounts": [{"Type": "bind", "Source": "{w}/a,source=", "Target": "/x"}]},
+         "HostConfig.Mounts[0].Source"),
+        ({"Tmpfs": {"/t,x": ""}}, "HostConfig.Tmpfs./t,x"),
+    ],
+)  # fmt: skip
+def test_a_comma_in_a_mounts_path_is_refused_and_never_reaches_the_engine(
+    bridge: BridgeThread, host: dict[str, object], field: str
+) -> None:
+    (bridge.workdir / "src").mkdir()
+    (bridge.workdir / "a,source=").mkdir()
+    text = json.dumps(host).replace("{w}", str(bridge.workdir))
+    reply = bridge.call(
+        "POST", "/containers/create", {"Image": IMAGE, "HostConfig": json.loads(text)}
+    )
+    _refused(bridge, reply.status, reply.message, field, "mount-paths")
+    assert _creates(bridge) == []
+
+
 def test_the_engine_socket_in_the_workdir_is_never_bound(tmp_path: Path) -> None:
     served = BridgeThread(tmp_path, engine_dir=tmp_path / "work" / "engine")
     try:

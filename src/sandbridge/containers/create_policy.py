@@ -347,6 +347,8 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
             "no-restart",
             "a container the session ends is not started again",
         )
+    for target in _object(host.get("Tmpfs"), "HostConfig.Tmpfs"):
+        _mount_path(target, f"HostConfig.Tmpfs.{target[:100]}")
     mounts = _check_mounts(host.get("Mounts"), rules)
     binds, more = _check_binds(host.get("Binds"), rules)
     host["Binds"] = binds or None
@@ -367,11 +369,13 @@ def _check_binds(value: object, rules: CreateRules) -> tuple[list[str], list[dic
         options = parts[2].split(",") if len(parts) == 3 else []
         if any(option not in BIND_OPTIONS for option in options):
             raise _refuse(field, "bind-options", f"{parts[2][:100]!r}: only ro, rw and labels")
+        _mount_path(target, field)  # the shields' targets begin with it
         if not source.startswith("/"):
             _own_volume(source, field, rules)
             binds.append(bind)
             continue
         resolved = check_source(source, field, rules.binds)
+        _mount_path(str(resolved), field)
         check_writable(resolved, "ro" in options, field, rules.binds)
         binds.append(":".join([str(resolved), *parts[1:]]))
         shielding += shields(resolved, target, rules.binds)
@@ -391,6 +395,7 @@ def _check_mounts(value: object, rules: CreateRules) -> list[dict[str, object]]:
         target = mount.get("Target")
         if not isinstance(target, str) or not target.startswith("/"):
             raise ContainerRefused(f"{field}.Target", "malformed-request", "not a path", 400)
+        _mount_path(target, f"{field}.Target")
         free = {"Type", "Target", "ReadOnly", "Consistency"}
         if kind == "bind":
             _unreviewed(mount, free | {"Source", "BindOptions"}, f"{field}.")
@@ -400,6 +405,7 @@ def _check_mounts(value: object, rules: CreateRules) -> list[dict[str, object]]:
             resolved = check_source(
                 source if isinstance(source, str) else "", f"{field}.Source", rules.binds
             )
+            _mount_path(str(resolved), f"{field}.Source")
             check_writable(resolved, mount.get("ReadOnly") is True, f"{field}.Source", rules.binds)
             mount["Source"] = str(resolved)
             checked += [mount, *shields(resolved, target, rules.binds)]
@@ -421,6 +427,20 @@ def _check_mounts(value: object, rules: CreateRules) -> list[dict[str, object]]:
                 f"{field}.Type", "mount-types", f"{str(kind)[:50]!r}: bind, volume or tmpfs"
             )
     return checked
+
+
+def _mount_path(path: str, field: str) -> None:
+    """Refuse a mount's path (source or target) that the engine would read as more than a
+    path: podman's Docker API joins a mount's fields into one option string
+    (``type=bind,source=S,destination=T``, the last ``source`` winning) and a bind is
+    ``SRC:DEST:OPTIONS``, so a ``,`` or ``:`` in a path starts another option there."""
+    if "," in path or ":" in path:
+        raise _refuse(
+            field,
+            "mount-paths",
+            f"{path[:200]!r}: a ',' or ':' in a mount's path is read by the engine as "
+            "another option (',source=/etc' would bind /etc)",
+        )
 
 
 def _own_volume(name: object, field: str, rules: CreateRules) -> None:
