@@ -325,6 +325,33 @@ def test_a_comma_in_a_mounts_path_is_refused_and_never_reaches_the_engine(
     assert _creates(bridge) == []
 
 
+def test_a_bind_source_swapped_for_a_link_after_the_create_is_refused_at_start(
+    bridge: BridgeThread,
+) -> None:
+    # The engine mounts a bind when the container starts, not when it is created: against
+    # the real podman, a directory swapped for a link to elsewhere between the two was
+    # mounted as the link's target.
+    (bridge.workdir / "src").mkdir()
+    container = bridge.create({"HostConfig": {"Binds": [f"{bridge.workdir}/src:/x"]}})
+    (bridge.workdir / "src").rename(bridge.workdir / "moved")
+    (bridge.workdir / "src").symlink_to("/etc")
+    for action in ("start", "restart"):
+        reply = bridge.call("POST", f"/containers/{container[:12]}/{action}")
+        _refused(bridge, reply.status, reply.message, "path.container", "binds-inside-workdir")
+        assert "a link to /etc" in reply.message
+        assert not any(p.endswith(f"/{action}") for p in bridge.engine.paths())
+    (bridge.workdir / "src").unlink()
+    (bridge.workdir / "moved").rename(bridge.workdir / "src")
+    assert bridge.call("POST", f"/containers/{container}/start").status == 204
+    # and the engine never starts it again by itself, past the bridge's check
+    reply = bridge.call(
+        "POST", "/containers/create",
+        {"Image": IMAGE, "HostConfig": {"Binds": [f"{bridge.workdir}/src:/x"],
+                                        "RestartPolicy": {"Name": "on-failure"}}},
+    )  # fmt: skip
+    _refused(bridge, reply.status, reply.message, "HostConfig.RestartPolicy.Name", "no-restart")
+
+
 def test_the_engine_socket_in_the_workdir_is_never_bound(tmp_path: Path) -> None:
     served = BridgeThread(tmp_path, engine_dir=tmp_path / "work" / "engine")
     try:

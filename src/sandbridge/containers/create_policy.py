@@ -351,8 +351,20 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
         _mount_path(target, f"HostConfig.Tmpfs.{target[:100]}")
     mounts = _check_mounts(host.get("Mounts"), rules)
     binds, more = _check_binds(host.get("Binds"), rules)
+    if binds_host_paths(binds, mounts) and restart.get("Name") == "on-failure":
+        raise _refuse(
+            "HostConfig.RestartPolicy.Name",
+            "no-restart",
+            "a container that binds host paths is started by the session alone (the engine "
+            "would mount them again when it restarts it, past the bridge's check)",
+        )
     host["Binds"] = binds or None
     host["Mounts"] = (mounts + more) or None
+
+
+def binds_host_paths(binds: list[str], mounts: list[dict[str, object]]) -> bool:
+    """Whether checked ``binds`` and ``mounts`` bind a host path (not a volume, a tmpfs)."""
+    return any(b.startswith("/") for b in binds) or any(m.get("Type") == "bind" for m in mounts)
 
 
 def _check_binds(value: object, rules: CreateRules) -> tuple[list[str], list[dict[str, object]]]:
