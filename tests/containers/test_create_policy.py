@@ -115,6 +115,14 @@ def _host(**fields: object) -> dict[str, Any]:
         (_host(OomScoreAdj=-1000), "HostConfig.OomScoreAdj", "no-host-priority"),
         (_host(LogConfig={"Type": "syslog"}), "HostConfig.LogConfig.Type", "local-logs-only"),
         (_host(RestartPolicy={"Name": "always"}), "HostConfig.RestartPolicy.Name", "no-restart"),
+        (_host(LogConfig={"Type": "k8s-file", "Config": {"path": "/home/o/.profile"}}),
+         "HostConfig.LogConfig.Config.path", "log-options"),
+        (_host(LogConfig={"Type": "json-file", "Config": {"max-size": 1}}),
+         "HostConfig.LogConfig.Config.max-size", "malformed-request"),
+        (_host(RestartPolicy={"Name": "no", "Other": 1}), "HostConfig.RestartPolicy.Other",
+         "field-not-reviewed"),
+        (_host(Mounts=[{"Type": "tmpfs", "Target": "/t", "TmpfsOptions": {"X": 1}}]),
+         "HostConfig.Mounts[0].TmpfsOptions.X", "field-not-reviewed"),
         (_host(VolumesFrom=["other"]), "HostConfig.VolumesFrom", "field-not-reviewed"),
         (_host(Links=["other:db"]), "HostConfig.Links", "field-not-reviewed"),
         (_host(Runtime="runc-debug"), "HostConfig.Runtime", "field-not-reviewed"),
@@ -140,6 +148,8 @@ def _host(**fields: object) -> dict[str, Any]:
          "session-label"),
         ({"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"bridge": {}}}},
          "NetworkingConfig.EndpointsConfig.bridge", "network-none"),
+        ({"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"default": {"X": 1}}}},
+         "NetworkingConfig.EndpointsConfig.default.X", "field-not-reviewed"),
         ({"Image": IMAGE, "SomethingNew": {"x": 1}}, "SomethingNew", "field-not-reviewed"),
         (_host(SomethingNew=True), "HostConfig.SomethingNew", "field-not-reviewed"),
     ],
@@ -148,6 +158,64 @@ def test_a_widening_field_is_refused_naming_field_and_rule(
     tmp_path: Path, body: dict[str, Any], field: str, rule: str
 ) -> None:
     assert _refused(body, _rules(tmp_path)) == (field, rule)
+
+
+# Go's JSON decoder (Docker's, podman's) matches a key to a field ignoring case, folding
+# U+017F (long s) to "s" and U+212A (Kelvin) to "k", and a later key overwrites an earlier
+# one: a case variant with an "empty" value is the checked field set again, unchecked.
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (_host(maskedPaths=[]), "HostConfig.maskedPaths"),
+        (_host(**{"Ma\u017fkedPaths": []}), "HostConfig.Ma\u017fkedPaths"),
+        (_host(readonlypaths=[]), "HostConfig.readonlypaths"),
+        (_host(Mounts=None, mounts=None), "HostConfig.mounts"),
+        (_host(NetworkMode="", networkmode=""), "HostConfig.networkmode"),
+        ({"Image": IMAGE, "Labels": {}, "labels": None}, "labels"),
+        ({"Image": IMAGE, "HostConfig": {}, "hostConfig": None}, "hostConfig"),
+        ({"Image": IMAGE, "NetworkingConfig": None, "networkingconfig": None},
+         "networkingconfig"),
+        (_host(LogConfig={"Type": "json-file", "type": "syslog"}), "HostConfig.LogConfig.type"),
+        (_host(RestartPolicy={"Name": "no", "name": "always"}), "HostConfig.RestartPolicy.name"),
+        (_host(Mounts=[{"Type": "tmpfs", "Target": "/t", "type": "bind"}]),
+         "HostConfig.Mounts[0].type"),
+        (_host(**{"NetworkMode": "", "Networ\u212aMode": ""}), "HostConfig.Networ\u212aMode"),
+    ],
+)  # fmt: skip
+def test_a_case_variant_of_a_reviewed_field_is_refused(
+    tmp_path: Path, body: dict[str, Any], field: str
+) -> None:
+    assert _refused(body, _rules(tmp_path)) == (field, "field-case")
+
+
+def test_a_case_variant_is_refused_in_exec_network_and_volume_bodies(tmp_path: Path) -> None:
+    engine = _rules(tmp_path, NetworkMode.ENGINE)
+    with pytest.raises(ContainerRefused) as refused:
+        create_policy.check_exec({"Cmd": ["sh"], "privileged": False})
+    assert (refused.value.field, refused.value.rule) == ("privileged", "field-case")
+    for check, body, field in [
+        (create_policy.check_network, {"Name": "n", "labels": None}, "labels"),
+        (create_policy.check_network, {"Name": "n", "IPAM": {"driver": ""}}, "IPAM.driver"),
+        (create_policy.check_volume, {"Name": "v", "driverOpts": None}, "driverOpts"),
+    ]:  # fmt: skip
+        with pytest.raises(ContainerRefused) as refused:
+            check(body, engine)
+        assert (refused.value.field, refused.value.rule) == (field, "field-case")
+
+
+def test_an_endpoint_on_an_own_network_is_reviewed_field_by_field(tmp_path: Path) -> None:
+    rules = _rules(tmp_path, NetworkMode.ENGINE)
+    body = {"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"mynet": {"Aliases": ["db"]}}}}
+    assert create_policy.check_container(body, rules)["NetworkingConfig"] == {
+        "EndpointsConfig": {"mynet": {"Aliases": ["db"]}}
+    }
+    for endpoint, field, rule in [
+        ({"links": ["owners-db:db"]}, "links", "field-case"),
+        ({"DriverOpts": {"com.docker.network.endpoint.sysctls": "x"}}, "DriverOpts",
+         "field-not-reviewed"),
+    ]:  # fmt: skip
+        body = {"Image": IMAGE, "NetworkingConfig": {"EndpointsConfig": {"mynet": endpoint}}}
+        assert _refused(body, rules) == (f"NetworkingConfig.EndpointsConfig.mynet.{field}", rule)
 
 
 def test_the_docker_hub_names_of_a_listed_image_pass(tmp_path: Path) -> None:

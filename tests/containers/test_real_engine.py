@@ -127,3 +127,54 @@ def test_a_bind_of_the_workdir_keeps_what_the_sandbox_sees_read_only_or_hidden(
     assert "env" not in " ".join(out)  # the secrets file is not in the container's view
     assert not (work / ".git" / "hooks" / "pre-commit").exists()
     assert (work / "made.txt").read_text() == "made\n"
+
+
+HOSTILE_SCRIPT = r"""set -u
+S="${DOCKER_HOST#unix://}"
+C="curl -s --unix-socket $S -H Content-Type:application/json"
+U=http://docker/v1.41/containers
+mkdir d
+echo "COMMA $($C -w ' %{http_code}' -X POST -d "{\"Image\":\"$IMAGE\",\"HostConfig\":{\"Mounts\":
+ [{\"Type\":\"bind\",\"Source\":\"$PWD/d\",\"Target\":\"/x,source=/etc\"}]}}" $U/create)"
+echo "CASE $($C -w ' %{http_code}' -X POST -d "{\"Image\":\"$IMAGE\",
+ \"HostConfig\":{\"NetworkMode\":\"\",\"networkMode\":\"\"}}" $U/create)"
+ID=$($C -X POST -d "{\"Image\":\"$IMAGE\",\"Cmd\":[\"ls\",\"/x\"],
+ \"HostConfig\":{\"Binds\":[\"$PWD/d:/x\"]}}" $U/create | sed 's/.*"Id": *"\([0-9a-f]*\)".*/\1/')
+echo "ID $ID"
+mv d moved
+ln -s /etc d
+echo "START $($C -w ' %{http_code}' -X POST $U/$ID/start)"
+echo "CHECKS DONE"
+"""
+
+
+def test_the_sandbox_is_refused_a_comma_in_a_path_a_case_variant_and_a_swapped_bind(
+    tmp_path: Path, container_engine: Any
+) -> None:
+    # Each of these did what it says against this podman when sent straight to it: the
+    # comma bound /etc, the case variant gave the container the engine's network, the
+    # swap mounted the link's target.
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "script.sh").write_text(HOSTILE_SCRIPT)
+    session = "ctr-hostile"
+    argv = run_argv(
+        work, "sh", str(work / "script.sh"),
+        options=(
+            "--name", session, "--no-daemon", "--net", "none", "--containers",
+            "--containers-engine", f"unix://{container_engine.socket}",
+            "--containers-image", container_engine.image, "--env=IMAGE",
+        ),
+    )  # fmt: skip
+    process = Process(argv, env={**os.environ, "IMAGE": container_engine.image}, cwd=work)
+    process.wait_line("CHECKS DONE", timeout=180)
+    assert process.popen.wait(timeout=120) == 0, process.lines["stderr"][-5:]
+    found = _lines(process)
+    assert found["COMMA"].endswith(" 403"), found
+    assert "(field HostConfig.Mounts[0].Target, rule mount-paths)" in found["COMMA"]
+    assert found["CASE"].endswith(" 403"), found
+    assert "(field HostConfig.networkMode, rule field-case)" in found["CASE"]
+    assert len(found["ID"]) == 64, found
+    assert found["START"].endswith(" 403"), found
+    assert "is now a link to /etc" in found["START"]
+    assert "(field path.container, rule binds-inside-workdir)" in found["START"]

@@ -245,6 +245,19 @@ def test_each_decision_is_logged_and_counted(bridge: BridgeThread) -> None:
         ({"HostConfig": {"PortBindings": {"80/tcp": [{"HostPort": "80"}]}}},
          "HostConfig.PortBindings", "no-published-ports"),
         ({"HostConfig": {"CgroupParent": "/"}}, "HostConfig.CgroupParent", "field-not-reviewed"),
+        # Go decodes keys ignoring case, the last one winning: each of these, passed on,
+        # set the checked field again to what the check refuses.
+        ({"HostConfig": {"maskedPaths": []}}, "HostConfig.maskedPaths", "field-case"),
+        ({"HostConfig": {"Mounts": None, "mounts": None}}, "HostConfig.mounts", "field-case"),
+        ({"HostConfig": {"NetworkMode": "", "networkMode": ""}}, "HostConfig.networkMode",
+         "field-case"),
+        ({"Labels": {}, "labels": None}, "labels", "field-case"),
+        # podman's k8s-file log driver writes the container's output where "path" says, on
+        # the host (a run against the real podman wrote it outside the workdir).
+        ({"HostConfig": {"LogConfig": {"Type": "k8s-file", "Config": {"path": "/tmp/x.log"}}}},
+         "HostConfig.LogConfig.Config.path", "log-options"),
+        ({"HostConfig": {"LogConfig": {"Type": "", "type": "syslog"}}},
+         "HostConfig.LogConfig.type", "field-case"),
         ({"Labels": {SESSION_LABEL: "s-other"}}, f"Labels.{SESSION_LABEL}", "session-label"),
     ],
 )  # fmt: skip
@@ -277,6 +290,66 @@ def test_a_bind_inside_the_workdir_is_sent_by_its_resolved_path(bridge: BridgeTh
     sent = bridge.engine.requests[-1].json()
     assert isinstance(sent, dict)
     assert sent["HostConfig"]["Binds"] == [f"{bridge.workdir}/src:/src:ro"]
+
+
+@pytest.mark.parametrize(
+    ("host", "field"),
+    [
+        # podman joins a mount's fields with commas (type=bind,source=S,destination=T) and
+        # the last source wins: against the real podman 4.3, this bound /etc read-write.
+        ({"Mounts": [{"Type": "bind", "Source": "{w}/src", "Target": "/x,source=/etc"}]},
+         "HostConfig.Mounts[0].Target"),
+        ({"Mounts": [{"Type": "bind", "Source": "{w}/src", "Target": "/x,bind-propagation=1"}]},
+         "HostConfig.Mounts[0].Target"),
+        ({"Mounts": [{"Type": "tmpfs", "Target": "/x,type=bind,source=/etc"}]},
+         "HostConfig.Mounts[0].Target"),
+        # the shields' targets are the bind's target and a fixed tail
+        ({"Binds": ["{w}/src:/x,source=/home/owner:ro"]}, "HostConfig.Binds[0]"),
+        # a directory of the workdir whose name carries the option
+        ({"Binds": ["{w}/a,source=:/x"]}, "HostConfig.Binds[0]"),
+        ({"Mounts": [{"Type": "bind", "Source": "{w}/a,source=", "Target": "/x"}]},
+         "HostConfig.Mounts[0].Source"),
+        ({"Tmpfs": {"/t,x": ""}}, "HostConfig.Tmpfs./t,x"),
+    ],
+)  # fmt: skip
+def test_a_comma_in_a_mounts_path_is_refused_and_never_reaches_the_engine(
+    bridge: BridgeThread, host: dict[str, object], field: str
+) -> None:
+    (bridge.workdir / "src").mkdir()
+    (bridge.workdir / "a,source=").mkdir()
+    text = json.dumps(host).replace("{w}", str(bridge.workdir))
+    reply = bridge.call(
+        "POST", "/containers/create", {"Image": IMAGE, "HostConfig": json.loads(text)}
+    )
+    _refused(bridge, reply.status, reply.message, field, "mount-paths")
+    assert _creates(bridge) == []
+
+
+def test_a_bind_source_swapped_for_a_link_after_the_create_is_refused_at_start(
+    bridge: BridgeThread,
+) -> None:
+    # The engine mounts a bind when the container starts, not when it is created: against
+    # the real podman, a directory swapped for a link to elsewhere between the two was
+    # mounted as the link's target.
+    (bridge.workdir / "src").mkdir()
+    container = bridge.create({"HostConfig": {"Binds": [f"{bridge.workdir}/src:/x"]}})
+    (bridge.workdir / "src").rename(bridge.workdir / "moved")
+    (bridge.workdir / "src").symlink_to("/etc")
+    for action in ("start", "restart"):
+        reply = bridge.call("POST", f"/containers/{container[:12]}/{action}")
+        _refused(bridge, reply.status, reply.message, "path.container", "binds-inside-workdir")
+        assert "a link to /etc" in reply.message
+        assert not any(p.endswith(f"/{action}") for p in bridge.engine.paths())
+    (bridge.workdir / "src").unlink()
+    (bridge.workdir / "moved").rename(bridge.workdir / "src")
+    assert bridge.call("POST", f"/containers/{container}/start").status == 204
+    # and the engine never starts it again by itself, past the bridge's check
+    reply = bridge.call(
+        "POST", "/containers/create",
+        {"Image": IMAGE, "HostConfig": {"Binds": [f"{bridge.workdir}/src:/x"],
+                                        "RestartPolicy": {"Name": "on-failure"}}},
+    )  # fmt: skip
+    _refused(bridge, reply.status, reply.message, "HostConfig.RestartPolicy.Name", "no-restart")
 
 
 def test_the_engine_socket_in_the_workdir_is_never_bound(tmp_path: Path) -> None:

@@ -13,8 +13,11 @@ container's view of it, and each policy directory (``.sandbridge``, the secrets 
 it) is covered with an empty directory, read-only (not a tmpfs: podman copies what lies
 under a tmpfs into it).
 
-What this cannot close: a directory of the workdir swapped for a link by the sandbox
-between the check and the engine's mount (docs/security.md, "residual risks").
+The engine mounts a bind when the container starts, not when it is created: so each
+start is checked again (:func:`unchanged`): every source the create sent must still be
+its own resolved path, no link on the way, a directory or a regular file. What this
+cannot close: a directory swapped for a link in the moment between that check and the
+engine's mount, a race (docs/security.md, "residual risks").
 """
 
 from __future__ import annotations
@@ -138,3 +141,42 @@ def shields(resolved: Path, target: str, rules: BindRules) -> list[dict[str, obj
         for h in hidden
     ]  # fmt: skip
     return found
+
+
+def sources(host: object) -> tuple[str, ...]:
+    """The host paths a checked create's ``HostConfig`` (as sent) binds: its ``Binds``'
+    sources that are paths and its ``bind`` mounts' (the shields' included)."""
+    if not isinstance(host, dict):
+        return ()
+    found = [b.split(":")[0] for b in host.get("Binds") or [] if b.startswith("/")]
+    found += [
+        m["Source"] for m in host.get("Mounts") or [] if m.get("Type") == "bind" and "Source" in m
+    ]
+    return tuple(dict.fromkeys(found))
+
+
+def unchanged(paths: tuple[str, ...], field: str) -> None:
+    """Refuse (naming ``field``) when a source checked at the create is no longer what was
+    checked: a link on its way now (a directory moved aside and a link put in its place),
+    gone, or no longer a directory or a regular file."""
+    for path in paths:
+        resolved = os.path.realpath(path)
+        if resolved != path:
+            raise ContainerRefused(
+                field,
+                "binds-inside-workdir",
+                f"the bind source {path[:200]} is now a link to {resolved[:200]}: "
+                "a bind is mounted when the container starts",
+            )
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError as exc:
+            raise ContainerRefused(
+                field, "binds-inside-workdir", f"the bind source {path[:200]}: {exc.strerror}"
+            ) from None
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            raise ContainerRefused(
+                field,
+                "binds-inside-workdir",
+                f"the bind source {path[:200]} is no longer a directory or a regular file",
+            )

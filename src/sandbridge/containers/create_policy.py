@@ -41,6 +41,19 @@ PRIVATE_MODES = {
 # Log drivers that write on the engine's machine; others (syslog, fluentd, gelf...) send
 # the container's output over the engine's own network.
 LOCAL_LOG_DRIVERS = frozenset({"", "json-file", "local", "k8s-file", "journald", "none"})
+# A local log driver's options that size, name and rotate its file; never "path" (podman's
+# k8s-file writes the output where it says, on the host) nor anything unreviewed.
+LOG_OPTIONS = frozenset(
+    {"max-size", "max-file", "compress", "tag", "labels", "labels-regex", "env", "env-regex"}
+    | {"mode", "max-buffer-size"}
+)
+# An endpoint's settings on a network the container may join: its names and addresses
+# there (Links, checked, and DriverOpts, unreviewed, aside).
+ENDPOINT_FIELDS = frozenset(
+    {"IPAMConfig", "Aliases", "DNSNames", "MacAddress", "NetworkID", "EndpointID", "Gateway"}
+    | {"IPAddress", "IPPrefixLen", "IPv6Gateway", "GlobalIPv6Address", "GlobalIPv6PrefixLen"}
+    | {"GwPriority", "Links"}
+)
 RESTART_POLICIES = frozenset({"", "no", "on-failure"})
 BIND_OPTIONS = frozenset(
     {"ro", "rw", "z", "Z", "private", "rprivate", "nocopy", "consistent", "cached", "delegated"}
@@ -175,7 +188,36 @@ def _text(value: object, field: str) -> str:
     return value
 
 
+def _folds(key: str) -> set[str]:
+    """The forms under which Go's JSON decoder (the engine's) takes ``key`` for a field: it
+    ignores case, each character lowered then raised (so U+017F, the long s, is "S" and
+    U+212A, the Kelvin sign, "K"); Python's casefold besides, which folds more, never less."""
+    return {"".join(c.lower().upper() for c in key), key.casefold()}
+
+
+def _one_spelling(body: dict[str, Any], known: Set[str], prefix: str) -> None:
+    """Each field of a struct ``body`` spelled once, as the API spells it. Go matches a key
+    to a field ignoring case and the last one wins: ``"maskedPaths": []`` after the checked
+    ``MaskedPaths``, or ``"mounts": null`` after the shields the bridge set, would be the
+    field set again, unchecked, where the engine reads it."""
+    canonical = {fold: name for name in known for fold in _folds(name)}
+    seen: dict[str, str] = {}
+    for key in body:
+        folds = _folds(key)
+        names = [canonical[f] for f in folds if f in canonical and canonical[f] != key]
+        twice = [seen[f] for f in folds if f in seen]
+        if names or twice:
+            raise _refuse(
+                f"{prefix}{key[:100]}",
+                "field-case",
+                f"the engine reads it as {(names or twice)[0][:100]}; "
+                "each field is sent once, spelled as the API spells it",
+            )
+        seen.update(dict.fromkeys(folds, key))
+
+
 def _unreviewed(body: dict[str, Any], allowed: Set[str], prefix: str) -> None:
+    _one_spelling(body, allowed, prefix)
     for key, value in body.items():
         if key not in allowed and not _empty(value):
             raise _refuse(
@@ -282,6 +324,15 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
         if host.get(key) is not None:
             raise _refuse(f"HostConfig.{key}", "no-unconfined", "the engine's masked paths stay")
     log = _object(host.get("LogConfig"), "HostConfig.LogConfig")
+    _unreviewed(log, frozenset({"Type", "Config"}), "HostConfig.LogConfig.")
+    for key, value in _object(log.get("Config"), "HostConfig.LogConfig.Config").items():
+        field = f"HostConfig.LogConfig.Config.{key[:100]}"
+        if not isinstance(value, str):
+            raise ContainerRefused(field, "malformed-request", "not a string", 400)
+        if key not in LOG_OPTIONS:
+            raise _refuse(
+                field, "log-options", f"{key[:100]!r}: only {', '.join(sorted(LOG_OPTIONS))}"
+            )
     if _text(log.get("Type"), "HostConfig.LogConfig.Type") not in LOCAL_LOG_DRIVERS:
         raise _refuse(
             "HostConfig.LogConfig.Type",
@@ -289,16 +340,31 @@ def _check_host_config(host: dict[str, Any], rules: CreateRules) -> None:  # noq
             f"{str(log.get('Type'))[:100]!r} sends the logs off the machine",
         )
     restart = _object(host.get("RestartPolicy"), "HostConfig.RestartPolicy")
+    _unreviewed(restart, frozenset({"Name", "MaximumRetryCount"}), "HostConfig.RestartPolicy.")
     if _text(restart.get("Name"), "HostConfig.RestartPolicy.Name") not in RESTART_POLICIES:
         raise _refuse(
             "HostConfig.RestartPolicy.Name",
             "no-restart",
             "a container the session ends is not started again",
         )
+    for target in _object(host.get("Tmpfs"), "HostConfig.Tmpfs"):
+        _mount_path(target, f"HostConfig.Tmpfs.{target[:100]}")
     mounts = _check_mounts(host.get("Mounts"), rules)
     binds, more = _check_binds(host.get("Binds"), rules)
+    if binds_host_paths(binds, mounts) and restart.get("Name") == "on-failure":
+        raise _refuse(
+            "HostConfig.RestartPolicy.Name",
+            "no-restart",
+            "a container that binds host paths is started by the session alone (the engine "
+            "would mount them again when it restarts it, past the bridge's check)",
+        )
     host["Binds"] = binds or None
     host["Mounts"] = (mounts + more) or None
+
+
+def binds_host_paths(binds: list[str], mounts: list[dict[str, object]]) -> bool:
+    """Whether checked ``binds`` and ``mounts`` bind a host path (not a volume, a tmpfs)."""
+    return any(b.startswith("/") for b in binds) or any(m.get("Type") == "bind" for m in mounts)
 
 
 def _check_binds(value: object, rules: CreateRules) -> tuple[list[str], list[dict[str, object]]]:
@@ -315,11 +381,13 @@ def _check_binds(value: object, rules: CreateRules) -> tuple[list[str], list[dic
         options = parts[2].split(",") if len(parts) == 3 else []
         if any(option not in BIND_OPTIONS for option in options):
             raise _refuse(field, "bind-options", f"{parts[2][:100]!r}: only ro, rw and labels")
+        _mount_path(target, field)  # the shields' targets begin with it
         if not source.startswith("/"):
             _own_volume(source, field, rules)
             binds.append(bind)
             continue
         resolved = check_source(source, field, rules.binds)
+        _mount_path(str(resolved), field)
         check_writable(resolved, "ro" in options, field, rules.binds)
         binds.append(":".join([str(resolved), *parts[1:]]))
         shielding += shields(resolved, target, rules.binds)
@@ -339,6 +407,7 @@ def _check_mounts(value: object, rules: CreateRules) -> list[dict[str, object]]:
         target = mount.get("Target")
         if not isinstance(target, str) or not target.startswith("/"):
             raise ContainerRefused(f"{field}.Target", "malformed-request", "not a path", 400)
+        _mount_path(target, f"{field}.Target")
         free = {"Type", "Target", "ReadOnly", "Consistency"}
         if kind == "bind":
             _unreviewed(mount, free | {"Source", "BindOptions"}, f"{field}.")
@@ -348,6 +417,7 @@ def _check_mounts(value: object, rules: CreateRules) -> list[dict[str, object]]:
             resolved = check_source(
                 source if isinstance(source, str) else "", f"{field}.Source", rules.binds
             )
+            _mount_path(str(resolved), f"{field}.Source")
             check_writable(resolved, mount.get("ReadOnly") is True, f"{field}.Source", rules.binds)
             mount["Source"] = str(resolved)
             checked += [mount, *shields(resolved, target, rules.binds)]
@@ -361,12 +431,28 @@ def _check_mounts(value: object, rules: CreateRules) -> list[dict[str, object]]:
             checked.append(mount)
         elif kind == "tmpfs":
             _unreviewed(mount, free | {"TmpfsOptions"}, f"{field}.")
+            tmpfs = _object(mount.get("TmpfsOptions"), f"{field}.TmpfsOptions")
+            _unreviewed(tmpfs, frozenset({"SizeBytes", "Mode"}), f"{field}.TmpfsOptions.")
             checked.append(mount)
         else:
             raise _refuse(
                 f"{field}.Type", "mount-types", f"{str(kind)[:50]!r}: bind, volume or tmpfs"
             )
     return checked
+
+
+def _mount_path(path: str, field: str) -> None:
+    """Refuse a mount's path (source or target) that the engine would read as more than a
+    path: podman's Docker API joins a mount's fields into one option string
+    (``type=bind,source=S,destination=T``, the last ``source`` winning) and a bind is
+    ``SRC:DEST:OPTIONS``, so a ``,`` or ``:`` in a path starts another option there."""
+    if "," in path or ":" in path:
+        raise _refuse(
+            field,
+            "mount-paths",
+            f"{path[:200]!r}: a ',' or ':' in a mount's path is read by the engine as "
+            "another option (',source=/etc' would bind /etc)",
+        )
 
 
 def _own_volume(name: object, field: str, rules: CreateRules) -> None:
@@ -404,6 +490,7 @@ def _check_networking(value: object, rules: CreateRules) -> dict[str, Any]:
     for name, raw in endpoints.items():
         field = f"NetworkingConfig.EndpointsConfig.{name[:100]}"
         endpoint = _object(raw, field)
+        _unreviewed(endpoint, ENDPOINT_FIELDS, f"{field}.")
         if not _empty(endpoint.get("Links")):
             raise _refuse(f"{field}.Links", "own-objects-only", "links to containers are refused")
         if rules.network is NetworkMode.NONE:
@@ -450,6 +537,7 @@ def check_network(body: object, rules: CreateRules) -> dict[str, Any]:
         frozenset(
             {
                 "Name",
+                "Options",
                 "CheckDuplicate",
                 "Driver",
                 "Internal",
@@ -481,7 +569,7 @@ def check_volume(body: object, rules: CreateRules) -> dict[str, Any]:
     config = dict(_object(body, "body"))
     if not _empty(config.get("DriverOpts")):  # type=none,o=bind,device=/ is a bind of /
         raise _refuse("DriverOpts", "volume-driver", "driver options could bind a host path")
-    _unreviewed(config, frozenset({"Name", "Driver", "Labels"}), "")
+    _unreviewed(config, frozenset({"Name", "Driver", "DriverOpts", "Labels"}), "")
     name = config.get("Name")
     if name not in (None, "") and not (isinstance(name, str) and _VOLUME_NAME.fullmatch(name)):
         raise ContainerRefused("Name", "malformed-request", "not a volume name", 400)

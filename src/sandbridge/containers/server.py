@@ -28,7 +28,7 @@ from sandbridge import log
 from sandbridge.aio.bridge_service import BridgeLimits, BridgeService
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.containers import create_policy, engine_link, narrowing
-from sandbridge.containers.binds import BindRules
+from sandbridge.containers.binds import BindRules, sources, unchanged
 from sandbridge.containers.create_policy import SESSION_LABEL
 from sandbridge.containers.decision_log import DecisionLog
 from sandbridge.containers.endpoints import Answer, Body, Owned, Route, route
@@ -62,6 +62,8 @@ MAX_ANSWER_BYTES = 1024 * 1024
 CLEANUP_TIMEOUT = 30.0
 # Fields of a created object's answer that hold its id, by kind.
 _ID_FIELD = {Owned.VOLUME: "Name"}
+# The requests on which the engine mounts a container's binds (so checks them again).
+_MOUNTS_BINDS = frozenset({"container-start", "container-restart"})
 _CREATES = {
     Body.CREATE_CONTAINER: Owned.CONTAINER,
     Body.CREATE_EXEC: Owned.EXEC,
@@ -125,6 +127,8 @@ class ContainerBridge:
         self.log = decisions
         self.binds = binds
         self.owned = OwnedObjects()
+        # Each of the session's containers' bind sources, checked again at each start.
+        self._sources: dict[str, tuple[str, ...]] = {}
         self.rules = create_policy.CreateRules(
             session,
             settings.images,
@@ -267,6 +271,8 @@ class ContainerBridge:
             ref = found.ref
         elif endpoint.owned is not None:
             ref = self.owned.resolve(endpoint.owned, found.ref)
+        if endpoint.rule in _MOUNTS_BINDS:
+            unchanged(self._sources.get(ref, ()), "path.container")
         query = list(found.query)
         if endpoint.labelled_list:
             query = narrowing.session_list(query, self.session)
@@ -346,7 +352,7 @@ class ContainerBridge:
                 body = narrowing.engine_info(body)
             elif 200 <= head.status < 300:
                 try:
-                    created = self._record(endpoint.body, body, forward.name)
+                    created = self._record(endpoint.body, body, forward)
                 except ContainerRefused as exc:
                     self.log.record(allowed=False, endpoint=endpoint.rule, method=forward.method,
                                     field=exc.field, rule=exc.rule, reason=exc.detail)  # fmt: skip
@@ -366,10 +372,13 @@ class ContainerBridge:
         if endpoint.answer is Answer.FORGET and 200 <= head.status < 300:
             assert endpoint.owned is not None
             self.owned.forget(endpoint.owned, forward.ref)
+            self._sources.pop(forward.ref, None)
         return request.keep_alive
 
-    def _record(self, kind: Body, body: bytes, name: str) -> bool:
-        """Keep a created object's id as the session's own; whether it was a container."""
+    def _record(self, kind: Body, body: bytes, forward: Forward) -> bool:
+        """Keep a created object's id as the session's own (a container's with the bind
+        sources it was sent with); whether it was a container."""
+        name = forward.name
         owned = _CREATES[kind]
         try:
             answer = decode_json(body, max_bytes=MAX_ANSWER_BYTES)
@@ -389,6 +398,9 @@ class ContainerBridge:
                     f"a volume named {object_id[:100]!r} exists already and is not this session's",
                 )  # fmt: skip
         self.owned.add(owned, object_id, name)
+        if owned is Owned.CONTAINER:
+            sent = json.loads(forward.body)
+            self._sources[object_id] = sources(sent.get("HostConfig"))
         return owned is Owned.CONTAINER
 
     def _logged(self, forward: Forward, status: int, created: bool = False) -> None:
