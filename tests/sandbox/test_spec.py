@@ -3,6 +3,7 @@ the backends show the policy files alone at each place (sandbox/spec.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -122,6 +123,25 @@ def test_with_a_setup_fd_no_value_and_no_mounted_path_is_on_the_command_line(
         assert argv[-2:] == ["--fd", str(fd)]
         assert json.loads(payload) == json.loads(unshare.init_config(plain))
         assert json.loads(payload)["env"]["TOKEN"] == value
+
+
+def test_of_other_projects_views_one_inside_another_the_outermost_alone_is_laid() -> None:
+    """A view over a directory hides what lies inside it: an inner one could not be
+    made. A sibling whose name only starts like another's is not inside it."""
+    nested = dataclasses.replace(
+        spec("/tmp/p", "/tmp/p/.sandbridge"),
+        other_projects=(
+            Path("/srv/a/.sandbridge/kept/.sandbridge"),
+            Path("/srv/a/.sandbridge"),
+            Path("/srv/a/.sandbridge-old/.sandbridge"),
+            Path("/srv/b/.sandbridge"),
+        ),
+    )
+    assert nested.other_policy_views() == [
+        Path("/srv/a/.sandbridge"),
+        Path("/srv/a/.sandbridge-old/.sandbridge"),
+        Path("/srv/b/.sandbridge"),
+    ]
 
 
 def test_the_directories_above_a_view_in_a_writable_bind_are_pinned_right_after_it() -> None:

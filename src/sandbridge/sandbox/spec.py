@@ -208,9 +208,11 @@ class SandboxSpec:
             for view in self.views(directory):
                 if view not in own and not any(p.is_relative_to(view) for p in places):
                     views.append(view)
-        # One over another could not be made (the outer one hides where the inner lies).
+        # One over another could not be made (the outer one hides where the inner lies):
+        # the outermost alone, each found by its parents (linear in the views, where a
+        # comparison of every pair grew with the square of the remembered projects).
         unique = set(views)
-        return sorted(v for v in unique if not any(v != o and v.is_relative_to(o) for o in unique))
+        return sorted(v for v in unique if unique.isdisjoint(v.parents))
 
     @property
     def entry_argv(self) -> list[str]:
