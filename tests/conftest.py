@@ -112,8 +112,6 @@ SLOW_DIRECTORIES = frozenset({"e2e", "session", "sandbox", "remote", "daemon", "
 SLOW_FILES = frozenset(
     {
         "test_front.py",  # 64 real sessions through the C front door
-        "test_terminal_e2e.py",
-        "test_external_terminal_e2e.py",
         "test_install.py",
         "test_fuzz_front_c.py",  # builds with clang, fuzzes for a bounded time
         "test_front_sanitized.py",  # builds the front door with ASan and UBSan
@@ -123,14 +121,15 @@ SLOW_FILES = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests of :data:`SLOW_DIRECTORIES` and :data:`SLOW_FILES` (and every
-    ``*_in_sandbox.py``) ``slow``; order the files longest first (tests/file_seconds.py)."""
+    ``*_in_sandbox.py`` and ``*_e2e.py``) ``slow``; order the files longest first
+    (tests/file_seconds.py)."""
     file_seconds.longest_first(items, file_seconds.load())
     for item in items:
         path = item.path.relative_to(REPO / "tests")
         if (
             path.parts[0] in SLOW_DIRECTORIES
             or path.name in SLOW_FILES
-            or path.name.endswith("_in_sandbox.py")
+            or path.name.endswith(("_in_sandbox.py", "_e2e.py"))
         ):
             item.add_marker(pytest.mark.slow)
 
