@@ -175,3 +175,17 @@ def test_the_directories_above_a_view_in_a_writable_bind_are_pinned_right_after_
         Mount(Path("/srv/data/x"), Path("/data/x"), writable=True),
         Mount(Path("/srv/ro"), Path("/ro"), writable=False),
     ]
+
+
+def test_the_other_views_a_spec_gives_are_its_own_each_time() -> None:
+    """Worked out once per spec, they are handed out as a new list each time: a caller
+    changing its list changes no other's."""
+    two = dataclasses.replace(
+        spec("/tmp/p", "/tmp/p/.sandbridge"),
+        other_projects=(Path("/srv/a/.sandbridge"), Path("/srv/b/.sandbridge")),
+    )
+    views = two.other_policy_views()
+    views.clear()
+    assert two.other_policy_views() == [Path("/srv/a/.sandbridge"), Path("/srv/b/.sandbridge")]
+    one = dataclasses.replace(two, other_projects=(Path("/srv/b/.sandbridge"),))
+    assert one.other_policy_views() == [Path("/srv/b/.sandbridge")]
