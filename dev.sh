@@ -230,15 +230,19 @@ install_completions() {
 # The whole suite on pytest-xdist, lint and types included (tests/test_lint.py): the tests
 # wait on sandboxes, sockets and browsers more than they compute, so twice as many workers
 # as cores keeps the cores busy; each test file runs whole on one worker, so its module
-# fixtures (a browser, a session) start once. --fast leaves out what tests/conftest.py
-# marks slow (real sandboxes, browsers, daemons, far machines, builds): the inner loop.
+# fixtures (a browser, a session) start once. The files are handed out longest first, in
+# the order tests/conftest.py sorts them from tests/file_seconds.json (tests/file_seconds.py
+# says why), which xdist keeps with --no-loadscope-reorder. --fast leaves out what
+# tests/conftest.py marks slow (real sandboxes, browsers, daemons, far machines, builds):
+# the inner loop.
 run_tests() {
   local arg args=() tier=()
   for arg in "$@"; do
     if [ "$arg" = --fast ]; then tier=(-m "not slow"); else args+=("$arg"); fi
   done
   local workers=${SANDBRIDGE_TEST_WORKERS:-$(($(nproc) * 2))}
-  exec "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "${tier[@]}" "${args[@]}"
+  exec "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder \
+    "${tier[@]}" "${args[@]}"
 }
 
 command=${1:-demo}

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests import file_seconds
 from tests.private_home import UserState, make_private_environment
 
 # Fixtures shared across test folders: the real container engine (``container_engine``)
@@ -87,6 +88,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="sbt-")
         config.stash[_MADE_ROOT] = Path(config.option.basetemp)
+    if config.getoption("record_file_seconds") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(file_seconds.Recorder(), "file_seconds_recorder")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-file-seconds",
+        action="store_true",
+        help="write each test file's measured seconds to tests/file_seconds.json (the "
+        "order ./dev.sh test runs the files in: longest first)",
+    )
 
 
 # Hypothesis: the "ci" profile (the default) is sized for the suite's time on two cores;
@@ -104,8 +116,6 @@ SLOW_DIRECTORIES = frozenset({"e2e", "session", "sandbox", "remote", "daemon", "
 SLOW_FILES = frozenset(
     {
         "test_front.py",  # 64 real sessions through the C front door
-        "test_terminal_e2e.py",
-        "test_external_terminal_e2e.py",
         "test_install.py",
         "test_fuzz_front_c.py",  # builds with clang, fuzzes for a bounded time
         "test_front_sanitized.py",  # builds the front door with ASan and UBSan
@@ -117,13 +127,15 @@ SLOW_FILES = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests of :data:`SLOW_DIRECTORIES` and :data:`SLOW_FILES` (and every
-    ``*_in_sandbox.py``) ``slow``."""
+    ``*_in_sandbox.py`` and ``*_e2e.py``) ``slow``; order the files longest first
+    (tests/file_seconds.py)."""
+    file_seconds.longest_first(items, file_seconds.load())
     for item in items:
         path = item.path.relative_to(REPO / "tests")
         if (
             path.parts[0] in SLOW_DIRECTORIES
             or path.name in SLOW_FILES
-            or path.name.endswith("_in_sandbox.py")
+            or path.name.endswith(("_in_sandbox.py", "_e2e.py"))
         ):
             item.add_marker(pytest.mark.slow)
 

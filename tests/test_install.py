@@ -64,13 +64,25 @@ def _user_env(home: Path) -> dict[str, str]:
 
 def _copy_checkout(dest: Path) -> Path:
     """The checkout's sources at ``dest``, without what building or testing left in it
-    (virtualenvs, built objects, metadata): what a fresh clone has, and builds here write
-    nothing into the checkout."""
+    (virtualenvs, built objects, metadata, the tools' caches): what a fresh clone has, and
+    builds here write nothing into the checkout. The caches are written while this runs
+    (mypy's, by the lint test on another worker): a file of theirs gone between the
+    listing and the copy failed the copy."""
     shutil.copytree(
         REPO,
         dest,
         ignore=shutil.ignore_patterns(
-            ".venv*", "node_modules", "build", "*.egg-info", "__pycache__", "*.so", ".git"
+            ".venv*",
+            "node_modules",
+            "build",
+            "*.egg-info",
+            "__pycache__",
+            "*.so",
+            ".git",
+            ".mypy_cache",
+            ".pytest_cache",
+            ".ruff_cache",
+            ".hypothesis",
         ),
     )
     return dest

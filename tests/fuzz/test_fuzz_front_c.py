@@ -14,6 +14,7 @@ still found where the Python relay disagrees.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -95,3 +96,35 @@ def test_every_response_of_the_grown_corpus_is_translated_as_the_python_relay_do
         data = path.read_bytes()
         if data and not data[0] & REQUEST:
             check_agreement(data[1:], bool(data[0] & HEAD_RESPONSE))
+
+
+def test_a_run_without_an_artifact_prefix_saves_its_findings_in_a_private_temporary_directory(
+    fuzzer: Path, tmp_path: Path
+) -> None:
+    """A run by hand from the checkout's root must not leave ``crash-<sha1>`` files there.
+    An RSS limit below what the process already uses makes libFuzzer save the input it was
+    running (``oom-<sha1>``) within a second: a finding it saves as it saves a crash."""
+    work, temporary, corpus = tmp_path / "work", tmp_path / "tmp", tmp_path / "corpus"
+    for directory in (work, temporary, corpus):
+        directory.mkdir()
+    run = subprocess.run(
+        # libFuzzer adds what it finds to the first corpus: never the seeds
+        [
+            str(fuzzer),
+            "-rss_limit_mb=1",
+            "-max_total_time=60",
+            str(corpus),
+            str(FUZZ_DIR / "corpus"),
+        ],
+        cwd=work,
+        env={**os.environ, "TMPDIR": str(temporary)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode != 0, run.stderr[-2000:]
+    assert list(work.iterdir()) == []
+    (directory,) = temporary.iterdir()
+    assert f"fuzz_translate: artifacts go to {directory}/" in run.stderr
+    assert directory.stat().st_mode & 0o777 == 0o700
+    assert [path.name[:4] for path in directory.iterdir()] == ["oom-"]

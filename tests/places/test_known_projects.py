@@ -37,6 +37,33 @@ def test_a_remembered_project_with_a_policy_dir_is_listed(tmp_path: Path, state:
     )
 
 
+def test_the_list_is_not_rewritten_when_the_project_is_already_its_most_recent(
+    tmp_path: Path, state: Path
+) -> None:
+    first, second = project(tmp_path / "one"), project(tmp_path / "two")
+    known_projects.remember(first)
+    known_projects.remember(second)
+    written = (state / "projects").stat()
+    known_projects.remember(second)
+    again = (state / "projects").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    known_projects.remember(first)  # no longer the most recent: written
+    assert (state / "projects").stat().st_ino != written.st_ino
+    assert (state / "projects").read_text().splitlines() == [str(second), str(first)]
+
+
+def test_a_gone_project_is_dropped_when_the_most_recent_is_remembered_again(
+    tmp_path: Path, state: Path
+) -> None:
+    first, second = project(tmp_path / "one"), project(tmp_path / "two")
+    known_projects.remember(first)
+    known_projects.remember(second)
+    (first / ".sandbridge").rmdir()
+    first.rmdir()
+    known_projects.remember(second)
+    assert (state / "projects").read_text().splitlines() == [str(second)]
+
+
 def test_a_policy_dir_that_is_a_link_is_not_listed(tmp_path: Path) -> None:
     root = project(tmp_path / "linked", policy=False)
     (root / ".sandbridge").symlink_to(project(tmp_path / "elsewhere"))

@@ -15,7 +15,10 @@ too slow and too noisy about the uninstrumented interpreter for every run.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -36,44 +39,107 @@ TESTS = [
 ]
 # The Python relay's own variants there are left out: they run no C.
 WITHOUT_C = "not python and not without_the_front_door and not no_front_door_never"
+# Where the build is found from this file's own place: a cached build is moved into place
+# after it is made (cached_build).
 SITECUSTOMIZE = """\
+import os
+
 import sandbridge.relay
 
-sandbridge.relay.__path__.insert(0, {directory!r})
+sandbridge.relay.__path__.insert(0, os.path.join(os.path.dirname(__file__), "sandbridge", "relay"))
 """
 # What each sanitizer's runtime is called, and its options (reports to files in REPORTS).
 RUNTIMES = {"address,undefined": "libasan.so", "thread": "libtsan.so"}
 
 
+def _compiler_flags(kinds: str) -> list[str]:
+    return [
+        "-fPIC",
+        "-g",
+        "-O1",
+        "-fno-omit-frame-pointer",
+        f"-fsanitize={kinds}",
+        # The fault sites (front_faults.py) exist in this build only.
+        "-DSANDBRIDGE_FAULTS",
+        *(["-fno-sanitize-recover=undefined"] if "undefined" in kinds else []),
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        "-Wno-missing-field-initializers",
+        "-Werror",
+        f"-I{sysconfig.get_paths()['include']}",
+    ]
+
+
 def build(root: Path, kinds: str) -> Path:
-    """Compile the front door with ``-fsanitize=kinds`` under ``root``; ``root``."""
+    """Compile the front door with ``-fsanitize=kinds`` under ``root``; ``root``.
+
+    Each source is compiled by a compiler of its own, all at once, then linked: the
+    build's wall time is its longest source's where cores are free."""
     relay = root / "sandbridge" / "relay"
     relay.mkdir(parents=True)
+    flags = _compiler_flags(kinds)
+    sources = sorted(SRC.glob("_front_*.c"))
+    objects = [relay / f"{source.stem}.o" for source in sources]
+    compilers = [
+        subprocess.Popen(["gcc", *flags, "-c", str(source), "-o", str(obj)])
+        for source, obj in zip(sources, objects, strict=True)
+    ]
+    failed = [c.args for c in compilers if c.wait() != 0]
+    if failed:
+        raise subprocess.CalledProcessError(1, failed[0])
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     subprocess.run(
         [
             "gcc",
             "-shared",
-            "-fPIC",
-            "-g",
-            "-O1",
-            "-fno-omit-frame-pointer",
             f"-fsanitize={kinds}",
-            "-DSANDBRIDGE_FAULTS",
-            *(["-fno-sanitize-recover=undefined"] if "undefined" in kinds else []),
-            "-Wall",
-            "-Wextra",
-            "-Wno-unused-parameter",
-            "-Wno-missing-field-initializers",
-            "-Werror",
-            f"-I{sysconfig.get_paths()['include']}",
-            *map(str, sorted(SRC.glob("_front_*.c"))),
+            *map(str, objects),
             "-o",
             str(relay / f"_front{suffix}"),
         ],
         check=True,
     )
-    (root / "sitecustomize.py").write_text(SITECUSTOMIZE.format(directory=str(relay)))
+    for obj in objects:
+        obj.unlink()
+    (root / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return root
+
+
+def build_key(kinds: str) -> str:
+    """What a build depends on: the front door's C sources and headers, the flags, the
+    interpreter's headers and extension suffix, and the compiler."""
+    digest = hashlib.sha256()
+    for path in sorted([*SRC.glob("_front_*.c"), *SRC.glob("_front_*.h")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    compiler = subprocess.run(
+        ["gcc", "--version"], check=True, capture_output=True, text=True
+    ).stdout
+    for part in (*_compiler_flags(kinds), sysconfig.get_config_var("EXT_SUFFIX"), compiler):
+        digest.update(str(part).encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def cached_build(cache: Path, kinds: str) -> Path:
+    """A build under ``cache`` for the sources as they are now, made if there is none:
+    a second run of the suite reuses it. A build is made aside and moved into place
+    whole, so a run beside this one never sees half of it; the builds of older sources
+    are removed."""
+    name = kinds.replace(",", "+")
+    root = cache / f"{name}-{build_key(kinds)}"
+    if (root / "sitecustomize.py").is_file():
+        return root
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+    try:
+        build(staging / "build", kinds)
+        with contextlib.suppress(OSError):  # another run put the same build in place first
+            (staging / "build").rename(root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for old in cache.glob(f"{name}-*"):
+        if old != root:
+            shutil.rmtree(old, ignore_errors=True)
     return root
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.aio import event_loop
-from sandbridge.protocol.limits import RELAY_SOCKET_RATE
+from sandbridge.protocol.limits import REGISTRATION_READ_TIMEOUT, RELAY_SOCKET_RATE
 from sandbridge.protocol.registration import REQUEST_TYPES
 from sandbridge.relay.registration_server import RegistrationServer
 from tests.conftest import HELPER, Relay, echo, host_port_of, module_relay
@@ -127,9 +127,32 @@ def test_the_server_keeps_registering_after_a_deeply_nested_request(
     assert answer["ok"] is True
 
 
-def test_client_that_never_sends_is_answered_after_the_timeout(relay: Relay) -> None:
-    answer = _ask(relay.runtime_dir / "relay.sock", b'{"type":')
-    assert answer == {"ok": False, "error": "no complete request within 5 s"}
+def test_client_that_never_sends_is_answered_after_the_timeout(tmp_path: Path) -> None:
+    """On a server of its own, with a read timeout of 0.25 s (the relay's: 5 s)."""
+
+    async def scenario() -> dict[str, object]:
+        async def register(request: object) -> object:
+            raise AssertionError("no complete request is sent")
+
+        server = RegistrationServer(
+            tmp_path / "relay.sock",
+            register,  # type: ignore[arg-type]
+            read_timeout=0.25,
+        )
+        await server.start()
+        try:
+            return await asyncio.to_thread(_ask, tmp_path / "relay.sock", b'{"type":')
+        finally:
+            await server.close()
+
+    answer = event_loop.run(scenario())
+    assert answer == {"ok": False, "error": "no complete request within 0.25 s"}
+
+
+def test_a_relay_gives_a_request_the_documented_five_seconds() -> None:
+    """docs/contract.md's error table: ``no complete request within 5 s``."""
+    server = RegistrationServer(Path("relay.sock"), print)  # type: ignore[arg-type]
+    assert server.read_timeout == REGISTRATION_READ_TIMEOUT == 5.0
 
 
 def test_sockets_are_0600_and_dir_0700(relay: Relay) -> None:

@@ -3,6 +3,7 @@ the backends show the policy files alone at each place (sandbox/spec.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -124,6 +125,25 @@ def test_with_a_setup_fd_no_value_and_no_mounted_path_is_on_the_command_line(
         assert json.loads(payload)["env"]["TOKEN"] == value
 
 
+def test_of_other_projects_views_one_inside_another_the_outermost_alone_is_laid() -> None:
+    """A view over a directory hides what lies inside it: an inner one could not be
+    made. A sibling whose name only starts like another's is not inside it."""
+    nested = dataclasses.replace(
+        spec("/tmp/p", "/tmp/p/.sandbridge"),
+        other_projects=(
+            Path("/srv/a/.sandbridge/kept/.sandbridge"),
+            Path("/srv/a/.sandbridge"),
+            Path("/srv/a/.sandbridge-old/.sandbridge"),
+            Path("/srv/b/.sandbridge"),
+        ),
+    )
+    assert nested.other_policy_views() == [
+        Path("/srv/a/.sandbridge"),
+        Path("/srv/a/.sandbridge-old/.sandbridge"),
+        Path("/srv/b/.sandbridge"),
+    ]
+
+
 def test_the_directories_above_a_view_in_a_writable_bind_are_pinned_right_after_it() -> None:
     """``mv deep deep-moved`` would move a known project out from under its view: each
     directory between the top of the writable bind holding a view and the view is bound
@@ -155,3 +175,17 @@ def test_the_directories_above_a_view_in_a_writable_bind_are_pinned_right_after_
         Mount(Path("/srv/data/x"), Path("/data/x"), writable=True),
         Mount(Path("/srv/ro"), Path("/ro"), writable=False),
     ]
+
+
+def test_the_other_views_a_spec_gives_are_its_own_each_time() -> None:
+    """Worked out once per spec, they are handed out as a new list each time: a caller
+    changing its list changes no other's."""
+    two = dataclasses.replace(
+        spec("/tmp/p", "/tmp/p/.sandbridge"),
+        other_projects=(Path("/srv/a/.sandbridge"), Path("/srv/b/.sandbridge")),
+    )
+    views = two.other_policy_views()
+    views.clear()
+    assert two.other_policy_views() == [Path("/srv/a/.sandbridge"), Path("/srv/b/.sandbridge")]
+    one = dataclasses.replace(two, other_projects=(Path("/srv/b/.sandbridge"),))
+    assert one.other_policy_views() == [Path("/srv/b/.sandbridge")]

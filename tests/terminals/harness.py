@@ -156,3 +156,8 @@ def finish(child: pexpect.spawn) -> tuple[int, str]:
     assert child.match.group(1) == _STTY_BEFORE.pop(id(child)), "termios not restored"
     child.expect(pexpect.EOF)
     return status, output
+
+
+def ends(session: TerminalSession, request_id: str) -> list[dict[str, object]]:
+    """The audit's end records of ``request_id``."""
+    return [r for r in session.audit() if r["event"] == "end" and r["request"] == request_id]

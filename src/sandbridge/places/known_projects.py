@@ -62,6 +62,8 @@ def remember(root: Path) -> None:
     root = root.resolve()
     if "\n" in str(root):
         return  # not representable in the list (and no project anyone keeps)
+    if _already_last(root):
+        return
     try:
         state_dir().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         directory = make_private_dir(state_dir(), "state dir", SandbridgeError)
@@ -71,6 +73,18 @@ def remember(root: Path) -> None:
             _write(directory / FILE, [*known, root])
     except (OSError, SandbridgeError) as exc:
         log.warning("known_projects.not_written", root=str(root), error=str(exc))
+
+
+def _already_last(root: Path) -> bool:
+    """Whether the list has ``root`` as its most recent entry and nothing gone: the list
+    :func:`remember` would write is the one there, so it is left as it is (a project run
+    again and again, the common start). Read without the lock: the list is only ever
+    replaced whole."""
+    try:
+        listed = _read(state_dir() / FILE)
+    except OSError:
+        return False  # remember says why, under the lock
+    return bool(listed) and listed[-1] == root and not any(_is_gone(p) for p in listed)
 
 
 def policy_dirs() -> list[Path]:

@@ -68,8 +68,12 @@ class RegistrationServer:
         register: Register,
         unregister: Unregister | None = None,
         open_url: OpenUrl | None = None,
+        *,
+        read_timeout: float = REGISTRATION_READ_TIMEOUT,
     ) -> None:
         self.path = path
+        # How long a connection may take to send its request (a test shortens it).
+        self.read_timeout = read_timeout
         self._register = register
         self._unregister = unregister
         self._open_url = open_url
@@ -104,7 +108,7 @@ class RegistrationServer:
         self._make_room()
         try:
             try:
-                async with asyncio.timeout(REGISTRATION_READ_TIMEOUT) as timeout:
+                async with asyncio.timeout(self.read_timeout) as timeout:
                     self._pending[key] = timeout
                     line, rest = await read_line(reader, MAX_REGISTRATION_BYTES)
                 self._pending.pop(key, None)
@@ -117,7 +121,7 @@ class RegistrationServer:
                     )
                 else:
                     answer = encode_register_error(
-                        f"no complete request within {REGISTRATION_READ_TIMEOUT:g} s"
+                        f"no complete request within {self.read_timeout:g} s"
                     )
             except (RegistrationError, WireError) as exc:
                 answer = encode_register_error(str(exc))

@@ -190,6 +190,14 @@ class SandboxSpec:
         :attr:`other_projects` show inside: the backends lay an empty read-only view over
         each, like :meth:`policy_views` with no file shown, so that no project's secrets
         file is seen in another project's sandbox."""
+        return list(self._other_policy_views)
+
+    @functools.cached_property
+    def _other_policy_views(self) -> tuple[Path, ...]:
+        """:meth:`other_policy_views`, worked out once per spec: the pins and the backends
+        ask for them several times while a run is built, and each time asked the file
+        system and every layer for each remembered project. A spec changed
+        (``dataclasses.replace``) is a new one."""
         own = set(self.policy_views())
         views = [
             mount.dest
@@ -208,9 +216,11 @@ class SandboxSpec:
             for view in self.views(directory):
                 if view not in own and not any(p.is_relative_to(view) for p in places):
                     views.append(view)
-        # One over another could not be made (the outer one hides where the inner lies).
+        # One over another could not be made (the outer one hides where the inner lies):
+        # the outermost alone, each found by its parents (linear in the views, where a
+        # comparison of every pair grew with the square of the remembered projects).
         unique = set(views)
-        return sorted(v for v in unique if not any(v != o and v.is_relative_to(o) for o in unique))
+        return tuple(sorted(v for v in unique if unique.isdisjoint(v.parents)))
 
     @property
     def entry_argv(self) -> list[str]:

@@ -261,6 +261,36 @@ static void check_request(const char *data, size_t n, int app_base) {
     free(out);
 }
 
+/* libFuzzer saves an input that crashed or broke a property (crash-<sha1>, oom-..., leak-...,
+ * timeout-...) where -artifact_prefix= says, else in the working directory: a run by hand
+ * from the checkout's root left one there, and it was committed. Without the flag, this
+ * target adds one naming a new private directory under $TMPDIR (or /tmp), said on stderr.
+ * libFuzzer reads its flags after this call. */
+#define ARTIFACT_FLAG "-artifact_prefix="
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    for (int i = 1; i < *argc; i++)
+        if (strncmp((*argv)[i], ARTIFACT_FLAG, sizeof ARTIFACT_FLAG - 1) == 0)
+            return 0;
+    const char *tmp = getenv("TMPDIR");
+    static char dir[4096];
+    static char flag[sizeof ARTIFACT_FLAG + sizeof dir + 1];
+    snprintf(dir, sizeof dir, "%s/fuzz_translate-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        perror("fuzz_translate: no directory for the artifacts (give -artifact_prefix=)");
+        exit(1);
+    }
+    snprintf(flag, sizeof flag, "%s%s/", ARTIFACT_FLAG, dir);
+    char **args = calloc((size_t)*argc + 2, sizeof *args);
+    if (args == NULL)
+        abort();
+    memcpy(args, *argv, (size_t)*argc * sizeof *args);
+    args[(*argc)++] = flag;
+    *argv = args; /* libFuzzer's for the whole run: never freed */
+    fprintf(stderr, "fuzz_translate: artifacts go to %s/\n", dir);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *input, size_t size) {
     if (size < 1)
         return 0;

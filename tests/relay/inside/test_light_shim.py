@@ -12,8 +12,7 @@ import os
 import select
 import socket
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +20,10 @@ import pytest
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.before_loop import bind_unix_socket
-from sandbridge.aio.poll_loop import PollLoop
+from sandbridge.aio.poll_loop import PollLoop, Timer
 from sandbridge.protocol import stream
 from sandbridge.protocol.limits import MAX_V1_LINE_BYTES
-from sandbridge.protocol.shim_opening import FIRST_LINE_TIMEOUT
+from sandbridge.protocol.shim_opening import APP_CONNECT_TIMEOUT, FIRST_LINE_TIMEOUT
 from sandbridge.relay.inside.light_shim import LightShim
 from tests.conftest import (
     ECHO_APP,
@@ -215,17 +214,23 @@ def test_a_first_line_too_long_is_refused_as_the_event_loop_shim_refuses_it(
 def test_a_silent_connection_holds_up_neither_requests_nor_the_switch_to_the_event_loop(
     sandbox: Sandbox,
 ) -> None:
+    """The silent connection is still served after the switch: the rest of its line,
+    sent then, is answered on the event loop (its first-line timer going on there is
+    ``test_a_silent_connection_at_the_switch_times_out_on_the_event_loop``)."""
+    late = _v1_request("/late")
     silent = sandbox.connect()
     with silent:
-        silent.sendall(b'{"type":')  # and nothing more
+        silent.sendall(late[:8])  # '{"type":' and nothing more
         assert echo(sandbox.url_port, "/beside")["path"] == "/beside"
         assert sandbox.loaded() == []
-        # A v1 request needs the event loop: it loads, serves it, and the silent
-        # connection's first-line timer goes on running there.
+        # A v1 request needs the event loop: it loads and serves it.
         answer = json.loads(_exchange(sandbox.connect(), _v1_request("/v1")))
         assert answer["ok"] is True and answer["status"] == 200
         assert sandbox.loaded() == list(EVENT_LOOP_LIBRARIES)
-        assert json.loads(read_to_end(silent)) == {"ok": False, "error": "timed out"}
+        silent.sendall(late[8:])
+        answer = json.loads(read_to_end(silent))
+    assert answer["ok"] is True and answer["status"] == 200, answer
+    assert json.loads(base64.b64decode(answer["body_base64"]))["path"] == "/late"
     assert echo(sandbox.url_port, "/after")["path"] == "/after"
 
 
@@ -262,11 +267,16 @@ def test_connections_the_light_shim_passed_on_together_are_all_served(
 class LightServer:
     """A LightShim on a PollLoop run by a thread, on a private listener."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, app_connect_timeout: float = APP_CONNECT_TIMEOUT) -> None:
         self.path = path
         self.loop = PollLoop()
         self.needed = threading.Event()
-        self.shim = LightShim(bind_unix_socket(path), self.loop, needs_loop=self._needs_loop)
+        self.shim = LightShim(
+            bind_unix_socket(path),
+            self.loop,
+            needs_loop=self._needs_loop,
+            app_connect_timeout=app_connect_timeout,
+        )
         self._wake, self._waker = socket.socketpair()
         self.loop.add_reader(self._wake.fileno(), self.loop.stop)
         self.shim.start()
@@ -324,8 +334,7 @@ def full_port() -> Iterator[int]:
 def test_a_slow_app_connect_holds_up_no_other_connection(
     light: LightServer, full_port: int, app_port: int
 ) -> None:
-    slow = light.connect()
-    with slow:
+    with light.connect() as slow:
         slow.sendall(stream.encode_open(full_port, handoff=True))
         with light.connect() as quick:
             quick.sendall(stream.encode_open(app_port, handoff=True))
@@ -333,13 +342,67 @@ def test_a_slow_app_connect_holds_up_no_other_connection(
         assert json.loads(line) == {"ok": True, "stream": 1, "handoff": 1}
         with socket.socket(fileno=fds[0]) as app:
             assert app.getpeername() == ("127.0.0.1", app_port)
-        answer = json.loads(read_to_end(slow))  # after APP_CONNECT_TIMEOUT
-    assert answer == {
-        "ok": False,
-        "stream": 1,
-        "error": f"connect to 127.0.0.1:{full_port} failed: timed out",
-    }
-    assert light.shim.serving == 0
+        assert select.select([slow], [], [], 0)[0] == []  # still connecting
+    # the slow connect's end: test_an_app_connect_that_never_completes_times_out
+
+
+class TimerStoppedLoop(PollLoop):
+    """A poll loop the test runs in its own thread: :meth:`run` returns as soon as a
+    timer is set (the light shim sets one when it accepts a connection, and another when
+    a connect to the app is in progress), so the test knows where the shim is with no
+    race against the timer's end."""
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        timer = super().call_later(delay, callback)
+        self.stop()
+        return timer
+
+
+# Short timeouts for the tests that wait for one to end (the shim's own are seconds).
+SHORT_TIMEOUT = 0.2
+
+
+@pytest.fixture
+def stepped(tmp_path: Path) -> Iterator[tuple[LightShim, TimerStoppedLoop, Path]]:
+    """A light shim with short timeouts on a :class:`TimerStoppedLoop`."""
+    path = tmp_path / "upstream.sock"
+    loop = TimerStoppedLoop()
+    listener = bind_unix_socket(path)
+    shim = LightShim(
+        listener,
+        loop,
+        needs_loop=loop.stop,
+        first_line_timeout=SHORT_TIMEOUT,
+        app_connect_timeout=SHORT_TIMEOUT,
+    )
+    shim.start()
+    yield shim, loop, path
+    shim.close()
+    listener.close()
+
+
+def _connect(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(str(path))
+    return sock
+
+
+def test_an_app_connect_that_never_completes_times_out(tmp_path: Path, full_port: int) -> None:
+    light = LightServer(tmp_path / "upstream.sock", app_connect_timeout=SHORT_TIMEOUT)
+    try:
+        with light.connect() as sock:
+            sock.sendall(stream.encode_open(full_port, handoff=True))
+            answer = json.loads(read_to_end(sock))
+        assert answer == {
+            "ok": False,
+            "stream": 1,
+            "error": f"connect to 127.0.0.1:{full_port} failed: timed out",
+        }
+        assert light.shim.serving == 0
+    finally:
+        light.stop()
+        light.shim.close()
 
 
 def test_what_needs_the_event_loop_is_passed_on_with_the_bytes_read(
@@ -375,24 +438,44 @@ def _connecting_to(port: int) -> int:
     return count
 
 
+def _never_adopted(passed: socket.socket, received: bytes, left: float) -> None:
+    raise AssertionError(f"passed on: {received!r}")
+
+
+def _switch_and_read(shim: LightShim, sock: socket.socket) -> bytes:
+    """Go on serving on an event loop, and read ``sock``'s answer there."""
+
+    async def switch() -> bytes:
+        shim.continue_on(asyncio.get_running_loop(), _never_adopted)
+        return await asyncio.to_thread(read_to_end, sock)
+
+    return event_loop.run(switch())
+
+
 def test_an_app_connect_in_progress_at_the_switch_ends_on_the_event_loop(
-    light: LightServer, full_port: int
+    stepped: tuple[LightShim, TimerStoppedLoop, Path], full_port: int
 ) -> None:
-    with light.connect() as sock:
+    shim, loop, path = stepped
+    with _connect(path) as sock:
         before = _connecting_to(full_port)
         sock.sendall(stream.encode_open(full_port, handoff=True))
-        deadline = time.monotonic() + 30
-        while _connecting_to(full_port) == before:  # until the light shim's connect shows
-            assert time.monotonic() < deadline, "the light shim never connected"
-            select.select([sock], [], [], 0.01)
-        light.stop()  # with the connect in progress: its writer and timer move
-
-        def adopt(passed: socket.socket, received: bytes, left: float) -> None:
-            raise AssertionError(f"passed on: {received!r}")
-
-        async def switch() -> bytes:
-            light.shim.continue_on(asyncio.get_running_loop(), adopt)
-            return await asyncio.to_thread(read_to_end, sock)
-
-        answer = event_loop.run(switch())
+        loop.run()  # accepted
+        loop.run()  # connecting: its writer and timer move with the switch
+        assert _connecting_to(full_port) == before + 1
+        assert select.select([sock], [], [], 0)[0] == []
+        answer = _switch_and_read(shim, sock)
     assert json.loads(answer)["error"] == f"connect to 127.0.0.1:{full_port} failed: timed out"
+    assert shim.serving == 0
+
+
+def test_a_silent_connection_at_the_switch_times_out_on_the_event_loop(
+    stepped: tuple[LightShim, TimerStoppedLoop, Path],
+) -> None:
+    shim, loop, path = stepped
+    with _connect(path) as sock:
+        loop.run()  # accepted: its first-line timer runs
+        sock.sendall(b'{"type":')  # and nothing more
+        assert select.select([sock], [], [], 0)[0] == []
+        answer = _switch_and_read(shim, sock)
+    assert json.loads(answer) == {"ok": False, "error": "timed out"}
+    assert shim.serving == 0

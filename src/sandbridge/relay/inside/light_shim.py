@@ -64,14 +64,23 @@ class _State(enum.Enum):
 class LightShim:
     """Serves the listener ``upstream.sock`` on ``loop``. ``needs_loop`` is called when a
     connection needs the event loop's shim (after :meth:`continue_on`, it is passed
-    straight on)."""
+    straight on). The timeouts are the event loop's shim's (their defaults); a test may
+    shorten them."""
 
     def __init__(
-        self, listener: socket.socket, loop: PollLoop, needs_loop: Callable[[], None]
+        self,
+        listener: socket.socket,
+        loop: PollLoop,
+        needs_loop: Callable[[], None],
+        *,
+        first_line_timeout: float = FIRST_LINE_TIMEOUT,
+        app_connect_timeout: float = APP_CONNECT_TIMEOUT,
     ) -> None:
         self._listener = listener
         self._loop = loop
         self._needs_loop = needs_loop
+        self.first_line_timeout = first_line_timeout
+        self.app_connect_timeout = app_connect_timeout
         self._connections: set[_Connection] = set()
         self._waiting: list[tuple[socket.socket, bytes, float]] = []
         self._adopt: Adopt | None = None
@@ -134,8 +143,8 @@ class _Connection:
         self._state = _State.READING
         self._lines = LineReader(MAX_FIRST_LINE_BYTES)
         self._received = bytearray()
-        self._deadline = time.monotonic() + FIRST_LINE_TIMEOUT
-        self._timer: Timer | None = self._loop.call_later(FIRST_LINE_TIMEOUT, self._timed_out)
+        self._deadline = time.monotonic() + shim.first_line_timeout
+        self._timer: Timer | None = self._loop.call_later(shim.first_line_timeout, self._timed_out)
         self._app: socket.socket | None = None
         self._attempts = AppAttempts(0)
         self._loop.add_reader(sock.fileno(), self._readable)
@@ -195,7 +204,7 @@ class _Connection:
         if error == 0:
             self._hand_off()
         elif error in (errno.EINPROGRESS, errno.EAGAIN):
-            self._timer = self._loop.call_later(APP_CONNECT_TIMEOUT, self._timed_out)
+            self._timer = self._loop.call_later(self._shim.app_connect_timeout, self._timed_out)
             self._loop.add_writer(self._app.fileno(), self._connect_done)
         else:
             self._connect_failed(OSError(error, os.strerror(error)))
