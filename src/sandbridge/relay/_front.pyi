@@ -7,6 +7,10 @@ RETRY: int
 READ_MAX: int
 PEEK_MAX: int
 MAX_POOL: int
+FREE: int
+FIRST: int
+AWAIT: int
+IDLE: int
 
 @final
 class Handoff:

@@ -470,6 +470,9 @@ static int module_exec(PyObject *m) {
     } constants[] = {
         {"FRESH", KIND_FRESH}, {"SENT", KIND_SENT},         {"RETRY", KIND_RETRY},
         {"READ_MAX", READ_MAX}, {"PEEK_MAX", PEEK_MAX}, {"MAX_POOL", MAX_POOL},
+        /* a connection's states (relay/connection_stage.py maps them onto its stages) */
+        {"FREE", FREE},         {"FIRST", FIRST},       {"AWAIT", AWAIT},
+        {"IDLE", IDLE},
     };
     for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++)
         if (PyModule_AddIntConstant(m, constants[k].name, constants[k].value) < 0)

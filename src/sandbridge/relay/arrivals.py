@@ -32,8 +32,9 @@ from sandbridge.relay import local_peer
 from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import READ_BYTES, Channel
+from sandbridge.relay.connection_stage import RETRY, SENT
 from sandbridge.relay.doorstep import Doorstep, refuse
-from sandbridge.relay.front import RETRY, SENT, FrontDoor
+from sandbridge.relay.front import FrontDoor
 from sandbridge.relay.lane import KeepAliveLane, send_first
 from sandbridge.relay.owned_upstream import CHANNEL_BUFFER_BYTES
 from sandbridge.relay.settings import RelaySettings, SessionScope
