@@ -1,0 +1,216 @@
+"""A browser connection's owner (:mod:`sandbridge.relay.connection`): the path each kind of
+connection takes through the stage table, read from its ``connection.stage`` events, and
+its place in the limits given back when it closes.
+
+An in-process app listener (plain TCP to a scripted app) and real browser sockets, as in
+``test_arrivals.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from collections.abc import Callable
+
+import pytest
+
+from sandbridge import log
+from sandbridge.exceptions import IllegalMove
+from sandbridge.relay.app_listener import AppListener
+from sandbridge.relay.channel import Channel
+from sandbridge.relay.connection import Connection
+from sandbridge.relay.connection_stage import Event, Stage
+from tests.relay.test_arrivals import exchange, park_one, run
+from tests.relay.test_lane import Script, ScriptedApp, answer_each, scripted
+
+__all__ = ["scripted"]  # the fixture, used by name
+
+_STAGE = re.compile(
+    r"^connection\.stage port=(\d+) conn=(\d+)(?: event='([a-z_]+)')? stage='([a-z-]+)'$"
+)
+
+
+def paths(caplog: pytest.LogCaptureFixture) -> list[list[str]]:
+    """Each connection's stages in the order it took them (its events between them)."""
+    taken: dict[str, list[str]] = {}
+    for message in caplog.messages:
+        match = _STAGE.match(message)
+        if match is not None:
+            _, conn, event, stage = match.groups()
+            taken.setdefault(conn, []).extend([event, stage] if event else [stage])
+    return list(taken.values())
+
+
+@pytest.fixture
+def traced(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(log.TRACE, logger="sandbridge")
+    return caplog
+
+
+async def all_closed(listener: AppListener) -> None:
+    """Until no connection counts any more (each was closed)."""
+    for _ in range(1000):
+        if not listener.connections and listener.scope.connections == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"still counted: {list(listener.connections.values())}")
+
+
+def test_a_connection_that_sends_nothing_waits_then_closes(
+    scripted: Callable[[Script], ScriptedApp], traced: pytest.LogCaptureFixture
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # the keep-alive timeout
+        writer.close()
+        await all_closed(listener)
+
+    run(app, body, keepalive_timeout=0.2)
+    assert paths(traced) == [["waiting", "close", "closed"]]
+
+
+def test_a_first_request_with_no_parked_app_connection_is_its_tasks(
+    scripted: Callable[[Script], ScriptedApp], traced: pytest.LogCaptureFixture
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        await park_one(port, host)
+        await all_closed(listener)
+
+    run(app, body)
+    assert paths(traced) == [["waiting", "start_task", "streaming", "close", "closed"]]
+
+
+def test_a_first_request_on_a_parked_app_connection_goes_before_its_task_then_the_lane(
+    scripted: Callable[[Script], ScriptedApp], traced: pytest.LogCaptureFixture
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        await park_one(port, host)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /early HTTP/1.1\r\n" + host + b"\r\n")
+        await reader.readuntil(b"GET /early HTTP/1.1")
+        writer.write(b"GET /kept HTTP/1.1\r\n" + host + b"\r\n")  # the lane relays it
+        await reader.readuntil(b"GET /kept HTTP/1.1")
+        writer.close()
+        await all_closed(listener)
+
+    run(app, body)
+    assert paths(traced)[1] == [
+        "waiting",
+        "send_first",
+        "in-flight",
+        "start_task",
+        "streaming",
+        "enter_lane",
+        "keep-alive",
+        "leave_lane",  # the browser's end of stream: the task reads it
+        "streaming",
+        "close",
+        "closed",
+    ]
+
+
+def test_an_upgraded_connection_is_a_tunnels_until_both_sides_close(
+    scripted: Callable[[Script], ScriptedApp], traced: pytest.LogCaptureFixture
+) -> None:
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        app.read_request(conn)
+        conn.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+        )
+        conn.sendall(conn.recv(100))  # an echo of the first message
+
+    app = scripted(script)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"GET /ws HTTP/1.1\r\n" + host + b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"ping")
+        assert await reader.readexactly(4) == b"ping"
+        writer.close()
+        await all_closed(listener)
+
+    run(app, body)
+    assert paths(traced) == [
+        ["waiting", "start_task", "streaming", "upgrade", "tunnel", "close", "closed"]
+    ]
+
+
+def test_the_listener_closing_closes_its_connections_on_the_doorsteps(
+    scripted: Callable[[Script], ScriptedApp], traced: pytest.LogCaptureFixture
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(1000):
+            if listener.connections:
+                break
+            await asyncio.sleep(0.01)
+        await listener.close()
+        writer.close()
+        assert listener.scope.connections == 0
+
+    run(app, body)
+    assert paths(traced) == [["waiting", "close", "closed"]]
+
+
+def test_a_refused_connection_never_becomes_one(
+    scripted: Callable[[Script], ScriptedApp], traced: pytest.LogCaptureFixture
+) -> None:
+    """Past the limits a connection is answered 503 and never counts: it has no owner."""
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)  # the one place
+        for _ in range(1000):
+            if listener.connections:
+                break
+            await asyncio.sleep(0.01)
+        answer = await exchange(port, b"GET / HTTP/1.1\r\n" + host + b"\r\n")
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        writer.close()
+
+    run(app, body, max_connections_per_app=1)
+    (path,) = paths(traced)  # the first one's alone
+    assert path[0] == "waiting" and path[-1] == "closed"
+
+
+def stage_of(connection: Connection) -> Stage:
+    return connection.stage
+
+
+def test_a_move_the_table_refuses_changes_nothing_and_a_second_close_is_none(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(1000):
+            if listener.connections:
+                break
+            await asyncio.sleep(0.01)
+        ((channel, connection),) = listener.connections.items()
+        assert isinstance(channel, Channel) and isinstance(connection, Connection)
+        with pytest.raises(IllegalMove, match="a waiting connection cannot upgrade"):
+            connection.move(Event.UPGRADE)
+        assert connection.stage is Stage.WAITING and listener.scope.connections == 1
+        connection.close()
+        connection.close()
+        assert stage_of(connection) is Stage.CLOSED
+        assert listener.scope.connections == 0 and not listener.connections
+        channel.abort()
+        writer.close()
+
+    run(app, body)
