@@ -16,13 +16,16 @@ from collections.abc import Callable
 import pytest
 
 from sandbridge import log
+from sandbridge.aio import event_loop
 from sandbridge.exceptions import IllegalMove
+from sandbridge.relay import front
 from sandbridge.relay.app_listener import AppListener
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.connection import Connection
 from sandbridge.relay.connection_stage import Event, Stage
+from sandbridge.relay.settings import SessionScope
 from tests.relay.test_arrivals import exchange, park_one, run
-from tests.relay.test_lane import Script, ScriptedApp, answer_each, scripted
+from tests.relay.test_lane import Script, ScriptedApp, _TcpConnector, answer_each, ok, scripted
 
 __all__ = ["scripted"]  # the fixture, used by name
 
@@ -214,3 +217,70 @@ def test_a_move_the_table_refuses_changes_nothing_and_a_second_close_is_none(
         writer.close()
 
     run(app, body)
+
+
+class _HostOnlyConnector(_TcpConnector):
+    """App connections only the host holds (as the socket minter's are): the front door
+    serves the listener and takes them into its pool."""
+
+    def __init__(self, app_port: int) -> None:
+        super().__init__(app_port)
+        self.owned = object()  # type: ignore[assignment]  # (only its presence is asked)
+
+    async def open(self, port: int) -> tuple[Channel, bytes] | None:
+        opened = await super().open(port)
+        assert opened is not None
+        opened[0].host_only = True
+        return opened
+
+
+def test_the_front_doors_handoffs_leave_the_front_by_their_kinds_moves(
+    scripted: Callable[[Script], ScriptedApp], traced: pytest.LogCaptureFixture
+) -> None:
+    """A first request the front does not know is handed over with its bytes (``FRESH``:
+    its task serves it); the same request again, the front sends itself on an idle app
+    connection, and an app slower than its grace hands it over sent (``SENT``: the lane
+    takes the response)."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        while (request := app.read_request(conn)) is not None:
+            if b"/slow" in request:
+                app.go.wait(10)
+            conn.sendall(ok(request.split(b"\r\n", 1)[0]))
+
+    app = scripted(script)
+    assert front.missing() is None
+
+    async def main() -> None:
+        listener = AppListener(app.port, "/", _HostOnlyConnector(app.port), SessionScope())
+        port = await listener.start()
+        assert listener.front is not None and listener.origin is not None
+        host = f"Host: {listener.origin.hostname}:{port}\r\n".encode()
+        try:
+            for target, answer in ((b"/first", b"GET /first"), (b"/slow", b"GET /slow")):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET " + target + b" HTTP/1.1\r\n" + host + b"\r\n")
+                if target == b"/slow":
+                    await asyncio.to_thread(app.arrived.acquire, True, 10)
+                    await asyncio.to_thread(app.arrived.acquire, True, 10)
+                    await wait_for_handoff(listener)
+                    app.go.set()
+                await reader.readuntil(answer)
+                writer.close()
+                await all_closed(listener)
+        finally:
+            await listener.close()
+
+    event_loop.run(main())
+    first, slow = paths(traced)
+    assert first[:3] == ["front", "start_task", "streaming"], first
+    assert slow[:5] == ["front", "send_first", "in-flight", "start_task", "streaming"], slow
+    assert first[-1] == slow[-1] == "closed"
+
+
+async def wait_for_handoff(listener: AppListener) -> None:
+    for _ in range(1000):
+        if listener.connections:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the front door never handed the connection over")
