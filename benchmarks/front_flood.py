@@ -59,7 +59,7 @@ class _Closer:
         self.handed += 1
         self.door.held(handoff.listener)
         front.close_handoff(handoff)
-        self.door.adopted(handoff)
+        self.door.adopted(handoff, kept=False)
 
 
 async def _probe(
@@ -93,7 +93,7 @@ async def main(seconds: float, clients: int) -> None:
     closer = _Closer(door)
     sock = front.listening_socket(0)
     scope = SessionScope(RelaySettings(pool_size=0))
-    closer.lid = door.add(sock, closer, "/", scope)
+    closer.lid = door.add(sock, closer, "/", scope, scope.budget.open())
     port = sock.getsockname()[1]
     try:
         quiet, quiet_calls = await _probe(seconds, door, closer.lid)

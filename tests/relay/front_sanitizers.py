@@ -26,7 +26,14 @@ REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src" / "sandbridge" / "relay"
 # The tests run on a sanitized build: the translation's table and generated heads, and the
 # real sessions through the front (floods, timeouts, handoffs of every kind).
-TESTS = ["tests/relay/test_front_translation.py", "tests/relay/test_front.py"]
+# test_budget.py's leases against the C; front_faults.py drives the failure paths through
+# the fault sites that only this build has (-DSANDBRIDGE_FAULTS).
+TESTS = [
+    "tests/relay/test_front_translation.py",
+    "tests/relay/test_front.py",
+    "tests/relay/test_budget.py",
+    "tests/relay/front_faults.py",
+]
 # The Python relay's own variants there are left out: they run no C.
 WITHOUT_C = "not python and not without_the_front_door and not no_front_door_never"
 SITECUSTOMIZE = """\
@@ -52,6 +59,7 @@ def build(root: Path, kinds: str) -> Path:
             "-O1",
             "-fno-omit-frame-pointer",
             f"-fsanitize={kinds}",
+            "-DSANDBRIDGE_FAULTS",
             *(["-fno-sanitize-recover=undefined"] if "undefined" in kinds else []),
             "-Wall",
             "-Wextra",

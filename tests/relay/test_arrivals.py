@@ -115,7 +115,8 @@ def test_the_listener_closing_drops_the_connections_on_both_doorsteps(
             assert await asyncio.wait_for(reader.read(), 10) == b""
             writer.close()
         assert await asyncio.to_thread(app.closed_by_relay.wait, 10)
-        assert listener.scope.connections == 0
+        assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         for _ in range(1000):
             if fds() <= before:
                 break
@@ -148,10 +149,11 @@ def test_connections_that_send_nothing_or_reset_leave_no_descriptor_behind(
             sock.close()
             await asyncio.sleep(0)
         for _ in range(3000):
-            if listener.scope.connections == 0 and fds() <= allowed():
+            if listener.scope.budget.session.held == 0 and fds() <= allowed():
                 break
             await asyncio.sleep(0.01)
-        assert listener.scope.connections == 0
+        assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert fds() <= allowed()
         answer = await exchange(port, b"GET /ok HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n")
         assert b"GET /ok HTTP/1.1" in answer
@@ -398,7 +400,8 @@ def test_a_connection_accepted_as_the_listener_closes_is_dropped(
         writer.close()
         await closing
         assert answer == b"", answer
-        assert listener.scope.connections == 0
+        assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
 
     run(app, body)
     assert b"GET /after-close HTTP/1.1" not in b"".join(app.requests)
@@ -468,7 +471,8 @@ def test_a_task_cancelled_before_it_ran_gives_its_connections_place_back(
             await asyncio.sleep(0.005)
         await closing[0]
         writer.close()
-        assert listener.scope.connections == 0
+        assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert not listener.connections
 
     run(app, body)
@@ -511,7 +515,7 @@ def test_a_refusal_cancelled_before_it_ran_still_closes_its_connection(
         spawn = listener.tasks.spawn
         silent = await asyncio.open_connection("127.0.0.1", port)  # holds the one place
         for _ in range(1000):
-            if listener.scope.connections:
+            if listener.scope.budget.session.held:
                 break
             await asyncio.sleep(0.005)
 
@@ -655,11 +659,12 @@ def test_a_browser_that_reads_nothing_of_its_response_is_dropped_after_the_respo
         sock.sendall(b"GET /big HTTP/1.1\r\n" + host + b"\r\n")
         await asyncio.to_thread(app.arrived.acquire, True, 10)
         for _ in range(1000):
-            if listener.scope.connections == 0 and not listener.tasks:
+            if listener.scope.budget.session.held == 0 and not listener.tasks:
                 break
             await asyncio.sleep(0.01)
         sock.close()
-        assert listener.scope.connections == 0
+        assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert not listener.tasks
 
     run(app, body, response_timeout=1, keepalive_timeout=60)
@@ -697,12 +702,13 @@ def test_a_browser_that_reads_nothing_leaves_nothing_behind_once_its_connection_
             sock.sendall(b"GET /size/%d HTTP/1.1\r\n" % size + host + b"Connection: close\r\n\r\n")
             browsers.append((sock, channel))
         for _ in range(1000):
-            if listener.scope.connections == 0 and not listener.tasks:
+            if listener.scope.budget.session.held == 0 and not listener.tasks:
                 break
             await asyncio.sleep(0.01)
         for sock, _ in browsers:
             sock.close()
-        assert listener.scope.connections == 0
+        assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
         assert not listener.tasks, "a task waits for its browser to read"
 
     run(app, body, response_timeout=1, keepalive_timeout=60)

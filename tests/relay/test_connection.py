@@ -54,7 +54,7 @@ def traced(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 async def all_closed(listener: AppListener) -> None:
     """Until no connection counts any more (each was closed)."""
     for _ in range(1000):
-        if not listener.connections and listener.scope.connections == 0:
+        if not listener.connections and listener.scope.budget.session.held == 0:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"still counted: {list(listener.connections.values())}")
@@ -162,7 +162,8 @@ def test_the_listener_closing_closes_its_connections_on_the_doorsteps(
             await asyncio.sleep(0.01)
         await listener.close()
         writer.close()
-        assert listener.scope.connections == 0
+        assert listener.scope.budget.session.held == 0
+        listener.scope.budget.check()
 
     run(app, body)
     assert paths(traced) == [["waiting", "close", "closed"]]
@@ -208,11 +209,12 @@ def test_a_move_the_table_refuses_changes_nothing_and_a_second_close_is_none(
         assert isinstance(channel, Channel) and isinstance(connection, Connection)
         with pytest.raises(IllegalMove, match="a waiting connection cannot upgrade"):
             connection.move(Event.UPGRADE)
-        assert connection.stage is Stage.WAITING and listener.scope.connections == 1
+        assert connection.stage is Stage.WAITING and listener.scope.budget.session.held == 1
         connection.close()
         connection.close()
         assert stage_of(connection) is Stage.CLOSED
-        assert listener.scope.connections == 0 and not listener.connections
+        assert listener.scope.budget.session.held == 0 and not listener.connections
+        listener.scope.budget.check()
         channel.abort()
         writer.close()
 

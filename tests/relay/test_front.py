@@ -33,7 +33,7 @@ from sandbridge.relay import _front, connection_stage
 from sandbridge.relay import front as front_py
 from sandbridge.relay._front import FRESH, Handoff
 from sandbridge.relay.channel import READ_BYTES, Channel
-from sandbridge.relay.front import front_door, held_for, listening_socket, push_room
+from sandbridge.relay.front import front_door, listening_socket
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection
 from tests.conftest import PYTHON, REPO, Process, run_argv
@@ -1010,7 +1010,8 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
         taken = _Taken()
         door = front_door()
         listener = listening_socket(0)
-        lid = door.add(listener, taken, "/", scope)
+        served, other = scope.budget.open(), scope.budget.open()
+        lid = door.add(listener, taken, "/", scope, served)
         loop = asyncio.get_running_loop()
         clients: list[socket.socket] = []
         try:
@@ -1025,10 +1026,11 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
             async with asyncio.timeout(10):
                 while door.held(lid).held != 1:
                     await asyncio.sleep(0.01)
-            assert held_for(None, -1, scope) == (0, 1)
+            assert door.held(lid).scope_held == 1
             # Two more, counted by the relay on the other app: the session is full.
-            scope.connections = 2
-            push_room(None, -1, scope, 2)
+            assert other.admit() and other.admit()
+            assert not other.admit()  # (the third place is the one the front holds)
+            scope.budget.check()
             await connect()
             async with asyncio.timeout(10):
                 await taken.arrived.wait()
@@ -1037,10 +1039,12 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
             assert handoff.kind == FRESH and handoff.app_fd == -1 and handoff.data == b""
             assert handoff.checked and not handoff.counted
             assert door.held(lid).held == 1  # the first only: no room for the second
+            scope.budget.check()
         finally:
             for client in clients:
                 client.close()
             door.remove(lid)
+            served.unserved()
             listener.close()
 
     asyncio.run(scenario())
@@ -1094,7 +1098,7 @@ def test_the_pool_size_bounds_the_front_doors_pool_and_the_relays_together() -> 
         scope = SessionScope(RelaySettings(pool_size=2))
         door = front_door()
         listener = listening_socket(0)
-        lid = door.add(listener, _Taken(), "/", scope)
+        lid = door.add(listener, _Taken(), "/", scope, scope.budget.open())
         loop = asyncio.get_running_loop()
         apps: list[socket.socket] = []
 

@@ -709,7 +709,15 @@ def test_handoffs_and_held_counts_cross_the_boundary_by_name() -> None:
         "counted",
         "generation",
     )
-    assert Held.__match_args__ == ("held", "pooled", "relayed", "handed", "scope_held")
+    assert Held.__match_args__ == (
+        "held",
+        "pooled",
+        "relayed",
+        "handed",
+        "scope_held",
+        "room",
+        "scope_room",
+    )
 
 
 def test_the_fronts_pool_limit_is_the_one_a_session_may_ask_for() -> None:

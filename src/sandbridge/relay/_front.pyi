@@ -11,6 +11,12 @@ FREE: int
 FIRST: int
 AWAIT: int
 IDLE: int
+# 1 in a build with -DSANDBRIDGE_FAULTS (tests/relay/front_sanitizers.py), which alone has
+# _fail_next(site, count): the next `count` asks of a fault site ("handoff", "take",
+# "request", "rest") fail, as an allocation that found no memory.
+FAULTS: int
+
+def _fail_next(site: str, count: int = 1, /) -> None: ...
 
 @final
 class Handoff:
@@ -46,13 +52,23 @@ class Handoff:
 class Held:
     """What the front door holds of a listener (a structseq)."""
 
-    __match_args__ = ("held", "pooled", "relayed", "handed", "scope_held")
+    __match_args__ = (
+        "held",
+        "pooled",
+        "relayed",
+        "handed",
+        "scope_held",
+        "room",
+        "scope_room",
+    )
 
     held: int
     pooled: int
     relayed: int
     handed: int
     scope_held: int
+    room: int
+    scope_room: int
 
 def translate_response(data: bytes, head_request: bool, /) -> tuple[int, bytes | None, int]: ...
 
@@ -73,13 +89,13 @@ class Front:
         scope_room: int,
     ) -> int: ...
     def remove_listener(self, lid: int, /) -> None: ...
-    def set_room(self, lid: int, room: int, scope_room: int, /) -> None: ...
+    def lease(self, key: int, lid: int, room: int, scope_room: int, /) -> None: ...
+    def give_back(self, key: int, lid: int, /) -> bool: ...
     def held(self, lid: int, /) -> Held: ...
     def remember(
         self, lid: int, ip: bytes, method: bytes, block: bytes, translated: bytes, /
     ) -> bool: ...
     def park(self, lid: int, fd: int, /) -> bool: ...
     def take(self) -> list[Handoff]: ...
-    def adopted(self, lid: int, generation: int, /) -> None: ...
-    def scope(self, key: int, room: int, /) -> int: ...
+    def adopted(self, lid: int, generation: int, kept: bool, /) -> bool: ...
     def close(self) -> None: ...

@@ -92,7 +92,7 @@ static void signal_python(front_t *f) {
 void enqueue(front_t *f, int lid, int kind, int bfd, int afd, int checked, uint32_t ip,
                     uint16_t port, const char *data, size_t data_len, const char *pending,
                     size_t pending_len) {
-    handoff_t *h = calloc(1, sizeof *h);
+    handoff_t *h = fault(FAULT_HANDOFF) ? NULL : calloc(1, sizeof *h);
     char *d = data_len ? malloc(data_len) : NULL;
     char *pd = pending_len ? malloc(pending_len) : NULL;
     if (h == NULL || (data_len && d == NULL) || (pending_len && pd == NULL)) {
@@ -101,6 +101,8 @@ void enqueue(front_t *f, int lid, int kind, int bfd, int afd, int checked, uint3
         free(pd);
         close_fd(f, &bfd, NULL); /* out of memory: dropped, as an accept that failed */
         close_fd(f, &afd, NULL);
+        if (checked == COUNTED) /* and its place in the limits with it */
+            uncount(f, lid, f->listeners[lid].gen);
         return;
     }
     if (data_len)
@@ -218,6 +220,33 @@ void free_handoff(handoff_t *h) {
     free(h->pending);
     free(h);
 }
+
+/* A connection counted here (handed over COUNTED) that the relay will never count: its
+ * place is its lease's again (1). Nothing if listener lid is gone or was re-added since (gen): its
+ * counts went with it. */
+int uncount(front_t *f, int lid, uint32_t gen) {
+    listener_t *L = listener_at(f, lid);
+    if (!L || L->gen != gen || L->held <= 0)
+        return 0;
+    L->held--;
+    f->scopes[L->sid].held--;
+    return 1;
+}
+
+#ifdef SANDBRIDGE_FAULTS
+static int armed[FAULT_SITES];
+
+int fault(int site) {
+    int left = __atomic_load_n(&armed[site], __ATOMIC_SEQ_CST);
+    while (left > 0)
+        if (__atomic_compare_exchange_n(&armed[site], &left, left - 1, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return 1;
+    return 0;
+}
+
+void fault_arm(int site, int count) { __atomic_store_n(&armed[site], count, __ATOMIC_SEQ_CST); }
+#endif
 
 void wake(front_t *f) {
     uint64_t one = 1;

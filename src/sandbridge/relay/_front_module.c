@@ -77,11 +77,13 @@ static PyStructSequence_Field held_fields[] = {
     {"relayed", "exchanges relayed whole from C"},
     {"handed", "connections handed to the Python relay"},
     {"scope_held", "browser connections held for its session's listeners together"},
+    {"room", "the listener's lease: how many it may hold (relay/budget.py)"},
+    {"scope_room", "its session's lease, for its listeners together"},
     {NULL, NULL},
 };
 
 static PyStructSequence_Desc held_desc = {
-    "sandbridge.relay._front.Held", "What the front door holds of a listener.", held_fields, 5,
+    "sandbridge.relay._front.Held", "What the front door holds of a listener.", held_fields, 7,
 };
 
 /* A named value (a structseq) given its fields' new references; NULL if any is NULL. */
@@ -247,37 +249,44 @@ static PyObject *Front_remove_listener(Front *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Front_set_room(Front *self, PyObject *args) {
+/* lease(key, id, room, scope_room): the leases the budget (relay/budget.py) gives the
+ * listener `id` (-1: none, the session's only) and the session `key`. */
+static PyObject *Front_lease(Front *self, PyObject *args) {
+    unsigned long long key;
     int lid, room, scope_room;
-    front_t *f = enter(self, args, "iii", &lid, &room, &scope_room);
+    front_t *f = enter(self, args, "Kiii", &key, &lid, &room, &scope_room);
     if (f == NULL)
         return NULL;
     listener_t *L = listener_at(f, lid);
-    if (L) {
+    scope_t *S = scope_of(f, (uint64_t)key);
+    if (L && S == &f->scopes[L->sid])
         L->room = room;
-        f->scopes[L->sid].room = scope_room;
-    }
+    if (S)
+        S->room = scope_room;
     leave(f);
     Py_RETURN_NONE;
 }
 
-/* scope(key, room): the connections held for the listeners of session `key`; a room of
- * 0 or more is what its limit leaves now (from a listener the front does not serve). */
-static PyObject *Front_scope(Front *self, PyObject *args) {
+/* give_back(key, id): one place of the session's lease that no connection uses, and of
+ * the listener's too (id -1: the session's only), given back to the budget; False: none
+ * unused (the front holds what it was lent). */
+static PyObject *Front_give_back(Front *self, PyObject *args) {
     unsigned long long key;
-    int room;
-    front_t *f = enter(self, args, "Ki", &key, &room);
+    int lid;
+    front_t *f = enter(self, args, "Ki", &key, &lid);
     if (f == NULL)
         return NULL;
-    int held = 0;
     scope_t *S = scope_of(f, (uint64_t)key);
-    if (S != NULL) {
-        if (room >= 0)
-            S->room = room;
-        held = S->held;
+    listener_t *L = lid >= 0 ? listener_at(f, lid) : NULL;
+    int given = S && S->room > S->held &&
+                (lid < 0 || (L && S == &f->scopes[L->sid] && L->room > L->held));
+    if (given) {
+        S->room--;
+        if (L)
+            L->room--;
     }
     leave(f);
-    return PyLong_FromLong(held);
+    return PyBool_FromLong(given);
 }
 
 static PyObject *Front_held(Front *self, PyObject *args) {
@@ -289,30 +298,39 @@ static PyObject *Front_held(Front *self, PyObject *args) {
     int held = L ? L->held : 0;
     int pooled = L ? L->pooled : 0;
     int scope_held = L ? f->scopes[L->sid].held : 0;
+    int room = L ? L->room : 0, scope_room = L ? f->scopes[L->sid].room : 0;
     unsigned long long relayed = L ? L->relayed : 0, handed = L ? L->handed : 0;
     leave(f);
     PyObject *value = PyStructSequence_New(state_of((PyObject *)self)->held);
     if (value == NULL)
         return NULL;
-    PyObject *values[] = {PyLong_FromLong(held), PyLong_FromLong(pooled),
+    PyObject *values[] = {PyLong_FromLong(held),
+                          PyLong_FromLong(pooled),
                           PyLong_FromUnsignedLongLong(relayed),
-                          PyLong_FromUnsignedLongLong(handed), PyLong_FromLong(scope_held)};
+                          PyLong_FromUnsignedLongLong(handed),
+                          PyLong_FromLong(scope_held),
+                          PyLong_FromLong(room),
+                          PyLong_FromLong(scope_room)};
     return filled(value, values, sizeof values / sizeof values[0]);
 }
 
+/* adopted(id, generation, kept): the relay has a connection the front handed over
+ * counted; kept: it counts it now (its place leaves the lease with it), else it closed it
+ * (its place is the lease's again). False: the listener is gone, and the count with it. */
 static PyObject *Front_adopted(Front *self, PyObject *args) {
-    int lid;
+    int lid, kept;
     unsigned int gen;
-    front_t *f = enter(self, args, "iI", &lid, &gen);
+    front_t *f = enter(self, args, "iIp", &lid, &gen, &kept);
     if (f == NULL)
         return NULL;
     listener_t *L = listener_at(f, lid);
-    if (L && L->gen == gen && L->held > 0) {
-        L->held--;
-        f->scopes[L->sid].held--;
+    int counted = uncount(f, lid, gen);
+    if (counted && kept) {
+        L->room--;
+        f->scopes[L->sid].room--;
     }
     leave(f);
-    Py_RETURN_NONE;
+    return PyBool_FromLong(counted);
 }
 
 static PyObject *Front_remember(Front *self, PyObject *args) {
@@ -367,19 +385,25 @@ static PyObject *Front_take(Front *self, PyObject *unused) {
     handoff_t *first = take_handoffs(f);
     leave(f);
     PyTypeObject *type = state_of((PyObject *)self)->handoff;
-    PyObject *list = PyList_New(0);
+    PyObject *list = fault(FAULT_TAKE) ? PyErr_NoMemory() : PyList_New(0);
     for (handoff_t *h = first; h && list; h = h->next) {
         PyObject *item = handoff_value(type, h);
         if (item == NULL || PyList_Append(list, item) != 0)
             Py_CLEAR(list);
         Py_XDECREF(item);
     }
-    for (handoff_t *h = first; h;) {
-        handoff_t *next = h->next;
-        if (list == NULL) { /* none reaches Python: none stays open */
+    if (list == NULL) { /* none reaches Python: none stays open, none stays counted */
+        pthread_mutex_lock(&f->lock);
+        for (handoff_t *h = first; h; h = h->next) {
             close_fd(f, &h->bfd, NULL);
             close_fd(f, &h->afd, NULL);
+            if (h->checked == COUNTED)
+                uncount(f, h->lid, h->gen);
         }
+        pthread_mutex_unlock(&f->lock);
+    }
+    for (handoff_t *h = first; h;) {
+        handoff_t *next = h->next;
         free_handoff(h);
         h = next;
     }
@@ -397,14 +421,14 @@ static PyMethodDef Front_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "Serve a listening socket (a duplicate is kept); its id."},
     {"remove_listener", (PyCFunction)Front_remove_listener, METH_VARARGS,
      "Close everything held for a listener."},
-    {"set_room", (PyCFunction)Front_set_room, METH_VARARGS,
-     "How many connections of a listener may be held here."},
+    {"lease", (PyCFunction)Front_lease, METH_VARARGS,
+     "lease(key, id, room, scope_room): what the budget lends a listener and its session."},
+    {"give_back", (PyCFunction)Front_give_back, METH_VARARGS,
+     "give_back(key, id) -> bool: one unused place of the leases back to the budget."},
     {"held", (PyCFunction)Front_held, METH_VARARGS,
      "held(id) -> Held: what the front holds of a listener."},
-    {"scope", (PyCFunction)Front_scope, METH_VARARGS,
-     "scope(key, room): a session's held connections; room >= 0 sets what its limit leaves."},
     {"adopted", (PyCFunction)Front_adopted, METH_VARARGS,
-     "adopted(id, generation): the relay counts a counted handoff now; the front no more."},
+     "adopted(id, generation, kept) -> bool: a counted handoff is the relay's now."},
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,
      "remember(id, ip4, method, block, translated): a checked request block."},
     {"park", (PyCFunction)Front_park, METH_VARARGS,
@@ -445,7 +469,30 @@ static PyObject *py_translate_response(PyObject *self, PyObject *args) {
     return result;
 }
 
+#ifdef SANDBRIDGE_FAULTS
+/* _fail_next(site, count=1): the next `count` asks of a fault site fail (_front_thread.h). */
+static PyObject *py_fail_next(PyObject *self, PyObject *args) {
+    static const char *const sites[FAULT_SITES] = {"handoff", "take", "request", "rest"};
+    const char *name;
+    int count = 1;
+    if (!PyArg_ParseTuple(args, "s|i", &name, &count))
+        return NULL;
+    for (int site = 0; site < FAULT_SITES; site++) {
+        if (strcmp(name, sites[site]) == 0) {
+            fault_arm(site, count);
+            Py_RETURN_NONE;
+        }
+    }
+    return PyErr_Format(PyExc_ValueError, "no fault site %R: handoff, take, request or rest",
+                        PyTuple_GET_ITEM(args, 0));
+}
+#endif
+
 static PyMethodDef module_methods[] = {
+#ifdef SANDBRIDGE_FAULTS
+    {"_fail_next", py_fail_next, METH_VARARGS,
+     "_fail_next(site, count=1): the next asks of a fault site fail (test builds only)."},
+#endif
     {"translate_response", py_translate_response, METH_VARARGS,
      "translate_response(data, head_request) -> (0 ok | 1 incomplete | 2 not here, head, "
      "whole)"},
@@ -473,6 +520,11 @@ static int module_exec(PyObject *m) {
         /* a connection's states (relay/connection_stage.py maps them onto its stages) */
         {"FREE", FREE},         {"FIRST", FIRST},       {"AWAIT", AWAIT},
         {"IDLE", IDLE},
+#ifdef SANDBRIDGE_FAULTS
+        {"FAULTS", 1},
+#else
+        {"FAULTS", 0},
+#endif
     };
     for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++)
         if (PyModule_AddIntConstant(m, constants[k].name, constants[k].value) < 0)

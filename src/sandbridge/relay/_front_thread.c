@@ -45,13 +45,14 @@ static void serve_request(front_t *f, conn_t *c, const char *data, size_t n, dou
         close_fd(f, &c->afd, &c->a_polled);  /* two requests */
     if (c->afd < 0)
         c->afd = pool_take(f, L, now);
-    char *req = c->afd >= 0 ? malloc(n) : NULL;
-    if (req == NULL || send_whole(c->afd, out, out_len) != 0) {
-        /* no idle app connection (or it failed as the request went: nothing of it is
-         * answered, and the relay sends it once more, on a new connection) */
+    char *req = c->afd >= 0 && !fault(FAULT_REQUEST) ? malloc(n) : NULL;
+    int failed = req != NULL && send_whole(c->afd, out, out_len) != 0;
+    if (req == NULL || failed) {
+        /* no idle app connection, no memory (nothing sent), or it failed as the request
+         * went: nothing of it is answered, and the relay sends it once more, on a new
+         * connection */
         free(out);
         free(req);
-        int failed = c->afd >= 0;
         close_fd(f, &c->afd, &c->a_polled);
         hand_fresh(f, c, data, n, NULL, 0, failed);
         return;
@@ -120,7 +121,7 @@ static void on_app(front_t *f, conn_t *c, double now) {
     if (sent < (ssize_t)total) {
         size_t done = sent < 0 ? 0 : (size_t)sent;
         /* the rest goes from the Python relay, with the connection */
-        char *rest = malloc(total - done);
+        char *rest = fault(FAULT_REST) ? NULL : malloc(total - done);
         if (rest == NULL) {
             free(out);
             drop_both(f, c);

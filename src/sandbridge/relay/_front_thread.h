@@ -39,7 +39,7 @@ typedef struct {
 typedef struct {
     uint64_t key;
     int refs;
-    int room; /* what the session's limit leaves beside the Python relay's connections */
+    int room; /* the session's lease from its budget (relay/budget.py) */
     int held;
 } scope_t;
 
@@ -59,7 +59,7 @@ typedef struct {
     double pool_idle;
     double keepalive;
     double grace;
-    int room;
+    int room; /* the listener's lease from its session's budget: held <= room */
     int held;
     uint64_t relayed; /* exchanges relayed here whole */
     uint64_t handed;  /* connections handed to the Python relay */
@@ -150,7 +150,20 @@ void hand_sent(front_t *f, conn_t *c);
 void drop_both(front_t *f, conn_t *c);
 void browser_gone(front_t *f, conn_t *c, double now);
 void free_handoff(handoff_t *h);
+int uncount(front_t *f, int lid, uint32_t gen);
 void wake(front_t *f);
+
+/* Fault injection, compiled only with -DSANDBRIDGE_FAULTS (the sanitizer builds of
+ * tests/relay/front_sanitizers.py): fault(site) says yes to the next `count` asks of a
+ * site that Python's _front._fail_next(name, count) armed, so that the tests drive the
+ * failure paths of real calls, without mocks. Elsewhere it is the constant 0. */
+enum { FAULT_HANDOFF = 0, FAULT_TAKE, FAULT_REQUEST, FAULT_REST, FAULT_SITES };
+#ifdef SANDBRIDGE_FAULTS
+int fault(int site);
+void fault_arm(int site, int count);
+#else
+#define fault(site) 0
+#endif
 
 /* What Python declares of a listener it adds (front.py: FrontDoor.add). */
 typedef struct {

@@ -42,7 +42,7 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import AccessGate
-from sandbridge.relay import front, local_peer
+from sandbridge.relay import local_peer
 from sandbridge.relay.app import App
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.arrivals import Arrivals
@@ -83,6 +83,8 @@ class AppListener:
         self.connector = connector
         self.scope = SessionScope() if scope is None else scope
         self.settings = self.scope.settings
+        # This app's places in its session's connection budget (relay/budget.py).
+        self.account = self.scope.budget.open()
         self.gate: AccessGate | None = None
         self.host_port = 0
         self.address = ("127.0.0.1", 0)
@@ -149,7 +151,7 @@ class AppListener:
             try:
                 self.front = front_door()
                 self.front_id = self.front.add(
-                    self._front_socket, self._arrivals, self.base_path, self.scope
+                    self._front_socket, self._arrivals, self.base_path, self.scope, self.account
                 )
             except OSError as exc:  # the front serves no more listeners: the event loop does
                 log.warning("front.unavailable", port=self.host_port, error=str(exc))
@@ -168,21 +170,13 @@ class AppListener:
         """What follows the base path in the app's URL: the token of a private app."""
         return self.gate.url_suffix() if self.gate is not None else ""
 
-    def front_held(self) -> tuple[int, int]:
-        """Browser connections the front door holds (they count too): of this app, and
-        of its session (through any of its apps)."""
-        return front.held_for(self.front, self.front_id, self.scope)
-
-    def room_changed(self) -> None:
-        """The counts of the limits moved: the front holds at most what they leave."""
-        front.push_room(self.front, self.front_id, self.scope, len(self.connections))
-
     async def close(self) -> None:
         """Stop listening and drop every connection."""
         if self.front is not None:
             held = self.front.held(self.front_id)
             log.debug("front.closed", port=self.host_port, relayed=held.relayed, handed=held.handed)
             self.front.remove(self.front_id)
+            self.account.unserved()
             self.front = None
         if self._front_socket is not None:
             self._front_socket.close()
@@ -204,6 +198,7 @@ class AppListener:
             await self._server.wait_closed()
         if self.origin is not None:
             self.scope.remove_app(self.origin)
+        self.account.close()
 
     def _accept(self, channel: Channel) -> None:
         assert self._arrivals is not None
@@ -226,8 +221,7 @@ class AppListener:
         """A browser connection is over (its :class:`Connection` closed): it no longer
         counts against the limits."""
         if self.connections.pop(channel, None) is not None:
-            self.scope.connections -= 1
-            self.room_changed()
+            self.account.release()
 
     async def exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
         self,

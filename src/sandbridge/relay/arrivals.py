@@ -138,18 +138,14 @@ class Arrivals:
             self.doorstep.wait(channel, connection)
 
     def _admit(
-        self, channel: Channel, client_host: str, stage: Stage, counted: bool = False
+        self, channel: Channel, client_host: str, stage: Stage, counted: Handoff | None = None
     ) -> Connection | None:
-        """Count a connection of the owner's (its :class:`Connection`, in ``stage``),
-        or refuse it (503) past the limits; ``counted``: the front door counted it
-        already, within them."""
+        """Count a connection of the owner's in the budget (its :class:`Connection`, in
+        ``stage``), or refuse it (503) past the limits; ``counted``: the front door's
+        handoff that counted it already."""
         listener = self._listener
-        scope = listener.scope
-        held, session_held = (0, 0) if counted else listener.front_held()
-        if not counted and (
-            len(listener.connections) + held >= listener.settings.max_connections_per_app
-            or scope.connections + session_held >= listener.settings.max_connections
-        ):
+        account = listener.account
+        if not (account.admit() if counted is None else account.adopt(counted)):
             task = listener.tasks.spawn(refuse(channel, listener.host_port))
             # (counted nowhere: if close() cancels the task before it ran, this closes it)
             task.add_done_callback(lambda _: channel.abort())
@@ -157,8 +153,6 @@ class Arrivals:
         connection = listener.connections[channel] = Connection(
             listener, channel, client_host, stage
         )
-        scope.connections += 1
-        listener.room_changed()
         return connection
 
     # The front door's handoffs (relay/front.py) ----------------------------------------
@@ -195,12 +189,10 @@ class Arrivals:
         task.add_done_callback(done)
 
     def _uncount(self, front_count: list[Handoff]) -> None:
-        """The front door stops counting a connection it handed over counted (once)."""
-        front = self._listener.front
+        """A connection the front door handed over counted is closed uncounted: its
+        place is the front's lease's again (once)."""
         while front_count:
-            handoff = front_count.pop()
-            if front is not None:
-                front.adopted(handoff)
+            self._listener.account.drop(front_count.pop())
 
     async def _adopt(
         self, socks: list[socket.socket], handoff: Handoff, front_count: list[Handoff]
@@ -227,9 +219,11 @@ class Arrivals:
                 listener.park(upstream)
             return
         connection = None
-        if not self._closed:
-            connection = self._admit(channel, host, Stage.FRONT, counted=bool(front_count))
-        self._uncount(front_count)  # (counted here now, if admitted)
+        if self._closed:
+            self._uncount(front_count)
+        else:  # (its place moves from the front's lease, or is the lease's again)
+            counted = front_count.pop() if front_count else None
+            connection = self._admit(channel, host, Stage.FRONT, counted)
         if connection is None:
             if upstream is not None:
                 upstream.channel.abort()

@@ -31,6 +31,7 @@ from sandbridge.protocol.http.parser import RequestHead, RequestReader
 from sandbridge.protocol.http.private_access import AccessGate
 from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
+from sandbridge.relay.budget import AppAccount
 from sandbridge.relay.channel import Channel
 from sandbridge.relay.connection_stage import Event, Stage, next_stage
 from sandbridge.relay.exchange_io import Exchange, admit, next_head
@@ -83,14 +84,12 @@ class Listener(Protocol):
     pool: AppConnectionPool | None
     tasks: TaskSet
     readers: SpareReaders
-    # the connections counted against its limits, by their browser channel
+    # the connections counted against its limits, by their browser channel, and its
+    # places in its session's budget
     connections: dict[Channel, Connection]
+    account: AppAccount
 
     def release(self, channel: Channel) -> None: ...
-
-    def room_changed(self) -> None: ...
-
-    def front_held(self) -> tuple[int, int]: ...
 
     def park(self, upstream: UpstreamConnection) -> None: ...
 

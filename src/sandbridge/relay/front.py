@@ -42,6 +42,7 @@ from sandbridge import log
 from sandbridge.protocol.http.forwarding import Framing, RequestFields
 from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
+from sandbridge.relay.budget import AppAccount
 from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 
@@ -99,7 +100,10 @@ def request_block(headers: Headers, read_max: int) -> bytes | None:
 
 
 class FrontDoor:
-    """The C front of one event loop's app listeners (made by :func:`front_door`)."""
+    """The C front of one event loop's app listeners (made by :func:`front_door`). It
+    holds connections within the places their session's budget lends it
+    (:mod:`.budget`: :meth:`lease`, :meth:`give_back`, :meth:`adopted`) and counts
+    nothing else."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         from sandbridge.relay import _front  # (missing() said it is here)
@@ -111,10 +115,16 @@ class FrontDoor:
         loop.add_reader(self._native.fileno(), self._drain)
 
     def add(
-        self, sock: socket.socket, adopter: Adopter, base_path: str, scope: SessionScope
+        self,
+        sock: socket.socket,
+        adopter: Adopter,
+        base_path: str,
+        scope: SessionScope,
+        account: AppAccount,
     ) -> int:
         """Serve listening socket ``sock`` of an app at ``base_path`` of session
-        ``scope`` (the front keeps a duplicate); its id."""
+        ``scope`` (the front keeps a duplicate), lent what ``account``, the app's places
+        in the session's budget, leaves free; its id."""
         try:
             lid = self._add(sock, base_path, scope)
         except OSError:
@@ -122,6 +132,7 @@ class FrontDoor:
                 self.close()
             raise
         self._adopters[lid] = adopter
+        account.served(self, lid)
         return lid
 
     def _add(self, sock: socket.socket, base_path: str, scope: SessionScope) -> int:
@@ -134,9 +145,9 @@ class FrontDoor:
             pool_idle=settings.pool_idle_seconds,
             keepalive=settings.keepalive_timeout,
             grace=GRACE_SECONDS,
-            room=settings.max_connections_per_app,
-            scope=id(scope),
-            scope_room=settings.max_connections - scope.connections,
+            room=0,  # (lent by the budget once added: AppAccount.served)
+            scope=scope.budget.key,
+            scope_room=scope.budget.session.leased,
         )
         return lid
 
@@ -147,30 +158,31 @@ class FrontDoor:
         if not self._adopters:
             self.close()
 
-    def adopted(self, handoff: Handoff) -> None:
-        """The relay counts a connection the front handed over counted: it no more."""
-        if handoff.counted:
-            self._native.adopted(handoff.listener, handoff.generation)
+    def adopted(self, handoff: Handoff, *, kept: bool) -> bool:
+        """The relay has a connection the front handed over counted: ``kept``, it counts
+        it now (its place leaves the lease with it); else it closed it (its place is the
+        lease's again). ``False``: not counted here (any more: its listener is gone)."""
+        if not handoff.counted:
+            return False
+        counted: bool = self._native.adopted(handoff.listener, handoff.generation, kept)
+        return counted
 
-    def set_room(self, lid: int, room: int, scope_room: int) -> None:
-        """How many more connections the front may hold for listener ``lid``, and for
-        the listeners of its session together."""
-        self._native.set_room(lid, room, scope_room)
+    def lease(self, key: int, lid: int, room: int, session_room: int) -> None:
+        """What session ``key``'s budget lends the front: ``room`` places for listener
+        ``lid`` (-1: none) and ``session_room`` for the session's listeners together."""
+        self._native.lease(key, lid, room, session_room)
 
-    def scope_held(self, scope: SessionScope) -> int:
-        """The connections held for the listeners of session ``scope`` together."""
-        held: int = self._native.scope(id(scope), -1)
-        return held
-
-    def set_scope_room(self, scope: SessionScope, room: int) -> None:
-        """What session ``scope``'s limit leaves, from a listener the front does not
-        serve (its connection counts moved)."""
-        self._native.scope(id(scope), room)
+    def give_back(self, key: int, lid: int) -> bool:
+        """One place of session ``key``'s lease, and of listener ``lid``'s (-1: the
+        session's only), that no connection here uses, back to the budget; ``False``:
+        the front uses all it was lent."""
+        given: bool = self._native.give_back(key, lid)
+        return given
 
     def held(self, lid: int) -> Held:
         """What the front holds of listener ``lid`` (browser connections, parked app
-        connections, exchanges relayed, connections handed over, and the browser
-        connections of its session's listeners together)."""
+        connections, exchanges relayed, connections handed over, the browser connections
+        of its session's listeners together, and the two leases)."""
         return self._native.held(lid)
 
     def park_upstream(
@@ -224,10 +236,16 @@ class FrontDoor:
         _doors.pop(self._loop, None)
 
     def _drain(self) -> None:
-        for handoff in self._native.take():
+        try:
+            handoffs = self._native.take()
+        except MemoryError:  # (the C closed them and freed their places in the limits)
+            log.warning("front.take_failed")
+            return
+        for handoff in handoffs:
             adopter = self._adopters.get(handoff.listener)
-            if adopter is None:
+            if adopter is None:  # (its listener is gone, and its count with it)
                 close_handoff(handoff)
+                self.adopted(handoff, kept=False)
                 continue
             try:
                 adopter.adopt(handoff)  # (it closes what it was given, whatever happens)
@@ -240,35 +258,6 @@ def close_handoff(handoff: Handoff) -> None:
     for fd in (handoff.browser_fd, handoff.app_fd):
         if fd >= 0:
             os.close(fd)
-
-
-def _door_of(door: FrontDoor | None) -> FrontDoor | None:
-    """``door``, or for a listener the front does not serve, its event loop's front door
-    if it has one (another app of the session may be the front's)."""
-    if door is not None:
-        return door
-    return _doors.get(asyncio.get_running_loop())
-
-
-def held_for(door: FrontDoor | None, lid: int, scope: SessionScope) -> tuple[int, int]:
-    """The connections the front holds of listener ``lid`` (-1 or no door: none), and of
-    its session's listeners together."""
-    if door is not None:
-        held = door.held(lid)
-        return held.held, held.scope_held
-    door = _door_of(None)
-    return 0, (door.scope_held(scope) if door is not None else 0)
-
-
-def push_room(door: FrontDoor | None, lid: int, scope: SessionScope, connections: int) -> None:
-    """What the limits leave, told to the front: for listener ``lid`` (``connections``
-    of its own counted by the relay) and for its session."""
-    settings = scope.settings
-    session = max(0, settings.max_connections - scope.connections)
-    if door is not None:
-        door.set_room(lid, max(0, settings.max_connections_per_app - connections), session)
-    elif (other := _door_of(None)) is not None:
-        other.set_scope_room(scope, session)
 
 
 def serves(settings: RelaySettings, connector: UpstreamConnector) -> bool:

@@ -9,6 +9,7 @@ from sandbridge.protocol import relay_settings as declared
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
 from sandbridge.protocol.limits import AUTO_PUBLISH_WINDOW, MAX_AUTO_APPS_PER_WINDOW
 from sandbridge.protocol.publish_rules import PublishRule
+from sandbridge.relay.budget import Budget
 
 
 class ForwardingMode(enum.Enum):
@@ -57,8 +58,13 @@ class SessionScope:
 
     settings: RelaySettings = field(default_factory=RelaySettings)
     host_ports: set[int] = field(default_factory=set)
-    connections: int = 0
     _origins: frozenset[bytes] = frozenset()
+    # Every count of the connection limits (relay/budget.py).
+    budget: Budget = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.budget = Budget(settings.max_connections_per_app, settings.max_connections)
 
     def add_app(self, origin: AppOrigin) -> None:
         self.host_ports.add(origin.host_port)
