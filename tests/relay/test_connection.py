@@ -286,3 +286,18 @@ async def wait_for_handoff(listener: AppListener) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the front door never handed the connection over")
+
+
+def test_a_connection_starts_only_where_connections_start(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    app = scripted(answer_each)
+
+    async def body(listener: AppListener, port: int, host: bytes) -> None:
+        for stage in Stage:
+            if stage in (Stage.FRONT, Stage.WAITING):
+                continue
+            with pytest.raises(ValueError, match=f"not {stage}"):
+                Connection(listener, Channel(1), "127.0.0.1", stage)
+
+    run(app, body)

@@ -33,7 +33,7 @@ from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.budget import AppAccount
 from sandbridge.relay.channel import Channel
-from sandbridge.relay.connection_stage import Event, Stage, next_stage
+from sandbridge.relay.connection_stage import INITIAL, Event, Stage, next_stage
 from sandbridge.relay.exchange_io import Exchange, admit, next_head
 from sandbridge.relay.front import FrontDoor
 from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
@@ -117,6 +117,8 @@ class Connection:
     def __init__(
         self, listener: Listener, channel: Channel, client_host: str, stage: Stage
     ) -> None:
+        if stage not in INITIAL:
+            raise ValueError(f"a connection starts in front or waiting, not {stage}")
         self.listener = listener
         self.channel = channel
         self.client_host = client_host
