@@ -49,6 +49,11 @@ def debug(name: str, **fields: object) -> None:
 TRACE = 5
 
 
+def tracing() -> bool:
+    """Whether trace events are written (ask first where their fields cost something)."""
+    return _logger.isEnabledFor(TRACE)
+
+
 def trace(name: str, **fields: object) -> None:
     """Log a trace event (a connection's move), written only at level :data:`TRACE`."""
     if _logger.isEnabledFor(TRACE):

@@ -130,20 +130,22 @@ class Connection:
         self.lane: KeepAliveLane | None = None
         # The app connection its first request went out on before its task existed.
         self.sent: UpstreamConnection | None = None
-        log.trace("connection.stage", port=listener.host_port, conn=self.id, stage=stage.value)
+        if log.tracing():
+            log.trace("connection.stage", port=listener.host_port, conn=self.id, stage=stage.value)
 
     def move(self, event: Event) -> Stage:
         """The one place a connection's stage changes: along the table, or
         :class:`~sandbridge.exceptions.IllegalMove` (and nothing moves). Closing
         releases its place in the limits."""
         stage = self.stage = next_stage(self.stage, event)
-        log.trace(
-            "connection.stage",
-            port=self.listener.host_port,
-            conn=self.id,
-            event=event.name.lower(),
-            stage=stage.value,
-        )
+        if log.tracing():  # (the fields cost more than the move: asked first)
+            log.trace(
+                "connection.stage",
+                port=self.listener.host_port,
+                conn=self.id,
+                event=event.name.lower(),
+                stage=stage.value,
+            )
         if stage is Stage.CLOSED:
             self.listener.release(self.channel)
         return stage
