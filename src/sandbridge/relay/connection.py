@@ -250,15 +250,10 @@ class Connection:
                 listener.park(upstream)
             if not tunnelled:
                 listener.readers.give_back(browser)
-                await self._closed()
-
-    async def _closed(self) -> None:
-        channel = self.channel
-        assert channel.transport is not None
-        channel.abort() if channel.transport.is_closing() else channel.close()
-        try:
-            # A browser reading nothing holds its close for at most a while, and its
-            # place in the limits meanwhile: such closes cannot pile up.
-            await channel.wait_closed()
-        finally:
-            self.close()
+                channel.abort() if channel.transport.is_closing() else channel.close()
+                try:
+                    # A browser reading nothing holds its close for at most a while, and
+                    # its place in the limits meanwhile: such closes cannot pile up.
+                    await channel.wait_closed()
+                finally:
+                    self.close()
