@@ -31,7 +31,7 @@ that what can be caught, and what each means, is read in one place::
     ├── KeyFileError              a terminal key file is missing, malformed or unsafe
     ├── FrameError                a terminal frame broke the framing
     ├── ChannelError              a terminal channel message failed its checks
-    ├── IllegalMove               a terminal request cannot make this move
+    ├── IllegalMove               a terminal request or a connection cannot make this move
     └── Refused                   refused with a documented reason ``code``
         ├── ApprovalRefused       an approval, request or proof
         ├── ControlRefusal        a control request (the broker's side)
@@ -204,11 +204,12 @@ class ChannelError(SandbridgeError):
 
 
 class IllegalMove(SandbridgeError):
-    """An event the request state table does not allow in the current state; nothing
-    moved."""
+    """An event a state table (a terminal request's, a browser connection's) does not
+    allow in the current state; nothing moved."""
 
-    def __init__(self, state: enum.Enum, event: enum.Enum) -> None:
-        super().__init__(f"a {state.value} request cannot {event.value}")
+    def __init__(self, state: enum.Enum, event: enum.Enum, what: str = "request") -> None:
+        article = "an" if str(state.value)[:1] in "aeio" else "a"
+        super().__init__(f"{article} {state.value} {what} cannot {event.value}")
         self.state = state
         self.event = event
 

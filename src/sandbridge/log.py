@@ -43,6 +43,23 @@ def debug(name: str, **fields: object) -> None:
         _logger.debug(event_line(name, fields))
 
 
+# Finer than debug: an event per step of each browser connection's life (the relay's
+# connection.stage), too many for a log even at -v. Tests, or a program that embeds
+# sandbridge, turn them on with the "sandbridge" logger's level.
+TRACE = 5
+
+
+def tracing() -> bool:
+    """Whether trace events are written (ask first where their fields cost something)."""
+    return _logger.isEnabledFor(TRACE)
+
+
+def trace(name: str, **fields: object) -> None:
+    """Log a trace event (a connection's move), written only at level :data:`TRACE`."""
+    if _logger.isEnabledFor(TRACE):
+        _logger.log(TRACE, event_line(name, fields))
+
+
 def warning(name: str, **fields: object) -> None:
     """Log something the user should act on."""
     _logger.warning(event_line(name, fields))

@@ -136,8 +136,8 @@ def test_connections_that_send_nothing_or_reset_leave_no_descriptor_behind(
         before = fds()  # with one parked app connection: two descriptors, ours and the app's
 
         def allowed() -> int:  # more parked app connections may be kept, nothing else
-            assert listener._pool is not None
-            return before + 2 * max(0, len(listener._pool) - 1)
+            assert listener.pool is not None
+            return before + 2 * max(0, len(listener.pool) - 1)
 
         for index in range(150):
             sock = socket.create_connection(("127.0.0.1", port))
@@ -438,7 +438,7 @@ def test_a_private_apps_first_request_passes_its_gate_even_with_a_parked_connect
             assert answer.startswith(b"HTTP/1.1 403"), answer
             answer = await exchange(port, b"GET /?sandbridge_token=0 HTTP/1.1\r\n" + host + b"\r\n")
             assert answer.startswith(b"HTTP/1.1 403"), answer
-        assert listener._pool is not None and len(listener._pool) == 1
+        assert listener.pool is not None and len(listener.pool) == 1
 
     run(app, body, private=True)
     assert all(b"/out" not in r and b"token" not in r for r in app.requests)
@@ -455,14 +455,14 @@ def test_a_task_cancelled_before_it_ran_gives_its_connections_place_back(
 
     async def body(listener: AppListener, port: int, host: bytes) -> None:
         closing: list[asyncio.Future[None]] = []
-        spawn = listener._tasks.spawn
+        spawn = listener.tasks.spawn
 
         def spawn_as_the_app_closes(coroutine: Any) -> asyncio.Task[Any]:
             if not closing:  # close() is due in this turn, before the new task's first step
                 closing.append(asyncio.ensure_future(listener.close()))
             return spawn(coroutine)
 
-        listener._tasks.spawn = spawn_as_the_app_closes  # type: ignore[method-assign]
+        listener.tasks.spawn = spawn_as_the_app_closes  # type: ignore[method-assign]
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /x HTTP/1.1\r\n" + host + b"\r\n")
         for _ in range(1000):
@@ -473,7 +473,7 @@ def test_a_task_cancelled_before_it_ran_gives_its_connections_place_back(
         writer.close()
         assert listener.scope.budget.session.held == 0
         listener.scope.budget.check()
-        assert not listener._connections
+        assert not listener.connections
 
     run(app, body)
 
@@ -512,7 +512,7 @@ def test_a_refusal_cancelled_before_it_ran_still_closes_its_connection(
 
     async def body(listener: AppListener, port: int, host: bytes) -> None:
         closing: list[asyncio.Future[None]] = []
-        spawn = listener._tasks.spawn
+        spawn = listener.tasks.spawn
         silent = await asyncio.open_connection("127.0.0.1", port)  # holds the one place
         for _ in range(1000):
             if listener.scope.budget.session.held:
@@ -524,7 +524,7 @@ def test_a_refusal_cancelled_before_it_ran_still_closes_its_connection(
                 closing.append(asyncio.ensure_future(listener.close()))
             return spawn(coroutine)
 
-        listener._tasks.spawn = spawn_as_the_app_closes  # type: ignore[method-assign]
+        listener.tasks.spawn = spawn_as_the_app_closes  # type: ignore[method-assign]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             answer = await asyncio.wait_for(reader.read(), 10)
@@ -659,13 +659,13 @@ def test_a_browser_that_reads_nothing_of_its_response_is_dropped_after_the_respo
         sock.sendall(b"GET /big HTTP/1.1\r\n" + host + b"\r\n")
         await asyncio.to_thread(app.arrived.acquire, True, 10)
         for _ in range(1000):
-            if listener.scope.budget.session.held == 0 and not listener._tasks:
+            if listener.scope.budget.session.held == 0 and not listener.tasks:
                 break
             await asyncio.sleep(0.01)
         sock.close()
         assert listener.scope.budget.session.held == 0
         listener.scope.budget.check()
-        assert not listener._tasks
+        assert not listener.tasks
 
     run(app, body, response_timeout=1, keepalive_timeout=60)
 
@@ -693,23 +693,23 @@ def test_a_browser_that_reads_nothing_leaves_nothing_behind_once_its_connection_
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
             seen = {channel for _, channel in browsers}
-            while not listener._connections - seen:
+            while not listener.connections.keys() - seen:
                 await asyncio.sleep(0.001)
-            (channel,) = listener._connections - seen
+            (channel,) = listener.connections.keys() - seen
             assert channel.transport is not None
             relays_end = channel.transport.get_extra_info("socket")
             relays_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1024)
             sock.sendall(b"GET /size/%d HTTP/1.1\r\n" % size + host + b"Connection: close\r\n\r\n")
             browsers.append((sock, channel))
         for _ in range(1000):
-            if listener.scope.budget.session.held == 0 and not listener._tasks:
+            if listener.scope.budget.session.held == 0 and not listener.tasks:
                 break
             await asyncio.sleep(0.01)
         for sock, _ in browsers:
             sock.close()
         assert listener.scope.budget.session.held == 0
         listener.scope.budget.check()
-        assert not listener._tasks, "a task waits for its browser to read"
+        assert not listener.tasks, "a task waits for its browser to read"
 
     run(app, body, response_timeout=1, keepalive_timeout=60)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.relay import _front
+from sandbridge.relay import _front, connection_stage
 from sandbridge.relay import front as front_py
 from sandbridge.relay._front import FRESH, Handoff
 from sandbridge.relay.channel import READ_BYTES, Channel
@@ -1051,9 +1051,21 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
 
 
 def test_handoff_kinds_the_relay_reads_are_the_ones_the_c_writes() -> None:
-    # front.py keeps them so that the relay reads handoffs without importing the C.
-    kinds = (front_py.FRESH, front_py.SENT, front_py.RETRY)
+    # connection_stage.py keeps them so that the relay reads handoffs without importing the C.
+    kinds = (connection_stage.FRESH, connection_stage.SENT, connection_stage.RETRY)
     assert kinds == (_front.FRESH, _front.SENT, _front.RETRY)
+    assert sorted(connection_stage.C_KINDS) == sorted(kinds)
+
+
+def test_connection_states_the_stage_table_maps_are_the_ones_the_c_keeps() -> None:
+    states = (
+        connection_stage.C_FREE,
+        connection_stage.C_FIRST,
+        connection_stage.C_AWAIT,
+        connection_stage.C_IDLE,
+    )
+    assert states == (_front.FREE, _front.FIRST, _front.AWAIT, _front.IDLE)
+    assert sorted(connection_stage.C_STATES) == sorted(states)
 
 
 def test_front_door_is_built_where_the_tests_run() -> None:

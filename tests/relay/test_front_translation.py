@@ -36,15 +36,18 @@ from sandbridge.protocol.http.parser import (
 from sandbridge.protocol.relay_settings import MAX_POOL_SIZE
 from sandbridge.relay._front import (
     FRESH,
+    INCOMPLETE,
+    LEFT,
     MAX_POOL,
     PEEK_MAX,
+    RELAYED,
     Front,
     Handoff,
     Held,
+    Translation,
     translate_response,
 )
 
-RELAYED, INCOMPLETE, LEFT = 0, 1, 2  # translate_response's first element
 SANDBOX_PORT = 5000
 HOST = b"x.localhost:1"
 
@@ -75,7 +78,8 @@ def python_relay(data: bytes, head_request: bool) -> PythonRelay:
 def check_agreement(data: bytes, head_request: bool) -> int:
     """Assert that the C translation of ``data`` is one the Python relay agrees with;
     return C's verdict."""
-    verdict, head, whole = translate_response(data, head_request)
+    translation = translate_response(data, head_request)
+    verdict, head, whole = translation.verdict, translation.head, translation.whole
     python = python_relay(data, head_request)
     if verdict == INCOMPLETE:
         assert head is None and whole == 0
@@ -136,7 +140,7 @@ def check_agreement(data: bytes, head_request: bool) -> int:
         else [*range(head_end), *range(head_end, len(data), 997), len(data) - 1]
     )
     for cut in cuts:
-        assert translate_response(data[:cut], head_request)[0] == INCOMPLETE, cut
+        assert translate_response(data[:cut], head_request).verdict == INCOMPLETE, cut
     return verdict
 
 
@@ -585,18 +589,30 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_hand_picked_response(case: Case) -> None:
-    verdict, head, whole = translate_response(case.data, case.head_request)
+    translation = translate_response(case.data, case.head_request)
+    verdict, head, whole = translation.verdict, translation.head, translation.whole
     assert verdict == case.verdict
     assert head == case.head
     assert whole == (len(case.data) if verdict == RELAYED else 0)
     assert check_agreement(case.data, case.head_request) == case.verdict
 
 
+def test_a_translation_crosses_from_c_named() -> None:
+    translation = translate_response(NGINX_1K + ONE_KIB, False)
+    assert isinstance(translation, Translation)
+    assert translation.verdict == RELAYED
+    assert translation.head == NGINX_1K_BROWSER
+    assert translation.whole == len(NGINX_1K + ONE_KIB)
+    assert (RELAYED, INCOMPLETE, LEFT) == (0, 1, 2)  # (the C's TR_OK, TR_INCOMPLETE, TR_BAIL)
+
+
 def test_response_split_anywhere_waits_until_whole() -> None:
     data = NGINX_1K + ONE_KIB
     for cut in range(len(data)):
-        assert translate_response(data[:cut], False) == (INCOMPLETE, None, 0), cut
-    assert translate_response(data, False) == (RELAYED, NGINX_1K_BROWSER, len(data))
+        cut_short = translate_response(data[:cut], False)
+        assert (cut_short.verdict, cut_short.head, cut_short.whole) == (INCOMPLETE, None, 0), cut
+    whole = translate_response(data, False)
+    assert (whole.verdict, whole.head, whole.whole) == (RELAYED, NGINX_1K_BROWSER, len(data))
 
 
 # ---- what the front door does with the app connection after a response -------------------
@@ -651,7 +667,8 @@ def _park(door: Front, lid: int, method: bytes) -> socket.socket:
 def test_get_exchange_keeps_both_connections(front: tuple[Front, int, socket.socket]) -> None:
     door, lid, browser = front
     response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"
-    verdict, head, _ = translate_response(response, False)
+    translation = translate_response(response, False)
+    verdict, head = translation.verdict, translation.head
     assert verdict == RELAYED and head is not None
     with _park(door, lid, b"GET") as app:
         browser.sendall(b"GET /a HTTP/1.1\r\n" + BLOCK)

@@ -7,6 +7,13 @@ RETRY: int
 READ_MAX: int
 PEEK_MAX: int
 MAX_POOL: int
+FREE: int
+FIRST: int
+AWAIT: int
+IDLE: int
+RELAYED: int
+INCOMPLETE: int
+LEFT: int
 # 1 in a build with -DSANDBRIDGE_FAULTS (tests/relay/front_sanitizers.py), which alone has
 # _fail_next(site, count): the next `count` asks of a fault site ("handoff", "take",
 # "request", "rest") fail, as an allocation that found no memory.
@@ -66,7 +73,17 @@ class Held:
     room: int
     scope_room: int
 
-def translate_response(data: bytes, head_request: bool, /) -> tuple[int, bytes | None, int]: ...
+@final
+class Translation:
+    """What translate_response makes of an app's response (a structseq)."""
+
+    __match_args__ = ("verdict", "head", "whole")
+
+    verdict: int
+    head: bytes | None
+    whole: int
+
+def translate_response(data: bytes, head_request: bool, /) -> Translation: ...
 
 class Front:
     def __init__(self, owner: int) -> None: ...

@@ -42,6 +42,7 @@ typedef struct {
     PyTypeObject *front;
     PyTypeObject *handoff;
     PyTypeObject *held;
+    PyTypeObject *translation;
 } module_state;
 
 typedef struct {
@@ -84,6 +85,18 @@ static PyStructSequence_Field held_fields[] = {
 
 static PyStructSequence_Desc held_desc = {
     "sandbridge.relay._front.Held", "What the front door holds of a listener.", held_fields, 7,
+};
+
+static PyStructSequence_Field translation_fields[] = {
+    {"verdict", "RELAYED, INCOMPLETE (more may make it one) or LEFT (never the front's)"},
+    {"head", "RELAYED: the browser's head; else None"},
+    {"whole", "RELAYED: the response's length in the bytes given (head and body); else 0"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc translation_desc = {
+    "sandbridge.relay._front.Translation",
+    "What translate_response makes of an app's response.", translation_fields, 3,
 };
 
 /* A named value (a structseq) given its fields' new references; NULL if any is NULL. */
@@ -462,11 +475,18 @@ static PyObject *py_translate_response(PyObject *self, PyObject *args) {
     char *out = NULL;
     size_t out_len = 0, whole = 0;
     int r = translate_response(buf, (size_t)n, head, &out, &out_len, &whole);
-    if (r != TR_OK)
-        return Py_BuildValue("(iOn)", r, Py_None, (Py_ssize_t)0);
-    PyObject *result = Py_BuildValue("(iy#n)", r, out, (Py_ssize_t)out_len, (Py_ssize_t)whole);
+    PyObject *value = PyStructSequence_New(((module_state *)PyModule_GetState(self))->translation);
+    if (value == NULL) {
+        free(out);
+        return NULL;
+    }
+    PyObject *values[] = {
+        PyLong_FromLong(r),
+        r == TR_OK ? PyBytes_FromStringAndSize(out, (Py_ssize_t)out_len) : Py_NewRef(Py_None),
+        PyLong_FromSize_t(r == TR_OK ? whole : 0),
+    };
     free(out);
-    return result;
+    return filled(value, values, sizeof values / sizeof values[0]);
 }
 
 #ifdef SANDBRIDGE_FAULTS
@@ -494,8 +514,7 @@ static PyMethodDef module_methods[] = {
      "_fail_next(site, count=1): the next asks of a fault site fail (test builds only)."},
 #endif
     {"translate_response", py_translate_response, METH_VARARGS,
-     "translate_response(data, head_request) -> (0 ok | 1 incomplete | 2 not here, head, "
-     "whole)"},
+     "translate_response(data, head_request) -> Translation(verdict, head, whole)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -508,8 +527,10 @@ static int module_exec(PyObject *m) {
     state->front = (PyTypeObject *)PyType_FromModuleAndSpec(m, &front_spec, NULL);
     state->handoff = PyStructSequence_NewType(&handoff_desc);
     state->held = PyStructSequence_NewType(&held_desc);
+    state->translation = PyStructSequence_NewType(&translation_desc);
     if (add_type(m, state->front, "Front") < 0 || add_type(m, state->handoff, "Handoff") < 0 ||
-        add_type(m, state->held, "Held") < 0)
+        add_type(m, state->held, "Held") < 0 ||
+        add_type(m, state->translation, "Translation") < 0)
         return -1;
     static const struct {
         const char *name;
@@ -517,6 +538,11 @@ static int module_exec(PyObject *m) {
     } constants[] = {
         {"FRESH", KIND_FRESH}, {"SENT", KIND_SENT},         {"RETRY", KIND_RETRY},
         {"READ_MAX", READ_MAX}, {"PEEK_MAX", PEEK_MAX}, {"MAX_POOL", MAX_POOL},
+        /* a connection's states (relay/connection_stage.py maps them onto its stages) */
+        {"FREE", FREE},         {"FIRST", FIRST},       {"AWAIT", AWAIT},
+        {"IDLE", IDLE},
+        /* translate_response's verdicts */
+        {"RELAYED", TR_OK},     {"INCOMPLETE", TR_INCOMPLETE}, {"LEFT", TR_BAIL},
 #ifdef SANDBRIDGE_FAULTS
         {"FAULTS", 1},
 #else
@@ -534,6 +560,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     Py_VISIT(state->front);
     Py_VISIT(state->handoff);
     Py_VISIT(state->held);
+    Py_VISIT(state->translation);
     return 0;
 }
 
@@ -542,6 +569,7 @@ static int module_clear(PyObject *m) {
     Py_CLEAR(state->front);
     Py_CLEAR(state->handoff);
     Py_CLEAR(state->held);
+    Py_CLEAR(state->translation);
     return 0;
 }
 

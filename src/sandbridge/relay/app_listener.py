@@ -32,7 +32,6 @@ from sandbridge.protocol.http.forwarding import (
     Framing,
     UpstreamRequest,
     build_browser_response,
-    error_response,
 )
 from sandbridge.protocol.http.origin_policy import AppOrigin
 from sandbridge.protocol.http.parser import (
@@ -49,19 +48,19 @@ from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.arrivals import Arrivals
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import READ_BYTES, Channel
+from sandbridge.relay.connection import Connection, Outcome, SpareReaders
+from sandbridge.relay.connection_stage import Event as StageEvent
 from sandbridge.relay.exchange_io import (
     Exchange,
-    admit,
     bad_gateway,
     finish_body,
-    next_head,
     no_response,
     pump_request_body,
     read_awaiting_response,
     read_response_body,
 )
 from sandbridge.relay.front import FrontDoor, front_door, listening_socket, serves
-from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
+from sandbridge.relay.lane import KeepAliveLane, LaneEnd
 from sandbridge.relay.settings import SessionScope
 from sandbridge.relay.tunnel import Tunnel, open_tunnel
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
@@ -88,15 +87,17 @@ class AppListener:
         self.account = self.scope.budget.open()
         self.gate: AccessGate | None = None
         self.host_port = 0
-        self._address = ("127.0.0.1", 0)
+        self.address = ("127.0.0.1", 0)
         self.origin: AppOrigin | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[Channel] = set()
+        # The browser connections counted against the limits, by their channel.
+        self.connections: dict[Channel, Connection] = {}
         self._tunnels: set[Tunnel] = set()
         # One task per browser connection, owned here: close() ends them.
-        self._tasks = TaskSet()
+        self.tasks = TaskSet()
         # App connections left idle by finished browser connections (start() makes it).
-        self._pool: AppConnectionPool | None = None
+        self.pool: AppConnectionPool | None = None
+        self.readers = SpareReaders()
         # How new connections reach their tasks (start() makes it).
         self._arrivals: Arrivals | None = None
         # The C front door that accepts this listener's connections (relay/front.py),
@@ -144,8 +145,8 @@ class AppListener:
                     errno.EMFILE, "no socket could be made for 127.0.0.1 (out of descriptors?)"
                 )
             self.host_port = self._server.sockets[0].getsockname()[1]
-        self._address = ("127.0.0.1", self.host_port)  # every accepted connection's own
-        self._pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
+        self.address = ("127.0.0.1", self.host_port)  # every accepted connection's own
+        self.pool = AppConnectionPool(self.settings.pool_size, self.settings.pool_idle_seconds)
         if self._front_socket is not None:
             try:
                 self.front = front_door()
@@ -183,16 +184,16 @@ class AppListener:
             self._server.close()
         if self._arrivals is not None:
             self._arrivals.close()  # the connections that have no task
-        for channel in list(self._connections):
-            # Released here: a task cancelled before its first step (spawned in this
-            # very loop turn) never runs the ``finally`` that would release it.
-            self._release(channel)
-            channel.abort()
+        for connection in list(self.connections.values()):
+            # Closed here: a task cancelled before its first step (spawned in this very
+            # loop turn) never runs the ``finally`` that would close it.
+            connection.close()
+            connection.channel.abort()
         for tunnel in list(self._tunnels):
             tunnel.abort()
-        await self._tasks.close()
-        if self._pool is not None:
-            self._pool.close()  # after the tasks: what they parked as they ended goes too
+        await self.tasks.close()
+        if self.pool is not None:
+            self.pool.close()  # after the tasks: what they parked as they ended goes too
         if self._server is not None:
             await self._server.wait_closed()
         if self.origin is not None:
@@ -203,111 +204,26 @@ class AppListener:
         assert self._arrivals is not None
         self._arrivals.accept(channel)
 
-    async def _serve(  # noqa: PLR0912, PLR0915  (a browser connection's whole life, lane and task, read top to bottom)
-        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
-    ) -> None:
-        """``sent``: the app connection the first request went out on (:mod:`.arrivals`)."""
-        scope, channel, heads = self.scope, browser.channel, browser.heads
-        assert channel.transport is not None
-        upstream: UpstreamConnection | None = None
-        tunnelled = False
-        try:
-            while True:
-                if sent is not None:
-                    head, request = lane.head, lane.request
-                    assert head is not None and request is not None
-                    exchange, upstream = await self._exchange(
-                        browser, head, request, None, lane, sent
-                    )
-                    sent = None
-                    if not exchange.keep_browser:
-                        break
-                    continue
-                if upstream is not None and lane_can_start(browser, upstream):
-                    end = await lane.run(upstream)
-                    if end is LaneEnd.IDLE_TIMEOUT:
-                        break
-                    if end is LaneEnd.ERROR:
-                        assert lane.error is not None
-                        raise lane.error
-                    if end is LaneEnd.DONE:
-                        if not lane.reuse_upstream:
-                            upstream.channel.abort()
-                            upstream = None
-                        if not lane.keep_browser:
-                            break
-                        await channel.drain()
-                        continue
-                    if end in (
-                        LaneEnd.CONTINUE,
-                        LaneEnd.RESPONSE_TIMEOUT,
-                        LaneEnd.UPSTREAM_FAILED,
-                    ):
-                        exchange, upstream = await self._resume(browser, lane, upstream)
-                        if not exchange.keep_browser:
-                            break
-                        continue
-                event = await next_head(browser, self.settings)
-                if event is None:
-                    break
-                if not isinstance(event, RequestHead):
-                    raise HttpError(400, "request body without a request")
-                if self.gate is not None and not await admit(
-                    browser, self.gate, event, self.settings.header_timeout
-                ):
-                    if not event.keep_alive:
-                        break  # (its 303 said Connection: close)
-                    continue
-                request = heads.request(event, scope.origins)
-                exchange, upstream = await self._exchange(browser, event, request, upstream, lane)
-                if exchange.tunnelled:
-                    tunnelled = True  # the connection lives on in a Tunnel
-                    break
-                if not exchange.keep_browser:
-                    break
-        except HttpError as exc:
-            log.debug("request.refused", port=self.host_port, status=exc.status, reason=str(exc))
-            with contextlib.suppress(OSError):
-                await browser.send(error_response(exc.status, str(exc)))
-                await channel.linger_close()
-        except OSError:
-            pass
-        finally:
-            browser.watchdog.close()
-            if upstream is not None:
-                self.park(upstream)
-            if not tunnelled and self._arrivals is not None:
-                self._arrivals.give_back(browser)
-            if not tunnelled:
-                channel.abort() if channel.transport.is_closing() else channel.close()
-                try:
-                    # A browser reading nothing holds its close for at most a while, and
-                    # its place in the limits meanwhile: such closes cannot pile up.
-                    await channel.wait_closed()
-                finally:
-                    self._release(channel)
-
     def park(self, upstream: UpstreamConnection) -> None:
         """An app connection a browser connection is done with: to the front door's pool
         (the host alone holds it, and it is idle), else to this one's, else closed."""
-        pooled, size = len(self._pool or ()), self.settings.pool_size
+        pooled, size = len(self.pool or ()), self.settings.pool_size
         if self.front is not None and self.front.park_upstream(
             self.front_id, upstream, pooled, size
         ):
             return
-        if self._pool is not None:
-            self._pool.park(upstream)  # only if idle; closed otherwise
+        if self.pool is not None:
+            self.pool.park(upstream)  # only if idle; closed otherwise
         else:
             upstream.channel.abort()
 
-    def _release(self, channel: Channel) -> None:
-        """A browser connection is over: it no longer counts against the limits
-        (once: close() releases what its tasks release again as they end)."""
-        if channel in self._connections:
-            self._connections.remove(channel)
+    def release(self, channel: Channel) -> None:
+        """A browser connection is over (its :class:`Connection` closed): it no longer
+        counts against the limits."""
+        if self.connections.pop(channel, None) is not None:
             self.account.release()
 
-    async def _exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
+    async def exchange(  # noqa: PLR0913  (an exchange, and the app connection it was sent on)
         self,
         browser: BrowserConnection,
         head: RequestHead,
@@ -315,7 +231,7 @@ class AppListener:
         upstream: UpstreamConnection | None,
         lane: KeepAliveLane,
         sent: UpstreamConnection | None = None,
-    ) -> tuple[Exchange, UpstreamConnection | None]:
+    ) -> Outcome:
         """One request and its response; returns how the connections continue.
         ``sent``: the parked app connection the lane sent the request on already."""
         # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
@@ -327,13 +243,13 @@ class AppListener:
                 upstream = None
             no_parked, browser.no_parked = browser.no_parked, False
             if sent is not None or (
-                self._pool
+                self.pool
                 and not no_parked
                 and may_retry(head, request)
                 and browser.events
                 and browser.events[0] is MESSAGE_END
             ):
-                parked = sent if sent is not None or self._pool is None else self._pool.take()
+                parked = sent if sent is not None or self.pool is None else self.pool.take()
                 if parked is not None:
                     result = await self._run_exchange(
                         browser, head, request, parked, lane, True, sent is not None
@@ -364,9 +280,9 @@ class AppListener:
         assert result is not None
         return result
 
-    async def _resume(
+    async def resume(
         self, browser: BrowserConnection, lane: KeepAliveLane, upstream: UpstreamConnection
-    ) -> tuple[Exchange, UpstreamConnection | None]:
+    ) -> Outcome:
         """Carry on with an exchange the lane sent to the app."""
         head, request = lane.head, lane.request
         assert head is not None and request is not None
@@ -391,7 +307,7 @@ class AppListener:
         parked: bool = False,
         sent: bool = False,
         resumed: collections.deque[Event] | None = None,
-    ) -> tuple[Exchange, UpstreamConnection | None] | None:
+    ) -> Outcome | None:
         """Send the request and relay the response; ``lane``: a bodiless request's
         response may be relayed from the read callback (:meth:`KeepAliveLane.relay_one`);
         ``resumed``: the lane sent the request (bodiless) and read these response
@@ -575,15 +491,19 @@ class AppListener:
         upstream_events: collections.deque[Event],
     ) -> bool:
         """Hand both sockets to a :class:`Tunnel` after a 101 (:func:`open_tunnel`),
-        owned by this listener until both are closed; ``False`` if a side is gone."""
-        channel = browser.channel
+        owned by this listener until both are closed; ``False`` if a side is gone (or
+        the connection closed: the listener closes)."""
+        connection = self.connections.get(browser.channel)
+        if connection is None:
+            return False
 
         def closed() -> None:
             self._tunnels.discard(tunnel)
-            self._release(channel)
+            connection.close()
 
         tunnel = open_tunnel(browser, upstream, upstream_events, closed)
         if tunnel is None:
             return False
         self._tunnels.add(tunnel)
+        connection.move(StageEvent.UPGRADE)
         return True

@@ -9,6 +9,9 @@ the request stands between the browser's bytes and the app, and nothing but the
 response between the app's bytes and the browser (docs/architecture.md, "Why these
 parts exist"). Any other connection's task starts with its first bytes. New connections
 reuse the request readers that finished ones left between two requests.
+
+Each connection is a :class:`~sandbridge.relay.connection.Connection` from the moment it
+counts, and every step here is one of its moves (``waiting``, ``in-flight``, its task).
 """
 
 from __future__ import annotations
@@ -17,27 +20,20 @@ import asyncio
 import functools
 import os
 import socket
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from sandbridge import log
-from sandbridge.aio.tasks import TaskSet
-from sandbridge.aio.watchdog import Watchdog
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.forwarding import ConnectionHeads
-from sandbridge.protocol.http.origin_policy import AppOrigin
-from sandbridge.protocol.http.parser import MESSAGE_END, RequestHead, RequestReader
-from sandbridge.protocol.http.private_access import AccessGate
+from sandbridge.protocol.http.parser import MESSAGE_END, RequestHead
 from sandbridge.relay import local_peer
-from sandbridge.relay.app_pool import AppConnectionPool
 from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.budget import AppAccount
 from sandbridge.relay.channel import READ_BYTES, Channel
+from sandbridge.relay.connection import Connection, Listener
+from sandbridge.relay.connection_stage import RETRY, SENT, Event, Stage
 from sandbridge.relay.doorstep import Doorstep, refuse
-from sandbridge.relay.front import RETRY, SENT, FrontDoor
 from sandbridge.relay.lane import KeepAliveLane, send_first
 from sandbridge.relay.owned_upstream import CHANNEL_BUFFER_BYTES
-from sandbridge.relay.settings import RelaySettings, SessionScope
 from sandbridge.relay.upstream import UpstreamConnection
 
 if TYPE_CHECKING:
@@ -45,38 +41,6 @@ if TYPE_CHECKING:
 
 # Client addresses whose translation of heads is shared (all loopback: one, usually).
 SHARED_HEADS = 16
-# Request readers kept for new connections, per app.
-SPARE_READERS = 16
-# A first request in flight before its connection's task exists: what the task takes.
-InFlight = tuple[BrowserConnection, KeepAliveLane, UpstreamConnection]
-
-
-class Listener(Protocol):
-    """What of its app listener (:class:`~sandbridge.relay.app_listener.AppListener`)
-    the arrivals use: the app, the limits, the pool, and the connections' tasks."""
-
-    host_port: int
-    port: int
-    base_path: str
-    origin: AppOrigin | None
-    gate: AccessGate | None
-    settings: RelaySettings
-    scope: SessionScope
-    _address: tuple[str, int]
-    _pool: AppConnectionPool | None
-    _tasks: TaskSet
-    _connections: set[Channel]
-    account: AppAccount
-    front: FrontDoor | None
-    front_id: int
-
-    def _release(self, channel: Channel) -> None: ...
-
-    def park(self, upstream: UpstreamConnection) -> None: ...
-
-    def _serve(
-        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
-    ) -> Coroutine[Any, Any, None]: ...
 
 
 async def _channels(
@@ -123,10 +87,10 @@ class Arrivals:
     def __init__(self, listener: Listener) -> None:
         self._listener = listener  # its limits, pool, tasks and connection count
         settings = listener.settings
-        self.doorstep: Doorstep[str] = Doorstep(
+        self.doorstep: Doorstep[Connection] = Doorstep(
             settings.keepalive_timeout, self._start, self._silent
         )
-        self.in_flight: Doorstep[InFlight] = Doorstep(
+        self.in_flight: Doorstep[Connection] = Doorstep(
             settings.response_timeout, self._early, self._late
         )
         # The translation of heads, with its memory of the last head each way, shared by
@@ -134,31 +98,22 @@ class Arrivals:
         # response are usually the last one's again (ConnectionHeads is synchronous and
         # its results are never changed in place, so sharing it changes no result).
         self._heads: dict[str, ConnectionHeads] = {}
-        # Request readers finished connections left between two requests.
-        self._readers: list[RequestReader] = []
         self._closed = False
 
     def close(self) -> None:
         """Drop the connections that have no task (the listener closes), and any
         accepted connection the event loop delivers from now on."""
         self._closed = True
-        listener = self._listener
-        for channel, _ in self.doorstep.close():
-            listener._release(channel)
+        for channel, connection in self.doorstep.close():
+            connection.close()
             channel.abort()
-        for channel, (_, lane, sent) in self.in_flight.close():
+        for channel, connection in self.in_flight.close():
+            lane, sent = connection.lane, connection.sent
+            assert lane is not None and sent is not None
             lane.start_task = None
             lane.drop(sent)
-            listener._release(channel)
+            connection.close()
             channel.abort()
-
-    def give_back(self, browser: BrowserConnection) -> None:
-        """A connection is over: its request reader serves a next one if it stands
-        between two requests (:meth:`RequestReader.reusable`)."""
-        parser = browser.parser
-        if not browser.events and parser.reusable() and len(self._readers) < SPARE_READERS:
-            parser.forget()
-            self._readers.append(parser)
 
     def accept(self, channel: Channel) -> None:
         """A new connection: the owner's, and within the limits, waits on the doorstep
@@ -173,26 +128,32 @@ class Arrivals:
             # closed, and nothing would close this connection or its task any more.
             channel.transport.abort()
             return
-        local = listener._address if listener.host_port else None  # (known once bound)
+        local = listener.address if listener.host_port else None  # (known once bound)
         peer = local_peer.owners_peer(channel.transport, listener.host_port, local)
         if peer is None:
             channel.transport.abort()  # another user's: dropped before it counts anywhere
             return
-        if self._admit(channel):
-            self.doorstep.wait(channel, peer[0])
+        connection = self._admit(channel, peer[0], Stage.WAITING)
+        if connection is not None:
+            self.doorstep.wait(channel, connection)
 
-    def _admit(self, channel: Channel, counted: Handoff | None = None) -> bool:
-        """Count a connection of the owner's in the budget, or refuse it (503) past the
-        limits; ``counted``: the front door's handoff that counted it already."""
+    def _admit(
+        self, channel: Channel, client_host: str, stage: Stage, counted: Handoff | None = None
+    ) -> Connection | None:
+        """Count a connection of the owner's in the budget (its :class:`Connection`, in
+        ``stage``), or refuse it (503) past the limits; ``counted``: the front door's
+        handoff that counted it already."""
         listener = self._listener
         account = listener.account
         if not (account.admit() if counted is None else account.adopt(counted)):
-            task = listener._tasks.spawn(refuse(channel, listener.host_port))
+            task = listener.tasks.spawn(refuse(channel, listener.host_port))
             # (counted nowhere: if close() cancels the task before it ran, this closes it)
             task.add_done_callback(lambda _: channel.abort())
-            return False
-        listener._connections.add(channel)
-        return True
+            return None
+        connection = listener.connections[channel] = Connection(
+            listener, channel, client_host, stage
+        )
+        return connection
 
     # The front door's handoffs (relay/front.py) ----------------------------------------
 
@@ -218,7 +179,7 @@ class Arrivals:
             if self._closed:
                 done()
                 return
-            task = self._listener._tasks.spawn(self._adopt(socks, handoff, front_count))
+            task = self._listener.tasks.spawn(self._adopt(socks, handoff, front_count))
         except BaseException:
             for fd in (browser_fd, app_fd):
                 if fd >= 0:
@@ -250,43 +211,44 @@ class Arrivals:
             channel.write(pending)
         if (
             not handoff.checked
-            and local_peer.owners_peer(channel.transport, listener.host_port, listener._address)
+            and local_peer.owners_peer(channel.transport, listener.host_port, listener.address)
             is None
         ):
             channel.abort()  # another user's: dropped before it counts anywhere
             if upstream is not None:
                 listener.park(upstream)
             return
+        connection = None
         if self._closed:
-            admitted = False
             self._uncount(front_count)
         else:  # (its place moves from the front's lease, or is the lease's again)
-            admitted = self._admit(channel, front_count.pop() if front_count else None)
-        if not admitted:
+            counted = front_count.pop() if front_count else None
+            connection = self._admit(channel, host, Stage.FRONT, counted)
+        if connection is None:
             if upstream is not None:
                 upstream.channel.abort()
             if self._closed:
                 channel.abort()
             return
         if kind == SENT and upstream is not None:
-            self._sent(channel, host, upstream, data)
+            self._sent(connection, upstream, data)
             return
         if upstream is not None:
             # (the relay's own pool: the request in hand is likely to want it now)
-            pool = listener._pool
+            pool = listener.pool
             pool.park(upstream) if pool is not None else upstream.channel.abort()
         if pending or channel.has_data() or channel.at_end():
             # (with bytes of a response still to write, the task's close waits for them
             # at most the drain timeout; the doorstep's would wait for good)
-            self._start(channel, host, retry=kind == RETRY)
+            self._start(channel, connection, retry=kind == RETRY)
         else:
-            self.doorstep.wait(channel, host)
+            connection.move(Event.ADOPT)
+            self.doorstep.wait(channel, connection)
 
-    def _sent(
-        self, channel: Channel, client_host: str, upstream: UpstreamConnection, data: bytes
-    ) -> None:
+    def _sent(self, connection: Connection, upstream: UpstreamConnection, data: bytes) -> None:
         """A request the front sent on ``upstream``: the lane takes its response."""
-        browser = BrowserConnection(channel, self._heads_for(client_host), self._reader())
+        channel = connection.channel
+        browser = self._browser(connection)
         try:
             events = browser.parser.feed(data)
             head = events[0] if len(events) == 2 and events[1] is MESSAGE_END else None
@@ -298,14 +260,12 @@ class Arrivals:
             # happen, the app's answer is dropped with both connections.
             log.warning("front.sent_unreadable", reason=str(exc))
             upstream.channel.abort()
-            self._listener._release(channel)
+            connection.close()
             channel.abort()
             return
-        lane = KeepAliveLane(browser, self._listener.scope, None)
+        lane = connection.lane = KeepAliveLane(browser, self._listener.scope, None)
         lane.sent(upstream, head, request)
-        in_flight = (browser, lane, upstream)
-        lane.response_due = self.in_flight.wait(channel, in_flight)
-        lane.start_task = functools.partial(self._relayed, browser, lane, upstream)
+        self._send_first(connection, upstream)
         app = upstream.channel
         if app.has_data():  # read before the lane existed
             lane.received(app, app.take())
@@ -314,7 +274,7 @@ class Arrivals:
         if lane.start_task is not None and (channel.has_data() or channel.at_end()):
             # the browser sent more, or ended, before the doorstep watched it
             self.in_flight.leave(channel)
-            self._early(channel, in_flight)
+            self._early(channel, connection)
 
     def _heads_for(self, client_host: str) -> ConnectionHeads:
         """The translation of heads shared by the connections from ``client_host``."""
@@ -338,69 +298,67 @@ class Arrivals:
                 self._heads[client_host] = heads
         return heads
 
-    def _reader(self) -> RequestReader | None:
-        readers = self._readers
-        return readers.pop() if readers else None
+    def _browser(self, connection: Connection) -> BrowserConnection:
+        """``connection``'s browser side, its first bytes arrived: a request reader
+        (a spare one if any) and the translation of heads for its client."""
+        browser = connection.browser = BrowserConnection(
+            connection.channel,
+            self._heads_for(connection.client_host),
+            self._listener.readers.take(),
+        )
+        return browser
 
-    def _start(self, channel: Channel, client_host: str, *, retry: bool = False) -> None:
+    def _start(self, channel: Channel, connection: Connection, *, retry: bool = False) -> None:
         """A connection's first bytes (or its end) arrived: its task starts, and its
         first request, if it may go at once, goes to the app first (:func:`send_first`).
         ``retry``: that request went out once already, on an idle app connection the
         app closed: it goes on a new one."""
         listener = self._listener
-        browser = BrowserConnection(channel, self._heads_for(client_host), self._reader())
+        browser = self._browser(connection)
         browser.no_parked = retry
+        pool = listener.pool
         first = None
-        if (
-            not retry
-            and listener.gate is None
-            and listener._pool is not None
-            and channel.has_data()
-        ):
-            first = send_first(browser, listener._pool, listener.scope.origins)
-        lane = KeepAliveLane(browser, listener.scope, listener.gate)
+        if not retry and listener.gate is None and pool is not None and channel.has_data():
+            first = send_first(browser, pool, listener.scope.origins)
+        lane = connection.lane = KeepAliveLane(browser, listener.scope, listener.gate)
         if first is None:
-            self._spawn(browser, lane, None)
+            connection.start_task()
             return
-        sent = first[0]
         lane.sent(*first)
-        # Its task starts once the lane has relayed the response, or given up on it;
-        # a task started early (the browser sent more) waits only what is left of the
-        # response timeout.
-        lane.response_due = self.in_flight.wait(channel, (browser, lane, sent))
-        lane.start_task = functools.partial(self._relayed, browser, lane, sent)
+        self._send_first(connection, first[0])
 
-    def _spawn(
-        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection | None
-    ) -> None:
-        listener = self._listener
-        task = listener._tasks.spawn(listener._serve(browser, lane, sent))
-        browser.watchdog = Watchdog(task)  # before the task or the lane can use it
-        if sent is not None:  # a task cancelled before it ran (close()) drops it too
-            task.add_done_callback(lambda _: lane.drop(sent))
+    def _send_first(self, connection: Connection, sent: UpstreamConnection) -> None:
+        """Its first request went out on ``sent`` (from here, or from the front): its
+        task starts once the lane has relayed the response, or given up on it; a task
+        started early (the browser sent more) waits only what is left of the response
+        timeout."""
+        lane = connection.lane
+        assert lane is not None
+        connection.sent = sent
+        connection.move(Event.SEND_FIRST)
+        lane.response_due = self.in_flight.wait(connection.channel, connection)
+        lane.start_task = functools.partial(self._relayed, connection)
 
-    def _relayed(
-        self, browser: BrowserConnection, lane: KeepAliveLane, sent: UpstreamConnection
-    ) -> None:
+    def _relayed(self, connection: Connection) -> None:
         """The lane is done with a first request sent before the task existed."""
-        self.in_flight.leave(browser.channel)
-        self._spawn(browser, lane, sent)
+        self.in_flight.leave(connection.channel)
+        connection.start_task()
 
-    def _early(self, channel: Channel, in_flight: InFlight) -> None:
+    def _early(self, channel: Channel, connection: Connection) -> None:
         """Bytes or an end from the browser while its first request is in flight."""
-        browser, lane, sent = in_flight
-        lane.start_task = None
-        self._spawn(browser, lane, sent)
+        assert connection.lane is not None
+        connection.lane.start_task = None
+        connection.start_task()
 
-    def _late(self, channel: Channel, in_flight: InFlight) -> None:
+    def _late(self, channel: Channel, connection: Connection) -> None:
         """No response within the response timeout: the task answers 502."""
-        browser, lane, sent = in_flight
+        lane = connection.lane
+        assert lane is not None
         lane.start_task = None
         lane.time_out()
-        self._spawn(browser, lane, sent)
+        connection.start_task()
 
-    def _silent(self, channel: Channel, _: str) -> None:
+    def _silent(self, channel: Channel, connection: Connection) -> None:
         """Nothing arrived within the keep-alive timeout: closed, as an idle connection."""
-        listener = self._listener
-        listener._release(channel)
+        connection.close()
         channel.close()

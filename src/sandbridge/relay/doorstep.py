@@ -46,10 +46,11 @@ class Doorstep(Generic[T]):
 
     It is their channels' lane (:attr:`Channel.lane`) while they wait: bytes or the end
     of stream from the browser hand the channel to ``start``, and ``expire`` gets those
-    still here after ``timeout`` seconds. A listener keeps two: connections that have
-    sent nothing yet (with the client's address), and connections whose first request
-    went out from the callback that read it and whose response has not come yet (their
-    task starts when it comes, :class:`~sandbridge.relay.lane.KeepAliveLane`).
+    still here after ``timeout`` seconds. A listener keeps two, each connection with its
+    :class:`~sandbridge.relay.connection.Connection`: connections that have sent nothing
+    yet (stage ``waiting``), and connections whose first request went out from the
+    callback that read it and whose response has not come yet (``in-flight``: their task
+    starts when it comes, :class:`~sandbridge.relay.lane.KeepAliveLane`).
     """
 
     def __init__(

@@ -52,9 +52,6 @@ if TYPE_CHECKING:  # (the C is imported on first use only)
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over, its response timeout counted from then (a slow page, a long poll, SSE).
 GRACE_SECONDS = 0.25
-# A handoff's kind: the C's KIND_* (_front_thread.h), here so that the relay can read handoffs
-# without importing the C (tests/relay/test_front.py checks the two agree).
-FRESH, SENT, RETRY = 0, 1, 2
 # What `sandbridge doctor` and the `front.off` event say to do where the C is missing.
 BUILD_FIX = (
     "install a C compiler and Python's headers (Debian: apt-get install gcc python3-dev), "
