@@ -29,6 +29,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from sandbridge.relay.inside.listening_ports import from_proc
 from tests.conftest import REPO, Process, is_sandbox_entry, processes_with, run_argv
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.test_real_apps import edit_in_place
 
 VITE_FIXTURE = REPO / "tests" / "apps" / "vite_app"
 # Debian's /etc/hosts as the installer writes it (Ubuntu's lists the same localhost lines).
@@ -150,7 +151,7 @@ def _hot_reloads(page: Page, url: str, project: Path) -> None:
     page.goto(url)
     expect(page.locator("#app")).to_have_text("vite says one", timeout=60_000)
     page.evaluate("window.sandbridgeMarker = 'same page'")
-    (project / "message.js").write_text('export const message = "vite says two";\n')
+    edit_in_place(project / "message.js", 'export const message = "vite says two";\n')
     expect(page.locator("#app")).to_have_text("vite says two", timeout=30_000)
     # Hot reload, not a reload: the page's own state survived the change.
     assert page.evaluate("window.sandbridgeMarker") == "same page"
