@@ -5,7 +5,6 @@ client (the standard library's, over the Unix socket) to call it as ``docker`` d
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import socket
 import threading
@@ -18,21 +17,19 @@ from sandbridge.containers.decision_log import DecisionLog
 from sandbridge.containers.server import MAX_REQUESTS, ContainerBridge
 from sandbridge.containers.settings import ContainerSettings, NetworkMode
 from tests.containers.stand_in_engine import StandInEngine
+from tests.support.unix_http import UnixHTTPConnection
 
 IMAGE = "localhost/sbtest/busybox:1"
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """``http.client`` over a Unix socket (``DOCKER_HOST=unix://...``)."""
+# A bridge answers a test's request at once; a test that waits longer has found a hang.
+TIMEOUT = 10.0
 
-    def __init__(self, path: Path, timeout: float = 10.0) -> None:
-        super().__init__("docker", timeout=timeout)
-        self._path = path
 
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(str(self._path))
+def connect_to(path: Path) -> UnixHTTPConnection:
+    """A client connection to the API at ``path`` (the bridge's, or the engine's), as
+    ``docker`` makes one for ``DOCKER_HOST=unix://...``."""
+    return UnixHTTPConnection(path, timeout=TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -110,7 +107,7 @@ class BridgeThread:
         self, method: str, target: str, body: object = None, raw: bytes | None = None
     ) -> Reply:
         """One request as a Docker client sends it."""
-        connection = UnixHTTPConnection(self.path)
+        connection = connect_to(self.path)
         try:
             data = raw if raw is not None else None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -131,7 +128,7 @@ class BridgeThread:
 
     def direct(self, method: str, target: str, body: object = None) -> Reply:
         """A request straight to the engine (the owner's own, or another session's)."""
-        connection = UnixHTTPConnection(self.engine.socket)
+        connection = connect_to(self.engine.socket)
         try:
             data = None if body is None else json.dumps(body).encode()
             connection.request(method, target, body=data)

@@ -21,7 +21,7 @@ import pytest
 
 from sandbridge.protocol.contract import CONTAINERS_SOCKET
 from tests.conftest import SANDBRIDGE, Process, run_argv
-from tests.containers.bridge_thread import IMAGE, UnixHTTPConnection
+from tests.containers.bridge_thread import IMAGE, connect_to
 from tests.containers.stand_in_engine import EngineThread
 
 SCRIPT = """\
@@ -123,7 +123,7 @@ def test_host_serves_the_engine_socket_in_the_runtime_dir(
         socket_path = runtime / CONTAINERS_SOCKET
         assert socket_path.stat().st_mode & 0o777 == 0o600
         # What a container's client sees through the mounted runtime dir.
-        connection = UnixHTTPConnection(socket_path)
+        connection = connect_to(socket_path)
         connection.request("POST", "/containers/create", body=json.dumps({"Image": "alpine"}))
         answer = connection.getresponse()
         refused = json.loads(answer.read())

@@ -32,7 +32,7 @@ from sandbridge.containers.create_policy import SESSION_LABEL
 from sandbridge.containers.decision_log import LOG_NAME, DecisionLog
 from sandbridge.containers.server import ContainerBridge
 from sandbridge.containers.settings import ContainerSettings, NetworkMode, normalise_image
-from tests.containers.bridge_thread import IMAGE, Reply, UnixHTTPConnection
+from tests.containers.bridge_thread import IMAGE, Reply, connect_to
 from tests.support.docker_recorder import ENGINE_PLACEHOLDER
 from tests.support.docker_replay import (
     RECORDED,
@@ -159,7 +159,7 @@ class ReplayBridge:
 
     def request(self, recording: Recording, body: bytes | None) -> Reply:
         """The recording's method and target with ``body``, on a connection of its own."""
-        connection = UnixHTTPConnection(self.path)
+        connection = connect_to(self.path)
         try:
             headers = {"Content-Type": "application/json"} if body is not None else {}
             connection.request(

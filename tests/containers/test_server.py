@@ -17,7 +17,7 @@ from sandbridge.containers.create_policy import SESSION_LABEL
 from sandbridge.containers.decision_log import LOG_NAME, read_counts
 from sandbridge.containers.server import MAX_BODY_BYTES, MAX_CONTAINER_CONNECTIONS
 from sandbridge.containers.settings import NetworkMode
-from tests.containers.bridge_thread import IMAGE, BridgeThread, UnixHTTPConnection
+from tests.containers.bridge_thread import IMAGE, BridgeThread, connect_to
 
 
 @pytest.fixture
@@ -499,7 +499,7 @@ def test_the_socket_is_the_owners_alone(bridge: BridgeThread) -> None:
 
 
 def test_requests_follow_one_another_on_a_kept_alive_connection(bridge: BridgeThread) -> None:
-    connection = UnixHTTPConnection(bridge.path)
+    connection = connect_to(bridge.path)
     try:
         for _ in range(3):
             connection.request("GET", "/v1.41/version")
