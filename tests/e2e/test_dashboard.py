@@ -483,7 +483,11 @@ def test_access_says_what_shared_and_private_mean(browser: Browser) -> None:
     try:
         page = context.new_page()
         page.goto(served.url)
-        shared, private = page.locator("#apps tbody tr td:nth-child(5)").all()
+        # The tables fill once the page's script has the state: wait for both rows (all()
+        # takes what is there at once, which was nothing in one clean-clone run).
+        cells = page.locator("#apps tbody tr td:nth-child(5)")
+        expect(cells).to_have_count(2)
+        shared, private = cells.all()
         expect(shared).to_have_text(
             "shared (no token: any browser or program of yours with the URL opens it; "
             "other users are refused)"
