@@ -62,7 +62,7 @@ from sandbridge.relay.exchange_io import (
 from sandbridge.relay.front import FrontDoor, front_door, listening_socket, serves
 from sandbridge.relay.lane import KeepAliveLane, LaneEnd
 from sandbridge.relay.settings import SessionScope
-from sandbridge.relay.tunnel import Tunnel, open_tunnel
+from sandbridge.relay.tunnel import NativeTunnel, Tunnel, open_tunnel
 from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.v1_exchange import exchange_v1
 
@@ -92,7 +92,7 @@ class AppListener:
         self._server: asyncio.Server | None = None
         # The browser connections counted against the limits, by their channel.
         self.connections: dict[Channel, Connection] = {}
-        self._tunnels: set[Tunnel] = set()
+        self._tunnels: set[Tunnel | NativeTunnel] = set()
         # One task per browser connection, owned here: close() ends them.
         self.tasks = TaskSet()
         # App connections left idle by finished browser connections (start() makes it).
@@ -501,7 +501,9 @@ class AppListener:
             self._tunnels.discard(tunnel)
             connection.close()
 
-        tunnel = open_tunnel(browser, upstream, upstream_events, closed)
+        tunnel = open_tunnel(
+            browser, upstream, upstream_events, closed, use_native=self.settings.front_door
+        )
         if tunnel is None:
             return False
         self._tunnels.add(tunnel)
