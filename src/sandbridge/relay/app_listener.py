@@ -46,6 +46,7 @@ from sandbridge.relay import local_peer
 from sandbridge.relay.app import App
 from sandbridge.relay.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.arrivals import Arrivals
+from sandbridge.relay.body_lane import relay_body
 from sandbridge.relay.browser import BrowserConnection
 from sandbridge.relay.channel import READ_BYTES, Channel
 from sandbridge.relay.connection import Connection, Outcome, SpareReaders
@@ -431,6 +432,22 @@ class AppListener:
                         data = await read_awaiting_response(
                             browser, upstream, exchange, self.settings.response_timeout
                         )
+                    elif (
+                        pump is None
+                        and upstream.channel.lane is None
+                        and not (upstream.channel.has_data() or upstream.channel.at_end())
+                    ):
+                        # The body's pieces from the app's read callbacks (body_lane.py);
+                        # what it stopped at is in ``events``, or nothing: read on.
+                        await relay_body(
+                            browser,
+                            upstream.channel,
+                            reader,
+                            decision,
+                            events,
+                            self.settings.response_timeout,
+                        )
+                        continue
                     else:
                         data = await read_response_body(
                             browser, upstream, self.settings.response_timeout
