@@ -3,6 +3,7 @@
     python -m benchmarks.relay_bench [--rounds 3] [--seconds 5] [--json results.json]
     python -m benchmarks.relay_bench --smoke      # seconds-long run that checks it works
     python -m benchmarks.relay_bench --workloads ws sse c1   # only these, no scaling series
+    python -m benchmarks.relay_bench --other ../main/src     # another checkout beside this one
 
 Every path is client -> relay -> app on loopback, the app being nginx with sendfile (and
 a small aiohttp app for WebSocket and SSE), the same behind every path. Paths run in
@@ -286,9 +287,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         os.chmod(work, 0o755)  # noqa: S103
         files = make_files(work, args.smoke, "scaling" in args.workloads)
         ports = stack.enter_context(host_apps(work))
-        running = start_at_once(
-            {name: functools.partial(PATHS[name], work, ports) for name in args.paths}
-        )
+        starts = {name: functools.partial(PATHS[name], work, ports) for name in args.paths}
+        if args.other is not None:  # another checkout's sandbridge beside this one's
+            starts["other"] = functools.partial(
+                paths.sandbridge, work, ports, other_src=str(args.other)
+            )
+        running = start_at_once(starts)
         for path in running.values():
             stack.callback(path.stop)
         peaks = {
@@ -380,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument(
         "--no-sessions", action="store_true", help="skip the sessions' start and idle memory"
+    )
+    parser.add_argument(
+        "--other",
+        type=Path,
+        default=None,
+        metavar="SRC",
+        help="also measure another checkout's sandbridge (its src directory), as 'other'",
     )
     parser.add_argument(
         "--workloads",
