@@ -3,7 +3,7 @@ every path that takes a place in the connection limits gives it back when it fai
 
 The sites exist only in a build with ``-DSANDBRIDGE_FAULTS`` (``front_sanitizers.build``
 makes one), so this module is not collected by the suite's own run (its name does not
-start with ``test_``): ``tests/relay/test_front_sanitized.py`` runs it on the ASan and
+start with ``test_``): ``tests/relay/front/test_front_sanitized.py`` runs it on the ASan and
 UBSan build, and ``./dev.sh tsan`` on ThreadSanitizer's (``front_sanitizers.TESTS``).
 Each test holds a connection in the front (counted: one place of the listener's and of
 its session's), makes the next step fail, and finds both counts back at nothing.
@@ -22,9 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbridge.relay import _front
-from sandbridge.relay._front import FRESH, Front
-from tests.relay.test_budget import FAULT_STEPS, STEPS, run_steps
+from sandbridge.relay.front import _front
+from sandbridge.relay.front._front import FRESH, Front
+from tests.relay.host.test_budget import FAULT_STEPS, STEPS, run_steps
 
 HOST = b"x.localhost:1"
 BLOCK = b"Host: " + HOST + b"\r\n\r\n"

@@ -1,15 +1,15 @@
 """The front door built under a sanitizer, and its tests run on that build.
 
 ``build`` compiles the extension's C with ``-fsanitize=<kinds>`` into a directory that also
-holds a ``sitecustomize`` putting it first on ``sandbridge.relay``'s path, in the tests'
+holds a ``sitecustomize`` putting it first on ``sandbridge.relay.front``'s path, in the tests'
 process and in every ``sandbridge run`` they start; ``run_tests`` runs the front door's
 tests there. Python itself is not built with a sanitizer, so the runtime is preloaded
 (``LD_PRELOAD``), ASan's leak checks are off (the interpreter's own allocations would be
 reported), and every report ends the process that made it and is written to a log file
 in ``reports``.
 
-``tests/relay/test_front_sanitized.py`` runs the ASan and UBSan build in the suite;
-``./dev.sh tsan`` runs ThreadSanitizer's (``python -m tests.relay.front_sanitizers thread``),
+``tests/relay/front/test_front_sanitized.py`` runs the ASan and UBSan build in the suite;
+``./dev.sh tsan`` runs ThreadSanitizer's (``python -m tests.relay.front.front_sanitizers thread``),
 too slow and too noisy about the uninstrumented interpreter for every run.
 """
 
@@ -25,17 +25,17 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "src" / "sandbridge" / "relay"
+REPO = Path(__file__).resolve().parents[3]
+SRC = REPO / "src" / "sandbridge" / "relay" / "front"
 # The tests run on a sanitized build: the translation's table and generated heads, and the
 # real sessions through the front (floods, timeouts, handoffs of every kind).
 # test_budget.py's leases against the C; front_faults.py drives the failure paths through
 # the fault sites that only this build has (-DSANDBRIDGE_FAULTS).
 TESTS = [
-    "tests/relay/test_front_translation.py",
-    "tests/relay/test_front.py",
-    "tests/relay/test_budget.py",
-    "tests/relay/front_faults.py",
+    "tests/relay/front/test_front_translation.py",
+    "tests/relay/front/test_front.py",
+    "tests/relay/host/test_budget.py",
+    "tests/relay/front/front_faults.py",
 ]
 # The Python relay's own variants there are left out: they run no C.
 WITHOUT_C = "not python and not without_the_front_door and not no_front_door_never"
@@ -44,9 +44,11 @@ WITHOUT_C = "not python and not without_the_front_door and not no_front_door_nev
 SITECUSTOMIZE = """\
 import os
 
-import sandbridge.relay
+import sandbridge.relay.front
 
-sandbridge.relay.__path__.insert(0, os.path.join(os.path.dirname(__file__), "sandbridge", "relay"))
+sandbridge.relay.front.__path__.insert(
+    0, os.path.join(os.path.dirname(__file__), "sandbridge", "relay", "front")
+)
 """
 # What each sanitizer's runtime is called, and its options (reports to files in REPORTS).
 RUNTIMES = {"address,undefined": "libasan.so", "thread": "libtsan.so"}
@@ -76,7 +78,7 @@ def build(root: Path, kinds: str) -> Path:
 
     Each source is compiled by a compiler of its own, all at once, then linked: the
     build's wall time is its longest source's where cores are free."""
-    relay = root / "sandbridge" / "relay"
+    relay = root / "sandbridge" / "relay" / "front"
     relay.mkdir(parents=True)
     flags = _compiler_flags(kinds)
     sources = sorted(SRC.glob("_front_*.c"))
@@ -163,7 +165,9 @@ def environment(root: Path, kinds: str, reports: Path) -> dict[str, str]:
 
 def loads_the_build(root: Path, env: dict[str, str]) -> bool:
     """Whether a process with ``env`` imports the front door built under ``root``."""
-    check = f"import sandbridge.relay._front as f; print(f.__file__.startswith({str(root)!r}))"
+    check = (
+        f"import sandbridge.relay.front._front as f; print(f.__file__.startswith({str(root)!r}))"
+    )
     said = subprocess.run(
         [sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True
     )

@@ -1,7 +1,8 @@
-"""The relay's C front door (relay/_front_*.c, relay/front.py) in real ``sandbridge run``
-sessions: it really serves new connections without waking the relay's Python, every
-response it gives is the one the Python relay gives (``--no-front-door``), what it cannot
-state exactly goes to the Python relay whole, and nothing it holds outlives its session.
+"""The relay's C front door (relay/front/_front_*.c, relay/front/front.py) in real
+``sandbridge run`` sessions: it really serves new connections without waking the relay's
+Python, every response it gives is the one the Python relay gives (``--no-front-door``),
+what it cannot state exactly goes to the Python relay whole, and nothing it holds
+outlives its session.
 
 The app (tests/apps/front_app.py) answers exact bytes chosen by path; each request here
 is raw bytes on a raw socket, and each answer is compared byte for byte, with the one
@@ -29,13 +30,14 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.relay import _front, connection_stage
-from sandbridge.relay import front as front_py
-from sandbridge.relay._front import FRESH, Handoff
-from sandbridge.relay.channel import READ_BYTES, Channel
-from sandbridge.relay.front import front_door, listening_socket
-from sandbridge.relay.settings import RelaySettings, SessionScope
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.front import _front
+from sandbridge.relay.front import front as front_py
+from sandbridge.relay.front._front import FRESH, Handoff
+from sandbridge.relay.front.front import front_door, listening_socket
+from sandbridge.relay.host.channel import READ_BYTES, Channel
+from sandbridge.relay.host.settings import RelaySettings, SessionScope
+from sandbridge.relay.host.upstream import UpstreamConnection
+from sandbridge.relay.listener import connection_stage
 from tests.conftest import PYTHON, REPO, Process, run_argv
 
 FRONT_APP = str(REPO / "tests" / "apps" / "front_app.py")

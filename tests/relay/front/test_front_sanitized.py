@@ -1,5 +1,5 @@
 """The front door's tests, run again on a build of its C under AddressSanitizer and
-UndefinedBehaviorSanitizer (``tests/relay/front_sanitizers.py`` says how): any report of
+UndefinedBehaviorSanitizer (``tests/relay/front/front_sanitizers.py`` says how): any report of
 either fails the test."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from sandbridge.protocol.http.parser import (
     ResponseReader,
 )
 from sandbridge.protocol.relay_settings import MAX_POOL_SIZE
-from sandbridge.relay._front import (
+from sandbridge.relay.front._front import (
     FRESH,
     INCOMPLETE,
     LEFT,

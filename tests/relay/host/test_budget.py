@@ -1,4 +1,4 @@
-"""The connection budget (relay/budget.py) alone, and with the real C front door leasing
+"""The connection budget (relay/host/budget.py) alone, and with the real C front door leasing
 from it: generated sequences of accepts, handoffs adopted and dropped, the relay's own
 admissions and releases, hang-ups (and, on a build with fault sites, failed handoffs and
 takes: ``front_faults.py``) leave every account whole after each step, the front's
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbridge.relay import _front
-from sandbridge.relay._front import Front, Handoff
-from sandbridge.relay.budget import AppAccount, Budget
-from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.front import _front
+from sandbridge.relay.front._front import Front, Handoff
+from sandbridge.relay.host.budget import AppAccount, Budget
+from sandbridge.relay.host.settings import RelaySettings, SessionScope
 
 PER_APP, PER_SESSION = 3, 4
 WAIT_SECONDS = 10.0

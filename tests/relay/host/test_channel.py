@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from sandbridge.aio import event_loop
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.host.channel import Channel
 
 
 async def _channel(limit: int = 1024) -> tuple[socket.socket, Channel]:

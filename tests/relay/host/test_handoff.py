@@ -98,7 +98,7 @@ class HandoffShimRelay(Relay):
         self.app_port = int(line.rsplit("=", 1)[1])
 
 
-# The good app's idle pooled connections (relay/app_pool.py) are closed this soon, so the
+# The good app's idle pooled connections (relay/listener/app_pool.py) are closed this soon, so the
 # host's descriptors settle back to the baseline without waiting out the default 2 s.
 POOL_IDLE = ("--app-pool-idle", "0.1")
 

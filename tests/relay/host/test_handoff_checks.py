@@ -10,7 +10,7 @@ import pytest
 
 from sandbridge.aio import untrusted_fds
 from sandbridge.exceptions import HandoffRefused
-from sandbridge.relay.handoff import adopt_app_socket
+from sandbridge.relay.host.handoff import adopt_app_socket
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.relay.local_peer import PeerOwners, _uid_from_proc
+from sandbridge.relay.host.local_peer import PeerOwners, _uid_from_proc
 from tests.conftest import REPO, Process, Relay, host_port_of, request
 
 FLOOD = str(REPO / "tests" / "peers" / "idle_flood.py")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.oauth_callback import Ending, OAuthCallback
-from tests.relay.test_local_peer import AS_NOBODY
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.oauth_callback import Ending, OAuthCallback
+from tests.relay.host.test_local_peer import AS_NOBODY
 
 LOGIN_PAGE = b"<p>Logged in. You may close this window."
 LOGIN_ANSWER = (

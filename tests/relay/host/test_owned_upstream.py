@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from sandbridge.exceptions import StreamRefused, UpstreamError
-from sandbridge.relay import owned_upstream
-from sandbridge.relay.owned_upstream import OwnedUpstream, PendingOwnedUpstream
+from sandbridge.relay.host import owned_upstream
+from sandbridge.relay.host.owned_upstream import OwnedUpstream, PendingOwnedUpstream
 from tests.conftest import (
     ECHO_APP,
     NOBODY,

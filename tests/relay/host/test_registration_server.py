@@ -19,7 +19,7 @@ import pytest
 from sandbridge.aio import event_loop
 from sandbridge.protocol.limits import REGISTRATION_READ_TIMEOUT, RELAY_SOCKET_RATE
 from sandbridge.protocol.registration import REQUEST_TYPES
-from sandbridge.relay.registration_server import RegistrationServer
+from sandbridge.relay.host.registration_server import RegistrationServer
 from tests.conftest import HELPER, Relay, echo, host_port_of, module_relay
 
 

@@ -14,10 +14,10 @@ from sandbridge.protocol.limits import (
     MAX_HTML_SNAPSHOT_BYTES,
     MAX_OPENS_PER_WINDOW,
 )
-from sandbridge.relay.snapshot import HEAD_TIMEOUT, MAX_CONNECTIONS
+from sandbridge.relay.host.snapshot import HEAD_TIMEOUT, MAX_CONNECTIONS
 from tests.conftest import Relay, host_field, host_port_of, read_to_end, request
-from tests.relay.test_local_peer import AS_NOBODY, FLOOD_CONNECTIONS, flood, needs_root
-from tests.relay.test_open_requests import _ask
+from tests.relay.host.test_local_peer import AS_NOBODY, FLOOD_CONNECTIONS, flood, needs_root
+from tests.relay.host.test_open_requests import _ask
 
 PAGE = b"<!doctype html><title>report</title><p>what the agent found in the owner's code"
 # Run as another user: one GET with the snapshot's own Host; prints what came back.

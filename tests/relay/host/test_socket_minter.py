@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from sandbridge.relay import socket_minter
+from sandbridge.relay.host import socket_minter
 
 
 def started() -> tuple[socket.socket, threading.Thread]:
@@ -61,7 +61,7 @@ def test_a_request_the_host_never_makes_ends_the_minter(count: int) -> None:
 def test_the_minter_isolates_itself_before_it_serves() -> None:
     # Non-dumpable (PR_GET_DUMPABLE 0), no new privileges, no capabilities left.
     probe = (
-        "import ctypes; from sandbridge.relay.socket_minter import _isolate; _isolate(); "
+        "import ctypes; from sandbridge.relay.host.socket_minter import _isolate; _isolate(); "
         "libc = ctypes.CDLL(None); print(libc.prctl(3, 0, 0, 0, 0), libc.prctl(39, 0, 0, 0, 0)); "
         "print(open('/proc/self/status').read())"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.exceptions import UpstreamError
-from sandbridge.relay import upstream
+from sandbridge.relay.host import upstream
 
 
 def connect_unix_checked(path: Path) -> socket.socket:

@@ -13,9 +13,9 @@ import pytest
 
 from sandbridge.aio import event_loop
 from sandbridge.protocol.http.origin_policy import AppOrigin, new_label
-from sandbridge.relay.app_listener import AppListener
-from sandbridge.relay.settings import ForwardingMode
-from sandbridge.relay.upstream import UpstreamConnector
+from sandbridge.relay.host.settings import ForwardingMode
+from sandbridge.relay.host.upstream import UpstreamConnector
+from sandbridge.relay.listener.app_listener import AppListener
 from tests.conftest import (
     Relay,
     app_host,

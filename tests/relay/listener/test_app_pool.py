@@ -1,4 +1,5 @@
-"""App connections left idle by finished browser connections (:mod:`sandbridge.relay.app_pool`).
+"""App connections left idle by finished browser connections
+(:mod:`sandbridge.relay.listener.app_pool`).
 
 A real host and shim in front of a scripted app (a real TCP server whose connections
 run a script); each test opens browser connections one after the other, as a client
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Relay, host_port_of, module_relay
-from tests.relay.test_lane import Browser, Script, ScriptedApp, answer_each, ok, scripted
+from tests.relay.listener.test_lane import Browser, Script, ScriptedApp, answer_each, ok, scripted
 
 __all__ = ["scripted"]  # the fixture, used by name
 

@@ -1,4 +1,4 @@
-"""A new browser connection's way to its task (:mod:`sandbridge.relay.arrivals`), attacked:
+"""A new browser connection's way to its task (:mod:`sandbridge.relay.listener.arrivals`), attacked:
 a first request sent to a parked app connection from the read callback, before the
 connection's task exists, must keep every check and every limit of the task's own path.
 
@@ -17,10 +17,17 @@ from typing import Any
 import pytest
 
 from sandbridge.aio import event_loop
-from sandbridge.relay.app_listener import AppListener
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.settings import RelaySettings, SessionScope
-from tests.relay.test_lane import Script, ScriptedApp, _TcpConnector, answer_each, ok, scripted
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.settings import RelaySettings, SessionScope
+from sandbridge.relay.listener.app_listener import AppListener
+from tests.relay.listener.test_lane import (
+    Script,
+    ScriptedApp,
+    _TcpConnector,
+    answer_each,
+    ok,
+    scripted,
+)
 
 __all__ = ["scripted"]  # the fixture, used by name
 

@@ -1,4 +1,4 @@
-"""A browser connection's owner (:mod:`sandbridge.relay.connection`): the path each kind of
+"""A browser connection's owner (:mod:`sandbridge.relay.listener.connection`): the path each kind of
 connection takes through the stage table, read from its ``connection.stage`` events, and
 its place in the limits given back when it closes.
 
@@ -18,14 +18,21 @@ import pytest
 from sandbridge import log
 from sandbridge.aio import event_loop
 from sandbridge.exceptions import IllegalMove
-from sandbridge.relay import front
-from sandbridge.relay.app_listener import AppListener
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.connection import Connection
-from sandbridge.relay.connection_stage import Event, Stage
-from sandbridge.relay.settings import SessionScope
-from tests.relay.test_arrivals import exchange, park_one, run
-from tests.relay.test_lane import Script, ScriptedApp, _TcpConnector, answer_each, ok, scripted
+from sandbridge.relay.front import front
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.settings import SessionScope
+from sandbridge.relay.listener.app_listener import AppListener
+from sandbridge.relay.listener.connection import Connection
+from sandbridge.relay.listener.connection_stage import Event, Stage
+from tests.relay.listener.test_arrivals import exchange, park_one, run
+from tests.relay.listener.test_lane import (
+    Script,
+    ScriptedApp,
+    _TcpConnector,
+    answer_each,
+    ok,
+    scripted,
+)
 
 __all__ = ["scripted"]  # the fixture, used by name
 

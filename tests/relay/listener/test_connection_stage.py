@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from sandbridge.exceptions import IllegalMove
-from sandbridge.relay.connection_stage import (
+from sandbridge.relay.listener.connection_stage import (
     C_KINDS,
     C_STATES,
     INITIAL,

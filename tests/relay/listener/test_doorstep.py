@@ -1,7 +1,8 @@
-"""Accepted browser connections that have sent nothing yet (:mod:`sandbridge.relay.doorstep`):
-they count toward the connection limits from accept on, a silent one is closed at the
-keep-alive timeout and gives its place back, and a connection's first request, whole or
-in pieces, is served as before. A real host and shim in front of the echo app."""
+"""Accepted browser connections that have sent nothing yet
+(:mod:`sandbridge.relay.listener.doorstep`): they count toward the connection limits from
+accept on, a silent one is closed at the keep-alive timeout and gives its place back, and
+a connection's first request, whole or in pieces, is served as before. A real host and shim
+in front of the echo app."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The keep-alive lane of the host relay (:class:`sandbridge.relay.lane.KeepAliveLane`).
+"""The keep-alive lane of the host relay (:class:`sandbridge.relay.listener.lane.KeepAliveLane`).
 
 After the first request of a browser connection, small bodiless exchanges are relayed
 from the event loop's callbacks; everything else hands the connection back to its task
@@ -22,11 +22,11 @@ import pytest
 
 from sandbridge.aio import event_loop
 from sandbridge.protocol.http.parser import MESSAGE_END, ResponseReader
-from sandbridge.relay.app_listener import AppListener
-from sandbridge.relay.channel import READ_BYTES, Channel
-from sandbridge.relay.lane import KeepAliveLane
-from sandbridge.relay.settings import RelaySettings, SessionScope
-from sandbridge.relay.upstream import UpstreamConnector
+from sandbridge.relay.host.channel import READ_BYTES, Channel
+from sandbridge.relay.host.settings import RelaySettings, SessionScope
+from sandbridge.relay.host.upstream import UpstreamConnector
+from sandbridge.relay.listener.app_listener import AppListener
+from sandbridge.relay.listener.lane import KeepAliveLane
 from tests.conftest import Relay, app_host, host_field, host_port_of, module_relay
 from tests.protocol.http.test_exchange import CASES, HOST
 

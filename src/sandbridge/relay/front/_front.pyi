@@ -1,4 +1,4 @@
-# The C front door's interface (src/sandbridge/relay/_front_*.c); read by mypy.
+# The C front door's interface (src/sandbridge/relay/front/_front_*.c); read by mypy.
 from typing import final
 
 FRESH: int
@@ -14,7 +14,7 @@ IDLE: int
 RELAYED: int
 INCOMPLETE: int
 LEFT: int
-# 1 in a build with -DSANDBRIDGE_FAULTS (tests/relay/front_sanitizers.py), which alone has
+# 1 in a build with -DSANDBRIDGE_FAULTS (tests/relay/front/front_sanitizers.py), which alone has
 # _fail_next(site, count): the next `count` asks of a fault site ("handoff", "take",
 # "request", "rest") fail, as an allocation that found no memory.
 FAULTS: int

@@ -1,4 +1,4 @@
-/* The relay's front door for new browser connections, in C: sandbridge.relay._front.
+/* The relay's front door for new browser connections, in C: sandbridge.relay.front._front.
  *
  * Why: a new browser connection's first byte came 1.4-1.6x later through the relay than
  * through nginx's two hops, and eight rounds of work on the relay's Python showed the
@@ -68,7 +68,7 @@ static PyStructSequence_Field handoff_fields[] = {
 };
 
 static PyStructSequence_Desc handoff_desc = {
-    "sandbridge.relay._front.Handoff",
+    "sandbridge.relay.front._front.Handoff",
     "A connection the front door hands to the Python relay.", handoff_fields, 11,
 };
 
@@ -78,13 +78,13 @@ static PyStructSequence_Field held_fields[] = {
     {"relayed", "exchanges relayed whole from C"},
     {"handed", "connections handed to the Python relay"},
     {"scope_held", "browser connections held for its session's listeners together"},
-    {"room", "the listener's lease: how many it may hold (relay/budget.py)"},
+    {"room", "the listener's lease: how many it may hold (relay/host/budget.py)"},
     {"scope_room", "its session's lease, for its listeners together"},
     {NULL, NULL},
 };
 
 static PyStructSequence_Desc held_desc = {
-    "sandbridge.relay._front.Held", "What the front door holds of a listener.", held_fields, 7,
+    "sandbridge.relay.front._front.Held", "What the front door holds of a listener.", held_fields, 7,
 };
 
 static PyStructSequence_Field translation_fields[] = {
@@ -95,7 +95,7 @@ static PyStructSequence_Field translation_fields[] = {
 };
 
 static PyStructSequence_Desc translation_desc = {
-    "sandbridge.relay._front.Translation",
+    "sandbridge.relay.front._front.Translation",
     "What translate_response makes of an app's response.", translation_fields, 3,
 };
 
@@ -262,7 +262,7 @@ static PyObject *Front_remove_listener(Front *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* lease(key, id, room, scope_room): the leases the budget (relay/budget.py) gives the
+/* lease(key, id, room, scope_room): the leases the budget (relay/host/budget.py) gives the
  * listener `id` (-1: none, the session's only) and the session `key`. */
 static PyObject *Front_lease(Front *self, PyObject *args) {
     unsigned long long key;
@@ -462,7 +462,7 @@ static PyType_Slot front_slots[] = {
 };
 
 static PyType_Spec front_spec = {
-    "sandbridge.relay._front.Front", sizeof(Front), 0, Py_TPFLAGS_DEFAULT, front_slots,
+    "sandbridge.relay.front._front.Front", sizeof(Front), 0, Py_TPFLAGS_DEFAULT, front_slots,
 };
 
 /* Pure functions, for the tests that compare them with the Python relay's. */
@@ -538,7 +538,7 @@ static int module_exec(PyObject *m) {
     } constants[] = {
         {"FRESH", KIND_FRESH}, {"SENT", KIND_SENT},         {"RETRY", KIND_RETRY},
         {"READ_MAX", READ_MAX}, {"PEEK_MAX", PEEK_MAX}, {"MAX_POOL", MAX_POOL},
-        /* a connection's states (relay/connection_stage.py maps them onto its stages) */
+        /* a connection's states (relay/listener/connection_stage.py maps them onto its stages) */
         {"FREE", FREE},         {"FIRST", FIRST},       {"AWAIT", AWAIT},
         {"IDLE", IDLE},
         /* translate_response's verdicts */
@@ -582,7 +582,7 @@ static PyModuleDef_Slot module_slots[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "sandbridge.relay._front",
+    .m_name = "sandbridge.relay.front._front",
     .m_doc = "The relay's front door, in C.",
     .m_size = sizeof(module_state),
     .m_methods = module_methods,

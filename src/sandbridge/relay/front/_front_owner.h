@@ -1,4 +1,4 @@
-/* The front door's owner check (relay/local_peer.py, in C): whose process holds the other
+/* The front door's owner check (relay/host/local_peer.py, in C): whose process holds the other
  * end of a loopback connection, asked of the kernel's sock_diag over netlink. */
 #ifndef SANDBRIDGE_FRONT_OWNER_H
 #define SANDBRIDGE_FRONT_OWNER_H

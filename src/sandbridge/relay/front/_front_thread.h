@@ -1,4 +1,4 @@
-/* The front door's state and its thread (sandbridge.relay._front): what the epoll thread
+/* The front door's state and its thread (sandbridge.relay.front._front): what the epoll thread
  * holds (listeners, connections, pools, handoffs waiting for the event loop), shared by
  * _front_conns.c (connections, pools, handoffs), _front_thread.c (the thread's loop) and
  * _front_module.c (Python's calls). No Python.h: the thread never takes the GIL.
@@ -39,7 +39,7 @@ typedef struct {
 typedef struct {
     uint64_t key;
     int refs;
-    int room; /* the session's lease from its budget (relay/budget.py) */
+    int room; /* the session's lease from its budget (relay/host/budget.py) */
     int held;
 } scope_t;
 
@@ -154,7 +154,7 @@ int uncount(front_t *f, int lid, uint32_t gen);
 void wake(front_t *f);
 
 /* Fault injection, compiled only with -DSANDBRIDGE_FAULTS (the sanitizer builds of
- * tests/relay/front_sanitizers.py): fault(site) says yes to the next `count` asks of a
+ * tests/relay/front/front_sanitizers.py): fault(site) says yes to the next `count` asks of a
  * site that Python's _front._fail_next(name, count) armed, so that the tests drive the
  * failure paths of real calls, without mocks. Elsewhere it is the constant 0. */
 enum { FAULT_HANDOFF = 0, FAULT_TAKE, FAULT_REQUEST, FAULT_REST, FAULT_SITES };

@@ -1,4 +1,4 @@
-/* The front door's translation of one exchange (sandbridge.relay._front): pure functions,
+/* The front door's translation of one exchange (sandbridge.relay.front._front): pure functions,
  * bytes in and bytes out, no I/O and no Python.h, so that a libFuzzer target links this
  * file alone (tests/fuzz/c/fuzz_translate.c).
  *
@@ -9,7 +9,7 @@
  * - responses: a strict subset of HTTP/1.1 is read (status line, token names, values of
  *   visible characters, one Content-Length, the whole body in hand) and translated as
  *   protocol/http/forwarding.py's build_browser_response does; any other response is left
- *   for the Python relay. tests/relay/test_front_translation.py compares both.
+ *   for the Python relay. tests/relay/front/test_front_translation.py compares both.
  */
 #ifndef SANDBRIDGE_FRONT_TRANSLATE_H
 #define SANDBRIDGE_FRONT_TRANSLATE_H

@@ -3,9 +3,9 @@
 Why: a new browser connection's first byte came 1.4-1.6x later through the relay than
 through nginx's two hops, however the relay's Python was arranged, because the time is
 the interpreter's and its event loop's, run cold at each new connection
-(docs/architecture.md, "Why these parts exist"). :mod:`sandbridge.relay._front` (C, one thread
+(docs/architecture.md, "Why these parts exist"). :mod:`sandbridge.relay.front._front` (C, one thread
 per event loop that serves app listeners) accepts the connections of public apps, checks
-their owner as :mod:`.local_peer` does, and relays what it can state exactly:
+their owner as :mod:`sandbridge.relay.host.local_peer` does, and relays what it can state exactly:
 
 - a request whose header block equals, byte for byte, one this relay's Python parsed,
   checked and translated before for the same listener, client address and method
@@ -16,7 +16,7 @@ their owner as :mod:`.local_peer` does, and relays what it can state exactly:
   does, and keeps both connections alive.
 
 Everything else, at any point, is handed to the listener here as if the Python relay
-had read it itself (:meth:`~sandbridge.relay.arrivals.Arrivals.adopt`): the browser's
+had read it itself (:meth:`~sandbridge.relay.listener.arrivals.Arrivals.adopt`): the browser's
 bytes not yet sent, or a request sent whose response is unread. Only app connections
 the host alone holds (``Channel.host_only``: made by the socket minter or in the host's
 own namespace) go into the C pool, so no descriptor the sandbox shares reaches it.
@@ -42,12 +42,12 @@ from sandbridge import log
 from sandbridge.protocol.http.forwarding import Framing, RequestFields
 from sandbridge.protocol.http.origin_policy import SAFE_METHODS
 from sandbridge.protocol.http.parser import Headers, RequestHead
-from sandbridge.relay.budget import AppAccount
-from sandbridge.relay.settings import RelaySettings, SessionScope
-from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
+from sandbridge.relay.host.budget import AppAccount, Handed
+from sandbridge.relay.host.settings import RelaySettings, SessionScope
+from sandbridge.relay.host.upstream import UpstreamConnection, UpstreamConnector
 
 if TYPE_CHECKING:  # (the C is imported on first use only)
-    from sandbridge.relay._front import Handoff, Held
+    from sandbridge.relay.front._front import Handoff, Held
 
 # How long the front waits for an app's response before the Python relay takes the
 # exchange over, its response timeout counted from then (a slow page, a long poll, SSE).
@@ -67,7 +67,7 @@ assert FRONT_METHODS < SAFE_METHODS
 
 
 class Adopter(Protocol):
-    """The listener side of a handoff (:class:`~sandbridge.relay.arrivals.Arrivals`)."""
+    """The listener side of a handoff (:class:`~sandbridge.relay.listener.arrivals.Arrivals`)."""
 
     def adopt(self, handoff: Handoff) -> None: ...
 
@@ -78,7 +78,7 @@ def missing() -> str | None:
     where it was built: imported on the first ask, which, where it is missing, says so
     once (at ``-v``)."""
     try:
-        from sandbridge.relay import _front  # noqa: F401  (the import is the check)
+        from sandbridge.relay.front import _front  # noqa: F401  (the import is the check)
     except ImportError as exc:
         log.debug("front.off", reason=str(exc), relay="python", fix=BUILD_FIX)
         return str(exc)
@@ -106,7 +106,7 @@ class FrontDoor:
     nothing else."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        from sandbridge.relay import _front  # (missing() said it is here)
+        from sandbridge.relay.front import _front  # (missing() said it is here)
 
         self._loop = loop
         self._native = _front.Front(owner=os.geteuid())
@@ -158,7 +158,7 @@ class FrontDoor:
         if not self._adopters:
             self.close()
 
-    def adopted(self, handoff: Handoff, *, kept: bool) -> bool:
+    def adopted(self, handoff: Handed, *, kept: bool) -> bool:
         """The relay has a connection the front handed over counted: ``kept``, it counts
         it now (its place leaves the lease with it); else it closed it (its place is the
         lease's again). ``False``: not counted here (any more: its listener is gone)."""

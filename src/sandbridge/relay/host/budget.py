@@ -21,27 +21,38 @@ Nothing else writes these counts: before this, four places (the listener, the se
 the C's listener and its session) were kept in step by seven calls, and two failure
 paths of the C lost a place for good. For every account, ``held + leased + free ==
 limit`` and none is negative (:meth:`Account.check`); the front's own use of a lease is
-at most the lease (``tests/relay/test_budget.py`` drives sequences of every step and
+at most the lease (``tests/relay/host/test_budget.py`` drives sequences of every step and
 checks both after each).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:  # (the C is imported on first use only)
-    from sandbridge.relay._front import Handoff
+
+class Handed(Protocol):
+    """What the budget and the front door read of a connection the front handed over
+    (the C's ``Handoff``): the budget stands below the front door and knows not its C."""
+
+    @property
+    def listener(self) -> int: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def counted(self) -> bool: ...
 
 
 class FrontDoor(Protocol):
-    """The front door's side of a lease (:class:`sandbridge.relay.front.FrontDoor`)."""
+    """The front door's side of a lease (:class:`sandbridge.relay.front.front.FrontDoor`)."""
 
     def lease(self, key: int, lid: int, room: int, session_room: int) -> None: ...
 
     def give_back(self, key: int, lid: int) -> bool: ...
 
-    def adopted(self, handoff: Handoff, *, kept: bool) -> bool: ...
+    def adopted(self, handoff: Handed, *, kept: bool) -> bool: ...
 
 
 @dataclass
@@ -163,7 +174,7 @@ class AppAccount:
         session.held += 1
         return True
 
-    def adopt(self, handoff: Handoff) -> bool:
+    def adopt(self, handoff: Handed) -> bool:
         """Count a connection the front door handed over counted: its place comes from
         the lease with it; if its listener is gone meanwhile, as any connection."""
         door = self.budget.door
@@ -175,7 +186,7 @@ class AppAccount:
         self.budget.session.held += 1
         return True
 
-    def drop(self, handoff: Handoff) -> None:
+    def drop(self, handoff: Handed) -> None:
         """A connection the front handed over counted is closed uncounted: its place is
         the lease's again."""
         door = self.budget.door

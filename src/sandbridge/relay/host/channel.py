@@ -17,7 +17,7 @@ to a :class:`~sandbridge.aio.unix_sockets.Pump` with whatever was still unread.
 
 While a keep-alive connection waits for its next request, a :class:`Lane` may take the
 received bytes straight from the event loop's callback instead (the relay's callback
-path for small exchanges, see :class:`~sandbridge.relay.lane.KeepAliveLane`).
+path for small exchanges, see :class:`~sandbridge.relay.listener.lane.KeepAliveLane`).
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ from sandbridge.places import host_commands
 from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW, WindowLimit
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect, host_allowed, host_of
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction, shown
-from sandbridge.relay.login_callbacks import LoginCallbacks
-from sandbridge.relay.oauth_callback import CALLBACK_DEADLINE
+from sandbridge.relay.host.login_callbacks import LoginCallbacks
+from sandbridge.relay.host.oauth_callback import CALLBACK_DEADLINE
 
 # A launcher (xdg-open, a browser's remote call) hands the URL on and exits in a moment;
 # a session ending right after the request waits this long for it, so the request is not

@@ -18,7 +18,7 @@ from typing import Any
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect, host_of, loopback_redirect
-from sandbridge.relay.oauth_callback import CallbackStatus, OAuthCallback, OpenSandboxPort
+from sandbridge.relay.host.oauth_callback import CallbackStatus, OAuthCallback, OpenSandboxPort
 
 # Callbacks awaited at once in one session: a login awaits one; a few logins in a row
 # (an agent and its tools) a few. Past this an open is printed, not opened: each holds

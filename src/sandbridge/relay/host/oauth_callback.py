@@ -48,8 +48,8 @@ from sandbridge.protocol.http.parser import (
     ResponseReader,
 )
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect
-from sandbridge.relay import local_peer
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.host import local_peer
+from sandbridge.relay.host.channel import Channel
 
 # How long the host awaits a login's callback after the owner approved its open: a
 # person reads the provider's page, signs in, maybe does a second factor. After this

@@ -32,9 +32,9 @@ from sandbridge import log
 from sandbridge.aio import event_loop
 from sandbridge.exceptions import AppUnreachable, SandboxError, StreamRefused, UpstreamError
 from sandbridge.places import host_commands
-from sandbridge.relay.app_connector import connect_app
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.socket_minter import ANSWER, MAX_BATCH, app_socket
+from sandbridge.relay.host.app_connector import connect_app
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.socket_minter import ANSWER, MAX_BATCH, app_socket
 
 # ioctl(2) requests on a namespace file (linux/nsfs.h): the user namespace that owns it,
 # and its kind.
@@ -135,7 +135,7 @@ def minter_argv(user_fd: int, net_fd: int, channel_fd: int) -> list[str]:
     package = str(Path(sandbridge.__file__).resolve().parent.parent)
     boot = (
         f"import sys; sys.path.append({package!r}); "
-        "from sandbridge.relay.socket_minter import main; sys.exit(main(sys.argv[1:]))"
+        "from sandbridge.relay.host.socket_minter import main; sys.exit(main(sys.argv[1:]))"
     )
     return [
         host_commands.require("nsenter"),

@@ -44,7 +44,7 @@ from sandbridge.protocol.registration import (
 )
 
 if TYPE_CHECKING:
-    from sandbridge.relay.app import App
+    from sandbridge.relay.host.app import App
 
 Register = Callable[[RegisterRequest], Awaitable["App"]]
 # Closes an auto-published app; raises RegistrationError to refuse.

@@ -9,7 +9,7 @@ from sandbridge.protocol import relay_settings as declared
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
 from sandbridge.protocol.limits import AUTO_PUBLISH_WINDOW, MAX_AUTO_APPS_PER_WINDOW
 from sandbridge.protocol.publish_rules import PublishRule
-from sandbridge.relay.budget import Budget
+from sandbridge.relay.host.budget import Budget
 
 
 class ForwardingMode(enum.Enum):
@@ -32,10 +32,10 @@ class RelaySettings:
     max_connections_per_app: int = declared.MAX_CONNECTIONS_PER_APP.default
     max_connections: int = declared.MAX_CONNECTIONS_PER_SESSION.default
     max_apps: int = declared.MAX_APPS.default
-    # The front door's pool and the relay's hold this many together (relay/front.py).
+    # The front door's pool and the relay's hold this many together (relay/front/front.py).
     pool_size: int = declared.APP_POOL_SIZE.default
     pool_idle_seconds: float = declared.APP_POOL_IDLE.default
-    # New connections of public apps served first by the C front door (relay/front.py).
+    # New connections of public apps served first by the C front door (relay/front/front.py).
     front_door: bool = True
     private: bool = False
     # NAME: each app its own ``<label>.localhost`` site; IP: the contract's 127.0.0.1 form.
@@ -59,7 +59,7 @@ class SessionScope:
     settings: RelaySettings = field(default_factory=RelaySettings)
     host_ports: set[int] = field(default_factory=set)
     _origins: frozenset[bytes] = frozenset()
-    # Every count of the connection limits (relay/budget.py).
+    # Every count of the connection limits (relay/host/budget.py).
     budget: Budget = field(init=False)
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ is answered with ``Content-Security-Policy: sandbox allow-scripts``: its scripts
 an opaque origin, unable to read even the snapshot's own origin's storage. Only ``GET``
 and ``HEAD`` of any path are answered, each on a connection of its own, and only to the
 owner: like an app's listener, it closes another local user's connection at accept
-(:mod:`sandbridge.relay.local_peer`), so nobody else reads the page (in the IP form
+(:mod:`sandbridge.relay.host.local_peer`), so nobody else reads the page (in the IP form
 ``127.0.0.1:<port>`` it has no name to guess) or holds connections open against it.
 The owner's own connections are bounded too (:data:`MAX_CONNECTIONS`, and each has
 :data:`HEAD_TIMEOUT` for its head and :data:`SEND_TIMEOUT` to take its answer).
@@ -21,7 +21,7 @@ from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm, check_host
 from sandbridge.protocol.http.parser import RequestHead, RequestReader
-from sandbridge.relay import local_peer
+from sandbridge.relay.host import local_peer
 
 # A browser sends its request head at once; a connection silent for this long is closed.
 HEAD_TIMEOUT = 15.0

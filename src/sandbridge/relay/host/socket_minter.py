@@ -102,7 +102,7 @@ def serve(channel: socket.socket) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not all(word.isdigit() for word in argv):
-        print("usage: python -m sandbridge.relay.socket_minter FD HOST_PID", file=sys.stderr)
+        print("usage: python -m sandbridge.relay.host.socket_minter FD HOST_PID", file=sys.stderr)
         return 2
     fd, host = int(argv[0]), int(argv[1])
     _isolate()

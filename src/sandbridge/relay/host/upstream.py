@@ -33,12 +33,12 @@ from sandbridge.exceptions import (
 from sandbridge.protocol import stream
 from sandbridge.protocol.http.parser import ResponseReader
 from sandbridge.protocol.limits import STREAM_OPEN_TIMEOUT
-from sandbridge.relay import handoff as handoff_
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.settings import ForwardingMode
+from sandbridge.relay.host import handoff as handoff_
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.settings import ForwardingMode
 
 if TYPE_CHECKING:  # its type alone: the session makes one
-    from sandbridge.relay.owned_upstream import PendingOwnedUpstream
+    from sandbridge.relay.host.owned_upstream import PendingOwnedUpstream
 
 # Socket buffer for the Unix hop: large enough that one write moves a 256 KiB read.
 UNIX_BUFFER_BYTES = 256 * 1024

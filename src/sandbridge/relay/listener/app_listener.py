@@ -12,7 +12,7 @@ mode), reused across keep-alive requests. Per request:
 
 A failure on the sandbox side is a ``502`` for that request only. After a connection's
 first exchange, small exchanges run the same steps from the read callbacks instead of
-the connection's task (:class:`~sandbridge.relay.lane.KeepAliveLane`); both relay a final
+the connection's task (:class:`~sandbridge.relay.listener.lane.KeepAliveLane`); both relay a final
 response as :func:`~sandbridge.protocol.http.exchange.decide_response` says.
 """
 
@@ -42,15 +42,18 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import AccessGate
-from sandbridge.relay import local_peer
-from sandbridge.relay.app import App
-from sandbridge.relay.app_pool import AppConnectionPool, may_retry
-from sandbridge.relay.arrivals import Arrivals
-from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.channel import READ_BYTES, Channel
-from sandbridge.relay.connection import Connection, Outcome, SpareReaders
-from sandbridge.relay.connection_stage import Event as StageEvent
-from sandbridge.relay.exchange_io import (
+from sandbridge.relay.front.front import FrontDoor, front_door, listening_socket, serves
+from sandbridge.relay.host import local_peer
+from sandbridge.relay.host.app import App
+from sandbridge.relay.host.channel import READ_BYTES, Channel
+from sandbridge.relay.host.settings import SessionScope
+from sandbridge.relay.host.upstream import UpstreamConnection, UpstreamConnector
+from sandbridge.relay.listener.app_pool import AppConnectionPool, may_retry
+from sandbridge.relay.listener.arrivals import Arrivals
+from sandbridge.relay.listener.browser import BrowserConnection
+from sandbridge.relay.listener.connection import Connection, Outcome, SpareReaders
+from sandbridge.relay.listener.connection_stage import Event as StageEvent
+from sandbridge.relay.listener.exchange_io import (
     Exchange,
     bad_gateway,
     finish_body,
@@ -59,12 +62,9 @@ from sandbridge.relay.exchange_io import (
     read_awaiting_response,
     read_response_body,
 )
-from sandbridge.relay.front import FrontDoor, front_door, listening_socket, serves
-from sandbridge.relay.lane import KeepAliveLane, LaneEnd
-from sandbridge.relay.settings import SessionScope
-from sandbridge.relay.tunnel import Tunnel, open_tunnel
-from sandbridge.relay.upstream import UpstreamConnection, UpstreamConnector
-from sandbridge.relay.v1_exchange import exchange_v1
+from sandbridge.relay.listener.lane import KeepAliveLane, LaneEnd
+from sandbridge.relay.listener.tunnel import Tunnel, open_tunnel
+from sandbridge.relay.listener.v1_exchange import exchange_v1
 
 
 class AppListener:
@@ -83,7 +83,7 @@ class AppListener:
         self.connector = connector
         self.scope = SessionScope() if scope is None else scope
         self.settings = self.scope.settings
-        # This app's places in its session's connection budget (relay/budget.py).
+        # This app's places in its session's connection budget (relay/host/budget.py).
         self.account = self.scope.budget.open()
         self.gate: AccessGate | None = None
         self.host_port = 0
@@ -100,7 +100,7 @@ class AppListener:
         self.readers = SpareReaders()
         # How new connections reach their tasks (start() makes it).
         self._arrivals: Arrivals | None = None
-        # The C front door that accepts this listener's connections (relay/front.py),
+        # The C front door that accepts this listener's connections (relay/front/front.py),
         # its id there and the listening socket, where it serves this app.
         self.front: FrontDoor | None = None
         self.front_id = -1

@@ -10,7 +10,7 @@ connection. When a browser connection ends between two exchanges, its app connec
 What keeps this safe:
 
 - only a connection with nothing in flight and nothing unread is parked
-  (:meth:`~sandbridge.relay.upstream.UpstreamConnection.parkable`), and one that the app
+  (:meth:`~sandbridge.relay.host.upstream.UpstreamConnection.parkable`), and one that the app
   closed or wrote to while parked is never handed out (it is checked when taken);
 - only requests that may be sent twice take a parked connection
   (:func:`may_retry`: a safe method, no body, no upgrade), and when the app closes the
@@ -31,7 +31,7 @@ import collections
 
 from sandbridge.protocol.http.forwarding import Framing, UpstreamRequest
 from sandbridge.protocol.http.parser import RequestHead
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.host.upstream import UpstreamConnection
 
 # Methods whose request may reach the app twice with the effect of once (RFC 9110 9.2.2,
 # without PUT and DELETE: those carry bodies or change state that an app may count).

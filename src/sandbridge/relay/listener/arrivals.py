@@ -3,14 +3,14 @@
 An accepted connection (the owner's, within the connection limits) waits on a doorstep
 (:mod:`.doorstep`) until its first bytes arrive. Then, when they are a whole bodiless
 request that may take a parked app connection, it is sent from that very callback
-(:func:`~sandbridge.relay.lane.send_first`) and the connection waits on a second doorstep
+(:func:`~sandbridge.relay.listener.lane.send_first`) and the connection waits on a second doorstep
 until the lane has relayed the response; its task starts only then, so that nothing but
 the request stands between the browser's bytes and the app, and nothing but the
 response between the app's bytes and the browser (docs/architecture.md, "Why these
 parts exist"). Any other connection's task starts with its first bytes. New connections
 reuse the request readers that finished ones left between two requests.
 
-Each connection is a :class:`~sandbridge.relay.connection.Connection` from the moment it
+Each connection is a :class:`~sandbridge.relay.listener.connection.Connection` from the moment it
 counts, and every step here is one of its moves (``waiting``, ``in-flight``, its task).
 """
 
@@ -26,18 +26,18 @@ from sandbridge import log
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.forwarding import ConnectionHeads
 from sandbridge.protocol.http.parser import MESSAGE_END, RequestHead
-from sandbridge.relay import local_peer
-from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.channel import READ_BYTES, Channel
-from sandbridge.relay.connection import Connection, Listener
-from sandbridge.relay.connection_stage import RETRY, SENT, Event, Stage
-from sandbridge.relay.doorstep import Doorstep, refuse
-from sandbridge.relay.lane import KeepAliveLane, send_first
-from sandbridge.relay.owned_upstream import CHANNEL_BUFFER_BYTES
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.host import local_peer
+from sandbridge.relay.host.channel import READ_BYTES, Channel
+from sandbridge.relay.host.owned_upstream import CHANNEL_BUFFER_BYTES
+from sandbridge.relay.host.upstream import UpstreamConnection
+from sandbridge.relay.listener.browser import BrowserConnection
+from sandbridge.relay.listener.connection import Connection, Listener
+from sandbridge.relay.listener.connection_stage import RETRY, SENT, Event, Stage
+from sandbridge.relay.listener.doorstep import Doorstep, refuse
+from sandbridge.relay.listener.lane import KeepAliveLane, send_first
 
 if TYPE_CHECKING:
-    from sandbridge.relay._front import Handoff
+    from sandbridge.relay.front._front import Handoff
 
 # Client addresses whose translation of heads is shared (all loopback: one, usually).
 SHARED_HEADS = 16
@@ -155,7 +155,7 @@ class Arrivals:
         )
         return connection
 
-    # The front door's handoffs (relay/front.py) ----------------------------------------
+    # The front door's handoffs (relay/front/front.py) ----------------------------------------
 
     def adopt(self, handoff: Handoff) -> None:
         """A connection the front door hands over: its task takes it from here."""

@@ -8,7 +8,7 @@ from sandbridge.aio.watchdog import Watchdog
 from sandbridge.exceptions import HttpError
 from sandbridge.protocol.http.forwarding import ConnectionHeads
 from sandbridge.protocol.http.parser import Event, RequestReader
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.host.channel import Channel
 
 
 class BrowserConnection:

@@ -29,16 +29,16 @@ from sandbridge.protocol.http.forwarding import UpstreamRequest, error_response
 from sandbridge.protocol.http.origin_policy import AppOrigin
 from sandbridge.protocol.http.parser import RequestHead, RequestReader
 from sandbridge.protocol.http.private_access import AccessGate
-from sandbridge.relay.app_pool import AppConnectionPool
-from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.budget import AppAccount
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.connection_stage import INITIAL, Event, Stage, next_stage
-from sandbridge.relay.exchange_io import Exchange, admit, next_head
-from sandbridge.relay.front import FrontDoor
-from sandbridge.relay.lane import KeepAliveLane, LaneEnd, lane_can_start
-from sandbridge.relay.settings import RelaySettings, SessionScope
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.front.front import FrontDoor
+from sandbridge.relay.host.budget import AppAccount
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.settings import RelaySettings, SessionScope
+from sandbridge.relay.host.upstream import UpstreamConnection
+from sandbridge.relay.listener.app_pool import AppConnectionPool
+from sandbridge.relay.listener.browser import BrowserConnection
+from sandbridge.relay.listener.connection_stage import INITIAL, Event, Stage, next_stage
+from sandbridge.relay.listener.exchange_io import Exchange, admit, next_head
+from sandbridge.relay.listener.lane import KeepAliveLane, LaneEnd, lane_can_start
 
 # Request readers kept for new connections, per app.
 SPARE_READERS = 16
@@ -68,7 +68,7 @@ class SpareReaders:
 
 class Listener(Protocol):
     """What a connection, and the arrivals that bring it, use of its app listener
-    (:class:`~sandbridge.relay.app_listener.AppListener`): the app, its limits, its
+    (:class:`~sandbridge.relay.listener.app_listener.AppListener`): the app, its limits, its
     pool, its tasks, and the verbs of an exchange."""
 
     host_port: int

@@ -5,8 +5,8 @@ the events, one table of allowed ``(stage, event) -> new stage`` moves, and
 :func:`next_stage`, which refuses anything else with :class:`IllegalMove`. A connection
 passes through several executors (the C front door's thread, the event loop's read
 callbacks on a doorstep or in the lane, the connection's task, a tunnel); this table is
-what they agree on, and :class:`~sandbridge.relay.connection.Connection` moves along it.
-Every pair is tested in ``tests/relay/test_connection_stage.py``.
+what they agree on, and :class:`~sandbridge.relay.listener.connection.Connection` moves along it.
+Every pair is tested in ``tests/relay/listener/test_connection_stage.py``.
 
 A connection starts in :attr:`Stage.FRONT` (the C front door accepted it) or
 :attr:`Stage.WAITING` (the event loop accepted it, the owner's and within the limits).
@@ -30,7 +30,7 @@ class Stage(enum.StrEnum):
     IN_FLIGHT = "in-flight"  # its first request went out from a callback; no task yet
     STREAMING = "streaming"  # its task relays: a head, a body, a response over reads
     KEEP_ALIVE = "keep-alive"  # between requests: the lane relays from the read callbacks
-    TUNNEL = "tunnel"  # after a 101: bytes copied both ways, untouched (relay/tunnel.py)
+    TUNNEL = "tunnel"  # after a 101: bytes copied both ways, untouched (relay/listener/tunnel.py)
     CLOSED = "closed"  # closed, or handed nowhere; it counts no more
 
 
@@ -75,7 +75,7 @@ INITIAL = frozenset({Stage.FRONT, Stage.WAITING})
 TASKLESS = frozenset({Stage.FRONT, Stage.WAITING, Stage.IN_FLIGHT})
 
 # The C thread's connection states (_front_thread.h: FREE, FIRST, AWAIT, IDLE), here so that
-# the relay reads them without importing the C (tests/relay/test_front.py checks the two
+# the relay reads them without importing the C (tests/relay/front/test_front.py checks the two
 # agree), and the stage each stands for while the front holds the connection.
 C_FREE, C_FIRST, C_AWAIT, C_IDLE = 0, 1, 2, 3
 C_STATES: dict[int, Stage | None] = {

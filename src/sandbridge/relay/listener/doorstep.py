@@ -6,7 +6,7 @@ exchange needed, and that set-up ran while the client was still connecting (on a
 loaded machine the relay's wake-up at accept delays the client's own connect). Now an
 accepted connection waits here, counted against the limits already, and its task
 starts when its first bytes (or its end) arrive. When those bytes are a request sent
-at once from the callback that read them (:func:`~sandbridge.relay.lane.send_first`),
+at once from the callback that read them (:func:`~sandbridge.relay.listener.lane.send_first`),
 the connection waits in a second doorstep until its response is relayed, and only then
 does its task start: the task's set-up no longer runs while the app answers (on 2 cores
 it held up the app's own wake-up).
@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 
 from sandbridge import log
 from sandbridge.protocol.http.forwarding import error_response
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.host.channel import Channel
 
 T = TypeVar("T")
 
@@ -47,10 +47,10 @@ class Doorstep(Generic[T]):
     It is their channels' lane (:attr:`Channel.lane`) while they wait: bytes or the end
     of stream from the browser hand the channel to ``start``, and ``expire`` gets those
     still here after ``timeout`` seconds. A listener keeps two, each connection with its
-    :class:`~sandbridge.relay.connection.Connection`: connections that have sent nothing
+    :class:`~sandbridge.relay.listener.connection.Connection`: connections that have sent nothing
     yet (stage ``waiting``), and connections whose first request went out from the
     callback that read it and whose response has not come yet (``in-flight``: their task
-    starts when it comes, :class:`~sandbridge.relay.lane.KeepAliveLane`).
+    starts when it comes, :class:`~sandbridge.relay.listener.lane.KeepAliveLane`).
     """
 
     def __init__(

@@ -1,5 +1,5 @@
 """The task's reads and writes of one exchange on the data path
-(:class:`~sandbridge.relay.app_listener.AppListener`): the next request head under the
+(:class:`~sandbridge.relay.listener.app_listener.AppListener`): the next request head under the
 keep-alive and header timeouts, a private app's token exchange, what an exchange ended
 with, the request body passed on, the app's reads under the response timeout, a 502."""
 
@@ -18,9 +18,9 @@ from sandbridge.protocol.http.forwarding import (
 )
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, Event, RequestHead
 from sandbridge.protocol.http.private_access import AccessGate, redirect_response
-from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.settings import RelaySettings
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.host.settings import RelaySettings
+from sandbridge.relay.host.upstream import UpstreamConnection
+from sandbridge.relay.listener.browser import BrowserConnection
 
 
 @dataclass

@@ -41,12 +41,12 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
 )
 from sandbridge.protocol.http.private_access import TOKEN_PARAM, AccessGate
-from sandbridge.relay.app_pool import AppConnectionPool, may_retry
-from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.exchange_io import Exchange, no_response
-from sandbridge.relay.settings import SessionScope
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.settings import SessionScope
+from sandbridge.relay.host.upstream import UpstreamConnection
+from sandbridge.relay.listener.app_pool import AppConnectionPool, may_retry
+from sandbridge.relay.listener.browser import BrowserConnection
+from sandbridge.relay.listener.exchange_io import Exchange, no_response
 
 
 class LaneEnd(enum.Enum):
@@ -177,7 +177,7 @@ class KeepAliveLane:
 
         ``None``: the response is relayed, and ``exchange`` says how the connections go
         on. Otherwise the response events read so far, for the task to carry on from
-        (:meth:`~sandbridge.relay.app_listener.AppListener._relay_response`); a failure
+        (:meth:`~sandbridge.relay.listener.app_listener.AppListener._relay_response`); a failure
         is raised as the task's own reads raise it (:class:`UpstreamError`, the reader's
         :class:`HttpError`, a lost connection's :class:`OSError`).
         """

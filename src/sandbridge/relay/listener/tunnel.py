@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from sandbridge.aio.unix_sockets import Pump
 from sandbridge.protocol.http.parser import Event, Upgraded
-from sandbridge.relay.browser import BrowserConnection
-from sandbridge.relay.upstream import UpstreamConnection
+from sandbridge.relay.host.upstream import UpstreamConnection
+from sandbridge.relay.listener.browser import BrowserConnection
 
 # After one side of a tunnel (WebSocket) ends, the other gets this long to finish.
 TUNNEL_CLOSE_GRACE = 2.0

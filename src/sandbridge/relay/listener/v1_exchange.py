@@ -18,11 +18,11 @@ from sandbridge.protocol import v1
 from sandbridge.protocol.http.forwarding import build_browser_response, error_response
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, RequestHead, ResponseHead
 from sandbridge.protocol.limits import MAX_V1_BODY_BYTES, MAX_V1_LINE_BYTES
-from sandbridge.relay.upstream import connect_unix_checked
+from sandbridge.relay.host.upstream import connect_unix_checked
 
 if TYPE_CHECKING:
     from sandbridge.protocol.http.forwarding import UpstreamRequest
-    from sandbridge.relay.browser import BrowserConnection
+    from sandbridge.relay.listener.browser import BrowserConnection
 
 
 async def _read_body(browser: BrowserConnection) -> bytes:
