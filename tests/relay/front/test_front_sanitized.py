@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.relay import front_sanitizers
+from tests.relay.front import front_sanitizers
 
 KINDS = "address,undefined"
 
@@ -39,7 +39,7 @@ def test_the_front_doors_tests_pass_on_an_asan_and_ubsan_build(
 
 
 def test_the_build_is_reused_while_the_c_is_unchanged(sanitized: Path) -> None:
-    (extension,) = (sanitized / "sandbridge" / "relay").glob("_front*.so")
+    (extension,) = (sanitized / "sandbridge" / "relay" / "front").glob("_front*.so")
     before = extension.stat()
     assert front_sanitizers.cached_build(sanitized.parent, KINDS) == sanitized
     after = extension.stat()
