@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sandbridge.relay.front import _front
 from sandbridge.relay.front._front import Front, Handoff
-from sandbridge.relay.host.budget import AppAccount, Budget
+from sandbridge.relay.host.budget import AppAccount, Budget, Handed
 from sandbridge.relay.host.settings import RelaySettings, SessionScope
 
 PER_APP, PER_SESSION = 3, 4
@@ -69,7 +69,7 @@ class Door:
     def give_back(self, key: int, lid: int) -> bool:
         return self.native.give_back(key, lid)
 
-    def adopted(self, handoff: Handoff, *, kept: bool) -> bool:
+    def adopted(self, handoff: Handed, *, kept: bool) -> bool:
         return handoff.counted and self.native.adopted(handoff.listener, handoff.generation, kept)
 
 
