@@ -1,7 +1,8 @@
-"""The C tunnel (:class:`sandbridge.relay.listener.tunnel.NativeTunnel`, ``relay/front/_tunnel.c``) against
-the Python one it speeds up (:class:`~sandbridge.relay.listener.tunnel.Tunnel`, two pumps): the same
-scripts of a browser and an app on real loopback TCP sockets, through each, must give each
-end the same bytes and the same ends, and each tunnel must report its end once.
+"""The C tunnel (:class:`sandbridge.relay.listener.tunnel.NativeTunnel`,
+``relay/front/_tunnel.c``) against the Python one it speeds up
+(:class:`~sandbridge.relay.listener.tunnel.Tunnel`, two pumps): the same scripts of a browser
+and an app on real loopback TCP sockets, through each, must give each end the same bytes and
+the same ends, and each tunnel must report its end once.
 
 The scripts run in threads with blocking sockets (the browser and the app), the relay's
 side in a uvloop event loop, as in the relay.

@@ -20,8 +20,8 @@ import collections
 from sandbridge.exceptions import UpstreamError
 from sandbridge.protocol.http.exchange import ResponseDecision
 from sandbridge.protocol.http.parser import BodyChunk, Event, ResponseReader
-from sandbridge.relay.listener.browser import BrowserConnection
 from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.listener.browser import BrowserConnection
 
 
 class BodyLane:
