@@ -1,11 +1,12 @@
 """The life of one browser connection as an explicit stage table (sans-I/O).
 
 Built as :mod:`sandbridge.terminals.request_state` is (h11's ``_state.py``): the stages,
-the events, one table of allowed ``(stage, event) -> new stage`` moves, and
-:func:`next_stage`, which refuses anything else with :class:`IllegalMove`. A connection
-passes through several executors (the C front door's thread, the event loop's read
-callbacks on a doorstep or in the lane, the connection's task, a tunnel); this table is
-what they agree on, and :class:`~sandbridge.relay.listener.connection.Connection` moves along it.
+the events, one table of allowed ``(stage, event) -> new stage`` moves (a
+:class:`~sandbridge.protocol.moves.Moves`), and :func:`next_stage`, which refuses anything
+else with :class:`~sandbridge.exceptions.IllegalMove`. A connection passes through several
+executors (the C front door's thread, the event loop's read callbacks on a doorstep or in
+the lane, the connection's task, a tunnel); this table is what they agree on, and
+:class:`~sandbridge.relay.listener.connection.Connection` moves along it.
 Every pair is tested in ``tests/relay/listener/test_connection_stage.py``.
 
 A connection starts in :attr:`Stage.FRONT` (the C front door accepted it) or
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import enum
 
-from sandbridge.exceptions import IllegalMove
+from sandbridge.protocol.moves import Moves
 
 
 class Stage(enum.StrEnum):
@@ -97,14 +98,6 @@ C_KINDS: dict[int, frozenset[Event]] = {
 }
 
 
-def allows(stage: Stage, event: Event) -> bool:
-    """Whether the table has a move for ``event`` from ``stage``."""
-    return (stage, event) in TRANSITIONS
-
-
-def next_stage(stage: Stage, event: Event) -> Stage:
-    """The stage ``event`` moves ``stage`` to; :class:`IllegalMove` if there is no move."""
-    try:
-        return TRANSITIONS[stage, event]
-    except KeyError:
-        raise IllegalMove(stage, event, what="connection") from None
+MOVES = Moves(TRANSITIONS, what="connection")
+allows = MOVES.allows
+next_stage = MOVES.next
