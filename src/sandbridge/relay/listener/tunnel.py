@@ -68,7 +68,9 @@ def native() -> ModuleType | None:
     (the pumps then carry every tunnel: the same bytes, more of the event loop's time)."""
     try:
         from sandbridge.relay.front import _tunnel
-    except ImportError:
+
+        _tunnel.start()  # (its thread, once: one that cannot start leaves it to the pumps)
+    except (ImportError, OSError):
         return None
     return _tunnel
 
@@ -114,9 +116,10 @@ class NativeTunnel:
         self._module = module
         self._channels = channels
         self._on_closed = on_closed
+        self._id = -1  # the thread's id of it, once it has it
         fds = [channel.release() for channel in channels]
         try:
-            self._id: int = module.add(fds[0], fds[1], grace)
+            self._id = module.add(fds[0], fds[1], grace)
         except Exception:
             # (never in practice: the thread's table is full or epoll failed) the
             # sockets are ours again: dropped, as the pumps drop a failing tunnel.
@@ -129,9 +132,11 @@ class NativeTunnel:
 
     def abort(self) -> None:
         """Drop both sockets now (``on_closed`` follows from the event loop)."""
-        self._module.abort(self._id)
+        if self._id >= 0:
+            self._module.abort(self._id)
 
     def ended(self) -> None:
+        """The thread closed both sockets: the channels and the owner learn it."""
         for channel in self._channels:
             channel.closed_elsewhere()
         self._on_closed()
