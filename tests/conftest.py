@@ -105,8 +105,8 @@ def compile_checkout() -> None:
     every sandbridge module it imports anew: a third of a session's start. Inside a
     sandbox the checkout is read-only, so the bytecode has to be there before.
     ``compileall`` skips a module whose bytecode is current (a stat each)."""
-    for tree in (REPO / "src", REPO / "tests"):
-        compileall.compile_dir(tree, quiet=1)
+    for tree in ("src", "tests", "benchmarks"):
+        compileall.compile_dir(REPO / tree, quiet=1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
