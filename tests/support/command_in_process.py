@@ -4,12 +4,13 @@ does and prints (not of the command's process: its descriptors, signals, exit pa
 A ``python -m sandbridge.cli`` child spends most of its CPU importing sandbridge (about
 half a second of a core each); here the modules are imported once per worker. The call
 gives the command what a fresh process would have: the environment and working directory
-it is given, its own standard streams (text, with a ``buffer`` beneath, not a terminal),
-none of the process-wide state an earlier command left (the directories whose commands
-are distrusted, the repositories where git hung); afterwards the test's process gets back
-its own, the ``sandbridge`` logger (which the command points at its stderr) and the
-resource limits included. The answer is a :class:`subprocess.CompletedProcess`, as
-``subprocess.run(..., capture_output=True, text=True)`` gives.
+it is given (its time zone too), its own standard streams (text, with a ``buffer``
+beneath, not a terminal), none of the process-wide state an earlier command left (the
+directories whose commands are distrusted, the repositories where git hung); afterwards
+the test's process gets back its own, the ``sandbridge`` logger (which the command points
+at its stderr) and the resource limits included. The answer is a
+:class:`subprocess.CompletedProcess`, as ``subprocess.run(..., capture_output=True,
+text=True)`` gives.
 
 A ``run`` starts no session here: one that reaches its session (neither refused nor
 ``--dry-run`` nor ``--print-policy``) fails the test, for a session's process is what its
@@ -27,6 +28,7 @@ import resource
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -102,15 +104,19 @@ def _stdin(text: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
+    """``env`` for the call (the time zone read again from its ``TZ``, as a process
+    starting would)."""
     saved = dict(os.environ)
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
+        time.tzset()
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        time.tzset()
 
 
 @contextlib.contextmanager
