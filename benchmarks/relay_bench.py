@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import paths, workloads
@@ -287,7 +288,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         os.chmod(work, 0o755)  # noqa: S103
         files = make_files(work, args.smoke, "scaling" in args.workloads)
         ports = stack.enter_context(host_apps(work))
-        starts = {name: functools.partial(PATHS[name], work, ports) for name in args.paths}
+        starts: dict[str, Callable[[], RelayPath]] = {
+            name: functools.partial(PATHS[name], work, ports) for name in args.paths
+        }
         if args.other is not None:  # another checkout's sandbridge beside this one's
             starts["other"] = functools.partial(
                 paths.sandbridge, work, ports, other_src=str(args.other)

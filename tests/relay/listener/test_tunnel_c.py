@@ -61,7 +61,7 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 
 def read_all(sock: socket.socket) -> tuple[bytes, str]:
     """Everything until the end of stream: the bytes and ``eof`` or ``reset``."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         try:
             data = sock.recv(65536)
@@ -72,7 +72,9 @@ def read_all(sock: socket.socket) -> tuple[bytes, str]:
         chunks.append(data)
 
 
-Script = Callable[[socket.socket, socket.socket, Ends], None]
+Script = Callable[
+    [socket.socket, socket.socket, Ends, "Tunnel | NativeTunnel", asyncio.AbstractEventLoop], None
+]
 
 
 def run_through(kind: str, script: Script, grace: float = GRACE) -> Ends:
@@ -103,7 +105,11 @@ def run_through(kind: str, script: Script, grace: float = GRACE) -> Ends:
             sides[0].link(sides[1])
             a.hand_over(sides[0])
             b.hand_over(sides[1])
-            tunnel = Tunnel(sides[0], sides[1], grace, lambda: loop.call_soon(on_closed))
+
+            def closed_later() -> None:  # (as the listener's: never from the pumps' call)
+                loop.call_soon(on_closed)
+
+            tunnel = Tunnel(sides[0], sides[1], grace, closed_later)
             a.catch_up(sides[0])
             b.catch_up(sides[1])
         worker = threading.Thread(target=script, args=(browser, app, ends, tunnel, loop))
@@ -129,7 +135,13 @@ def test_messages_both_ways_arrive_whole_and_in_order() -> None:
     rng = random.Random(29)
     messages = [os.urandom(rng.choice([1, 2, 125, 1024, 70000])) for _ in range(60)]
 
-    def script(browser, app, ends, tunnel, loop) -> None:  # type: ignore[no-untyped-def]
+    def script(
+        browser: socket.socket,
+        app: socket.socket,
+        ends: Ends,
+        tunnel: Tunnel | NativeTunnel,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         for index, message in enumerate(messages):
             sender, receiver = (browser, app) if index % 2 == 0 else (app, browser)
             sender.sendall(struct.pack("!I", len(message)) + message)
@@ -161,10 +173,20 @@ def test_a_large_stream_to_a_slow_reader_arrives_whole() -> None:
     """Backpressure: the app reads 16 MiB slowly; nothing is lost or reordered."""
     payload = os.urandom(16 * 1024 * 1024)
 
-    def script(browser, app, ends, tunnel, loop) -> None:  # type: ignore[no-untyped-def]
-        sender = threading.Thread(target=lambda: (browser.sendall(payload), browser.shutdown(1)))
+    def script(
+        browser: socket.socket,
+        app: socket.socket,
+        ends: Ends,
+        tunnel: Tunnel | NativeTunnel,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        def send() -> None:
+            browser.sendall(payload)
+            browser.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send)
         sender.start()
-        received = []
+        received: list[bytes] = []
         while data := app.recv(16384):
             received.append(data)
             if len(received) % 64 == 0:
@@ -180,7 +202,13 @@ def test_a_large_stream_to_a_slow_reader_arrives_whole() -> None:
 
 
 def test_a_half_close_is_passed_on_and_the_other_way_goes_on() -> None:
-    def script(browser, app, ends, tunnel, loop) -> None:  # type: ignore[no-untyped-def]
+    def script(
+        browser: socket.socket,
+        app: socket.socket,
+        ends: Ends,
+        tunnel: Tunnel | NativeTunnel,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         browser.sendall(b"last words")
         browser.shutdown(socket.SHUT_WR)
         ends.app, ends.app_end = read_all(app)  # the browser's end arrives as the app's
@@ -195,7 +223,13 @@ def test_a_half_close_is_passed_on_and_the_other_way_goes_on() -> None:
 
 
 def test_after_one_end_the_other_side_gets_the_grace_then_both_close() -> None:
-    def script(browser, app, ends, tunnel, loop) -> None:  # type: ignore[no-untyped-def]
+    def script(
+        browser: socket.socket,
+        app: socket.socket,
+        ends: Ends,
+        tunnel: Tunnel | NativeTunnel,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         browser.shutdown(socket.SHUT_WR)
         started = time.monotonic()
         ends.app, ends.app_end = read_all(app)  # the end, then the close after the grace
@@ -210,7 +244,13 @@ def test_after_one_end_the_other_side_gets_the_grace_then_both_close() -> None:
 
 
 def test_a_reset_on_one_side_closes_the_other() -> None:
-    def script(browser, app, ends, tunnel, loop) -> None:  # type: ignore[no-untyped-def]
+    def script(
+        browser: socket.socket,
+        app: socket.socket,
+        ends: Ends,
+        tunnel: Tunnel | NativeTunnel,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         browser.sendall(b"hello")
         assert app.recv(5) == b"hello"
         app.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -223,7 +263,13 @@ def test_a_reset_on_one_side_closes_the_other() -> None:
 
 
 def test_abort_closes_both_sides_and_reports_once() -> None:
-    def script(browser, app, ends, tunnel, loop) -> None:  # type: ignore[no-untyped-def]
+    def script(
+        browser: socket.socket,
+        app: socket.socket,
+        ends: Ends,
+        tunnel: Tunnel | NativeTunnel,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         browser.sendall(b"ping")
         assert app.recv(4) == b"ping"
         loop.call_soon_threadsafe(tunnel.abort)
@@ -239,5 +285,16 @@ def test_the_c_tunnel_holds_no_tunnel_after_its_end() -> None:
     module = native()
     assert module is not None
     before = module.count()
-    run_through("c", lambda browser, app, ends, tunnel, loop: (browser.close(), app.close()))
+
+    def script(
+        browser: socket.socket,
+        app: socket.socket,
+        ends: Ends,
+        tunnel: Tunnel | NativeTunnel,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        browser.close()
+        app.close()
+
+    run_through("c", script)
     assert module.count() == before
