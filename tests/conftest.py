@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import http.client
 import json
@@ -90,6 +91,26 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_MADE_ROOT] = Path(config.option.basetemp)
     if config.getoption("record_file_seconds") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(file_seconds.Recorder(), "file_seconds_recorder")
+    if not hasattr(config, "workerinput"):
+        compile_checkout()
+    # pytest keeps the test modules it rewrote (their asserts) only where bytecode may be
+    # written: with PYTHONDONTWRITEBYTECODE each worker, which collects every test file,
+    # rewrote and compiled them all again, about 9 of its 14 CPU seconds of collection.
+    sys.dont_write_bytecode = False
+
+
+def compile_checkout() -> None:
+    """Write the bytecode of the checkout's modules once, before any worker starts, as
+    installing the package does (benchmarks/sessions.py does the same for its starts).
+
+    The suite starts thousands of Python processes (``sandbridge run``, its sandbox's
+    entry and shim, daemons, far machines); with ``PYTHONDONTWRITEBYTECODE`` set, as on
+    some machines and images, none of them writes what it compiles, and each compiled
+    every sandbridge module it imports anew: a third of a session's start. Inside a
+    sandbox the checkout is read-only, so the bytecode has to be there before.
+    ``compileall`` skips a module whose bytecode is current (a stat each)."""
+    for tree in ("src", "tests", "benchmarks"):
+        compileall.compile_dir(REPO / tree, quiet=1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -179,7 +179,30 @@ def laptop(far: Far, laptop_xdg: Path, localhost_names_resolve: None) -> Iterato
         running.stop()
 
 
-def test_far_app_answers_a_get_on_its_own_local_origin(far: Far, laptop: Laptop) -> None:
+@pytest.fixture(scope="module")
+def read_far(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Far]:
+    """One far machine for the module's tests that only read from it: they register,
+    stop and cut nothing, so a fresh one each (seven processes) checks nothing more."""
+    monkeypatch = pytest.MonkeyPatch()
+    with far_machine(tmp_path_factory.mktemp("far"), monkeypatch, daemon=False) as machine:
+        monkeypatch.undo()  # its XDG_RUNTIME_DIR was for its start: serve_stdio names it
+        yield machine
+
+
+@pytest.fixture(scope="module")
+def read_laptop(read_far: Far, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Laptop]:
+    """The laptop connected to :func:`read_far`, for the same tests."""
+    xdg = tmp_path_factory.mktemp("laptop") / "xdg"
+    xdg.mkdir(mode=0o700)
+    running = Laptop(xdg, read_far.serve_stdio)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_far_app_answers_a_get_on_its_own_local_origin(read_far: Far, read_laptop: Laptop) -> None:
+    far, laptop = read_far, read_laptop
     url = laptop.app_url(far, far.echo_port)
     port = host_port_of(url)
     status, _, body = request(port, path="/hello?x=1")
@@ -209,7 +232,8 @@ def test_a_session_the_far_daemon_serves_is_reached_too(
             laptop.stop()
 
 
-def test_each_far_app_gets_its_own_origin(far: Far, laptop: Laptop) -> None:
+def test_each_far_app_gets_its_own_origin(read_far: Far, read_laptop: Laptop) -> None:
+    far, laptop = read_far, read_laptop
     echo = host_port_of(laptop.app_url(far, far.echo_port))
     feature = host_port_of(laptop.app_url(far, far.feature_port))
     assert echo != feature
@@ -234,7 +258,8 @@ def test_far_apps_added_and_gone_follow_on_the_laptop(far: Far, laptop: Laptop) 
         app.stop()
 
 
-def test_wrong_host_is_refused_as_for_a_local_app(far: Far, laptop: Laptop) -> None:
+def test_wrong_host_is_refused_as_for_a_local_app(read_far: Far, read_laptop: Laptop) -> None:
+    far, laptop = read_far, read_laptop
     port = host_port_of(laptop.app_url(far, far.echo_port))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", "/", headers={"Host": "evil.example"})
@@ -242,7 +267,8 @@ def test_wrong_host_is_refused_as_for_a_local_app(far: Far, laptop: Laptop) -> N
     conn.close()
 
 
-def test_cross_site_websocket_is_refused(far: Far, laptop: Laptop) -> None:
+def test_cross_site_websocket_is_refused(read_far: Far, read_laptop: Laptop) -> None:
+    far, laptop = read_far, read_laptop
     port = host_port_of(laptop.app_url(far, far.feature_port))
 
     async def check() -> None:
@@ -256,7 +282,8 @@ def test_cross_site_websocket_is_refused(far: Far, laptop: Laptop) -> None:
     asyncio.run(check())
 
 
-def test_websocket_echoes_through_the_link(far: Far, laptop: Laptop) -> None:
+def test_websocket_echoes_through_the_link(read_far: Far, read_laptop: Laptop) -> None:
+    far, laptop = read_far, read_laptop
     port = host_port_of(laptop.app_url(far, far.feature_port))
 
     async def check() -> None:
@@ -269,7 +296,8 @@ def test_websocket_echoes_through_the_link(far: Far, laptop: Laptop) -> None:
     asyncio.run(check())
 
 
-def test_sse_events_arrive_as_sent(far: Far, laptop: Laptop) -> None:
+def test_sse_events_arrive_as_sent(read_far: Far, read_laptop: Laptop) -> None:
+    far, laptop = read_far, read_laptop
     port = host_port_of(laptop.app_url(far, far.feature_port))
     conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
     conn.request("GET", "/sse?count=2&interval_ms=50&hold=1")
@@ -282,7 +310,8 @@ def test_sse_events_arrive_as_sent(far: Far, laptop: Laptop) -> None:
     conn.close()
 
 
-def test_ls_lists_far_apps_with_their_machine(far: Far, laptop: Laptop) -> None:
+def test_ls_lists_far_apps_with_their_machine(read_far: Far, read_laptop: Laptop) -> None:
+    far, laptop = read_far, read_laptop
     url = laptop.app_url(far, far.echo_port)
     laptop.app_url(far, far.feature_port)
     text = laptop.ls()
