@@ -294,13 +294,20 @@ def entry_interpreter_options() -> list[str]:
     cost the command's start more than the entry's own imports), its path given instead:
     this sandbridge's directory, then the host's site directories, where its
     dependencies are (after the standard library's, which no package shadows)."""
+    return list(_entry_interpreter_options())
+
+
+@functools.cache
+def _entry_interpreter_options() -> tuple[str, ...]:
+    """:func:`entry_interpreter_options`, asked of the file system once per process (the
+    daemon's run builder asks before it forks: each child would ask again)."""
     import sandbridge
 
     package = str(Path(sandbridge.__file__).resolve().parent.parent)
     sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
     paths = list(dict.fromkeys([package, *sites]))
     boot = f"import sys; sys.path += {paths!r}; from sandbridge.sandbox.entry import run; run()"
-    return ["-I", "-S", "-c", boot]
+    return ("-I", "-S", "-c", boot)
 
 
 def setup_file(payload: bytes) -> int:
