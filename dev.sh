@@ -109,7 +109,7 @@ install_python_packages() {
   # The front door's C sources are in the stamp too: an editable install keeps the
   # extension it built, which still imports after a change to them but lacks what changed.
   local stamp="$VENV/.installed-$(cat pyproject.toml requirements.lock \
-    src/sandbridge/relay/_front_*.[ch] | sha256sum | cut -c1-16)"
+    src/sandbridge/relay/front/_front_*.[ch] | sha256sum | cut -c1-16)"
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
   fi
@@ -127,12 +127,12 @@ install_python_packages() {
 # checked after the build, which is run again with -Werror when it is missing (the demo
 # built it first on a machine without gcc, say).
 require_front_door() {
-  local check=(-c "import sandbridge.relay._front")
+  local check=(-c "import sandbridge.relay.front._front")
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
     CFLAGS="${CFLAGS:-} -Werror" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
   fi
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
-    echo "dev.sh: the front door (src/sandbridge/relay/_front_*.c) did not build with -Werror;" \
+    echo "dev.sh: the front door (src/sandbridge/relay/front/_front_*.c) did not build with -Werror;" \
       "see why: CFLAGS=-Werror $VENV/bin/pip install -v --no-deps -e ." >&2
     return 1
   fi
@@ -262,7 +262,7 @@ case "$command" in
   install) install_for_user ;;
   test) setup_tests; run_tests "$@" ;;
   bench) setup; exec "$VENV/bin/python" -m benchmarks.relay_bench "$@" ;;
-  tsan) setup_tests; exec "$VENV/bin/python" -m tests.relay.front_sanitizers thread ;;
+  tsan) setup_tests; exec "$VENV/bin/python" -m tests.relay.front.front_sanitizers thread ;;
   lock)
     setup
     pip_quiet "$VENV/bin/pip" install -q pip-tools

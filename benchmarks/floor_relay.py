@@ -3,7 +3,7 @@
 Not a relay to use: it shows where the interpreter's floor is for a new connection's
 time to first byte, measured beside nginx and sandbridge in the same run.
 
-- ``bytes``: the owner check at accept (sandbridge's own, :mod:`sandbridge.relay.local_peer`)
+- ``bytes``: the owner check at accept (sandbridge's own, :mod:`sandbridge.relay.host.local_peer`)
   and bytes copied both ways over parked app connections. No HTTP at all.
 - ``http``: the same, plus what no HTTP relay can skip and sandbridge does on every
   request: llhttp reads the request head, it is checked and translated for the app
@@ -33,7 +33,7 @@ from sandbridge.protocol.http.parser import (
     ResponseHead,
     ResponseReader,
 )
-from sandbridge.relay import local_peer
+from sandbridge.relay.host import local_peer
 
 
 class Floor:

@@ -1,6 +1,6 @@
 """The event loop's stall while the C front door takes a flood of new connections.
 
-``python -m benchmarks.front_flood [SECONDS] [CLIENTS]``: a front door (relay/front.py)
+``python -m benchmarks.front_flood [SECONDS] [CLIENTS]``: a front door (relay/front/front.py)
 serves one loopback listener in this process; a child process opens connections to it
 from CLIENTS threads for SECONDS, each sending one request the front has not seen (so
 every one is accepted, checked over netlink, read and handed to the event loop, as a
@@ -21,11 +21,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from sandbridge.relay import front
-from sandbridge.relay.settings import RelaySettings, SessionScope
+from sandbridge.relay.front import front
+from sandbridge.relay.host.settings import RelaySettings, SessionScope
 
 if TYPE_CHECKING:
-    from sandbridge.relay._front import Handoff
+    from sandbridge.relay.front._front import Handoff
 
 PROBE_SECONDS = 0.001
 FLOOD = """

@@ -234,7 +234,7 @@ def _is_shim(pid: int) -> bool:
 
 def _is_minter(pid: int) -> bool:
     try:
-        return b"sandbridge.relay.socket_minter" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"sandbridge.relay.host.socket_minter" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

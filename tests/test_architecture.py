@@ -148,10 +148,28 @@ def test_the_front_door_closes_descriptors_only_through_its_helper() -> None:
     assert not found, found
 
 
+# The relay's folders, each on its own floor: the listeners (a browser connection's path)
+# drive the front door, and both stand on host/ (reaching apps, settings, the budget).
+RELAY_FLOORS = {"host": 0, "front": 1, "listener": 2}
 # What the relay's sandbox half (relay/inside/) may take from its host half: the one rule
 # of connecting to an app, which the host's own sockets follow too. Nothing else of the
 # host's data path runs inside, and the host never runs a program of the sandbox's.
-RELAY_HALVES_SHARE = frozenset({"sandbridge.relay.app_connector"})
+RELAY_HALVES_SHARE = frozenset({"sandbridge.relay.host.app_connector"})
+
+
+def _relay_folder(module: str) -> str:
+    return module.split(".")[2]  # sandbridge.relay.<folder>[.<module>]
+
+
+def test_every_relay_module_is_in_a_folder() -> None:
+    strays = [
+        module
+        for module, _ in _modules()
+        if module.startswith("sandbridge.relay.")
+        and module != "sandbridge.relay.__init__"
+        and _relay_folder(module) not in {*RELAY_FLOORS, "inside"}
+    ]
+    assert not strays, f"relay modules outside host/, front/, listener/, inside/: {strays}"
 
 
 @pytest.mark.parametrize(
@@ -159,16 +177,21 @@ RELAY_HALVES_SHARE = frozenset({"sandbridge.relay.app_connector"})
     [(module, path) for module, path in _modules() if module.startswith("sandbridge.relay.")],
     ids=lambda v: str(v),
 )
-def test_the_relays_two_halves_import_only_what_they_share(module: str, path: Path) -> None:
-    inside = module.startswith("sandbridge.relay.inside.")
+def test_the_relays_folders_import_down_and_its_two_halves_only_what_they_share(
+    module: str, path: Path
+) -> None:
+    own = _relay_folder(module)
     for target in _imports(path):
         if not target.startswith("sandbridge.relay."):
             continue
-        if inside:
-            allowed = target.startswith("sandbridge.relay.inside") or target in RELAY_HALVES_SHARE
+        other = _relay_folder(target)
+        if own == "inside":
+            allowed = other == "inside" or target in RELAY_HALVES_SHARE
+        elif other == "inside":
+            allowed = False
         else:
-            allowed = not target.startswith("sandbridge.relay.inside")
-        assert allowed, f"{module} imports {target}: across the relay's host/sandbox line"
+            allowed = other == own or RELAY_FLOORS[other] < RELAY_FLOORS[own]
+        assert allowed, f"{module} imports {target}: up, or across the host/sandbox line"
 
 
 def test_no_import_circle_between_modules() -> None:

@@ -160,7 +160,9 @@ def test_build_makes_an_sdist_and_a_wheel_with_the_front_door(dist: Path) -> Non
     assert names[0].startswith("sandbridge-0.") and names[0].endswith("-linux_x86_64.whl")
     assert names[1].startswith("sandbridge-0.") and names[1].endswith(".tar.gz")
     listing = _run(["unzip", "-Z1", str(dist / names[0])]).stdout.split()
-    assert any(name.startswith("sandbridge/relay/_front.") for name in listing if ".so" in name)
+    assert any(
+        name.startswith("sandbridge/relay/front/_front.") for name in listing if ".so" in name
+    )
     assert "sandbridge/daemon/units/sandbridge.socket" in listing
 
 
@@ -189,7 +191,7 @@ def test_the_built_wheel_installs_its_three_commands_and_runs(dist: Path, tmp_pa
 
 def test_without_a_c_compiler_the_wheel_has_no_front_door(wheel_without_compiler: Path) -> None:
     listing = _run(["unzip", "-Z1", str(wheel_without_compiler)]).stdout.split()
-    assert "sandbridge/relay/front.py" in listing
+    assert "sandbridge/relay/front/front.py" in listing
     assert not [name for name in listing if name.endswith(".so")]
 
 

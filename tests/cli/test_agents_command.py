@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SANDBRIDGE
+from tests.support.command_in_process import sandbridge
 
 SECRET = "stand-in-key-never-printed-7f2a"
 
@@ -50,15 +50,9 @@ def user(tmp_path: Path) -> dict[str, str]:
 
 
 def _sandbridge(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SANDBRIDGE, *args],
-        env=env,
-        cwd=env["PROJECT"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """The command in this process (tests/support/command_in_process.py): these tests are
+    about what it prints and refuses, not about its process."""
+    return sandbridge(*args, env=env, cwd=env["PROJECT"])
 
 
 def test_agents_lists_every_profile_with_its_command_and_state(user: dict[str, str]) -> None:

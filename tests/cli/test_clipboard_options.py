@@ -12,18 +12,21 @@ import pytest
 
 from sandbridge.places.registry import list_sessions
 from tests.conftest import SANDBRIDGE
+from tests.support import command_in_process
 
 
 def sandbridge(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The command in this process (tests/support/command_in_process.py): every run here is
+    refused or only shows its policy."""
+    return command_in_process.sandbridge(*args, env=env, cwd=workdir)
+
+
+def started(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``sandbridge run``: one refused at its session's start, in its process."""
     return subprocess.run(
-        [*SANDBRIDGE, *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [*SANDBRIDGE, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=60,
         check=False,
-    )
+    )  # fmt: skip
 
 
 def test_print_policy_says_the_bridge_is_off_by_default(tmp_path: Path, xdg: Path) -> None:
@@ -97,7 +100,7 @@ def test_a_malformed_flag_is_refused_in_one_line_before_any_session(
 
 def test_a_host_without_a_display_is_refused_at_session_start(tmp_path: Path, xdg: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    result = sandbridge(tmp_path, env, "run", "--no-daemon", "--clipboard", "read", "--", "true")
+    result = started(tmp_path, env, "run", "--no-daemon", "--clipboard", "read", "--", "true")
     assert result.returncode != 0
     assert "sandbridge: --clipboard: neither WAYLAND_DISPLAY nor DISPLAY is set here" in (
         result.stderr

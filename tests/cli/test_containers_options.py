@@ -13,9 +13,17 @@ import pytest
 
 from sandbridge.places.registry import list_sessions
 from tests.conftest import SANDBRIDGE
+from tests.support import command_in_process
 
 
 def sandbridge(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The command in this process (tests/support/command_in_process.py): every run here is
+    refused or only shows its policy."""
+    return command_in_process.sandbridge(*args, env=env, cwd=workdir)
+
+
+def started(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``sandbridge run``: one refused at its session's start, in its process."""
     return subprocess.run(
         [*SANDBRIDGE, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=60,
         check=False,
@@ -95,7 +103,7 @@ def test_an_engine_that_does_not_answer_is_refused_at_session_start(
 ) -> None:
     work = tmp_path / "work"  # the engine's socket path lies outside it
     work.mkdir()
-    result = sandbridge(
+    result = started(
         work, dict(os.environ), "run", "--no-daemon", "--net", "none", "--containers",
         "--containers-image", "busybox", "--containers-engine", f"unix://{tmp_path}/gone.sock",
         "--", "true",
@@ -125,7 +133,7 @@ def test_an_engine_socket_the_sandbox_sees_is_refused_at_session_start(
     listening.bind(str(engine))
     listening.listen()
     try:
-        result = sandbridge(
+        result = started(
             tmp_path, dict(os.environ), "run", "--no-daemon", "--net", "none", "--containers",
             "--containers-image", "busybox", "--containers-engine", f"unix://{engine}",
             "--", "true",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sandbridge.agents import catalogue
 from sandbridge.doctor.checks import CHECKS
-from tests.conftest import SANDBRIDGE
+from tests.support.command_in_process import sandbridge
 
 
 def _doctor(tmp_path: Path, *options: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -21,14 +21,8 @@ def _doctor(tmp_path: Path, *options: str, **env: str) -> subprocess.CompletedPr
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
     }
-    return subprocess.run(
-        [*SANDBRIDGE, "doctor", *options],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, **own, **env},
-    )
+    # In this process (tests/support/command_in_process.py): what doctor finds and says.
+    return sandbridge("doctor", *options, env={**os.environ, **own, **env})
 
 
 def test_doctor_prints_every_check_and_a_fix_under_each_warning(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pexpect
 import pytest
 
 from tests.conftest import SANDBRIDGE
+from tests.support.command_in_process import sandbridge
 from tests.terminals.harness import TerminalSession
 
 # The sandbox asks for one host, then rewrites the line the session printed about it
@@ -24,9 +25,8 @@ FORGER = (
 
 
 def egress(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SANDBRIDGE, "egress", *args], capture_output=True, text=True, check=False
-    )
+    """``sandbridge egress ARGS`` in this process (tests/support/command_in_process.py)."""
+    return sandbridge("egress", *args)
 
 
 def test_nothing_pending_without_sessions(xdg: Path) -> None:

@@ -24,6 +24,7 @@ import dnslib.server
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process
 from tests.egress.test_in_sandbox import NET_WORLD
+from tests.support.command_in_process import sandbridge
 
 SECRET = "planted-secret-cli-e4d2a6"
 INDEX = "pkgs.test"  # the test-made internet's package host (tests/apps/net_world.py)
@@ -82,15 +83,9 @@ def stock_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def command(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    """``sandbridge ARGS`` in :func:`stock_env` (``extra`` variables on top)."""
-    return subprocess.run(
-        [*SANDBRIDGE, *args],
-        env=stock_env(home, **extra),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """``sandbridge ARGS`` in :func:`stock_env` (``extra`` variables on top), in this
+    process (tests/support/command_in_process.py)."""
+    return sandbridge(*args, env=stock_env(home, **extra))
 
 
 def test_survey_prints_names_and_never_a_value(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from sandbridge.cli.relay_options import add_relay_options, relay_settings_of
 from sandbridge.cli.sessions import build_parser
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.protocol.relay_settings import LIMITS, Limit
-from tests.conftest import SANDBRIDGE
+from tests.support.command_in_process import sandbridge
 
 AnyLimit = Limit[float] | Limit[int]
 BY_NAME = pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: limit.name)
@@ -86,14 +85,7 @@ def test_a_pool_size_past_the_front_doors_is_refused_before_anything_is_prepared
     workdir = tmp_path / "work"
     workdir.mkdir()
     argv = ["run", "--no-daemon", "--workdir", str(workdir), "--app-pool-size", "65"]
-    result = subprocess.run(
-        [*SANDBRIDGE, *argv, "--", "true"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    result = sandbridge(*argv, "--", "true", env=env)  # in this process: refused
     assert result.returncode != 0
     assert result.stderr == (
         "sandbridge: --app-pool-size must be an integer from 0 to 64, got 65\n"

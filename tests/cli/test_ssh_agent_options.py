@@ -14,6 +14,7 @@ import pytest
 from sandbridge.places.registry import list_sessions
 from tests.conftest import SANDBRIDGE
 from tests.ssh_agent.owner_agent import OwnerAgent, start_owner_agent
+from tests.support import command_in_process
 
 
 @pytest.fixture
@@ -25,15 +26,17 @@ def owner(tmp_path: Path) -> Iterator[OwnerAgent]:
 
 
 def sandbridge(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The command in this process (tests/support/command_in_process.py): every run here is
+    refused or only shows its policy."""
+    return command_in_process.sandbridge(*args, env=env, cwd=workdir)
+
+
+def started(workdir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``sandbridge run``: one refused at its session's start, in its process."""
     return subprocess.run(
-        [*SANDBRIDGE, *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [*SANDBRIDGE, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=60,
         check=False,
-    )
+    )  # fmt: skip
 
 
 def test_print_policy_says_the_bridge_is_off_by_default(tmp_path: Path, xdg: Path) -> None:
@@ -87,7 +90,7 @@ def test_a_choice_that_cannot_be_served_ends_the_run_before_its_sandbox(
     tmp_path: Path, xdg: Path, owner: OwnerAgent, value: str, says: str
 ) -> None:
     marker = tmp_path / "ran"
-    result = sandbridge(
+    result = started(
         tmp_path, owner.env(), "run", "--no-daemon", "--ssh-agent", value,
         "--", "touch", str(marker),
     )  # fmt: skip

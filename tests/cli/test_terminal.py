@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from sandbridge.terminals.journal import AuditLog
-from tests.conftest import SANDBRIDGE
+from tests.support.command_in_process import sandbridge
 
 # 2026-12-06 07:10:08 UTC
 WHEN = 1796541008.25
@@ -31,14 +30,7 @@ def _env(tmp_path: Path, tz: str) -> dict[str, str]:
 
 
 def _audit(env: dict[str, str], *options: str) -> str:
-    result = subprocess.run(
-        [*SANDBRIDGE, "terminal", "audit", *options],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = sandbridge("terminal", "audit", *options, env=env)  # in this process
     assert (result.returncode, result.stderr) == (0, "")
     return result.stdout
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SANDBRIDGE, Process, run_argv, start_daemon
+from tests.conftest import Process, run_argv, start_daemon
+from tests.support.command_in_process import sandbridge
 
 # A command that says it runs, then waits to be ended.
 WAITING = ("sh", "-c", "echo READY; exec sleep 600")
@@ -23,7 +24,9 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def sessions() -> list[dict[str, object]]:
-    listed: list[dict[str, object]] = json.loads(run([*SANDBRIDGE, "ls", "--json"]).stdout)
+    """The owner's ``sandbridge ls --json``, in this process
+    (tests/support/command_in_process.py)."""
+    listed: list[dict[str, object]] = json.loads(sandbridge("ls", "--json").stdout)
     return listed
 
 

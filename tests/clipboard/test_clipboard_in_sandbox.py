@@ -27,6 +27,7 @@ from sandbridge.protocol import clipboard as wire
 from sandbridge.protocol.contract import CLIPBOARD_SOCKET
 from tests.clipboard.x_display import PNG_1X1, XDisplay
 from tests.conftest import SANDBRIDGE, Process, run_argv
+from tests.support.command_in_process import sandbridge
 
 READ_SCRIPT = """\
 set -u
@@ -67,13 +68,10 @@ def checks(process: Process) -> dict[str, str]:
 
 
 def status(session: str) -> list[dict[str, Any]]:
-    shown = subprocess.run(
-        [*SANDBRIDGE, "status", "--json", session],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    """The owner's ``sandbridge status --json`` in this process
+    (tests/support/command_in_process.py)."""
+    shown = sandbridge("status", "--json", session)
+    assert shown.returncode == 0, shown.stderr
     report: list[dict[str, Any]] = json.loads(shown.stdout)
     return report
 
@@ -95,9 +93,7 @@ def test_the_sandbox_reads_text_and_png_and_cannot_write_in_read_mode(
     try:
         found = checks(process)
         [report] = status(session)
-        shown = subprocess.run(
-            [*SANDBRIDGE, "status", session], capture_output=True, text=True, timeout=60
-        ).stdout
+        shown = sandbridge("status", session).stdout
         said = process.wait_line(
             "sandbridge: the sandbox read your clipboard: text/plain", stream="stderr", timeout=30
         )

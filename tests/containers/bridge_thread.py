@@ -4,10 +4,8 @@ client (the standard library's, over the Unix socket) to call it as ``docker`` d
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from sandbridge.containers.decision_log import DecisionLog
 from sandbridge.containers.server import MAX_REQUESTS, ContainerBridge
 from sandbridge.containers.settings import ContainerSettings, NetworkMode
 from tests.containers.stand_in_engine import StandInEngine
+from tests.support.loop_thread import LoopThread
 from tests.support.unix_http import UnixHTTPConnection
 
 IMAGE = "localhost/sbtest/busybox:1"
@@ -46,7 +45,7 @@ class Reply:
         return str(self.json()["message"])
 
 
-class BridgeThread:
+class BridgeThread(LoopThread):
     """A bridge for session ``session`` at ``tmp/run/containers.sock`` (``tmp/run``: its
     runtime dir) before a stand-in engine at ``engine_dir/engine.sock`` (default
     ``tmp/engine``); the workdir is ``tmp/work``."""
@@ -79,29 +78,17 @@ class BridgeThread:
         self.bridge = ContainerBridge(
             self.path, self.settings, session, binds, DecisionLog(self.log_dir), max_requests
         )
-        self.errors: list[dict[str, object]] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
-        self._thread.start()
-        assert self._ready.wait(10)
+        super().__init__()
 
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._loop.set_exception_handler(lambda _, context: self.errors.append(context))
-        self._stop = asyncio.Event()
+    async def start_servers(self) -> None:
         await self.engine.start()
         await self.bridge.start()
         self.started_with = self.engine.paths()
         self.engine.requests.clear()  # the start's own ping: each test sees its requests alone
-        self._ready.set()
-        await self._stop.wait()
+
+    async def close_servers(self) -> None:
         await self.bridge.close()
         await self.engine.close()
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-        assert not self._thread.is_alive()
 
     def call(
         self, method: str, target: str, body: object = None, raw: bytes | None = None

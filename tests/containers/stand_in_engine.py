@@ -26,6 +26,7 @@ from sandbridge.protocol.http.parser import (
     RequestReader,
     Upgraded,
 )
+from tests.support.loop_thread import LoopThread
 
 
 @dataclass(frozen=True)
@@ -175,30 +176,21 @@ class StandInEngine:
         await writer.drain()
 
 
-class EngineThread:
+class EngineThread(LoopThread):
     """A stand-in engine at ``socket`` on an event loop in a thread of its own, for a
     session a test starts as a separate process (``sandbridge run``, ``host``)."""
 
     def __init__(self, socket: Path) -> None:
         self.engine = StandInEngine(socket)
         self.socket = socket
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
-        self._thread.start()
-        assert self._ready.wait(10)
+        super().__init__()
 
     @property
     def requests(self) -> list[Seen]:
         return self.engine.requests
 
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
+    async def start_servers(self) -> None:
         await self.engine.start()
-        self._ready.set()
-        await self._stop.wait()
-        await self.engine.close()
 
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
+    async def close_servers(self) -> None:
+        await self.engine.close()

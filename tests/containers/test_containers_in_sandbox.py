@@ -23,6 +23,7 @@ from sandbridge.protocol.contract import CONTAINERS_SOCKET
 from tests.conftest import SANDBRIDGE, Process, run_argv
 from tests.containers.bridge_thread import IMAGE, connect_to
 from tests.containers.stand_in_engine import EngineThread
+from tests.support.command_in_process import sandbridge
 
 SCRIPT = """\
 set -u
@@ -53,10 +54,10 @@ def engine(tmp_path: Path) -> Iterator[EngineThread]:
 
 
 def _status(session: str) -> list[dict[str, Any]]:
-    shown = subprocess.run(
-        [*SANDBRIDGE, "status", "--json", session],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+    """The owner's ``sandbridge status --json`` in this process
+    (tests/support/command_in_process.py)."""
+    shown = sandbridge("status", "--json", session)
+    assert shown.returncode == 0, shown.stderr
     report: list[dict[str, Any]] = json.loads(shown.stdout)
     return report
 

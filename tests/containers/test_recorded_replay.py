@@ -15,10 +15,8 @@ the label the bridge adds is what is asserted on the body that reached the engin
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +39,7 @@ from tests.support.docker_replay import (
     ReplayEngine,
     load_recording,
 )
+from tests.support.loop_thread import LoopThread
 
 # The session the recordings were made for: the bridge serves it under this name, so the
 # label it adds is the one the recorded answers carry (a volume's, say).
@@ -109,7 +108,7 @@ ORDINARY: dict[str, tuple[str, ...]] = {
 ALL_RECORDINGS = sorted(path.stem for path in RECORDED.glob("*.json"))
 
 
-class ReplayBridge:
+class ReplayBridge(LoopThread):
     """The bridge for session :data:`SESSION` at ``tmp/run/containers.sock`` before the
     recorded stand-in, on an event loop in a thread of its own (as a session serves it);
     the workdir ``tmp/work`` is what the sandbox sees."""
@@ -131,26 +130,14 @@ class ReplayBridge:
         self.bridge = ContainerBridge(
             self.path, settings, SESSION, binds, DecisionLog(self.log_dir)
         )
-        self.errors: list[dict[str, object]] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
-        self._thread.start()
-        assert self._ready.wait(10)
+        super().__init__()
 
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._loop.set_exception_handler(lambda _, context: self.errors.append(context))
-        self._stop = asyncio.Event()
+    async def start_servers(self) -> None:
         await self.bridge.start()
         self.engine.requests.clear()  # the start's own ping: each case sees its requests alone
-        self._ready.set()
-        await self._stop.wait()
-        await self.bridge.close()
 
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-        assert not self._thread.is_alive()
+    async def close_servers(self) -> None:
+        await self.bridge.close()
 
     def send(self, recording: Recording) -> Reply:
         """The recording's request as a client of the bridge sends it (see the module's

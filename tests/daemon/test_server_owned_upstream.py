@@ -1,4 +1,4 @@
-"""The daemon's sessions get app connections the daemon owns alone (relay/owned_upstream.py):
+"""The daemon's sessions get app connections the daemon owns alone (relay/host/owned_upstream.py):
 the run client sends the sandbox's network namespace with its request (again to a
 restarted daemon), the daemon checks it and starts the session's socket minter in it."""
 
@@ -19,7 +19,7 @@ from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import encode
 from tests.conftest import ECHO_APP, PYTHON, Process, host_port_of, run_argv, start_daemon
 from tests.daemon.test_server import ask, wait_until
-from tests.relay.test_owned_upstream import (
+from tests.relay.host.test_owned_upstream import (
     ANSWER_BOUND,
     FLAG_THIEF,
     SANDBOX_VIEW,

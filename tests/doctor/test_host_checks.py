@@ -13,7 +13,7 @@ import pytest
 
 from sandbridge.doctor import host_checks
 from sandbridge.doctor.finding import Status
-from sandbridge.relay import front
+from sandbridge.relay.front import front
 from tests.conftest import SANDBRIDGE
 
 # Debian's default hosts and nsswitch.conf (netbase, libc-bin): no name under localhost

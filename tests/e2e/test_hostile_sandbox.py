@@ -44,7 +44,7 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 # In a sandbox `run` starts, the host makes its app connections itself (relay/
 # owned_upstream.py) and never opens upstream.sock for them: what the sandbox puts there
 # changes nothing. For a sandbox another runtime starts, the host still connects to it,
-# checked: tests/relay/test_upstream.py, tests/relay/test_hostile_shim.py.
+# checked: tests/relay/host/test_upstream.py, tests/relay/host/test_hostile_shim.py.
 
 
 def test_symlinked_upstream_socket_is_never_followed(

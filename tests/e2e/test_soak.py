@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from sandbridge.relay.owned_upstream import POOL_SIZE
+from sandbridge.relay.host.owned_upstream import POOL_SIZE
 from tests.conftest import ECHO_APP, PYTHON, Process, app_host, host_port_of, run_argv
 from tests.e2e.features import rss_kib
 
@@ -136,7 +136,7 @@ def test_soak_with_good_and_hostile_clients(tmp_path: Path) -> None:
         failures = [r for r in results if r != "ok"]
         assert len(results) > 100 and not failures, failures[:5]
         # The socket minter keeps up to POOL_SIZE unconnected sockets ready for new app
-        # connections (relay/owned_upstream.py): fuller after than before, never more.
+        # connections (relay/host/owned_upstream.py): fuller after than before, never more.
         bound = fds_before + 4 + POOL_SIZE
         assert wait_for(lambda: fd_count(host_pid) <= bound, 15), (
             f"descriptors: {fds_before} before, {fd_count(host_pid)} after"

@@ -7,12 +7,10 @@ which is what that entry is for), and names resolve through a fixed table.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import ipaddress
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from sandbridge.egress.log import EgressLog, read_entries
 from sandbridge.project.policy import PROXY_PORT, load_policy
 from sandbridge.protocol.egress_opening import encode_open
 from tests.conftest import free_port
+from tests.support.loop_thread import LoopThread
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ class TableResolver:
         return [ipaddress.ip_address(NAMES[name])] if name in NAMES else []
 
 
-class Gate:
+class Gate(LoopThread):
     def __init__(self, path: Path, log_dir: Path, app_port: int, service_port: int) -> None:
         policy = load_policy(
             Path("/nonexistent"),
@@ -51,25 +50,13 @@ class Gate:
         self.gate = EgressGate(
             path, policy, EgressLog(log_dir / "egress.jsonl"), resolver=TableResolver()
         )
-        self.errors: list[dict[str, object]] = []  # what asyncio would report as unhandled
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
-        self._thread.start()
-        assert self._ready.wait(10)
+        super().__init__()
 
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._loop.set_exception_handler(lambda _, context: self.errors.append(context))
-        self._stop = asyncio.Event()
+    async def start_servers(self) -> None:
         await self.gate.start()
-        self._ready.set()
-        await self._stop.wait()
-        await self.gate.close()
 
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
+    async def close_servers(self) -> None:
+        await self.gate.close()
 
 
 @pytest.fixture
@@ -286,7 +273,7 @@ def test_closing_the_gate_ends_an_idle_tunnel(gate: Gate) -> None:
         service_end, _ = idle_service.accept()
         with service_end:
             gate.stop()
-            assert not gate._thread.is_alive()
+            assert not gate.running
             assert client.recv(100) == b""
             service_end.settimeout(15)
             assert service_end.recv(100) == b""

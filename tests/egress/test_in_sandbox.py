@@ -34,6 +34,7 @@ from tests.conftest import (
     request,
     run_argv,
 )
+from tests.support.command_in_process import sandbridge
 
 NET_WORLD = str(REPO / "tests" / "apps" / "net_world.py")
 PROBES = str(REPO / "tests" / "apps" / "egress_probes.py")
@@ -94,12 +95,12 @@ def session(
     process = in_world(argv, env)
     try:
         probes_seen = collect(process)
-        status = subprocess.run(
-            [*SANDBRIDGE, "status"], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        status_json = subprocess.run(
-            [*SANDBRIDGE, "status", "--json"], env=env, capture_output=True, text=True, check=True
-        ).stdout
+        # The owner's `sandbridge status`, in this process (tests/support/command_in_process.py).
+        status = sandbridge("status", env=env)
+        status_json = sandbridge("status", "--json", env=env)
+        assert status.returncode == 0 and status_json.returncode == 0, (
+            status.stderr + status_json.stderr
+        )
         go.write_text("done\n")
         assert process.popen.wait(30) == 0
     finally:
@@ -108,7 +109,7 @@ def session(
     stderr = process.drain("stderr")
     lines = process.lines["stderr"] + stderr.splitlines()
     hits = [line for line in lines if line.startswith("HIT ")]
-    return Outcome(probes_seen, hits, stderr, status, json.loads(status_json))
+    return Outcome(probes_seen, hits, stderr, status.stdout, json.loads(status_json.stdout))
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -28,6 +28,7 @@ from sandbridge.exceptions import ControlRefusal
 from sandbridge.project.policy import ALLOW_FILE, MAX_POLICY_FILE_BYTES, PROXY_PORT, load_policy
 from sandbridge.protocol.egress_opening import encode_open, encode_request
 from tests.conftest import PYTHON, REPO, swapping
+from tests.support.loop_thread import LoopThread
 
 ALLOW_TEXT = "# reviewed\npublic.test\nnarrow.test:443\nloop.test\n"
 
@@ -47,7 +48,7 @@ class TableResolver:
         return [ipaddress.ip_address("127.0.0.1")] if name in self.loopback else []
 
 
-class Host:
+class Host(LoopThread):
     """An egress gate with a project policy, served on its own loop in a thread."""
 
     def __init__(self, tmp_path: Path) -> None:
@@ -64,19 +65,12 @@ class Host:
             resolver=self.resolver,
             session="s-test",
         )
-        self.errors: list[dict[str, object]] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
-        self._thread.start()
-        assert self._ready.wait(10)
+        super().__init__()
 
-    async def _serve(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.loop.set_exception_handler(lambda _, context: self.errors.append(context))
-        self._stop = asyncio.Event()
+    async def start_servers(self) -> None:
         await self.gate.start()
-        self._ready.set()
-        await self._stop.wait()
+
+    async def close_servers(self) -> None:
         await self.gate.close()
 
     def owner(self, op: str, **fields: object) -> dict[str, Any]:
@@ -86,13 +80,7 @@ class Host:
         async def call() -> dict[str, Any]:
             return await handler({"op": op, **fields})
 
-        answer: dict[str, Any] = asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
-        return answer
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self.loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
+        return self.on_loop(call())
 
 
 @pytest.fixture
@@ -608,7 +596,7 @@ def test_the_session_ends_with_an_asker_still_waiting(host: Host) -> None:
     try:
         assert asker.answer()["state"] == "pending"
         host.stop()
-        assert not host._thread.is_alive()
+        assert not host.running
         assert asker.file.read() == b""  # the end: no decision was made
     finally:
         asker.close()

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BACKENDS, PYTHON, REPO, SANDBRIDGE, Process, run_argv
+from tests.conftest import BACKENDS, PYTHON, REPO, Process, run_argv
 from tests.egress.test_in_sandbox import in_world
+from tests.support.command_in_process import sandbridge
 
 ASKER = str(REPO / "tests" / "apps" / "egress_asker.py")
 HOSTILE = '\x1b[2J\x1b]0;pwned\x07fake\nsandbridge: second line \u202eevil" --save'
@@ -38,13 +39,9 @@ class World:
     answers: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
 
     def egress(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*SANDBRIDGE, "egress", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        """The owner's ``sandbridge egress ARGS``, in this process
+        (tests/support/command_in_process.py)."""
+        return sandbridge("egress", *args, env=self.env)
 
     def asked(self, destination: str) -> str:
         """The request id of the session's line for ``destination`` (waits for it)."""

@@ -8,7 +8,7 @@ relay's limits, every prefix waits, the browser's head is in the relay's one for
 relayed request has a line in the form the Python parser accepts, and the head the base-path
 rule makes). Its seed corpus is
 ``tests/fuzz/c/corpus``; what the run adds is then put through the differential check of
-``tests/relay/test_front_translation.py``, so a class the C properties do not name is
+``tests/relay/front/test_front_translation.py``, so a class the C properties do not name is
 still found where the Python relay disagrees.
 """
 
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.relay._front import PEEK_MAX
-from tests.relay.test_front_translation import check_agreement
+from sandbridge.relay.front._front import PEEK_MAX
+from tests.relay.front.test_front_translation import check_agreement
 
 FUZZ_DIR = Path(__file__).resolve().parent / "c"
-SRC = Path(__file__).resolve().parents[2] / "src" / "sandbridge" / "relay"
+SRC = Path(__file__).resolve().parents[2] / "src" / "sandbridge" / "relay" / "front"
 # A bounded run inside the suite's time budget; more seconds find more (run it by hand:
 # the command is in the failure message).
 FUZZ_SECONDS = 20

@@ -5,7 +5,7 @@ It answers stream openings (or, in v1 mode, refuses them like a v1-only shim and
 answers v1 requests) with the broken response that the request's path names:
 ``/hostile/<behaviour>``. Any other path gets a well-formed 200. In tcp mode it is an app
 on ``127.0.0.1:PORT`` that answers the same way: what the host meets where it connects to
-the app itself (relay/owned_upstream.py) and never asks the shim.
+the app itself (relay/host/owned_upstream.py) and never asks the shim.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from sandbridge.places.registry import (
     validate_name,
 )
 from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, run_argv
+from tests.support.command_in_process import sandbridge
 
 
 @pytest.fixture
@@ -143,17 +144,15 @@ def test_run_prints_its_session_id_and_ls_shows_it_with_its_app(tmp_path: Path) 
     try:
         assert session.wait_line("sandbridge: session", "stderr") == "sandbridge: session demo-1"
         session.wait_line("sandbridge: sandbox port", "stderr")
-        listed = subprocess.run(
-            [*SANDBRIDGE, "ls", "--json"], env=env, capture_output=True, text=True, check=True
-        )
+        # The owner's commands in this process (tests/support/command_in_process.py).
+        listed = sandbridge("ls", "--json", env=env)
+        assert listed.returncode == 0, listed.stderr
         [record] = json.loads(listed.stdout)
         assert record["id"] == "demo-1"
         [url] = [app["url"] for app in record["apps"]]
         port = record["apps"][0]["host_port"]
         assert re.fullmatch(rf"http://[a-z2-7]{{26}}\.localhost:{port}/", url)
-        text = subprocess.run(
-            [*SANDBRIDGE, "ls"], env=env, capture_output=True, text=True, check=True
-        ).stdout
+        text = sandbridge("ls", env=env).stdout
         assert text.startswith("demo-1  pid ") and f"-> {url}" in text
         clash = subprocess.run(
             [*SANDBRIDGE, "run", "--name", "demo-1", "--", "true"],
@@ -166,8 +165,8 @@ def test_run_prints_its_session_id_and_ls_shows_it_with_its_app(tmp_path: Path) 
         assert "session 'demo-1' is already running" in clash.stderr
     finally:
         session.stop()
-    gone = subprocess.run([*SANDBRIDGE, "ls"], env=env, capture_output=True, text=True, check=True)
-    assert gone.stdout == "no running sessions\n"
+    gone = sandbridge("ls", env=env)
+    assert (gone.returncode, gone.stdout) == (0, "no running sessions\n")
 
 
 NOBODY = 65534
@@ -254,13 +253,9 @@ def test_run_starts_beside_squatted_dirs_says_why_and_ls_lists_it(
         line = session.wait_line(f"sandbridge: {shared}/sandbridge-", "stderr")
         assert why in line and "session state is in" in line
         session.wait_line("READY")
-        listed = subprocess.run(
-            [*SANDBRIDGE, "ls", "--json"], capture_output=True, text=True, check=True
-        )
+        listed = sandbridge("ls", "--json")  # in this process
         assert [record["id"] for record in json.loads(listed.stdout)] == ["sq"]
-        status = subprocess.run(
-            [*SANDBRIDGE, "status", "sq"], capture_output=True, text=True, check=False
-        )
+        status = sandbridge("status", "sq")
         assert status.returncode == 0, status.stderr
     finally:
         assert session.stop() == 128 + signal.SIGTERM

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BACKENDS, SANDBRIDGE, Process, run_argv
+from tests.support import command_in_process
 
 SECRET = "planted-secret-session-3c9b17"
 
@@ -48,9 +49,16 @@ def every_command_line() -> str:
 
 
 def sandbridge(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``sandbridge`` process (a session's run)."""
     return subprocess.run(
         [*SANDBRIDGE, *args], env=env, capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def in_process(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The owner's commands and the runs that stop before a session, in this process
+    (tests/support/command_in_process.py)."""
+    return command_in_process.sandbridge(*args, env=env)
 
 
 def test_values_reach_the_command_and_no_output(backend: str, tmp_path: Path) -> None:
@@ -72,8 +80,8 @@ def test_values_reach_the_command_and_no_output(backend: str, tmp_path: Path) ->
         process.wait_line("READY", timeout=60)
         during = files_under(xdg)
         command_lines = every_command_line()
-        status = sandbridge(env, "status", "--json")
-        listing = sandbridge(env, "ls", "--json")
+        status = in_process(env, "status", "--json")
+        listing = in_process(env, "ls", "--json")
         go.write_text("done\n")
         assert process.popen.wait(30) == 0
     finally:
@@ -105,7 +113,7 @@ def test_print_policy_and_dry_run_name_the_variables_only(
 ) -> None:
     work = make_project(tmp_path)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
-    result = sandbridge(
+    result = in_process(
         env,
         "run",
         "--workdir",
@@ -126,7 +134,7 @@ def test_print_policy_and_dry_run_name_the_variables_only(
 
 def test_a_file_others_can_read_stops_the_run(tmp_path: Path) -> None:
     work = make_project(tmp_path, mode=0o644)
-    result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
+    result = in_process(dict(os.environ), "run", "--workdir", str(work), "--", "true")
     assert result.returncode == 2
     assert f"fix it with: chmod 600 {work / '.sandbridge' / 'env'}" in result.stderr
     assert SECRET not in result.stdout + result.stderr
@@ -135,7 +143,7 @@ def test_a_file_others_can_read_stops_the_run(tmp_path: Path) -> None:
 def test_a_file_git_tracks_stops_the_run(tmp_path: Path) -> None:
     work = make_project(tmp_path)
     subprocess.run(["git", "-C", str(work), "add", "-f", ".sandbridge/env"], check=True)
-    result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
+    result = in_process(dict(os.environ), "run", "--workdir", str(work), "--", "true")
     assert result.returncode == 2
     assert "git tracks it" in result.stderr
     assert "git rm --cached .sandbridge/env" in result.stderr
@@ -145,7 +153,7 @@ def test_a_file_git_tracks_stops_the_run(tmp_path: Path) -> None:
 def test_a_bad_line_stops_the_run_naming_its_number_only(tmp_path: Path) -> None:
     work = make_project(tmp_path)
     (work / ".sandbridge" / "env").write_text(f"OK=1\n{SECRET}\n")
-    result = sandbridge(dict(os.environ), "run", "--workdir", str(work), "--", "true")
+    result = in_process(dict(os.environ), "run", "--workdir", str(work), "--", "true")
     assert result.returncode == 2
     assert result.stderr.startswith("sandbridge: .sandbridge/env:2: expected NAME=VALUE")
     assert SECRET not in result.stdout + result.stderr

@@ -13,7 +13,7 @@ import pytest
 
 from sandbridge.cli.sessions import build_parser
 from sandbridge.protocol.relay_settings import APP_POOL_SIZE, LIMITS, Limit, checked
-from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.host.settings import RelaySettings
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import encode
 from tests.conftest import REPO
@@ -108,7 +108,7 @@ def test_defaults_are_the_same_in_the_settings_the_flags_and_the_wire(limit: Any
 
 
 def test_the_pool_size_bound_is_the_c_front_doors_pool() -> None:
-    """The front door (relay/_front.c, or wherever its C defines the pool's bound) cut a
+    """The front door (relay/front/_front.c, or wherever its C defines the pool's bound) cut a
     larger size down to its MAX_POOL without a word; the declaration refuses past it
     instead, so the two must stay equal."""
     sources = sorted((REPO / "src" / "sandbridge" / "relay").rglob("*.[ch]"))
@@ -119,7 +119,7 @@ def test_the_pool_size_bound_is_the_c_front_doors_pool() -> None:
     }
     assert defined == {APP_POOL_SIZE.maximum}, (sources, defined)
     try:
-        from sandbridge.relay import _front
+        from sandbridge.relay.front import _front
     except ImportError:
         return  # not built here: the source above is what any build holds
     exported = getattr(_front, "MAX_POOL", APP_POOL_SIZE.maximum)

@@ -8,7 +8,7 @@ import asyncio
 import select
 import socket
 
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.host.channel import Channel
 from sandbridge.remote.mux import MuxStream
 from sandbridge.remote.splice import splice
 from tests.remote.test_mux import linked

@@ -30,7 +30,7 @@ import pytest
 
 from sandbridge.aio.tasks import running
 from sandbridge.exceptions import RemoteLinkError, RemoteLinkRefused
-from sandbridge.relay.local_peer import shared_owners
+from sandbridge.relay.host.local_peer import shared_owners
 from sandbridge.remote.connect import Machine
 from sandbridge.remote.ssh_transport import (
     Destination,

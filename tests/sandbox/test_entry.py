@@ -268,7 +268,7 @@ def test_the_start_gate_is_an_option_of_the_entry() -> None:
 
 def test_the_entry_sends_its_network_namespace_and_closes_the_socket() -> None:
     # The host makes its app connections from sockets of this namespace
-    # (relay/owned_upstream.py); the command never inherits the socket it came on.
+    # (relay/host/owned_upstream.py); the command never inherits the socket it came on.
     host_end, entry_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     fd = entry_end.detach()
     entry._send_namespace(fd)

@@ -18,7 +18,8 @@ from sandbridge.places.registry import session_path
 from sandbridge.protocol.contract import runtime_base
 from sandbridge.sandbox import deny_list
 from sandbridge.terminals import keys
-from tests.conftest import ECHO_APP, PYTHON, REPO, Process, run_argv
+from tests.conftest import ECHO_APP, PYTHON, REPO, SANDBRIDGE, Process, run_argv
+from tests.support.command_in_process import sandbridge
 
 PROBE = str(REPO / "tests" / "apps" / "host_paths_probe.py")
 
@@ -55,13 +56,10 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def _refused(backend: str, workdir: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        run_argv(workdir, "true", options=("--backend", backend, *options)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """The run, in this process (tests/support/command_in_process.py: a run that is not
+    refused fails the test there, before its sandbox)."""
+    argv = run_argv(workdir, "true", options=("--backend", backend, *options))
+    return sandbridge(*argv[len(SANDBRIDGE) :])
 
 
 # Each: (workdir, options) from the world, and the path the error must name.

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Nobody, run_argv
+from tests.conftest import SANDBRIDGE, Nobody, run_argv
+from tests.support.command_in_process import sandbridge
 
 MARKER_SCRIPT = "#!/bin/sh\ntouch {marker}\n"
 
@@ -613,10 +614,17 @@ def sandbridge_run(workdir: Path, *options: str) -> subprocess.CompletedProcess[
     )
 
 
+def shown_or_refused(workdir: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """A run that shows its policy or is refused, in this process
+    (tests/support/command_in_process.py)."""
+    argv = run_argv(workdir, "true", options=("--net", "none", *options))
+    return sandbridge(*argv[len(SANDBRIDGE) :])
+
+
 def test_policy_below_the_project_root_is_refused(repo: Path) -> None:
     (repo / "src" / ".sandbridge").mkdir(parents=True)
     (repo / "src" / ".sandbridge" / "config").write_text("net = full\n")
-    result = sandbridge_run(repo / "src", "--print-policy")
+    result = shown_or_refused(repo / "src", "--print-policy")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"sandbridge: {repo / 'src' / '.sandbridge'}: only the project root's policy is "
@@ -628,7 +636,7 @@ def test_policy_is_read_at_the_project_root_from_a_subdirectory(repo: Path) -> N
     (repo / ".sandbridge").mkdir()
     (repo / ".sandbridge" / "config").write_text("resolver = 192.0.2.53\n")
     (repo / "src").mkdir()
-    result = sandbridge_run(repo / "src", "--print-policy")
+    result = shown_or_refused(repo / "src", "--print-policy")
     assert result.returncode == 0, result.stderr
     assert "resolver = 192.0.2.53:53" in result.stdout
     assert "(.sandbridge/config:1)" in result.stdout
@@ -639,7 +647,7 @@ def test_policy_file_that_git_ignores_is_refused(repo: Path) -> None:
     (repo / ".sandbridge").mkdir()
     (repo / ".sandbridge" / "config").write_text("net = none\n")
     (repo / ".git" / "info" / "exclude").write_text(".sandbridge/\n")
-    result = sandbridge_run(repo, "--print-policy")
+    result = shown_or_refused(repo, "--print-policy")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"sandbridge: {repo / '.sandbridge' / 'config'}: git ignores it "
@@ -656,14 +664,14 @@ def test_run_names_the_policy_files_it_read(backend: str, repo: Path) -> None:
     assert result.returncode == 0, result.stderr
     files = f"{repo / '.sandbridge' / 'config'}, {repo / '.sandbridge' / 'allow'}"
     assert f"sandbridge: policy files read: {files}\n" in result.stderr
-    dry = sandbridge_run(repo, "--dry-run")
+    dry = shown_or_refused(repo, "--dry-run")
     assert f"sandbridge: policy files read: {files}\n" in dry.stderr
 
 
 def test_protect_outside_the_project_is_refused_with_its_line(repo: Path) -> None:
     (repo / ".sandbridge").mkdir()
     (repo / ".sandbridge" / "config").write_text("# mine\nprotect = ../elsewhere\n")
-    result = sandbridge_run(repo, "--print-policy")
+    result = shown_or_refused(repo, "--print-policy")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"sandbridge: .sandbridge/config:2: protect = ../elsewhere: outside the project root {repo}"

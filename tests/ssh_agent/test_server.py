@@ -11,7 +11,6 @@ import json
 import socket
 import struct
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,9 +24,10 @@ from sandbridge.ssh_agent.choice import parse_choice
 from sandbridge.ssh_agent.server import AgentBridge
 from sandbridge.ssh_agent.signature_log import LOG_NAME, SignatureLog, read_counts
 from tests.ssh_agent.owner_agent import OwnerAgent, start_owner_agent
+from tests.support.loop_thread import LoopThread
 
 
-class Bridge:
+class Bridge(LoopThread):
     def __init__(
         self,
         path: Path,
@@ -46,19 +46,12 @@ class Bridge:
             questions,
             max_signatures=max_signatures,
         )
-        self.errors: list[dict[str, object]] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),))
-        self._thread.start()
-        assert self._ready.wait(10)
+        super().__init__()
 
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._loop.set_exception_handler(lambda _, context: self.errors.append(context))
-        self._stop = asyncio.Event()
+    async def start_servers(self) -> None:
         await self.bridge.start()
-        self._ready.set()
-        await self._stop.wait()
+
+    async def close_servers(self) -> None:
         await self.bridge.close()
 
     def env(self) -> dict[str, str]:
@@ -66,11 +59,6 @@ class Bridge:
 
     def log_lines(self) -> list[dict[str, object]]:
         return [json.loads(line) for line in (self.log_dir / LOG_NAME).read_text().splitlines()]
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(10)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ socket's ops as the dashboard does (the real terminal: tests/aio/test_owner_ques
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,14 +137,14 @@ def test_the_dashboard_s_answer_through_the_control_ops_lets_the_signature_throu
     questions = OwnerQuestions(None, listed=True)
     listed = threading.Event()
     questions.on_change = lambda: listed.set() if questions.pending() else None
-    bridge = start("each", questions)
+    bridge: Bridge = start("each", questions)
     ops = questions.owner_ops()
 
     def call(name: str, **message: Any) -> dict[str, Any]:
         async def asked() -> dict[str, Any]:
             return await ops[name](message)
 
-        return asyncio.run_coroutine_threadsafe(asked(), bridge._loop).result(10)
+        return bridge.on_loop(asked())
 
     signed: list[bool] = []
     signer = threading.Thread(target=lambda: signed.append(signs(bridge, owner, tmp_path, "m")))
@@ -188,7 +187,7 @@ def test_a_flood_of_signatures_past_the_question_bound_is_refused_at_once(
         for question in questions.pending():
             questions.answer(question.id, False)
 
-    asyncio.run_coroutine_threadsafe(refuse_all(), bridge._loop).result(10)
+    bridge.on_loop(refuse_all())
     for signer in signers:
         signer.join(30)
     reasons = sorted(str(line["reason"]) for line in bridge.log_lines())

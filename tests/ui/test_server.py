@@ -20,7 +20,7 @@ from sandbridge.places.registry import AppRecord, SessionEntry
 from sandbridge.ui.server import MAX_CONNECTIONS
 from sandbridge.ui.server import Dashboard as ServedDashboard
 from tests.conftest import SANDBRIDGE, Process
-from tests.relay.test_local_peer import AS_NOBODY
+from tests.relay.host.test_local_peer import AS_NOBODY
 
 
 @dataclass

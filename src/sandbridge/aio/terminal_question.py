@@ -2,7 +2,7 @@
 
 The owner's terminal is where ``sandbridge run`` was started; the sandbox has no part of
 it (its entry runs in a new session, without a controlling terminal). Used by the open
-requests' ``--open ask`` (relay/host_opener.py) and the clipboard's read approval
+requests' ``--open ask`` (relay/host/host_opener.py) and the clipboard's read approval
 (clipboard/server.py).
 """
 

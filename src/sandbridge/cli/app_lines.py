@@ -1,5 +1,5 @@
 """What ``run`` prints of an app, from the fields the daemon's ``app`` and ``gone``
-events carry (``dataclasses.asdict`` of :class:`~sandbridge.relay.app.App`, the action
+events carry (``dataclasses.asdict`` of :class:`~sandbridge.relay.host.app.App`, the action
 by its value): shared by the full command and the thin client, which loads no more
 than the standard library (``thin_run.py``)."""
 

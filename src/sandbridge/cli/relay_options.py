@@ -15,9 +15,9 @@ from sandbridge.project.setting import DEFAULT, Setting
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
-from sandbridge.relay.host_opener import OpenSettings
-from sandbridge.relay.oauth_callback import CALLBACK_DEADLINE
-from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.host.host_opener import OpenSettings
+from sandbridge.relay.host.oauth_callback import CALLBACK_DEADLINE
+from sandbridge.relay.host.settings import RelaySettings
 
 
 def add_open_options(parser: argparse.ArgumentParser) -> None:

@@ -44,8 +44,8 @@ from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, load_policy
 from sandbridge.protocol.contract import EGRESS_SOCKET, MOUNT_POINT
 from sandbridge.protocol.daemon_wire import owner_stopped
-from sandbridge.relay.app import App
-from sandbridge.relay.settings import ForwardingMode
+from sandbridge.relay.host.app import App
+from sandbridge.relay.host.settings import ForwardingMode
 from sandbridge.sandbox import protected_paths
 from sandbridge.sandbox.backend import BACKENDS, resolve
 from sandbridge.sandbox.commands import JUPYTER_PATH_ENV, jupyter_config_path

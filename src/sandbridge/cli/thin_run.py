@@ -44,7 +44,7 @@ from sandbridge.protocol.daemon_wire import Event
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 READY = daemon_wire.READY_TIMEOUT
 # The sandbox entry sends its network namespace before its command starts, within its
-# own start (relay/owned_upstream.py's NAMESPACE_TIMEOUT).
+# own start (relay/host/owned_upstream.py's NAMESPACE_TIMEOUT).
 NAMESPACE_WAIT = 10.0
 # What the kernel's SO_PEERCRED holds: pid, uid, gid.
 _PEERCRED = struct.Struct("3i")
@@ -281,7 +281,7 @@ class _Session:
     def _take_namespace(self) -> None:
         """Add the network namespace the sandbox entry sends (before its command starts)
         to the serve request, sent with it to every daemon that serves the session: the
-        daemon makes the app connections in it (relay/owned_upstream.py; it checks the
+        daemon makes the app connections in it (relay/host/owned_upstream.py; it checks the
         descriptor). Without one, the daemon's session takes the shim's handoff."""
         fd = self.namespace_channel
         if fd is None:

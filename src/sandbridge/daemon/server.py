@@ -44,8 +44,8 @@ from sandbridge.private_dir import require_private_dir
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.contract import CONTROL_SOCKET, EGRESS_SOCKET, RELAY_SOCKET
 from sandbridge.protocol.daemon_wire import Event
-from sandbridge.relay.app import App
-from sandbridge.relay.owned_upstream import not_a_network_namespace
+from sandbridge.relay.host.app import App
+from sandbridge.relay.host.owned_upstream import not_a_network_namespace
 from sandbridge.sandbox.host_paths import exposure
 from sandbridge.session import options_wire
 from sandbridge.session.lifecycle import open_session

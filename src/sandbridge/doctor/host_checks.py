@@ -13,8 +13,8 @@ from sandbridge.doctor.finding import Finding, Status
 from sandbridge.exceptions import SandboxError
 from sandbridge.places import host_commands
 from sandbridge.places.systemd_user import WITHOUT_SYSTEMD, user_manager_missing
-from sandbridge.relay import front
-from sandbridge.relay.host_opener import OpenSettings
+from sandbridge.relay.front import front
+from sandbridge.relay.host.host_opener import OpenSettings
 from sandbridge.sandbox import backend
 
 # The smallest sandbox each backend makes: a user namespace and nothing else to set up.

@@ -5,7 +5,7 @@ The client sends one request, with the session's descriptors attached (its runti
 dir, its session dir, the host's end of the terminal channel when it has one, and last,
 with ``"namespace": true``, the sandbox's network namespace, which a ``run`` client
 received from the sandbox entry before the command started: the daemon makes the
-session's app connections from sockets of that namespace, relay/owned_upstream.py)::
+session's app connections from sockets of that namespace, relay/host/owned_upstream.py)::
 
     {"version": 1, "serve": {...options...}, "runtime_dir": PATH, "session_dir": PATH,
      "namespace": true}

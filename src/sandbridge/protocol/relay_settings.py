@@ -3,7 +3,7 @@
 Every place a limit crosses derives from the declaration here: the command line's flags
 and their help (``cli/relay_options.py``), the session options the ``run`` client sends
 the daemon (``session/options_wire.py``), the defaults of
-:class:`~sandbridge.relay.settings.RelaySettings` and its own check, and the table in
+:class:`~sandbridge.relay.host.settings.RelaySettings` and its own check, and the table in
 docs/relay.md ("Settings", checked against this one by
 ``tests/protocol/test_relay_settings.py``). A value is refused by :meth:`Limit.check`
 alone, with the name it was given under, the bounds and the value, so a flag, a wire
@@ -29,7 +29,7 @@ MAX_TIMEOUT_SECONDS = 86400.0
 # on a process's descriptors (fs.nr_open) is 1,048,576, so more could never be open.
 MAX_CONNECTIONS = 1 << 20
 # The C front door keeps at most MAX_POOL (64) idle app connections per app
-# (relay/_front_thread.h: ``#define MAX_POOL 64``) and used to cut a larger size down to it
+# (relay/front/_front_thread.h: ``#define MAX_POOL 64``) and used to cut a larger size down to it
 # without a word; the size is refused above it here instead.
 MAX_POOL_SIZE = 64
 
@@ -188,7 +188,7 @@ APP_POOL_SIZE = Limit(
     name="pool_size",
     kind=int,
     # Idle app connections kept per app for the next browser connection, in the front
-    # door's pool and the relay's together (relay/front.py, park_upstream).
+    # door's pool and the relay's together (relay/front/front.py, park_upstream).
     default=8,
     minimum=0,
     maximum=MAX_POOL_SIZE,

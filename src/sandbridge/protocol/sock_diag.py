@@ -1,5 +1,5 @@
 """The layouts of Linux's ``NETLINK_SOCK_DIAG`` (inet_diag) messages: what the relay
-asks the kernel about a TCP socket's owner (``relay/local_peer.py``) and the sandbox
+asks the kernel about a TCP socket's owner (``relay/host/local_peer.py``) and the sandbox
 about its listening sockets (``relay/inside/listening_ports.py``).
 
 Kept apart from both so that the sandbox entry, which scans its listeners without an

@@ -1,1 +1,2 @@
-"""App origins: the host's listeners and data path here, the shim and helpers in ``inside/``."""
+"""App origins: the listeners' data path (``listener/``), the C front door (``front/``), what
+both stand on (``host/``), and what runs inside the sandbox (``inside/``)."""

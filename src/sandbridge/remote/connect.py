@@ -1,7 +1,7 @@
 """``sandbridge connect``: a far machine's apps as local dedicated origins on the laptop.
 
 Every app of every far session gets a local app listener of its own
-(``relay/app_listener.py``, the very listener a local app gets: loopback only, its own
+(``relay/listener/app_listener.py``, the very listener a local app gets: loopback only, its own
 ``<label>.localhost`` site, the same strict HTTP parsing, Host and Origin checks,
 WebSocket and SSE, limits and watchdogs). Only its upstream differs: where a local
 app's listener opens ``upstream.sock``, this one opens a stream on the link
@@ -40,10 +40,10 @@ from sandbridge.exceptions import (
 from sandbridge.places.remotes import CONTROL, RemoteAppRecord, RemoteEntry
 from sandbridge.protocol.limits import WindowLimit
 from sandbridge.protocol.remote_wire import AppsListed, Described, FarApp, Role, parse_apps
-from sandbridge.relay.app_listener import AppListener
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
-from sandbridge.relay.upstream import UNIX_BUFFER_BYTES, UpstreamConnector
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.settings import ForwardingMode, RelaySettings, SessionScope
+from sandbridge.relay.host.upstream import UNIX_BUFFER_BYTES, UpstreamConnector
+from sandbridge.relay.listener.app_listener import AppListener
 from sandbridge.remote.mux import Mux
 from sandbridge.remote.stream_transport import StreamTransport
 from sandbridge.remote.terminal_relay import TerminalRelay

@@ -10,7 +10,7 @@ also describes each session for the laptop's dashboard (``remote/far_sessions.py
 facts and terminal requests).
 
 It reaches an app the way the session's own host half does: a stream-mode connection
-to the session's ``upstream.sock`` (``relay/upstream.py``: the socket checked as the
+to the session's ``upstream.sock`` (``relay/host/upstream.py``: the socket checked as the
 user's, never followed through a link; the shim's answer and any handed-over socket
 checked). So the far app listener's Host and Origin checks are not on this path; the
 laptop's own listener for the app makes them, exactly as for a local app.
@@ -56,8 +56,8 @@ from sandbridge.protocol.remote_wire import (
     Role,
     encode_apps,
 )
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.upstream import open_stream
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.upstream import open_stream
 from sandbridge.remote.far_sessions import SessionDescriber
 from sandbridge.remote.far_terminals import serve_terminal_control
 from sandbridge.remote.mux import Mux, MuxStream
@@ -168,7 +168,7 @@ async def pump(channel: Channel, rest: bytes, mux: Mux, stream: MuxStream) -> No
     """Copy between the app's connection and the stream, both ways, from the event loop's
     callbacks (two linked pumps, the stream a transport: ``remote/stream_transport.py``),
     ``rest`` (what the shim sent after its answer) first; return once both are closed.
-    Backpressure and half closes cross as in a WebSocket tunnel (``relay/tunnel.py``)."""
+    Backpressure and half closes cross as in a WebSocket tunnel (``relay/listener/tunnel.py``)."""
     app_side, link_side = Pump(), Pump()
     app_side.link(link_side)
     transport = StreamTransport(mux, stream, link_side)

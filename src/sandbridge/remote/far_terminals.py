@@ -30,8 +30,8 @@ from sandbridge import log
 from sandbridge.exceptions import ApprovalRefused, JournalError, KeyFileError, SandbridgeError
 from sandbridge.places.registry import list_sessions
 from sandbridge.protocol.jsonline import decode_json
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.upstream import UNIX_BUFFER_BYTES
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.upstream import UNIX_BUFFER_BYTES
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
 from sandbridge.terminals import keys

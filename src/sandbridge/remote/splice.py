@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 
 from sandbridge.aio.tasks import first_done, running
-from sandbridge.relay.channel import Channel
+from sandbridge.relay.host.channel import Channel
 from sandbridge.remote.mux import MuxStream
 
 # After a peer's reset, how long the socket may take to end once given its end.

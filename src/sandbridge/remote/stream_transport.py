@@ -1,7 +1,7 @@
 """A stream of the remote link as an asyncio transport: :class:`StreamTransport`.
 
 Both ends of an app connection on the link are asyncio protocols: on the laptop the app
-listener's :class:`~sandbridge.relay.channel.Channel` for its upstream, on the far side
+listener's :class:`~sandbridge.relay.host.channel.Channel` for its upstream, on the far side
 a :class:`~sandbridge.aio.unix_sockets.Pump` to the app's socket. A stream used to be
 copied to and from them by two tasks (``splice.py``), and on the laptop through a
 socket pair as well: a task wake-up per chunk each way, and on the laptop two system

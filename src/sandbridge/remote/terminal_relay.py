@@ -30,8 +30,8 @@ from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RemoteWireError
 from sandbridge.protocol.contract import is_session_name
 from sandbridge.protocol.jsonline import decode_json
-from sandbridge.relay.channel import Channel
-from sandbridge.relay.upstream import UNIX_BUFFER_BYTES
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.upstream import UNIX_BUFFER_BYTES
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
 from sandbridge.terminals.control import short_path

@@ -80,7 +80,7 @@ def _undumpable() -> None:
 def _send_namespace(fd: int) -> None:
     """Send the host this sandbox's network namespace on the socket ``fd``, and close it:
     before the command starts, so what the host gets is the entry's own. The host makes
-    its app connections from sockets in it (relay/owned_upstream.py); if this fails, the
+    its app connections from sockets in it (relay/host/owned_upstream.py); if this fails, the
     host sees the socket closed and takes the shim's handoff instead."""
     with socket.socket(fileno=fd) as channel:
         try:

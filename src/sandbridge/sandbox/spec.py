@@ -60,7 +60,7 @@ class SandboxSpec:
     start_fd: int | None = None
     # An inherited socket on which the entry sends the host its network namespace before
     # the command starts: the host then makes app connections no sandbox process holds
-    # (relay/owned_upstream.py). ``None``: the shim hands them over.
+    # (relay/host/owned_upstream.py). ``None``: the shim hands them over.
     namespace_fd: int | None = None
     # An inherited descriptor (a memfd, :func:`setup_file`) the backend reads the whole
     # set-up from, its mounts and the environment: every local user can read

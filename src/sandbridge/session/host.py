@@ -23,14 +23,14 @@ from sandbridge.protocol.port import validate_port
 from sandbridge.protocol.publish_rules import PublishAction, decide, refusal
 from sandbridge.protocol.registration import RegisterRequest, normalize_base_path
 from sandbridge.protocol.sandbox_requests import APPS_LIMIT_PREFIX, AUTO_RATE_PREFIX
-from sandbridge.relay.app import App
-from sandbridge.relay.app_listener import AppListener
-from sandbridge.relay.host_opener import HostOpener
-from sandbridge.relay.owned_upstream import PendingOwnedUpstream
-from sandbridge.relay.registration_server import ReadHtml, RegistrationServer, no_html
-from sandbridge.relay.settings import ForwardingMode, RelaySettings, SessionScope
-from sandbridge.relay.snapshot import Snapshot
-from sandbridge.relay.upstream import UpstreamConnector
+from sandbridge.relay.host.app import App
+from sandbridge.relay.host.host_opener import HostOpener
+from sandbridge.relay.host.owned_upstream import PendingOwnedUpstream
+from sandbridge.relay.host.registration_server import ReadHtml, RegistrationServer, no_html
+from sandbridge.relay.host.settings import ForwardingMode, RelaySettings, SessionScope
+from sandbridge.relay.host.snapshot import Snapshot
+from sandbridge.relay.host.upstream import UpstreamConnector
+from sandbridge.relay.listener.app_listener import AppListener
 
 OnRegister = Callable[[App], None]
 
@@ -44,7 +44,7 @@ class HostSession:
     on_register: OnRegister | None = None
     settings: RelaySettings = field(default_factory=RelaySettings)
     listeners: list[AppListener] = field(default_factory=list)
-    # HTML snapshots served for ``sandbridge-open --html`` (relay/snapshot.py).
+    # HTML snapshots served for ``sandbridge-open --html`` (relay/host/snapshot.py).
     snapshots: list[Snapshot] = field(default_factory=list)
     entry: SessionEntry | None = None
     # Called with an auto-published app whose sandbox socket went away (unregistered).
@@ -52,7 +52,7 @@ class HostSession:
     # Serves the sandbox's open requests (docs/open.md); without it they are refused.
     opener: HostOpener | None = None
     # A sandbox sandbridge runs itself: app connections the host owns alone
-    # (relay/owned_upstream.py) instead of the shim's handoff.
+    # (relay/host/owned_upstream.py) instead of the shim's handoff.
     owned: PendingOwnedUpstream | None = None
     _registration: RegistrationServer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -35,10 +35,10 @@ from sandbridge.protocol.contract import (
     EGRESS_SOCKET,
     SSH_AGENT_SOCKET,
 )
-from sandbridge.relay.app import App
-from sandbridge.relay.host_opener import HostOpener, OpenSettings
-from sandbridge.relay.owned_upstream import PendingOwnedUpstream
-from sandbridge.relay.settings import RelaySettings
+from sandbridge.relay.host.app import App
+from sandbridge.relay.host.host_opener import HostOpener, OpenSettings
+from sandbridge.relay.host.owned_upstream import PendingOwnedUpstream
+from sandbridge.relay.host.settings import RelaySettings
 from sandbridge.session.host import HostSession
 from sandbridge.session.options import SessionOptions, create_entry
 from sandbridge.terminals.broker import TerminalBroker, WorkerStarter
@@ -119,7 +119,7 @@ def session_ops(
 
 
 def _owned_upstream(options: SessionOptions) -> PendingOwnedUpstream | None:
-    """App connections the host owns (relay/owned_upstream.py): from the namespace the
+    """App connections the host owns (relay/host/owned_upstream.py): from the namespace the
     entry sends (a run served here), or the one the run client sent (the daemon)."""
     if options.network_namespace is not None:
         return PendingOwnedUpstream(None, namespace=os.dup(options.network_namespace))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sandbridge.places.registry import SessionEntry
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.relay.settings import ForwardingMode
+from sandbridge.relay.host.settings import ForwardingMode
 
 if TYPE_CHECKING:  # the host halves' modules (and the settings of some): not imported
     import socket
@@ -23,9 +23,9 @@ if TYPE_CHECKING:  # the host halves' modules (and the settings of some): not im
     from sandbridge.clipboard.mode import ClipboardSettings
     from sandbridge.containers.settings import ContainerSettings
     from sandbridge.project.policy import Policy
-    from sandbridge.relay.app import App
-    from sandbridge.relay.host_opener import OpenSettings
-    from sandbridge.relay.settings import RelaySettings
+    from sandbridge.relay.host.app import App
+    from sandbridge.relay.host.host_opener import OpenSettings
+    from sandbridge.relay.host.settings import RelaySettings
     from sandbridge.ssh_agent.choice import AgentSettings
 
 
@@ -49,7 +49,7 @@ class SessionOptions:
     # The host's end of the private channel to the sandbox's entry: terminals need it.
     terminal_channel: socket.socket | None = None
     # The host's end of the socket pair on which the entry sends its network namespace:
-    # app connections the host owns alone (relay/owned_upstream.py).
+    # app connections the host owns alone (relay/host/owned_upstream.py).
     namespace_channel: socket.socket | None = None
     # Or the network namespace itself, received already (the daemon's: the run client
     # sends it with its request); the session's owned upstream takes a copy.

@@ -21,9 +21,9 @@ from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
 from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
-from sandbridge.relay.host_opener import OpenSettings
-from sandbridge.relay.oauth_callback import CALLBACK_DEADLINE
-from sandbridge.relay.settings import ForwardingMode, RelaySettings
+from sandbridge.relay.host.host_opener import OpenSettings
+from sandbridge.relay.host.oauth_callback import CALLBACK_DEADLINE
+from sandbridge.relay.host.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
 
 # A policy is a reviewed list of a few hundred lines at most; the message bounds it too.

@@ -72,7 +72,7 @@ async def _run_served(
 ) -> int:
     """A run whose host half the daemon serves. The sandbox starts first and its command
     waits at the start gate; the entry sends its network namespace before that, and the
-    daemon gets it with the request (again after a restart: relay/owned_upstream.py), then
+    daemon gets it with the request (again after a restart: relay/host/owned_upstream.py), then
     the command starts. The entry sends it first thing, so what it does next (its sockets,
     its helpers) overlaps the serving, as in a thin client's run (cli/thin_run.py does the
     same)."""
@@ -112,7 +112,7 @@ async def _entry_namespace(channel: socket.socket) -> int | None:
     none: the daemon's session then takes the shim's handoff."""
     # Only here: a run served here imports the host half anyway, a served one this alone.
     from sandbridge.exceptions import UpstreamError
-    from sandbridge.relay.owned_upstream import receive_namespace
+    from sandbridge.relay.host.owned_upstream import receive_namespace
 
     channel.setblocking(False)
     try:

@@ -4,7 +4,7 @@ The client keeps what makes the session its own: it makes the runtime dir and th
 registry entry (and holds their locks), starts the sandbox and kills it. The daemon gets
 the session's options and descriptors of both dirs, of the terminal channel and of the
 sandbox's network namespace (the entry sends it to the client before the command starts;
-the daemon's app connections are made in it: relay/owned_upstream.py), serves
+the daemon's app connections are made in it: relay/host/owned_upstream.py), serves
 registrations, app listeners, the egress gate and the terminal broker, and sends back
 what the owner should see. When the client's connection ends, the daemon closes the
 session. When the daemon's end does (it stopped, or was killed), the client sends its
@@ -39,7 +39,7 @@ from sandbridge.protocol.daemon_wire import (
     Event,
 )
 from sandbridge.protocol.publish_rules import PublishAction
-from sandbridge.relay.app import App
+from sandbridge.relay.host.app import App
 from sandbridge.session import options_wire
 from sandbridge.session.options import SessionOptions, create_entry
 

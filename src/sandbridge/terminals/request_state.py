@@ -1,8 +1,9 @@
 """The life of one terminal request as an explicit state table (sans-I/O).
 
 Built the way h11's ``_state.py`` is: the states, the events, and one table of allowed
-``(state, event) -> new state`` moves; :class:`RequestStateMachine` moves along it and
-refuses anything else with :class:`IllegalMove`, so no code path can invent a move (an
+``(state, event) -> new state`` moves (a :class:`~sandbridge.protocol.moves.Moves`);
+:class:`RequestStateMachine` moves along it and refuses anything else with
+:class:`~sandbridge.exceptions.IllegalMove`, so no code path can invent a move (an
 approval of a denied request, a second admission of a used one). The broker asks the
 machine instead of comparing strings, and every pair is tested in
 ``tests/terminals/test_request_state.py``.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import enum
 
-from sandbridge.exceptions import IllegalMove
+from sandbridge.protocol.moves import Moves
 
 
 class RequestState(enum.StrEnum):
@@ -61,17 +62,9 @@ FINISHED = frozenset({RequestState.DENIED, RequestState.REVOKED, RequestState.EN
 USED = frozenset({RequestState.ACTIVE, RequestState.ENDED})
 
 
-def allows(state: RequestState, event: RequestEvent) -> bool:
-    """Whether the table has a move for ``event`` from ``state``."""
-    return (state, event) in TRANSITIONS
-
-
-def next_state(state: RequestState, event: RequestEvent) -> RequestState:
-    """The state ``event`` moves ``state`` to; :class:`IllegalMove` if there is no move."""
-    try:
-        return TRANSITIONS[state, event]
-    except KeyError:
-        raise IllegalMove(state, event) from None
+MOVES = Moves(TRANSITIONS, what="request")
+allows = MOVES.allows
+next_state = MOVES.next
 
 
 class RequestStateMachine:

@@ -2,7 +2,7 @@
 
 The dashboard listens on 127.0.0.1, where every local user and every page in the owner's
 browser can reach it. The listener refuses other users' connections at accept
-(``relay/local_peer.py``); this module refuses everything else:
+(``relay/host/local_peer.py``); this module refuses everything else:
 
 * a Host that is not the dashboard's own ``<label>.localhost:PORT`` (DNS rebinding: a
   page of another site resolving its name to 127.0.0.1). The dashboard has a name of its

@@ -2,7 +2,7 @@
 
 Built on the relay's own strict HTTP parser (``protocol/http/parser.py``) over asyncio
 streams rather than a web framework: the dashboard needs five routes, and its first check
-happens at accept (is this connection the owner's? ``relay/local_peer.py``), which a
+happens at accept (is this connection the owner's? ``relay/host/local_peer.py``), which a
 framework hides. One request per connection (``Connection: close``); the live tables
 arrive as Server-Sent Events on ``/events``.
 
@@ -34,7 +34,7 @@ from sandbridge.places.remotes import REMOTES
 from sandbridge.protocol.http.fields import field_values
 from sandbridge.protocol.http.parser import MESSAGE_END, BodyChunk, RequestHead, RequestReader
 from sandbridge.protocol.jsonline import decode_json
-from sandbridge.relay.local_peer import is_owners_connection, shared_owners
+from sandbridge.relay.host.local_peer import is_owners_connection, shared_owners
 from sandbridge.ui import state
 from sandbridge.ui.access import Access, Login, Refuse, Serve
 

@@ -1,4 +1,4 @@
-/* libFuzzer target of the front door's translation (src/sandbridge/relay/_front_translate.c),
+/* libFuzzer target of the front door's translation (src/sandbridge/relay/front/_front_translate.c),
  * linked with it alone: clang -fsanitize=fuzzer,address,undefined (tests/fuzz/test_fuzz_front_c.py).
  *
  * It checks properties, not only crashes (a failed one aborts with what was wrong):
@@ -13,7 +13,7 @@
  *   exactly, and a head of the method, the target under the base-path rule and the
  *   cached translation.
  * The Python relay's own verdict on the corpus this grows is the test's second half
- * (test_fuzz_front_c.py runs tests/relay/test_front_translation.py's check over it).
+ * (test_fuzz_front_c.py runs tests/relay/front/test_front_translation.py's check over it).
  *
  * Input: byte 0 chooses (bit 0: a HEAD request's response; bit 1: a request, not a
  * response; bit 2: the app's base path is /app, not /); the rest is the bytes.

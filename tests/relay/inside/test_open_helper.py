@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sandbridge.protocol.limits import MAX_HTML_SNAPSHOT_BYTES, MAX_OPENS_PER_WINDOW
 from tests.conftest import PYTHON, Relay, echo, host_port_of, request
-from tests.relay.test_open_requests import _open
+from tests.relay.host.test_open_requests import _open
 
 OPEN_HELPER = [PYTHON, "-m", "sandbridge.relay.inside.open_helper"]
 

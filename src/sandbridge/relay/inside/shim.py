@@ -44,7 +44,7 @@ from sandbridge.protocol.shim_opening import (
     decide,
     refusal,
 )
-from sandbridge.relay.app_connector import connect_app
+from sandbridge.relay.host.app_connector import connect_app
 
 
 async def _connect_app(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -1,0 +1,1 @@
+"""App origins' host half: reaching apps, the session's settings and budget, small servers."""

@@ -1,0 +1,1 @@
+"""App origins' listeners: the path of a browser connection from its arrival to the app and back."""
