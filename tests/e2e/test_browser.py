@@ -11,12 +11,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.conftest import REPO, request
 from tests.e2e.features import FeatureSession, feature_session
@@ -36,6 +37,17 @@ CHROMIUM_ARGS = [
     "--autoplay-policy=no-user-gesture-required",
 ]
 UPLOAD_BYTES = 20 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert shutil.which(CHROMIUM), (
+        f"{CHROMIUM} is missing: ./dev.sh setup installs Debian's chromium"
+    )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="module", params=["/", "/app"], ids=["root", "base-path"])

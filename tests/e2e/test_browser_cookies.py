@@ -19,6 +19,7 @@ browsers; Firefox is driven over WebDriver BiDi (tests/e2e/firefox.py). In Firef
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -26,10 +27,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext
+from playwright.sync_api import Browser, BrowserContext, sync_playwright
 
 from tests.conftest import ECHO_APP, PYTHON, Process, app_host, host_port_of, run_argv
 from tests.e2e.firefox import Firefox, FirefoxContext
+from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 OPTIONS: tuple[str, ...] = ()  # the URL form under test: the default
 Context = BrowserContext | FirefoxContext
@@ -103,10 +105,11 @@ def browser(request: pytest.FixtureRequest) -> Iterator[Browser | Firefox]:
         yield firefox
         firefox.close()
         return
-    chromium: Browser = request.getfixturevalue("chromium")  # the worker's (conftest.py)
-    yield chromium
-    for context in chromium.contexts:  # what this module's tests left open
-        context.close()
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import Playwright
+from playwright.sync_api import sync_playwright
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, free_port, run_argv
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
@@ -71,7 +71,7 @@ def _opened(out: Path, session: Process) -> str:
 
 @pytest.mark.timeout(300)
 def test_a_login_inside_gets_its_code_through_the_owners_chromium(
-    tmp_path: Path, served: Process | None, provider: int, playwright_driver: Playwright
+    tmp_path: Path, served: Process | None, provider: int
 ) -> None:
     """Served by the run's own host half, and by the daemon (``served``)."""
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
@@ -95,21 +95,22 @@ def test_a_login_inside_gets_its_code_through_the_owners_chromium(
     try:
         url = _opened(out, session)
         assert url.startswith(f"{authorize}?"), url
-        browser = playwright_driver.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
-        )
-        try:
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_url(f"http://127.0.0.1:{port}/callback?*", timeout=30_000)
-            assert "Logged in." in page.content()
-            assert session.wait_line("code=", timeout=30) == f"code={CODE}"
-            # The callback was carried once: its port is closed on the host now.
-            with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
-                page.goto(f"http://127.0.0.1:{port}/callback?code=again&state=x")
-        finally:
-            browser.close()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
+            )
+            try:
+                page = browser.new_page()
+                page.goto(url)
+                page.wait_for_url(f"http://127.0.0.1:{port}/callback?*", timeout=30_000)
+                assert "Logged in." in page.content()
+                assert session.wait_line("code=", timeout=30) == f"code={CODE}"
+                # The callback was carried once: its port is closed on the host now.
+                with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
+                    page.goto(f"http://127.0.0.1:{port}/callback?code=again&state=x")
+            finally:
+                browser.close()
         # `sandbridge status` lists the bridge and the callback, never its code.
         status = subprocess.run(
             [*SANDBRIDGE, "status"], capture_output=True, text=True, timeout=60, env=env
@@ -131,7 +132,7 @@ def test_a_login_inside_gets_its_code_through_the_owners_chromium(
 
 @pytest.mark.timeout(300)
 def test_a_late_callback_finds_nothing_listening_and_the_login_gets_no_code(
-    tmp_path: Path, xdg: Path, provider: int, playwright_driver: Playwright
+    tmp_path: Path, xdg: Path, provider: int
 ) -> None:
     """``--oauth-callback-deadline``: the owner who finishes the login after it finds
     the host's port closed; the code never reaches the sandbox."""
@@ -150,15 +151,16 @@ def test_a_late_callback_finds_nothing_listening_and_the_login_gets_no_code(
     try:
         url = _opened(out, session)
         session.wait_line(f"sandbridge: the login's callback on port {port}: expired", "stderr")
-        browser = playwright_driver.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
-        )
-        try:
-            with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
-                browser.new_page().goto(url)
-        finally:
-            browser.close()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
+            )
+            try:
+                with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
+                    browser.new_page().goto(url)
+            finally:
+                browser.close()
     finally:
         status = session.stop()
     assert status != 0  # the login never got its code: ended by the test

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import PYTHON, REPO, Process, run_argv
+from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.e2e.test_real_apps import APPS_VENV, START_SECONDS
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
@@ -25,9 +27,8 @@ PAGE = (
 )
 
 
-def test_opened_localhost_url_loads_in_chromium_with_its_query(
-    tmp_path: Path, browser: Browser
-) -> None:
+def test_opened_localhost_url_loads_in_chromium_with_its_query(tmp_path: Path) -> None:
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
     (tmp_path / "index.html").write_text(PAGE)
     go = tmp_path / "go"
     os.mkfifo(go)
@@ -41,13 +42,15 @@ def test_opened_localhost_url_loads_in_chromium_with_its_query(
     try:
         url = session.wait_line("http://")
         assert url.endswith("/index.html?x=1&y=two#frag")
-        page = browser.new_page()
-        try:
-            page.goto(url)
-            page.wait_for_function("document.title !== 'loading'", timeout=15_000)
-            assert page.title() == "search=?x=1&y=two hash=#frag"
-        finally:
-            page.close()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(url)
+                page.wait_for_function("document.title !== 'loading'", timeout=15_000)
+                assert page.title() == "search=?x=1&y=two hash=#frag"
+            finally:
+                browser.close()
     finally:
         go.write_text("done\n")
         assert session.popen.wait(60) == 0
@@ -69,9 +72,8 @@ def _first_open(out: Path, session: Process, within: float) -> str:
 
 
 @pytest.mark.timeout(300)
-def test_jupyterlab_started_by_default_opens_logged_in_in_chromium(
-    tmp_path: Path, browser: Browser
-) -> None:
+def test_jupyterlab_started_by_default_opens_logged_in_in_chromium(tmp_path: Path) -> None:
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
     python = APPS_VENV / "bin" / "python"
     assert python.exists(), f"{python} is missing: ./dev.sh setup makes it"
     out = tmp_path / "browser.jsonl"
@@ -85,16 +87,18 @@ def test_jupyterlab_started_by_default_opens_logged_in_in_chromium(
     try:
         url = _first_open(out, session, START_SECONDS)
         assert "/lab?token=" in url and ".localhost:" in url, url
-        page = browser.new_page()
-        try:
-            page.goto(url)
-            expect(page.locator(".jp-Launcher").first).to_be_visible(timeout=90_000)
-            # Logged in: the app's own API answers this origin's cookie, no token asked.
-            status = page.evaluate("async () => (await fetch('/api/me')).status")
-            assert status == 200
-            assert page.locator("input[type=password]").count() == 0
-        finally:
-            page.close()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(url)
+                expect(page.locator(".jp-Launcher").first).to_be_visible(timeout=90_000)
+                # Logged in: the app's own API answers this origin's cookie, no token asked.
+                status = page.evaluate("async () => (await fetch('/api/me')).status")
+                assert status == 200
+                assert page.locator("input[type=password]").count() == 0
+            finally:
+                browser.close()
     finally:
         if session.popen.poll() is None:
             go.write_text("done\n")

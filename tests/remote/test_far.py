@@ -3,6 +3,7 @@ raw frames (protocol/remote_wire.py); it serves only this user's registered apps
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -85,32 +86,66 @@ class FarProcess:
                 pipe.close()
 
 
-@pytest.fixture
-def far_session(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Path, int, Relay]]:
+@contextlib.contextmanager
+def _session_in(base: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, int, Relay]]:
     """A far session with one echo app; yields its XDG_RUNTIME_DIR and the app's port."""
-    xdg = tmp_path / "xdg"
+    xdg = base / "xdg"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
-    runtime = tmp_path / "rt"
+    runtime = base / "rt"
     runtime.mkdir(mode=0o700)
     relay = Relay(runtime)
     port = free_port()
     echo = Process([PYTHON, ECHO_APP, "--listen", str(port)])
-    echo.wait_line("READY")
-    relay.register(port)
-    yield xdg, port, relay
-    echo.stop()
-    relay.stop()
+    try:
+        echo.wait_line("READY")
+        relay.register(port)
+        yield xdg, port, relay
+    finally:
+        echo.stop()
+        relay.stop()
+
+
+@pytest.fixture
+def far_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, int, Relay]]:
+    """A far session of the test's own: for a test that registers or stops."""
+    with _session_in(tmp_path, monkeypatch) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def read_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int, Relay]]:
+    """One far session for the module's tests that only read from it (they register and
+    stop nothing): a fresh one each, four processes, checks nothing more."""
+    monkeypatch = pytest.MonkeyPatch()
+    with _session_in(tmp_path_factory.mktemp("far"), monkeypatch) as session:
+        monkeypatch.undo()  # its XDG_RUNTIME_DIR was for its start: FarProcess names it
+        yield session
+
+
+@contextlib.contextmanager
+def _said_hello(xdg: Path) -> Iterator[FarProcess]:
+    process = FarProcess(xdg)
+    process.send(process.state.send_hello())
+    try:
+        yield process
+    finally:
+        process.close()
 
 
 @pytest.fixture
 def far(far_session: tuple[Path, int, Relay]) -> Iterator[FarProcess]:
-    process = FarProcess(far_session[0])
-    process.send(process.state.send_hello())
-    yield process
-    process.close()
+    with _said_hello(far_session[0]) as process:
+        yield process
+
+
+@pytest.fixture
+def read_far(read_session: tuple[Path, int, Relay]) -> Iterator[FarProcess]:
+    """serve-stdio (its own, as each test's) of :func:`read_session`."""
+    with _said_hello(read_session[0]) as process:
+        yield process
 
 
 def _session(xdg: Path) -> str:
@@ -119,9 +154,9 @@ def _session(xdg: Path) -> str:
 
 
 def test_hello_is_answered_with_the_users_apps(
-    far: FarProcess, far_session: tuple[Path, int, Relay]
+    read_far: FarProcess, read_session: tuple[Path, int, Relay]
 ) -> None:
-    xdg, port, _ = far_session
+    far, (xdg, port, _) = read_far, read_session
     far.next_event()  # HELLO
     listed = far.next_event()
     assert isinstance(listed, Apps) and listed.apps == (FarApp(_session(xdg), port, "/"),)
@@ -236,9 +271,9 @@ def test_a_burst_of_200_registrations_is_a_bounded_number_of_lists(
 
 
 def test_open_of_a_registered_app_streams_its_bytes(
-    far: FarProcess, far_session: tuple[Path, int, Relay]
+    read_far: FarProcess, read_session: tuple[Path, int, Relay]
 ) -> None:
-    xdg, port, _ = far_session
+    far, (xdg, port, _) = read_far, read_session
     far.next_event()
     far.next_event()
     stream, opening = far.state.send_open(_session(xdg), port)
@@ -259,13 +294,13 @@ def test_open_of_a_registered_app_streams_its_bytes(
     ],
 )
 def test_open_of_anything_not_a_listed_app_is_refused_naming_it(
-    far: FarProcess,
-    far_session: tuple[Path, int, Relay],
+    read_far: FarProcess,
+    read_session: tuple[Path, int, Relay],
     session: str | None,
     port_offset: int,
     refusal: str,
 ) -> None:
-    xdg, port, _ = far_session
+    far, (xdg, port, _) = read_far, read_session
     far.next_event()
     far.next_event()
     name = session or _session(xdg)
@@ -278,9 +313,9 @@ def test_open_of_anything_not_a_listed_app_is_refused_naming_it(
 
 
 def test_garbage_instead_of_hello_ends_it_with_status_2_and_a_reason(
-    far_session: tuple[Path, int, Relay],
+    read_session: tuple[Path, int, Relay],
 ) -> None:
-    process = FarProcess(far_session[0])
+    process = FarProcess(read_session[0])
     try:
         process.send(HEADER.pack(3, 77, 0) + b"abc")
         assert process.popen.wait(20) == 2
@@ -289,7 +324,8 @@ def test_garbage_instead_of_hello_ends_it_with_status_2_and_a_reason(
         process.close()
 
 
-def test_a_frame_over_its_limit_ends_the_link(far: FarProcess) -> None:
+def test_a_frame_over_its_limit_ends_the_link(read_far: FarProcess) -> None:
+    far = read_far
     far.next_event()
     far.next_event()
     far.send(HEADER.pack(2**31, Kind.DATA, 1))
@@ -297,14 +333,16 @@ def test_a_frame_over_its_limit_ends_the_link(far: FarProcess) -> None:
     assert f"DATA frame of {2**31} bytes is over its limit" in far.stderr()
 
 
-def test_laptop_leaving_ends_it_with_status_0(far: FarProcess) -> None:
+def test_laptop_leaving_ends_it_with_status_0(read_far: FarProcess) -> None:
+    far = read_far
     far.next_event()
     assert far.popen.stdin is not None
     far.popen.stdin.close()
     assert far.popen.wait(20) == 0
 
 
-def test_its_pipes_are_widened_for_bulk_downloads(far: FarProcess) -> None:
+def test_its_pipes_are_widened_for_bulk_downloads(read_far: FarProcess) -> None:
+    far = read_far
     far.next_event()  # HELLO: serve-stdio has set its link up
     assert far.popen.stdin is not None and far.popen.stdout is not None
     for pipe in (far.popen.stdin, far.popen.stdout):

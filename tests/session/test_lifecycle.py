@@ -16,15 +16,26 @@ from sandbridge.exceptions import ControlError
 from sandbridge.places.registry import list_sessions, session_path
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.control import call
-from tests.conftest import ECHO_APP, PYTHON, Process, port_is_open, processes_with, run_argv
+from tests.conftest import (
+    ECHO_APP,
+    PYTHON,
+    Process,
+    port_is_open,
+    processes_with,
+    run_argv,
+    start_daemon,
+)
 
 MARKER = "lifecycle-ops-marker"
+# The daemon of the module's shared session (read_web_xdg): alive while other tests look
+# for theirs by MARKER.
+SHARED_MARKER = "lifecycle-read-marker"
 
 
-def _session(backend: str, workdir: Path, *options: str) -> Process:
+def _session(backend: str, workdir: Path, *options: str, marker: str = MARKER) -> Process:
     process = Process(
         run_argv(
-            workdir, PYTHON, ECHO_APP, "--register", "4173", "--daemon", MARKER,
+            workdir, PYTHON, ECHO_APP, "--register", "4173", "--daemon", marker,
             options=("--backend", backend, "--name", "web", *options),
         )
     )  # fmt: skip
@@ -40,9 +51,42 @@ def web(tmp_path: Path, served: Process | None) -> Iterator[Process]:
     process.stop()
 
 
-def test_session_info_names_the_command_and_network_mode(web: Process) -> None:
+@pytest.fixture(scope="module", params=["standalone", "daemon"])
+def read_web_xdg(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """The session of :func:`web` (each mode) for the module's tests that only read from
+    it, one per module: its XDG_RUNTIME_DIR (:func:`read_web` points a test at it)."""
+    base = tmp_path_factory.mktemp("web")
+    xdg = base / "xdg"
+    xdg.mkdir(mode=0o700)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+        daemon = start_daemon() if request.param == "daemon" else None
+        try:
+            process = _session("bwrap", base, marker=SHARED_MARKER)
+        except BaseException:
+            if daemon is not None:
+                daemon.stop()
+            raise
+    try:
+        yield xdg
+    finally:
+        process.stop()
+        if daemon is not None:
+            daemon.stop()
+
+
+@pytest.fixture
+def read_web(read_web_xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test asks the shared session (its owner's XDG_RUNTIME_DIR)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(read_web_xdg))
+
+
+@pytest.mark.usefixtures("read_web")
+def test_session_info_names_the_command_and_network_mode() -> None:
     info = call("web", {"op": "session_info"})
-    assert info["command"] == [PYTHON, ECHO_APP, "--register", "4173", "--daemon", MARKER]
+    assert info["command"] == [PYTHON, ECHO_APP, "--register", "4173", "--daemon", SHARED_MARKER]
     assert info["network"] == "allow"
 
 
@@ -60,13 +104,15 @@ def test_the_owner_closes_an_app(web: Process) -> None:
 @pytest.mark.parametrize(
     ("port", "code"), [(1, "unknown_app"), ("80", "malformed"), (None, "malformed")]
 )
-def test_closing_an_app_that_is_not_there_is_refused(web: Process, port: object, code: str) -> None:
+@pytest.mark.usefixtures("read_web")
+def test_closing_an_app_that_is_not_there_is_refused(port: object, code: str) -> None:
     with pytest.raises(ControlError) as refused:
         call("web", {"op": "app_close", "host_port": port})
     assert refused.value.code == code
 
 
-def test_the_egress_summary_of_an_allow_session_starts_empty(web: Process) -> None:
+@pytest.mark.usefixtures("read_web")
+def test_the_egress_summary_of_an_allow_session_starts_empty() -> None:
     assert call("web", {"op": "egress_summary"}) == {
         "ok": True, "mode": "allow", "destinations": [],
     }  # fmt: skip
