@@ -89,8 +89,8 @@ def test_truncated_stream_is_cut_not_completed(runtime_dir: Path, behaviour: str
 def test_a_body_in_pieces_lives_while_each_comes_within_the_response_timeout(
     runtime_dir: Path,
 ) -> None:
-    """The response timeout counts from the body's last piece, not from its first (the
-    pieces are relayed from the app's read callbacks: relay/listener/body_lane.py)."""
+    """The response timeout counts from the body's last piece, not from its first: an
+    event stream lives as long as its app keeps sending."""
     relay = _host_with_timeout(runtime_dir, "stream")
     try:
         port = host_port_of(relay.register(free_port()))

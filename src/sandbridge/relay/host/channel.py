@@ -144,12 +144,6 @@ class Channel(asyncio.Protocol):
             or transport.is_closing()
         )
 
-    def ready_to_write(self) -> bool:
-        """Whether a write goes out without waiting: the transport takes more (not over
-        its high-water mark) and the connection is not closing."""
-        transport = self.transport
-        return not self._write_paused and transport is not None and not transport.is_closing()
-
     def has_data(self) -> bool:
         """Whether received bytes wait for :meth:`read` (which then returns at once)."""
         return bool(self._chunks)

@@ -50,7 +50,6 @@ from sandbridge.relay.host.settings import SessionScope
 from sandbridge.relay.host.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.listener.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.listener.arrivals import Arrivals
-from sandbridge.relay.listener.body_lane import relay_body
 from sandbridge.relay.listener.browser import BrowserConnection
 from sandbridge.relay.listener.connection import Connection, Outcome, SpareReaders
 from sandbridge.relay.listener.connection_stage import Event as StageEvent
@@ -432,22 +431,6 @@ class AppListener:
                         data = await read_awaiting_response(
                             browser, upstream, exchange, self.settings.response_timeout
                         )
-                    elif (
-                        pump is None
-                        and upstream.channel.lane is None
-                        and not (upstream.channel.has_data() or upstream.channel.at_end())
-                    ):
-                        # The body's pieces from the app's read callbacks (body_lane.py);
-                        # what it stopped at is in ``events``, or nothing: read on.
-                        await relay_body(
-                            browser,
-                            upstream.channel,
-                            reader,
-                            decision,
-                            events,
-                            self.settings.response_timeout,
-                        )
-                        continue
                     else:
                         data = await read_response_body(
                             browser, upstream, self.settings.response_timeout
