@@ -23,7 +23,8 @@ import socket
 import sys
 import traceback
 
-from sandbridge.cli import bridge_options, sessions
+from sandbridge.cli import bridge_options
+from sandbridge.cli.parser import build_parser, run_parsed
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.session.handed_off import hand_off
@@ -35,7 +36,7 @@ def serve(channel: socket.socket) -> None:
     # this process's children's, where the daemon's owner can see it).
     signal.signal(signal.SIGCHLD, _reap)
     # Built once: what it holds depends on no client (parsing leaves it as it was).
-    parser = sessions.build_parser("run")
+    parser = build_parser("run")
     # What is loaded now is shared with every child until one writes to it; a collection
     # in a child would touch (and so copy) every object: none of these is ever collected.
     gc.freeze()
@@ -131,7 +132,7 @@ def _build(
     def runner(*prepared: object) -> int:
         return hand_off(client, pid, *prepared)  # type: ignore[arg-type]
 
-    return sessions.run_parsed(args, session_runner=runner)
+    return run_parsed(args, session_runner=runner)
 
 
 if __name__ == "__main__":
