@@ -109,7 +109,7 @@ install_python_packages() {
   # The front door's C sources are in the stamp too: an editable install keeps the
   # extension it built, which still imports after a change to them but lacks what changed.
   local stamp="$VENV/.installed-$(cat pyproject.toml requirements.lock \
-    src/sandbridge/relay/front/_front_*.[ch] | sha256sum | cut -c1-16)"
+    src/sandbridge/relay/front/_front_*.[ch] src/sandbridge/relay/front/_tunnel.c | sha256sum | cut -c1-16)"
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
   fi
@@ -127,12 +127,12 @@ install_python_packages() {
 # checked after the build, which is run again with -Werror when it is missing (the demo
 # built it first on a machine without gcc, say).
 require_front_door() {
-  local check=(-c "import sandbridge.relay.front._front")
+  local check=(-c "import sandbridge.relay.front._front, sandbridge.relay.front._tunnel")
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
     CFLAGS="${CFLAGS:-} -Werror" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
   fi
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
-    echo "dev.sh: the front door (src/sandbridge/relay/front/_front_*.c) did not build with -Werror;" \
+    echo "dev.sh: the front door (src/sandbridge/relay/front/_front_*.c, _tunnel.c) did not build with -Werror;" \
       "see why: CFLAGS=-Werror $VENV/bin/pip install -v --no-deps -e ." >&2
     return 1
   fi

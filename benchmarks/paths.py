@@ -244,9 +244,12 @@ def minters_of(pid: int) -> list[int]:
     return [child for child in _descendants(pid) if _is_minter(child)]
 
 
-def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) -> RelayPath:
+def sandbridge(
+    work: Path, ports: tuple[int, int], extra: tuple[str, ...] = (), other_src: str | None = None
+) -> RelayPath:
     """The real thing: host listener -> Unix socket -> shim in a bwrap sandbox -> app.
-    ``extra``: more options of ``sandbridge run``."""
+    ``extra``: more options of ``sandbridge run``; ``other_src``: another checkout's
+    ``src``, whose ``sandbridge`` the session runs (``PYTHONPATH``), named ``other``."""
     conf = nginx_app_conf(work, SANDBOX_HTTP_PORT, sandboxed=True)
     script = (
         f"mkdir -p /tmp/nginx-app && nginx -c {conf} & "
@@ -272,6 +275,7 @@ def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) 
             script,
         ],
         stdout=subprocess.PIPE,
+        **({} if other_src is None else {"env": {**os.environ, "PYTHONPATH": other_src}}),
     )
     http = read_line(process, b"http://").decode().strip().rstrip("/")
     stream = read_line(process, b"http://").decode().strip().rstrip("/")
@@ -279,7 +283,8 @@ def sandbridge(work: Path, ports: tuple[int, int], extra: tuple[str, ...] = ()) 
     wait_until_serving(http + "/1k")
     # The shim, and the socket minter the first connection started: the relay's CPU too.
     shim = [pid for pid in _descendants(process.pid) if _is_shim(pid) or _is_minter(pid)]
-    return RelayPath("sandbridge", http, stream, [process], [process.pid, *shim])
+    name = "sandbridge" if other_src is None else "other"
+    return RelayPath(name, http, stream, [process], [process.pid, *shim])
 
 
 def sandbridge_v1(work: Path, ports: tuple[int, int]) -> RelayPath:

@@ -2,6 +2,8 @@
 
     python -m benchmarks.relay_bench [--rounds 3] [--seconds 5] [--json results.json]
     python -m benchmarks.relay_bench --smoke      # seconds-long run that checks it works
+    python -m benchmarks.relay_bench --workloads ws sse c1   # only these, no scaling series
+    python -m benchmarks.relay_bench --other ../main/src     # another checkout beside this one
 
 Every path is client -> relay -> app on loopback, the app being nginx with sendfile (and
 a small aiohttp app for WebSocket and SSE), the same behind every path. Paths run in
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import paths, workloads
@@ -42,6 +45,9 @@ from benchmarks.sessions import table as sessions_table
 MIB = 1024 * 1024
 # Which direction is better, per metric, for the printed table.
 HIGHER_IS_BETTER = ("rps", "mbps", "msgs_per_s")
+# The workloads of a round (``--workloads`` picks some), and ``scaling``: the series run once
+# after the rounds (concurrency, sizes, idle WebSockets, registered apps) and the sessions.
+WORKLOADS = ("c1", "c64", "bulk", "ttfb", "sse", "ws", "scaling")
 
 
 def versions() -> dict[str, str]:
@@ -87,11 +93,12 @@ def versions() -> dict[str, str]:
     }
 
 
-def make_files(work: Path, smoke: bool) -> dict[str, Path]:
+def make_files(work: Path, smoke: bool, series: bool = True) -> dict[str, Path]:
+    """The app's files; the 1 GiB one only for a full run's size series (``series``)."""
     www = work / "www"
     www.mkdir()
     files = {"1k": 1024, "64k": 64 * 1024, "1m": MIB, "100m": (8 if smoke else 100) * MIB}
-    if not smoke:
+    if series and not smoke:
         files["1g"] = 1024 * MIB
     paths = {}
     for name, size in files.items():
@@ -139,26 +146,31 @@ def measure_round(
 ) -> None:
     name = path.name
     small = path.http + "/1k"
-    c1 = workloads.wrk(small, 1, args.seconds)
-    results.add(name, "c1_rps", c1["rps"])
-    results.add(name, "c1_p50_ms", c1["p50_ms"])
-    results.add(name, "c1_p99_ms", c1["p99_ms"])
-    cpu_before = workloads.cpu_seconds(path.relay_pids)
-    c64 = workloads.wrk(small, 64, args.seconds)
-    cpu = workloads.cpu_seconds(path.relay_pids) - cpu_before
-    results.add(name, "c64_rps", c64["rps"])
-    results.add(name, "c64_p50_ms", c64["p50_ms"])
-    results.add(name, "c64_p99_ms", c64["p99_ms"])
-    if path.relay_pids:
-        results.add(name, "cpu_us_per_req", cpu / c64["requests"] * 1e6)
-    if fits(path, files["100m"]):
+    chosen = args.workloads
+    if "c1" in chosen:
+        c1 = workloads.wrk(small, 1, args.seconds)
+        results.add(name, "c1_rps", c1["rps"])
+        results.add(name, "c1_p50_ms", c1["p50_ms"])
+        results.add(name, "c1_p99_ms", c1["p99_ms"])
+    if "c64" in chosen:
+        cpu_before = workloads.cpu_seconds(path.relay_pids)
+        c64 = workloads.wrk(small, 64, args.seconds)
+        cpu = workloads.cpu_seconds(path.relay_pids) - cpu_before
+        results.add(name, "c64_rps", c64["rps"])
+        results.add(name, "c64_p50_ms", c64["p50_ms"])
+        results.add(name, "c64_p99_ms", c64["p99_ms"])
+        if path.relay_pids:
+            results.add(name, "cpu_us_per_req", cpu / c64["requests"] * 1e6)
+    if "bulk" in chosen and fits(path, files["100m"]):
         results.add(name, "get_100m_mbps", workloads.bulk_get(path.http + "/100m"))
         results.add(name, "post_100m_mbps", workloads.bulk_post(path.http + "/sink", files["100m"]))
-    results.add(name, "ttfb_ms", workloads.ttfb(small, args.ttfb_samples))
-    sse = workloads.sse_latency(path.stream, args.sse_events)
-    results.add(name, "sse_p50_ms", sse["p50_ms"])
-    results.add(name, "sse_p99_ms", sse["p99_ms"])
-    if path.supports_websocket:
+    if "ttfb" in chosen:
+        results.add(name, "ttfb_ms", workloads.ttfb(small, args.ttfb_samples))
+    if "sse" in chosen:
+        sse = workloads.sse_latency(path.stream, args.sse_events)
+        results.add(name, "sse_p50_ms", sse["p50_ms"])
+        results.add(name, "sse_p99_ms", sse["p99_ms"])
+    if "ws" in chosen and path.supports_websocket:
         ws = workloads.ws_echo(path.stream, args.seconds)
         results.add(name, "ws_msgs_per_s", ws["msgs_per_s"])
         results.add(name, "ws_rtt_p50_ms", ws["rtt_p50_ms"])
@@ -274,11 +286,16 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         work = Path(tmp)
         # nginx's workers run as nobody when the benchmark runs as root: they must read www.
         os.chmod(work, 0o755)  # noqa: S103
-        files = make_files(work, args.smoke)
+        files = make_files(work, args.smoke, "scaling" in args.workloads)
         ports = stack.enter_context(host_apps(work))
-        running = start_at_once(
-            {name: functools.partial(PATHS[name], work, ports) for name in args.paths}
-        )
+        starts: dict[str, Callable[[], RelayPath]] = {
+            name: functools.partial(PATHS[name], work, ports) for name in args.paths
+        }
+        if args.other is not None:  # another checkout's sandbridge beside this one's
+            starts["other"] = functools.partial(
+                paths.sandbridge, work, ports, other_src=str(args.other)
+            )
+        running = start_at_once(starts)
         for path in running.values():
             stack.callback(path.stop)
         peaks = {
@@ -295,15 +312,16 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             for name in _rotate(names, index):
                 print(f"round {index + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
                 measure_round(running[name], results, args, files)
-        for name in _rotate(names, args.rounds):
+        scaling = "scaling" in args.workloads
+        for name in _rotate(names, args.rounds) if scaling else []:
             print(f"scaling: {name}", file=sys.stderr, flush=True)
             measure_scaling(running[name], results, args, files)
-        if "sandbridge" in running:
+        if "sandbridge" in running and scaling:
             print("scaling: registered apps", file=sys.stderr, flush=True)
             results.once.setdefault("sandbridge", {})["apps"] = measure_apps(work, ports[0], args)
         for name, peak in peaks.items():
             results.once.setdefault(name, {})["peak_rss_kib_during_run"] = peak.peak_kib
-        if "sandbridge" in running and args.sessions:
+        if "sandbridge" in running and args.sessions and scaling:
             print("sessions: start and idle memory", file=sys.stderr, flush=True)
             results.once["sessions"] = measure_sessions(*args.sessions)
             print("remote: a far app through connect and ssh -L", file=sys.stderr, flush=True)
@@ -369,6 +387,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument(
         "--no-sessions", action="store_true", help="skip the sessions' start and idle memory"
+    )
+    parser.add_argument(
+        "--other",
+        type=Path,
+        default=None,
+        metavar="SRC",
+        help="also measure another checkout's sandbridge (its src directory), as 'other'",
+    )
+    parser.add_argument(
+        "--workloads",
+        nargs="+",
+        default=list(WORKLOADS),
+        choices=WORKLOADS,
+        help="measure only these (scaling: the series after the rounds, and the sessions)",
     )
     args = parser.parse_args(argv)
     args.concurrency = [1, 16, 64, 256]

@@ -39,6 +39,14 @@ def http_answer(behaviour: str, conn: socket.socket) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello and much more")
     elif behaviour == "stall":
         threading.Event().wait(60)
+    elif behaviour == "slow-pieces":
+        # Pieces 0.4 s apart, 1.6 s in all: each within the response timeout (1 s) of
+        # the one before, the whole body not.
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in (b"one ", b"two ", b"three ", b"four"):
+            threading.Event().wait(0.4)  # (the app's pacing, which the test is about)
+            conn.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        conn.sendall(b"0\r\n\r\n")
     elif behaviour == "stall-mid-body":
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n01234")
         threading.Event().wait(60)

@@ -35,6 +35,32 @@ def test_questions_never_run_the_projects_configured_commands(tmp_path: Path) ->
     assert marker.exists()
 
 
+def test_toplevel_outside_every_repository_answers_without_running_git(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``.git`` upwards and no bare repository: git's own discovery would find nothing,
+    so no git process is started (a run's start waited for one); inside a repository, and
+    through a link into one, git is asked and answers as before."""
+    repo = make_repo(tmp_path / "proj")  # with the owner's git, before the one counted
+    (repo / "sub").mkdir()
+    runs = tmp_path / "git-runs"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    real_git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True)
+    wrapper.write_text(f'#!/bin/sh\necho "$PWD" >> {runs}\nexec {real_git.stdout.strip()} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    plain = tmp_path / "plain" / "deep"
+    plain.mkdir(parents=True)
+    assert host_git.toplevel(plain) is None
+    assert not runs.exists()
+    (tmp_path / "plain" / "link").symlink_to(repo / "sub")
+    assert host_git.toplevel(tmp_path / "plain" / "link") == repo
+    assert host_git.toplevel(repo / "sub") == repo
+    assert runs.read_text().count("\n") == 2
+
+
 def test_a_repository_of_another_user_is_read_all_the_same(tmp_path: Path) -> None:
     assert os.getuid() == 0, "this test hands the repository to another user: run as root"
     repo = make_repo(tmp_path / "proj")

@@ -4,17 +4,23 @@ imports one.
 The sandbox entry binds the shim's listener with these and starts the user's command
 before it imports asyncio (sandbox/entry.py): a connection that arrives meanwhile waits
 in the listener's queue. Everything here imports only the standard library's ``os``,
-``socket`` and ``stat``, and sandbridge's exceptions (which import only ``enum``).
+``stat`` and ``_socket`` at import: not the ``socket`` module, whose enums cost every
+sandbox's start more than the entry's own work (the host's callers have it loaded
+anyway), nor sandbridge's exceptions (``enum``), imported where one is raised.
 """
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import os
-import socket
 import stat
 
-from sandbridge.exceptions import RuntimeDirError
+TYPE_CHECKING = False  # typing's, without importing typing for it
+if TYPE_CHECKING:
+    import socket
+    from typing import TypeVar
+
+    _Socket = TypeVar("_Socket", bound=_socket.socket)
 
 # Connections waiting to be accepted on a host's Unix socket. The event loop listens
 # again with its own default (100) unless told: every server passes this, so a sandbox
@@ -22,17 +28,17 @@ from sandbridge.exceptions import RuntimeDirError
 UNIX_BACKLOG = 512
 
 # Linux's SO_PASSRIGHTS (include/uapi/asm-generic/socket.h); Python may not name it yet.
-SO_PASSRIGHTS: int = getattr(socket, "SO_PASSRIGHTS", 83)
+SO_PASSRIGHTS: int = getattr(_socket, "SO_PASSRIGHTS", 83)
 
 # Set once the kernel said it cannot refuse descriptors: warn once, not per socket.
 _refusal_unsupported: list[bool] = []
 
 
-def refuse_descriptors(sock: socket.socket) -> bool:
+def refuse_descriptors(sock: _socket.socket) -> bool:
     """Have the kernel refuse descriptors sent to the Unix socket ``sock`` (inherited by
     the connections a listening socket accepts). False where the kernel cannot."""
     try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_PASSRIGHTS, 0)
+        sock.setsockopt(_socket.SOL_SOCKET, SO_PASSRIGHTS, 0)
     except OSError as exc:
         if not _refusal_unsupported:
             from sandbridge import log  # only here: logging costs a cold start
@@ -48,7 +54,22 @@ def bind_unix_socket(path: str | os.PathLike[str]) -> socket.socket:
 
     Its connections refuse descriptors (:func:`refuse_descriptors`): none of the host's
     listeners expects one, and one sent anyway could block whoever closes it."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    import socket  # loaded already in every caller but the sandbox entry (below)
+
+    return _bound(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC), path)
+
+
+def bind_unix_listener(path: str | os.PathLike[str]) -> _socket.socket:
+    """:func:`bind_unix_socket` as the ``socket`` module's C core's socket, for the
+    sandbox entry before its command starts: ``socket.socket(fileno=sock.detach())``
+    makes it a ``socket.socket`` once something needs one."""
+    flags = _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC
+    return _bound(_socket.socket(_socket.AF_UNIX, flags), path)
+
+
+def _bound(sock: _Socket, path: str | os.PathLike[str]) -> _Socket:
+    """``sock``, refusing descriptors, bound at ``path`` (0600), listening, non-blocking;
+    closed if any of that fails."""
     try:
         refuse_descriptors(sock)
         listen_private(sock, path, UNIX_BACKLOG)
@@ -70,13 +91,15 @@ def check_socket_path(path: str | os.PathLike[str]) -> None:
     and what to do (its directory comes from ``XDG_RUNTIME_DIR`` or the state root)."""
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH:
+        from sandbridge.exceptions import RuntimeDirError
+
         raise RuntimeDirError(
             f"{path}: {size} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket's path "
             "may have; set XDG_RUNTIME_DIR to a shorter directory"
         )
 
 
-def listen_private(sock: socket.socket, path: str | os.PathLike[str], backlog: int) -> None:
+def listen_private(sock: _socket.socket, path: str | os.PathLike[str], backlog: int) -> None:
     """Bind the Unix socket ``sock`` at ``path`` with mode 0600 (never wider, not even
     briefly) and listen; a path too long to bind is a :class:`RuntimeDirError`.
 
@@ -101,11 +124,15 @@ def _make_private(path: str | os.PathLike[str]) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
+        from sandbridge.exceptions import RuntimeDirError
+
         raise RuntimeDirError(f"{path}: gone as it was bound ({exc.strerror}); not used") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISSOCK(mode):
             what = "a symbolic link" if stat.S_ISLNK(mode) else "something that is not a socket"
+            from sandbridge.exceptions import RuntimeDirError
+
             raise RuntimeDirError(
                 f"{path}: replaced by {what} as it was bound (the sandbox can write its "
                 "directory); not used"
@@ -130,8 +157,12 @@ def keep_inherited_descriptors() -> None:
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd > 2:
-            with contextlib.suppress(OSError):  # the listing's own descriptor, gone
+            # Not contextlib.suppress: the entry runs this before its command starts, and
+            # contextlib's imports would cost that start.
+            try:  # noqa: SIM105
                 os.set_inheritable(fd, False)
+            except OSError:  # the listing's own descriptor, gone
+                pass
 
 
 def reap(pid: int) -> int:

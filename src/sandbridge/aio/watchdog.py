@@ -55,6 +55,11 @@ class Watchdog:
             self._handle = self._loop.call_at(deadline, self._fire)
         return self
 
+    def extend(self, seconds: float) -> None:
+        """Move the open block's deadline to ``seconds`` from now: a callback working for
+        the guarded task (a piece of its stream relayed) may, as the task itself may."""
+        self.limit(seconds)
+
     @property
     def expired(self) -> bool:
         """Whether the guarded block's time is up (its task is being cancelled)."""

@@ -134,7 +134,8 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
         dest="front_door",
         action="store_false",
         help="serve new browser connections from the relay's Python only, not first from its "
-        "C front door (docs/relay.md, 'The front door')",
+        "C front door, and WebSockets from the event loop, not the C tunnel thread "
+        "(docs/relay.md, 'The front door', 'The tunnel thread')",
     )
     served.add_argument(
         "--url-form",

@@ -27,6 +27,7 @@ from sandbridge.cli import bridge_options
 from sandbridge.cli.parser import build_parser, run_parsed
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.daemon_wire import Event
+from sandbridge.sandbox.spec import entry_interpreter_options, installation
 from sandbridge.session.handed_off import hand_off
 
 
@@ -37,6 +38,10 @@ def serve(channel: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, _reap)
     # Built once: what it holds depends on no client (parsing leaves it as it was).
     parser = build_parser("run")
+    # Asked of the file system once, here, and not again by each child: where this
+    # process's Python and sandbridge live, and so how the sandbox entry's Python starts.
+    installation()
+    entry_interpreter_options()
     # What is loaded now is shared with every child until one writes to it; a collection
     # in a child would touch (and so copy) every object: none of these is ever collected.
     gc.freeze()

@@ -16,10 +16,15 @@ builder removes the session's dirs and prints what the run prints at its end.
 Whatever it cannot do (no daemon, another uid's socket, a daemon of another install or
 version, ``--no-daemon``, ``--dry-run``, ``--print-policy``, ``--verbose``), it leaves to
 the full command (:func:`run` returns None) before anything was printed.
+
+Of ``socket`` and ``signal`` it imports their C cores (``_socket``, ``_signal``): the
+modules around them build enums at import, which cost every run's start more than this
+client's own work.
 """
 
 from __future__ import annotations
 
+import _socket
 import array
 import contextlib
 import errno
@@ -27,8 +32,6 @@ import fcntl
 import os
 import resource
 import select
-import signal
-import socket
 import struct
 import sys
 import time
@@ -40,8 +43,14 @@ from sandbridge.exceptions import DaemonError
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.daemon_wire import Event
 
+TYPE_CHECKING = False  # typing's, without importing typing for it
+if TYPE_CHECKING:
+    import signal as _signal
+else:
+    import _signal
+
 # The signals that end a run (as session/run.py's), with 128 + their number.
-ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+ENDING_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
 READY = daemon_wire.READY_TIMEOUT
 # The sandbox entry sends its network namespace before its command starts, within its
 # own start (relay/host/owned_upstream.py's NAMESPACE_TIMEOUT).
@@ -79,7 +88,7 @@ def run(argv: list[str]) -> int | None:
         builder.close()
 
 
-def _connect() -> socket.socket | None:
+def _connect() -> _socket.socket | None:
     """This user's daemon at the usual place (the full command also looks in fallback
     state roots, and says why it does not use a socket), or None."""
     root = f"{os.environ.get('XDG_RUNTIME_DIR') or '/tmp'}/sandbridge-{os.getuid()}"
@@ -89,12 +98,12 @@ def _connect() -> socket.socket | None:
         return None
     if info.st_uid != os.getuid() or (info.st_mode & 0o170777) != 0o040700:
         return None  # not a private dir of ours: the full command decides
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
     sock.settimeout(daemon_wire.CONNECT_TIMEOUT)
     try:
         sock.connect(f"{root}/daemon.sock")
         _, uid, _ = _PEERCRED.unpack(
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _PEERCRED.size)
         )
     except OSError:
         sock.close()
@@ -106,7 +115,7 @@ def _connect() -> socket.socket | None:
 
 
 def _ask(
-    builder: socket.socket, argv: list[str], waker: _Waker
+    builder: _socket.socket, argv: list[str], waker: _Waker
 ) -> tuple[dict[str, object], list[int]] | int | None:
     """Send the run request; the start (its message and descriptors), the status of a
     run that ended in the builder, or None (the full command must run it)."""
@@ -128,7 +137,7 @@ def _ask(
             }
         )
         builder.sendmsg(
-            [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))]
+            [request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))]
         )
     except (OSError, DaemonError):
         return None
@@ -160,18 +169,18 @@ def _ask(
     return None  # a fallback, a refusal, an older daemon: the full command says it all
 
 
-def _receive(sock: socket.socket, max_fds: int) -> tuple[bytes, list[int]]:
+def _receive(sock: _socket.socket, max_fds: int) -> tuple[bytes, list[int]]:
     """One message and its descriptors, close-on-exec (never the sandbox's by accident)."""
     data, ancdata, flags, _ = sock.recvmsg(
         daemon_wire.MAX_MESSAGE_BYTES,
-        socket.CMSG_SPACE(max_fds * 4),
-        socket.MSG_CMSG_CLOEXEC,
+        _socket.CMSG_SPACE(max_fds * 4),
+        _socket.MSG_CMSG_CLOEXEC,
     )
     fds = array.array("i")
     for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    if flags & socket.MSG_CTRUNC:
+    if flags & _socket.MSG_CTRUNC:
         for fd in fds:
             os.close(fd)
         raise OSError(errno.EMSGSIZE, "more descriptors than a start carries")
@@ -191,8 +200,8 @@ class _Waker:
 
     def __init__(self) -> None:
         self.fd, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._old_wakeup = signal.set_wakeup_fd(self._write)
-        self._old = {signum: signal.signal(signum, _caught) for signum in ENDING_SIGNALS}
+        self._old_wakeup = _signal.set_wakeup_fd(self._write)
+        self._old = {signum: _signal.signal(signum, _caught) for signum in ENDING_SIGNALS}
 
     def first(self) -> int | None:
         try:
@@ -203,8 +212,8 @@ class _Waker:
 
     def close(self) -> None:
         for signum, handler in self._old.items():
-            signal.signal(signum, handler)
-        signal.set_wakeup_fd(self._old_wakeup)
+            _signal.signal(signum, handler)
+        _signal.set_wakeup_fd(self._old_wakeup)
         os.close(self.fd)
         os.close(self._write)
 
@@ -222,7 +231,7 @@ class _Session:
 
     def __init__(
         self,
-        builder: socket.socket,
+        builder: _socket.socket,
         start: dict[str, object],
         fds: list[int],
         waker: _Waker,
@@ -242,7 +251,7 @@ class _Session:
         self.serve_fds = array.array("i", fds[:serving])
         self.sandbox_fds = list(zip(fds[serving:-1], targets, strict=True))
         self.start_writer = fds[-1]
-        self.link: socket.socket | None = None
+        self.link: _socket.socket | None = None
         self.stopped = False
         self.received: list[int] = []
         # While the daemon is away: when to look for one again; while a new one is
@@ -289,24 +298,26 @@ class _Session:
         self.namespace_channel = None
         self.open_fds.discard(fd)
         why = f"the sandbox entry sent no network namespace in {NAMESPACE_WAIT:g} s"
-        with socket.socket(fileno=fd) as channel:
-            try:
-                readable = _poll([fd, self.waker.fd], NAMESPACE_WAIT)
-                if fd in readable:
-                    _, fds = _receive(channel, 4)
-                    if len(fds) == 1:
-                        self.open_fds.add(fds[0])  # closed at the run's end
-                        self.serve_fds.append(fds[0])
-                        self.serve[daemon_wire.NAMESPACE_KEY] = True
-                        self.request = daemon_wire.encode(self.serve)
-                        return
-                    for extra in fds:
-                        os.close(extra)
-                    why = f"the sandbox entry sent {len(fds)} namespace descriptors, not 1"
-                elif self.waker.fd in readable:
-                    why = "a signal came first"
-            except OSError as exc:
-                why = f"the sandbox entry's network namespace is unusable: {exc.strerror}"
+        channel = _socket.socket(fileno=fd)
+        try:
+            readable = _poll([fd, self.waker.fd], NAMESPACE_WAIT)
+            if fd in readable:
+                _, fds = _receive(channel, 4)
+                if len(fds) == 1:
+                    self.open_fds.add(fds[0])  # closed at the run's end
+                    self.serve_fds.append(fds[0])
+                    self.serve[daemon_wire.NAMESPACE_KEY] = True
+                    self.request = daemon_wire.encode(self.serve)
+                    return
+                for extra in fds:
+                    os.close(extra)
+                why = f"the sandbox entry sent {len(fds)} namespace descriptors, not 1"
+            elif self.waker.fd in readable:
+                why = "a signal came first"
+        except OSError as exc:
+            why = f"the sandbox entry's network namespace is unusable: {exc.strerror}"
+        finally:
+            channel.close()
         event_line.warn("upstream.owned_unavailable", reason=why)
 
     # The daemon link -------------------------------------------------------------
@@ -317,7 +328,7 @@ class _Session:
             raise _LinkError(daemon_wire.CLOSED)
         return self._open(sock, time.monotonic() + daemon_wire.READY_TIMEOUT)
 
-    def _open(self, sock: socket.socket, deadline: float) -> str:
+    def _open(self, sock: _socket.socket, deadline: float) -> str:
         """Send the serve request on ``sock``; the session's id once it is served."""
         self.link = sock
         self._send_request()
@@ -342,7 +353,7 @@ class _Session:
 
     def _send_request(self) -> None:
         assert self.link is not None
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.serve_fds)]
+        rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, self.serve_fds)]
         with contextlib.suppress(OSError):  # refused before it was read: the answer waits
             self.link.sendmsg([self.request], rights)
 
@@ -377,7 +388,7 @@ class _Session:
             return
         deadline = time.monotonic() + daemon_wire.CLOSE_TIMEOUT
         try:
-            self.link.shutdown(socket.SHUT_WR)
+            self.link.shutdown(_socket.SHUT_WR)
             while (remaining := deadline - time.monotonic()) > 0:
                 if not _poll([self.link.fileno()], remaining) or not self.link.recv(
                     daemon_wire.MAX_MESSAGE_BYTES
@@ -413,7 +424,7 @@ class _Session:
                 self.argv,
                 os.environ,
                 file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for fd, target in moved],
-                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, *ENDING_SIGNALS),
+                setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ, *ENDING_SIGNALS),
             )
         finally:
             for fd, _ in moved:
@@ -432,7 +443,7 @@ class _Session:
             while True:
                 if (self.received or self.stopped) and not killed:
                     # Killing the backend ends the sandbox (--die-with-parent, --kill-child).
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, _signal.SIGKILL)
                     killed = True
                 watched = [pidfd, waker.fd] + ([] if self.link is None else [self.link.fileno()])
                 wake = self.next_try if self.opening is None else self.opening
@@ -456,7 +467,7 @@ class _Session:
         if self.received:
             return 128 + self.received[0]
         if self.stopped:
-            return 128 + signal.SIGTERM
+            return 128 + _signal.SIGTERM
         status = os.waitstatus_to_exitcode(wait_status)
         return 128 - status if status < 0 else status
 
@@ -525,7 +536,7 @@ class _Session:
 def _end(pid: int, pidfd: int) -> None:
     """Kill the backend (its sandbox's command never started) and reap it."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, _signal.SIGKILL)
     os.waitpid(pid, 0)
     os.close(pidfd)
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sandbridge.exceptions import SandboxError
+from sandbridge.places.real_path import real_path
 
 # Directories a sandbox of this process can write (real paths).
 _distrusted: set[Path] = set()
@@ -30,11 +31,11 @@ _distrusted: set[Path] = set()
 
 def distrust(directories: Iterable[Path]) -> None:
     """Never run a host command found in ``directories`` (or below them)."""
-    _distrusted.update(Path(os.path.realpath(directory)) for directory in directories)
+    _distrusted.update(Path(real_path(directory)) for directory in directories)
 
 
 def _writable_inside(path: str) -> bool:
-    real = Path(os.path.realpath(path))
+    real = Path(real_path(path))
     return any(real.is_relative_to(directory) for directory in _distrusted)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from sandbridge import log
 from sandbridge.exceptions import SandbridgeError
+from sandbridge.places.real_path import real_path
 from sandbridge.private_dir import make_private_dir
 
 FILE = "projects"
@@ -106,7 +107,7 @@ def policy_dirs() -> list[Path]:
         with contextlib.suppress(OSError):
             if not stat.S_ISDIR(path.lstat().st_mode):
                 continue
-            real = Path(os.path.realpath(path))
+            real = Path(real_path(path))
             if real != path:
                 log.warning("known_projects.moved", root=str(root), now=str(real.parent))
             if real not in found:
@@ -130,7 +131,7 @@ def present(policy_dirs: tuple[Path, ...]) -> tuple[Path, ...]:
     kept = []
     for path in policy_dirs:
         try:
-            there = stat.S_ISDIR(path.lstat().st_mode) and os.path.realpath(path) == str(path)
+            there = stat.S_ISDIR(path.lstat().st_mode) and real_path(path) == str(path)
         except OSError:
             there = False
         if there:

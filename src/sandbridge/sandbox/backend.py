@@ -28,12 +28,20 @@ def resolve(name: str) -> str:
 
 def sandbox_argv(backend: str, spec: SandboxSpec) -> list[str]:
     """The command line that starts the sandbox with ``backend``."""
-    argv = bwrap.argv(spec) if resolve(backend) == "bwrap" else unshare.argv(spec)
+    argv = bwrap.argv(spec) if _concrete(backend) == "bwrap" else unshare.argv(spec)
     return spec.network.wrap(argv)
 
 
 def setup_payload(backend: str, spec: SandboxSpec) -> bytes:
     """What the backend reads from :attr:`SandboxSpec.setup_fd`: the whole set-up."""
-    if resolve(backend) == "bwrap":
+    if _concrete(backend) == "bwrap":
         return bwrap.setup_payload(spec)
     return unshare.setup_payload(spec)
+
+
+def _concrete(backend: str) -> str:
+    """``backend`` as :func:`resolve` gave it (a run resolves it once, at its start: each
+    question to it looks up its programs on PATH again), else resolved now. A backend
+    whose programs went meanwhile is still refused: by its own lookup of them, which
+    names what is missing."""
+    return backend if backend in ("bwrap", "unshare") else resolve(backend)

@@ -12,9 +12,13 @@ host's egress gate; :mod:`sandbridge.terminals.light_starter`: a PTY worker per 
 the host asks for; :mod:`sandbridge.relay.inside.publish` and
 :mod:`sandbridge.relay.inside.auto_publish`: ``--publish``), and imports what needs one
 (:mod:`sandbridge.sandbox.services`: asyncio, the shim's other cases) only when something
-does. Until the command runs it imports the standard library's ``os``, ``socket``,
-``signal`` and ``select`` (not even pathlib or re; ``ctypes``, ``struct`` and ``termios``
-for its own hardening: non-dumpable, no TIOCSTI) and nothing that needs an event loop.
+does. Until the command runs it imports the standard library's ``os``, ``select`` and
+the C cores of ``socket`` and ``signal`` (``_socket``, ``_signal``: the modules around
+them build enums that cost every start more than the entry's own work; not even
+pathlib, re or contextlib; ``ctypes``, ``struct`` and ``termios`` for its own hardening:
+non-dumpable, no TIOCSTI) and nothing that needs an event loop. The first thing it does
+is send the sandbox's network namespace (a run the daemon serves waits for it before it
+asks the daemon to serve): the rest of its start goes on while the daemon serves.
 
 The command's exit status becomes this process's (128 + N for a signal), which the
 runner passes on to the user. When this process ends, the PID namespace ends with it:
@@ -23,15 +27,13 @@ every daemon the command left behind is killed by the kernel.
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import os
 import select
-import signal
-import socket
 import struct
 import sys
 
-from sandbridge.aio.before_loop import bind_unix_socket, keep_inherited_descriptors, reap
+from sandbridge.aio.before_loop import bind_unix_listener, keep_inherited_descriptors, reap
 from sandbridge.protocol.contract import CLIPBOARD_SOCKET, EGRESS_SOCKET
 from sandbridge.sandbox.commands import (
     install_app_settings,
@@ -45,6 +47,9 @@ from sandbridge.sandbox.terminal_injection import forbid_terminal_injection
 # rest of this module.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal as _signal
+    import socket
+
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.egress.light_gate import LightGate
     from sandbridge.protocol.publish_rules import PublishRule
@@ -52,13 +57,15 @@ if TYPE_CHECKING:
     from sandbridge.relay.inside.light_shim import LightShim
     from sandbridge.relay.inside.publish import PortPublisher
     from sandbridge.terminals.light_starter import LightStarter
+else:
+    import _signal
 
 # Connections waiting on a gate port before the gate listener accepts them (asyncio's
 # start_server listens with this backlog too).
 GATE_BACKLOG = 100
 # What the standard library's subprocess resets for a child (Python ignores SIGPIPE and
 # SIGXFSZ for itself; a command expects the default).
-_RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+_RESTORED_SIGNALS = (_signal.SIGPIPE, _signal.SIGXFSZ)
 
 
 # prctl(2)'s option (linux/prctl.h); the standard library has no prctl.
@@ -82,26 +89,29 @@ def _send_namespace(fd: int) -> None:
     before the command starts, so what the host gets is the entry's own. The host makes
     its app connections from sockets in it (relay/host/owned_upstream.py); if this fails, the
     host sees the socket closed and takes the shim's handoff instead."""
-    with socket.socket(fileno=fd) as channel:
-        try:
-            namespace = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            print(f"sandbridge: cannot open the network namespace: {exc}", file=sys.stderr)
-            return
-        try:
-            rights = struct.pack("i", namespace)
-            channel.sendmsg([b"n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-        except OSError as exc:
-            print(f"sandbridge: cannot send the network namespace: {exc}", file=sys.stderr)
-        finally:
-            os.close(namespace)
-
-
-def bind_gate_port(address: str, port: int) -> socket.socket:
-    """A listening TCP socket on the gate address (IPv4), as the gate listener serves it."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    channel = _socket.socket(fileno=fd)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        namespace = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        channel.close()
+        print(f"sandbridge: cannot open the network namespace: {exc}", file=sys.stderr)
+        return
+    try:
+        rights = struct.pack("i", namespace)
+        channel.sendmsg([b"n"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    except OSError as exc:
+        print(f"sandbridge: cannot send the network namespace: {exc}", file=sys.stderr)
+    finally:
+        os.close(namespace)
+        channel.close()
+
+
+def bind_gate_port(address: str, port: int) -> _socket.socket:
+    """A listening TCP socket on the gate address (IPv4), as the gate listener serves it
+    (the ``socket`` module's C core's: :func:`_full_socket` makes it the module's)."""
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+    try:
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         sock.bind((address, port))
         sock.listen(GATE_BACKLOG)
         sock.setblocking(False)
@@ -109,6 +119,16 @@ def bind_gate_port(address: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _full_socket(sock: _socket.socket) -> socket.socket:
+    """``sock`` as a ``socket.socket`` (what the light shim, the gate and the event loop
+    take), non-blocking as the entry made it; ``sock`` is left without its descriptor."""
+    import socket
+
+    full = socket.socket(fileno=sock.detach())
+    full.setblocking(False)
+    return full
 
 
 class _Command:
@@ -120,8 +140,8 @@ class _Command:
         self.pid: int | None = None
         self._terminate = False
         self._reaped = False
-        signal.signal(signal.SIGINT, lambda _signum, _frame: None)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+        _signal.signal(_signal.SIGINT, lambda _signum, _frame: None)
+        _signal.signal(_signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, _signum: int, _frame: object) -> None:
         if self._reaped:  # its pid may be another process's by now
@@ -129,14 +149,16 @@ class _Command:
         if self.pid is None:
             self._terminate = True  # passed on as soon as the command runs
         else:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
+            try:  # noqa: SIM105 (contextlib would cost the start: the module's docstring)
+                os.kill(self.pid, _signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def start(self, argv: list[str]) -> int:
         # Handled signals (SIGINT, SIGTERM) are reset at exec; ignored ones are not.
         self.pid = os.posix_spawnp(argv[0], argv, os.environ, setsigdef=_RESTORED_SIGNALS)
         if self._terminate:
-            os.kill(self.pid, signal.SIGTERM)
+            os.kill(self.pid, _signal.SIGTERM)
         return self.pid
 
     def reap(self) -> int:
@@ -199,17 +221,19 @@ def _start_publishing(
 
 
 class _Light:
-    """What served without an event loop: the loop, the light shim, the light gate, the
-    terminal starter, the publishers."""
+    """What served without an event loop: the listeners (as ``socket.socket``), the loop,
+    the light shim, the light gate, the terminal starter, the publishers."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (what served: the parts the event loop takes over)
         self,
+        listeners: tuple[socket.socket, dict[int, socket.socket]],
         loop: PollLoop,
         shim: LightShim,
         gate: LightGate | None,
         starter: LightStarter | None,
         publishers: list[PortPublisher | AutoPublisher],
     ) -> None:
+        self.upstream, self.gate_ports = listeners
         self.loop = loop
         self.shim = shim
         self.gate = gate
@@ -224,8 +248,8 @@ class _Serving:
 
     def __init__(
         self,
-        upstream: socket.socket,
-        gate_ports: dict[int, socket.socket],
+        upstream: _socket.socket,
+        gate_ports: dict[int, _socket.socket],
         egress_socket: str,
         terminal_fd: int | None,
         publishing: _Publishing,
@@ -277,6 +301,8 @@ def _serve_light(pidfd: int, serving: _Serving) -> _Light | None:
     from sandbridge.aio.poll_loop import PollLoop
     from sandbridge.relay.inside.light_shim import LightShim
 
+    upstream = _full_socket(serving.upstream)
+    gate_ports = {port: _full_socket(sock) for port, sock in serving.gate_ports.items()}
     loop = PollLoop()
     exited: list[bool] = []
 
@@ -284,12 +310,12 @@ def _serve_light(pidfd: int, serving: _Serving) -> _Light | None:
         exited.append(True)
         loop.stop()
 
-    light = LightShim(serving.upstream, loop, needs_loop=loop.stop)
+    light = LightShim(upstream, loop, needs_loop=loop.stop)
     gate = None
-    if serving.gate_ports:
+    if gate_ports:
         from sandbridge.egress.light_gate import LightGate
 
-        gate = LightGate(loop, serving.gate_ports, serving.egress_socket)
+        gate = LightGate(loop, gate_ports, serving.egress_socket)
         gate.start()
     starter = None
     if serving.terminal_fd is not None:
@@ -312,7 +338,7 @@ def _serve_light(pidfd: int, serving: _Serving) -> _Light | None:
         for publisher in publishers:
             publisher.close()
         return None
-    return _Light(loop, light, gate, starter, publishers)
+    return _Light((upstream, gate_ports), loop, light, gate, starter, publishers)
 
 
 def _allowed_to_start(fd: int) -> bool:
@@ -399,19 +425,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sandbridge-sandbox-entry: error: {exc}", file=sys.stderr)
         return 2
     command = args.command
-    _undumpable()  # first: before any descriptor worth taking exists
     if args.namespace_fd is not None:
-        # Early: a run the daemon serves waits for it before it asks the daemon to serve.
+        # First: a run the daemon serves waits for it before it asks the daemon to serve,
+        # and the rest of this start goes on meanwhile. Before _undumpable, which takes
+        # ctypes' import: no process of the sandbox but this one exists yet to take the
+        # namespace's descriptor (open here only for the send), nor any other.
         _send_namespace(args.namespace_fd)
+    _undumpable()  # before any descriptor worth taking exists
     forbid_terminal_injection(os.uname().machine)
     install_helper(os.environ.get("HOME", "/tmp"))
     install_commands()
     if os.path.exists(os.path.join(os.path.dirname(upstream_path), CLIPBOARD_SOCKET)):
         install_clipboard_commands()  # the owner turned the bridge on (docs/clipboard.md)
     install_app_settings()
-    with contextlib.suppress(FileNotFoundError):
+    try:  # noqa: SIM105 (contextlib would cost the start: the module's docstring)
         os.unlink(upstream_path)
-    upstream = bind_unix_socket(upstream_path)
+    except FileNotFoundError:
+        pass
+    upstream = bind_unix_listener(upstream_path)
     gate = args.gate
     gate_ports = {port: bind_gate_port(gate, port) for port in args.gate_port if gate}
     if args.terminal_fd is not None:  # never inherited by the command
@@ -437,9 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     return serve(
         pid,
         Services(
-            upstream=upstream,
+            upstream=light.upstream,
             upstream_path=Path(upstream_path),
-            gate_ports=gate_ports,
+            gate_ports=light.gate_ports,
             egress_socket=Path(egress_socket),
             terminal_fd=args.terminal_fd,
             poll_loop=light.loop,

@@ -113,8 +113,13 @@ def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
 
 
 def toplevel(directory: Path) -> Path | None:
-    """The work tree top that contains ``directory``, as the owner's git finds it."""
-    if not available():
+    """The work tree top that contains ``directory``, as the owner's git finds it.
+
+    Where git's discovery finds no repository (``git_reads.find``, from the directory's
+    real path, which git starts from: no ``.git`` upwards, no bare repository), git is
+    not run: it would say "not a git repository", and a run in a directory outside
+    every repository waited for that answer (a git process) at each start."""
+    if not available() or git_reads.find(Path(os.path.realpath(directory))) is None:
         return None
     result = run_git(directory, "rev-parse", "--show-toplevel")
     if result.returncode != 0 or not result.stdout.strip():

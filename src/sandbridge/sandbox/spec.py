@@ -99,7 +99,14 @@ class SandboxSpec:
     def layers(self) -> list[Layer]:
         """The host directories the sandbox sees over the read-only root, in bind order:
         its tooling, workdir and extra mounts."""
-        return [
+        return list(self._layers)
+
+    @functools.cached_property
+    def _layers(self) -> tuple[Layer, ...]:
+        """:meth:`layers`, worked out once per spec: :meth:`views` asks for them once per
+        remembered project (each time the tooling's paths were sorted out anew), so a
+        run's start grew with the projects its owner ever ran."""
+        return (
             *(
                 Layer(Mount(path, path, writable=False), "the Python tooling")
                 for path in self.tooling_paths()
@@ -107,7 +114,7 @@ class SandboxSpec:
             Layer(Mount(self.workdir, self.workdir, writable=True), "workdir"),
             *(Layer(mount, "--bind" if mount.writable else "--ro-bind") for mount in self.mounts),
             *(Layer(mount, "--agent-home host") for mount in self.agent_state),
-        ]
+        )
 
     def bind_sequence(self) -> list[Mount]:
         """The workdir and the extra mounts in bind order, each followed by its pins:
@@ -174,7 +181,7 @@ class SandboxSpec:
         targets: set[Path] = set()
         if not any(path.is_relative_to(top) for top in covered):
             targets.add(path)
-        for layer in self.layers():
+        for layer in self._layers:
             if path.is_relative_to(layer.mount.source):
                 targets.add(layer.mount.dest / path.relative_to(layer.mount.source))
         return sorted(targets)
@@ -287,13 +294,20 @@ def entry_interpreter_options() -> list[str]:
     cost the command's start more than the entry's own imports), its path given instead:
     this sandbridge's directory, then the host's site directories, where its
     dependencies are (after the standard library's, which no package shadows)."""
+    return list(_entry_interpreter_options())
+
+
+@functools.cache
+def _entry_interpreter_options() -> tuple[str, ...]:
+    """:func:`entry_interpreter_options`, asked of the file system once per process (the
+    daemon's run builder asks before it forks: each child would ask again)."""
     import sandbridge
 
     package = str(Path(sandbridge.__file__).resolve().parent.parent)
     sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
     paths = list(dict.fromkeys([package, *sites]))
     boot = f"import sys; sys.path += {paths!r}; from sandbridge.sandbox.entry import run; run()"
-    return ["-I", "-S", "-c", boot]
+    return ("-I", "-S", "-c", boot)
 
 
 def setup_file(payload: bytes) -> int:

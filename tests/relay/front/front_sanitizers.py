@@ -27,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 SRC = REPO / "src" / "sandbridge" / "relay" / "front"
+TUNNEL = SRC / "_tunnel.c"
 # The tests run on a sanitized build: the translation's table and generated heads, and the
 # real sessions through the front (floods, timeouts, handoffs of every kind).
 # test_budget.py's leases against the C; front_faults.py drives the failure paths through
@@ -36,6 +37,8 @@ TESTS = [
     "tests/relay/front/test_front.py",
     "tests/relay/host/test_budget.py",
     "tests/relay/front/front_faults.py",
+    # the C tunnel (relay/front/_tunnel.c) against the Python one, on real sockets
+    "tests/relay/listener/test_tunnel_c.py",
 ]
 # The Python relay's own variants there are left out: they run no C.
 WITHOUT_C = "not python and not without_the_front_door and not no_front_door_never"
@@ -104,6 +107,11 @@ def build(root: Path, kinds: str) -> Path:
     )
     for obj in objects:
         obj.unlink()
+    # The C tunnel, a module of its own (one source).
+    subprocess.run(
+        ["gcc", *flags, "-shared", str(TUNNEL), "-o", str(relay / f"_tunnel{suffix}")],
+        check=True,
+    )
     (root / "sitecustomize.py").write_text(SITECUSTOMIZE)
     return root
 
@@ -112,7 +120,7 @@ def build_key(kinds: str) -> str:
     """What a build depends on: the front door's C sources and headers, the flags, the
     interpreter's headers and extension suffix, and the compiler."""
     digest = hashlib.sha256()
-    for path in sorted([*SRC.glob("_front_*.c"), *SRC.glob("_front_*.h")]):
+    for path in sorted([*SRC.glob("_front_*.c"), *SRC.glob("_front_*.h"), TUNNEL]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     compiler = subprocess.run(
         ["gcc", "--version"], check=True, capture_output=True, text=True
@@ -164,9 +172,11 @@ def environment(root: Path, kinds: str, reports: Path) -> dict[str, str]:
 
 
 def loads_the_build(root: Path, env: dict[str, str]) -> bool:
-    """Whether a process with ``env`` imports the front door built under ``root``."""
+    """Whether a process with ``env`` imports the front door (and the C tunnel) built
+    under ``root``."""
     check = (
-        f"import sandbridge.relay.front._front as f; print(f.__file__.startswith({str(root)!r}))"
+        "import sandbridge.relay.front._front as f, sandbridge.relay.front._tunnel as t; "
+        f"print(all(m.__file__.startswith({str(root)!r}) for m in (f, t)))"
     )
     said = subprocess.run(
         [sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True

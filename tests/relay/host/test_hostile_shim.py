@@ -86,6 +86,23 @@ def test_truncated_stream_is_cut_not_completed(runtime_dir: Path, behaviour: str
         relay.stop()
 
 
+def test_a_body_in_pieces_lives_while_each_comes_within_the_response_timeout(
+    runtime_dir: Path,
+) -> None:
+    """The response timeout counts from the body's last piece, not from its first (the
+    pieces are relayed from the app's read callbacks: relay/listener/body_lane.py)."""
+    relay = _host_with_timeout(runtime_dir, "stream")
+    try:
+        port = host_port_of(relay.register(free_port()))
+        conn = http.client.HTTPConnection(app_host(port), port, timeout=10)
+        conn.request("GET", "/hostile/slow-pieces")
+        assert conn.getresponse().read() == b"one two three four"
+        conn.request("GET", "/fine")
+        assert conn.getresponse().read() == b"ok"
+    finally:
+        relay.stop()
+
+
 def test_body_longer_than_declared_is_cut_at_the_declared_length(runtime_dir: Path) -> None:
     relay = _host_with_timeout(runtime_dir, "stream")
     try:

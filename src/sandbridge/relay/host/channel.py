@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Protocol, cast
 
@@ -142,6 +143,12 @@ class Channel(asyncio.Protocol):
             or transport is None
             or transport.is_closing()
         )
+
+    def ready_to_write(self) -> bool:
+        """Whether a write goes out without waiting: the transport takes more (not over
+        its high-water mark) and the connection is not closing."""
+        transport = self.transport
+        return not self._write_paused and transport is not None and not transport.is_closing()
 
     def has_data(self) -> bool:
         """Whether received bytes wait for :meth:`read` (which then returns at once)."""
@@ -285,6 +292,36 @@ class Channel(asyncio.Protocol):
         if not self.closed.done():
             self.closed.set_result(None)
 
+    def releasable(self) -> bool:
+        """Whether :meth:`release` may take the socket: nothing unread, nothing unsent,
+        no end of stream and no error yet (all of which only the transport could pass on)."""
+        transport = self.transport
+        return not (
+            transport is None
+            or transport.is_closing()
+            or self._chunks
+            or self._eof
+            or self._exception is not None
+            or transport.get_write_buffer_size()
+            or transport.get_extra_info("socket") is None
+        )
+
+    def release(self) -> int:
+        """The socket for another owner (the C tunnel, :mod:`.tunnel`): a duplicate of
+        its descriptor; the transport is dropped without sending anything (no end of
+        stream: the socket lives on in the duplicate). Only when :meth:`releasable`.
+        The new owner reports the socket's end with :meth:`closed_elsewhere`."""
+        assert self.releasable() and self.transport is not None
+        fd = os.dup(self.transport.get_extra_info("socket").fileno())
+        self.transport.set_protocol(_Released())
+        self.transport.abort()
+        return fd
+
+    def closed_elsewhere(self) -> None:
+        """The owner the socket was released to closed it."""
+        if not self.closed.done():
+            self.closed.set_result(None)
+
     def catch_up(self, pump: Pump) -> None:
         """Pass on to ``pump`` what happened before :meth:`hand_over`: unread bytes, an
         end of stream, a full write buffer."""
@@ -301,3 +338,7 @@ class Channel(asyncio.Protocol):
             self.transport.resume_reading()
         if self._eof:
             pump.eof_received()
+
+
+class _Released(asyncio.Protocol):
+    """Takes a released transport's last callback (its socket lives on elsewhere)."""

@@ -50,6 +50,7 @@ from sandbridge.relay.host.settings import SessionScope
 from sandbridge.relay.host.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.listener.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.listener.arrivals import Arrivals
+from sandbridge.relay.listener.body_lane import relay_body
 from sandbridge.relay.listener.browser import BrowserConnection
 from sandbridge.relay.listener.connection import Connection, Outcome, SpareReaders
 from sandbridge.relay.listener.connection_stage import Event as StageEvent
@@ -63,7 +64,7 @@ from sandbridge.relay.listener.exchange_io import (
     read_response_body,
 )
 from sandbridge.relay.listener.lane import KeepAliveLane, LaneEnd
-from sandbridge.relay.listener.tunnel import Tunnel, open_tunnel
+from sandbridge.relay.listener.tunnel import NativeTunnel, Tunnel, open_tunnel
 from sandbridge.relay.listener.v1_exchange import exchange_v1
 
 
@@ -92,7 +93,7 @@ class AppListener:
         self._server: asyncio.Server | None = None
         # The browser connections counted against the limits, by their channel.
         self.connections: dict[Channel, Connection] = {}
-        self._tunnels: set[Tunnel] = set()
+        self._tunnels: set[Tunnel | NativeTunnel] = set()
         # One task per browser connection, owned here: close() ends them.
         self.tasks = TaskSet()
         # App connections left idle by finished browser connections (start() makes it).
@@ -431,6 +432,22 @@ class AppListener:
                         data = await read_awaiting_response(
                             browser, upstream, exchange, self.settings.response_timeout
                         )
+                    elif (
+                        pump is None
+                        and upstream.channel.lane is None
+                        and not (upstream.channel.has_data() or upstream.channel.at_end())
+                    ):
+                        # The body's pieces from the app's read callbacks (body_lane.py);
+                        # what it stopped at is in ``events``, or nothing: read on.
+                        await relay_body(
+                            browser,
+                            upstream.channel,
+                            reader,
+                            decision,
+                            events,
+                            self.settings.response_timeout,
+                        )
+                        continue
                     else:
                         data = await read_response_body(
                             browser, upstream, self.settings.response_timeout
@@ -501,7 +518,9 @@ class AppListener:
             self._tunnels.discard(tunnel)
             connection.close()
 
-        tunnel = open_tunnel(browser, upstream, upstream_events, closed)
+        tunnel = open_tunnel(
+            browser, upstream, upstream_events, closed, use_native=self.settings.front_door
+        )
         if tunnel is None:
             return False
         self._tunnels.add(tunnel)
