@@ -91,7 +91,7 @@ def test_dry_run_argv_never_shows_an_environment_value(env: dict[str, str], back
 
 def test_publish_flags_split_into_one_port_and_auto_publish_rules(tmp_path: Path) -> None:
     from sandbridge.cli import network as network_cli
-    from sandbridge.cli.sessions import build_parser
+    from sandbridge.cli.parser import build_parser
 
     args = build_parser().parse_args(
         ["run", "--publish", "8000:/app", "--publish", "auto", "--publish", "3000-3999", "--", "x"]
@@ -110,7 +110,7 @@ def test_publish_flags_split_into_one_port_and_auto_publish_rules(tmp_path: Path
 
 def test_only_ignore_rules_start_no_auto_publish(tmp_path: Path) -> None:
     from sandbridge.cli import network as network_cli
-    from sandbridge.cli.sessions import build_parser
+    from sandbridge.cli.parser import build_parser
 
     (tmp_path / ".sandbridge").mkdir()
     (tmp_path / ".sandbridge" / "config").write_text("publish = 5432 ignore\n")

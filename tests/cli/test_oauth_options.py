@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.cli.parser import build_parser
 from sandbridge.cli.relay_options import describe_bridges, open_settings
-from sandbridge.cli.sessions import build_parser
 from sandbridge.exceptions import SandbridgeError
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.cli.parser import build_parser
 from sandbridge.cli.relay_options import add_relay_options, relay_settings_of
-from sandbridge.cli.sessions import build_parser
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.protocol.relay_settings import LIMITS, Limit
 from tests.support.command_in_process import sandbridge

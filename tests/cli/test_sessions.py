@@ -1,5 +1,5 @@
-"""The command line's parser (``sessions.build_parser``): every command and argument the
-owner can reach through ``--help`` says what it is."""
+"""The command line (``parser.build_parser``) and its sessions' commands (``sessions.py``):
+every command and argument the owner can reach through ``--help`` says what it is."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbridge.cli.sessions import build_parser
+from sandbridge.cli.parser import build_parser
 from sandbridge.terminals.control import call
 from tests.conftest import SANDBRIDGE, Process
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sandbridge.cli.sessions import build_parser
+from sandbridge.cli.parser import build_parser
 from sandbridge.protocol.relay_settings import APP_POOL_SIZE, LIMITS, Limit, checked
 from sandbridge.relay.host.settings import RelaySettings
 from sandbridge.session.options import SessionOptions

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from sandbridge.cli.sessions import build_parser, run_parsed
+from sandbridge.cli.parser import build_parser, run_parsed
 from sandbridge.places import host_commands
 from sandbridge.sandbox import host_git
 from sandbridge.sandbox.spec import SandboxSpec

@@ -16,13 +16,12 @@ from sandbridge.agents.state import kept_dir
 from sandbridge.sandbox.project import project_root
 
 
-def add_command(commands: Any) -> None:
-    agents = commands.add_parser(
-        "agents",
-        help="list the agent profiles for run --agent, their commands and state",
-        description="List the agent profiles (shipped, and yours in "
+def add_agents(agents: argparse.ArgumentParser) -> None:
+    """``sandbridge agents``'s arguments."""
+    agents.description = (
+        "List the agent profiles (shipped, and yours in "
         "${XDG_CONFIG_HOME:-~/.config}/sandbridge/agents), whether each agent's command "
-        "is found inside a sandbox and where its state is kept for this directory's project.",
+        "is found inside a sandbox and where its state is kept for this directory's project."
     )
     agents.add_argument("--json", action="store_true", help="print JSON for scripts")
     agents.set_defaults(func=cmd_agents)

@@ -5,27 +5,28 @@ soon as it is parsed). ``./dev.sh install`` puts each where its shell looks."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from sandbridge.cli.parser import build_parser
 
 SHELLS = ("bash", "zsh", "fish")
 
 
-def add_command(commands: Any, root: argparse.ArgumentParser) -> None:
-    """The ``completions`` command, which completes ``root`` (the whole command line)."""
-    completions = commands.add_parser(
-        "completions",
-        help="print the shell completion script for bash, zsh or fish",
-        description="Print the completion script of SHELL, generated from sandbridge's "
+def add_completions(completions: argparse.ArgumentParser) -> None:
+    """``sandbridge completions``'s arguments."""
+    completions.description = (
+        "Print the completion script of SHELL, generated from sandbridge's "
         "parser. bash: save it as ~/.local/share/bash-completion/completions/sandbridge; "
         "zsh: as _sandbridge in a directory on fpath; fish: as "
-        "~/.config/fish/completions/sandbridge.fish (./dev.sh install does all three).",
+        "~/.config/fish/completions/sandbridge.fish (./dev.sh install does all three)."
     )
     completions.add_argument("shell", choices=SHELLS, help="the shell")
-    completions.set_defaults(func=cmd_completions, root_parser=root)
+    completions.set_defaults(func=cmd_completions)
 
 
 def cmd_completions(args: argparse.Namespace) -> int:
     import shtab  # only here: no other command needs it
 
-    print(shtab.complete(args.root_parser, shell=args.shell), end="")
+    # The whole command line, every command's arguments (the parser of a command asked
+    # has the others' names alone).
+    print(shtab.complete(build_parser(), shell=args.shell), end="")
     return 0

@@ -6,7 +6,6 @@ import argparse
 import os
 import resource
 import sys
-from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.daemon import systemd
@@ -14,12 +13,11 @@ from sandbridge.daemon.server import run_daemon
 from sandbridge.places.systemd_user import WITHOUT_SYSTEMD, user_manager_missing
 
 
-def add_command(commands: Any) -> None:
-    daemon = commands.add_parser(
-        "daemon",
-        help="serve every session of this user from one process (docs/daemon.md)",
-        description="Run the daemon in the foreground; `sandbridge run` uses it when it "
-        "runs (unless --no-daemon).",
+def add_daemon(daemon: argparse.ArgumentParser) -> None:
+    """``sandbridge daemon``'s arguments."""
+    daemon.description = (
+        "Run the daemon in the foreground; `sandbridge run` uses it when it "
+        "runs (unless --no-daemon)."
     )
     daemon.add_argument("-v", "--verbose", action="store_true", help="log debug events")
     # Its standard error is its log (the journal under systemd), not a person's terminal.

@@ -5,23 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
-from sandbridge.doctor.checks import all_checks
 from sandbridge.doctor.finding import Finding, Status, core_missing, run_checks
 
 # The status column's width: the longest status word.
 STATUS_WIDTH = max(len(status.value) for status in Status)
 
 
-def add_command(commands: Any) -> None:
-    doctor = commands.add_parser(
-        "doctor",
-        help="say what works on this machine and what does not, with fixes (docs/doctor.md)",
-        description="Check the sandbox backend and user namespaces, the front door, a "
+def add_doctor(doctor: argparse.ArgumentParser) -> None:
+    """``sandbridge doctor``'s arguments."""
+    doctor.description = (
+        "Check the sandbox backend and user namespaces, the front door, a "
         "desktop browser, a systemd user session, *.localhost names, sandbridge's "
         "directories and each agent profile's command and state. Exit status 1 only when "
-        "something a session needs is missing.",
+        "something a session needs is missing."
     )
     doctor.add_argument("--json", action="store_true", help="print JSON for scripts")
     doctor.add_argument("-v", "--verbose", action="store_true", help="log debug events")
@@ -29,6 +26,9 @@ def add_command(commands: Any) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    # Only here: the checks ask every part (the sandbox, the relay, the agents).
+    from sandbridge.doctor.checks import all_checks
+
     findings = run_checks(all_checks())
     if args.json:
         missing = core_missing(findings)

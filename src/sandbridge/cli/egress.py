@@ -104,9 +104,8 @@ def cmd_deny(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(commands: Any) -> None:
-    """Add ``egress`` to the CLI's subcommands."""
-    egress = commands.add_parser("egress", help="answer the sandbox's egress requests")
+def add_egress(egress: argparse.ArgumentParser) -> None:
+    """``sandbridge egress``'s commands."""
     sub = egress.add_subparsers(dest="egress_command", required=True)
 
     pending = sub.add_parser("pending", help="requests waiting for your answer")

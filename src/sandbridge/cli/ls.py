@@ -12,6 +12,12 @@ from sandbridge.places.registry import list_sessions
 from sandbridge.places.remotes import list_remotes
 
 
+def add_ls(ls: argparse.ArgumentParser) -> None:
+    """``sandbridge ls``'s arguments."""
+    ls.add_argument("--json", action="store_true", help="print JSON for scripts")
+    ls.set_defaults(func=cmd_ls)
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     sessions = list_sessions()
     remotes = list_remotes()

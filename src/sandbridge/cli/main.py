@@ -4,7 +4,7 @@ It looks at its arguments before it imports anything else: a ``run`` goes to the
 client (``thin_run.py``: the standard library alone), which has the user's daemon build
 the session and starts the sandbox itself; everything else, and a ``run`` the thin
 client cannot carry out (no daemon, ``--no-daemon``, an older daemon: docs/daemon.md),
-goes to the full command line (``sessions.py``), exactly as without it.
+goes to the full command line (``parser.py``), exactly as without it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def main(argv: list[str] | None = None) -> int:
     """The full command line, in this process."""
-    from sandbridge.cli.sessions import main as full_main
+    from sandbridge.cli.parser import main as full_main
 
     return full_main(argv)
 

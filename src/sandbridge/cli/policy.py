@@ -3,31 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from sandbridge.cli import network as network_cli
-from sandbridge.egress.gate import DnsResolver, SystemResolver
 from sandbridge.exceptions import PolicyError
 from sandbridge.places import host_commands, known_projects
 from sandbridge.project.policy import PolicyBuilder, format_entry
 from sandbridge.sandbox.project import project_root, secrets_file_ignored
 from sandbridge.survey import init_policy, presets
 from sandbridge.survey.findings import Finding, Kind
-from sandbridge.survey.index_addresses import non_global_names
 from sandbridge.survey.toolchain_index import ASKED, toolchain_indexes
 from sandbridge.survey.walk import describe, survey
 
 
-def add_commands(commands: Any) -> None:
-    parser = commands.add_parser(
-        "policy", help="survey a project and write its first network policy (docs/policy.md)"
-    )
+def add_policy(parser: argparse.ArgumentParser) -> None:
+    """``sandbridge policy``'s commands."""
     actions = parser.add_subparsers(dest="action", required=True)
     look = actions.add_parser(
         "survey", help="list the hosts, ports and variable names a project declares (no values)"
@@ -80,6 +73,13 @@ def _is_index(finding: Finding) -> bool:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """Survey the project root, write its policy, then print it as ``--print-policy``."""
+    # Only here: the resolver's event loop, and the effective policy's whole reading.
+    import asyncio
+
+    from sandbridge.cli import network as network_cli
+    from sandbridge.egress.gate import DnsResolver, SystemResolver
+    from sandbridge.survey.index_addresses import non_global_names
+
     root = project_root(_directory(args))
     resolver = None
     if args.resolver is not None:

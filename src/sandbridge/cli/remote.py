@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.heap import keep_freed_heap
@@ -93,11 +92,8 @@ def cmd_connect(args: argparse.Namespace) -> int:
     return int(event_loop.run(_connect(args)))
 
 
-def add_commands(commands: Any) -> None:
-    """Add ``connect`` and ``serve-stdio`` to the CLI's subcommands."""
-    connect = commands.add_parser(
-        "connect", help="serve a far machine's apps as local origins (docs/remote.md)"
-    )
+def add_connect(connect: argparse.ArgumentParser) -> None:
+    """``sandbridge connect``'s arguments."""
     connect.add_argument(
         "--via",
         metavar="CMD",
@@ -126,9 +122,10 @@ def add_commands(commands: Any) -> None:
     add_ssh_options(connect)
     _verbose_option(connect)
     connect.set_defaults(func=cmd_connect)
-    serve = commands.add_parser(
-        "serve-stdio", help="the far machine's end of sandbridge connect, on stdin and stdout"
-    )
+
+
+def add_serve_stdio(serve: argparse.ArgumentParser) -> None:
+    """``sandbridge serve-stdio``'s arguments."""
     _verbose_option(serve)
     serve.set_defaults(func=cmd_serve_stdio)
 

@@ -23,7 +23,8 @@ import socket
 import sys
 import traceback
 
-from sandbridge.cli import bridge_options, sessions
+from sandbridge.cli import bridge_options
+from sandbridge.cli.parser import build_parser, run_parsed
 from sandbridge.protocol import daemon_wire
 from sandbridge.protocol.daemon_wire import Event
 from sandbridge.sandbox.spec import entry_interpreter_options, installation
@@ -36,7 +37,7 @@ def serve(channel: socket.socket) -> None:
     # this process's children's, where the daemon's owner can see it).
     signal.signal(signal.SIGCHLD, _reap)
     # Built once: what it holds depends on no client (parsing leaves it as it was).
-    parser = sessions.build_parser("run")
+    parser = build_parser("run")
     # Asked of the file system once, here, and not again by each child: where this
     # process's Python and sandbridge live, and so how the sandbox entry's Python starts.
     installation()
@@ -136,7 +137,7 @@ def _build(
     def runner(*prepared: object) -> int:
         return hand_off(client, pid, *prepared)  # type: ignore[arg-type]
 
-    return sessions.run_parsed(args, session_runner=runner)
+    return run_parsed(args, session_runner=runner)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The ``sandbridge`` command's parser and its own commands: ``run``, ``demo``, ``host``
-and ``ls`` (``main.py`` dispatches to it, or to the thin ``run`` client)."""
+"""The commands that serve a session: ``run``, ``demo`` and ``host`` (their arguments and
+handlers; ``parser.py`` adds them to the command line when one of them is asked)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from sandbridge import __version__, log
 from sandbridge.agents.state import clear_bind_paths
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
@@ -27,10 +25,7 @@ from sandbridge.cli import (
     ssh_agent_options,
 )
 from sandbridge.cli import network as network_cli
-from sandbridge.cli import shim as shim_cli
 from sandbridge.cli.agent_options import AgentSetup
-from sandbridge.cli.command_parser import CommandParser
-from sandbridge.cli.ls import cmd_ls
 from sandbridge.cli.relay_options import (
     add_open_options,
     add_relay_options,
@@ -478,21 +473,8 @@ def _host_policy(args: argparse.Namespace) -> Policy | None:
     return load_policy(project_root(Path.cwd()), net=NetMode.ALLOW.value, allow=args.allow)
 
 
-# The commands this module defines itself; the other groups' modules are imported only
-# for their own commands (or for --help), not for a ``run``.
-OWN_COMMANDS = frozenset({"run", "demo", "host", "ls"})
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command line's parser; with ``command`` (the word after ``sandbridge``) one of
-    :data:`OWN_COMMANDS`, without the other command groups."""
-    parser = CommandParser(
-        prog="sandbridge", description="Narrow, audited bridges across a Linux sandbox boundary."
-    )
-    parser.add_argument("--version", action="version", version=f"sandbridge {__version__}")
-    commands = parser.add_subparsers(dest="subcommand", required=True)
-
-    run = commands.add_parser("run", help="run a command in a sandbox with an app relay")
+def add_run(run: argparse.ArgumentParser) -> None:
+    """``sandbridge run``'s arguments."""
     _add_sandbox_options(run)
     agent_options.add_options(run)
     add_open_options(run)
@@ -500,16 +482,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     run.set_defaults(func=cmd_run)
 
-    demo = commands.add_parser("demo", help="serve the bundled demo app from a sandbox")
+
+def add_demo(demo: argparse.ArgumentParser) -> None:
+    """``sandbridge demo``'s arguments."""
     _add_sandbox_options(demo)
     demo.add_argument("--open", action="store_true", help="open the URL in the host browser")
     demo.add_argument("--port", type=int, default=8000, help="the app's port inside the sandbox")
     demo.add_argument("--base-path", default="/", help="register the app under this base path")
     demo.set_defaults(func=cmd_demo)
 
-    host = commands.add_parser(
-        "host", help="serve the relay for a sandbox another runtime starts (podman, docker)"
-    )
+
+def add_host(host: argparse.ArgumentParser) -> None:
+    """``sandbridge host``'s arguments."""
     host.add_argument(
         "--runtime-dir",
         type=Path,
@@ -537,63 +521,3 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     bridge_options.add_options(host)
     add_open_options(host)
     host.set_defaults(func=cmd_host)
-
-    ls = commands.add_parser("ls", help="list running sessions and their apps")
-    ls.add_argument("--json", action="store_true", help="print JSON for scripts")
-    ls.set_defaults(func=cmd_ls)
-    if command in OWN_COMMANDS:
-        return parser
-    _add_group_commands(commands, parser)
-    return parser
-
-
-def _add_group_commands(commands: Any, parser: argparse.ArgumentParser) -> None:
-    """The other command groups' commands, each group from its own module."""
-    network_cli.add_status_command(commands)
-
-    shim_cli.add_command(commands)
-
-    from sandbridge.cli import agents as agents_cli
-    from sandbridge.cli import completions as completions_cli
-    from sandbridge.cli import egress as egress_cli
-    from sandbridge.cli import policy as policy_cli
-    from sandbridge.cli import remote as remote_cli
-    from sandbridge.cli import ui as ui_cli
-    from sandbridge.cli.daemon import add_command as add_daemon_command
-    from sandbridge.cli.doctor import add_command as add_doctor_command
-    from sandbridge.cli.terminal import add_commands
-
-    policy_cli.add_commands(commands)
-    add_commands(commands)
-    egress_cli.add_commands(commands)
-    add_daemon_command(commands)
-    add_doctor_command(commands)
-    ui_cli.add_commands(commands)
-    remote_cli.add_commands(commands)
-    agents_cli.add_command(commands)
-    completions_cli.add_command(commands, parser)
-
-
-def _raise_descriptor_limit() -> None:
-    """Use the hard limit of open files: every relayed connection takes two."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def main(argv: list[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
-    return run_parsed(build_parser(words[0] if words else None).parse_args(argv))
-
-
-def run_parsed(args: argparse.Namespace, session_runner: SessionRunner | None = None) -> int:
-    """Carry out a parsed command line; a ``run``'s session is served by
-    ``session_runner`` if given (the daemon's run builder)."""
-    args.session_runner = session_runner
-    _raise_descriptor_limit()
-    log.setup(verbose=getattr(args, "verbose", False), is_log=getattr(args, "stderr_is_log", False))
-    try:
-        return int(args.func(args))
-    except SandbridgeError as exc:
-        print(f"sandbridge: {exc}", file=sys.stderr)
-        return 2

@@ -25,8 +25,8 @@ from sandbridge.protocol.contract import (
 )
 
 
-def add_command(commands: Any) -> None:
-    shim = commands.add_parser("shim", help="run the shim inside a sandbox another runtime starts")
+def add_shim(shim: argparse.ArgumentParser) -> None:
+    """``sandbridge shim``'s arguments."""
     shim.add_argument(
         "--socket",
         default=os.environ.get(UPSTREAM_SOCKET_ENV, DEFAULT_UPSTREAM_SOCKET),

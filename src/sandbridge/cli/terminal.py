@@ -14,12 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sandbridge.aio import event_loop
 from sandbridge.cli.command_parser import add_deprecated_alias
 from sandbridge.exceptions import ControlError, SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
 from sandbridge.terminals import approval, keys
-from sandbridge.terminals.attach import Ending, attach, describe
 from sandbridge.terminals.control import Place, call, parse_place, parse_request_id, said
 from sandbridge.terminals.journal import AuditLog
 from sandbridge.terminals.owner_approval import (
@@ -112,6 +110,10 @@ def _request(
 
 
 def _attach(request_id: str, key_path: Path | None) -> int:
+    # Only here: the event loop and the channel are the attaching commands' alone.
+    from sandbridge.aio import event_loop
+    from sandbridge.terminals.attach import Ending, attach, describe
+
     key = keys.requester_key(key_path)
     ending: Ending = event_loop.run(attach(request_id, key))
     _say(describe(ending))
@@ -313,9 +315,8 @@ def _key_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_commands(commands: Any) -> None:
-    """Add ``terminal`` and ``shell`` to the CLI's subcommands."""
-    terminal = commands.add_parser("terminal", help="owner-approved terminals into a session")
+def add_terminal(terminal: argparse.ArgumentParser) -> None:
+    """``sandbridge terminal``'s commands."""
     sub = terminal.add_subparsers(dest="terminal_command", required=True)
 
     request = sub.add_parser("request", help="ask for a terminal; wait for approval and attach")
@@ -381,7 +382,9 @@ def add_commands(commands: Any) -> None:
     )
     audit.set_defaults(func=cmd_audit)
 
-    shell = commands.add_parser("shell", help="owner: approve and open a terminal in one step")
+
+def add_shell(shell: argparse.ArgumentParser) -> None:
+    """``sandbridge shell``'s arguments."""
     shell.add_argument("session", help=SESSION_HELP)
     shell.add_argument("--reason", default="", help="recorded in the audit log")
     shell.add_argument(
@@ -391,4 +394,4 @@ def add_commands(commands: Any) -> None:
     shell.set_defaults(func=cmd_shell)
 
 
-__all__ = ["ControlError", "add_commands"]
+__all__ = ["ControlError", "add_shell", "add_terminal"]

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.daemon.dashboard import ask_url
@@ -109,9 +108,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(commands: Any) -> None:
-    """Add ``ui`` to the CLI's subcommands."""
-    ui = commands.add_parser("ui", help="the dashboard: sessions, apps, terminals, egress")
+def add_ui(ui: argparse.ArgumentParser) -> None:
+    """``sandbridge ui``'s arguments."""
     ui.add_argument(
         "--print-url", action="store_true", help="print the one-time URL instead of opening it"
     )

@@ -1,0 +1,107 @@
+"""The command line's parser (``cli/parser.py``), built for the command asked: the same
+command line as the whole parser's, and a light command's process imports no session's
+machinery (the event loop, the relay, the sandbox's agents)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandbridge.cli.parser import COMMANDS, build_parser, command_word
+from tests.conftest import SANDBRIDGE
+
+# What a command that neither serves nor attaches to a session never needs.
+SESSION_MACHINERY = (
+    "asyncio",
+    "uvloop",
+    "sandbridge.aio.event_loop",
+    "sandbridge.relay",
+    "sandbridge.session",
+    "sandbridge.agents",
+    "sandbridge.cli.sessions",
+)
+
+
+def _shown(parser_for: str | None, words: list[str]) -> tuple[object, str, str]:
+    """What parsing ``words`` prints and exits with, on the parser built for
+    ``parser_for`` (None: the whole parser)."""
+    out, err = io.StringIO(), io.StringIO()
+    code: object = None
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            build_parser(parser_for).parse_args(words)
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("words", [[], ["--help"], ["--version"], ["nope"], ["ls", "--nope"]])
+def test_the_top_level_reads_as_the_whole_parsers(words: list[str]) -> None:
+    assert _shown(command_word(words), words) == _shown(None, words)
+
+
+@pytest.mark.parametrize("name", [command.name for command in COMMANDS])
+def test_each_commands_help_and_usage_errors_are_the_whole_parsers(name: str) -> None:
+    for words in ([name, "--help"], [name, "--no-such-flag"]):
+        assert _shown(name, words) == _shown(None, words)
+
+
+def test_the_command_is_the_first_word_that_is_no_option() -> None:
+    assert command_word(["--", "ls", "--json"]) == "ls"
+    assert command_word(["--help"]) == ""
+    assert command_word([]) == ""
+
+
+def _imported(words: list[str], home: Path) -> set[str]:
+    """The modules ``sandbridge WORDS`` imports, in a process of its own
+    (``-X importtime`` names each on standard error)."""
+    runtime = home / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+    }
+    python, *module = SANDBRIDGE
+    result = subprocess.run(
+        [python, "-X", "importtime", *module, *words],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return {
+        line.rpartition("|")[2].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["ls"],
+        ["status"],
+        ["terminal", "key"],
+        ["terminal", "list"],
+        ["egress", "pending"],
+        ["policy", "survey"],
+        ["doctor", "--help"],
+        ["--help"],
+    ],
+    ids=" ".join,
+)
+def test_a_light_command_imports_no_session_machinery(words: list[str], tmp_path: Path) -> None:
+    imported = _imported(words, tmp_path)
+    assert "sandbridge.cli.parser" in imported  # the names below are read from this list
+    assert sorted(imported & set(SESSION_MACHINERY)) == []
