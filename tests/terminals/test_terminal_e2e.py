@@ -7,8 +7,10 @@ sandbox or a client may not do is ``test_terminal_hostile_e2e.py``, how a termin
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pexpect
@@ -82,10 +84,15 @@ def test_16_kib_in_and_out_with_matching_sha256(session: TerminalSession) -> Non
         view = view[os.write(child.child_fd, view) :]
     child.expect("IN-2\r\n")
     child.sendline("base64 -w0 out.bin; echo; echo OUT-$((2+2))")
-    child.expect(r"([A-Za-z0-9+/=]{1000,})\r\nOUT-4")
-    import base64
-
-    received = base64.b64decode(child.match.group(1))
+    # The marker alone: a pattern that also spans the 21,848 characters of base64 before
+    # it is searched again over the whole buffer at each read, and its backtracking made
+    # the search quadratic (11 s of the test's CPU on a quiet machine, past the timeout
+    # under load). The encoded file ends the line before the marker (after the shell's
+    # bracketed-paste switch), searched once.
+    child.expect_exact("\r\nOUT-4")
+    encoded = re.search(r"[A-Za-z0-9+/=]{1000,}$", child.before.split("\r\n")[-1])
+    assert encoded is not None, child.before[-200:]
+    received = base64.b64decode(encoded.group())
     assert hashlib.sha256(received).hexdigest() == hashlib.sha256(payload_out).hexdigest()
     assert (
         hashlib.sha256((session.work / "in.bin").read_bytes()).hexdigest()
