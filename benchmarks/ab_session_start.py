@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.paths import SANDBRIDGE
-from benchmarks.sessions import BWRAP
+from benchmarks.sessions import BWRAP, compile_package
 
 REPO = Path(__file__).resolve().parent.parent
 # Where remembered projects lie: seen through the sandbox's read-only root.
@@ -133,6 +133,8 @@ def _daemons(trees: list[Tree]) -> Iterator[None]:
 def measure(others: dict[str, str], samples: int, projects: int) -> list[Tree]:
     """This tree (``this``) and ``others`` (label: its ``src``), ``samples`` each."""
     sources = {"this": str(REPO / "src"), **others}
+    for src in sources.values():
+        compile_package(Path(src) / "sandbridge")
     with (
         tempfile.TemporaryDirectory(prefix="sandbridge-ab-start-") as tmp,
         tempfile.TemporaryDirectory(prefix="sandbridge-ab-projects-", dir=PROJECTS_PARENT) as pro,

@@ -118,9 +118,11 @@ def _wait_for_shims(runs: list[subprocess.Popen[bytes]]) -> list[int]:
         time.sleep(0.1)
 
 
-def _compile_package() -> None:
-    """Write the bytecode of every sandbridge module, as installing the package does."""
-    package = Path(sandbridge.__file__).parent
+def compile_package(package: Path | None = None) -> None:
+    """Write the bytecode of every module of ``package`` (this tree's sandbridge if none),
+    as installing the package does: where ``PYTHONDONTWRITEBYTECODE`` is set, every start
+    measured would otherwise compile each module anew."""
+    package = package or Path(sandbridge.__file__).parent
     subprocess.run([PYTHON, "-m", "compileall", "-q", str(package)], check=True)
 
 
@@ -338,7 +340,7 @@ def measure_sessions(
         work = Path(tmp) / "work"
         work.mkdir()
         env = _env(runtime)
-        _compile_package()
+        compile_package()
         daemon = subprocess.Popen(
             [*SANDBRIDGE, "daemon"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
