@@ -59,16 +59,6 @@ MAX_SNAPSHOTS_PER_SESSION = 16
 # The snapshot's bytes follow its request line at once; 10 s tolerates a loaded machine.
 HTML_READ_TIMEOUT = 10.0
 
-# New apps auto-publish may make per AUTO_PUBLISH_WINDOW seconds in one session. A port
-# that stops listening is withdrawn, so without a limit a sandbox that opens and closes
-# ports as fast as it can had the host bind a listener, rewrite the session's entry
-# twice and print lines about 330 times a second, taking a daemon's one event loop from
-# every other session. Real servers start a few at a time: 32 at once pass (a test suite
-# starting servers too), and the auto-publisher offers a port refused for this again on a
-# later scan, so it is published within the window.
-MAX_AUTO_APPS_PER_WINDOW = 32
-AUTO_PUBLISH_WINDOW = 5.0
-
 
 class WindowLimit:
     """At most ``limit`` events in any ``window`` seconds (a sliding window)."""

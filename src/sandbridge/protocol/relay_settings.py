@@ -216,6 +216,38 @@ APP_POOL_IDLE = Limit(
     wire="pool_idle_seconds",
 )
 
+AUTO_PUBLISH_APPS = Limit(
+    name="auto_publish_limit",
+    kind=int,
+    # A port that stops listening is withdrawn, so without a limit a sandbox that opens
+    # and closes ports as fast as it can had the host bind a listener, rewrite the
+    # session's entry twice and print lines about 330 times a second, taking a daemon's
+    # one event loop from every other session. Real servers start a few at a time: 32 at
+    # once pass (a test suite starting servers too), and the auto-publisher offers a port
+    # refused for this again on a later scan, so it is published within the window. Its
+    # maximum: no more apps than --max-apps allows at all.
+    default=32,
+    minimum=1,
+    maximum=1024,
+    exclusive_minimum=False,
+    unit="apps",
+    doc="new apps auto-publish may make per --auto-publish-window; later ports wait",
+    flag="--auto-publish-apps",
+    wire="auto_publish_limit",
+)
+AUTO_PUBLISH_WINDOW = Limit(
+    name="auto_publish_window",
+    kind=float,
+    default=5.0,
+    minimum=0.0,
+    maximum=MAX_TIMEOUT_SECONDS,
+    exclusive_minimum=True,
+    unit="seconds",
+    doc="the sliding window of --auto-publish-apps, in SECONDS",
+    flag="--auto-publish-window",
+    wire="auto_publish_window",
+)
+
 # Every declared limit, in the order of --help and the docs table.
 LIMITS: tuple[Limit[float] | Limit[int], ...] = (
     KEEPALIVE_TIMEOUT,
@@ -226,6 +258,8 @@ LIMITS: tuple[Limit[float] | Limit[int], ...] = (
     APP_POOL_SIZE,
     APP_POOL_IDLE,
     MAX_APPS,
+    AUTO_PUBLISH_APPS,
+    AUTO_PUBLISH_WINDOW,
 )
 
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from sandbridge.protocol import relay_settings as declared
 from sandbridge.protocol.http.origin_policy import AppOrigin, UrlForm
-from sandbridge.protocol.limits import AUTO_PUBLISH_WINDOW, MAX_AUTO_APPS_PER_WINDOW
 from sandbridge.protocol.publish_rules import PublishRule
 from sandbridge.relay.host.budget import Budget
 
@@ -43,9 +42,9 @@ class RelaySettings:
     # The owner's auto-publish rules (``publish = ...``): an ``auto`` registration of a
     # port they do not publish is refused; none means the session does not auto-publish.
     publish_rules: tuple[PublishRule, ...] = ()
-    # New apps auto-publish may make per window of seconds (protocol/limits.py).
-    auto_publish_limit: int = MAX_AUTO_APPS_PER_WINDOW
-    auto_publish_window: float = AUTO_PUBLISH_WINDOW
+    # New apps auto-publish may make per window of seconds.
+    auto_publish_limit: int = declared.AUTO_PUBLISH_APPS.default
+    auto_publish_window: float = declared.AUTO_PUBLISH_WINDOW.default
 
     def __post_init__(self) -> None:
         for limit in declared.LIMITS:
