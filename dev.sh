@@ -173,10 +173,18 @@ setup() {
 }
 
 # What only the tests use on top: the real apps' virtualenv (several hundred MB), so the
-# demo and the benchmark do not wait for it.
+# demo and the benchmark do not wait for it. It installs beside the rest, not after it:
+# each pip keeps one core busy (most of its time compiles bytecode), and a fresh clone
+# spent a minute on it alone.
 setup_tests() {
-  setup
-  install_app_packages
+  install_debian_packages "${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+  install_app_packages &
+  local apps=$!
+  if ! setup; then
+    wait "$apps" || true
+    return 1
+  fi
+  wait "$apps"
 }
 
 # Where ./dev.sh install puts sandbridge without pipx: a virtualenv of its own in the
