@@ -10,7 +10,8 @@ and then the bare bwrap line ``benchmarks.sessions`` uses, so that each run has 
 beside it: ``over bwrap`` is the median of those paired differences, as in
 ``benchmarks.sessions``. Also each run's CPU time, every process's: the run's own (its
 client, the sandbox, bwrap), its daemon's and its daemon's run builder's (with the
-builder's child, which builds the run). The trees alternate within each sample, so the
+builder's child, which builds the run, read once that child has ended: it outlives its
+client by the placeholders' removal). The trees alternate within each sample, so the
 machine's drift falls on both alike.
 """
 
@@ -35,6 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Where remembered projects lie: seen through the sandbox's read-only root.
 PROJECTS_PARENT = "/var/tmp"
 WARM_UP_RUNS = 2
+# How long a run's builder child may take to end after its client (a placeholders'
+# removal on a loaded machine takes well under a second).
+CHILDREN_TIMEOUT = 10.0
 
 
 @dataclass
@@ -62,6 +66,13 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(child) for child in (task / "children").read_text().split()]
     return found
+
+
+def _wait_for_no_children(pids: list[int]) -> None:
+    """Until none of ``pids`` has a child (each one ended and reaped), 10 s at most."""
+    deadline = time.monotonic() + CHILDREN_TIMEOUT
+    while any(_children(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def _prepare(top: Path, projects_dir: Path, label: str, src: str, projects: int) -> Tree:
@@ -108,9 +119,12 @@ def _sample(tree: Tree) -> None:
     subprocess.run(argv, env=tree.env, check=True, capture_output=True)
     ran = time.perf_counter()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    host_after = sum(_cpu_ms(pid) for pid in hosts)
     subprocess.run([*BWRAP, "true"], env=tree.env, check=True, capture_output=True)
     bare = time.perf_counter() - ran
+    # The builder's child may still be at work once its client has exited (it removes
+    # the placeholders then): its CPU counts once it has ended and been reaped.
+    _wait_for_no_children(hosts[1:])
+    host_after = sum(_cpu_ms(pid) for pid in hosts)
     own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     tree.run_ms.append((ran - started) * 1e3)
     tree.over_ms.append((ran - started - bare) * 1e3)

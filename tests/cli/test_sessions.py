@@ -4,6 +4,7 @@ every command and argument the owner can reach through ``--help`` says what it i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from sandbridge.cli.parser import build_parser
+from sandbridge.cli.sessions import _remove_placeholders
+from sandbridge.sandbox.placeholder import Placeholder
+from sandbridge.sandbox.protected_paths import Protection
 from sandbridge.terminals.control import call
 from tests.conftest import SANDBRIDGE, Process
+from tests.places.test_placeholder_lock import is_free
 
 
 def _commands(
@@ -136,3 +141,25 @@ def test_host_stopped_by_its_owner_says_so_on_its_terminal(
     finally:
         if host.popen.poll() is None:
             host.stop()
+
+
+def test_a_builders_run_removes_its_placeholders_after_its_client_under_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon's run builder answers its client, then closes ``after_exit``: the lock
+    # is taken before the answer, so a run started once the client exits waits for the
+    # removal before it makes its own placeholders.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    protection = Protection(placeholders=[Placeholder(tmp_path / ".vscode", None)])
+    protection.create_placeholders()
+    with contextlib.ExitStack() as after_exit:
+        _remove_placeholders(protection, after_exit)
+        assert (tmp_path / ".vscode").is_dir()
+        assert not is_free()
+    assert not (tmp_path / ".vscode").exists()
+    assert is_free()
+    # The full command's run removes them at once.
+    protection.create_placeholders()
+    _remove_placeholders(protection, None)
+    assert not (tmp_path / ".vscode").exists()
+    assert is_free()

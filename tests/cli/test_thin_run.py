@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.places import placeholder_lock
 from tests.conftest import Process, run_argv, start_daemon
 from tests.support.command_in_process import sandbridge
 
@@ -83,6 +84,24 @@ def test_the_session_is_the_thin_clients_own(daemon: Process, xdg: Path, tmp_pat
         client.stop()
     assert sessions() == []
     assert not list(xdg.glob("ags-webview-relay-*")), "the builder removed the runtime dir"
+
+
+def test_a_run_started_as_the_last_one_exits_is_protected_and_no_placeholder_stays(
+    daemon: Process, tmp_path: Path
+) -> None:
+    # The client exits once its command's status is known; its builder removes the
+    # placeholders after that, holding from before its answer the lock a run's start
+    # takes to make its own (places/placeholder_lock.py): each run started straight after
+    # the last has them, read-only, and none stays once the last removal is done.
+    work = tmp_path / "work"
+    work.mkdir()
+    check = "test -d .vscode && ! mkdir .vscode/x 2>/dev/null && echo protected"
+    for _ in range(3):
+        result = run(run_argv(work, "sh", "-c", check))
+        assert (result.returncode, result.stdout) == (0, "protected\n"), result.stderr
+    with placeholder_lock.held() as held:  # taken once the last run's removal is done
+        assert held
+        assert sorted(os.listdir(work)) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])

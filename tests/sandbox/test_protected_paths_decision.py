@@ -138,6 +138,32 @@ def test_submodule_git_dirs_and_a_missing_checkout_git(tmp_path: Path) -> None:
     assert placeholders(protection)[tmp_path / "two" / ".git"] is None
 
 
+def test_the_end_warns_alike_with_the_placeholders_still_there(tmp_path: Path) -> None:
+    """A thin client's run removes them after its client exits (cli/sessions.py): what
+    the end names is decided with them there, and a submodule's empty ``.git``
+    placeholder is no repository the sandbox made, nor a submodule with a git dir."""
+
+    def ended(root: Path, removed_in_finish: bool) -> list[str]:
+        git_dir(root)
+        (root / "two").mkdir()
+        protection = decide(workdir(root), root, git=facts(submodules=[root / "two"]))
+        protection.create_placeholders()
+        assert (root / "two" / ".git").is_dir()
+        (root / "made" / ".git").mkdir(parents=True)  # what the sandbox made
+        if removed_in_finish:
+            return [w.replace(str(root), "ROOT") for w in protection.finish()]
+        warnings = protection.finish(keep_placeholders=True)
+        protection.remove_placeholders()
+        assert not (root / "two" / ".git").exists()
+        return [w.replace(str(root), "ROOT") for w in warnings]
+
+    assert ended(tmp_path / "a", removed_in_finish=True) == [
+        "WARNING: the sandbox created a git repository at ROOT/made: git run there obeys "
+        "its config; inspect ROOT/made/.git or remove it"
+    ]
+    assert ended(tmp_path / "b", removed_in_finish=False) == ended(tmp_path / "c", True)
+
+
 def test_worktree_git_file_and_commondir_are_followed(tmp_path: Path) -> None:
     main = git_dir(tmp_path / "main")
     linked = main / "worktrees" / "wt"

@@ -25,6 +25,8 @@ from sandbridge.cli.command_parser import CommandParser
 from sandbridge.exceptions import SandbridgeError
 
 if TYPE_CHECKING:  # the module of run, demo and host is a session's, imported for those alone
+    import contextlib
+
     from sandbridge.cli.sessions import SessionRunner
 
 
@@ -135,10 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     return run_parsed(build_parser(command_word(words)).parse_args(words))
 
 
-def run_parsed(args: argparse.Namespace, session_runner: SessionRunner | None = None) -> int:
+def run_parsed(
+    args: argparse.Namespace,
+    session_runner: SessionRunner | None = None,
+    after_exit: contextlib.ExitStack | None = None,
+) -> int:
     """Carry out a parsed command line; a ``run``'s session is served by
-    ``session_runner`` if given (the daemon's run builder)."""
+    ``session_runner`` if given (the daemon's run builder), and what a run may leave
+    until its client has exited (its placeholders' removal) goes to ``after_exit``."""
     args.session_runner = session_runner
+    args.after_exit = after_exit
     _raise_descriptor_limit()
     log.setup(verbose=getattr(args, "verbose", False), is_log=getattr(args, "stderr_is_log", False))
     try:

@@ -79,33 +79,54 @@ def _child(parser: argparse.ArgumentParser, data: bytes, fds: list[int]) -> int:
         os.dup2(fd, target)
         os.close(fd)
     answer: bytes
-    try:
-        message = json.loads(data)
-        status = _build(parser, client, message["pid"], message["run"])
-        if status is None:
-            answer = daemon_wire.event(Event.FALLBACK, "the full command runs it")
-        else:
-            answer = daemon_wire.event(Event.EXIT, status)
-    except BaseException:  # a bug: reported where the full command would report it
-        traceback.print_exc()
-        answer = daemon_wire.event(Event.EXIT, 1)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:
-        pass
-    try:
-        client.send(answer)
-    except OSError:
-        return 1
+    # What the run leaves until its client has exited (its placeholders' removal, under a
+    # lock it holds from before the answer: cli/sessions.py), run once the client has it.
+    with contextlib.ExitStack() as after_exit:
+        try:
+            message = json.loads(data)
+            status = _build(parser, client, message["pid"], message["run"], after_exit)
+            if status is None:
+                answer = daemon_wire.event(Event.FALLBACK, "the full command runs it")
+            else:
+                answer = daemon_wire.event(Event.EXIT, status)
+        except BaseException:  # a bug: reported where the full command would report it
+            traceback.print_exc()
+            answer = daemon_wire.event(Event.EXIT, 1)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:
+            pass
+        try:
+            client.send(answer)
+        except OSError:
+            return 1
+        finally:
+            _leave_client(client)
     return 0
 
 
+def _leave_client(client: socket.socket) -> None:
+    """Let go of the client's connection and standard descriptors: whoever reads its
+    output to the end (a pipe) sees the end when the client exits, not after this child's
+    last work."""
+    client.close()
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    os.close(null)
+
+
 def _build(
-    parser: argparse.ArgumentParser, client: socket.socket, pid: int, run: dict[str, object]
+    parser: argparse.ArgumentParser,
+    client: socket.socket,
+    pid: int,
+    run: dict[str, object],
+    after_exit: contextlib.ExitStack,
 ) -> int | None:
     """Carry out the client's ``run`` here up to the sandbox's start, and the rest once
-    the client reports its end; its status, or None if the full command must run it."""
+    the client reports its end (but what goes to ``after_exit``); its status, or None if
+    the full command must run it."""
     argv = run["argv"]
     assert isinstance(argv, list) and isinstance(run["cwd"], str)
     assert isinstance(run["env"], dict) and isinstance(run["umask"], int)
@@ -137,7 +158,7 @@ def _build(
     def runner(*prepared: object) -> int:
         return hand_off(client, pid, *prepared)  # type: ignore[arg-type]
 
-    return run_parsed(args, session_runner=runner)
+    return run_parsed(args, session_runner=runner, after_exit=after_exit)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ handlers; ``parser.py`` adds them to the command line when one of them is asked)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import resource
@@ -33,7 +34,7 @@ from sandbridge.cli.relay_options import (
     relay_settings_of,
 )
 from sandbridge.exceptions import SandboxError, SandbridgeError
-from sandbridge.places import host_commands, known_projects
+from sandbridge.places import host_commands, known_projects, placeholder_lock
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
 from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, load_policy
@@ -314,7 +315,8 @@ def _run_session(
         unignored = secrets_file_warning(root)
         _warn(unignored)
         known_projects.remember(root)  # every later sandbox hides its .sandbridge/
-        protection.create_placeholders()
+        with placeholder_lock.held():  # never while an ended session removes them
+            protection.create_placeholders()
         try:
             runner: SessionRunner = getattr(args, "session_runner", None) or _serve_here(args)
             return runner(
@@ -338,12 +340,32 @@ def _run_session(
                 ),
             )
         finally:
-            # Read without creating: the state dirs may have gone with the last session.
-            others = [Path(r.workdir) for r in list_sessions()]
-            for warning in protection.finish(keep_placeholders=protection.shared_with(others)):
+            for warning in protection.finish(keep_placeholders=True):
                 _warn(warning)
             if unignored is None:  # ignored at the start: the sandbox may have undone that
                 _warn(secrets_file_warning(root))
+            _remove_placeholders(protection, getattr(args, "after_exit", None))
+
+
+def _remove_placeholders(protection: Protection, after_exit: contextlib.ExitStack | None) -> None:
+    """Remove the session's unchanged placeholders, unless another live session's workdir
+    overlaps them, under the placeholders' lock (places/placeholder_lock.py): here, or with
+    ``after_exit`` (a daemon's run builder: it runs that once its client has exited) after,
+    the lock taken now: a run started after the client's exit waits for the removal."""
+    removal = contextlib.ExitStack()
+    held = removal.enter_context(placeholder_lock.held())
+    removal.callback(_remove_unshared, protection)
+    if held and after_exit is not None:
+        after_exit.enter_context(removal)
+    else:
+        removal.close()
+
+
+def _remove_unshared(protection: Protection) -> None:
+    # Read without creating: the state dirs may have gone with the last session.
+    others = [Path(r.workdir) for r in list_sessions()]
+    if not protection.shared_with(others):
+        protection.remove_placeholders()
 
 
 # What serves a prepared session and returns its exit status: here (and the daemon's

@@ -147,15 +147,16 @@ class Protection:
         )
 
     def finish(self, keep_placeholders: bool = False) -> list[str]:
-        """Remove unchanged placeholders (unless ``keep_placeholders``); return a warning
-        for each thing the sandbox left that the owner's tools would obey unseen."""
+        """Remove unchanged placeholders (unless ``keep_placeholders``: then
+        :meth:`remove_placeholders` may do it later); return a warning for each thing the
+        sandbox left that the owner's tools would obey unseen (the same whether the
+        placeholders are still there or not)."""
         replaced = self._policy_dir_replaced()  # before its own placeholder goes
         if self.policy_dir_fd is not None:
             os.close(self.policy_dir_fd)
             self.policy_dir_fd = None
         if not keep_placeholders:
-            for placeholder in reversed(self.placeholders):
-                placeholder.remove_if_unchanged()
+            self.remove_placeholders()
         # The sandbox names what these warnings name (a directory, a file, a submodule's
         # path, what git says): an ESC, CR or LF in a name would erase the warning on the
         # owner's terminal or write a line of its own, so every one is shown escaped.
@@ -170,6 +171,17 @@ class Protection:
                 *self._new_policy_dirs(),
             )
         ]
+
+    def remove_placeholders(self) -> None:
+        """Remove the placeholders still as sandbridge made them (innermost first)."""
+        for placeholder in reversed(self.placeholders):
+            placeholder.remove_if_unchanged()
+
+    def _unchanged_placeholders(self) -> set[Path]:
+        """Those placeholders still there as sandbridge made them: an empty ``.git`` among
+        them is no repository the sandbox made (it goes at the end, if not already gone)."""
+        siblings = {placeholder.path: placeholder for placeholder in self.placeholders}
+        return {p.path for p in self.placeholders if p.is_unchanged(siblings)}
 
     def _policy_dir_replaced(self) -> list[str]:
         if self.policy_dir_fd is None or self.project_root is None:
@@ -199,6 +211,7 @@ class Protection:
 
     def _new_submodules(self) -> list[str]:
         warnings = []
+        ours = self._unchanged_placeholders() if self.submodules else set()
         for top, before in self.submodules.items():
             try:
                 now = self.git.submodule_paths(top)
@@ -209,7 +222,8 @@ class Protection:
                 )
                 continue
             for path in now:
-                if path not in before and os.path.lexists(path / ".git"):
+                dot_git = path / ".git"
+                if path not in before and os.path.lexists(dot_git) and dot_git not in ours:
                     warnings.append(
                         f"WARNING: the sandbox registered a submodule at {path} with its own "
                         f"git dir; git status runs its config: inspect {path / '.git'}, or "
@@ -241,6 +255,9 @@ class Protection:
 
     def _new_repositories(self) -> list[str]:
         found = {top for root in self.scan_roots for top in nested_repositories(root)}
+        if found - self.repositories:
+            ours = self._unchanged_placeholders()
+            found = {top for top in found if top / ".git" not in ours}
         return [
             f"WARNING: the sandbox created a git repository at {top}: git run there obeys "
             f"its config; inspect {top if is_bare_git_dir(top) else top / '.git'} or "
