@@ -255,6 +255,8 @@ def test_sandbox_sees_no_other_session_nor_the_owner_key_dir(
     # The list of the owner's projects (places/known_projects.py), and its lock.
     created |= {Path(".local/state/sandbridge/projects")}
     created |= {Path(".local/state/sandbridge/.projects.lock")}
+    # The lock a session takes to make or remove its placeholders (places/placeholder_lock.py).
+    created |= {Path(".local/state/sandbridge/.placeholders.lock")}
     # The helper the entry installs in a home the workdir shows (docs/runner.md).
     created |= {Path(".local/bin"), Path(".local/bin/ags-webview-url")}
     created.add(fifo.relative_to(world.home) if fifo.is_relative_to(world.home) else fifo)

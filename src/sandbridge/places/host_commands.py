@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sandbridge.exceptions import SandboxError
+from sandbridge.path_within import is_within
 from sandbridge.places.real_path import real_path
 
 # Directories a sandbox of this process can write (real paths).
@@ -36,7 +37,7 @@ def distrust(directories: Iterable[Path]) -> None:
 
 def _writable_inside(path: str) -> bool:
     real = Path(real_path(path))
-    return any(real.is_relative_to(directory) for directory in _distrusted)
+    return any(is_within(real, directory) for directory in _distrusted)
 
 
 def search_path(path: str | None = None) -> list[str]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbridge.exceptions import SandboxError
+from sandbridge.path_within import is_within
 from sandbridge.private_dir import make_private_dir
 from sandbridge.protocol.contract import RUNTIME_DIR_PREFIX, STATE_PREFIX, runtime_base
 from sandbridge.sandbox.mounts import Mount
@@ -158,11 +159,11 @@ def exposure(runtime_dir: Path) -> str | None:
 
 
 def _inside(path: Path, top: Path) -> bool:
-    return path.is_relative_to(top)
+    return is_within(path, top)
 
 
 def _strictly_inside(path: Path, top: Path) -> bool:
-    return path != top and path.is_relative_to(top)
+    return path != top and is_within(path, top)
 
 
 def _between(top: Path, bottom: Path) -> list[Path]:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from sandbridge.egress.requests import shown
 from sandbridge.exceptions import GitNotRun, SandboxError
+from sandbridge.path_within import is_within
 from sandbridge.sandbox import host_git
 from sandbridge.sandbox.deny_list import HOME_ENTRIES, PROJECT_ENTRIES, Entry
 from sandbridge.sandbox.mounts import Mount
@@ -141,9 +142,7 @@ class Protection:
         protection away), so they stay."""
         roots = [*self.scan_roots, *([] if self.project_root is None else [self.project_root])]
         return any(
-            other.is_relative_to(root) or root.is_relative_to(other)
-            for other in workdirs
-            for root in roots
+            is_within(other, root) or is_within(root, other) for other in workdirs for root in roots
         )
 
     def finish(self, keep_placeholders: bool = False) -> list[str]:
@@ -297,10 +296,10 @@ class _Decision:
         """(writable mount, inside path) for each place ``path`` is writable inside."""
         found = []
         for index, mount in enumerate(self.mounts):
-            if not mount.writable or not path.is_relative_to(mount.source):
+            if not mount.writable or not is_within(path, mount.source):
                 continue
-            inside = mount.dest / path.relative_to(mount.source)
-            if any(inside.is_relative_to(later.dest) for later in self.mounts[index + 1 :]):
+            inside = mount.dest.joinpath(*path.parts[len(mount.source.parts) :])
+            if any(is_within(inside, later.dest) for later in self.mounts[index + 1 :]):
                 continue  # a later mount lies on top; it is handled as its own mount
             found.append((mount, inside))
         return found
@@ -363,7 +362,7 @@ class _Decision:
             return
         if home or (
             top is not None
-            and path.is_relative_to(top)
+            and is_within(path, top)
             and self.git.ignoring_rule(top, str(path.relative_to(top))) is not None
         ):
             self.placeholder(path, b"", reason)
@@ -490,7 +489,7 @@ class _Decision:
         for path in list(self.read_only) + list(self.pinned):
             for mount, _ in self.exposures(path):
                 ancestor = path.parent
-                while ancestor != mount.source and ancestor.is_relative_to(mount.source):
+                while ancestor != mount.source and is_within(ancestor, mount.source):
                     self.pin(ancestor)
                     ancestor = ancestor.parent
         read_only = set(self.read_only)
@@ -502,7 +501,7 @@ class _Decision:
         # it, so a pin must come before the read-only paths below it; nothing is mounted
         # inside a read-only path (it is read-only as a whole).
         for path, writable in sorted(targets, key=lambda t: (len(t[0].parts), str(t[0]))):
-            if any(path != top and path.is_relative_to(top) for top in read_only):
+            if any(path != top and is_within(path, top) for top in read_only):
                 continue
             for _, inside in self.exposures(path):
                 mounts.append(Mount(path, inside, writable))

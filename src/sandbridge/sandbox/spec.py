@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbridge.exceptions import SandboxError
+from sandbridge.path_within import is_within
 from sandbridge.protocol.contract import (
     DEFAULT_RELAY_SOCKET,
     DEFAULT_UPSTREAM_SOCKET,
@@ -146,12 +147,12 @@ class SandboxSpec:
             views = {*self.policy_views(), *self.other_policy_views()}
         for view in views:
             # The bind that holds the view's files: the last (in bind order) that holds it.
-            holding = [i for i, bind in enumerate(binds) if view.is_relative_to(bind.dest)]
+            holding = [i for i, bind in enumerate(binds) if is_within(view, bind.dest)]
             if not holding or not binds[holding[-1]].writable:
                 continue
             bind = binds[holding[-1]]
             for between in reversed(view.parents):
-                if between != bind.dest and between.is_relative_to(bind.dest):
+                if between != bind.dest and is_within(between, bind.dest):
                     pin = Mount(bind.source / between.relative_to(bind.dest), between, True)
                     if pin not in pins[holding[-1]]:
                         pins[holding[-1]].append(pin)
@@ -179,11 +180,12 @@ class SandboxSpec:
         if self.home != self.workdir:
             covered.append(self.home)
         targets: set[Path] = set()
-        if not any(path.is_relative_to(top) for top in covered):
+        if not any(is_within(path, top) for top in covered):
             targets.add(path)
         for layer in self._layers:
-            if path.is_relative_to(layer.mount.source):
-                targets.add(layer.mount.dest / path.relative_to(layer.mount.source))
+            source = layer.mount.source
+            if is_within(path, source):
+                targets.add(layer.mount.dest.joinpath(*path.parts[len(source.parts) :]))
         return sorted(targets)
 
     def policy_views(self) -> list[Path]:
@@ -221,7 +223,7 @@ class SandboxSpec:
             if directory == self.policy_dir:
                 continue
             for view in self.views(directory):
-                if view not in own and not any(p.is_relative_to(view) for p in places):
+                if view not in own and not any(is_within(p, view) for p in places):
                     views.append(view)
         # One over another could not be made (the outer one hides where the inner lies):
         # the outermost alone, each found by its parents (linear in the views, where a
@@ -262,7 +264,7 @@ class SandboxSpec:
         return sorted(
             path
             for path in candidates
-            if any(path.is_relative_to(top) and path != top for top in covered)
+            if any(is_within(path, top) and path != top for top in covered)
         )
 
 
