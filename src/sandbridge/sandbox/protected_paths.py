@@ -156,6 +156,7 @@ class Protection:
         if not keep_placeholders:
             self.remove_placeholders()
         repositories, policy_dirs = self._nested_now()
+        ours = self._unchanged_placeholders()  # an empty .git of ours is no repository
         # The sandbox names what these warnings name (a directory, a file, a submodule's
         # path, what git says): an ESC, CR or LF in a name would erase the warning on the
         # owner's terminal or write a line of its own, so every one is shown escaped.
@@ -164,9 +165,9 @@ class Protection:
             for warning in (
                 *replaced,
                 *self._new_files(),
-                *self._new_submodules(),
+                *self._new_submodules(ours),
                 *self._new_hidden(),
-                *self._new_repositories(repositories),
+                *self._new_repositories(repositories, ours),
                 *self._new_policy_dirs(policy_dirs),
             )
         ]
@@ -177,8 +178,7 @@ class Protection:
             placeholder.remove_if_unchanged()
 
     def _unchanged_placeholders(self) -> set[Path]:
-        """Those placeholders still there as sandbridge made them: an empty ``.git`` among
-        them is no repository the sandbox made (it goes at the end, if not already gone)."""
+        """The placeholders still there as sandbridge made them (gone at the end, if not yet)."""
         siblings = {placeholder.path: placeholder for placeholder in self.placeholders}
         return {p.path for p in self.placeholders if p.is_unchanged(siblings)}
 
@@ -208,9 +208,8 @@ class Protection:
             if path.exists() or path.is_symlink()
         ]
 
-    def _new_submodules(self) -> list[str]:
+    def _new_submodules(self, ours: set[Path]) -> list[str]:
         warnings = []
-        ours = self._unchanged_placeholders() if self.submodules else set()
         for top, before in self.submodules.items():
             try:
                 now = self.git.submodule_paths(top)
@@ -254,18 +253,11 @@ class Protection:
 
     def _nested_now(self) -> tuple[set[Path], set[Path]]:
         """The repositories and policy directories in the writable mounts now (one walk)."""
-        repositories: set[Path] = set()
-        policy_dirs: set[Path] = set()
-        for root in self.scan_roots:
-            tops, holding = nested_repositories_and_policy_dirs(root)
-            repositories.update(tops)
-            policy_dirs.update(holding)
-        return repositories, policy_dirs
+        found = [nested_repositories_and_policy_dirs(root) for root in self.scan_roots]
+        return {top for tops, _ in found for top in tops}, {d for _, dirs in found for d in dirs}
 
-    def _new_repositories(self, found: set[Path]) -> list[str]:
-        if found - self.repositories:
-            ours = self._unchanged_placeholders()
-            found = {top for top in found if top / ".git" not in ours}
+    def _new_repositories(self, found: set[Path], ours: set[Path]) -> list[str]:
+        found = {top for top in found if top / ".git" not in ours}
         return [
             f"WARNING: the sandbox created a git repository at {top}: git run there obeys "
             f"its config; inspect {top if is_bare_git_dir(top) else top / '.git'} or "
