@@ -68,10 +68,26 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _wait_for_no_children(pids: list[int]) -> None:
-    """Until none of ``pids`` has a child (each one ended and reaped), 10 s at most."""
+def _session_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+
+
+def _building(pid: int) -> list[int]:
+    """``pid``'s children that build a run: each one has a session of its own (a child
+    forked ahead, waiting for its client, has not)."""
+    found = []
+    for child in _children(pid):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            if _session_of(child) != _session_of(pid):
+                found.append(child)
+    return found
+
+
+def _wait_for_no_builds(pids: list[int]) -> None:
+    """Until none of ``pids`` has a child building a run (each one ended and reaped),
+    10 s at most."""
     deadline = time.monotonic() + CHILDREN_TIMEOUT
-    while any(_children(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(_building(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.001)
 
 
@@ -123,7 +139,7 @@ def _sample(tree: Tree) -> None:
     bare = time.perf_counter() - ran
     # The builder's child may still be at work once its client has exited (it removes
     # the placeholders then): its CPU counts once it has ended and been reaped.
-    _wait_for_no_children(hosts[1:])
+    _wait_for_no_builds(hosts[1:])
     host_after = sum(_cpu_ms(pid) for pid in hosts)
     own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     tree.run_ms.append((ran - started) * 1e3)

@@ -3,7 +3,9 @@
 The daemon starts it once. It loads what builds a ``run`` (the command line's parser, the
 policy, git's questions, the mounts) and waits on descriptor FD, a ``SOCK_SEQPACKET``
 socket to the daemon, for the thin clients the daemon has checked (its user, its mount
-namespace, its install: ``daemon/builder.py``). For each one it forks: the child takes
+namespace, its install: ``daemon/builder.py``). Each one is taken by a child it forked
+ahead, which waits on that socket itself (so a client's build starts without a fork in
+its way), and it forks the next child once one has taken its client. The child takes
 the client's standard descriptors, working directory, environment and umask, parses the
 arguments with the full command's parser and carries out the full command's ``run`` up to
 the sandbox's start, which it hands to the client (``session/handed_off.py``). What it
@@ -18,6 +20,7 @@ import contextlib
 import gc
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -32,7 +35,7 @@ from sandbridge.session.handed_off import hand_off
 
 
 def serve(channel: socket.socket) -> None:
-    """Fork a builder for each client the daemon forwards, until the daemon leaves."""
+    """A builder child for each client the daemon forwards, until the daemon leaves."""
     # Each child reaped as it ends (waited for, not ignored: its CPU time then counts in
     # this process's children's, where the daemon's owner can see it).
     signal.signal(signal.SIGCHLD, _reap)
@@ -45,21 +48,74 @@ def serve(channel: socket.socket) -> None:
     # What is loaded now is shared with every child until one writes to it; a collection
     # in a child would touch (and so copy) every object: none of these is ever collected.
     gc.freeze()
+    # One child forked ahead of its client, waiting on the channel itself: a client's
+    # build starts as the daemon forwards it, not after a fork of this process (and its
+    # first writes to what the fork shares), and this process forks the next one then.
+    taken, took = os.pipe2(os.O_CLOEXEC)
     while True:
-        data, fds, _, _ = socket.recv_fds(
-            channel, daemon_wire.MAX_BUILDER_MESSAGE_BYTES, daemon_wire.BUILDER_FDS
-        )
-        if not data:
-            return
         try:
-            child = os.fork() if len(fds) == daemon_wire.BUILDER_FDS else -1
-        except OSError:  # out of processes or memory: the client, closed on, falls back
-            child = -1
+            child = os.fork()
+        except OSError:  # out of processes or memory: the next client, closed on, falls back
+            if not _refuse_one(channel):
+                return
+            continue
         if child == 0:
-            channel.close()
-            os._exit(_child(parser, data, fds))
-        for fd in fds:
+            os.close(taken)
+            os._exit(_take_one(parser, channel, took))
+        if not _until_taken(child, taken, channel):
+            return
+
+
+def _take_one(parser: argparse.ArgumentParser, channel: socket.socket, took: int) -> int:
+    """In a child forked ahead: the next client the daemon forwards, built here."""
+    data, fds, _, _ = socket.recv_fds(
+        channel, daemon_wire.MAX_BUILDER_MESSAGE_BYTES, daemon_wire.BUILDER_FDS
+    )
+    channel.close()
+    if not data:
+        return 0  # the daemon left: so does the builder (it sees this child end)
+    os.write(took, b"t")  # the builder forks the next one now
+    os.close(took)
+    if len(fds) != daemon_wire.BUILDER_FDS:
+        for fd in fds:  # the client, closed on, falls back
             os.close(fd)
+        return 0
+    return _child(parser, data, fds)
+
+
+def _until_taken(child: int, taken: int, channel: socket.socket) -> bool:
+    """Wait until ``child`` has taken a client (or ended, not having one: the daemon left,
+    or something killed it); whether to fork the next one."""
+    poller = select.poll()
+    poller.register(taken, select.POLLIN)
+    try:
+        pidfd: int | None = os.pidfd_open(child)
+    except ProcessLookupError:  # ended, and reaped, already: its byte says if it took one
+        pidfd = None
+    try:
+        if pidfd is not None:
+            poller.register(pidfd, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(None if pidfd is not None else 0)}
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    if taken in ready:
+        os.read(taken, 1)
+        return True
+    hung_up = select.poll()
+    hung_up.register(channel, select.POLLIN)
+    return not any(event & select.POLLHUP for _, event in hung_up.poll(0))
+
+
+def _refuse_one(channel: socket.socket) -> bool:
+    """The next client, closed on (it falls back to the full command); whether the daemon
+    is still there."""
+    data, fds, _, _ = socket.recv_fds(
+        channel, daemon_wire.MAX_BUILDER_MESSAGE_BYTES, daemon_wire.BUILDER_FDS
+    )
+    for fd in fds:
+        os.close(fd)
+    return bool(data)
 
 
 def _reap(_signum: int, _frame: object) -> None:

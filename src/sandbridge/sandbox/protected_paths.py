@@ -50,8 +50,7 @@ from sandbridge.sandbox.repositories import (
     git_dirs_below,
     gitdir_of,
     is_bare_git_dir,
-    nested_policy_dirs,
-    nested_repositories,
+    nested_repositories_and_policy_dirs,
     path_value,
 )
 
@@ -156,6 +155,7 @@ class Protection:
             self.policy_dir_fd = None
         if not keep_placeholders:
             self.remove_placeholders()
+        repositories, policy_dirs = self._nested_now()
         # The sandbox names what these warnings name (a directory, a file, a submodule's
         # path, what git says): an ESC, CR or LF in a name would erase the warning on the
         # owner's terminal or write a line of its own, so every one is shown escaped.
@@ -166,8 +166,8 @@ class Protection:
                 *self._new_files(),
                 *self._new_submodules(),
                 *self._new_hidden(),
-                *self._new_repositories(),
-                *self._new_policy_dirs(),
+                *self._new_repositories(repositories),
+                *self._new_policy_dirs(policy_dirs),
             )
         ]
 
@@ -252,8 +252,17 @@ class Protection:
                 )
         return warnings
 
-    def _new_repositories(self) -> list[str]:
-        found = {top for root in self.scan_roots for top in nested_repositories(root)}
+    def _nested_now(self) -> tuple[set[Path], set[Path]]:
+        """The repositories and policy directories in the writable mounts now (one walk)."""
+        repositories: set[Path] = set()
+        policy_dirs: set[Path] = set()
+        for root in self.scan_roots:
+            tops, holding = nested_repositories_and_policy_dirs(root)
+            repositories.update(tops)
+            policy_dirs.update(holding)
+        return repositories, policy_dirs
+
+    def _new_repositories(self, found: set[Path]) -> list[str]:
         if found - self.repositories:
             ours = self._unchanged_placeholders()
             found = {top for top in found if top / ".git" not in ours}
@@ -264,8 +273,7 @@ class Protection:
             for top in sorted(found - self.repositories)
         ]
 
-    def _new_policy_dirs(self) -> list[str]:
-        found = {path for root in self.scan_roots for path in nested_policy_dirs(root)}
+    def _new_policy_dirs(self, found: set[Path]) -> list[str]:
         ours = {placeholder.path for placeholder in self.placeholders}
         return [
             f"WARNING: the sandbox created a sandbridge policy directory at {path}: a "
@@ -289,6 +297,7 @@ class _Decision:
         self.registered: dict[Path, frozenset[Path]] = {}
         self.hidden: dict[Path, frozenset[str]] = {}
         self.repositories: set[Path] = set()
+        self.policy_dirs: set[Path] = set()
 
     # --- where a host path is writable inside --------------------------------------------
 
@@ -516,9 +525,7 @@ class _Decision:
             hidden=self.hidden,
             scan_roots=[mount.source for mount in self.writable],
             repositories=frozenset(self.repositories),
-            policy_dirs=frozenset(
-                path for mount in self.writable for path in nested_policy_dirs(mount.source)
-            ),
+            policy_dirs=frozenset(self.policy_dirs),
             git=self.git,
         )
 
@@ -550,7 +557,9 @@ def decide(  # noqa: PLR0912, PLR0913  (the walk over mounts, repositories and e
     if os.path.lexists(project_root / ".git"):
         add_top(project_root)
     for mount in decision.writable:
-        for top in nested_repositories(mount.source):
+        repositories, policy_dirs = nested_repositories_and_policy_dirs(mount.source)
+        decision.policy_dirs.update(policy_dirs)
+        for top in repositories:
             decision.repositories.add(top)
             if os.path.lexists(top / ".git"):
                 add_top(top)

@@ -83,27 +83,26 @@ def is_bare_git_dir(directory: Path) -> bool:
         return False
 
 
-def nested_repositories(source: Path) -> list[Path]:
-    """Directories at or below ``source`` with a ``.git``, or that are bare git dirs,
-    within the scan's bounds."""
-    return _nested(
-        source, lambda directory: os.path.lexists(directory / ".git") or is_bare_git_dir(directory)
-    )
+def nested_repositories_and_policy_dirs(source: Path) -> tuple[list[Path], list[Path]]:
+    """Directories at or below ``source`` with a ``.git`` or that are bare git dirs, and
+    the ``.sandbridge`` entries there (each makes its directory a project root of its own
+    for a ``sandbridge run`` there outside git), within the scan's bounds: one walk for
+    both, as a start and an end each ask both."""
+    repositories, holding = _nested(source, (_is_repository, _holds_policy))
+    return repositories, [directory / ".sandbridge" for directory in holding]
 
 
-def nested_policy_dirs(source: Path) -> list[Path]:
-    """``.sandbridge`` entries at or below ``source`` (each makes its directory a
-    project root of its own for a ``sandbridge run`` there outside git), within the
-    scan's bounds."""
-    return [directory / ".sandbridge" for directory in _nested(source, _holds_policy)]
+def _is_repository(directory: Path) -> bool:
+    return os.path.lexists(directory / ".git") or is_bare_git_dir(directory)
 
 
 def _holds_policy(directory: Path) -> bool:
     return os.path.lexists(directory / ".sandbridge")
 
 
-def _nested(source: Path, wanted: Callable[[Path], bool]) -> list[Path]:
-    found: list[Path] = []
+def _nested(source: Path, wanted: tuple[Callable[[Path], bool], ...]) -> tuple[list[Path], ...]:
+    """For each of ``wanted``, the directories at or below ``source`` it holds for."""
+    found: tuple[list[Path], ...] = tuple([] for _ in wanted)
     level = [source]
     scanned = 0
     for _ in range(NESTED_REPO_DEPTH + 1):
@@ -112,8 +111,9 @@ def _nested(source: Path, wanted: Callable[[Path], bool]) -> list[Path]:
             scanned += 1
             if scanned > MAX_SCANNED_DIRS:
                 return found
-            if wanted(directory):  # no raise
-                found.append(directory)
+            for holds, found_by in zip(wanted, found, strict=True):
+                if holds(directory):  # no raise
+                    found_by.append(directory)
             try:
                 children = list(os.scandir(directory))
             except OSError:
