@@ -41,6 +41,11 @@ def free_port() -> int:
         return port
 
 
+# Between two asks of a path that is not serving yet: a curl asked back to back while
+# jupyter server starts (seconds) was hundreds of processes, a core's worth of the start.
+POLL_SECONDS = 0.05
+
+
 def wait_until_serving(url: str, timeout: float = 30.0) -> None:
     """Wait until ``url`` answers 2xx/4xx (the app behind the path is up)."""
     deadline = time.monotonic() + timeout
@@ -53,6 +58,7 @@ def wait_until_serving(url: str, timeout: float = 30.0) -> None:
         )
         if result.stdout.startswith(("2", "4")):
             return
+        time.sleep(POLL_SECONDS)
     raise RuntimeError(f"{url} is not serving after {timeout}s")
 
 

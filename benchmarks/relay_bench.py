@@ -148,13 +148,13 @@ def measure_round(
     small = path.http + "/1k"
     chosen = args.workloads
     if "c1" in chosen:
-        c1 = workloads.wrk(small, 1, args.seconds)
+        c1 = workloads.wrk(small, 1, args.seconds, requests=args.requests)
         results.add(name, "c1_rps", c1["rps"])
         results.add(name, "c1_p50_ms", c1["p50_ms"])
         results.add(name, "c1_p99_ms", c1["p99_ms"])
     if "c64" in chosen:
         cpu_before = workloads.cpu_seconds(path.relay_pids)
-        c64 = workloads.wrk(small, 64, args.seconds)
+        c64 = workloads.wrk(small, 64, args.seconds, requests=args.requests)
         cpu = workloads.cpu_seconds(path.relay_pids) - cpu_before
         results.add(name, "c64_rps", c64["rps"])
         results.add(name, "c64_p50_ms", c64["p50_ms"])
@@ -183,7 +183,8 @@ def measure_scaling(
     name = path.name
     scaling: dict[str, object] = {}
     scaling["rps_by_concurrency"] = {
-        str(c): workloads.wrk(path.http + "/1k", c, args.seconds)["rps"] for c in args.concurrency
+        str(c): workloads.wrk(path.http + "/1k", c, args.seconds, requests=args.requests)["rps"]
+        for c in args.concurrency
     }
     by_size: dict[str, float | str | None] = {}
     for size, file in files.items():
@@ -259,7 +260,9 @@ def measure_apps(work: Path, http_port: int, args: argparse.Namespace) -> dict[s
             "registration_p50_ms": statistics.median(latencies),
             "registration_p99_ms": sorted(latencies)[int(0.99 * (len(latencies) - 1))],
             "rps_by_registered_apps": {
-                str(count): workloads.wrk(urls[count - 1] + "/1k", 64, args.seconds)["rps"]
+                str(count): workloads.wrk(
+                    urls[count - 1] + "/1k", 64, args.seconds, requests=args.requests
+                )["rps"]
                 for count in args.apps
             },
         }
@@ -409,8 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     args.ttfb_samples, args.sse_events = 30, 100
     # starts of each kind, idle sessions, the egress session's downloads and their size
     args.sessions = (10, 8, (EGRESS_DOWNLOADS, EGRESS_BYTES))
+    args.requests = None  # wrk's loads run their whole --seconds
     if args.smoke:
-        args.rounds, args.seconds = 1, 1.0
+        # wrk's loads stop after a few requests (workloads.SMOKE_REQUESTS) and run a second
+        # at least; the loads timed here (WebSocket echoes) a quarter of one.
+        args.rounds, args.seconds, args.requests = 1, 0.25, workloads.SMOKE_REQUESTS
         # One point of the concurrency and registered-apps series (c=1 and c=64 are in the
         # round already); the WebSocket one keeps two: the memory per socket is their difference.
         args.concurrency, args.websockets, args.apps = [8], [0, 20], [4]

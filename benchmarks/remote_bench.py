@@ -229,16 +229,22 @@ def start_paths(
 
 
 def measure_round(
-    path: RemotePath, seconds: float, rounds: dict[str, dict[str, list[float]]]
+    path: RemotePath,
+    seconds: float,
+    rounds: dict[str, dict[str, list[float]]],
+    requests: int | None = None,
 ) -> None:
     """One round of ``path``. The CPU figures count every process the benchmark started
     (nginx, the far session, sshd and its sessions, serve-stdio, connect, ssh): the
     other paths sit idle meanwhile, so they are this path's cost whatever else loads the
-    machine, where the rates also measure the contention."""
+    machine, where the rates also measure the contention. ``requests``: a smoke run's cap
+    of the wrk load (:func:`workloads.wrk`)."""
     got = rounds.setdefault(path.name, {})
     ours = _descendants(os.getpid())
     before = workloads.cpu_seconds(ours)
-    c64 = workloads.wrk(path.url + "/1k", 64, seconds, host_field=path.host_field)
+    c64 = workloads.wrk(
+        path.url + "/1k", 64, seconds, host_field=path.host_field, requests=requests
+    )
     middle = workloads.cpu_seconds(ours)
     mbps = workloads.bulk_get(path.url + "/100m", host_field=path.host_field)
     after = workloads.cpu_seconds(ours)
@@ -260,6 +266,7 @@ def measure_remote(
 ) -> dict[str, object]:
     """Every path, ``rounds`` interleaved rounds of ``seconds``-long loads; the figures."""
     big = (8 if smoke else 100) * MIB
+    requests = workloads.SMOKE_REQUESTS if smoke else None  # (workloads.wrk says why)
     with (
         tempfile.TemporaryDirectory(prefix="sandbridge-remote-bench-") as tmp,
         contextlib.ExitStack() as stack,
@@ -287,7 +294,7 @@ def measure_remote(
             order = names[index % len(names) :] + names[: index % len(names)]
             for name in order:
                 print(f"remote round {index + 1}/{rounds}: {name}", file=sys.stderr, flush=True)
-                measure_round(paths[name], seconds, figures)
+                measure_round(paths[name], seconds, figures, requests)
     return {
         "settings": {"rounds": rounds, "seconds": seconds, "get_bytes": big},
         "medians": {

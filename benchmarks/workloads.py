@@ -17,6 +17,11 @@ from pathlib import Path
 from websockets.asyncio.client import connect
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# A smoke run's wrk load: each thread stops after this many responses. wrk's shortest run
+# is a second, and a second at full speed through every path was most of a smoke run's CPU,
+# for figures that only have to show the path carries requests.
+SMOKE_REQUESTS = 200
+STOP_AFTER = Path(__file__).with_name("wrk_stop_after.lua")
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
@@ -49,15 +54,23 @@ def _dialled(url: str) -> str:
 
 
 def wrk(
-    url: str, connections: int, seconds: float, host_field: str | None = None
+    url: str,
+    connections: int,
+    seconds: float,
+    host_field: str | None = None,
+    requests: int | None = None,
 ) -> dict[str, float]:
     """Keep-alive GETs at a fixed concurrency: requests/s and latency percentiles.
-    ``host_field``: the Host to send when it is not the URL's (a tunnel's far name)."""
+    ``host_field``: the Host to send when it is not the URL's (a tunnel's far name).
+    ``requests``: stop after about this many responses (a smoke run's load); the rate is
+    still over the whole run, idle end included: it says the path works, not its speed."""
     threads = 1 if connections < 2 else 2
     _, _, host = address_of(url)
     if host_field is not None:
         host = ["-H", f"Host: {host_field}"]
     target = _dialled(url)
+    stop_after = [] if requests is None else ["-s", str(STOP_AFTER)]
+    per_thread = [] if requests is None else [str(max(1, requests // threads))]
     result = subprocess.run(
         [
             "wrk",
@@ -66,7 +79,9 @@ def wrk(
             f"-d{max(seconds, 1):g}s",
             "--latency",
             *host,
+            *stop_after,
             target,
+            *per_thread,
         ],
         capture_output=True,
         text=True,
@@ -80,8 +95,8 @@ def wrk(
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)|Socket errors: (.*)", out)
     if errors:
         raise RuntimeError(f"wrk saw errors against {url}: {errors.group(0)}")
-    requests = float(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "requests": requests}
+    done = float(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "requests": done}
 
 
 def bulk_get(url: str, host_field: str | None = None) -> float:
@@ -152,7 +167,8 @@ def ws_echo(url: str, seconds: float, connections: int = 4) -> dict[str, float]:
     async def one(rtts: list[float], deadline: float) -> int:
         count = 0
         async with connect(ws_url, max_size=None, compression=None, host=address, port=port) as ws:
-            while time.monotonic() < deadline:
+            # One echo at least, however long the connect took (a smoke run's load is short).
+            while count == 0 or time.monotonic() < deadline:
                 started = time.perf_counter()
                 await ws.send(message)
                 await ws.recv()

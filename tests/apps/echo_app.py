@@ -1,10 +1,12 @@
 """Test app: an HTTP server that reports what it received, run inside or outside a sandbox.
 
 Usage: echo_app.py [--register PORT[:BASE]]... [--listen PORT]... [--bind ADDRESS]
-[--v6only] [--daemon]
+[--v6only] [--at PORT@ADDRESS[/v6only]]... [--daemon]
 Listens on ADDRESS (127.0.0.1 unless told: ::1, 0.0.0.0, ::; ``--v6only`` makes ``::``
-IPv6 only). Prints ``READY <json>`` once every port listens (and is registered with
-``ags-webview-url`` when asked), then serves until killed.
+IPv6 only); each ``--at`` listens on a port at an address of its own (one process for
+what would be several apps on different addresses). Prints ``READY <json>`` once every
+port listens (and is registered with ``ags-webview-url`` when asked), then serves until
+killed.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ def main() -> int:
     parser.add_argument("--listen", action="append", type=int, default=[])
     parser.add_argument("--bind", default="127.0.0.1", metavar="ADDRESS")
     parser.add_argument("--v6only", action="store_true", help="an IPv6 --bind takes no IPv4")
+    parser.add_argument("--at", action="append", default=[], metavar="PORT@ADDRESS[/v6only]")
     parser.add_argument("--daemon", metavar="MARKER", help="also start a setsid daemon")
     parser.add_argument("--exit", type=int, default=None, help="exit at once with this status")
     args = parser.parse_args()
@@ -150,6 +153,12 @@ def main() -> int:
     ports = {int(spec.split(":")[0]) for spec in args.register} | set(args.listen)
     for port in sorted(ports):
         serving = server(args.bind, port, args.v6only)
+        serving.daemon_threads = True
+        threading.Thread(target=serving.serve_forever, daemon=True).start()
+    for spec in args.at:
+        port, _, where = spec.partition("@")
+        address, _, flag = where.partition("/")
+        serving = server(address, int(port), flag == "v6only")
         serving.daemon_threads = True
         threading.Thread(target=serving.serve_forever, daemon=True).start()
     for spec in args.register:

@@ -88,6 +88,18 @@ def command(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess
     return sandbridge(*args, env=stock_env(home, **extra))
 
 
+def git_only(tmp_path: Path) -> str:
+    """A PATH with git alone: no npm, no python3 for ``policy init`` to ask (each asked is a
+    process of about half a second of CPU). For the tests of what init does to the
+    project's files, which no toolchain's answer changes; the tests of its allow list ask
+    them."""
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    if not (tools / "git").exists():
+        (tools / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    return str(tools)
+
+
 def test_survey_prints_names_and_never_a_value(tmp_path: Path) -> None:
     project = hostile_project(tmp_path / "p")
     text = command(tmp_path, "policy", "survey", str(project))
@@ -138,7 +150,7 @@ def test_init_makes_git_ignore_the_secrets_file_despite_a_planted_negation(
     # The line is there, and a later one takes it back: a line is no proof, git's answer is.
     project = hostile_project(tmp_path / "p")
     (project / ".gitignore").write_text("/.sandbridge/env\nbuild/\n!/.sandbridge/env\n")
-    result = command(tmp_path, "policy", "init", str(project))
+    result = command(tmp_path, "policy", "init", str(project), PATH=git_only(tmp_path))
     assert result.returncode == 0, result.stderr
     assert git_ignores_the_secrets_file(project)
     assert f"sandbridge: wrote {project / '.gitignore'}" in result.stderr
@@ -146,7 +158,7 @@ def test_init_makes_git_ignore_the_secrets_file_despite_a_planted_negation(
     # Already ignored (here by .git/info/exclude): .gitignore is left alone.
     other = hostile_project(tmp_path / "q")
     (other / ".git" / "info" / "exclude").write_text(".sandbridge/env\n")
-    assert command(tmp_path, "policy", "init", str(other)).returncode == 0
+    assert command(tmp_path, "policy", "init", str(other), PATH=git_only(tmp_path)).returncode == 0
     assert not (other / ".gitignore").exists()
 
 
@@ -154,7 +166,7 @@ def test_init_warns_when_a_deeper_rule_still_takes_the_ignore_back(tmp_path: Pat
     project = hostile_project(tmp_path / "p")
     (project / ".sandbridge").mkdir()
     (project / ".sandbridge" / ".gitignore").write_text("!env\n")
-    result = command(tmp_path, "policy", "init", str(project))
+    result = command(tmp_path, "policy", "init", str(project), PATH=git_only(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "warning: git still does not ignore .sandbridge/env" in result.stderr
 
@@ -180,23 +192,23 @@ def test_init_refuses_to_replace_a_policy_without_force(tmp_path: Path) -> None:
     project = hostile_project(tmp_path / "p")
     (project / ".sandbridge").mkdir()
     (project / ".sandbridge" / "allow").write_text("reviewed.test\n")
-    result = command(tmp_path, "policy", "init", str(project))
+    path = git_only(tmp_path)
+    result = command(tmp_path, "policy", "init", str(project), PATH=path)
     assert result.returncode == 2
     assert "a policy exists; review it, or replace it with `sandbridge policy init --force`" in (
         result.stderr
     )
     assert (project / ".sandbridge" / "allow").read_text() == "reviewed.test\n"
-    assert command(tmp_path, "policy", "init", "--force", str(project)).returncode == 0
+    assert command(tmp_path, "policy", "init", "--force", str(project), PATH=path).returncode == 0
 
 
 def test_init_without_a_toolchain_to_ask_writes_the_placeholder(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
     (project / "package.json").write_text("{}")
-    tools = tmp_path / "bin"  # git only: no npm, no python3 to ask
-    tools.mkdir()
-    (tools / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
-    assert command(tmp_path, "policy", "init", str(project), PATH=str(tools)).returncode == 0
+    assert (
+        command(tmp_path, "policy", "init", str(project), PATH=git_only(tmp_path)).returncode == 0
+    )
     allow = (project / ".sandbridge" / "allow").read_text().splitlines()
     assert "# npm: add your registry host, e.g. from `npm config get registry`" in allow
 

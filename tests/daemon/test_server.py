@@ -15,6 +15,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,37 @@ def wait_until(condition: object, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class Asked:
+    """A daemon the tests only ask, and its XDG_RUNTIME_DIR."""
+
+    daemon: Process
+    xdg: Path
+
+
+@pytest.fixture(scope="module")
+def asked_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Asked]:
+    """One daemon for the tests that only ask it requests it refuses (and see it serve
+    on): each brings its own runtime dir, session and descriptors, and leaves none
+    behind."""
+    xdg = tmp_path_factory.mktemp("xdg")
+    xdg.chmod(0o700)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_RUNTIME_DIR", str(xdg))
+        process = start_daemon()
+    try:
+        yield Asked(process, xdg)
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def asked(asked_daemon: Asked, monkeypatch: pytest.MonkeyPatch) -> Asked:
+    """That daemon, its XDG_RUNTIME_DIR this test's (the sessions it starts are its)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(asked_daemon.xdg))
+    return asked_daemon
+
+
 def test_peer_of_another_uid_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     # Even with the state root opened up by mistake, the peer's uid is checked.
     xdg = Path(tempfile.mkdtemp(prefix="sandbridge-peer-", dir="/tmp"))
@@ -139,7 +172,8 @@ def test_sandbox_that_reaches_the_daemon_socket_is_refused(
     daemon.wait_line("sandbridge: daemon.refused ", "stderr")
 
 
-def test_request_of_another_protocol_version_is_refused(daemon: Process, xdg: Path) -> None:
+def test_request_of_another_protocol_version_is_refused(asked: Asked) -> None:
+    xdg = asked.xdg
     answer = ask(xdg, b'{"version": 99}')
     assert "protocol version 99 is not 1" in str(answer["error"])
 
@@ -153,17 +187,17 @@ def test_request_of_another_protocol_version_is_refused(daemon: Process, xdg: Pa
     ],
 )
 def test_malformed_request_is_refused_and_the_daemon_serves_on(
-    daemon: Process, xdg: Path, tmp_path: Path, message: bytes, error: str
+    asked: Asked, tmp_path: Path, message: bytes, error: str
 ) -> None:
+    xdg = asked.xdg
     assert str(ask(xdg, message)["error"]).startswith(error)
     process, port = session(tmp_path, PYTHON, ECHO_APP, "--register", "4173")
     assert request(port)[0] == 200
     process.stop()
 
 
-def test_descriptor_that_is_not_the_named_dir_is_refused(
-    daemon: Process, xdg: Path, tmp_path: Path
-) -> None:
+def test_descriptor_that_is_not_the_named_dir_is_refused(asked: Asked, tmp_path: Path) -> None:
+    xdg = asked.xdg
     runtime, other = tmp_path / "runtime", tmp_path / "other"
     runtime.mkdir(mode=0o700)
     other.mkdir(mode=0o700)
@@ -179,9 +213,8 @@ def test_descriptor_that_is_not_the_named_dir_is_refused(
     assert answer == {"error": f"runtime dir {runtime} is not the directory sent with it"}
 
 
-def test_runtime_dir_that_holds_the_daemon_socket_is_refused(
-    daemon: Process, xdg: Path, tmp_path: Path
-) -> None:
+def test_runtime_dir_that_holds_the_daemon_socket_is_refused(asked: Asked, tmp_path: Path) -> None:
+    xdg = asked.xdg
     # Its sandbox would see the daemon's socket and every session's control socket.
     root = socket_path(xdg).parent
     entry = SessionEntry.create("exposed", tmp_path)
@@ -200,8 +233,9 @@ def test_runtime_dir_that_holds_the_daemon_socket_is_refused(
 
 @pytest.mark.parametrize("kind", ["FIFO", "directory", "TCP socket", "stream socket"])
 def test_a_third_descriptor_that_is_no_terminal_channel_is_refused_and_not_kept(
-    daemon: Process, xdg: Path, tmp_path: Path, kind: str
+    asked: Asked, tmp_path: Path, kind: str
 ) -> None:
+    daemon, xdg = asked.daemon, asked.xdg
     runtime = RuntimeDir.create(xdg / "ags-webview-relay-channel")
     entry = SessionEntry.create("channel", tmp_path)
     os.mkfifo(tmp_path / "fifo")
@@ -234,7 +268,8 @@ def test_a_third_descriptor_that_is_no_terminal_channel_is_refused_and_not_kept(
     wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)
 
 
-def test_request_without_descriptors_is_refused(daemon: Process, xdg: Path) -> None:
+def test_request_without_descriptors_is_refused(asked: Asked) -> None:
+    xdg = asked.xdg
     message = b'{"version":1,"serve":{},"runtime_dir":"/x","session_dir":"/y"}'
     assert ask(xdg, message) == {"error": "a request carries 2 or 3 descriptors, not 0"}
 

@@ -18,7 +18,7 @@ from sandbridge.protocol import daemon_wire
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import encode
 from tests.conftest import ECHO_APP, PYTHON, Process, host_port_of, run_argv, start_daemon
-from tests.daemon.test_server import ask, wait_until
+from tests.daemon.test_server import Asked, ask, asked, asked_daemon, wait_until
 from tests.relay.host.test_owned_upstream import (
     ANSWER_BOUND,
     FLAG_THIEF,
@@ -28,6 +28,8 @@ from tests.relay.host.test_owned_upstream import (
     minter_of,
     upload_forever,
 )
+
+__all__ = ["asked", "asked_daemon"]  # the daemon the refusal tests only ask, shared
 
 
 def minters_of(pid: int) -> list[int]:
@@ -185,8 +187,9 @@ def _descriptor(kind: str, tmp_path: Path, held: list[socket.socket]) -> int:
     ],
 )
 def test_a_bad_descriptor_in_place_of_the_namespace_is_refused_by_name(
-    daemon: Process, xdg: Path, tmp_path: Path, kind: str, named: str
+    asked: Asked, tmp_path: Path, kind: str, named: str
 ) -> None:
+    daemon, xdg = asked.daemon, asked.xdg
     runtime = RuntimeDir.create(xdg / "ags-webview-relay-namespace")
     entry = SessionEntry.create("namespace", tmp_path)
     held: list[socket.socket] = []
@@ -213,9 +216,8 @@ def test_a_bad_descriptor_in_place_of_the_namespace_is_refused_by_name(
     wait_until(lambda: len(os.listdir(f"/proc/{daemon.popen.pid}/fd")) <= before)
 
 
-def test_a_request_that_says_namespace_needs_its_descriptor(
-    daemon: Process, xdg: Path, tmp_path: Path
-) -> None:
+def test_a_request_that_says_namespace_needs_its_descriptor(asked: Asked, tmp_path: Path) -> None:
+    xdg = asked.xdg
     runtime = RuntimeDir.create(xdg / "ags-webview-relay-namespace")
     entry = SessionEntry.create("namespace", tmp_path)
     try:

@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,13 +59,28 @@ def session(
         yield running
 
 
-@pytest.fixture
-def page(browser: Browser, session: FeatureSession) -> Iterator[Page]:
+@contextmanager
+def opened_page(browser: Browser, session: FeatureSession) -> Iterator[Page]:
     context = browser.new_context()
     opened = context.new_page()
     opened.goto(session.url)
     yield opened
     context.close()
+
+
+@pytest.fixture(scope="module")
+def loaded(browser: Browser, session: FeatureSession) -> Iterator[Page]:
+    """The app's page, loaded once per session, for the tests that each read one feature's
+    result from it (each feature runs once per load, whichever test reads it)."""
+    with opened_page(browser, session) as opened:
+        yield opened
+
+
+@pytest.fixture
+def page(browser: Browser, session: FeatureSession) -> Iterator[Page]:
+    """A page of its own, for a test that leaves the page (a form post)."""
+    with opened_page(browser, session) as opened:
+        yield opened
 
 
 def result(page: Page, element: str) -> str:
@@ -73,46 +89,46 @@ def result(page: Page, element: str) -> str:
     return locator.inner_text()
 
 
-def test_root_absolute_module_css_and_image(page: Page, session: FeatureSession) -> None:
-    assert result(page, "module") == "loaded /static/util.js"
-    assert result(page, "css") == "rgb(12, 34, 56)"
-    assert result(page, "image-size") == "40x30"
+def test_root_absolute_module_css_and_image(loaded: Page, session: FeatureSession) -> None:
+    assert result(loaded, "module") == "loaded /static/util.js"
+    assert result(loaded, "css") == "rgb(12, 34, 56)"
+    assert result(loaded, "image-size") == "40x30"
 
 
-def test_fetch(page: Page, session: FeatureSession) -> None:
-    assert result(page, "fetch") == f"{session.base}/api/hello?x=1"
+def test_fetch(loaded: Page, session: FeatureSession) -> None:
+    assert result(loaded, "fetch") == f"{session.base}/api/hello?x=1"
 
 
-def test_websocket_echo_subprotocol_and_close(page: Page) -> None:
-    assert result(page, "ws") == "protocol=chat.v1 text=hello binary=1048576 close=4001 bye"
+def test_websocket_echo_subprotocol_and_close(loaded: Page) -> None:
+    assert result(loaded, "ws") == "protocol=chat.v1 text=hello binary=1048576 close=4001 bye"
 
 
-def test_event_source_reconnects_with_last_event_id(page: Page) -> None:
-    assert result(page, "sse") == "ids=1,2,3,4,5,6 resumed_from=3"
+def test_event_source_reconnects_with_last_event_id(loaded: Page) -> None:
+    assert result(loaded, "sse") == "ids=1,2,3,4,5,6 resumed_from=3"
 
 
-def test_sse_event_arrives_within_500_ms(page: Page) -> None:
-    text = result(page, "sse-latency")
+def test_sse_event_arrives_within_500_ms(loaded: Page) -> None:
+    text = result(loaded, "sse-latency")
     match = re.fullmatch(r"max_ms=(\d+)", text)
     assert match, text
     assert int(match.group(1)) < 500
 
 
-def test_media_element_seeks_with_range_requests(page: Page, session: FeatureSession) -> None:
-    assert result(page, "media") == "seeked=20 duration=30"
+def test_media_element_seeks_with_range_requests(loaded: Page, session: FeatureSession) -> None:
+    assert result(loaded, "media") == "seeked=20 duration=30"
     statuses = json.loads(request(session.port, path="/api/media-log")[2])
     assert 206 in statuses
 
 
 def test_20_mb_upload_through_file_input(
-    page: Page, session: FeatureSession, tmp_path: Path
+    loaded: Page, session: FeatureSession, tmp_path: Path
 ) -> None:
     upload = tmp_path / "upload.bin"
     data = os.urandom(UPLOAD_BYTES)
     upload.write_bytes(data)
-    page.set_input_files("#file", str(upload))
+    loaded.set_input_files("#file", str(upload))
     expected = f"size={UPLOAD_BYTES} sha256={hashlib.sha256(data).hexdigest()}"
-    assert result(page, "upload") == expected
+    assert result(loaded, "upload") == expected
 
 
 def test_form_post_and_screenshot(page: Page, session: FeatureSession, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ browsers; Firefox is driven over WebDriver BiDi (tests/e2e/firefox.py). In Firef
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import threading
@@ -38,25 +39,29 @@ Context = BrowserContext | FirefoxContext
 
 
 class Apps:
-    """``sandbridge run`` of the echo app registered as two apps."""
+    """Two apps of a session of the echo app: their URLs, host ports and origins."""
 
-    def __init__(self, workdir: Path, *options: str) -> None:
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.ports = [host_port_of(url) for url in self.urls]
+        self.origins = [f"http://{app_host(port)}:{port}" for port in self.ports]
+
+
+class Session:
+    """``sandbridge run`` of the echo app registered as ``count`` apps (4173 and up)."""
+
+    def __init__(self, workdir: Path, count: int, *options: str) -> None:
+        registers = [arg for port in range(4173, 4173 + count) for arg in ("--register", str(port))]
         self.process = Process(
-            run_argv(
-                workdir,
-                PYTHON,
-                ECHO_APP,
-                "--register",
-                "4173",
-                "--register",
-                "4174",
-                options=(*OPTIONS, *options),
-            )
+            run_argv(workdir, PYTHON, ECHO_APP, *registers, options=(*OPTIONS, *options))
         )
         report = json.loads(self.process.wait_line("READY").removeprefix("READY "))
         self.urls: list[str] = report["urls"]
-        self.ports = [host_port_of(url) for url in self.urls]
-        self.origins = [f"http://{app_host(port)}:{port}" for port in self.ports]
+        assert len(self.urls) == count
+
+    def pair(self, index: int) -> Apps:
+        """The ``index``th pair of the session's apps."""
+        return Apps(self.urls[2 * index : 2 * index + 2])
 
 
 class Listener:
@@ -114,17 +119,34 @@ def browser(request: pytest.FixtureRequest) -> Iterator[Browser | Firefox]:
 
 @pytest.fixture(scope="module")
 def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apps]:
-    running = Apps(tmp_path_factory.mktemp("cookies"))
-    yield running
+    running = Session(tmp_path_factory.mktemp("cookies"), 2)
+    yield running.pair(0)
+    running.process.stop()
+
+
+@pytest.fixture(scope="module")
+def private_session(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Session, Iterator[int]]]:
+    """One private session for the module, with a pair of apps of its own for each test
+    that asks for ``private`` (an app's token is exchanged once: each test's browser
+    context exchanges its own apps' tokens)."""
+    tests = sum(
+        isinstance(item, pytest.Function)
+        and item.module is request.module
+        and "private" in item.fixturenames
+        for item in request.session.items
+    )
+    running = Session(tmp_path_factory.mktemp("private"), 2 * tests, "--private")
+    yield running, itertools.count()
     running.process.stop()
 
 
 @pytest.fixture
-def private(tmp_path: Path) -> Iterator[Apps]:
-    """A private session per test: each app's token is exchanged once."""
-    running = Apps(tmp_path, "--private")
-    yield running
-    running.process.stop()
+def private(private_session: tuple[Session, Iterator[int]]) -> Apps:
+    """Two private apps no other test has used."""
+    running, pairs = private_session
+    return running.pair(next(pairs))
 
 
 @pytest.fixture

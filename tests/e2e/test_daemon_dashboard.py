@@ -44,14 +44,24 @@ def daemon_session(tmp_path: Path, command: str) -> Iterator[TerminalSession]:
         daemon.stop()
 
 
-@pytest.fixture
-def session(tmp_path: Path) -> Iterator[TerminalSession]:
-    with daemon_session(tmp_path, COMMAND) as running:
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TerminalSession]:
+    """One daemon and session for the tests that each work on terminal requests of their
+    own and leave the session's command where it is."""
+    with daemon_session(tmp_path_factory.mktemp("daemon-dashboard"), COMMAND) as running:
         yield running
 
 
 @pytest.fixture
-def page(browser: Browser, session: TerminalSession) -> Iterator[Page]:
+def own_session(tmp_path: Path) -> Iterator[TerminalSession]:
+    """A daemon and session of its own, for a test that moves the session's command on or
+    ends the session."""
+    with daemon_session(tmp_path, COMMAND) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def live_page(browser: Browser, session: TerminalSession) -> Iterator[Page]:
     context = browser.new_context()
     opened = context.new_page()
     errors = console_errors(opened)
@@ -61,6 +71,22 @@ def page(browser: Browser, session: TerminalSession) -> Iterator[Page]:
     assert errors == [], f"console errors: {errors}"
     assert opened.title() == "sandbridge dashboard"
     context.close()
+
+
+@pytest.fixture
+def page(browser: Browser, session: TerminalSession) -> Iterator[Page]:
+    with live_page(browser, session) as opened:
+        yield opened
+
+
+@pytest.fixture
+def own_page(browser: Browser, own_session: TerminalSession) -> Iterator[Page]:
+    with live_page(browser, own_session) as opened:
+        yield opened
+
+
+def approvals(session: TerminalSession) -> list[dict[str, object]]:
+    return [r for r in session.audit() if r["event"] == "approval"]
 
 
 def test_the_page_loads_and_lists_the_daemons_session(page: Page, session: TerminalSession) -> None:
@@ -80,11 +106,12 @@ def test_a_requested_duration_is_shown_and_approve_signs_for_it_and_attaches(
     row = page.locator("#terminals tbody tr", has_text=request_id)
     expect(row).to_contain_text("pending")
     expect(row.locator("td").nth(6)).to_have_text("2 min")
+    before = approvals(session)
     # "as asked" is the default: Approve signs for the 2 minutes the request asked
     row.get_by_role("button", name=f"Approve terminal request {request_id}").click()
     expect(page.locator("#status")).to_have_text(f"approved {request_id} for 2 min")
     expect(row).to_contain_text("approved")
-    (approval,) = [r for r in session.audit() if r["event"] == "approval"]
+    (approval,) = [r for r in approvals(session) if r not in before]
     assert approval["request"] == request_id and approval["ttl"] == 120
     child = session.attach(request_id)
     child.expect(PROMPT)
@@ -103,14 +130,16 @@ def test_the_owner_may_approve_for_another_duration_than_asked(
     row = page.locator("#terminals tbody tr", has_text=request_id)
     expect(row.locator("td").nth(6)).to_have_text("1 h")
     page.locator("#ttl").select_option("300")
+    before = approvals(session)
     row.get_by_role("button", name=f"Approve terminal request {request_id}").click()
     expect(page.locator("#status")).to_have_text(f"approved {request_id} for 5 min")
     expect(row).to_contain_text("approved")
-    (approval,) = [r for r in session.audit() if r["event"] == "approval"]
-    assert approval["ttl"] == 300
+    (approval,) = [r for r in approvals(session) if r not in before]
+    assert approval["request"] == request_id and approval["ttl"] == 300
 
 
-def test_a_refusal_appears_live(page: Page, session: TerminalSession) -> None:
+def test_a_refusal_appears_live(own_page: Page, own_session: TerminalSession) -> None:
+    page, session = own_page, own_session
     updated = page.evaluate("document.body.dataset.updated")
     (session.work / "go").touch()
     row = page.locator("#egress tbody tr", has_text="blocked.example:80")
@@ -121,8 +150,9 @@ def test_a_refusal_appears_live(page: Page, session: TerminalSession) -> None:
 
 
 def test_stopping_the_session_from_the_page_asks_then_ends_its_sandbox(
-    page: Page, session: TerminalSession
+    own_page: Page, own_session: TerminalSession
 ) -> None:
+    page, session = own_page, own_session
     sandboxed = session.wait_for("while [ ! -e go ]")
     page.get_by_role("button", name="Stop session web").click()
     confirm = page.get_by_role("button", name="Confirm stop session web")

@@ -13,7 +13,6 @@ import select
 import shlex
 import signal
 import socket
-import subprocess
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -44,6 +43,7 @@ from tests.conftest import (
     request,
     start_daemon,
 )
+from tests.support import command_in_process
 
 FEATURE_APP = str(REPO / "tests" / "apps" / "feature_app.py")
 
@@ -155,9 +155,11 @@ class Laptop:
                 self.process.lines["stderr"] += [raw.decode(errors="replace") for raw in complete]
 
     def ls(self, *options: str) -> str:
-        return subprocess.run(
-            [*SANDBRIDGE, "ls", *options], env=self.env, capture_output=True, text=True, check=True
-        ).stdout
+        """``sandbridge ls`` as the laptop's user, in this process
+        (tests/support/command_in_process.py): what it lists."""
+        listed = command_in_process.sandbridge("ls", *options, env=self.env)
+        assert listed.returncode == 0, listed.stderr
+        return listed.stdout
 
     def stop(self) -> int:
         return self.process.stop()

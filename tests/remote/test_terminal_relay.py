@@ -13,7 +13,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pexpect
@@ -32,6 +32,7 @@ from tests.remote.test_connect import (
     _serve_stdio_pids,
     _wait_until,
 )
+from tests.support.command_in_process import sandbridge
 from tests.terminals.harness import PROMPT, WORKER_MARKER, attach_child, finish
 from tests.terminals.test_external_terminal_e2e import CONTAINER_HOSTNAME, ExternalSession
 
@@ -85,9 +86,8 @@ class FarMachine:
         )  # fmt: skip
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*SANDBRIDGE, *args], capture_output=True, text=True, timeout=60, check=False
-        )
+        """The far user's command, in this process (tests/support/command_in_process.py)."""
+        return sandbridge(*args)
 
     def audit(self, request: str) -> list[dict[str, object]]:
         records = json.loads(self.cli("terminal", "audit", "--json").stdout)
@@ -110,10 +110,8 @@ class LaptopUser:
         self.connect.process.wait_line("sandbridge: far: connected", "stderr")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*SANDBRIDGE, *args], env=self.env, capture_output=True, text=True, timeout=60,
-            check=False,
-        )  # fmt: skip
+        """The laptop user's command, in this process (tests/support/command_in_process.py)."""
+        return sandbridge(*args, env=self.env)
 
     def owner_public_key(self) -> str:
         return self.cli("terminal", "key").stdout.strip()
@@ -224,20 +222,10 @@ def test_ops_other_than_terminals_are_refused_over_the_link(
         assert allowed.returncode != 0  # the CLI's allow is local only
         # A client that speaks to connect's socket itself gets no further.
         for op in ("stop", "allow", "egress_approve", "app_close"):
-            script = (
-                "from sandbridge.exceptions import ControlError\n"
-                "from sandbridge.terminals.control import Place, call\n"
-                "try:\n"
-                f"    call(Place('far', 'box'), {{'op': {op!r}, 'key': '{'0' * 64}'}})\n"
-                "except ControlError as exc:\n"
-                "    print(exc.code, exc)\n"
-            )
-            result = subprocess.run(
-                [PYTHON, "-c", script], env=laptop.env, capture_output=True, text=True,
-                timeout=60, check=False,
-            )  # fmt: skip
-            assert result.stdout.startswith("not_over_the_link "), result.stderr
-            assert f"op {op!r} is not served over the remote link" in result.stdout
+            with _as(laptop), pytest.raises(ControlError) as refused:
+                control.call(Place("far", "box"), {"op": op, "key": "0" * 64})
+            assert refused.value.code == "not_over_the_link", refused.value
+            assert f"op {op!r} is not served over the remote link" in str(refused.value)
         assert far.session.host.popen.poll() is None, "the far session still runs"
 
 
@@ -415,35 +403,50 @@ def test_a_command_while_the_link_is_down_is_refused_saying_so(
         assert "the link to far is down: reconnecting" in down.stderr
 
 
-def _hostile_laptop(tmp_path: Path, mode: str) -> LaptopUser:
-    return LaptopUser(tmp_path, shlex.join([PYTHON, str(HOSTILE_FAR), mode]))
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], LaptopUser]]:
+    """The laptop's connect to a hostile far side (tests/apps/hostile_far.py) in the mode
+    asked, one per mode for the module: that far side gives every control line of a mode
+    the same answer, whatever was asked before, and the tests here only ask."""
+    home = tmp_path_factory.mktemp("hostile")
+    started: dict[str, LaptopUser] = {}
 
+    def of(mode: str) -> LaptopUser:
+        if mode not in started:
+            via = shlex.join([PYTHON, str(HOSTILE_FAR), mode])
+            started[mode] = LaptopUser(home, via, name=mode)
+        return started[mode]
 
-def test_a_far_side_lying_about_requests_is_refused_in_one_line(tmp_path: Path) -> None:
-    laptop = _hostile_laptop(tmp_path, "lies")
     try:
-        listed = laptop.cli("terminal", "list", "far:evil")
-        assert listed.returncode == 2
-        assert "far:evil listed a request of another session: 'other:0123abcd'" in listed.stderr
-        requested = laptop.cli("terminal", "request", "far:evil", "--no-wait")
-        assert requested.returncode == 2
-        assert "the session sent a malformed answer (KeyError" in requested.stderr
-        assert "Traceback" not in requested.stderr
+        yield of
     finally:
-        laptop.stop()
+        for user in started.values():
+            user.stop()
 
 
-def test_a_far_listing_cannot_drive_the_owners_terminal(tmp_path: Path) -> None:
-    laptop = _hostile_laptop(tmp_path, "escape")
-    try:
-        listed = laptop.cli("terminal", "list", "far:evil")
-        assert listed.returncode == 0, listed.stderr
-        assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
-        assert "far:evil:0123abcd  pending?[2J  ?]0;pwned?aaaaaa...  -  look?[31m here" in (
-            listed.stdout
-        )
-    finally:
-        laptop.stop()
+def test_a_far_side_lying_about_requests_is_refused_in_one_line(
+    hostile: Callable[[str], LaptopUser],
+) -> None:
+    laptop = hostile("lies")
+    listed = laptop.cli("terminal", "list", "far:evil")
+    assert listed.returncode == 2
+    assert "far:evil listed a request of another session: 'other:0123abcd'" in listed.stderr
+    requested = laptop.cli("terminal", "request", "far:evil", "--no-wait")
+    assert requested.returncode == 2
+    assert "the session sent a malformed answer (KeyError" in requested.stderr
+    assert "Traceback" not in requested.stderr
+
+
+def test_a_far_listing_cannot_drive_the_owners_terminal(
+    hostile: Callable[[str], LaptopUser],
+) -> None:
+    laptop = hostile("escape")
+    listed = laptop.cli("terminal", "list", "far:evil")
+    assert listed.returncode == 0, listed.stderr
+    assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
+    assert "far:evil:0123abcd  pending?[2J  ?]0;pwned?aaaaaa...  -  look?[31m here" in (
+        listed.stdout
+    )
 
 
 FAR_COMMANDS = [
@@ -458,51 +461,42 @@ FAR_COMMANDS = [
 
 @pytest.mark.parametrize("command", FAR_COMMANDS, ids=lambda words: words[1])
 def test_a_far_refusal_cannot_drive_the_owners_terminal(
-    tmp_path: Path, command: tuple[str, ...]
+    hostile: Callable[[str], LaptopUser], command: tuple[str, ...]
 ) -> None:
-    laptop = _hostile_laptop(tmp_path, "refuse")
-    try:
-        refused = laptop.cli(*command)
-        assert refused.returncode == 2, refused.stderr
-        assert "\x1b" not in refused.stderr + refused.stdout, refused.stderr
-        assert "\x07" not in refused.stderr + refused.stdout
-        assert "sandbridge: ?]52;c;ZWNobyBwd25lZA==?approved?[1A" in refused.stderr
-    finally:
-        laptop.stop()
+    laptop = hostile("refuse")
+    refused = laptop.cli(*command)
+    assert refused.returncode == 2, refused.stderr
+    assert "\x1b" not in refused.stderr + refused.stdout, refused.stderr
+    assert "\x07" not in refused.stderr + refused.stdout
+    assert "sandbridge: ?]52;c;ZWNobyBwd25lZA==?approved?[1A" in refused.stderr
 
 
 def test_a_far_answer_to_a_waiting_request_cannot_drive_the_owners_terminal(
-    tmp_path: Path,
+    hostile: Callable[[str], LaptopUser],
 ) -> None:
-    laptop = _hostile_laptop(tmp_path, "stateful")
-    try:
-        requested = laptop.cli("terminal", "request", "far:evil")
-        assert requested.returncode == 1, requested.stderr
-        assert "\x1b" not in requested.stderr and "\x07" not in requested.stderr
-        assert "request far:evil:0123abcd was ?]52;c;ZWNobyBwd25lZA==?ok" in requested.stderr
-    finally:
-        laptop.stop()
+    laptop = hostile("stateful")
+    requested = laptop.cli("terminal", "request", "far:evil")
+    assert requested.returncode == 1, requested.stderr
+    assert "\x1b" not in requested.stderr and "\x07" not in requested.stderr
+    assert "request far:evil:0123abcd was ?]52;c;ZWNobyBwd25lZA==?ok" in requested.stderr
 
 
 def test_a_far_shell_signs_nothing_for_a_request_the_owners_key_did_not_make(
-    tmp_path: Path,
+    hostile: Callable[[str], LaptopUser],
 ) -> None:
     # The far side answers `show` with another key's request (a teammate's on another
     # machine with the same session name, say): the question said "(your owner key)" and
     # a `y` signed an approval for that key.
-    laptop = _hostile_laptop(tmp_path, "impostor")
-    try:
-        child = pexpect.spawn(
-            SANDBRIDGE[0], [*SANDBRIDGE[1:], "shell", "far:evil"],
-            env=laptop.env, timeout=30, encoding="utf-8", codec_errors="replace",
-        )  # fmt: skip
-        child.expect(r"names requester abababababababab…, not [0-9a-f]{16}… as shown")
-        child.expect(pexpect.EOF)
-        child.close()
-        assert child.exitstatus == 2
-        assert "Approve?" not in (child.before or "")
-    finally:
-        laptop.stop()
+    laptop = hostile("impostor")
+    child = pexpect.spawn(
+        SANDBRIDGE[0], [*SANDBRIDGE[1:], "shell", "far:evil"],
+        env=laptop.env, timeout=30, encoding="utf-8", codec_errors="replace",
+    )  # fmt: skip
+    child.expect(r"names requester abababababababab…, not [0-9a-f]{16}… as shown")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2
+    assert "Approve?" not in (child.before or "")
 
 
 @pytest.mark.parametrize(
@@ -511,16 +505,13 @@ def test_a_far_shell_signs_nothing_for_a_request_the_owners_key_did_not_make(
     ids=lambda words: words[1],
 )
 def test_a_far_number_no_float_holds_is_a_malformed_answer_not_a_traceback(
-    tmp_path: Path, command: tuple[str, ...]
+    hostile: Callable[[str], LaptopUser], command: tuple[str, ...]
 ) -> None:
-    laptop = _hostile_laptop(tmp_path, "huge")
-    try:
-        answered = laptop.cli(*command)
-        assert answered.returncode == 2, answered.stderr
-        assert "Traceback" not in answered.stderr
-        assert "malformed" in answered.stderr and "OverflowError" in answered.stderr
-    finally:
-        laptop.stop()
+    laptop = hostile("huge")
+    answered = laptop.cli(*command)
+    assert answered.returncode == 2, answered.stderr
+    assert "Traceback" not in answered.stderr
+    assert "malformed" in answered.stderr and "OverflowError" in answered.stderr
 
 
 def test_over_the_link_only_an_owner_key_may_deny_or_revoke(
@@ -590,24 +581,22 @@ def test_a_copy_of_the_owners_signed_deny_or_revoke_crosses_no_more(
                 assert f"this signed {op} was already taken" in str(refused.value)
 
 
-def test_an_attach_proof_is_signed_only_for_the_session_asked(tmp_path: Path) -> None:
+def test_an_attach_proof_is_signed_only_for_the_session_asked(
+    hostile: Callable[[str], LaptopUser],
+) -> None:
     # The far side answers the attach with another session's challenge: the requester's
     # key signed a proof naming that session, usable there by whoever relays it.
-    laptop = _hostile_laptop(tmp_path, "elsewhere")
-    try:
-        attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
-        assert attached.returncode == 2, attached.stderr
-        assert "answered the attach for session 'other', not 'evil'" in attached.stderr
-    finally:
-        laptop.stop()
+    laptop = hostile("elsewhere")
+    attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
+    assert attached.returncode == 2, attached.stderr
+    assert "answered the attach for session 'other', not 'evil'" in attached.stderr
 
 
-def test_a_far_side_hanging_up_mid_attach_is_one_line_not_a_traceback(tmp_path: Path) -> None:
-    laptop = _hostile_laptop(tmp_path, "hangup")
-    try:
-        attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
-        assert attached.returncode == 2, attached.stderr
-        assert "Traceback" not in attached.stderr
-        assert "closed the connection during the attach handshake" in attached.stderr
-    finally:
-        laptop.stop()
+def test_a_far_side_hanging_up_mid_attach_is_one_line_not_a_traceback(
+    hostile: Callable[[str], LaptopUser],
+) -> None:
+    laptop = hostile("hangup")
+    attached = laptop.cli("terminal", "attach", "far:evil:0123abcd")
+    assert attached.returncode == 2, attached.stderr
+    assert "Traceback" not in attached.stderr
+    assert "closed the connection during the attach handshake" in attached.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SANDBRIDGE, Process
+from tests.conftest import BACKENDS, REPO, SANDBRIDGE, Process
 
 SECRET = "stand-in-credential-0b7e55-never-shown"
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()[:16]
@@ -100,8 +100,8 @@ class User:
         return report, result.stdout + result.stderr
 
 
-@pytest.fixture
-def user(tmp_path: Path, xdg: Path) -> User:
+def make_user(tmp_path: Path, xdg: Path) -> User:
+    """A user of its own under ``tmp_path``, its runtime dir ``xdg``."""
     (tmp_path / "bin").mkdir()
     script = tmp_path / "bin" / "stand-in"
     script.write_text(STAND_IN)
@@ -131,6 +131,41 @@ def user(tmp_path: Path, xdg: Path) -> User:
     return User(tmp_path, env)
 
 
+@pytest.fixture
+def user(tmp_path: Path, xdg: Path) -> User:
+    return make_user(tmp_path, xdg)
+
+
+@dataclass
+class FirstSession:
+    """A user's first session (``-- one``, no credential set) and what the tests that
+    only read its outcome need: the stand-in's report, what was said, the project's files
+    before it. The owner has a real ``~/.stand-in`` of their own."""
+
+    backend: str
+    user: User
+    report: dict[str, str]
+    said: str
+    project_before: dict[str, bytes]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def first_session(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> FirstSession:
+    """One per backend for the module: the tests below only read its outcome (a test
+    that runs another session of the same user has a user of its own)."""
+    top = tmp_path_factory.mktemp("agent")
+    xdg = top / "xdg"
+    xdg.mkdir(mode=0o700)
+    user = make_user(top, xdg)
+    (user.home / ".stand-in").mkdir()
+    (user.home / ".stand-in" / "owner").write_text("owner's login")
+    before = _files(user.work)
+    report, said = user.run(str(request.param), "--", "one")
+    return FirstSession(str(request.param), user, report, said, before)
+
+
 def _files(directory: Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(directory)): path.read_bytes()
@@ -155,22 +190,22 @@ def test_the_agents_state_is_kept_for_the_next_session(backend: str, user: User)
     assert (kept / ".stand-in.json").read_text() == '{"written": true}\n'
 
 
-def test_the_owners_real_state_is_not_seen_by_default(backend: str, user: User) -> None:
-    (user.home / ".stand-in").mkdir()
-    (user.home / ".stand-in" / "owner").write_text("owner's login")
-    report, _ = user.run(backend, "--", "one")
-    assert report["OWNER"].strip() == ""
+def test_the_owners_real_state_is_not_seen_by_default(first_session: FirstSession) -> None:
+    user = first_session.user
+    assert first_session.report["OWNER"].strip() == ""
     assert not (user.home / ".stand-in" / "history").exists()
 
 
-def test_lockdown_sees_nothing_kept_and_leaves_nothing(backend: str, user: User) -> None:
-    user.run(backend, "--", "kept")
-    report, said = user.run(backend, "--lockdown", "--", "locked")
+def test_lockdown_sees_nothing_kept_and_leaves_nothing(first_session: FirstSession) -> None:
+    # After the first session, which kept its state: a lockdown session of the same user
+    # (it leaves nothing, so the other tests of that session read it as it was).
+    user = first_session.user
+    report, said = user.run(first_session.backend, "--lockdown", "--", "locked")
     assert report["SEEN"].strip() == ""
     assert report["JSON"] == ""
     assert "lockdown: a fresh ~/.stand-in, ~/.stand-in.json, removed at the end" in said
     (kept,) = user.agent_state.iterdir()  # no .lockdown-* left beside it
-    assert (kept / ".stand-in" / "history").read_text() == "session-kept\n"
+    assert (kept / ".stand-in" / "history").read_text() == "session-one\n"
 
 
 def test_agent_home_host_uses_the_owners_real_state_with_a_warning(
@@ -188,12 +223,11 @@ def test_agent_home_host_uses_the_owners_real_state_with_a_warning(
 
 
 def test_the_instruction_file_inside_holds_the_hints_and_the_project_is_untouched(
-    backend: str, user: User
+    first_session: FirstSession,
 ) -> None:
-    before = _files(user.work)
-    report, _ = user.run(backend, "--", "one")
-    assert report["HINTS"] == "1 gate address 100.64.0.1"
-    assert _files(user.work) == before
+    user = first_session.user
+    assert first_session.report["HINTS"] == "1 gate address 100.64.0.1"
+    assert _files(user.work) == first_session.project_before
     status = subprocess.run(
         ["git", "-C", str(user.work), "status", "--porcelain", "--ignored"],
         capture_output=True,
@@ -203,10 +237,12 @@ def test_the_instruction_file_inside_holds_the_hints_and_the_project_is_untouche
     assert status.stdout == "?? README\n"
 
 
+def test_a_credential_is_named_when_not_set(first_session: FirstSession) -> None:
+    assert first_session.report["KEY"] == "unset"
+    assert "not set here: STAND_IN_KEY" in first_session.said
+
+
 def test_a_credential_passes_when_set_and_never_on_a_command_line(backend: str, user: User) -> None:
-    unset, said = user.run(backend, "--", "one")
-    assert unset["KEY"] == "unset"
-    assert "not set here: STAND_IN_KEY" in said
     go = user.top / "bin" / "go"
     os.mkfifo(go)
     process = Process(

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,34 +27,99 @@ PROBE = str(REPO / "tests" / "apps" / "host_paths_probe.py")
 
 
 @dataclass
+class Base:
+    """A runtime base the sessions of a module share: a private XDG_RUNTIME_DIR, or, with
+    it unset, ``/tmp`` itself. That ``/tmp`` is a private directory mounted there in a
+    mount namespace of the sessions' own (:data:`PRIVATE_TMP`): the fallback is the same
+    path, and no test writes the real ``/tmp/sandbridge-<uid>`` another session uses."""
+
+    top: Path
+    xdg: Path | None
+    # Where the test's process finds what the sessions keep under ``seen``.
+    host: Path
+    wrap: tuple[str, ...]
+
+    @property
+    def seen(self) -> Path:
+        """The runtime base as the sessions see it."""
+        return self.xdg or Path("/tmp")
+
+    def on_host(self, path: Path) -> Path:
+        """``path`` as the sessions see it, where this process finds it."""
+        if path.is_relative_to(self.seen):
+            return self.host / path.relative_to(self.seen)
+        return path
+
+
+# Runs "$@" with /tmp replaced by $1 (after "$2"... are the /tmp entries to keep in
+# sight, each bound at its own name): sessions see their /tmp, nothing else changes.
+PRIVATE_TMP = """
+set -e
+top=$1; shift
+while [ "$1" != -- ]; do mkdir -p "$top/$1"; mount --bind "/tmp/$1" "$top/$1"; shift; done
+shift
+mount --rbind "$top" /tmp
+exec "$@"
+"""
+
+
+@pytest.fixture(scope="module", params=["xdg-set", "xdg-unset"])
+def base(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Base]:
+    top = tmp_path_factory.mktemp(str(request.param))
+    if request.param == "xdg-set":
+        xdg = top / "xdg"
+        xdg.mkdir(mode=0o700)
+        yield Base(top, xdg, xdg, ())
+        return
+    private = Path(tempfile.mkdtemp(prefix="sbtmp-", dir="/tmp"))
+    private.chmod(0o1777)
+    # What the sessions need under the real /tmp: this run's temporary root, the private
+    # tree the suite points XDG_* at, the checkout and the Python, wherever they are.
+    needed = (top, Path(os.environ["XDG_CACHE_HOME"]), REPO, Path(PYTHON))
+    kept = sorted({p.relative_to("/tmp").parts[0] for p in needed if p.is_relative_to("/tmp")})
+    wrap = ("unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_TMP, "sh")
+    try:
+        yield Base(top, None, private, (*wrap, str(private), *kept, "--"))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@dataclass
 class World:
-    """A test's home and, when set, its XDG_RUNTIME_DIR (else sessions use /tmp)."""
+    """A test's home and its module's runtime base; ``tmp`` holds the home and the
+    work dir, and, beside the runtime base, is the only test dir left in the base's
+    ``top`` while the test runs."""
 
     tmp: Path
     home: Path
-    xdg: Path | None
+    base: Base
+
+    @property
+    def xdg(self) -> Path | None:
+        return self.base.xdg
 
     @property
     def key_dir(self) -> Path:
         return self.home / ".config" / "sandbridge"
 
 
-@pytest.fixture(params=["xdg-set", "xdg-unset"])
-def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    home = tmp_path / "home"
-    home.mkdir()
+@pytest.fixture
+def world(base: Base, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    tmp = base.top / f"t-{secrets.token_hex(4)}"
+    home = tmp / "home"
+    home.mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME"):
         monkeypatch.delenv(name, raising=False)
-    xdg = None
-    if request.param == "xdg-set":
-        xdg = tmp_path / "xdg"
-        xdg.mkdir(mode=0o700)
-        monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    if base.xdg is not None:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(base.xdg))
     else:
         monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    (tmp_path / "work").mkdir()
-    return World(tmp_path, home, xdg)
+    (tmp / "work").mkdir()
+    yield World(tmp, home, base)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _refused(backend: str, workdir: Path, *options: str) -> subprocess.CompletedProcess[str]:
@@ -123,7 +190,7 @@ Running = Callable[[World], tuple[Path, tuple[str, ...], Path | None]]
 RUNNING: dict[str, tuple[Running, bool]] = {
     "workdir-under-tmp": (lambda w: (w.tmp / "work", (), None), True),
     # The workdir holds the runtime base (when set) and home: both masked.
-    "workdir-above-runtime-base-and-home": (lambda w: (w.tmp, (), w.home), True),
+    "workdir-above-runtime-base-and-home": (lambda w: (w.base.top, (), w.home), True),
     # The owner has no key yet: the sandbox must not be able to make one for them.
     "workdir-home-before-first-use": (lambda w: (w.home, (), w.home), False),
     "bind-config": (lambda w: (w.tmp / "work", ("--bind", str(w.home / ".config")), w.home), True),
@@ -141,38 +208,66 @@ RUNNING: dict[str, tuple[Running, bool]] = {
 
 @dataclass
 class Victim:
-    """A running session and the host paths of everything it owns."""
+    """A running session and the host paths of everything it owns, as sessions see them."""
 
     process: Process
     paths: list[Path]
 
 
-def _victim(backend: str, world: World) -> Victim:
+def _victim(backend: str, base: Base, workdir: Path, env: dict[str, str]) -> Victim:
     name = f"victim-{secrets.token_hex(4)}"
     process = Process(
-        run_argv(
-            world.tmp / "work",
-            PYTHON,
-            ECHO_APP,
-            "--register",
-            "4173",
-            options=("--backend", backend, "--name", name),
-        )
+        [
+            *base.wrap,
+            *run_argv(
+                workdir,
+                PYTHON,
+                ECHO_APP,
+                "--register",
+                "4173",
+                options=("--backend", backend, "--name", name),
+            ),
+        ],
+        env=env,
     )
     process.wait_line("READY")
-    runtime = runtime_base() / f"ags-webview-relay-{process.popen.pid}"
-    state = session_path(name)
-    assert runtime.is_dir() and state.is_dir()
-    return Victim(
-        process,
-        [
-            runtime,
-            *(runtime / sock for sock in ("relay.sock", "upstream.sock", "egress.sock")),
-            state.parent.parent,
-            state,
-            state / "control.sock",
-        ],
-    )
+    runtime = base.seen / f"ags-webview-relay-{process.popen.pid}"
+    state = session_path(name, base.on_host(base.seen / f"sandbridge-{os.getuid()}"))
+    state = base.seen / state.relative_to(base.host)
+    paths = [
+        runtime,
+        *(runtime / sock for sock in ("relay.sock", "upstream.sock", "egress.sock")),
+        state.parent.parent,
+        state,
+        state / "control.sock",
+    ]
+    # Each is there on the host: a probe that does not find it inside proves something.
+    missing = [path for path in paths if not base.on_host(path).exists()]
+    assert not missing, missing
+    return Victim(process, paths)
+
+
+@pytest.fixture(scope="module")
+def first_victims(base: Base) -> Iterator[dict[str, Victim]]:
+    """Per backend, a session every test's prober finds running when its sandbox is built
+    (it only has to be there: one per module and backend, in a home and work dir of its
+    own, out of every prober's sight but for the runtime base)."""
+    started: dict[str, Victim] = {}
+    yield started
+    for victim in started.values():
+        victim.process.stop()
+
+
+def _first_victim(
+    backend: str, base: Base, started: dict[str, Victim], factory: pytest.TempPathFactory
+) -> Victim:
+    if backend not in started:
+        top = factory.mktemp("victim")
+        (top / "home").mkdir()
+        (top / "work").mkdir()
+        env = {**os.environ, "HOME": str(top / "home")}
+        started[backend] = _victim(backend, base, top / "work", env)
+    return started[backend]
 
 
 def _views(path: Path, options: tuple[str, ...]) -> list[Path]:
@@ -188,6 +283,7 @@ def _views(path: Path, options: tuple[str, ...]) -> list[Path]:
 
 @pytest.fixture
 def victims() -> Iterator[list[Victim]]:
+    """The sessions a test started itself (stopped at its end)."""
     started: list[Victim] = []
     yield started
     for victim in started:
@@ -213,23 +309,32 @@ def _placeholders(home: Path, new: set[Path]) -> set[Path]:
 
 @pytest.mark.parametrize("layout", list(RUNNING))
 def test_sandbox_sees_no_other_session_nor_the_owner_key_dir(
-    backend: str, world: World, layout: str, victims: list[Victim]
+    backend: str,
+    world: World,
+    layout: str,
+    first_victims: dict[str, Victim],
+    victims: list[Victim],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     make, owner_has_key = RUNNING[layout]
+    # A session running before the prober's sandbox is built.
+    first = _first_victim(backend, world.base, first_victims, tmp_path_factory)
     key = keys.public_hex(keys.owner_key()) if owner_has_key else None
     before = sorted(p.relative_to(world.home) for p in world.home.rglob("*"))
-    victims.append(_victim(backend, world))
     workdir, options, plant_home = make(world)
     fifo = workdir / f"probe-{secrets.token_hex(4)}"
     os.mkfifo(fifo)
     prober = Process(
-        run_argv(workdir, PYTHON, PROBE, str(fifo), options=("--backend", backend, *options))
+        [
+            *world.base.wrap,
+            *run_argv(workdir, PYTHON, PROBE, str(fifo), options=("--backend", backend, *options)),
+        ]
     )
     try:
         prober.wait_line("PROBE-READY")
-        # A session started after the prober's sandbox was built.
-        victims.append(_victim(backend, world))
-        host_paths = [p for victim in victims for p in victim.paths] + [
+        # A session of the owner's started after the prober's sandbox was built.
+        victims.append(_victim(backend, world.base, world.tmp / "work", dict(os.environ)))
+        host_paths = [p for victim in (first, *victims) for p in victim.paths] + [
             world.key_dir,
             world.key_dir / "owner.key",
             world.home / ".local" / "state" / "sandbridge",
@@ -244,6 +349,7 @@ def test_sandbox_sees_no_other_session_nor_the_owner_key_dir(
         report = json.loads(prober.wait_line("PROBE ").removeprefix("PROBE "))
     finally:
         prober.stop()
+        fifo.unlink()  # (a workdir may be the module's)
     assert report["paths"] == {}
     assert report["found"] == []
     assert len(report["plant"]) == (4 if plant_home else 0)

@@ -4,8 +4,9 @@ is reachable through its origin by registration (``ags-webview-url``), ``--publi
 ``--publish auto`` and ``sandbridge-open``, with the C front door and without it, and in
 the unshare backend too.
 
-Each session starts one echo app per address (tests/apps/echo_app.py ``--bind``), makes
-them reachable the way the test names, and waits on a pipe while the test requests each
+Each session starts the echo app on one port per address (tests/apps/echo_app.py ``--at``:
+one process serves what would be an app per address), makes them reachable the way the
+test names, and waits on a pipe while the test requests each
 app's origin on fresh connections (the front door's pool and the Python relay's, with the
 host's own sockets in the sandbox's namespace)."""
 
@@ -25,14 +26,17 @@ PORTS = dict(zip(LOOPBACK_BINDS, range(9101, 9101 + len(LOOPBACK_BINDS)), strict
 CONNECTIONS = 3
 
 
+def _at(name: str) -> str:
+    """echo_app.py's ``--at`` for the address of ``name`` (LOOPBACK_BINDS' flags)."""
+    flags = LOOPBACK_BINDS[name]
+    address = flags[flags.index("--bind") + 1]
+    return f"--at {PORTS[name]}@{address}{'/v6only' if '--v6only' in flags else ''}"
+
+
 def _apps_script() -> str:
-    """Start every app and return once each listens (its READY line read)."""
-    parts = ["mkfifo /tmp/ready"]
-    for name, port in PORTS.items():
-        flags = " ".join(LOOPBACK_BINDS[name])
-        parts.append(f"{PYTHON} {ECHO_APP} --listen {port} {flags} > /tmp/ready &")
-        parts.append("read ready < /tmp/ready")
-    return "\n".join(parts)
+    """Start the apps and return once each listens (the READY line read)."""
+    ats = " ".join(_at(name) for name in PORTS)
+    return f"mkfifo /tmp/ready\n{PYTHON} {ECHO_APP} {ats} > /tmp/ready &\nread ready < /tmp/ready"
 
 
 # How each way makes the apps reachable: the command run once they listen (``{port}``

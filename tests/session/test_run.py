@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import (
+    BACKENDS,
     ECHO_APP,
     PYTHON,
     REPO,
@@ -60,19 +62,45 @@ def ready(process: Process) -> dict[str, object]:
     return report
 
 
-@pytest.fixture
+@pytest.fixture(
+    scope="module",
+    params=[(backend, mode) for backend in BACKENDS for mode in ("standalone", "daemon")],
+    ids="-".join,
+)
 def app(
-    backend: str, tmp_path: Path, served: Process | None
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Process, dict[str, object]]]:
-    """The echo app in a sandbox, the session served standalone or by the daemon."""
-    process = sandboxed(
-        backend, tmp_path, PYTHON, ECHO_APP, "--register", "4173", "--register", "4173:/app"
-    )
-    report = ready(process)
-    if served is not None:
-        served.wait_line("sandbridge: daemon.session ", "stderr")
-    yield process, report
-    process.stop()
+    """The echo app in a sandbox, the session served standalone or by the daemon, in a
+    runtime base of its own: one per backend and mode for the module, whose tests only
+    ask it (a test that changes a session starts its own)."""
+    backend, mode = request.param
+    top = tmp_path_factory.mktemp("app")
+    xdg = top / "xdg"
+    xdg.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
+    daemon = start_daemon(env=env) if mode == "daemon" else None
+    try:
+        process = sandboxed(
+            backend,
+            top,
+            PYTHON,
+            ECHO_APP,
+            "--register",
+            "4173",
+            "--register",
+            "4173:/app",
+            env=env,
+        )
+        try:
+            report = ready(process)
+            if daemon is not None:
+                daemon.wait_line("sandbridge: daemon.session ", "stderr")
+            yield process, report
+        finally:
+            process.stop()
+    finally:
+        if daemon is not None:
+            daemon.stop()
 
 
 def test_app_is_served_through_its_url_and_not_at_its_port(
@@ -129,16 +157,85 @@ def test_command_that_cannot_start_is_127(backend: str, tmp_path: Path, xdg: Pat
     assert "cannot run '/no/such/program'" in result.stderr
 
 
-def test_contract_environment_and_helper(backend: str, tmp_path: Path, xdg: Path) -> None:
-    result = run_to_end(
-        backend,
-        tmp_path,
+@dataclass
+class View:
+    """One sandbox's answers to what each test below looks at (one run per backend for
+    the module: each only looks), by section, and the host dirs the run was given."""
+
+    sections: dict[str, list[str]]
+    home: Path
+    work: Path
+    extra: Path
+
+
+# Each section's commands; the run prints ``@NAME`` before each, and the HOME, the
+# binds and the environment are those of every test below at once.
+LOOKS = {
+    "contract": (
         'echo "$AGS_WEBVIEW_RELAY_SOCKET"; echo "$AGS_WEBVIEW_RELAY_UPSTREAM_SOCKET";'
         'command -v ags-webview-url; test -x "$HOME/.local/bin/ags-webview-url" && echo home-ok;'
         "test -S /run/ags-webview-relay/relay.sock && echo relay-ok;"
-        "test -S /run/ags-webview-relay/upstream.sock && echo shim-ok",
+        "test -S /run/ags-webview-relay/upstream.sock && echo shim-ok"
+    ),
+    "env": 'echo "[$HOST_SECRET][$SHARED][$EXTRA]"',
+    "files": (
+        "touch made-inside && echo work-rw;"
+        "touch /usr/sandbridge-test 2>/dev/null || echo host-ro;"
+        "touch /tmp/private && echo tmp-rw;"
+        "test -e {home}/secret-key || echo home-private;"
+        "touch $HOME/x && echo home-rw;"
+        "touch {extra}/w && echo bind-rw;"
+        "echo $(cat {extra_ro}/data); touch {extra_ro}/w 2>/dev/null || echo ro-bind-ro;"
+        "test -e /dev/null && test ! -e /dev/vda && echo dev-minimal"
+    ),
+    "net": "cat /proc/net/dev",
+    "processes": "ls /proc | grep -c '^[0-9]'",
+}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def view(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> View:
+    top = tmp_path_factory.mktemp("view")
+    xdg = top / "xdg"
+    xdg.mkdir(mode=0o700)
+    home = top / "home"
+    home.mkdir()
+    (home / "secret-key").write_text("host only")
+    work = top / "work"
+    work.mkdir()
+    extra, extra_ro = top / "extra", top / "extra_ro"
+    extra.mkdir()
+    extra_ro.mkdir()
+    (extra_ro / "data").write_text("ro")
+    paths = {"home": home, "extra": extra, "extra_ro": extra_ro}
+    script = "".join(f"echo @{name};{look.format(**paths)};" for name, look in LOOKS.items())
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "HOME": str(home)}
+    result = run_to_end(
+        str(request.param),
+        work,
+        script,
+        options=(
+            *("--env", "SHARED", "--env", "EXTRA=1"),
+            *("--bind", str(extra), "--ro-bind", str(extra_ro)),
+        ),
+        env={**env, "HOST_SECRET": "s3cret", "SHARED": "yes"},
     )
-    lines = result.stdout.split()
+    assert result.returncode == 0, result.stderr
+    # Output before the first section would show as a section "" of its own.
+    sections: dict[str, list[str]] = {}
+    current = sections.setdefault("", [])
+    for line in result.stdout.splitlines():
+        if line.startswith("@") and line[1:] in LOOKS:
+            current = sections.setdefault(line[1:], [])
+        else:
+            current.append(line)
+    assert not sections.pop(""), result.stdout
+    assert list(sections) == list(LOOKS), result.stdout
+    return View(sections, home, work, extra)
+
+
+def test_contract_environment_and_helper(view: View) -> None:
+    lines = view.sections["contract"]
     assert lines[:2] == [
         "/run/ags-webview-relay/relay.sock",
         "/run/ags-webview-relay/upstream.sock",
@@ -148,48 +245,12 @@ def test_contract_environment_and_helper(backend: str, tmp_path: Path, xdg: Path
     assert not Path("/run/ags-webview-relay").exists()
 
 
-def test_host_secrets_stay_out_and_env_flag_passes_values(
-    backend: str, tmp_path: Path, xdg: Path
-) -> None:
-    env = {**os.environ, "HOST_SECRET": "s3cret", "SHARED": "yes"}
-    result = run_to_end(
-        backend,
-        tmp_path,
-        'echo "[$HOST_SECRET][$SHARED][$EXTRA]"',
-        options=("--env", "SHARED", "--env", "EXTRA=1"),
-        env=env,
-    )
-    assert result.stdout.strip() == "[][yes][1]"
+def test_host_secrets_stay_out_and_env_flag_passes_values(view: View) -> None:
+    assert view.sections["env"] == ["[][yes][1]"]
 
 
-def test_file_system_view(backend: str, tmp_path: Path, xdg: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "secret-key").write_text("host only")
-    work = tmp_path / "work"
-    work.mkdir()
-    extra, extra_ro = tmp_path / "extra", tmp_path / "extra_ro"
-    extra.mkdir()
-    extra_ro.mkdir()
-    (extra_ro / "data").write_text("ro")
-    script = (
-        "touch made-inside && echo work-rw;"
-        "touch /usr/sandbridge-test 2>/dev/null || echo host-ro;"
-        "touch /tmp/private && echo tmp-rw;"
-        f"test -e {home}/secret-key || echo home-private;"
-        "touch $HOME/x && echo home-rw;"
-        f"touch {extra}/w && echo bind-rw;"
-        f"echo $(cat {extra_ro}/data); touch {extra_ro}/w 2>/dev/null || echo ro-bind-ro;"
-        "test -e /dev/null && test ! -e /dev/vda && echo dev-minimal"
-    )
-    result = run_to_end(
-        backend,
-        work,
-        script,
-        options=("--bind", str(extra), "--ro-bind", str(extra_ro)),
-        env={**os.environ, "HOME": str(home)},
-    )
-    assert result.stdout.split() == [
+def test_file_system_view(view: View) -> None:
+    assert view.sections["files"] == [
         "work-rw",
         "host-ro",
         "tmp-rw",
@@ -199,22 +260,21 @@ def test_file_system_view(backend: str, tmp_path: Path, xdg: Path) -> None:
         "ro",
         "ro-bind-ro",
         "dev-minimal",
-    ], result.stderr
-    assert (work / "made-inside").exists()
+    ]
+    assert (view.work / "made-inside").exists()
     assert not Path("/tmp/private").exists()
-    assert not (home / "x").exists()
-    assert (extra / "w").exists()
+    assert not (view.home / "x").exists()
+    assert (view.extra / "w").exists()
 
 
-def test_sandbox_has_only_loopback(backend: str, tmp_path: Path, xdg: Path) -> None:
-    result = run_to_end(backend, tmp_path, "cat /proc/net/dev")
-    interfaces = [line.split(":")[0].strip() for line in result.stdout.splitlines()[2:]]
+def test_sandbox_has_only_loopback(view: View) -> None:
+    interfaces = [line.split(":")[0].strip() for line in view.sections["net"][2:]]
     assert interfaces == ["lo"]
 
 
-def test_sandbox_sees_only_its_own_processes(backend: str, tmp_path: Path, xdg: Path) -> None:
-    result = run_to_end(backend, tmp_path, "ls /proc | grep -c '^[0-9]'")
-    assert int(result.stdout) < 10
+def test_sandbox_sees_only_its_own_processes(view: View) -> None:
+    [count] = view.sections["processes"]
+    assert int(count) < 10
 
 
 def test_descriptors_whoever_started_the_run_left_open_stay_out_of_the_sandbox(
