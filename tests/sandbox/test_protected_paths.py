@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SANDBRIDGE, Nobody, run_argv
+from tests.conftest import BACKENDS, SANDBRIDGE, Nobody, run_argv
 from tests.support.command_in_process import sandbridge
 
 MARKER_SCRIPT = "#!/bin/sh\ntouch {marker}\n"
@@ -92,28 +94,78 @@ def owner_review_runs_nothing(repo: Path, marker: Path) -> None:
     assert not marker.exists(), "a command the sandbox planted ran on the host"
 
 
-def test_git_config_cannot_be_given_an_fsmonitor(backend: str, repo: Path, marker: Path) -> None:
-    assert attempts(
-        backend,
-        repo,
+def _evil(marker: Path) -> str:
+    return f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n'"
+
+
+# Each: the shell writes of one test below, with the marker only its planted command would
+# touch. They all go to a fresh repository, all refused and none changing what the others
+# try: one sandbox per backend runs them all, in this order (a replaced .git last).
+PLAIN_REPO_ATTEMPTS: dict[str, Callable[[Path, Path], tuple[str, ...]]] = {
+    "fsmonitor": lambda repo, marker: (
         f"git config core.fsmonitor 'touch {marker}'",
-        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> .git/config",
+        f"{_evil(marker)} >> .git/config",
         "mv .git/config .git/config.old",
         "rm -f .git/config",
-        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' > .git/config.worktree",
-    ) == refused(5)
-    owner_review_runs_nothing(repo, marker)
-
-
-def test_hooks_cannot_be_planted(backend: str, repo: Path, marker: Path) -> None:
-    hook = MARKER_SCRIPT.format(marker=marker)
-    assert attempts(
-        backend,
-        repo,
-        f"printf '{hook}' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+        f"{_evil(marker)} > .git/config.worktree",
+    ),
+    "hooks": lambda repo, marker: (
+        f"printf '{MARKER_SCRIPT.format(marker=marker)}' > .git/hooks/pre-commit"
+        " && chmod +x .git/hooks/pre-commit",
         "mv .git/hooks .git/hooks.old",
-    ) == refused(2)
-    owner_review_runs_nothing(repo, marker)
+    ),
+    "info exclude": lambda repo, marker: (
+        "echo hidden > hidden && echo hidden >> .git/info/exclude",
+        "echo hidden > .git/info/sparse-checkout",
+    ),
+    "commondir": lambda repo, marker: (
+        f"cp -r .git {repo / 'evil-common'} && {_evil(marker)} >> {repo / 'evil-common'}/config"
+        f" && echo {repo / 'evil-common'} > .git/commondir",
+    ),
+    "git dir": lambda repo, marker: (
+        f"mv .git .git-old && git init -q && {_evil(marker)} >> .git/config",
+        f"mkdir /tmp/g && mv .git/config .git/hooks /tmp/g && {_evil(marker)} >> .git/config",
+    ),
+}
+
+
+@dataclass
+class PlainRepo:
+    """The outcome of each test's writes in the shared sandbox, its marker, the repo."""
+
+    repo: Path
+    outcomes: dict[str, list[str]]
+    markers: dict[str, Path]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def plain_repo(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> PlainRepo:
+    top = tmp_path_factory.mktemp("plain")
+    with pytest.MonkeyPatch.context() as patch:  # the session's runtime dir: its own base
+        xdg = top / "xdg"
+        xdg.mkdir(mode=0o700)
+        patch.setenv("XDG_RUNTIME_DIR", str(xdg))
+        repo = make_repo(top / "proj")
+        markers = {name: top / f"{name.replace(' ', '-')}-ran" for name in PLAIN_REPO_ATTEMPTS}
+        writes = {name: make(repo, markers[name]) for name, make in PLAIN_REPO_ATTEMPTS.items()}
+        outcome = attempts(str(request.param), repo, *(w for each in writes.values() for w in each))
+    outcomes: dict[str, list[str]] = {}
+    for name, each in writes.items():
+        outcomes[name], outcome = outcome[: len(each)], outcome[len(each) :]
+    assert outcome == []
+    return PlainRepo(repo, outcomes, markers)
+
+
+def test_git_config_cannot_be_given_an_fsmonitor(plain_repo: PlainRepo) -> None:
+    assert plain_repo.outcomes["fsmonitor"] == refused(5)
+    owner_review_runs_nothing(plain_repo.repo, plain_repo.markers["fsmonitor"])
+
+
+def test_hooks_cannot_be_planted(plain_repo: PlainRepo) -> None:
+    assert plain_repo.outcomes["hooks"] == refused(2)
+    owner_review_runs_nothing(plain_repo.repo, plain_repo.markers["hooks"])
 
 
 def test_a_missing_hooks_or_info_directory_cannot_be_created(
@@ -134,37 +186,20 @@ def test_a_missing_hooks_or_info_directory_cannot_be_created(
     assert not (repo / ".git" / "info").exists()
 
 
-def test_info_exclude_cannot_hide_a_file_from_review(backend: str, repo: Path) -> None:
-    assert attempts(
-        backend,
-        repo,
-        "echo hidden > hidden && echo hidden >> .git/info/exclude",
-        "echo hidden > .git/info/sparse-checkout",
-    ) == refused(2)
-    assert "hidden" in git(repo, "status", "--short").stdout
+def test_info_exclude_cannot_hide_a_file_from_review(plain_repo: PlainRepo) -> None:
+    assert plain_repo.outcomes["info exclude"] == refused(2)
+    assert "hidden" in git(plain_repo.repo, "status", "--short").stdout
 
 
-def test_commondir_cannot_redirect_the_owners_git(backend: str, repo: Path, marker: Path) -> None:
-    evil = repo / "evil-common"
-    assert attempts(
-        backend,
-        repo,
-        f"cp -r .git {evil} && printf '[core]\\n\\tfsmonitor = touch {marker}\\n' "
-        f">> {evil}/config && echo {evil} > .git/commondir",
-    ) == refused(1)
-    owner_review_runs_nothing(repo, marker)
-    assert not (repo / ".git" / "commondir").exists(), "the placeholder stays behind"
+def test_commondir_cannot_redirect_the_owners_git(plain_repo: PlainRepo) -> None:
+    assert plain_repo.outcomes["commondir"] == refused(1)
+    owner_review_runs_nothing(plain_repo.repo, plain_repo.markers["commondir"])
+    assert not (plain_repo.repo / ".git" / "commondir").exists(), "the placeholder stays behind"
 
 
-def test_git_dir_cannot_be_replaced(backend: str, repo: Path, marker: Path) -> None:
-    evil = f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> .git/config"
-    assert attempts(
-        backend,
-        repo,
-        f"mv .git .git-old && git init -q && {evil}",
-        f"mkdir /tmp/g && mv .git/config .git/hooks /tmp/g && {evil}",
-    ) == refused(2)
-    owner_review_runs_nothing(repo, marker)
+def test_git_dir_cannot_be_replaced(plain_repo: PlainRepo) -> None:
+    assert plain_repo.outcomes["git dir"] == refused(2)
+    owner_review_runs_nothing(plain_repo.repo, plain_repo.markers["git dir"])
 
 
 def test_project_dir_holding_the_repository_cannot_be_replaced(

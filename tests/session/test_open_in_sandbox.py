@@ -10,9 +10,13 @@ import shlex
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import (
+    BACKENDS,
     ECHO_APP,
     PYTHON,
     REPO,
@@ -190,51 +194,74 @@ def test_nothing_listening_inside_is_a_clear_error(backend: str, tmp_path: Path,
     assert "sandbox port" not in result.stderr
 
 
-def test_external_url_from_inside_is_printed_for_the_owner_not_run(
-    backend: str, tmp_path: Path, xdg: Path
-) -> None:
-    out = tmp_path / "browser.jsonl"
+@dataclass
+class NoApp:
+    """One session per backend, its browser command recorded, no app inside: an external
+    URL asked, then an HTML page from stdin and a file past the snapshot limit. Each
+    section of its output (``@NAME``) ends with the exit status of what it ran."""
+
+    result: subprocess.CompletedProcess[str]
+    sections: dict[str, list[str]]
+    recorded: list[list[str]]
+    big: Path
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def no_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> NoApp:
+    top = tmp_path_factory.mktemp("no-app")
+    xdg = top / "xdg"
+    xdg.mkdir(mode=0o700)
+    out = top / "browser.jsonl"
+    big = top / "big.html"
+    big.write_bytes(b"x" * (2 * 1024 * 1024 + 1))
+    script = (
+        "echo @external; xdg-open 'https://example.com/device?code=ABCD'; echo $?;"
+        f"echo @html; echo '<p>hi</p>' | sandbridge-open --html -; sandbridge-open --html {big};"
+        " echo $?"
+    )
     result = _run(
-        backend,
-        tmp_path,
-        "xdg-open 'https://example.com/device?code=ABCD'",
+        str(request.param),
+        top,
+        script,
         "--open",
         "browser",
         "--browser",
         f"{PYTHON} {RECORDER} {out}",
+        env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)},
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "https://example.com/device?code=ABCD\n"
+    sections: dict[str, list[str]] = {}
+    current = sections.setdefault("", [])
+    for line in result.stdout.splitlines():
+        if line in ("@external", "@html"):
+            current = sections.setdefault(line[1:], [])
+        else:
+            current.append(line)
+    assert not sections.pop(""), result.stdout
+    recorded = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    return NoApp(result, sections, recorded, big)
+
+
+def test_external_url_from_inside_is_printed_for_the_owner_not_run(no_app: NoApp) -> None:
+    assert no_app.sections["external"] == ["https://example.com/device?code=ABCD", "0"]
     assert (
         "sandbridge: WARNING: the sandbox asks to open an external URL; not opened "
         "(--open-external allow would): https://example.com/device?code=ABCD"
-    ) in result.stderr
-    assert not out.exists()
+    ) in no_app.result.stderr
+    # The browser command ran once in the session, for the page below: never for this.
+    assert not [argv for argv in no_app.recorded if "example.com" in " ".join(argv)]
 
 
 def test_html_from_stdin_is_opened_as_a_snapshot_and_a_large_file_is_refused(
-    backend: str, tmp_path: Path, xdg: Path
+    no_app: NoApp,
 ) -> None:
-    out = tmp_path / "browser.jsonl"
-    big = tmp_path / "big.html"
-    big.write_bytes(b"x" * (2 * 1024 * 1024 + 1))
-    result = _run(
-        backend,
-        tmp_path,
-        f"echo '<p>hi</p>' | sandbridge-open --html -; sandbridge-open --html {big}; echo $?",
-        "--open",
-        "browser",
-        "--browser",
-        f"{PYTHON} {RECORDER} {out}",
-    )
-    assert result.returncode == 0, result.stderr
-    url, status = result.stdout.splitlines()
+    url, status = no_app.sections["html"]
     assert status == "1"
-    assert [json.loads(line) for line in out.read_text().splitlines()] == [[url]]
+    assert no_app.recorded == [[url]]
     assert (
-        f"sandbridge-open: {big} is larger than 2097152 bytes, the snapshot limit: serve the "
-        "page from an app instead and open its URL"
-    ) in result.stderr
+        f"sandbridge-open: {no_app.big} is larger than 2097152 bytes, the snapshot limit: serve "
+        "the page from an app instead and open its URL"
+    ) in no_app.result.stderr
 
 
 def test_a_file_url_inside_opens_the_app_its_redirect_names_or_a_snapshot_of_the_page(

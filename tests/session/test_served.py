@@ -9,19 +9,64 @@ import select
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SANDBRIDGE, Process, Relay, host_port_of, request, run_argv
+from tests.conftest import (
+    SANDBRIDGE,
+    Process,
+    Relay,
+    host_port_of,
+    request,
+    run_argv,
+    start_daemon,
+)
+
+SESSION_LINE = "sandbridge: daemon.session "
 
 
-def test_run_is_served_by_the_daemon_when_one_runs(daemon: Process, tmp_path: Path) -> None:
+@dataclass
+class Daemon:
+    """The daemon of the module's tests that only use one (it serves their sessions and
+    refuses nothing): started once, in a runtime base of its own."""
+
+    process: Process
+    xdg: Path
+
+    def next_session_line(self, before: int) -> str:
+        """The daemon's line for the session after the ``before`` it had announced."""
+        return self.process.wait_lines(SESSION_LINE, before + 1, "stderr")[before]
+
+    def sessions(self) -> int:
+        return len([line for line in self.process.lines["stderr"] if line.startswith(SESSION_LINE)])
+
+
+@pytest.fixture(scope="module")
+def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    xdg = tmp_path_factory.mktemp("daemon") / "xdg"
+    xdg.mkdir(mode=0o700)
+    process = start_daemon(env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)})
+    yield Daemon(process, xdg)
+    process.stop()
+
+
+@pytest.fixture
+def shared_daemon(module_daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> Daemon:
+    """The module's daemon, its runtime base this test's."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(module_daemon.xdg))
+    return module_daemon
+
+
+def test_run_is_served_by_the_daemon_when_one_runs(shared_daemon: Daemon, tmp_path: Path) -> None:
+    before = shared_daemon.sessions()
     result = subprocess.run(
         run_argv(tmp_path, "true"), capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0
-    line = daemon.wait_line("sandbridge: daemon.session ", "stderr")
+    line = shared_daemon.next_session_line(before)
     session = result.stderr.split("sandbridge: session ")[1].split()[0]
     assert f"session='{session}'" in line
 
@@ -48,12 +93,13 @@ def test_run_without_a_daemon_leaves_no_daemon_state(xdg: Path, tmp_path: Path) 
 
 
 def test_host_session_is_served_by_the_daemon(
-    daemon: Process, runtime_dir: Path, app_port: int
+    shared_daemon: Daemon, runtime_dir: Path, app_port: int
 ) -> None:
+    before = shared_daemon.sessions()
     relay = Relay(runtime_dir)
     try:
         assert request(host_port_of(relay.register(app_port)))[0] == 200
-        daemon.wait_line("sandbridge: daemon.session ", "stderr")
+        shared_daemon.next_session_line(before)
     finally:
         relay.stop()
 
@@ -116,14 +162,23 @@ def test_allow_without_egress_is_refused(runtime_dir: Path) -> None:
     assert "--allow needs --egress" in result.stderr
 
 
+@pytest.fixture(params=["standalone", "daemon"])
+def base(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Each mode: a runtime base of the test's own, or the module daemon's."""
+    if request.param == "daemon":
+        return request.getfixturevalue("shared_daemon").xdg  # type: ignore[no-any-return]
+    return request.getfixturevalue("xdg")  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize(
     "where", ["runtime base", "state root", "inside the state root", "holds the key dir"]
 )
 def test_host_refuses_a_runtime_dir_that_would_show_the_container_sandbridge_state(
-    served: Process | None, xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     # The container mounts the runtime dir: one that holds the state root hands it the
     # daemon's socket and every session's control socket.
+    xdg = base
     root = xdg / f"sandbridge-{os.getuid()}"
     root.mkdir(mode=0o700, exist_ok=True)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -149,8 +204,8 @@ def test_host_refuses_a_runtime_dir_that_would_show_the_container_sandbridge_sta
     assert not (path / "relay.sock").exists()
 
 
-def test_sandbox_cannot_reach_the_daemon_socket(daemon: Process, xdg: Path, tmp_path: Path) -> None:
-    sock = xdg / f"sandbridge-{os.getuid()}" / "daemon.sock"
+def test_sandbox_cannot_reach_the_daemon_socket(shared_daemon: Daemon, tmp_path: Path) -> None:
+    sock = shared_daemon.xdg / f"sandbridge-{os.getuid()}" / "daemon.sock"
     assert sock.exists()
     probe = f"test -e {sock} && echo visible; ls -a {sock.parent}; echo probed"
     result = subprocess.run(
