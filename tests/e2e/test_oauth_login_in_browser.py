@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import sync_playwright
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, free_port, run_argv
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
@@ -43,6 +43,19 @@ class Provider(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *_: object) -> None:
         pass
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Chromium, with the provider's name mapped to the host's loopback."""
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
+        )
+        yield launched
+        launched.close()
 
 
 @pytest.fixture
@@ -71,10 +84,9 @@ def _opened(out: Path, session: Process) -> str:
 
 @pytest.mark.timeout(300)
 def test_a_login_inside_gets_its_code_through_the_owners_chromium(
-    tmp_path: Path, served: Process | None, provider: int
+    browser: Browser, tmp_path: Path, served: Process | None, provider: int
 ) -> None:
     """Served by the run's own host half, and by the daemon (``served``)."""
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
     config = tmp_path / "config"
     (config / "sandbridge").mkdir(parents=True)
     # The owner's own config turns the bridge on and allows the provider: no question.
@@ -95,22 +107,17 @@ def test_a_login_inside_gets_its_code_through_the_owners_chromium(
     try:
         url = _opened(out, session)
         assert url.startswith(f"{authorize}?"), url
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=CHROMIUM,
-                args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
-            )
-            try:
-                page = browser.new_page()
-                page.goto(url)
-                page.wait_for_url(f"http://127.0.0.1:{port}/callback?*", timeout=30_000)
-                assert "Logged in." in page.content()
-                assert session.wait_line("code=", timeout=30) == f"code={CODE}"
-                # The callback was carried once: its port is closed on the host now.
-                with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
-                    page.goto(f"http://127.0.0.1:{port}/callback?code=again&state=x")
-            finally:
-                browser.close()
+        page = browser.new_page()
+        try:
+            page.goto(url)
+            page.wait_for_url(f"http://127.0.0.1:{port}/callback?*", timeout=30_000)
+            assert "Logged in." in page.content()
+            assert session.wait_line("code=", timeout=30) == f"code={CODE}"
+            # The callback was carried once: its port is closed on the host now.
+            with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
+                page.goto(f"http://127.0.0.1:{port}/callback?code=again&state=x")
+        finally:
+            page.context.close()
         # `sandbridge status` lists the bridge and the callback, never its code.
         status = subprocess.run(
             [*SANDBRIDGE, "status"], capture_output=True, text=True, timeout=60, env=env
@@ -132,11 +139,10 @@ def test_a_login_inside_gets_its_code_through_the_owners_chromium(
 
 @pytest.mark.timeout(300)
 def test_a_late_callback_finds_nothing_listening_and_the_login_gets_no_code(
-    tmp_path: Path, xdg: Path, provider: int
+    browser: Browser, tmp_path: Path, xdg: Path, provider: int
 ) -> None:
     """``--oauth-callback-deadline``: the owner who finishes the login after it finds
     the host's port closed; the code never reaches the sandbox."""
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
     work = tmp_path / "work"
     work.mkdir()
     out = tmp_path / "browser.jsonl"
@@ -151,16 +157,12 @@ def test_a_late_callback_finds_nothing_listening_and_the_login_gets_no_code(
     try:
         url = _opened(out, session)
         session.wait_line(f"sandbridge: the login's callback on port {port}: expired", "stderr")
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=CHROMIUM,
-                args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
-            )
-            try:
-                with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
-                    browser.new_page().goto(url)
-            finally:
-                browser.close()
+        page = browser.new_page()
+        try:
+            with pytest.raises(PlaywrightError, match="ERR_CONNECTION_REFUSED"):
+                page.goto(url)
+        finally:
+            page.context.close()
     finally:
         status = session.stop()
     assert status != 0  # the login never got its code: ended by the test

@@ -9,10 +9,11 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import Browser, expect, sync_playwright
 
 from tests.conftest import PYTHON, REPO, Process, run_argv
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
@@ -27,8 +28,18 @@ PAGE = (
 )
 
 
-def test_opened_localhost_url_loads_in_chromium_with_its_query(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def test_opened_localhost_url_loads_in_chromium_with_its_query(
+    browser: Browser, tmp_path: Path
+) -> None:
     (tmp_path / "index.html").write_text(PAGE)
     go = tmp_path / "go"
     os.mkfifo(go)
@@ -42,15 +53,13 @@ def test_opened_localhost_url_loads_in_chromium_with_its_query(tmp_path: Path) -
     try:
         url = session.wait_line("http://")
         assert url.endswith("/index.html?x=1&y=two#frag")
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page()
-                page.goto(url)
-                page.wait_for_function("document.title !== 'loading'", timeout=15_000)
-                assert page.title() == "search=?x=1&y=two hash=#frag"
-            finally:
-                browser.close()
+        page = browser.new_page()
+        try:
+            page.goto(url)
+            page.wait_for_function("document.title !== 'loading'", timeout=15_000)
+            assert page.title() == "search=?x=1&y=two hash=#frag"
+        finally:
+            page.context.close()
     finally:
         go.write_text("done\n")
         assert session.popen.wait(60) == 0
@@ -72,8 +81,9 @@ def _first_open(out: Path, session: Process, within: float) -> str:
 
 
 @pytest.mark.timeout(300)
-def test_jupyterlab_started_by_default_opens_logged_in_in_chromium(tmp_path: Path) -> None:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
+def test_jupyterlab_started_by_default_opens_logged_in_in_chromium(
+    browser: Browser, tmp_path: Path
+) -> None:
     python = APPS_VENV / "bin" / "python"
     assert python.exists(), f"{python} is missing: ./dev.sh setup makes it"
     out = tmp_path / "browser.jsonl"
@@ -87,18 +97,16 @@ def test_jupyterlab_started_by_default_opens_logged_in_in_chromium(tmp_path: Pat
     try:
         url = _first_open(out, session, START_SECONDS)
         assert "/lab?token=" in url and ".localhost:" in url, url
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page()
-                page.goto(url)
-                expect(page.locator(".jp-Launcher").first).to_be_visible(timeout=90_000)
-                # Logged in: the app's own API answers this origin's cookie, no token asked.
-                status = page.evaluate("async () => (await fetch('/api/me')).status")
-                assert status == 200
-                assert page.locator("input[type=password]").count() == 0
-            finally:
-                browser.close()
+        page = browser.new_page()
+        try:
+            page.goto(url)
+            expect(page.locator(".jp-Launcher").first).to_be_visible(timeout=90_000)
+            # Logged in: the app's own API answers this origin's cookie, no token asked.
+            status = page.evaluate("async () => (await fetch('/api/me')).status")
+            assert status == 200
+            assert page.locator("input[type=password]").count() == 0
+        finally:
+            page.context.close()
     finally:
         if session.popen.poll() is None:
             go.write_text("done\n")
