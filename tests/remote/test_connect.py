@@ -184,7 +184,8 @@ def laptop(far: Far, laptop_xdg: Path, localhost_names_resolve: None) -> Iterato
 @pytest.fixture(scope="module")
 def read_far(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Far]:
     """One far machine for the module's tests that only read from it: they register,
-    stop and cut nothing, so a fresh one each (seven processes) checks nothing more."""
+    stop and cut nothing of it (a link they cut is their laptop's, to its serve-stdio),
+    so a fresh one each (seven processes) checks nothing more."""
     monkeypatch = pytest.MonkeyPatch()
     with far_machine(tmp_path_factory.mktemp("far"), monkeypatch, daemon=False) as machine:
         monkeypatch.undo()  # its XDG_RUNTIME_DIR was for its start: serve_stdio names it
@@ -197,6 +198,17 @@ def read_laptop(read_far: Far, tmp_path_factory: pytest.TempPathFactory) -> Iter
     xdg = tmp_path_factory.mktemp("laptop") / "xdg"
     xdg.mkdir(mode=0o700)
     running = Laptop(xdg, read_far.serve_stdio)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def own_laptop(read_far: Far, laptop_xdg: Path, localhost_names_resolve: None) -> Iterator[Laptop]:
+    """A laptop of the test's own connected to :func:`read_far`, for the tests that load,
+    stall or cut its link (their own serve-stdio), or end it."""
+    running = Laptop(laptop_xdg, read_far.serve_stdio)
     try:
         yield running
     finally:
@@ -332,7 +344,8 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def test_100_mib_download_streams_with_bounded_memory(far: Far, laptop: Laptop) -> None:
+def test_100_mib_download_streams_with_bounded_memory(read_far: Far, own_laptop: Laptop) -> None:
+    far, laptop = read_far, own_laptop
     port = host_port_of(laptop.app_url(far, far.echo_port))
     size = 100 * 1024 * 1024
     conn = http.client.HTTPConnection(app_host(port), port, timeout=60)
@@ -350,7 +363,10 @@ def test_100_mib_download_streams_with_bounded_memory(far: Far, laptop: Laptop) 
     assert serve and all(_rss_kib(p) < 64 * 1024 for p in serve)
 
 
-def test_a_stalled_download_does_not_starve_another_connection(far: Far, laptop: Laptop) -> None:
+def test_a_stalled_download_does_not_starve_another_connection(
+    read_far: Far, own_laptop: Laptop
+) -> None:
+    far, laptop = read_far, own_laptop
     port = host_port_of(laptop.app_url(far, far.echo_port))
     stalled = http.client.HTTPConnection(app_host(port), port, timeout=30)
     stalled.request("GET", f"/bytes?n={1024 * 1024 * 1024}")
@@ -404,8 +420,9 @@ def _serve_stdio_pids(laptop: Laptop) -> list[int]:
 
 
 def test_killing_the_link_mid_download_reconnects_at_the_same_origin(
-    far: Far, laptop: Laptop
+    read_far: Far, own_laptop: Laptop
 ) -> None:
+    far, laptop = read_far, own_laptop
     url = laptop.app_url(far, far.echo_port)
     port = host_port_of(url)
     assert request(port, path="/before")[0] == 200
@@ -436,7 +453,10 @@ def test_killing_the_link_mid_download_reconnects_at_the_same_origin(
     assert first not in _serve_stdio_pids(laptop)
 
 
-def test_a_websocket_cut_by_the_link_opens_again_once_it_is_back(far: Far, laptop: Laptop) -> None:
+def test_a_websocket_cut_by_the_link_opens_again_once_it_is_back(
+    read_far: Far, own_laptop: Laptop
+) -> None:
+    far, laptop = read_far, own_laptop
     port = host_port_of(laptop.app_url(far, far.feature_port))
 
     async def check() -> None:
@@ -460,8 +480,9 @@ def test_a_websocket_cut_by_the_link_opens_again_once_it_is_back(far: Far, lapto
 
 
 def test_far_machine_gone_for_good_is_removed_with_a_line(
-    far: Far, laptop_xdg: Path, tmp_path: Path
+    read_far: Far, laptop_xdg: Path, tmp_path: Path
 ) -> None:
+    far = read_far  # gone for the laptop: the --via command no longer reaches it
     switch = tmp_path / "far-is-up"
     switch.touch()
     # The --via command reaches serve-stdio only while the switch file exists.
@@ -481,7 +502,8 @@ def test_far_machine_gone_for_good_is_removed_with_a_line(
         laptop.stop()
 
 
-def test_connect_ending_leaves_no_process_or_listener(far: Far, laptop_xdg: Path) -> None:
+def test_connect_ending_leaves_no_process_or_listener(read_far: Far, laptop_xdg: Path) -> None:
+    far = read_far
     laptop = Laptop(laptop_xdg, far.serve_stdio)
     port = host_port_of(laptop.app_url(far, far.echo_port))
     assert laptop.stop() == 0

@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -42,12 +43,15 @@ from sandbridge.remote.ssh_transport import (
 )
 from tests.conftest import SANDBRIDGE, Process, app_host, free_port, host_port_of, request
 from tests.remote.sshd import Sshd, known_hosts_line, sshd_in, start_agent, write_key
-from tests.remote.test_connect import Far, far  # noqa: F401 (the far machine fixture)
+from tests.remote.test_connect import Far, read_far
+from tests.support import command_in_process
 
 ECHO = "printf R; exec cat"
 # Keepalives of the dead-link tests: a request a second, dead after two unanswered.
 KEEPALIVE = 1.0
 KEEPALIVE_COUNT = 2
+
+__all__ = ["read_far"]  # the far machine of the tests that only read from it, shared
 
 
 @pytest.fixture
@@ -556,10 +560,9 @@ class _Lines(io.StringIO):
 
 
 def test_connect_over_ssh_serves_a_far_app_as_a_local_origin(
-    sshd: Sshd,
-    far: Far,  # noqa: F811 (the fixture imported above)
-    localhost_names_resolve: None,
+    sshd: Sshd, read_far: Far, localhost_names_resolve: None
 ) -> None:
+    far = read_far  # the module's far machine: this connection, not the far, is cut
     sshd.trust_host_key()
     sshd.write_client_config()
     # sshd starts the far command with its own environment: the far session's runtime
@@ -689,25 +692,23 @@ def test_hostile_server_words_reach_the_owner_without_control_characters(
 # --- the command line: sandbridge connect HOST ---------------------------------------
 
 
-def connect_command(sshd: Sshd, far: Far, *options: str) -> list[str]:  # noqa: F811
+def connect_command(sshd: Sshd, remote_command: str) -> list[str]:
     return [
         *SANDBRIDGE, "connect", "far", "-F", str(sshd.config_path),
-        "--remote-command", far.serve_stdio, *options,
+        "--remote-command", remote_command,
     ]  # fmt: skip
 
 
 def test_sandbridge_connect_host_serves_the_far_app_and_ls_names_the_ssh_link(
-    sshd: Sshd,
-    far: Far,  # noqa: F811 (the fixture imported above)
-    tmp_path: Path,
-    localhost_names_resolve: None,
+    sshd: Sshd, read_far: Far, tmp_path: Path, localhost_names_resolve: None
 ) -> None:
+    far = read_far  # the module's far machine, only read from
     sshd.trust_host_key()
     sshd.write_client_config()
     laptop_xdg = tmp_path / "laptop-xdg"
     laptop_xdg.mkdir(mode=0o700)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(laptop_xdg)}
-    connect = Process(connect_command(sshd, far), env=env)
+    connect = Process(connect_command(sshd, far.serve_stdio), env=env)
     try:
         line = connect.wait_line(
             f"sandbridge: far: {far.session} port {far.echo_port} -> ", "stderr"
@@ -715,21 +716,22 @@ def test_sandbridge_connect_host_serves_the_far_app_and_ls_names_the_ssh_link(
         port = host_port_of(line.rsplit(" ", 1)[1])
         status, _, body = request(port, path="/from-the-cli")
         assert (status, json.loads(body)["path"]) == (200, "/from-the-cli")
-        listing = subprocess.run(
-            [*SANDBRIDGE, "ls"], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        assert "ssh far" in listing
+        # What ls lists, in this process (tests/support/command_in_process.py).
+        listing = command_in_process.sandbridge("ls", env=env)
+        assert listing.returncode == 0, listing.stderr
+        assert "ssh far" in listing.stdout
     finally:
         assert connect.stop() == 0
 
 
 def test_sandbridge_connect_to_an_unknown_host_key_exits_at_once_naming_its_fingerprint(
     sshd: Sshd,
-    far: Far,  # noqa: F811 (the fixture imported above)
 ) -> None:
     sshd.write_client_config()  # known_hosts stays empty: the far key is unknown
+    # The far command is never run (the key is refused first): no far machine behind it.
+    never_run = shlex.join([*SANDBRIDGE, "serve-stdio"])
     result = subprocess.run(
-        connect_command(sshd, far), capture_output=True, text=True, timeout=60, check=False
+        connect_command(sshd, never_run), capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 1, result.stderr
     assert "SHA256:" in result.stderr and "far" in result.stderr, result.stderr

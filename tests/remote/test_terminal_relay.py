@@ -93,6 +93,12 @@ class FarMachine:
         records = json.loads(self.cli("terminal", "audit", "--json").stdout)
         return [r for r in records if r.get("request") == request]
 
+    def audit_after_end(self, request: str) -> list[dict[str, object]]:
+        """The request's records once its terminal's end is among them: the far side
+        writes it once the terminal is over, when its client may have seen it end."""
+        _wait_until(lambda: any(r["event"] == "end" for r in self.audit(request)))
+        return self.audit(request)
+
     def stop(self) -> None:
         self.session.stop()
 
@@ -140,6 +146,27 @@ def far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FarMachine]
         machine.stop()
 
 
+@pytest.fixture(scope="module")
+def module_far(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FarMachine]:
+    """One far machine for the module's tests that neither look for its terminal workers
+    nor need it fresh: each uses a laptop key of its own, so its own requests, approvals
+    and audit records (the owners and requesters files gain or get its keys)."""
+    with pytest.MonkeyPatch.context() as patch:
+        machine = FarMachine(tmp_path_factory.mktemp("far"), patch)
+    try:
+        yield machine
+    finally:
+        machine.stop()
+
+
+@pytest.fixture
+def shared_far(module_far: FarMachine, monkeypatch: pytest.MonkeyPatch) -> FarMachine:
+    """That far machine, its XDG dirs this test's process's (the far user's commands)."""
+    for name, path in module_far.dirs.items():
+        monkeypatch.setenv(name, path)
+    return module_far
+
+
 @contextlib.contextmanager
 def laptop_of(tmp_path: Path, via: str, name: str = "laptop") -> Iterator[LaptopUser]:
     user = LaptopUser(tmp_path, via, name)
@@ -160,8 +187,9 @@ def _approved(laptop: LaptopUser) -> str:
 
 
 def test_an_approval_signed_on_the_laptop_opens_a_far_terminal_and_no_plaintext_crosses(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     link_in, link_out = tmp_path / "link-in", tmp_path / "link-out"
     # The link's bytes both ways, as they cross: the --via command copies them aside.
     via = shlex.join(
@@ -185,7 +213,7 @@ def test_an_approval_signed_on_the_laptop_opens_a_far_terminal_and_no_plaintext_
         assert crossed, "the link carried the conversation"
         assert SECRET.encode() not in crossed
         far_id = request_id.removeprefix("far:")
-        events = {r["event"]: r for r in far.audit(far_id)}
+        events = {r["event"]: r for r in far.audit_after_end(far_id)}
         assert events["approval"]["owner"] == key, "the far audit names the laptop's key"
         assert events["admission"]["request"] == far_id
         assert events["end"]["end"] == "exit"
@@ -215,8 +243,9 @@ def test_an_approval_by_a_key_the_far_machine_does_not_trust_opens_nothing(
 
 
 def test_ops_other_than_terminals_are_refused_over_the_link(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     with laptop_of(tmp_path, far.serve_stdio) as laptop:
         allowed = laptop.cli("terminal", "allow", "far:box", "0" * 64)
         assert allowed.returncode != 0  # the CLI's allow is local only
@@ -251,7 +280,8 @@ def test_killing_the_link_mid_terminal_ends_it_and_the_far_audit_says_why(
         # Within one lease (10 s at most): the far shell and its worker are gone.
         far.session.wait_for("sleep 1003", present=False, timeout=10)
         far.session.wait_for(WORKER_MARKER, present=False, timeout=10)
-        events = [(r["event"], r.get("end")) for r in far.audit(request_id.removeprefix("far:"))]
+        far_id = request_id.removeprefix("far:")
+        events = [(r["event"], r.get("end")) for r in far.audit_after_end(far_id)]
         # The link went, not the client: serve-stdio's connection closed whole.
         assert ("end", "link") in events, events
         laptop.connect.wait_after("sandbridge: far: link lost", "sandbridge: far: connected")
@@ -264,8 +294,9 @@ def test_killing_the_link_mid_terminal_ends_it_and_the_far_audit_says_why(
 
 
 def test_a_client_that_vanishes_on_the_laptop_is_audited_as_the_client_not_the_link(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     with laptop_of(tmp_path, far.serve_stdio) as laptop:
         far.cli("terminal", "trust-owner", laptop.owner_public_key())
         request_id = _approved(laptop)
@@ -279,15 +310,15 @@ def test_a_client_that_vanishes_on_the_laptop_is_audited_as_the_client_not_the_l
         os.kill(client, signal.SIGKILL)
         far.session.wait_for("sleep 1004", present=False, timeout=10)
         far_id = request_id.removeprefix("far:")
-        _wait_until(lambda: any(r["event"] == "end" for r in far.audit(far_id)))
-        [end] = [r for r in far.audit(far_id) if r["event"] == "end"]
+        [end] = [r for r in far.audit_after_end(far_id) if r["event"] == "end"]
         assert end["end"] == "client", end
         # The link stayed up: nothing to reconnect.
         assert "link lost" not in laptop.connect.process.drain()
         child.close()
 
 
-def test_the_owner_opens_a_far_shell_in_one_step(far: FarMachine, tmp_path: Path) -> None:
+def test_the_owner_opens_a_far_shell_in_one_step(shared_far: FarMachine, tmp_path: Path) -> None:
+    far = shared_far
     with laptop_of(tmp_path, far.serve_stdio) as laptop:
         far.cli("terminal", "trust-owner", laptop.owner_public_key())
         child = pexpect.spawn(
@@ -309,8 +340,9 @@ def test_the_owner_opens_a_far_shell_in_one_step(far: FarMachine, tmp_path: Path
 
 
 def test_a_teammate_requests_through_its_own_connection_and_the_owner_approves_from_theirs(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     with (
         laptop_of(tmp_path, far.serve_stdio) as owner,
         laptop_of(tmp_path, far.serve_stdio, name="teammate") as teammate,
@@ -368,15 +400,17 @@ def test_taking_the_laptop_key_off_the_owners_file_ends_its_far_terminal_within_
             assert status == 3
             assert "terminal ended:" in output
             far.session.wait_for("sleep 1004", present=False, timeout=10)
-            ended = [r for r in far.audit(request_id.removeprefix("far:")) if r["event"] == "end"]
+            far_id = request_id.removeprefix("far:")
+            ended = [r for r in far.audit_after_end(far_id) if r["event"] == "end"]
             assert ended and ended[0]["end"] in ("lease", "revoked"), ended
     finally:
         far.stop()
 
 
 def test_a_far_session_or_machine_that_is_not_there_is_refused_naming_it(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     with laptop_of(tmp_path, far.serve_stdio) as laptop:
         missing = laptop.cli("terminal", "list", "far:nosuch")
         assert missing.returncode == 2
@@ -387,8 +421,9 @@ def test_a_far_session_or_machine_that_is_not_there_is_refused_naming_it(
 
 
 def test_a_command_while_the_link_is_down_is_refused_saying_so(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     switch = tmp_path / "far-is-up"
     switch.touch()
     # The --via command reaches serve-stdio only while the switch file exists.
@@ -515,8 +550,9 @@ def test_a_far_number_no_float_holds_is_a_malformed_answer_not_a_traceback(
 
 
 def test_over_the_link_only_an_owner_key_may_deny_or_revoke(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     # A teammate's connect is an SSH login as the far user too: deny and revoke crossed
     # unsigned, so it could deny anyone's request and revoke the owner's terminal.
     with (
@@ -555,8 +591,9 @@ def _as(user: LaptopUser) -> Iterator[None]:
 
 
 def test_a_copy_of_the_owners_signed_deny_or_revoke_crosses_no_more(
-    far: FarMachine, tmp_path: Path
+    shared_far: FarMachine, tmp_path: Path
 ) -> None:
+    far = shared_far
     # The owner's signed answer is good for 5 minutes of the far clock; a copy of it sent
     # again (here by a teammate's own connect) is refused by its nonce, as a used approval
     # is, before it reaches the session.
