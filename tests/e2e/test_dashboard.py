@@ -582,6 +582,9 @@ def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: 
     try:
         page = context.new_page()
         errors = console_errors(page)
+        # The page's clock, so that the click lands inside the new row's settling time
+        # however slow the machine is: it runs as the real one until paused below.
+        page.clock.install(time=time.time() - 60)
         page.goto(served.url)
         good = page.get_by_role("button", name="Allow once: egress request b:good.exa")
         expect(good).not_to_have_attribute("aria-disabled", "true")  # settled
@@ -592,6 +595,8 @@ def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: 
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
         page.mouse.move(x, y)
         updated = page.evaluate("document.body.dataset.updated")
+        # No time passes for the page from here to the click (the update still comes).
+        page.clock.pause_at(time.time())
         served.change(_asking(("a", "evil.example:443"), ("b", "good.example:443")))
         expect(page.locator("body")).not_to_have_attribute("data-updated", updated)
         evil = page.get_by_role("button", name="Allow once: egress request a:evil.exa")
@@ -602,6 +607,7 @@ def test_a_row_inserted_under_the_pointer_is_not_clicked_for_the_owner(browser: 
         assert served.actions == [], "a row that had just appeared took the owner's click"
         expect(page.locator("#status")).to_contain_text("was not done; click again")
         # Once it has stayed put, the button under the pointer is the owner's to click.
+        page.clock.resume()
         expect(evil).not_to_have_attribute("aria-disabled", "true")
         good.click()
         expect(page.locator("#status")).to_have_text("approved b:good.exa")
