@@ -167,6 +167,11 @@ install_node_packages() {
 
 setup() {
   install_debian_packages "${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+  setup_packages
+}
+
+# What setup installs once the Debian packages are there.
+setup_packages() {
   install_python_packages -Werror
   require_front_door
   install_node_packages
@@ -179,12 +184,14 @@ setup() {
 setup_tests() {
   install_debian_packages "${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
   install_app_packages &
-  local apps=$!
-  if ! setup; then
-    wait "$apps" || true
-    return 1
-  fi
-  wait "$apps"
+  APPS_PID=$!
+  # Not `if ! setup_packages`: errexit is off in a condition, so a failed step would not
+  # stop the ones after it. A failure ends the script, and the apps' pip with it (the
+  # trap runs after this function has returned: the pid is global).
+  trap 'pkill -P "$APPS_PID" 2>/dev/null; kill "$APPS_PID" 2>/dev/null || true' EXIT
+  setup_packages
+  wait "$APPS_PID"
+  trap - EXIT
 }
 
 # Where ./dev.sh install puts sandbridge without pipx: a virtualenv of its own in the
