@@ -9,7 +9,9 @@ sandbox tests/session/test_auto_publish.py's."""
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,12 +20,13 @@ import pytest
 from sandbridge.aio.poll_loop import PollLoop
 from sandbridge.protocol.publish_rules import PublishAction, PublishRule
 from sandbridge.protocol.sandbox_requests import (
+    UNKNOWN_PROCESS,
     encode_auto_register_request,
     encode_unregister_request,
     process_name,
 )
 from sandbridge.relay.inside import relay_call
-from sandbridge.relay.inside.auto_publish import AutoPublisher
+from sandbridge.relay.inside.auto_publish import OWNER_LOOKUPS, POLL_INTERVAL, AutoPublisher
 from tests.relay.inside.test_relay_call import (
     Behaviour,
     PlayedRelay,
@@ -159,3 +162,48 @@ def test_a_closed_publisher_leaves_nothing_on_the_loop(
     publisher.close()
     assert loop._readers == {} and loop._writers == {}
     assert loop._timeout_ms() is None
+
+
+def _publishing_listening(
+    relay: PlayedRelay, app: socket.socket, proc: Path
+) -> tuple[PollLoop, AutoPublisher]:
+    """A publisher reading owners from ``proc`` whose first scan (at its start) finds
+    ``app`` listening."""
+    app.listen(1)
+    loop = PollLoop()
+    rules = [PublishRule(port(app), port(app), PublishAction.NOTIFY, "test")]
+    publisher = AutoPublisher(loop, rules, str(relay.path), proc=proc)
+    publisher.start()
+    return loop, publisher
+
+
+def _holds(proc: Path, pid: int, comm: str, app: socket.socket) -> None:
+    """``proc`` shows process ``pid``, named ``comm``, holding ``app``'s socket."""
+    (proc / str(pid) / "fd").mkdir(parents=True)
+    (proc / str(pid) / "comm").write_text(f"{comm}\n")
+    os.symlink(f"socket:[{os.fstat(app.fileno()).st_ino}]", proc / str(pid) / "fd" / "3")
+
+
+def test_a_port_whose_owner_shows_late_is_published_under_its_name(
+    relay_with: Callable[[Behaviour], PlayedRelay], apps: list[socket.socket], tmp_path: Path
+) -> None:
+    relay = relay_with(registering)
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    loop, publisher = _publishing_listening(relay, apps[0], proc)  # scanned: no owner yet
+    loop.call_later(POLL_INTERVAL / 2, lambda: _holds(proc, 4242, "vite-node", apps[0]))
+    run_until(loop, lambda: len(relay.requests) == 1)
+    publisher.close()
+    assert relay.requests == [encode_auto_register_request(port(apps[0]), "vite-node")]
+
+
+def test_a_port_whose_owner_never_shows_is_published_as_unknown_after_the_lookups(
+    relay_with: Callable[[Behaviour], PlayedRelay], apps: list[socket.socket], tmp_path: Path
+) -> None:
+    relay = relay_with(registering)
+    started = time.monotonic()
+    loop, publisher = _publishing_listening(relay, apps[0], tmp_path)  # no process at all
+    run_until(loop, lambda: len(relay.requests) == 1)
+    publisher.close()
+    assert relay.requests == [encode_auto_register_request(port(apps[0]), UNKNOWN_PROCESS)]
+    assert time.monotonic() - started >= OWNER_LOOKUPS * POLL_INTERVAL  # each scan asked

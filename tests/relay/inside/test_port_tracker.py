@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule
-from sandbridge.relay.inside.auto_publish import GONE_AFTER_SCANS, PortState, PortTracker
+from sandbridge.relay.inside.auto_publish import (
+    GONE_AFTER_SCANS,
+    OWNER_LOOKUPS,
+    PortState,
+    PortTracker,
+)
 
 
 def tracker(*values: str, exclude: tuple[int, ...] = ()) -> PortTracker:
@@ -93,3 +98,24 @@ def test_a_port_the_host_defers_is_offered_again_by_the_next_scan_with_the_rest(
     next_scan = ports.scan({3000, 3001, 3002})
     assert next_scan.new == [3001, 3002]
     assert not ports.throttled
+
+
+def test_a_port_whose_owner_is_not_found_is_offered_again_a_bounded_number_of_times() -> None:
+    ports = tracker("auto")
+    assert ports.scan({5173}).new == [5173]
+    for _ in range(OWNER_LOOKUPS):
+        assert ports.look_again(5173)
+        assert ports.state(5173) is PortState.LOOKING
+        assert ports.scan({5173}).new == [5173]
+    assert not ports.look_again(5173)  # the lookups are spent: offered now, as unknown
+    assert ports.state(5173) is PortState.REGISTERING
+
+
+def test_a_port_looked_for_that_stops_listening_is_forgotten() -> None:
+    ports = tracker("auto")
+    ports.scan({5173})
+    assert ports.look_again(5173)
+    assert ports.scan(set()).new == []
+    assert ports.state(5173) is None
+    assert ports.scan({5173}).new == [5173]
+    assert ports.look_again(5173)  # a new listener: its lookups start again

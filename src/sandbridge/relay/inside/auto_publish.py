@@ -8,7 +8,8 @@ the event loop, by the same code, after a switch). Every :data:`POLL_INTERVAL` i
 the sandbox's listening sockets (``relay/inside/listening_ports.py``, a few lines of
 ``/proc`` or one netlink dump: cheap enough to read in the loop); :class:`PortTracker`
 (sans-I/O) turns the scans into what changed; :class:`AutoPublisher` registers each new
-port with the name of the process that listens and ``"auto": true``, and unregisters
+port with the name of the process that listens (asked again by the next
+:data:`OWNER_LOOKUPS` scans while ``/proc`` does not show one) and ``"auto": true``, and unregisters
 each gone one (``protocol/auto_registration.py``), one request at a time
 (:class:`~sandbridge.relay.inside.relay_call.RelayCall`), and scans again once they are
 answered. The host decides again from the same rules, so a port they do not publish is
@@ -42,6 +43,11 @@ POLL_INTERVAL = 0.5
 # that restarts (rebinds within half a second) keeps its URL, a gone one is closed
 # within about 1.5 s.
 GONE_AFTER_SCANS = 2
+# A new port whose listener is not yet found in /proc is offered again by this many
+# more scans before it is published as ``unknown``: the process that holds the socket
+# may be between its listen and what /proc shows of it (a loaded machine, a process
+# in an exec). Half a second each; a port whose owner is found is not held.
+OWNER_LOOKUPS = 2
 
 
 class PortState(enum.Enum):
@@ -51,15 +57,17 @@ class PortState(enum.Enum):
     PUBLISHED = "published"
     REFUSED = "refused"  # not tried again while it listens
     WAITING = "waiting"  # the session is full: offered again once an app goes
+    LOOKING = "looking"  # its owner was not found: offered again by the next scan
 
 
 class _Port:
-    __slots__ = ("host_port", "missing", "state")
+    __slots__ = ("host_port", "lookups", "missing", "state")
 
     def __init__(self, state: PortState, host_port: int = 0) -> None:
         self.state = state
         self.host_port = host_port
         self.missing = 0  # scans in a row without it
+        self.lookups = 0  # scans that did not find who listens
 
 
 class Changes:
@@ -116,9 +124,14 @@ class PortTracker:
                     changes.gone.append((port, known.host_port))
                     del self._ports[port]
             elif known.state is not PortState.REGISTERING:
-                del self._ports[port]  # refused or waiting: forgotten once it goes
+                del self._ports[port]  # refused, waiting or looked for: forgotten once it goes
         for port in sorted(listening):
-            if port in self._ports or not self.wants(port):
+            looked_for = self._ports.get(port)
+            if looked_for is not None and looked_for.state is PortState.LOOKING:
+                looked_for.state = PortState.REGISTERING
+                changes.new.append(port)
+                continue
+            if looked_for is not None or not self.wants(port):
                 continue
             if self.full:
                 self._ports[port] = _Port(PortState.WAITING)
@@ -126,6 +139,16 @@ class PortTracker:
                 self._ports[port] = _Port(PortState.REGISTERING)
                 changes.new.append(port)
         return changes
+
+    def look_again(self, port: int) -> bool:
+        """Who listens on new ``port`` was not found: True if the next scan offers it
+        again (at most :data:`OWNER_LOOKUPS` times), False if it is offered now."""
+        known = self._ports[port]
+        if known.lookups >= OWNER_LOOKUPS:
+            return False
+        known.lookups += 1
+        known.state = PortState.LOOKING
+        return True
 
     def published(self, port: int, host_port: int) -> None:
         self._ports[port] = _Port(PortState.PUBLISHED, host_port)
@@ -203,8 +226,10 @@ class AutoPublisher:
             names = owners({listening[port].inode for port in changes.new}, self._proc)
             for port in changes.new:
                 listener = listening[port]
-                process = names.get(listener.inode, UNKNOWN_PROCESS)
-                self._steps.append(self._publish_step(listener, process))
+                process = names.get(listener.inode)
+                if process is None and self._tracker.look_again(port):
+                    continue
+                self._steps.append(self._publish_step(listener, process or UNKNOWN_PROCESS))
         self._run_steps()
 
     def _run_steps(self) -> None:
