@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 from collections.abc import Iterator
@@ -177,11 +178,25 @@ def test_netlink_and_proc_see_the_same_listeners(listening: socket.socket) -> No
         assert (v6_only.getsockname()[1], "::1") in by_netlink
 
 
+def _on_both_loopbacks() -> tuple[socket.socket, socket.socket]:
+    """One port listening on ``::1`` and on ``127.0.0.1``: a port free on ``::1`` may be
+    taken on ``127.0.0.1`` by another test's process, so another is tried (a bounded
+    number of times)."""
+    for _ in range(20):
+        v6 = socket.create_server(("::1", 0), family=socket.AF_INET6)
+        try:
+            return v6, socket.create_server(("127.0.0.1", v6.getsockname()[1]))
+        except OSError as error:
+            v6.close()
+            if error.errno != errno.EADDRINUSE:
+                raise
+    raise AssertionError("no port free on both loopback addresses in 20 tries")
+
+
 def test_a_port_on_both_loopbacks_is_reported_where_the_relay_connects_first() -> None:
-    with socket.create_server(("::1", 0), family=socket.AF_INET6) as v6:
-        port = v6.getsockname()[1]
-        with socket.create_server(("127.0.0.1", port)):
-            assert listening_ports()[port].address == "127.0.0.1"
+    v6, v4 = _on_both_loopbacks()
+    with v6, v4:
+        assert listening_ports()[v4.getsockname()[1]].address == "127.0.0.1"
 
 
 def test_a_listener_on_ipv6_loopback_only_is_found_and_named() -> None:

@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Relay, host_port_of, module_relay
-from tests.relay.listener.test_lane import Browser, Script, ScriptedApp, answer_each, ok, scripted
+from tests.relay.listener.test_lane import (
+    Browser,
+    Script,
+    ScriptedApp,
+    answer_each,
+    ok,
+    scripted,
+)
 
 __all__ = ["scripted"]  # the fixture, used by name
 
@@ -90,6 +97,62 @@ def test_a_parked_connection_the_app_closes_unanswered_sends_the_request_again(
         b"GET /again HTTP/1.1",
         b"GET /again HTTP/1.1",
     ]
+
+
+def _closes_the_second_request_unanswered(conn: socket.socket, app: ScriptedApp) -> None:
+    """The first app connection answers one request, then reads the next and closes
+    (its keep-alive timeout as the request came); later ones answer every request."""
+    if app.connections == 1:
+        app.read_request(conn)
+        conn.sendall(ok(b"first"))
+        app.read_request(conn)
+        return
+    answer_each(conn, app)
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
+def test_a_kept_connection_the_app_closes_unanswered_sends_the_request_again(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp], pipelined: bool
+) -> None:
+    """The same on the app connection a browser connection keeps between its own
+    requests: a GET the app closed its connection on goes once more on a new one, and
+    the browser connection goes on. (Pipelined, the second request is the connection's
+    task's; one by one, usually the lane's.)"""
+    app = scripted(_closes_the_second_request_unanswered)
+    browser = Browser(host_port_of(relay.register(app.port)))
+    try:
+        if pipelined:
+            browser.sock.sendall(browser.head("/one") + browser.head("/again"))
+            assert browser.response()[2] == b"first"
+        else:
+            assert browser.get("/one")[2] == b"first"
+            browser.send("/again")
+        assert browser.response()[2] == b"GET /again HTTP/1.1"
+        assert browser.get("/then")[2] == b"GET /then HTTP/1.1"
+    finally:
+        browser.close()
+    assert app.connections == 2
+    assert [r.split(b"\r\n", 1)[0] for r in app.requests] == [
+        b"GET /one HTTP/1.1",
+        b"GET /again HTTP/1.1",
+        b"GET /again HTTP/1.1",
+        b"GET /then HTTP/1.1",
+    ]
+
+
+def test_a_request_that_may_not_go_twice_on_a_kept_connection_the_app_closes_is_a_502(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    """A DELETE is not sent twice: the app closing its connection on it is a 502."""
+    app = scripted(_closes_the_second_request_unanswered)
+    browser = Browser(host_port_of(relay.register(app.port)))
+    try:
+        assert browser.get("/one")[2] == b"first"
+        browser.sock.sendall(browser.head("/gone").replace(b"GET", b"DELETE", 1))
+        assert browser.response()[0] == 502
+    finally:
+        browser.close()
+    assert app.connections == 1
 
 
 def test_a_request_that_may_not_go_twice_opens_its_own_app_connection(

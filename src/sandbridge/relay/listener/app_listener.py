@@ -234,6 +234,21 @@ class AppListener:
     ) -> Outcome:
         """One request and its response; returns how the connections continue.
         ``sent``: the parked app connection the lane sent the request on already."""
+        if upstream is not None and upstream.ready_for_exchange():
+            # Kept from this browser connection's last exchange. A request that may go
+            # twice goes once more on a new connection if the app closes this one
+            # instead of answering (its keep-alive ended as the request came), as it
+            # does on a parked one.
+            repeatable = (
+                may_retry(head, request)
+                and bool(browser.events)
+                and browser.events[0] is MESSAGE_END
+            )
+            result = await self._run_exchange(browser, head, request, upstream, lane, repeatable)
+            if result is not None:
+                return result
+            self._again(browser)
+            upstream = None
         # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
         # has not taken yet: a new exchange never starts on it. This is also what bounds
         # the heads the host holds for an app that does not read them: one.
@@ -258,8 +273,7 @@ class AppListener:
                         return result
                     # The app closed the parked connection instead of answering (its own
                     # keep-alive timeout at that moment): the request goes out once more.
-                    browser.events.appendleft(MESSAGE_END)
-                    log.debug("upstream.parked_closed", port=self.host_port, app_port=self.port)
+                    self._again(browser)
             try:
                 opened = await self.connector.open(self.port)
             except UpstreamError as exc:
@@ -280,6 +294,13 @@ class AppListener:
         assert result is not None
         return result
 
+    def _again(self, browser: BrowserConnection) -> None:
+        """The app closed a reused connection (aborted since) instead of answering a
+        bodiless request that may go twice: it goes once more, on a new connection."""
+        browser.events.appendleft(MESSAGE_END)
+        browser.no_parked = True
+        log.debug("upstream.reused_closed", port=self.host_port, app_port=self.port)
+
     async def resume(
         self, browser: BrowserConnection, lane: KeepAliveLane, upstream: UpstreamConnection
     ) -> Outcome:
@@ -287,11 +308,16 @@ class AppListener:
         head, request = lane.head, lane.request
         assert head is not None and request is not None
         if lane.end is LaneEnd.CONTINUE:
+            # Nothing of a response yet: the app may have closed the reused connection
+            # instead of answering (see :meth:`exchange`).
+            repeatable = not lane.answering and not lane.events and may_retry(head, request)
             result = await self._run_exchange(
-                browser, head, request, upstream, None, resumed=lane.events
+                browser, head, request, upstream, None, repeatable, resumed=lane.events
             )
-            assert result is not None
-            return result
+            if result is not None:
+                return result
+            self._again(browser)
+            return await self.exchange(browser, head, request, None, lane)
         upstream.channel.abort()
         timed_out = lane.end is LaneEnd.RESPONSE_TIMEOUT
         reason = no_response(self.settings.response_timeout) if timed_out else str(lane.error)
