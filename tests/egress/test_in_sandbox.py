@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,25 @@ def collect(process: Process) -> dict[str, str]:
     }
 
 
+def _wait_for_the_idle_connections_record(env: dict[str, str]) -> None:
+    """The idle probe's connect returns once the kernel took the connection; the host's
+    gate accepts and records it on its own time: wait (bounded) until the log counts it,
+    the second host-service connection after the curl's."""
+    deadline = time.monotonic() + 30
+    while True:
+        [report] = json.loads(sandbridge("status", "--json", env=env).stdout)
+        counts = [
+            t["count"]
+            for t in report["egress"]
+            if (t["decision"], t["kind"], t["destination"])
+            == ("allowed", "host-service", "100.64.0.1:5432")
+        ]
+        if counts == [2]:
+            return
+        assert time.monotonic() < deadline, f"the idle connection was not recorded: {counts}"
+        time.sleep(0.05)  # (a poll of the log, not a wait for time to pass)
+
+
 def session(
     backend: str, tmp_path: Path, options: tuple[str, ...], probes: tuple[str, ...] = ()
 ) -> Outcome:
@@ -95,6 +115,8 @@ def session(
     process = in_world(argv, env)
     try:
         probes_seen = collect(process)
+        if not probes or "idle_connection" in probes:
+            _wait_for_the_idle_connections_record(env)
         # The owner's `sandbridge status`, in this process (tests/support/command_in_process.py).
         status = sandbridge("status", env=env)
         status_json = sandbridge("status", "--json", env=env)
