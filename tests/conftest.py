@@ -323,11 +323,39 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def _chosen_ports() -> Iterator[int]:
+    """The ports :func:`free_port` tries, in turn: below the kernel's ephemeral range
+    (``net.ipv4.ip_local_port_range``), where any process's outgoing connection can take
+    a port between the test's choice and its bind; each pytest-xdist worker a slice of its
+    own, so two workers never choose the same one; a port comes again only once its
+    worker went through the whole slice."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    size = (low - FREE_PORTS_FROM) // workers
+    assert size >= 256, f"ephemeral ports start at {low}: too few below for the tests"
+    start = FREE_PORTS_FROM + worker * size
+    while True:
+        yield from range(start, start + size)
+
+
+# Where the tests' own ports start (see _chosen_ports): above the well-known and the
+# usual development ports (3000, 5173, 8000, 8888: a test may run a real app on those).
+FREE_PORTS_FROM = 10000
+_CHOSEN_PORTS = _chosen_ports()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port nothing listens on at 127.0.0.1, for a test's app to bind next."""
+    for _ in range(4096):
+        port = next(_CHOSEN_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (a test's app still running, another program's)
+            return port
+    raise AssertionError("no free port among 4096 tried below the ephemeral range")
 
 
 def port_is_open(port: int) -> bool:
