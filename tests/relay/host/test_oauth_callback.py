@@ -15,6 +15,7 @@ import pytest
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect
 from sandbridge.relay.host.channel import Channel
 from sandbridge.relay.host.oauth_callback import Ending, OAuthCallback
+from tests.conftest import free_port
 from tests.relay.host.test_local_peer import AS_NOBODY
 
 LOGIN_PAGE = b"<p>Logged in. You may close this window."
@@ -22,11 +23,6 @@ LOGIN_ANSWER = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nSet-Cookie: sid=planted; Path=/\r\n"
     b"Content-Length: %d\r\n\r\n" % len(LOGIN_PAGE) + LOGIN_PAGE
 )
-
-
-def free_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        return int(probe.getsockname()[1])
 
 
 class SandboxLogin:
