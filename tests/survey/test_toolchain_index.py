@@ -7,13 +7,15 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from sandbridge.places import host_commands
-from sandbridge.survey.toolchain_index import npm_registry, pip_index
+from sandbridge.survey.packages import NPM, PYTHON
+from sandbridge.survey.toolchain_index import npm_registry, pip_index, run_tool, toolchain_indexes
 
 
 def stock_env(home: Path, **extra: str) -> dict[str, str]:
@@ -163,3 +165,29 @@ def test_a_tool_the_sandbox_wrote_on_an_activated_path_is_never_run(tmp_path: Pa
     assert pip_index(activated) == pip_index(trusted)
     assert npm_registry(activated) == npm_registry(trusted)
     assert not ran.exists(), ran.read_text()
+
+
+@pytest.mark.parametrize(
+    ("ecosystems", "asked"),
+    [
+        ((), []),
+        ((PYTHON,), ["pip"]),
+        ((NPM,), ["npm"]),
+        ((PYTHON, NPM, "cargo"), ["pip", "npm"]),
+    ],
+    ids=["none", "python", "npm", "all"],
+)
+def test_only_the_projects_own_toolchains_are_asked(
+    tmp_path: Path, ecosystems: tuple[str, ...], asked: list[str]
+) -> None:
+    """A project without Python has no pip section in its policy: pip is not run for it
+    (about 0.8 s of CPU), nor npm for a project without npm."""
+    ran: list[str] = []
+
+    def run(argv: list[str], environ: Mapping[str, str]) -> str | None:
+        ran.append("npm" if Path(argv[0]).name == "npm" else "pip")  # (pip: python3 -c)
+        return run_tool(argv, environ)
+
+    found = toolchain_indexes(stock_env(tmp_path / "home"), ecosystems, run)
+    assert ran == asked
+    assert {f.ecosystem for f in found} == set(ecosystems) & {PYTHON, NPM}

@@ -88,8 +88,15 @@ def cmd_init(args: argparse.Namespace) -> int:
         resolver = builder.resolver.value
     found = survey(root)
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
-    registries = presets.host_registries(presets.HostConfig.of_this_host())
-    registries += toolchain_indexes(os.environ)
+    # The registries of the project's toolchains alone: the policy has no place for the
+    # others, so their tools are not asked nor their names resolved.
+    ecosystems = init_policy.project_ecosystems(found)
+    registries = [
+        f
+        for f in presets.host_registries(presets.HostConfig.of_this_host())
+        if f.ecosystem in ecosystems
+    ]
+    registries += toolchain_indexes(os.environ, ecosystems)
     # The owner's own registries only: a name the project's files chose (the sandbox may
     # have written them) is not sent to a DNS server, so no data spelled into it leaves.
     indexes = [f.name for f in registries if _is_index(f)]

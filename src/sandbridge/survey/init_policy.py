@@ -142,6 +142,20 @@ def _grouped(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     return groups
 
 
+def project_ecosystems(survey: Survey) -> set[str]:
+    """The toolchains :func:`plan` writes a section for: those the project's files use
+    and those its entries belong to (only their host registries are of use to it)."""
+    return _ecosystems(survey.ecosystems(), _active(survey.of(Kind.HOST) + survey.of(Kind.SERVICE)))
+
+
+def _active(hosts: list[Finding]) -> list[Finding]:
+    return [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
+
+
+def _ecosystems(ecosystems: Mapping[str, list[str]], active: list[Finding]) -> set[str]:
+    return ({f.ecosystem for f in active} | set(ecosystems)) - {""}
+
+
 def plan(
     survey: Survey,
     host_registries: list[Finding],
@@ -155,7 +169,7 @@ def plan(
     written with ``private``; ``resolver``: the DNS server asked, written as ``resolver =``."""
     non_global = non_global or {}
     hosts = survey.of(Kind.HOST) + survey.of(Kind.SERVICE)
-    active = [f for f in hosts if _is_active(f) or f.kind is Kind.SERVICE]
+    active = _active(hosts)
     chosen = set(active)  # a set: a lockfile may name thousands of hosts
     suggested = [f for f in hosts if f not in chosen]
     head = [
@@ -165,8 +179,7 @@ def plan(
     ]
     lines = list(head)
     ecosystems = survey.ecosystems()
-    known = {f.ecosystem for f in active} | set(ecosystems)
-    for ecosystem in sorted(known - {""}):
+    for ecosystem in sorted(_ecosystems(ecosystems, active)):
         section = _ecosystem_section(ecosystem, ecosystems, active, host_registries, non_global)
         lines += ["", *section]
     services = [f for f in active if f.kind is Kind.SERVICE]

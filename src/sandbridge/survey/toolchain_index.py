@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from sandbridge.places import host_commands
@@ -109,6 +109,11 @@ def npm_registry(environ: Mapping[str, str], run: Run = run_tool) -> list[Findin
     return [] if finding is None else [finding]
 
 
-def toolchain_indexes(environ: Mapping[str, str], run: Run = run_tool) -> list[Finding]:
-    """The index hosts pip and npm on this host use."""
-    return pip_index(environ, run) + npm_registry(environ, run)
+def toolchain_indexes(
+    environ: Mapping[str, str], ecosystems: Collection[str], run: Run = run_tool
+) -> list[Finding]:
+    """The index hosts pip and npm on this host use, of the toolchains in ``ecosystems``
+    (the project's: the policy has a section for those alone, so a tool the project does
+    not use is not run, nor its index's name resolved)."""
+    found = pip_index(environ, run) if PYTHON in ecosystems else []
+    return found + (npm_registry(environ, run) if NPM in ecosystems else [])
