@@ -103,6 +103,15 @@ class UvSettings:
 
 
 @dataclass(frozen=True)
+class ConfigLine:
+    """One line of ``pip config list``: a section's setting and its value."""
+
+    section: str
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
 class Setting:
     """One of pip's settings: its name, its value, and where it came from."""
 
@@ -122,8 +131,8 @@ def _origin(section: str, name: str) -> str:
     return f"{name} in [{section}]"
 
 
-def parse_config_list(text: str) -> list[tuple[str, str, str]]:
-    """``pip config list``'s lines (``section.name='value'``) as (section, name, value)."""
+def parse_config_list(text: str) -> list[ConfigLine]:
+    """``pip config list``'s lines: ``section.name='value'`` (the value as Python's repr)."""
     found = []
     for line in text.splitlines():
         if not line.strip():
@@ -133,22 +142,22 @@ def parse_config_list(text: str) -> list[tuple[str, str, str]]:
         value = ast.literal_eval(quoted) if sep and dot else None
         if not isinstance(value, str):
             raise ValueError(f"not a line of pip config list: {line!r}")
-        found.append((section, name, value))
+        found.append(ConfigLine(section, name, value))
     return found
 
 
-def effective(items: Sequence[tuple[str, str, str]]) -> list[Setting]:
+def effective(lines: Sequence[ConfigLine]) -> list[Setting]:
     """The settings `pip install` uses: each name's value from its highest section."""
     chosen: dict[str, Setting] = {}
     rank: dict[str, int] = {}
-    for section, raw, value in items:
-        if section not in SECTIONS:
+    for line in lines:
+        if line.section not in SECTIONS:
             continue  # another command's section: `pip download`'s, `pip freeze`'s
-        name = _normalize(raw)
-        name = ALIASES.get(name, name)
-        if SECTIONS.index(section) >= rank.get(name, -1):
-            rank[name] = SECTIONS.index(section)
-            chosen[name] = Setting(name, value, _origin(section, _normalize(raw)))
+        given = _normalize(line.name)
+        name = ALIASES.get(given, given)
+        if SECTIONS.index(line.section) >= rank.get(name, -1):
+            rank[name] = SECTIONS.index(line.section)
+            chosen[name] = Setting(name, line.value, _origin(line.section, given))
     return list(chosen.values())
 
 
@@ -193,7 +202,9 @@ def translate(settings: Sequence[Setting]) -> UvSettings:
         elif name in NUMBERS:
             uv.env[NUMBERS[name]] = _number(setting)
         else:
-            raise Untranslatable(f"uv has no equivalent of pip's setting {setting.origin}")
+            raise Untranslatable(
+                f"uv has no equivalent of pip's setting {setting.origin} ({value!r})"
+            )
     return uv
 
 

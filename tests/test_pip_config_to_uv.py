@@ -269,4 +269,4 @@ def test_the_script_prints_the_command_from_a_real_pip(tmp_path: Path) -> None:
 def test_the_script_names_the_setting_that_makes_pip_install(tmp_path: Path) -> None:
     done = _script(_private_env(tmp_path, PIP_USE_FEATURE="truststore"))
     assert done.returncode == translation.USE_PIP, done.stdout + done.stderr
-    assert done.stdout == "uv has no equivalent of pip's setting PIP_USE_FEATURE\n"
+    assert done.stdout == "uv has no equivalent of pip's setting PIP_USE_FEATURE ('truststore')\n"
