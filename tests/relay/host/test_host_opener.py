@@ -168,7 +168,8 @@ with urllib.request.urlopen(query["redirect_uri"][0] + "?code=c0de", timeout=20)
 
 
 def test_an_approved_login_awaits_its_callback_before_the_browser_runs(tmp_path: Path) -> None:
-    from tests.relay.host.test_oauth_callback import LOGIN_PAGE, SandboxLogin, free_port
+    from tests.conftest import free_port
+    from tests.relay.host.test_oauth_callback import LOGIN_PAGE, SandboxLogin
 
     port, got = free_port(), tmp_path / "browser-got"
     browser = (sys.executable, "-c", FOLLOWING_BROWSER, str(got))
@@ -231,7 +232,7 @@ async def _never_opened(port: int) -> None:
 def test_without_the_bridge_a_login_open_takes_no_host_port() -> None:
     import socket
 
-    from tests.relay.host.test_oauth_callback import free_port
+    from tests.conftest import free_port
 
     port = free_port()
     url = f"https://auth.example.com/a?redirect_uri=http://127.0.0.1:{port}/cb"
@@ -271,7 +272,7 @@ def test_a_loose_redirect_uri_is_refused_to_the_sandbox_with_the_bridge_on() -> 
 
 def test_past_the_callbacks_awaited_at_once_a_login_is_printed_not_opened() -> None:
     from sandbridge.relay.host.login_callbacks import MAX_CALLBACKS
-    from tests.relay.host.test_oauth_callback import free_port
+    from tests.conftest import free_port
 
     out = io.StringIO()
     settings = OpenSettings(P, ("true",), ExternalOpens.ALLOW, oauth_callbacks=True)
