@@ -22,7 +22,8 @@ import contextlib
 import secrets
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from sandbridge import log
 from sandbridge.aio import untrusted_fds
@@ -43,12 +44,10 @@ from sandbridge.terminals.control_line import read_message, write_message
 from sandbridge.terminals.fd_io import client_end
 from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import FROM_CLIENT, Kind
+from sandbridge.terminals.journal import AuditLog, ReservationJournal
 from sandbridge.terminals.request_record import TerminalRequest
 from sandbridge.terminals.request_state import RequestEvent, RequestState
-from sandbridge.terminals.settings import STOP_MARGIN
-
-if TYPE_CHECKING:
-    from sandbridge.terminals.broker import TerminalBroker
+from sandbridge.terminals.settings import STOP_MARGIN, TerminalSettings
 
 # The requester has this long to answer the attach challenge.
 PROOF_TIMEOUT = 30.0
@@ -56,14 +55,45 @@ PROOF_TIMEOUT = 30.0
 CHALLENGE_BYTES = 32
 
 
-def _facts(broker: TerminalBroker, request: TerminalRequest) -> RequestFacts:
+class Sandbox(Protocol):
+    """Where the broker starts its workers (``broker.py``'s ``WorkerStarter``)."""
+
+    def unavailable(self) -> str | None: ...
+    async def start_worker(self) -> tuple[FramedStream, socket.socket]: ...
+
+
+class Broker(Protocol):
+    """What an attach uses of its session's broker (``broker.py``'s ``TerminalBroker``;
+    named here, for the broker imports this module and not the reverse)."""
+
+    @property
+    def session(self) -> str: ...
+    @property
+    def instance(self) -> str: ...
+    @property
+    def settings(self) -> TerminalSettings: ...
+    @property
+    def sandbox(self) -> Sandbox | None: ...
+    @property
+    def journal(self) -> ReservationJournal: ...
+    @property
+    def audit(self) -> AuditLog: ...
+    @property
+    def on_change(self) -> Callable[[], None]: ...
+    def refuse(
+        self, request: TerminalRequest | None, code: str, message: str
+    ) -> ControlRefusal: ...
+    def allowed(self) -> set[str]: ...
+
+
+def _facts(broker: Broker, request: TerminalRequest) -> RequestFacts:
     return RequestFacts(
         broker.session, broker.instance, request.id, request.request.requester, request.state,
         request.approval_document,
     )  # fmt: skip
 
 
-def _authority(broker: TerminalBroker) -> Authority:
+def _authority(broker: Broker) -> Authority:
     """The owner's key and the allowed keys as their files say now."""
     return Authority(
         keys.public_hex(keys.owner_public_key()),
@@ -73,7 +103,7 @@ def _authority(broker: TerminalBroker) -> Authority:
 
 
 async def attach(
-    broker: TerminalBroker,
+    broker: Broker,
     request: TerminalRequest,
     message: dict[str, Any],
     reader: asyncio.StreamReader,
@@ -115,7 +145,7 @@ async def attach(
     await _run_terminal(broker, request, decision, seq, reader, writer, over_link)
 
 
-def _reserve(broker: TerminalBroker, request: TerminalRequest, admit: Admit, now: float) -> int:
+def _reserve(broker: Broker, request: TerminalRequest, admit: Admit, now: float) -> int:
     """Spend the approval: its nonce in the fsynced journal, before anything starts."""
     try:
         seq = broker.journal.reserve(
@@ -130,7 +160,7 @@ def _reserve(broker: TerminalBroker, request: TerminalRequest, admit: Admit, now
 
 
 async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the connection)
-    broker: TerminalBroker,
+    broker: Broker,
     request: TerminalRequest,
     admit: Admit,
     seq: int,
@@ -204,7 +234,7 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
         log.info("terminal.ended", request=request.id, end=end, status=status)
 
 
-def _renew(broker: TerminalBroker, request: TerminalRequest) -> Lease | Refuse:
+def _renew(broker: Broker, request: TerminalRequest) -> Lease | Refuse:
     """The running terminal's next lease, or why its authority ended."""
     return decide_lease(
         _facts(broker, request), _authority(broker), time.time(), broker.settings.lease
