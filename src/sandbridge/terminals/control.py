@@ -19,7 +19,6 @@ from typing import Any
 
 from sandbridge.exceptions import ControlError, ControlTimeout, SandbridgeError
 from sandbridge.places.registry import session_path, validate_name
-from sandbridge.places.remotes import remote_control_socket
 from sandbridge.places.socket_path import short_path
 from sandbridge.protocol.contract import CONTROL_SOCKET
 from sandbridge.protocol.jsonline import decode_json
@@ -90,6 +89,10 @@ def socket_of(place: Place) -> Path:
     ``connect`` serving its machine."""
     if place.machine is None:
         return control_socket(place.session)
+    # The far machines' records (and their sessions' wire) are a far place's alone:
+    # ``status`` and a local session's terminal commands never import them.
+    from sandbridge.places.remotes import remote_control_socket
+
     return remote_control_socket(place.machine)
 
 
