@@ -149,3 +149,11 @@ def test_the_shims_start_imports_no_project_policy(tmp_path: Path) -> None:
     imported = _imported(["shim", "--help"], tmp_path)
     assert "sandbridge.aio.event_loop" in imported  # the shim's module was imported
     assert sorted(name for name in imported if name.startswith("sandbridge.project")) == []
+
+
+def test_status_imports_no_far_machines_modules(tmp_path: Path) -> None:
+    """A local session's control socket is named without the far machines' records."""
+    imported = _imported(["status"], tmp_path)
+    assert "sandbridge.places.registry" in imported  # status read the registry
+    far = {"sandbridge.places.remotes", "sandbridge.protocol.far_sessions"}
+    assert sorted(imported & far) == []
