@@ -131,6 +131,8 @@ UNUSED_BY_A_PLAIN_RUN = (
     "sandbridge.clipboard.server",
     "sandbridge.egress.gate",
     "sandbridge.egress.log",
+    "sandbridge.egress.requests",
+    "sandbridge.egress.request_server",
 )
 
 

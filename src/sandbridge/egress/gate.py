@@ -48,7 +48,8 @@ from sandbridge.egress.decision import (
     normalise_host,
 )
 from sandbridge.egress.log import MAX_FIELD_CHARS, MAX_REFUSED_DESTINATIONS, EgressLog
-from sandbridge.egress.request_server import EgressRequests, OwnerOp
+from sandbridge.egress.no_gate import OwnerOp
+from sandbridge.egress.request_server import EgressRequests
 from sandbridge.egress.requests import Grants
 from sandbridge.exceptions import HttpError, WireError
 from sandbridge.project.policy import NetMode, Policy, format_entry, parse_ip

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from sandbridge.aio.owner_questions import OwnerQuestions, terminal_asker
-from sandbridge.egress.request_server import OwnerOp, refuse_without_gate
+from sandbridge.egress.no_gate import OwnerOp, refuse_without_gate
 from sandbridge.exceptions import ControlRefusal, RegistrationError
 from sandbridge.places import host_commands
 from sandbridge.places.registry import SessionEntry
