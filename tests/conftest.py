@@ -696,7 +696,7 @@ def silent_unix_server(path: Path) -> tuple[socket.socket, list[socket.socket]]:
     """A Unix socket server at ``path`` that takes every connection and never answers (a
     session whose host is stopped, a far machine that stays silent): the listening socket,
     and the connections it took, held open until the test closes them."""
-    from sandbridge.terminals.control import short_path  # (a path of any length)
+    from sandbridge.places.socket_path import short_path  # (a path of any length)
 
     server = socket.socket(socket.AF_UNIX)
     with short_path(path) as short:

@@ -10,9 +10,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from sandbridge.agents.hints import hints
+from sandbridge.agents.home import AgentHome
 from sandbridge.agents.profile import AgentProfile
 from sandbridge.agents.state import (
-    AgentHome,
     agents_root,
     kept_dir,
     prepare,

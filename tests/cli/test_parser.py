@@ -105,3 +105,57 @@ def test_a_light_command_imports_no_session_machinery(words: list[str], tmp_path
     imported = _imported(words, tmp_path)
     assert "sandbridge.cli.parser" in imported  # the names below are read from this list
     assert sorted(imported & set(SESSION_MACHINERY)) == []
+
+
+# What a plain run's start never uses, each imported where it is first needed (docs/
+# architecture.md, "What a command's start imports"): a terminal's admission and
+# signatures (nacl), an app's listener, a login's callback, an agent's profiles and state,
+# the ssh-agent, container and clipboard bridges, the egress gate of a net allow session.
+UNUSED_BY_A_PLAIN_RUN = (
+    "nacl",
+    "tomllib",
+    "sandbridge.terminals.attach_server",
+    "sandbridge.terminals.admission",
+    "sandbridge.terminals.active_terminal",
+    "sandbridge.terminals.approval",
+    "sandbridge.terminals.keys",
+    "sandbridge.terminals.channel",
+    "sandbridge.places.remotes",
+    "sandbridge.relay.listener",
+    "sandbridge.relay.host.oauth_callback",
+    "sandbridge.agents.catalogue",
+    "sandbridge.agents.profile",
+    "sandbridge.agents.state",
+    "sandbridge.ssh_agent",
+    "sandbridge.containers",
+    "sandbridge.clipboard.server",
+    "sandbridge.egress.gate",
+    "sandbridge.egress.log",
+    "sandbridge.egress.requests",
+    "sandbridge.egress.request_server",
+)
+
+
+def test_a_plain_runs_start_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """A whole ``run`` without a daemon (a session served in its own process, as every
+    test's is): its session started, served and ended, and none of the above imported."""
+    imported = _imported(["run", "--no-daemon", "--net", "none", "--", "true"], tmp_path)
+    assert "sandbridge.session.lifecycle" in imported  # the session was served here
+    assert "sandbridge.terminals.broker" in imported  # with its control socket
+    assert sorted(imported & set(UNUSED_BY_A_PLAIN_RUN)) == []
+
+
+def test_the_shims_start_imports_no_project_policy(tmp_path: Path) -> None:
+    """The shim (inside another runtime's sandbox) names the egress proxy's port from the
+    wire contract, never the policy's parser."""
+    imported = _imported(["shim", "--help"], tmp_path)
+    assert "sandbridge.aio.event_loop" in imported  # the shim's module was imported
+    assert sorted(name for name in imported if name.startswith("sandbridge.project")) == []
+
+
+def test_status_imports_no_far_machines_modules(tmp_path: Path) -> None:
+    """A local session's control socket is named without the far machines' records."""
+    imported = _imported(["status"], tmp_path)
+    assert "sandbridge.places.registry" in imported  # status read the registry
+    far = {"sandbridge.places.remotes", "sandbridge.protocol.far_sessions"}
+    assert sorted(imported & far) == []

@@ -18,7 +18,8 @@ import pytest
 
 from sandbridge.egress.gate import Address, EgressGate
 from sandbridge.egress.log import EgressLog, read_entries
-from sandbridge.project.policy import PROXY_PORT, load_policy
+from sandbridge.project.policy import load_policy
+from sandbridge.protocol.contract import PROXY_PORT
 from sandbridge.protocol.egress_opening import encode_open
 from tests.conftest import free_port
 from tests.support.loop_thread import LoopThread

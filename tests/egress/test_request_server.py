@@ -25,7 +25,8 @@ from sandbridge.egress.log import EgressLog
 from sandbridge.egress.request_server import MAX_WAITING, append_line
 from sandbridge.egress.requests import RequestTable
 from sandbridge.exceptions import ControlRefusal
-from sandbridge.project.policy import ALLOW_FILE, MAX_POLICY_FILE_BYTES, PROXY_PORT, load_policy
+from sandbridge.project.policy import ALLOW_FILE, MAX_POLICY_FILE_BYTES, load_policy
+from sandbridge.protocol.contract import PROXY_PORT
 from sandbridge.protocol.egress_opening import encode_open, encode_request
 from tests.conftest import PYTHON, REPO, swapping
 from tests.support.loop_thread import LoopThread

@@ -23,13 +23,12 @@ from sandbridge.egress.requests import (
     check_reason,
     comment_text,
     parse_destination,
-    quoted,
     saved_line,
-    shown,
     standing,
 )
 from sandbridge.exceptions import EgressRequestRefused
 from sandbridge.project.policy import ALLOW_FILE, Policy, PolicyBuilder
+from sandbridge.shown_text import quoted, shown
 
 GATE = "100.64.0.1"
 OTHER = Destination("other.test", 80)

@@ -13,7 +13,6 @@ import pytest
 from sandbridge.egress.decision import check_addresses, host_service_decision, match_destination
 from sandbridge.exceptions import PolicyError
 from sandbridge.project.policy import (
-    PROXY_PORT,
     NetMode,
     Policy,
     Setting,
@@ -21,6 +20,7 @@ from sandbridge.project.policy import (
     load_policy,
     mask_credentials,
 )
+from sandbridge.protocol.contract import PROXY_PORT
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import OpenAction
 from tests.conftest import swapping

@@ -20,6 +20,7 @@ from sandbridge.remote.far_terminals import (
 from sandbridge.terminals import approval, keys
 from sandbridge.terminals.approval import ANSWER_KINDS
 from sandbridge.terminals.journal import ANSWERED, ReservationJournal
+from sandbridge.terminals.settings import MAX_CLOCK_SKEW
 
 
 @pytest.mark.parametrize("op", sorted(LINK_OPS))
@@ -120,7 +121,7 @@ def test_a_signed_deny_or_revoke_crosses_once(far_keys: nacl.signing.SigningKey,
     assert answer_refusal(_answer_line(far_keys, op, "web:0123abcd", now), now + 1) is None
     taken = [r for r in ReservationJournal().ring.records() if r.get("state") == ANSWERED]
     assert [(r["kind"], r["request"]) for r in taken] == [(op, "web:0123abcd")] * 2
-    assert all(r["expires"] == now + approval.MAX_CLOCK_SKEW for r in taken)
+    assert all(r["expires"] == now + MAX_CLOCK_SKEW for r in taken)
 
 
 def test_signed_answers_past_the_journals_bound_are_refused_not_forgotten(
@@ -139,5 +140,5 @@ def test_signed_answers_past_the_journals_bound_are_refused_not_forgotten(
         ("used", "this signed deny was already taken; a copy of it is refused")
     ] * 3
     # Once the oldest has expired, its slot is taken again.
-    later = now + approval.MAX_CLOCK_SKEW + 1
+    later = now + MAX_CLOCK_SKEW + 1
     assert answer_refusal(_answer_line(far_keys, "deny", "web:0000000a", later), later) is None

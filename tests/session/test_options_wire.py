@@ -17,7 +17,7 @@ from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
 from sandbridge.protocol.relay_settings import LIMITS, Limit
-from sandbridge.relay.host.host_opener import OpenSettings
+from sandbridge.relay.host.open_settings import OpenSettings
 from sandbridge.relay.host.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
 from sandbridge.session.options_wire import decode, encode

@@ -12,6 +12,7 @@ from sandbridge.exceptions import ApprovalRefused
 from sandbridge.terminals import approval
 from sandbridge.terminals.approval import Request
 from sandbridge.terminals.keys import public_hex
+from sandbridge.terminals.settings import MAX_CLOCK_SKEW
 
 OWNER = nacl.signing.SigningKey.generate()
 REQUESTER = nacl.signing.SigningKey.generate()
@@ -114,7 +115,7 @@ def test_approval_refusals(
     assert refused.value.code == code, case
 
 
-@pytest.mark.parametrize("ahead", [0.0, 60.0, approval.MAX_CLOCK_SKEW - 1])
+@pytest.mark.parametrize("ahead", [0.0, 60.0, MAX_CLOCK_SKEW - 1])
 def test_a_signer_whose_clock_is_a_little_ahead_is_admitted(ahead: float) -> None:
     # The laptop signs with its clock, the far machine checks with its own.
     assert verify(signed(), now=NOW - ahead).expires == NOW + 600
@@ -125,7 +126,7 @@ def test_an_expiry_further_than_its_ttl_and_the_clock_skew_is_refused() -> None:
     # (by a trusted owner's key, say a compromised laptop) made 256 of them fill the
     # journal (journal_full) for a year, after the key was taken off the owners file too.
     with pytest.raises(ApprovalRefused, match="clock") as refused:
-        verify(signed(), now=NOW - approval.MAX_CLOCK_SKEW - 1)
+        verify(signed(), now=NOW - MAX_CLOCK_SKEW - 1)
     assert refused.value.code == "bad_ttl"
 
 
@@ -214,7 +215,7 @@ def test_a_signed_answer_names_its_signer_nonce_and_expiry() -> None:
     )  # fmt: skip
     assert taken.signer == public_hex(OWNER)
     assert taken.nonce == json.loads(document["body"])["nonce"]
-    assert taken.expires == NOW + approval.MAX_CLOCK_SKEW
+    assert taken.expires == NOW + MAX_CLOCK_SKEW
 
 
 def _answer_with(**changes: object) -> dict[str, str]:
@@ -229,8 +230,8 @@ def _answer_with(**changes: object) -> dict[str, str]:
         ("a stranger's", lambda: answer(key=STRANGER), {}, "bad_signature"),
         ("a deny taken for a revoke", lambda: answer("deny"), {}, "malformed"),
         ("another request", answer, {"request_id": "web:89abcdef"}, "wrong_request"),
-        ("replayed later", answer, {"now": NOW + approval.MAX_CLOCK_SKEW + 1}, "expired"),
-        ("from the future", answer, {"now": NOW - approval.MAX_CLOCK_SKEW - 1}, "expired"),
+        ("replayed later", answer, {"now": NOW + MAX_CLOCK_SKEW + 1}, "expired"),
+        ("from the future", answer, {"now": NOW - MAX_CLOCK_SKEW - 1}, "expired"),
         ("an approval", signed, {}, "malformed"),
         ("no nonce", lambda: _answer_with(nonce=None), {}, "malformed"),
         ("a short nonce", lambda: _answer_with(nonce="ab"), {}, "malformed"),

@@ -27,9 +27,10 @@ import pytest
 from sandbridge.aio import untrusted_fds
 from sandbridge.exceptions import ControlError
 from sandbridge.places.registry import SessionEntry
+from sandbridge.places.socket_path import short_path
 from sandbridge.terminals import approval, channel, frames, keys
 from sandbridge.terminals import broker as broker_module
-from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, STOP_MARGIN
+from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT
 from sandbridge.terminals.attach import attach
 from sandbridge.terminals.broker import (
     MAX_CONTROL_CONNECTIONS,
@@ -38,11 +39,11 @@ from sandbridge.terminals.broker import (
     TerminalBroker,
 )
 from sandbridge.terminals.config_dir import config_dir
-from sandbridge.terminals.control import call, short_path
+from sandbridge.terminals.control import call
 from sandbridge.terminals.frames import Kind
 from sandbridge.terminals.journal import MAX_RECORDS, AuditLog, ReservationJournal
 from sandbridge.terminals.sandbox_channel import SandboxChannel
-from sandbridge.terminals.settings import TerminalSettings
+from sandbridge.terminals.settings import STOP_MARGIN, TerminalSettings
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sandbridge.exceptions import ChannelError
-from sandbridge.terminals import channel
+from sandbridge.terminals import channel, frames
 from sandbridge.terminals.channel import Message, MessageType
 
 
@@ -16,6 +16,12 @@ def pair() -> tuple[channel.Sender, channel.Receiver]:
     worker_rx, _ = channel.worker_keys(worker_public, worker_secret, client_public)
     sender = channel.Sender(client_tx)
     return sender, channel.Receiver(worker_rx, sender.header, channel.TO_WORKER)
+
+
+def test_the_framings_bound_is_the_channels_largest_envelope() -> None:
+    """frames.py writes the bound out so that it needs no nacl; it is libsodium's."""
+    assert frames.MAX_ENVELOPE == channel.MAX_ENVELOPE
+    assert frames.MAX_BODY[frames.Kind.CIPHER] == channel.MAX_ENVELOPE
 
 
 def test_messages_round_trip_in_order_and_end_authenticated() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sandbridge.exceptions import ControlRefusal
-from sandbridge.terminals.approval import MAX_CLOCK_SKEW, Request
+from sandbridge.terminals.approval import Request
+from sandbridge.terminals.settings import MAX_CLOCK_SKEW
 from sandbridge.terminals.taken_requests import MAX_TAKEN, TakenRequests
 
 NOW = 1_800_000_000.0

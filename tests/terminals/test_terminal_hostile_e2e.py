@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sandbridge.places.socket_path import short_path
 from sandbridge.terminals import approval, channel, frames, keys
 from sandbridge.terminals.channel import Message, MessageType
-from sandbridge.terminals.control import control_socket, short_path
+from sandbridge.terminals.control import control_socket
 from sandbridge.terminals.frames import Kind
 from tests.terminals.harness import (
     PROMPT,

@@ -19,10 +19,10 @@ from sandbridge.places.remotes import (
     list_remotes,
     remote_control_socket,
 )
+from sandbridge.places.socket_path import short_path
 from sandbridge.protocol.far_sessions import FarRequest, FarSession
 from sandbridge.ssh_agent.signature_log import SignatureLog
 from sandbridge.terminals import control
-from sandbridge.terminals.control import short_path
 from sandbridge.ui.state import MAX_TTL, POLL_TIMEOUT, Answers, act, snapshot
 from tests.conftest import silent_unix_server
 

@@ -24,7 +24,6 @@ path the host opens or binds there is walked from the home's descriptor with
 from __future__ import annotations
 
 import contextlib
-import enum
 import errno
 import hashlib
 import os
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sandbridge.agents.hints import with_hints
+from sandbridge.agents.home import AgentHome
 from sandbridge.agents.profile import AgentProfile
 from sandbridge.exceptions import AgentError
 from sandbridge.places.known_projects import state_dir
@@ -49,14 +49,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 AGENTS_DIR = "agents"
 # Enough of the root's digest that two projects of the same name never share a state.
 DIGEST_CHARS = 12
-
-
-class AgentHome(enum.Enum):
-    """Where the agent's state comes from."""
-
-    KEPT = "kept"
-    LOCKDOWN = "lockdown"
-    HOST = "host"
 
 
 @dataclass(frozen=True, slots=True)

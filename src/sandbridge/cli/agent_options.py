@@ -11,14 +11,18 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sandbridge.agents import catalogue
-from sandbridge.agents.hints import hints
-from sandbridge.agents.profile import AgentProfile
-from sandbridge.agents.state import AgentHome, AgentState, kept_dir, prepare, write_hints
+from sandbridge.agents.home import AgentHome
 from sandbridge.exceptions import AgentError
 from sandbridge.project.policy import ENV_NAME, NetMode, Policy
 from sandbridge.sandbox.mounts import Mount
+
+# The profiles' catalogue and the agent's state and hints are imported when ``--agent``
+# names one: a session without an agent reads the options' names alone.
+if TYPE_CHECKING:
+    from sandbridge.agents.profile import AgentProfile
+    from sandbridge.agents.state import AgentState
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,8 @@ def profile(args: argparse.Namespace) -> AgentProfile | None:
     for value in args.credential:
         if not ENV_NAME.fullmatch(value):
             raise AgentError(f"--credential {value!r}: not a variable name; give NAME alone")
+    from sandbridge.agents import catalogue
+
     return catalogue.find(name)
 
 
@@ -123,6 +129,9 @@ def setup(
     agent = profile(args)
     if agent is None:
         return None
+    from sandbridge.agents.hints import hints
+    from sandbridge.agents.state import prepare, write_hints
+
     if inside_home == workdir:
         raise AgentError(
             f"--agent {agent.name}: the workdir {workdir} is the sandbox's home, where the "
@@ -185,6 +194,8 @@ def describe(args: argparse.Namespace, policy: Policy, root: Path) -> list[str]:
     agent = profile(args)
     if agent is None:
         return []
+    from sandbridge.agents.state import kept_dir
+
     home = home_of(args)
     where = {
         AgentHome.KEPT: f"kept in {kept_dir(agent, root)}",

@@ -16,21 +16,18 @@ import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sandbridge.containers.binds import Protected
-from sandbridge.containers.settings import (
-    ContainerSettings,
-    NetworkMode,
-    default_engine,
-    parse_engine,
-    parse_images,
-    parse_network,
-)
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places import known_projects
 from sandbridge.project.owner_config import read_owner_config
 from sandbridge.protocol.contract import CONTAINERS_SOCKET, SANDBOX_CONTAINERS_SOCKET
 from sandbridge.sandbox.mounts import Mount
+
+# The bridge's settings and binds are imported when it is on: a session without it reads
+# its flags and config key alone.
+if TYPE_CHECKING:
+    from sandbridge.containers.settings import ContainerSettings
 
 DOCKER_HOST = "DOCKER_HOST"
 
@@ -93,6 +90,15 @@ def settings_of(args: argparse.Namespace) -> ContainerSettings | None:
                 "--containers-keep need --containers (or containers = on in your config)"
             )
         return None
+    from sandbridge.containers.settings import (
+        ContainerSettings,
+        NetworkMode,
+        default_engine,
+        parse_engine,
+        parse_images,
+        parse_network,
+    )
+
     owner = read_owner_config(os.environ)
     if args.containers_image:
         images = parse_images(args.containers_image)
@@ -128,6 +134,8 @@ def with_shields(
     remembered project's), for the containers' binds."""
     if settings is None:
         return None
+    from sandbridge.containers.binds import Protected
+
     hidden = [path for path in (policy_dir, *known_projects.policy_dirs()) if path is not None]
     return dataclasses.replace(
         settings,

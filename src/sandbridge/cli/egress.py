@@ -12,9 +12,9 @@ import json
 import sys
 from typing import Any
 
-from sandbridge.egress.requests import quoted
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.places.registry import list_sessions, validate_name
+from sandbridge.shown_text import quoted
 from sandbridge.terminals.control import call, split_request_id
 
 

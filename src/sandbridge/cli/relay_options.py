@@ -15,8 +15,7 @@ from sandbridge.project.setting import DEFAULT, Setting
 from sandbridge.protocol.http.origin_policy import IP_FORM_CAVEAT, UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
-from sandbridge.relay.host.host_opener import OpenSettings
-from sandbridge.relay.host.oauth_callback import CALLBACK_DEADLINE
+from sandbridge.relay.host.open_settings import CALLBACK_DEADLINE, OpenSettings
 from sandbridge.relay.host.settings import RelaySettings
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib
 import json
 import os
 import select
@@ -33,6 +34,9 @@ from sandbridge.protocol.daemon_wire import Event
 from sandbridge.sandbox.spec import entry_interpreter_options, installation
 from sandbridge.session.handed_off import hand_off
 
+# Imported ahead by the builder, for its children (serve).
+WARM = ("sandbridge.agents.catalogue", "sandbridge.agents.hints", "sandbridge.agents.state")
+
 
 def serve(channel: socket.socket) -> None:
     """A builder child for each client the daemon forwards, until the daemon leaves."""
@@ -45,6 +49,11 @@ def serve(channel: socket.socket) -> None:
     # process's Python and sandbridge live, and so how the sandbox entry's Python starts.
     installation()
     entry_interpreter_options()
+    # What a run imports where it is first used (docs/architecture.md, "What a command's
+    # start imports"), loaded here once so that no child pays it: an agent's profiles,
+    # state and hints (a run with a bridge is its own process's, never built here).
+    for module in WARM:
+        importlib.import_module(module)
     # What is loaded now is shared with every child until one writes to it; a collection
     # in a child would touch (and so copy) every object: none of these is ever collected.
     gc.freeze()

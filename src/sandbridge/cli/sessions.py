@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from sandbridge.agents.state import clear_bind_paths
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.cli import (
@@ -37,8 +36,8 @@ from sandbridge.exceptions import SandboxError, SandbridgeError
 from sandbridge.places import host_commands, known_projects, placeholder_lock
 from sandbridge.places.registry import SessionEntry, list_sessions
 from sandbridge.places.runtime_dir import RuntimeDir
-from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, load_policy
-from sandbridge.protocol.contract import EGRESS_SOCKET, MOUNT_POINT
+from sandbridge.project.policy import NetMode, Policy, load_policy
+from sandbridge.protocol.contract import EGRESS_SOCKET, MOUNT_POINT, PROXY_PORT
 from sandbridge.protocol.daemon_wire import owner_stopped
 from sandbridge.relay.host.app import App
 from sandbridge.relay.host.settings import ForwardingMode
@@ -186,7 +185,9 @@ def _spec_factory(
     )
     if agent is not None and agent.home is not None:
         # Every bind under the home lands where it says, never through a link the
-        # sandbox left in the agent's kept home (agents/state.py).
+        # sandbox left in the agent's kept home (its module is an agent's session's alone).
+        from sandbridge.agents.state import clear_bind_paths
+
         clear_bind_paths(
             agent.home, unprotected.home, (layer.mount for layer in unprotected.layers())
         )

@@ -16,10 +16,10 @@ from typing import Any
 
 from sandbridge.aio import event_loop
 from sandbridge.aio.tasks import running
-from sandbridge.project.policy import PROXY_PORT
 from sandbridge.protocol.contract import (
     DEFAULT_UPSTREAM_SOCKET,
     EGRESS_SOCKET,
+    PROXY_PORT,
     TERMINAL_SOCKET,
     UPSTREAM_SOCKET_ENV,
 )

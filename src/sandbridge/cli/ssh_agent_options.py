@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.project.owner_config import read_owner_config
 from sandbridge.protocol.contract import SANDBOX_SSH_AGENT_SOCKET
-from sandbridge.ssh_agent.choice import AgentSettings, parse_choice
+
+# The choice's parse (and the agent protocol under it) is imported when the bridge is on:
+# a session without it reads its flag and config key alone.
+if TYPE_CHECKING:
+    from sandbridge.ssh_agent.choice import AgentSettings
 
 SSH_AUTH_SOCK = "SSH_AUTH_SOCK"
 
@@ -56,6 +61,8 @@ def settings_of(args: argparse.Namespace) -> AgentSettings | None:
     chosen = _chosen(args)
     if chosen is None:
         return None
+    from sandbridge.ssh_agent.choice import AgentSettings, parse_choice
+
     choice = parse_choice(*chosen)
     owner_agent = os.environ.get(SSH_AUTH_SOCK, "")
     if not owner_agent:
@@ -77,6 +84,8 @@ def policy_lines(args: argparse.Namespace) -> list[str]:
     chosen = _chosen(args)
     if chosen is None:
         return ["ssh-agent: off (--ssh-agent KEY, or ssh_agent = KEY in your config, turns it on)"]
+    from sandbridge.ssh_agent.choice import parse_choice
+
     keys = ", ".join(parse_choice(*chosen).shown())
     return [
         f"ssh-agent: on at {SANDBOX_SSH_AGENT_SOCKET} ({chosen[1]}): lists and signs with "

@@ -17,7 +17,7 @@ from sandbridge.aio import event_loop
 from sandbridge.daemon.dashboard import ask_url
 from sandbridge.exceptions import SandbridgeError
 from sandbridge.protocol.open_request import OpenAction
-from sandbridge.relay.host.host_opener import OpenSettings
+from sandbridge.relay.host.open_settings import OpenSettings
 from sandbridge.session.served import connect
 from sandbridge.ui.server import build_dashboard
 

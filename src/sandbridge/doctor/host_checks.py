@@ -14,7 +14,7 @@ from sandbridge.exceptions import SandboxError
 from sandbridge.places import host_commands
 from sandbridge.places.systemd_user import WITHOUT_SYSTEMD, user_manager_missing
 from sandbridge.relay.front import front
-from sandbridge.relay.host.host_opener import OpenSettings
+from sandbridge.relay.host.open_settings import OpenSettings
 from sandbridge.sandbox import backend
 
 # The smallest sandbox each backend makes: a user namespace and nothing else to set up.

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from sandbridge.project.policy import (
     ALLOW_FILE,
     DEFAULT_PORTS,
-    PROXY_PORT,
     Policy,
     Rule,
     format_entry,
@@ -23,6 +22,7 @@ from sandbridge.project.policy import (
     normalise_name,
     parse_ip,
 )
+from sandbridge.protocol.contract import PROXY_PORT
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,11 +48,13 @@ from sandbridge.egress.decision import (
     normalise_host,
 )
 from sandbridge.egress.log import MAX_FIELD_CHARS, MAX_REFUSED_DESTINATIONS, EgressLog
-from sandbridge.egress.request_server import EgressRequests, OwnerOp
+from sandbridge.egress.no_gate import OwnerOp
+from sandbridge.egress.request_server import EgressRequests
 from sandbridge.egress.requests import Grants
 from sandbridge.exceptions import HttpError, WireError
-from sandbridge.project.policy import PROXY_PORT, NetMode, Policy, format_entry, parse_ip
+from sandbridge.project.policy import NetMode, Policy, format_entry, parse_ip
 from sandbridge.protocol import egress_opening as egress
+from sandbridge.protocol.contract import PROXY_PORT
 from sandbridge.protocol.http.fields import field_values
 from sandbridge.protocol.http.forwarding import (
     LAST_CHUNK,

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from sandbridge import log
 from sandbridge.aio.tasks import first_done, running
+from sandbridge.egress.no_gate import OwnerOp
 from sandbridge.egress.requests import (
     Address,
     Destination,
@@ -38,7 +39,6 @@ from sandbridge.egress.requests import (
     check_reason,
     non_global_only,
     parse_destination,
-    quoted,
     saved_line,
     standing,
 )
@@ -53,24 +53,11 @@ from sandbridge.project.policy import (
     parse_ip,
 )
 from sandbridge.protocol.egress_opening import EgressAsk, encode_reply
+from sandbridge.shown_text import quoted
 
-OwnerOp = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 # Askers waiting for the owner at once, per session: each holds one of the gate's
 # connections (256 in all), and a flood of waiting helpers must not take them all.
 MAX_WAITING = 32
-# The control-socket ops the owner's ``sandbridge egress`` commands send.
-EGRESS_OPS = ("egress_pending", "egress_approve", "egress_deny")
-
-
-def refuse_without_gate(session: str) -> dict[str, OwnerOp]:
-    """The egress ops of a session that has no egress gate (``net`` none or full)."""
-
-    async def refuse(message: dict[str, Any]) -> dict[str, Any]:
-        raise ControlRefusal(
-            "no_egress", f"session {session} has no egress proxy (its net mode is not allow)"
-        )
-
-    return dict.fromkeys(EGRESS_OPS, refuse)
 
 
 class EgressRequests:

@@ -39,6 +39,7 @@ from sandbridge.project.policy import (
     parse_entry,
     parse_ip,
 )
+from sandbridge.shown_text import hidden, quoted, shown
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # A reason is a sentence or two for the owner, not a document.
@@ -74,36 +75,6 @@ class Scope(enum.Enum):
 
     ONCE = "once"  # one connection (one CONNECT, or one proxied request's upstream)
     SESSION = "session"  # every connection until the session ends
-
-
-def _hidden(char: str) -> bool:
-    """Never written raw to a terminal or a file: Python's non-printable characters are
-    the controls (C0, C1, DEL), format characters (bidi overrides, zero-width),
-    surrogates, private use, unassigned, every space but ' ', and the line and paragraph
-    separators (at which ``str.splitlines`` breaks lines)."""
-    return not char.isprintable()
-
-
-def shown(text: str) -> str:
-    """``text`` safe for the owner's terminal: every non-printable character (ESC, CR,
-    LF, bidi overrides, odd spaces...) escaped as ``\\xNN`` / ``\\uNNNN``, and
-    backslashes doubled so an escape cannot be forged by typing one."""
-    out = []
-    for char in text:
-        if char == "\\":
-            out.append("\\\\")
-        elif _hidden(char):
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def quoted(text: str) -> str:
-    """``text`` :func:`shown`, in double quotes, its own double quotes escaped: what the
-    sandbox wrote can neither end the quotation nor look like sandbridge's own words."""
-    return '"' + shown(text).replace('"', '\\"') + '"'
 
 
 def _quoted(value: object) -> str:
@@ -289,7 +260,7 @@ def parse_destination(value: object, gate: str) -> Destination:
             "bad_destination",
             f"destination is {len(value)} characters; the limit is {MAX_DESTINATION_CHARS}",
         )
-    if any(char.isspace() or _hidden(char) for char in value):
+    if any(char.isspace() or hidden(char) for char in value):
         raise EgressRequestRefused(
             "bad_destination", f"destination must be one HOST[:PORT], got {_quoted(value)}"
         )
@@ -328,7 +299,7 @@ def check_reason(value: object) -> str:
 def comment_text(reason: str) -> str:
     """The reason as it may appear in a file: hidden characters dropped, whitespace runs
     made single spaces, cut to :data:`MAX_SAVED_REASON_CHARS`."""
-    visible = "".join(" " if _hidden(char) else char for char in reason)
+    visible = "".join(" " if hidden(char) else char for char in reason)
     text = " ".join(visible.split())
     if len(text) > MAX_SAVED_REASON_CHARS:
         text = text[: MAX_SAVED_REASON_CHARS - 3] + "..."

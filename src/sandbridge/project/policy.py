@@ -38,6 +38,7 @@ from sandbridge.project.owner_config import refuse_in_project
 from sandbridge.project.setting import DEFAULT as DEFAULT  # noqa: PLC0414
 from sandbridge.project.setting import Setting as Setting  # noqa: PLC0414
 from sandbridge.protocol.authority import split_host_port
+from sandbridge.protocol.contract import PROXY_PORT
 from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import OpenAction
 from sandbridge.protocol.publish_rules import PublishRule, parse_rule, publishes_any
@@ -50,8 +51,6 @@ SECRETS_FILE = Path(".sandbridge") / "env"
 # 100.64.0.0/10 is carrier-grade NAT space: never a real destination of a dev machine's
 # sandbox, and not loopback (which tools treat specially and NO_PROXY usually covers).
 DEFAULT_GATE_ADDR = ipaddress.IPv4Address("100.64.0.1")
-# The proxy's port at the gate address: a high, unassigned port no host service needs.
-PROXY_PORT = 18081
 # HTTP, HTTPS and the common alternative HTTPS port; anything else must be named.
 DEFAULT_PORTS = frozenset({80, 443, 8443})
 # A policy file is a reviewed list; one far larger than this was not written by hand.

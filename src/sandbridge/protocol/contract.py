@@ -25,6 +25,9 @@ RELAY_SOCKET = "relay.sock"
 UPSTREAM_SOCKET = "upstream.sock"
 # The host's egress gate, which the sandbox's gate listener bridges to.
 EGRESS_SOCKET = "egress.sock"
+# sandbridge's own: the egress proxy's port at the gate address (project/policy.py's
+# DEFAULT_GATE_ADDR), a high, unassigned port no host service needs.
+PROXY_PORT = 18081
 # sandbridge's own, not the accepted contract's: ``sandbridge shim --terminals`` starts a
 # terminal worker for each connection the host makes to it (a sandbox another runtime
 # starts, where the host has no private channel to hand over: docs/external-runtimes.md).

@@ -29,6 +29,7 @@ import time
 from sandbridge import log
 from sandbridge.exceptions import ApprovalRefused, JournalError, KeyFileError, SandbridgeError
 from sandbridge.places.registry import list_sessions
+from sandbridge.places.socket_path import short_path
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.relay.host.channel import Channel
 from sandbridge.relay.host.upstream import UNIX_BUFFER_BYTES
@@ -36,7 +37,7 @@ from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
 from sandbridge.terminals import keys
 from sandbridge.terminals.approval import ANSWER_KINDS, verify_answer
-from sandbridge.terminals.control import control_socket, short_path
+from sandbridge.terminals.control import control_socket
 from sandbridge.terminals.control_line import MAX_CONTROL_LINE, refusal_line
 from sandbridge.terminals.journal import ReservationJournal
 

@@ -28,13 +28,13 @@ from pathlib import Path
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import RemoteWireError
+from sandbridge.places.socket_path import short_path
 from sandbridge.protocol.contract import is_session_name
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.relay.host.channel import Channel
 from sandbridge.relay.host.upstream import UNIX_BUFFER_BYTES
 from sandbridge.remote.mux import Mux, MuxStream
 from sandbridge.remote.splice import splice
-from sandbridge.terminals.control import short_path
 from sandbridge.terminals.control_line import refusal_line
 
 # The first line only names a session: a few dozen bytes.

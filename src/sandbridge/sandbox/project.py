@@ -14,10 +14,10 @@ import os
 import stat
 from pathlib import Path
 
-from sandbridge.egress.requests import shown
 from sandbridge.exceptions import GitNotRun, PolicyError
 from sandbridge.project.policy import ALLOW_FILE, CONFIG_FILE, SECRETS_FILE
 from sandbridge.sandbox import host_git
+from sandbridge.shown_text import shown
 
 POLICY_DIR = ALLOW_FILE.parent
 # What the sandbox may read in the policy directory: the policy itself (reviewed and

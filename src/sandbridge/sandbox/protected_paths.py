@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.egress.requests import shown
 from sandbridge.exceptions import GitNotRun, SandboxError
 from sandbridge.path_within import is_within
 from sandbridge.sandbox import host_git
@@ -53,6 +52,7 @@ from sandbridge.sandbox.repositories import (
     nested_repositories_and_policy_dirs,
     path_value,
 )
+from sandbridge.shown_text import shown
 
 # What a git dir holds that the owner's git runs or obeys: its config (fsmonitor, hooks
 # path, filters, aliases, includes), hooks, info/ (exclude hides files from review,

@@ -9,6 +9,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sandbridge import log
 from sandbridge.exceptions import RegistrationError
@@ -30,7 +31,9 @@ from sandbridge.relay.host.registration_server import ReadHtml, RegistrationServ
 from sandbridge.relay.host.settings import ForwardingMode, RelaySettings, SessionScope
 from sandbridge.relay.host.snapshot import Snapshot
 from sandbridge.relay.host.upstream import UpstreamConnector
-from sandbridge.relay.listener.app_listener import AppListener
+
+if TYPE_CHECKING:
+    from sandbridge.relay.listener.app_listener import AppListener
 
 OnRegister = Callable[[App], None]
 
@@ -147,6 +150,14 @@ class HostSession:
         self._also_auto.add(listener.host_port)
         self._write_entry()
 
+    def _listener(self, request: RegisterRequest) -> AppListener:
+        """The listener for ``request``'s app, not started. Its modules (the relay's whole
+        connection path) are imported with the session's first app: a session that
+        serves none (``run -- make test``) never loads them."""
+        from sandbridge.relay.listener.app_listener import AppListener
+
+        return AppListener(request.port, request.base_path, self._connector, self._scope)
+
     async def _add_listener(self, request: RegisterRequest) -> AppListener:
         """A new listener for ``request`` (with the lock held)."""
         if len(self.listeners) >= self.settings.max_apps:
@@ -160,7 +171,7 @@ class HostSession:
                 f"{AUTO_RATE_PREFIX}{limit.limit} new apps in {limit.window:g} s; port "
                 f"{request.port} is offered again on a later scan"
             )
-        listener = AppListener(request.port, request.base_path, self._connector, self._scope)
+        listener = self._listener(request)
         await listener.start()
         self.listeners.append(listener)
         self._requests[listener.host_port] = request
@@ -183,9 +194,7 @@ class HostSession:
                 ):
                     log.warning("app.not_restored", record=repr(record)[:200])
                     continue
-                listener = AppListener(
-                    request.port, request.base_path, self._connector, self._scope
-                )
+                listener = self._listener(request)
                 await listener.start(origin)
                 self.listeners.append(listener)
                 self._requests[listener.host_port] = request

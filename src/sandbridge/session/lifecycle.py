@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from sandbridge.aio.owner_questions import OwnerQuestions, terminal_asker
-from sandbridge.egress.gate import EgressGate
-from sandbridge.egress.log import LOG_NAME, EgressLog
-from sandbridge.egress.request_server import OwnerOp, refuse_without_gate
+from sandbridge.egress.no_gate import OwnerOp, refuse_without_gate
 from sandbridge.exceptions import ControlRefusal, RegistrationError
 from sandbridge.places import host_commands
 from sandbridge.places.registry import SessionEntry
@@ -36,7 +34,8 @@ from sandbridge.protocol.contract import (
     SSH_AGENT_SOCKET,
 )
 from sandbridge.relay.host.app import App
-from sandbridge.relay.host.host_opener import HostOpener, OpenSettings
+from sandbridge.relay.host.host_opener import HostOpener
+from sandbridge.relay.host.open_settings import OpenSettings
 from sandbridge.relay.host.owned_upstream import PendingOwnedUpstream
 from sandbridge.relay.host.settings import RelaySettings
 from sandbridge.session.host import HostSession
@@ -50,6 +49,7 @@ from sandbridge.terminals.worker_socket import WorkerSocket
 if TYPE_CHECKING:
     from sandbridge.clipboard.server import ClipboardBridge
     from sandbridge.containers.server import ContainerBridge
+    from sandbridge.egress.gate import EgressGate
     from sandbridge.ssh_agent.server import AgentBridge
 
 
@@ -268,6 +268,11 @@ def _egress_gate(
     policy = options.policy
     if policy is None or policy.mode.value is not NetMode.ALLOW:
         return None
+    # The gate's modules (its proxy, its log) are a session's that allows destinations:
+    # one with net none or full never imports them, as a bridge's are imported when on.
+    from sandbridge.egress.gate import EgressGate
+    from sandbridge.egress.log import LOG_NAME, EgressLog
+
     gate = EgressGate(
         runtime_dir.path / EGRESS_SOCKET,
         policy,

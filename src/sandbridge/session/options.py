@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the host halves' modules (and the settings of some): not im
     from sandbridge.containers.settings import ContainerSettings
     from sandbridge.project.policy import Policy
     from sandbridge.relay.host.app import App
-    from sandbridge.relay.host.host_opener import OpenSettings
+    from sandbridge.relay.host.open_settings import OpenSettings
     from sandbridge.relay.host.settings import RelaySettings
     from sandbridge.ssh_agent.choice import AgentSettings
 

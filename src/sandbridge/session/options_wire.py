@@ -21,8 +21,7 @@ from sandbridge.protocol.http.origin_policy import UrlForm
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
 from sandbridge.protocol.publish_rules import parse_rule
 from sandbridge.protocol.relay_settings import LIMITS, Limit, checked
-from sandbridge.relay.host.host_opener import OpenSettings
-from sandbridge.relay.host.oauth_callback import CALLBACK_DEADLINE
+from sandbridge.relay.host.open_settings import CALLBACK_DEADLINE, OpenSettings
 from sandbridge.relay.host.settings import ForwardingMode, RelaySettings
 from sandbridge.session.options import SessionOptions
 

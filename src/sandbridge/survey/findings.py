@@ -3,7 +3,7 @@
 A finding carries a *name* (an ecosystem, a host, a port, a variable's name) and where it
 was seen, never a value. Whatever a finding holds came from the project, which an earlier
 sandbox may have written (a file named ``x\nevil.test\n``, a compose service named with a
-terminal escape): every text field is stored :func:`~sandbridge.egress.requests.shown`,
+terminal escape): every text field is stored :func:`~sandbridge.shown_text.shown`,
 one printable line, so no output or policy comment built from it can start a second line
 or move the owner's cursor. The readers in :mod:`sandbridge.survey.packages` and
 :mod:`sandbridge.survey.services` build findings only through the functions here,
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sandbridge.egress.decision import address_kind
-from sandbridge.egress.requests import shown
 from sandbridge.project.policy import DEFAULT_GATE_ADDR, normalise_name, parse_ip
+from sandbridge.shown_text import shown
 
 # Loopback names: a registry or service there is a host service, not an internet host.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})

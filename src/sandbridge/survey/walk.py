@@ -12,7 +12,7 @@ meanwhile is refused too), opens only regular files (a FIFO would block), and bo
 depth, the entries looked at, the files read and the bytes of each. Whatever it skips
 (too large, binary, not UTF-8, a link) becomes a note naming the file, never an error.
 Every name, path and text a finding or note holds is one printable line (control and
-line-separator characters escaped, :func:`~sandbridge.egress.requests.shown`).
+line-separator characters escaped, :func:`~sandbridge.shown_text.shown`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.egress.requests import shown
 from sandbridge.exceptions import PolicyError
+from sandbridge.shown_text import shown
 from sandbridge.survey import packages as survey_packages
 from sandbridge.survey import services as survey_services
 from sandbridge.survey.findings import Finding, Kind, Reader, host_display

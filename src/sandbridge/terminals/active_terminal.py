@@ -4,7 +4,8 @@ The host holds no channel key: it copies ``CIPHER`` frames between the client an
 worker, forwards client input only within the worker's input window (``TAKEN``), and
 every refresh asks the broker whether authority still stands, sending the worker its
 next lease or a STOP. Every STOP arms a cut-off: a worker that has not ended within its
-hang-up grace plus :data:`STOP_MARGIN` has its link closed, whatever it does meanwhile.
+hang-up grace plus ``STOP_MARGIN`` (``settings.py``) has its link closed, whatever it
+does meanwhile.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from sandbridge.terminals.framed_stream import FramedStream, json_body
 from sandbridge.terminals.frames import INPUT_WINDOW, Kind
 from sandbridge.terminals.settings import TerminalSettings
 
-# After a STOP, a worker that has not ended within its grace plus this margin is cut off.
-STOP_MARGIN = 5.0
 # A worker that takes no bytes from its link for this long is gone (or hostile): one
 # maximal lease, since a worker that cannot take a lease for that long has lapsed anyway.
 WORKER_DRAIN_TIMEOUT = 10.0

@@ -19,6 +19,7 @@ import nacl.signing
 from sandbridge.exceptions import ApprovalRefused
 from sandbridge.protocol.jsonline import decode_json
 from sandbridge.terminals.keys import public_hex, verify_signature
+from sandbridge.terminals.settings import MAX_CLOCK_SKEW
 
 VERSION = 1
 # The default lifetime of an approval, as the issue asks: long enough to look around.
@@ -29,11 +30,6 @@ MAX_TTL = 24 * 3600.0
 # The shortest approval that can still start a terminal: the readiness budget (5 s)
 # plus a second of margin; shorter ones are refused when signed rather than at attach.
 MIN_TTL = 6.0
-# How far ahead of this machine's clock a signer's may be: an approval signed on a laptop
-# expires at the laptop's now + ttl. Beyond it, an expiry further away than the ttl is
-# refused, so every approval (and the reservation kept until it expires) ends within
-# MAX_TTL + MAX_CLOCK_SKEW of its use. Five minutes, as Kerberos allows.
-MAX_CLOCK_SKEW = 5 * 60.0
 # A reason is shown to the owner on one line and stored in the audit log.
 MAX_REASON = 200
 # A signed document travels in one control line.

@@ -26,6 +26,7 @@ import nacl.signing
 
 from sandbridge.aio.tasks import first_done, running
 from sandbridge.exceptions import ChannelError, FrameError, SandbridgeError
+from sandbridge.places.socket_path import short_path
 from sandbridge.terminals import approval, channel, fd_io
 from sandbridge.terminals.channel import Message, MessageType
 from sandbridge.terminals.control import (
@@ -33,7 +34,6 @@ from sandbridge.terminals.control import (
     parse_answer,
     parse_request_id,
     said,
-    short_path,
     socket_of,
 )
 from sandbridge.terminals.escape_filter import EscapeFilter

@@ -1,21 +1,12 @@
-"""The host side of owner-approved terminals: the session's control socket and admission.
+"""The host side of owner-approved terminals: the session's control socket and requests.
 
 One broker per ``sandbridge run`` session. It serves ``control.sock`` in the session's
 host-only directory (0600 in a 0700 directory the sandbox never sees): one JSON request
 line per connection, one JSON answer line, and for ``attach`` the encrypted relay after
 it. Each request moves along the state table of :mod:`~sandbridge.terminals.request_state`.
-An attach is decided by :func:`~sandbridge.terminals.admission.decide_admission` (pure:
-the request is approved and unused, the attach proof was made with the approved
-requester's private key, the owner's approval verifies now, the requester is still
-allowed, the approval's remaining life covers the readiness budget); the broker carries
-the decision out: it audits a refusal, or reserves the approval's nonce in the fsynced
-journal and only then starts the worker. The client is acknowledged after the worker
-says it is ready.
-
-While a terminal runs (:mod:`~sandbridge.terminals.active_terminal`), the broker relays
-ciphertext between the client and the worker (it holds no channel key), and every
-``refresh`` seconds re-checks authority and sends the worker a lease of at most 10 s,
-capped by the approval's expiry.
+An attach (its admission, the approval's reservation, the running terminal whose
+authority is re-checked every ``refresh`` seconds) is served by ``attach_server.py``,
+which the broker imports at the session's first attach.
 
 The same socket carries the owner's requests for other parts of the session (the egress
 requests' ``egress_*`` ops): the session passes them in as ``owner_ops``, so the broker
@@ -34,48 +25,35 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbridge import log
-from sandbridge.aio import untrusted_fds
 from sandbridge.aio.before_loop import UNIX_BACKLOG, bind_unix_socket
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.exceptions import (
     ApprovalRefused,
     ControlRefusal,
-    FrameError,
     IllegalMove,
     JournalError,
     KeyFileError,
 )
-from sandbridge.terminals import approval as approvals
-from sandbridge.terminals import channel, keys, pending
-from sandbridge.terminals.active_terminal import STOP_MARGIN, ActiveTerminal, relay
-from sandbridge.terminals.admission import (
-    Admit,
-    Authority,
-    Lease,
-    Refuse,
-    RequestFacts,
-    decide_admission,
-    decide_lease,
-    lease_terms,
-)
-from sandbridge.terminals.control import short_path
+from sandbridge.places.socket_path import short_path
+from sandbridge.terminals import pending
 from sandbridge.terminals.control_line import (
     MAX_CONTROL_LINE,
     read_message,
     refusal_line,
     write_message,
 )
-from sandbridge.terminals.fd_io import client_end
-from sandbridge.terminals.framed_stream import FramedStream, json_body
-from sandbridge.terminals.frames import FROM_CLIENT, Kind
+from sandbridge.terminals.framed_stream import FramedStream
 from sandbridge.terminals.journal import AuditLog, ReservationJournal, state_dir
 from sandbridge.terminals.request_record import TerminalRequest
 from sandbridge.terminals.request_state import FINISHED, OPEN, RequestEvent, RequestState
-from sandbridge.terminals.settings import TerminalSettings
+from sandbridge.terminals.settings import STOP_MARGIN, TerminalSettings
 from sandbridge.terminals.taken_requests import TakenRequests
 
-# The requester has this long to answer the attach challenge.
-PROOF_TIMEOUT = 30.0
+# The signatures' modules (approval.py, keys.py, and nacl under them) are imported by the
+# ops that verify a signature or read a key, the first time one is asked: a session
+# nobody asks for a terminal never loads them (docs/architecture.md, "What a command's
+# start imports"); an attach's modules likewise (``attach_server.py``).
+
 # Requests waiting for the owner, per session: enough for a team, bounded for memory.
 MAX_OPEN_REQUESTS = 64
 # Requests one session remembers, open and finished: finished ones (denied, revoked,
@@ -90,8 +68,6 @@ MAX_STORED_REQUESTS = 256
 MAX_REFUSED_KEYS_AUDITED = 16
 # Keys one session may add with ``terminal allow``: a team, not a directory.
 MAX_SESSION_REQUESTERS = 64
-# The attach challenge: fresh random bytes the requester's proof must sign.
-CHALLENGE_BYTES = 32
 # A control client sends its line at once; a silent one held a descriptor of the host (in
 # the daemon, every session's) for the session's life: dropped after this long.
 CONTROL_LINE_TIMEOUT = 10.0
@@ -135,7 +111,7 @@ class TerminalBroker:
         # approval for the old one never opens a terminal in the new one.
         self.instance = secrets.token_hex(8)
         self.settings = TerminalSettings() if settings is None else settings
-        self._sandbox = sandbox
+        self.sandbox = sandbox
         self._requests: dict[str, TerminalRequest] = {}
         self._server: asyncio.Server | None = None
         self._handlers = TaskSet()
@@ -190,6 +166,8 @@ class TerminalBroker:
         kept = pending.load(self.pending_path)
         if kept is not None:
             self.instance = kept.instance
+            from sandbridge.terminals import keys
+
             for key in kept.requesters[:MAX_SESSION_REQUESTERS]:
                 with contextlib.suppress(KeyFileError):
                     self._session_requesters.add(keys.public_hex(keys.parse_public_key(key)))
@@ -207,9 +185,11 @@ class TerminalBroker:
         instance, by a requester still allowed (the file is never trusted further)."""
         if not pending.names_request_of(request_id, self.session) or request_id in self._requests:
             return None
+        from sandbridge.terminals import approval as approvals
+
         try:
             request = approvals.verify_request(document, self.session, self.instance)
-            allowed = request.requester in self._allowed()
+            allowed = request.requester in self.allowed()
         except (ApprovalRefused, KeyFileError):
             return None
         if not allowed:
@@ -238,8 +218,8 @@ class TerminalBroker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        if self._sandbox is not None:
-            self._sandbox.close()
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -263,7 +243,14 @@ class TerminalBroker:
                 message = await read_message(reader)
             op = message.get("op")
             if op == "attach":
-                await self._attach(message, reader, writer)
+                request = self._requests.get(str(message.get("id")))
+                if request is None:
+                    raise self.refuse(None, "unknown_request", f"no request {message.get('id')!r}")
+                # Admission's and a running terminal's modules are this op's alone: a
+                # session nobody attaches to never imports them.
+                from sandbridge.terminals.attach_server import attach
+
+                await attach(self, request, message, reader, writer)
                 return
             handler = {
                 "info": self._info,
@@ -302,8 +289,10 @@ class TerminalBroker:
         return {"session": self.session, "instance": self.instance}
 
     async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        from sandbridge.terminals import approval as approvals
+
         request = approvals.verify_request(message.get("request"), self.session, self.instance)
-        if request.requester not in self._allowed():
+        if request.requester not in self.allowed():
             if (
                 request.requester not in self._refused_requesters
                 and len(self._refused_requesters) < MAX_REFUSED_KEYS_AUDITED
@@ -370,6 +359,9 @@ class TerminalBroker:
         request = self._lookup(message)
         if not request.machine.allows(RequestEvent.APPROVE):
             raise ControlRefusal("not_pending", f"request {request.id} is {request.state.value}")
+        from sandbridge.terminals import approval as approvals
+        from sandbridge.terminals import keys
+
         document = message.get("approval")
         admitted = approvals.verify_approval(
             document,
@@ -417,13 +409,17 @@ class TerminalBroker:
         self.audit.record("revocation", session=self.session, request=request.id)
         return {"state": request.state.value, "was_active": was_active}
 
-    def _allowed(self) -> set[str]:
+    def allowed(self) -> set[str]:
         """Keys that may request now: the owner's, the user's list, this session's list."""
+        from sandbridge.terminals import keys
+
         return keys.allowed_requesters() | self._session_requesters
 
     async def _allow(self, message: dict[str, Any]) -> dict[str, Any]:
         if len(self._session_requesters) >= MAX_SESSION_REQUESTERS:
             raise ControlRefusal("too_many", f"{MAX_SESSION_REQUESTERS} keys are already allowed")
+        from sandbridge.terminals import keys
+
         try:
             key = keys.public_hex(keys.parse_public_key(str(message.get("key"))))
         except KeyFileError as exc:
@@ -439,9 +435,8 @@ class TerminalBroker:
     async def _list(self, message: dict[str, Any]) -> dict[str, Any]:
         return {"requests": self.listing()}
 
-    # Admission ---------------------------------------------------------------------------
-
-    def _refuse(self, request: TerminalRequest | None, code: str, message: str) -> ControlRefusal:
+    def refuse(self, request: TerminalRequest | None, code: str, message: str) -> ControlRefusal:
+        """The refusal of an attach to ``request``, audited."""
         # One audit record per request and reason: a replay loop cannot flood the log (and
         # ids that name no request are only logged, for the same reason).
         if request is not None and code not in request.refusals:
@@ -452,149 +447,3 @@ class TerminalBroker:
             )  # fmt: skip
         log.info("terminal.refused", code=code)
         return ControlRefusal(code, message)
-
-    def _facts(self, request: TerminalRequest) -> RequestFacts:
-        return RequestFacts(
-            self.session, self.instance, request.id, request.request.requester, request.state,
-            request.approval_document,
-        )  # fmt: skip
-
-    def _authority(self) -> Authority:
-        """The owner's key and the allowed keys as their files say now."""
-        return Authority(
-            keys.public_hex(keys.owner_public_key()),
-            frozenset(self._allowed()),
-            frozenset(keys.trusted_owners()),
-        )
-
-    async def _attach(
-        self, message: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        request = self._requests.get(str(message.get("id")))
-        if request is None:
-            raise self._refuse(None, "unknown_request", f"no request {message.get('id')!r}")
-        challenge = secrets.token_bytes(CHALLENGE_BYTES)
-        write_message(
-            writer,
-            {
-                "ok": True, "challenge": challenge.hex(), "session": self.session,
-                "instance": self.instance,
-            },
-        )  # fmt: skip
-        await writer.drain()
-        async with asyncio.timeout(PROOF_TIMEOUT):
-            proof = await read_message(reader)
-        now = time.time()
-        decision = decide_admission(
-            self._facts(request), self._authority(), challenge, proof, now,
-            self.settings.ready_budget,
-        )  # fmt: skip
-        if isinstance(decision, Refuse):
-            raise self._refuse(request, decision.code, decision.message)
-        # Before the reservation: no approval is spent on a session that cannot start a
-        # terminal (a broker without a sandbox; a shim serving no terminal.sock).
-        why = (
-            "this session has no sandbox to open a terminal in"
-            if self._sandbox is None
-            else self._sandbox.unavailable()
-        )
-        if why is not None:
-            raise self._refuse(request, "no_sandbox", why)
-        seq = self._reserve(request, decision, now)
-        # Set by serve-stdio (remote/far_terminals.py) for a client on the laptop: its
-        # connection closing whole is then the link going, not the client leaving.
-        over_link = message.get("over_link") is True
-        await self._run_terminal(request, decision, seq, reader, writer, over_link)
-
-    def _reserve(self, request: TerminalRequest, admit: Admit, now: float) -> int:
-        """Spend the approval: its nonce in the fsynced journal, before anything starts."""
-        try:
-            seq = self.journal.reserve(
-                admit.approval.nonce, admit.approval.expires,
-                {"session": self.session, "request": request.id}, now,
-            )  # fmt: skip
-        except JournalError as exc:
-            raise self._refuse(request, exc.code, str(exc)) from None
-        request.process(RequestEvent.ADMIT)
-        self.on_change()
-        return seq
-
-    async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the connection)
-        self,
-        request: TerminalRequest,
-        admit: Admit,
-        seq: int,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        over_link: bool = False,
-    ) -> None:
-        proof = admit.proof
-        rows, cols = proof.rows, proof.cols
-        self.audit.record(
-            "admission", session=self.session, request=request.id,
-            requester=request.request.requester, rows=rows, cols=cols,
-            expires=admit.approval.expires,
-        )  # fmt: skip
-        client = FramedStream(reader, writer, FROM_CLIENT)
-        end, status, counts = "not_ready", -1, [0, 0]
-        worker: FramedStream | None = None
-        worker_sock: socket.socket | None = None
-        try:
-            async with asyncio.timeout(self.settings.ready_budget):
-                assert self._sandbox is not None  # _attach refused no_sandbox before
-                worker, worker_sock = await self._sandbox.start_worker()
-                lease = lease_terms(admit.approval.expires, time.time(), self.settings.lease)
-                worker.send_json(
-                    Kind.START,
-                    {
-                        "client_public": proof.client_public.hex(), "rows": rows, "cols": cols,
-                        "term": proof.term, "lease": lease.seconds, "final": lease.final,
-                        "idle": self.settings.idle,
-                        "hangup_grace": self.settings.hangup_grace,
-                    },
-                )  # fmt: skip
-                await worker.drain()
-                ready = await worker.next()
-            if ready is None or ready.kind is not Kind.READY:
-                raise FrameError("the worker did not answer READY")
-            body = json_body(ready)
-            public, header = bytes.fromhex(str(body["public"])), bytes.fromhex(str(body["header"]))
-            if len(public) != channel.PUBLIC_BYTES or len(header) != channel.HEADER_BYTES:
-                raise FrameError("the worker's READY has malformed keys")
-            terminal = ActiveTerminal(worker, self.settings.hangup_grace + STOP_MARGIN)
-            request.terminal = terminal
-            if request.state is RequestState.REVOKED:  # revoked while starting
-                terminal.stop("revoked")
-            write_message(writer, {"ok": True, "public": public.hex(), "header": header.hex()})
-            await writer.drain()
-            log.info("terminal.started", request=request.id, rows=rows, cols=cols)
-            end, status = await relay(
-                request.id, terminal, client, counts, self.settings,
-                lambda: self._renew(request), lambda: client_end(writer, over_link),
-            )  # fmt: skip
-        except (TimeoutError, FrameError, ValueError, KeyError, OSError, ControlRefusal) as exc:
-            log.info("terminal.failed", request=request.id, error=type(exc).__name__)
-            if end == "not_ready":
-                with contextlib.suppress(OSError):
-                    write_message(writer, {"ok": False, "code": "not_ready", "error": str(exc)})
-        finally:
-            if worker is not None:
-                await worker.close()
-            if worker_sock is not None:
-                untrusted_fds.release_socket(worker_sock)
-            request.terminal = None
-            request.process(RequestEvent.END)
-            self.on_change()
-            self.journal.finish(seq, "aborted" if end == "not_ready" else "ended")
-            self.audit.record(
-                "end", session=self.session, request=request.id,
-                requester=request.request.requester, bytes_in=counts[0], bytes_out=counts[1],
-                end=end, status=status,
-            )  # fmt: skip
-            log.info("terminal.ended", request=request.id, end=end, status=status)
-
-    def _renew(self, request: TerminalRequest) -> Lease | Refuse:
-        """The running terminal's next lease, or why its authority ended."""
-        return decide_lease(
-            self._facts(request), self._authority(), time.time(), self.settings.lease
-        )

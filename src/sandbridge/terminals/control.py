@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbridge.exceptions import ControlError, ControlTimeout, SandbridgeError
 from sandbridge.places.registry import session_path, validate_name
-from sandbridge.places.remotes import remote_control_socket
+from sandbridge.places.socket_path import short_path
 from sandbridge.protocol.contract import CONTROL_SOCKET
 from sandbridge.protocol.jsonline import decode_json
 
@@ -86,23 +84,15 @@ def control_socket(session: str) -> Path:
     return session_path(session) / CONTROL_SOCKET
 
 
-@contextlib.contextmanager
-def short_path(path: Path) -> Iterator[Path]:
-    """``path`` reached through a descriptor of its directory (``/proc/self/fd/N/name``):
-    Unix socket paths are limited to 108 bytes, and a deep ``$XDG_RUNTIME_DIR`` (or a
-    test's temporary dir) exceeds that."""
-    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        yield Path(f"/proc/self/fd/{fd}") / path.name
-    finally:
-        os.close(fd)
-
-
 def socket_of(place: Place) -> Path:
     """The control socket to connect to for ``place``: the session's own, or the
     ``connect`` serving its machine."""
     if place.machine is None:
         return control_socket(place.session)
+    # The far machines' records (and their sessions' wire) are a far place's alone:
+    # ``status`` and a local session's terminal commands never import them.
+    from sandbridge.places.remotes import remote_control_socket
+
     return remote_control_socket(place.machine)
 
 

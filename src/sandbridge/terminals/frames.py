@@ -13,9 +13,13 @@ import enum
 from dataclasses import dataclass
 
 from sandbridge.exceptions import FrameError
-from sandbridge.terminals.channel import MAX_ENVELOPE
 
 HEADER_BYTES = 5
+# The largest CIPHER body: one type byte, the channel's 16 KiB of data and secretstream's
+# 17 bytes of tag and MAC (libsodium's ABYTES): channel.py's MAX_ENVELOPE, written out so
+# that framing needs no nacl (a session's start imports this module, its first attach
+# the channel); tests/terminals/test_channel.py holds the two equal.
+MAX_ENVELOPE = 1 + 16 * 1024 + 17
 # Control frames carry small JSON objects (a lease, a reason, an exit status).
 MAX_CONTROL_BODY = 4096
 # Client input the host forwards to the worker before the worker says it took it (TAKEN):

@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sandbridge.terminals.active_terminal import ActiveTerminal
-from sandbridge.terminals.approval import Approval, Request
 from sandbridge.terminals.request_state import (
     FINISHED,
     RequestEvent,
     RequestState,
     RequestStateMachine,
 )
+
+if TYPE_CHECKING:  # a running terminal's module is imported at the first attach (broker.py)
+    from sandbridge.terminals.active_terminal import ActiveTerminal
+    from sandbridge.terminals.approval import Approval, Request
 
 
 @dataclass

@@ -27,6 +27,13 @@ IDLE = 300.0
 HANGUP_GRACE = 2.0
 # The client's and the worker's heartbeat interval.
 HEARTBEAT = 5.0
+# After a STOP, a worker that has not ended within its grace plus this margin is cut off.
+STOP_MARGIN = 5.0
+# How far ahead of this machine's clock a signer's may be (approval.py): an approval
+# signed on a laptop expires at the laptop's now + ttl. Beyond it, an expiry further away
+# than the ttl is refused, so every approval (and the reservation kept until it expires)
+# ends within MAX_TTL + MAX_CLOCK_SKEW of its use. Five minutes, as Kerberos allows.
+MAX_CLOCK_SKEW = 5 * 60.0
 
 _KNOBS: dict[str, tuple[str, float, float]] = {
     # attribute: (variable, lowest, highest)

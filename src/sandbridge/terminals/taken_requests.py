@@ -17,9 +17,13 @@ refuses new requests (``too_many``) rather than forget a nonce still live.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sandbridge.exceptions import ControlRefusal
-from sandbridge.terminals.approval import MAX_CLOCK_SKEW, Request
+from sandbridge.terminals.settings import MAX_CLOCK_SKEW
+
+if TYPE_CHECKING:  # the signatures' modules are the broker's first request's (broker.py)
+    from sandbridge.terminals.approval import Request
 
 # Requests one session takes within one clock skew (5 minutes): four times as many as it
 # remembers in all (broker.MAX_STORED_REQUESTS, 256), a few KiB of nonces.

@@ -17,7 +17,6 @@ from typing import Any
 from sandbridge import log
 from sandbridge.clipboard import read_log
 from sandbridge.containers import decision_log
-from sandbridge.egress.requests import shown
 from sandbridge.exceptions import (
     ControlError,
     ControlTimeout,
@@ -33,6 +32,7 @@ from sandbridge.places.registry import (
     validate_name,
 )
 from sandbridge.places.remotes import RemoteRecord, list_remotes
+from sandbridge.shown_text import shown
 from sandbridge.ssh_agent.signature_log import read_counts
 from sandbridge.terminals import keys
 from sandbridge.terminals.config_dir import config_dir

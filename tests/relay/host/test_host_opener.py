@@ -13,7 +13,8 @@ import pytest
 
 from sandbridge.places import host_commands
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction
-from sandbridge.relay.host.host_opener import HostOpener, OpenSettings, Outcome, decide
+from sandbridge.relay.host.host_opener import HostOpener, Outcome, decide
+from sandbridge.relay.host.open_settings import OpenSettings
 
 B, P, A = OpenAction.BROWSER, OpenAction.PRINT, OpenAction.ASK
 

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import os
-import shlex
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TextIO
 
 from sandbridge.aio.owner_questions import OwnerQuestions, Verdict, terminal_asker
@@ -32,7 +28,7 @@ from sandbridge.protocol.limits import MAX_OPENS_PER_WINDOW, OPEN_WINDOW, Window
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect, host_allowed, host_of
 from sandbridge.protocol.open_request import ExternalOpens, OpenAction, shown
 from sandbridge.relay.host.login_callbacks import LoginCallbacks
-from sandbridge.relay.host.oauth_callback import CALLBACK_DEADLINE
+from sandbridge.relay.host.open_settings import OpenSettings
 
 # A launcher (xdg-open, a browser's remote call) hands the URL on and exits in a moment;
 # a session ending right after the request waits this long for it, so the request is not
@@ -40,8 +36,6 @@ from sandbridge.relay.host.oauth_callback import CALLBACK_DEADLINE
 BROWSER_EXIT_GRACE = 5.0
 # An unanswered question on the terminal is a "no" after this long.
 ASK_TIMEOUT = 120.0
-# What runs a URL when neither --browser nor $BROWSER names a command.
-DEFAULT_BROWSER = "xdg-open"
 
 
 class Outcome(enum.Enum):
@@ -50,50 +44,6 @@ class Outcome(enum.Enum):
     BROWSER = "browser"  # the browser command was started with the URL
     PRINT = "print"  # the URL was printed
     ASK = "ask"  # the owner is asked on the terminal
-
-
-@dataclass(frozen=True, slots=True)
-class OpenSettings:
-    """How open requests are carried out in one session."""
-
-    action: OpenAction = OpenAction.PRINT
-    browser: tuple[str, ...] = (DEFAULT_BROWSER,)
-    external: ExternalOpens = ExternalOpens.PRINT
-    # The OAuth callback bridge (--oauth-callbacks, oauth_callbacks = on in the owner's
-    # config): an approved external open's loopback redirect_uri is awaited on the host.
-    oauth_callbacks: bool = False
-    # The owner's open_external_allow names: external URLs to them are approved, unasked.
-    allowed_hosts: tuple[str, ...] = ()
-    # How long a callback is awaited (--oauth-callback-deadline).
-    callback_deadline: float = CALLBACK_DEADLINE
-
-    @classmethod
-    def for_host(
-        cls,
-        environ: Mapping[str, str],
-        action: OpenAction | None = None,
-        browser: str | None = None,
-        external: ExternalOpens = ExternalOpens.PRINT,
-    ) -> OpenSettings:
-        """The owner's choices, else: ``browser`` with a desktop session (DISPLAY or
-        WAYLAND_DISPLAY set), ``print`` without; ``--browser``, else the first command
-        of ``$BROWSER``, else ``xdg-open``."""
-        if action is None:
-            desktop = environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY")
-            action = OpenAction.BROWSER if desktop else OpenAction.PRINT
-        source = "--browser"
-        if browser is None:
-            source = "$BROWSER"
-            browser = (environ.get("BROWSER") or "").split(os.pathsep)[0].strip()
-            if not browser:
-                source, browser = "default", DEFAULT_BROWSER
-        try:
-            argv = tuple(shlex.split(browser))
-        except ValueError as exc:
-            raise ValueError(f"the browser command ({source}) {browser!r}: {exc}") from None
-        if not argv:
-            raise ValueError(f"the browser command ({source}) {browser!r} is empty")
-        return cls(action, argv, external)
 
 
 def decide(settings: OpenSettings, *, external: bool, browsable: bool, terminal: bool) -> Outcome:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbridge import log
 from sandbridge.aio.tasks import TaskSet
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect, host_of, loopback_redirect
-from sandbridge.relay.host.oauth_callback import CallbackStatus, OAuthCallback, OpenSandboxPort
+
+if TYPE_CHECKING:
+    from sandbridge.relay.host.oauth_callback import CallbackStatus, OAuthCallback, OpenSandboxPort
 
 # Callbacks awaited at once in one session: a login awaits one; a few logins in a row
 # (an agent and its tools) a few. Past this an open is printed, not opened: each holds
@@ -66,6 +68,10 @@ class LoginCallbacks:
                 f"to {where} is not, and its login page is not opened: {url}"
             )
             return False
+        # The callback's server (an HTTP exchange of its own) is imported with the first
+        # login: a session that never carries one never loads it.
+        from sandbridge.relay.host.oauth_callback import OAuthCallback
+
         callback = OAuthCallback(
             redirect, self.open_sandbox, host_of(url), self.deadline, on_end=self._on_end
         )

@@ -50,11 +50,8 @@ from sandbridge.protocol.http.parser import (
 from sandbridge.protocol.oauth_redirect import LoopbackRedirect
 from sandbridge.relay.host import local_peer
 from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.host.open_settings import CALLBACK_DEADLINE
 
-# How long the host awaits a login's callback after the owner approved its open: a
-# person reads the provider's page, signs in, maybe does a second factor. After this
-# the port is closed and a late callback finds nothing listening.
-CALLBACK_DEADLINE = 600.0
 # A browser sends its request head at once; a connection silent this long is closed.
 HEAD_TIMEOUT = 15.0
 # The sandbox's login answers its callback with a short page at once; a login that has
