@@ -140,6 +140,60 @@ def test_a_kept_connection_the_app_closes_unanswered_sends_the_request_again(
     ]
 
 
+def test_a_kept_connection_the_app_closes_after_several_exchanges_sends_the_request_again(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    """The app closes its connection on the browser connection's fifth request, past the
+    lane's first exchanges (whose answers went to the browser): that request, too, goes
+    once more, and the browser connection goes on."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        if app.connections == 1:
+            for _ in range(4):
+                request = app.read_request(conn)
+                assert request is not None
+                conn.sendall(ok(request.split(b"\r\n", 1)[0]))
+            app.read_request(conn)  # the fifth: closed unanswered
+            return
+        answer_each(conn, app)
+
+    app = scripted(script)
+    browser = Browser(host_port_of(relay.register(app.port)))
+    try:
+        for index in range(6):
+            assert browser.get(f"/n/{index}")[2] == f"GET /n/{index} HTTP/1.1".encode()
+    finally:
+        browser.close()
+    assert app.connections == 2
+    assert [r.split(b"\r\n", 1)[0] for r in app.requests].count(b"GET /n/4 HTTP/1.1") == 2
+
+
+def test_a_request_whose_interim_response_reached_the_browser_is_not_sent_again(
+    relay: Relay, scripted: Callable[[Script], ScriptedApp]
+) -> None:
+    """A 103 went to the browser before the app closed the kept connection: the GET is
+    not repeated (the browser saw part of an answer), it gets the 502."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        app.read_request(conn)
+        conn.sendall(ok(b"first"))
+        app.read_request(conn)
+        conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+
+    app = scripted(script)
+    browser = Browser(host_port_of(relay.register(app.port)))
+    try:
+        # Pipelined: the second request is the connection's task's (the lane hands an
+        # interim response to the task, with what it read of the response).
+        browser.sock.sendall(browser.head("/one") + browser.head("/hinted"))
+        assert browser.response()[2] == b"first"
+        assert browser.response()[0] == 103
+        assert browser.response()[0] == 502
+    finally:
+        browser.close()
+    assert app.connections == 1
+
+
 def test_a_request_that_may_not_go_twice_on_a_kept_connection_the_app_closes_is_a_502(
     relay: Relay, scripted: Callable[[Script], ScriptedApp]
 ) -> None:

@@ -273,7 +273,7 @@ class AppListener:
                         return result
                     # The app closed the parked connection instead of answering (its own
                     # keep-alive timeout at that moment): the request goes out once more.
-                    self._again(browser)
+                    self._again(browser, before_the_pool=False)
             try:
                 opened = await self.connector.open(self.port)
             except UpstreamError as exc:
@@ -294,11 +294,12 @@ class AppListener:
         assert result is not None
         return result
 
-    def _again(self, browser: BrowserConnection) -> None:
+    def _again(self, browser: BrowserConnection, *, before_the_pool: bool = True) -> None:
         """The app closed a reused connection (aborted since) instead of answering a
-        bodiless request that may go twice: it goes once more, on a new connection."""
+        bodiless request that may go twice: it goes once more, on a new connection (not a
+        parked one, when the pool is asked after this: ``before_the_pool``)."""
         browser.events.appendleft(MESSAGE_END)
-        browser.no_parked = True
+        browser.no_parked = before_the_pool
         log.debug("upstream.reused_closed", port=self.host_port, app_port=self.port)
 
     async def resume(
@@ -337,9 +338,11 @@ class AppListener:
         """Send the request and relay the response; ``lane``: a bodiless request's
         response may be relayed from the read callback (:meth:`KeepAliveLane.relay_one`);
         ``resumed``: the lane sent the request (bodiless) and read these response
-        events already. ``None``: the
-        connection came from the pool (``parked``) and the app closed it before any of
-        a response; nothing was sent to the browser, and the request may go again."""
+        events already. ``None``: the connection was a reused one (``parked``: from the
+        pool, or kept from the browser connection's last exchange) and the app closed it
+        before any of a response; nothing was sent to the browser (not even an interim
+        response), and the request may go again. (A head the app began and cut counts as
+        nothing: none of it reached the browser.)"""
         exchange = Exchange()
         try:
             if resumed is not None:
@@ -373,7 +376,7 @@ class AppListener:
             upstream.channel.abort()
             if exchange.response_started:
                 raise OSError("upstream failed mid-response") from exc
-            if parked and closed_by_app:
+            if parked and closed_by_app and not exchange.interim_sent:
                 return None
             return await self._bad_gateway(browser, head, request, str(exc), force_close=True), None
         except BaseException:  # cancelled (the listener closes): the upstream goes too
@@ -492,6 +495,7 @@ class AppListener:
                             private=browser.heads.private,
                         )
                         await browser.send(response.head)  # interim: the client waits for it
+                        exchange.interim_sent = True
                     continue
                 decision = decide_response(
                     event, head, browser.heads, close_delimited=reader.close_delimited

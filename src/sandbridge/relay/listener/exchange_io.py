@@ -30,6 +30,7 @@ class Exchange:
     keep_browser: bool = False
     reuse_upstream: bool = False
     response_started: bool = False
+    interim_sent: bool = False  # a 1xx went to the browser: the request is never repeated
     body_sent: int = 0
     tunnelled: bool = False  # after a 101: both sockets now belong to a Tunnel
 

@@ -311,6 +311,7 @@ class KeepAliveLane:
     ) -> None:
         upstream.expect_response(head.method)
         self.head, self.request, self.in_flight = head, request, True
+        self.answering = False  # of this exchange: nothing of its response went out yet
         # A pipelined request waits in the channel until this exchange is over.
         self._browser.channel.lane = None
 
