@@ -106,6 +106,10 @@ pip_quiet() {
 ensure_uv() {
   local pin
   pin=$(sed -n 's/^uv==//p' requirements.lock)
+  if [ -z "$pin" ]; then
+    echo "dev.sh: requirements.lock pins no uv (a line uv==VERSION): ./dev.sh lock makes it" >&2
+    return 1
+  fi
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
   fi
@@ -126,7 +130,12 @@ install_locked() {
     --python "$venv/bin/python" --compile-bytecode -r "$lock") || status=$?
   if [ "$status" -eq 0 ]; then
     mapfile -t command <<<"$said"
-    "${command[@]}"
+    # A failure of uv's own (a certificate or a proxy it takes otherwise than pip, say)
+    # leaves the install to pip, which says what is wrong if it fails too.
+    "${command[@]}" || {
+      echo "dev.sh: uv could not install $lock (status $?); pip installs it" >&2
+      pip_quiet "$venv/bin/pip" install -q -r "$lock"
+    }
   elif [ "$status" -eq 3 ]; then
     echo "dev.sh: pip installs $lock: $said" >&2
     pip_quiet "$venv/bin/pip" install -q -r "$lock"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -40,12 +41,13 @@ SECTIONS = ("global", "install", ":env:")
 # Always: pip's rule for several indexes, the best version across all of them. uv's default
 # takes the first index that has the package at all, which fails here as soon as a local
 # index holds only older releases of a pinned package.
-ALWAYS = ("--index-strategy", "unsafe-best-match")
+# Also: the system's certificate store, which pip (Debian's, and pip's own truststore) trusts
+# and uv does not by default (a company's CA installed in the system only); and none of uv's
+# own configuration files, so pip's configuration alone decides.
+ALWAYS = ("--index-strategy", "unsafe-best-match", "--system-certs", "--no-config")
 
 # pip's settings that are uv flags: one flag per value.
 FLAGS = {
-    "index-url": "--index-url",
-    "extra-index-url": "--extra-index-url",
     "find-links": "--find-links",
     "constraint": "--constraints",
     "trusted-host": "--allow-insecure-host",
@@ -53,6 +55,9 @@ FLAGS = {
 # Those of them pip takes several values of (its list options: a value of several words,
 # split on whitespace, newlines included).
 SEVERAL = frozenset({"extra-index-url", "find-links", "constraint", "trusted-host"})
+# pip's index settings, as uv's environment variables (several values joined by spaces):
+# an index URL may hold credentials, which a command line shows to every user (ps).
+INDEXES = {"index-url": "UV_INDEX_URL", "extra-index-url": "UV_EXTRA_INDEX_URL"}
 # pip's yes/no settings that are uv flags (given when the value says yes).
 SWITCHES = {"no-index": "--no-index"}
 # pip's settings that are uv environment variables (a proxy is pip's for both schemes).
@@ -161,10 +166,15 @@ def effective(lines: Sequence[ConfigLine]) -> list[Setting]:
     return list(chosen.values())
 
 
+def _shown(value: str) -> str:
+    """``value`` for a message, the credentials of any URL in it masked (a CI log keeps it)."""
+    return repr(re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", value))
+
+
 def _yes(setting: Setting) -> bool:
     word = setting.value.strip().lower()
     if word not in YES | NO:
-        raise Untranslatable(f"{setting.origin} is neither yes nor no: {setting.value!r}")
+        raise Untranslatable(f"{setting.origin} is neither yes nor no: {_shown(setting.value)}")
     return word in YES
 
 
@@ -172,9 +182,9 @@ def _number(setting: Setting) -> str:
     try:
         seconds = float(setting.value)
     except ValueError:
-        raise Untranslatable(f"{setting.origin} is not a number: {setting.value!r}") from None
+        raise Untranslatable(f"{setting.origin} is not a number: {_shown(setting.value)}") from None
     if not math.isfinite(seconds) or seconds < 0:
-        raise Untranslatable(f"{setting.origin} is not a number: {setting.value!r}")
+        raise Untranslatable(f"{setting.origin} is not a number: {_shown(setting.value)}")
     return str(math.ceil(seconds))
 
 
@@ -185,10 +195,13 @@ def translate(settings: Sequence[Setting]) -> UvSettings:
         name, value = setting.name, setting.value
         if name in IGNORED:
             continue
+        values = [one for one in (value.split() if name in SEVERAL else [value.strip()]) if one]
         if name in FLAGS:
-            values = value.split() if name in SEVERAL else [value.strip()]
-            for one in filter(None, values):
+            for one in values:
                 uv.flags += [FLAGS[name], one]
+        elif name in INDEXES:
+            if values:
+                uv.env[INDEXES[name]] = " ".join(values)
         elif name in SWITCHES:
             if _yes(setting):
                 uv.flags.append(SWITCHES[name])
@@ -203,7 +216,7 @@ def translate(settings: Sequence[Setting]) -> UvSettings:
             uv.env[NUMBERS[name]] = _number(setting)
         else:
             raise Untranslatable(
-                f"uv has no equivalent of pip's setting {setting.origin} ({value!r})"
+                f"uv has no equivalent of pip's setting {setting.origin} ({_shown(value)})"
             )
     return uv
 
@@ -214,7 +227,7 @@ def command(uv_command: Sequence[str], config_list: str) -> list[str]:
     words = ["env", *(f"{k}={v}" for k, v in uv.env.items()), *uv_command, *uv.flags]
     for word in words:
         if "\n" in word:
-            raise Untranslatable(f"a value of several lines: {word!r}")
+            raise Untranslatable(f"a value of several lines: {_shown(word)}")
     return words
 
 
@@ -237,6 +250,9 @@ def main(argv: Sequence[str]) -> int:
         words = command(argv, pip_config_list(sys.executable))
     except Untranslatable as why:
         print(why)
+        return USE_PIP
+    except ValueError as why:  # a pip whose config list reads otherwise: pip installs
+        print(f"pip config list said what this does not read: {why}")
         return USE_PIP
     print("\n".join(words))
     return 0

@@ -14,7 +14,7 @@ import pytest
 from tests import pip_config_to_uv as translation
 from tests.conftest import REPO
 
-ALWAYS = ["--index-strategy", "unsafe-best-match"]
+ALWAYS = ["--index-strategy", "unsafe-best-match", "--system-certs", "--no-config"]
 SCRIPT = REPO / "tests" / "pip_config_to_uv.py"
 CA = "/srv/ca.pem"  # not a directory: a bundle file
 
@@ -27,14 +27,14 @@ def _uv(config_list: str) -> translation.UvSettings:
 MAPPINGS = [
     pytest.param(
         "global.index-url='https://mirror.corp.test/simple'",
-        ["--index-url", "https://mirror.corp.test/simple"],
-        {},
+        [],
+        {"UV_INDEX_URL": "https://mirror.corp.test/simple"},
         id="index-url",
     ),
     pytest.param(
-        "global.extra-index-url='https://a.test/simple'",
-        ["--extra-index-url", "https://a.test/simple"],
-        {},
+        "global.extra-index-url='https://a.test/simple https://b.test/simple'",
+        [],
+        {"UV_EXTRA_INDEX_URL": "https://a.test/simple https://b.test/simple"},
         id="extra-index-url",
     ),
     pytest.param(
@@ -119,14 +119,15 @@ def test_a_list_setting_gives_a_flag_per_value(lines: str, values: list[str]) ->
 
 def test_every_list_setting_splits() -> None:
     lines = "\n".join(
-        f"global.{name}='x y'" for name in ("extra-index-url", "constraint", "trusted-host")
+        f"global.{name}='x\\n y'" for name in ("extra-index-url", "constraint", "trusted-host")
     )
-    assert _uv(lines).flags == [
+    uv = _uv(lines)
+    assert uv.flags == [
         *ALWAYS,
-        *["--extra-index-url", "x", "--extra-index-url", "y"],
         *["--constraints", "x", "--constraints", "y"],
         *["--allow-insecure-host", "x", "--allow-insecure-host", "y"],
     ]
+    assert uv.env == {"UV_EXTRA_INDEX_URL": "x y"}
 
 
 def test_a_single_setting_is_not_split() -> None:
@@ -143,7 +144,7 @@ def test_a_single_setting_is_not_split() -> None:
     ],
 )
 def test_the_highest_section_wins_as_in_pip(lines: str, wins: str) -> None:
-    assert _uv(lines).flags == [*ALWAYS, "--index-url", wins]
+    assert _uv(lines).env == {"UV_INDEX_URL": wins}
 
 
 def test_the_timeouts_two_names_are_one_setting() -> None:
@@ -181,6 +182,19 @@ def test_the_command_is_env_the_variables_then_uv_with_its_flags() -> None:
 def test_a_value_of_several_lines_cannot_be_a_word_of_the_command() -> None:
     with pytest.raises(translation.Untranslatable, match="several lines"):
         translation.command(["uv"], "global.index-url='https://a.test/\\nsimple'")
+
+
+def test_an_index_url_is_never_a_word_of_the_command_nor_its_credentials_of_a_message() -> None:
+    """An index URL may hold a token: uv takes it from its environment, not its command
+    line (which ps shows every user), and a refusal masks it."""
+    secret = "https://me:t0ken@pkgs.corp.test/simple"
+    words = translation.command(["uv"], f"global.index-url='{secret}'")
+    assert words[:2] == ["env", f"UV_INDEX_URL={secret}"]
+    assert secret not in words[2:]
+    with pytest.raises(translation.Untranslatable) as refused:
+        _uv(f"global.use-feature='{secret}'")
+    assert "t0ken" not in str(refused.value)
+    assert "https://***@pkgs.corp.test/simple" in str(refused.value)
 
 
 def test_a_line_that_is_not_pip_config_lists_is_an_error() -> None:
@@ -227,15 +241,17 @@ def test_a_real_pip_config_list_translates(tmp_path: Path) -> None:
     assert sorted(uv.flags) == sorted(
         [
             *ALWAYS,
-            *["--index-url", "https://mirror.corp.test/simple"],
-            *["--extra-index-url", "https://one.corp.test/simple"],
-            *["--extra-index-url", "https://two.corp.test/simple"],
             *["--allow-insecure-host", "one.corp.test", "--allow-insecure-host", "two.corp.test"],
             *["--find-links", "/w1", "--find-links", "/w2"],
         ]
     )
     # The private file's cert is over the machine's (if it has one).
-    assert uv.env == {"SSL_CERT_FILE": str(tmp_path / "ca.pem"), "UV_HTTP_TIMEOUT": "30"}
+    assert uv.env == {
+        "SSL_CERT_FILE": str(tmp_path / "ca.pem"),
+        "UV_HTTP_TIMEOUT": "30",
+        "UV_INDEX_URL": "https://mirror.corp.test/simple",
+        "UV_EXTRA_INDEX_URL": "https://one.corp.test/simple https://two.corp.test/simple",
+    }
 
 
 def _script(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -263,7 +279,7 @@ def test_the_script_prints_the_command_from_a_real_pip(tmp_path: Path) -> None:
         "x.lock",
         *ALWAYS,
     ]
-    assert words.count("--extra-index-url") == 2
+    assert "UV_EXTRA_INDEX_URL=https://one.corp.test/simple https://two.corp.test/simple" in words
 
 
 def test_the_script_names_the_setting_that_makes_pip_install(tmp_path: Path) -> None:
