@@ -88,15 +88,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         resolver = builder.resolver.value
     found = survey(root)
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
-    # The registries of the project's toolchains alone: the policy has no place for the
-    # others, so their tools are not asked nor their names resolved.
-    ecosystems = init_policy.project_ecosystems(found)
-    registries = [
-        f
-        for f in presets.host_registries(presets.HostConfig.of_this_host())
-        if f.ecosystem in ecosystems
-    ]
-    registries += toolchain_indexes(os.environ, ecosystems)
+    registries = presets.host_registries(presets.HostConfig.of_this_host())
+    # The tools of the project's own toolchains alone are asked (each costs a start of
+    # pip or npm): the policy has a section for those only.
+    registries += toolchain_indexes(os.environ, init_policy.project_ecosystems(found))
     # The owner's own registries only: a name the project's files chose (the sandbox may
     # have written them) is not sent to a DNS server, so no data spelled into it leaves.
     indexes = [f.name for f in registries if _is_index(f)]

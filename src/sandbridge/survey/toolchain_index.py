@@ -114,6 +114,6 @@ def toolchain_indexes(
 ) -> list[Finding]:
     """The index hosts pip and npm on this host use, of the toolchains in ``ecosystems``
     (the project's: the policy has a section for those alone, so a tool the project does
-    not use is not run, nor its index's name resolved)."""
+    not use is not run)."""
     found = pip_index(environ, run) if PYTHON in ecosystems else []
     return found + (npm_registry(environ, run) if NPM in ecosystems else [])
