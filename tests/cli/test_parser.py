@@ -159,3 +159,18 @@ def test_status_imports_no_far_machines_modules(tmp_path: Path) -> None:
     assert "sandbridge.places.registry" in imported  # status read the registry
     far = {"sandbridge.places.remotes", "sandbridge.protocol.far_sessions"}
     assert sorted(imported & far) == []
+
+
+def test_the_daemon_imports_at_its_start_what_a_session_imports_at_first_use() -> None:
+    """The daemon serves many sessions for long: what a plain run defers, a session's
+    parts, it imports at its start (cli/daemon.py's SERVED_AHEAD), each a module that
+    exists and one the plain run indeed leaves out."""
+    import importlib
+
+    from sandbridge.cli.daemon import SERVED_AHEAD
+
+    for module in SERVED_AHEAD:
+        assert module.startswith(UNUSED_BY_A_PLAIN_RUN) or module in UNUSED_BY_A_PLAIN_RUN
+        importlib.import_module(module)
+    session_parts = {"relay.listener", "oauth_callback", "attach_server", "approval", "gate"}
+    assert all(any(part in module for module in SERVED_AHEAD) for part in session_parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import resource
 import sys
@@ -46,7 +47,26 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     # -P: never a module of the daemon's working directory (a project's, which a sandbox
     # may write).
     builder = [sys.executable, "-P", "-m", "sandbridge.cli.run_builder"]
+    for module in SERVED_AHEAD:
+        importlib.import_module(module)
     return event_loop.run(run_daemon(inherited, builder))
+
+
+# What a session imports where it first uses it (docs/architecture.md, "What a command's
+# start imports"), imported by the daemon at its start instead: it serves many sessions for
+# a long time, so each of them runs the code the daemon started with (a checkout updated
+# meanwhile cannot mix two versions in it), and no session's first app, attach or login
+# stalls the event loop every session shares.
+SERVED_AHEAD = (
+    "sandbridge.relay.listener.app_listener",
+    "sandbridge.relay.host.oauth_callback",
+    "sandbridge.terminals.attach_server",
+    "sandbridge.terminals.approval",
+    "sandbridge.places.remotes",
+    "sandbridge.egress.gate",
+    "sandbridge.egress.log",
+    "sandbridge.egress.request_server",
+)
 
 
 def cmd_install(args: argparse.Namespace) -> int:
