@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -203,3 +204,13 @@ def test_a_listener_on_ipv6_loopback_only_is_found_and_named() -> None:
     with socket.create_server(("::1", 0), family=socket.AF_INET6) as v6:
         port = v6.getsockname()[1]
         assert listening_ports()[port].address == "::1"
+
+
+def test_a_holder_whose_name_cannot_be_read_now_is_not_found_yet(tmp_path: Path) -> None:
+    """A process exiting or in an exec holds the socket but has no readable ``comm``: the
+    socket's owner is not found (auto-publish looks again), rather than named unknown."""
+    (tmp_path / "42" / "fd").mkdir(parents=True)
+    os.symlink("socket:[777]", tmp_path / "42" / "fd" / "3")
+    assert owners({777}, tmp_path) == {}
+    (tmp_path / "42" / "comm").write_text("vite\n")
+    assert owners({777}, tmp_path) == {777: "vite"}

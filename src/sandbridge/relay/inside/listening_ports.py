@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from sandbridge.protocol.sandbox_requests import UNKNOWN_PROCESS, process_name
+from sandbridge.protocol.sandbox_requests import process_name
 from sandbridge.protocol.sock_diag import (
     DIAG_REQUEST,
     NETLINK_SOCK_DIAG,
@@ -230,7 +230,9 @@ def owners(inodes: set[int], proc: Path = PROC) -> dict[int, str]:
                 scanned += 1
                 inode = wanted.get(target)
                 if inode is not None and inode not in found:
-                    found[inode] = _comm(pid.path)
+                    name = _comm(pid.path)
+                    if name is not None:  # (else exiting or in an exec: not found yet)
+                        found[inode] = name
                 if scanned >= MAX_FDS_SCANNED:
                     return found
         except OSError:
@@ -250,10 +252,11 @@ def _socket_links(pid_path: str) -> Iterator[str]:
                 continue  # closed meanwhile
 
 
-def _comm(pid_path: str) -> str:
+def _comm(pid_path: str) -> str | None:
+    """The process's name, or None if its ``comm`` cannot be read now."""
     try:
         with open(os.path.join(pid_path, "comm"), "rb") as file:
             raw = file.read(256)
     except OSError:
-        return UNKNOWN_PROCESS
+        return None
     return process_name(raw.decode("utf-8", "replace"))
