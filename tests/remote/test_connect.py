@@ -585,8 +585,13 @@ def test_a_far_side_churning_its_app_list_is_applied_calmly(
 
         _wait_until(lambda: served() == [9999], timeout=60)
         assert len(_listening_ports(laptop.process.popen.pid)) == 1
+    except AssertionError as failed:  # what connect said, for whoever reads the failure
+        failed.add_note(f"connect said: {laptop.process.drain('stderr')[-4000:]}")
+        failed.add_note(f"ls --json: {laptop.ls('--json')[:2000]}")
+        raise
     finally:
-        assert laptop.stop() == 0
+        status = laptop.stop()
+        assert status == 0, f"connect ended with {status}"
     assert laptop.process.popen.stderr is not None
     said = laptop.process.popen.stderr.read().decode().splitlines()
     assert len(said) < 20, said[:40]
