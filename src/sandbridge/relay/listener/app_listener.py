@@ -67,6 +67,13 @@ from sandbridge.relay.listener.tunnel import NativeTunnel, Tunnel, open_tunnel
 from sandbridge.relay.listener.v1_exchange import exchange_v1
 
 
+def _may_go_twice(browser: BrowserConnection, head: RequestHead, request: UpstreamRequest) -> bool:
+    """Whether the request may go on a reused app connection, and so once more on a new one
+    if the app closes that one unanswered: one the pool's rule lets go twice
+    (:func:`may_retry`), read whole (its end is next)."""
+    return may_retry(head, request) and bool(browser.events) and browser.events[0] is MESSAGE_END
+
+
 class AppListener:
     """Serves one app's host origin: ``127.0.0.1:<host_port>``, named ``<label>.localhost``
     (:class:`~sandbridge.protocol.http.origin_policy.AppOrigin`)."""
@@ -239,57 +246,47 @@ class AppListener:
             # twice goes once more on a new connection if the app closes this one
             # instead of answering (its keep-alive ended as the request came), as it
             # does on a parked one.
-            repeatable = (
-                may_retry(head, request)
-                and bool(browser.events)
-                and browser.events[0] is MESSAGE_END
+            result = await self._run_exchange(
+                browser, head, request, upstream, lane, _may_go_twice(browser, head, request)
             )
-            result = await self._run_exchange(browser, head, request, upstream, lane, repeatable)
             if result is not None:
                 return result
             self._again(browser)
-            upstream = None
-        # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
-        # has not taken yet: a new exchange never starts on it. This is also what bounds
-        # the heads the host holds for an app that does not read them: one.
-        if upstream is None or not upstream.ready_for_exchange():
-            if upstream is not None:
-                upstream.channel.abort()
-                upstream = None
-            no_parked, browser.no_parked = browser.no_parked, False
-            if sent is not None or (
-                self.pool
-                and not no_parked
-                and may_retry(head, request)
-                and browser.events
-                and browser.events[0] is MESSAGE_END
-            ):
-                parked = sent if sent is not None or self.pool is None else self.pool.take()
-                if parked is not None:
-                    result = await self._run_exchange(
-                        browser, head, request, parked, lane, True, sent is not None
-                    )
-                    if result is not None:
-                        return result
-                    # The app closed the parked connection instead of answering (its own
-                    # keep-alive timeout at that moment): the request goes out once more.
-                    self._again(browser, before_the_pool=False)
-            try:
-                opened = await self.connector.open(self.port)
-            except UpstreamError as exc:
-                return await self._bad_gateway(browser, head, request, str(exc)), None
-            if opened is None:
-                keep = await exchange_v1(
-                    browser,
-                    head,
-                    request,
-                    self.port,
-                    self.base_path,
-                    self.connector.socket_path,
-                    self.settings.response_timeout,
+        elif upstream is not None:
+            # Closed by the app meanwhile, bytes from it that answer nothing, or a head it
+            # has not taken yet: a new exchange never starts on it. This is also what
+            # bounds the heads the host holds for an app that does not read them: one.
+            upstream.channel.abort()
+        no_parked, browser.no_parked = browser.no_parked, False
+        if sent is not None or (
+            self.pool and not no_parked and _may_go_twice(browser, head, request)
+        ):
+            parked = sent if sent is not None or self.pool is None else self.pool.take()
+            if parked is not None:
+                result = await self._run_exchange(
+                    browser, head, request, parked, lane, True, sent is not None
                 )
-                return Exchange(keep_browser=keep), None
-            upstream = UpstreamConnection(*opened)
+                if result is not None:
+                    return result
+                # The app closed the parked connection instead of answering (its own
+                # keep-alive timeout at that moment): the request goes out once more.
+                self._again(browser, before_the_pool=False)
+        try:
+            opened = await self.connector.open(self.port)
+        except UpstreamError as exc:
+            return await self._bad_gateway(browser, head, request, str(exc)), None
+        if opened is None:
+            keep = await exchange_v1(
+                browser,
+                head,
+                request,
+                self.port,
+                self.base_path,
+                self.connector.socket_path,
+                self.settings.response_timeout,
+            )
+            return Exchange(keep_browser=keep), None
+        upstream = UpstreamConnection(*opened)
         result = await self._run_exchange(browser, head, request, upstream, lane)
         assert result is not None
         return result
