@@ -90,7 +90,7 @@ PLANTED: list[Callable[[Path], Path]] = [
 ]
 QUESTIONS: dict[str, Callable[[Path], object]] = {
     "toplevel": host_git.toplevel,
-    "hidden_from_status": host_git.hidden_from_status,
+    "index_facts": host_git.index_facts,
     "ignoring_rule": lambda repo: host_git.ignoring_rule(repo, "src/app/.envrc"),
 }
 
@@ -128,7 +128,7 @@ def test_a_socket_in_place_of_the_index_is_refused(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(str(repo / ".git" / "index"))
         with pytest.raises(GitNotRun) as caught:
-            host_git.hidden_from_status(repo)
+            host_git.index_facts(repo)
     assert str(caught.value) == refused(repo / ".git" / "index", "a socket")
 
 
@@ -165,8 +165,8 @@ def test_a_fifo_where_git_opens_nothing_for_these_questions_changes_nothing(
     plant(repo)
     started = time.monotonic()
     assert host_git.toplevel(repo) == repo
-    assert host_git.hidden_from_status(repo) == frozenset({"README"})
-    assert host_git.submodule_paths(repo) == []
+    assert host_git.index_facts(repo).hidden == frozenset({"README"})
+    assert host_git.index_facts(repo).submodules == []
     assert host_git.ignoring_rule(repo, ".envrc") is None
     assert time.monotonic() - started < PROMPT
 
@@ -217,7 +217,7 @@ def test_a_file_the_index_or_the_repositorys_settings_lead_git_to_is_refused(
     naming the file, where it waited the whole timeout."""
     repo = make_repo(tmp_path / "proj")
     path = plant(repo)
-    for question in (host_git.hidden_from_status, host_git.submodule_paths):
+    for question in (host_git.index_facts,):
         started = time.monotonic()
         with pytest.raises(GitNotRun) as caught:
             question(repo)
@@ -246,6 +246,6 @@ def test_a_sparse_index_is_read_as_it_is_never_expanded_from_the_object_store(
     tree = git(repo, "rev-parse", "HEAD:out").stdout.strip()
     fifo_in_place_of(repo / ".git" / "objects" / tree[:2] / tree[2:])
     started = time.monotonic()
-    assert host_git.hidden_from_status(repo) == frozenset({"out/"})
-    assert host_git.submodule_paths(repo) == []
+    assert host_git.index_facts(repo).hidden == frozenset({"out/"})
+    assert host_git.index_facts(repo).submodules == []
     assert time.monotonic() - started < PROMPT

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from sandbridge.exceptions import GitNotRun
 from sandbridge.sandbox import host_git
+from sandbridge.sandbox.mounts import Mount
+from sandbridge.sandbox.protected_paths import decide
 from tests.sandbox.test_protected_paths import git, make_repo
 
 
@@ -27,9 +30,9 @@ def test_questions_never_run_the_projects_configured_commands(tmp_path: Path) ->
     (tmp_path / "post-index-change").chmod(0o755)
     assert host_git.toplevel(repo / ".git" / "..") == repo
     assert any(e.key == "core.fsmonitor" for e in host_git.config_entries(repo))
-    assert host_git.submodule_paths(repo) == []
+    assert host_git.index_facts(repo).submodules == []
     assert host_git.ignoring_rule(repo, "README") is None
-    assert host_git.hidden_from_status(repo) == frozenset()
+    assert host_git.index_facts(repo).hidden == frozenset()
     assert not marker.exists()
     git(repo, "status")  # the owner's git does run it: the test's set-up is live
     assert marker.exists()
@@ -78,6 +81,85 @@ def test_ignoring_rule_names_source_and_line_and_skips_negations(tmp_path: Path)
     assert host_git.ignoring_rule(repo, "keep.log") is None
 
 
+def spy_on_git(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """Every git command sandbridge's questions run from now on (they still run)."""
+    ran: list[tuple[str, ...]] = []
+    real = host_git.run_git
+
+    def counted(
+        cwd: Path, *args: str, stdin: str | None = None, asked: Sequence[str] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        ran.append(args)
+        return real(cwd, *args, stdin=stdin, asked=asked)
+
+    monkeypatch.setattr(host_git, "run_git", counted)
+    return ran
+
+
+def test_ignoring_rules_asks_git_once_for_every_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One ``check-ignore`` for all the names, each name as it is (a space, a LF, a CR, a
+    byte that is not UTF-8, a leading dash), a negation not taken for a rule."""
+    repo = make_repo(tmp_path / "proj")
+    odd = ["a b.log", "line\nfeed.log", "cr\r.log", os.fsdecode(b"bad\xff.log"), "-x.log"]
+    (repo / ".gitignore").write_text("*.log\n!keep.log\n/sub/deep/*.env\n")
+    ran = spy_on_git(monkeypatch)
+    rules = host_git.ignoring_rules(repo, [*odd, "keep.log", "README", "sub/deep/x.env"])
+    assert rules == {
+        **{name: ".gitignore:1:*.log" for name in odd},
+        "sub/deep/x.env": ".gitignore:3:/sub/deep/*.env",
+    }
+    assert [args[0] for args in ran] == ["check-ignore"]
+    assert host_git.ignoring_rules(repo, []) == {}
+    assert len(ran) == 1
+
+
+def test_a_fifo_gitignore_on_the_way_to_any_name_asked_is_refused(tmp_path: Path) -> None:
+    """The names go to git on its input: the ``.gitignore`` files on the way to each of
+    them are checked, not only the last argument's."""
+    repo = make_repo(tmp_path / "proj")
+    (repo / "a" / "b").mkdir(parents=True)
+    os.mkfifo(repo / "a" / ".gitignore")
+    with pytest.raises(GitNotRun, match=r"a/\.gitignore is a FIFO, not a file"):
+        host_git.ignoring_rules(repo, ["README", "a/b/.envrc", "c/.npmrc"])
+
+
+def test_the_index_is_read_once_for_submodules_and_hidden_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "proj")
+    sub = make_repo(tmp_path / "sub")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "lib")
+    (repo / "skipped").write_text("x\n")
+    git(repo, "add", "skipped")
+    git(repo, "update-index", "--skip-worktree", "skipped")
+    git(repo, "update-index", "--assume-unchanged", "README")
+    ran = spy_on_git(monkeypatch)
+    facts = host_git.index_facts(repo)
+    assert facts.submodules == [repo / "lib"]
+    assert facts.hidden == frozenset({"README", "skipped"})
+    assert [args[0] for args in ran] == ["ls-files", "config"]  # config: .gitmodules
+
+
+def test_settings_without_includes_are_listed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no config file names an include, git follows none: the listing without
+    includes is every setting, and git is not asked again with them."""
+    repo = make_repo(tmp_path / "proj")
+    git(repo, "config", "core.hooksPath", ".husky/_")
+    ran = spy_on_git(monkeypatch)
+    entries = host_git.config_entries(repo)
+    assert any(e.key == "core.hookspath" and e.value == ".husky/_" for e in entries)
+    assert ran == [("config", "--list", "--show-origin", "--no-includes", "-z")]
+    git(repo, "config", "includeIf.onbranch:nothing.path", "../absent")
+    ran.clear()
+    entries = host_git.config_entries(repo)
+    assert ran[-1] == ("config", "--list", "--show-origin", "--includes", "-z")
+    assert any(e.key == "includeif.onbranch:nothing.path" for e in entries)
+
+
 def test_a_repository_where_git_timed_out_is_not_asked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,7 +178,7 @@ def test_a_repository_where_git_timed_out_is_not_asked_again(
         "there blocks it (a FIFO?); not asked again in this run. Find it and remove it."
     )
     started = time.monotonic()
-    for question in (host_git.toplevel, host_git.hidden_from_status, host_git.config_entries):
+    for question in (host_git.toplevel, host_git.index_facts, host_git.config_entries):
         with pytest.raises(GitNotRun) as again:
             question(repo)
         assert str(again.value) == str(first.value)
@@ -148,4 +230,23 @@ def test_names_that_are_not_utf8_or_hold_a_cr_are_read_as_they_are(tmp_path: Pat
         (repo / name).write_text("x\n")
         git(repo, "add", "--", name)
         git(repo, "update-index", "--assume-unchanged", "--", name)
-    assert host_git.hidden_from_status(repo) == frozenset(names)
+    assert host_git.index_facts(repo).hidden == frozenset(names)
+
+
+def test_a_repositorys_protections_ask_git_three_times_and_its_end_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session in a plain repository runs git three times at its start (its settings,
+    its index, every deny-listed file it ignores) and once at its end (its index): each
+    git run is a process the start and the end wait for."""
+    repo = make_repo(tmp_path / "proj")
+    (repo / ".gitignore").write_text(".envrc\n")
+    ran = spy_on_git(monkeypatch)
+    protection = decide([Mount(repo, repo, writable=True)], repo)
+    assert sorted(args[0] for args in ran) == ["check-ignore", "config", "ls-files"]
+    assert repo / ".envrc" in {p.path for p in protection.placeholders}  # ignored: empty file
+    assert repo / ".npmrc" in protection.watched  # not ignored: named if it appears
+    ran.clear()
+    protection.create_placeholders()
+    assert protection.finish() == []
+    assert [args[0] for args in ran] == ["ls-files"]

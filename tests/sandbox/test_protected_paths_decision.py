@@ -14,7 +14,7 @@ import pytest
 
 from sandbridge.exceptions import PolicyError, SandboxError
 from sandbridge.project.policy import PolicyBuilder
-from sandbridge.sandbox.host_git import ConfigEntry
+from sandbridge.sandbox.host_git import ConfigEntry, IndexFacts
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.placeholder import Placeholder
 from sandbridge.sandbox.protected_paths import (
@@ -32,10 +32,9 @@ def facts(
 ) -> GitFacts:
     return GitFacts(
         config_entries=lambda top: list(config or []),
-        submodule_paths=lambda top: list(submodules or []),
-        ignoring_rule=lambda top, rel: "x:1:y" if rel in (ignored or set()) else None,
+        index_facts=lambda top: IndexFacts(list(submodules or []), frozenset()),
+        ignoring_rules=lambda top, names: {n: "x:1:y" for n in names if n in (ignored or set())},
         toplevel=lambda path: None,
-        hidden_from_status=lambda top: frozenset(),
     )
 
 

@@ -86,9 +86,12 @@ def ensure_file(path: Path) -> None:
         raise refusal(path, kind)
 
 
-def check(cwd: Path, args: Sequence[str]) -> Repository | None:
+def check(cwd: Path, args: Sequence[str], asked: Sequence[str] = ()) -> Repository | None:
     """Check every file git would open for ``git ARGS`` run in ``cwd``; return the
-    repository it would find (``None``: none), or raise :class:`GitNotRun`."""
+    repository it would find (``None``: none), or raise :class:`GitNotRun`.
+
+    ``asked``: the paths a ``check-ignore --stdin`` reads from its input (without
+    ``--stdin``, the path is the last argument)."""
     for path in _owner_files():
         ensure_file(path)
     repository = find(cwd)
@@ -100,8 +103,9 @@ def check(cwd: Path, args: Sequence[str]) -> Repository | None:
         for path in (common / "config", common / "info" / "exclude"):
             ensure_file(path)
         if "check-ignore" in args and repository.top is not None:
-            for directory in _directories_down_to(repository.top, cwd / args[-1]):
-                ensure_file(directory / ".gitignore")
+            for asked_path in asked if "--stdin" in args else args[-1:]:
+                for directory in _directories_down_to(repository.top, cwd / asked_path):
+                    ensure_file(directory / ".gitignore")
     if "-f" in args[:-1]:
         ensure_file(cwd / args[list(args).index("-f") + 1])
     return repository

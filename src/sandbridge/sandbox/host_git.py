@@ -16,8 +16,8 @@ start or end waits the timeout at most once per repository. Both raise
 from __future__ import annotations
 
 import os
-import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +44,6 @@ HARDENING = (
 GIT_TIMEOUT_SECONDS = 20.0
 # git's own limit on nested includes (config.c, MAX_INCLUDE_DEPTH): deeper, git stops.
 MAX_INCLUDE_DEPTH = 10
-# ``check-ignore -v``: SOURCE:LINE:PATTERN (the source may itself hold colons).
-_RULE = re.compile(r"(?P<source>.*):(?P<line>[0-9]+):(?P<pattern>.*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +65,17 @@ def available() -> bool:
 _hanging: dict[Path, str] = {}
 
 
-def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_git(
+    cwd: Path, *args: str, stdin: str | None = None, asked: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
     """Run the host's hardened git in ``cwd``; never raises for a git error.
+
+    ``asked``: the paths ``stdin`` lists for a ``check-ignore --stdin``, whose ignore
+    files are checked as those of a path on the command line are.
 
     Raises :class:`GitNotRun` instead of running git when a file it would open is not a
     file (git would hang), and when git timed out in that repository, now or before."""
-    repository = git_reads.check(cwd, args)
+    repository = git_reads.check(cwd, args, asked)
     key = Path(os.path.abspath(cwd if repository is None else repository.git_dir))
     if key in _hanging:
         raise GitNotRun(_hanging[key])
@@ -135,34 +138,43 @@ def config_entries(top: Path) -> list[ConfigEntry]:
     git follows them, the excludes file before ``check-ignore`` is asked."""
     if not available():
         return []
-    _check_included_files(top)
-    result = run_git(top, "config", "--list", "--show-origin", "--includes", "-z")
-    if result.returncode != 0:
-        return []
-    entries = _entries(top, result.stdout)
+    entries = _check_included_files(top)
+    if entries is None:
+        result = run_git(top, "config", "--list", "--show-origin", "--includes", "-z")
+        if result.returncode != 0:
+            return []
+        entries = _entries(top, result.stdout)
     for entry in entries:
         if entry.key == "core.excludesfile" and entry.value:
             git_reads.ensure_file(top / os.path.expanduser(entry.value))
     return entries
 
 
-def _check_included_files(top: Path) -> None:
+def _check_included_files(top: Path) -> list[ConfigEntry] | None:
     """Check each file an ``include.path`` or ``includeIf.*.path`` names, whatever its
     condition, level by level (each level listed without following includes), as deep as
-    git goes."""
+    git goes.
+
+    Where the first level names no include, git would follow none: its listing is every
+    setting, returned so that git is not asked again (``None``: ask with includes)."""
     level: list[tuple[str, ...]] = [()]
     seen: set[Path] = set()
-    for _ in range(MAX_INCLUDE_DEPTH):
+    first: list[ConfigEntry] | None = None
+    for depth in range(MAX_INCLUDE_DEPTH):
         following: list[tuple[str, ...]] = []
         for source in level:
             listed = run_git(
                 top, "config", *source, "--list", "--show-origin", "--no-includes", "-z"
             )
-            for entry in _entries(top, listed.stdout) if listed.returncode == 0 else []:
+            entries = _entries(top, listed.stdout) if listed.returncode == 0 else []
+            if depth == 0 and listed.returncode == 0:
+                first = entries
+            for entry in entries:
                 key = entry.key
-                if not (key == "include.path" or key.startswith("includeif.")) or not (
-                    key.endswith(".path") and entry.value
-                ):
+                if not (key == "include.path" or key.startswith("includeif.")):
+                    continue
+                first = None  # git follows includes: ask it to
+                if not (key.endswith(".path") and entry.value):
                     continue
                 base = top if entry.origin is None else entry.origin.parent
                 target = base / os.path.expanduser(entry.value)  # an absolute value wins
@@ -171,6 +183,7 @@ def _check_included_files(top: Path) -> None:
                     seen.add(target)
                     following.append(("-f", str(target)))
         level = following
+    return first
 
 
 def _entries(top: Path, listed: str) -> list[ConfigEntry]:
@@ -197,17 +210,37 @@ def _ls_files(top: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def submodule_paths(top: Path) -> list[Path]:
-    """Submodule checkouts of ``top``: gitlinks in the index and paths in ``.gitmodules``."""
+@dataclass(frozen=True, slots=True)
+class IndexFacts:
+    """What the index of one work tree says that the owner's review depends on."""
+
+    # Submodule checkouts: gitlinks in the index and paths in ``.gitmodules``.
+    submodules: list[Path]
+    # Entries git status does not check (assume-unchanged or skip-worktree): a change to
+    # such a file shows in neither ``git status`` nor ``git diff``.
+    hidden: frozenset[str]
+
+
+def index_facts(top: Path) -> IndexFacts:
+    """``top``'s submodules and hidden entries, from one ``ls-files --stage -v``.
+
+    Each record is ``TAG MODE OBJECT STAGE\tNAME``: a gitlink has mode 160000; the tag is
+    ``S`` for skip-worktree and lower case for assume-unchanged."""
     if not available():
-        return []
+        return IndexFacts([], frozenset())
     paths: set[str] = set()
-    staged = _ls_files(top, "--stage", "-z")
-    if staged.returncode == 0:
-        for record in staged.stdout.split("\0"):
+    hidden: set[str] = set()
+    listed = _ls_files(top, "--stage", "-v", "-z")
+    if listed.returncode == 0:
+        for record in listed.stdout.split("\0"):
             meta, _, name = record.partition("\t")
-            if meta.startswith("160000 "):
+            tag, _, entry = meta.partition(" ")
+            if not name:
+                continue
+            if entry.startswith("160000 "):
                 paths.add(name)
+            if tag == "S" or (len(tag) == 1 and tag.islower()):
+                hidden.add(name)
     if (top / ".gitmodules").is_file():
         listed = run_git(top, "config", "-f", ".gitmodules", "-z", "--get-regexp", r"\.path$")
         if listed.returncode == 0:
@@ -215,41 +248,46 @@ def submodule_paths(top: Path) -> list[Path]:
                 _, _, value = item.partition("\n")
                 if value:
                     paths.add(value)
-    result = []
+    submodules = []
     for name in sorted(paths):
         path = (top / name).resolve()
         if path.is_relative_to(top) and path != top:
-            result.append(path)
-    return result
+            submodules.append(path)
+    return IndexFacts(submodules, frozenset(hidden))
 
 
 def ignoring_rule(top: Path, relative: str) -> str | None:
     """``source:line:pattern`` of the rule by which the owner's git ignores ``relative``."""
-    if not available():
-        return None
-    result = run_git(top, "check-ignore", "-v", "--no-index", "--", relative)
-    if result.returncode != 0 or not result.stdout.strip():
-        return None
-    rule, _, _ = result.stdout.strip().partition("\t")
-    match = _RULE.fullmatch(rule)
-    if match is None or match.group("pattern").startswith("!"):
-        return None
-    return rule
+    return ignoring_rules(top, [relative]).get(relative)
 
 
-def hidden_from_status(top: Path) -> frozenset[str]:
-    """Index entries git status does not check: assume-unchanged or skip-worktree.
+def ignoring_rules(top: Path, relatives: list[str]) -> dict[str, str]:
+    """Of ``relatives``, those the owner's git ignores, each with the rule
+    (``source:line:pattern``) that ignores it: one ``check-ignore`` for all of them.
 
-    A change to such a file shows in neither ``git status`` nor ``git diff``.
-    """
-    if not available():
-        return frozenset()
-    result = _ls_files(top, "-v", "-z")
+    The names go on git's standard input, NUL-terminated, and come back in NUL-separated
+    fields (``-z``): a name may hold any byte but NUL. A name a negation (``!pattern``)
+    matched last is not ignored."""
+    if not available() or not relatives:
+        return {}
+    result = run_git(
+        top,
+        "check-ignore",
+        "-v",
+        "-z",
+        "--no-index",
+        "--stdin",
+        stdin="".join(f"{relative}\0" for relative in relatives),
+        asked=relatives,
+    )
     if result.returncode != 0:
-        return frozenset()
-    hidden = set()
-    for record in result.stdout.split("\0"):
-        tag, _, name = record.partition(" ")
-        if name and (tag == "S" or (len(tag) == 1 and tag.islower())):
-            hidden.add(name)
-    return frozenset(hidden)
+        return {}
+    fields = result.stdout.split("\0")
+    wanted = set(relatives)
+    rules = {}
+    for source, line, pattern, name in zip(
+        fields[0::4], fields[1::4], fields[2::4], fields[3::4], strict=False
+    ):
+        if source and line.isdigit() and not pattern.startswith("!") and name in wanted:
+            rules[name] = f"{source}:{line}:{pattern}"
+    return rules

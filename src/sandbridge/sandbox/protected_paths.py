@@ -73,10 +73,9 @@ class GitFacts:
     """What :func:`decide` asks the owner's git (the hardened host git, or a test's stub)."""
 
     config_entries: Callable[[Path], list[host_git.ConfigEntry]] = host_git.config_entries
-    submodule_paths: Callable[[Path], list[Path]] = host_git.submodule_paths
-    ignoring_rule: Callable[[Path, str], str | None] = host_git.ignoring_rule
+    index_facts: Callable[[Path], host_git.IndexFacts] = host_git.index_facts
+    ignoring_rules: Callable[[Path, list[str]], dict[str, str]] = host_git.ignoring_rules
     toplevel: Callable[[Path], Path | None] = host_git.toplevel
-    hidden_from_status: Callable[[Path], frozenset[str]] = host_git.hidden_from_status
 
 
 @dataclass
@@ -157,6 +156,7 @@ class Protection:
             self.remove_placeholders()
         repositories, policy_dirs = self._nested_now()
         ours = self._unchanged_placeholders()  # an empty .git of ours is no repository
+        index = self._index_now()
         # The sandbox names what these warnings name (a directory, a file, a submodule's
         # path, what git says): an ESC, CR or LF in a name would erase the warning on the
         # owner's terminal or write a line of its own, so every one is shown escaped.
@@ -165,8 +165,8 @@ class Protection:
             for warning in (
                 *replaced,
                 *self._new_files(),
-                *self._new_submodules(ours),
-                *self._new_hidden(),
+                *self._new_submodules(index, ours),
+                *self._new_hidden(index),
                 *self._new_repositories(repositories, ours),
                 *self._new_policy_dirs(policy_dirs),
             )
@@ -208,18 +208,31 @@ class Protection:
             if path.exists() or path.is_symlink()
         ]
 
-    def _new_submodules(self, ours: set[Path]) -> list[str]:
+    def _index_now(self) -> dict[Path, host_git.IndexFacts | GitNotRun]:
+        """What the index of each work tree watched says now (one git per work tree), or
+        why git could not say."""
+        index: dict[Path, host_git.IndexFacts | GitNotRun] = {}
+        for top in (*self.submodules, *self.hidden):
+            if top not in index:
+                try:
+                    index[top] = self.git.index_facts(top)
+                except GitNotRun as exc:
+                    index[top] = exc
+        return index
+
+    def _new_submodules(
+        self, index: dict[Path, host_git.IndexFacts | GitNotRun], ours: set[Path]
+    ) -> list[str]:
         warnings = []
         for top, before in self.submodules.items():
-            try:
-                now = self.git.submodule_paths(top)
-            except GitNotRun as exc:
+            now = index[top]
+            if isinstance(now, GitNotRun):
                 warnings.append(
                     f"WARNING: could not check whether the sandbox registered a submodule in "
-                    f"{top}: {exc}"
+                    f"{top}: {now}"
                 )
                 continue
-            for path in now:
+            for path in now.submodules:
                 dot_git = path / ".git"
                 if path not in before and os.path.lexists(dot_git) and dot_git not in ours:
                     warnings.append(
@@ -229,17 +242,17 @@ class Protection:
                     )
         return warnings
 
-    def _new_hidden(self) -> list[str]:
+    def _new_hidden(self, index: dict[Path, host_git.IndexFacts | GitNotRun]) -> list[str]:
         warnings = []
         for top, before in self.hidden.items():
-            try:
-                new = sorted(self.git.hidden_from_status(top) - before)
-            except GitNotRun as exc:
+            now = index[top]
+            if isinstance(now, GitNotRun):
                 warnings.append(
                     f"WARNING: could not check whether the sandbox hid files of {top} from "
-                    f"git status: {exc}"
+                    f"git status: {now}"
                 )
                 continue
+            new = sorted(now.hidden - before)
             if new:
                 shown = " ".join(new[:MAX_NAMED_FILES]) + (
                     " ..." if len(new) > MAX_NAMED_FILES else ""
@@ -352,32 +365,37 @@ class _Decision:
         if parent.is_dir() and not parent.is_symlink() and os.access(parent, os.W_OK):
             self.placeholders[path] = Placeholder(path, None)
 
-    def missing_file(self, path: Path, reason: str, top: Path | None, home: bool) -> None:
-        """A deny-listed file that does not exist: a placeholder where no review shows one.
+    def entries(
+        self, anchor: Path, entries: Iterable[Entry], top: Path | None, home: bool = False
+    ) -> None:
+        """The deny-listed ``entries`` below ``anchor`` (in work tree ``top``, if any).
 
-        In home (start-up files nobody reviews) and where the owner's git ignores the
-        path, an empty placeholder; elsewhere the file is watched: a new one shows in
+        One that exists is read-only; a directory that does not gets a placeholder. A
+        file that does not exist gets an empty placeholder where no review shows one: in
+        home (start-up files nobody reviews) and where the owner's git ignores the path
+        (asked once for all of them); elsewhere the file is watched: a new one shows in
         ``git status``, and sandbridge names it at session end.
         """
-        if not self.is_writable(path) or path.exists() or path.is_symlink():
-            return
-        if home or (
-            top is not None
-            and is_within(path, top)
-            and self.git.ignoring_rule(top, str(path.relative_to(top))) is not None
-        ):
-            self.placeholder(path, b"", reason)
-        else:
-            self.watched.setdefault(path, reason)
-
-    def entry(self, anchor: Path, entry: Entry, top: Path | None, home: bool = False) -> None:
-        path = anchor / entry.path
-        if path.exists() or path.is_symlink():
-            self.protect(path, entry.reason)
-        elif entry.directory:
-            self.placeholder(path, None, entry.reason)
-        else:
-            self.missing_file(path, entry.reason, top, home)
+        missing: list[tuple[Path, str]] = []
+        for entry in entries:
+            path = anchor / entry.path
+            if path.exists() or path.is_symlink():
+                self.protect(path, entry.reason)
+            elif entry.directory:
+                self.placeholder(path, None, entry.reason)
+            elif self.is_writable(path):
+                missing.append((path, entry.reason))
+        ignored: set[Path] = set()
+        if not home and top is not None:
+            asked = {
+                str(path.relative_to(top)): path for path, _ in missing if is_within(path, top)
+            }
+            ignored = {asked[name] for name in self.git.ignoring_rules(top, list(asked))}
+        for path, reason in missing:
+            if home or path in ignored:
+                self.placeholder(path, b"", reason)
+            else:
+                self.watched.setdefault(path, reason)
 
     # --- git -------------------------------------------------------------------------------
 
@@ -470,10 +488,11 @@ class _Decision:
     def submodules(self, top: Path) -> list[Path]:
         """Checkouts of ``top``'s registered submodules (the owner's git status enters them)."""
         tops = []
-        registered = self.git.submodule_paths(top)
+        index = self.git.index_facts(top)
+        registered = index.submodules
         if self.is_writable(top / ".git"):
             self.registered[top] = frozenset(registered)
-            self.hidden[top] = self.git.hidden_from_status(top)
+            self.hidden[top] = index.hidden
         for path in registered:
             dot_git = path / ".git"
             if dot_git.exists() or dot_git.is_symlink():
@@ -574,12 +593,9 @@ def decide(  # noqa: PLR0912, PLR0913  (the walk over mounts, repositories and e
     for top in tops:
         anchors.setdefault(top, top)
     for anchor, anchor_top in anchors.items():
-        for entry in PROJECT_ENTRIES:
-            decision.entry(anchor, entry, anchor_top)
+        decision.entries(anchor, PROJECT_ENTRIES, anchor_top)
     if home is not None and decision.is_writable(home):
-        home_top = decision.git.toplevel(home)
-        for entry in HOME_ENTRIES:
-            decision.entry(home, entry, home_top, home=True)
+        decision.entries(home, HOME_ENTRIES, None, home=True)  # git is not asked there
     for path, source in protect:
         if path.exists() or path.is_symlink():
             decision.protect(path, f"protect = in {source}")
