@@ -145,6 +145,12 @@ install_locked() {
   fi
 }
 
+# pip's arguments for the editable install of sandbridge itself (its front door's C build):
+# with the setuptools requirements.lock pins, already in .venv, not in an isolated build
+# environment, which pip would first fill with the newest setuptools from the index (on a
+# clean clone, half the step: 9 CPU-s and 17 s before, 4.5 CPU-s and 8 s without).
+EDITABLE=(install --no-deps --no-build-isolation -e .)
+
 # install_python_packages [CFLAGS]: CFLAGS added to the front door's build (-Werror for
 # the tests and CI, none for the demo: a user's newer compiler's new warning must not
 # cost the demo its accelerator).
@@ -160,7 +166,7 @@ install_python_packages() {
   fi
   if [ ! -f "$stamp" ]; then
     install_locked "$VENV" requirements.lock
-    CFLAGS="${CFLAGS:-} ${1:-}" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
+    CFLAGS="${CFLAGS:-} ${1:-}" pip_quiet "$VENV/bin/pip" "${EDITABLE[@]}" -q
     rm -f "$VENV"/.installed-*
     touch "$stamp"
   fi
@@ -174,11 +180,11 @@ install_python_packages() {
 require_front_door() {
   local check=(-c "import sandbridge.relay.front._front, sandbridge.relay.front._tunnel")
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
-    CFLAGS="${CFLAGS:-} -Werror" pip_quiet "$VENV/bin/pip" install -q --no-deps -e .
+    CFLAGS="${CFLAGS:-} -Werror" pip_quiet "$VENV/bin/pip" "${EDITABLE[@]}" -q
   fi
   if ! "$VENV/bin/python" "${check[@]}" 2>/dev/null; then
     echo "dev.sh: the front door (src/sandbridge/relay/front/_front_*.c, _tunnel.c) did not build with -Werror;" \
-      "see why: CFLAGS=-Werror $VENV/bin/pip install -v --no-deps -e ." >&2
+      "see why: CFLAGS=-Werror $VENV/bin/pip ${EDITABLE[*]} -v" >&2
     return 1
   fi
 }
