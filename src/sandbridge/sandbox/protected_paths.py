@@ -25,8 +25,9 @@ path); elsewhere a new file shows in ``git status``, and sandbridge also names i
 session end (docs/security.md, "residual risks").
 
 What no mount can stop is compared with the start and named at session end
-(:meth:`Protection.finish`): a submodule the sandbox staged, a new repository (bare ones
-too), index entries newly hidden from ``git status`` (assume-unchanged, skip-worktree).
+(:meth:`Protection.finish`, with ``session_end.py``): a submodule the sandbox staged, a
+new repository (bare ones too), index entries newly hidden from ``git status``
+(assume-unchanged, skip-worktree).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbridge.exceptions import GitNotRun, SandboxError
+from sandbridge.exceptions import SandboxError
 from sandbridge.path_within import is_within
-from sandbridge.sandbox import host_git
+from sandbridge.sandbox import host_git, session_end
 from sandbridge.sandbox.deny_list import HOME_ENTRIES, PROJECT_ENTRIES, Entry
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.placeholder import Placeholder
@@ -48,7 +49,6 @@ from sandbridge.sandbox.repositories import (
     first_line,
     git_dirs_below,
     gitdir_of,
-    is_bare_git_dir,
     nested_repositories_and_policy_dirs,
     path_value,
 )
@@ -59,8 +59,6 @@ from sandbridge.shown_text import shown
 # attributes), commondir (moves the config elsewhere), gitdir (a worktree's way back).
 GIT_DIR_FILES = ("config", "config.worktree", "commondir", "gitdir")
 GIT_DIR_DIRS = ("hooks", "info")
-# How many files one warning names; the rest is "...".
-MAX_NAMED_FILES = 5
 # A missing commondir would redirect the owner's git; "." names the git dir itself.
 COMMONDIR_PLACEHOLDER = b".\n"
 
@@ -148,15 +146,16 @@ class Protection:
         :meth:`remove_placeholders` may do it later); return a warning for each thing the
         sandbox left that the owner's tools would obey unseen (the same whether the
         placeholders are still there or not)."""
-        replaced = self._policy_dir_replaced()  # before its own placeholder goes
-        if self.policy_dir_fd is not None:
+        replaced = session_end.policy_dir_replaced(self.project_root, self.policy_dir_fd)
+        if self.policy_dir_fd is not None:  # checked before its own placeholder goes
             os.close(self.policy_dir_fd)
             self.policy_dir_fd = None
         if not keep_placeholders:
             self.remove_placeholders()
-        repositories, policy_dirs = self._nested_now()
+        repositories, policy_dirs = session_end.nested_now(self.scan_roots)
         ours = self._unchanged_placeholders()  # an empty .git of ours is no repository
-        index = self._index_now()
+        index = session_end.index_now([*self.submodules, *self.hidden], self.git.index_facts)
+        made = {placeholder.path for placeholder in self.placeholders}
         # The sandbox names what these warnings name (a directory, a file, a submodule's
         # path, what git says): an ESC, CR or LF in a name would erase the warning on the
         # owner's terminal or write a line of its own, so every one is shown escaped.
@@ -164,11 +163,11 @@ class Protection:
             shown(warning)
             for warning in (
                 *replaced,
-                *self._new_files(),
-                *self._new_submodules(index, ours),
-                *self._new_hidden(index),
-                *self._new_repositories(repositories, ours),
-                *self._new_policy_dirs(policy_dirs),
+                *session_end.new_files(self.watched, self.reasons),
+                *session_end.new_submodules(self.submodules, index, ours),
+                *session_end.new_hidden(self.hidden, index),
+                *session_end.new_repositories(repositories, self.repositories, ours),
+                *session_end.new_policy_dirs(policy_dirs, self.policy_dirs, made),
             )
         ]
 
@@ -181,110 +180,6 @@ class Protection:
         """The placeholders still there as sandbridge made them (gone at the end, if not yet)."""
         siblings = {placeholder.path: placeholder for placeholder in self.placeholders}
         return {p.path for p in self.placeholders if p.is_unchanged(siblings)}
-
-    def _policy_dir_replaced(self) -> list[str]:
-        if self.policy_dir_fd is None or self.project_root is None:
-            return []
-        path = self.project_root / POLICY_DIR
-        held = os.fstat(self.policy_dir_fd)
-        try:
-            now = os.lstat(path)
-            same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
-        except OSError:
-            same = False
-        if same:
-            return []
-        return [
-            f"WARNING: {path} was removed or renamed during the session: the sandbox's "
-            "read-only view of it went with it, so the sandbox could read and write what "
-            f"was put there since; review {path} before the next run"
-        ]
-
-    def _new_files(self) -> list[str]:
-        return [
-            f"WARNING: the sandbox created {path} ({self.reasons[path]}): review it before "
-            "your tools use it"
-            for path in self.watched
-            if path.exists() or path.is_symlink()
-        ]
-
-    def _index_now(self) -> dict[Path, host_git.IndexFacts | GitNotRun]:
-        """What the index of each work tree watched says now (one git per work tree), or
-        why git could not say."""
-        index: dict[Path, host_git.IndexFacts | GitNotRun] = {}
-        for top in (*self.submodules, *self.hidden):
-            if top not in index:
-                try:
-                    index[top] = self.git.index_facts(top)
-                except GitNotRun as exc:
-                    index[top] = exc
-        return index
-
-    def _new_submodules(
-        self, index: dict[Path, host_git.IndexFacts | GitNotRun], ours: set[Path]
-    ) -> list[str]:
-        warnings = []
-        for top, before in self.submodules.items():
-            now = index[top]
-            if isinstance(now, GitNotRun):
-                warnings.append(
-                    f"WARNING: could not check whether the sandbox registered a submodule in "
-                    f"{top}: {now}"
-                )
-                continue
-            for path in now.submodules:
-                dot_git = path / ".git"
-                if path not in before and os.path.lexists(dot_git) and dot_git not in ours:
-                    warnings.append(
-                        f"WARNING: the sandbox registered a submodule at {path} with its own "
-                        f"git dir; git status runs its config: inspect {path / '.git'}, or "
-                        f"remove it with git rm --cached {path.relative_to(top)}"
-                    )
-        return warnings
-
-    def _new_hidden(self, index: dict[Path, host_git.IndexFacts | GitNotRun]) -> list[str]:
-        warnings = []
-        for top, before in self.hidden.items():
-            now = index[top]
-            if isinstance(now, GitNotRun):
-                warnings.append(
-                    f"WARNING: could not check whether the sandbox hid files of {top} from "
-                    f"git status: {now}"
-                )
-                continue
-            new = sorted(now.hidden - before)
-            if new:
-                shown = " ".join(new[:MAX_NAMED_FILES]) + (
-                    " ..." if len(new) > MAX_NAMED_FILES else ""
-                )
-                warnings.append(
-                    f"WARNING: the sandbox hid {len(new)} file(s) of {top} from git status "
-                    f"and git diff (assume-unchanged or skip-worktree): {shown}; show them "
-                    "with git update-index --no-assume-unchanged --no-skip-worktree FILE"
-                )
-        return warnings
-
-    def _nested_now(self) -> tuple[set[Path], set[Path]]:
-        """The repositories and policy directories in the writable mounts now (one walk)."""
-        found = [nested_repositories_and_policy_dirs(root) for root in self.scan_roots]
-        return {top for tops, _ in found for top in tops}, {d for _, dirs in found for d in dirs}
-
-    def _new_repositories(self, found: set[Path], ours: set[Path]) -> list[str]:
-        found = {top for top in found if top / ".git" not in ours}
-        return [
-            f"WARNING: the sandbox created a git repository at {top}: git run there obeys "
-            f"its config; inspect {top if is_bare_git_dir(top) else top / '.git'} or "
-            "remove it"
-            for top in sorted(found - self.repositories)
-        ]
-
-    def _new_policy_dirs(self, found: set[Path]) -> list[str]:
-        ours = {placeholder.path for placeholder in self.placeholders}
-        return [
-            f"WARNING: the sandbox created a sandbridge policy directory at {path}: a "
-            "sandbridge run there obeys it; inspect it or remove it"
-            for path in sorted(found - self.policy_dirs - ours)
-        ]
 
 
 class _Decision:
