@@ -104,6 +104,25 @@ def test_a_run_started_as_the_last_one_exits_is_protected_and_no_placeholder_sta
         assert sorted(os.listdir(work)) == []
 
 
+def test_the_ends_warnings_come_before_the_client_exits_and_no_dir_stays(
+    daemon: Process, xdg: Path, tmp_path: Path
+) -> None:
+    # The client tells its builder the status as the sandbox ends: the builder checks
+    # what the sandbox changed while the daemon closes the session, and removes the
+    # session's dirs once the client says the daemon has closed it, then answers.
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run(run_argv(work, "sh", "-c", "mkdir -p sub/.sandbridge; exit 3"))
+    assert result.returncode == 3, result.stderr
+    assert (
+        "sandbridge: WARNING: the sandbox created a sandbridge policy directory at "
+        f"{work / 'sub' / '.sandbridge'}: a sandbridge run there obeys it"
+    ) in result.stderr
+    assert sessions() == []
+    assert not list(xdg.glob("ags-webview-relay-*"))
+    daemon.wait_line("sandbridge: daemon.session_end ", "stderr")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_ends_the_sandbox_with_128_plus_its_number(
     daemon: Process, tmp_path: Path, signum: signal.Signals

@@ -145,11 +145,16 @@ def _child(parser: argparse.ArgumentParser, data: bytes, fds: list[int]) -> int:
         os.close(fd)
     answer: bytes
     # What the run leaves until its client has exited (its placeholders' removal, under a
-    # lock it holds from before the answer: cli/sessions.py), run once the client has it.
+    # lock it holds from before the answer: cli/sessions.py), run once the client has it;
+    # and what waits until the client has seen the daemon close the session (the
+    # session's dirs: session/handed_off.py), run before the answer.
     with contextlib.ExitStack() as after_exit:
         try:
             message = json.loads(data)
-            status = _build(parser, client, message["pid"], message["run"], after_exit)
+            with contextlib.ExitStack() as before_answer:
+                status = _build(
+                    parser, client, message["pid"], message["run"], before_answer, after_exit
+                )
             if status is None:
                 answer = daemon_wire.event(Event.FALLBACK, "the full command runs it")
             else:
@@ -182,16 +187,17 @@ def _leave_client(client: socket.socket) -> None:
     os.close(null)
 
 
-def _build(
+def _build(  # noqa: PLR0913  (the client's, then what runs before and after the answer)
     parser: argparse.ArgumentParser,
     client: socket.socket,
     pid: int,
     run: dict[str, object],
+    before_answer: contextlib.ExitStack,
     after_exit: contextlib.ExitStack,
 ) -> int | None:
     """Carry out the client's ``run`` here up to the sandbox's start, and the rest once
-    the client reports its end (but what goes to ``after_exit``); its status, or None if
-    the full command must run it."""
+    the client reports its end (but what goes to ``before_answer`` and ``after_exit``);
+    its status, or None if the full command must run it."""
     argv = run["argv"]
     assert isinstance(argv, list) and isinstance(run["cwd"], str)
     assert isinstance(run["env"], dict) and isinstance(run["umask"], int)
@@ -221,7 +227,7 @@ def _build(
         return None
 
     def runner(*prepared: object) -> int:
-        return hand_off(client, pid, *prepared)  # type: ignore[arg-type]
+        return hand_off(client, pid, before_answer, *prepared)  # type: ignore[arg-type]
 
     return run_parsed(args, session_runner=runner, after_exit=after_exit)
 

@@ -11,7 +11,8 @@ the host half. This client then does what ``session/served.py`` and ``session/ru
 do in a full ``run``: it has the daemon serve the session (and the next daemon, if that
 one goes away), starts the sandbox as its own child, prints the daemon's lines, ends the
 sandbox on SIGINT, SIGTERM, SIGHUP or the owner's ``stop``, and gives its status. The
-builder removes the session's dirs and prints what the run prints at its end.
+builder checks what the sandbox changed and prints what the run prints at its end while
+the daemon closes the session, then removes the session's dirs.
 
 Whatever it cannot do (no daemon, another uid's socket, a daemon of another install or
 version, ``--no-daemon``, ``--dry-run``, ``--print-policy``, ``--verbose``), it leaves to
@@ -271,7 +272,8 @@ class _Session:
             session_id = self._open_first()
         except _LinkError as exc:
             _end(pid, pidfd)
-            self._finish(2)
+            self._tell_done(2)
+            self._finish()
             _say(str(exc))
             return 2
         print(app_lines.session(session_id), file=sys.stderr, flush=True)
@@ -284,8 +286,11 @@ class _Session:
         status = self._until_exit(pid, pidfd)
         if self.stopped and not self.received:
             _say(daemon_wire.owner_stopped(session_id))
+        # The builder checks what the sandbox changed while the daemon closes the session.
+        self._tell_done(status)
         self._close_link()
-        return self._finish(status)
+        self._finish()
+        return status
 
     def _take_namespace(self) -> None:
         """Add the network namespace the sandbox entry sends (before its command starts)
@@ -521,16 +526,23 @@ class _Session:
 
     # The end ---------------------------------------------------------------------
 
-    def _finish(self, status: int) -> int:
-        """Tell the builder the run ended; it removes the session's dirs and prints what
-        the run prints at its end. ``status``, once it has."""
+    def _tell_done(self, status: int) -> None:
+        """Tell the builder the run ended, with its status, as the sandbox ends: it checks
+        what the sandbox changed and prints what the run prints at its end meanwhile."""
         try:
             self.builder.settimeout(daemon_wire.CLOSE_TIMEOUT)
             self.builder.send(daemon_wire.event(Event.DONE, status))
+        except OSError:
+            pass  # the builder is gone: the dirs are the next listing's to sweep
+
+    def _finish(self) -> None:
+        """Shut down this side once the daemon has closed the session: the builder then
+        removes the session's dirs, and answers; wait for that."""
+        try:
+            self.builder.shutdown(_socket.SHUT_WR)
             self.builder.recv(daemon_wire.MAX_MESSAGE_BYTES)
         except OSError:
             pass  # the builder is gone: the dirs are the next listing's to sweep
-        return status
 
 
 def _end(pid: int, pidfd: int) -> None:

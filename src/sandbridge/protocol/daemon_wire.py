@@ -39,9 +39,10 @@ starts the sandbox at once and writes it once the daemon serves the session), th
 host's end of the socket pair on which the sandbox entry sends its network namespace
 (``--namespace-fd``): the client waits for it, and sends it with the serve request, every
 time it sends that request (a restarted daemon gets it too). The client
-answers ``{"done": STATUS}`` once the sandbox has ended and the daemon closed the
-session; the builder removes the session's dirs, prints what the run prints at its end
-and closes.
+answers ``{"done": STATUS}`` once the sandbox has ended (the builder checks what the
+sandbox changed and prints what the run prints at its end while the daemon closes the
+session), and shuts down its side once the daemon has closed the session; the builder
+then removes the session's dirs, answers ``{"exit": STATUS}`` and closes.
 """
 
 from __future__ import annotations

@@ -7,12 +7,17 @@ backend's command line with the sandbox's descriptors, the end of the pipe that 
 command start, the end of the socket pair on which the sandbox entry sends its network
 namespace (the client sends it on to the daemon with the request), and the request (with
 its descriptors) that has the daemon serve the host half. It then waits for the client's
-``done``, and removes the session's dirs as ``served_session`` does at its end.
+``done``, sent as the sandbox ends: the run's end checks what the sandbox changed while
+the daemon closes the session. Once the client has seen the daemon close it, it shuts
+down its side of the connection, and the session's dirs are removed then, as
+``served_session`` removes them at its end (``before_answer``: the builder's answer
+waits for it).
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -30,21 +35,27 @@ from sandbridge.session.served import serve_request
 CLIENT_GONE = 1
 
 
-def hand_off(
+def hand_off(  # noqa: PLR0913  (the builder's two, then a session runner's three)
     client: socket.socket,
     pid: int,
+    before_answer: contextlib.ExitStack,
     spec_factory: Callable[[Path], SandboxSpec],
     backend: str,
     options: SessionOptions,
 ) -> int:
     """Prepare the session of client process ``pid``, hand it over on ``client``, and
-    return the status the client reports when the sandbox has ended."""
+    return the status the client reports when the sandbox has ended. The session's dirs
+    are removed here if the client left without one, else by ``before_answer`` once the
+    client says the daemon has closed the session."""
     # The client starts the sandbox while the daemon serves the session, and lets its
     # command start once it is served (the sandbox's start and the serving overlap).
     with prepared_sandbox(
         spec_factory, backend, options, pid=pid, start_gate=True, own_upstream=True
     ) as prepared:
         entry = create_entry(prepared.runtime_dir, prepared.options, pid)
+        removal = contextlib.ExitStack()
+        removal.callback(prepared.runtime_dir.remove)
+        removal.callback(entry.remove)
         try:
             request, serve_fds = serve_request(prepared.runtime_dir, entry, prepared.options)
             start = daemon_wire.event(
@@ -75,20 +86,32 @@ def hand_off(
             prepared.release_sandbox_fds()
             namespace_channel.close()  # the client's now
             log.debug("run.handed_off", session=entry.id, pid=pid)
-            return _until_done(client)
+            status = _until_done(client)
+            if status is None:
+                return CLIENT_GONE
+            before_answer.callback(removal.pop_all().close)
+            before_answer.callback(_until_shut_down, client)  # first: last in
+            return status
         finally:
-            entry.remove()
-            prepared.runtime_dir.remove()
+            removal.close()
 
 
-def _until_done(client: socket.socket) -> int:
-    """The status in the client's ``done``; :data:`CLIENT_GONE` if it left without one."""
+def _until_done(client: socket.socket) -> int | None:
+    """The status in the client's ``done``; None if it left without one."""
     client.settimeout(None)
     try:
         data = client.recv(daemon_wire.MAX_MESSAGE_BYTES)
         kind, value = daemon_wire.decode_event(data) if data else (None, None)
     except (OSError, DaemonError):
-        return CLIENT_GONE
+        return None
     if kind is Event.DONE and isinstance(value, int) and not isinstance(value, bool):
         return value
-    return CLIENT_GONE
+    return None
+
+
+def _until_shut_down(client: socket.socket) -> None:
+    """Until the client has shut down its side (it has seen the daemon close the session)
+    or left; whatever else it sends is not read."""
+    with contextlib.suppress(OSError):
+        while client.recv(daemon_wire.MAX_MESSAGE_BYTES):
+            pass
