@@ -16,6 +16,8 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
+from benchmarks.paths import _descendants
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # A smoke run's wrk load: each thread stops after this many responses. wrk's shortest run
 # is a second, and a second at full speed through every path was most of a smoke run's CPU,
@@ -265,21 +267,7 @@ def rss_kib(pid: int, key: str = "VmRSS") -> int:
 
 def _tree(pids: list[int]) -> list[int]:
     """The relay processes and their descendants (socat forks one per connection)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                stat = (entry / "stat").read_text()
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found = set(pids)
-    changed = True
-    while changed:
-        changed = False
-        for pid, parent in parents.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                changed = True
-    return sorted(found)
+    return sorted({*pids, *(child for pid in pids for child in _descendants(pid))})
 
 
 def relay_processes(pids: list[int], forks: bool) -> list[int]:
