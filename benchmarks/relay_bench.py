@@ -171,7 +171,7 @@ def measure_round(
         results.add(name, "sse_p50_ms", sse["p50_ms"])
         results.add(name, "sse_p99_ms", sse["p99_ms"])
     if "ws" in chosen and path.supports_websocket:
-        ws = workloads.ws_echo(path.stream, args.seconds)
+        ws = workloads.ws_echo(path.stream, args.seconds, messages=args.requests)
         results.add(name, "ws_msgs_per_s", ws["msgs_per_s"])
         results.add(name, "ws_rtt_p50_ms", ws["rtt_p50_ms"])
         results.add(name, "ws_rtt_p99_ms", ws["rtt_p99_ms"])
@@ -414,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     args.sessions = (10, 8, (EGRESS_DOWNLOADS, EGRESS_BYTES))
     args.requests = None  # wrk's loads run their whole --seconds
     if args.smoke:
-        # wrk's loads stop after a few requests (workloads.SMOKE_REQUESTS) and run a second
-        # at least; the loads timed here (WebSocket echoes) a quarter of one.
+        # wrk's loads stop after a few requests (workloads.SMOKE_REQUESTS), within wrk's
+        # shortest second; the WebSocket echoes after as many, or at a quarter second.
         args.rounds, args.seconds, args.requests = 1, 0.25, workloads.SMOKE_REQUESTS
         # One point of the concurrency and registered-apps series (c=1 and c=64 are in the
         # round already); the WebSocket one keeps two: the memory per socket is their difference.

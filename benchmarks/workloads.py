@@ -19,9 +19,10 @@ from websockets.asyncio.client import connect
 from benchmarks.paths import _descendants
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-# A smoke run's wrk load: each thread stops after this many responses. wrk's shortest run
-# is a second, and a second at full speed through every path was most of a smoke run's CPU,
-# for figures that only have to show the path carries requests.
+# A smoke run's wrk load: one thread, which stops wrk after this many responses. wrk's
+# shortest run is a second, and a second at full speed through every path was most of a
+# smoke run's CPU, for figures that only have to show the path carries requests; a second
+# of waiting for each of some twenty loads was most of its wall time.
 SMOKE_REQUESTS = 200
 STOP_AFTER = Path(__file__).with_name("wrk_stop_after.lua")
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -64,15 +65,15 @@ def wrk(
 ) -> dict[str, float]:
     """Keep-alive GETs at a fixed concurrency: requests/s and latency percentiles.
     ``host_field``: the Host to send when it is not the URL's (a tunnel's far name).
-    ``requests``: stop after about this many responses (a smoke run's load); the rate is
-    still over the whole run, idle end included: it says the path works, not its speed."""
-    threads = 1 if connections < 2 else 2
+    ``requests``: stop after this many responses (a smoke run's load: one thread, which
+    ends wrk there, ``wrk_stop_after.lua``); it says the path works, not its speed."""
+    threads = 1 if connections < 2 or requests is not None else 2
     _, _, host = address_of(url)
     if host_field is not None:
         host = ["-H", f"Host: {host_field}"]
     target = _dialled(url)
     stop_after = [] if requests is None else ["-s", str(STOP_AFTER)]
-    per_thread = [] if requests is None else [str(max(1, requests // threads))]
+    limit = [] if requests is None else [str(requests)]
     result = subprocess.run(
         [
             "wrk",
@@ -83,7 +84,7 @@ def wrk(
             *host,
             *stop_after,
             target,
-            *per_thread,
+            *limit,
         ],
         capture_output=True,
         text=True,
@@ -160,17 +161,22 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def ws_echo(url: str, seconds: float, connections: int = 4) -> dict[str, float]:
-    """1 KiB text messages echoed over ``connections`` sockets: messages/s, RTT."""
+def ws_echo(
+    url: str, seconds: float, connections: int = 4, messages: int | None = None
+) -> dict[str, float]:
+    """1 KiB text messages echoed over ``connections`` sockets: messages/s, RTT.
+    ``messages``: stop after about this many echoes (a smoke run's load, as
+    :func:`wrk`'s ``requests``), or at ``seconds`` if that comes first."""
     ws_url = url.replace("http://", "ws://", 1) + "/ws"
     address, port, _ = address_of(url)
     message = "x" * 1024
+    per_socket = None if messages is None else max(1, messages // connections)
 
     async def one(rtts: list[float], deadline: float) -> int:
         count = 0
         async with connect(ws_url, max_size=None, compression=None, host=address, port=port) as ws:
             # One echo at least, however long the connect took (a smoke run's load is short).
-            while count == 0 or time.monotonic() < deadline:
+            while count == 0 or (time.monotonic() < deadline and count != per_socket):
                 started = time.perf_counter()
                 await ws.send(message)
                 await ws.recv()
