@@ -97,7 +97,12 @@ def make_files(work: Path, smoke: bool, series: bool = True) -> dict[str, Path]:
     """The app's files; the 1 GiB one only for a full run's size series (``series``)."""
     www = work / "www"
     www.mkdir()
-    files = {"1k": 1024, "64k": 64 * 1024, "1m": MIB, "100m": (8 if smoke else 100) * MIB}
+    files = {
+        "1k": 1024,
+        "64k": 64 * 1024,
+        "1m": MIB,
+        "100m": (workloads.SMOKE_BIG if smoke else 100) * MIB,
+    }
     if series and not smoke:
         files["1g"] = 1024 * MIB
     paths = {}
@@ -421,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         # round already); the WebSocket one keeps two: the memory per socket is their difference.
         args.concurrency, args.websockets, args.apps = [8], [0, 20], [4]
         args.ttfb_samples, args.sse_events = 3, 5
-        args.sessions = (1, 1, (1, 8 * MIB))  # one of each: a start, a session, a download
+        # one of each: a start, a session, a download
+        args.sessions = (1, 1, (1, workloads.SMOKE_BIG * MIB))
     if args.no_sessions:
         args.sessions = ()
     report = run(args)

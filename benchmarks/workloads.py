@@ -25,6 +25,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # of waiting for each of some twenty loads was most of its wall time.
 SMOKE_REQUESTS = 200
 STOP_AFTER = Path(__file__).with_name("wrk_stop_after.lua")
+# A smoke run's large body, in MiB (a full run's is 100): still many of a relay's buffers
+# (256 KiB), a fraction of the CPU of carrying 8 through the Python relays (v1's JSON,
+# jupyter's proxy) and through SSH.
+SMOKE_BIG = 2
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
