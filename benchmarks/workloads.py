@@ -16,7 +16,7 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
-from benchmarks.paths import _descendants
+from benchmarks.paths import _descendants, address_of
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # A smoke run's wrk load: one thread, which stops wrk after this many responses. wrk's
@@ -37,20 +37,6 @@ def _ms(text: str) -> float:
     if not match:
         raise ValueError(f"unexpected wrk latency {text!r}")
     return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def address_of(url: str) -> tuple[str, int, list[str]]:
-    """Where a client connects for ``url``, and the wrk options that keep its Host.
-
-    sandbridge's app URLs name ``<label>.localhost``: browsers and curl resolve it to
-    loopback themselves; wrk and Python clients (glibc here) do not, so they connect to
-    127.0.0.1 and send the URL's host as ``Host``.
-    """
-    parts = urllib.parse.urlsplit(url)
-    assert parts.hostname is not None and parts.port is not None, url
-    if parts.hostname.endswith(".localhost"):
-        return "127.0.0.1", parts.port, ["-H", f"Host: {parts.netloc}"]
-    return parts.hostname, parts.port, []
 
 
 def _dialled(url: str) -> str:
