@@ -251,8 +251,8 @@ COMMANDS=(sandbridge ags-webview-url sandbridge-open)
 # then made without a pip of its own, whose install (ensurepip byte-compiles pip and
 # setuptools) was a third of the install's CPU. Elsewhere, the virtualenv's own pip.
 user_venv() {
-  if python3 -c 'import pip, sys; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' \
-    2>/dev/null; then
+  local new_pip='import pip, sys; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))'
+  if python3 -c "$new_pip" 2>/dev/null; then
     if [ ! -x "$USER_VENV/bin/python" ]; then
       python3 -m venv --without-pip "$USER_VENV"
     fi
@@ -261,8 +261,9 @@ user_venv() {
     if [ ! -x "$USER_VENV/bin/python" ]; then
       python3 -m venv "$USER_VENV"
     fi
+    # A virtualenv made here when python3 had a pip, which it has no longer.
     if [ ! -x "$USER_VENV/bin/pip" ]; then
-      "$USER_VENV/bin/python" -m ensurepip -q  # made by python3's pip, which is gone
+      "$USER_VENV/bin/python" -m ensurepip --default-pip >/dev/null
     fi
     USER_PIP=("$USER_VENV/bin/pip")
   fi
