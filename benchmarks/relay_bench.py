@@ -97,7 +97,12 @@ def make_files(work: Path, smoke: bool, series: bool = True) -> dict[str, Path]:
     """The app's files; the 1 GiB one only for a full run's size series (``series``)."""
     www = work / "www"
     www.mkdir()
-    files = {"1k": 1024, "64k": 64 * 1024, "1m": MIB, "100m": (8 if smoke else 100) * MIB}
+    files = {
+        "1k": 1024,
+        "64k": 64 * 1024,
+        "1m": MIB,
+        "100m": (workloads.SMOKE_BIG if smoke else 100) * MIB,
+    }
     if series and not smoke:
         files["1g"] = 1024 * MIB
     paths = {}
@@ -171,7 +176,7 @@ def measure_round(
         results.add(name, "sse_p50_ms", sse["p50_ms"])
         results.add(name, "sse_p99_ms", sse["p99_ms"])
     if "ws" in chosen and path.supports_websocket:
-        ws = workloads.ws_echo(path.stream, args.seconds)
+        ws = workloads.ws_echo(path.stream, args.seconds, messages=args.requests)
         results.add(name, "ws_msgs_per_s", ws["msgs_per_s"])
         results.add(name, "ws_rtt_p50_ms", ws["rtt_p50_ms"])
         results.add(name, "ws_rtt_p99_ms", ws["rtt_p99_ms"])
@@ -414,14 +419,15 @@ def main(argv: list[str] | None = None) -> int:
     args.sessions = (10, 8, (EGRESS_DOWNLOADS, EGRESS_BYTES))
     args.requests = None  # wrk's loads run their whole --seconds
     if args.smoke:
-        # wrk's loads stop after a few requests (workloads.SMOKE_REQUESTS) and run a second
-        # at least; the loads timed here (WebSocket echoes) a quarter of one.
+        # wrk's loads stop after a few requests (workloads.SMOKE_REQUESTS), within wrk's
+        # shortest second; the WebSocket echoes after as many, or at a quarter second.
         args.rounds, args.seconds, args.requests = 1, 0.25, workloads.SMOKE_REQUESTS
         # One point of the concurrency and registered-apps series (c=1 and c=64 are in the
         # round already); the WebSocket one keeps two: the memory per socket is their difference.
         args.concurrency, args.websockets, args.apps = [8], [0, 20], [4]
         args.ttfb_samples, args.sse_events = 3, 5
-        args.sessions = (1, 1, (1, 8 * MIB))  # one of each: a start, a session, a download
+        # one of each: a start, a session, a download
+        args.sessions = (1, 1, (1, workloads.SMOKE_BIG * MIB))
     if args.no_sessions:
         args.sessions = ()
     report = run(args)

@@ -265,7 +265,7 @@ def measure_remote(
     rounds: int, seconds: float, smoke: bool = False, before: Path | None = None
 ) -> dict[str, object]:
     """Every path, ``rounds`` interleaved rounds of ``seconds``-long loads; the figures."""
-    big = (8 if smoke else 100) * MIB
+    big = (workloads.SMOKE_BIG if smoke else 100) * MIB
     requests = workloads.SMOKE_REQUESTS if smoke else None  # (workloads.wrk says why)
     with (
         tempfile.TemporaryDirectory(prefix="sandbridge-remote-bench-") as tmp,

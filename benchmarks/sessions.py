@@ -50,8 +50,16 @@ import urllib.parse
 from pathlib import Path
 
 import sandbridge
-from benchmarks.paths import PYTHON, SANDBRIDGE, _children, _descendants, _is_shim, read_line
-from benchmarks.workloads import address_of, rss_kib
+from benchmarks.paths import (
+    PYTHON,
+    SANDBRIDGE,
+    _children,
+    _descendants,
+    _is_shim,
+    address_of,
+    read_line,
+)
+from benchmarks.workloads import rss_kib
 
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
 START_TIMEOUT = 60.0

@@ -16,12 +16,19 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
+from benchmarks.paths import _descendants, address_of
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-# A smoke run's wrk load: each thread stops after this many responses. wrk's shortest run
-# is a second, and a second at full speed through every path was most of a smoke run's CPU,
-# for figures that only have to show the path carries requests.
+# A smoke run's wrk load: one thread, which stops wrk after this many responses. wrk's
+# shortest run is a second, and a second at full speed through every path was most of a
+# smoke run's CPU, for figures that only have to show the path carries requests; a second
+# of waiting for each of some twenty loads was most of its wall time.
 SMOKE_REQUESTS = 200
 STOP_AFTER = Path(__file__).with_name("wrk_stop_after.lua")
+# A smoke run's large body, in MiB (a full run's is 100): still many of a relay's buffers
+# (256 KiB), a fraction of the CPU of carrying 8 through the Python relays (v1's JSON,
+# jupyter's proxy) and through SSH.
+SMOKE_BIG = 2
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
@@ -30,20 +37,6 @@ def _ms(text: str) -> float:
     if not match:
         raise ValueError(f"unexpected wrk latency {text!r}")
     return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def address_of(url: str) -> tuple[str, int, list[str]]:
-    """Where a client connects for ``url``, and the wrk options that keep its Host.
-
-    sandbridge's app URLs name ``<label>.localhost``: browsers and curl resolve it to
-    loopback themselves; wrk and Python clients (glibc here) do not, so they connect to
-    127.0.0.1 and send the URL's host as ``Host``.
-    """
-    parts = urllib.parse.urlsplit(url)
-    assert parts.hostname is not None and parts.port is not None, url
-    if parts.hostname.endswith(".localhost"):
-        return "127.0.0.1", parts.port, ["-H", f"Host: {parts.netloc}"]
-    return parts.hostname, parts.port, []
 
 
 def _dialled(url: str) -> str:
@@ -62,15 +55,15 @@ def wrk(
 ) -> dict[str, float]:
     """Keep-alive GETs at a fixed concurrency: requests/s and latency percentiles.
     ``host_field``: the Host to send when it is not the URL's (a tunnel's far name).
-    ``requests``: stop after about this many responses (a smoke run's load); the rate is
-    still over the whole run, idle end included: it says the path works, not its speed."""
-    threads = 1 if connections < 2 else 2
+    ``requests``: stop after this many responses (a smoke run's load: one thread, which
+    ends wrk there, ``wrk_stop_after.lua``); it says the path works, not its speed."""
+    threads = 1 if connections < 2 or requests is not None else 2
     _, _, host = address_of(url)
     if host_field is not None:
         host = ["-H", f"Host: {host_field}"]
     target = _dialled(url)
     stop_after = [] if requests is None else ["-s", str(STOP_AFTER)]
-    per_thread = [] if requests is None else [str(max(1, requests // threads))]
+    limit = [] if requests is None else [str(requests)]
     result = subprocess.run(
         [
             "wrk",
@@ -81,7 +74,7 @@ def wrk(
             *host,
             *stop_after,
             target,
-            *per_thread,
+            *limit,
         ],
         capture_output=True,
         text=True,
@@ -158,17 +151,22 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def ws_echo(url: str, seconds: float, connections: int = 4) -> dict[str, float]:
-    """1 KiB text messages echoed over ``connections`` sockets: messages/s, RTT."""
+def ws_echo(
+    url: str, seconds: float, connections: int = 4, messages: int | None = None
+) -> dict[str, float]:
+    """1 KiB text messages echoed over ``connections`` sockets: messages/s, RTT.
+    ``messages``: stop after about this many echoes (a smoke run's load, as
+    :func:`wrk`'s ``requests``), or at ``seconds`` if that comes first."""
     ws_url = url.replace("http://", "ws://", 1) + "/ws"
     address, port, _ = address_of(url)
     message = "x" * 1024
+    per_socket = None if messages is None else max(1, messages // connections)
 
     async def one(rtts: list[float], deadline: float) -> int:
         count = 0
         async with connect(ws_url, max_size=None, compression=None, host=address, port=port) as ws:
             # One echo at least, however long the connect took (a smoke run's load is short).
-            while count == 0 or time.monotonic() < deadline:
+            while count == 0 or (time.monotonic() < deadline and count != per_socket):
                 started = time.perf_counter()
                 await ws.send(message)
                 await ws.recv()
@@ -265,21 +263,7 @@ def rss_kib(pid: int, key: str = "VmRSS") -> int:
 
 def _tree(pids: list[int]) -> list[int]:
     """The relay processes and their descendants (socat forks one per connection)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                stat = (entry / "stat").read_text()
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found = set(pids)
-    changed = True
-    while changed:
-        changed = False
-        for pid, parent in parents.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                changed = True
-    return sorted(found)
+    return sorted({*pids, *(child for pid in pids for child in _descendants(pid))})
 
 
 def relay_processes(pids: list[int], forks: bool) -> list[int]:

@@ -298,6 +298,15 @@ def test_dev_sh_install_puts_the_commands_on_the_users_path(tmp_path: Path) -> N
         assert Path(os.readlink(link)).is_relative_to(home / ".local" / "share" / "sandbridge")
     version = _run([str(home / ".local" / "bin" / "sandbridge"), "--version"], env=env)
     assert version.stdout.startswith("sandbridge 0.")
+    # python3's own pip filled the virtualenv where it has one (README, "Install"), which
+    # then has no pip of its own.
+    base_pip = subprocess.run(
+        [str(Path(sys.base_prefix) / "bin" / "python3"), "-m", "pip", "--python", "x", "-h"],
+        capture_output=True,
+        check=False,
+    )
+    own_pip = home / ".local" / "share" / "sandbridge" / "venv" / "bin" / "pip"
+    assert own_pip.exists() == (base_pip.returncode != 0), base_pip
     # The shells' completions, where each looks for a user's own; zsh's fpath line said.
     share = home / ".local" / "share"
     for script in (
