@@ -28,10 +28,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from tests.conftest import ECHO_APP, PYTHON, Process, app_host, host_port_of, run_argv
-from tests.e2e.firefox import Firefox, FirefoxContext
+from tests.e2e.firefox import Firefox, FirefoxContext, FirefoxPage
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 OPTIONS: tuple[str, ...] = ()  # the URL form under test: the default
@@ -149,11 +149,25 @@ def private(private_session: tuple[Session, Iterator[int]]) -> Apps:
     return running.pair(next(pairs))
 
 
+# Per open context, the one tab the helpers below read the jar through (a tab opened per
+# read cost about a third of a CPU-second each: tens per test file and browser).
+_READERS: dict[int, Page | FirefoxPage] = {}
+
+
 @pytest.fixture
 def context(browser: Browser | Firefox) -> Iterator[Context]:
     opened = browser.new_context()
     yield opened
+    _READERS.pop(id(opened), None)
     opened.close()
+
+
+def reader(context: Context) -> Page | FirefoxPage:
+    """The context's tab for the helpers' reads and the owner's visits (not the test's
+    own pages): the same cookie jar as any other tab of the context."""
+    if id(context) not in _READERS:
+        _READERS[id(context)] = context.new_page()
+    return _READERS[id(context)]
 
 
 @pytest.fixture
@@ -171,21 +185,17 @@ def set_cookie_url(origin: str, *cookies: str) -> str:
 
 def cookies_received(context: Context, origin: str) -> str:
     """The Cookie header the app at ``origin`` receives from this browser (echo app)."""
-    page = context.new_page()
-    response = page.goto(f"{origin}/echo")
+    response = reader(context).goto(f"{origin}/echo")
     assert response is not None and response.status == 200, origin
     headers = dict(json.loads(response.text())["headers"])
-    page.close()
     return str(headers.get("Cookie", ""))
 
 
 def open_private_app(context: Context, private: Apps, index: int = 0) -> str:
     """The owner opens a private app's URL: its token becomes the relay's cookie, whose
     value this returns."""
-    page = context.new_page()
-    response = page.goto(private.urls[index])
+    response = reader(context).goto(private.urls[index])
     assert response is not None and response.status == 200
-    page.close()
     name = f"sandbridge_{private.ports[index]}"
     [value] = [cookie["value"] for cookie in context.cookies() if cookie["name"] == name]
     return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, port_is_open, 
 from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.egress.test_in_sandbox import in_world
 from tests.egress.test_requests_in_sandbox import ALLOW_TEXT, ASKER, World
+from tests.support.command_in_process import sandbridge
 from tests.terminals.harness import PROMPT, TerminalSession, finish
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
@@ -40,6 +42,14 @@ COMMAND = (
     "while [ ! -e go ]; do sleep 0.05; done; "
     "curl -s -o /dev/null http://blocked.example/ ; "
     "while [ ! -e ask ]; do sleep 0.05; done; "
+    'sandbridge-allow asked.example:443 --reason "$(cat ask)"; echo $? > asked; exec sleep 600'
+)
+# COMMAND (test_daemon_dashboard.py's too) with the go-ahead and the reason read from
+# FIFOs the test writes (fifo_session): the polling loops above start a ``sleep`` 20
+# times a second for as long as the test runs.
+FIFO_COMMAND = (
+    "cat go > /dev/null; "
+    "curl -s -o /dev/null http://blocked.example/ ; "
     'sandbridge-allow asked.example:443 --reason "$(cat ask)"; echo $? > asked; exec sleep 600'
 )
 
@@ -55,9 +65,42 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[TerminalSession]:
-    running = TerminalSession(tmp_path, command=COMMAND)
+    """A session of :data:`FIFO_COMMAND`, its FIFOs made in the work dir first."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("go", "ask"):
+        os.mkfifo(work / name)
+    running = TerminalSession(tmp_path, command=FIFO_COMMAND)
     yield running
     running.stop()
+
+
+def tell(fifo: Path, text: str = "") -> None:
+    """Write ``text`` to the sandbox's command through ``fifo`` once it reads it (bounded:
+    a command that never gets there fails the test), then close it (its end of file)."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as error:
+            if error.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+        assert time.monotonic() < deadline, f"nothing in the sandbox read {fifo}"
+        select.select([], [], [], 0.05)
+    try:
+        os.set_blocking(fd, True)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def terminal_request(session: TerminalSession, *options: str) -> str:
+    """``sandbridge terminal request web --no-wait`` as the owner, in this process
+    (tests/support/command_in_process.py): the new request's id."""
+    result = sandbridge("terminal", "request", "web", "--no-wait", *options, env=session.env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
 
 
 @pytest.fixture
@@ -133,7 +176,7 @@ def test_an_app_is_listed_copied_and_closed_from_the_page(browser: Browser, tmp_
 def test_a_terminal_request_approved_from_the_page_attaches(
     page: Page, session: TerminalSession
 ) -> None:
-    request_id = session.request()
+    request_id = terminal_request(session, "--reason", "t")
     row = page.locator("#terminals tbody tr", has_text=request_id)
     expect(row).to_contain_text("pending")
     expect(row).to_contain_text("owner (you)")
@@ -144,7 +187,9 @@ def test_a_terminal_request_approved_from_the_page_attaches(
     expect(row).to_contain_text("active")
     child.sendline("exit 3")
     assert finish(child)[0] == 3
-    admission = next(r for r in session.audit() if r["event"] == "approval")
+    audit = sandbridge("terminal", "audit", "--json", env=session.env)
+    assert audit.returncode == 0, audit.stderr
+    admission = next(r for r in json.loads(audit.stdout) if r["event"] == "approval")
     assert admission["request"] == request_id
 
 
@@ -153,12 +198,10 @@ def test_a_hostile_reason_and_name_show_as_text(
 ) -> None:
     mallory = tmp_path / "mallory.key"
     public = keys.public_hex(keys.create_key(mallory))
-    session.request()  # creates the owner key and its directory
+    terminal_request(session, "--reason", "t")  # creates the owner key and its directory
     config = Path(session.env["XDG_CONFIG_HOME"]) / "sandbridge"
     (config / "requesters").write_text(f"{public}  # {HOSTILE}\n")
-    request_id = session.cli(
-        "terminal", "request", "web", "--no-wait", "--key", str(mallory), "--reason", HOSTILE
-    ).stdout.strip()
+    request_id = terminal_request(session, "--key", str(mallory), "--reason", HOSTILE)
     row = page.locator("#terminals tbody tr", has_text=request_id)
     expect(row.locator("td").nth(4)).to_have_text(HOSTILE[: keys.MAX_NAME_CHARS])
     expect(row.locator("td").nth(5)).to_have_text(HOSTILE)
@@ -171,7 +214,7 @@ def test_a_refused_destination_appears_live_with_the_line_that_allows_it(
     page: Page, session: TerminalSession
 ) -> None:
     updated = page.evaluate("document.body.dataset.updated")
-    (session.work / "go").touch()
+    tell(session.work / "go")
     row = page.locator("#egress tbody tr", has_text="blocked.example:80")
     expect(row).to_contain_text("refused")
     # the line the 403 itself named (port 80 is an entry's default)
@@ -183,8 +226,8 @@ def test_a_refused_destination_appears_live_with_the_line_that_allows_it(
 def test_an_egress_request_allowed_once_from_the_page_answers_the_sandbox(
     page: Page, session: TerminalSession
 ) -> None:
-    (session.work / "go").touch()
-    (session.work / "ask").write_text(HOSTILE)
+    tell(session.work / "go")
+    tell(session.work / "ask", HOSTILE)
     row = page.locator("#egress-pending tbody tr", has_text="asked.example:443")
     expect(row.locator("td").nth(3)).to_have_text(HOSTILE)
     row.get_by_role("button", name=re.compile("^Allow once: egress request")).click()
@@ -323,7 +366,7 @@ def test_a_mirror_name_refused_as_plain_is_granted_from_the_page_as_private(
 def test_stopping_a_session_from_the_page_by_keyboard_asks_then_ends_its_sandbox(
     page: Page, session: TerminalSession
 ) -> None:
-    sandboxed = session.wait_for("while [ ! -e go ]")
+    sandboxed = session.wait_for("cat go > /dev/null")
     # by keyboard: Tab through the page to the button, then Enter
     for _ in range(20):
         page.keyboard.press("Tab")

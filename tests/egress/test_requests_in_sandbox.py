@@ -272,41 +272,69 @@ def test_nothing_the_sandbox_sent_changed_a_file(scenario: Outcome) -> None:
     assert not any("saved to" in line for line in scenario.stderr)
 
 
-# --- --save, and the next session ------------------------------------------------------
+# --- --save, the next session, and a name on a network that is not the internet --------
+# (mirror.test: 192.0.2.3). Per backend, two sessions for the three tests below, which
+# only read what they did: the first asks for a destination the owner approves with
+# --save, then for the mirror name (granted only as private); the owner then adds a plain
+# ``mirror.test`` line by hand, and the next session reads both lines.
+
+MIRROR_REASON = "the company's package mirror"
 
 
-def test_save_writes_one_commented_line_that_the_next_session_allows(
-    backend: str, tmp_path: Path
-) -> None:
+@dataclass
+class Saved:
+    work: Path
+    save_answer: subprocess.CompletedProcess[str]
+    # The allow file after the first session (before the owner's own line).
+    allow_text: str
+    mirror_id: str
+    plain: subprocess.CompletedProcess[str]
+    private: subprocess.CompletedProcess[str]
+    first_steps: dict[str, str]
+    first_stderr: list[str]
+    next_steps: dict[str, str]
+    next_stderr: list[str]
+
+
+def _steps(world: World) -> dict[str, str]:
+    return {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Saved:
+    backend = str(request.param)
     world = start(
         backend,
-        tmp_path,
+        tmp_path_factory.mktemp("save"),
         [
             ["ask", "ask", "other.test:80", "--reason", "docs\nfor the\x1b[31m build"],
             ["fetch", "after1", "http://other.test/saved1"],
             ["fetch", "after2", "http://other.test/saved2"],
+            ["ask", "mirror_ask", "mirror.test:80", "--reason", MIRROR_REASON],
+            ["fetch", "mirror1", "http://mirror.test/m1"],
+            ["fetch", "mirror2", "http://mirror.test/m2"],
         ],
     )
     try:
-        answer = world.egress("approve", world.asked("other.test:80"), "--save")
-        world.finish()
+        save_answer = world.egress("approve", world.asked("other.test:80"), "--save")
+        mirror_id = world.asked("mirror.test:80")
+        plain = world.egress("approve", mirror_id, "--session")
+        private = world.egress("approve", mirror_id, "--session", "--private")
+        first_stderr = world.finish()
     finally:
         if world.process.popen.poll() is None:
             world.process.stop()
-    assert answer.returncode == 0, answer.stderr
-    assert "until the session ends" in answer.stdout and "saved to " in answer.stdout
-    text = (world.work / ".sandbridge" / "allow").read_text()
-    assert text.startswith(ALLOW_TEXT)
-    added = text[len(ALLOW_TEXT) :]
-    assert re.fullmatch(
-        r"other\.test:80  # \d{4}-\d\d-\d\d, asked from the sandbox: docs for the \[31m build\n",
-        added,
-    ), added
-    steps = {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
-    assert "status=200" in steps["after1"] and "status=200" in steps["after2"]
-    # The next session reads the saved line: no request needed.
+    allow = world.work / ".sandbridge" / "allow"
+    allow_text = allow.read_text()
+    # The owner's own line, the allow file's fourth: a plain entry for the mirror name.
+    allow.write_text(allow_text + "mirror.test\n")
     (world.work / "go").unlink()
     os.mkfifo(world.work / "go")
+    steps = [
+        ["fetch", "next", "http://other.test/next"],
+        ["fetch", "refused", "http://mirror.test/r"],
+        ["ask", "ask", "mirror.test:80", "--reason", MIRROR_REASON],
+    ]
     again = World(
         in_world(
             run_argv(
@@ -314,7 +342,7 @@ def test_save_writes_one_commented_line_that_the_next_session_allows(
                 PYTHON,
                 ASKER,
                 str(world.work / "go"),
-                json.dumps([["fetch", "next", "http://other.test/next"]]),
+                json.dumps(steps),
                 options=("--backend", backend),
             ),
             world.env,
@@ -324,36 +352,43 @@ def test_save_writes_one_commented_line_that_the_next_session_allows(
         world.work,
     )
     try:
-        assert again.step("next").startswith("status=200")
-        again.finish()
+        next_stderr = again.finish()
     finally:
         if again.process.popen.poll() is None:
             again.process.stop()
-
-
-# --- a name on a network that is not the internet (mirror.test: 192.0.2.3) ---------------
-
-
-def test_a_mirror_name_is_granted_only_as_private_and_then_takes_effect(
-    backend: str, tmp_path: Path
-) -> None:
-    world = start(
-        backend,
-        tmp_path,
-        [
-            ["ask", "ask", "mirror.test:80", "--reason", "the company's package mirror"],
-            ["fetch", "after1", "http://mirror.test/m1"],
-            ["fetch", "after2", "http://mirror.test/m2"],
-        ],
+    return Saved(
+        world.work,
+        save_answer,
+        allow_text,
+        mirror_id,
+        plain,
+        private,
+        _steps(world),
+        first_stderr,
+        _steps(again),
+        next_stderr,
     )
-    try:
-        request_id = world.asked("mirror.test:80")
-        plain = world.egress("approve", request_id, "--session")
-        private = world.egress("approve", request_id, "--session", "--private")
-        stderr = world.finish()
-    finally:
-        if world.process.popen.poll() is None:
-            world.process.stop()
+
+
+def test_save_writes_one_commented_line_that_the_next_session_allows(saved: Saved) -> None:
+    answer = saved.save_answer
+    assert answer.returncode == 0, answer.stderr
+    assert "until the session ends" in answer.stdout and "saved to " in answer.stdout
+    text = saved.allow_text
+    assert text.startswith(ALLOW_TEXT)
+    added = text[len(ALLOW_TEXT) :]
+    assert re.fullmatch(
+        r"other\.test:80  # \d{4}-\d\d-\d\d, asked from the sandbox: docs for the \[31m build\n",
+        added,
+    ), added
+    steps = saved.first_steps
+    assert "status=200" in steps["after1"] and "status=200" in steps["after2"]
+    # The next session reads the saved line: no request needed.
+    assert saved.next_steps["next"].split(" ", 2)[2].startswith("status=200")
+
+
+def test_a_mirror_name_is_granted_only_as_private_and_then_takes_effect(saved: Saved) -> None:
+    plain, private, request_id = saved.plain, saved.private, saved.mirror_id
     # Not reported as granted: the proxy would refuse every connection without private.
     assert plain.returncode != 0 and "approved" not in plain.stdout
     assert "mirror.test resolves to 192.0.2.3 (private) and no global address" in plain.stderr
@@ -362,31 +397,17 @@ def test_a_mirror_name_is_granted_only_as_private_and_then_takes_effect(
     )
     assert private.returncode == 0, private.stderr
     assert private.stdout.startswith(f"approved {request_id}: mirror.test:80 private,")
-    steps = {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
-    assert json.loads(steps["ask"].split(" ", 2)[2])["rc"] == 0
-    assert "status=200" in steps["after1"] and "status=200" in steps["after2"]
-    assert sum(line.startswith("HIT mirror80 ") for line in stderr) == 2
+    steps = saved.first_steps
+    assert json.loads(steps["mirror_ask"].split(" ", 2)[2])["rc"] == 0
+    assert "status=200" in steps["mirror1"] and "status=200" in steps["mirror2"]
+    assert sum(line.startswith("HIT mirror80 ") for line in saved.first_stderr) == 2
 
 
 def test_a_mirror_name_its_entry_cannot_reach_is_refused_up_front_naming_the_line(
-    backend: str, tmp_path: Path
+    saved: Saved,
 ) -> None:
-    world = start(
-        backend,
-        tmp_path,
-        [
-            ["fetch", "refused", "http://mirror.test/r"],
-            ["ask", "ask", "mirror.test:80", "--reason", "the company's package mirror"],
-        ],
-        allow=ALLOW_TEXT + "mirror.test\n",
-    )
-    try:
-        stderr = world.finish()
-    finally:
-        if world.process.popen.poll() is None:
-            world.process.stop()
-    steps = {line.split(" ", 2)[1]: line for line in world.process.lines["stdout"]}
-    fix = "edit .sandbridge/allow:3 to read 'mirror.test private'"
+    steps, stderr = saved.next_steps, saved.next_stderr
+    fix = "edit .sandbridge/allow:4 to read 'mirror.test private'"
     assert "status=403" in steps["refused"] and fix in steps["refused"]
     asked = json.loads(steps["ask"].split(" ", 2)[2])
     assert asked["rc"] == 1 and asked["out"] == ""

@@ -62,6 +62,51 @@ def ready(process: Process) -> dict[str, object]:
     return report
 
 
+@dataclass
+class ModuleDaemon:
+    """The daemon this module's daemon-mode sessions are served by, in a runtime base of
+    its own: its tests only run sessions on it (one daemon start instead of one per
+    backend and test)."""
+
+    process: Process
+    xdg: Path
+
+    def wait_served(self, pid: int) -> None:
+        """Until the daemon has logged serving the session of ``sandbridge run`` ``pid``."""
+        prefix = "sandbridge: daemon.session "
+        count = 1
+        while not any(
+            f" pid={pid} " in f"{line} "
+            for line in self.process.wait_lines(prefix, count, "stderr")
+        ):
+            count += 1
+
+
+@pytest.fixture(scope="module")
+def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleDaemon]:
+    xdg = tmp_path_factory.mktemp("daemon") / "xdg"
+    xdg.mkdir(mode=0o700)
+    process = start_daemon(env={**os.environ, "XDG_RUNTIME_DIR": str(xdg)})
+    yield ModuleDaemon(process, xdg)
+    process.stop()
+
+
+@pytest.fixture(params=["standalone", "daemon"])
+def served(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Process | None:
+    """Each mode of ``sandbridge run`` (conftest's ``served``): its own host half, in a
+    private XDG_RUNTIME_DIR, or the module's daemon's, in that daemon's."""
+    if request.param == "standalone":
+        xdg = tmp_path / "xdg"
+        xdg.mkdir(mode=0o700)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+        return None
+    daemon: ModuleDaemon = request.getfixturevalue("module_daemon")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(daemon.xdg))
+    return daemon.process
+
+
 @pytest.fixture(
     scope="module",
     params=[(backend, mode) for backend in BACKENDS for mode in ("standalone", "daemon")],
@@ -70,37 +115,37 @@ def ready(process: Process) -> dict[str, object]:
 def app(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Process, dict[str, object]]]:
-    """The echo app in a sandbox, the session served standalone or by the daemon, in a
-    runtime base of its own: one per backend and mode for the module, whose tests only
-    ask it (a test that changes a session starts its own)."""
+    """The echo app in a sandbox, the session served standalone (in a runtime base of its
+    own) or by the module's daemon: one per backend and mode for the module, whose tests
+    only ask it (a test that changes a session starts its own)."""
     backend, mode = request.param
     top = tmp_path_factory.mktemp("app")
-    xdg = top / "xdg"
-    xdg.mkdir(mode=0o700)
+    daemon: ModuleDaemon | None = None
+    if mode == "daemon":
+        daemon = request.getfixturevalue("module_daemon")
+        xdg = daemon.xdg
+    else:
+        xdg = top / "xdg"
+        xdg.mkdir(mode=0o700)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg)}
-    daemon = start_daemon(env=env) if mode == "daemon" else None
+    process = sandboxed(
+        backend,
+        top,
+        PYTHON,
+        ECHO_APP,
+        "--register",
+        "4173",
+        "--register",
+        "4173:/app",
+        env=env,
+    )
     try:
-        process = sandboxed(
-            backend,
-            top,
-            PYTHON,
-            ECHO_APP,
-            "--register",
-            "4173",
-            "--register",
-            "4173:/app",
-            env=env,
-        )
-        try:
-            report = ready(process)
-            if daemon is not None:
-                daemon.wait_line("sandbridge: daemon.session ", "stderr")
-            yield process, report
-        finally:
-            process.stop()
-    finally:
+        report = ready(process)
         if daemon is not None:
-            daemon.stop()
+            daemon.wait_served(process.popen.pid)
+        yield process, report
+    finally:
+        process.stop()
 
 
 def test_app_is_served_through_its_url_and_not_at_its_port(
