@@ -149,25 +149,25 @@ def private(private_session: tuple[Session, Iterator[int]]) -> Apps:
     return running.pair(next(pairs))
 
 
-# Per open context, the one tab the helpers below read the jar through (a tab opened per
-# read cost about a third of a CPU-second each: tens per test file and browser).
-_READERS: dict[int, Page | FirefoxPage] = {}
+# Per open context, its one tab: each test's pages and the helpers' reads and visits
+# below, one after the other (every step navigates first). A tab opened per read cost
+# about a third of a CPU-second each: tens per browser.
+_TABS: dict[int, Page | FirefoxPage] = {}
 
 
 @pytest.fixture
 def context(browser: Browser | Firefox) -> Iterator[Context]:
     opened = browser.new_context()
     yield opened
-    _READERS.pop(id(opened), None)
+    _TABS.pop(id(opened), None)
     opened.close()
 
 
-def reader(context: Context) -> Page | FirefoxPage:
-    """The context's tab for the helpers' reads and the owner's visits (not the test's
-    own pages): the same cookie jar as any other tab of the context."""
-    if id(context) not in _READERS:
-        _READERS[id(context)] = context.new_page()
-    return _READERS[id(context)]
+def tab(context: Context) -> Page | FirefoxPage:
+    """The context's tab: the same cookie jar as any other tab of the context would have."""
+    if id(context) not in _TABS:
+        _TABS[id(context)] = context.new_page()
+    return _TABS[id(context)]
 
 
 @pytest.fixture
@@ -185,7 +185,7 @@ def set_cookie_url(origin: str, *cookies: str) -> str:
 
 def cookies_received(context: Context, origin: str) -> str:
     """The Cookie header the app at ``origin`` receives from this browser (echo app)."""
-    response = reader(context).goto(f"{origin}/echo")
+    response = tab(context).goto(f"{origin}/echo")
     assert response is not None and response.status == 200, origin
     headers = dict(json.loads(response.text())["headers"])
     return str(headers.get("Cookie", ""))
@@ -194,7 +194,7 @@ def cookies_received(context: Context, origin: str) -> str:
 def open_private_app(context: Context, private: Apps, index: int = 0) -> str:
     """The owner opens a private app's URL: its token becomes the relay's cookie, whose
     value this returns."""
-    response = reader(context).goto(private.urls[index])
+    response = tab(context).goto(private.urls[index])
     assert response is not None and response.status == 200
     name = f"sandbridge_{private.ports[index]}"
     [value] = [cookie["value"] for cookie in context.cookies() if cookie["name"] == name]
@@ -209,7 +209,7 @@ def private_cookie_values(context: Context, private: Apps) -> list[str]:
 
 def test_each_app_name_resolves_to_loopback_in_the_browser(context: Context, apps: Apps) -> None:
     assert all(".localhost:" in url for url in apps.urls)
-    page = context.new_page()
+    page = tab(context)
     response = page.goto(f"{apps.urls[1]}echo")
     assert response is not None and response.status == 200
     assert json.loads(response.text())["server_port"] == 4174
@@ -217,7 +217,7 @@ def test_each_app_name_resolves_to_loopback_in_the_browser(context: Context, app
 
 def test_a_page_cannot_read_another_apps_cookies(context: Context, apps: Apps) -> None:
     first, second = apps.origins
-    page = context.new_page()
+    page = tab(context)
     page.goto(set_cookie_url(first, "from_header=1; Path=/"))
     page.evaluate("document.cookie = 'from_script=1; path=/'")
     assert "from_header=1" in page.evaluate("document.cookie")
@@ -233,7 +233,7 @@ def test_a_page_cannot_set_another_apps_cookies(context: Context, apps: Apps) ->
         f"planted_{index}=1; Path=/; Domain={domain}"
         for index, domain in enumerate(["localhost", ".localhost", second_name, "127.0.0.1"])
     ]
-    page = context.new_page()
+    page = tab(context)
     page.goto(set_cookie_url(first, *attempts))
     for attempt in attempts:
         page.evaluate("cookie => { document.cookie = cookie.replace('planted', 'js') }", attempt)
@@ -244,7 +244,7 @@ def test_a_page_cannot_set_another_apps_cookies(context: Context, apps: Apps) ->
 def test_cookies_of_other_localhost_services_never_reach_an_app(
     context: Context, apps: Apps, listener: Listener
 ) -> None:
-    page = context.new_page()
+    page = tab(context)
     for name in ("localhost", "127.0.0.1"):
         page.goto(
             set_cookie_url(
@@ -263,7 +263,7 @@ def test_a_private_apps_cookie_never_reaches_another_loopback_listener(
 ) -> None:
     open_private_app(context, private)
     other_app = app_host(private.ports[1])
-    page = context.new_page()
+    page = tab(context)
     for name in ("127.0.0.1", "localhost", "evil.localhost", other_app):
         response = page.goto(f"http://{name}:{listener.port}/")
         assert response is not None and response.status == 200, name
@@ -273,7 +273,7 @@ def test_a_private_apps_cookie_never_reaches_another_loopback_listener(
 
 def test_a_page_cannot_read_a_private_apps_cookie(context: Context, private: Apps) -> None:
     open_private_app(context, private)
-    page = context.new_page()
+    page = tab(context)
     page.goto(f"{private.origins[0]}/set-cookie")
     assert "sandbridge_" not in page.evaluate("document.cookie")  # HttpOnly
     open_private_app(context, private, 1)  # the other app of the session
@@ -285,7 +285,7 @@ def test_an_apps_response_cannot_lock_the_owner_out(context: Context, private: A
     secret = open_private_app(context, private)
     name = f"sandbridge_{private.ports[0]}"
     origin = private.origins[0]
-    page = context.new_page()
+    page = tab(context)
     # The app answers with Set-Cookie of the relay's cookie, however spelled; the relay
     # removes them (they would overwrite or expire the owner's cookie).
     response = page.goto(
@@ -316,7 +316,7 @@ def test_another_app_cannot_lock_the_owner_out_of_a_private_app(
     secret = open_private_app(context, private)
     open_private_app(context, private, 1)
     name = f"sandbridge_{private.ports[0]}"
-    page = context.new_page()
+    page = tab(context)
     page.goto(
         set_cookie_url(
             private.origins[1],
@@ -337,7 +337,7 @@ def test_links_to_another_loopback_listener_do_not_name_the_app(
     ``<label>.localhost:<their port>`` (where the app's cookies would go): the relay's
     default Referrer-Policy keeps links and resources of other origins from learning it."""
     target = f"http://127.0.0.1:{listener.port}/"
-    page = context.new_page()
+    page = tab(context)
     page.goto(f"{apps.origins[0]}/set-cookie")
     page.evaluate(
         """target => new Promise(loaded => {
@@ -368,7 +368,7 @@ def test_other_apps_and_services_cannot_evict_a_private_apps_cookie(
     secret = open_private_app(context, private)
     open_private_app(context, private, 1)
     flood = "for (let i = 0; i < 400; i++) document.cookie = 'flood' + i + '=1; path=/'"
-    page = context.new_page()
+    page = tab(context)
     for origin in (private.origins[1], f"http://localhost:{listener.port}"):
         page.goto(f"{origin}/set-cookie")
         page.evaluate(flood)
