@@ -177,8 +177,9 @@ def test_host_prints_each_registration(app: tuple[Process, dict[str, object]]) -
 def test_exit_status_of_the_command_is_returned(
     backend: str, tmp_path: Path, served: Process | None
 ) -> None:
-    assert run_to_end(backend, tmp_path, "exit 7").returncode == 7
-    assert run_to_end(backend, tmp_path, "true").returncode == 0
+    for script, status in (("exit 7", 7), ("true", 0)):
+        result = run_to_end(backend, tmp_path, script)
+        assert result.returncode == status, result.stderr
 
 
 def test_command_that_cannot_start_is_127(backend: str, tmp_path: Path, xdg: Path) -> None:
