@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from sandbridge.exceptions import GitNotRun
+from sandbridge.path_within import is_within
 from sandbridge.sandbox import host_git
 from sandbridge.sandbox.mounts import Mount
 from sandbridge.sandbox.protected_paths import decide
@@ -81,16 +81,20 @@ def test_ignoring_rule_names_source_and_line_and_skips_negations(tmp_path: Path)
     assert host_git.ignoring_rule(repo, "keep.log") is None
 
 
-def spy_on_git(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
-    """Every git command sandbridge's questions run from now on (they still run)."""
+def spy_on_git(monkeypatch: pytest.MonkeyPatch, home: Path) -> list[tuple[str, ...]]:
+    """Every git command sandbridge's questions run from now on (they still run), with
+    ``home`` as the owner's home: no include of the machine's own ``~/.gitconfig`` adds
+    a listing."""
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     ran: list[tuple[str, ...]] = []
     real = host_git.run_git
 
     def counted(
-        cwd: Path, *args: str, stdin: str | None = None, asked: Sequence[str] = ()
+        cwd: Path, *args: str, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         ran.append(args)
-        return real(cwd, *args, stdin=stdin, asked=asked)
+        return real(cwd, *args, stdin=stdin)
 
     monkeypatch.setattr(host_git, "run_git", counted)
     return ran
@@ -104,7 +108,7 @@ def test_ignoring_rules_asks_git_once_for_every_name(
     repo = make_repo(tmp_path / "proj")
     odd = ["a b.log", "line\nfeed.log", "cr\r.log", os.fsdecode(b"bad\xff.log"), "-x.log"]
     (repo / ".gitignore").write_text("*.log\n!keep.log\n/sub/deep/*.env\n")
-    ran = spy_on_git(monkeypatch)
+    ran = spy_on_git(monkeypatch, tmp_path / "home")
     rules = host_git.ignoring_rules(repo, [*odd, "keep.log", "README", "sub/deep/x.env"])
     assert rules == {
         **{name: ".gitignore:1:*.log" for name in odd},
@@ -113,6 +117,27 @@ def test_ignoring_rules_asks_git_once_for_every_name(
     assert [args[0] for args in ran] == ["check-ignore"]
     assert host_git.ignoring_rules(repo, []) == {}
     assert len(ran) == 1
+
+
+def test_a_name_git_cannot_answer_loses_no_other_names_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git stops at a name beyond a symbolic link (``.claude`` a link, the owner's or one
+    the sandbox left): that name is not ignored, and the names before and after it get
+    their answers, as when each was asked alone."""
+    repo = make_repo(tmp_path / "proj")
+    (repo / "elsewhere").mkdir()
+    (repo / ".claude").symlink_to("elsewhere")
+    (repo / ".cargo").symlink_to("gone")  # dangling
+    (repo / ".gitignore").write_text(".envrc\n.npmrc\n*.log\n")
+    ran = spy_on_git(monkeypatch, tmp_path / "home")
+    asked = ["a.log", ".claude/settings.json", ".envrc", ".cargo/config.toml", ".npmrc", "b"]
+    assert host_git.ignoring_rules(repo, asked) == {
+        "a.log": ".gitignore:3:*.log",
+        ".envrc": ".gitignore:1:.envrc",
+        ".npmrc": ".gitignore:2:.npmrc",
+    }
+    assert [args[0] for args in ran] == ["check-ignore"] * 3
 
 
 def test_a_fifo_gitignore_on_the_way_to_any_name_asked_is_refused(tmp_path: Path) -> None:
@@ -135,7 +160,7 @@ def test_the_index_is_read_once_for_submodules_and_hidden_entries(
     git(repo, "add", "skipped")
     git(repo, "update-index", "--skip-worktree", "skipped")
     git(repo, "update-index", "--assume-unchanged", "README")
-    ran = spy_on_git(monkeypatch)
+    ran = spy_on_git(monkeypatch, tmp_path / "home")
     facts = host_git.index_facts(repo)
     assert facts.submodules == [repo / "lib"]
     assert facts.hidden == frozenset({"README", "skipped"})
@@ -149,7 +174,7 @@ def test_settings_without_includes_are_listed_once(
     includes is every setting, and git is not asked again with them."""
     repo = make_repo(tmp_path / "proj")
     git(repo, "config", "core.hooksPath", ".husky/_")
-    ran = spy_on_git(monkeypatch)
+    ran = spy_on_git(monkeypatch, tmp_path / "home")
     entries = host_git.config_entries(repo)
     assert any(e.key == "core.hookspath" and e.value == ".husky/_" for e in entries)
     assert ran == [("config", "--list", "--show-origin", "--no-includes", "-z")]
@@ -241,7 +266,7 @@ def test_a_repositorys_protections_ask_git_three_times_and_its_end_once(
     git run is a process the start and the end wait for."""
     repo = make_repo(tmp_path / "proj")
     (repo / ".gitignore").write_text(".envrc\n")
-    ran = spy_on_git(monkeypatch)
+    ran = spy_on_git(monkeypatch, tmp_path / "home")
     protection = decide([Mount(repo, repo, writable=True)], repo)
     assert sorted(args[0] for args in ran) == ["check-ignore", "config", "ls-files"]
     assert repo / ".envrc" in {p.path for p in protection.placeholders}  # ignored: empty file
@@ -250,3 +275,19 @@ def test_a_repositorys_protections_ask_git_three_times_and_its_end_once(
     protection.create_placeholders()
     assert protection.finish() == []
     assert [args[0] for args in ran] == ["ls-files"]
+
+
+def test_a_submodule_path_that_is_a_link_loop_is_read_without_an_error(tmp_path: Path) -> None:
+    """A ``.gitmodules`` path the sandbox made a link to itself (``Path.resolve`` raised
+    RuntimeError on it, out of the session's end): it is read as the path it names, and
+    the protections are decided, nothing made below the link."""
+    repo = make_repo(tmp_path / "proj")
+    sub = make_repo(tmp_path / "sub")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "lib")
+    (repo / ".gitmodules").write_text(
+        '[submodule "loop"]\n\tpath = loop\n\turl = ./x\n' + (repo / ".gitmodules").read_text()
+    )
+    (repo / "loop").symlink_to("loop")
+    assert host_git.index_facts(repo).submodules == [repo / "lib", repo / "loop"]
+    protection = decide([Mount(repo, repo, writable=True)], repo)
+    assert not any(is_within(p.path, repo / "loop") for p in protection.placeholders)

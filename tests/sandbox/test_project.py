@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from sandbridge.exceptions import PolicyError
-from sandbridge.sandbox.project import check_secrets_file, project_root, shown_policy_files
+from sandbridge.sandbox.project import (
+    check,
+    check_secrets_file,
+    project_root,
+    shown_policy_files,
+)
 from tests.sandbox.test_protected_paths import git, make_repo
 
 
@@ -97,3 +102,16 @@ def test_only_policy_files_that_are_regular_files_are_shown(tmp_path: Path) -> N
     (policy_dir / "env.example").mkdir()
     assert shown_policy_files(tmp_path) == ("config",)
     assert shown_policy_files(tmp_path / "none") == ()
+
+
+def test_an_ignoring_rule_is_named_escaped(tmp_path: Path) -> None:
+    """The rule that ignores a policy file is a .gitignore line the sandbox may have
+    written: an ESC in it (a pattern that still matches) reaches the terminal escaped."""
+    repo = make_repo(tmp_path / "proj")
+    (repo / ".sandbridge").mkdir()
+    (repo / ".sandbridge" / "config").write_text("")
+    (repo / ".gitignore").write_text(".sandbridge/[c\x1b]onfig\n")
+    with pytest.raises(PolicyError) as refused:
+        check(repo, repo, in_git=True)
+    assert "\x1b" not in str(refused.value)
+    assert ".gitignore:1:.sandbridge/[c\\x1b]onfig" in str(refused.value)

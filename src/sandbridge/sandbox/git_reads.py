@@ -18,7 +18,8 @@ opened without blocking and only when they are regular files:
   the repository uses them, which its own config and index decide); in its common dir
   (``commondir``): ``config``, ``info/exclude`` (``check-ignore``);
 - the owner's own config and ignore files (``~/.gitconfig``, ``$XDG_CONFIG_HOME/git/``);
-- ``check-ignore PATH``: the ``.gitignore`` of each directory from the top down to PATH's;
+- ``check-ignore PATH`` (or ``--stdin`` with the paths on its input, ``check``'s
+  ``asked``): the ``.gitignore`` of each directory from the top down to each PATH's;
 - ``config -f FILE``: FILE.
 
 Files that settings name (an ``include.path`` target, ``core.excludesFile``) are checked

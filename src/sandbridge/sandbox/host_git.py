@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,16 +64,15 @@ def available() -> bool:
 _hanging: dict[Path, str] = {}
 
 
-def run_git(
-    cwd: Path, *args: str, stdin: str | None = None, asked: Sequence[str] = ()
-) -> subprocess.CompletedProcess[str]:
+def run_git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run the host's hardened git in ``cwd``; never raises for a git error.
 
-    ``asked``: the paths ``stdin`` lists for a ``check-ignore --stdin``, whose ignore
+    With ``--stdin``, ``stdin`` holds the paths asked, each ended by a NUL: their ignore
     files are checked as those of a path on the command line are.
 
     Raises :class:`GitNotRun` instead of running git when a file it would open is not a
     file (git would hang), and when git timed out in that repository, now or before."""
+    asked = [] if stdin is None or "--stdin" not in args else stdin.split("\0")[:-1]
     repository = git_reads.check(cwd, args, asked)
     key = Path(os.path.abspath(cwd if repository is None else repository.git_dir))
     if key in _hanging:
@@ -250,7 +248,9 @@ def index_facts(top: Path) -> IndexFacts:
                     paths.add(value)
     submodules = []
     for name in sorted(paths):
-        path = (top / name).resolve()
+        # The names are the sandbox's to choose: a link to itself is no error here (as
+        # Path.resolve's RuntimeError was), only a path that is not below ``top``.
+        path = Path(os.path.realpath(top / name))
         if path.is_relative_to(top) and path != top:
             submodules.append(path)
     return IndexFacts(submodules, frozenset(hidden))
@@ -265,29 +265,36 @@ def ignoring_rules(top: Path, relatives: list[str]) -> dict[str, str]:
     """Of ``relatives``, those the owner's git ignores, each with the rule
     (``source:line:pattern``) that ignores it: one ``check-ignore`` for all of them.
 
-    The names go on git's standard input, NUL-terminated, and come back in NUL-separated
+    The names go on git's standard input, NUL-terminated, and each gets a record back
+    (``--non-matching``: empty fields for a name no pattern matches), in NUL-separated
     fields (``-z``): a name may hold any byte but NUL. A name a negation (``!pattern``)
-    matched last is not ignored."""
-    if not available() or not relatives:
-        return {}
-    result = run_git(
-        top,
-        "check-ignore",
-        "-v",
-        "-z",
-        "--no-index",
-        "--stdin",
-        stdin="".join(f"{relative}\0" for relative in relatives),
-        asked=relatives,
-    )
-    if result.returncode != 0:
-        return {}
-    fields = result.stdout.split("\0")
-    wanted = set(relatives)
-    rules = {}
-    for source, line, pattern, name in zip(
-        fields[0::4], fields[1::4], fields[2::4], fields[3::4], strict=False
-    ):
-        if source and line.isdigit() and not pattern.startswith("!") and name in wanted:
-            rules[name] = f"{source}:{line}:{pattern}"
+    matched last is not ignored. A name git cannot answer (one beyond a symbolic link, or
+    in a submodule) stops it after the records of the names before: that name counts as
+    not ignored, and git is asked again for the names after it."""
+    rules: dict[str, str] = {}
+    left = list(relatives)
+    while left and available():
+        result = run_git(
+            top,
+            "check-ignore",
+            "-v",
+            "-n",
+            "-z",
+            "--no-index",
+            "--stdin",
+            stdin="".join(f"{relative}\0" for relative in left),
+        )
+        fields = result.stdout.split("\0")
+        answered = 0
+        for source, line, pattern, name in zip(
+            fields[0::4], fields[1::4], fields[2::4], fields[3::4], strict=False
+        ):
+            if answered == len(left) or name != left[answered]:
+                break  # not the answer to the next name asked: nothing after it is read
+            answered += 1
+            if source and line.isdigit() and not pattern.startswith("!"):
+                rules[name] = f"{source}:{line}:{pattern}"
+        if result.returncode in (0, 1) and answered == len(left):
+            break
+        left = left[answered + 1 :]  # past the name git stopped at: not taken as ignored
     return rules

@@ -78,7 +78,8 @@ def check(workdir: Path, root: Path, in_git: bool | None = None) -> None:
             rule = host_git.ignoring_rule(root, str(name))
             if rule is not None:
                 raise PolicyError(
-                    f"{root / name}: git ignores it ({rule}), so a change to it would not "
+                    # The rule is the project's .gitignore line: the sandbox's to write.
+                    f"{root / name}: git ignores it ({shown(rule)}), so a change to it would not "
                     "show in review; remove that rule"
                 )
 
