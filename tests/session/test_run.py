@@ -94,17 +94,22 @@ def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleDa
 @pytest.fixture(params=["standalone", "daemon"])
 def served(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Process | None:
+) -> Iterator[Process | None]:
     """Each mode of ``sandbridge run`` (conftest's ``served``): its own host half, in a
-    private XDG_RUNTIME_DIR, or the module's daemon's, in that daemon's."""
+    private XDG_RUNTIME_DIR, or the module's daemon's, in that daemon's. A daemon that
+    died before or during the test fails it: its runs would have fallen back to the full
+    command, and passed without the daemon."""
     if request.param == "standalone":
         xdg = tmp_path / "xdg"
         xdg.mkdir(mode=0o700)
         monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
-        return None
+        yield None
+        return
     daemon: ModuleDaemon = request.getfixturevalue("module_daemon")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(daemon.xdg))
-    return daemon.process
+    assert daemon.process.popen.poll() is None, "the module's daemon has ended"
+    yield daemon.process
+    assert daemon.process.popen.poll() is None, "the module's daemon ended in the test"
 
 
 @pytest.fixture(

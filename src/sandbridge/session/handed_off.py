@@ -33,6 +33,8 @@ from sandbridge.session.served import serve_request
 
 # The status the run has when its client left without saying one (it was killed).
 CLIENT_GONE = 1
+# How much longer than its own wait for the daemon the client may take to shut down.
+SHUT_DOWN_MARGIN = 2.0
 
 
 def hand_off(  # noqa: PLR0913  (the builder's two, then a session runner's three)
@@ -111,7 +113,11 @@ def _until_done(client: socket.socket) -> int | None:
 
 def _until_shut_down(client: socket.socket) -> None:
     """Until the client has shut down its side (it has seen the daemon close the session)
-    or left; whatever else it sends is not read."""
-    with contextlib.suppress(OSError):
+    or left; whatever else it sends is not read. The client waits for the daemon's close
+    at most ``CLOSE_TIMEOUT``: a client that takes longer (stopped, say) is waited for no
+    more, since the run holds the placeholders' lock meanwhile, and every other run's
+    start and end on this machine waits for that lock."""
+    client.settimeout(daemon_wire.CLOSE_TIMEOUT + SHUT_DOWN_MARGIN)
+    with contextlib.suppress(OSError):  # TimeoutError included
         while client.recv(daemon_wire.MAX_MESSAGE_BYTES):
             pass
