@@ -218,6 +218,18 @@ def test_a_write_in_read_mode_is_refused_and_the_clipboard_is_unchanged(
     assert x.get() == b"the owner's"
 
 
+def test_a_refused_write_s_answer_arrives_though_the_host_reads_none_of_its_bytes(
+    start: Start, x: XDisplay
+) -> None:
+    # A full-size write outgrows the socket's buffers: the host answers and closes before the
+    # sandbox has sent it all, and the sandbox still reads why (not a broken pipe).
+    x.set(b"the owner's")
+    answer, _ = start().call(wire.WRITE, wire.TEXT, b"x" * wire.MAX_BYTES[wire.TEXT])
+    assert not answer.ok
+    assert "writing the owner's clipboard is off (--clipboard read)" in answer.error
+    assert x.get() == b"the owner's"
+
+
 def test_a_write_in_readwrite_mode_lands_on_the_owner_s_clipboard(
     start: Start, x: XDisplay
 ) -> None:

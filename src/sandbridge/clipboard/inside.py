@@ -144,10 +144,13 @@ def exchange(
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(ANSWER_TIMEOUT)
         sock.connect(path)
-        sock.sendall(wire.encode_request(request))
-        if invocation.op == wire.WRITE:
-            sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)  # the host refuses more bytes than declared
+        try:
+            sock.sendall(wire.encode_request(request))
+            if invocation.op == wire.WRITE:
+                sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)  # the host refuses more bytes than declared
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the host answered without reading it all (a refusal): its answer says why
         return _receive(sock)
 
 
