@@ -24,6 +24,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from sandbridge.exceptions import RemoteLinkError
+from sandbridge.places.remotes import RemoteEntry, list_remotes
 from sandbridge.protocol.http.private_access import TOKEN_PARAM
 from sandbridge.protocol.remote_wire import FarApp
 from sandbridge.remote.connect import APP_LINES_PER_MINUTE, Machine
@@ -786,6 +787,47 @@ def test_far_sessions_that_come_and_go_leave_no_state_behind() -> None:
         assert machine._scopes == {}
 
     asyncio.run(check())
+
+
+def test_an_app_connect_announces_is_already_one_ls_lists(
+    laptop_xdg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever reads connect's line about an app and runs ``sandbridge ls`` finds it
+    there: the record is written before the line is said (said first, ls could list
+    the machine without the app, as it did once in CI)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(laptop_xdg))
+
+    async def no_link() -> Link:
+        raise RemoteLinkError("not used here")
+
+    class Reader(io.StringIO):
+        """The owner's terminal: each line it gets is checked against ls's records."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.listed_when_said: list[tuple[str, list[int]]] = []
+
+        def write(self, text: str) -> int:
+            [record] = list_remotes()
+            self.listed_when_said.append((text, [app.port for app in record.apps]))
+            return super().write(text)
+
+    async def check() -> list[tuple[str, list[int]]]:
+        out = Reader()
+        machine = Machine("far", no_link, RemoteEntry.create("far", "test"), out=out)
+        try:
+            await machine._apply((FarApp("s-1", 8000, "/"), FarApp("s-1", 8001, "/")))
+            await machine._apply((FarApp("s-1", 8001, "/"),))
+        finally:
+            await machine._drop_all()
+        return out.listed_when_said
+
+    said = [(text.strip(), ports) for text, ports in asyncio.run(check()) if text.strip()]
+    assert [(text.split(": s-1 ", 1)[1].split(" -> ")[0], ports) for text, ports in said] == [
+        ("port 8000", [8000, 8001]),
+        ("port 8001", [8000, 8001]),
+        ("port 8000 is gone", [8001]),
+    ]
 
 
 def test_a_far_side_churning_a_few_apps_prints_a_bounded_number_of_lines() -> None:

@@ -248,12 +248,13 @@ class Machine:
         gone = [app for app in self.listeners if app not in wanted]
         added = [app for app in dict.fromkeys(apps) if app not in self.listeners]
         each = len(gone) + len(added) <= MAX_APP_LINES
+        said: list[str] = []  # said once recorded: an app announced is one ls lists
         for app in gone:
             # Forgotten only once closed: a cancel meanwhile leaves it to _drop_all.
             await self.listeners[app].close()
             del self.listeners[app]
             if each:
-                self._say_app(f"{app.session} port {app.port} is gone")
+                said.append(f"{app.session} port {app.port} is gone")
         unserved: list[OSError] = []
         private_said = 0
         for app in added:
@@ -273,19 +274,21 @@ class Machine:
             # says a local one's, and never written (the ls record is token-free); so it
             # is said even in a burst, for the first MAX_APP_LINES private apps of it.
             if each or (app.private and private_said < MAX_APP_LINES):
-                self._say_app(f"{app.session} port {app.port} -> {listener.app.url}")
+                said.append(f"{app.session} port {app.port} -> {listener.app.url}")
                 private_said += app.private
         if not each:
-            self._say_app(
+            said.append(
                 f"{len(added) - len(unserved)} apps added, {len(gone)} gone "
                 f"({len(self.listeners)} served; sandbridge ls lists them)"
             )
         if unserved:
             # Tried again with the next list; one line, however many failed.
-            self._say_app(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
-        self._say_app(None)  # the count of lines not said, if it fits now
+            said.append(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
         self._forget_unused_scopes()
         self._record(True)
+        for line in said:
+            self._say_app(line)
+        self._say_app(None)  # the count of lines not said, if it fits now
 
     def _forget_unused_scopes(self) -> None:
         # Only the sessions served now keep a scope: a far side naming fresh sessions in
