@@ -231,16 +231,28 @@ setup_packages() {
 # What only the tests use on top: the real apps' virtualenv (several hundred MB), so the
 # demo and the benchmark do not wait for it. It installs beside the rest, not after it:
 # most of an install's time is compiling bytecode, on one core (a fresh clone's pip spent
-# a minute on it alone). Both use .venv's uv, put there first.
+# a minute on it alone). Both use .venv's uv, put there first. Debian's packages (on a
+# fresh machine, the longest step: two browsers, clang, podman) install beside them too,
+# where no password is asked (root, or sudo without one); the front door's build and npm
+# wait for them (gcc, node). A failed step ends the script and the apps' install with it
+# (the trap runs after this function has returned: the pids are global); a running apt is
+# left to finish, never killed halfway.
 setup_tests() {
-  install_debian_packages "${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+  local packages=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
+  DEBIAN_PID=""
+  if [ "$(id -u)" -eq 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; then
+    install_debian_packages "${packages[@]}" &
+    DEBIAN_PID=$!
+  else
+    install_debian_packages "${packages[@]}" # sudo asks for a password here
+  fi
   ensure_uv
   install_app_packages &
   APPS_PID=$!
-  # Not `if ! setup_packages`: errexit is off in a condition, so a failed step would not
-  # stop the ones after it. A failure ends the script, and the apps' install with it (the
-  # trap runs after this function has returned: the pid is global).
   trap 'pkill -P "$APPS_PID" 2>/dev/null; kill "$APPS_PID" 2>/dev/null || true' EXIT
+  # Not `if ! ...`: errexit is off in a condition, so a failed step would not stop the
+  # ones after it.
+  if [ -n "$DEBIAN_PID" ]; then wait "$DEBIAN_PID"; fi
   setup_packages
   wait "$APPS_PID"
   trap - EXIT
