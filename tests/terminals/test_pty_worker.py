@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import sys
 import pytest
 
 from sandbridge.terminals import channel, pty_worker
-from sandbridge.terminals.frames import Kind, encode
+from sandbridge.terminals.frames import FROM_WORKER, FrameDecoder, Kind, encode
 
 
 @pytest.mark.parametrize(
@@ -62,6 +63,47 @@ def test_a_host_that_closes_with_frames_unread_ends_the_worker_without_a_traceba
         host.sendall(encode(Kind.START, json.dumps(start).encode()))
         assert host.recv(1)  # READY has begun to arrive; the rest of it stays unread
     try:
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+    assert process.stderr is not None
+    assert process.stderr.read() == ""
+
+
+def test_after_its_end_the_worker_leaves_the_close_to_the_host() -> None:
+    """The worker says ENDED and then waits for the host to close the link: the host's
+    STOP, sent as a client leaves at the same moment, reaches a live link instead of
+    failing (EPIPE closed the host's side with ENDED unread, and the audit named the
+    client's leaving instead of the worker's end)."""
+    host, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sandbridge.terminals.pty_worker", "--fd", str(worker.fileno())],
+        pass_fds=[worker.fileno()],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker.close()
+    start: dict[str, object] = {"rows": 24, "cols": 80, "lease": 10, "idle": 60}
+    start.update(hangup_grace=0.1, term="xterm", client_public=channel.keypair()[0].hex())
+    decoder = FrameDecoder(FROM_WORKER)
+
+    def until(kind: Kind) -> None:
+        while not any(frame.kind is kind for frame in decoder.feed(host.recv(65536))):
+            pass
+
+    try:
+        with host:
+            host.settimeout(30)
+            host.sendall(encode(Kind.START, json.dumps(start).encode()))
+            until(Kind.READY)
+            host.sendall(encode(Kind.STOP, json.dumps({"reason": "revoked"}).encode()))
+            until(Kind.ENDED)
+            # The worker is still there: it reads what the host sends and has not closed.
+            host.sendall(encode(Kind.STOP, json.dumps({"reason": "client"}).encode()))
+            assert select.select([host], [], [], 1.0)[0] == []
+            assert process.poll() is None
+            host.shutdown(socket.SHUT_WR)
+            assert host.recv(1) == b""  # it closes once the host has
         assert process.wait(timeout=30) == 0
     finally:
         process.kill()

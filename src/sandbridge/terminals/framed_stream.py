@@ -62,6 +62,16 @@ class FramedStream:
         read them."""
         self.writer.transport.abort()
 
+    async def until_peer_closes(self, timeout: float) -> None:
+        """Read and drop whatever comes until the peer closes its side, for at most
+        ``timeout``: the side that said its last frame leaves the close to the other, whose
+        writes meanwhile (a STOP racing the end) then never fail and cost it the frames it
+        has not read yet."""
+        with contextlib.suppress(OSError, TimeoutError):
+            async with asyncio.timeout(timeout):
+                while await self.reader.read(READ_BYTES):
+                    pass
+
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(OSError):

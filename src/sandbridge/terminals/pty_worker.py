@@ -64,6 +64,11 @@ DRAIN_TIMEOUT = 2.0
 # After SIGKILL, wait at most this long for every descendant to be gone.
 KILL_TIMEOUT = 5.0
 HEARTBEAT_INTERVAL = 5.0
+# After ENDED, the host closes the link (it has read the end); one that does not is left
+# after this long. Closing first instead, the worker could fail the host's STOP sent as the
+# client left: its write's EPIPE closed the link with ENDED unread, and the audit then
+# named the client's leaving, not the worker's end.
+HOST_CLOSE_TIMEOUT = 10.0
 TERM_PATTERN = re.compile(r"[A-Za-z0-9._+-]{1,64}")
 SHELLS = ("/bin/bash", "/bin/sh")
 # The only variables the shell sees; PS1 names the place so nobody mistakes it for the host.
@@ -421,6 +426,7 @@ async def serve(sock: socket.socket) -> int:
         await stream.close()
         return 2
     await worker.run()
+    await stream.until_peer_closes(HOST_CLOSE_TIMEOUT)
     await stream.close()
     return 0
 
