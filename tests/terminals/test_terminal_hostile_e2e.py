@@ -5,6 +5,7 @@ sandbox reaching for the worker's descriptors or beyond the owner's terminal win
 from __future__ import annotations
 
 import json
+import select
 import socket
 import sys
 from pathlib import Path
@@ -150,6 +151,27 @@ def test_tampered_reordered_and_oversized_frames_end_the_terminal(
     assert ends(session, request_id)[0]["end"] == "protocol"
     assert not (session.work / "first-ran").exists()
     assert not (session.work / "second-ran").exists()
+
+
+def test_the_host_leaves_the_close_to_the_client_once_the_end_is_said(
+    session: TerminalSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the EXIT, the host waits for the client to close: closing first, a key or a
+    heartbeat the client wrote meanwhile would fail with EPIPE and cost the client the
+    EXIT it had not read (it said the relay was lost, not why the terminal ended)."""
+    request_id = session.approved()
+    sock, sender, receiver = _raw_attach(session, request_id, monkeypatch)
+    with sock:
+        sock.sendall(
+            frames.encode(Kind.CIPHER, sender.seal(Message(MessageType.DATA, b"exit 3\n")))
+        )
+        assert _exit_reason(sock, receiver) == "exit"
+        assert select.select([sock], [], [], 1.0)[0] == []  # no close: the host waits
+        sock.sendall(frames.encode(Kind.CIPHER, sender.seal(Message(MessageType.HEARTBEAT))))
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(65536) == b""  # the host closes once the client has
+    session.process.wait_line("sandbridge: terminal.ended", "stderr")
+    assert ends(session, request_id)[0]["end"] == "exit"
 
 
 # What a command in the terminal runs: the PTY worker is its shell's parent; without more,

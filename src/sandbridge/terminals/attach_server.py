@@ -29,7 +29,7 @@ from sandbridge import log
 from sandbridge.aio import untrusted_fds
 from sandbridge.exceptions import ControlRefusal, FrameError, JournalError
 from sandbridge.terminals import channel, keys
-from sandbridge.terminals.active_terminal import ActiveTerminal, relay
+from sandbridge.terminals.active_terminal import FINAL_DRAIN_TIMEOUT, ActiveTerminal, relay
 from sandbridge.terminals.admission import (
     Admit,
     Authority,
@@ -232,6 +232,10 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
             end=end, status=status,
         )  # fmt: skip
         log.info("terminal.ended", request=request.id, end=end, status=status)
+        # The client closes once it has read the end. Closed first, the client's next write
+        # (a key typed, a heartbeat) would fail with EPIPE and close its side with the end
+        # unread: it would say the relay was lost instead of why the terminal ended.
+        await client.until_peer_closes(FINAL_DRAIN_TIMEOUT)
 
 
 def _renew(broker: Broker, request: TerminalRequest) -> Lease | Refuse:
