@@ -46,9 +46,8 @@ def test_descendants_include_grandchildren_and_exclude_others() -> None:
         child.wait()
 
 
-def test_a_host_that_closes_with_frames_unread_ends_the_worker_without_a_traceback() -> None:
-    """An AF_UNIX peer that closes with data unread resets the connection: the worker's
-    next read fails with ECONNRESET, which means the host went away, as EPIPE does."""
+def _worker() -> tuple[socket.socket, subprocess.Popen[str], bytes]:
+    """A real PTY worker on a socketpair: the host's end, the process, and a START."""
     host, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     process = subprocess.Popen(
         [sys.executable, "-m", "sandbridge.terminals.pty_worker", "--fd", str(worker.fileno())],
@@ -57,17 +56,28 @@ def test_a_host_that_closes_with_frames_unread_ends_the_worker_without_a_traceba
         text=True,
     )
     worker.close()
-    start = {"rows": 24, "cols": 80, "lease": 10, "idle": 60, "hangup_grace": 1, "term": "xterm"}
-    start["client_public"] = channel.keypair()[0].hex()
-    with host:
-        host.sendall(encode(Kind.START, json.dumps(start).encode()))
-        assert host.recv(1)  # READY has begun to arrive; the rest of it stays unread
+    start = {"rows": 24, "cols": 80, "lease": 10, "idle": 60, "hangup_grace": 0.1}
+    body = {**start, "term": "xterm", "client_public": channel.keypair()[0].hex()}
+    return host, process, encode(Kind.START, json.dumps(body).encode())
+
+
+def _ended_quietly(process: subprocess.Popen[str]) -> None:
     try:
         assert process.wait(timeout=30) == 0
     finally:
         process.kill()
     assert process.stderr is not None
     assert process.stderr.read() == ""
+
+
+def test_a_host_that_closes_with_frames_unread_ends_the_worker_without_a_traceback() -> None:
+    """An AF_UNIX peer that closes with data unread resets the connection: the worker's
+    next read fails with ECONNRESET, which means the host went away, as EPIPE does."""
+    host, process, start = _worker()
+    with host:
+        host.sendall(start)
+        assert host.recv(1)  # READY has begun to arrive; the rest of it stays unread
+    _ended_quietly(process)
 
 
 def test_after_its_end_the_worker_leaves_the_close_to_the_host() -> None:
@@ -75,37 +85,23 @@ def test_after_its_end_the_worker_leaves_the_close_to_the_host() -> None:
     STOP, sent as a client leaves at the same moment, reaches a live link instead of
     failing (EPIPE closed the host's side with ENDED unread, and the audit named the
     client's leaving instead of the worker's end)."""
-    host, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sandbridge.terminals.pty_worker", "--fd", str(worker.fileno())],
-        pass_fds=[worker.fileno()],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    worker.close()
-    start: dict[str, object] = {"rows": 24, "cols": 80, "lease": 10, "idle": 60}
-    start.update(hangup_grace=0.1, term="xterm", client_public=channel.keypair()[0].hex())
+    host, process, start = _worker()
     decoder = FrameDecoder(FROM_WORKER)
 
     def until(kind: Kind) -> None:
         while not any(frame.kind is kind for frame in decoder.feed(host.recv(65536))):
             pass
 
-    try:
-        with host:
-            host.settimeout(30)
-            host.sendall(encode(Kind.START, json.dumps(start).encode()))
-            until(Kind.READY)
-            host.sendall(encode(Kind.STOP, json.dumps({"reason": "revoked"}).encode()))
-            until(Kind.ENDED)
-            # The worker is still there: it reads what the host sends and has not closed.
-            host.sendall(encode(Kind.STOP, json.dumps({"reason": "client"}).encode()))
-            assert select.select([host], [], [], 1.0)[0] == []
-            assert process.poll() is None
-            host.shutdown(socket.SHUT_WR)
-            assert host.recv(1) == b""  # it closes once the host has
-        assert process.wait(timeout=30) == 0
-    finally:
-        process.kill()
-    assert process.stderr is not None
-    assert process.stderr.read() == ""
+    with host:
+        host.settimeout(30)
+        host.sendall(start)
+        until(Kind.READY)
+        host.sendall(encode(Kind.STOP, json.dumps({"reason": "revoked"}).encode()))
+        until(Kind.ENDED)
+        # The worker is still there: it reads what the host sends and has not closed.
+        host.sendall(encode(Kind.STOP, json.dumps({"reason": "client"}).encode()))
+        assert select.select([host], [], [], 1.0)[0] == []
+        assert process.poll() is None
+        host.shutdown(socket.SHUT_WR)
+        assert host.recv(1) == b""  # it closes once the host has
+    _ended_quietly(process)
