@@ -89,8 +89,11 @@ def test_after_its_end_the_worker_leaves_the_close_to_the_host() -> None:
     decoder = FrameDecoder(FROM_WORKER)
 
     def until(kind: Kind) -> None:
-        while not any(frame.kind is kind for frame in decoder.feed(host.recv(65536))):
-            pass
+        while True:
+            data = host.recv(65536)
+            assert data, f"the worker closed before {kind.name}"
+            if any(frame.kind is kind for frame in decoder.feed(data)):
+                return
 
     with host:
         host.settimeout(30)

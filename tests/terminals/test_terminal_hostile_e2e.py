@@ -165,8 +165,18 @@ def test_the_host_leaves_the_close_to_the_client_once_the_end_is_said(
         sock.sendall(
             frames.encode(Kind.CIPHER, sender.seal(Message(MessageType.DATA, b"exit 3\n")))
         )
-        assert _exit_reason(sock, receiver) == "exit"
-        assert select.select([sock], [], [], 1.0)[0] == []  # no close: the host waits
+        # The worker's EXIT, then the host's own word on the end; then no close: the host
+        # waits for the client's.
+        decoder = frames.FrameDecoder(frames.FROM_HOST_TO_CLIENT)
+        ends_said: list[tuple[str, str]] = []
+        while len(ends_said) < 2 and (data := sock.recv(65536)):
+            for frame in decoder.feed(data):
+                if frame.kind is Kind.STOP:
+                    ends_said.append(("STOP", json.loads(frame.body)["reason"]))
+                elif (message := receiver.open(frame.body)).type is MessageType.EXIT:
+                    ends_said.append(("EXIT", message.exit[1]))
+        assert ends_said == [("EXIT", "exit"), ("STOP", "exit")]
+        assert select.select([sock], [], [], 1.0)[0] == []
         sock.sendall(frames.encode(Kind.CIPHER, sender.seal(Message(MessageType.HEARTBEAT))))
         sock.shutdown(socket.SHUT_WR)
         assert sock.recv(65536) == b""  # the host closes once the client has

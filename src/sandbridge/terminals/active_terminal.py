@@ -186,8 +186,9 @@ async def relay(  # noqa: PLR0913, PLR0915  (both relay directions and the lease
     ):
         status = -1
     with contextlib.suppress(OSError, RuntimeError, TimeoutError):
-        if not ended:
-            client.send_json(Kind.STOP, {"reason": reason})
+        # Always, ENDED or not: a client that read the worker's EXIT has left already; one
+        # that did not (a worker that sent none) learns why here, and then closes.
+        client.send_json(Kind.STOP, {"reason": reason})
         async with asyncio.timeout(FINAL_DRAIN_TIMEOUT):  # a client that stopped reading
             await client.drain()
     return str(reason), status

@@ -177,6 +177,7 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
     )  # fmt: skip
     client = FramedStream(reader, writer, FROM_CLIENT)
     end, status, counts = "not_ready", -1, [0, 0]
+    told = False
     worker: FramedStream | None = None
     worker_sock: socket.socket | None = None
     try:
@@ -212,6 +213,7 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
             request.id, terminal, client, counts, broker.settings,
             lambda: _renew(broker, request), lambda: client_end(writer, over_link),
         )  # fmt: skip
+        told = True  # relay's last frame to the client said the end
     except (TimeoutError, FrameError, ValueError, KeyError, OSError, ControlRefusal) as exc:
         log.info("terminal.failed", request=request.id, error=type(exc).__name__)
         if end == "not_ready":
@@ -232,9 +234,11 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
             end=end, status=status,
         )  # fmt: skip
         log.info("terminal.ended", request=request.id, end=end, status=status)
-        # The client closes once it has read the end. Closed first, the client's next write
-        # (a key typed, a heartbeat) would fail with EPIPE and close its side with the end
-        # unread: it would say the relay was lost instead of why the terminal ended.
+    # The client closes once it has read the end. Closed first, the client's next write
+    # (a key typed, a heartbeat) would fail with EPIPE and close its side with the end
+    # unread: it would say the relay was lost instead of why the terminal ended. Not when
+    # the end was not said (a refusal, a cancel at the session's end).
+    if told:
         await client.until_peer_closes(FINAL_DRAIN_TIMEOUT)
 
 
