@@ -52,7 +52,7 @@ NODE_FIXTURES=(tests/apps/node_open tests/apps/vite_app)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
-  elif command -v sudo >/dev/null; then sudo "$@"
+  elif command -v sudo >/dev/null; then sudo ${SUDO_NO_PROMPT:+-n} "$@"
   else echo "dev.sh: need root to run: $*" >&2; return 1
   fi
 }
@@ -241,7 +241,8 @@ setup_tests() {
   local packages=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
   DEBIAN_PID=""
   if [ "$(id -u)" -eq 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; then
-    install_debian_packages "${packages[@]}" &
+    # In the background sudo cannot ask: -n makes a lapsed credential fail, loudly.
+    SUDO_NO_PROMPT=1 install_debian_packages "${packages[@]}" &
     DEBIAN_PID=$!
   else
     install_debian_packages "${packages[@]}" # sudo asks for a password here

@@ -249,46 +249,48 @@ class Machine:
         added = [app for app in dict.fromkeys(apps) if app not in self.listeners]
         each = len(gone) + len(added) <= MAX_APP_LINES
         said: list[str] = []  # said once recorded: an app announced is one ls lists
-        for app in gone:
-            # Forgotten only once closed: a cancel meanwhile leaves it to _drop_all.
-            await self.listeners[app].close()
-            del self.listeners[app]
-            if each:
-                said.append(f"{app.session} port {app.port} is gone")
-        unserved: list[OSError] = []
-        private_said = 0
-        for app in added:
-            scope = self._scopes.setdefault(
-                (app.session, app.private), SessionScope(RelaySettings(private=app.private))
-            )
-            listener = AppListener(
-                app.port, app.base_path, RemoteConnector(self, app.session), scope
-            )
-            try:
-                await listener.start()
-            except OSError as exc:  # out of descriptors or ports: this app, not the link
-                unserved.append(exc)
-                continue
-            self.listeners[app] = listener
-            # A private app's URL carries its one-time token: said here once, as `run`
-            # says a local one's, and never written (the ls record is token-free); so it
-            # is said even in a burst, for the first MAX_APP_LINES private apps of it.
-            if each or (app.private and private_said < MAX_APP_LINES):
-                said.append(f"{app.session} port {app.port} -> {listener.app.url}")
-                private_said += app.private
-        if not each:
-            said.append(
-                f"{len(added) - len(unserved)} apps added, {len(gone)} gone "
-                f"({len(self.listeners)} served; sandbridge ls lists them)"
-            )
-        if unserved:
-            # Tried again with the next list; one line, however many failed.
-            said.append(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
-        self._forget_unused_scopes()
-        self._record(True)
-        for line in said:
-            self._say_app(line)
-        self._say_app(None)  # the count of lines not said, if it fits now
+        try:
+            for app in gone:
+                # Forgotten only once closed: a cancel meanwhile leaves it to _drop_all.
+                await self.listeners[app].close()
+                del self.listeners[app]
+                if each:
+                    said.append(f"{app.session} port {app.port} is gone")
+            unserved: list[OSError] = []
+            private_said = 0
+            for app in added:
+                scope = self._scopes.setdefault(
+                    (app.session, app.private), SessionScope(RelaySettings(private=app.private))
+                )
+                listener = AppListener(
+                    app.port, app.base_path, RemoteConnector(self, app.session), scope
+                )
+                try:
+                    await listener.start()
+                except OSError as exc:  # out of descriptors or ports: this app, not the link
+                    unserved.append(exc)
+                    continue
+                self.listeners[app] = listener
+                # A private app's URL carries its one-time token: said here once, as `run`
+                # says a local one's, and never written (the ls record is token-free); so it
+                # is said even in a burst, for the first MAX_APP_LINES private apps of it.
+                if each or (app.private and private_said < MAX_APP_LINES):
+                    said.append(f"{app.session} port {app.port} -> {listener.app.url}")
+                    private_said += app.private
+            if not each:
+                said.append(
+                    f"{len(added) - len(unserved)} apps added, {len(gone)} gone "
+                    f"({len(self.listeners)} served; sandbridge ls lists them)"
+                )
+            if unserved:
+                # Tried again with the next list; one line, however many failed.
+                said.append(f"{len(unserved)} apps not served: cannot listen: {unserved[0]}")
+            self._forget_unused_scopes()
+            self._record(True)
+        finally:  # cancelled mid-list (the link lost): what it served is still said, once
+            for line in said:
+                self._say_app(line)
+            self._say_app(None)  # the count of lines not said, if it fits now
 
     def _forget_unused_scopes(self) -> None:
         # Only the sessions served now keep a scope: a far side naming fresh sessions in
