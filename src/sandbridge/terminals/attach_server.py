@@ -177,7 +177,6 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
     )  # fmt: skip
     client = FramedStream(reader, writer, FROM_CLIENT)
     end, status, counts = "not_ready", -1, [0, 0]
-    told = False
     worker: FramedStream | None = None
     worker_sock: socket.socket | None = None
     try:
@@ -213,7 +212,6 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
             request.id, terminal, client, counts, broker.settings,
             lambda: _renew(broker, request), lambda: client_end(writer, over_link),
         )  # fmt: skip
-        told = True  # relay's last frame to the client said the end
     except (TimeoutError, FrameError, ValueError, KeyError, OSError, ControlRefusal) as exc:
         log.info("terminal.failed", request=request.id, error=type(exc).__name__)
         if end == "not_ready":
@@ -236,9 +234,10 @@ async def _run_terminal(  # noqa: PLR0913  (the admission, its reservation, the 
         log.info("terminal.ended", request=request.id, end=end, status=status)
     # The client closes once it has read the end. Closed first, the client's next write
     # (a key typed, a heartbeat) would fail with EPIPE and close its side with the end
-    # unread: it would say the relay was lost instead of why the terminal ended. Not when
-    # the end was not said (a refusal, a cancel at the session's end).
-    if told:
+    # unread: it would say the relay was lost instead of why the terminal ended. Only once
+    # relay's last frame said the end: not after a refusal (``not_ready``); a cancel at the
+    # session's end never gets here.
+    if end != "not_ready":
         await client.until_peer_closes(FINAL_DRAIN_TIMEOUT)
 
 
