@@ -116,17 +116,27 @@ def _raw_attach(
     return sock, sender, receiver
 
 
-def _exit_reason(sock: socket.socket, receiver: channel.Receiver) -> str:
-    """Read the worker's messages until its authenticated EXIT; return the reason."""
+def _ends_said(
+    sock: socket.socket, receiver: channel.Receiver, count: int = 1
+) -> list[tuple[str, str]]:
+    """Read the worker's messages until ``count`` ends are said to the client, each
+    ``(kind, reason)``: the worker's authenticated EXIT or the host's STOP."""
     decoder = frames.FrameDecoder(frames.FROM_HOST_TO_CLIENT)
-    while data := sock.recv(65536):
+    said: list[tuple[str, str]] = []
+    while len(said) < count:
+        data = sock.recv(65536)
+        assert data, f"the terminal ended without an EXIT after {said!r}"
         for frame in decoder.feed(data):
             if frame.kind is Kind.STOP:
-                return str(json.loads(frame.body)["reason"])
-            message = receiver.open(frame.body)
-            if message.type is MessageType.EXIT:
-                return message.exit[1]
-    raise AssertionError("the terminal ended without an EXIT")
+                said.append(("STOP", str(json.loads(frame.body)["reason"])))
+            elif (message := receiver.open(frame.body)).type is MessageType.EXIT:
+                said.append(("EXIT", message.exit[1]))
+    return said
+
+
+def _exit_reason(sock: socket.socket, receiver: channel.Receiver) -> str:
+    """The reason of the first end said to the client."""
+    return _ends_said(sock, receiver)[0][1]
 
 
 @pytest.mark.parametrize("attack", ["tampered", "reordered", "oversized"])
@@ -167,15 +177,7 @@ def test_the_host_leaves_the_close_to_the_client_once_the_end_is_said(
         )
         # The worker's EXIT, then the host's own word on the end; then no close: the host
         # waits for the client's.
-        decoder = frames.FrameDecoder(frames.FROM_HOST_TO_CLIENT)
-        ends_said: list[tuple[str, str]] = []
-        while len(ends_said) < 2 and (data := sock.recv(65536)):
-            for frame in decoder.feed(data):
-                if frame.kind is Kind.STOP:
-                    ends_said.append(("STOP", json.loads(frame.body)["reason"]))
-                elif (message := receiver.open(frame.body)).type is MessageType.EXIT:
-                    ends_said.append(("EXIT", message.exit[1]))
-        assert ends_said == [("EXIT", "exit"), ("STOP", "exit")]
+        assert _ends_said(sock, receiver, 2) == [("EXIT", "exit"), ("STOP", "exit")]
         assert select.select([sock], [], [], 1.0)[0] == []
         sock.sendall(frames.encode(Kind.CIPHER, sender.seal(Message(MessageType.HEARTBEAT))))
         sock.shutdown(socket.SHUT_WR)
