@@ -64,12 +64,19 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
+# How often the serving loop looks for shutdown(): socketserver's own half second was half
+# a second of every test's teardown that served an engine (68 of them in one file).
+SHUTDOWN_POLL_SECONDS = 0.02
+
+
 @contextmanager
 def serving(path: Path, handler: type[BaseHTTPRequestHandler]) -> Iterator[None]:
     """Serve ``handler`` on a Unix socket at ``path`` for the block, one thread per
     connection; every thread is done when the block ends."""
     server = _UnixServer(str(path), handler)
-    thread = threading.Thread(target=server.serve_forever, name=f"serving {path.name}")
+    thread = threading.Thread(
+        target=server.serve_forever, args=(SHUTDOWN_POLL_SECONDS,), name=f"serving {path.name}"
+    )
     thread.start()
     try:
         yield
