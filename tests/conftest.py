@@ -142,6 +142,8 @@ SLOW_FILES = frozenset(
         "test_front_sanitized.py",  # builds the front door with ASan and UBSan
         "test_container_engine.py",  # starts real container engines (podman)
         "test_docker_recorder.py",  # records a scenario against a real engine
+        "test_thin_run.py",  # real daemons building real sandboxes
+        "test_run_builder.py",  # the daemon's run builder: a real daemon, real sandboxes
     }
 )
 
