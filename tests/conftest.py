@@ -141,6 +141,7 @@ SLOW_FILES = frozenset(
         "test_fuzz_front_c.py",  # builds with clang, fuzzes for a bounded time
         "test_front_sanitized.py",  # builds the front door with ASan and UBSan
         "test_container_engine.py",  # starts real container engines (podman)
+        "test_real_engine.py",  # a real engine (podman) reached from a real sandbox
         "test_docker_recorder.py",  # records a scenario against a real engine
         "test_thin_run.py",  # real daemons building real sandboxes
         "test_run_builder.py",  # the daemon's run builder: a real daemon, real sandboxes
