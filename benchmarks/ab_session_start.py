@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.paths import SANDBRIDGE
+from benchmarks.proc import children
 from benchmarks.sessions import BWRAP, compile_package
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,13 +62,6 @@ def _cpu_ms(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK") * 1e3
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
-    return found
-
-
 def _session_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
 
@@ -76,7 +70,7 @@ def _building(pid: int) -> list[int]:
     """``pid``'s children that build a run: each one has a session of its own (a child
     forked ahead, waiting for its client, has not)."""
     found = []
-    for child in _children(pid):
+    for child in children(pid):
         with contextlib.suppress(OSError):  # ended meanwhile
             if _session_of(child) != _session_of(pid):
                 found.append(child)
@@ -128,7 +122,7 @@ def _start_daemon(tree: Tree) -> None:
 def _sample(tree: Tree) -> None:
     assert tree.daemon is not None
     argv = [*SANDBRIDGE, "run", "--net", "none", "--workdir", str(tree.work), "--", "true"]
-    hosts = [tree.daemon.pid, *_children(tree.daemon.pid)]
+    hosts = [tree.daemon.pid, *children(tree.daemon.pid)]
     host_before = sum(_cpu_ms(pid) for pid in hosts)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()

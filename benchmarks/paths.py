@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from benchmarks.proc import children
 from sandbridge.protocol.limits import MAX_V1_BODY_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -230,20 +231,9 @@ def direct(work: Path, ports: tuple[int, int]) -> RelayPath:
     return RelayPath("direct", f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}")
 
 
-def _children(pid: int) -> list[int]:
-    """``pid``'s live children, from each of its threads' children list in /proc (a few
-    reads, where scanning every process's stat was hundreds); none once it has ended."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):  # it ended meanwhile
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError):  # that thread ended meanwhile
-                found += [int(child) for child in (task / "children").read_text().split()]
-    return found
-
-
 def _descendants(pid: int) -> list[int]:
     result = []
-    for child in _children(pid):
+    for child in children(pid):
         result.append(child)
         result.extend(_descendants(child))
     return result
@@ -422,7 +412,7 @@ http {{
     process = _spawn(["nginx", "-c", str(conf)])
     http, stream = (f"http://127.0.0.1:{port}" for port in front)
     wait_until_serving(http + "/1k")
-    return RelayPath("nginx", http, stream, [process], [process.pid, *_children(process.pid)])
+    return RelayPath("nginx", http, stream, [process], [process.pid, *children(process.pid)])
 
 
 def socat_two_hop(work: Path, ports: tuple[int, int]) -> RelayPath:

@@ -53,12 +53,12 @@ import sandbridge
 from benchmarks.paths import (
     PYTHON,
     SANDBRIDGE,
-    _children,
     _descendants,
     _is_shim,
     address_of,
     read_line,
 )
+from benchmarks.proc import children
 from benchmarks.workloads import rss_kib
 
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
@@ -215,9 +215,9 @@ def _private_kib(pid: int) -> int:
 
 def _builder_children(daemon: int) -> tuple[int | None, list[int]]:
     """The daemon's run builder and the children it forked (one per thin client)."""
-    for child in _children(daemon):
+    for child in children(daemon):
         if b"sandbridge.cli.run_builder" in Path(f"/proc/{child}/cmdline").read_bytes():
-            return child, _children(child)
+            return child, children(child)
     return None, []
 
 
@@ -235,8 +235,8 @@ def _measure_served(
         after = rss_kib(daemon)
         idle = [rss_kib(pid) for pid in shims]
         clients = [rss_kib(run.pid) for run in served]
-        builder, children = _builder_children(daemon)
-        builder_children = [(_private_kib(pid), rss_kib(pid)) for pid in children] or [(0, 0)]
+        builder, forked = _builder_children(daemon)
+        builder_children = [(_private_kib(pid), rss_kib(pid)) for pid in forked] or [(0, 0)]
         _serve_once(runtime, b"{}\n")
         refusing = [rss_kib(pid) for pid in shims]
         _request_app(urls)
