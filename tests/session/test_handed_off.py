@@ -10,10 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 import sandbridge
 from sandbridge.protocol import daemon_wire
+from sandbridge.session import handed_off
 from tests.conftest import REPO, SANDBRIDGE, Process, run_argv
 from tests.daemon.test_server import wait_until
 
@@ -87,3 +91,29 @@ def test_a_killed_client_without_standard_input_leaves_no_session_behind(
     client.stop(signal.SIGKILL)
     wait_until(lambda: not runtime_dir.exists())
     assert sessions() == []
+
+
+def test_the_wait_for_the_clients_shut_down_ends_at_once_when_it_shuts_down() -> None:
+    builder, client = socket.socketpair()
+    with builder, client:
+        client.sendall(b'{"whatever": "it sends is not read"}')
+        client.shutdown(socket.SHUT_WR)
+        started = time.monotonic()
+        handed_off._until_shut_down(builder)
+        assert time.monotonic() - started < daemon_wire.CLOSE_TIMEOUT
+
+
+def test_a_client_that_never_shuts_down_is_waited_for_no_longer_than_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The run holds the placeholders' lock while it waits: a client stopped before its
+    # shut down must not hold every other run's start. (The bound shortened for the test.)
+    monkeypatch.setattr(daemon_wire, "CLOSE_TIMEOUT", 0.3)
+    monkeypatch.setattr(handed_off, "SHUT_DOWN_MARGIN", 0.2)
+    builder, client = socket.socketpair()
+    with builder, client:
+        client.sendall(b"x")  # a client that talks but never shuts down
+        started = time.monotonic()
+        handed_off._until_shut_down(builder)
+        waited = time.monotonic() - started
+    assert 0.5 <= waited < 0.5 + daemon_wire.READY_TIMEOUT, waited
