@@ -32,10 +32,10 @@ def parent(pid: int) -> int | None:
     """``pid``'s parent, from its ``stat`` (the fields after the name, which may hold any
     byte but the last ``)``); None once it has ended."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[-1].split()
+    except OSError:
         return None
-    return int(fields[1])
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
 def _children_by_parent(pid: int) -> list[int]:
