@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -103,17 +104,33 @@ def test_the_wait_for_the_clients_shut_down_ends_at_once_when_it_shuts_down() ->
         assert time.monotonic() - started < daemon_wire.CLOSE_TIMEOUT
 
 
+@pytest.mark.parametrize("sending", [False, True], ids=["quiet", "keeps-sending"])
 def test_a_client_that_never_shuts_down_is_waited_for_no_longer_than_the_bound(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, sending: bool
 ) -> None:
     # The run holds the placeholders' lock while it waits: a client stopped before its
-    # shut down must not hold every other run's start. (The bound shortened for the test.)
+    # shut down, or one that keeps talking, must not hold every other run's start. (The
+    # bound shortened for the test.)
     monkeypatch.setattr(daemon_wire, "CLOSE_TIMEOUT", 0.3)
     monkeypatch.setattr(handed_off, "SHUT_DOWN_MARGIN", 0.2)
     builder, client = socket.socketpair()
+    done = threading.Event()
+
+    def talk() -> None:  # a byte every 0.1 s until the builder has stopped waiting
+        while not done.wait(0.1):
+            client.send(b"x")
+
+    talker = threading.Thread(target=talk)
     with builder, client:
-        client.sendall(b"x")  # a client that talks but never shuts down
+        client.sendall(b"x")
+        if sending:
+            talker.start()
         started = time.monotonic()
-        handed_off._until_shut_down(builder)
-        waited = time.monotonic() - started
-    assert 0.5 <= waited < 0.5 + daemon_wire.READY_TIMEOUT, waited
+        try:
+            handed_off._until_shut_down(builder)
+        finally:
+            waited = time.monotonic() - started
+            done.set()
+            if sending:
+                talker.join()
+    assert 0.5 <= waited < 5.0, waited

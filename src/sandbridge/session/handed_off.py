@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import contextlib
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,8 +117,11 @@ def _until_shut_down(client: socket.socket) -> None:
     or left; whatever else it sends is not read. The client waits for the daemon's close
     at most ``CLOSE_TIMEOUT``: a client that takes longer (stopped, say) is waited for no
     more, since the run holds the placeholders' lock meanwhile, and every other run's
-    start and end on this machine waits for that lock."""
-    client.settimeout(daemon_wire.CLOSE_TIMEOUT + SHUT_DOWN_MARGIN)
+    start and end on this machine waits for that lock. The bound is the whole wait's: a
+    client that keeps sending does not extend it."""
+    deadline = time.monotonic() + daemon_wire.CLOSE_TIMEOUT + SHUT_DOWN_MARGIN
     with contextlib.suppress(OSError):  # TimeoutError included
-        while client.recv(daemon_wire.MAX_MESSAGE_BYTES):
-            pass
+        while (left := deadline - time.monotonic()) > 0:
+            client.settimeout(left)
+            if not client.recv(daemon_wire.MAX_MESSAGE_BYTES):
+                return
