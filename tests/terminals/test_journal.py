@@ -39,6 +39,25 @@ def test_the_ring_is_bounded_and_replaces_the_oldest(tmp_path: Path) -> None:
     assert len([p for p in (tmp_path / "ring").iterdir() if p.suffix == ".json"]) == 4
 
 
+def test_what_is_not_a_record_in_the_ring_is_skipped_and_never_waited_on(tmp_path: Path) -> None:
+    # The ring is the owner's private directory; whatever lands there anyway is read past,
+    # and a FIFO (which a plain open waits on for a writer) holds nothing up.
+    ring = RecordRing(tmp_path / "ring", slots=8)
+    ring.append({"n": "kept"})
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"seq": 7, "n": "linked"}')
+    os.mkfifo(ring.path / "001.json")
+    (ring.path / "002.json").symlink_to(elsewhere)
+    (ring.path / "003.json").mkdir()
+    (ring.path / "004.json").write_text('{"seq": 4, "pad": "' + "x" * MAX_RECORD_BYTES + '"}')
+    (ring.path / "005.json").write_text("not json")
+    (ring.path / "006.json").write_text('{"seq": "6"}')
+    (ring.path / "007.json").write_text("[7]")
+    (ring.path / "note.txt").write_text('{"seq": 9}')
+    assert [record["n"] for record in ring.records()] == ["kept"]
+    assert ring.append({"n": "next"}) == 1
+
+
 def test_a_record_over_16_kib_is_refused(tmp_path: Path) -> None:
     ring = RecordRing(tmp_path / "ring")
     with pytest.raises(JournalError) as refused:

@@ -54,6 +54,11 @@ def _private_dir(path: Path) -> Path:
     )
 
 
+# A slot is read without following a link or waiting on a FIFO; a read of a FIFO or a
+# device then fails or finds nothing, and the slot is skipped.
+_READ_SLOT = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
 class RecordRing:
     """At most ``slots`` records of at most ``max_bytes`` each, oldest replaced first."""
 
@@ -79,19 +84,17 @@ class RecordRing:
         return self.path / f"{seq % self.slots:03d}.json"
 
     def records(self) -> list[dict[str, Any]]:
-        """Every record, oldest first; unreadable or foreign files are skipped.
-
-        Each append reads the whole ring (for the last sequence number, and the journal for
-        a nonce's every use): the slots the directory lists are read through its
-        descriptor with one ``open``, ``read`` and ``close`` each, not a ``Path`` and a
-        buffered file apiece, which took twice the CPU (16 ms for a full ring, on every
-        terminal request, in the broker's event loop)."""
+        """Every record, oldest first; unreadable or foreign files are skipped: one that is
+        not a regular file (a link, a FIFO: opened without following or waiting, so
+        nothing placed here holds the broker), over ``max_bytes``, not a JSON object with an
+        integer ``seq``. Each append reads the whole ring, so the slots the directory
+        lists are read through its descriptor, one ``open`` and ``read`` each."""
         found: list[dict[str, Any]] = []
         directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for name in self._names.intersection(os.listdir(directory)):
+            for name in sorted(self._names.intersection(os.listdir(directory))):
                 try:
-                    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
+                    fd = os.open(name, _READ_SLOT, dir_fd=directory)
                     try:
                         raw = os.read(fd, self.max_bytes + 1)
                     finally:
