@@ -4,7 +4,7 @@
 #   ./dev.sh install         install sandbridge for this user (sandbridge, ags-webview-url
 #                            and sandbridge-open on PATH; README, "Install")
 #   ./dev.sh test [ARGS]     install what is missing, then lint, type-check and run every test,
-#                            in parallel workers; --fast: the inner loop's tier (no sandboxes)
+#                            in parallel workers; --fast: the inner loop's tier (tests/conftest.py)
 #   ./dev.sh bench [ARGS]    install what is missing, then run the relay benchmark
 #   ./dev.sh tsan            the front door's C built with ThreadSanitizer, its tests run on
 #                            that build (docs/relay.md, "The front door's safety net")

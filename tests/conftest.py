@@ -129,10 +129,13 @@ settings.register_profile("ci", max_examples=100, deadline=None)
 settings.register_profile("deep", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# What `./dev.sh test --fast` leaves out (`-m "not slow"`): tests that start real
-# sandboxes, browsers, daemons, far machines or builds, seconds each. What stays (the
-# sans-I/O cores, the relay's and the gate's pieces on real sockets, the CLI, lint and
-# types) runs in under two minutes on two cores.
+# What `./dev.sh test --fast` leaves out (`-m "not slow"`): the places and files below,
+# whose tests start real sandboxes, browsers, daemons, far machines or builds, seconds
+# each, and tests elsewhere marked `slow` in their own file. What stays (the sans-I/O
+# cores, the relay's and the gate's pieces on real sockets, the CLI, lint and types)
+# still holds a few tests that start a real sandbox or daemon (an app's session in
+# tests/relay/host/test_owned_upstream.py, tests/cli/test_main.py's, the egress world of
+# tests/egress/test_light_gate.py) and takes over two minutes on two cores: README.
 SLOW_DIRECTORIES = frozenset({"e2e", "session", "sandbox", "remote", "daemon", "benchmarks"})
 SLOW_FILES = frozenset(
     {
