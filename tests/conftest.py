@@ -131,11 +131,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # What `./dev.sh test --fast` leaves out (`-m "not slow"`): the places and files below,
 # whose tests start real sandboxes, browsers, daemons, far machines or builds, seconds
-# each, and tests elsewhere marked `slow` in their own file. What stays (the sans-I/O
-# cores, the relay's and the gate's pieces on real sockets, the CLI, lint and types)
-# still holds a few tests that start a real sandbox or daemon (an app's session in
-# tests/relay/host/test_owned_upstream.py, tests/cli/test_main.py's, the egress world of
-# tests/egress/test_light_gate.py) and takes over two minutes on two cores: README.
+# each, and tests elsewhere marked with STARTS_A_SANDBOX or STARTS_A_DAEMON. What stays
+# (the sans-I/O cores, the relay's and the gate's pieces on real sockets and real
+# processes, the CLI, lint and types) takes over two minutes on two cores: README.
+# A test elsewhere that starts a real sandbox or a daemon says so with one of these.
+STARTS_A_SANDBOX = pytest.mark.slow
+STARTS_A_DAEMON = pytest.mark.slow
 SLOW_DIRECTORIES = frozenset({"e2e", "session", "sandbox", "remote", "daemon", "benchmarks"})
 SLOW_FILES = frozenset(
     {
@@ -148,6 +149,7 @@ SLOW_FILES = frozenset(
         "test_docker_recorder.py",  # records a scenario against a real engine
         "test_thin_run.py",  # real daemons building real sandboxes
         "test_run_builder.py",  # the daemon's run builder: a real daemon, real sandboxes
+        "test_light_gate.py",  # a real sandbox in a test-made internet
     }
 )
 

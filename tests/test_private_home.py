@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.conftest import (
     PRIVATE_TREE,
     SANDBRIDGE,
+    STARTS_A_SANDBOX,
     USER_ENVIRONMENT,
     USER_STATE,
     Process,
@@ -91,6 +92,7 @@ def test_the_check_opens_no_file_and_follows_no_link(tmp_path: Path) -> None:
     assert not any("elsewhere" in path for path in entries)
 
 
+@STARTS_A_SANDBOX
 def test_a_session_of_a_test_lives_in_the_private_runtime_dir(tmp_path: Path) -> None:
     """The user's ``sandbridge ls`` and dashboard look in the user's runtime base: a
     test's session, started with the environment every test inherits, is never there."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbridge.cli.main import READER_GONE
-from tests.conftest import PYTHON, SANDBRIDGE, run_argv
+from tests.conftest import PYTHON, SANDBRIDGE, STARTS_A_SANDBOX, run_argv
 
 
 def _registered_url(workdir: Path, config: str, *options: str) -> subprocess.CompletedProcess[str]:
@@ -28,6 +28,7 @@ def _registered_url(workdir: Path, config: str, *options: str) -> subprocess.Com
     )
 
 
+@STARTS_A_SANDBOX
 def test_url_form_ip_in_the_config_gives_the_contract_url_and_says_its_caveat_with_the_line(
     tmp_path: Path, xdg: Path
 ) -> None:
@@ -40,6 +41,7 @@ def test_url_form_ip_in_the_config_gives_the_contract_url_and_says_its_caveat_wi
     ) in result.stderr
 
 
+@STARTS_A_SANDBOX
 def test_the_url_form_flag_overrides_the_config(tmp_path: Path, xdg: Path) -> None:
     result = _registered_url(tmp_path, "net = none\nurl_form = ip\n", "--url-form", "name")
     assert result.returncode == 0, result.stderr
@@ -76,6 +78,7 @@ def test_a_bind_inside_the_policy_directory_is_refused_naming_it(tmp_path: Path,
         ) in result.stderr
 
 
+@STARTS_A_SANDBOX
 def test_a_closed_standard_descriptor_is_dev_null_for_the_command(
     served: object, tmp_path: Path, xdg: Path
 ) -> None:
@@ -157,6 +160,7 @@ def test_a_closed_standard_error_is_a_reader_gone_too(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout) == (READER_GONE, "")
 
 
+@STARTS_A_SANDBOX
 def test_the_terminal_gets_the_human_line_and_the_event_only_with_verbose(
     tmp_path: Path, xdg: Path
 ) -> None:

@@ -21,9 +21,8 @@ from urllib.parse import urlsplit
 
 import dnslib
 import dnslib.server
-import pytest
 
-from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process
+from tests.conftest import PYTHON, REPO, SANDBRIDGE, STARTS_A_SANDBOX, Process
 from tests.egress.test_in_sandbox import NET_WORLD
 from tests.support.command_in_process import sandbridge
 
@@ -315,10 +314,6 @@ def npm_registry(served: Path) -> None:
     (served / "npm" / "sb-tiny").write_text(json.dumps(packument))
 
 
-# What starts a real sandbox in a test-made internet is the whole suite's, not --fast's.
-SANDBOX_IN_A_WORLD = pytest.mark.slow
-
-
 def install_in_world(tmp_path: Path, project: Path, script: str) -> tuple[int, str, str]:
     """``policy init`` in ``project``, then ``script`` in a sandbox under that policy (and
     the world's resolver), with the test's files served as ``pkgs.test``."""
@@ -356,7 +351,7 @@ def install_in_world(tmp_path: Path, project: Path, script: str) -> tuple[int, s
     return status, process.popen.stdout.read().decode(), process.popen.stderr.read().decode()
 
 
-@SANDBOX_IN_A_WORLD
+@STARTS_A_SANDBOX
 def test_pip_installs_from_the_index_init_found(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
@@ -377,7 +372,7 @@ def test_pip_installs_from_the_index_init_found(tmp_path: Path) -> None:
     assert f"HIT pkgs80 {INDEX} /files/sb_tiny-1.0-py3-none-any.whl" in stderr
 
 
-@SANDBOX_IN_A_WORLD
+@STARTS_A_SANDBOX
 def test_npm_installs_from_the_registry_init_found(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
@@ -399,7 +394,7 @@ def test_npm_installs_from_the_registry_init_found(tmp_path: Path) -> None:
     assert f"HIT pkgs80 {INDEX} /tarballs/sb-tiny-1.0.0.tgz" in stderr
 
 
-@SANDBOX_IN_A_WORLD
+@STARTS_A_SANDBOX
 def test_pip_installs_from_a_mirror_on_a_non_global_address_with_inits_policy(
     tmp_path: Path,
 ) -> None:

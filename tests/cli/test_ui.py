@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from tests.conftest import SANDBRIDGE, Process
+from tests.conftest import SANDBRIDGE, STARTS_A_DAEMON, Process
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -71,6 +71,7 @@ def test_without_a_daemon_it_says_it_serves_the_page_itself(tmp_path: Path) -> N
         assert ui.stop() == 0
 
 
+@STARTS_A_DAEMON
 def test_with_a_daemon_it_prints_the_daemons_url_and_returns(tmp_path: Path) -> None:
     env = _env(tmp_path)
     daemon = Process([*SANDBRIDGE, "daemon"], env=env)

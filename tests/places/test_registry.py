@@ -25,7 +25,7 @@ from sandbridge.places.registry import (
     sessions_dir,
     validate_name,
 )
-from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, run_argv
+from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, STARTS_A_SANDBOX, Process, run_argv
 from tests.support.command_in_process import sandbridge
 
 
@@ -135,6 +135,7 @@ def test_a_state_root_that_is_a_symlink_is_refused(root: Path, tmp_path: Path) -
         SessionEntry.create("x", Path("/"), root)
 
 
+@STARTS_A_SANDBOX
 def test_run_prints_its_session_id_and_ls_shows_it_with_its_app(tmp_path: Path) -> None:
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
@@ -230,6 +231,7 @@ def test_a_squatted_state_root_gives_a_private_fallback_that_ls_finds(
 
 
 @pytest.mark.parametrize("how", ["foreign-dir", "symlink"])
+@STARTS_A_SANDBOX
 def test_run_starts_beside_squatted_dirs_says_why_and_ls_lists_it(
     shared: Path, tmp_path: Path, how: str
 ) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SANDBRIDGE, Process, run_argv
+from tests.conftest import SANDBRIDGE, STARTS_A_SANDBOX, Process, run_argv
 from tests.ssh_agent.owner_agent import OwnerAgent, start_owner_agent
 from tests.ui.test_server import Dashboard, _csrf
 
@@ -25,6 +25,7 @@ def owner(tmp_path: Path) -> Iterator[OwnerAgent]:
     agent.stop()
 
 
+@STARTS_A_SANDBOX
 def test_a_signature_waits_for_the_dashboard_s_yes_and_bad_answers_are_refused(
     tmp_path: Path, owner: OwnerAgent
 ) -> None:

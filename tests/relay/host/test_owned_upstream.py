@@ -27,6 +27,7 @@ from tests.conftest import (
     NOBODY,
     PYTHON,
     REPO,
+    STARTS_A_SANDBOX,
     Nobody,
     Process,
     app_host,
@@ -86,6 +87,7 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     return work, xdg
 
 
+@STARTS_A_SANDBOX
 def test_a_sandbox_that_makes_an_app_socket_blocking_stalls_no_other_app(
     backend: str, dirs: tuple[Path, Path]
 ) -> None:
@@ -160,6 +162,7 @@ open("release").read()
 """
 
 
+@STARTS_A_SANDBOX
 def test_the_minter_is_a_host_process_the_sandbox_cannot_see_and_ends_with_it(
     backend: str, dirs: tuple[Path, Path]
 ) -> None:
@@ -384,6 +387,7 @@ def test_a_minter_that_cannot_start_leaves_the_handoff_and_says_so(
     ), caplog.messages
 
 
+@STARTS_A_SANDBOX
 def test_an_unprivileged_owner_gets_its_minter_too(backend: str, nobody: Nobody) -> None:
     # nsenter into a user namespace the owner's uid made needs no privilege of the host.
     process = Process(

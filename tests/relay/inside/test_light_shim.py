@@ -29,6 +29,7 @@ from tests.conftest import (
     ECHO_APP,
     EVENT_LOOP_LIBRARIES,
     PYTHON,
+    STARTS_A_SANDBOX,
     Process,
     Relay,
     echo,
@@ -112,6 +113,7 @@ def _v1_request(path: str) -> bytes:
     return json.dumps(message).encode() + b"\n"
 
 
+@STARTS_A_SANDBOX
 def test_real_requests_are_handed_off_without_the_event_loop_within_16_mib(
     sandbox: Sandbox,
 ) -> None:
@@ -140,6 +142,7 @@ HOSTILE_FIRST_LINES = [
 ]
 
 
+@STARTS_A_SANDBOX
 def test_hostile_first_lines_get_the_event_loop_shims_refusals(
     sandbox: Sandbox, relay: Relay
 ) -> None:
@@ -157,6 +160,7 @@ def test_hostile_first_lines_get_the_event_loop_shims_refusals(
     assert sandbox.loaded() == []
 
 
+@STARTS_A_SANDBOX
 def test_an_app_on_ipv6_loopback_only_is_handed_off_without_the_event_loop(
     tmp_path: Path, xdg: Path
 ) -> None:
@@ -185,6 +189,7 @@ def test_an_app_on_ipv6_loopback_only_is_handed_off_without_the_event_loop(
         process.stop()
 
 
+@STARTS_A_SANDBOX
 def test_a_handoff_to_a_closed_port_is_refused_as_the_event_loop_shim_refuses_it(
     sandbox: Sandbox, relay: Relay
 ) -> None:
@@ -196,6 +201,7 @@ def test_a_handoff_to_a_closed_port_is_refused_as_the_event_loop_shim_refuses_it
     assert sandbox.loaded() == []
 
 
+@STARTS_A_SANDBOX
 def test_a_first_line_too_long_is_refused_as_the_event_loop_shim_refuses_it(
     sandbox: Sandbox, relay: Relay
 ) -> None:
@@ -211,6 +217,7 @@ def test_a_first_line_too_long_is_refused_as_the_event_loop_shim_refuses_it(
     }
 
 
+@STARTS_A_SANDBOX
 def test_a_silent_connection_holds_up_neither_requests_nor_the_switch_to_the_event_loop(
     sandbox: Sandbox,
 ) -> None:
@@ -234,6 +241,7 @@ def test_a_silent_connection_holds_up_neither_requests_nor_the_switch_to_the_eve
     assert echo(sandbox.url_port, "/after")["path"] == "/after"
 
 
+@STARTS_A_SANDBOX
 def test_a_stream_without_handoff_is_relayed_by_the_event_loop(sandbox: Sandbox) -> None:
     with sandbox.connect() as sock:
         sock.sendall(stream.encode_open(APP_PORT))
@@ -246,6 +254,7 @@ def test_a_stream_without_handoff_is_relayed_by_the_event_loop(sandbox: Sandbox)
     assert sandbox.loaded() == list(EVENT_LOOP_LIBRARIES)
 
 
+@STARTS_A_SANDBOX
 def test_connections_the_light_shim_passed_on_together_are_all_served(
     sandbox: Sandbox,
 ) -> None:
