@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.paths import SANDBRIDGE
-from benchmarks.proc import children
+from benchmarks.proc import children, cpu_seconds, stat_fields
 from benchmarks.sessions import BWRAP, compile_package
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,14 +56,12 @@ class Tree:
 
 
 def _cpu_ms(pid: int) -> float:
-    """``pid``'s CPU time and its waited-for children's (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(value) for value in fields[11:15])
-    return ticks / os.sysconf("SC_CLK_TCK") * 1e3
+    """``pid``'s CPU time and its waited-for children's."""
+    return cpu_seconds(pid) * 1e3
 
 
 def _session_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    return int(stat_fields(pid)[3])
 
 
 def _building(pid: int) -> list[int]:

@@ -24,13 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.proc import stat_fields
+
 SESSIONS = 3
 SAMPLES = 15
 WINDOW = 10.0
 
 
 def _ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return int(fields[11]) + int(fields[12])
 
 

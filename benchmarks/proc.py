@@ -1,4 +1,4 @@
-"""A process's children, as the benchmarks count their CPU time.
+"""A process's children and CPU time, as the benchmarks count them (``/proc``).
 
 Each thread's ``/proc/PID/task/TID/children`` lists them in a few reads; a kernel built
 without ``CONFIG_PROC_CHILDREN`` has no such file, and there every process's ``stat`` is
@@ -28,11 +28,26 @@ def children(pid: int) -> list[int]:
     return found
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def stat_fields(pid: int) -> list[str]:
+    """The fields of ``pid``'s ``stat`` after its name (``state`` first), which the name
+    cannot shift: it may hold any byte, ``)`` and spaces too, but ends at the last ``)``.
+    Raises OSError once ``pid`` has ended."""
+    after_name = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[-1]
+    return after_name.decode("ascii", "replace").split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """``pid``'s user and system CPU time and its waited-for children's."""
+    return sum(int(value) for value in stat_fields(pid)[11:15]) / CLOCK_TICKS
+
+
 def parent(pid: int) -> int | None:
-    """``pid``'s parent, from its ``stat`` (the fields after the name, which may hold any
-    byte but the last ``)``); None once it has ended."""
+    """``pid``'s parent; None once it has ended."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[-1].split()
+        fields = stat_fields(pid)
     except OSError:
         return None
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None

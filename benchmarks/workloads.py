@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import statistics
 import subprocess
@@ -16,9 +15,9 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
+from benchmarks import proc
 from benchmarks.paths import _descendants, address_of
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # A smoke run's wrk load: one thread, which stops wrk after this many responses. wrk's
 # shortest run is a second, and a second at full speed through every path was most of a
 # smoke run's CPU, for figures that only have to show the path carries requests; a second
@@ -245,12 +244,11 @@ def open_websockets(url: str, count: int, measure: object) -> object:
 
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU of the relay processes and their reaped children."""
-    total = 0
+    total = 0.0
     for pid in pids:
         with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(value) for value in fields[11:15])
-    return total / CLOCK_TICKS
+            total += proc.cpu_seconds(pid)
+    return total
 
 
 def rss_kib(pid: int, key: str = "VmRSS") -> int:

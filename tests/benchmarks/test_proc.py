@@ -43,6 +43,10 @@ def test_the_kernels_lists_and_the_parents_scan_both_find_the_children_started(
         assert ours <= set(proc.children(os.getpid()))
         assert ours <= set(proc._children_by_parent(os.getpid()))
         assert {proc.parent(pid) for pid in ours} == {os.getpid()}
+        # The odd name shifts no field: each is a sleeping process of this session.
+        assert {proc.stat_fields(pid)[0] for pid in ours} <= {"S", "R"}
+        assert {int(proc.stat_fields(pid)[3]) for pid in ours} == {os.getsid(0)}
+        assert all(proc.cpu_seconds(pid) >= 0 for pid in ours)
     assert not ours & set(proc.children(os.getpid()))
     assert {proc.parent(pid) for pid in ours} == {None}
 
