@@ -200,10 +200,28 @@ def test_a_port_on_both_loopbacks_is_reported_where_the_relay_connects_first() -
         assert listening_ports()[v4.getsockname()[1]].address == "127.0.0.1"
 
 
+def _on_ipv6_loopback_only() -> tuple[socket.socket, socket.socket]:
+    """One port listening on ``::1`` alone: its number is also bound (not listening) on
+    ``127.0.0.1``, so no other test's process can listen there meanwhile; a port taken
+    there already is given up for another (a bounded number of times)."""
+    for _ in range(20):
+        v6 = socket.create_server(("::1", 0), family=socket.AF_INET6)
+        held = socket.socket()
+        try:
+            held.bind(("127.0.0.1", v6.getsockname()[1]))
+            return v6, held
+        except OSError as error:
+            v6.close()
+            held.close()
+            if error.errno != errno.EADDRINUSE:
+                raise
+    raise AssertionError("no port free on both loopback addresses in 20 tries")
+
+
 def test_a_listener_on_ipv6_loopback_only_is_found_and_named() -> None:
-    with socket.create_server(("::1", 0), family=socket.AF_INET6) as v6:
-        port = v6.getsockname()[1]
-        assert listening_ports()[port].address == "::1"
+    v6, held = _on_ipv6_loopback_only()
+    with v6, held:
+        assert listening_ports()[v6.getsockname()[1]].address == "::1"
 
 
 def test_a_holder_whose_name_cannot_be_read_now_is_not_found_yet(tmp_path: Path) -> None:
