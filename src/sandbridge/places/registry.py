@@ -67,15 +67,13 @@ def _fallback_roots() -> list[Path]:
     one: only real directories of this user that others cannot open (anyone can make
     such a name in ``/tmp``; nobody else can make it ours)."""
     primary = state_root()
+    prefix = f"{primary.name}."
     try:
-        entries = sorted(primary.parent.iterdir())
+        # Names first, then paths: the base may be a busy /tmp of thousands of entries.
+        names = sorted(name for name in os.listdir(primary.parent) if name.startswith(prefix))
     except OSError:
         return []
-    return [
-        entry
-        for entry in entries
-        if entry.name.startswith(f"{primary.name}.") and _is_private_dir(entry)
-    ]
+    return [entry for name in names if _is_private_dir(entry := primary.parent / name)]
 
 
 def state_roots() -> list[Path]:
