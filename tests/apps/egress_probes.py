@@ -121,12 +121,10 @@ def idle_connection() -> str:
 
 
 def add_address() -> str:
-    import ipaddress
-
     from sandbridge.sandbox.net_init import add_address as add
 
     try:
-        add("lo", ipaddress.IPv4Address("8.8.0.9"))
+        add("lo", "8.8.0.9")
     except OSError as exc:
         return f"error={errno.errorcode.get(exc.errno or 0, str(exc))}"
     return "added"

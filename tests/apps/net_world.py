@@ -22,7 +22,6 @@ proxy reaches only for an entry that says ``private``; it serves the same files 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import os
 import shutil
 import socketserver
@@ -34,8 +33,7 @@ from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, Thread
 import dnslib
 import dnslib.server
 
-from sandbridge.sandbox.net_init import add_address
-from sandbridge.sandbox.unshare_init import loopback_up
+from sandbridge.sandbox.net_init import add_address, loopback_up
 
 DNS_PORT = 5353
 PUBLIC = "8.8.0.1"  # public.test, sub.wild.test (in the internet namespace)
@@ -151,7 +149,7 @@ def internet() -> int:
     ip("addr", "add", f"{INTERNET_LINK}/30", "dev", "vnet")
     ip("link", "set", "vnet", "up")  # the host's side of the link is on-link: no route needed
     for address in (PUBLIC, OTHER, PKGS, MIRROR):
-        add_address("lo", ipaddress.IPv4Address(address))
+        add_address("lo", address)
     if os.environ.get("NET_WORLD_FILES"):
         serve_files(os.environ["NET_WORLD_FILES"])
     else:
@@ -190,7 +188,7 @@ def main() -> int:
         net.stdin.write(b"go\n")
         net.stdin.flush()
         wait_for(net, b"INTERNET READY")
-        add_address("lo", ipaddress.IPv4Address(SELF))
+        add_address("lo", SELF)
         serve(HOST_SERVERS)
         quiet = dnslib.server.DNSLogger(log="-request,-reply,-truncated,-error", prefix=False)
         dns = dnslib.server.DNSServer(Names(), port=DNS_PORT, address="127.0.0.1", logger=quiet)

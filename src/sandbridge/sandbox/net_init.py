@@ -8,18 +8,23 @@ user namespace inside this one. Capabilities over a network namespace belong to 
 user namespace that owns it and its ancestors only, so nothing inside the sandbox (not
 even its root) can change addresses, routes or interfaces: the command never holds
 ``CAP_NET_ADMIN`` over the network it uses.
+
+It starts with every ``allow``-mode session, so it imports only what it uses (no
+``ipaddress``, not :mod:`sandbridge.sandbox.unshare_init`, which takes its
+:func:`loopback_up` from here).
 """
 
 from __future__ import annotations
 
-import ipaddress
+import fcntl
 import os
 import socket
 import struct
 import sys
 
-from sandbridge.sandbox.unshare_init import loopback_up
-
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
 RTM_NEWADDR = 20
 NLMSG_ERROR = 2
 NLM_F_REQUEST = 0x1
@@ -32,12 +37,20 @@ RT_SCOPE_UNIVERSE = 0
 UNPRIVILEGED_PORT_START = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
 
 
-def add_address(interface: str, address: ipaddress.IPv4Address) -> None:
-    """Add ``address``/32 to ``interface`` with one rtnetlink request."""
+def loopback_up() -> None:
+    """Bring this network namespace's loopback interface up."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def add_address(interface: str, address: str) -> None:
+    """Add ``address`` (an IPv4 address in dotted-quad form, else ``OSError``)/32 to
+    ``interface`` with one rtnetlink request."""
+    packed = socket.inet_pton(socket.AF_INET, address)
     index = socket.if_nametoindex(interface)
-    attributes = b"".join(
-        struct.pack("HH", 8, kind) + address.packed for kind in (IFA_LOCAL, IFA_ADDRESS)
-    )
+    attributes = b"".join(struct.pack("HH", 8, kind) + packed for kind in (IFA_LOCAL, IFA_ADDRESS))
     body = struct.pack("BBBBI", socket.AF_INET, 32, 0, RT_SCOPE_UNIVERSE, index) + attributes
     flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_EXCL | NLM_F_CREATE
     header = struct.pack("IHHII", 16 + len(body), RTM_NEWADDR, flags, 1, 0)
@@ -58,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         loopback_up()
-        add_address("lo", ipaddress.IPv4Address(args[0]))
+        add_address("lo", args[0])
         with open(UNPRIVILEGED_PORT_START, "w") as file:
             file.write("0")
     except OSError as exc:

@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import json
 import os
 import platform
 import signal
-import socket
 import stat
-import struct
 import sys
 from pathlib import Path
 from typing import Any
 
 from sandbridge.event_line import event_line
 from sandbridge.protocol.contract import MOUNT_POINT
+from sandbridge.sandbox.net_init import loopback_up
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -47,9 +45,6 @@ _SYSCALLS = {
     "aarch64": {"pivot_root": 41, "mount_setattr": 442},
 }
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-SIOCGIFFLAGS = 0x8913
-SIOCSIFFLAGS = 0x8914
-IFF_UP = 0x1
 PR_CAPBSET_DROP = 24
 
 
@@ -187,13 +182,6 @@ def _skipped(path: str) -> None:
     """One line for a place of a remembered project that is gone by its mount."""
     line = event_line("known_projects.skipped", {"path": path, "why": "gone before its mount"})
     print(f"sandbridge: {line}", file=sys.stderr, flush=True)
-
-
-def loopback_up() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
 def _mount_home(target: str, kept: str | None) -> None:

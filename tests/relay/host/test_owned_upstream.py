@@ -193,7 +193,7 @@ def test_the_minter_is_a_host_process_the_sandbox_cannot_see_and_ends_with_it(
 
 NAMESPACE_SERVER = """
 import socket, sys, threading
-from sandbridge.sandbox.unshare_init import loopback_up
+from sandbridge.sandbox.net_init import loopback_up
 loopback_up()
 server = socket.create_server(("127.0.0.1", 0))
 print(server.getsockname()[1], flush=True)
