@@ -124,9 +124,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # Hypothesis: the "ci" profile (the default) is sized for the suite's time on two cores;
 # HYPOTHESIS_PROFILE=deep runs ten times the examples, for a change to a parser or a
-# decision. A test that names its own max_examples keeps it in both.
+# decision; "fast", a quarter of them, is the inner loop's (`./dev.sh test --fast` loads
+# it unless HYPOTHESIS_PROFILE names another). A test that names its own max_examples
+# keeps it in every profile. The mutation fuzzers' iterations follow the profile
+# (tests/fuzz/test_fuzz_parsers.py).
 settings.register_profile("ci", max_examples=100, deadline=None)
 settings.register_profile("deep", max_examples=1000, deadline=None)
+settings.register_profile("fast", max_examples=25, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # What `./dev.sh test --fast` leaves out (`-m "not slow"`): the places and files below,
