@@ -3,11 +3,14 @@ never a RecursionError; table-driven over every entry point."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import nacl.signing
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from sandbridge.egress import log as egress_log
 from sandbridge.exceptions import (
@@ -22,7 +25,14 @@ from sandbridge.places import registry as session_registry
 from sandbridge.protocol import egress_opening as egress
 from sandbridge.protocol import stream, v1
 from sandbridge.protocol.auto_registration import parse_unregister_request
-from sandbridge.protocol.jsonline import MAX_JSON_DEPTH, decode_json, nesting_refusal
+from sandbridge.protocol.jsonline import (
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    _finite,
+    _no_constant,
+    decode_json,
+    nesting_refusal,
+)
 from sandbridge.protocol.registration import parse_register_request
 from sandbridge.terminals import approval, control
 from sandbridge.terminals.framed_stream import json_body
@@ -187,3 +197,40 @@ def test_a_terminal_request_created_at_nan_is_refused() -> None:
         approval.verify_request(document, "s", "i")
     good = approval.sign_request(key, "s", "i", "why", 1.5)
     assert approval.verify_request(good, "s", "i").created == 1.5
+
+
+def _as_json_loads_reads(raw: bytes) -> tuple[str, object]:
+    """What ``json.loads`` with decode_json's hooks makes of ``raw``: the twin of its
+    shared decoder."""
+    try:
+        return "parsed", json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return "refused", None
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+_ENCODINGS = ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le"]
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.builds(
+            lambda value, encoding: json.dumps(value).encode(encoding),
+            _JSON_VALUES,
+            st.sampled_from(_ENCODINGS),
+        ),
+    )
+)
+def test_decode_json_reads_bytes_as_json_loads_does(raw: bytes) -> None:
+    assume(len(raw) <= MAX_JSON_BYTES and nesting_refusal(raw, MAX_JSON_DEPTH) is None)
+    expected = _as_json_loads_reads(raw)
+    try:
+        got: tuple[str, object] = ("parsed", decode_json(raw))
+    except JsonRefused:
+        got = ("refused", None)
+    assert got == expected

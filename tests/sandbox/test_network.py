@@ -10,14 +10,13 @@ import pytest
 from tests.conftest import PYTHON
 from tests.sandbox.test_unshare import run_in_planted_workdir
 
-# Whether loopback is up, the IPv4 addresses on it, and the first unprivileged port.
+# Whether loopback carries a connection, the gate address is on it, and the first
+# unprivileged port.
 SHOW_LOOPBACK = """
-import fcntl, socket, struct
-from sandbridge.sandbox.net_init import SIOCGIFFLAGS, IFF_UP
-with socket.socket() as sock:
-    request = struct.pack("16sH14x", b"lo", 0)
-    flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
-print("up" if flags & IFF_UP else "down")
+import socket
+with socket.create_server(("127.0.0.1", 0)) as server:
+    socket.create_connection(server.getsockname(), timeout=5).close()
+print("up")
 with socket.socket() as probe:
     probe.bind(("100.64.0.1", 0))
     print(probe.getsockname()[0])
@@ -50,12 +49,16 @@ def test_the_gate_address_is_on_loopback_and_loopback_is_up() -> None:
     assert shown.stdout.split() == ["up", "100.64.0.1", "0"]
 
 
-@pytest.mark.parametrize("gate", ["100.64.0", "100.64.0.1.2", "::1", "gate", "1e2.0.0.1"])
+@pytest.mark.parametrize(
+    "gate", ["100.64.0", "100.64.0.1.2", "::1", "gate", "1e2.0.0.1", "100.64.0.\udcff"]
+)
 def test_a_gate_that_is_not_an_ipv4_address_is_refused_by_name(gate: str) -> None:
     refused = _net_init(gate, "true")
     assert refused.returncode == 126
-    assert refused.stderr.startswith("sandbridge: cannot set up the sandbox network: ")
-    assert "Traceback" not in refused.stderr
+    assert refused.stderr == (
+        "sandbridge: cannot set up the sandbox network: "
+        f"[Errno 22] the gate address {gate!r} is not a dotted-quad IPv4 address\n"
+    )
 
 
 def test_net_init_imports_only_what_it_uses() -> None:

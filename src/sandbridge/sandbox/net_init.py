@@ -16,6 +16,7 @@ It starts with every ``allow``-mode session, so it imports only what it uses (no
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
@@ -46,9 +47,14 @@ def loopback_up() -> None:
 
 
 def add_address(interface: str, address: str) -> None:
-    """Add ``address`` (an IPv4 address in dotted-quad form, else ``OSError``)/32 to
-    ``interface`` with one rtnetlink request."""
-    packed = socket.inet_pton(socket.AF_INET, address)
+    """Add ``address`` (an IPv4 address in dotted-quad form, else ``OSError`` naming it)/32
+    to ``interface`` with one rtnetlink request."""
+    try:
+        packed = socket.inet_pton(socket.AF_INET, address)
+    except (OSError, ValueError):  # (ValueError: a NUL or a lone surrogate in it)
+        raise OSError(
+            errno.EINVAL, f"the gate address {address!r} is not a dotted-quad IPv4 address"
+        ) from None
     index = socket.if_nametoindex(interface)
     attributes = b"".join(struct.pack("HH", 8, kind) + packed for kind in (IFA_LOCAL, IFA_ADDRESS))
     body = struct.pack("BBBBI", socket.AF_INET, 32, 0, RT_SCOPE_UNIVERSE, index) + attributes
