@@ -341,15 +341,15 @@ run_tests() {
   for arg in "$@"; do
     if [ "$arg" = --fast ]; then tier=(-m "not slow"); else args+=("$arg"); fi
   done
-  local workers=${SANDBRIDGE_TEST_WORKERS:-$(($(nproc) * 2))}
+  local workers=$(($(nproc) * 2))
   if [ ${#tier[@]} -gt 0 ]; then
     # The fast tier computes more than it waits: one worker more than cores (each worker
-    # also collects every test file), and its property tests and fuzzers run a quarter of
-    # the examples (the "fast" profile, tests/conftest.py). On 2 cores: 2 min 1 s with 3
-    # workers, 2 min 11 s with 4, 2 min 25 s with 2.
-    workers=${SANDBRIDGE_TEST_WORKERS:-$(($(nproc) + 1))}
+    # also collects every test file; README, "Tests" has the times), and its property
+    # tests and fuzzers run a quarter of the examples (the "fast" profile, tests/conftest.py).
+    workers=$(($(nproc) + 1))
     export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-fast}
   fi
+  workers=${SANDBRIDGE_TEST_WORKERS:-$workers}
   exec "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder \
     "${tier[@]}" "${args[@]}"
 }
