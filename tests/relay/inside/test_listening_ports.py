@@ -168,15 +168,15 @@ def test_netlink_and_proc_see_the_same_listeners(listening: socket.socket) -> No
     with socket.socket(socket.AF_INET6) as v6_only:
         v6_only.bind(("::1", 0))  # the test machines have IPv6 loopback: none is a failure
         v6_only.listen()
-        ours = {listening.getsockname()[1], v6_only.getsockname()[1]}
+        ours = {(listening.getsockname()[1], "127.0.0.1"), (v6_only.getsockname()[1], "::1")}
         netlink = from_netlink()
         assert netlink is not None, "sock_diag is available on the test machines"
-        # Only this test's sockets: other processes may come and go meanwhile.
-        by_netlink = {(x.port, x.address): x.inode for x in netlink if x.port in ours}
-        by_proc = {(x.port, x.address): x.inode for x in from_proc() if x.port in ours}
+        # Only this test's sockets, by port and address: other processes may come and go
+        # meanwhile, on these port numbers too (on the other loopback address).
+        by_netlink = {(x.port, x.address): x.inode for x in netlink if (x.port, x.address) in ours}
+        by_proc = {(x.port, x.address): x.inode for x in from_proc() if (x.port, x.address) in ours}
         assert by_netlink == by_proc
-        assert (listening.getsockname()[1], "127.0.0.1") in by_netlink
-        assert (v6_only.getsockname()[1], "::1") in by_netlink
+        assert by_netlink.keys() == ours
 
 
 def _on_ipv6_loopback_and(
