@@ -35,6 +35,7 @@ from tests.conftest import (
     host_port_of,
     run_argv,
 )
+from tests.support.loopback_ports import bound_only, on_ipv6_loopback_and
 
 FLAG_THIEF = str(REPO / "tests" / "apps" / "flag_thief.py")
 # ioctl(2) on a socket: a descriptor of the network namespace it was created in.
@@ -299,7 +300,10 @@ def test_the_hosts_own_namespace_needs_no_minter() -> None:
 
 
 def test_an_app_on_ipv6_loopback_only_is_reached_once_127_0_0_1_refuses() -> None:
-    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
+    # 127.0.0.1 at the same port is held (bound, not listening: it refuses), so that no
+    # other test's process can listen there and answer in the app's place.
+    server, held = on_ipv6_loopback_and(bound_only)
+    with server, held:
 
         async def main() -> None:
             owned = await OwnedUpstream.start(os.open("/proc/self/ns/net", os.O_RDONLY))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from sandbridge.relay.inside.listening_ports import (
     owners,
     parse_table,
 )
+from tests.support.loopback_ports import bound_only, on_ipv6_loopback_and
 
 V4_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode"  # noqa: E501
 
@@ -179,43 +179,14 @@ def test_netlink_and_proc_see_the_same_listeners(listening: socket.socket) -> No
         assert by_netlink.keys() == ours
 
 
-def _on_ipv6_loopback_and(
-    ipv4_side: Callable[[int], socket.socket],
-) -> tuple[socket.socket, socket.socket]:
-    """A port listening on ``::1``, and ``ipv4_side(port)`` on ``127.0.0.1``: a port free on
-    ``::1`` may be taken on ``127.0.0.1`` by another test's process, so another is tried
-    (a bounded number of times)."""
-    for _ in range(20):
-        v6 = socket.create_server(("::1", 0), family=socket.AF_INET6)
-        try:
-            return v6, ipv4_side(v6.getsockname()[1])
-        except OSError as error:
-            v6.close()
-            if error.errno != errno.EADDRINUSE:
-                raise
-    raise AssertionError("no port free on both loopback addresses in 20 tries")
-
-
-def _bound_only(port: int) -> socket.socket:
-    """``127.0.0.1:port`` bound, not listening: no other process can listen there, and it
-    is no listener."""
-    held = socket.socket()
-    try:
-        held.bind(("127.0.0.1", port))
-    except OSError:
-        held.close()
-        raise
-    return held
-
-
 def test_a_port_on_both_loopbacks_is_reported_where_the_relay_connects_first() -> None:
-    v6, v4 = _on_ipv6_loopback_and(lambda port: socket.create_server(("127.0.0.1", port)))
+    v6, v4 = on_ipv6_loopback_and(lambda port: socket.create_server(("127.0.0.1", port)))
     with v6, v4:
         assert listening_ports()[v4.getsockname()[1]].address == "127.0.0.1"
 
 
 def test_a_listener_on_ipv6_loopback_only_is_found_and_named() -> None:
-    v6, held = _on_ipv6_loopback_and(_bound_only)
+    v6, held = on_ipv6_loopback_and(bound_only)
     with v6, held:
         assert listening_ports()[v6.getsockname()[1]].address == "::1"
 
