@@ -39,6 +39,40 @@ def test_the_ring_is_bounded_and_replaces_the_oldest(tmp_path: Path) -> None:
     assert len([p for p in (tmp_path / "ring").iterdir() if p.suffix == ".json"]) == 4
 
 
+def test_rings_of_several_processes_append_in_one_sequence(tmp_path: Path) -> None:
+    """Each ring object remembers its own last append and looks only past it for those of
+    others (every session of a user shares the audit log): whatever the interleaving, the
+    sequence has no gap and no number twice."""
+    rings = [RecordRing(tmp_path / "ring", slots=8) for _ in range(3)]
+    order = [0, 0, 1, 2, 2, 2, 0, 1, 1, 0, 2, 1, 0, 0, 0]
+    seqs = [rings[which].append({"by": which}) for which in order]
+    assert seqs == list(range(len(order)))
+    kept = rings[0].records()
+    assert [record["seq"] for record in kept] == list(range(len(order) - 8, len(order)))
+    assert [record["by"] for record in kept] == order[-8:]
+
+
+def test_a_ring_left_behind_by_a_whole_turn_reads_the_ring_again(tmp_path: Path) -> None:
+    """Past ``slots`` appends by others, the slot of the last append remembered holds
+    another record: the next append reads the whole ring to find the newest."""
+    stale, busy = RecordRing(tmp_path / "ring", slots=4), RecordRing(tmp_path / "ring", slots=4)
+    assert stale.append({"n": 0}) == 0
+    for index in range(1, 9):
+        assert busy.append({"n": index}) == index
+    assert stale.append({"n": 9}) == 9
+    assert [record["n"] for record in busy.records()] == [6, 7, 8, 9]
+
+
+def test_a_ring_whose_remembered_record_is_gone_reads_the_ring_again(tmp_path: Path) -> None:
+    ring = RecordRing(tmp_path / "ring", slots=8)
+    for index in range(3):
+        ring.append({"n": index})
+    (ring.path / "002.json").unlink()  # the newest, as an owner's clean-up might
+    assert ring.append({"n": "after"}) == 2  # the newest readable is seq 1
+    (ring.path / "002.json").write_text("not json")
+    assert RecordRing(tmp_path / "ring", slots=8).append({"n": "fresh"}) == 2
+
+
 def test_what_is_not_a_record_in_the_ring_is_skipped_and_never_waited_on(tmp_path: Path) -> None:
     # The ring is the owner's private directory; whatever lands there anyway is read past,
     # and a FIFO (which a plain open waits on for a writer) holds nothing up.

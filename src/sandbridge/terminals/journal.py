@@ -69,6 +69,7 @@ class RecordRing:
         self.slots = slots
         self.max_bytes = max_bytes
         self._names = frozenset(f"{index:03d}.json" for index in range(slots))
+        self._newest: int | None = None  # the last record appended here (_newest_locked)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -87,26 +88,61 @@ class RecordRing:
         """Every record, oldest first; unreadable or foreign files are skipped: one that is
         not a regular file (a link, a FIFO: opened without following or waiting, so
         nothing placed here holds the broker), over ``max_bytes``, not a JSON object with an
-        integer ``seq``. Each append reads the whole ring, so the slots the directory
-        lists are read through its descriptor, one ``open`` and ``read`` each."""
+        integer ``seq``. The slots the directory lists are read through its descriptor,
+        one ``open`` and ``read`` each."""
         found: list[dict[str, Any]] = []
         directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for name in sorted(self._names.intersection(os.listdir(directory))):
-                try:
-                    fd = os.open(name, _READ_SLOT, dir_fd=directory)
-                    try:
-                        raw = os.read(fd, self.max_bytes + 1)
-                    finally:
-                        os.close(fd)
-                    record = decode_json(raw, max_bytes=self.max_bytes)
-                except (OSError, ValueError):
-                    continue
-                if isinstance(record, dict) and isinstance(record.get("seq"), int):
+                record = self._read(directory, name)
+                if record is not None:
                     found.append(record)
         finally:
             os.close(directory)
         return sorted(found, key=lambda record: int(record["seq"]))
+
+    def _read(self, directory: int, name: str) -> dict[str, Any] | None:
+        """The record in slot file ``name``, or None (see :meth:`records`)."""
+        try:
+            fd = os.open(name, _READ_SLOT, dir_fd=directory)
+            try:
+                raw = os.read(fd, self.max_bytes + 1)
+            finally:
+                os.close(fd)
+            record = decode_json(raw, max_bytes=self.max_bytes)
+        except (OSError, ValueError):
+            return None
+        if isinstance(record, dict) and isinstance(record.get("seq"), int):
+            return record
+        return None
+
+    def _newest_locked(self) -> int | None:
+        """The newest record's ``seq`` (None: no record yet), under the lock.
+
+        Every append made here is remembered: the slot of the one remembered still holding
+        it, the newest is the last of the records right after it, slot by slot (each a
+        ``seq`` one more: appends by other processes since). Only when the remembered one
+        is gone (overwritten after a whole turn of the ring, removed, or never known) is the
+        whole ring read: two reads instead of ``slots`` for an append."""
+        known = self._newest
+        if known is not None:
+            directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                if self._seq_at(directory, known) == known:
+                    seq = known
+                    for _ in range(self.slots - 1):
+                        if self._seq_at(directory, seq + 1) != seq + 1:
+                            return seq
+                        seq += 1
+            finally:
+                os.close(directory)
+        records = self.records()
+        return int(records[-1]["seq"]) if records else None
+
+    def _seq_at(self, directory: int, seq: int) -> int | None:
+        """The ``seq`` of the record in ``seq``'s slot, if one is readable there."""
+        record = self._read(directory, f"{seq % self.slots:03d}.json")
+        return None if record is None else int(record["seq"])
 
     def _write(self, seq: int, record: dict[str, Any]) -> None:
         data = json.dumps({**record, "seq": seq}, sort_keys=True).encode()
@@ -132,12 +168,19 @@ class RecordRing:
         """Append under a lock the caller holds, given the current ``records``."""
         seq = int(records[-1]["seq"]) + 1 if records else 0
         self._write(seq, record)
+        self._newest = seq
         return seq
 
     def append(self, record: dict[str, Any]) -> int:
-        """Append ``record`` durably; return its sequence number."""
+        """Append ``record`` durably; return its sequence number. Only the newest record is
+        looked for (:meth:`_newest_locked`), not the whole ring read: a caller that decides
+        from the records reads them and uses :meth:`append_locked`."""
         with self.locked():
-            return self.append_locked(record, self.records())
+            newest = self._newest_locked()
+            seq = 0 if newest is None else newest + 1
+            self._write(seq, record)
+            self._newest = seq
+            return seq
 
     def replace_locked(self, seq: int, record: dict[str, Any]) -> None:
         self._write(seq, record)
