@@ -63,6 +63,29 @@ def test_a_ring_left_behind_by_a_whole_turn_reads_the_ring_again(tmp_path: Path)
     assert [record["n"] for record in busy.records()] == [6, 7, 8, 9]
 
 
+def test_a_ring_left_behind_by_one_append_short_of_a_turn_continues_the_sequence(
+    tmp_path: Path,
+) -> None:
+    stale, busy = RecordRing(tmp_path / "ring", slots=4), RecordRing(tmp_path / "ring", slots=4)
+    assert stale.append({"n": 0}) == 0
+    for index in range(1, 4):  # slots - 1 appends: the remembered record is still there
+        assert busy.append({"n": index}) == index
+    assert stale.append({"n": 4}) == 4
+    assert [record["n"] for record in busy.records()] == [1, 2, 3, 4]
+
+
+def test_a_record_out_of_sequence_makes_an_append_read_the_whole_ring(tmp_path: Path) -> None:
+    """What this class never writes (a record placed by hand, a restored copy) is not
+    walked past: the append reads the whole ring and goes on after the newest, as before."""
+    ring = RecordRing(tmp_path / "ring", slots=8)
+    for index in range(3):
+        ring.append({"n": index})
+    (ring.path / "003.json").write_text('{"seq": 1004, "n": "placed"}')
+    assert ring.append({"n": "next"}) == 1005
+    assert RecordRing(tmp_path / "ring", slots=8).append({"n": "other"}) == 1006
+    assert ring.append({"n": "last"}) == 1007
+
+
 def test_a_ring_whose_remembered_record_is_gone_reads_the_ring_again(tmp_path: Path) -> None:
     ring = RecordRing(tmp_path / "ring", slots=8)
     for index in range(3):

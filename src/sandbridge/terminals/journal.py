@@ -119,21 +119,28 @@ class RecordRing:
     def _newest_locked(self) -> int | None:
         """The newest record's ``seq`` (None: no record yet), under the lock.
 
-        Every append made here is remembered: the slot of the one remembered still holding
-        it, the newest is the last of the records right after it, slot by slot (each a
-        ``seq`` one more: appends by other processes since). Only when the remembered one
-        is gone (overwritten after a whole turn of the ring, removed, or never known) is the
-        whole ring read: two reads instead of ``slots`` for an append."""
+        This object's last append is remembered. If its slot still holds it, the slots after
+        it are read in turn while each holds the next ``seq`` (other sessions' appends
+        since); the newest is found at a slot that holds what a full ring holds there (the
+        oldest record, ``slots`` before the next) or, while the ring is not full yet,
+        nothing. Anything else (the remembered record gone, a slot unreadable or out of
+        sequence: none that this class writes) reads the whole ring, as does a ring never
+        appended to here: two reads instead of ``slots`` for an append."""
         known = self._newest
         if known is not None:
             directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 if self._seq_at(directory, known) == known:
                     seq = known
-                    for _ in range(self.slots - 1):
-                        if self._seq_at(directory, seq + 1) != seq + 1:
+                    for _ in range(self.slots):
+                        following = self._seq_at(directory, seq + 1)
+                        if following == seq + 1:
+                            seq += 1
+                            continue
+                        oldest = seq + 1 - self.slots
+                        if following == oldest or (following is None and oldest < 0):
                             return seq
-                        seq += 1
+                        break
             finally:
                 os.close(directory)
         records = self.records()
