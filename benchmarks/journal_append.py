@@ -16,7 +16,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from benchmarks.paths import REPO
 
 MEASURE = """
 import sys, tempfile, time
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=100)
     parser.add_argument("--other", metavar="SRC", help="another checkout's src, beside this one")
     args = parser.parse_args()
-    trees = {"this": str(Path(__file__).resolve().parents[1] / "src")}
+    trees = {"this": str(REPO / "src")}
     if args.other:
         trees["other"] = args.other
     started = time.monotonic()

@@ -68,7 +68,7 @@ class RecordRing:
         self.path = _private_dir(path)
         self.slots = slots
         self.max_bytes = max_bytes
-        self._names = frozenset(f"{index:03d}.json" for index in range(slots))
+        self._names = frozenset(self._slot_name(index) for index in range(slots))
         self._newest: int | None = None  # the last record appended here (_newest_locked)
 
     @contextlib.contextmanager
@@ -81,8 +81,18 @@ class RecordRing:
         finally:
             os.close(fd)
 
-    def _slot(self, seq: int) -> Path:
-        return self.path / f"{seq % self.slots:03d}.json"
+    def _slot_name(self, seq: int) -> str:
+        """The name of the slot file that holds record ``seq``."""
+        return f"{seq % self.slots:03d}.json"
+
+    @contextlib.contextmanager
+    def _directory(self) -> Iterator[int]:
+        """The ring directory's descriptor, for reads by name and its fsync."""
+        directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            yield directory
+        finally:
+            os.close(directory)
 
     def records(self) -> list[dict[str, Any]]:
         """Every record, oldest first; unreadable or foreign files are skipped: one that is
@@ -91,14 +101,11 @@ class RecordRing:
         integer ``seq``. The slots the directory lists are read through its descriptor,
         one ``open`` and ``read`` each."""
         found: list[dict[str, Any]] = []
-        directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
+        with self._directory() as directory:
             for name in sorted(self._names.intersection(os.listdir(directory))):
                 record = self._read(directory, name)
                 if record is not None:
                     found.append(record)
-        finally:
-            os.close(directory)
         return sorted(found, key=lambda record: int(record["seq"]))
 
     def _read(self, directory: int, name: str) -> dict[str, Any] | None:
@@ -128,8 +135,7 @@ class RecordRing:
         appended to here: two reads instead of ``slots`` for an append."""
         known = self._newest
         if known is not None:
-            directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
+            with self._directory() as directory:
                 if self._seq_at(directory, known) == known:
                     seq = known
                     for _ in range(self.slots):
@@ -141,14 +147,12 @@ class RecordRing:
                         if following == oldest or (following is None and oldest < 0):
                             return seq
                         break
-            finally:
-                os.close(directory)
         records = self.records()
         return int(records[-1]["seq"]) if records else None
 
     def _seq_at(self, directory: int, seq: int) -> int | None:
         """The ``seq`` of the record in ``seq``'s slot, if one is readable there."""
-        record = self._read(directory, f"{seq % self.slots:03d}.json")
+        record = self._read(directory, self._slot_name(seq))
         return None if record is None else int(record["seq"])
 
     def _write(self, seq: int, record: dict[str, Any]) -> None:
@@ -164,16 +168,17 @@ class RecordRing:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(temporary, self._slot(seq))
-        directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
+        os.rename(temporary, self.path / self._slot_name(seq))
+        with self._directory() as directory:
             os.fsync(directory)
-        finally:
-            os.close(directory)
 
     def append_locked(self, record: dict[str, Any], records: list[dict[str, Any]]) -> int:
         """Append under a lock the caller holds, given the current ``records``."""
-        seq = int(records[-1]["seq"]) + 1 if records else 0
+        return self._append_after(None if not records else int(records[-1]["seq"]), record)
+
+    def _append_after(self, newest: int | None, record: dict[str, Any]) -> int:
+        """Write ``record`` as the one after ``newest`` (None: the first) and remember it."""
+        seq = 0 if newest is None else newest + 1
         self._write(seq, record)
         self._newest = seq
         return seq
@@ -183,11 +188,7 @@ class RecordRing:
         looked for (:meth:`_newest_locked`), not the whole ring read: a caller that decides
         from the records reads them and uses :meth:`append_locked`."""
         with self.locked():
-            newest = self._newest_locked()
-            seq = 0 if newest is None else newest + 1
-            self._write(seq, record)
-            self._newest = seq
-            return seq
+            return self._append_after(self._newest_locked(), record)
 
     def replace_locked(self, seq: int, record: dict[str, Any]) -> None:
         self._write(seq, record)
