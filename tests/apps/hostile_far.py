@@ -124,10 +124,14 @@ def main() -> None:
         out.write(state.send_apps(tuple(FarApp("evil", port, "/") for port in range(1, 201))))
     elif mode == "overtaken":
         # Malformed lists overtaken by a good one before the laptop applies the next
-        # list (it applies one every 0.5 s): never parsed, so they end nothing.
-        for _ in range(200):
-            out.write(_frame(Kind.APPS, 0, '{"sessions": {}}'))
-        out.write(state.send_apps((FarApp("evil", 9999, "/"),)))
+        # list (it applies one every 0.5 s, the first at once): never parsed, so they end
+        # nothing. One write of at most PIPE_BUF bytes, so the laptop reads none or all of
+        # it: a read of part of it with the first list made a malformed one the latest,
+        # applied at once (CI met it once).
+        burst = _frame(Kind.APPS, 0, '{"sessions": {}}') * 150
+        burst += state.send_apps((FarApp("evil", 9999, "/"),))
+        assert len(burst) <= select.PIPE_BUF, len(burst)
+        os.write(1, burst)
     elif mode == "many":
         # Built by hand: LinkState.send_apps would refuse to send the list.
         apps = [{"port": 1 + i, "base_path": "/"} for i in range(5000)]

@@ -611,7 +611,7 @@ def test_a_far_side_churning_its_app_list_is_applied_calmly(
 def test_lists_overtaken_before_they_are_applied_are_never_parsed(
     laptop_xdg: Path, localhost_names_resolve: None
 ) -> None:
-    """200 malformed lists, then a good one, all before the laptop applies its next list:
+    """150 malformed lists, then a good one, all before the laptop applies its next list:
     only the latest is parsed (a far side sending lists at the link's speed costs no
     parsing of the others), so the malformed ones end nothing. A malformed latest list
     still ends the link naming why (``many`` above)."""
