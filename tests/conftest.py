@@ -93,10 +93,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(file_seconds.Recorder(), "file_seconds_recorder")
     if not hasattr(config, "workerinput"):
         compile_checkout()
-    # pytest keeps the test modules it rewrote (their asserts) only where bytecode may be
-    # written: with PYTHONDONTWRITEBYTECODE each worker, which collects every test file,
-    # rewrote and compiled them all again, about 9 of its 14 CPU seconds of collection.
-    sys.dont_write_bytecode = False
 
 
 def compile_checkout() -> None:
