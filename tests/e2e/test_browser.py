@@ -11,44 +11,20 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from tests.conftest import REPO, request
 from tests.e2e.features import FeatureSession, feature_session
 from tests.remote.test_connect import Laptop, _serve_stdio_pids, far_machine
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
-# Flags for a closed network and a root user: no background fetches, no sandbox of its own.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required",
-]
 UPLOAD_BYTES = 20 * 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert shutil.which(CHROMIUM), (
-        f"{CHROMIUM} is missing: ./dev.sh setup installs Debian's chromium"
-    )
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module", params=["/", "/app"], ids=["root", "base-path"])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -28,11 +27,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page
 
 from tests.conftest import ECHO_APP, PYTHON, Process, app_host, host_port_of, run_argv
 from tests.e2e.firefox import Firefox, FirefoxContext, FirefoxPage
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 OPTIONS: tuple[str, ...] = ()  # the URL form under test: the default
 Context = BrowserContext | FirefoxContext
@@ -105,16 +103,14 @@ class Listener:
 
 @pytest.fixture(scope="module", params=["chromium", "firefox"])
 def browser(request: pytest.FixtureRequest) -> Iterator[Browser | Firefox]:
+    """Firefox, started for this module; or the worker's Chromium (tests/e2e/conftest.py),
+    which this fixture's name hides, asked for by its own name."""
     if request.param == "firefox":
         firefox = Firefox()
         yield firefox
         firefox.close()
         return
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+    yield request.getfixturevalue("chromium")
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,8 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.conftest import ECHO_APP, PYTHON, port_is_open, start_daemon
 from tests.daemon.test_dashboard import ui_url
-from tests.e2e.test_dashboard import COMMAND, browser, console_errors
+from tests.e2e.test_dashboard import COMMAND, console_errors
 from tests.terminals.harness import PROMPT, TerminalSession, finish
-
-__all__ = ["browser"]  # the module's Chromium, shared
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import select
-import shutil
 import socket
 import threading
 import time
@@ -22,13 +21,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
 from sandbridge.exceptions import ControlError
 from sandbridge.terminals import keys
 from sandbridge.ui.server import Dashboard as ServedDashboard
 from tests.conftest import ECHO_APP, PYTHON, SANDBRIDGE, Process, port_is_open, run_argv
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.egress.test_in_sandbox import in_world
 from tests.egress.test_requests_in_sandbox import ALLOW_TEXT, ASKER, World
 from tests.support.command_in_process import sandbridge
@@ -52,15 +50,6 @@ FIFO_COMMAND = (
     "curl -s -o /dev/null http://blocked.example/ ; "
     'sandbridge-allow asked.example:443 --reason "$(cat ask)"; echo $? > asked; exec sleep 600'
 )
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ import time
 
 from playwright.sync_api import Browser, expect
 
-from tests.e2e.test_dashboard import ScriptedDashboard, _tables, browser, console_errors
-
-__all__ = ["browser"]
+from tests.e2e.test_dashboard import ScriptedDashboard, _tables, console_errors
 
 MARKUP = "<img src=x onerror=alert(1)>"
 

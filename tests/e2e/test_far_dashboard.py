@@ -18,11 +18,9 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.apps.hostile_far import MARKUP
 from tests.conftest import PYTHON, SANDBRIDGE, Process
-from tests.e2e.test_dashboard import browser, console_errors
+from tests.e2e.test_dashboard import console_errors
 from tests.remote.test_terminal_relay import HOSTILE_FAR, FarMachine, LaptopUser, laptop_of
 from tests.terminals.harness import PROMPT, attach_child, finish
-
-__all__ = ["browser"]  # the module's Chromium, shared
 
 
 @contextlib.contextmanager

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Playwright
 from playwright.sync_api import Error as PlaywrightError
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, free_port, run_argv
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
 LOGIN = str(REPO / "tests" / "apps" / "oauth_login.py")
@@ -46,15 +46,17 @@ class Provider(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Chromium, with the provider's name mapped to the host's loopback."""
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    """A Chromium of this module's own (through the worker's Playwright driver), with the
+    provider's name mapped to the host's loopback: a launch flag no other test wants."""
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
-        )
+    launched = playwright.chromium.launch(
+        executable_path=CHROMIUM,
+        args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
+    )
+    try:
         yield launched
+    finally:
         launched.close()
 
 

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from tests.conftest import PYTHON, REPO, Process, run_argv
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.e2e.test_real_apps import APPS_VENV, START_SECONDS
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
@@ -26,15 +23,6 @@ PAGE = (
     "document.title = 'search=' + location.search + ' hash=' + location.hash;"
     "</script>"
 )
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 def test_opened_localhost_url_loads_in_chromium_with_its_query(

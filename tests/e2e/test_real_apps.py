@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from tests.conftest import REPO, Process, run_argv
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser import CHROMIUM
 
 APPS_VENV = REPO / ".venv-apps"
 VITE_FIXTURE = REPO / "tests" / "apps" / "vite_app"
@@ -94,16 +94,6 @@ def _release(go: Path) -> None:
         os.write(fd, b"done\n")
     finally:
         os.close(fd)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from sandbridge.relay.inside.listening_ports import from_proc
 from tests.conftest import REPO, Process, is_sandbox_entry, processes_with, run_argv
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.e2e.test_real_apps import edit_in_place
 
 VITE_FIXTURE = REPO / "tests" / "apps" / "vite_app"
@@ -124,17 +123,6 @@ def vite_session(tmp_path: Path, dev: str, *options: str, then: str = "") -> Ite
 def _assert_vite_listens_on_ipv6_loopback_only(session: ViteSession) -> None:
     found = session.listening_on(VITE_PORT)
     assert found == ["::1"], f"Vite listens on {found}: the test would not prove the fix"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture
