@@ -97,17 +97,23 @@ _CHARACTER = (
 # Whole ``ESC [`` sequences whose final byte is none of ``t`` (window operations), ``i``
 # (media copy), ``h`` and ``l`` (modes: DECCOLM resizes) and ``|`` (DECSCPP, DECSNLS):
 # the bulk of a program's escapes pass in one regex match; those are looked at one by one.
-_SAFE_CSI = rb"\x1b\[[\x30-\x3f]*+[\x20-\x2f]*+[\x40-\x67\x6a\x6b\x6d-\x73\x75-\x7b\x7d\x7e]"
+# Its three classes are disjoint, so giving a byte back never lets a shorter head match.
+_SAFE_CSI = rb"\x1b\[[\x30-\x3f]*[\x20-\x2f]*[\x40-\x67\x6a\x6b\x6d-\x73\x75-\x7b\x7d\x7e]"
 
 
 def _run(stops: bytes, raw: bool, more: bytes = b"") -> re.Pattern[bytes]:
     """Bytes that surely start no control: anything but ``stops`` and a C1 control (as
-    UTF-8, or with ``raw``, a byte 0x80..0x9F outside a character), and ``more``."""
+    UTF-8, or with ``raw``, a byte 0x80..0x9F outside a character), and ``more``.
+
+    Greedy, not possessive: nothing follows the run in the pattern, so its first match is
+    the longest and nothing is ever given back. Python before 3.11.5 (Debian 12 has 3.11.2)
+    matched possessive quantifiers wrongly: this run went through an OSC 52 (a clipboard
+    write) as if it were text."""
     if raw:
-        plain = rb"[^" + stops + rb"\x80-\x9f\xc2-\xf4]++|" + _CHARACTER
+        plain = rb"[^" + stops + rb"\x80-\x9f\xc2-\xf4]+|" + _CHARACTER
     else:
-        plain = rb"[^" + stops + rb"\xc2]++|\xc2(?![\x80-\x9f])"
-    return re.compile(rb"(?:" + plain + more + rb")*+")
+        plain = rb"[^" + stops + rb"\xc2]+|\xc2(?![\x80-\x9f])"
+    return re.compile(rb"(?:" + plain + more + rb")*")
 
 
 # What is surely no control: in text (with the safe CSI sequences), in an OSC string
