@@ -150,6 +150,11 @@ def address_kind(
             return kind  # the IPv4 address itself: nothing else to judge
         if kind is not None:
             return f"{kind} via {form}"
+        if form == "6to4":
+            # 2002::/16 is judged by the IPv4 address it ends at alone: Python's own table
+            # of it changed (3.11.2, Debian 12's, calls every 6to4 address private; later
+            # releases do not), and a destination must not change with the host's Python.
+            return "this host" if address in local else None
     for kind in ("loopback", "link_local", "private", "unspecified", "multicast", "reserved"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")
