@@ -160,9 +160,7 @@ def address_kind(
             return kind.replace("_", "-")
     if not address.is_global:
         return "non-global"
-    if address in local:
-        return "this host"
-    return None
+    return "this host" if address in local else None
 
 
 def check_addresses(
