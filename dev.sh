@@ -41,6 +41,41 @@ if ! command -v node >/dev/null; then TEST_PACKAGES+=(nodejs npm); fi
 # while: wait for it up to this many seconds instead of failing at once.
 APT_LOCK_WAIT=600
 VENV=.venv
+# The interpreter .venv and .venv-apps are made from: SANDBRIDGE_PYTHON where set, else the
+# distribution's own python3 where it can make them and build the front door (3.11 or newer,
+# ensurepip, Python.h), else python3 on PATH. The distribution's is the Python a user of
+# stock Debian or Ubuntu runs sandbridge on, and it is built with profile-guided and
+# link-time optimisation, which a pyenv build (python3 on PATH on some machines) is not:
+# each of the thousands of Python processes a test run starts takes about a quarter less
+# CPU on it (README, "Tests").
+SYSTEM_PYTHON=/usr/bin/python3
+choose_python() {
+  if [ -n "${SANDBRIDGE_PYTHON:-}" ]; then
+    PYTHON3=$SANDBRIDGE_PYTHON
+  elif [ -x "$SYSTEM_PYTHON" ] && "$SYSTEM_PYTHON" -c 'import ensurepip, os, sys, sysconfig, venv
+sys.exit(sys.version_info < (3, 11) or not os.path.isfile(
+    os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+    PYTHON3=$SYSTEM_PYTHON
+  else
+    PYTHON3=python3
+  fi
+}
+choose_python
+
+# make_venv DIR: DIR a virtualenv of PYTHON3's. One made from another interpreter (before
+# PYTHON3 was chosen as above, or with another SANDBRIDGE_PYTHON) is made again: its
+# packages' stamps go with it, so they install again too.
+make_venv() {
+  local dir=$1 real='import os, sys; print(os.path.realpath(sys._base_executable))'
+  if [ -x "$dir/bin/python" ]; then
+    if [ "$("$dir/bin/python" -c "$real" 2>/dev/null)" = "$("$PYTHON3" -c "$real")" ]; then
+      return 0
+    fi
+    echo "dev.sh: $dir was made from another Python than $PYTHON3: making it again" >&2
+    rm -rf "$dir"
+  fi
+  "$PYTHON3" -m venv "$dir"
+}
 # The real apps of the end-to-end tests (pyproject.toml's `apps` extra, pinned in
 # requirements-apps.lock: Flask, Streamlit, Gradio, JupyterLab) live in a virtualenv of
 # their own, as a project's environment is: the tests put it first on PATH.
@@ -110,9 +145,7 @@ ensure_uv() {
     echo "dev.sh: requirements.lock pins no uv (a line uv==VERSION): ./dev.sh lock makes it" >&2
     return 1
   fi
-  if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-  fi
+  make_venv "$VENV"
   if [ "$("$VENV/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$pin" ]; then
     pip_quiet "$VENV/bin/pip" install -q --no-deps "uv==$pin"
   fi
@@ -161,9 +194,7 @@ install_python_packages() {
   # extension it built, which still imports after a change to them but lacks what changed.
   local stamp="$VENV/.installed-$(cat pyproject.toml requirements.lock \
     src/sandbridge/relay/front/_front_*.[ch] src/sandbridge/relay/front/_tunnel.c | sha256sum | cut -c1-16)"
-  if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-  fi
+  make_venv "$VENV"
   if [ ! -f "$stamp" ]; then
     install_locked "$VENV" requirements.lock
     CFLAGS="${CFLAGS:-} ${1:-}" pip_quiet "$VENV/bin/pip" "${EDITABLE[@]}" -q
@@ -191,9 +222,7 @@ require_front_door() {
 
 install_app_packages() {
   local stamp="$APPS_VENV/.installed-$(sha256sum <requirements-apps.lock | cut -c1-16)"
-  if [ ! -x "$APPS_VENV/bin/python" ]; then
-    python3 -m venv "$APPS_VENV"
-  fi
+  make_venv "$APPS_VENV"
   if [ ! -f "$stamp" ]; then
     install_locked "$APPS_VENV" requirements-apps.lock
     rm -f "$APPS_VENV"/.installed-*
