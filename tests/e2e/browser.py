@@ -1,9 +1,7 @@
 """Debian's Chromium as the end-to-end tests drive it: where it is and its flags.
 
-One Chromium serves every browser test of a worker (``tests/e2e/conftest.py``); each test
-opens its own browser context (its own cookie jar, cache and storage), so sharing the
-browser shares nothing a test looks at. Only the OAuth test starts one of its own, for a
-launch flag no other test wants.
+The browser tests' fixtures are in ``tests/e2e/conftest.py``; the OAuth test launches one of
+its own through the same driver, for a launch flag no other test wants.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""The end-to-end tests' browser: one Chromium a worker, started by the first test that
-asks for it and closed when the worker's run ends (tests/e2e/browser.py).
+"""The end-to-end tests' browser, defined once: Debian's Chromium (tests/e2e/browser.py)
+through Playwright's driver, one of each a test module, started by its first test that asks
+for it. Every test opens contexts of its own.
 
-Each browser module started its own (ten launches a run, about 2.5 CPU-s each with
-Playwright's driver); pytest-xdist gives a worker many modules, so one a worker is at most
-as many as workers. Every test still opens contexts of its own.
+Not one a worker: while Playwright's driver is up, its event loop counts as running in the
+worker's thread (its sync API runs the loop in a greenlet beside the tests), so every
+``asyncio.run`` on that worker fails. A driver kept for the whole run failed 318 tests of
+other folders (and of this one: the WebSocket tests) in a clean-clone run; module scope
+closes it before the worker's next file.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from playwright.sync_api import Browser, Playwright, sync_playwright
 from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
-    """Playwright's driver, one a worker: its sync API allows one at a time a thread."""
+    """Playwright's driver: its sync API allows one at a time in a thread."""
     with sync_playwright() as driver:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium(playwright: Playwright) -> Iterator[Browser]:
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
     launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -34,8 +37,8 @@ def chromium(playwright: Playwright) -> Iterator[Browser]:
         launched.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium: Browser) -> Browser:
-    """The browser a test drives: the worker's Chromium (a module may give another under
+    """The browser a test drives: the module's Chromium (a module may give another under
     this name, as the cookie tests give Firefox too)."""
     return chromium
