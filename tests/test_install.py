@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
+import sysconfig
 import venv
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,8 +48,9 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 
 def _dev_site_packages() -> str:
-    [found] = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
-    return found
+    """The dev environment's site-packages (Debian's Python lists dist-packages beside it
+    in ``site.getsitepackages()``: this is the one its packages are in)."""
+    return sysconfig.get_paths()["purelib"]
 
 
 def _user_env(home: Path) -> dict[str, str]:
