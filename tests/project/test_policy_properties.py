@@ -36,13 +36,15 @@ def test_the_suggested_line_allows_exactly_what_was_refused(host: str, port: int
 
 
 def _reaches_only_global(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """A v4-mapped or 6to4 address is judged by its IPv4 address (Python's own table of
-    2002::/16 changed between releases: docs/network.md); Teredo needs both parts global."""
+    """A v4-mapped address is its IPv4 address; a 6to4 one never (it reaches the network
+    behind its IPv4 address: docs/network.md); Teredo needs both parts global."""
     embedded = embedded_ipv4(address)
     if embedded is None:
         return address.is_global
     inner, form = embedded
-    return inner.is_global and (form in ("v4-mapped", "6to4") or address.is_global)
+    if form == "6to4":
+        return False
+    return inner.is_global and (form == "v4-mapped" or address.is_global)
 
 
 @given(NAME, PORT, st.lists(st.one_of(IPV4, IPV6, SIXTOFOUR), max_size=4))

@@ -151,10 +151,12 @@ def address_kind(
         if kind is not None:
             return f"{kind} via {form}"
         if form == "6to4":
-            # 2002::/16 is judged by the IPv4 address it ends at alone: Python's own table
-            # of it changed (3.11.2, Debian 12's, calls every 6to4 address private; later
-            # releases do not), and a destination must not change with the host's Python.
-            return "this host" if address in local else None
+            # Refused whatever its IPv4 address: a 6to4 prefix routes into the network
+            # behind that address (a router's LAN), not to it alone. Python's own table
+            # says so only in some releases (2002::/16 is private in 3.13, 3.12.4 and
+            # later, and Debian 12's patched 3.11.2; pyenv's 3.11.7 calls it global): the
+            # decision must not change with the host's Python.
+            return "6to4"
     for kind in ("loopback", "link_local", "private", "unspecified", "multicast", "reserved"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")
