@@ -105,10 +105,10 @@ def _run(stops: bytes, raw: bool, more: bytes = b"") -> re.Pattern[bytes]:
     """Bytes that surely start no control: anything but ``stops`` and a C1 control (as
     UTF-8, or with ``raw``, a byte 0x80..0x9F outside a character), and ``more``.
 
-    Greedy, not possessive: nothing follows the run in the pattern, so its first match is
-    the longest and nothing is ever given back. Python before 3.11.5 (Debian 12 has 3.11.2)
-    matched possessive quantifiers wrongly: this run went through an OSC 52 (a clipboard
-    write) as if it were text."""
+    Greedy, not possessive: nothing follows the loop in the pattern, so the engine never
+    goes back into an iteration it has done, and the match is the one a possessive loop
+    makes. Python before 3.11.5 (Debian 12 has 3.11.2) matched possessive quantifiers
+    wrongly: this run went through an OSC 52 (a clipboard write) as if it were text."""
     if raw:
         plain = rb"[^" + stops + rb"\x80-\x9f\xc2-\xf4]+|" + _CHARACTER
     else:
