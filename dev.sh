@@ -18,11 +18,12 @@ cd "$(dirname "$0")"
 # (unshare, setpriv: the fallback backend). Nothing else: the relay's C front door is built
 # where a compiler is and skipped where none is (README, "Install").
 DEMO_PACKAGES=(bubblewrap util-linux)
-# What the tests and the benchmark add: gcc and libc6-dev (the front door, which they
-# build with -Werror), chromium and firefox-esr (browser tests), nginx-light and socat
-# (reference relays in the benchmark), procps (ps, for process checks in tests), wrk and
-# curl (the benchmark's load generators; curl is also the HTTP client inside the sandbox
-# in the network tests), iproute2 (ip: the network tests link their "internet"
+# What the tests and the benchmark add: gcc, libc6-dev and python3-dev (the front door, which
+# they build with -Werror, against the distribution's Python), python3-venv (the
+# virtualenvs, made from that Python), chromium and firefox-esr (browser tests),
+# nginx-light and socat (reference relays in the benchmark), procps (ps, for process
+# checks in tests), wrk and curl (the benchmark's load generators; curl is also the HTTP
+# client inside the sandbox in the network tests), iproute2 (ip: the network tests link their "internet"
 # namespace to the host's with a veth pair), openssh-server (sshd: the real far machine
 # of the SSH transport's tests, started by each test on a free loopback port), clang and
 # libclang-rt-14-dev (the front door's fuzz target: libFuzzer and the sanitizers' runtimes
@@ -31,8 +32,8 @@ DEMO_PACKAGES=(bubblewrap util-linux)
 # tests: each starts its own Xvfb), podman, crun and catatonit (the real container engine
 # of the container bridge's tests: podman's API in namespaces of its own, each test run's
 # engine with its own store) and busybox-static (that engine's one image, made offline).
-TEST_PACKAGES=(gcc libc6-dev chromium firefox-esr nginx-light socat procps wrk curl iproute2
-  openssh-server clang libclang-rt-14-dev zsh fish
+TEST_PACKAGES=(gcc libc6-dev python3-venv python3-dev chromium firefox-esr nginx-light socat
+  procps wrk curl iproute2 openssh-server clang libclang-rt-14-dev zsh fish
   xvfb xclip podman crun catatonit busybox-static)
 # Node and npm run the test of Node's `open` package inside a sandbox; a machine whose node
 # comes from elsewhere (with its own npm) keeps it, so Debian's are added only without one.
@@ -43,12 +44,14 @@ APT_LOCK_WAIT=600
 VENV=.venv
 # The interpreter .venv and .venv-apps are made from: SANDBRIDGE_PYTHON where set, else the
 # distribution's own python3 where it can make them and build the front door (3.11 or newer,
-# ensurepip, Python.h), else python3 on PATH. The distribution's is the Python a user of
-# stock Debian or Ubuntu runs sandbridge on, and it is built with profile-guided and
-# link-time optimisation, which a pyenv build (python3 on PATH on some machines) is not:
-# each of the thousands of Python processes a test run starts takes about a quarter less
-# CPU on it (README, "Tests").
+# ensurepip, Python.h: python3-venv and python3-dev, in the packages below), else python3
+# on PATH. The distribution's is the Python a user of stock Debian or Ubuntu runs
+# sandbridge on, and it is built with profile-guided and link-time optimisation, which a
+# pyenv build (python3 on PATH on some machines) is not: each of the thousands of Python
+# processes a test run starts takes about a quarter less CPU on it (README, "Tests").
 SYSTEM_PYTHON=/usr/bin/python3
+# What make_venv compares: the interpreter's real path and its version.
+WHICH_PYTHON='import os, sys; print(os.path.realpath(sys._base_executable), sys.version.split()[0])'
 choose_python() {
   if [ -n "${SANDBRIDGE_PYTHON:-}" ]; then
     PYTHON3=$SANDBRIDGE_PYTHON
@@ -59,22 +62,35 @@ sys.exit(sys.version_info < (3, 11) or not os.path.isfile(
   else
     PYTHON3=python3
   fi
+  # Asked once, before any virtualenv is judged by it: an interpreter that does not run
+  # (a mistyped SANDBRIDGE_PYTHON, a pyenv shim of a version not installed) stops here,
+  # before make_venv could take a working virtualenv for another's.
+  if ! PYTHON3_IS=$("$PYTHON3" -c "$WHICH_PYTHON"); then
+    echo "dev.sh: $PYTHON3 does not run: set SANDBRIDGE_PYTHON to a Python 3.11 or newer" >&2
+    exit 1
+  fi
 }
 choose_python
 
-# make_venv DIR: DIR a virtualenv of PYTHON3's. One made from another interpreter (before
-# PYTHON3 was chosen as above, or with another SANDBRIDGE_PYTHON) is made again: its
-# packages' stamps go with it, so they install again too.
+# make_venv DIR: DIR a virtualenv of PYTHON3's. One made from another interpreter or
+# version (before PYTHON3 was chosen as above, with another SANDBRIDGE_PYTHON, or before a
+# Python upgrade), or whose interpreter is gone, is made again: its packages' stamps go
+# with it, so they install again too. Each DIR is judged once a run: the apps' install,
+# in the background, never judges (and so never removes) .venv while it is being filled.
+JUDGED_VENVS=" "
 make_venv() {
-  local dir=$1 real='import os, sys; print(os.path.realpath(sys._base_executable))'
-  if [ -x "$dir/bin/python" ]; then
-    if [ "$("$dir/bin/python" -c "$real" 2>/dev/null)" = "$("$PYTHON3" -c "$real")" ]; then
+  local dir=$1
+  case "$JUDGED_VENVS" in *" $dir "*) return 0 ;; esac
+  if [ -e "$dir/pyvenv.cfg" ]; then
+    if [ "$("$dir/bin/python" -c "$WHICH_PYTHON" 2>/dev/null)" = "$PYTHON3_IS" ]; then
+      JUDGED_VENVS="$JUDGED_VENVS$dir "
       return 0
     fi
-    echo "dev.sh: $dir was made from another Python than $PYTHON3: making it again" >&2
+    echo "dev.sh: $dir was made from another Python than $PYTHON3 ($PYTHON3_IS): making it again" >&2
     rm -rf "$dir"
   fi
   "$PYTHON3" -m venv "$dir"
+  JUDGED_VENVS="$JUDGED_VENVS$dir "
 }
 # The real apps of the end-to-end tests (pyproject.toml's `apps` extra, pinned in
 # requirements-apps.lock: Flask, Streamlit, Gradio, JupyterLab) live in a virtualenv of
