@@ -26,6 +26,7 @@ from hypothesis import settings
 
 from tests import file_seconds
 from tests.private_home import UserState, make_private_environment
+from tests.rewrite_ahead import rewrite_ahead
 
 # Fixtures shared across test folders: the real container engine (``container_engine``)
 # and the recorded stand-in for the hostile cases (``replay_engine``).
@@ -93,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(file_seconds.Recorder(), "file_seconds_recorder")
     if not hasattr(config, "workerinput"):
         compile_checkout()
+        rewrite_ahead(config, REPO / "tests")
 
 
 def compile_checkout() -> None:
