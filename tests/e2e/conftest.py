@@ -11,13 +11,12 @@ closes it before the worker's next file.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Playwright, sync_playwright
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser import launched_chromium
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +28,8 @@ def playwright() -> Iterator[Playwright]:
 
 @pytest.fixture(scope="module")
 def chromium(playwright: Playwright) -> Iterator[Browser]:
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
-    launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    try:
+    with launched_chromium(playwright) as launched:
         yield launched
-    finally:
-        launched.close()
 
 
 @pytest.fixture(scope="module")

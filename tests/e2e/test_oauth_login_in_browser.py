@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -21,7 +20,7 @@ from playwright.sync_api import Browser, Playwright
 from playwright.sync_api import Error as PlaywrightError
 
 from tests.conftest import PYTHON, REPO, SANDBRIDGE, Process, free_port, run_argv
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser import launched_chromium
 
 RECORDER = str(REPO / "tests" / "apps" / "record_browser.py")
 LOGIN = str(REPO / "tests" / "apps" / "oauth_login.py")
@@ -47,17 +46,12 @@ class Provider(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
-    """A Chromium of this module's own (through the worker's Playwright driver), with the
+    """A Chromium of this module's own (through the module's Playwright driver), with the
     provider's name mapped to the host's loopback: a launch flag no other test wants."""
-    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
-    launched = playwright.chromium.launch(
-        executable_path=CHROMIUM,
-        args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"],
-    )
-    try:
+    with launched_chromium(
+        playwright, f"--host-resolver-rules=MAP {AUTHORIZE_HOST} 127.0.0.1"
+    ) as launched:
         yield launched
-    finally:
-        launched.close()
 
 
 @pytest.fixture
