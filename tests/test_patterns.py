@@ -70,18 +70,17 @@ def _patterns(
         yield from _patterns(item, name + suffix, module, depth + 1)
 
 
-def _constructs(parsed: object) -> Iterator[str]:
-    """The constructs of :data:`BROKEN_BEFORE_3_11_5` anywhere in a parsed pattern."""
-    for op, argument in parsed:  # type: ignore[attr-defined]
-        if op in BROKEN_BEFORE_3_11_5:
-            yield BROKEN_BEFORE_3_11_5[op]
-        for item in argument if isinstance(argument, tuple | list) else (argument,):
-            if isinstance(item, _parser.SubPattern):
-                yield from _constructs(item)
-            elif isinstance(item, tuple | list):
-                for inner in item:
-                    if isinstance(inner, _parser.SubPattern):
-                        yield from _constructs(inner)
+def _constructs(value: object) -> Iterator[str]:
+    """The constructs of :data:`BROKEN_BEFORE_3_11_5` anywhere in a parsed pattern: its
+    operations' arguments hold subpatterns at any depth of tuples and lists."""
+    if isinstance(value, _parser.SubPattern):
+        for op, argument in value:
+            if op in BROKEN_BEFORE_3_11_5:
+                yield BROKEN_BEFORE_3_11_5[op]
+            yield from _constructs(argument)
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _constructs(item)
 
 
 def _literal_patterns() -> Iterator[tuple[str, str | bytes]]:
