@@ -103,8 +103,9 @@ class Listener:
 
 @pytest.fixture(scope="module", params=["chromium", "firefox"])
 def browser(request: pytest.FixtureRequest) -> Iterator[Browser | Firefox]:
-    """Firefox, started for this module; or the module's Chromium (tests/e2e/conftest.py),
-    which this fixture's name hides, asked for by its own name."""
+    """Firefox, started for this module; or the worker's Chromium through the module's
+    driver (tests/e2e/conftest.py), which this fixture's name hides, asked for by its own
+    name."""
     if request.param == "firefox":
         firefox = Firefox()
         yield firefox
