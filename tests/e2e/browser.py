@@ -13,9 +13,13 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
+# Private, but the one place that knows where the driver's node and package are; the lock
+# file pins Playwright, and a release without it fails every browser test at import.
 from playwright._impl._driver import compute_driver_executable
 from playwright.sync_api import Browser, Playwright
+from playwright.sync_api import Error as PlaywrightError
 
 CHROMIUM = "/usr/bin/chromium"
 # Flags for a closed network and a root user: no background fetches, no sandbox of its own.
@@ -48,16 +52,21 @@ def launched_chromium(playwright: Playwright, *extra_args: str) -> Iterator[Brow
 # Playwright's launchServer, run by the driver's own node: one Chromium, served on a
 # loopback WebSocket whose path is a random secret, that every test module's driver
 # connects to. The server ends when its stdin closes (the worker is done, or gone) and
-# when its browser does (a crash), so that the next connection starts a new one.
+# when its browser does (a crash: status 2), so that the next connection starts a new
+# one. It ends by itself, not by process.exit: Playwright removes the browser's profile
+# and artifacts directories after the browser's close event, which an exit there skipped.
 _SERVE = """
 const [pkg, executablePath, args] = [process.argv[1], process.argv[2], JSON.parse(process.argv[3])];
+let closing = false;
 require(pkg).chromium.launchServer({executablePath, args}).then((server) => {
-  server.on("close", () => process.exit(2));
+  server.on("close", () => { process.exitCode = closing ? 0 : 2; process.stdin.destroy(); });
   process.stdout.write(server.wsEndpoint() + "\\n");
-  process.stdin.on("end", () => server.close().then(() => process.exit(0)));
+  process.stdin.on("end", () => { closing = true; server.close(); });
   process.stdin.resume();
 }, (error) => { process.stderr.write(`${error}\\n`); process.exit(1); });
 """
+# How long a server may take to close its browser, or to say where it serves.
+SERVER_SECONDS = 30
 
 
 class ChromiumServer:
@@ -66,18 +75,38 @@ class ChromiumServer:
     Each test module still runs its own Playwright driver (the sync API's event loop must
     not outlive the module: tests/e2e/conftest.py) and connects it to this browser, so a
     worker launches Chromium once, not once a module. Every module opens contexts of its
-    own, which share no cookies, storage or cache; :meth:`endpoint` starts the server
-    again if its browser has gone."""
+    own, which share no cookies, storage or cache, and those a module leaves open close
+    when its driver disconnects. :meth:`connect` starts the server again if its browser
+    has gone. ``temp_dir`` is the server's ``TMPDIR``: the browser's profile lives there
+    while it runs (and what a crashed Chromium leaves behind, after)."""
 
-    def __init__(self) -> None:
+    def __init__(self, temp_dir: Path) -> None:
+        self._temp_dir = temp_dir
         self._server: subprocess.Popen[str] | None = None
         self._endpoint = ""
 
-    def endpoint(self) -> str:
-        """The WebSocket a driver connects to (``playwright.chromium.connect``)."""
+    def connect(self, playwright: Playwright) -> Browser:
+        """The browser, through ``playwright``'s driver; a server whose browser has gone
+        (ended, or about to end) is started anew, once."""
         if self._server is None or self._server.poll() is not None:
             self._start()
-        return self._endpoint
+        try:
+            return self._answering(playwright)
+        except PlaywrightError:
+            self._start()
+            return self._answering(playwright)
+
+    def _answering(self, playwright: Playwright) -> Browser:
+        """A connection whose browser has answered once: a server whose browser has just
+        died still takes connections until it has seen the death."""
+        browser = playwright.chromium.connect(self._endpoint)
+        try:
+            browser.new_browser_cdp_session().detach()
+        except PlaywrightError:
+            with contextlib.suppress(PlaywrightError):
+                browser.close()
+            raise
+        return browser
 
     def pid(self) -> int:
         """The server's process (its Chromium is a child of it)."""
@@ -85,14 +114,20 @@ class ChromiumServer:
         return self._server.pid
 
     def close(self) -> None:
-        """Close the browser and end the server."""
+        """Close the browser and end the server (killed if it takes longer than
+        :data:`SERVER_SECONDS`)."""
         if self._server is None:
             return
         server, self._server = self._server, None
         assert server.stdin is not None and server.stdout is not None
-        server.stdin.close()
+        with contextlib.suppress(BrokenPipeError):
+            server.stdin.close()
         server.stdout.close()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=SERVER_SECONDS)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
     def _start(self) -> None:
         assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: ./dev.sh setup installs it"
@@ -100,12 +135,13 @@ class ChromiumServer:
         node, cli = compute_driver_executable()
         package = os.path.dirname(cli)
         argv = [node, "-e", _SERVE, package, CHROMIUM, json.dumps(CHROMIUM_ARGS)]
-        self._server = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        env = {**os.environ, "TMPDIR": str(self._temp_dir)}
+        server = self._server = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
-        assert self._server.stdout is not None
-        said = self._server.stdout.readline().strip()
-        assert said.startswith("ws://127.0.0.1:"), (
-            f"Chromium's server did not start (status {self._server.wait(timeout=30)})"
-        )
+        assert server.stdout is not None
+        said = server.stdout.readline().strip()
+        if not said.startswith("ws://127.0.0.1:"):
+            self.close()
+            raise AssertionError(f"Chromium's server did not start (status {server.returncode})")
         self._endpoint = said

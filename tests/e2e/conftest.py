@@ -29,9 +29,9 @@ def playwright() -> Iterator[Playwright]:
 
 
 @pytest.fixture(scope="session")
-def chromium_server() -> Iterator[ChromiumServer]:
+def chromium_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromiumServer]:
     """The worker's Chromium, served to the modules' drivers."""
-    server = ChromiumServer()
+    server = ChromiumServer(tmp_path_factory.mktemp("chromium"))
     try:
         yield server
     finally:
@@ -42,7 +42,7 @@ def chromium_server() -> Iterator[ChromiumServer]:
 def chromium(playwright: Playwright, chromium_server: ChromiumServer) -> Iterator[Browser]:
     """The worker's Chromium through this module's driver; closing it closes the
     module's contexts and leaves the browser to the next module."""
-    connected = playwright.chromium.connect(chromium_server.endpoint())
+    connected = chromium_server.connect(playwright)
     try:
         yield connected
     finally:
@@ -51,6 +51,6 @@ def chromium(playwright: Playwright, chromium_server: ChromiumServer) -> Iterato
 
 @pytest.fixture(scope="module")
 def browser(chromium: Browser) -> Browser:
-    """The browser a test drives: the module's Chromium (a module may give another under
-    this name, as the cookie tests give Firefox too)."""
+    """The browser a test drives: the worker's Chromium through the module's driver (a
+    module may give another under this name, as the cookie tests give Firefox too)."""
     return chromium

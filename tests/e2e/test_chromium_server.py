@@ -1,6 +1,6 @@
 """The worker's Chromium (tests/e2e/browser.py's ChromiumServer): one browser for every
-module's driver, nothing kept between their contexts, and a browser that died is launched
-anew for the next module."""
+module's driver, nothing a module left open kept for the next, a browser that died
+launched anew for the next module, and nothing left behind when it closes."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ SITE = "http://app.localhost/"
 
 
 @pytest.fixture
-def server() -> Iterator[ChromiumServer]:
-    started = ChromiumServer()
+def server(tmp_path: Path) -> Iterator[ChromiumServer]:
+    started = ChromiumServer(tmp_path)
     try:
         yield started
     finally:
@@ -42,42 +42,76 @@ def _browser_pids(server_pid: int) -> list[int]:
     return pids
 
 
-def _cookies_seen_by_a_new_driver(endpoint: str, set_one: bool) -> list[str]:
-    """A driver of its own (as a test module has) connected to ``endpoint``: the cookies
-    a new context of its has for :data:`SITE`, after adding one if ``set_one``."""
+def _leave_a_context_open(server: ChromiumServer) -> None:
+    """What a module that closes nothing does: a driver of its own, a context with a
+    cookie and a page, then its driver gone."""
     with sync_playwright() as driver:
-        browser = driver.chromium.connect(endpoint)
+        context = server.connect(driver).new_context()
+        context.add_cookies([{"name": "kept", "value": "1", "url": SITE}])
+        context.new_page().set_content("<p>left open</p>")
+
+
+def _contexts_a_new_driver_finds(server: ChromiumServer) -> list[str]:
+    """The browser's contexts (other than its default one) as the next module's driver
+    finds them, asked of Chromium itself."""
+    with sync_playwright() as driver:
+        browser = server.connect(driver)
         try:
-            context = browser.new_context()
-            if set_one:
-                context.add_cookies([{"name": "kept", "value": "1", "url": SITE}])
-            return [cookie["name"] for cookie in context.cookies(SITE)]
+            session = browser.new_browser_cdp_session()
+            ids: list[str] = session.send("Target.getBrowserContexts")["browserContextIds"]
+            return ids
         finally:
             browser.close()
 
 
-def test_two_drivers_in_turn_share_one_browser_but_no_cookies(server: ChromiumServer) -> None:
-    endpoint = server.endpoint()
-    [browser] = _browser_pids(server.pid())
-    assert _cookies_seen_by_a_new_driver(endpoint, set_one=True) == ["kept"]
-    assert _cookies_seen_by_a_new_driver(server.endpoint(), set_one=False) == []
-    assert server.endpoint() == endpoint
-    assert _browser_pids(server.pid()) == [browser]
-
-
-def test_a_browser_that_died_is_launched_anew_for_the_next_driver(
+def test_the_next_driver_gets_the_same_browser_without_what_the_last_left_open(
     server: ChromiumServer,
 ) -> None:
-    first = server.endpoint()
-    first_server = server.pid()
-    [browser] = _browser_pids(first_server)
-    ended = os.pidfd_open(first_server)
+    _leave_a_context_open(server)
+    first = server.pid()
+    [browser] = _browser_pids(first)
+    assert _contexts_a_new_driver_finds(server) == []
+    assert server.pid() == first
+    assert _browser_pids(first) == [browser]
+
+
+def _kill_the_browser(server: ChromiumServer, wait: bool) -> int:
+    """Kill the server's Chromium; with ``wait``, until the server has ended too (on
+    its pidfd, not by a sleep). The server's pid."""
+    first = server.pid()
+    [browser] = _browser_pids(first)
+    ended = os.pidfd_open(first)
     try:
         os.kill(browser, signal.SIGKILL)
-        # The server ends with its browser; waited for on its pidfd, not by a sleep.
-        assert select.select([ended], [], [], 30)[0] == [ended], "the server outlived it"
+        if wait:
+            assert select.select([ended], [], [], 30)[0] == [ended], "the server outlived it"
     finally:
         os.close(ended)
-    second = server.endpoint()
-    assert second != first and server.pid() != first_server
-    assert _cookies_seen_by_a_new_driver(second, set_one=False) == []
+    return first
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["server-ended", "server-ending"])
+def test_a_browser_that_died_is_launched_anew_for_the_next_driver(
+    server: ChromiumServer, wait: bool
+) -> None:
+    with sync_playwright() as driver:
+        server.connect(driver).close()
+        first = _kill_the_browser(server, wait)
+        # At once: without the wait, while the server may still be removing the dead
+        # browser's profile, its endpoint still listening or already gone.
+        browser = server.connect(driver)
+        try:
+            session = browser.new_browser_cdp_session()
+            assert session.send("Target.getBrowserContexts")["browserContextIds"] == []
+        finally:
+            browser.close()
+    assert server.pid() != first
+
+
+def test_a_closed_server_leaves_no_profile_behind(tmp_path: Path) -> None:
+    server = ChromiumServer(tmp_path)
+    with sync_playwright() as driver:
+        server.connect(driver).new_context().new_page().set_content("<p>x</p>")
+    assert list(tmp_path.iterdir()) != []  # the profile, while the browser runs
+    server.close()
+    assert list(tmp_path.iterdir()) == []
