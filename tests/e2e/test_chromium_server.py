@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Browser, sync_playwright
 
+from benchmarks.proc import children
 from tests.e2e.browser import ChromiumServer
 
 SITE = "http://app.localhost/"
@@ -26,21 +27,6 @@ def server(tmp_path: Path) -> Iterator[ChromiumServer]:
         yield started
     finally:
         started.close()
-
-
-def _browser_pids(server_pid: int) -> list[int]:
-    """The server's Chromium: its children (the browser's own processes are its
-    grandchildren)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # gone meanwhile
-            if int(fields[1]) == server_pid:
-                pids.append(int(entry.name))
-    return pids
 
 
 def _leave_a_context_open(server: ChromiumServer) -> None:
@@ -58,11 +44,16 @@ def _contexts_a_new_driver_finds(server: ChromiumServer) -> list[str]:
     with sync_playwright() as driver:
         browser = server.connect(driver)
         try:
-            session = browser.new_browser_cdp_session()
-            ids: list[str] = session.send("Target.getBrowserContexts")["browserContextIds"]
-            return ids
+            return _contexts(browser)
         finally:
             browser.close()
+
+
+def _contexts(browser: Browser) -> list[str]:
+    """``browser``'s contexts other than its default one, asked of Chromium itself."""
+    session = browser.new_browser_cdp_session()
+    ids: list[str] = session.send("Target.getBrowserContexts")["browserContextIds"]
+    return ids
 
 
 def test_the_next_driver_gets_the_same_browser_without_what_the_last_left_open(
@@ -70,7 +61,7 @@ def test_the_next_driver_gets_the_same_browser_without_what_the_last_left_open(
 ) -> None:
     _leave_a_context_open(server)
     first = server.pid()
-    [browser] = _browser_pids(first)
+    [browser] = children(first)
     # The server closes a gone driver's contexts after the disconnect, not before the
     # next connection: asked again, each time a round trip, until they are gone.
     deadline = time.monotonic() + 30
@@ -78,14 +69,14 @@ def test_the_next_driver_gets_the_same_browser_without_what_the_last_left_open(
         pass
     assert left == []
     assert server.pid() == first
-    assert _browser_pids(first) == [browser]
+    assert children(first) == [browser]
 
 
 def _kill_the_browser(server: ChromiumServer, wait: bool) -> int:
     """Kill the server's Chromium; with ``wait``, until the server has ended too (on
     its pidfd, not by a sleep). The server's pid."""
     first = server.pid()
-    [browser] = _browser_pids(first)
+    [browser] = children(first)
     ended = os.pidfd_open(first)
     try:
         os.kill(browser, signal.SIGKILL)
@@ -108,8 +99,7 @@ def test_a_browser_that_died_is_launched_anew_for_the_next_driver(
         # met is not told apart, and either must end in a new browser.
         browser = server.connect(driver)
         try:
-            session = browser.new_browser_cdp_session()
-            assert session.send("Target.getBrowserContexts")["browserContextIds"] == []
+            assert _contexts(browser) == []
         finally:
             browser.close()
     assert server.pid() != first
@@ -128,5 +118,5 @@ def test_the_browser_leads_a_process_group_a_kill_can_end(server: ChromiumServer
     this group then."""
     with sync_playwright() as driver:
         server.connect(driver).close()
-    [browser] = _browser_pids(server.pid())
+    [browser] = children(server.pid())
     assert os.getpgid(browser) == browser
