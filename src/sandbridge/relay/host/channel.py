@@ -144,6 +144,12 @@ class Channel(asyncio.Protocol):
             or transport.is_closing()
         )
 
+    @property
+    def writing_paused(self) -> bool:
+        """Whether the transport's write buffer is over its high-water mark (a
+        :meth:`send` would wait in :meth:`drain`)."""
+        return self._write_paused
+
     def has_data(self) -> bool:
         """Whether received bytes wait for :meth:`read` (which then returns at once)."""
         return bool(self._chunks)

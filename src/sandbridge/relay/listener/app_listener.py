@@ -50,6 +50,7 @@ from sandbridge.relay.host.settings import SessionScope
 from sandbridge.relay.host.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.listener.app_pool import AppConnectionPool, may_retry
 from sandbridge.relay.listener.arrivals import Arrivals
+from sandbridge.relay.listener.body_lane import lane_ready, relay_body
 from sandbridge.relay.listener.browser import BrowserConnection
 from sandbridge.relay.listener.connection import Connection, Outcome, SpareReaders
 from sandbridge.relay.listener.connection_stage import Event as StageEvent
@@ -452,6 +453,24 @@ class AppListener:
                 if out:
                     await channel.send(b"".join(out))
                     out.clear()
+                if (
+                    decision is not None
+                    and (pump is None or pump.done())
+                    and lane_ready(browser, upstream.channel)
+                ):
+                    # The body goes on from the app's read callback (body_lane.py).
+                    events.extend(
+                        await relay_body(
+                            reader,
+                            decision,
+                            browser,
+                            upstream.channel,
+                            self.settings.response_timeout,
+                        )
+                    )
+                    if not events:
+                        await channel.drain()  # the lane stopped at a full write buffer
+                        continue
                 while not events:
                     if decision is None:
                         data = await read_awaiting_response(

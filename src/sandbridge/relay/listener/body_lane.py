@@ -1,0 +1,127 @@
+"""A streamed response body relayed from the app connection's read callback:
+:class:`BodyLane`.
+
+Why: each piece of a streamed body (an event of an event stream, a line of a log, a
+token of a model's answer) woke the connection's task: the app's bytes were put in the
+channel, a future was resolved, the task was scheduled and resumed through its chain of
+coroutines, the read's timeout was armed and cleared, and only then was the piece parsed
+and written. Between two events ten milliseconds apart the relay sleeps, its caches go
+cold, and that walk through the event loop, the task and the channel cost about 50 µs of
+an event's delay on the project's machine, more than the parse and the write together
+(docs/history/benchmark-rounds.md, "The body lane, third time (2026-12-08)").
+
+How: once the final response head has gone to the browser and the request's body (if
+any) is all sent, the task attaches a lane to the app's channel (:attr:`Channel.lane`)
+and sleeps. Each read from the app is fed to the same response reader and each body
+piece framed by the same decision (:meth:`ResponseDecision.body`), then written to the
+browser right in the callback. The lane moves the task's watchdog at each read, so the
+response timeout means what it always did: the app's silence, counted from its last
+bytes.
+
+Anything else gives the connection back to the task at exactly that point, with the
+events the lane did not use: the end of the message (and whatever follows it), an
+unexpected event, a full write buffer toward the browser (the task waits for it to
+drain), the app's end of stream, an error (raised in the task, as the task's own read
+would have raised it). What the browser gets is byte for byte what the task sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sandbridge.exceptions import UpstreamError
+from sandbridge.protocol.http.exchange import ResponseDecision
+from sandbridge.protocol.http.parser import BodyChunk, Event, ResponseReader
+from sandbridge.relay.host.channel import Channel
+from sandbridge.relay.listener.browser import BrowserConnection
+
+
+class BodyLane:
+    """Relays the body of one response from the app's reads to the browser while the
+    connection's task waits for :attr:`done`."""
+
+    __slots__ = ("_body", "_browser", "_reader", "_timeout", "_upstream", "_watchdog", "done")
+
+    def __init__(
+        self,
+        reader: ResponseReader,
+        decision: ResponseDecision,
+        browser: BrowserConnection,
+        upstream: Channel,
+        response_timeout: float,
+    ) -> None:
+        self._reader = reader
+        self._body = decision.body
+        self._browser = browser.channel
+        self._upstream = upstream
+        self._watchdog = browser.watchdog
+        self._timeout = response_timeout
+        # The events for the task (the first that is not a body piece and what came
+        # with it), or what the task raises: what the task's own read would have raised.
+        self.done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
+
+    def received(self, channel: Channel, data: bytes) -> None:
+        self._watchdog.limit(self._timeout)  # the app spoke: its silence counts anew
+        try:
+            events = self._reader.feed(data)
+            body = self._body
+            pieces: list[bytes] = []
+            left: list[Event] = []
+            for index, event in enumerate(events):
+                if type(event) is not BodyChunk:
+                    left = events[index:]
+                    break
+                pieces.append(body(event.data))
+            if pieces:
+                self._browser.write(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+        except Exception as exc:  # raised in the task, which decides, as for its own read
+            self._stop(exc)
+            return
+        if left or self._browser.writing_paused:
+            self._stop(left)
+
+    def interrupted(self, channel: Channel) -> None:
+        """The app's end of stream or a lost connection: the channel recorded it, and
+        the task's next read meets it."""
+        self._stop([])
+
+    def _stop(self, outcome: list[Event] | Exception) -> None:
+        if self._upstream.lane is self:
+            self._upstream.lane = None
+        if not self.done.done():
+            if isinstance(outcome, Exception):
+                self.done.set_exception(outcome)
+            else:
+                self.done.set_result(outcome)
+
+
+def lane_ready(browser: BrowserConnection, upstream: Channel) -> bool:
+    """Whether a body lane may take the app's next reads: nothing of the app's unread
+    (it would be relayed after what comes next), no end of stream or error waiting for
+    the task, no lane already, and room toward the browser."""
+    return (
+        upstream.lane is None
+        and upstream.ready_for_exchange()
+        and not browser.channel.writing_paused
+    )
+
+
+async def relay_body(
+    reader: ResponseReader,
+    decision: ResponseDecision,
+    browser: BrowserConnection,
+    upstream: Channel,
+    response_timeout: float,
+) -> list[Event]:
+    """Relay body pieces from the app's read callbacks until the task is needed; return
+    the events for the task (maybe none: then the next read, or a drain, is the task's)."""
+    lane = BodyLane(reader, decision, browser, upstream, response_timeout)
+    upstream.lane = lane
+    try:
+        with browser.watchdog.limit(response_timeout):
+            return await lane.done
+    except TimeoutError:
+        raise UpstreamError(f"app sent nothing for {response_timeout:g} s mid-response") from None
+    finally:
+        if upstream.lane is lane:
+            upstream.lane = None
