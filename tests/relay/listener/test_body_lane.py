@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import socket
+import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -140,16 +141,17 @@ def test_a_stream_is_relayed_piece_by_piece_by_the_lane_and_the_connection_kept(
 def test_the_response_timeout_counts_the_apps_silence_from_its_last_bytes(
     scripted: Callable[[Script], ScriptedApp],
 ) -> None:
-    """Pieces 0.6 s apart pass a 1 s response timeout for as long as they come (the
-    lane moves the task's deadline at each read); once the app falls silent the browser
-    connection ends without the body's end, and the app connection is closed."""
+    """Pieces 0.5 s apart pass a 1.5 s response timeout for as long as they come (the
+    lane moves the task's deadline at each read: without that, the fifth piece, 2 s in,
+    would come after the deadline); once the app falls silent the browser connection
+    ends without the body's end, and the app connection is closed."""
 
     def script(conn: socket.socket, app: ScriptedApp) -> None:
         app.read_request(conn)
         conn.sendall(STREAM_HEAD)
-        for index in range(4):
+        for index in range(5):
             conn.sendall(chunk(b"data: %d\n\n" % index))
-            time.sleep(0.6)  # the app's pacing, the behaviour under test
+            time.sleep(0.5)  # the app's pacing, the behaviour under test
         app.read_request(conn)  # returns once the relay closes the connection
 
     app = scripted(script)
@@ -158,15 +160,17 @@ def test_the_response_timeout_counts_the_apps_silence_from_its_last_bytes(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /events HTTP/1.1\r\n" + host + b"\r\n")
         started = time.monotonic()
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        await read_exactly(reader, chunk(b"data: 0\n\n"))
+        assert isinstance(apps[0].lane, BodyLane)
         received = await asyncio.wait_for(reader.read(), 20)
-        assert time.monotonic() - started >= 1.8 + 0.9  # the last piece's time, then 1 s
-        assert received.endswith(b"".join(chunk(b"data: %d\n\n" % index) for index in range(4)))
-        assert not received.endswith(b"0\r\n\r\n")
+        assert time.monotonic() - started >= 2.0 + 1.4  # the last piece's time, then 1.5 s
+        assert received == b"".join(chunk(b"data: %d\n\n" % index) for index in range(1, 5))
         assert await asyncio.to_thread(app.closed_by_relay.wait, 10)
         writer.close()
         await nothing_left(listener)
 
-    run(app, body, response_timeout=1.0)
+    run(app, body, response_timeout=1.5)
 
 
 def test_a_malformed_piece_mid_stream_cuts_that_connection_only(
@@ -276,7 +280,7 @@ def test_the_lane_stops_at_a_full_write_buffer_and_a_new_one_takes_over_after_th
         first = apps[0].lane
         for _ in pieces:
             turn.release()
-        await until(lambda: channel.writing_paused)
+        await until(channel.send_waits)
         assert apps[0].lane is None  # the first lane stopped; the task waits to drain
         reader, writer = await asyncio.open_connection(sock=sock)
         await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
@@ -316,6 +320,36 @@ def test_a_browser_gone_mid_stream_ends_the_exchange_and_its_app_connection(
         assert apps[0].at_end() or apps[0].transport is None or apps[0].transport.is_closing()
 
     run(app, body)
+
+
+def test_a_browser_reset_while_the_app_is_silent_ends_the_exchange_at_once(
+    scripted: Callable[[Script], ScriptedApp],
+) -> None:
+    """An event stream whose app sends nothing for a while and whose browser resets its
+    connection: the exchange ends at the reset (the app connection is closed, the
+    connection's place given back), not at the app's next piece or after the response
+    timeout (300 s here), as it did while the task waited on the app's reads."""
+
+    def script(conn: socket.socket, app: ScriptedApp) -> None:
+        app.read_request(conn)
+        conn.sendall(STREAM_HEAD + chunk(b"data: 0\n\n"))
+        app.read_request(conn)  # silent; returns once the relay closes the connection
+
+    app = scripted(script)
+
+    async def body(listener: AppListener, port: int, host: bytes, apps: list[Channel]) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /events HTTP/1.1\r\n" + host + b"\r\n")
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        await read_exactly(reader, chunk(b"data: 0\n\n"))
+        assert isinstance(apps[0].lane, BodyLane)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # a reset
+        assert await asyncio.to_thread(app.closed_by_relay.wait, 10)
+        await nothing_left(listener)
+
+    run(app, body, response_timeout=300)
 
 
 def test_a_close_delimited_stream_ends_with_the_apps_close(

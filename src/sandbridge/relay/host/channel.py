@@ -144,12 +144,6 @@ class Channel(asyncio.Protocol):
             or transport.is_closing()
         )
 
-    @property
-    def writing_paused(self) -> bool:
-        """Whether the transport's write buffer is over its high-water mark (a
-        :meth:`send` would wait in :meth:`drain`)."""
-        return self._write_paused
-
     def has_data(self) -> bool:
         """Whether received bytes wait for :meth:`read` (which then returns at once)."""
         return bool(self._chunks)
@@ -229,11 +223,17 @@ class Channel(asyncio.Protocol):
     async def send(self, data: bytes) -> None:
         """Write ``data`` and wait until the transport can take more."""
         self.write(data)
-        assert self.transport is not None
         # The usual case (nothing to wait for, nothing to raise) skips drain's
         # coroutine: one less per send, two sends per request.
-        if self._write_paused or self._exception is not None or self.transport.is_closing():
+        if self.send_waits():
             await self.drain()
+
+    def send_waits(self) -> bool:
+        """Whether a :meth:`send` now would go on to :meth:`drain`: a write buffer over
+        its high-water mark (drain waits), an error or a closing transport (drain
+        raises)."""
+        assert self.transport is not None
+        return self._write_paused or self._exception is not None or self.transport.is_closing()
 
     async def wait_closed(self) -> None:
         """Until the connection is gone, after :meth:`close` or :meth:`abort`. A close

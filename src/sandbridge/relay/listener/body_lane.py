@@ -22,7 +22,11 @@ Anything else gives the connection back to the task at exactly that point, with 
 events the lane did not use: the end of the message (and whatever follows it), an
 unexpected event, a full write buffer toward the browser (the task waits for it to
 drain), the app's end of stream, an error (raised in the task, as the task's own read
-would have raised it). What the browser gets is byte for byte what the task sends.
+would have raised it), the browser's connection lost (the task's drain raises for it at
+once: the task, which waited on the app's reads, used to notice only at the app's next
+piece or after the response timeout). The browser gets the same head and body the task would send,
+each piece framed by the same decision (a chunk per read from the app, as the task's
+chunks follow its reads).
 """
 
 from __future__ import annotations
@@ -61,6 +65,11 @@ class BodyLane:
         self.done: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
 
     def received(self, channel: Channel, data: bytes) -> None:
+        if self._watchdog.expired:
+            # The timeout fired in this loop turn and the task is being cancelled for
+            # it: these bytes come too late, as they would for the task's own read.
+            self._stop([])
+            return
         self._watchdog.limit(self._timeout)  # the app spoke: its silence counts anew
         try:
             events = self._reader.feed(data)
@@ -77,8 +86,15 @@ class BodyLane:
         except Exception as exc:  # raised in the task, which decides, as for its own read
             self._stop(exc)
             return
-        if left or self._browser.writing_paused:
+        if left or self._browser.send_waits():
+            # A full write buffer (the task drains it), or a browser gone at this very
+            # write (the task's drain raises, as its send would have).
             self._stop(left)
+
+    def browser_lost(self, closed: asyncio.Future[None]) -> None:
+        """The browser's connection is gone (a reset, an error): the task's drain raises
+        for it now, not at the app's next piece, which may be minutes away."""
+        self._stop([])
 
     def interrupted(self, channel: Channel) -> None:
         """The app's end of stream or a lost connection: the channel recorded it, and
@@ -100,9 +116,7 @@ def lane_ready(browser: BrowserConnection, upstream: Channel) -> bool:
     (it would be relayed after what comes next), no end of stream or error waiting for
     the task, no lane already, and room toward the browser."""
     return (
-        upstream.lane is None
-        and upstream.ready_for_exchange()
-        and not browser.channel.writing_paused
+        upstream.lane is None and upstream.ready_for_exchange() and not browser.channel.send_waits()
     )
 
 
@@ -117,11 +131,19 @@ async def relay_body(
     the events for the task (maybe none: then the next read, or a drain, is the task's)."""
     lane = BodyLane(reader, decision, browser, upstream, response_timeout)
     upstream.lane = lane
+    browser_closed = browser.channel.closed
+    browser_closed.add_done_callback(lane.browser_lost)
+    done = lane.done
     try:
         with browser.watchdog.limit(response_timeout):
-            return await lane.done
+            return await done
     except TimeoutError:
+        if not done.cancelled():
+            raise  # the lane's own, not the watchdog's
         raise UpstreamError(f"app sent nothing for {response_timeout:g} s mid-response") from None
     finally:
         if upstream.lane is lane:
             upstream.lane = None
+        browser_closed.remove_done_callback(lane.browser_lost)
+        if done.done() and not done.cancelled():
+            done.exception()  # seen, even when the task was cancelled as the lane failed
