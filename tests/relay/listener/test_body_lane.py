@@ -82,6 +82,19 @@ async def dechunked(reader: asyncio.StreamReader) -> bytes:
     return bytes(body)
 
 
+async def stream_started(
+    port: int, host: bytes, first: bytes, apps: list[Channel]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A browser's ``GET /events`` whose head and ``first`` piece have arrived, the rest
+    of the stream held by a body lane."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /events HTTP/1.1\r\n" + host + b"\r\n")
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    await read_exactly(reader, chunk(first))
+    assert isinstance(apps[0].lane, BodyLane)
+    return reader, writer
+
+
 async def nothing_left(listener: AppListener) -> None:
     """Every connection's task done and every place given back (polled, bounded)."""
     for _ in range(1000):
@@ -192,11 +205,7 @@ def test_a_malformed_piece_mid_stream_cuts_that_connection_only(
     app = scripted(script)
 
     async def body(listener: AppListener, port: int, host: bytes, apps: list[Channel]) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /events HTTP/1.1\r\n" + host + b"\r\n")
-        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        await read_exactly(reader, chunk(b"data: good\n\n"))
-        assert isinstance(apps[0].lane, BodyLane)
+        reader, writer = await stream_started(port, host, b"data: good\n\n", apps)
         app.go.set()
         assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
@@ -308,11 +317,7 @@ def test_a_browser_gone_mid_stream_ends_the_exchange_and_its_app_connection(
     app = scripted(script)
 
     async def body(listener: AppListener, port: int, host: bytes, apps: list[Channel]) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /events HTTP/1.1\r\n" + host + b"\r\n")
-        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        await read_exactly(reader, chunk(b"data: 0\n\n"))
-        assert isinstance(apps[0].lane, BodyLane)
+        _, writer = await stream_started(port, host, b"data: 0\n\n", apps)
         writer.close()
         await writer.wait_closed()
         app.go.set()
@@ -338,11 +343,7 @@ def test_a_browser_reset_while_the_app_is_silent_ends_the_exchange_at_once(
     app = scripted(script)
 
     async def body(listener: AppListener, port: int, host: bytes, apps: list[Channel]) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /events HTTP/1.1\r\n" + host + b"\r\n")
-        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        await read_exactly(reader, chunk(b"data: 0\n\n"))
-        assert isinstance(apps[0].lane, BodyLane)
+        _, writer = await stream_started(port, host, b"data: 0\n\n", apps)
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()  # a reset
