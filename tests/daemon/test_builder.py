@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from benchmarks.proc import children
 from sandbridge.daemon.builder import package_identity
 from sandbridge.protocol import daemon_wire
 from tests.conftest import Process, start_daemon
@@ -25,13 +26,6 @@ def request(**changes: object) -> bytes:
         "package": package_identity(),
     }
     return daemon_wire.run_request({**run, **changes})
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        found += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    return found
 
 
 def test_a_client_of_another_install_is_left_to_the_full_command(
