@@ -469,7 +469,9 @@ class AppListener:
                         )
                     )
                     if not events:
-                        await channel.drain()  # the lane stopped at a full write buffer
+                        # The lane stopped at a full write buffer (drain waits), a lost
+                        # browser (drain raises) or the app's end (the read below meets it).
+                        await channel.drain()
                         continue
                 while not events:
                     if decision is None:

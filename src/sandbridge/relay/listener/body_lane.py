@@ -24,9 +24,9 @@ unexpected event, a full write buffer toward the browser (the task waits for it 
 drain), the app's end of stream, an error (raised in the task, as the task's own read
 would have raised it), the browser's connection lost (the task's drain raises for it at
 once: the task, which waited on the app's reads, used to notice only at the app's next
-piece or after the response timeout). The browser gets the same head and body the task would send,
-each piece framed by the same decision (a chunk per read from the app, as the task's
-chunks follow its reads).
+piece or after the response timeout). The browser gets the same head and body the task
+would send, each piece framed by the same decision (a chunk per read from the app, as the
+task's chunks follow its reads).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from sandbridge.protocol.http.exchange import ResponseDecision
 from sandbridge.protocol.http.parser import BodyChunk, Event, ResponseReader
 from sandbridge.relay.host.channel import Channel
 from sandbridge.relay.listener.browser import BrowserConnection
+from sandbridge.relay.listener.exchange_io import silent_mid_response
 
 
 class BodyLane:
@@ -140,7 +141,7 @@ async def relay_body(
     except TimeoutError:
         if not done.cancelled():
             raise  # the lane's own, not the watchdog's
-        raise UpstreamError(f"app sent nothing for {response_timeout:g} s mid-response") from None
+        raise UpstreamError(silent_mid_response(response_timeout)) from None
     finally:
         if upstream.lane is lane:
             upstream.lane = None

@@ -40,6 +40,12 @@ def no_response(response_timeout: float) -> str:
     return f"app sent no response within {response_timeout:g} s"
 
 
+def silent_mid_response(response_timeout: float) -> str:
+    """Why a response failed whose app sent nothing more within the response timeout
+    (the task's read or the body lane's wait)."""
+    return f"app sent nothing for {response_timeout:g} s mid-response"
+
+
 async def next_head(browser: BrowserConnection, settings: RelaySettings) -> Event | None:
     """Wait for the next request: idle up to the keep-alive timeout, then the head
     must be complete within the header timeout (a 408 otherwise); a head begun
@@ -98,7 +104,7 @@ async def read_response_body(
         with browser.watchdog.limit(response_timeout):
             return await upstream.channel.read()
     except TimeoutError:
-        raise UpstreamError(f"app sent nothing for {response_timeout:g} s mid-response") from None
+        raise UpstreamError(silent_mid_response(response_timeout)) from None
 
 
 async def finish_body(pump: asyncio.Future[None], exchange: Exchange, patience: float) -> None:
