@@ -112,7 +112,7 @@ def test_a_far_terminal_request_appears_live_is_approved_from_the_page_and_attac
     status, output = finish(child)
     assert status == 3, output
     # Admitted on the far machine, under the laptop's key, as the CLI's approval is.
-    events = {r["event"]: r for r in far.audit(request_id.removeprefix("far:"))}
+    events = {r["event"]: r for r in far.audit_after_end(request_id.removeprefix("far:"))}
     assert events["approval"]["owner"] == laptop.owner_public_key()
     assert events["end"]["end"] == "exit"
     assert errors == []

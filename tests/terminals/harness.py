@@ -9,6 +9,7 @@ import re
 import select
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,24 @@ def finish(child: pexpect.spawn) -> tuple[int, str]:
     return status, output
 
 
-def ends(session: TerminalSession, request_id: str) -> list[dict[str, object]]:
-    """The audit's end records of ``request_id``."""
-    return [r for r in session.audit() if r["event"] == "end" and r["request"] == request_id]
+def audited(
+    session: TerminalSession, done: Callable[[list[dict[str, Any]]], bool], timeout: float = 10.0
+) -> list[dict[str, Any]]:
+    """The audit, polled until ``done`` holds of it or ``timeout`` passes: a client can
+    learn a terminal's end from the worker (its EXIT, end to end) before the host has
+    closed the worker and written the end record."""
+    deadline = time.monotonic() + timeout
+    while not done(records := session.audit()) and time.monotonic() < deadline:
+        select.select([], [], [], 0.05)
+    return records
+
+
+def ends(
+    session: TerminalSession, request_id: str, timeout: float = 10.0
+) -> list[dict[str, object]]:
+    """The audit's end records of ``request_id`` once there is one (or ``timeout`` passed)."""
+
+    def mine(records: list[dict[str, Any]]) -> list[dict[str, object]]:
+        return [r for r in records if r["event"] == "end" and r["request"] == request_id]
+
+    return mine(audited(session, lambda records: bool(mine(records)), timeout))
