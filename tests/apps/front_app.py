@@ -4,14 +4,16 @@ Runs inside a sandbox; registers its port twice (base ``/`` and base ``/app``) a
 ``READY <json>`` with both URLs. Every path answers with bytes written here by hand, so
 that a test chooses which rule of the relay a response meets: a whole response with one
 Content-Length (the front's), 204 and 304, cookies and policies, a Location, chunked and
-close-delimited bodies, 1 MiB, a stream, a WebSocket upgrade, a slow answer, bytes after
-a response, a duplicate Content-Length. ``/app`` is taken off a path before routing.
+close-delimited bodies, 1 MiB, a stream, a WebSocket upgrade, a slow answer (``/slow``,
+past the front's grace) and a paused one (``/pause``, within it), bytes after a response,
+a duplicate Content-Length. ``/app`` is taken off a path before routing.
 
 ``/stats`` answers what the app saw: the connections it accepted, how many requests
 carried each ``id=`` query value, and the ``/late`` targets whose extra bytes went out.
 ``/drop-idle`` closes every connection that is between two requests, and its own after
-its answer (an app whose keep-alive ran out). ``/late`` answers, then sends a second
-response nobody asked for on the connection. With a port as argument, it listens there
+its answer (an app whose keep-alive ran out); ``/bye`` only its own, its end in the segment
+of its answer. ``/late`` answers, then sends a second response nobody asked for on the
+connection. With a port as argument, it listens there
 too (auto-publish publishes it) until ``/stop-extra``. ``/vanish`` closes the connection
 of the first request of an ``id=`` unanswered. ``/sse`` sends one event, then the second
 once ``/release`` is asked for.
@@ -36,6 +38,7 @@ BIG = bytes(range(256)) * 4096  # 1 MiB of a known pattern
 SIZED = 60000
 LATE_SECONDS = 0.1  # /late's extra bytes come after the relay has relayed its response
 SLOW_SECONDS = 0.6  # longer than the front's grace (0.25 s): the Python relay takes over
+PAUSE_SECONDS = 0.15  # shorter than the front's grace: the front waits for the answer
 
 lock = threading.Lock()
 accepts = 0
@@ -162,6 +165,9 @@ class Connection:
         elif path == "/slow":
             time.sleep(SLOW_SECONDS)  # the app's behaviour under test, not a wait
             send(whole("200 OK", [], b"slow"))
+        elif path == "/pause":
+            time.sleep(PAUSE_SECONDS)  # the app's behaviour under test, not a wait
+            send(whole("200 OK", [], b"paused"))
         elif path == "/trailing":
             send(whole("200 OK", [], b"ok") + b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil")
         elif path == "/late":  # a whole response, then more once the relay took it
@@ -179,6 +185,11 @@ class Connection:
                 sock.shutdown(socket.SHUT_RDWR)
             send(whole("200 OK", [], str(len(others)).encode()))
             return False  # and this one too: an app whose keep-alive is 0
+        elif path == "/bye":  # its answer and its end in one segment (corked until the end)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            send(whole("200 OK", [], b"bye"))
+            self.sock.shutdown(socket.SHUT_WR)
+            return False
         elif path == "/vanish":  # the first request of an id: closed, unanswered
             with lock:
                 first = seen.get(parts.query.removeprefix("id="), 0) == 1

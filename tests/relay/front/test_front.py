@@ -483,6 +483,29 @@ def test_two_requests_in_one_write_are_both_answered_in_order(
     assert answers[0][0].endswith(b"hello") and answers[0][1].endswith(b"ref")
 
 
+def test_a_request_sent_while_the_last_is_at_the_app_is_answered_after_it(
+    front: Session, plain: Session
+) -> None:
+    # The front holds the browser's side in its epoll set, edge-triggered, while the
+    # request is at the app: the edge of the next request then is remembered, and that
+    # request served once the response went (not lost until the keep-alive timeout).
+    answers = []
+    for n, served in enumerate((front, front, plain)):
+        warm(served, b"GET", b"/pause")
+        warm(served, b"GET", b"/plain")
+        mark = f"pause-{n}"
+        with Wire(served) as wire:
+            wire.send(wire.request(b"GET", f"/pause?id={mark}".encode()))
+            wait_until(lambda: seen(served, mark) == 1)  # noqa: B023  (called here)
+            wire.send(wire.request(b"GET", b"/plain"))
+            head, body = wire.response()
+            assert body == b"paused", (head, body)
+            head, body = wire.response()
+            assert body == b"hello", (head, body)
+            answers.append(served.neutral(head))
+    assert answers[0] == answers[1] == answers[2]
+
+
 def test_a_request_split_across_two_writes_is_answered_once_whole(
     front: Session, plain: Session
 ) -> None:
@@ -528,6 +551,36 @@ def test_an_app_that_closes_its_idle_connections_still_answers_each_request_once
         mark = f"dropped-{n}"
         head, body = exchange(front, b"GET", f"/plain?id={mark}".encode())
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"hello", (head, body)
+        assert seen(front, mark) == 1
+
+
+def test_after_an_app_closed_the_connection_of_its_answer_the_next_request_takes_another(
+    front: Session,
+) -> None:
+    # /bye answers and closes its connection: the front sees the app's end (with the
+    # answer's edge, or after it) and sends the next request on another connection, from
+    # its own thread, not once on the closed one and again from the relay.
+    for _ in range(3):
+        warm(front, b"GET", b"/bye")
+        warm(front, b"GET", b"/plain")
+    for n in range(5):
+        mark = f"after-close-{n}"
+        with Wire(front) as one, Wire(front) as two:  # two app connections in the pools
+            for wire in (one, two):
+                wire.send(wire.request(b"GET", b"/plain"))
+            for wire in (one, two):
+                wire.response()
+        wait_until(holds_none(front.port()))
+        with Wire(front) as wire:
+            wire.send(wire.request(b"GET", b"/bye"))
+            assert wire.response()[1] == b"bye"
+
+            def next_one() -> None:
+                wire.send(wire.request(b"GET", f"/plain?id={mark}".encode()))  # noqa: B023
+                assert wire.response()[1] == b"hello"  # noqa: B023
+
+            main, _ = python_wakeups(front, next_one)
+            assert main < 2, main  # the relay's retry wakes it twice or more
         assert seen(front, mark) == 1
 
 

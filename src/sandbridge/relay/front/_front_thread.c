@@ -26,25 +26,34 @@ static int send_whole(int fd, const char *data, size_t len) {
     return sent == (ssize_t)len ? 0 : -1;
 }
 
+#define EDGE (EPOLLIN | EPOLLRDHUP | EPOLLET)
+
+static void on_browser(front_t *f, conn_t *c, double now);
+
 /* A request from the browser of c (data, n bytes): relayed from here, or handed over. */
 static void serve_request(front_t *f, conn_t *c, const char *data, size_t n, double now) {
     listener_t *L = &f->listeners[c->lid];
     int method = 0;
+    c->b_ready = 0; /* read now: what came before is in data */
+    if (c->afd >= 0 && c->a_stale) /* the app wrote to it, or closed it, between two */
+        close_fd(f, &c->afd, &c->a_polled); /* requests */
     size_t out_len = 0;
     char *out = n < READ_MAX ? translate_request(L->cache, L->base, L->base_len, c->ip, data, n,
                                                  &method, &out_len, &f->clock)
                           : NULL;
     if (out == NULL) {
         /* the relay's: with an idle app connection, for a request that may take one */
-        if (c->afd < 0 && retryable(data, n))
+        if (c->afd < 0 && retryable(data, n)) {
             c->afd = pool_take(f, L, now);
+            c->a_stale = 0;
+        }
         hand_fresh(f, c, data, n, NULL, 0, 0);
         return;
     }
-    if (c->afd >= 0 && !still_idle(c->afd)) /* the app wrote to it, or closed it, between */
-        close_fd(f, &c->afd, &c->a_polled);  /* two requests */
-    if (c->afd < 0)
+    if (c->afd < 0) {
         c->afd = pool_take(f, L, now);
+        c->a_stale = 0;
+    }
     char *req = c->afd >= 0 && !fault(FAULT_REQUEST) ? malloc(n) : NULL;
     int failed = req != NULL && send_whole(c->afd, out, out_len) != 0;
     if (req == NULL || failed) {
@@ -65,13 +74,14 @@ static void serve_request(front_t *f, conn_t *c, const char *data, size_t n, dou
     c->retried = 0;
     c->state = AWAIT;
     c->deadline = now + L->grace;
-    unpoll(f, c->bfd, &c->b_polled);
-    if (poll_fd(f, c->afd, &c->a_polled, EPOLLIN | EPOLLET | EPOLLRDHUP,
-                tag(TAG_APP, c->gen, (int)(c - f->conns))) != 0)
+    int index = (int)(c - f->conns);
+    if ((!c->b_polled && poll_fd(f, c->bfd, &c->b_polled, EDGE, tag(TAG_BROWSER, c->gen, index))) ||
+        (!c->a_polled && poll_fd(f, c->afd, &c->a_polled, EDGE, tag(TAG_APP, c->gen, index))))
         hand_sent(f, c);
 }
 
-static void on_app(front_t *f, conn_t *c, double now) {
+/* The app's side of c became readable (events: epoll's) while its request was out. */
+static void on_app(front_t *f, conn_t *c, double now, uint32_t events) {
     ssize_t n = recv(c->afd, f->buf, PEEK_MAX, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
@@ -112,7 +122,6 @@ static void on_app(front_t *f, conn_t *c, double now) {
     msg.msg_iovlen = whole > app_head ? 2 : 1;
     size_t total = out_len + (whole - app_head);
     ssize_t sent = sendmsg(c->bfd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    unpoll(f, c->afd, &c->a_polled);
     if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
         free(out);
         browser_gone(f, c, now);
@@ -150,9 +159,12 @@ static void on_app(front_t *f, conn_t *c, double now) {
     f->listeners[c->lid].relayed++;
     c->state = IDLE;
     c->deadline = now + f->listeners[c->lid].keepalive;
-    if (poll_fd(f, c->bfd, &c->b_polled, EPOLLIN | EPOLLRDHUP,
-                tag(TAG_BROWSER, c->gen, (int)(c - f->conns))) != 0)
-        hand_fresh(f, c, NULL, 0, NULL, 0, 0);
+    /* The app's end came with the edge that brought the response: no later edge tells of
+     * it. (Bytes past the response never get here: the translation leaves them to the
+     * relay.) */
+    c->a_stale = (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
+    if (c->b_ready) /* the browser's next request (or its end) came meanwhile */
+        on_browser(f, c, now);
 }
 
 static void on_browser(front_t *f, conn_t *c, double now) {
@@ -269,8 +281,7 @@ static void on_listener(front_t *f, int lid, double now) {
              * relay's doorstep does) */
             c->state = FIRST;
             c->deadline = now + L->keepalive;
-            if (poll_fd(f, fd, &c->b_polled, EPOLLIN | EPOLLRDHUP,
-                        tag(TAG_BROWSER, c->gen, (int)(c - f->conns))) != 0)
+            if (poll_fd(f, fd, &c->b_polled, EDGE, tag(TAG_BROWSER, c->gen, (int)(c - f->conns))))
                 hand_fresh(f, c, NULL, 0, NULL, 0, 0);
             continue;
         }
@@ -363,9 +374,13 @@ void *front_run(void *arg) {
                 conn_t *c = &f->conns[index];
                 if ((c->gen & 0xFFFFFF) != gen)
                     continue; /* an event of a connection already gone */
-                if (kind == TAG_APP && c->state == AWAIT)
-                    on_app(f, c, now);
-                else if (kind == TAG_BROWSER && (c->state == IDLE || c->state == FIRST))
+                int reading = kind == TAG_APP ? c->state == AWAIT
+                                              : c->state == IDLE || c->state == FIRST;
+                if (!reading) /* an edge of a side the state does not read: kept for it */
+                    *(kind == TAG_APP ? &c->a_stale : &c->b_ready) = 1;
+                else if (kind == TAG_APP)
+                    on_app(f, c, now, events[i].events);
+                else
                     on_browser(f, c, now);
             }
         }

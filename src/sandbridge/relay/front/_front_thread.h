@@ -75,7 +75,13 @@ typedef struct {
     uint32_t gen;
     int lid;
     int bfd, afd;
+    /* Both stay in the epoll set, edge-triggered, while the connection holds them (a
+     * registration per exchange was four epoll_ctl calls of its eleven system calls). An
+     * edge in a state that does not read that side is remembered, not asked again of the
+     * kernel: b_ready, the browser wrote (or closed) while its request was at the app;
+     * a_stale, the app wrote (or closed) with no request of ours out on it. */
     int b_polled, a_polled;
+    int b_ready, a_stale;
     uint32_t ip;
     uint16_t port;
     double deadline;
