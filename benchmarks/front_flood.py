@@ -55,6 +55,9 @@ class _Closer:
         self.lid = -1
         self.handed = 0
 
+    def want_upstream(self) -> None:
+        """(none: the flood's connections send no request)"""
+
     def adopt(self, handoff: Handoff) -> None:
         self.handed += 1
         self.door.held(handoff.listener)

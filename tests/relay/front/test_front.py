@@ -340,6 +340,32 @@ def test_new_connections_with_a_known_request_are_served_without_the_relays_pyth
     assert accepted - accepts < CONNECTIONS // 2, (accepts, accepted)
 
 
+def test_a_burst_of_new_connections_past_the_pools_stays_the_fronts(front: Session) -> None:
+    # More connections at once than the pools hold idle app connections (8): the front
+    # keeps each request while the relay opens an app connection for it, and so keeps
+    # every connection, where those past its pool were the relay's for good.
+    burst = 24
+    for _ in range(2):
+        warm(front, b"GET", b"/plain")
+    wires = [Wire(front) for _ in range(burst)]
+    try:
+        for wire in wires:  # every request out before any answer is read
+            wire.send(wire.request(b"GET", b"/plain"))
+        for wire in wires:
+            assert wire.response()[1] == b"hello"
+
+        def again() -> None:
+            for wire in wires:
+                wire.send(wire.request(b"GET", b"/plain"))
+                assert wire.response()[1] == b"hello"
+
+        main, others = python_wakeups(front, again)
+        assert main < burst // 4, (main, others)
+    finally:
+        for wire in wires:
+            wire.sock.close()
+
+
 def test_without_the_front_door_the_relays_python_serves_each_new_connection(
     plain: Session,
 ) -> None:
@@ -557,9 +583,10 @@ def test_an_app_that_closes_its_idle_connections_still_answers_each_request_once
 def test_after_an_app_closed_the_connection_of_its_answer_the_next_request_takes_another(
     front: Session,
 ) -> None:
-    # /bye answers and closes its connection: the front sees the app's end (with the
-    # answer's edge, or after it) and sends the next request on another connection, from
-    # its own thread, not once on the closed one and again from the relay.
+    # /bye answers and closes its connection (its end in its answer's segment): the front
+    # sees the end before the next request goes out and sends that request on another
+    # connection, from its own thread, not once on the closed one and again from the
+    # relay.
     for _ in range(3):
         warm(front, b"GET", b"/bye")
         warm(front, b"GET", b"/plain")
@@ -1049,10 +1076,14 @@ class _Taken:
     def __init__(self) -> None:
         self.handoffs: list[Handoff] = []
         self.arrived = asyncio.Event()
+        self.wanted = 0  # app connections the front asked for
 
     def adopt(self, handoff: Handoff) -> None:
         self.handoffs.append(handoff)
         self.arrived.set()
+
+    def want_upstream(self) -> None:
+        self.wanted += 1
 
 
 def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_room() -> None:
@@ -1107,9 +1138,15 @@ def test_a_session_full_through_an_app_the_front_does_not_serve_leaves_it_no_roo
 
 def test_handoff_kinds_the_relay_reads_are_the_ones_the_c_writes() -> None:
     # connection_stage.py keeps them so that the relay reads handoffs without importing the C.
-    kinds = (connection_stage.FRESH, connection_stage.SENT, connection_stage.RETRY)
-    assert kinds == (_front.FRESH, _front.SENT, _front.RETRY)
-    assert sorted(connection_stage.C_KINDS) == sorted(kinds)
+    kinds = (
+        connection_stage.FRESH,
+        connection_stage.SENT,
+        connection_stage.RETRY,
+        connection_stage.WANT,
+    )
+    assert kinds == (_front.FRESH, _front.SENT, _front.RETRY, _front.WANT)
+    # (every kind but WANT hands a connection over: the stage table says how it goes on)
+    assert sorted(connection_stage.C_KINDS) == sorted(kinds[:3])
 
 
 def test_connection_states_the_stage_table_maps_are_the_ones_the_c_keeps() -> None:
@@ -1118,8 +1155,9 @@ def test_connection_states_the_stage_table_maps_are_the_ones_the_c_keeps() -> No
         connection_stage.C_FIRST,
         connection_stage.C_AWAIT,
         connection_stage.C_IDLE,
+        connection_stage.C_WAIT,
     )
-    assert states == (_front.FREE, _front.FIRST, _front.AWAIT, _front.IDLE)
+    assert states == (_front.FREE, _front.FIRST, _front.AWAIT, _front.IDLE, _front.WAIT)
     assert sorted(connection_stage.C_STATES) == sorted(states)
 
 

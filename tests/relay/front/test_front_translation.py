@@ -41,6 +41,7 @@ from sandbridge.relay.front._front import (
     MAX_POOL,
     PEEK_MAX,
     RELAYED,
+    WANT,
     Front,
     Handoff,
     Held,
@@ -622,6 +623,10 @@ def test_response_split_anywhere_waits_until_whole() -> None:
 def front() -> Iterator[tuple[Front, int, socket.socket]]:
     """A front door serving one loopback listener (root base path): the front, the
     listener's id, and the browser's connection to it."""
+    yield from _front(grace=60.0)
+
+
+def _front(grace: float) -> Iterator[tuple[Front, int, socket.socket]]:
     door = Front(owner=os.getuid())
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -635,7 +640,7 @@ def front() -> Iterator[tuple[Front, int, socket.socket]]:
         pool_size=4,
         pool_idle=60.0,
         keepalive=60.0,
-        grace=60.0,
+        grace=grace,
         room=8,
         scope=1,
         scope_room=8,
@@ -687,6 +692,75 @@ def test_get_exchange_keeps_both_connections(front: tuple[Front, int, socket.soc
         held = door.held(lid)
         assert (held.relayed, held.handed) == (1, 0)
         assert door.take() == []
+
+
+def _handed(door: Front) -> Handoff:
+    """The one handoff the front has for the relay, once it has one."""
+    assert select.select([door.fileno()], [], [], 10)[0], "nothing handed over"
+    [handoff] = door.take()
+    return handoff
+
+
+def test_a_request_with_no_idle_app_connection_waits_for_the_one_the_relay_parks(
+    front: tuple[Front, int, socket.socket],
+) -> None:
+    door, lid, browser = front
+    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
+    browser.sendall(b"GET /a HTTP/1.1\r\n" + BLOCK)
+    want = _handed(door)  # a request for an app connection, with no connection in it
+    assert (want.listener, want.kind, want.browser_fd, want.app_fd) == (lid, WANT, -1, -1)
+    assert not want.counted and door.held(lid).held == 1  # the browser's: still the front's
+    app, parked = socket.socketpair()
+    app.settimeout(10)
+    with app:
+        assert door.park(lid, parked.fileno())  # to the waiting request, not the pool
+        parked.close()
+        assert app.recv(65536) == b"GET /a HTTP/1.1\r\n" + TRANSLATED
+        response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"
+        app.sendall(response)
+        head = translate_response(response, False).head
+        assert head is not None
+        received = b""
+        while len(received) < len(head) + 2:
+            piece = browser.recv(65536)
+            assert piece, received
+            received += piece
+        assert received == head + b"hi"
+        held = door.held(lid)
+        assert (held.relayed, held.handed, held.pooled) == (1, 0, 0)
+        assert door.take() == []
+
+
+def test_a_waiting_request_is_the_relays_when_no_app_connection_comes(
+    front: tuple[Front, int, socket.socket],
+) -> None:
+    door, lid, browser = front
+    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
+    request = b"GET /a HTTP/1.1\r\n" + BLOCK
+    browser.sendall(request)
+    assert _handed(door).kind == WANT
+    assert not door.park(lid, -1)  # the relay could not open one (the app is down, say)
+    handoff = _handed(door)
+    os.close(handoff.browser_fd)
+    assert (handoff.kind, handoff.data, handoff.app_fd) == (FRESH, request, -1)
+    assert handoff.counted
+    assert not door.park(lid, -1)  # none waits any more: nothing happens
+    assert door.take() == []
+
+
+def test_a_waiting_request_is_the_relays_once_the_grace_is_over() -> None:
+    for door, lid, browser in _front(grace=0.2):
+        assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
+        request = b"GET /a HTTP/1.1\r\n" + BLOCK
+        browser.sendall(request)
+        assert _handed(door).kind == WANT
+        handoff = _handed(door)  # no app connection came within the grace
+        os.close(handoff.browser_fd)
+        assert (handoff.kind, handoff.data, handoff.counted) == (FRESH, request, True)
+        app, parked = socket.socketpair()
+        with app, parked:  # one that comes after: to the pool
+            assert door.park(lid, parked.fileno())
+            assert door.held(lid).pooled == 1
 
 
 def test_head_request_is_left_to_the_python_relay(

@@ -4,6 +4,7 @@ from typing import final
 FRESH: int
 SENT: int
 RETRY: int
+WANT: int
 READ_MAX: int
 PEEK_MAX: int
 MAX_POOL: int
@@ -11,6 +12,7 @@ FREE: int
 FIRST: int
 AWAIT: int
 IDLE: int
+WAIT: int
 RELAYED: int
 INCOMPLETE: int
 LEFT: int

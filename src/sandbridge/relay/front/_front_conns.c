@@ -121,7 +121,7 @@ void enqueue(front_t *f, int lid, int kind, int bfd, int afd, int checked, uint3
     h->data_len = data_len;
     h->pending = pd;
     h->pending_len = pending_len;
-    f->listeners[lid].handed++;
+    f->listeners[lid].handed += kind != KIND_WANT; /* (a WANT hands over no connection) */
     if (f->queue_tail)
         f->queue_tail->next = h;
     else
@@ -193,6 +193,15 @@ void hand_sent(front_t *f, conn_t *c) {
     c->req = NULL;
     conn_release(f, c, 1);
     enqueue(f, lid, KIND_SENT, bfd, afd, COUNTED, ip, port, req, req_len, NULL, 0);
+    free(req);
+}
+
+/* To the Python relay: a waiting request (WAIT), not yet sent. */
+void hand_waiting(front_t *f, conn_t *c) {
+    char *req = c->req;
+    size_t len = c->req_len;
+    c->req = NULL;
+    hand_fresh(f, c, req, len, NULL, 0, 0);
     free(req);
 }
 

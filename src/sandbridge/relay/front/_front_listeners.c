@@ -183,8 +183,34 @@ int listener_remember(front_t *f, listener_t *L, uint32_t address, int method,
     return 0;
 }
 
+/* The listener's waiting request that has waited longest (WAIT), or NULL. */
+static conn_t *oldest_waiting(front_t *f, listener_t *L) {
+    int lid = (int)(L - f->listeners);
+    conn_t *oldest = NULL;
+    for (int i = 0; i < f->conn_top; i++) {
+        conn_t *c = &f->conns[i];
+        if (c->state == WAIT && c->lid == lid && (oldest == NULL || c->deadline < oldest->deadline))
+            oldest = c;
+    }
+    return oldest;
+}
+
 int listener_park(front_t *f, listener_t *L, int fd) {
-    if (L->pool_size <= 0 || L->pooled >= L->pool_size)
+    conn_t *waiting = oldest_waiting(f, L);
+    if (waiting != NULL) {
+        int own = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (own < 0) { /* none comes (or no descriptor for it): the relay's now */
+            hand_waiting(f, waiting);
+            return 0;
+        }
+        char *req = waiting->req;
+        waiting->req = NULL;
+        waiting->afd = own;
+        serve_request(f, waiting, req, waiting->req_len, now_seconds());
+        free(req);
+        return 1;
+    }
+    if (fd < 0 || L->pool_size <= 0 || L->pooled >= L->pool_size)
         return 0;
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (own < 0)

@@ -445,7 +445,8 @@ static PyMethodDef Front_methods[] = {
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,
      "remember(id, ip4, method, block, translated): a checked request block."},
     {"park", (PyCFunction)Front_park, METH_VARARGS,
-     "Keep a duplicate of an idle app connection; False: no room."},
+     "park(id, fd) -> bool: an idle app connection (a duplicate is kept) for the oldest "
+     "waiting request, else the pool; fd -1: none comes. False: not taken."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "take() -> [Handoff]: the handoffs waiting."},
     {"close", (PyCFunction)Front_close, METH_NOARGS, "Stop the thread, close everything."},
@@ -536,11 +537,11 @@ static int module_exec(PyObject *m) {
         const char *name;
         long value;
     } constants[] = {
-        {"FRESH", KIND_FRESH}, {"SENT", KIND_SENT},         {"RETRY", KIND_RETRY},
+        {"FRESH", KIND_FRESH}, {"SENT", KIND_SENT}, {"RETRY", KIND_RETRY}, {"WANT", KIND_WANT},
         {"READ_MAX", READ_MAX}, {"PEEK_MAX", PEEK_MAX}, {"MAX_POOL", MAX_POOL},
         /* a connection's states (relay/listener/connection_stage.py maps them onto its stages) */
         {"FREE", FREE},         {"FIRST", FIRST},       {"AWAIT", AWAIT},
-        {"IDLE", IDLE},
+        {"IDLE", IDLE},         {"WAIT", WAIT},
         /* translate_response's verdicts */
         {"RELAYED", TR_OK},     {"INCOMPLETE", TR_INCOMPLETE}, {"LEFT", TR_BAIL},
 #ifdef SANDBRIDGE_FAULTS

@@ -30,36 +30,57 @@ static int send_whole(int fd, const char *data, size_t len) {
 
 static void on_browser(front_t *f, conn_t *c, double now);
 
+/* c's request (data, n bytes), its translation known, and no idle app connection: it
+ * waits for the one the relay opens for it (a request the relay would otherwise take,
+ * with the connection for good). */
+static void wait_for_app(front_t *f, conn_t *c, const char *data, size_t n, double now) {
+    listener_t *L = &f->listeners[c->lid];
+    char *req = fault(FAULT_REQUEST) ? NULL : malloc(n);
+    if (req == NULL ||
+        (!c->b_polled && poll_fd(f, c->bfd, &c->b_polled, EDGE,
+                                 tag(TAG_BROWSER, c->gen, (int)(c - f->conns))))) {
+        free(req);
+        hand_fresh(f, c, data, n, NULL, 0, 0);
+        return;
+    }
+    memcpy(req, data, n);
+    free(c->req);
+    c->req = req;
+    c->req_len = n;
+    c->state = WAIT;
+    c->deadline = now + L->grace;
+    enqueue(f, c->lid, KIND_WANT, -1, -1, UNCHECKED, c->ip, c->port, NULL, 0, NULL, 0);
+}
+
 /* A request from the browser of c (data, n bytes): relayed from here, or handed over. */
-static void serve_request(front_t *f, conn_t *c, const char *data, size_t n, double now) {
+void serve_request(front_t *f, conn_t *c, const char *data, size_t n, double now) {
     listener_t *L = &f->listeners[c->lid];
     int method = 0;
-    c->b_ready = 0; /* read now: what came before is in data */
-    if (c->afd >= 0 && c->a_stale) /* the app wrote to it, or closed it, between two */
-        close_fd(f, &c->afd, &c->a_polled); /* requests */
+    if (c->afd >= 0 && !still_idle(c->afd)) /* the app wrote to it, or closed it, between */
+        close_fd(f, &c->afd, &c->a_polled);  /* two requests */
     size_t out_len = 0;
     char *out = n < READ_MAX ? translate_request(L->cache, L->base, L->base_len, c->ip, data, n,
                                                  &method, &out_len, &f->clock)
                           : NULL;
     if (out == NULL) {
         /* the relay's: with an idle app connection, for a request that may take one */
-        if (c->afd < 0 && retryable(data, n)) {
+        if (c->afd < 0 && retryable(data, n))
             c->afd = pool_take(f, L, now);
-            c->a_stale = 0;
-        }
         hand_fresh(f, c, data, n, NULL, 0, 0);
         return;
     }
-    if (c->afd < 0) {
+    if (c->afd < 0)
         c->afd = pool_take(f, L, now);
-        c->a_stale = 0;
+    if (c->afd < 0) {
+        free(out);
+        wait_for_app(f, c, data, n, now);
+        return;
     }
     char *req = c->afd >= 0 && !fault(FAULT_REQUEST) ? malloc(n) : NULL;
     int failed = req != NULL && send_whole(c->afd, out, out_len) != 0;
     if (req == NULL || failed) {
-        /* no idle app connection, no memory (nothing sent), or it failed as the request
-         * went: nothing of it is answered, and the relay sends it once more, on a new
-         * connection */
+        /* no memory (nothing sent), or it failed as the request went: nothing of it is
+         * answered, and the relay sends it once more, on a new connection */
         free(out);
         free(req);
         close_fd(f, &c->afd, &c->a_polled);
@@ -80,8 +101,8 @@ static void serve_request(front_t *f, conn_t *c, const char *data, size_t n, dou
         hand_sent(f, c);
 }
 
-/* The app's side of c became readable (events: epoll's) while its request was out. */
-static void on_app(front_t *f, conn_t *c, double now, uint32_t events) {
+/* The app's side of c became readable while its request was out. */
+static void on_app(front_t *f, conn_t *c, double now) {
     ssize_t n = recv(c->afd, f->buf, PEEK_MAX, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
@@ -159,15 +180,12 @@ static void on_app(front_t *f, conn_t *c, double now, uint32_t events) {
     f->listeners[c->lid].relayed++;
     c->state = IDLE;
     c->deadline = now + f->listeners[c->lid].keepalive;
-    /* The app's end came with the edge that brought the response: no later edge tells of
-     * it. (Bytes past the response never get here: the translation leaves them to the
-     * relay.) */
-    c->a_stale = (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
     if (c->b_ready) /* the browser's next request (or its end) came meanwhile */
         on_browser(f, c, now);
 }
 
 static void on_browser(front_t *f, conn_t *c, double now) {
+    c->b_ready = 0; /* read now: what came before is in what this reads */
     ssize_t n = recv(c->bfd, f->buf, READ_MAX, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
@@ -315,6 +333,8 @@ static void expire(front_t *f, double now) {
             continue;
         if (c->state == AWAIT)
             hand_sent(f, c); /* the app is slow: the Python relay waits on, with its timeout */
+        else if (c->state == WAIT)
+            hand_waiting(f, c); /* no app connection came: the relay sends it */
         else
             browser_gone(f, c, now); /* silent for the keep-alive timeout: closed */
     }
@@ -374,14 +394,12 @@ void *front_run(void *arg) {
                 conn_t *c = &f->conns[index];
                 if ((c->gen & 0xFFFFFF) != gen)
                     continue; /* an event of a connection already gone */
-                int reading = kind == TAG_APP ? c->state == AWAIT
-                                              : c->state == IDLE || c->state == FIRST;
-                if (!reading) /* an edge of a side the state does not read: kept for it */
-                    *(kind == TAG_APP ? &c->a_stale : &c->b_ready) = 1;
-                else if (kind == TAG_APP)
-                    on_app(f, c, now, events[i].events);
-                else
+                if (kind == TAG_APP && c->state == AWAIT)
+                    on_app(f, c, now);
+                else if (kind == TAG_BROWSER && (c->state == IDLE || c->state == FIRST))
                     on_browser(f, c, now);
+                else if (kind == TAG_BROWSER) /* its request is out: read once it is answered */
+                    c->b_ready = 1;
             }
         }
         if (!f->stop)

@@ -23,8 +23,12 @@
 #define MAX_QUEUE 256 /* handoffs waiting for the event loop; past it, accepts wait */
 
 enum { TAG_LISTENER = 1, TAG_BROWSER = 2, TAG_APP = 3, TAG_WAKE = 4 };
-enum { FREE = 0, FIRST, AWAIT, IDLE };
-enum { KIND_FRESH = 0, KIND_SENT = 1, KIND_RETRY = 2 };
+/* WAIT: its request read and translated, waiting for the app connection the relay opens
+ * for it (KIND_WANT), or for its grace to end (then it is the relay's) */
+enum { FREE = 0, FIRST, AWAIT, IDLE, WAIT };
+/* KIND_WANT asks the relay for an app connection for a waiting request (no descriptor):
+ * it parks one (Front.park), or parks -1 when it cannot open one */
+enum { KIND_FRESH = 0, KIND_SENT = 1, KIND_RETRY = 2, KIND_WANT = 3 };
 /* a handoff's owner check: not asked (or not the owner's), the owner's, the owner's and
  * still counted in the front's held connections */
 enum { UNCHECKED = 0, CHECKED = 1, COUNTED = 2 };
@@ -76,12 +80,13 @@ typedef struct {
     int lid;
     int bfd, afd;
     /* Both stay in the epoll set, edge-triggered, while the connection holds them (a
-     * registration per exchange was four epoll_ctl calls of its eleven system calls). An
-     * edge in a state that does not read that side is remembered, not asked again of the
-     * kernel: b_ready, the browser wrote (or closed) while its request was at the app;
-     * a_stale, the app wrote (or closed) with no request of ours out on it. */
+     * registration per exchange was four epoll_ctl calls of its eleven system calls). The
+     * browser's edge while its request is out is remembered (b_ready: it wrote, or
+     * closed), not lost; the app's edges between two requests are not: the kept app
+     * connection is looked at (still_idle) just before the next request goes out, as an
+     * edge not yet dispatched would come too late. */
     int b_polled, a_polled;
-    int b_ready, a_stale;
+    int b_ready;
     uint32_t ip;
     uint16_t port;
     double deadline;
@@ -153,6 +158,7 @@ void conn_free(front_t *f, conn_t *c);
 void hand_fresh(front_t *f, conn_t *c, const char *data, size_t len, const char *pending,
                 size_t pending_len, int retried);
 void hand_sent(front_t *f, conn_t *c);
+void hand_waiting(front_t *f, conn_t *c);
 void drop_both(front_t *f, conn_t *c);
 void browser_gone(front_t *f, conn_t *c, double now);
 void free_handoff(handoff_t *h);
@@ -191,7 +197,10 @@ void close_listener(front_t *f, int lid);
 void clear_cache(listener_t *L);
 int listener_remember(front_t *f, listener_t *L, uint32_t address, int method,
                       const char *block, size_t block_len, const char *out, size_t out_len);
-int listener_park(front_t *f, listener_t *L, int fd); /* 1: parked, 0: no room */
+/* an idle app connection from the relay: to the listener's oldest waiting request, else
+ * to its pool; fd -1: none comes, the oldest waiting request is the relay's now */
+int listener_park(front_t *f, listener_t *L, int fd); /* 1: taken, 0: no room */
+void serve_request(front_t *f, conn_t *c, const char *data, size_t n, double now);
 scope_t *scope_of(front_t *f, uint64_t key);          /* NULL: none */
 handoff_t *take_handoffs(front_t *f); /* the queue, emptied; paused listeners resumed */
 

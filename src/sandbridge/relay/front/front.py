@@ -15,6 +15,11 @@ their owner as :mod:`sandbridge.relay.host.local_peer` does, and relays what it 
   translates as :func:`~sandbridge.protocol.http.forwarding.build_browser_response`
   does, and keeps both connections alive.
 
+A request it would relay when its pool has no idle app connection waits there, its
+grace long at most, while the listener opens one and gives it over
+(:meth:`FrontDoor.supply`, asked by a ``WANT`` handoff): a burst of new connections
+stays the front's, where each would otherwise be the Python relay's for good.
+
 Everything else, at any point, is handed to the listener here as if the Python relay
 had read it itself (:meth:`~sandbridge.relay.listener.arrivals.Arrivals.adopt`): the browser's
 bytes not yet sent, or a request sent whose response is unread. Only app connections
@@ -71,6 +76,8 @@ class Adopter(Protocol):
 
     def adopt(self, handoff: Handoff) -> None: ...
 
+    def want_upstream(self) -> None: ...
+
 
 @functools.cache
 def missing() -> str | None:
@@ -111,6 +118,7 @@ class FrontDoor:
         self._loop = loop
         self._native = _front.Front(owner=os.geteuid())
         self._read_max = _front.READ_MAX
+        self._want = _front.WANT
         self._adopters: dict[int, Adopter] = {}
         loop.add_reader(self._native.fileno(), self._drain)
 
@@ -205,6 +213,22 @@ class FrontDoor:
                 return True
         return False
 
+    def supply(self, lid: int, upstream: UpstreamConnection | None) -> bool:
+        """An app connection opened for the front's oldest request of listener ``lid``
+        that waits for one (a ``WANT`` handoff asked for it): the front keeps a duplicate
+        (this one is closed) and sends the request on it; ``None``, or one the front may
+        not hold: that request is the relay's now. ``False``: ``upstream`` is the caller's
+        still (none waits any more and the front's pool is full, or it may not hold it)."""
+        if upstream is not None:
+            channel, transport = upstream.channel, upstream.channel.transport
+            if channel.host_only and transport is not None and upstream.parkable():
+                sock = transport.get_extra_info("socket")
+                if sock is not None and self._native.park(lid, sock.fileno()):
+                    channel.abort()
+                    return True
+        self._native.park(lid, -1)
+        return False
+
     def remember(
         self, lid: int, client_host: str, head: RequestHead, fields: RequestFields
     ) -> None:
@@ -243,6 +267,10 @@ class FrontDoor:
             return
         for handoff in handoffs:
             adopter = self._adopters.get(handoff.listener)
+            if handoff.kind == self._want:  # no connection: a request asks for an app's
+                if adopter is not None:
+                    adopter.want_upstream()
+                continue
             if adopter is None:  # (its listener is gone, and its count with it)
                 close_handoff(handoff)
                 self.adopted(handoff, kept=False)

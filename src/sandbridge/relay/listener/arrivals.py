@@ -23,7 +23,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from sandbridge import log
-from sandbridge.exceptions import HttpError
+from sandbridge.exceptions import HttpError, UpstreamError
 from sandbridge.protocol.http.forwarding import ConnectionHeads
 from sandbridge.protocol.http.parser import MESSAGE_END, RequestHead
 from sandbridge.relay.host import local_peer
@@ -187,6 +187,29 @@ class Arrivals:
             done()
             raise
         task.add_done_callback(done)
+
+    def want_upstream(self) -> None:
+        """The front door holds a request it would relay and has no idle app connection
+        for it (a ``WANT`` handoff): one is opened and given over (:meth:`_supply`)."""
+        if not self._closed:
+            self._listener.tasks.spawn(self._supply())
+
+    async def _supply(self) -> None:
+        """An app connection for the front's waiting request; none can be opened (the app
+        is not listening, say): the request is the relay's at once, which answers as it
+        answers any (a 502), not after the front's grace."""
+        listener = self._listener
+        front = listener.front
+        if front is None:
+            return
+        try:
+            opened = await listener.connector.open(listener.port)
+        except (UpstreamError, OSError) as exc:
+            log.debug("front.supply_failed", port=listener.port, error=str(exc))
+            opened = None
+        upstream = None if opened is None else UpstreamConnection(*opened)
+        if not front.supply(listener.front_id, upstream) and upstream is not None:
+            listener.park(upstream)  # (the relay's pool, or closed)
 
     def _uncount(self, front_count: list[Handoff]) -> None:
         """A connection the front door handed over counted is closed uncounted: its

@@ -33,7 +33,7 @@ from sandbridge.relay.front.front import FrontDoor
 from sandbridge.relay.host.budget import AppAccount
 from sandbridge.relay.host.channel import Channel
 from sandbridge.relay.host.settings import RelaySettings, SessionScope
-from sandbridge.relay.host.upstream import UpstreamConnection
+from sandbridge.relay.host.upstream import UpstreamConnection, UpstreamConnector
 from sandbridge.relay.listener.app_pool import AppConnectionPool
 from sandbridge.relay.listener.browser import BrowserConnection
 from sandbridge.relay.listener.connection_stage import INITIAL, Event, Stage, next_stage
@@ -88,6 +88,7 @@ class Listener(Protocol):
     # places in its session's budget
     connections: dict[Channel, Connection]
     account: AppAccount
+    connector: UpstreamConnector  # opens its app connections
 
     def release(self, channel: Channel) -> None: ...
 

@@ -75,18 +75,20 @@ INITIAL = frozenset({Stage.FRONT, Stage.WAITING})
 # itself (a task's own end closes the others).
 TASKLESS = frozenset({Stage.FRONT, Stage.WAITING, Stage.IN_FLIGHT})
 
-# The C thread's connection states (_front_thread.h: FREE, FIRST, AWAIT, IDLE), here so that
-# the relay reads them without importing the C (tests/relay/front/test_front.py checks the two
-# agree), and the stage each stands for while the front holds the connection.
-C_FREE, C_FIRST, C_AWAIT, C_IDLE = 0, 1, 2, 3
+# The C thread's connection states (_front_thread.h: FREE, FIRST, AWAIT, IDLE, WAIT), here so
+# that the relay reads them without importing the C (tests/relay/front/test_front.py checks the
+# two agree), and the stage each stands for while the front holds the connection.
+C_FREE, C_FIRST, C_AWAIT, C_IDLE, C_WAIT = 0, 1, 2, 3, 4
 C_STATES: dict[int, Stage | None] = {
     C_FREE: None,  # a free slot: no connection
     C_FIRST: Stage.WAITING,  # accepted, its first bytes not read yet
     C_AWAIT: Stage.IN_FLIGHT,  # a request relayed to an app connection, its response due
     C_IDLE: Stage.KEEP_ALIVE,  # an exchange relayed whole, the next request not read yet
+    C_WAIT: Stage.IN_FLIGHT,  # a request taken, waiting for the app connection it asked for
 }
-# A handoff's kind: the C's KIND_* (_front_thread.h), here for the same reason.
-FRESH, SENT, RETRY = 0, 1, 2
+# A handoff's kind: the C's KIND_* (_front_thread.h), here for the same reason. WANT carries
+# no connection: it asks the relay for an app connection for a waiting request.
+FRESH, SENT, RETRY, WANT = 0, 1, 2, 3
 # The events that may take a connection out of FRONT with a handoff of each kind: its
 # bytes decide between them (the Python relay reads them as if it had read them itself),
 # and any of them may be refused (CLOSE).
@@ -95,7 +97,7 @@ C_KINDS: dict[int, frozenset[Event]] = {
     FRESH: frozenset({Event.ADOPT, Event.SEND_FIRST, Event.START_TASK, Event.CLOSE}),
     SENT: frozenset({Event.SEND_FIRST, Event.CLOSE}),  # a request sent, its response unread
     RETRY: frozenset({Event.START_TASK, Event.CLOSE}),  # sent once; the app closed its end
-}
+}  # (WANT hands over no connection: none leaves FRONT by it)
 
 
 MOVES = Moves(TRANSITIONS, what="connection")
