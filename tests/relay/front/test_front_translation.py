@@ -41,6 +41,7 @@ from sandbridge.relay.front._front import (
     MAX_POOL,
     PEEK_MAX,
     RELAYED,
+    SENT,
     WANT,
     Front,
     Handoff,
@@ -746,6 +747,47 @@ def test_a_waiting_request_is_the_relays_when_no_app_connection_comes(
     assert handoff.counted
     assert not door.park(lid, -1)  # none waits any more: nothing happens
     assert door.take() == []
+
+
+def test_a_supplied_connection_the_app_wrote_to_already_gives_the_request_to_the_relay(
+    front: tuple[Front, int, socket.socket],
+) -> None:
+    # (an app that writes a banner, or one at its limit that closes what it accepts: the
+    # front asks no more, each ask would start the request's grace again)
+    door, lid, browser = front
+    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
+    request = b"GET /a HTTP/1.1\r\n" + BLOCK
+    browser.sendall(request)
+    assert _handed(door).kind == WANT
+    app, supplied = socket.socketpair()
+    with app, supplied:
+        app.sendall(b"220 hello\r\n")
+        assert not door.park(lid, supplied.fileno())
+        handoff = _handed(door)
+        os.close(handoff.browser_fd)
+        assert (handoff.kind, handoff.data, handoff.app_fd) == (FRESH, request, -1)
+        assert door.take() == [] and door.held(lid).pooled == 0
+
+
+def test_a_request_on_a_supplied_connection_the_app_closes_unanswered_is_not_sent_again(
+    front: tuple[Front, int, socket.socket],
+) -> None:
+    # A new connection closed unanswered is the app's answer (the relay's 502), not a kept
+    # one's keep-alive ending: handed over as sent (SENT), not to be sent once more (RETRY).
+    door, lid, browser = front
+    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
+    browser.sendall(b"GET /a HTTP/1.1\r\n" + BLOCK)
+    assert _handed(door).kind == WANT
+    app, supplied = socket.socketpair()
+    with app:
+        app.settimeout(10)
+        assert door.park(lid, supplied.fileno())
+        supplied.close()
+        assert app.recv(65536) == b"GET /a HTTP/1.1\r\n" + TRANSLATED
+    handoff = _handed(door)
+    os.close(handoff.browser_fd)
+    os.close(handoff.app_fd)
+    assert (handoff.kind, handoff.data) == (SENT, b"GET /a HTTP/1.1\r\n" + BLOCK)
 
 
 def test_a_waiting_request_is_the_relays_once_the_grace_is_over() -> None:

@@ -198,14 +198,18 @@ static conn_t *oldest_waiting(front_t *f, listener_t *L) {
 int listener_park(front_t *f, listener_t *L, int fd) {
     conn_t *waiting = oldest_waiting(f, L);
     if (waiting != NULL) {
-        int own = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        if (own < 0) { /* none comes (or no descriptor for it): the relay's now */
+        /* none comes, or one the app wrote to or closed already (it answers nothing that
+         * is asked: a banner, an app at its limit): the request is the relay's now, not
+         * asked for once more (each ask would start its grace again) */
+        int own = fd < 0 || !still_idle(fd) ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (own < 0) {
             hand_waiting(f, waiting);
             return 0;
         }
         char *req = waiting->req;
         waiting->req = NULL;
         waiting->afd = own;
+        waiting->a_new = 1;
         serve_request(f, waiting, req, waiting->req_len, now_seconds());
         free(req);
         return 1;

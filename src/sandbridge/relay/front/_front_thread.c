@@ -47,8 +47,9 @@ static void wait_for_app(front_t *f, conn_t *c, const char *data, size_t n, doub
     free(c->req);
     c->req = req;
     c->req_len = n;
+    if (c->state != WAIT) /* (waiting again: its grace is the one it had) */
+        c->deadline = now + L->grace;
     c->state = WAIT;
-    c->deadline = now + L->grace;
     enqueue(f, c->lid, KIND_WANT, -1, -1, UNCHECKED, c->ip, c->port, NULL, 0, NULL, 0);
 }
 
@@ -56,8 +57,10 @@ static void wait_for_app(front_t *f, conn_t *c, const char *data, size_t n, doub
 void serve_request(front_t *f, conn_t *c, const char *data, size_t n, double now) {
     listener_t *L = &f->listeners[c->lid];
     int method = 0;
-    if (c->afd >= 0 && !still_idle(c->afd)) /* the app wrote to it, or closed it, between */
-        close_fd(f, &c->afd, &c->a_polled);  /* two requests */
+    if (c->afd >= 0 && !still_idle(c->afd)) { /* the app wrote to it, or closed it, */
+        close_fd(f, &c->afd, &c->a_polled);    /* between two requests */
+        c->a_new = 0;
+    }
     size_t out_len = 0;
     char *out = n < READ_MAX ? translate_request(L->cache, L->base, L->base_len, c->ip, data, n,
                                                  &method, &out_len, &f->clock)
@@ -106,6 +109,12 @@ static void on_app(front_t *f, conn_t *c, double now) {
     ssize_t n = recv(c->afd, f->buf, PEEK_MAX, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
+    if (n <= 0 && c->a_new) {
+        /* A connection opened for this request, closed unanswered: the relay reads that
+         * end as its answer (a 502), as it does on a connection of its own. */
+        hand_sent(f, c);
+        return;
+    }
     if (n <= 0) {
         /* The app closed the idle connection as the request went out (its own
          * keep-alive ran out): the relay sends it once more, on a new connection, as the
@@ -177,6 +186,7 @@ static void on_app(front_t *f, conn_t *c, double now) {
     free(out);
     free(c->req);
     c->req = NULL;
+    c->a_new = 0; /* (used once: from now on it is a kept one) */
     f->listeners[c->lid].relayed++;
     c->state = IDLE;
     c->deadline = now + f->listeners[c->lid].keepalive;

@@ -87,6 +87,9 @@ typedef struct {
      * edge not yet dispatched would come too late. */
     int b_polled, a_polled;
     int b_ready;
+    /* the app connection was opened for this request (the relay gave it: never reused);
+     * the app closing it unanswered is the app's answer, not its keep-alive ending */
+    int a_new;
     uint32_t ip;
     uint16_t port;
     double deadline;

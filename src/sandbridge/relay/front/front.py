@@ -214,18 +214,21 @@ class FrontDoor:
         return False
 
     def supply(self, lid: int, upstream: UpstreamConnection | None) -> bool:
-        """An app connection opened for the front's oldest request of listener ``lid``
+        """An idle app connection for the front's oldest request of listener ``lid``
         that waits for one (a ``WANT`` handoff asked for it): the front keeps a duplicate
-        (this one is closed) and sends the request on it; ``None``, or one the front may
-        not hold: that request is the relay's now. ``False``: ``upstream`` is the caller's
-        still (none waits any more and the front's pool is full, or it may not hold it)."""
+        (this one is closed) and sends the request on it. ``None``, or one the front may
+        not hold (the sandbox may share it): that request is the relay's now. ``False``:
+        ``upstream`` is the caller's still."""
         if upstream is not None:
             channel, transport = upstream.channel, upstream.channel.transport
-            if channel.host_only and transport is not None and upstream.parkable():
-                sock = transport.get_extra_info("socket")
-                if sock is not None and self._native.park(lid, sock.fileno()):
+            sock = None if transport is None else transport.get_extra_info("socket")
+            if channel.host_only and sock is not None and upstream.parkable():
+                # (False: none waits any more and the front's pool is full, or the front
+                # found it not idle and gave the request to the relay itself)
+                taken: bool = self._native.park(lid, sock.fileno())
+                if taken:
                     channel.abort()
-                    return True
+                return taken
         self._native.park(lid, -1)
         return False
 

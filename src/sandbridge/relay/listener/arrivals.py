@@ -202,6 +202,8 @@ class Arrivals:
         front = listener.front
         if front is None:
             return
+        # A new one, never one of the relay's pool: the front reads a request's
+        # connection closed unanswered as the app's answer, which holds of a new one only.
         try:
             opened = await listener.connector.open(listener.port)
         except (UpstreamError, OSError) as exc:
