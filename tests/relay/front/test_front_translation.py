@@ -702,21 +702,38 @@ def _handed(door: Front) -> Handoff:
     return handoff
 
 
+def _waiting(door: Front, lid: int, browser: socket.socket) -> bytes:
+    """A request the front knows, sent with no idle app connection in its pool: it waits
+    and asks the relay for one (a WANT handoff, which carries no connection); its bytes."""
+    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
+    request = b"GET /a HTTP/1.1\r\n" + BLOCK
+    browser.sendall(request)
+    want = _handed(door)
+    assert (want.listener, want.kind, want.browser_fd, want.app_fd) == (lid, WANT, -1, -1)
+    assert not want.counted and door.held(lid).held == 1  # the browser's: still the front's
+    return request
+
+
+def _given_back(door: Front, request: bytes) -> None:
+    """The waiting request, the relay's now: as the browser sent it, unsent, no app
+    connection with it, its connection counted by the front until the relay counts it."""
+    handoff = _handed(door)
+    os.close(handoff.browser_fd)
+    assert (handoff.kind, handoff.data, handoff.app_fd) == (FRESH, request, -1)
+    assert handoff.counted
+
+
 def test_a_request_with_no_idle_app_connection_waits_for_the_one_the_relay_parks(
     front: tuple[Front, int, socket.socket],
 ) -> None:
     door, lid, browser = front
-    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
-    browser.sendall(b"GET /a HTTP/1.1\r\n" + BLOCK)
-    want = _handed(door)  # a request for an app connection, with no connection in it
-    assert (want.listener, want.kind, want.browser_fd, want.app_fd) == (lid, WANT, -1, -1)
-    assert not want.counted and door.held(lid).held == 1  # the browser's: still the front's
+    request = _waiting(door, lid, browser)
     app, parked = socket.socketpair()
     app.settimeout(10)
     with app:
         assert door.park(lid, parked.fileno())  # to the waiting request, not the pool
         parked.close()
-        assert app.recv(65536) == b"GET /a HTTP/1.1\r\n" + TRANSLATED
+        assert app.recv(65536) == request.replace(BLOCK, TRANSLATED)
         response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"
         app.sendall(response)
         head = translate_response(response, False).head
@@ -736,15 +753,9 @@ def test_a_waiting_request_is_the_relays_when_no_app_connection_comes(
     front: tuple[Front, int, socket.socket],
 ) -> None:
     door, lid, browser = front
-    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
-    request = b"GET /a HTTP/1.1\r\n" + BLOCK
-    browser.sendall(request)
-    assert _handed(door).kind == WANT
+    request = _waiting(door, lid, browser)
     assert not door.park(lid, -1)  # the relay could not open one (the app is down, say)
-    handoff = _handed(door)
-    os.close(handoff.browser_fd)
-    assert (handoff.kind, handoff.data, handoff.app_fd) == (FRESH, request, -1)
-    assert handoff.counted
+    _given_back(door, request)
     assert not door.park(lid, -1)  # none waits any more: nothing happens
     assert door.take() == []
 
@@ -755,17 +766,12 @@ def test_a_supplied_connection_the_app_wrote_to_already_gives_the_request_to_the
     # (an app that writes a banner, or one at its limit that closes what it accepts: the
     # front asks no more, each ask would start the request's grace again)
     door, lid, browser = front
-    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
-    request = b"GET /a HTTP/1.1\r\n" + BLOCK
-    browser.sendall(request)
-    assert _handed(door).kind == WANT
+    request = _waiting(door, lid, browser)
     app, supplied = socket.socketpair()
     with app, supplied:
         app.sendall(b"220 hello\r\n")
         assert not door.park(lid, supplied.fileno())
-        handoff = _handed(door)
-        os.close(handoff.browser_fd)
-        assert (handoff.kind, handoff.data, handoff.app_fd) == (FRESH, request, -1)
+        _given_back(door, request)
         assert door.take() == [] and door.held(lid).pooled == 0
 
 
@@ -775,9 +781,7 @@ def test_a_request_on_a_supplied_connection_the_app_closes_unanswered_is_not_sen
     # A new connection closed unanswered is the app's answer (the relay's 502), not a kept
     # one's keep-alive ending: handed over as sent (SENT), not to be sent once more (RETRY).
     door, lid, browser = front
-    assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
-    browser.sendall(b"GET /a HTTP/1.1\r\n" + BLOCK)
-    assert _handed(door).kind == WANT
+    request = _waiting(door, lid, browser)
     app, supplied = socket.socketpair()
     with app:
         app.settimeout(10)
@@ -787,18 +791,13 @@ def test_a_request_on_a_supplied_connection_the_app_closes_unanswered_is_not_sen
     handoff = _handed(door)
     os.close(handoff.browser_fd)
     os.close(handoff.app_fd)
-    assert (handoff.kind, handoff.data) == (SENT, b"GET /a HTTP/1.1\r\n" + BLOCK)
+    assert (handoff.kind, handoff.data) == (SENT, request)
 
 
 def test_a_waiting_request_is_the_relays_once_the_grace_is_over() -> None:
     for door, lid, browser in _front(grace=0.2):
-        assert door.remember(lid, socket.inet_aton("127.0.0.1"), b"GET", BLOCK, TRANSLATED)
-        request = b"GET /a HTTP/1.1\r\n" + BLOCK
-        browser.sendall(request)
-        assert _handed(door).kind == WANT
-        handoff = _handed(door)  # no app connection came within the grace
-        os.close(handoff.browser_fd)
-        assert (handoff.kind, handoff.data, handoff.counted) == (FRESH, request, True)
+        request = _waiting(door, lid, browser)
+        _given_back(door, request)  # no app connection came within the grace
         app, parked = socket.socketpair()
         with app, parked:  # one that comes after: to the pool
             assert door.park(lid, parked.fileno())
