@@ -41,6 +41,7 @@ from sandbridge.relay.front._front import (
     MAX_POOL,
     PEEK_MAX,
     RELAYED,
+    RETRY,
     SENT,
     WANT,
     Front,
@@ -785,13 +786,31 @@ def test_a_request_on_a_supplied_connection_the_app_closes_unanswered_is_not_sen
     app, supplied = socket.socketpair()
     with app:
         app.settimeout(10)
-        assert door.park(lid, supplied.fileno())
+        assert door.park(lid, supplied.fileno(), True)  # opened for it
         supplied.close()
         assert app.recv(65536) == b"GET /a HTTP/1.1\r\n" + TRANSLATED
     handoff = _handed(door)
     os.close(handoff.browser_fd)
     os.close(handoff.app_fd)
     assert (handoff.kind, handoff.data) == (SENT, request)
+
+
+def test_a_kept_connection_parked_for_a_waiting_request_and_closed_unanswered_sends_it_again(
+    front: tuple[Front, int, socket.socket],
+) -> None:
+    # One a browser connection is done with (FrontDoor.park_upstream) may have met the
+    # app's keep-alive timeout: its end is no answer, and the request goes once more.
+    door, lid, browser = front
+    request = _waiting(door, lid, browser)
+    app, kept = socket.socketpair()
+    with app:
+        app.settimeout(10)
+        assert door.park(lid, kept.fileno())
+        kept.close()
+        assert app.recv(65536) == b"GET /a HTTP/1.1\r\n" + TRANSLATED
+    handoff = _handed(door)
+    os.close(handoff.browser_fd)
+    assert (handoff.kind, handoff.data, handoff.app_fd) == (RETRY, request, -1)
 
 
 def test_a_waiting_request_is_the_relays_once_the_grace_is_over() -> None:

@@ -195,7 +195,7 @@ static conn_t *oldest_waiting(front_t *f, listener_t *L) {
     return oldest;
 }
 
-int listener_park(front_t *f, listener_t *L, int fd) {
+int listener_park(front_t *f, listener_t *L, int fd, int opened) {
     conn_t *waiting = oldest_waiting(f, L);
     if (waiting != NULL) {
         /* none comes, or one the app wrote to or closed already (it answers nothing that
@@ -209,7 +209,7 @@ int listener_park(front_t *f, listener_t *L, int fd) {
         char *req = waiting->req;
         waiting->req = NULL;
         waiting->afd = own;
-        waiting->a_new = 1;
+        waiting->a_new = opened;
         serve_request(f, waiting, req, waiting->req_len, now_seconds());
         free(req);
         return 1;

@@ -378,12 +378,12 @@ static PyObject *Front_remember(Front *self, PyObject *args) {
 }
 
 static PyObject *Front_park(Front *self, PyObject *args) {
-    int lid, fd;
-    front_t *f = enter(self, args, "ii", &lid, &fd);
+    int lid, fd, opened = 0;
+    front_t *f = enter(self, args, "ii|p", &lid, &fd, &opened);
     if (f == NULL)
         return NULL;
     listener_t *L = listener_at(f, lid);
-    int parked = L ? listener_park(f, L, fd) : 0;
+    int parked = L ? listener_park(f, L, fd, opened) : 0;
     leave(f);
     return PyBool_FromLong(parked);
 }
@@ -445,8 +445,8 @@ static PyMethodDef Front_methods[] = {
     {"remember", (PyCFunction)Front_remember, METH_VARARGS,
      "remember(id, ip4, method, block, translated): a checked request block."},
     {"park", (PyCFunction)Front_park, METH_VARARGS,
-     "park(id, fd) -> bool: an idle app connection (a duplicate is kept) for the oldest "
-     "waiting request, else the pool; fd -1: none comes. False: not taken."},
+     "park(id, fd, opened=False) -> bool: an idle app connection (a duplicate is kept) for "
+     "the oldest waiting request, else the pool; opened: for it; fd -1: none comes."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "take() -> [Handoff]: the handoffs waiting."},
     {"close", (PyCFunction)Front_close, METH_NOARGS, "Stop the thread, close everything."},

@@ -201,8 +201,9 @@ void clear_cache(listener_t *L);
 int listener_remember(front_t *f, listener_t *L, uint32_t address, int method,
                       const char *block, size_t block_len, const char *out, size_t out_len);
 /* an idle app connection from the relay: to the listener's oldest waiting request, else
- * to its pool; fd -1: none comes, the oldest waiting request is the relay's now */
-int listener_park(front_t *f, listener_t *L, int fd); /* 1: taken, 0: no room */
+ * to its pool; fd -1: none comes, the oldest waiting request is the relay's now; opened:
+ * one the relay opened for that request (never used), else a kept one it parks */
+int listener_park(front_t *f, listener_t *L, int fd, int opened); /* 1: taken, 0: no room */
 void serve_request(front_t *f, conn_t *c, const char *data, size_t n, double now);
 scope_t *scope_of(front_t *f, uint64_t key);          /* NULL: none */
 handoff_t *take_handoffs(front_t *f); /* the queue, emptied; paused listeners resumed */

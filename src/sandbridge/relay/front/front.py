@@ -225,7 +225,7 @@ class FrontDoor:
             if channel.host_only and sock is not None and upstream.parkable():
                 # (False: none waits any more and the front's pool is full, or the front
                 # found it not idle and gave the request to the relay itself)
-                taken: bool = self._native.park(lid, sock.fileno())
+                taken: bool = self._native.park(lid, sock.fileno(), True)
                 if taken:
                     channel.abort()
                 return taken
