@@ -196,12 +196,13 @@ void hand_sent(front_t *f, conn_t *c) {
     free(req);
 }
 
-/* To the Python relay: a waiting request (WAIT), not yet sent. */
-void hand_waiting(front_t *f, conn_t *c) {
+/* To the Python relay: the request c keeps (c->req), unanswered: a waiting one (WAIT),
+ * or (retried) one the app closed its kept connection on, to be sent once more. */
+void hand_kept_request(front_t *f, conn_t *c, int retried) {
     char *req = c->req;
     size_t len = c->req_len;
     c->req = NULL;
-    hand_fresh(f, c, req, len, NULL, 0, 0);
+    hand_fresh(f, c, req, len, NULL, 0, retried);
     free(req);
 }
 

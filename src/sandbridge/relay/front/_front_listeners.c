@@ -203,7 +203,7 @@ int listener_park(front_t *f, listener_t *L, int fd, int opened) {
          * asked for once more (each ask would start its grace again) */
         int own = fd < 0 || !still_idle(fd) ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 3);
         if (own < 0) {
-            hand_waiting(f, waiting);
+            hand_kept_request(f, waiting, 0);
             return 0;
         }
         char *req = waiting->req;

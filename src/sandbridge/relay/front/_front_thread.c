@@ -79,7 +79,7 @@ void serve_request(front_t *f, conn_t *c, const char *data, size_t n, double now
         wait_for_app(f, c, data, n, now);
         return;
     }
-    char *req = c->afd >= 0 && !fault(FAULT_REQUEST) ? malloc(n) : NULL;
+    char *req = fault(FAULT_REQUEST) ? NULL : malloc(n);
     int failed = req != NULL && send_whole(c->afd, out, out_len) != 0;
     if (req == NULL || failed) {
         /* no memory (nothing sent), or it failed as the request went: nothing of it is
@@ -120,11 +120,7 @@ static void on_app(front_t *f, conn_t *c, double now) {
          * keep-alive ran out): the relay sends it once more, on a new connection, as the
          * pool's rule says. */
         close_fd(f, &c->afd, &c->a_polled);
-        char *req = c->req;
-        size_t len = c->req_len;
-        c->req = NULL;
-        hand_fresh(f, c, req, len, NULL, 0, 1);
-        free(req);
+        hand_kept_request(f, c, 1);
         return;
     }
     char *out = NULL;
@@ -344,7 +340,7 @@ static void expire(front_t *f, double now) {
         if (c->state == AWAIT)
             hand_sent(f, c); /* the app is slow: the Python relay waits on, with its timeout */
         else if (c->state == WAIT)
-            hand_waiting(f, c); /* no app connection came: the relay sends it */
+            hand_kept_request(f, c, 0); /* no app connection came: the relay sends it */
         else
             browser_gone(f, c, now); /* silent for the keep-alive timeout: closed */
     }

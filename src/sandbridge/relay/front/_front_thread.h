@@ -161,7 +161,7 @@ void conn_free(front_t *f, conn_t *c);
 void hand_fresh(front_t *f, conn_t *c, const char *data, size_t len, const char *pending,
                 size_t pending_len, int retried);
 void hand_sent(front_t *f, conn_t *c);
-void hand_waiting(front_t *f, conn_t *c);
+void hand_kept_request(front_t *f, conn_t *c, int retried);
 void drop_both(front_t *f, conn_t *c);
 void browser_gone(front_t *f, conn_t *c, double now);
 void free_handoff(handoff_t *h);

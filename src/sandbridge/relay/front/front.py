@@ -201,17 +201,10 @@ class FrontDoor:
         park it in the front's pool if the host alone holds it (the front keeps a
         duplicate; this one is closed); ``False``: the relay's pool takes it. So the one
         size bounds both pools together, never each."""
-        channel = upstream.channel
         if elsewhere + self.held(lid).pooled >= size:
-            channel.abort()
+            upstream.channel.abort()
             return True
-        transport = channel.transport
-        if channel.host_only and transport is not None and upstream.parkable():
-            sock = transport.get_extra_info("socket")
-            if sock is not None and self._native.park(lid, sock.fileno()):
-                channel.abort()
-                return True
-        return False
+        return self._park(lid, upstream, opened=False) is True
 
     def supply(self, lid: int, upstream: UpstreamConnection | None) -> bool:
         """An idle app connection for the front's oldest request of listener ``lid``
@@ -219,18 +212,25 @@ class FrontDoor:
         (this one is closed) and sends the request on it. ``None``, or one the front may
         not hold (the sandbox may share it): that request is the relay's now. ``False``:
         ``upstream`` is the caller's still."""
-        if upstream is not None:
-            channel, transport = upstream.channel, upstream.channel.transport
-            sock = None if transport is None else transport.get_extra_info("socket")
-            if channel.host_only and sock is not None and upstream.parkable():
-                # (False: none waits any more and the front's pool is full, or the front
-                # found it not idle and gave the request to the relay itself)
-                taken: bool = self._native.park(lid, sock.fileno(), True)
-                if taken:
-                    channel.abort()
-                return taken
-        self._native.park(lid, -1)
-        return False
+        # (False: none waits any more and the front's pool is full, or the front found it
+        # not idle and gave the request to the relay itself)
+        taken = None if upstream is None else self._park(lid, upstream, opened=True)
+        if taken is None:
+            self._native.park(lid, -1)
+        return taken is True
+
+    def _park(self, lid: int, upstream: UpstreamConnection, *, opened: bool) -> bool | None:
+        """Give ``upstream`` to the front (:meth:`park_upstream`, :meth:`supply`): closed
+        here once the front took it (it keeps a duplicate); ``None``: one it may not hold
+        (not the host's alone, or not idle)."""
+        channel, transport = upstream.channel, upstream.channel.transport
+        sock = None if transport is None else transport.get_extra_info("socket")
+        if not (channel.host_only and sock is not None and upstream.parkable()):
+            return None
+        taken: bool = self._native.park(lid, sock.fileno(), opened)
+        if taken:
+            channel.abort()
+        return taken
 
     def remember(
         self, lid: int, client_host: str, head: RequestHead, fields: RequestFields
