@@ -33,7 +33,7 @@ from tests.remote.test_connect import (
     _wait_until,
 )
 from tests.support.command_in_process import sandbridge
-from tests.terminals.harness import PROMPT, WORKER_MARKER, attach_child, finish
+from tests.terminals.harness import PROMPT, WORKER_MARKER, attach_child, finish, with_end
 from tests.terminals.test_external_terminal_e2e import CONTAINER_HOSTNAME, ExternalSession
 
 
@@ -96,8 +96,7 @@ class FarMachine:
     def audit_after_end(self, request: str) -> list[dict[str, object]]:
         """The request's records once its terminal's end is among them: the far side
         writes it once the terminal is over, when its client may have seen it end."""
-        _wait_until(lambda: any(r["event"] == "end" for r in self.audit(request)))
-        return self.audit(request)
+        return with_end(lambda: self.audit(request))
 
     def stop(self) -> None:
         self.session.stop()

@@ -159,24 +159,31 @@ def finish(child: pexpect.spawn) -> tuple[int, str]:
     return status, output
 
 
+Records = list[dict[str, Any]]
+
+
 def audited(
-    session: TerminalSession, done: Callable[[list[dict[str, Any]]], bool], timeout: float = 10.0
-) -> list[dict[str, Any]]:
-    """The audit, polled until ``done`` holds of it or ``timeout`` passes: a client can
-    learn a terminal's end from the worker (its EXIT, end to end) before the host has
-    closed the worker and written the end record."""
+    read: Callable[[], Records], done: Callable[[Records], bool], timeout: float = 10.0
+) -> Records:
+    """Audit records (``read``: a session's, or a request's), read again until ``done``
+    holds of them or ``timeout`` passes: a client can learn a terminal's end from the
+    worker (its EXIT, end to end) before the host has closed the worker and written the
+    end record."""
     deadline = time.monotonic() + timeout
-    while not done(records := session.audit()) and time.monotonic() < deadline:
+    while not done(records := read()) and time.monotonic() < deadline:
         select.select([], [], [], 0.05)
     return records
 
 
-def ends(
-    session: TerminalSession, request_id: str, timeout: float = 10.0
-) -> list[dict[str, object]]:
+def with_end(read: Callable[[], Records], timeout: float = 10.0) -> Records:
+    """``read``'s records once an end record is among them (or ``timeout`` passed)."""
+    return audited(read, lambda records: any(r["event"] == "end" for r in records), timeout)
+
+
+def ends(session: TerminalSession, request_id: str, timeout: float = 10.0) -> Records:
     """The audit's end records of ``request_id`` once there is one (or ``timeout`` passed)."""
 
-    def mine(records: list[dict[str, Any]]) -> list[dict[str, object]]:
-        return [r for r in records if r["event"] == "end" and r["request"] == request_id]
+    def mine() -> Records:
+        return [r for r in session.audit() if r["request"] == request_id]
 
-    return mine(audited(session, lambda records: bool(mine(records)), timeout))
+    return [r for r in with_end(mine, timeout) if r["event"] == "end"]

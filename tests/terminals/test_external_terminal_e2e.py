@@ -18,7 +18,14 @@ import pytest
 from sandbridge.terminals.control import call
 from sandbridge.terminals.pty_worker import descendants
 from tests.conftest import SANDBRIDGE, Process, processes_with, start_daemon
-from tests.terminals.harness import PROMPT, WORKER_MARKER, attach_child, finish
+from tests.terminals.harness import (
+    PROMPT,
+    WORKER_MARKER,
+    Records,
+    attach_child,
+    finish,
+    with_end,
+)
 
 CONTAINER_HOSTNAME = "sb-container"
 
@@ -71,16 +78,9 @@ class ExternalSession:
             assert time.monotonic() < deadline, f"{marker!r} present={not present} after {timeout}s"
             select.select([], [], [], 0.05)
 
-    def audit_after_end(self, request_id: str, timeout: float = 10.0) -> list[dict[str, object]]:
-        """The request's records once its end is among them (polled): the host writes the
-        end once it has closed the worker, when the client may have seen the end already."""
-        deadline = time.monotonic() + timeout
-        while True:
-            records = json.loads(self.cli("terminal", "audit", "--json")[1])
-            mine = [r for r in records if r.get("request") == request_id]
-            if any(r["event"] == "end" for r in mine) or time.monotonic() >= deadline:
-                return mine
-            select.select([], [], [], 0.05)
+    def audit(self, request_id: str) -> Records:
+        records = json.loads(self.cli("terminal", "audit", "--json")[1])
+        return [r for r in records if r.get("request") == request_id]
 
     def stop(self) -> None:
         # unshare --fork ignores SIGTERM; its death takes the child (--kill-child), and the
@@ -130,7 +130,7 @@ def test_a_terminal_opens_in_the_container_and_revocation_ends_it(
         assert status == 3
         session.wait_for("sleep 1003", present=False)
         session.wait_for(WORKER_MARKER, present=False)
-        events = [(r["event"], r.get("end")) for r in session.audit_after_end(request_id)]
+        events = [(r["event"], r.get("end")) for r in with_end(lambda: session.audit(request_id))]
         assert ("admission", None) in events and ("end", "revoked") in events
         assert session.container.popen.poll() is None, "the container outlives the terminal"
     finally:

@@ -63,7 +63,7 @@ def test_normal_attach(tmp_path: Path, backend: str) -> None:
         assert status == 4
         (end,) = ends(session, request_id)
         assert end["end"] == "exit" and end["status"] == 4
-        assert int(end["bytes_in"]) > 0 and int(end["bytes_out"]) > 0  # type: ignore[call-overload]
+        assert int(end["bytes_in"]) > 0 and int(end["bytes_out"]) > 0
         assert session.process.popen.poll() is None, "the agent's session must outlive the terminal"
         assert session.running(WORKER_MARKER) == []
     finally:
@@ -127,7 +127,7 @@ def test_shell_asks_the_owner_on_the_terminal(
         child.sendline("exit")
     child.expect(f"EXIT:{status}")
     last = "end" if answer == "y" else "denial"
-    records = audited(session, lambda records: records[-1]["event"] == last)
+    records = audited(session.audit, lambda records: records[-1]["event"] == last)
     assert records[-1]["event"] == last
 
 
